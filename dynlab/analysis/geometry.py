@@ -1,0 +1,426 @@
+"""Geometry of hidden states over time: centroids, symbolic subspace U, scatter, q(t), T_cross.
+
+Definitions (paper A, SPEC A4), for the states h_i(t) of one layer of N sequences with true
+group states (labels) g_i(t) at step t (1-based: h(t) is the state after t tokens):
+
+- class centroid   c_g(t) = mean of h_i(t) over the sequences i with g_i(t) = g; only classes
+  *present* at t (at least one sequence) take part in everything below;
+- separation       M(t) = min_{g != g'} ||c_g(t) - c_g'(t)||  (NaN when fewer than 2 classes);
+- scatter          R(t) = sqrt( (1/N) sum_i ||h_i(t) - c_{g_i(t)}(t)||^2 ), the RMS distance of a
+  state to its own class centroid (every sequence weighs the same, so classes weigh by count);
+- ratio            q(t) = R(t) / M(t);
+- symbolic subspace U(t) = span{c_g(t) - c_g'(t)} = span{c_g(t) - cbar(t)} with cbar the mean
+  of the present centroids.  Orthonormal basis: right singular vectors of the centred centroid
+  matrix whose singular values exceed ``rank_tol`` times the largest one (relative tolerance);
+- R_par(t), R_perp(t): RMS of the residual h_i - c_{g_i} projected on U(t) and on its
+  orthogonal complement, so R^2 = R_par^2 + R_perp^2;
+- centroid radius  r_c(t) = sqrt( mean over present g of ||c_g(t) - cbar(t)||^2 ) (scale of
+  the symbolic configuration, used by :mod:`dynlab.analysis.margin`).
+
+Readability threshold tau: 0.5 for a nearest-centroid decoder (a state closer than M/2 to its
+own centroid is decoded correctly).  Alternative (``threshold="readout"``): the trained linear
+readout z = W h + b gives tau_readout(t) = m(t) / M(t) with
+m(t) = min over present g != g' of ((w_g - w_g')·c_g + b_g - b_g') / ||w_g - w_g'||, the
+smallest distance from a class centroid to one of its own readout decision boundaries
+(negative when a centroid itself is misread).  For the nearest-centroid readout this equals
+M/2, i.e. tau = 0.5, so the two thresholds are on the same scale.
+
+T_cross (persistence rule): the first evaluated step t with q >= tau at t and at the next
+``persist - 1`` evaluated steps (``persist`` consecutive evaluated steps in all).  A run whose
+last stretch above tau is shorter than ``persist`` at the horizon is *not* counted as crossed.
+NaN q (fewer than two classes present) counts as below tau.  When no step qualifies, T_cross is
+NaN (censored at the horizon) and ``crossed`` is False.
+
+Failure mode: 'saturation' when crossed with T_cross <= ``saturation_t`` (q above threshold
+from the first steps; note R(1) = 0 whenever the initial state is fixed, as h(1) depends on
+the first token only, so "from the start" needs a grace of a few steps), 'climb' when crossed
+later, 'robust' when never crossed within the horizon.
+
+Corollary 1 (near-affine trackers): e_U(t) := R_par(t) ≈ e_U(0) + t·eta.  eta and e_U(0) are
+fitted by ordinary least squares over the evaluated steps in ``fit_window`` (default: from
+t = 1 up to T_cross when crossed, else the whole horizon).  The predicted crossing is the t at
+which the fit reaches the mean threshold level over the window, mean(tau(t)·M(t)):
+T_cross_pred = (mean(tau·M) - e_U(0)) / eta; +inf when eta <= 0, NaN when fewer than two
+steps lie in the window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import numpy as np
+import xarray as xr
+
+__all__ = [
+    "class_centroids",
+    "symbolic_basis",
+    "geometry_over_time",
+    "readout_tau",
+    "crossing_time",
+]
+
+_DEFAULT_ELEMENTS_PER_CHUNK = 4_000_000
+
+
+def _to_numpy(x: Any, dtype: Any = np.float64) -> np.ndarray:
+    """Array-like (numpy, torch, list) -> numpy array of ``dtype`` (no torch import needed)."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=dtype)
+
+
+def class_centroids(
+    states: Any, labels: Any, n_classes: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Class means of states.
+
+    Args:
+        states: ``[N, S]`` states at one step.
+        labels: ``[N]`` integer class of each state, in ``0..n_classes-1``.
+        n_classes: number of classes G (default ``labels.max() + 1``).
+
+    Returns:
+        centroids ``[G, S]`` (float64; rows of absent classes are NaN) and counts ``[G]``.
+    """
+    h = _to_numpy(states)
+    y = _to_numpy(labels, np.int64)
+    if h.ndim != 2 or y.shape != h.shape[:1]:
+        raise ValueError(f"states must be [N, S] and labels [N]; got {h.shape} and {y.shape}")
+    g = int(y.max()) + 1 if n_classes is None else int(n_classes)
+    _check_labels(y, g)
+    counts = np.bincount(y, minlength=g).astype(np.int64)  # [G]
+    sums = np.zeros((g, h.shape[1]))
+    np.add.at(sums, y, h)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        centroids = sums / counts[:, None]  # [G, S]; NaN rows for absent classes
+    return centroids, counts
+
+
+def symbolic_basis(centroids: Any, rank_tol: float = 1e-6) -> np.ndarray:
+    """Orthonormal basis of U = span{c_g - c_g'} from a set of centroids.
+
+    Args:
+        centroids: ``[G, S]`` class centroids; rows containing NaN (absent classes) are ignored.
+        rank_tol: relative rank tolerance: a singular direction of the centred centroid matrix
+            is kept when its singular value exceeds ``rank_tol`` times the largest.
+
+    Returns:
+        basis ``[S, k]`` with orthonormal columns, k <= min(G - 1, S) (k = 0 when all centroids
+        coincide or fewer than two are given).
+    """
+    c = _to_numpy(centroids)
+    if c.ndim != 2:
+        raise ValueError(f"centroids must be [G, S]; got shape {c.shape}")
+    if not rank_tol > 0:
+        raise ValueError(f"rank_tol={rank_tol}; allowed: a positive float")
+    c = c[~np.isnan(c).any(axis=1)]  # [G', S]
+    if c.shape[0] < 2:
+        return np.zeros((c.shape[1], 0))
+    d = c - c.mean(axis=0, keepdims=True)  # [G', S]
+    _, s, vh = np.linalg.svd(d, full_matrices=False)
+    keep = s > rank_tol * s[0] if s[0] > 0 else np.zeros_like(s, dtype=bool)
+    return vh[keep].T.copy()  # [S, k]
+
+
+def readout_tau(centroids: Any, weight: Any, bias: Any | None = None) -> float:
+    """Readout-based threshold tau_readout = m / M for one set of centroids (module docstring).
+
+    Args:
+        centroids: ``[G, S]`` class centroids (NaN rows = absent classes, ignored).
+        weight: ``[C, S]`` readout weight (C >= G; row g scores class g).
+        bias: ``[C]`` readout bias (default zeros).
+    """
+    c = _to_numpy(centroids)
+    w = _to_numpy(weight)
+    b = np.zeros(w.shape[0]) if bias is None else _to_numpy(bias)
+    if w.ndim != 2 or w.shape[1] != c.shape[1] or w.shape[0] < c.shape[0]:
+        raise ValueError(f"weight must be [C>=G, S]={c.shape}; got {w.shape}")
+    present = ~np.isnan(c).any(axis=1)
+    m, big_m = _readout_margin(c[None], present[None], w, b)
+    return float(m[0] / big_m[0])
+
+
+def _check_labels(y: np.ndarray, n_classes: int) -> None:
+    if y.size and (y.min() < 0 or y.max() >= n_classes):
+        raise ValueError(
+            f"labels range [{y.min()}, {y.max()}]; allowed: integers in [0, {n_classes - 1}]"
+        )
+
+
+def _readout_margin(
+    c: np.ndarray, present: np.ndarray, w: np.ndarray, b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Readout margin m(t) and separation M(t) for centroids ``c [T, G, S]``, ``present [T, G]``."""
+    g = c.shape[1]
+    c0 = np.where(present[..., None], c, 0.0)  # [T, G, S]
+    wd = w[:g, None, :] - w[None, :g, :]  # [G, G', S]  w_g - w_g'
+    bd = b[:g, None] - b[None, :g]  # [G, G']
+    wn = np.linalg.norm(wd, axis=-1)  # [G, G']
+    score = np.einsum("tgs,ghs->tgh", c0, wd) + bd  # [T, G, G']
+    pair = present[:, :, None] & present[:, None, :] & ~np.eye(g, dtype=bool) & (wn > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dist = np.where(pair, score / np.where(wn > 0, wn, 1.0), np.inf)  # [T, G, G']
+    m = dist.min(axis=(1, 2))
+    m = np.where(np.isfinite(m), m, np.nan)
+    return m, _separation(c0, present)
+
+
+def _separation(c0: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """M(t) = min pairwise distance of present centroids, ``c0 [T, G, S]`` -> ``[T]``."""
+    g = c0.shape[1]
+    n_present = np.maximum(present.sum(1), 1)  # [T]
+    cbar = np.where(present[..., None], c0, 0.0).sum(1) / n_present[:, None]  # [T, S]
+    d = np.where(present[..., None], c0 - cbar[:, None, :], 0.0)  # [T, G, S] centred
+    sq = (d**2).sum(-1)  # [T, G]
+    gram = np.einsum("tgs,ths->tgh", d, d)  # [T, G, G]
+    dist = np.sqrt(np.maximum(sq[:, :, None] + sq[:, None, :] - 2.0 * gram, 0.0))  # [T, G, G]
+    pair = present[:, :, None] & present[:, None, :] & ~np.eye(g, dtype=bool)
+    dist = np.where(pair, dist, np.inf)
+    big_m = dist.min(axis=(1, 2))
+    return np.where(np.isfinite(big_m), big_m, np.nan)
+
+
+def _chunk_geometry(
+    h: np.ndarray,
+    y: np.ndarray,
+    n_classes: int,
+    rank_tol: float,
+    readout: tuple[np.ndarray, np.ndarray] | None,
+) -> dict[str, np.ndarray]:
+    """Per-step geometry for one time chunk ``h [N, Tc, S]``, ``y [N, Tc]`` -> dict of ``[Tc]``."""
+    n, tc, s = h.shape
+    g = n_classes
+    onehot = (y[..., None] == np.arange(g)).astype(np.float64)  # [N, Tc, G]
+    counts = onehot.sum(0)  # [Tc, G]
+    present = counts > 0  # [Tc, G]
+    sums = np.einsum("ntg,nts->tgs", onehot, h)  # [Tc, G, S]
+    c0 = sums / np.maximum(counts, 1.0)[..., None]  # [Tc, G, S], zero rows for absent classes
+    resid = h - c0[np.arange(tc)[None, :], y]  # [N, Tc, S]
+    r2 = (resid**2).sum(-1).mean(0)  # [Tc]
+    n_present = present.sum(1)  # [Tc]
+    cbar = c0.sum(1) / np.maximum(n_present, 1)[:, None]  # [Tc, S]
+    d = np.where(present[..., None], c0 - cbar[:, None, :], 0.0)  # [Tc, G, S]
+    _, sv, vh = np.linalg.svd(d, full_matrices=False)  # sv [Tc, K], vh [Tc, K, S]
+    keep = (sv > rank_tol * sv[:, :1]) & (sv[:, :1] > 0) & (n_present[:, None] >= 2)  # [Tc, K]
+    coef = np.einsum("nts,tks->ntk", resid, vh) * keep[None]  # [N, Tc, K]
+    resid_par = np.einsum("ntk,tks->nts", coef, vh)  # [N, Tc, S]
+    r_par2 = (resid_par**2).sum(-1).mean(0)  # [Tc]
+    r_perp2 = ((resid - resid_par) ** 2).sum(-1).mean(0)  # [Tc]
+    big_m = _separation(c0, present)  # [Tc]
+    radius = np.sqrt((d**2).sum(-1).sum(-1) / np.maximum(n_present, 1))  # [Tc]
+    out = {
+        "R": np.sqrt(r2),
+        "M": big_m,
+        "R_par": np.sqrt(r_par2),
+        "R_perp": np.sqrt(r_perp2),
+        "centroid_radius": np.where(n_present >= 2, radius, np.nan),
+        "k_U": keep.sum(1).astype(np.int64),
+        "n_present": n_present.astype(np.int64),
+    }
+    if readout is not None:
+        m_read, _ = _readout_margin(c0, present, *readout)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["tau_readout"] = m_read / big_m
+    return out
+
+
+def _iter_chunks(
+    states: Any, labels: Any, elements_per_chunk: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Yield ``(states [N, Tc, S], labels [N, Tc])`` float64/int64 chunks in time order."""
+    if labels is not None:
+        h_all = states
+        n, t, s = h_all.shape
+        tc = max(1, elements_per_chunk // max(1, n * s))
+        for t0 in range(0, t, tc):
+            yield _to_numpy(h_all[:, t0 : t0 + tc]), _to_numpy(labels[:, t0 : t0 + tc], np.int64)
+        return
+    for chunk in states:
+        h, y = chunk
+        yield _to_numpy(h), _to_numpy(y, np.int64)
+
+
+def crossing_time(
+    q: Any, tau: Any, t: Any, persist: int
+) -> tuple[float, bool]:
+    """First ``t`` where ``q >= tau`` holds for ``persist`` consecutive entries (NaN, False if none).
+
+    Args:
+        q: ``[T]`` ratio at the evaluated steps (NaN counts as below threshold).
+        tau: scalar or ``[T]`` threshold.
+        t: ``[T]`` step index of each entry.
+        persist: number of consecutive evaluated steps required.
+    """
+    if persist < 1:
+        raise ValueError(f"persist={persist}; allowed: an integer >= 1")
+    q = np.asarray(q, dtype=np.float64)
+    above = np.asarray(q >= np.asarray(tau, dtype=np.float64))  # NaN compares False
+    run = 0
+    for i, a in enumerate(above):
+        run = run + 1 if a else 0
+        if run == persist:
+            return float(np.asarray(t)[i - persist + 1]), True
+    return float("nan"), False
+
+
+def _fit_line(t: np.ndarray, e: np.ndarray) -> tuple[float, float]:
+    """Least-squares ``e ≈ e0 + eta·t``; returns (e0, eta) or NaNs with fewer than 2 points."""
+    ok = np.isfinite(e)
+    t, e = t[ok], e[ok]
+    if t.size < 2 or np.ptp(t) == 0:
+        return float("nan"), float("nan")
+    design = np.stack([np.ones_like(t), t], axis=1)  # [n, 2]
+    (e0, eta), *_ = np.linalg.lstsq(design, e, rcond=None)
+    return float(e0), float(eta)
+
+
+_VAR_ATTRS = {
+    "q": ("distinguishability ratio q = R/M", "1"),
+    "R": ("RMS within-class scatter R", "state units"),
+    "M": ("minimum centroid separation M", "state units"),
+    "R_par": ("RMS scatter along symbolic subspace U", "state units"),
+    "R_perp": ("RMS scatter orthogonal to U", "state units"),
+    "centroid_radius": ("RMS distance of class centroids from their mean", "state units"),
+    "k_U": ("dimension of symbolic subspace U", "1"),
+    "n_present": ("number of classes present", "1"),
+    "tau_readout": ("readout threshold m/M", "1"),
+}
+
+
+def geometry_over_time(
+    states: Any,
+    labels: Any | None = None,
+    *,
+    n_classes: int,
+    tau: float = 0.5,
+    threshold: Literal["nearest_centroid", "readout"] = "nearest_centroid",
+    readout_weight: Any | None = None,
+    readout_bias: Any | None = None,
+    persist: int = 3,
+    saturation_t: int = 3,
+    rank_tol: float = 1e-6,
+    fit_window: tuple[int, int] | None = None,
+    elements_per_chunk: int = _DEFAULT_ELEMENTS_PER_CHUNK,
+) -> xr.Dataset:
+    """q(t), R(t), M(t), R_par(t), R_perp(t), T_cross and Corollary-1 fit (module docstring).
+
+    Memory is flat in the sequence length: time is processed chunk by chunk.
+
+    Args:
+        states: either a full array ``[N, T, S]`` (numpy or torch) of one layer's states with
+            ``labels`` ``[N, T]``, or (``labels=None``) an iterable of chunks
+            ``(states_chunk [N, Tc, S], labels_chunk [N, Tc])`` in time order (same N).
+        labels: ``[N, T]`` integer true group state at each step, or None for chunks.
+        n_classes: number of classes G (labels in ``0..G-1``).
+        tau: nearest-centroid threshold (default 0.5).
+        threshold: 'nearest_centroid' (q >= tau) or 'readout' (q >= tau_readout(t); needs
+            ``readout_weight`` ``[C, S]`` and optionally ``readout_bias`` ``[C]``).
+        persist: consecutive evaluated steps with q at or above threshold that define T_cross.
+        saturation_t: a crossing at t <= saturation_t is labelled 'saturation'.
+        rank_tol: relative singular-value tolerance for the basis of U.
+        fit_window: inclusive (t_lo, t_hi) of the Corollary-1 fit (default: 1..T_cross, or the
+            whole horizon when not crossed).
+        elements_per_chunk: chunk size (N·Tc·S floats) when a full array is given.
+
+    Returns:
+        Dataset with dim ``t`` (1-based step, coordinate) and variables ``q, R, M, R_par,
+        R_perp, centroid_radius, k_U, n_present`` (+ ``tau_readout`` when a readout is given),
+        scalars ``T_cross, T_cross_pred, eta, e_U0, horizon, failure_mode, crossed``, attrs
+        ``tau, threshold, rank_tol, persist, saturation_t, fit_window``.
+    """
+    if threshold not in ("nearest_centroid", "readout"):
+        raise ValueError(f"threshold={threshold!r}; allowed: 'nearest_centroid', 'readout'")
+    if threshold == "readout" and readout_weight is None:
+        raise ValueError("threshold='readout' needs readout_weight; allowed: a [C, S] array")
+    if not 0 < tau:
+        raise ValueError(f"tau={tau}; allowed: a positive float")
+    if not rank_tol > 0:
+        raise ValueError(f"rank_tol={rank_tol}; allowed: a positive float")
+    if persist < 1 or saturation_t < 0:
+        raise ValueError(f"persist={persist}, saturation_t={saturation_t}; allowed: >= 1, >= 0")
+    if n_classes < 1:
+        raise ValueError(f"n_classes={n_classes}; allowed: an integer >= 1")
+    if labels is not None and (np.ndim(states) != 3 or tuple(np.shape(labels)) != tuple(np.shape(states)[:2])):
+        raise ValueError(
+            f"states must be [N, T, S] and labels [N, T]; got {tuple(np.shape(states))} "
+            f"and {tuple(np.shape(labels))}"
+        )
+    if labels is None and hasattr(states, "shape"):
+        raise ValueError("labels=None needs an iterable of (states, labels) chunks; allowed: array + labels")
+    readout = None
+    if readout_weight is not None:
+        w = _to_numpy(readout_weight)
+        b = np.zeros(w.shape[0]) if readout_bias is None else _to_numpy(readout_bias)
+        if w.ndim != 2 or w.shape[0] < n_classes or b.shape != (w.shape[0],):
+            raise ValueError(
+                f"readout_weight {w.shape} / bias {b.shape}; allowed: [C >= {n_classes}, S] / [C]"
+            )
+        readout = (w, b)
+
+    parts: dict[str, list[np.ndarray]] = {}
+    n_seen = None
+    for h, y in _iter_chunks(states, labels, elements_per_chunk):
+        if h.ndim != 3 or y.shape != h.shape[:2]:
+            raise ValueError(f"chunk states must be [N, Tc, S] and labels [N, Tc]; got {h.shape}, {y.shape}")
+        if n_seen is not None and h.shape[0] != n_seen:
+            raise ValueError(f"chunk has N={h.shape[0]}; allowed: the first chunk's N={n_seen}")
+        if readout is not None and readout[0].shape[1] != h.shape[2]:
+            raise ValueError(f"readout_weight has S={readout[0].shape[1]}; allowed: S={h.shape[2]}")
+        n_seen = h.shape[0]
+        _check_labels(y, n_classes)
+        for key, val in _chunk_geometry(h, y, n_classes, rank_tol, readout).items():
+            parts.setdefault(key, []).append(val)
+    if not parts:
+        raise ValueError("no time steps given; allowed: at least one step")
+    cols = {k: np.concatenate(v) for k, v in parts.items()}
+    steps = np.arange(1, cols["R"].size + 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = cols["R"] / cols["M"]
+    tau_t = cols["tau_readout"] if threshold == "readout" else np.full(steps.size, float(tau))
+    t_cross, crossed = crossing_time(q, tau_t, steps, persist)
+    mode = "robust" if not crossed else ("saturation" if t_cross <= saturation_t else "climb")
+
+    if fit_window is None:
+        lo, hi = 1, int(t_cross) if crossed else int(steps[-1])
+    else:
+        lo, hi = int(fit_window[0]), int(fit_window[1])
+        if lo > hi:
+            raise ValueError(f"fit_window={fit_window}; allowed: (t_lo, t_hi) with t_lo <= t_hi")
+    win = (steps >= lo) & (steps <= hi)
+    e0, eta = _fit_line(steps[win].astype(np.float64), cols["R_par"][win])
+    level = float(np.nanmean((tau_t * cols["M"])[win])) if win.any() else float("nan")
+    if not np.isfinite(eta):
+        t_pred = float("nan")
+    elif eta <= 0:
+        t_pred = float("inf")
+    else:
+        t_pred = (level - e0) / eta
+
+    data_vars: dict[str, Any] = {"q": ("t", q, {"long_name": _VAR_ATTRS["q"][0], "units": "1"})}
+    for key, val in cols.items():
+        long_name, units = _VAR_ATTRS[key]
+        data_vars[key] = ("t", val, {"long_name": long_name, "units": units})
+    scalars = {
+        "T_cross": (t_cross, "first persistent crossing step q >= tau (NaN = censored)", "step"),
+        "T_cross_pred": (t_pred, "T_cross predicted by the linear fit of e_U (Corollary 1)", "step"),
+        "eta": (eta, "fitted growth rate of RMS error along U", "state units / step"),
+        "e_U0": (e0, "fitted intercept of RMS error along U", "state units"),
+        "horizon": (float(steps[-1]), "last evaluated step", "step"),
+    }
+    for key, (val, long_name, units) in scalars.items():
+        data_vars[key] = ((), val, {"long_name": long_name, "units": units})
+    data_vars["crossed"] = ((), crossed, {"long_name": "q crossed the threshold persistently", "units": "1"})
+    data_vars["failure_mode"] = ((), mode, {"long_name": "failure mode (saturation|climb|robust)", "units": "1"})
+    return xr.Dataset(
+        data_vars,
+        coords={"t": ("t", steps, {"long_name": "step (tokens read)", "units": "step"})},
+        attrs={
+            "tau": float(tau),
+            "threshold": threshold,
+            "rank_tol": float(rank_tol),
+            "persist": int(persist),
+            "saturation_t": int(saturation_t),
+            "fit_window": [lo, hi],
+        },
+    )

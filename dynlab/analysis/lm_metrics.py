@@ -1,0 +1,168 @@
+"""Length-generalization metrics for language models (SPEC B3), as xarray objects.
+
+Definitions (positions: ``t`` counts the tokens of context, so the target at ``t`` is
+``x_t`` predicted from ``x_0 … x_{t-1}``; ``nll[s, t-1]`` in the arrays below):
+
+- PPL(t) = exp( (1/S) Σ_s −log q(x_t^s | x_{<t}^s) ): the NLL is averaged over samples at
+  each position first, then exponentiated (never the mean of per-sample perplexities).
+  :func:`binned_ppl` pools the NLL over samples *and* the positions of a bin, then
+  exponentiates (same rule, less noise).
+- Length generalization (Definition 3.2): with p* = min_{t ≤ T_train} PPL(t) at t*, the
+  model generalizes to T > T_train iff PPL(t) ≤ p* for every t in [t*, T]. The worst
+  violation is max_{t ≥ t*} PPL(t) − p* (≤ 0 when the verdict is a pass).
+- Effective remembrance: EffRem_T(t) = d(q(·|x_{0:T}), q(·|x_{t:T})), averaged over samples,
+  where x_{a:b} = x_a … x_{b−1} and q(·|·) is the next-token distribution after the context,
+  with d = total variation ½Σ_v|p(v) − q(v)| (default), Jensen–Shannon divergence in bits
+  (∈ [0, 1]) or 1 − cos(p, q) (computed as ½‖p/‖p‖ − q/‖q‖‖², equal to 1 − cos). All three
+  are exactly 0 for identical distributions, so EffRem_T(0) = 0 exactly.
+- State statistics per layer, head and position: mean and standard deviation (population)
+  of the state entries pooled over samples and the head's P·N entries, and the mean over
+  samples of the head's Euclidean (Frobenius) state norm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import xarray as xr
+
+__all__ = [
+    "DISTANCES", "position_ppl", "binned_ppl", "LengthGeneralization", "length_generalization",
+    "distribution_distance", "effective_remembrance", "state_statistics",
+]
+
+DISTANCES = ("tv", "js", "cos")
+
+
+def _nll_2d(nll: np.ndarray) -> np.ndarray:
+    arr = np.asarray(nll, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[1] == 0:
+        raise ValueError(f"nll must be [sample, position] with at least one position, got shape {arr.shape}")
+    return arr
+
+
+def position_ppl(nll: np.ndarray) -> xr.DataArray:
+    """PPL(t) from ``nll [S, T]`` (nats) -> DataArray over ``t = 1..T``."""
+    arr = _nll_2d(nll)
+    t = np.arange(1, arr.shape[1] + 1)
+    return xr.DataArray(np.exp(arr.mean(axis=0)), dims=("t",), coords={"t": t}, name="ppl",
+                        attrs={"long_name": "perplexity at position t", "units": "1"})
+
+
+def binned_ppl(nll: np.ndarray, bin_width: int) -> xr.DataArray:
+    """exp(mean NLL over samples and the positions of each bin) -> DataArray over ``t`` = bin end.
+
+    Bins are ``(k·w, (k+1)·w]``; a trailing partial bin is dropped.
+    """
+    arr = _nll_2d(nll)
+    if bin_width < 1 or bin_width > arr.shape[1]:
+        raise ValueError(f"bin_width must be in [1, {arr.shape[1]}], got {bin_width}")
+    n_bins = arr.shape[1] // bin_width
+    pooled = arr[:, : n_bins * bin_width].reshape(arr.shape[0], n_bins, bin_width).mean(axis=(0, 2))
+    t = (np.arange(n_bins) + 1) * bin_width
+    return xr.DataArray(np.exp(pooled), dims=("t",), coords={"t": t}, name="ppl",
+                        attrs={"long_name": f"perplexity, {bin_width}-token bins", "units": "1"})
+
+
+@dataclass(frozen=True)
+class LengthGeneralization:
+    """Definition 3.2 verdict: ``passed``; p* and t*; worst violation max_{t ≥ t*} PPL(t) − p* at ``worst_t``."""
+
+    passed: bool
+    p_star: float
+    t_star: int
+    worst_violation: float
+    worst_t: int
+    max_t: int
+
+    def as_dict(self) -> dict[str, float | int | bool]:
+        return asdict(self)
+
+
+def length_generalization(ppl: xr.DataArray, train_length: int) -> LengthGeneralization:
+    """Apply Definition 3.2 to ``ppl(t)`` with training length ``train_length``.
+
+    Needs at least one position ``t ≤ train_length`` and one beyond it.
+    """
+    t = np.asarray(ppl["t"].values)
+    values = np.asarray(ppl.values, dtype=np.float64)
+    inside = t <= train_length
+    if not inside.any() or inside.all():
+        raise ValueError(f"ppl must have positions both <= and > train_length={train_length}; got t in [{t.min()}, {t.max()}]")
+    i_star = int(np.argmin(np.where(inside, values, np.inf)))
+    p_star = float(values[i_star])
+    after = np.arange(len(t)) >= i_star
+    excess = np.where(after, values - p_star, -np.inf)
+    i_worst = int(np.argmax(excess))
+    worst = float(excess[i_worst])
+    return LengthGeneralization(passed=bool(worst <= 0.0), p_star=p_star, t_star=int(t[i_star]),
+                                worst_violation=worst, worst_t=int(t[i_worst]), max_t=int(t.max()))
+
+
+def distribution_distance(p: np.ndarray, q: np.ndarray, kind: str = "tv") -> np.ndarray:
+    """Distance between distributions along the last axis: ``[..., V], [..., V] -> [...]`` (float64)."""
+    if kind not in DISTANCES:
+        raise ValueError(f"distance must be one of {DISTANCES}, got {kind!r}")
+    p = np.asarray(p, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    if kind == "tv":
+        return 0.5 * np.abs(p - q).sum(axis=-1)
+    if kind == "js":
+        m = 0.5 * (p + q)
+
+        def kl(a: np.ndarray) -> np.ndarray:
+            ratio = np.where(a > 0, a / np.where(m > 0, m, 1.0), 1.0)
+            return np.where(a > 0, a * np.log2(ratio), 0.0).sum(axis=-1)
+
+        return 0.5 * kl(p) + 0.5 * kl(q)
+    pn = p / np.linalg.norm(p, axis=-1, keepdims=True)
+    qn = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    return 0.5 * ((pn - qn) ** 2).sum(axis=-1)
+
+
+_DIST_NAMES = {"tv": "total variation", "js": "Jensen-Shannon divergence", "cos": "1 - cosine similarity"}
+_DIST_UNITS = {"tv": "1", "js": "bit", "cos": "1"}
+
+
+def effective_remembrance(p_full: np.ndarray, p_trunc: np.ndarray, t: np.ndarray, kind: str = "tv") -> xr.DataArray:
+    """EffRem_T(t) averaged over samples.
+
+    Args:
+        p_full: ``[S, V]`` q(·|x_{0:T}).
+        p_trunc: ``[S, n_t, V]`` q(·|x_{t:T}) for each t.
+        t: ``[n_t]`` truncation starts.
+        kind: ``"tv"``, ``"js"`` or ``"cos"``.
+    """
+    p_full = np.asarray(p_full, dtype=np.float64)
+    p_trunc = np.asarray(p_trunc, dtype=np.float64)
+    t = np.asarray(t)
+    if p_trunc.ndim != 3 or p_trunc.shape[0] != p_full.shape[0] or p_trunc.shape[1] != len(t):
+        raise ValueError(f"p_trunc must be [S, n_t, V] with S={p_full.shape[0]}, n_t={len(t)}, got {p_trunc.shape}")
+    d = distribution_distance(p_full[:, None, :], p_trunc, kind).mean(axis=0)  # [n_t]
+    return xr.DataArray(d, dims=("t",), coords={"t": t}, name="effrem",
+                        attrs={"long_name": f"effective remembrance ({_DIST_NAMES[kind]})", "units": _DIST_UNITS[kind],
+                               "distance": kind})
+
+
+def state_statistics(states: np.ndarray, positions: np.ndarray) -> xr.Dataset:
+    """Statistics of recurrent states ``[S, layer, head, n_pos, entries]`` at ``positions [n_pos]``.
+
+    Returns a Dataset with ``state_mean``, ``state_std``, ``state_norm`` over (layer, head, t).
+    """
+    arr = np.asarray(states, dtype=np.float64)
+    if arr.ndim != 5 or arr.shape[3] != len(positions):
+        raise ValueError(f"states must be [sample, layer, head, position, entries] with {len(positions)} positions, got {arr.shape}")
+    coords = {"layer": np.arange(arr.shape[1]), "head": np.arange(arr.shape[2]), "t": np.asarray(positions)}
+    dims = ("layer", "head", "t")
+    mean = arr.mean(axis=(0, 4))
+    std = arr.std(axis=(0, 4))
+    norm = np.linalg.norm(arr, axis=4).mean(axis=0)
+    return xr.Dataset(
+        {
+            "state_mean": (dims, mean, {"long_name": "mean of state entries", "units": "1"}),
+            "state_std": (dims, std, {"long_name": "std of state entries", "units": "1"}),
+            "state_norm": (dims, norm, {"long_name": "state norm per head", "units": "1"}),
+        },
+        coords=coords,
+    )

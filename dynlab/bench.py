@@ -1,0 +1,290 @@
+"""Training-throughput benchmark (``dynlab bench train``).
+
+For one setting (architecture, hidden width H, batch B, length T) it measures, in one
+process, full training steps (forward, cross-entropy at every position, backward,
+gradient clipping, AdamW) of:
+
+- ``baseline`` — what a user would otherwise write: ``torch.nn.RNN`` (tanh) for
+  tanh-rnn; every other architecture (no ``torch.nn`` module computes them) a
+  straightforward per-step loop over the cell's transition (``Cell.scan``, the generic
+  loop) under autograd, with the tracker's embedding and readout;
+- ``dynlab`` — :func:`dynlab.train.train_tracker`, one model;
+- ``ensemble-N`` — :func:`dynlab.train.ensemble.train_ensemble` with N members;
+- ``floor`` — FLOPs per token over the GEMM rate measured in the same run.
+
+Definitions (numbers the report prints):
+
+- throughput (tokens/s per model) = models · B · T · (timed steps) / (wall time of those
+  steps); the first ``warmup`` steps are not timed;
+- GEMM rate (FLOP/s) = 2·B·S·S / time of one ``[B, S] @ [S, S]`` product (the
+  recurrence's GEMM shape), best of the thread counts tried;
+- FLOPs per token: dense RNNs 6·(S² + S·C) — the recurrence and readout products,
+  forward (1×) and backward (2×), as in the issue's floor (input projections are
+  excluded: dynlab gathers them from a per-token table); diagonal affine cells
+  6·(2·S + H·C) (the diagonal recurrence and the per-channel readout are counted as
+  matrix-vector work, which overstates what a GEMM rate can do for them);
+- floor (tokens/s) = GEMM rate / FLOPs per token;
+- ``speedup_vs_baseline`` = best dynlab per-model throughput / baseline throughput;
+- ``fraction_of_floor`` = best dynlab per-model throughput / floor.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dynlab.config import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from dynlab.groups import get_group
+from dynlab.models import Tracker, get_cell
+from dynlab.models.cells import Cell
+from dynlab.tasks import WordProblem
+from dynlab.train.device import resolve_device
+from dynlab.train.engine import build_tracker, train_tracker
+from dynlab.train.ensemble import train_ensemble
+from dynlab.train.progress import NullProgress
+
+__all__ = ["BenchRow", "bench_train", "format_table", "gemm_rate"]
+
+_DENSE = ("tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn")
+
+
+@dataclass
+class BenchRow:
+    """One measured configuration: ``tokens_per_s`` is per model."""
+
+    setting: str
+    method: str
+    models: int
+    tokens_per_s: float
+    seconds_per_step: float
+    steps: int
+
+
+@dataclass
+class _StepClock(NullProgress):
+    """Progress sink that records the time of every training-step update."""
+
+    times: list[float] = field(default_factory=list)
+
+    def update(self, task: int, advance: int = 1, **fields: Any) -> None:
+        self.times.append(time.perf_counter())
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def gemm_rate(batch: int, size: int, device: torch.device, repeats: int = 50) -> float:
+    """FLOP/s of ``[batch, size] @ [size, size]`` (median of 5 timings of ``repeats`` products)."""
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(batch, size, generator=gen).to(device)
+    w = torch.randn(size, size, generator=gen).to(device)
+    out = torch.empty(batch, size, device=device)
+    for _ in range(5):
+        torch.mm(a, w, out=out)
+    times = []
+    for _ in range(5):
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            torch.mm(a, w, out=out)
+        _sync(device)
+        times.append((time.perf_counter() - t0) / repeats)
+    return 2.0 * batch * size * size / sorted(times)[len(times) // 2]
+
+
+def flops_per_token(arch: str, hidden: int, n_classes: int, d_state: int) -> float:
+    """Floor FLOPs per token (see the module docstring)."""
+    model = Tracker(arch, n_classes, n_classes, hidden=hidden, d_state=d_state)
+    s = model.state_size
+    if arch in _DENSE:
+        return 6.0 * (s * s + hidden * n_classes)
+    return 6.0 * (2 * s + hidden * n_classes)
+
+
+def _spec(arch: str, hidden: int, batch: int, length: int, steps: int, seed: int, group: str) -> RunSpec:
+    cur = CurriculumSpec(min_length=length, max_length=length)
+    return RunSpec(
+        task=TaskSpec(group=group),
+        model=ModelSpec(arch=arch, hidden=hidden),
+        train=TrainSpec(steps=steps, batch_size=batch, curriculum=cur),
+        seed=seed,
+    )
+
+
+def _timed(clock: _StepClock, warmup: int) -> tuple[float, int]:
+    t = clock.times
+    n = len(t) - warmup
+    if n < 1:
+        raise ValueError(f"need more steps than warmup={warmup}, got {len(t)}")
+    return (t[-1] - t[warmup - 1]) / n if warmup > 0 else (t[-1] - t[0]) / max(1, len(t) - 1), n
+
+
+class _TorchRNN(nn.Module):
+    """Embedding → ``torch.nn.RNN`` (tanh) → Linear: the user's baseline for tanh-rnn."""
+
+    def __init__(self, n_tokens: int, n_classes: int, hidden: int):
+        super().__init__()
+        self.embed = nn.Embedding(n_tokens, hidden)
+        self.rnn = nn.RNN(hidden, hidden, nonlinearity="tanh", batch_first=True)
+        self.readout = nn.Linear(hidden, n_classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.readout(self.rnn(self.embed(tokens))[0])
+
+
+class _LoopTracker(nn.Module):
+    """A dynlab tracker run with the generic per-step loop (``Cell.scan``) everywhere."""
+
+    def __init__(self, model: Tracker):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        u = self.model.embed(tokens)
+        for cell in self.model.cells:
+            p = cell.precompute(u)
+            h0 = cell.init_state(tokens.shape[0], u.device, u.dtype)
+            u = cell.readout(Cell.scan(cell, h0, p), p)
+        return self.model.readout(u)
+
+
+def _baseline(spec: RunSpec, device: torch.device, warmup: int) -> tuple[str, float, int]:
+    """Seconds per training step of the user's baseline (name, seconds, timed steps)."""
+    task = WordProblem(get_group(spec.task.group))
+    if spec.model.arch == "tanh-rnn":
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(spec.seed)
+            model: nn.Module = _TorchRNN(task.n_tokens, task.n_classes, spec.model.hidden)
+        name = "torch.nn.RNN"
+    else:
+        model = _LoopTracker(build_tracker(spec.model, task.n_tokens, task.n_classes, spec.seed))
+        name = "per-step loop"
+    model.to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.train.lr)
+    gen = torch.Generator().manual_seed(spec.seed)
+    clock = _StepClock()
+    length = spec.train.curriculum.max_length
+    for _ in range(spec.train.steps):
+        tokens, labels = task.sample(gen, spec.train.batch_size, length)
+        tokens, labels = tokens.to(device), labels.to(device)
+        loss = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), spec.train.clip)
+        opt.step()
+        _sync(device)
+        clock.update(0)
+    sec, n = _timed(clock, warmup)
+    return name, sec, n
+
+
+def bench_train(
+    arch: str = "tanh-rnn",
+    hidden: int = 128,
+    batch: int = 256,
+    length: int = 60,
+    ensembles: tuple[int, ...] = (16, 64),
+    steps: int = 4,
+    warmup: int = 1,
+    threads: tuple[int, ...] | None = None,
+    device: str = "cpu",
+    group: str = "S3",
+) -> dict[str, Any]:
+    """Measure one setting; return a JSON-able dict (rows, rates, speedup, fraction).
+
+    ``threads``: CPU thread counts to try for the GEMM rate (default: 1 and the current
+    count); the fastest is used for every measurement of the setting.
+    """
+    get_cell(arch)
+    if min(hidden, batch, length, steps) < 1 or warmup < 0 or steps <= warmup:
+        raise ValueError(
+            f"need hidden, batch, length ≥ 1 and steps > warmup ≥ 0; got {hidden}, {batch}, {length}, {steps}, {warmup}"
+        )
+    if any(n < 1 for n in ensembles):
+        raise ValueError(f"ensemble sizes must be ≥ 1, got {list(ensembles)}")
+    dev = resolve_device(device)
+    old_threads = torch.get_num_threads()
+    tries = sorted(set(threads or (1, old_threads)))
+    rates = {}
+    for t in tries:
+        torch.set_num_threads(t)
+        rates[t] = gemm_rate(batch, hidden, dev)
+    best_threads = max(rates, key=rates.get)
+    torch.set_num_threads(best_threads)
+    setting = f"{arch} H={hidden} B={batch} T={length}"
+    rows: list[BenchRow] = []
+    try:
+        spec = _spec(arch, hidden, batch, length, steps, 0, group)
+        name, sec, n = _baseline(spec, dev, warmup)
+        rows.append(BenchRow(setting, f"baseline ({name})", 1, batch * length / sec, sec, n))
+        clock = _StepClock()
+        train_tracker(spec, dev, clock)
+        sec, n = _timed(clock, warmup)
+        rows.append(BenchRow(setting, "dynlab", 1, batch * length / sec, sec, n))
+        for size in ensembles:
+            specs = [_spec(arch, hidden, batch, length, steps, s, group) for s in range(size)]
+            clock = _StepClock()
+            train_ensemble(specs, dev, clock)
+            sec, n = _timed(clock, warmup)
+            rows.append(BenchRow(setting, f"dynlab ensemble-{size}", size, batch * length / sec, sec, n))
+    finally:
+        torch.set_num_threads(old_threads)
+    n_classes = get_group(group).order
+    fpt = flops_per_token(arch, hidden, n_classes, 4)
+    floor = rates[best_threads] / fpt
+    rows.append(BenchRow(setting, "floor (GEMM rate / FLOPs per token)", 1, floor, float("nan"), 0))
+    base = rows[0].tokens_per_s
+    best = max(r.tokens_per_s for r in rows if r.method.startswith("dynlab"))
+    return {
+        "setting": setting,
+        "arch": arch,
+        "hidden": hidden,
+        "batch": batch,
+        "length": length,
+        "device": str(dev),
+        "threads": best_threads,
+        "gemm_rate_flops": {str(t): r for t, r in rates.items()},
+        "flops_per_token": fpt,
+        "floor_tokens_per_s": floor,
+        "rows": [asdict(r) for r in rows],
+        "baseline_tokens_per_s": base,
+        "best_dynlab_tokens_per_s": best,
+        "speedup_vs_baseline": best / base,
+        "fraction_of_floor": best / floor,
+    }
+
+
+def format_table(results: list[dict[str, Any]]) -> str:
+    """Plain-text table of :func:`bench_train` results."""
+    lines = [f"{'setting':32s} {'method':40s} {'models':>6s} {'tok/s/model':>12s} {'s/step':>8s}"]
+    for res in results:
+        for r in res["rows"]:
+            sps = "" if r["seconds_per_step"] != r["seconds_per_step"] else f"{r['seconds_per_step']:.3f}"
+            lines.append(f"{r['setting']:32s} {r['method']:40s} {r['models']:6d} {r['tokens_per_s']:12.0f} {sps:>8s}")
+        lines.append(
+            f"{'':32s} speedup_vs_baseline {res['speedup_vs_baseline']:.1f}×  fraction_of_floor "
+            f"{res['fraction_of_floor']:.2f}  (threads {res['threads']}, GEMM "
+            + ", ".join(f"{t}t {v / 1e9:.0f}" for t, v in res["gemm_rate_flops"].items())
+            + " GFLOP/s)"
+        )
+    return "\n".join(lines)
+
+
+def write_json(results: list[dict[str, Any]], path: str | Path) -> Path:
+    """Write the results (``{"results": [...]}`` plus top-level tanh-rnn summary) to ``path``."""
+    path = Path(path)
+    payload: dict[str, Any] = {"results": results}
+    if results:
+        payload["speedup_vs_baseline"] = results[0]["speedup_vs_baseline"]
+        payload["fraction_of_floor"] = results[0]["fraction_of_floor"]
+    path.write_text(json.dumps(payload, indent=1))
+    return path

@@ -1,0 +1,203 @@
+"""Frozen, typed run specifications.  The hash of a full spec is the run id and cache key.
+
+Every spec is a pydantic model with ``frozen=True`` and ``extra="forbid"``: an unknown
+field or a bad value is refused at construction with a message naming the field.
+:meth:`Spec.spec_hash` hashes the canonical JSON of the spec (sorted keys, its class
+name and :data:`SPEC_VERSION`), so two equal specs always share a run folder and a
+changed field never reuses a stale run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = [
+    "CurriculumSpec",
+    "EvalSpec",
+    "ModelSpec",
+    "RunSpec",
+    "SPEC_VERSION",
+    "Spec",
+    "TaskSpec",
+    "TrainSpec",
+    "format_validation_error",
+    "load_spec",
+]
+
+#: Bumped when the meaning of a field changes, so old run folders are not reused.
+SPEC_VERSION = 1
+
+
+class Spec(BaseModel):
+    """Base of every dynlab spec: frozen, strict about unknown fields, hashable."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def canonical_json(self) -> str:
+        return json.dumps(
+            {"spec": type(self).__name__, "version": SPEC_VERSION, "fields": self.model_dump(mode="json")},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    def spec_hash(self) -> str:
+        """16 hex digits of SHA-256 over :meth:`canonical_json` — the run id."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
+
+
+class TaskSpec(Spec):
+    """A group word problem (SPEC A1): tokens are group elements, labels running products."""
+
+    kind: Literal["word-problem"] = "word-problem"
+    group: str = Field(description="group name, e.g. C2, C6, S3, A5, C2xS3")
+
+    @field_validator("group")
+    @classmethod
+    def _known_group(cls, v: str) -> str:
+        from dynlab.groups import get_group
+
+        return get_group(v).name
+
+
+class ModelSpec(Spec):
+    """A tracker: ``layers`` cells of ``arch`` with width ``hidden`` and a readout."""
+
+    arch: str
+    hidden: int = Field(64, ge=1, le=8192)
+    layers: int = Field(1, ge=1, le=16)
+    nonlinearity: str | None = None
+    d_embed: int | None = Field(None, ge=1)
+    d_state: int = Field(4, ge=1, le=256)
+    readout: Literal["linear", "mlp"] = "linear"
+
+    @field_validator("arch")
+    @classmethod
+    def _known_arch(cls, v: str) -> str:
+        from dynlab.models import get_cell
+
+        get_cell(v)
+        return v
+
+    @field_validator("nonlinearity")
+    @classmethod
+    def _known_phi(cls, v: str | None) -> str | None:
+        from dynlab.models import NONLINEARITIES
+
+        if v is not None and v not in NONLINEARITIES:
+            raise ValueError(f"unknown nonlinearity {v!r}; allowed: {', '.join(NONLINEARITIES)}")
+        return v
+
+
+class CurriculumSpec(Spec):
+    """Length curriculum up to ``max_length`` (paper: 60); the loss is on every position.
+
+    ``mode="adaptive"`` (default): batches start at ``min_length``; whenever a batch's
+    per-token accuracy reaches ``advance_at``, the length grows to
+    ``L + max(1, floor(L·growth))``, capped at ``max_length``.  The engine records the
+    length reached, so a run that never reaches ``max_length`` is visible.
+    ``mode="linear"``: L(step) grows linearly from ``min_length`` to ``max_length`` over
+    the first ``ramp_fraction`` of the steps, then stays at ``max_length``.
+    """
+
+    mode: Literal["adaptive", "linear"] = "adaptive"
+    min_length: int = Field(2, ge=1)
+    max_length: int = Field(60, ge=1)
+    advance_at: float = Field(0.99, gt=0.0, le=1.0)
+    growth: float = Field(0.25, gt=0.0)
+    ramp_fraction: float = Field(0.5, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CurriculumSpec:
+        if self.min_length > self.max_length:
+            raise ValueError(f"curriculum min_length={self.min_length} exceeds max_length={self.max_length}")
+        return self
+
+    def next_length(self, length: int, step: int, total_steps: int, batch_accuracy: float) -> int:
+        """Length of the batch after ``step`` (which had ``length`` and ``batch_accuracy``)."""
+        if self.mode == "linear":
+            ramp = self.ramp_fraction * total_steps
+            if ramp <= 0 or step + 1 >= ramp:
+                return self.max_length
+            frac = (step + 1) / ramp
+            return int(round(self.min_length + frac * (self.max_length - self.min_length)))
+        if batch_accuracy >= self.advance_at:
+            return min(self.max_length, length + max(1, int(length * self.growth)))
+        return length
+
+    def first_length(self, total_steps: int) -> int:
+        if self.mode == "linear" and self.ramp_fraction * total_steps <= 0:
+            return self.max_length
+        return self.min_length
+
+
+class TrainSpec(Spec):
+    """Optimisation: AdamW with linear warm-up then cosine decay, gradient clipping."""
+
+    steps: int = Field(600, ge=1)
+    batch_size: int = Field(128, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    warmup_steps: int = Field(20, ge=0)
+    clip: float = Field(1.0, gt=0)
+    curriculum: CurriculumSpec = CurriculumSpec()
+
+
+class EvalSpec(Spec):
+    """Length extrapolation: accuracy at ``lengths`` from ``n_samples`` fresh sequences.
+
+    ``threshold`` is the accuracy a length must reach to count as passed in the max-pass
+    length mp (SPEC A3).  Sequences are streamed in ``chunk``-step pieces with the
+    recurrent state carried, so memory does not grow with length.
+    """
+
+    lengths: tuple[int, ...] = (10, 20, 40, 60, 100, 200, 300, 500, 700, 1000)
+    n_samples: int = Field(256, ge=1)
+    batch_size: int = Field(256, ge=1)
+    chunk: int = Field(250, ge=1)
+    threshold: float = Field(0.9, gt=0, le=1)
+    seed_offset: int = 10_000
+
+    @field_validator("lengths")
+    @classmethod
+    def _sorted_positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or any(int(x) < 1 for x in v):
+            raise ValueError(f"lengths must be positive integers, got {list(v)}")
+        return tuple(sorted(set(int(x) for x in v)))
+
+
+class RunSpec(Spec):
+    """Everything that determines one trained model and its evaluation."""
+
+    task: TaskSpec
+    model: ModelSpec
+    train: TrainSpec = TrainSpec()
+    eval: EvalSpec = EvalSpec()
+    seed: int = Field(0, ge=0)
+
+    @property
+    def run_id(self) -> str:
+        return self.spec_hash()
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line naming each bad field and why."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "spec"
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}")
+    return "; ".join(parts)
+
+
+def load_spec(data: dict[str, Any] | str, cls: type[Spec] = RunSpec) -> Spec:
+    """Parse a spec from a dict or JSON text; raise ValueError with one line on failure."""
+    try:
+        if isinstance(data, str):
+            return cls.model_validate_json(data)
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(f"invalid {cls.__name__}: {format_validation_error(exc)}") from None

@@ -1,0 +1,182 @@
+"""Where a study's work items run: in this process (default) or on a Dask cluster.
+
+An executor maps a function over work items and yields ``(item, result)`` pairs as they
+finish (any order).  The runner saves every result as it arrives, in the calling
+process, so results are stored atomically whatever the executor.  A work item is a list
+of specs trained together (one spec, or an ensemble of same-shape models).
+
+:class:`DaskExecutor` submits one Dask task per work item, to an existing scheduler
+(``scheduler="tcp://host:8786"``, e.g. one started by dask-jobqueue on SLURM) or to a
+:class:`distributed.LocalCluster` of ``workers`` processes that it starts and stops
+itself.  Fault tolerance:
+
+- a task whose function *raises* is retried ``retries`` times (Dask's ``retries``);
+- a task whose worker *dies* mid-run (killed, out of memory, node lost) is rescheduled
+  by the scheduler on another (or the restarted) worker, up to the scheduler's
+  ``distributed.scheduler.allowed-failures`` times (Dask default 3), after which the
+  client gets ``KilledWorker``.
+Results travel back to the client and nothing is written by workers, so a lost or
+retried task can never leave a half-written run behind; runs saved before a fatal
+error stay saved and a rerun resumes from them.
+
+Dask is an optional extra (``pip install 'dynlab[dask]'``); it is imported only when a
+:class:`DaskExecutor` is made.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+__all__ = ["EXECUTORS", "DaskExecutor", "Executor", "InProcessExecutor", "make_executor"]
+
+EXECUTORS = ("inprocess", "dask")
+
+
+class Executor(Protocol):
+    def map_unordered(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[tuple[Any, Any]]: ...
+
+
+class InProcessExecutor:
+    """Run items one after the other in this process (the default)."""
+
+    remote = False
+
+    def map_unordered(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+        for item in items:
+            yield item, fn(item)
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self) -> InProcessExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _import_distributed():
+    try:
+        import distributed
+    except ImportError:
+        raise ValueError(
+            "the dask executor needs dask.distributed; install it with: pip install 'dynlab[dask]'"
+        ) from None
+    return distributed
+
+
+def _send_progress_as_null() -> None:
+    """Pickle progress bars as :class:`NullProgress`: a task shipped to a worker may hold
+    the client's bars (they hold locks and a terminal); bars stay in the client, which
+    still advances the per-run bar as results arrive."""
+    import copyreg
+
+    from dynlab.train.progress import NullProgress, Progress
+
+    copyreg.pickle(Progress, lambda _: (NullProgress, ()))
+
+
+class DaskExecutor:
+    """One Dask task per work item, on an existing cluster or a local one (module docstring).
+
+    Args:
+        scheduler: address of a running scheduler (``tcp://host:port``); ``None`` starts a
+            :class:`distributed.LocalCluster`.
+        workers: number of worker processes of the local cluster (only without
+            ``scheduler``), one thread each.
+        retries: extra attempts for a task whose function raises.
+        processes: local cluster with worker processes (True, default; each supervised by a
+            nanny that restarts it when it dies) or threads in this process (False).
+        timeout: seconds to wait for the scheduler to answer.
+        client: an existing ``distributed.Client`` to use (not closed by this executor).
+
+    Use as a context manager (or call :meth:`close`) to stop a cluster it started.
+    """
+
+    remote = True
+
+    def __init__(
+        self,
+        scheduler: str | None = None,
+        workers: int | None = None,
+        retries: int = 2,
+        processes: bool = True,
+        timeout: float = 10.0,
+        client: Any | None = None,
+    ):
+        if retries < 0:
+            raise ValueError(f"retries={retries}; allowed: an integer >= 0")
+        if workers is not None and workers < 1:
+            raise ValueError(f"workers={workers}; allowed: an integer >= 1")
+        if scheduler is not None and workers is not None:
+            raise ValueError("give either --scheduler (an existing cluster) or --workers (a local one), not both")
+        distributed = _import_distributed()
+        _send_progress_as_null()
+        self.retries = int(retries)
+        self._cluster = None
+        self._own_client = client is None
+        if client is not None:
+            self.client = client
+            return
+        if scheduler is not None:
+            try:
+                self.client = distributed.Client(scheduler, timeout=timeout, set_as_default=False)
+            except (OSError, TimeoutError, ValueError) as exc:
+                reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise ValueError(f"cannot reach the Dask scheduler at {scheduler!r} ({reason})") from None
+            return
+        self._cluster = distributed.LocalCluster(
+            n_workers=workers or 1,
+            threads_per_worker=1,
+            processes=processes,
+            dashboard_address=None,
+        )
+        self.client = distributed.Client(self._cluster, set_as_default=False)
+
+    def map_unordered(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+        """Submit every item as one task; yield ``(item, result)`` as tasks finish."""
+        from distributed import as_completed
+
+        batch = uuid.uuid4().hex[:12]
+        pending = {}
+        for i, item in enumerate(items):
+            fut = self.client.submit(fn, item, key=f"dynlab-item-{batch}-{i}", retries=self.retries, pure=False)
+            pending[fut] = item
+        try:
+            for fut in as_completed(list(pending), loop=self.client.loop):
+                yield pending.pop(fut), fut.result()
+        finally:
+            for fut in pending:  # the caller stopped early or a task failed for good
+                fut.cancel()
+
+    def close(self) -> None:
+        if self._own_client:
+            self.client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+
+    def __enter__(self) -> DaskExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def make_executor(
+    name: str = "inprocess",
+    scheduler: str | None = None,
+    workers: int | None = None,
+    retries: int = 2,
+    timeout: float = 10.0,
+) -> InProcessExecutor | DaskExecutor:
+    """The executor called ``name`` (one of :data:`EXECUTORS`); validates the options."""
+    if name not in EXECUTORS:
+        raise ValueError(f"unknown executor {name!r}; allowed: {', '.join(EXECUTORS)}")
+    if name == "inprocess":
+        if scheduler is not None or workers is not None:
+            raise ValueError("--scheduler and --workers need --executor dask")
+        return InProcessExecutor()
+    return DaskExecutor(scheduler=scheduler, workers=workers, retries=retries, timeout=timeout)

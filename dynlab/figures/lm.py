@@ -1,0 +1,88 @@
+"""Figure panels for the length-generalization study: pure ``(ds, ax) -> ax`` functions.
+
+Each panel draws one line per run of a study dataset (dims ``run``, ``t``; coords
+``intervention``, ``arch``, ``train_length``), labels itself from the variables'
+``long_name``/``units`` and marks the training length with a dotted vertical line.
+No torch, no file I/O.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+from matplotlib.axes import Axes
+
+__all__ = ["ppl_panel", "effrem_panel", "state_std_panel", "PANELS"]
+
+
+def _label(ds: xr.Dataset, run: int) -> str:
+    r = ds.sel(run=run)
+    parts = []
+    if "arch" in ds.coords and len(np.unique(ds["arch"].values)) > 1:
+        parts.append(str(r["arch"].values))
+    if "intervention" in ds.coords:
+        parts.append(str(r["intervention"].values))
+    if "seed" in ds.coords and len(np.unique(ds["seed"].values)) > 1:
+        parts.append(f"seed {int(r['seed'])}")
+    return " / ".join(parts) or f"run {run}"
+
+
+def _axis_label(da: xr.DataArray, fallback: str) -> str:
+    name = da.attrs.get("long_name", fallback)
+    units = da.attrs.get("units", "")
+    return f"{name} [{units}]" if units not in ("", "1") else name
+
+
+def _mark_training_length(ds: xr.Dataset, ax: Axes) -> None:
+    if "train_length" in ds.coords:
+        for length in np.unique(ds["train_length"].values):
+            ax.axvline(float(length), color="0.5", linestyle=":", linewidth=1)
+
+
+def _lines(ds: xr.Dataset, da: xr.DataArray, ax: Axes) -> Axes:
+    for run in ds["run"].values:
+        line = da.sel(run=run).dropna("t")
+        if line.size:
+            ax.plot(line["t"].values, line.values, label=_label(ds, int(run)))
+    ax.set_xlabel(_axis_label(ds["t"], "position t"))
+    _mark_training_length(ds, ax)
+    ax.legend(fontsize="small")
+    return ax
+
+
+def ppl_panel(ds: xr.Dataset, ax: Axes, binned: bool = True) -> Axes:
+    """PPL(t) per run (binned by default), log-scaled position axis."""
+    name = "ppl_binned" if binned and "ppl_binned" in ds else "ppl"
+    _lines(ds, ds[name], ax)
+    ax.set_xscale("log")
+    ax.set_ylabel(_axis_label(ds[name], "perplexity"))
+    ax.set_title("Perplexity vs position (evaluated from the zero state)")
+    return ax
+
+
+def effrem_panel(ds: xr.Dataset, ax: Axes, distance: str = "tv") -> Axes:
+    """EffRem_T(t) per run for ``distance`` in tv, js, cos."""
+    name = {"tv": "effrem", "js": "effrem_js", "cos": "effrem_cos"}.get(distance)
+    if name is None or name not in ds:
+        raise ValueError(f"distance must be one of tv, js, cos present in the dataset, got {distance!r}")
+    _lines(ds, ds[name], ax)
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlabel("truncation start t [tokens]")
+    ax.set_ylabel(_axis_label(ds[name], "EffRem"))
+    ax.set_title("Effective remembrance of the prefix x[0:t]")
+    return ax
+
+
+def state_std_panel(ds: xr.Dataset, ax: Axes, layer: int | None = None) -> Axes:
+    """State std per run over position, averaged over heads (and layers unless ``layer`` is given)."""
+    da = ds["state_std"]
+    da = da.sel(layer=layer).mean("head") if layer is not None else da.mean(("layer", "head"))
+    da.attrs = ds["state_std"].attrs
+    _lines(ds, da, ax)
+    ax.set_xscale("log")
+    ax.set_ylabel(_axis_label(ds["state_std"], "state std"))
+    ax.set_title("State spread vs position" + (f" (layer {layer})" if layer is not None else ""))
+    return ax
+
+
+PANELS = {"ppl": ppl_panel, "effrem": effrem_panel, "state_std": state_std_panel}

@@ -1,0 +1,109 @@
+"""One publication style for every dynlab figure: sizes, fonts, colours, labels.
+
+Sizes follow a two-column paper: a panel is one column wide (:data:`COLUMN_WIDTH`
+inches), a composite figure two columns (:data:`PAGE_WIDTH`).  Fonts are 7–8 pt so text
+stays readable when a panel is printed at column width.  Colours: one hue per family
+(affine: blues/greens, state-dependent: reds/oranges) so an architecture's colour also
+tells its family; :func:`arch_color` gives a stable colour per architecture name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import matplotlib as mpl
+import numpy as np
+import xarray as xr
+
+__all__ = [
+    "COLUMN_WIDTH",
+    "FAMILY_COLORS",
+    "PAGE_WIDTH",
+    "PANEL_HEIGHT",
+    "RC",
+    "arch_color",
+    "axis_label",
+    "family_color",
+    "finite",
+    "publication_style",
+]
+
+COLUMN_WIDTH = 3.4  # inches, one column of a two-column paper
+PAGE_WIDTH = 7.0  # inches, full text width
+PANEL_HEIGHT = 2.5  # inches
+
+FAMILY_COLORS = {"affine": "#1f5fa8", "state-dependent": "#c8412b"}
+_OTHER = "#555555"
+
+# Known architectures, ordered affine first; each gets a colour from its family's ramp.
+_ARCH_COLORS = {
+    "mamba": "#08306b",
+    "negative-mamba": "#2171b5",
+    "mamba3": "#6baed6",
+    "aussm": "#41ab5d",
+    "linear-rnn": "#006d2c",
+    "token-gated-rnn": "#807dba",
+    "tanh-rnn": "#cb181d",
+    "state-gated-rnn": "#fd8d3c",
+}
+_FALLBACK = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#9467bd")
+
+RC: dict[str, Any] = {
+    "font.size": 8,
+    "axes.titlesize": 8,
+    "axes.labelsize": 8,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "legend.fontsize": 6.5,
+    "legend.frameon": False,
+    "legend.handlelength": 1.6,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.linewidth": 0.6,
+    "xtick.major.width": 0.6,
+    "ytick.major.width": 0.6,
+    "lines.linewidth": 1.0,
+    "lines.markersize": 3.5,
+    "savefig.dpi": 300,
+    "savefig.bbox": "tight",
+    "savefig.pad_inches": 0.02,
+    "pdf.fonttype": 42,
+    "figure.dpi": 150,
+}
+
+
+@contextmanager
+def publication_style() -> Iterator[None]:
+    """Context in which matplotlib uses :data:`RC` (restored on exit)."""
+    with mpl.rc_context(RC):
+        yield
+
+
+def family_color(family: str) -> str:
+    return FAMILY_COLORS.get(str(family), _OTHER)
+
+
+def arch_color(arch: str) -> str:
+    """Stable colour of an architecture (unknown names hash into a fallback palette)."""
+    arch = str(arch)
+    if arch in _ARCH_COLORS:
+        return _ARCH_COLORS[arch]
+    return _FALLBACK[sum(arch.encode()) % len(_FALLBACK)]
+
+
+def axis_label(da: xr.DataArray | xr.Variable | Any, fallback: str = "") -> str:
+    """``long_name [units]`` from a variable's attrs (units '1' and '' are left out)."""
+    attrs = getattr(da, "attrs", {}) or {}
+    name = str(attrs.get("long_name") or fallback or getattr(da, "name", "") or "")
+    units = str(attrs.get("units", "") or "")
+    if units and units != "1":
+        return f"{name} [{units}]"
+    return name
+
+
+def finite(values: Any) -> np.ndarray:
+    """Float array of ``values`` with non-finite entries removed."""
+    a = np.asarray(values, dtype=np.float64).ravel()
+    return a[np.isfinite(a)]

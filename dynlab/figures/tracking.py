@@ -1,0 +1,556 @@
+"""Figure panels for the group-tracking studies (paper A): pure ``(ds, ax) -> ax`` functions.
+
+Each panel reads a study dataset (dim ``run`` with coords ``arch``, ``family``, ``group``,
+``seed``, ``nonlinearity``; see :mod:`dynlab.results.schema`), labels its axes from the
+variables' ``long_name``/``units`` and draws on the given axes only: no torch, no file
+I/O.  A panel whose variables are absent (e.g. a study run with ``--no-analysis``)
+raises :class:`MissingData`, which :func:`dynlab.figures.write_figures` turns into a
+note.  Only runs with ``status == 'ok'`` are drawn.
+
+Pooled curves (R∥/R⊥, perturbation recovery) are medians over the runs of a family with
+the inter-quartile range shaded; scale-dependent quantities are made scale-free first
+(R∥ and R⊥ divided by the separation M(t); perturbation size divided by its size at
+injection), so runs of different widths and architectures can be pooled.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+import xarray as xr
+from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
+from matplotlib.patches import Circle, Patch
+
+from dynlab.figures.style import FAMILY_COLORS, arch_color, axis_label, family_color, finite
+
+__all__ = [
+    "MissingData",
+    "accuracy_heatmap",
+    "failure_modes",
+    "margin_panel",
+    "mp_failure_table",
+    "mp_by_nonlinearity",
+    "perturbation_recovery",
+    "q_curves",
+    "r_par_perp",
+    "return_map_eigs",
+    "tcross_mp_scatter",
+]
+
+#: Order of the nonlinearities in the ablation (state-dependent first, normalisations last).
+PHI_ORDER = ("tanh", "relu", "maxmin", "groupsort", "layernorm", "sphere", "identity", "default")
+FAILURE_MODES = ("robust", "climb", "saturation")
+_MODE_COLORS = {"robust": "#2b8a3e", "climb": "#f08c00", "saturation": "#c92a2a", "not analysed": "#adb5bd"}
+_MODE_MARKERS = {"robust": "o", "climb": "^", "saturation": "s", "not analysed": "x"}
+_PHI_COLORS = {
+    "tanh": "#cb181d",
+    "relu": "#fd8d3c",
+    "maxmin": "#8c2d04",
+    "groupsort": "#e7298a",
+    "layernorm": "#2171b5",
+    "sphere": "#41ab5d",
+    "identity": "#555555",
+    "default": "#555555",
+}
+
+
+class MissingData(ValueError):
+    """A panel's variables are not in the dataset (one line naming them)."""
+
+
+def _require(ds: xr.Dataset, panel: str, *names: str) -> None:
+    absent = [n for n in names if n not in ds.variables]
+    if absent:
+        raise MissingData(f"{panel} needs {', '.join(absent)} (absent from the dataset)")
+
+
+def _ok(ds: xr.Dataset) -> xr.Dataset:
+    """Runs with status 'ok' (all runs when there is no ``status``)."""
+    if "status" in ds:
+        keep = np.asarray(ds["status"].values).astype(str) == "ok"
+        ds = ds.isel(run=np.flatnonzero(keep))
+    return ds
+
+
+def _in_group(ds: xr.Dataset, group: str | None) -> xr.Dataset:
+    if group is None or "group" not in ds.coords:
+        return ds
+    groups = np.asarray(ds["group"].values).astype(str)
+    if group not in groups:
+        raise MissingData(f"group {group!r} not in the dataset (groups: {', '.join(sorted(set(groups)))})")
+    return ds.isel(run=np.flatnonzero(groups == group))
+
+
+def _nonempty(ds: xr.Dataset, panel: str) -> xr.Dataset:
+    if ds.sizes.get("run", 0) == 0:
+        raise MissingData(f"{panel} has no finished runs to draw")
+    return ds
+
+
+def _strs(ds: xr.Dataset, name: str, default: str = "") -> np.ndarray:
+    if name in ds.variables:
+        return np.asarray(ds[name].values).astype(str)
+    return np.full(ds.sizes.get("run", 0), default)
+
+
+def _ordered(values: Sequence[str], order: Sequence[str] = ()) -> list[str]:
+    """Unique values: those in ``order`` first (in that order), then the rest in first-seen order."""
+    seen = list(dict.fromkeys(str(v) for v in values))
+    first = [v for v in order if v in seen]
+    return first + [v for v in seen if v not in first]
+
+
+def _arch_order(ds: xr.Dataset) -> list[str]:
+    """Architectures: affine family first, then state-dependent, each in first-seen order."""
+    arch, fam = _strs(ds, "arch"), _strs(ds, "family")
+    fam_of = dict(zip(arch, fam))
+    archs = _ordered(arch)
+    rank = {"affine": 0, "state-dependent": 1}
+    return sorted(archs, key=lambda a: (rank.get(fam_of.get(a, ""), 2), archs.index(a)))
+
+
+def _color_of(by: str, value: str) -> str:
+    if by == "family":
+        return family_color(value)
+    if by == "nonlinearity":
+        return _PHI_COLORS.get(value, "#7f7f7f")
+    return arch_color(value)
+
+
+def _title_suffix(ds: xr.Dataset, group: str | None) -> str:
+    if group is not None:
+        return f" — {group}"
+    groups = _ordered(_strs(ds, "group"))
+    return f" — {groups[0]}" if len(groups) == 1 else ""
+
+
+def _tau(ds: xr.Dataset) -> float:
+    for key in ("analysis_tau", "tau"):
+        if key in ds.attrs:
+            return float(ds.attrs[key])
+    return 0.5
+
+
+def _median_band(ax: Axes, x: np.ndarray, rows: np.ndarray, color: str, style: str, label: str | None) -> None:
+    """Median over rows ``[n, T]`` with the inter-quartile range shaded (NaN-aware)."""
+    if rows.shape[0] == 0 or not np.isfinite(rows).any():
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns give NaN, as wanted
+        med = np.nanmedian(rows, axis=0)
+        lo, hi = np.nanpercentile(rows, [25, 75], axis=0)
+    ax.plot(x, med, color=color, linestyle=style, label=label)
+    if rows.shape[0] > 1:
+        ax.fill_between(x, lo, hi, color=color, alpha=0.15, linewidth=0)
+
+
+# -- panels ----------------------------------------------------------------------------------
+
+
+def accuracy_heatmap(
+    ds: xr.Dataset, ax: Axes, group: str | None = None, variable: str = "accuracy", by: str = "arch"
+) -> Axes:
+    """Accuracy vs length as a heatmap: rows = ``by`` (architecture), columns = evaluated
+    lengths, colour = mean over seeds of ``variable`` for one group (default: the first)."""
+    panel = "accuracy heatmap"
+    _require(ds, panel, variable, by)
+    ds = _ok(ds)
+    if group is None and "group" in ds.coords and ds.sizes["run"]:
+        group = _ordered(_strs(ds, "group"))[0]
+    ds = _nonempty(_in_group(ds, group), panel)
+    rows = _arch_order(ds) if by == "arch" else _ordered(_strs(ds, by), PHI_ORDER)
+    keys = _strs(ds, by)
+    acc = np.asarray(ds[variable].values, dtype=np.float64)  # [run, length]
+    mat = np.full((len(rows), acc.shape[1]), np.nan)
+    for i, r in enumerate(rows):
+        sel = acc[keys == r]
+        if np.isfinite(sel).any():
+            mat[i] = np.nanmean(np.where(np.isfinite(sel), sel, np.nan), axis=0)
+    im = ax.imshow(mat, aspect="auto", vmin=0.0, vmax=1.0, cmap="viridis", interpolation="nearest")
+    lengths = np.asarray(ds["length"].values)
+    ax.set_xticks(np.arange(lengths.size))
+    ax.set_xticklabels([str(int(L)) for L in lengths], rotation=45, ha="right", rotation_mode="anchor")
+    ax.set_yticks(np.arange(len(rows)))
+    ax.set_yticklabels(rows)
+    if by == "arch":
+        fam_of = dict(zip(_strs(ds, "arch"), _strs(ds, "family")))
+        for tick, r in zip(ax.get_yticklabels(), rows):
+            tick.set_color(family_color(fam_of.get(r, "")))
+    for side in ("top", "right", "left", "bottom"):
+        ax.spines[side].set_visible(False)
+    ax.tick_params(length=0)
+    ax.set_xlabel(axis_label(ds["length"], "sequence length"))
+    cb = ax.figure.colorbar(im, ax=ax, fraction=0.05, pad=0.02)
+    cb.set_label(axis_label(ds[variable], variable))
+    cb.outline.set_linewidth(0.4)
+    ax.set_title(f"Accuracy vs length{_title_suffix(ds, group)}")
+    return ax
+
+
+def q_curves(
+    ds: xr.Dataset, ax: Axes, group: str | None = None, variable: str = "q", color_by: str = "family"
+) -> Axes:
+    """q(t) = R/M per run (log–log), coloured by ``color_by``; the threshold τ as a dashed line
+    and each run's T_cross marked with a cross on its curve."""
+    panel = "q(t) curves"
+    _require(ds, panel, variable, "t")
+    ds = _nonempty(_in_group(_ok(ds), group), panel)
+    t = np.asarray(ds["t"].values, dtype=np.float64)
+    q = np.asarray(ds[variable].values, dtype=np.float64)  # [run, t]
+    keys = _strs(ds, color_by)
+    tcross = np.asarray(ds["T_cross"].values, dtype=np.float64) if "T_cross" in ds else np.full(q.shape[0], np.nan)
+    drawn = 0
+    for i in range(q.shape[0]):
+        row = np.where(q[i] > 0, q[i], np.nan)
+        if not np.isfinite(row).any():
+            continue
+        c = _color_of(color_by, keys[i])
+        ax.plot(t, row, color=c, alpha=0.75, linewidth=0.8)
+        drawn += 1
+        if np.isfinite(tcross[i]):
+            j = int(np.argmin(np.abs(t - tcross[i])))
+            ax.plot([t[j]], [row[j]], marker="x", color=c, markersize=4, markeredgewidth=1.0, linestyle="none")
+    if drawn == 0:
+        raise MissingData(f"{panel}: every run's {variable} is NaN")
+    tau = _tau(ds)
+    ax.axhline(tau, color="black", linestyle="--", linewidth=0.7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(axis_label(ds["t"], "step"))
+    ax.set_ylabel(axis_label(ds[variable], variable))
+    handles = [Line2D([], [], color=_color_of(color_by, k), label=k) for k in _ordered(keys, PHI_ORDER)]
+    handles += [
+        Line2D([], [], color="black", linestyle="--", linewidth=0.7, label=f"τ = {tau:g}"),
+        Line2D([], [], color="black", marker="x", linestyle="none", label="T_cross"),
+    ]
+    ax.legend(handles=handles, loc="best")
+    ax.set_title(f"Distinguishability ratio q(t){_title_suffix(ds, group)}")
+    return ax
+
+
+def _corr_label(ds: xr.Dataset, prefix: str = "corr") -> str:
+    need = [f"{prefix}_{k}" for k in ("pearson_r", "pearson_r_lo", "pearson_r_hi", "spearman_rho")]
+    if not all(n in ds for n in need):
+        return "r, ρ: not in dataset (< 3 analysed runs)"
+    v = {k: float(ds[f"{prefix}_{k}"]) for k in (
+        "pearson_r", "pearson_r_lo", "pearson_r_hi", "spearman_rho", "spearman_rho_lo", "spearman_rho_hi"
+    ) if f"{prefix}_{k}" in ds}
+    n = f", n = {int(ds[f'{prefix}_n_used'])}" if f"{prefix}_n_used" in ds else ""
+    lvl = ""
+    if f"{prefix}_pearson_r_lo" in ds:
+        ln = str(ds[f"{prefix}_pearson_r_lo"].attrs.get("long_name", ""))
+        digits = "".join(ch for ch in ln.split("bootstrap")[0] if ch.isdigit() or ch == ".").strip(".")
+        lvl = f"{float(digits) * 100:g}% CI " if digits else "CI "
+    text = f"r = {v['pearson_r']:.2f} ({lvl}[{v['pearson_r_lo']:.2f}, {v['pearson_r_hi']:.2f}])"
+    if "spearman_rho_lo" in v:
+        text += f"\nρ = {v['spearman_rho']:.2f} ([{v['spearman_rho_lo']:.2f}, {v['spearman_rho_hi']:.2f}]){n}"
+    else:
+        text += f"\nρ = {v['spearman_rho']:.2f}{n}"
+    return text
+
+
+def tcross_mp_scatter(ds: xr.Dataset, ax: Axes, color_by: str = "family") -> Axes:
+    """T_cross against mp, one point per run (log–log).  Censored values are drawn at their
+    bound with open markers (T_cross: never crossed → the horizon; mp: passed every length);
+    the legend gives Pearson r and Spearman ρ with their bootstrap CIs (``corr_*``)."""
+    panel = "T_cross vs mp"
+    _require(ds, panel, "T_cross", "mp")
+    ds = _nonempty(_ok(ds), panel)
+    tc = np.asarray(ds["T_cross"].values, dtype=np.float64)
+    mp = np.asarray(ds["mp"].values, dtype=np.float64)
+    horizon = (
+        np.asarray(ds["horizon"].values, dtype=np.float64)
+        if "horizon" in ds
+        else np.full(tc.shape, float(np.nanmax(ds["length"].values)) if "length" in ds else np.nan)
+    )
+    tc_cens = ~np.isfinite(tc)
+    x = np.where(tc_cens, horizon, tc)
+    mp_cens = np.asarray(ds["mp_censored"].values).astype(bool) if "mp_censored" in ds else np.zeros(mp.shape, bool)
+    y = np.where(mp > 0, mp, np.nan)  # log axis: mp = 0 (failed at the first length) is clipped below
+    floor = 0.5 * float(np.nanmin(finite(ds["length"].values))) if "length" in ds else 1.0
+    y = np.where(mp <= 0, floor, y)
+    keys = _strs(ds, color_by)
+    for k in _ordered(keys, PHI_ORDER):
+        for cens, face in ((False, None), (True, "none")):
+            sel = (keys == k) & ((tc_cens | mp_cens) == cens) & np.isfinite(x) & np.isfinite(y)
+            if sel.any():
+                c = _color_of(color_by, k)
+                ax.scatter(x[sel], y[sel], s=14, marker="o", facecolors=face or c, edgecolors=c, linewidths=0.8)
+    if not (np.isfinite(x) & np.isfinite(y)).any():
+        raise MissingData(f"{panel}: no run has finite T_cross (or horizon) and mp")
+    lo = min(float(np.nanmin(x)), float(np.nanmin(y)))
+    hi = max(float(np.nanmax(x)), float(np.nanmax(y)))
+    ax.plot([lo, hi], [lo, hi], color="#999999", linestyle=":", linewidth=0.7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(axis_label(ds["T_cross"], "T_cross"))
+    ax.set_ylabel(axis_label(ds["mp"], "mp"))
+    handles = [
+        Line2D([], [], marker="o", color=_color_of(color_by, k), linestyle="none", label=k)
+        for k in _ordered(keys, PHI_ORDER)
+    ]
+    handles.append(Line2D([], [], marker="o", markerfacecolor="none", color="#555555", linestyle="none",
+                          label="censored"))
+    handles.append(Patch(visible=False, label=_corr_label(ds)))
+    ax.legend(handles=handles, loc="upper left", fontsize=6)
+    ax.set_title("Crossing time predicts max-pass length")
+    return ax
+
+
+def r_par_perp(ds: xr.Dataset, ax: Axes, group: str | None = None) -> Axes:
+    """R∥(t)/M(t) (solid) and R⊥(t)/M(t) (dashed): scatter along U and orthogonal to it in
+    units of the centroid separation, median over the runs of each family, IQR shaded."""
+    panel = "R_par vs R_perp"
+    _require(ds, panel, "R_par", "R_perp", "M", "t")
+    ds = _nonempty(_in_group(_ok(ds), group), panel)
+    t = np.asarray(ds["t"].values, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        par = np.asarray(ds["R_par"].values / ds["M"].values, dtype=np.float64)
+        perp = np.asarray(ds["R_perp"].values / ds["M"].values, dtype=np.float64)
+    par[~np.isfinite(par) | (par <= 0)] = np.nan
+    perp[~np.isfinite(perp) | (perp <= 0)] = np.nan
+    fams = _strs(ds, "family")
+    for fam in _ordered(fams, tuple(FAMILY_COLORS)):
+        sel = fams == fam
+        c = family_color(fam)
+        _median_band(ax, t, par[sel], c, "-", None)
+        _median_band(ax, t, perp[sel], c, "--", None)
+    if not (np.isfinite(par).any() or np.isfinite(perp).any()):
+        raise MissingData(f"{panel}: R_par/M and R_perp/M are NaN for every run")
+    ax.axhline(_tau(ds), color="black", linestyle=":", linewidth=0.7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(axis_label(ds["t"], "step"))
+    ax.set_ylabel("scatter / separation M")
+    handles = [Line2D([], [], color=family_color(f), label=f) for f in _ordered(fams, tuple(FAMILY_COLORS))]
+    handles += [
+        Line2D([], [], color="black", linestyle="-", label="R∥/M (along U)"),
+        Line2D([], [], color="black", linestyle="--", label="R⊥/M (orthogonal)"),
+        Line2D([], [], color="black", linestyle=":", linewidth=0.7, label=f"τ = {_tau(ds):g}"),
+    ]
+    ax.legend(handles=handles, loc="best")
+    ax.set_title(f"Where the error lives{_title_suffix(ds, group)}")
+    return ax
+
+
+def return_map_eigs(ds: xr.Dataset, ax: Axes, color_by: str = "family") -> Axes:
+    """Eigenvalues of the return map restricted to U (P_U·DF_w·P_U) in the complex plane,
+    all words and centroids of every run, with the unit circle (Theorem 1: affine ≈ 1)."""
+    panel = "return-map eigenvalues"
+    _require(ds, panel, "return_map_eig_real", "return_map_eig_imag")
+    ds = _nonempty(_ok(ds), panel)
+    re = np.asarray(ds["return_map_eig_real"].values, dtype=np.float64)  # [run, k]
+    im = np.asarray(ds["return_map_eig_imag"].values, dtype=np.float64)
+    keys = _strs(ds, color_by)
+    ax.add_patch(Circle((0, 0), 1.0, fill=False, color="#777777", linewidth=0.7, linestyle="--"))
+    ax.axhline(0, color="#cccccc", linewidth=0.5, zorder=0)
+    ax.axvline(0, color="#cccccc", linewidth=0.5, zorder=0)
+    present = []
+    for k in _ordered(keys, PHI_ORDER):
+        sel = keys == k
+        x, y = re[sel].ravel(), im[sel].ravel()
+        ok = np.isfinite(x) & np.isfinite(y)
+        if ok.any():
+            ax.scatter(x[ok], y[ok], s=6, color=_color_of(color_by, k), alpha=0.5, linewidths=0, label=k)
+            present.append(k)
+    if not present:
+        raise MissingData(f"{panel}: every eigenvalue is NaN (U empty for every run)")
+    r = max(1.25, float(np.nanmax(np.hypot(re, im))) * 1.08)
+    ax.set_xlim(-r, r)
+    ax.set_ylim(-r, r)
+    ax.set_aspect("equal")
+    ax.set_xlabel("Re λ")
+    ax.set_ylabel("Im λ")
+    ax.legend(loc="upper left", markerscale=2, handletextpad=0.2)
+    ax.set_title("Return map on U: eigenvalues")
+    return ax
+
+
+def perturbation_recovery(ds: xr.Dataset, ax: Axes) -> Axes:
+    """Size of a perturbation injected along U (solid) and U⊥ (dashed) at t0, relative to
+    its size at injection, against steps since injection; median per family, IQR shaded."""
+    panel = "perturbation recovery"
+    _require(ds, panel, "perturb_delta_norm")
+    ds = _nonempty(_ok(ds), panel)
+    da = ds["perturb_delta_norm"]  # [run, direction, t_pert]
+    tdim = [d for d in da.dims if d not in ("run", "direction")]
+    if "direction" not in da.dims or len(tdim) != 1:
+        raise MissingData(f"{panel}: perturb_delta_norm must have dims (run, direction, t); got {da.dims}")
+    da = da.transpose("run", "direction", tdim[0])
+    steps = np.asarray(da[tdim[0]].values, dtype=np.float64)
+    x = steps - steps[0]
+    vals = np.asarray(da.values, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel = vals / vals[:, :, :1]
+    rel[~np.isfinite(rel) | (rel <= 0)] = np.nan
+    dirs = [str(d) for d in da["direction"].values]
+    fams = _strs(ds, "family")
+    styles = {"U": "-", "U_perp": "--"}
+    for fam in _ordered(fams, tuple(FAMILY_COLORS)):
+        for j, d in enumerate(dirs):
+            _median_band(ax, x, rel[fams == fam, j], family_color(fam), styles.get(d, ":"), None)
+    if not np.isfinite(rel).any():
+        raise MissingData(f"{panel}: perturb_delta_norm is NaN for every run")
+    ax.axhline(1.0, color="#999999", linestyle=":", linewidth=0.7)
+    ax.set_yscale("log")
+    t0 = int(ds.attrs.get("analysis_t_ref", steps[0]))
+    ax.set_xlabel(f"steps after injection (t0 = {t0})")
+    ax.set_ylabel("perturbation size / size at t0")
+    handles = [Line2D([], [], color=family_color(f), label=f) for f in _ordered(fams, tuple(FAMILY_COLORS))]
+    handles += [Line2D([], [], color="black", linestyle=styles.get(d, ":"), label="along U" if d == "U" else "along U⊥")
+                for d in dirs]
+    ax.legend(handles=handles, loc="best")
+    ax.set_title("Recovery from a perturbation")
+    return ax
+
+
+def failure_modes(ds: xr.Dataset, ax: Axes, by: str = "arch") -> Axes:
+    """Number of runs in each failure mode (robust, climb, saturation) per ``by`` (horizontal
+    stacked bars); runs without an analysis are counted as 'not analysed'."""
+    panel = "failure modes"
+    _require(ds, panel, "failure_mode", by)
+    ds = _nonempty(_ok(ds), panel)
+    modes = _strs(ds, "failure_mode")
+    modes = np.where(np.isin(modes, FAILURE_MODES), modes, "not analysed")
+    keys = _strs(ds, by)
+    rows = _arch_order(ds) if by == "arch" else _ordered(keys, PHI_ORDER)
+    left = np.zeros(len(rows))
+    for mode in (*FAILURE_MODES, "not analysed"):
+        counts = np.array([np.sum((keys == r) & (modes == mode)) for r in rows], dtype=float)
+        if counts.any():
+            ax.barh(np.arange(len(rows)), counts, left=left, color=_MODE_COLORS[mode], label=mode, height=0.7)
+            left += counts
+    ax.set_yticks(np.arange(len(rows)))
+    ax.set_yticklabels(rows)
+    ax.invert_yaxis()
+    if by == "arch":
+        fam_of = dict(zip(_strs(ds, "arch"), _strs(ds, "family")))
+        for tick, r in zip(ax.get_yticklabels(), rows):
+            tick.set_color(family_color(fam_of.get(r, "")))
+    ax.set_xlabel("runs")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend(loc="lower right", ncols=1)
+    ax.set_xlim(0, max(1.0, float(left.max())) * 1.45)
+    ax.set_title("Failure modes")
+    return ax
+
+
+def margin_panel(ds: xr.Dataset, ax: Axes, variable: str = "half_margin_rel") -> Axes:
+    """Room for error per group, ordered by group order (C2 → C6 → S3 …): ``variable``
+    (default the median over t of (M/2) / centroid radius) per run, coloured by family,
+    with the family medians joined."""
+    panel = "margin vs group order"
+    _require(ds, panel, variable, "group")
+    ds = _nonempty(_ok(ds), panel)
+    groups = _strs(ds, "group")
+    if "group_order" in ds:
+        order_of = dict(zip(groups, np.asarray(ds["group_order"].values).astype(int)))
+    else:
+        from dynlab.groups import get_group
+
+        order_of = {g: get_group(g).order for g in set(groups)}
+    cols = sorted(set(groups), key=lambda g: (order_of[g], g))
+    pos = {g: i for i, g in enumerate(cols)}
+    vals = np.asarray(ds[variable].values, dtype=np.float64)
+    fams = _strs(ds, "family")
+    fam_list = _ordered(fams, tuple(FAMILY_COLORS))
+    width = 0.5 / max(1, len(fam_list))
+    rng = np.random.default_rng(0)  # jitter only
+    for fi, fam in enumerate(fam_list):
+        off = (fi - (len(fam_list) - 1) / 2) * width
+        c = family_color(fam)
+        sel = (fams == fam) & np.isfinite(vals)
+        xs = np.array([pos[g] for g in groups[sel]], dtype=float) + off
+        ax.scatter(xs + rng.uniform(-0.06, 0.06, xs.size), vals[sel], s=10, color=c, alpha=0.6, linewidths=0)
+        meds = [np.median(vals[sel & (groups == g)]) if (sel & (groups == g)).any() else np.nan for g in cols]
+        ax.plot(np.arange(len(cols)) + off, meds, color=c, marker="_", markersize=9, label=fam)
+    if not np.isfinite(vals).any():
+        raise MissingData(f"{panel}: {variable} is NaN for every run")
+    ax.set_xticks(np.arange(len(cols)))
+    ax.set_xticklabels([f"{g}\n|G|={order_of[g]}" for g in cols])
+    ax.set_xlim(-0.6, len(cols) - 0.4)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel(axis_label(ds[variable], variable))
+    ax.legend(loc="best")
+    ax.set_title("Decision margin shrinks with group order")
+    return ax
+
+
+def mp_by_nonlinearity(ds: xr.Dataset, ax: Axes) -> Axes:
+    """Nonlinearity ablation: mp per nonlinearity φ (one point per run, colour = group,
+    marker = failure mode, median per group joined); log y axis, mp = 0 drawn at the floor."""
+    panel = "mp by nonlinearity"
+    _require(ds, panel, "mp", "nonlinearity")
+    ds = _nonempty(_ok(ds), panel)
+    phis = _ordered(_strs(ds, "nonlinearity"), PHI_ORDER)
+    groups = _ordered(_strs(ds, "group"))
+    gcolors = ("#1b6ca8", "#d9480f", "#5f3dc4", "#2b8a3e", "#862e9c")
+    mp = np.asarray(ds["mp"].values, dtype=np.float64)
+    floor = 0.5 * float(np.nanmin(finite(ds["length"].values))) if "length" in ds else 1.0
+    y = np.where(mp > 0, mp, floor)
+    modes = _strs(ds, "failure_mode", "not analysed")
+    modes = np.where(np.isin(modes, FAILURE_MODES), modes, "not analysed")
+    keys, gk = _strs(ds, "nonlinearity"), _strs(ds, "group")
+    width = 0.6 / max(1, len(groups))
+    for gi, g in enumerate(groups):
+        off = (gi - (len(groups) - 1) / 2) * width
+        c = gcolors[gi % len(gcolors)]
+        meds = []
+        for pi, p in enumerate(phis):
+            sel = (keys == p) & (gk == g) & np.isfinite(y)
+            for mode in np.unique(modes[sel]):
+                s2 = sel & (modes == mode)
+                face = "none" if mode == "not analysed" else c
+                ax.scatter(np.full(s2.sum(), pi + off), y[s2], s=16, marker=_MODE_MARKERS[mode],
+                           facecolors=face if _MODE_MARKERS[mode] != "x" else c, edgecolors=c, linewidths=0.8)
+            meds.append(np.median(y[sel]) if sel.any() else np.nan)
+        ax.plot(np.arange(len(phis)) + off, meds, color=c, linewidth=0.7, alpha=0.7)
+    ax.set_yscale("log")
+    ax.set_xticks(np.arange(len(phis)))
+    ax.set_xticklabels(phis)
+    ax.set_xlim(-0.6, len(phis) - 0.4)
+    if "length" in ds:
+        ax.axhline(float(np.nanmax(ds["length"].values)), color="#999999", linestyle=":", linewidth=0.7)
+    ax.set_xlabel(axis_label(ds["nonlinearity"], "nonlinearity φ"))
+    ax.set_ylabel(axis_label(ds["mp"], "mp"))
+    handles = [Line2D([], [], color=gcolors[i % len(gcolors)], marker="o", label=g) for i, g in enumerate(groups)]
+    handles += [Line2D([], [], color="#555555", marker=_MODE_MARKERS[m], linestyle="none", label=m,
+                       markerfacecolor="none" if m == "not analysed" else "#555555")
+                for m in (*FAILURE_MODES, "not analysed") if m in set(modes)]
+    ax.legend(handles=handles, loc="lower left", ncols=2)
+    ax.set_title("Nonlinearity ablation: max-pass length")
+    return ax
+
+
+def mp_failure_table(ds: xr.Dataset, by: str = "nonlinearity") -> str:
+    """A Markdown table per (``by``, group): runs, median and range of mp (``≥`` when the
+    median is censored), and the count of each failure mode."""
+    _require(ds, "mp table", "mp", by)
+    keys, groups = _strs(ds, by), _strs(ds, "group")
+    status = _strs(ds, "status", "ok")
+    mp = np.asarray(ds["mp"].values, dtype=np.float64)
+    cens = np.asarray(ds["mp_censored"].values).astype(bool) if "mp_censored" in ds else np.zeros(mp.shape, bool)
+    modes = _strs(ds, "failure_mode", "")
+    rows_order = _ordered(keys, PHI_ORDER) if by == "nonlinearity" else _arch_order(ds)
+    head = f"| {by} | group | runs | mp median | mp min–max | robust | climb | saturation | failed/not analysed |"
+    lines = [head, "|" + "---|" * 9]
+    for r in rows_order:
+        for g in _ordered(groups):
+            sel = (keys == r) & (groups == g)
+            if not sel.any():
+                continue
+            ok = sel & (status == "ok") & np.isfinite(mp)
+            if ok.any():
+                med = float(np.median(mp[ok]))
+                ge = "≥ " if cens[ok].sum() * 2 > ok.sum() else ""
+                med_s, rng_s = f"{ge}{med:g}", f"{mp[ok].min():g}–{mp[ok].max():g}"
+            else:
+                med_s = rng_s = "—"
+            counts = [int(np.sum(ok & (modes == m))) for m in FAILURE_MODES]
+            other = int(sel.sum()) - sum(counts)
+            lines.append(f"| {r} | {g} | {int(sel.sum())} | {med_s} | {rng_s} | "
+                         + " | ".join(str(c) for c in counts) + f" | {other} |")
+    return "\n".join(lines) + "\n"

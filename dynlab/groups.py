@@ -1,0 +1,229 @@
+"""Finite groups given by permutation generators.
+
+A :class:`Group` is the closure of a set of permutations of ``{0, …, n-1}``.  Its
+elements are indexed ``0 … order-1`` with the identity at index 0 and the rest in
+lexicographic order of their image tuples, so the indexing is reproducible.
+
+Multiplication convention (used everywhere in dynlab): ``a · b`` is the composition
+"apply ``b`` first, then ``a``", i.e. ``(a · b)(i) = a(b(i))``.  The Cayley table is
+``table[a, b] = index(a · b)``.
+
+Named constructors: :func:`cyclic` (C_n), :func:`dihedral` (D_n, order 2n),
+:func:`symmetric` (S_n), :func:`alternating` (A_n), :func:`direct_product`, and
+:func:`get_group` which parses names such as ``"C6"``, ``"S3"``, ``"A5"``, ``"D4"``,
+``"C2xS3"``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = [
+    "Group",
+    "alternating",
+    "cyclic",
+    "dihedral",
+    "direct_product",
+    "from_generators",
+    "get_group",
+    "GROUP_NAME_HELP",
+    "symmetric",
+]
+
+Perm = tuple[int, ...]
+
+GROUP_NAME_HELP = (
+    "C<n> (cyclic), D<n> (dihedral, order 2n), S<n> (symmetric), A<n> (alternating), "
+    "and direct products joined by 'x' (e.g. C2xS3); n ≥ 1 (D, A: n ≥ 3; S: n ≤ 7)"
+)
+
+_MAX_ORDER = 5040
+
+
+def _compose(a: Perm, b: Perm) -> Perm:
+    """``a · b``: apply ``b`` first, then ``a``."""
+    return tuple(a[i] for i in b)
+
+
+@dataclass(frozen=True)
+class Group:
+    """A finite permutation group with a fixed element indexing (identity = 0).
+
+    Attributes:
+        name: short name, e.g. ``"S3"``.
+        degree: number of points the permutations act on.
+        elements: image tuples; ``elements[i][p]`` is where element ``i`` sends ``p``.
+        table: Cayley table ``[order, order]``, ``table[a, b] = index(a · b)``.
+        inverse: ``[order]``, ``inverse[a]`` is the index of a⁻¹.
+    """
+
+    name: str
+    degree: int
+    elements: tuple[Perm, ...]
+    table: np.ndarray = field(repr=False)
+    inverse: np.ndarray = field(repr=False)
+
+    @property
+    def order(self) -> int:
+        """Number of elements |G|."""
+        return len(self.elements)
+
+    @property
+    def identity(self) -> int:
+        """Index of the identity element (always 0)."""
+        return 0
+
+    def mul(self, a: int, b: int) -> int:
+        """Index of ``a · b`` (apply b, then a)."""
+        return int(self.table[a, b])
+
+    def product(self, word: Sequence[int]) -> int:
+        """Running-product convention of the word problem: ``x_T · … · x_2 · x_1``."""
+        g = self.identity
+        for x in word:
+            g = int(self.table[x, g])
+        return g
+
+    def is_abelian(self) -> bool:
+        return bool(np.array_equal(self.table, self.table.T))
+
+    def element_order(self, a: int) -> int:
+        """Smallest k ≥ 1 with a^k = e."""
+        g, k = a, 1
+        while g != self.identity:
+            g, k = int(self.table[a, g]), k + 1
+        return k
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.elements))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Group) and self.elements == other.elements and self.name == other.name
+
+
+def from_generators(name: str, degree: int, generators: Sequence[Sequence[int]]) -> Group:
+    """Close a set of permutations of ``range(degree)`` under composition.
+
+    Raises:
+        ValueError: a generator is not a permutation of ``range(degree)``, or the group
+            has more than 5040 elements (dynlab keeps one-hot tokens per element).
+    """
+    ident: Perm = tuple(range(degree))
+    gens: list[Perm] = []
+    for g in generators:
+        p = tuple(int(i) for i in g)
+        if sorted(p) != list(ident):
+            raise ValueError(f"generator {list(g)} is not a permutation of 0..{degree - 1}")
+        gens.append(p)
+    seen = {ident}
+    frontier = [ident]
+    while frontier:
+        nxt = []
+        for h in frontier:
+            for g in gens:
+                e = _compose(g, h)
+                if e not in seen:
+                    seen.add(e)
+                    nxt.append(e)
+                    if len(seen) > _MAX_ORDER:
+                        raise ValueError(f"group {name} has more than {_MAX_ORDER} elements; allowed: order ≤ {_MAX_ORDER}")
+        frontier = nxt
+    rest = sorted(seen - {ident})
+    elements = (ident, *rest)
+    index = {e: i for i, e in enumerate(elements)}
+    n = len(elements)
+    table = np.empty((n, n), dtype=np.int64)
+    for i, a in enumerate(elements):
+        for j, b in enumerate(elements):
+            table[i, j] = index[_compose(a, b)]
+    inverse = np.argmax(table == 0, axis=1).astype(np.int64)
+    table.setflags(write=False)
+    inverse.setflags(write=False)
+    return Group(name=name, degree=degree, elements=elements, table=table, inverse=inverse)
+
+
+def _cycle(n: int, k: int | None = None) -> Perm:
+    k = n if k is None else k
+    return tuple(((i + 1) % k) if i < k else i for i in range(n))
+
+
+def _swap(n: int, i: int, j: int) -> Perm:
+    p = list(range(n))
+    p[i], p[j] = p[j], p[i]
+    return tuple(p)
+
+
+def cyclic(n: int) -> Group:
+    """C_n: rotations of n points (order n)."""
+    if n < 1:
+        raise ValueError(f"cyclic group needs n ≥ 1, got {n}")
+    return from_generators(f"C{n}", n, [_cycle(n)])
+
+
+def dihedral(n: int) -> Group:
+    """D_n: symmetries of the regular n-gon (order 2n, n ≥ 3)."""
+    if n < 3:
+        raise ValueError(f"dihedral group needs n ≥ 3, got {n}")
+    reflection = tuple((-i) % n for i in range(n))
+    return from_generators(f"D{n}", n, [_cycle(n), reflection])
+
+
+def symmetric(n: int) -> Group:
+    """S_n: all permutations of n points (order n!)."""
+    if not 1 <= n <= 7:
+        raise ValueError(f"symmetric group needs 1 ≤ n ≤ 7, got {n}")
+    if n == 1:
+        return from_generators("S1", 1, [(0,)])
+    return from_generators(f"S{n}", n, [_cycle(n), _swap(n, 0, 1)])
+
+
+def alternating(n: int) -> Group:
+    """A_n: even permutations of n points (order n!/2, n ≥ 3), generated by 3-cycles."""
+    if not 3 <= n <= 7:
+        raise ValueError(f"alternating group needs 3 ≤ n ≤ 7, got {n}")
+    gens = []
+    for k in range(2, n):
+        p = list(range(n))
+        p[0], p[1], p[k] = 1, k, 0  # the 3-cycle (0 1 k)
+        gens.append(tuple(p))
+    return from_generators(f"A{n}", n, gens)
+
+
+def direct_product(g: Group, h: Group) -> Group:
+    """G × H acting on the disjoint union of their points."""
+    n, m = g.degree, h.degree
+    gens: list[Perm] = []
+    for a in g.elements[1:] or g.elements:
+        gens.append(tuple(a) + tuple(range(n, n + m)))
+    for b in h.elements[1:] or h.elements:
+        gens.append(tuple(range(n)) + tuple(n + i for i in b))
+    return from_generators(f"{g.name}x{h.name}", n + m, gens)
+
+
+_FACTOR = re.compile(r"^([CDSA])(\d+)$")
+
+
+@lru_cache(maxsize=64)
+def get_group(name: str) -> Group:
+    """Parse a group name: ``C6``, ``S3``, ``A5``, ``D4``, ``C2xS3`` (case-insensitive)."""
+    parts = str(name).strip().upper().split("X")
+    groups = []
+    for part in parts:
+        m = _FACTOR.match(part)
+        if m is None:
+            raise ValueError(f"unknown group {name!r}; allowed: {GROUP_NAME_HELP}")
+        kind, n = m.group(1), int(m.group(2))
+        ctor = {"C": cyclic, "D": dihedral, "S": symmetric, "A": alternating}[kind]
+        try:
+            groups.append(ctor(n))
+        except ValueError as exc:
+            raise ValueError(f"unknown group {name!r} ({exc}); allowed: {GROUP_NAME_HELP}") from None
+    out = groups[0]
+    for g in groups[1:]:
+        out = direct_product(out, g)
+    return out

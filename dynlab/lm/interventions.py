@@ -1,0 +1,165 @@
+"""Initial-state interventions used during training only (SPEC B2).
+
+Each intervention answers two calls per training step:
+``initial_states(batch_size, shapes, fresh, generator)`` gives one ``[B, H, P, N]`` initial
+state per layer (shapes are ``(H, P, N)`` per layer; ``fresh [B]`` marks slots that start a
+new document), and ``observe(final_states)`` sees the detached final states of the step.
+Validation never calls them: it always starts from the zero state.
+
+- ``zero``: all zeros (baseline).
+- ``random-noise``: every entry i.i.d. N(0, σ²).
+- ``fitted-noise``: per layer l and head h, running statistics of the final states over the
+  batch, the head's channel and state dims: μ ← (1−β)·Mean(h_T) + β·μ,
+  σ² ← (1−β)·Var(h_T) + β·σ² with β = 0.1 (the new statistic has weight 0.9; Var is the
+  population variance). The first observation initialises μ, σ² directly; before it the
+  initial state is zero. Samples are i.i.d. N(μ_lh, σ²_lh).
+- ``state-passing``: the previous step's detached final state (random windows, so an
+  unrelated text), each (layer, head, batch slot) reset to zero independently with
+  probability ``reset_prob`` = 0.1; zero before the first step.
+- ``tbtt``: with :class:`~dynlab.lm.loaders.SequentialChunkLoader`, the previous chunk's
+  detached final state of the same slot; zero where the slot is ``fresh``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "Intervention", "ZeroInit", "RandomNoise", "FittedNoise", "StatePassing", "TBTT",
+    "INTERVENTIONS", "make_intervention",
+]
+
+States = list[torch.Tensor]
+Shapes = list[tuple[int, int, int]]
+
+
+class Intervention:
+    """Base: zero initial states; ``loader`` names the batch loader the intervention needs."""
+
+    name = "zero"
+    loader = "random"
+
+    def initial_states(self, batch_size: int, shapes: Shapes, fresh: torch.Tensor,
+                       generator: torch.Generator) -> States:
+        """One ``[B, H, P, N]`` float32 initial state per layer (CPU; the caller moves it)."""
+        return [torch.zeros(batch_size, *s) for s in shapes]
+
+    def observe(self, final_states: States) -> None:
+        """See the detached final states of a training step (default: ignore)."""
+
+
+class ZeroInit(Intervention):
+    """Baseline: every training sequence starts from the zero state."""
+
+
+class RandomNoise(Intervention):
+    """Initial states with i.i.d. N(0, σ²) entries."""
+
+    name = "random-noise"
+
+    def __init__(self, sigma: float = 0.1) -> None:
+        if sigma < 0:
+            raise ValueError(f"sigma must be >= 0, got {sigma}")
+        self.sigma = sigma
+
+    def initial_states(self, batch_size: int, shapes: Shapes, fresh: torch.Tensor,
+                       generator: torch.Generator) -> States:
+        return [self.sigma * torch.randn(batch_size, *s, generator=generator) for s in shapes]
+
+
+class FittedNoise(Intervention):
+    """Gaussian initial states with per-layer, per-head mean and variance fitted to final states."""
+
+    name = "fitted-noise"
+
+    def __init__(self, beta: float = 0.1) -> None:
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"beta must be in [0, 1), got {beta}")
+        self.beta = beta
+        self.mean: list[torch.Tensor] | None = None  # per layer [H], float64
+        self.var: list[torch.Tensor] | None = None  # per layer [H], float64
+
+    def observe(self, final_states: States) -> None:
+        flat = [s.detach().double().cpu().transpose(0, 1).flatten(1) for s in final_states]  # per layer [H, B*P*N]
+        means = [f.mean(dim=1) for f in flat]
+        vars_ = [f.var(dim=1, unbiased=False) for f in flat]
+        if self.mean is None or self.var is None:
+            self.mean, self.var = means, vars_
+            return
+        b = self.beta
+        self.mean = [(1 - b) * m_new + b * m for m_new, m in zip(means, self.mean)]
+        self.var = [(1 - b) * v_new + b * v for v_new, v in zip(vars_, self.var)]
+
+    def initial_states(self, batch_size: int, shapes: Shapes, fresh: torch.Tensor,
+                       generator: torch.Generator) -> States:
+        if self.mean is None or self.var is None:
+            return super().initial_states(batch_size, shapes, fresh, generator)
+        out = []
+        for s, m, v in zip(shapes, self.mean, self.var):
+            noise = torch.randn(batch_size, *s, generator=generator, dtype=torch.float64)
+            out.append((m[:, None, None] + v.sqrt()[:, None, None] * noise).float())  # [B, H, P, N]
+        return out
+
+
+class StatePassing(Intervention):
+    """Previous step's final states, reset to zero per (layer, head, slot) with probability ``reset_prob``."""
+
+    name = "state-passing"
+
+    def __init__(self, reset_prob: float = 0.1) -> None:
+        if not 0.0 <= reset_prob <= 1.0:
+            raise ValueError(f"reset_prob must be in [0, 1], got {reset_prob}")
+        self.reset_prob = reset_prob
+        self.previous: States | None = None
+
+    def observe(self, final_states: States) -> None:
+        self.previous = [s.detach().float().cpu() for s in final_states]
+
+    def initial_states(self, batch_size: int, shapes: Shapes, fresh: torch.Tensor,
+                       generator: torch.Generator) -> States:
+        if self.previous is None or self.previous[0].shape[0] != batch_size:
+            return super().initial_states(batch_size, shapes, fresh, generator)
+        out = []
+        for prev in self.previous:
+            keep = torch.rand(prev.shape[:2], generator=generator) >= self.reset_prob  # [B, H]
+            out.append(prev * keep[:, :, None, None])
+        return out
+
+
+class TBTT(Intervention):
+    """Truncated backpropagation through time: carry each slot's final state to its next chunk."""
+
+    name = "tbtt"
+    loader = "sequential"
+
+    def __init__(self) -> None:
+        self.previous: States | None = None
+
+    def observe(self, final_states: States) -> None:
+        self.previous = [s.detach().float().cpu() for s in final_states]
+
+    def initial_states(self, batch_size: int, shapes: Shapes, fresh: torch.Tensor,
+                       generator: torch.Generator) -> States:
+        if self.previous is None:
+            return super().initial_states(batch_size, shapes, fresh, generator)
+        keep = ~fresh  # [B]
+        return [prev * keep[:, None, None, None] for prev in self.previous]
+
+
+INTERVENTIONS: dict[str, type[Intervention]] = {
+    "zero": ZeroInit, "random-noise": RandomNoise, "fitted-noise": FittedNoise,
+    "state-passing": StatePassing, "tbtt": TBTT,
+}
+
+
+def make_intervention(name: str, sigma: float = 0.1, beta: float = 0.1, reset_prob: float = 0.1) -> Intervention:
+    """Build an intervention by name (knobs not used by that intervention are ignored)."""
+    if name not in INTERVENTIONS:
+        raise ValueError(f"intervention must be one of {sorted(INTERVENTIONS)}, got {name!r}")
+    if name == "random-noise":
+        return RandomNoise(sigma)
+    if name == "fitted-noise":
+        return FittedNoise(beta)
+    if name == "state-passing":
+        return StatePassing(reset_prob)
+    return INTERVENTIONS[name]()

@@ -1,0 +1,80 @@
+"""Training batch loaders over a byte stream.
+
+- :class:`RandomWindowLoader` — independent random windows (the usual shuffled batches).
+- :class:`SequentialChunkLoader` — TBTT: the stream is cut into ``batch_size`` contiguous
+  lanes, one per batch slot; step i gives every slot the i-th consecutive chunk of its lane,
+  so chunk order is kept per batch slot and slot b's chunk i+1 continues its chunk i.
+
+Both yield :class:`Batch` with ``tokens [B, L + 1]`` (inputs ``tokens[:, :-1]``, targets
+``tokens[:, 1:]``) and ``fresh [B]`` (True where a slot starts a new document/lane, i.e.
+where a carried state must not be used).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Batch", "RandomWindowLoader", "SequentialChunkLoader"]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """tokens ``[B, L + 1]`` int64; fresh ``[B]`` bool; offsets ``[B]`` start index in the stream."""
+
+    tokens: torch.Tensor
+    fresh: torch.Tensor
+    offsets: torch.Tensor
+
+
+def _check_stream(data: torch.Tensor, need: int) -> None:
+    if data.dim() != 1 or len(data) < need:
+        raise ValueError(f"data must be a 1-D stream of at least {need} tokens, got shape {tuple(data.shape)}")
+
+
+class RandomWindowLoader:
+    """Random windows of ``seq_len + 1`` tokens; every window is ``fresh``.
+
+    Args:
+        data: ``[n]`` token stream; batch_size: B; seq_len: L; generator: draws the starts.
+    """
+
+    def __init__(self, data: torch.Tensor, batch_size: int, seq_len: int, generator: torch.Generator) -> None:
+        _check_stream(data, seq_len + 1)
+        self.data, self.batch_size, self.seq_len, self.generator = data.long(), batch_size, seq_len, generator
+
+    def __iter__(self) -> RandomWindowLoader:
+        return self
+
+    def __next__(self) -> Batch:
+        starts = torch.randint(0, len(self.data) - self.seq_len, (self.batch_size,), generator=self.generator)
+        idx = starts[:, None] + torch.arange(self.seq_len + 1)  # [B, L + 1]
+        return Batch(self.data[idx], torch.ones(self.batch_size, dtype=torch.bool), starts)
+
+
+class SequentialChunkLoader:
+    """TBTT loader: consecutive chunks per batch slot.
+
+    Slot b owns lane ``data[b·S : (b + 1)·S]`` with ``S = n // B``; its i-th chunk starts at
+    ``b·S + i·L`` (chunks overlap by one token: the last target of chunk i is the first
+    input of chunk i + 1). After the last full chunk of a lane every slot wraps to its
+    lane start and is marked ``fresh``; the first batch is fresh too.
+    """
+
+    def __init__(self, data: torch.Tensor, batch_size: int, seq_len: int) -> None:
+        _check_stream(data, batch_size * (seq_len + 1))
+        self.data, self.batch_size, self.seq_len = data.long(), batch_size, seq_len
+        self.lane = len(data) // batch_size
+        self.chunks_per_lane = (self.lane - 1) // seq_len
+        self.step = 0
+
+    def __iter__(self) -> SequentialChunkLoader:
+        return self
+
+    def __next__(self) -> Batch:
+        i = self.step % self.chunks_per_lane
+        self.step += 1
+        starts = torch.arange(self.batch_size) * self.lane + i * self.seq_len  # [B]
+        idx = starts[:, None] + torch.arange(self.seq_len + 1)  # [B, L + 1]
+        return Batch(self.data[idx], torch.full((self.batch_size,), i == 0), starts)

@@ -1,0 +1,105 @@
+"""A small byte-level recurrent language model: embedding, blocks of norm + mixer + MLP, head.
+
+The recurrent state is a list with one ``[B, H, P, N]`` tensor per layer (see
+:mod:`dynlab.lm.mixers`); ``forward`` takes the initial states and returns the final
+states, so a long text can be processed in chunks with the state carried across.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dynlab.lm.mixers import MIXERS
+
+__all__ = ["VOCAB_SIZE", "Block", "RecurrentLM", "States"]
+
+VOCAB_SIZE = 256  # bytes
+States = list[torch.Tensor]
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: ``x + mixer(norm(x))`` then ``x + MLP(norm(x))`` (GELU MLP)."""
+
+    def __init__(self, mixer: nn.Module, d_model: int, mlp_ratio: int) -> None:
+        super().__init__()
+        self.mixer_norm = nn.RMSNorm(d_model)
+        self.mixer = mixer
+        self.mlp_norm = nn.RMSNorm(d_model)
+        self.mlp_in = nn.Linear(d_model, mlp_ratio * d_model, bias=False)
+        self.mlp_out = nn.Linear(mlp_ratio * d_model, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, state: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x ``[B, T, D]``, state ``[B, H, P, N]`` -> (x ``[B, T, D]``, final state)."""
+        y, state = self.mixer(self.mixer_norm(x), state)
+        x = x + y
+        x = x + self.mlp_out(F.gelu(self.mlp_in(self.mlp_norm(x))))
+        return x, state
+
+
+class RecurrentLM(nn.Module):
+    """Byte-level LM over a recurrent mixer.
+
+    Args:
+        mixer: ``"mamba2"``, ``"mamba1"`` or ``"gla"``.
+        d_model: width; n_layers: blocks; mlp_ratio: MLP expansion.
+        generator: seeds every parameter explicitly (no global RNG state is used for them).
+        **mixer_kwargs: passed to the mixer class (e.g. ``n_heads``, ``d_state``, ``impl``).
+    """
+
+    def __init__(self, mixer: str = "mamba2", d_model: int = 64, n_layers: int = 2, mlp_ratio: int = 2,
+                 generator: torch.Generator | None = None, **mixer_kwargs: Any) -> None:
+        super().__init__()
+        if mixer not in MIXERS:
+            raise ValueError(f"mixer must be one of {sorted(MIXERS)}, got {mixer!r}")
+        self.mixer_name, self.d_model, self.n_layers = mixer, d_model, n_layers
+        self.embedding = nn.Embedding(VOCAB_SIZE, d_model)
+        self.blocks = nn.ModuleList(
+            Block(MIXERS[mixer](d_model, **mixer_kwargs), d_model, mlp_ratio) for _ in range(n_layers)
+        )
+        self.final_norm = nn.RMSNorm(d_model)
+        self.head = nn.Linear(d_model, VOCAB_SIZE, bias=False)
+        self.reset_parameters(generator if generator is not None else torch.Generator().manual_seed(0))
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """Initialise every parameter from ``generator``.
+
+        Linear and embedding weights ~ N(0, 0.02²), output projections of each block scaled
+        by 1/√(2·n_layers) (GPT-2), biases 0, norm weights 1, then each mixer's own
+        recurrence parameters (:meth:`reset_ssm_parameters`).
+        """
+        for name, param in self.named_parameters():
+            if name.endswith("bias"):
+                param.zero_()
+            elif "norm" in name:
+                param.fill_(1.0)
+            else:
+                std = 0.02 / math.sqrt(2 * self.n_layers) if name.endswith(("out_proj.weight", "mlp_out.weight")) else 0.02
+                param.copy_(torch.randn(param.shape, generator=generator, dtype=torch.float64) * std)
+        for block in self.blocks:
+            block.mixer.reset_ssm_parameters(generator)
+
+    def state_shapes(self) -> list[tuple[int, int, int]]:
+        """``(H, P, N)`` per layer."""
+        return [block.mixer.state_shape() for block in self.blocks]
+
+    def zero_states(self, batch_size: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> States:
+        """One zero ``[B, H, P, N]`` state per layer."""
+        return [torch.zeros(batch_size, *shape, device=device, dtype=dtype) for shape in self.state_shapes()]
+
+    def forward(self, tokens: torch.Tensor, states: States | None = None) -> tuple[torch.Tensor, States]:
+        """tokens ``[B, T]`` (int64 bytes), states (per layer ``[B, H, P, N]``) or None (zeros).
+
+        Returns ``(logits [B, T, 256], final states per layer)``.
+        """
+        x = self.embedding(tokens)  # [B, T, D]
+        finals = []
+        for i, block in enumerate(self.blocks):
+            x, state = block(x, None if states is None else states[i])
+            finals.append(state)
+        return self.head(self.final_norm(x)), finals

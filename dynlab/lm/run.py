@@ -1,0 +1,146 @@
+"""Train and evaluate one :class:`~dynlab.lm.spec.LMRunSpec`: the work of one study run.
+
+The result is a JSON-able dict (lists of floats) holding PPL(t), binned PPL, the
+Definition 3.2 verdict, EffRem_T(t) per distance and state statistics per layer, head and
+position; :func:`result_to_dataset` turns it into an xarray Dataset on one ``t`` axis.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import torch
+import xarray as xr
+
+from dynlab.analysis.lm_metrics import (
+    binned_ppl, effective_remembrance, length_generalization, position_ppl, state_statistics,
+)
+from dynlab.lm.corpus import Corpus, load_corpus
+from dynlab.lm.evaluate import stream_eval, truncated_context_probs, validation_windows
+from dynlab.lm.interventions import make_intervention
+from dynlab.lm.model import RecurrentLM
+from dynlab.lm.spec import LMRunSpec
+from dynlab.lm.train import train_lm
+
+__all__ = ["build_model", "corpus_for", "effrem_starts", "train_and_evaluate", "evaluate_model", "result_to_dataset"]
+
+
+@lru_cache(maxsize=4)
+def corpus_for(source: str, val_fraction: float) -> Corpus:
+    """Cached :func:`load_corpus` (the Shakespeare text is read once per process)."""
+    return load_corpus(source, val_fraction)
+
+
+def build_model(spec: LMRunSpec) -> RecurrentLM:
+    """The untrained model of ``spec``, parameters drawn from a generator seeded with ``spec.seed``."""
+    m = spec.model
+    return RecurrentLM(m.mixer, d_model=m.d_model, n_layers=m.n_layers, mlp_ratio=m.mlp_ratio,
+                       generator=torch.Generator().manual_seed(spec.seed), **m.mixer_kwargs())
+
+
+def effrem_starts(length: int, points: int) -> np.ndarray:
+    """Truncation starts t = T − c for ``points`` log-spaced kept-context lengths c in [1, T] (t = 0 included).
+
+    Log spacing in the kept context resolves the recent past finely and the distant past coarsely.
+    """
+    kept = np.unique(np.round(np.geomspace(1, length, max(points, 2))).astype(np.int64))
+    return np.unique(np.concatenate([[0], length - kept]))
+
+
+@contextmanager
+def _threads(n: int | None):
+    if n is None:
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def evaluate_model(model: RecurrentLM, spec: LMRunSpec, corpus: Corpus) -> dict[str, Any]:
+    """PPL(t), binned PPL, verdict, EffRem and state statistics of ``model`` from the zero state."""
+    ev = spec.eval
+    length = spec.eval_length
+    windows = validation_windows(corpus.val, ev.n_samples, length)  # [S, length + 1]
+    stream = stream_eval(model, windows, chunk_len=ev.chunk_len)
+    ppl = position_ppl(stream.nll)
+    binned = binned_ppl(stream.nll, ev.bin_width)
+    verdict = length_generalization(binned, spec.train.seq_len)
+    stats = state_statistics(stream.states, stream.state_positions)
+    starts = effrem_starts(length, ev.effrem_points)
+    probs = truncated_context_probs(model, windows[: ev.effrem_samples, :length], starts, chunk_len=ev.chunk_len)
+    effrem = {d: effective_remembrance(probs[:, 0], probs, starts, d).values.tolist() for d in ev.distances}
+    return {
+        "ppl": ppl.values.tolist(),
+        "ppl_binned_t": binned["t"].values.tolist(),
+        "ppl_binned": binned.values.tolist(),
+        "verdict": verdict.as_dict(),
+        "effrem_t": starts.tolist(),
+        "effrem": effrem,
+        "state_t": stats["t"].values.tolist(),
+        "state_mean": stats.state_mean.values.tolist(),
+        "state_std": stats.state_std.values.tolist(),
+        "state_norm": stats.state_norm.values.tolist(),
+    }
+
+
+def train_and_evaluate(spec: LMRunSpec, device: torch.device | str = "cpu",
+                       progress: Callable[[int, float], None] | None = None) -> tuple[dict[str, Any], dict[str, torch.Tensor] | None]:
+    """Train ``spec``'s model with its intervention, then evaluate it. Returns (result, state_dict).
+
+    A run whose training loss becomes non-finite is returned with ``status = "diverged"``
+    and no weights.
+    """
+    corpus = corpus_for(spec.data.source, spec.data.val_fraction)
+    model = build_model(spec)
+    iv = spec.intervention
+    intervention = make_intervention(iv.kind, sigma=iv.sigma, beta=iv.beta, reset_prob=iv.reset_prob)
+    tr = spec.train
+    with _threads(tr.threads):
+        res = train_lm(model, corpus.train, intervention, steps=tr.steps, batch_size=tr.batch_size, seq_len=tr.seq_len,
+                       lr=tr.lr, weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
+                       seed=spec.seed, device=str(device), progress=progress)
+        tail = res.loss[-max(1, len(res.loss) // 20):]
+        result: dict[str, Any] = {"status": "ok", "reason": "", "train_steps": len(res.loss),
+                                  "train_loss": float(np.mean(tail)), "train_time": res.seconds}
+        if not all(math.isfinite(x) for x in res.loss):
+            result.update(status="diverged", reason="non-finite training loss")
+            return result, None
+        result.update(evaluate_model(model, spec, corpus))
+    return result, {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+def result_to_dataset(result: dict[str, Any]) -> xr.Dataset:
+    """One run's result as a Dataset on a shared ``t`` axis (0..eval length); variables are NaN off their grid.
+
+    ``ppl`` is defined for t ≥ 1, ``ppl_binned`` at bin ends, ``effrem*`` at the EffRem starts
+    (t = 0 included), ``state_*`` at the chunk ends of the streamed evaluation.
+    """
+    n = len(result["ppl"])
+    t = np.arange(n + 1)
+
+    def on_t(values: np.ndarray, at: list[int]) -> np.ndarray:
+        out = np.full(values.shape[:-1] + (n + 1,), np.nan)
+        out[..., np.asarray(at, dtype=np.int64)] = values
+        return out
+
+    data: dict[str, Any] = {
+        "ppl": ("t", on_t(np.asarray(result["ppl"]), list(range(1, n + 1)))),
+        "ppl_binned": ("t", on_t(np.asarray(result["ppl_binned"]), result["ppl_binned_t"])),
+    }
+    for d, values in result["effrem"].items():
+        data["effrem" if d == "tv" else f"effrem_{d}"] = ("t", on_t(np.asarray(values), result["effrem_t"]))
+    for name in ("state_mean", "state_std", "state_norm"):
+        data[name] = (("layer", "head", "t"), on_t(np.asarray(result[name]), result["state_t"]))
+    for key, value in result["verdict"].items():
+        data[f"lg_{key}"] = ((), value)
+    n_layers, n_heads = np.asarray(result["state_std"]).shape[:2]
+    return xr.Dataset(data, coords={"t": t, "layer": np.arange(n_layers), "head": np.arange(n_heads)})

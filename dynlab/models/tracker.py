@@ -1,0 +1,123 @@
+"""The state tracker: token embedding → stacked recurrent cells → per-step readout."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from dynlab.models.registry import get_cell
+
+__all__ = ["Tracker", "TrackerOutput"]
+
+
+class TrackerOutput(NamedTuple):
+    logits: torch.Tensor  # [B, T, C]
+    final_state: torch.Tensor  # [B, S]
+    states: torch.Tensor | None  # [B, T, S] when asked for
+
+
+class Tracker(nn.Module):
+    """A stack of ``layers`` cells of architecture ``arch`` with a readout at every step.
+
+    The recurrent state of all layers is one flat vector ``[B, S]`` (layer after layer);
+    :meth:`layer_slice` gives each layer's coordinates.  The readout maps the last
+    layer's output to ``n_classes`` logits (linear, or a one-hidden-layer MLP).
+
+    Args:
+        arch: registered cell name (see :func:`dynlab.models.available_cells`).
+        n_tokens: vocabulary size (group order for word problems).
+        n_classes: readout classes.
+        hidden: cell width.
+        layers: number of stacked cells.
+        nonlinearity: phi for every cell (None = the cell's default).
+        d_embed: token embedding width (default ``hidden``).
+        d_state: states per channel for Mamba-style cells.
+        readout: ``"linear"`` or ``"mlp"``.
+    """
+
+    def __init__(
+        self,
+        arch: str,
+        n_tokens: int,
+        n_classes: int,
+        hidden: int = 64,
+        layers: int = 1,
+        nonlinearity: str | None = None,
+        d_embed: int | None = None,
+        d_state: int = 4,
+        readout: str = "linear",
+    ):
+        super().__init__()
+        cell_cls = get_cell(arch)
+        self.arch = arch
+        self.n_tokens = n_tokens
+        self.n_classes = n_classes
+        d_embed = d_embed or hidden
+        self.embed = nn.Embedding(n_tokens, d_embed)
+        cells = []
+        d_in = d_embed
+        for _ in range(layers):
+            cell = cell_cls(d_in, hidden, nonlinearity=nonlinearity, d_state=d_state)
+            cells.append(cell)
+            d_in = cell.out_size
+        self.cells = nn.ModuleList(cells)
+        if readout == "linear":
+            self.readout = nn.Linear(d_in, n_classes)
+        elif readout == "mlp":
+            self.readout = nn.Sequential(nn.Linear(d_in, 2 * d_in), nn.GELU(), nn.Linear(2 * d_in, n_classes))
+        else:
+            raise ValueError(f"unknown readout {readout!r}; allowed: linear, mlp")
+        bounds = [0]
+        for cell in self.cells:
+            bounds.append(bounds[-1] + cell.state_size)
+        self._bounds = bounds
+
+    @property
+    def state_size(self) -> int:
+        return self._bounds[-1]
+
+    @property
+    def family(self) -> str:
+        """Declared family of the whole stack: affine only if every cell is."""
+        fams = {c.declared_family for c in self.cells}
+        return "affine" if fams == {"affine"} else "state-dependent"
+
+    def layer_slice(self, layer: int = -1) -> slice:
+        """Coordinates of layer ``layer`` (negative counts from the end) in the flat state."""
+        n = len(self.cells)
+        if not -n <= layer < n:
+            raise ValueError(f"layer {layer} out of range; allowed: {-n}..{n - 1}")
+        layer %= n
+        return slice(self._bounds[layer], self._bounds[layer + 1])
+
+    def init_state(self, batch: int, device=None, dtype=None) -> torch.Tensor:
+        p = self.readout.weight if isinstance(self.readout, nn.Linear) else self.readout[0].weight
+        return torch.zeros(batch, self.state_size, device=device or p.device, dtype=dtype or p.dtype)
+
+    def _split(self, state: torch.Tensor) -> list[torch.Tensor]:
+        return [state[..., self._bounds[i] : self._bounds[i + 1]] for i in range(len(self.cells))]
+
+    def step(self, state: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step: ``state [B, S]``, ``tokens [B]`` → ``(state [B, S], logits [B, C])``."""
+        u = self.embed(tokens)  # [B, D]
+        new = []
+        for cell, h in zip(self.cells, self._split(state)):
+            h, u = cell.step(h, u)
+            new.append(h)
+        return torch.cat(new, dim=-1), self.readout(u)
+
+    def forward(self, tokens: torch.Tensor, state: torch.Tensor | None = None, return_states: bool = False) -> TrackerOutput:
+        """Run ``tokens [B, T]`` from ``state [B, S]`` (zero if None)."""
+        if state is None:
+            state = self.init_state(tokens.shape[0])
+        u = self.embed(tokens)  # [B, T, D]
+        finals, all_states = [], []
+        for cell, h0 in zip(self.cells, self._split(state)):
+            u, hs = cell(u, h0)  # u [B, T, O], hs [B, T, S_l]
+            finals.append(hs[:, -1])
+            if return_states:
+                all_states.append(hs)
+        states = torch.cat(all_states, dim=-1) if return_states else None
+        return TrackerOutput(self.readout(u), torch.cat(finals, dim=-1), states)

@@ -1,0 +1,175 @@
+"""Run a study's specs: skip finished runs, never lose one, write the study dataset.
+
+``run_study`` is what ``dynlab study NAME`` calls.  Everything is validated before the
+first file is written.  Each finished run is stored atomically (see
+:mod:`dynlab.results.store`), so a study killed at any point resumes where it stopped
+without redoing finished runs.  A diverged run is stored with its status and reason and
+the study goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import xarray as xr
+
+from dynlab.config import Spec
+from dynlab.executors import Executor, InProcessExecutor
+from dynlab.results.schema import annotate, open_dataset, provenance_attrs, write_dataset
+from dynlab.results.store import RunStore, _atomic_text
+from dynlab.study import Study, StudyOptions
+from dynlab.train.device import resolve_device
+from dynlab.train.progress import NullProgress, make_progress
+
+__all__ = ["analyze_study", "open_study", "run_study", "study_dir"]
+
+DATASET = "dataset.nc"
+MANIFEST = "manifest.json"
+ANALYSIS = "analysis.nc"
+
+
+def study_dir(out: str | Path, study: Study) -> Path:
+    return Path(out) / study.name
+
+
+def _run_specs(
+    study: Study,
+    specs: list[Spec],
+    store: RunStore,
+    device,
+    progress: NullProgress,
+    analyze: bool,
+    executor: Executor | None = None,
+    force_analysis: bool = False,
+) -> dict[str, int]:
+    counts = {"trained": 0, "reused": 0, "analyzed": 0, "failed": 0}
+    executor = executor or InProcessExecutor()
+    pending = [s for s in specs if not store.is_done(s)]
+    counts["reused"] = len(specs) - len(pending)
+    bar = progress.add(f"{study.name}: runs", len(specs))
+    progress.update(bar, counts["reused"])
+
+    def work(item: list[Spec]) -> list:
+        t0 = time.perf_counter()
+        outcomes = study.run_item(item, device, progress)
+        for o in outcomes:
+            o.result.setdefault("wall_time_s", (time.perf_counter() - t0) / len(item))
+        return outcomes
+
+    for item, outcomes in executor.map_unordered(work, study.work_items(pending)):
+        for spec, outcome in zip(item, outcomes):
+            store.save(spec, outcome.result, outcome.state_dict)
+            counts["trained"] += 1
+            progress.update(bar, 1)
+    for spec in specs:
+        result = store.load_result(spec)
+        if result.get("status") != "ok":
+            counts["failed"] += 1
+            progress.log(f"run {spec.spec_hash()} {result.get('status')}: {result.get('reason', '')}")
+        elif analyze and study.analyze_one is not None and (force_analysis or not store.has_file(spec, ANALYSIS)):
+            ds = study.analyze_one(spec, store, device, progress)
+            store.write_dataset(spec, ANALYSIS, ds)
+            counts["analyzed"] += 1
+    return counts
+
+
+def _finish(study: Study, specs: list[Spec], store: RunStore, options: StudyOptions) -> Path:
+    ds = study.assemble(specs, store, options)
+    annotate(ds)
+    ds.attrs.update(provenance_attrs(study.name, options.preset, specs))
+    path = write_dataset(ds, store.root / DATASET)
+    manifest = {
+        "study": study.name,
+        "preset": options.preset,
+        "models": list(options.models) if options.models else None,
+        "groups": list(options.groups) if options.groups else None,
+        "seeds": list(options.seeds) if options.seeds is not None else None,
+        "extra": dict(options.extra),
+        "run_ids": [s.spec_hash() for s in specs],
+    }
+    _atomic_text(store.root / MANIFEST, lambda: json.dumps(manifest, indent=1))
+    return path
+
+
+def run_study(
+    study: Study,
+    options: StudyOptions,
+    out: str | Path = "dynlab-runs",
+    device: str = "auto",
+    progress: bool = False,
+    analyze: bool = True,
+    executor: Executor | None = None,
+) -> Path:
+    """Train, evaluate (and analyse) every spec of ``study``; return the dataset path.
+
+    The study folder is ``out/<study name>``; it holds ``runs/``, ``dataset.nc`` and
+    ``manifest.json``.  ``executor`` decides where work items run (default: in
+    process); results are saved here, one run at a time, as they arrive.
+    """
+    study.check_preset(options.preset)
+    specs = study.make_specs(options)  # validates everything before anything is written
+    dev = resolve_device(device)
+    store = RunStore(study_dir(out, study))
+    with make_progress(progress) as prog:
+        counts = _run_specs(study, specs, store, dev, prog, analyze, executor)
+        prog.log(
+            f"{study.name}: {counts['trained']} trained, {counts['reused']} reused, "
+            f"{counts['analyzed']} analysed, {counts['failed']} failed"
+        )
+    return _finish(study, specs, store, options)
+
+
+def _load_manifest(path: Path) -> dict:
+    mpath = path / MANIFEST
+    try:
+        return json.loads(mpath.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path} is not a dynlab study folder (no {MANIFEST}); run `dynlab study ...` first") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"unreadable study manifest {mpath} ({exc})") from None
+
+
+def analyze_study(
+    path: str | Path, get_study: Callable[[str], Study], device: str = "auto", progress: bool = False
+) -> Path:
+    """Recompute the analyses of an existing study folder without retraining.
+
+    ``get_study`` maps the study name in the folder's manifest to its :class:`Study`
+    (``dynlab.studies.get_study``; passed in so the library does not import studies).
+    """
+    path = Path(path)
+    manifest = _load_manifest(path)
+    study = get_study(manifest["study"])
+    store = RunStore(path)
+    specs = []
+    for rid in manifest["run_ids"]:
+        try:
+            text = store.load_spec_json(rid)
+        except OSError:
+            raise ValueError(f"study {path}: run {rid} is missing; rerun the study to finish it") from None
+        payload = json.loads(text)
+        specs.append(study.spec_type.model_validate(payload["fields"]))
+    options = StudyOptions(
+        preset=manifest["preset"],
+        models=tuple(manifest["models"]) if manifest.get("models") else None,
+        groups=tuple(manifest["groups"]) if manifest.get("groups") else None,
+        seeds=tuple(manifest["seeds"]) if manifest.get("seeds") is not None else None,
+        extra=manifest.get("extra") or {},
+    )
+    dev = resolve_device(device)
+    with make_progress(progress) as prog:
+        _run_specs(study, specs, store, dev, prog, analyze=True, force_analysis=True)
+    return _finish(study, specs, store, options)
+
+
+def open_study(path: str | Path) -> xr.Dataset:
+    """Open a study's dataset: ``path`` is the study folder or the ``.nc`` file itself."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / DATASET
+    if not p.is_file():
+        raise ValueError(f"no study dataset at {p}; run `dynlab study NAME --out DIR` first")
+    return open_dataset(p)

@@ -1,0 +1,224 @@
+"""Train an ensemble of trackers together: one leading model dimension, one loop.
+
+N run specs that share the architecture and shapes (``ModelSpec``, batch size, vocabulary
+and class count) are trained as one stacked model: parameters ``[N, …]``
+(:func:`torch.func.stack_module_state`), the forward pass is
+:func:`dynlab.train.engine.tracker_logits` under :func:`torch.func.vmap` (so the dense
+RNN steps become one batched GEMM for all members), and AdamW, clipping, the learning
+rate schedule and the curriculum run per member on the stacked tensors.
+
+Equality with solo training (:func:`dynlab.train.engine.train_tracker`), member by member:
+
+- initial parameters come from :func:`build_tracker` with the member's own seed, and every
+  batch from the member's own ``torch.Generator`` seeded like the solo run, with the same
+  sequence of ``sample`` calls;
+- curriculum: every member keeps its own length L_i.  A step runs all members at
+  L_max = max_i L_i; member i's tokens after L_i are padding and its loss is the mean over
+  its first L_i positions only.  The trackers are causal, so outputs before L_i do not
+  see the padding and the loss, its gradient, the batch accuracy and hence the next
+  length are those of the solo run;
+- loss = mean cross-entropy per member; the gradient is taken of the sum of the member
+  losses (members share no parameters, so each member gets its own gradient);
+- clipping uses each member's own global norm (the norm of its per-parameter norms, as
+  ``clip_grad_norm_``) and AdamW follows ``torch.optim.AdamW``'s single-tensor update
+  with each member's learning rate (``lr_at``) and weight decay.
+
+Results agree with solo training up to floating-point rounding (batched GEMMs and the
+masked loss sum in a different order); a test checks a few steps.  A member whose loss
+or gradient becomes non-finite is reported ``status="diverged"`` with the same reason
+text as the solo engine and is removed from the stack; the others go on.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, stack_module_state, vmap
+
+from dynlab.config import RunSpec
+from dynlab.groups import get_group
+from dynlab.models import Tracker
+from dynlab.tasks import WordProblem
+from dynlab.train.engine import TrainResult, build_tracker, lr_at, tracker_logits
+from dynlab.train.progress import NullProgress
+
+__all__ = ["check_ensemble", "ensemble_key", "train_ensemble"]
+
+_BETA1, _BETA2, _EPS = 0.9, 0.999, 1e-8  # torch.optim.AdamW defaults, as in the engine
+
+
+def ensemble_key(spec: RunSpec) -> tuple:
+    """Specs with equal keys can share an ensemble: same model, batch size and group order."""
+    return (spec.model.canonical_json(), spec.train.batch_size, get_group(spec.task.group).order)
+
+
+def check_ensemble(specs: list[RunSpec]) -> None:
+    """Raise ``ValueError`` unless ``specs`` is a non-empty list with one :func:`ensemble_key`."""
+    if not specs:
+        raise ValueError("an ensemble needs at least one spec, got none")
+    keys = {ensemble_key(s) for s in specs}
+    if len(keys) > 1:
+        raise ValueError(
+            "ensemble members must share model spec, batch_size and group order; "
+            f"got {len(keys)} different combinations"
+        )
+
+
+class _Logits(nn.Module):
+    """``tracker_logits`` as a module so ``functional_call`` can swap its parameters."""
+
+    def __init__(self, model: Tracker):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return tracker_logits(self.model, tokens)
+
+
+def _expand(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Per-member values ``[K]`` shaped to broadcast against ``like [K, …]``."""
+    return v.reshape(-1, *([1] * (like.dim() - 1)))
+
+
+def train_ensemble(
+    specs: list[RunSpec], device: torch.device, progress: NullProgress | None = None
+) -> list[TrainResult]:
+    """Train the trackers of ``specs`` together; return one :class:`TrainResult` per spec.
+
+    Every member's result equals (up to rounding) ``train_tracker(spec, device)``; see the
+    module docstring for how each piece keeps that equality.
+    """
+    check_ensemble(specs)
+    progress = progress or NullProgress()
+    n = len(specs)
+    tasks = [WordProblem(get_group(s.task.group)) for s in specs]
+    models = [build_tracker(s.model, t.n_tokens, t.n_classes, s.seed).to(device) for s, t in zip(specs, tasks)]
+    results = [TrainResult(model=m) for m in models]
+    gens = [torch.Generator().manual_seed(s.seed) for s in specs]
+    trains = [s.train for s in specs]
+    lengths = [tr.curriculum.first_length(tr.steps) for tr in trains]
+    batch = trains[0].batch_size
+
+    template = _Logits(copy.deepcopy(models[0]))
+    params, buffers = stack_module_state([_Logits(m) for m in models])  # {name: [N, …]}
+    params = {k: v.detach().clone() for k, v in params.items()}
+    names = list(params)
+    exp_avg = {k: torch.zeros_like(v) for k, v in params.items()}
+    exp_avg_sq = {k: torch.zeros_like(v) for k, v in params.items()}
+    alive = list(range(n))  # position in the stack -> member index
+
+    def logits_fn(p, b, tok):
+        return functional_call(template, (p, b), (tok,))
+
+    batched_logits = vmap(logits_fn)
+    bar = progress.add(f"train ensemble {specs[0].model.arch} ×{n}", max(tr.steps for tr in trains))
+
+    def retire(keep_pos: list[int], save: bool = True) -> None:
+        """Drop the members not in ``keep_pos`` (copying them into their models if ``save``)."""
+        nonlocal params, exp_avg, exp_avg_sq, buffers, alive
+        gone = [pos for pos in range(len(alive)) if pos not in keep_pos]
+        for pos in gone if save else ():
+            _unstack_into(results[alive[pos]].model, params, buffers, pos)
+        idx = torch.tensor(keep_pos, dtype=torch.long, device=device)
+        params = {k: v.index_select(0, idx) for k, v in params.items()}
+        buffers = {k: v.index_select(0, idx) for k, v in buffers.items()}
+        exp_avg = {k: v.index_select(0, idx) for k, v in exp_avg.items()}
+        exp_avg_sq = {k: v.index_select(0, idx) for k, v in exp_avg_sq.items()}
+        alive = [alive[pos] for pos in keep_pos]
+
+    step = 0
+    while alive:
+        finished = [pos for pos, i in enumerate(alive) if step >= trains[i].steps]
+        if finished:
+            retire([pos for pos in range(len(alive)) if pos not in finished])
+            if not alive:
+                break
+        k = len(alive)
+        l_max = max(lengths[i] for i in alive)
+        tokens, labels = _sample(tasks, gens, alive, lengths, batch, l_max)
+        tokens, labels = tokens.to(device), labels.to(device)
+        n_valid = torch.tensor([batch * lengths[i] for i in alive], dtype=torch.float32, device=device)  # [K]
+
+        leaves = {kk: v.requires_grad_(True) for kk, v in params.items()}
+        logits = batched_logits(leaves, buffers, tokens)  # [K, B, L, C]
+        nll = F.cross_entropy(logits.flatten(0, 2), labels.flatten(), ignore_index=-100, reduction="none")
+        losses = nll.view(k, -1).sum(1) / n_valid  # [K] mean over each member's own tokens
+        loss_ok = torch.isfinite(losses)
+        grads = torch.autograd.grad(torch.where(loss_ok, losses, 0.0).sum(), [leaves[kk] for kk in names])
+        for v in params.values():
+            v.requires_grad_(False)
+        with torch.no_grad():
+            norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads], dim=1)  # [K, P]
+            gnorm = torch.linalg.vector_norm(norms, dim=1)  # [K]
+            grad_ok = torch.isfinite(gnorm)
+            ok = (loss_ok & grad_ok).tolist()
+            loss_ok_l = loss_ok.tolist()
+            bad = [pos for pos in range(k) if not ok[pos]]
+            for pos in bad:  # a diverged member keeps its parameters from before this step
+                _unstack_into(results[alive[pos]].model, params, buffers, pos)
+            lrs = torch.tensor([lr_at(trains[i], step) for i in alive], dtype=torch.float32, device=device)
+            wds = torch.tensor([trains[i].weight_decay for i in alive], dtype=torch.float32, device=device)
+            clips = torch.tensor([trains[i].clip for i in alive], dtype=torch.float32, device=device)
+            coef = torch.clamp(clips / (gnorm + 1e-6), max=1.0)  # [K]
+            t = step + 1
+            bc1 = 1 - _BETA1**t
+            bc2_sqrt = (1 - _BETA2**t) ** 0.5
+            decay = 1 - lrs.double() * wds.double()
+            neg_step = -(lrs.double() / bc1)
+            for kk, g in zip(names, grads):
+                p, m, v = params[kk], exp_avg[kk], exp_avg_sq[kk]
+                g = g * _expand(coef, g)
+                p.mul_(_expand(decay.to(p.dtype), p))
+                m.lerp_(g, 1 - _BETA1)
+                v.mul_(_BETA2).addcmul_(g, g, value=1 - _BETA2)
+                denom = (v.sqrt() / bc2_sqrt).add_(_EPS)
+                p.add_(_expand(neg_step.to(p.dtype), p) * m / denom)
+            correct = (logits.detach().argmax(-1) == labels).flatten(1).sum(1).float() / n_valid  # [K]
+        accs = correct.tolist()
+        lvals = losses.detach().tolist()
+        for pos, i in enumerate(alive):
+            if not ok[pos]:
+                kind = "loss" if not loss_ok_l[pos] else "gradient"
+                results[i].status = "diverged"
+                results[i].reason = f"non-finite {kind} at step {step} (length {lengths[i]})"
+                continue
+            results[i].losses.append(lvals[pos])
+            results[i].lengths.append(lengths[i])
+            results[i].final_train_accuracy = accs[pos]
+            lengths[i] = trains[i].curriculum.next_length(lengths[i], step, trains[i].steps, accs[pos])
+        if bad:
+            retire([pos for pos in range(k) if ok[pos]], save=False)
+        progress.update(bar, 1, K=len(alive), L=l_max)
+        step += 1
+    progress.remove(bar)
+    for r in results:
+        r.model.eval()
+    return results
+
+
+def _sample(tasks, gens, alive, lengths, batch: int, l_max: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every alive member's batch from its own generator (the solo engine's call).
+
+    Returns ``tokens [K, B, L_max]`` (0 after a member's length) and ``labels [K, B,
+    L_max]`` (−100 there, ignored by the loss).
+    """
+    k = len(alive)
+    tokens = torch.zeros(k, batch, l_max, dtype=torch.long)
+    labels = torch.full((k, batch, l_max), -100, dtype=torch.long)
+    for pos, i in enumerate(alive):
+        tok, lab = tasks[i].sample(gens[i], batch, lengths[i])
+        tokens[pos, :, : lengths[i]] = tok
+        labels[pos, :, : lengths[i]] = lab
+    return tokens, labels
+
+
+def _unstack_into(model: nn.Module, params: dict, buffers: dict, pos: int) -> None:
+    """Copy stacked entry ``pos`` of ``params``/``buffers`` (names ``model.…``) into ``model``."""
+    with torch.no_grad():
+        own = dict(model.named_parameters())
+        own.update(dict(model.named_buffers()))
+        for kk, v in list(params.items()) + list(buffers.items()):
+            own[kk.removeprefix("model.")].copy_(v[pos])

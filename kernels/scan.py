@@ -1,0 +1,354 @@
+"""Scans for recurrent layers: diagonal affine recurrences and dense RNN recurrences.
+
+Diagonal affine scan (Mamba, negative Mamba, AUSSM, Mamba-3)::
+
+    h_t = a_t ⊙ h_{t−1} + b_t,   t = 0 … T−1,   h_{−1} = h0
+
+with ``a, b [..., T, S]`` and ``h0 [..., S]`` real (any sign: negative-mamba's decay lies
+in (−1, 1)) or complex (a rotation-and-decay per channel; the cells pass their
+``[..., 2]`` pairs through :func:`torch.view_as_complex`).  Returns all states
+``hs [..., T, S]``; ``hs[..., -1, :]`` is the final state.
+
+- :func:`linear_scan_reference` — the plain sequential loop under autograd (the
+  definition the fast path is tested against).
+- :func:`linear_scan` — chunked scan with a hand-written backward.  Time is cut into
+  ``nc`` chunks of ``C`` steps: (1) a local scan from a zero state inside every chunk, all
+  chunks at once (C−1 fused multiply-adds over ``[..., nc, S]``) together with the
+  cumulative products P of ``a`` (``torch.cumprod``, exact for any sign, no logarithms and
+  no division, so decays that underflow to 0 are harmless); (2) the nc chunk-boundary
+  states in sequence; (3) one fused correction ``h = h_local + P ⊙ h_boundary``.  That is
+  about C + nc ≈ 2√T Python-level operations instead of T.  The backward pass is the same
+  scan run backwards in time on the adjoint: λ_t = ∂L/∂h_t + conj(a_{t+1}) λ_{t+1},
+  ∂L/∂b_t = λ_t, ∂L/∂a_t = λ_t ⊙ conj(h_{t−1}), ∂L/∂h0 = conj(a_0) λ_0 (O(T) memory and
+  work; no autograd graph per step).
+
+Dense recurrence (tanh-rnn, linear-rnn, token-gated-rnn)::
+
+    h_t = phi(g_t ⊙ (h_{t−1} Aᵀ) + d_t),   phi ∈ {identity, tanh},   g_t optional
+
+- :func:`dense_rnn_reference` — the loop under autograd.
+- :func:`dense_rnn_scan` — the loop without an autograd graph (one fused
+  ``baddbmm`` + in-place tanh per step into a preallocated buffer), and a backward pass
+  that runs the reverse-time loop (one ``tanh_backward`` and one fused ``baddbmm`` per
+  step) and forms ∂L/∂A with a single GEMM over all steps.
+
+Both fast functions accept a leading model dimension on every argument (an ensemble:
+``A [N, S, S]``) and carry ``vmap`` rules, so ``torch.func.vmap`` over stacked parameters
+runs them as batched GEMMs.  This module imports torch only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = [
+    "dense_rnn_reference",
+    "dense_rnn_scan",
+    "default_chunk",
+    "linear_scan",
+    "linear_scan_reference",
+]
+
+PHIS = ("identity", "tanh")
+
+
+# --------------------------------------------------------------------------------------
+# diagonal affine scan
+# --------------------------------------------------------------------------------------
+def linear_scan_reference(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+    """Sequential h_t = a_t ⊙ h_{t−1} + b_t under autograd.
+
+    Args:
+        a: coefficients ``[..., T, S]`` (real or complex).
+        b: inputs ``[..., T, S]``.
+        h0: initial state ``[..., S]``.
+
+    Returns:
+        states ``[..., T, S]``.
+    """
+    h = h0
+    out = []
+    for a_t, b_t in zip(a.unbind(-2), b.unbind(-2)):
+        h = a_t * h + b_t
+        out.append(h)
+    return torch.stack(out, dim=-2)
+
+
+def default_chunk(length: int) -> int:
+    """Chunk size C ≈ √T that minimises C + T/C sequential operations."""
+    return max(1, int(math.ceil(math.sqrt(max(1, length)))))
+
+
+def _scan_nograd(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor, chunk: int) -> torch.Tensor:
+    """Chunked forward-time scan without autograd.
+
+    ``a, b [..., T, S]`` (same shape), ``h0 [..., S]`` → states ``[..., T, S]`` (new tensor).
+    """
+    t_len, s = a.shape[-2], a.shape[-1]
+    lead = a.shape[:-2]
+    c = max(1, min(chunk, t_len))
+    nc = -(-t_len // c)
+    pad = nc * c - t_len
+    if pad:
+        a = torch.cat([a, a.new_ones(*lead, pad, s)], dim=-2)
+        b = torch.cat([b, b.new_zeros(*lead, pad, s)], dim=-2)
+    if nc == 1:  # plain sequential loop into a preallocated buffer
+        hs = torch.empty_like(b)
+        h = h0
+        for t in range(t_len):
+            h = torch.addcmul(b[..., t, :], a[..., t, :], h, out=hs[..., t, :])
+        return hs[..., :t_len, :]
+    a4 = a.reshape(*lead, nc, c, s)  # [..., nc, C, S]
+    b4 = b.reshape(*lead, nc, c, s)
+    prods = torch.cumprod(a4, dim=-2)  # [..., nc, C, S]: Π_{i≤j} a_i inside each chunk
+    local = torch.empty_like(b4)  # [..., nc, C, S]: scan from a zero state per chunk
+    local[..., 0, :] = b4[..., 0, :]
+    for j in range(1, c):
+        torch.addcmul(b4[..., j, :], a4[..., j, :], local[..., j - 1, :], out=local[..., j, :])
+    starts = torch.empty(*lead, nc, s, dtype=b.dtype, device=b.device)  # state entering chunk k
+    h = h0.expand(*lead, s)
+    for k in range(nc):
+        starts[..., k, :] = h
+        if k + 1 < nc:
+            h = torch.addcmul(local[..., k, -1, :], prods[..., k, -1, :], h)
+    hs = torch.addcmul(local, prods, starts[..., None, :])  # [..., nc, C, S]
+    return hs.reshape(*lead, nc * c, s)[..., :t_len, :]
+
+
+class _LinearScan(torch.autograd.Function):
+    """h_t = a_t ⊙ h_{t−1} + b_t with a hand-written backward; all args full-shape."""
+
+    @staticmethod
+    def forward(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor, chunk: int) -> torch.Tensor:
+        return _scan_nograd(a, b, h0, chunk)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        a, _, h0, chunk = inputs
+        ctx.chunk = chunk
+        ctx.save_for_backward(a, h0, output)
+
+    @staticmethod
+    def backward(ctx, grad_hs: torch.Tensor):
+        a, h0, hs = ctx.saved_tensors
+        if grad_hs is None:
+            return None, None, None, None
+        # Adjoint scan backwards in time: reverse, shift the coefficients by one step.
+        a_c = a.conj()
+        a_rev = torch.cat([torch.zeros_like(a_c[..., :1, :]), a_c[..., 1:, :].flip(-2)], dim=-2)  # [..., T, S]
+        lam = _scan_nograd(a_rev, grad_hs.flip(-2), torch.zeros_like(h0), ctx.chunk).flip(-2)  # [..., T, S]
+        grad_a = grad_h0 = None
+        if ctx.needs_input_grad[0]:
+            h_prev = torch.cat([h0[..., None, :], hs[..., :-1, :]], dim=-2).conj()  # [..., T, S]
+            grad_a = lam * h_prev
+        if ctx.needs_input_grad[2]:
+            grad_h0 = a_c[..., 0, :] * lam[..., 0, :]
+        return grad_a, lam, grad_h0, None
+
+    @staticmethod
+    def vmap(info, in_dims, a, b, h0, chunk):
+        a, b, h0 = (_batch_first(x, d, info.batch_size) for x, d in zip((a, b, h0), in_dims[:3]))
+        return _LinearScan.apply(a, b, h0, chunk), 0
+
+
+def _batch_first(x: torch.Tensor, dim: int | None, size: int) -> torch.Tensor:
+    if dim is None:
+        return x.expand(size, *x.shape)
+    return x.movedim(dim, 0)
+
+
+def linear_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
+    """Chunked scan h_t = a_t ⊙ h_{t−1} + b_t (see the module docstring).
+
+    Args:
+        a: coefficients ``[..., T, S]``, real of any sign or complex.
+        b: inputs ``[..., T, S]``.
+        h0: initial state ``[..., S]``.
+        chunk: chunk length C (default ⌈√T⌉; 1 or ≥ T gives the plain sequential loop).
+
+    Returns:
+        states ``[..., T, S]`` (all leading dims broadcast).
+    """
+    if a.dim() < 2 or b.dim() < 2 or h0.dim() < 1:
+        raise ValueError(f"a, b need shape [..., T, S] and h0 [..., S]; got {tuple(a.shape)}, {tuple(b.shape)}, {tuple(h0.shape)}")
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"chunk must be ≥ 1 or None, got {chunk}")
+    t_len = a.shape[-2]
+    lead = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2], h0.shape[:-1])
+    s = torch.broadcast_shapes(a.shape[-1:], b.shape[-1:], h0.shape[-1:])[0]
+    dtype = torch.promote_types(torch.promote_types(a.dtype, b.dtype), h0.dtype)
+    a = a.to(dtype).expand(*lead, t_len, s)
+    b = b.to(dtype).expand(*lead, t_len, s)
+    h0 = h0.to(dtype).expand(*lead, s)
+    if t_len == 0:
+        return b.clone()
+    return _LinearScan.apply(a, b, h0, chunk or default_chunk(t_len))
+
+
+# --------------------------------------------------------------------------------------
+# dense recurrence
+# --------------------------------------------------------------------------------------
+def dense_rnn_reference(
+    drive: torch.Tensor, A: torch.Tensor, h0: torch.Tensor, gate: torch.Tensor | None = None, phi: str = "tanh"
+) -> torch.Tensor:
+    """h_t = phi(g_t ⊙ (h_{t−1} Aᵀ) + d_t) under autograd.
+
+    Args:
+        drive: d ``[..., B, T, S]``.
+        A: recurrence ``[S, S]`` or ``[..., S, S]`` (one per leading index).
+        h0: ``[..., B, S]``.
+        gate: g ``[..., B, T, S]`` or None (all ones).
+        phi: ``"identity"`` or ``"tanh"``.
+
+    Returns:
+        states ``[..., B, T, S]``.
+    """
+    _check_phi(phi)
+    h = h0
+    out = []
+    gates = gate.unbind(-2) if gate is not None else [None] * drive.shape[-2]
+    for d_t, g_t in zip(drive.unbind(-2), gates):
+        pre = h @ A.transpose(-1, -2)
+        if g_t is not None:
+            pre = g_t * pre
+        pre = pre + d_t
+        h = torch.tanh(pre) if phi == "tanh" else pre
+        out.append(h)
+    return torch.stack(out, dim=-2)
+
+
+def _check_phi(phi: str) -> None:
+    if phi not in PHIS:
+        raise ValueError(f"unknown phi {phi!r} for the dense scan; allowed: {', '.join(PHIS)}")
+
+
+class _DenseRNN(torch.autograd.Function):
+    """Canonical shapes: drive, gate [N, B, T, S]; A [N, S, S]; h0 [N, B, S].
+
+    Buffers are time-major [T, N, B, S]: every step reads and writes one contiguous
+    ``[N, B, S]`` block (batched GEMMs with strided outputs fall back to per-model loops
+    on the CPU).  Inputs already stored that way (e.g. gathered by token in time-major
+    order) are read without a copy.
+    """
+
+    @staticmethod
+    def forward(drive, A, h0, gate, phi):
+        n, bsz, t_len, s = drive.shape
+        drive_tm = drive.permute(2, 0, 1, 3)  # [T, N, B, S] view
+        hs_tm = torch.empty(t_len, n, bsz, s, dtype=drive.dtype, device=drive.device)
+        ah_tm = torch.empty_like(hs_tm) if gate is not None else None
+        gate_tm = gate.permute(2, 0, 1, 3) if gate is not None else None
+        at = A.transpose(-1, -2)  # [N, S, S]
+        h = h0.contiguous()
+        for t in range(t_len):
+            if gate is None:
+                torch.baddbmm(drive_tm[t], h, at, out=hs_tm[t])
+            else:
+                torch.bmm(h, at, out=ah_tm[t])
+                torch.addcmul(drive_tm[t], gate_tm[t], ah_tm[t], out=hs_tm[t])
+            if phi == "tanh":
+                hs_tm[t].tanh_()
+            h = hs_tm[t]
+        hs = hs_tm.permute(1, 2, 0, 3)  # [N, B, T, S] view of the time-major buffer
+        ah = ah_tm.permute(1, 2, 0, 3) if ah_tm is not None else drive.new_empty(0)
+        return hs, ah
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        drive, A, h0, gate, phi = inputs
+        hs, ah = output
+        ctx.phi = phi
+        ctx.has_gate = gate is not None
+        ctx.mark_non_differentiable(ah)
+        ctx.save_for_backward(A, h0, hs, ah, gate if gate is not None else ah)
+
+    @staticmethod
+    def backward(ctx, grad_hs, _grad_ah):
+        A, h0, hs, ah, gate = ctx.saved_tensors
+        n, bsz, t_len, s = hs.shape
+        if grad_hs is None:
+            grad_hs = torch.zeros_like(hs)
+        g_tm = grad_hs.permute(2, 0, 1, 3)  # [T, N, B, S]
+        hs_tm = hs.permute(2, 0, 1, 3)
+        gate_tm = gate.permute(2, 0, 1, 3) if ctx.has_gate else None
+        ah_tm = ah.permute(2, 0, 1, 3) if ctx.has_gate else None
+        d_drive = torch.empty(t_len, n, bsz, s, dtype=hs.dtype, device=hs.device)  # ∂L/∂pre_t
+        ga = torch.empty_like(d_drive) if ctx.has_gate else d_drive  # ∂L/∂(h_{t−1}Aᵀ)
+        d_gate = torch.empty_like(d_drive) if ctx.has_gate else None
+        want_a = ctx.needs_input_grad[1]
+        # ∂L/∂A = Σ_t ga_tᵀ h_{t−1}: one GEMM over all (t, b) rows when N = 1 (rows are
+        # contiguous), else accumulated step by step inside the loop.
+        grad_A = torch.zeros_like(A) if want_a and n > 1 else None
+        lam = g_tm[t_len - 1].clone()  # ∂L/∂h_t (total), [N, B, S]
+        for t in range(t_len - 1, -1, -1):
+            if ctx.phi == "tanh":
+                torch.ops.aten.tanh_backward(lam, hs_tm[t], grad_input=d_drive[t])
+            else:
+                d_drive[t].copy_(lam)
+            if ctx.has_gate:
+                torch.mul(d_drive[t], ah_tm[t], out=d_gate[t])
+                torch.mul(d_drive[t], gate_tm[t], out=ga[t])
+            if grad_A is not None and t > 0:
+                grad_A.baddbmm_(ga[t].transpose(-1, -2), hs_tm[t - 1])
+            if t > 0:
+                torch.baddbmm(g_tm[t - 1], ga[t], A, out=lam)
+        grad_h0 = torch.bmm(ga[0], A) if ctx.needs_input_grad[2] else None
+        if want_a:
+            first = ga[0].transpose(-1, -2) @ h0  # [N, S, S]
+            if grad_A is None:
+                ga_rows = ga[1:].reshape(1, (t_len - 1) * bsz, s)  # [1, (T−1)·B, S]
+                hp_rows = hs_tm[:-1].reshape(1, (t_len - 1) * bsz, s)
+                grad_A = torch.baddbmm(first, ga_rows.transpose(-1, -2), hp_rows)
+            else:
+                grad_A += first
+        return (
+            d_drive.permute(1, 2, 0, 3),
+            grad_A,
+            grad_h0,
+            d_gate.permute(1, 2, 0, 3) if ctx.has_gate else None,
+            None,
+        )
+
+    @staticmethod
+    def vmap(info, in_dims, drive, A, h0, gate, phi):
+        # Merge the vmapped dim with the canonical model dim N: [V, N, ...] -> [V·N, ...].
+        v = info.batch_size
+        drive, A, h0 = (_batch_first(x, d, v) for x, d in zip((drive, A, h0), in_dims[:3]))
+        if gate is not None:
+            gate = _batch_first(gate, in_dims[3], v)
+        n = A.shape[1]
+        hs, ah = _DenseRNN.apply(
+            drive.flatten(0, 1), A.flatten(0, 1), h0.flatten(0, 1), None if gate is None else gate.flatten(0, 1), phi
+        )
+        ah = ah.unflatten(0, (v, n)) if ah.numel() else ah.expand(v, *ah.shape)
+        return (hs.unflatten(0, (v, n)), ah), (0, 0)
+
+
+def dense_rnn_scan(
+    drive: torch.Tensor, A: torch.Tensor, h0: torch.Tensor, gate: torch.Tensor | None = None, phi: str = "tanh"
+) -> torch.Tensor:
+    """h_t = phi(g_t ⊙ (h_{t−1} Aᵀ) + d_t) with a hand-written reverse-time backward.
+
+    Args:
+        drive: d ``[B, T, S]`` (or ``[N, B, T, S]`` with one A per model).
+        A: recurrence ``[S, S]`` (or ``[N, S, S]``).
+        h0: ``[B, S]`` (or ``[N, B, S]``).
+        gate: g, shaped like ``drive``, or None.
+        phi: ``"identity"`` or ``"tanh"``.
+
+    Returns:
+        states shaped like ``drive``.
+    """
+    _check_phi(phi)
+    if A.dim() == 2:
+        if drive.dim() != 3 or h0.dim() != 2:
+            raise ValueError(f"with A [S, S], drive must be [B, T, S] and h0 [B, S]; got {tuple(drive.shape)}, {tuple(h0.shape)}")
+        hs, _ = _DenseRNN.apply(drive[None], A[None], h0[None], None if gate is None else gate[None], phi)
+        return hs.squeeze(0)
+    if A.dim() != 3 or drive.dim() != 4 or h0.dim() != 3:
+        raise ValueError(
+            f"with A [N, S, S], drive must be [N, B, T, S] and h0 [N, B, S]; got {tuple(drive.shape)}, {tuple(h0.shape)}"
+        )
+    return _DenseRNN.apply(drive, A, h0, gate, phi)[0]

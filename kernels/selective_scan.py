@@ -1,0 +1,105 @@
+"""Mamba-1 selective scan: diagonal decay per channel and state dim, with initial and final state.
+
+Recurrence per batch element and channel d (state ``h_t[d]`` is an ``[N]`` vector)::
+
+    h_t[d] = exp(Δ_t[d] · A[d]) ⊙ h_{t-1}[d] + Δ_t[d] · u_t[d] · B_t      A[d]: [N] (negative)
+    y_t[d] = C_t · h_t[d]
+    h_{-1} = initial_state (zero when absent)
+
+The skip term ``D·u`` and the gate are left to the mixer. Unlike mamba-ssm's
+``selective_scan_fn`` this scan takes an initial state; its contribution is added to the
+zero-state output (SPEC B1 erratum).
+
+:func:`selective_scan_sequential` is the reference. :func:`selective_scan_chunked` uses the
+identity that a selective scan is GLA with one head per channel, keys ``Δ_t[d]·B_t``,
+values ``u_t[d]`` (V = 1), queries ``C_t`` and log gates ``Δ_t[d]·A[d]`` (scale 1), and
+runs the chunked GLA form.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .gla import gla_chunked
+
+__all__ = ["selective_scan_sequential", "selective_scan_chunked", "selective_scan_step"]
+
+
+def _check(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> None:
+    if u.dim() != 3:
+        raise ValueError(f"u must be [B, T, D], got shape {tuple(u.shape)}")
+    b, t, d = u.shape
+    if delta.shape != u.shape:
+        raise ValueError(f"delta must be [B, T, D] = {(b, t, d)}, got {tuple(delta.shape)}")
+    if A.dim() != 2 or A.shape[0] != d:
+        raise ValueError(f"A must be [D, N] with D = {d}, got {tuple(A.shape)}")
+    if B.shape != (b, t, A.shape[1]) or C.shape != B.shape:
+        raise ValueError(f"B and C must be [B, T, N] = {(b, t, A.shape[1])}, got {tuple(B.shape)}, {tuple(C.shape)}")
+
+
+def selective_scan_step(
+    state: torch.Tensor, u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step. state ``[B, D, N]``; u, delta ``[B, D]``; A ``[D, N]``; B, C ``[B, N]``.
+
+    Returns ``(y_t [B, D], h_t [B, D, N])``.
+    """
+    decay = torch.exp(delta[..., None] * A)  # [B, D, N]
+    state = decay * state + (delta * u)[..., None] * B[:, None, :]  # [B, D, N]
+    y = torch.einsum("bdn,bn->bd", state, C)
+    return y, state
+
+
+def selective_scan_sequential(
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    return_final_state: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Reference selective scan, one step at a time.
+
+    Args:
+        u: ``[B, T, D]`` inputs; delta: ``[B, T, D]`` positive step sizes.
+        A: ``[D, N]`` negative rates; B, C: ``[B, T, N]``.
+        initial_state: ``[B, D, N]`` or None (zeros).
+        return_final_state: also return the last state.
+
+    Returns:
+        ``y [B, T, D]`` and, if asked, ``final_state [B, D, N]``.
+    """
+    _check(u, delta, A, B, C)
+    b, t, d = u.shape
+    state = u.new_zeros(b, d, A.shape[1]) if initial_state is None else initial_state
+    ys = []
+    for i in range(t):
+        y, state = selective_scan_step(state, u[:, i], delta[:, i], A, B[:, i], C[:, i])
+        ys.append(y)
+    y = torch.stack(ys, dim=1) if ys else u.new_zeros(b, 0, d)  # [B, T, D]
+    return (y, state) if return_final_state else y
+
+
+def selective_scan_chunked(
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    return_final_state: bool = False,
+    chunk_size: int = 32,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Chunked selective scan (same arguments and result as :func:`selective_scan_sequential`)."""
+    _check(u, delta, A, B, C)
+    b, t, d = u.shape
+    n = A.shape[1]
+    q = C[:, :, None, :].expand(b, t, d, n)  # [B, T, D(heads), N(keys)]
+    k = delta[..., None] * B[:, :, None, :]  # [B, T, D, N]
+    v = u[..., None]  # [B, T, D, 1]
+    gk = delta[..., None] * A  # [B, T, D, N]
+    init = None if initial_state is None else initial_state[..., None]  # [B, D, N, 1]
+    y, state = gla_chunked(q, k, v, gk, scale=1.0, initial_state=init, return_final_state=True, chunk_size=chunk_size)
+    y = y[..., 0]  # [B, T, D]
+    return (y, state[..., 0]) if return_final_state else y

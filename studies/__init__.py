@@ -1,0 +1,31 @@
+"""The study registry: one module per study, found by name (DESIGN rule 7)."""
+
+from __future__ import annotations
+
+from dynlab.study import Study
+
+__all__ = ["STUDIES", "get_study", "register_study"]
+
+STUDIES: dict[str, Study] = {}
+
+
+def register_study(study: Study) -> Study:
+    STUDIES[study.name] = study
+    return study
+
+
+def get_study(name: str) -> Study:
+    try:
+        return STUDIES[name]
+    except KeyError:
+        raise ValueError(f"unknown study {name!r}; allowed: {', '.join(STUDIES)}") from None
+
+
+def _load_builtin() -> None:
+    from dynlab.studies import group_tracking
+
+    register_study(group_tracking.STUDY)
+    register_study(__import__("dynlab.studies.length_generalization", fromlist=["STUDY"]).STUDY)
+
+
+_load_builtin()

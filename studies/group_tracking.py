@@ -1,0 +1,299 @@
+"""Study ``group-tracking`` (paper A): trackers on group word problems, length extrapolation.
+
+Every selected architecture is trained on every selected group with a curriculum to
+length 60 and evaluated at lengths up to 1000; the dataset holds ``accuracy(run,
+length)``, ``accuracy_all``, ``mp(run)`` and the training record.
+
+Presets:
+- ``smoke`` — width 16, 20 steps, lengths to 60: seconds; checks an installation.
+- ``quick`` — 8 architectures × {C2, C6, S3} × 1 seed, width 64, ≤ 600 steps of batch 128,
+  evaluation on 256 sequences to length 1000.  Minutes on a 2-core CPU.
+- ``paper`` — 8 architectures × {C2, C6, S3} × 5 seeds (120 models), width 128, 3000 steps
+  of batch 256 (AdamW 1e-3, warm-up + cosine, clip 1.0), evaluation on 1024 sequences to
+  length 1000.  Meant for a GPU box or a cluster (``--executor dask``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+import xarray as xr
+
+from dynlab.analysis.correlation import tcross_mp_correlation
+from dynlab.analysis.tracking import AnalysisSpec, analyze_tracker
+from dynlab.config import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from dynlab.evaluate import evaluate_lengths, max_pass_length
+from dynlab.groups import get_group
+from dynlab.models import BUILTIN_ARCHS, available_cells, measure_family
+from dynlab.results.store import RunStore
+from dynlab.study import RunOutcome, Study, StudyOptions
+from dynlab.tasks import WordProblem
+from dynlab.train import NullProgress, build_tracker, train_tracker
+
+__all__ = ["ANALYSIS_PRESETS", "PRESETS", "STUDY", "analyze_one", "assemble", "load_model", "make_specs", "run_one"]
+
+DEFAULT_GROUPS = ("C2", "C6", "S3")
+
+PRESETS: dict[str, dict] = {
+    "smoke": {
+        "seeds": (0,),
+        "model": {"hidden": 16},
+        "train": {"steps": 20, "batch_size": 32, "lr": 3e-3, "warmup_steps": 2},
+        "eval": {"n_samples": 32, "batch_size": 32, "lengths": (5, 20, 60), "chunk": 25},
+    },
+    "quick": {
+        "seeds": (0,),
+        "model": {"hidden": 64},
+        "train": {"steps": 600, "batch_size": 128, "lr": 3e-3},
+        "eval": {"n_samples": 256, "batch_size": 256},
+    },
+    "paper": {
+        "seeds": (0, 1, 2, 3, 4),
+        "model": {"hidden": 128},
+        "train": {"steps": 3000, "batch_size": 256, "lr": 1e-3, "warmup_steps": 100},
+        "eval": {"n_samples": 1024, "batch_size": 512},
+    },
+}
+
+
+def _select_models(models: tuple[str, ...] | None) -> tuple[str, ...]:
+    if models is None or models == ("all",):
+        return BUILTIN_ARCHS
+    allowed = available_cells()
+    for m in models:
+        if m not in allowed:
+            raise ValueError(f"unknown model {m!r}; allowed: all, {', '.join(allowed)}")
+    return tuple(dict.fromkeys(models))
+
+
+def make_specs(options: StudyOptions) -> list[RunSpec]:
+    """One :class:`RunSpec` per (architecture, group, seed) of the selection."""
+    if options.preset not in PRESETS:
+        raise ValueError(f"unknown preset {options.preset!r}; allowed: {', '.join(PRESETS)}")
+    preset = PRESETS[options.preset]
+    archs = _select_models(options.models)
+    groups = tuple(get_group(g).name for g in (options.groups or DEFAULT_GROUPS))
+    seeds = options.seeds if options.seeds is not None else preset["seeds"]
+    if any(s < 0 for s in seeds):
+        raise ValueError(f"seeds must be ≥ 0, got {list(seeds)}")
+    extra = dict(options.extra)
+    model_kw = {**preset["model"], **extra.get("model", {})}
+    train_kw = {**preset["train"], **extra.get("train", {})}
+    eval_kw = {**preset["eval"], **extra.get("eval", {})}
+    train = TrainSpec(**train_kw)
+    evals = EvalSpec(**eval_kw)
+    return [
+        RunSpec(task=TaskSpec(group=g), model=ModelSpec(arch=a, **model_kw), train=train, eval=evals, seed=s)
+        for g in groups
+        for a in archs
+        for s in seeds
+    ]
+
+
+def run_one(spec: RunSpec, device: torch.device, progress: NullProgress) -> RunOutcome:
+    """Train one tracker, measure its family, evaluate accuracy vs length and mp."""
+    t0 = time.perf_counter()
+    res = train_tracker(spec, device, progress)
+    train_time = time.perf_counter() - t0
+    result: dict = {
+        "status": res.status,
+        "reason": res.reason,
+        "train_steps": len(res.losses),
+        "train_loss": res.losses[-1] if res.losses else float("nan"),
+        "curriculum_length": res.lengths[-1] if res.lengths else 0,
+        "final_train_accuracy": res.final_train_accuracy,
+        "train_time": train_time,
+        "family": res.model.family,
+        "family_measured": measure_family(res.model.cells[0].cpu()),
+    }
+    res.model.to(device)
+    if res.status != "ok":
+        return RunOutcome(result, None)
+    task = WordProblem(get_group(spec.task.group))
+    ev = spec.eval
+    le = evaluate_lengths(
+        res.model, task, ev.lengths, ev.n_samples, ev.batch_size, ev.chunk, spec.seed + ev.seed_offset, device
+    )
+    mp, censored = max_pass_length(le.lengths, le.acc_final, ev.threshold)
+    result.update(
+        lengths=le.lengths.tolist(),
+        accuracy=le.acc_final.tolist(),
+        accuracy_all=le.acc_all.tolist(),
+        mp=mp,
+        mp_censored=censored,
+        threshold=ev.threshold,
+    )
+    return RunOutcome(result, res.model.state_dict())
+
+
+def load_model(spec: RunSpec, store: RunStore, device: torch.device):
+    """Rebuild a finished run's tracker from its stored weights."""
+    task = WordProblem(get_group(spec.task.group))
+    model = build_tracker(spec.model, task.n_tokens, task.n_classes, spec.seed)
+    model.load_state_dict(store.load_state_dict(spec))
+    return model.to(device).eval()
+
+
+ANALYSIS_PRESETS: dict[str, AnalysisSpec] = {
+    "smoke": AnalysisSpec(n_samples=32, perturb_samples=16, perturb_steps=10, lyap_samples=2, lyap_steps=10, n_words=2),
+    "quick": AnalysisSpec(n_samples=128, perturb_samples=128, lyap_samples=8),
+    "paper": AnalysisSpec(),
+}
+
+
+def analysis_spec_for(spec: RunSpec) -> AnalysisSpec:
+    """Analysis settings by evaluation size: paper (≥ 1024 samples), quick (≥ 128), smoke."""
+    n = spec.eval.n_samples
+    return ANALYSIS_PRESETS["paper" if n >= 1024 else "quick" if n >= 128 else "smoke"]
+
+
+def analyze_one(spec: RunSpec, store: RunStore, device: torch.device, progress: NullProgress) -> xr.Dataset:
+    """Error-control analysis of a finished run (:func:`dynlab.analysis.tracking.analyze_tracker`).
+
+    q(t) is followed to the longest evaluated length; U, the return map and the
+    perturbation use step t_ref = the curriculum's max_length (the training length).
+    """
+    model = load_model(spec, store, torch.device("cpu"))
+    task = WordProblem(get_group(spec.task.group))
+    aspec = analysis_spec_for(spec)
+    horizon = aspec.horizon or max(spec.eval.lengths)
+    t_ref = aspec.t_ref or spec.train.curriculum.max_length
+    return analyze_tracker(model, task, aspec, horizon=horizon, t_ref=min(t_ref, horizon))
+
+
+def _analysis_table(specs: list[RunSpec], store: RunStore, status: list[str]) -> xr.Dataset | None:
+    """Stack the per-run analyses along ``run`` (NaN / '' where a run has none)."""
+    parts = []
+    for spec, st in zip(specs, status):
+        if st == "ok" and store.has_file(spec, "analysis.nc"):
+            ds = store.read_dataset(spec, "analysis.nc")
+            ds = ds.assign_coords(k=np.arange(ds.sizes["k"]))
+            if "failure_mode" in ds:
+                ds["failure_mode"] = ds["failure_mode"].astype(str)
+            parts.append(ds)
+        else:
+            parts.append(None)
+    present = [p for p in parts if p is not None]
+    if not present:
+        return None
+    template = xr.zeros_like(present[0]).where(False)
+    if "failure_mode" in template:
+        template["failure_mode"] = ((), "")
+    for name in ("crossed", "crossed_par"):
+        if name in template:
+            template[name] = ((), False)
+    filled = [p if p is not None else template for p in parts]
+    table = xr.concat(filled, dim="run", join="outer", data_vars="all", coords="minimal", compat="override")
+    table.attrs = present[0].attrs
+    return table
+
+
+def _correlations(ds: xr.Dataset) -> xr.Dataset:
+    """T_cross–mp and T_cross_par–mp correlations over the analysed runs (SPEC A4)."""
+    ok = (ds["status"] == "ok") & np.isfinite(ds["mp"])
+    if "T_cross" not in ds or int(ok.sum()) < 3:
+        return xr.Dataset()
+    sub = ds.sel(run=ok)
+    out = xr.Dataset()
+    max_len = float(ds["length"].max())
+    for name, prefix in (("T_cross", "corr"), ("T_cross_par", "corr_par")):
+        if name not in sub:
+            continue
+        res = tcross_mp_correlation(
+            sub[name].values,
+            sub["mp"].values,
+            horizon=float(sub["horizon"].max()) if "horizon" in sub else max_len,
+            mp_censored=sub["mp_censored"].values.astype(bool),
+            max_length=max_len,
+            rng=np.random.default_rng(0),
+        )
+        cds = res.to_dataset()
+        for v in cds.data_vars:
+            cds[v].attrs["long_name"] = cds[v].attrs.get("long_name", v).replace("T_cross", name)
+        out = out.merge(cds.rename({v: f"{prefix}_{v}" for v in cds.data_vars}))
+        out.attrs[f"{prefix}_censoring"] = res.censoring
+        out.attrs[f"{prefix}_n_boot"] = res.n_boot
+    return out
+
+
+def assemble(specs: list[RunSpec], store: RunStore, options: StudyOptions) -> xr.Dataset:
+    """The study dataset: dim ``run`` (+ ``length``, ``t`` …) with DESIGN.md's names.
+
+    Holds the training/evaluation record of every run, the per-run analyses where they
+    exist (:func:`analyze_one`), the margin summary per run and the T_cross–mp
+    correlations across runs (``corr_*`` variables).
+    """
+    lengths = sorted({int(L) for s in specs for L in s.eval.lengths})
+    n, nl = len(specs), len(lengths)
+    acc = np.full((n, nl), np.nan)
+    acc_all = np.full((n, nl), np.nan)
+    scalars = {k: np.full(n, np.nan) for k in ("mp", "curriculum_length", "train_loss", "train_steps", "train_time")}
+    status, reason, fam_meas, fam = [], [], [], []
+    censored = np.zeros(n, dtype=bool)
+    for i, spec in enumerate(specs):
+        r = store.load_result(spec)
+        status.append(r["status"])
+        reason.append(r.get("reason", ""))
+        fam.append(r.get("family", ""))
+        fam_meas.append(r.get("family_measured", ""))
+        for k in scalars:
+            if r.get(k) is not None:
+                scalars[k][i] = r[k]
+        if r["status"] == "ok":
+            idx = [lengths.index(int(L)) for L in r["lengths"]]
+            acc[i, idx] = r["accuracy"]
+            acc_all[i, idx] = r["accuracy_all"]
+            censored[i] = bool(r["mp_censored"])
+    run = np.arange(n)
+    ds = xr.Dataset(
+        {
+            "accuracy": (("run", "length"), acc),
+            "accuracy_all": (("run", "length"), acc_all),
+            "mp": ("run", scalars["mp"]),
+            "mp_censored": ("run", censored),
+            "status": ("run", np.array(status, dtype=str)),
+            "reason": ("run", np.array(reason, dtype=str)),
+            "curriculum_length": ("run", scalars["curriculum_length"]),
+            "train_loss": ("run", scalars["train_loss"]),
+            "train_steps": ("run", scalars["train_steps"]),
+            "train_time": ("run", scalars["train_time"]),
+        },
+        coords={
+            "run": run,
+            "length": np.asarray(lengths),
+            "run_id": ("run", np.array([s.spec_hash() for s in specs], dtype=str)),
+            "arch": ("run", np.array([s.model.arch for s in specs], dtype=str)),
+            "family": ("run", np.array(fam, dtype=str)),
+            "family_measured": ("run", np.array(fam_meas, dtype=str)),
+            "group": ("run", np.array([s.task.group for s in specs], dtype=str)),
+            "seed": ("run", np.array([s.seed for s in specs])),
+            "hidden": ("run", np.array([s.model.hidden for s in specs])),
+            "layers": ("run", np.array([s.model.layers for s in specs])),
+            "nonlinearity": ("run", np.array([s.model.nonlinearity or "default" for s in specs], dtype=str)),
+        },
+    )
+    ds["mp"].attrs["threshold"] = float(specs[0].eval.threshold) if specs else float("nan")
+    table = _analysis_table(specs, store, status)
+    if table is not None:
+        ds = ds.merge(table.drop_vars([c for c in table.coords if c in ("run",)], errors="ignore"), compat="override")
+        ds.attrs.update({f"analysis_{k}": v for k, v in table.attrs.items()})
+        orders = [get_group(s.task.group).order for s in specs]
+        ds["group_order"] = ("run", np.asarray(orders))
+        ds["half_margin_rel"] = (0.5 * ds["M"] / ds["centroid_radius"]).median("t")
+        ds["q_max"] = ds["q"].max("t")
+        ds = ds.merge(_correlations(ds))
+    return ds
+
+
+STUDY = Study(
+    name="group-tracking",
+    analyze_one=analyze_one,
+    description="Trackers on group word problems (C2, C6, S3, …): accuracy vs length to 1000, max-pass length.",
+    presets=tuple(PRESETS),
+    make_specs=make_specs,
+    run_one=run_one,
+    assemble=assemble,
+    spec_type=RunSpec,
+)

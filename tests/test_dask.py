@@ -1,0 +1,149 @@
+"""Dask executor: same results as in-process, retries after a killed worker, clean errors."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import xarray as xr
+
+pytest.importorskip("distributed")
+import cloudpickle  # noqa: E402  (a dependency of distributed)
+
+from dynlab.config import ModelSpec, RunSpec, TaskSpec  # noqa: E402
+from dynlab.executors import DaskExecutor, InProcessExecutor, make_executor  # noqa: E402
+from dynlab.results.store import RunStore  # noqa: E402
+from dynlab.runner import run_study  # noqa: E402
+from dynlab.studies.group_tracking import STUDY as GROUP_TRACKING  # noqa: E402
+from dynlab.study import RunOutcome, Study, StudyOptions  # noqa: E402
+
+# Worker processes cannot import this test module by name: ship its functions by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+TINY = {
+    "model": {"hidden": 8},
+    "train": {"steps": 6, "batch_size": 8, "warmup_steps": 1},
+    "eval": {"lengths": (5, 12), "n_samples": 8, "batch_size": 8, "chunk": 8},
+}
+
+
+def _result_files(root: Path) -> dict[str, dict]:
+    out = {}
+    for p in sorted((root / "runs").glob("*/result.json")):
+        r = json.loads(p.read_text())
+        for k in ("wall_time_s", "train_time"):
+            r.pop(k, None)
+        out[p.parent.name] = r
+    return out
+
+
+def _weights(root: Path) -> dict[str, dict[str, torch.Tensor]]:
+    from safetensors.torch import load_file
+
+    return {p.parent.name: load_file(p) for p in sorted((root / "runs").glob("*/model.safetensors"))}
+
+
+def test_local_cluster_gives_identical_results_to_in_process(tmp_path):
+    options = StudyOptions(preset="quick", models=("tanh-rnn", "linear-rnn"), groups=("C2",), extra=TINY)
+    run_study(GROUP_TRACKING, options, out=tmp_path / "inproc", device="cpu", analyze=False)
+    with DaskExecutor(workers=1, processes=False) as ex:
+        # progress=True: the client-side bars must not be shipped to the worker
+        run_study(GROUP_TRACKING, options, out=tmp_path / "dask", device="cpu", analyze=False, executor=ex, progress=True)
+    a, b = tmp_path / "inproc" / "group-tracking", tmp_path / "dask" / "group-tracking"
+    ra, rb = _result_files(a), _result_files(b)
+    assert len(ra) == 2 and ra == rb
+    wa, wb = _weights(a), _weights(b)
+    assert wa.keys() == wb.keys() and len(wa) == 2
+    for rid in wa:
+        assert wa[rid].keys() == wb[rid].keys()
+        for name in wa[rid]:
+            assert torch.equal(wa[rid][name], wb[rid][name]), (rid, name)
+    with xr.open_dataset(a / "dataset.nc", engine="h5netcdf") as da, xr.open_dataset(b / "dataset.nc") as db:
+        np.testing.assert_array_equal(da["accuracy"].values, db["accuracy"].values)
+
+
+# -- a toy study whose run kills its own worker process the first time ---------------------------
+
+
+def _toy_specs(options: StudyOptions) -> list[RunSpec]:
+    return [RunSpec(task=TaskSpec(group="C2"), model=ModelSpec(arch="tanh-rnn", hidden=4), seed=s) for s in range(4)]
+
+
+def _toy_value(seed: int) -> float:
+    return 1.0 / (seed + 3)
+
+
+def _toy_run_one(spec: RunSpec, device, progress, marker_dir: str) -> RunOutcome:
+    marker = Path(marker_dir) / f"started-{spec.seed}"
+    if spec.seed == 2 and not marker.exists():
+        marker.write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)  # the worker dies mid-run, nothing returned
+    weights = {"w": torch.arange(5, dtype=torch.float64) * _toy_value(spec.seed)}
+    return RunOutcome({"status": "ok", "value": _toy_value(spec.seed), "pid": os.getpid()}, weights)
+
+
+def _toy_assemble(specs, store: RunStore, options) -> xr.Dataset:
+    vals = [store.load_result(s)["value"] for s in specs]
+    return xr.Dataset({"value": ("run", np.asarray(vals))}, coords={"run": np.arange(len(specs))})
+
+
+def test_killed_worker_is_retried_without_lost_or_corrupted_results(tmp_path):
+    study = Study(
+        name="toy-kill",
+        description="toy",
+        presets=("quick",),
+        make_specs=_toy_specs,
+        run_one=functools.partial(_toy_run_one, marker_dir=str(tmp_path)),
+        assemble=_toy_assemble,
+    )
+    with DaskExecutor(workers=1, processes=True, retries=1) as ex:
+        path = run_study(study, StudyOptions(), out=tmp_path / "out", device="cpu", analyze=False, executor=ex)
+    killed_pid = int((tmp_path / "started-2").read_text())
+    store = RunStore(tmp_path / "out" / "toy-kill")
+    specs = _toy_specs(StudyOptions())
+    for s in specs:
+        r = store.load_result(s)
+        assert r["value"] == _toy_value(s.seed)
+        w = store.load_state_dict(s)["w"]
+        torch.testing.assert_close(w, torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0], dtype=torch.float64) / (s.seed + 3))
+    assert store.load_result(specs[2])["pid"] != killed_pid  # rerun by a fresh worker process
+    assert sorted(p.name for p in (store.root / "runs").iterdir()) == sorted(s.spec_hash() for s in specs)
+    with xr.open_dataset(path, engine="h5netcdf") as ds:
+        np.testing.assert_allclose(ds["value"].values, [1 / 3, 1 / 4, 1 / 5, 1 / 6])
+
+
+def test_map_unordered_yields_every_item_once():
+    with DaskExecutor(workers=1, processes=False) as ex:
+        got = dict(ex.map_unordered(lambda x: x * x + 1, [3, 1, 4, 1.5]))
+    assert got == {3: 10, 1: 2, 4: 17, 1.5: 3.25}
+
+
+def test_bad_executor_options_raise_one_line():
+    with pytest.raises(ValueError, match="unknown executor 'spark'; allowed: inprocess, dask"):
+        make_executor("spark")
+    with pytest.raises(ValueError, match="need --executor dask"):
+        make_executor("inprocess", workers=2)
+    assert isinstance(make_executor(), InProcessExecutor)
+    with pytest.raises(ValueError, match="cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'"):
+        DaskExecutor(scheduler="tcp://127.0.0.1:9", timeout=1)
+
+
+def test_cli_unreachable_scheduler_exits_2(tmp_path, monkeypatch, capsys):
+    import dynlab.executors
+    from dynlab.cli import main
+
+    monkeypatch.setattr(dynlab.executors, "make_executor", functools.partial(make_executor, timeout=1))
+    code = main(["study", "group-tracking", "--models", "tanh-rnn", "--groups", "C2", "--executor", "dask",
+                 "--scheduler", "tcp://127.0.0.1:9", "--out", str(tmp_path), "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: cannot reach the Dask scheduler"), err
+    assert not (tmp_path / "group-tracking").exists()
+    assert main(["study", "group-tracking", "--models", "tanh-rnn", "--executor", "ray", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == "error: unknown executor 'ray'; allowed: inprocess, dask"

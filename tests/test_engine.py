@@ -1,0 +1,99 @@
+"""Training engine: determinism, curriculum, schedule, divergence handling."""
+
+import math
+
+import pytest
+import torch
+
+from dynlab.config import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from dynlab.train import lr_at, resolve_device, train_tracker
+
+
+def _spec(**train):
+    base = {"steps": 12, "batch_size": 16, "lr": 3e-3, "warmup_steps": 2}
+    base.update(train)
+    return RunSpec(task=TaskSpec(group="S3"), model=ModelSpec(arch="tanh-rnn", hidden=8), train=TrainSpec(**base), seed=3)
+
+
+def test_reruns_are_bit_identical_on_cpu():
+    a = train_tracker(_spec(), torch.device("cpu"))
+    torch.manual_seed(12345)  # global RNG state must not matter
+    b = train_tracker(_spec(), torch.device("cpu"))
+    assert a.losses == b.losses
+    for (k, va), (_, vb) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
+        assert torch.equal(va, vb), k
+
+
+def test_different_seeds_differ():
+    a = train_tracker(_spec(), torch.device("cpu"))
+    b = train_tracker(_spec().model_copy(update={"seed": 4}), torch.device("cpu"))
+    assert a.losses != b.losses
+
+
+def test_training_reduces_loss_on_c2():
+    spec = RunSpec(
+        task=TaskSpec(group="C2"),
+        model=ModelSpec(arch="tanh-rnn", hidden=16),
+        train=TrainSpec(steps=150, batch_size=32, lr=1e-2, warmup_steps=5),
+    )
+    res = train_tracker(spec, torch.device("cpu"))
+    assert res.status == "ok"
+    assert sum(res.losses[-10:]) / 10 < 0.5 * sum(res.losses[:10]) / 10
+    assert res.lengths[-1] > res.lengths[0]  # the adaptive curriculum advanced
+
+
+def test_adaptive_curriculum_rule():
+    c = CurriculumSpec(min_length=2, max_length=60, advance_at=0.99, growth=0.25)
+    assert c.next_length(2, 0, 100, 0.5) == 2
+    assert c.next_length(2, 0, 100, 0.995) == 3
+    assert c.next_length(40, 0, 100, 1.0) == 50
+    assert c.next_length(58, 0, 100, 1.0) == 60
+
+
+def test_linear_curriculum_rule():
+    c = CurriculumSpec(mode="linear", min_length=10, max_length=60, ramp_fraction=0.5)
+    lengths = [c.first_length(100)] + [c.next_length(0, s, 100, 0.0) for s in range(100)]
+    assert lengths[0] == 10 and lengths[25] == 35 and all(L == 60 for L in lengths[50:])
+    assert lengths == sorted(lengths)
+
+
+def test_curriculum_refuses_impossible_lengths():
+    with pytest.raises(ValueError, match="exceeds max_length"):
+        CurriculumSpec(min_length=80, max_length=60)
+
+
+def test_lr_schedule_warmup_then_cosine():
+    tr = TrainSpec(steps=110, lr=1.0, warmup_steps=10)
+    assert lr_at(tr, 0) == pytest.approx(0.1) and lr_at(tr, 9) == pytest.approx(1.0)
+    assert lr_at(tr, 10) == pytest.approx(1.0)
+    assert lr_at(tr, 60) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert lr_at(tr, 110) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_diverging_run_is_stopped_and_reported():
+    spec = RunSpec(
+        task=TaskSpec(group="C2"),
+        model=ModelSpec(arch="linear-rnn", hidden=8),
+        train=TrainSpec(steps=50, batch_size=8, lr=1e6, warmup_steps=0, clip=1e9),
+    )
+    res = train_tracker(spec, torch.device("cpu"))
+    assert res.status == "diverged"
+    assert "non-finite" in res.reason
+    assert len(res.losses) < 50
+
+
+def test_device_resolution():
+    assert resolve_device("cpu").type == "cpu"
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ValueError, match="allowed"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            resolve_device("cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_same_code_runs_on_cuda():
+    res = train_tracker(_spec(), torch.device("cuda"))
+    assert res.status == "ok" and next(res.model.parameters()).is_cuda

@@ -1,0 +1,258 @@
+"""Figure panels on a synthetic study dataset whose drawn values are known analytically."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import matplotlib
+import numpy as np
+import pytest
+import xarray as xr
+
+matplotlib.use("Agg")
+from matplotlib.collections import PathCollection  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Circle  # noqa: E402
+
+from dynlab.figures import (  # noqa: E402
+    MissingData,
+    accuracy_heatmap,
+    failure_modes,
+    margin_panel,
+    mp_by_nonlinearity,
+    mp_failure_table,
+    perturbation_recovery,
+    q_curves,
+    r_par_perp,
+    return_map_eigs,
+    tcross_mp_scatter,
+    write_figures,
+)
+from dynlab.results.schema import annotate, write_dataset  # noqa: E402
+
+ARCHS = [("mamba", "affine"), ("tanh-rnn", "state-dependent")]
+GROUPS = [("S3", 6), ("C2", 2)]  # deliberately not in group order
+SEEDS = (0, 1)
+T = 50
+
+
+def synthetic() -> xr.Dataset:
+    """8 runs: 2 archs × 2 groups × 2 seeds, with every analysis variable the panels read.
+
+    accuracy(run, L) = a_arch - 0.1·seed (so the seed mean is a_arch - 0.05); q(t) = t/(20·k) with
+    k = run + 1 crosses 0.5 at t = 10·k (runs 5–7 never cross within T = 50); eigenvalues on circles of radius rho_family; perturbation
+    size decays as exp(-rate·s); R_par = c·t·M, R_perp = 2c·t·M.
+    """
+    rows = [(a, f, g, o, s) for g, o in GROUPS for a, f in ARCHS for s in SEEDS]
+    n = len(rows)
+    lengths = np.array([10, 60, 200, 1000])
+    t = np.arange(1, T + 1)
+    acc = np.array([[(0.9 if a == "tanh-rnn" else 0.4) - 0.1 * s] * lengths.size for a, _, _, _, s in rows])
+    k = np.arange(1, n + 1, dtype=float)  # run-specific q slope
+    q = t[None, :] / (20 * k[:, None])
+    tcross = np.where(10 * k <= T, 10 * k, np.nan)
+    M = np.full((n, T), 2.0)
+    c = np.linspace(0.001, 0.004, n)[:, None]
+    rho = np.array([1.0 if f == "affine" else 0.5 for _, f, _, _, _ in rows])
+    ang = np.linspace(0, np.pi, 3)
+    steps = np.arange(60, 71)
+    rate = np.array([0.0 if f == "affine" else 0.2 for _, f, _, _, _ in rows])
+    delta = np.stack([np.exp(-rate[:, None] * (steps - 60)), np.exp(-2 * rate[:, None] * (steps - 60))], axis=1)
+    ds = xr.Dataset(
+        {
+            "accuracy": (("run", "length"), acc),
+            "mp": ("run", np.array([1000.0, 200, 60, 0, 1000, 1000, 10, 60])),
+            "mp_censored": ("run", np.array([True, False, False, False, True, True, False, False])),
+            "status": ("run", np.array(["ok"] * n)),
+            "q": (("run", "t"), q),
+            "R": (("run", "t"), q * M),
+            "M": (("run", "t"), M),
+            "R_par": (("run", "t"), c * t * M),
+            "R_perp": (("run", "t"), 2 * c * t * M),
+            "T_cross": ("run", tcross),
+            "horizon": ("run", np.full(n, float(T))),
+            "failure_mode": ("run", np.where(np.isfinite(tcross), np.where(tcross <= 3, "saturation", "climb"),
+                                             "robust")),
+            "return_map_eig_real": (("run", "k"), rho[:, None] * np.cos(ang)[None]),
+            "return_map_eig_imag": (("run", "k"), rho[:, None] * np.sin(ang)[None]),
+            "perturb_delta_norm": (("run", "direction", "t_pert"), delta),
+            "half_margin_rel": ("run", np.array([0.5 if o == 6 else 1.0 for _, _, _, o, _ in rows])
+                                + np.array([0.0, 0.02] * (n // 2))),
+            "group_order": ("run", np.array([o for *_, o, _ in rows])),
+            "corr_pearson_r": ((), 0.87, {"long_name": "Pearson r(T_cross, mp)", "units": "1"}),
+            "corr_pearson_r_lo": ((), 0.8, {"long_name": "Pearson r, lower end of 0.95 bootstrap CI", "units": "1"}),
+            "corr_pearson_r_hi": ((), 0.92, {"long_name": "Pearson r, upper end", "units": "1"}),
+            "corr_spearman_rho": ((), 0.81, {"long_name": "Spearman", "units": "1"}),
+            "corr_spearman_rho_lo": ((), 0.7, {"long_name": "", "units": "1"}),
+            "corr_spearman_rho_hi": ((), 0.9, {"long_name": "", "units": "1"}),
+            "corr_n_used": ((), n, {"long_name": "runs used", "units": "1"}),
+        },
+        coords={
+            "run": np.arange(n),
+            "length": lengths,
+            "t": t,
+            "t_pert": steps,
+            "direction": ["U", "U_perp"],
+            "arch": ("run", [a for a, *_ in rows]),
+            "family": ("run", [f for _, f, *_ in rows]),
+            "group": ("run", [g for _, _, g, _, _ in rows]),
+            "seed": ("run", [s for *_, s in rows]),
+            "nonlinearity": ("run", ["default"] * n),
+        },
+        attrs={"study": "group-tracking", "analysis_tau": 0.5, "analysis_t_ref": 60},
+    )
+    annotate(ds)
+    ds["q"].attrs.update(long_name="distinguishability ratio q = R/M", units="1")
+    ds["T_cross"].attrs.update(long_name="first persistent crossing step", units="step")
+    ds["half_margin_rel"].attrs.update(long_name="median (M/2) / centroid radius", units="1")
+    return ds
+
+
+def _ax():
+    return Figure(figsize=(3.4, 2.5)).add_subplot()
+
+
+def test_accuracy_heatmap_shows_seed_mean_per_arch_affine_first():
+    ds = synthetic()
+    ax = accuracy_heatmap(ds, _ax(), group="C2")
+    img = ax.get_images()[0].get_array()
+    np.testing.assert_allclose(np.asarray(img), [[0.35] * 4, [0.85] * 4])
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["mamba", "tanh-rnn"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["10", "60", "200", "1000"]
+    assert ax.get_xlabel() == "sequence length [tokens]" and "C2" in ax.get_title()
+
+
+def test_q_curves_mark_tau_and_tcross():
+    ds = synthetic()
+    ax = q_curves(ds, _ax(), group="S3")
+    curves = [ln for ln in ax.get_lines() if ln.get_linestyle() == "-" and len(ln.get_xdata()) == T]
+    assert len(curves) == 4
+    marks = sorted((float(ln.get_xdata()[0]), float(ln.get_ydata()[0]))
+                   for ln in ax.get_lines() if ln.get_marker() == "x" and len(ln.get_xdata()))
+    assert marks == [(10.0, 0.5), (20.0, 0.5), (30.0, 0.5), (40.0, 0.5)]  # S3 = runs 0..3, q(T_cross) = τ
+    tau_lines = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+    assert tau_lines and float(tau_lines[0].get_ydata()[0]) == 0.5
+    assert ax.get_ylabel() == "distinguishability ratio q = R/M" and ax.get_xscale() == "log"
+
+
+def test_tcross_mp_scatter_places_censored_runs_at_their_bound_and_prints_r():
+    ds = synthetic()
+    ax = tcross_mp_scatter(ds, _ax())
+    pts = np.concatenate([c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)])
+    tc = np.where(np.isfinite(ds["T_cross"].values), ds["T_cross"].values, T)
+    mp = np.where(ds["mp"].values > 0, ds["mp"].values, 5.0)
+    expected = sorted(zip(tc.tolist(), mp.tolist()))
+    assert sorted(map(tuple, pts.tolist())) == expected
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("r = 0.87 (95% CI [0.80, 0.92])" in t and "ρ = 0.81" in t and "n = 8" in t for t in texts), texts
+    assert ax.get_xlabel() == "first persistent crossing step [step]"
+
+
+def test_r_par_perp_draws_family_medians_over_M():
+    ds = synthetic()
+    ax = r_par_perp(ds, _ax(), group="C2")
+    c = np.linspace(0.001, 0.004, 8)
+    t = np.arange(1, T + 1)
+    # C2 runs are 4..7: affine = runs 4, 5; the median of two is their mean.
+    med_par_affine = (c[4] + c[5]) / 2 * t
+    lines = {(ln.get_color(), ln.get_linestyle()): ln.get_ydata() for ln in ax.get_lines() if len(ln.get_xdata()) == T}
+    np.testing.assert_allclose(lines[("#1f5fa8", "-")], med_par_affine)
+    np.testing.assert_allclose(lines[("#1f5fa8", "--")], 2 * med_par_affine)
+
+
+def test_return_map_eigs_on_the_complex_plane_with_unit_circle():
+    ds = synthetic()
+    ax = return_map_eigs(ds, _ax())
+    circles = [p for p in ax.patches if isinstance(p, Circle)]
+    assert len(circles) == 1 and circles[0].get_radius() == 1.0
+    radii = {c.get_label(): np.hypot(*c.get_offsets().T) for c in ax.collections if isinstance(c, PathCollection)}
+    np.testing.assert_allclose(radii["affine"], 1.0)
+    np.testing.assert_allclose(radii["state-dependent"], 0.5)
+    assert ax.get_aspect() == 1.0
+
+
+def test_perturbation_recovery_relative_size_decays_at_the_injected_rate():
+    ds = synthetic()
+    ax = perturbation_recovery(ds, _ax())
+    s = np.arange(0, 11)
+    got = {(ln.get_color(), ln.get_linestyle()): ln.get_ydata() for ln in ax.get_lines() if len(ln.get_xdata()) == 11}
+    np.testing.assert_allclose(got[("#c8412b", "-")], np.exp(-0.2 * s))
+    np.testing.assert_allclose(got[("#c8412b", "--")], np.exp(-0.4 * s))
+    np.testing.assert_allclose(got[("#1f5fa8", "-")], 1.0)
+    assert "t0 = 60" in ax.get_xlabel()
+
+
+def test_failure_mode_counts_per_architecture():
+    ds = synthetic()
+    ax = failure_modes(ds, _ax())
+    got = {(c.get_label(), arch): p.get_width() for c in ax.containers for p, arch in zip(c.patches, ["mamba", "tanh-rnn"])}
+    # climb = runs 0..4 (T_cross ≤ 50), robust = runs 5..7; mamba = runs 0, 1, 4, 5
+    assert got == {("robust", "mamba"): 1, ("robust", "tanh-rnn"): 2, ("climb", "mamba"): 3, ("climb", "tanh-rnn"): 2}
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["mamba", "tanh-rnn"]
+
+
+def test_margin_panel_orders_groups_by_order_and_joins_medians():
+    ds = synthetic()
+    ax = margin_panel(ds, _ax())
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["C2\n|G|=2", "S3\n|G|=6"]
+    meds = [ln.get_ydata() for ln in ax.get_lines()]
+    for m in meds:
+        np.testing.assert_allclose(m, [1.01, 0.51])
+
+
+def test_nonlinearity_panel_and_table():
+    ds = synthetic()
+    phis = np.array(["tanh", "sphere"] * 4)
+    ds = ds.assign_coords(nonlinearity=("run", phis))
+    ax = mp_by_nonlinearity(ds, _ax())
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["tanh", "sphere"]
+    table = mp_failure_table(ds)
+    lines = table.strip().splitlines()
+    assert len(lines) == 2 + 4
+    # tanh on S3 = runs 0 and 2: mp 1000 (censored) and 60 -> median 530, range 60–1000
+    assert "| tanh | S3 | 2 | 530 | 60–1000 |" in table
+
+
+def test_missing_variables_raise_one_line():
+    ds = synthetic().drop_vars(["q", "T_cross"])
+    with pytest.raises(MissingData, match="q\\(t\\) curves needs q"):
+        q_curves(ds, _ax())
+    with pytest.raises(MissingData, match="group 'A5' not in the dataset"):
+        accuracy_heatmap(synthetic(), _ax(), group="A5")
+
+
+def test_write_figures_png_pdf_composite_and_notes(tmp_path):
+    ds = synthetic()
+    figs = write_figures(ds, tmp_path / "all")
+    names = {p.name for p in figs.written}
+    for stem in ("accuracy_S3", "accuracy_C2", "q_curves", "tcross_mp", "r_par_perp", "return_map_eigs",
+                 "perturbation_recovery", "failure_modes", "margin", "group-tracking"):
+        assert {f"{stem}.png", f"{stem}.pdf"} <= names
+        assert (tmp_path / "all" / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (tmp_path / "all" / f"{stem}.pdf").read_bytes()[:5] == b"%PDF-"
+    assert figs.skipped == {}
+    bare = ds[["accuracy", "mp", "mp_censored", "status"]]
+    bare.attrs = dict(ds.attrs)
+    figs = write_figures(bare, tmp_path / "bare")
+    assert {p.name for p in figs.written} == {f"{s}.{e}" for s in ("accuracy_S3", "accuracy_C2", "group-tracking")
+                                              for e in ("png", "pdf")}
+    assert set(figs.skipped) == {"q_curves", "tcross_mp", "r_par_perp", "return_map_eigs", "perturbation_recovery",
+                                 "failure_modes", "margin"}
+    assert "q_curves: skipped (q(t) curves needs q, t" in (tmp_path / "bare" / "NOTES.txt").read_text()
+
+
+def test_cli_figures_command(tmp_path, capsys):
+    from dynlab.cli import main
+
+    write_dataset(synthetic(), tmp_path / "study" / "dataset.nc")
+    assert main(["figures", str(tmp_path / "study"), "--out", str(tmp_path / "figs")]) == 0
+    out = capsys.readouterr().out
+    assert str(tmp_path / "figs" / "group-tracking.pdf") in out
+    assert main(["figures", str(tmp_path / "nowhere"), "--out", str(tmp_path / "f2")]) == 2
+
+
+def test_figures_package_imports_no_torch():
+    code = "import sys, dynlab.figures; assert 'torch' not in sys.modules, 'torch imported'"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

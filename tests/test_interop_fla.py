@@ -1,0 +1,49 @@
+"""Interop: dynlab's GLA equals fla-core's ``naive_recurrent_gla`` (skipped when fla-core is absent).
+
+fla-core's package ``__init__`` needs triton; its naive reference is plain torch, so when
+triton is missing the file ``fla/ops/gla/naive.py`` is loaded on its own.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+
+import pytest
+import torch
+
+from dynlab.kernels.gla import gla_chunked, gla_sequential
+
+
+def _naive_recurrent_gla():
+    try:
+        return importlib.import_module("fla.ops.gla.naive").naive_recurrent_gla
+    except ImportError:
+        pass
+    try:
+        dist = importlib.metadata.distribution("fla-core")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("fla-core is not installed")
+    path = dist.locate_file("fla/ops/gla/naive.py")
+    spec = importlib.util.spec_from_file_location("_fla_gla_naive", str(path))
+    if spec is None or spec.loader is None:
+        pytest.skip("fla-core installed without fla/ops/gla/naive.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.naive_recurrent_gla
+
+
+@pytest.mark.parametrize("impl", [gla_sequential, gla_chunked], ids=["sequential", "chunked"])
+def test_gla_with_initial_state_matches_fla_naive(impl):
+    naive = _naive_recurrent_gla()
+    g = torch.Generator().manual_seed(0)
+    b, t, h, k, v = 2, 19, 3, 8, 5
+    q, kk = torch.randn(b, t, h, k, generator=g), torch.randn(b, t, h, k, generator=g)
+    vv = torch.randn(b, t, h, v, generator=g)
+    gk = torch.nn.functional.logsigmoid(torch.randn(b, t, h, k, generator=g) + 2)
+    h0 = torch.randn(b, h, k, v, generator=g)
+    o_ref, s_ref = naive(q, kk, vv, gk, initial_state=h0, output_final_state=True)
+    o, s = impl(q, kk, vv, gk, initial_state=h0, return_final_state=True)
+    torch.testing.assert_close(o, o_ref, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(s, s_ref, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,53 @@
+"""Streaming evaluation: equals a whole-sequence forward, bounded chunk size, state recording."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dynlab.lm.evaluate import stream_eval, validation_windows
+from dynlab.lm.model import RecurrentLM
+
+
+def _model(name="mamba2"):
+    kwargs = {"mamba2": dict(n_heads=2, head_dim=4, d_state=4), "gla": dict(n_heads=2, key_dim=4, value_dim=4),
+              "mamba1": dict(d_inner=8, d_state=4, n_heads=2)}[name]
+    return RecurrentLM(name, d_model=16, n_layers=2, generator=torch.Generator().manual_seed(0), **kwargs)
+
+
+@pytest.mark.parametrize("name", ["mamba2", "mamba1", "gla"])
+@pytest.mark.parametrize("chunk_len", [7, 64], ids=lambda c: f"chunk{c}")
+def test_streamed_nll_equals_whole_forward(name, chunk_len):
+    model = _model(name).double()
+    tokens = torch.randint(0, 256, (3, 51), generator=torch.Generator().manual_seed(2))
+    res = stream_eval(model, tokens, chunk_len=chunk_len)
+    with torch.no_grad():
+        logits, finals = model(tokens[:, :-1])
+    expected = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none").numpy()
+    assert res.nll.shape == (3, 50)
+    assert abs(res.nll - expected).max() < 1e-10
+    assert res.state_positions[-1] == 50
+    last = torch.as_tensor(res.states[:, 1, :, -1])  # [S, H, P*N], layer 1, last position
+    torch.testing.assert_close(last.double(), finals[1].flatten(2), rtol=1e-6, atol=1e-6)
+
+
+def test_stream_never_feeds_more_than_chunk_len_tokens_at_16x_training_length():
+    model = _model()
+    seen: list[int] = []
+    for block in model.blocks:
+        block.mixer.register_forward_hook(lambda mod, args, out: seen.append(args[0].shape[1]))
+    train_length, chunk_len = 32, 16
+    tokens = torch.randint(0, 256, (2, 16 * train_length + 1), generator=torch.Generator().manual_seed(0))
+    res = stream_eval(model, tokens, chunk_len=chunk_len, record_states=False)
+    assert res.nll.shape == (2, 16 * train_length) and res.states is None
+    assert max(seen) == chunk_len and len(seen) == 2 * 16 * train_length // chunk_len
+
+
+def test_validation_windows_are_deterministic_and_in_range():
+    val = torch.arange(100).to(torch.uint8)
+    w = validation_windows(val, 4, 20)
+    assert w.shape == (4, 21) and w[0, 0] == 0 and w[-1, -1] == 99
+    assert torch.equal(w, validation_windows(val, 4, 20))
+    with pytest.raises(ValueError, match="evaluation length"):
+        validation_windows(val, 2, 100)

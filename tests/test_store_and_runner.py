@@ -1,0 +1,147 @@
+"""Run store and runner: atomic runs, resume after a kill, reuse, failed runs recorded."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from dynlab.config import RunSpec
+from dynlab.results import RunStore
+from dynlab.runner import open_study, run_study
+from dynlab.study import RunOutcome, StudyOptions
+from dynlab.studies import get_study
+
+SMOKE = StudyOptions(preset="smoke", models=("tanh-rnn", "linear-rnn"), groups=("C2", "S3"))
+
+
+class Killed(BaseException):
+    """Stands in for SIGKILL/KeyboardInterrupt in the middle of a study."""
+
+
+def _counting_study(kill_at: int | None = None):
+    base = get_study("group-tracking")
+    calls = []
+
+    def run_one(spec, device, progress):
+        if kill_at is not None and len(calls) == kill_at:
+            raise Killed()
+        calls.append(spec.spec_hash())
+        return base.run_one(spec, device, progress)
+
+    return dataclasses.replace(base, run_one=run_one, analyze_one=None), calls
+
+
+def test_killed_study_resumes_without_redoing_finished_runs(tmp_path):
+    study, calls = _counting_study(kill_at=2)
+    with pytest.raises(Killed):
+        run_study(study, SMOKE, out=tmp_path, device="cpu", analyze=False)
+    store = RunStore(tmp_path / "group-tracking")
+    specs = study.make_specs(SMOKE)
+    assert [store.is_done(s) for s in specs] == [True, True, False, False]
+    assert not (tmp_path / "group-tracking" / "dataset.nc").exists()
+    first_two = list(calls)
+
+    study2, calls2 = _counting_study()
+    path = run_study(study2, SMOKE, out=tmp_path, device="cpu", analyze=False)
+    assert calls2 == [s.spec_hash() for s in specs[2:]]  # only the unfinished runs
+    assert set(first_two).isdisjoint(calls2)
+    ds = open_study(path)
+    assert list(ds.run_id.values) == [s.spec_hash() for s in specs]
+
+    # a third invocation trains nothing and yields the same results
+    study3, calls3 = _counting_study()
+    ds3 = open_study(run_study(study3, SMOKE, out=tmp_path, device="cpu", analyze=False))
+    assert calls3 == []
+    np.testing.assert_array_equal(ds3.accuracy.values, ds.accuracy.values)
+
+
+def test_run_folder_contents_and_weights_round_trip(tmp_path):
+    study = get_study("group-tracking")
+    path = run_study(study, StudyOptions(preset="smoke", models=("mamba",), groups=("C6",)), out=tmp_path, device="cpu", analyze=False)
+    spec = study.make_specs(StudyOptions(preset="smoke", models=("mamba",), groups=("C6",)))[0]
+    store = RunStore(path.parent)
+    run = store.path(spec)
+    assert sorted(p.name for p in run.iterdir()) == ["model.safetensors", "result.json", "spec.json"]
+    assert RunSpec.model_validate(json.loads((run / "spec.json").read_text())["fields"]) == spec
+    from dynlab.studies.group_tracking import load_model
+
+    model = load_model(spec, store, torch.device("cpu"))
+    ds = open_study(path)
+    # re-evaluating the reloaded weights reproduces the stored accuracy
+    from dynlab.evaluate import evaluate_lengths
+    from dynlab.groups import get_group
+    from dynlab.tasks import WordProblem
+
+    ev = spec.eval
+    le = evaluate_lengths(model, WordProblem(get_group("C6")), ev.lengths, ev.n_samples, ev.batch_size, ev.chunk, spec.seed + ev.seed_offset)
+    np.testing.assert_array_equal(le.acc_final, ds.accuracy.sel(run=0).values)
+
+
+def test_stale_temporary_folders_are_removed_and_never_count(tmp_path):
+    study = get_study("group-tracking")
+    spec = study.make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",)))[0]
+    store = RunStore(tmp_path)
+    stale = store.runs / f".tmp-{spec.spec_hash()}-dead"
+    stale.mkdir(parents=True)
+    (stale / "result.json").write_text("{}")
+    assert not store.is_done(spec)
+    store.save(spec, {"status": "ok"}, {"w": torch.zeros(2)})
+    assert store.is_done(spec) and not stale.exists()
+
+
+def test_broken_checkpoint_gives_clear_error(tmp_path):
+    study = get_study("group-tracking")
+    spec = study.make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",)))[0]
+    store = RunStore(tmp_path)
+    store.save(spec, {"status": "ok"}, {"w": torch.zeros(2)})
+    (store.path(spec) / "model.safetensors").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="broken checkpoint"):
+        store.load_state_dict(spec)
+    (store.path(spec) / "result.json").write_text("{truncated")
+    with pytest.raises(ValueError, match="unreadable result"):
+        store.load_result(spec)
+
+
+def test_diverged_run_is_recorded_and_study_goes_on(tmp_path):
+    base = get_study("group-tracking")
+
+    def run_one(spec, device, progress):
+        if spec.model.arch == "linear-rnn":
+            return RunOutcome({"status": "diverged", "reason": "non-finite loss at step 3"}, None)
+        return base.run_one(spec, device, progress)
+
+    study = dataclasses.replace(base, run_one=run_one, analyze_one=None)
+    ds = open_study(run_study(study, SMOKE, out=tmp_path, device="cpu", analyze=False))
+    assert list(ds.status.values) == ["ok", "diverged", "ok", "diverged"]
+    assert np.isnan(ds.accuracy.sel(run=1)).all() and np.isfinite(ds.accuracy.sel(run=0)).all()
+    assert "non-finite" in str(ds.reason.values[1])
+
+
+def test_dataset_vocabulary_units_and_provenance(tmp_path):
+    ds = open_study(run_study(get_study("group-tracking"), SMOKE, out=tmp_path, device="cpu", analyze=False))
+    for name in ("accuracy", "accuracy_all", "mp", "curriculum_length"):
+        assert ds[name].attrs["long_name"] and "units" in ds[name].attrs
+    for coord in ("arch", "family", "group", "seed", "hidden", "nonlinearity"):
+        assert ds[coord].dims == ("run",)
+    assert ds.accuracy.dims == ("run", "length")
+    assert ds.attrs["study"] == "group-tracking" and ds.attrs["dynlab_version"]
+    specs = json.loads(ds.attrs["specs_json"])
+    assert [RunSpec.model_validate(s["fields"]).spec_hash() for s in specs] == list(ds.run_id.values)
+    # mp is consistent with the accuracy table and the stored threshold
+    from dynlab.evaluate import max_pass_length
+
+    for r in range(ds.sizes["run"]):
+        mp, cens = max_pass_length(ds.length.values, ds.accuracy.isel(run=r).values, ds.mp.attrs["threshold"])
+        assert mp == ds.mp.values[r] and cens == bool(ds.mp_censored.values[r])
+
+
+def test_spec_hash_is_stable_and_sensitive():
+    study = get_study("group-tracking")
+    a = study.make_specs(SMOKE)[0]
+    b = RunSpec.model_validate_json(a.model_dump_json())
+    assert a.spec_hash() == b.spec_hash()
+    assert a.model_copy(update={"seed": 1}).spec_hash() != a.spec_hash()
+    with pytest.raises(ValueError):
+        RunSpec.model_validate({**json.loads(a.model_dump_json()), "bogus": 1})
