@@ -64,15 +64,21 @@ def _run_specs(
             store.save(spec, outcome.result, outcome.state_dict)
             counts["trained"] += 1
             progress.update(bar, 1)
+    to_analyze = []
     for spec in specs:
         result = store.load_result(spec)
         if result.get("status") != "ok":
             counts["failed"] += 1
             progress.log(f"run {spec.spec_hash()} {result.get('status')}: {result.get('reason', '')}")
         elif analyze and study.analyze_one is not None and (force_analysis or not store.has_file(spec, ANALYSIS)):
+            to_analyze.append(spec)
+    if to_analyze:
+        abar = progress.add(f"{study.name}: analyses", len(to_analyze))
+        for spec in to_analyze:
             ds = study.analyze_one(spec, store, device, progress)
             store.write_dataset(spec, ANALYSIS, ds)
             counts["analyzed"] += 1
+            progress.update(abar, 1)
     return counts
 
 

@@ -21,9 +21,13 @@ from dynlab.analysis.jacobian import (
 )
 from dynlab.analysis.margin import binary_signed_error, decision_margin, margin_vs_group_order
 from dynlab.analysis.perturbation import perturbation_response
+from dynlab.analysis.tracking import AnalysisSpec, analyze_tracker, stream_states
 
 __all__ = [
+    "AnalysisSpec",
     "CorrelationResult",
+    "analyze_tracker",
+    "stream_states",
     "analysis_copy",
     "binary_signed_error",
     "class_centroids",
