@@ -141,6 +141,35 @@ def figures(
         typer.echo(f"skipped {name}: {why}")
 
 
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (`dynlab bench train`).")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("train")
+def bench_train_cmd(
+    models: Annotated[str, typer.Option("--models", "-m", help="Comma list of architectures; the first is the headline.")] = "tanh-rnn,mamba",
+    hidden: Annotated[int, typer.Option(help="Hidden width H.")] = 128,
+    batch: Annotated[int, typer.Option(help="Batch size B.")] = 256,
+    length: Annotated[int, typer.Option(help="Sequence length T.")] = 60,
+    ensembles: Annotated[str, typer.Option(help="Comma list of ensemble sizes.")] = "16,64",
+    steps: Annotated[int, typer.Option(help="Training steps per measurement (the first is not timed).")] = 4,
+    quick: Annotated[bool, typer.Option("--quick", help="About a minute: 3 steps, ensemble 16 only.")] = False,
+    device: DeviceOpt = "cpu",
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the results as JSON to this file.")] = None,
+) -> None:
+    """Training throughput: user baseline vs dynlab (one model, ensembles) vs the GEMM floor."""
+    from dynlab.bench import bench_train, format_table, write_json
+
+    names = _csv(models) or ()
+    sizes = tuple(int(x) for x in (_csv(ensembles) or ()))
+    if quick:
+        steps, sizes = 3, tuple(n for n in sizes if n <= 16) or (16,)
+    results = [bench_train(m, hidden, batch, length, sizes, steps=steps, device=device) for m in names]
+    typer.echo(format_table(results))
+    if json_out is not None:
+        typer.echo(f"json: {write_json(results, json_out)}")
+
+
 def _register_studies() -> None:
     from dynlab.studies import STUDIES
 

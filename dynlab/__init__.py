@@ -15,22 +15,31 @@ _src_root = _Path(__file__).resolve().parent.parent
 if not (_Path(__file__).resolve().parent / "kernels").is_dir() and (_src_root / "kernels").is_dir():
     __path__.append(str(_src_root))  # type: ignore[name-defined]  # noqa: F821
 
-from dynlab.config import RunSpec  # noqa: E402
-from dynlab.groups import Group, get_group  # noqa: E402
-from dynlab.models import Tracker, register_cell  # noqa: E402
-from dynlab.runner import analyze_study, open_study, run_study  # noqa: E402
-from dynlab.study import Study, StudyOptions  # noqa: E402
+# The public API, imported on first use so that light submodules (dynlab.figures,
+# dynlab.groups) do not pull in torch.
+_EXPORTS = {
+    "Group": "dynlab.groups",
+    "RunSpec": "dynlab.config",
+    "Study": "dynlab.study",
+    "StudyOptions": "dynlab.study",
+    "Tracker": "dynlab.models",
+    "analyze_study": "dynlab.runner",
+    "get_group": "dynlab.groups",
+    "open_study": "dynlab.runner",
+    "register_cell": "dynlab.models",
+    "run_study": "dynlab.runner",
+}
 
-__all__ = [
-    "__version__",
-    "Group",
-    "RunSpec",
-    "Study",
-    "StudyOptions",
-    "Tracker",
-    "analyze_study",
-    "get_group",
-    "open_study",
-    "register_cell",
-    "run_study",
-]
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'dynlab' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

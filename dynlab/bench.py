@@ -53,6 +53,7 @@ from dynlab.train.progress import NullProgress
 __all__ = ["BenchRow", "bench_train", "format_table", "gemm_rate"]
 
 _DENSE = ("tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn")
+_LIVE_COPIES = 8  # [N, B, T, S] tensors alive at the peak of a training step (estimate)
 
 
 @dataclass
@@ -198,11 +199,14 @@ def bench_train(
     threads: tuple[int, ...] | None = None,
     device: str = "cpu",
     group: str = "S3",
+    max_memory_gb: float = 6.0,
 ) -> dict[str, Any]:
     """Measure one setting; return a JSON-able dict (rows, rates, speedup, fraction).
 
     ``threads``: CPU thread counts to try for the GEMM rate (default: 1 and the current
-    count); the fastest is used for every measurement of the setting.
+    count); the fastest is used for every measurement of the setting.  Ensembles whose
+    activations would need more than ``max_memory_gb`` (estimated as N·B·T·S·4 bytes ×
+    8 live copies) are skipped and listed under ``skipped``.
     """
     get_cell(arch)
     if min(hidden, batch, length, steps) < 1 or warmup < 0 or steps <= warmup:
@@ -222,18 +226,24 @@ def bench_train(
     torch.set_num_threads(best_threads)
     setting = f"{arch} H={hidden} B={batch} T={length}"
     rows: list[BenchRow] = []
+    skipped: list[dict[str, str]] = []
     try:
         spec = _spec(arch, hidden, batch, length, steps, 0, group)
         name, sec, n = _baseline(spec, dev, warmup)
         rows.append(BenchRow(setting, f"baseline ({name})", 1, batch * length / sec, sec, n))
         clock = _StepClock()
-        train_tracker(spec, dev, clock)
+        train_tracker(spec, dev, clock, threads=best_threads)
         sec, n = _timed(clock, warmup)
         rows.append(BenchRow(setting, "dynlab", 1, batch * length / sec, sec, n))
+        state = Tracker(arch, 2, 2, hidden=hidden).state_size
         for size in ensembles:
+            need_gb = size * batch * length * state * 4 * _LIVE_COPIES / 2**30
+            if need_gb > max_memory_gb:
+                skipped.append({"method": f"dynlab ensemble-{size}", "reason": f"needs ~{need_gb:.1f} GB > {max_memory_gb} GB"})
+                continue
             specs = [_spec(arch, hidden, batch, length, steps, s, group) for s in range(size)]
             clock = _StepClock()
-            train_ensemble(specs, dev, clock)
+            train_ensemble(specs, dev, clock, threads=best_threads)
             sec, n = _timed(clock, warmup)
             rows.append(BenchRow(setting, f"dynlab ensemble-{size}", size, batch * length / sec, sec, n))
     finally:
@@ -256,6 +266,7 @@ def bench_train(
         "flops_per_token": fpt,
         "floor_tokens_per_s": floor,
         "rows": [asdict(r) for r in rows],
+        "skipped": skipped,
         "baseline_tokens_per_s": base,
         "best_dynlab_tokens_per_s": best,
         "speedup_vs_baseline": best / base,
@@ -276,6 +287,8 @@ def format_table(results: list[dict[str, Any]]) -> str:
             + ", ".join(f"{t}t {v / 1e9:.0f}" for t, v in res["gemm_rate_flops"].items())
             + " GFLOP/s)"
         )
+        for sk in res.get("skipped", []):
+            lines.append(f"{'':32s} skipped {sk['method']}: {sk['reason']}")
     return "\n".join(lines)
 
 

@@ -67,17 +67,6 @@ def _import_distributed():
     return distributed
 
 
-def _send_progress_as_null() -> None:
-    """Pickle progress bars as :class:`NullProgress`: a task shipped to a worker may hold
-    the client's bars (they hold locks and a terminal); bars stay in the client, which
-    still advances the per-run bar as results arrive."""
-    import copyreg
-
-    from dynlab.train.progress import NullProgress, Progress
-
-    copyreg.pickle(Progress, lambda _: (NullProgress, ()))
-
-
 class DaskExecutor:
     """One Dask task per work item, on an existing cluster or a local one (module docstring).
 
@@ -113,7 +102,6 @@ class DaskExecutor:
         if scheduler is not None and workers is not None:
             raise ValueError("give either --scheduler (an existing cluster) or --workers (a local one), not both")
         distributed = _import_distributed()
-        _send_progress_as_null()
         self.retries = int(retries)
         self._cluster = None
         self._own_client = client is None

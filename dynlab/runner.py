@@ -52,9 +52,13 @@ def _run_specs(
     bar = progress.add(f"{study.name}: runs", len(specs))
     progress.update(bar, counts["reused"])
 
+    # Work shipped to other processes must not carry the client's progress bars.
+    work_progress = NullProgress() if getattr(executor, "remote", False) else progress
+
     def work(item: list[Spec]) -> list:
+        # The device is resolved where the work runs (a GPU worker of a CPU-only client).
         t0 = time.perf_counter()
-        outcomes = study.run_item(item, device, progress)
+        outcomes = study.run_item(item, resolve_device(device), work_progress)
         for o in outcomes:
             o.result.setdefault("wall_time_s", (time.perf_counter() - t0) / len(item))
         return outcomes
@@ -65,6 +69,7 @@ def _run_specs(
             counts["trained"] += 1
             progress.update(bar, 1)
     to_analyze = []
+    local_device = resolve_device(device) if analyze and study.analyze_one is not None else None
     for spec in specs:
         result = store.load_result(spec)
         if result.get("status") != "ok":
@@ -75,7 +80,7 @@ def _run_specs(
     if to_analyze:
         abar = progress.add(f"{study.name}: analyses", len(to_analyze))
         for spec in to_analyze:
-            ds = study.analyze_one(spec, store, device, progress)
+            ds = study.analyze_one(spec, store, local_device, progress)
             store.write_dataset(spec, ANALYSIS, ds)
             counts["analyzed"] += 1
             progress.update(abar, 1)
@@ -117,10 +122,11 @@ def run_study(
     """
     study.check_preset(options.preset)
     specs = study.make_specs(options)  # validates everything before anything is written
-    dev = resolve_device(device)
+    if not getattr(executor, "remote", False):
+        resolve_device(device)  # refuse an unknown or unavailable device before writing
     store = RunStore(study_dir(out, study))
     with make_progress(progress) as prog:
-        counts = _run_specs(study, specs, store, dev, prog, analyze, executor)
+        counts = _run_specs(study, specs, store, device, prog, analyze, executor)
         prog.log(
             f"{study.name}: {counts['trained']} trained, {counts['reused']} reused, "
             f"{counts['analyzed']} analysed, {counts['failed']} failed"
@@ -165,9 +171,9 @@ def analyze_study(
         seeds=tuple(manifest["seeds"]) if manifest.get("seeds") is not None else None,
         extra=manifest.get("extra") or {},
     )
-    dev = resolve_device(device)
+    resolve_device(device)
     with make_progress(progress) as prog:
-        _run_specs(study, specs, store, dev, prog, analyze=True, force_analysis=True)
+        _run_specs(study, specs, store, device, prog, analyze=True, force_analysis=True)
     return _finish(study, specs, store, options)
 
 

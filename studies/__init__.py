@@ -22,10 +22,10 @@ def get_study(name: str) -> Study:
 
 
 def _load_builtin() -> None:
-    from dynlab.studies import group_tracking
+    from dynlab.studies import group_tracking, length_generalization, nonlinearity
 
-    register_study(group_tracking.STUDY)
-    register_study(__import__("dynlab.studies.length_generalization", fromlist=["STUDY"]).STUDY)
+    for module in (group_tracking, length_generalization, nonlinearity):
+        register_study(module.STUDY)
 
 
 _load_builtin()

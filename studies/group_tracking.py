@@ -8,9 +8,24 @@ Presets:
 - ``smoke`` — width 16, 20 steps, lengths to 60: seconds; checks an installation.
 - ``quick`` — 8 architectures × {C2, C6, S3} × 1 seed, width 64, ≤ 600 steps of batch 128,
   evaluation on 256 sequences to length 1000.  Minutes on a 2-core CPU.
-- ``paper`` — 8 architectures × {C2, C6, S3} × 5 seeds (120 models), width 128, 3000 steps
-  of batch 256 (AdamW 1e-3, warm-up + cosine, clip 1.0), evaluation on 1024 sequences to
-  length 1000.  Meant for a GPU box or a cluster (``--executor dask``).
+- ``paper`` — 8 architectures × {C2, C6, S3} × 5 seeds = 120 models (paper A: 113), width
+  128, 3000 steps of batch 256 (AdamW 1e-3, warm-up + cosine, clip 1.0), curriculum to 60,
+  evaluation on 1024 sequences at lengths 10 … 1000, analyses with 512 sequences to 1000.
+  ``--groups`` adds more (A4, D4, S4, A5, S5, C2xS3, …): 40 models per group.
+
+  Cost, measured on a subset (tanh-rnn, on the shared 2-core CPU of the development box,
+  load average 8–11, torch 2.13 CPU): training 600 of the 3000 steps on C2 took 913 s
+  (1.5 s/step; the curriculum had reached length 60), a step at length 60 costs 1.4 s on S3
+  (early steps at short lengths are cheaper: 300 steps on S3 at length ≤ 4 took 56 s);
+  evaluation 58 s; the analyses 60 s; a mamba step at length 60 costs 2.1 s.
+  Extrapolated: about 75 min per tanh-rnn run (≤ 3000 × 1.5 s + 2 min), about 110 min per
+  mamba run, so roughly 150–200 CPU-hours (about a week) for the 120 runs on such a
+  machine, less on an idle one.  On one modern GPU (H100/H200 class) — an *estimate*, not
+  measured: the recurrence is launch-bound, ~20–40 ms per training step at length 60, and
+  the 5 seeds of a configuration train together as one ensemble, so the 24 ensembles take
+  about 0.5–1.5 h of training in total plus ~1 min of evaluation each; the analyses run on
+  the CPU of the calling process (~1 min per run, about 2 h for the 120 runs).  Meant for
+  a GPU box or a cluster (``--executor dask``).
 """
 
 from __future__ import annotations
@@ -53,7 +68,7 @@ PRESETS: dict[str, dict] = {
         "seeds": (0, 1, 2, 3, 4),
         "model": {"hidden": 128},
         "train": {"steps": 3000, "batch_size": 256, "lr": 1e-3, "warmup_steps": 100},
-        "eval": {"n_samples": 1024, "batch_size": 512},
+        "eval": {"n_samples": 1024, "batch_size": 512, "lengths": (10, 20, 40, 60, 100, 200, 300, 500, 700, 1000)},
     },
 }
 
@@ -296,4 +311,69 @@ STUDY = Study(
     run_one=run_one,
     assemble=assemble,
     spec_type=RunSpec,
+    run_many=lambda specs, device, progress: run_many(specs, device, progress),
+    group_key=lambda spec: ensemble_group_key(spec),
+    max_group=64,
 )
+
+
+def run_many(specs: list[RunSpec], device: torch.device, progress: NullProgress) -> list[RunOutcome]:
+    """Train ``specs`` (equal model, batch size and group order) as one ensemble
+    (:func:`dynlab.train.ensemble.train_ensemble`), then finish each run as :func:`run_one`
+    does (family, evaluation, mp).  ``train_time`` is the ensemble's training wall time
+    divided by the number of members; ``ensemble_size`` records the number of members."""
+    from dynlab.train.engine import step_work, train_threads
+    from dynlab.train.ensemble import train_ensemble
+
+    t0 = time.perf_counter()
+    trained = train_ensemble(specs, device, progress)
+    train_time = (time.perf_counter() - t0) / len(specs)
+    outcomes = []
+    for spec, res in zip(specs, trained):
+        result: dict = {
+            "status": res.status,
+            "reason": res.reason,
+            "train_steps": len(res.losses),
+            "train_loss": res.losses[-1] if res.losses else float("nan"),
+            "curriculum_length": res.lengths[-1] if res.lengths else 0,
+            "final_train_accuracy": res.final_train_accuracy,
+            "train_time": train_time,
+            "ensemble_size": len(specs),
+            "family": res.model.family,
+            "family_measured": measure_family(res.model.cells[0].cpu()),
+        }
+        res.model.to(device)
+        if res.status != "ok":
+            outcomes.append(RunOutcome(result, None))
+            continue
+        task = WordProblem(get_group(spec.task.group))
+        ev = spec.eval
+        with train_threads(device, step_work(res.model, ev.batch_size)):  # small models: 1 thread
+            le = evaluate_lengths(
+                res.model, task, ev.lengths, ev.n_samples, ev.batch_size, ev.chunk, spec.seed + ev.seed_offset, device
+            )
+        mp, censored = max_pass_length(le.lengths, le.acc_final, ev.threshold)
+        result.update(
+            lengths=le.lengths.tolist(),
+            accuracy=le.acc_final.tolist(),
+            accuracy_all=le.acc_all.tolist(),
+            mp=mp,
+            mp_censored=censored,
+            threshold=ev.threshold,
+        )
+        outcomes.append(RunOutcome(result, res.model.state_dict()))
+    return outcomes
+
+
+#: Architectures trained as ensembles: dense RNNs, whose per-step GEMMs batch into one
+#: bmm.  The diagonal cells are memory-bound on the CPU and measured slower stacked
+#: (mamba, H=128, B=256: 16 members 3× slower than 16 solo runs), so they run alone.
+ENSEMBLE_ARCHS = ("tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn")
+
+
+def ensemble_group_key(spec: RunSpec):
+    """Specs with equal keys share an ensemble: same model, batch size and group order
+    (what :func:`dynlab.train.ensemble.check_ensemble` needs); other archs get a unique key."""
+    if spec.model.arch not in ENSEMBLE_ARCHS:
+        return spec.spec_hash()
+    return (spec.model, spec.train.batch_size, get_group(spec.task.group).order)

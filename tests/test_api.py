@@ -45,3 +45,12 @@ def test_library_never_imports_studies_or_cli():
 def test_figures_import_no_torch():
     for path in (ROOT / "dynlab" / "figures").rglob("*.py"):
         assert not any(m == "torch" or m.startswith("torch.") for m in _imports(path)), path
+
+
+def test_importing_dynlab_figures_does_not_load_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, dynlab.figures, dynlab.groups; print('torch' in sys.modules)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert res.stdout.strip() == "False"

@@ -55,7 +55,8 @@ def test_local_cluster_gives_identical_results_to_in_process(tmp_path):
     run_study(GROUP_TRACKING, options, out=tmp_path / "inproc", device="cpu", analyze=False)
     with DaskExecutor(workers=1, processes=False) as ex:
         # progress=True: the client-side bars must not be shipped to the worker
-        run_study(GROUP_TRACKING, options, out=tmp_path / "dask", device="cpu", analyze=False, executor=ex, progress=True)
+        run_study(GROUP_TRACKING, options, out=tmp_path / "dask", device="cpu", analyze=False, executor=ex,
+                  progress=True)
     a, b = tmp_path / "inproc" / "group-tracking", tmp_path / "dask" / "group-tracking"
     ra, rb = _result_files(a), _result_files(b)
     assert len(ra) == 2 and ra == rb
@@ -119,10 +120,14 @@ def test_killed_worker_is_retried_without_lost_or_corrupted_results(tmp_path):
         np.testing.assert_allclose(ds["value"].values, [1 / 3, 1 / 4, 1 / 5, 1 / 6])
 
 
-def test_map_unordered_yields_every_item_once():
-    with DaskExecutor(workers=1, processes=False) as ex:
-        got = dict(ex.map_unordered(lambda x: x * x + 1, [3, 1, 4, 1.5]))
-    assert got == {3: 10, 1: 2, 4: 17, 1.5: 3.25}
+def test_map_unordered_on_an_existing_scheduler_yields_every_item_once():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        with DaskExecutor(scheduler=cluster.scheduler_address) as ex:
+            got = dict(ex.map_unordered(lambda x: x * x + 1, [3, 1, 4, 1.5]))
+        assert got == {3: 10, 1: 2, 4: 17, 1.5: 3.25}
+        assert cluster.status.name == "running"  # an existing cluster is not stopped by the executor
 
 
 def test_bad_executor_options_raise_one_line():
@@ -147,3 +152,22 @@ def test_cli_unreachable_scheduler_exits_2(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "group-tracking").exists()
     assert main(["study", "group-tracking", "--models", "tanh-rnn", "--executor", "ray", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == "error: unknown executor 'ray'; allowed: inprocess, dask"
+
+
+def _flaky_square(x: int, marker_dir: str) -> int:
+    marker = Path(marker_dir) / f"raised-{x}"
+    if not marker.exists():
+        marker.write_text("1")
+        raise RuntimeError(f"transient failure on {x}")
+    return x * x
+
+
+def test_a_task_that_raises_is_retried_then_fails_for_good_without_retries(tmp_path):
+    with DaskExecutor(workers=1, processes=False, retries=1) as ex:
+        (tmp_path / "a").mkdir()
+        got = dict(ex.map_unordered(functools.partial(_flaky_square, marker_dir=str(tmp_path / "a")), [2, 3]))
+    assert got == {2: 4, 3: 9}
+    (tmp_path / "b").mkdir()
+    with DaskExecutor(workers=1, processes=False, retries=0) as ex:
+        with pytest.raises(RuntimeError, match="transient failure on 5"):
+            dict(ex.map_unordered(functools.partial(_flaky_square, marker_dir=str(tmp_path / "b")), [5]))

@@ -27,9 +27,13 @@ def test_streamed_nll_equals_whole_forward(name, chunk_len):
     expected = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none").numpy()
     assert res.nll.shape == (3, 50)
     assert abs(res.nll - expected).max() < 1e-10
-    assert res.state_positions[-1] == 50
-    last = torch.as_tensor(res.states[:, 1, :, -1])  # [S, H, P*N], layer 1, last position
-    torch.testing.assert_close(last.double(), finals[1].flatten(2), rtol=1e-6, atol=1e-6)
+    stats = res.state_stats
+    assert stats["t"].values.tolist() == list(range(chunk_len, 50, chunk_len)) + ([50] if 50 % chunk_len else [])
+    last = finals[1].flatten(2)  # [S, H, P*N] final states of layer 1
+    expected_norm = last.norm(dim=2).mean(dim=0).numpy()  # [H]
+    expected_std = last.transpose(0, 1).flatten(1).std(dim=1, unbiased=False).numpy()  # [H]
+    assert abs(stats.state_norm.sel(layer=1).isel(t=-1).values - expected_norm).max() < 1e-5
+    assert abs(stats.state_std.sel(layer=1).isel(t=-1).values - expected_std).max() < 1e-5
 
 
 def test_stream_never_feeds_more_than_chunk_len_tokens_at_16x_training_length():
@@ -40,7 +44,7 @@ def test_stream_never_feeds_more_than_chunk_len_tokens_at_16x_training_length():
     train_length, chunk_len = 32, 16
     tokens = torch.randint(0, 256, (2, 16 * train_length + 1), generator=torch.Generator().manual_seed(0))
     res = stream_eval(model, tokens, chunk_len=chunk_len, record_states=False)
-    assert res.nll.shape == (2, 16 * train_length) and res.states is None
+    assert res.nll.shape == (2, 16 * train_length) and res.state_stats is None
     assert max(seen) == chunk_len and len(seen) == 2 * 16 * train_length // chunk_len
 
 

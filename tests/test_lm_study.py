@@ -88,3 +88,14 @@ def test_effrem_starts_cover_zero_and_recent_context():
     assert t[0] == 0 and t[-1] == 511 and np.all(np.diff(t) > 0)
     kept = 512 - t
     assert {1, 512} <= set(kept.tolist()) and len(t) >= 9
+
+
+@pytest.mark.parametrize("mixer", ["mamba1", "gla"])
+def test_other_mixers_train_and_evaluate(mixer):
+    from dynlab.lm.run import train_and_evaluate
+
+    spec = make_specs(StudyOptions(preset="quick", models=(mixer,), extra={**TINY, "interventions": ["state-passing"]}))[0]
+    result, weights = train_and_evaluate(spec, "cpu")
+    assert result["status"] == "ok" and weights is not None
+    assert len(result["ppl"]) == 16 * 16 and np.isfinite(result["ppl"]).all()
+    assert result["effrem"]["tv"][0] == 0.0

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-import matplotlib
 import xarray as xr
+from matplotlib.axes import Axes
 
 from dynlab.figures.style import COLUMN_WIDTH, PAGE_WIDTH, PANEL_HEIGHT, publication_style
 from dynlab.figures.tracking import (
@@ -54,7 +54,7 @@ __all__ = [
     "write_figures",
 ]
 
-Panel = Callable[[xr.Dataset, "matplotlib.axes.Axes"], "matplotlib.axes.Axes"]
+Panel = Callable[[xr.Dataset, Axes], Axes]
 
 
 @dataclass
@@ -72,13 +72,13 @@ def _groups(ds: xr.Dataset) -> list[str]:
 
 
 def _missing_as_note(panel: Panel) -> Panel:
-    """Turn a panel's KeyError (an absent variable) into :class:`MissingData`."""
+    """Turn a panel's KeyError or ValueError (an absent variable) into :class:`MissingData`."""
 
-    def guarded(ds: xr.Dataset, ax):
+    def guarded(ds: xr.Dataset, ax: Axes) -> Axes:
         try:
             return panel(ds, ax)
-        except KeyError as exc:
-            raise MissingData(f"{getattr(panel, '__name__', 'panel')} needs {exc} (absent from the dataset)") from None
+        except (KeyError, ValueError) as exc:
+            raise MissingData(f"{getattr(panel, '__name__', 'panel')}: {exc} (absent from the dataset?)") from None
 
     return guarded
 
@@ -104,7 +104,9 @@ def study_panels(ds: xr.Dataset) -> dict[str, Panel]:
     panels.update(
         {
             "q_curves": q_curves,
+            "q_par_curves": partial(q_curves, variable="q_par"),
             "tcross_mp": tcross_mp_scatter,
+            "tcross_par_mp": partial(tcross_mp_scatter, variable="T_cross_par", corr_prefix="corr_par"),
             "r_par_perp": r_par_perp,
             "return_map_eigs": return_map_eigs,
             "perturbation_recovery": perturbation_recovery,
@@ -149,7 +151,9 @@ def write_figures(ds: xr.Dataset, out_dir: str | Path) -> FigureSet:
             axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
             for ax, (name, panel), letter in zip(axes, drawn, "abcdefghijklmnopqrstuvwxyz"):
                 panel(ds, ax)
-                ax.set_title(f"({letter}) {ax.get_title()}", loc="left")
+                title = ax.get_title()
+                ax.set_title("")
+                ax.set_title(f"({letter}) {title}", loc="left")
             for ax in axes[len(drawn):]:
                 ax.set_visible(False)
             study = str(ds.attrs.get("study", "")) or "study"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 from matplotlib.axes import Axes
+from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter
 
 __all__ = ["ppl_panel", "effrem_panel", "state_std_panel", "PANELS"]
 
@@ -39,13 +40,26 @@ def _mark_training_length(ds: xr.Dataset, ax: Axes) -> None:
             ax.axvline(float(length), color="0.5", linestyle=":", linewidth=1)
 
 
-def _lines(ds: xr.Dataset, da: xr.DataArray, ax: Axes) -> Axes:
+def _log2_positions(ax: Axes, t: np.ndarray) -> None:
+    """Log-scaled position axis with plain-number ticks at powers of two."""
+    t = t[np.isfinite(t) & (t > 0)]
+    ax.set_xscale("log")
+    if t.size:
+        ticks = 2.0 ** np.arange(np.floor(np.log2(t.min())), np.ceil(np.log2(t.max())) + 1)
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _lines(ds: xr.Dataset, da: xr.DataArray, ax: Axes, mark_training: bool = True) -> Axes:
     for run in ds["run"].values:
         line = da.sel(run=run).dropna("t")
         if line.size:
             ax.plot(line["t"].values, line.values, label=_label(ds, int(run)))
-    ax.set_xlabel(_axis_label(ds["t"], "position t"))
-    _mark_training_length(ds, ax)
+    ax.set_xlabel("position t [tokens]")
+    if mark_training:
+        _mark_training_length(ds, ax)
     ax.legend(fontsize="small")
     return ax
 
@@ -54,34 +68,34 @@ def ppl_panel(ds: xr.Dataset, ax: Axes, binned: bool = True) -> Axes:
     """PPL(t) per run (binned by default), log-scaled position axis."""
     name = "ppl_binned" if binned and "ppl_binned" in ds else "ppl"
     _lines(ds, ds[name], ax)
-    ax.set_xscale("log")
+    _log2_positions(ax, ds[name].dropna("t", how="all")["t"].values.astype(float))
     ax.set_ylabel(_axis_label(ds[name], "perplexity"))
-    ax.set_title("Perplexity vs position (evaluated from the zero state)")
+    ax.set_title("PPL(t) from the zero state")
     return ax
 
 
 def effrem_panel(ds: xr.Dataset, ax: Axes, distance: str = "tv") -> Axes:
-    """EffRem_T(t) per run for ``distance`` in tv, js, cos."""
+    """EffRem_T(t) per run for ``distance`` in tv, js, cos, against the truncation start t (T = evaluation length)."""
     name = {"tv": "effrem", "js": "effrem_js", "cos": "effrem_cos"}.get(distance)
     if name is None or name not in ds:
         raise ValueError(f"distance must be one of tv, js, cos present in the dataset, got {distance!r}")
-    _lines(ds, ds[name], ax)
-    ax.set_xscale("symlog", linthresh=1.0)
+    _lines(ds, ds[name], ax, mark_training=False)
     ax.set_xlabel("truncation start t [tokens]")
     ax.set_ylabel(_axis_label(ds[name], "EffRem"))
-    ax.set_title("Effective remembrance of the prefix x[0:t]")
+    ax.set_title("EffRem_T(t), T = evaluation length")
     return ax
 
 
 def state_std_panel(ds: xr.Dataset, ax: Axes, layer: int | None = None) -> Axes:
-    """State std per run over position, averaged over heads (and layers unless ``layer`` is given)."""
+    """State std per run over position (log scale), averaged over heads (and layers unless ``layer`` is given)."""
     da = ds["state_std"]
     da = da.sel(layer=layer).mean("head") if layer is not None else da.mean(("layer", "head"))
     da.attrs = ds["state_std"].attrs
     _lines(ds, da, ax)
-    ax.set_xscale("log")
+    _log2_positions(ax, da.dropna("t", how="all")["t"].values.astype(float))
+    ax.set_yscale("log")
     ax.set_ylabel(_axis_label(ds["state_std"], "state std"))
-    ax.set_title("State spread vs position" + (f" (layer {layer})" if layer is not None else ""))
+    ax.set_title("State std vs position" + (f" (layer {layer})" if layer is not None else ""))
     return ax
 
 

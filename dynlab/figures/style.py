@@ -9,6 +9,8 @@ tells its family; :func:`arch_color` gives a stable colour per architecture name
 
 from __future__ import annotations
 
+import re
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,6 +29,7 @@ __all__ = [
     "axis_label",
     "family_color",
     "finite",
+    "log_axis",
     "publication_style",
 ]
 
@@ -57,7 +60,10 @@ RC: dict[str, Any] = {
     "xtick.labelsize": 7,
     "ytick.labelsize": 7,
     "legend.fontsize": 6.5,
-    "legend.frameon": False,
+    "legend.frameon": True,  # a light box keeps a legend readable where it must sit on data
+    "legend.framealpha": 0.8,
+    "legend.edgecolor": "none",
+    "legend.fancybox": False,
     "legend.handlelength": 1.6,
     "axes.spines.top": False,
     "axes.spines.right": False,
@@ -67,8 +73,6 @@ RC: dict[str, Any] = {
     "lines.linewidth": 1.0,
     "lines.markersize": 3.5,
     "savefig.dpi": 300,
-    "savefig.bbox": "tight",
-    "savefig.pad_inches": 0.02,
     "pdf.fonttype": 42,
     "figure.dpi": 150,
 }
@@ -79,6 +83,16 @@ def publication_style() -> Iterator[None]:
     """Context in which matplotlib uses :data:`RC` (restored on exit)."""
     with mpl.rc_context(RC):
         yield
+
+
+def log_axis(ax: Any, which: str = "x") -> None:
+    """Log scale with plain-number labels on the decades only (no crowded minor labels)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def family_color(family: str) -> str:
@@ -93,14 +107,15 @@ def arch_color(arch: str) -> str:
     return _FALLBACK[sum(arch.encode()) % len(_FALLBACK)]
 
 
-def axis_label(da: xr.DataArray | xr.Variable | Any, fallback: str = "") -> str:
-    """``long_name [units]`` from a variable's attrs (units '1' and '' are left out)."""
+def axis_label(da: xr.DataArray | xr.Variable | Any, fallback: str = "", width: int = 38) -> str:
+    """``long_name [units]`` from a variable's attrs (units '1' and '' are left out; a
+    trailing parenthetical remark is dropped; wrapped at ``width`` characters)."""
     attrs = getattr(da, "attrs", {}) or {}
     name = str(attrs.get("long_name") or fallback or getattr(da, "name", "") or "")
+    name = re.sub(r"\s*\([^()]*\)$", "", name) or name  # a trailing remark "(NaN = censored)" is for docs
     units = str(attrs.get("units", "") or "")
-    if units and units != "1":
-        return f"{name} [{units}]"
-    return name
+    text = f"{name} [{units}]" if units and units != "1" else name
+    return "\n".join(textwrap.wrap(text, width)) if len(text) > width else text
 
 
 def finite(values: Any) -> np.ndarray:

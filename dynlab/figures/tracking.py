@@ -18,13 +18,14 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
+import matplotlib.ticker
 import numpy as np
 import xarray as xr
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Circle, Patch
 
-from dynlab.figures.style import FAMILY_COLORS, arch_color, axis_label, family_color, finite
+from dynlab.figures.style import FAMILY_COLORS, arch_color, axis_label, family_color, finite, log_axis
 
 __all__ = [
     "MissingData",
@@ -43,6 +44,7 @@ __all__ = [
 #: Order of the nonlinearities in the ablation (state-dependent first, normalisations last).
 PHI_ORDER = ("tanh", "relu", "maxmin", "groupsort", "layernorm", "sphere", "identity", "default")
 FAILURE_MODES = ("robust", "climb", "saturation")
+_ORDER = ("affine", "state-dependent", *PHI_ORDER)
 _MODE_COLORS = {"robust": "#2b8a3e", "climb": "#f08c00", "saturation": "#c92a2a", "not analysed": "#adb5bd"}
 _MODE_MARKERS = {"robust": "o", "climb": "^", "saturation": "s", "not analysed": "x"}
 _PHI_COLORS = {
@@ -55,6 +57,11 @@ _PHI_COLORS = {
     "identity": "#555555",
     "default": "#555555",
 }
+
+
+#: Ratios at or below this are numerical zeros (e.g. R(1) = 0 with a fixed initial state) and
+#: are not drawn on log axes.
+_ZERO = 1e-10
 
 
 class MissingData(ValueError):
@@ -147,6 +154,19 @@ def _median_band(ax: Axes, x: np.ndarray, rows: np.ndarray, color: str, style: s
         ax.fill_between(x, lo, hi, color=color, alpha=0.15, linewidth=0)
 
 
+def _mp_ticks(ax: Axes, ds: xr.Dataset, floor: float) -> None:
+    """y ticks of an mp axis: the evaluated lengths (thinned to stay readable) and '0' at the
+    floor where runs with mp = 0 are drawn."""
+    if "length" not in ds:
+        return
+    ticks = [floor]
+    for v in np.sort(finite(ds["length"].values)):
+        if v / ticks[-1] >= 1.6:
+            ticks.append(float(v))
+    ax.set_yticks(ticks, ["0", *[f"{v:g}" for v in ticks[1:]]])
+    ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+
+
 # -- panels ----------------------------------------------------------------------------------
 
 
@@ -194,17 +214,19 @@ def q_curves(
     ds: xr.Dataset, ax: Axes, group: str | None = None, variable: str = "q", color_by: str = "family"
 ) -> Axes:
     """q(t) = R/M per run (log–log), coloured by ``color_by``; the threshold τ as a dashed line
-    and each run's T_cross marked with a cross on its curve."""
+    and each run's T_cross marked with a cross on its curve.  Numerical zeros (q ≤ 1e-10,
+    e.g. at t = 1 where R(1) = 0) are not drawn."""
     panel = "q(t) curves"
     _require(ds, panel, variable, "t")
     ds = _nonempty(_in_group(_ok(ds), group), panel)
     t = np.asarray(ds["t"].values, dtype=np.float64)
     q = np.asarray(ds[variable].values, dtype=np.float64)  # [run, t]
     keys = _strs(ds, color_by)
-    tcross = np.asarray(ds["T_cross"].values, dtype=np.float64) if "T_cross" in ds else np.full(q.shape[0], np.nan)
+    tname = {"q": "T_cross", "q_par": "T_cross_par"}.get(variable, "")
+    tcross = np.asarray(ds[tname].values, dtype=np.float64) if tname in ds else np.full(q.shape[0], np.nan)
     drawn = 0
     for i in range(q.shape[0]):
-        row = np.where(q[i] > 0, q[i], np.nan)
+        row = np.where(q[i] > _ZERO, q[i], np.nan)
         if not np.isfinite(row).any():
             continue
         c = _color_of(color_by, keys[i])
@@ -217,17 +239,18 @@ def q_curves(
         raise MissingData(f"{panel}: every run's {variable} is NaN")
     tau = _tau(ds)
     ax.axhline(tau, color="black", linestyle="--", linewidth=0.7)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    log_axis(ax, "x")
+    log_axis(ax, "y")
     ax.set_xlabel(axis_label(ds["t"], "step"))
     ax.set_ylabel(axis_label(ds[variable], variable))
-    handles = [Line2D([], [], color=_color_of(color_by, k), label=k) for k in _ordered(keys, PHI_ORDER)]
+    handles = [Line2D([], [], color=_color_of(color_by, k), label=k) for k in _ordered(keys, _ORDER)]
     handles += [
         Line2D([], [], color="black", linestyle="--", linewidth=0.7, label=f"τ = {tau:g}"),
         Line2D([], [], color="black", marker="x", linestyle="none", label="T_cross"),
     ]
     ax.legend(handles=handles, loc="best")
-    ax.set_title(f"Distinguishability ratio q(t){_title_suffix(ds, group)}")
+    what = "q(t)" if variable == "q" else ("q∥(t) = R∥/M" if variable == "q_par" else variable)
+    ax.set_title(f"Distinguishability ratio {what}{_title_suffix(ds, group)}")
     return ax
 
 
@@ -235,6 +258,8 @@ def _corr_label(ds: xr.Dataset, prefix: str = "corr") -> str:
     need = [f"{prefix}_{k}" for k in ("pearson_r", "pearson_r_lo", "pearson_r_hi", "spearman_rho")]
     if not all(n in ds for n in need):
         return "r, ρ: not in dataset (< 3 analysed runs)"
+    if not np.isfinite(float(ds[f"{prefix}_pearson_r"])):
+        return "r, ρ undefined (T_cross or mp constant)"
     v = {k: float(ds[f"{prefix}_{k}"]) for k in (
         "pearson_r", "pearson_r_lo", "pearson_r_hi", "spearman_rho", "spearman_rho_lo", "spearman_rho_hi"
     ) if f"{prefix}_{k}" in ds}
@@ -252,14 +277,18 @@ def _corr_label(ds: xr.Dataset, prefix: str = "corr") -> str:
     return text
 
 
-def tcross_mp_scatter(ds: xr.Dataset, ax: Axes, color_by: str = "family") -> Axes:
+def tcross_mp_scatter(
+    ds: xr.Dataset, ax: Axes, color_by: str = "family", variable: str = "T_cross", corr_prefix: str = "corr"
+) -> Axes:
     """T_cross against mp, one point per run (log–log).  Censored values are drawn at their
     bound with open markers (T_cross: never crossed → the horizon; mp: passed every length);
-    the legend gives Pearson r and Spearman ρ with their bootstrap CIs (``corr_*``)."""
-    panel = "T_cross vs mp"
-    _require(ds, panel, "T_cross", "mp")
+    mp = 0 (failed at the first length) is drawn at half the shortest length.  The legend
+    gives Pearson r and Spearman ρ with their bootstrap CIs (``<corr_prefix>_*``).
+    ``variable="T_cross_par", corr_prefix="corr_par"`` draws the crossing of q∥ = R∥/M."""
+    panel = f"{variable} vs mp"
+    _require(ds, panel, variable, "mp")
     ds = _nonempty(_ok(ds), panel)
-    tc = np.asarray(ds["T_cross"].values, dtype=np.float64)
+    tc = np.asarray(ds[variable].values, dtype=np.float64)
     mp = np.asarray(ds["mp"].values, dtype=np.float64)
     horizon = (
         np.asarray(ds["horizon"].values, dtype=np.float64)
@@ -273,7 +302,7 @@ def tcross_mp_scatter(ds: xr.Dataset, ax: Axes, color_by: str = "family") -> Axe
     floor = 0.5 * float(np.nanmin(finite(ds["length"].values))) if "length" in ds else 1.0
     y = np.where(mp <= 0, floor, y)
     keys = _strs(ds, color_by)
-    for k in _ordered(keys, PHI_ORDER):
+    for k in _ordered(keys, _ORDER):
         for cens, face in ((False, None), (True, "none")):
             sel = (keys == k) & ((tc_cens | mp_cens) == cens) & np.isfinite(x) & np.isfinite(y)
             if sel.any():
@@ -284,19 +313,20 @@ def tcross_mp_scatter(ds: xr.Dataset, ax: Axes, color_by: str = "family") -> Axe
     lo = min(float(np.nanmin(x)), float(np.nanmin(y)))
     hi = max(float(np.nanmax(x)), float(np.nanmax(y)))
     ax.plot([lo, hi], [lo, hi], color="#999999", linestyle=":", linewidth=0.7)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel(axis_label(ds["T_cross"], "T_cross"))
+    log_axis(ax, "x")
+    log_axis(ax, "y")
+    _mp_ticks(ax, ds, floor)
+    ax.set_xlabel(axis_label(ds[variable], variable))
     ax.set_ylabel(axis_label(ds["mp"], "mp"))
     handles = [
         Line2D([], [], marker="o", color=_color_of(color_by, k), linestyle="none", label=k)
-        for k in _ordered(keys, PHI_ORDER)
+        for k in _ordered(keys, _ORDER)
     ]
     handles.append(Line2D([], [], marker="o", markerfacecolor="none", color="#555555", linestyle="none",
                           label="censored"))
-    handles.append(Patch(visible=False, label=_corr_label(ds)))
-    ax.legend(handles=handles, loc="upper left", fontsize=6)
-    ax.set_title("Crossing time predicts max-pass length")
+    handles.append(Patch(visible=False, label=_corr_label(ds, corr_prefix)))
+    ax.legend(handles=handles, loc="best", fontsize=6)
+    ax.set_title("Crossing time vs max-pass length" + ("" if variable == "T_cross" else f" ({variable})"))
     return ax
 
 
@@ -310,8 +340,8 @@ def r_par_perp(ds: xr.Dataset, ax: Axes, group: str | None = None) -> Axes:
     with np.errstate(invalid="ignore", divide="ignore"):
         par = np.asarray(ds["R_par"].values / ds["M"].values, dtype=np.float64)
         perp = np.asarray(ds["R_perp"].values / ds["M"].values, dtype=np.float64)
-    par[~np.isfinite(par) | (par <= 0)] = np.nan
-    perp[~np.isfinite(perp) | (perp <= 0)] = np.nan
+    par[~np.isfinite(par) | (par <= _ZERO)] = np.nan
+    perp[~np.isfinite(perp) | (perp <= _ZERO)] = np.nan
     fams = _strs(ds, "family")
     for fam in _ordered(fams, tuple(FAMILY_COLORS)):
         sel = fams == fam
@@ -321,8 +351,8 @@ def r_par_perp(ds: xr.Dataset, ax: Axes, group: str | None = None) -> Axes:
     if not (np.isfinite(par).any() or np.isfinite(perp).any()):
         raise MissingData(f"{panel}: R_par/M and R_perp/M are NaN for every run")
     ax.axhline(_tau(ds), color="black", linestyle=":", linewidth=0.7)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    log_axis(ax, "x")
+    log_axis(ax, "y")
     ax.set_xlabel(axis_label(ds["t"], "step"))
     ax.set_ylabel("scatter / separation M")
     handles = [Line2D([], [], color=family_color(f), label=f) for f in _ordered(fams, tuple(FAMILY_COLORS))]
@@ -349,7 +379,7 @@ def return_map_eigs(ds: xr.Dataset, ax: Axes, color_by: str = "family") -> Axes:
     ax.axhline(0, color="#cccccc", linewidth=0.5, zorder=0)
     ax.axvline(0, color="#cccccc", linewidth=0.5, zorder=0)
     present = []
-    for k in _ordered(keys, PHI_ORDER):
+    for k in _ordered(keys, _ORDER):
         sel = keys == k
         x, y = re[sel].ravel(), im[sel].ravel()
         ok = np.isfinite(x) & np.isfinite(y)
@@ -395,13 +425,15 @@ def perturbation_recovery(ds: xr.Dataset, ax: Axes) -> Axes:
     if not np.isfinite(rel).any():
         raise MissingData(f"{panel}: perturb_delta_norm is NaN for every run")
     ax.axhline(1.0, color="#999999", linestyle=":", linewidth=0.7)
-    ax.set_yscale("log")
+    log_axis(ax, "y")
     t0 = int(ds.attrs.get("analysis_t_ref", steps[0]))
     ax.set_xlabel(f"steps after injection (t0 = {t0})")
     ax.set_ylabel("perturbation size / size at t0")
     handles = [Line2D([], [], color=family_color(f), label=f) for f in _ordered(fams, tuple(FAMILY_COLORS))]
-    handles += [Line2D([], [], color="black", linestyle=styles.get(d, ":"), label="along U" if d == "U" else "along U⊥")
-                for d in dirs]
+    handles += [
+        Line2D([], [], color="black", linestyle=styles.get(d, ":"), label="along U" if d == "U" else "along U⊥")
+        for d in dirs
+    ]
     ax.legend(handles=handles, loc="best")
     ax.set_title("Recovery from a perturbation")
     return ax
@@ -432,8 +464,8 @@ def failure_modes(ds: xr.Dataset, ax: Axes, by: str = "arch") -> Axes:
             tick.set_color(family_color(fam_of.get(r, "")))
     ax.set_xlabel("runs")
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.legend(loc="lower right", ncols=1)
-    ax.set_xlim(0, max(1.0, float(left.max())) * 1.45)
+    ax.legend(loc="center right")  # in the empty right part reserved by the x limit
+    ax.set_xlim(0, max(1.0, float(left.max())) * 1.75)
     ax.set_title("Failure modes")
     return ax
 
@@ -475,7 +507,7 @@ def margin_panel(ds: xr.Dataset, ax: Axes, variable: str = "half_margin_rel") ->
     ax.set_ylim(bottom=0)
     ax.set_ylabel(axis_label(ds[variable], variable))
     ax.legend(loc="best")
-    ax.set_title("Decision margin shrinks with group order")
+    ax.set_title("Decision margin vs group order")
     return ax
 
 
@@ -503,24 +535,27 @@ def mp_by_nonlinearity(ds: xr.Dataset, ax: Axes) -> Axes:
             sel = (keys == p) & (gk == g) & np.isfinite(y)
             for mode in np.unique(modes[sel]):
                 s2 = sel & (modes == mode)
-                face = "none" if mode == "not analysed" else c
-                ax.scatter(np.full(s2.sum(), pi + off), y[s2], s=16, marker=_MODE_MARKERS[mode],
-                           facecolors=face if _MODE_MARKERS[mode] != "x" else c, edgecolors=c, linewidths=0.8)
+                xs = np.full(s2.sum(), pi + off)
+                if _MODE_MARKERS[mode] == "x":  # unfilled marker: one colour
+                    ax.scatter(xs, y[s2], s=16, marker="x", color=c, linewidths=0.8)
+                else:
+                    ax.scatter(xs, y[s2], s=16, marker=_MODE_MARKERS[mode], facecolors=c, edgecolors=c,
+                               linewidths=0.8)
             meds.append(np.median(y[sel]) if sel.any() else np.nan)
         ax.plot(np.arange(len(phis)) + off, meds, color=c, linewidth=0.7, alpha=0.7)
-    ax.set_yscale("log")
+    log_axis(ax, "y")
     ax.set_xticks(np.arange(len(phis)))
-    ax.set_xticklabels(phis)
+    ax.set_xticklabels(phis, rotation=30, ha="right", rotation_mode="anchor")
     ax.set_xlim(-0.6, len(phis) - 0.4)
     if "length" in ds:
         ax.axhline(float(np.nanmax(ds["length"].values)), color="#999999", linestyle=":", linewidth=0.7)
+        _mp_ticks(ax, ds, floor)
     ax.set_xlabel(axis_label(ds["nonlinearity"], "nonlinearity φ"))
     ax.set_ylabel(axis_label(ds["mp"], "mp"))
     handles = [Line2D([], [], color=gcolors[i % len(gcolors)], marker="o", label=g) for i, g in enumerate(groups)]
-    handles += [Line2D([], [], color="#555555", marker=_MODE_MARKERS[m], linestyle="none", label=m,
-                       markerfacecolor="none" if m == "not analysed" else "#555555")
+    handles += [Line2D([], [], color="#555555", marker=_MODE_MARKERS[m], linestyle="none", label=m)
                 for m in (*FAILURE_MODES, "not analysed") if m in set(modes)]
-    ax.legend(handles=handles, loc="lower left", ncols=2)
+    ax.legend(handles=handles, loc="best", ncols=2)
     ax.set_title("Nonlinearity ablation: max-pass length")
     return ax
 

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+import xarray as xr
 
+from dynlab.analysis.lm_metrics import state_statistics
 from dynlab.lm.model import RecurrentLM
 
 __all__ = ["StreamResult", "stream_eval", "next_token_probs", "truncated_context_probs", "validation_windows"]
@@ -23,13 +25,13 @@ class StreamResult:
     """Results of :func:`stream_eval`.
 
     nll: ``[S, T]`` float64, ``nll[s, i] = −log q(x_{i+1} | x_{0..i})`` (nats).
-    states: ``[S, layer, head, n_pos, P·N]`` float32 states after each chunk, or None.
-    state_positions: ``[n_pos]`` number of tokens consumed when each state was taken.
+    state_stats: Dataset of :func:`dynlab.analysis.lm_metrics.state_statistics` over
+        (layer, head, t) with t = tokens consumed after each chunk, or None. Computed chunk
+        by chunk, so the raw states are never all held in memory.
     """
 
     nll: np.ndarray
-    states: np.ndarray | None
-    state_positions: np.ndarray
+    state_stats: xr.Dataset | None
 
 
 def validation_windows(val: torch.Tensor, n_samples: int, length: int) -> torch.Tensor:
@@ -59,7 +61,7 @@ def stream_eval(model: RecurrentLM, tokens: torch.Tensor, chunk_len: int = 64, r
     model.eval()
     s, t1 = tokens.shape
     states = None
-    nll, recorded, positions = [], [], []
+    nll, stats = [], []
     for start in range(0, t1 - 1, chunk_len):
         stop = min(start + chunk_len, t1 - 1)
         x = tokens[:, start:stop].to(dev)  # [S, Q]
@@ -67,10 +69,9 @@ def stream_eval(model: RecurrentLM, tokens: torch.Tensor, chunk_len: int = 64, r
         logits, states = model(x, states)  # [S, Q, 256]
         nll.append(F.cross_entropy(logits.double().transpose(1, 2), y, reduction="none").cpu())  # [S, Q]
         if record_states:
-            recorded.append(torch.stack([st.float().flatten(2) for st in states], dim=1).cpu())  # [S, layer, H, P*N]
-            positions.append(stop)
-    st = torch.stack(recorded, dim=3).numpy() if record_states else None  # [S, layer, H, n_pos, P*N]
-    return StreamResult(torch.cat(nll, dim=1).numpy(), st, np.asarray(positions, dtype=np.int64))
+            now = torch.stack([st.float().flatten(2) for st in states], dim=1).cpu()  # [S, layer, H, P*N]
+            stats.append(state_statistics(now[:, :, :, None, :].numpy(), np.array([stop])))
+    return StreamResult(torch.cat(nll, dim=1).numpy(), xr.concat(stats, dim="t") if stats else None)
 
 
 @torch.no_grad()

@@ -18,7 +18,7 @@ import torch
 import xarray as xr
 
 from dynlab.analysis.lm_metrics import (
-    binned_ppl, effective_remembrance, length_generalization, position_ppl, state_statistics,
+    binned_ppl, effective_remembrance, length_generalization, position_ppl,
 )
 from dynlab.lm.corpus import Corpus, load_corpus
 from dynlab.lm.evaluate import stream_eval, truncated_context_probs, validation_windows
@@ -74,7 +74,7 @@ def evaluate_model(model: RecurrentLM, spec: LMRunSpec, corpus: Corpus) -> dict[
     ppl = position_ppl(stream.nll)
     binned = binned_ppl(stream.nll, ev.bin_width)
     verdict = length_generalization(binned, spec.train.seq_len)
-    stats = state_statistics(stream.states, stream.state_positions)
+    stats = stream.state_stats
     starts = effrem_starts(length, ev.effrem_points)
     probs = truncated_context_probs(model, windows[: ev.effrem_samples, :length], starts, chunk_len=ev.chunk_len)
     effrem = {d: effective_remembrance(probs[:, 0], probs, starts, d).values.tolist() for d in ev.distances}

@@ -10,6 +10,8 @@ A run whose loss or gradient becomes non-finite is stopped and reported as
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -22,7 +24,24 @@ from dynlab.models import Tracker
 from dynlab.tasks import WordProblem
 from dynlab.train.progress import NullProgress
 
-__all__ = ["TrainResult", "build_tracker", "lr_at", "tracker_logits", "train_tracker"]
+__all__ = [
+    "SMALL_STEP_MACS",
+    "TrainResult",
+    "build_tracker",
+    "lr_at",
+    "step_work",
+    "tracker_logits",
+    "train_threads",
+    "train_tracker",
+]
+
+#: Work per training step (batch · cell parameters, a proxy for the multiply-adds per time
+#: step) up to which CPU training runs on one intra-op thread: at these sizes a second
+#: thread costs more than it gives (measured on the shared 2-core box at H=64, B=128:
+#: a tanh-rnn step took 11 ms on 1 thread and 740 ms on 2 with the cores oversubscribed;
+#: a mamba step 31 ms vs 52 ms).  The rule depends on the spec only, so reruns stay
+#: bit-identical (the thread count changes the rounding of some kernels).
+SMALL_STEP_MACS = 2**24
 
 
 @dataclass
@@ -68,7 +87,7 @@ def build_tracker(model: ModelSpec, n_tokens: int, n_classes: int, seed: int) ->
 def tracker_logits(model: Tracker, tokens: torch.Tensor) -> torch.Tensor:
     """Logits ``[B, T, C]`` of ``model`` on ``tokens [B, T]`` from the zero state.
 
-    The same function as ``model(tokens).logits``, organised for training speed: when the
+    The same function as ``model(tokens).logits`` (a test checks it), organised for training speed: when the
     first cell's precompute is pointwise in time (``Cell.pointwise_precompute``), its terms
     are computed once per vocabulary entry (``[V, …]``) and gathered by token, in
     time-major storage ``[T, B, …]`` (exposed as ``[B, T, …]`` views), so the input
@@ -83,11 +102,38 @@ def tracker_logits(model: Tracker, tokens: torch.Tensor) -> torch.Tensor:
         p = {k: v[0][tok_tm].transpose(0, 1) for k, v in table.items()}  # [B, T, …] views of [T, B, …]
     else:
         p = first.precompute(emb(tokens))
-    h0 = first.init_state(tokens.shape[0], tokens.device, emb.weight.dtype)
-    u = first.readout(first.scan(h0, p), p)  # [B, T, O]
-    for cell in model.cells[1:]:
-        u, _ = cell(u)
+    h0s = model._split(model.init_state(tokens.shape[0], device=tokens.device))  # zero state, as forward
+    u = first.readout(first.scan(h0s[0], p), p)  # [B, T, O]
+    for cell, h0 in zip(model.cells[1:], h0s[1:]):
+        u, _ = cell(u, h0)
     return model.readout(u.transpose(0, 1)).transpose(0, 1)  # [B, T, C]
+
+
+@contextmanager
+def train_threads(device: torch.device, work: int, threads: int | None = None) -> Iterator[int]:
+    """Run the block with ``threads`` CPU intra-op threads (None: 1 when ``work ≤
+    SMALL_STEP_MACS``, else unchanged).
+
+    Yields the thread count in effect and restores the previous count afterwards; no-op
+    on other devices.
+    """
+    old = torch.get_num_threads()
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be ≥ 1 or None, got {threads}")
+    want = threads if threads is not None else (1 if work <= SMALL_STEP_MACS else old)
+    if torch.device(device).type != "cpu" or want == old:
+        yield old
+        return
+    torch.set_num_threads(want)
+    try:
+        yield want
+    finally:
+        torch.set_num_threads(old)
+
+
+def step_work(model: Tracker, batch: int) -> int:
+    """``batch`` × parameters of the cells: the work measure of :func:`train_threads`."""
+    return batch * sum(p.numel() for p in model.cells.parameters())
 
 
 def lr_at(train: TrainSpec, step: int) -> float:
@@ -98,15 +144,24 @@ def lr_at(train: TrainSpec, step: int) -> float:
     return 0.5 * train.lr * (1 + math.cos(math.pi * (step - train.warmup_steps) / span))
 
 
-def train_tracker(spec: RunSpec, device: torch.device, progress: NullProgress | None = None) -> TrainResult:
+def train_tracker(
+    spec: RunSpec, device: torch.device, progress: NullProgress | None = None, *, threads: int | None = None
+) -> TrainResult:
     """Train the tracker described by ``spec`` on its word problem.
 
     Loss: cross-entropy of the readout against the running product at every position
-    of every batch (nats per token), averaged over batch and positions.
+    of every batch (nats per token), averaged over batch and positions.  ``threads``:
+    CPU intra-op threads for the run (None: :func:`train_threads`' rule, one thread for
+    small models).
     """
     progress = progress or NullProgress()
     task = WordProblem(get_group(spec.task.group))
     model = build_tracker(spec.model, task.n_tokens, task.n_classes, spec.seed).to(device)
+    with train_threads(device, step_work(model, spec.train.batch_size), threads):
+        return _train(spec, task, model, device, progress)
+
+
+def _train(spec: RunSpec, task: WordProblem, model: Tracker, device: torch.device, progress: NullProgress) -> TrainResult:
     tr = spec.train
     opt = torch.optim.AdamW(model.parameters(), lr=tr.lr, weight_decay=tr.weight_decay)
     gen = torch.Generator().manual_seed(spec.seed)

@@ -42,7 +42,7 @@ from dynlab.config import RunSpec
 from dynlab.groups import get_group
 from dynlab.models import Tracker
 from dynlab.tasks import WordProblem
-from dynlab.train.engine import TrainResult, build_tracker, lr_at, tracker_logits
+from dynlab.train.engine import TrainResult, build_tracker, lr_at, step_work, tracker_logits, train_threads
 from dynlab.train.progress import NullProgress
 
 __all__ = ["check_ensemble", "ensemble_key", "train_ensemble"]
@@ -84,18 +84,25 @@ def _expand(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def train_ensemble(
-    specs: list[RunSpec], device: torch.device, progress: NullProgress | None = None
+    specs: list[RunSpec], device: torch.device, progress: NullProgress | None = None, *, threads: int | None = None
 ) -> list[TrainResult]:
     """Train the trackers of ``specs`` together; return one :class:`TrainResult` per spec.
 
     Every member's result equals (up to rounding) ``train_tracker(spec, device)``; see the
-    module docstring for how each piece keeps that equality.
+    module docstring for how each piece keeps that equality.  ``threads``: CPU intra-op
+    threads (None: :func:`dynlab.train.engine.train_threads`' rule on the whole stack).
     """
     check_ensemble(specs)
     progress = progress or NullProgress()
-    n = len(specs)
     tasks = [WordProblem(get_group(s.task.group)) for s in specs]
     models = [build_tracker(s.model, t.n_tokens, t.n_classes, s.seed).to(device) for s, t in zip(specs, tasks)]
+    work = len(specs) * step_work(models[0], specs[0].train.batch_size)
+    with train_threads(device, work, threads):
+        return _train_stack(specs, tasks, models, device, progress)
+
+
+def _train_stack(specs, tasks, models, device, progress) -> list[TrainResult]:
+    n = len(specs)
     results = [TrainResult(model=m) for m in models]
     gens = [torch.Generator().manual_seed(s.seed) for s in specs]
     trains = [s.train for s in specs]
@@ -159,15 +166,15 @@ def train_ensemble(
             bad = [pos for pos in range(k) if not ok[pos]]
             for pos in bad:  # a diverged member keeps its parameters from before this step
                 _unstack_into(results[alive[pos]].model, params, buffers, pos)
-            lrs = torch.tensor([lr_at(trains[i], step) for i in alive], dtype=torch.float32, device=device)
-            wds = torch.tensor([trains[i].weight_decay for i in alive], dtype=torch.float32, device=device)
+            lrs = torch.tensor([lr_at(trains[i], step) for i in alive], dtype=torch.float64, device=device)
+            wds = torch.tensor([trains[i].weight_decay for i in alive], dtype=torch.float64, device=device)
             clips = torch.tensor([trains[i].clip for i in alive], dtype=torch.float32, device=device)
             coef = torch.clamp(clips / (gnorm + 1e-6), max=1.0)  # [K]
             t = step + 1
             bc1 = 1 - _BETA1**t
             bc2_sqrt = (1 - _BETA2**t) ** 0.5
-            decay = 1 - lrs.double() * wds.double()
-            neg_step = -(lrs.double() / bc1)
+            decay = 1 - lrs * wds
+            neg_step = -(lrs / bc1)
             for kk, g in zip(names, grads):
                 p, m, v = params[kk], exp_avg[kk], exp_avg_sq[kk]
                 g = g * _expand(coef, g)

@@ -1,0 +1,101 @@
+"""Study ``nonlinearity`` (paper A, ablation): which state nonlinearity φ controls errors?
+
+One state-dependent cell, the dense RNN ``tanh-rnn`` h_t = φ(A h_{t-1} + B x̃_t + b), is
+trained with φ in tanh, ReLU, pairwise max/min, GroupSort (blocks of 4), LayerNorm and
+the spherical projection h ↦ √S·h/‖h‖ (:mod:`dynlab.models.nonlinearity`), on C6 and S3
+(``--groups`` selects others).  Why this cell and not ``state-gated-rnn``: in the dense
+RNN φ is the *only* source of state dependence, so the ablation isolates it; the
+state-gated cell's gate σ(U h + W x) depends on h whatever φ is, which would blur the
+LayerNorm/sphere arm (SPEC A2: those act like affine maps on U).  ``--models`` may still
+pick another registered cell (e.g. ``state-gated-rnn``) for a second ablation.
+
+Everything else is the group-tracking study's, reused by import, not copied: presets
+(``quick``, ``paper``: widths, steps, evaluation to length 1000), training, evaluation,
+the per-run analyses and the dataset layout (coordinate ``nonlinearity`` on ``run``).
+Paper A's finding to reproduce: pointwise/pairwise φ (tanh, ReLU, max/min, GroupSort)
+track robustly, LayerNorm and the sphere fail like affine trackers.
+
+Outputs: the study dataset, :func:`table` (Markdown: mp median/range and failure-mode
+counts per φ and group) and the figure panels of :mod:`dynlab.figures` (``mp by
+nonlinearity``, accuracy heatmaps with one row per φ, failure modes, q(t), return-map
+eigenvalues); ``dynlab figures`` writes them with ``mp_table.md``.
+"""
+
+from __future__ import annotations
+
+import xarray as xr
+
+from dynlab.config import RunSpec
+from dynlab.figures.tracking import mp_failure_table
+from dynlab.models import available_cells
+from dynlab.studies import group_tracking as gt
+from dynlab.study import Study, StudyOptions
+
+__all__ = ["DEFAULT_CELL", "DEFAULT_GROUPS", "NONLINEARITIES", "STUDY", "make_specs", "table"]
+
+NONLINEARITIES = ("tanh", "relu", "maxmin", "groupsort", "layernorm", "sphere")
+DEFAULT_GROUPS = ("C6", "S3")
+DEFAULT_CELL = "tanh-rnn"
+
+
+def _select_cells(models: tuple[str, ...] | None) -> tuple[str, ...]:
+    if models is None or models == ("all",):
+        return (DEFAULT_CELL,)
+    allowed = available_cells()
+    for m in models:
+        if m not in allowed:
+            raise ValueError(f"unknown model {m!r}; allowed: all (= {DEFAULT_CELL}), {', '.join(allowed)}")
+    return tuple(dict.fromkeys(models))
+
+
+def _select_phis(extra: dict) -> tuple[str, ...]:
+    phis = tuple(extra.get("nonlinearities", NONLINEARITIES))
+    bad = [p for p in phis if p not in NONLINEARITIES]
+    if bad or not phis:
+        raise ValueError(f"unknown nonlinearity {bad[0] if bad else '(none)'!r}; allowed: {', '.join(NONLINEARITIES)}")
+    return tuple(dict.fromkeys(phis))
+
+
+def make_specs(options: StudyOptions) -> list[RunSpec]:
+    """One spec per (φ, group, cell, seed): group-tracking's specs with ``nonlinearity`` set.
+
+    ``options.extra['nonlinearities']`` restricts φ (default: all six of :data:`NONLINEARITIES`);
+    the other ``extra`` keys (``model``, ``train``, ``eval``) override the preset as in
+    group-tracking.
+    """
+    extra = dict(options.extra)
+    phis = _select_phis(extra)
+    extra.pop("nonlinearities", None)
+    cells = _select_cells(options.models)
+    specs: list[RunSpec] = []
+    for phi in phis:
+        model_kw = {**extra.get("model", {}), "nonlinearity": phi}
+        sub = StudyOptions(
+            preset=options.preset,
+            models=cells,
+            groups=options.groups or DEFAULT_GROUPS,
+            seeds=options.seeds,
+            extra={**extra, "model": model_kw},
+        )
+        specs.extend(gt.make_specs(sub))
+    return specs
+
+
+def table(ds: xr.Dataset) -> str:
+    """Markdown table of mp (median, range) and failure-mode counts per φ and group."""
+    return mp_failure_table(ds, by="nonlinearity")
+
+
+STUDY = Study(
+    name="nonlinearity",
+    description="Ablation of the state nonlinearity φ (tanh, ReLU, max/min, GroupSort, LayerNorm, sphere) on C6, S3.",
+    presets=gt.STUDY.presets,
+    make_specs=make_specs,
+    run_one=gt.STUDY.run_one,
+    assemble=gt.STUDY.assemble,
+    analyze_one=gt.STUDY.analyze_one,
+    run_many=gt.STUDY.run_many,
+    group_key=gt.STUDY.group_key,
+    max_group=gt.STUDY.max_group,
+    spec_type=RunSpec,
+)

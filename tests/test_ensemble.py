@@ -1,0 +1,121 @@
+"""Ensemble training equals solo training member by member; divergence drops one member."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dynlab.config import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from dynlab.train import train_tracker
+from dynlab.train.ensemble import check_ensemble, train_ensemble
+
+CPU = torch.device("cpu")
+
+
+def _specs(arch: str) -> list[RunSpec]:
+    """Three members: different seeds, groups of one order, lr, warm-up, curriculum thresholds."""
+    out = []
+    for group, seed, lr, warm, adv in [("C6", 0, 3e-3, 2, 0.2), ("S3", 5, 1e-2, 0, 0.4), ("C6", 2, 2e-3, 4, 0.99)]:
+        cur = CurriculumSpec(min_length=2, max_length=9, advance_at=adv, growth=0.5)
+        train = TrainSpec(steps=8, batch_size=8, lr=lr, warmup_steps=warm, weight_decay=0.01 * seed, curriculum=cur)
+        out.append(RunSpec(task=TaskSpec(group=group), model=ModelSpec(arch=arch, hidden=12), train=train, seed=seed))
+    return out
+
+
+@pytest.mark.parametrize("arch", ["tanh-rnn", "token-gated-rnn", "mamba", "aussm", "state-gated-rnn"])
+def test_ensemble_equals_solo_training(arch):
+    specs = _specs(arch)
+    solo = [train_tracker(s, CPU) for s in specs]
+    ens = train_ensemble(specs, CPU)
+    assert len({tuple(r.lengths) for r in solo}) > 1, "members should follow different curricula"
+    for s, a, b in zip(specs, solo, ens):
+        assert (a.status, b.status) == ("ok", "ok")
+        assert b.lengths == a.lengths, s.seed
+        torch.testing.assert_close(torch.tensor(b.losses), torch.tensor(a.losses), rtol=1e-5, atol=1e-6)
+        assert abs(b.final_train_accuracy - a.final_train_accuracy) < 1e-6
+        for (name, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
+            torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_diverging_member_is_dropped_and_others_continue():
+    specs = _specs("tanh-rnn")
+    bad = specs[1].model_copy(update={"train": specs[1].train.model_copy(update={"lr": 1e37, "warmup_steps": 0})})
+    specs[1] = bad
+    solo_bad = train_tracker(bad, CPU)
+    assert solo_bad.status == "diverged"
+    ens = train_ensemble(specs, CPU)
+    assert ens[1].status == "diverged" and ens[1].reason == solo_bad.reason
+    assert ens[1].lengths == solo_bad.lengths
+    for pa, pb in zip(solo_bad.model.parameters(), ens[1].model.parameters()):
+        torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-5, equal_nan=True)
+    for i in (0, 2):
+        solo = train_tracker(specs[i], CPU)
+        assert ens[i].status == "ok" and len(ens[i].losses) == specs[i].train.steps
+        torch.testing.assert_close(torch.tensor(ens[i].losses), torch.tensor(solo.losses), rtol=1e-5, atol=1e-6)
+
+
+def test_members_with_different_step_counts_stop_on_time():
+    specs = _specs("mamba")[:2]
+    short = specs[0].model_copy(update={"train": specs[0].train.model_copy(update={"steps": 3})})
+    ens = train_ensemble([short, specs[1]], CPU)
+    solo = train_tracker(short, CPU)
+    assert len(ens[0].losses) == 3 and len(ens[1].losses) == specs[1].train.steps
+    for pa, pb in zip(solo.model.parameters(), ens[0].model.parameters()):
+        torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-5)
+
+
+def test_incompatible_members_are_refused():
+    a, b = _specs("tanh-rnn")[:2]
+    other = b.model_copy(update={"model": ModelSpec(arch="tanh-rnn", hidden=16)})
+    with pytest.raises(ValueError, match="model spec"):
+        check_ensemble([a, other])
+    c2 = b.model_copy(update={"task": TaskSpec(group="C2")})
+    with pytest.raises(ValueError, match="group order"):
+        train_ensemble([a, c2], CPU)
+    with pytest.raises(ValueError, match="at least one"):
+        train_ensemble([], CPU)
+
+
+def test_group_tracking_run_many_matches_run_one():
+    from dynlab.studies.group_tracking import STUDY
+    from dynlab.study import StudyOptions
+
+    extra = {"train": {"steps": 6}, "eval": {"n_samples": 8, "batch_size": 8, "lengths": (5, 10), "chunk": 10}}
+    specs = STUDY.make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C6", "S3"), extra=extra))
+    items = STUDY.work_items(specs)
+    assert [len(i) for i in items] == [2]
+    many = STUDY.run_item(items[0], CPU, None)
+    for spec, out in zip(specs, many):
+        one = STUDY.run_one(spec, CPU, None)
+        assert out.result["status"] == one.result["status"] == "ok"
+        assert out.result["curriculum_length"] == one.result["curriculum_length"]
+        assert abs(out.result["train_loss"] - one.result["train_loss"]) < 1e-5
+        assert out.result["ensemble_size"] == 2
+        assert set(one.result) <= set(out.result)
+
+
+def test_bench_train_reports_consistent_ratios(tmp_path):
+    """``dynlab bench train`` at a tiny size: the JSON ratios follow from its own rows."""
+    import json
+
+    from dynlab.cli import main
+
+    out = tmp_path / "bench.json"
+    code = main(
+        ["bench", "train", "-m", "tanh-rnn,mamba", "--hidden", "8", "--batch", "4", "--length", "5",
+         "--ensembles", "3", "--steps", "3", "--json", str(out)]
+    )
+    assert code == 0
+    payload = json.loads(out.read_text())
+    for res in payload["results"]:
+        rows = {r["method"]: r for r in res["rows"]}
+        base = next(r for m, r in rows.items() if m.startswith("baseline"))
+        best = max(r["tokens_per_s"] for m, r in rows.items() if m.startswith("dynlab"))
+        assert {"dynlab", "dynlab ensemble-3"} <= set(rows)
+        assert rows["dynlab ensemble-3"]["models"] == 3
+        assert res["speedup_vs_baseline"] == pytest.approx(best / base["tokens_per_s"])
+        floor = res["gemm_rate_flops"][str(res["threads"])] / res["flops_per_token"]
+        assert res["fraction_of_floor"] == pytest.approx(best / floor)
+    assert payload["results"][0]["flops_per_token"] == 6 * (8 * 8 + 8 * 6)  # dense: 6·(S² + H·C), S3 has 6 classes
+    assert payload["speedup_vs_baseline"] == payload["results"][0]["speedup_vs_baseline"]
+    assert main(["bench", "train", "--ensembles", "0", "--hidden", "8"]) == 2  # bad input: one-line error
