@@ -147,7 +147,9 @@ app.add_typer(bench_app, name="bench")
 
 @bench_app.command("train")
 def bench_train_cmd(
-    models: Annotated[str, typer.Option("--models", "-m", help="Comma list of architectures; the first is the headline.")] = "tanh-rnn,mamba",
+    models: Annotated[
+        str, typer.Option("--models", "-m", help="Comma list of architectures; the first is the headline.")
+    ] = "tanh-rnn,mamba",
     hidden: Annotated[int, typer.Option(help="Hidden width H.")] = 128,
     batch: Annotated[int, typer.Option(help="Batch size B.")] = 256,
     length: Annotated[int, typer.Option(help="Sequence length T.")] = 60,
@@ -155,7 +157,9 @@ def bench_train_cmd(
     steps: Annotated[int, typer.Option(help="Training steps per measurement (the first is not timed).")] = 4,
     quick: Annotated[bool, typer.Option("--quick", help="About a minute: 3 steps, ensemble 16 only.")] = False,
     device: DeviceOpt = "cpu",
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the results as JSON to this file.")] = None,
+    json_out: Annotated[
+        Optional[Path], typer.Option("--json", help="Also write the results as JSON to this file.")
+    ] = None,
 ) -> None:
     """Training throughput: user baseline vs dynlab (one model, ensembles) vs the GEMM floor."""
     from dynlab.bench import bench_train, format_table, write_json

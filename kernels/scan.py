@@ -28,10 +28,10 @@ Dense recurrence (tanh-rnn, linear-rnn, token-gated-rnn)::
     h_t = phi(g_t ⊙ (h_{t−1} Aᵀ) + d_t),   phi ∈ {identity, tanh},   g_t optional
 
 - :func:`dense_rnn_reference` — the loop under autograd.
-- :func:`dense_rnn_scan` — the loop without an autograd graph (one fused
-  ``baddbmm`` + in-place tanh per step into a preallocated buffer), and a backward pass
-  that runs the reverse-time loop (one ``tanh_backward`` and one fused ``baddbmm`` per
-  step) and forms ∂L/∂A with a single GEMM over all steps.
+- :func:`dense_rnn_scan` — the loop without an autograd graph (one in-place
+  ``baddbmm_`` + in-place tanh per step on a buffer initialised with the drive), and a
+  backward pass that runs the reverse-time loop (one ``tanh_backward`` and one in-place
+  ``baddbmm_`` per step) and forms ∂L/∂A with a single GEMM over all steps.
 
 Both fast functions accept a leading model dimension on every argument (an ensemble:
 ``A [N, S, S]``) and carry ``vmap`` rules, so ``torch.func.vmap`` over stacked parameters
@@ -189,7 +189,8 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor, chunk: int |
         states ``[..., T, S]`` (all leading dims broadcast).
     """
     if a.dim() < 2 or b.dim() < 2 or h0.dim() < 1:
-        raise ValueError(f"a, b need shape [..., T, S] and h0 [..., S]; got {tuple(a.shape)}, {tuple(b.shape)}, {tuple(h0.shape)}")
+        shapes = f"{tuple(a.shape)}, {tuple(b.shape)}, {tuple(h0.shape)}"
+        raise ValueError(f"a, b need shape [..., T, S] and h0 [..., S]; got {shapes}")
     if chunk is not None and chunk < 1:
         raise ValueError(f"chunk must be ≥ 1 or None, got {chunk}")
     t_len = a.shape[-2]
@@ -244,35 +245,36 @@ def _check_phi(phi: str) -> None:
 class _DenseRNN(torch.autograd.Function):
     """Canonical shapes: drive, gate [N, B, T, S]; A [N, S, S]; h0 [N, B, S].
 
-    Buffers are time-major [T, N, B, S]: every step reads and writes one contiguous
-    ``[N, B, S]`` block (batched GEMMs with strided outputs fall back to per-model loops
-    on the CPU).  Inputs already stored that way (e.g. gathered by token in time-major
-    order) are read without a copy.
+    Buffers are [N, T, B, S]: the (t, b) rows of one model form one matrix for the ∂L/∂A
+    GEMM, and ``torch.func.vmap`` (which puts the model dimension first) hands over
+    inputs in that layout when they were produced time-major, so the one full-size copy
+    per pass streams.  Every step works in place on its ``[N, B, S]`` slice.
     """
 
     @staticmethod
     def forward(drive, A, h0, gate, phi):
         n, bsz, t_len, s = drive.shape
-        drive_tm = drive.permute(2, 0, 1, 3)  # [T, N, B, S] view
-        hs_tm = torch.empty(t_len, n, bsz, s, dtype=drive.dtype, device=drive.device)
-        ah_tm = torch.empty_like(hs_tm) if gate is not None else None
-        gate_tm = gate.permute(2, 0, 1, 3) if gate is not None else None
-        if gate is None:
-            hs_tm.copy_(drive_tm)  # one streaming copy; each step then adds h_{t−1}Aᵀ in place
         at = A.transpose(-1, -2)  # [N, S, S]
-        h = h0.contiguous()
+        if gate is None:
+            hs = drive.transpose(1, 2).clone(memory_format=torch.contiguous_format)  # [N, T, B, S]
+            ah = drive.new_empty(0)
+        else:
+            hs = torch.empty(n, t_len, bsz, s, dtype=drive.dtype, device=drive.device)
+            ah = torch.empty_like(hs)
+            drive_tm, gate_tm = drive.transpose(1, 2), gate.transpose(1, 2)  # [N, T, B, S] views
+        h = h0
         for t in range(t_len):
+            h_t = hs[:, t]
             if gate is None:
-                hs_tm[t].baddbmm_(h, at)
+                h_t.baddbmm_(h, at)
             else:
-                torch.bmm(h, at, out=ah_tm[t])
-                torch.addcmul(drive_tm[t], gate_tm[t], ah_tm[t], out=hs_tm[t])
+                ah_t = torch.bmm(h, at)
+                ah[:, t] = ah_t
+                torch.addcmul(drive_tm[:, t], gate_tm[:, t], ah_t, out=h_t)
             if phi == "tanh":
-                hs_tm[t].tanh_()
-            h = hs_tm[t]
-        hs = hs_tm.permute(1, 2, 0, 3)  # [N, B, T, S] view of the time-major buffer
-        ah = ah_tm.permute(1, 2, 0, 3) if ah_tm is not None else drive.new_empty(0)
-        return hs, ah
+                h_t.tanh_()
+            h = h_t
+        return hs.transpose(1, 2), (ah.transpose(1, 2) if gate is not None else ah)  # [N, B, T, S] views
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -289,44 +291,37 @@ class _DenseRNN(torch.autograd.Function):
         n, bsz, t_len, s = hs.shape
         if grad_hs is None:
             grad_hs = torch.zeros_like(hs)
-        g_tm = grad_hs.permute(2, 0, 1, 3)  # [T, N, B, S]
-        hs_tm = hs.permute(2, 0, 1, 3)
-        gate_tm = gate.permute(2, 0, 1, 3) if ctx.has_gate else None
-        ah_tm = ah.permute(2, 0, 1, 3) if ctx.has_gate else None
-        d_drive = torch.empty(t_len, n, bsz, s, dtype=hs.dtype, device=hs.device)  # ∂L/∂pre_t
-        ga = torch.empty_like(d_drive) if ctx.has_gate else d_drive  # ∂L/∂(h_{t−1}Aᵀ)
-        d_gate = torch.empty_like(d_drive) if ctx.has_gate else None
-        want_a = ctx.needs_input_grad[1]
-        # ∂L/∂A = Σ_t ga_tᵀ h_{t−1}: one GEMM over all (t, b) rows when N = 1 (rows are
-        # contiguous), else accumulated step by step inside the loop.
-        grad_A = torch.zeros_like(A) if want_a and n > 1 else None
-        lam = g_tm.clone(memory_format=torch.contiguous_format)  # [T, N, B, S]; lam[t] → ∂L/∂h_t (total)
+        hs_tm = hs.transpose(1, 2)  # [N, T, B, S] (the forward buffer)
+        lam = grad_hs.transpose(1, 2).clone(memory_format=torch.contiguous_format)  # lam[:, t] → ∂L/∂h_t (total)
+        d_drive = torch.empty(n, t_len, bsz, s, dtype=hs.dtype, device=hs.device)  # ∂L/∂pre_t
+        if ctx.has_gate:
+            gate_tm, ah_tm = gate.transpose(1, 2), ah.transpose(1, 2)
+            ga = torch.empty_like(d_drive)  # ∂L/∂(h_{t−1}Aᵀ)
+            d_gate = torch.empty_like(d_drive)
+        else:
+            ga, d_gate = d_drive, None
         for t in range(t_len - 1, -1, -1):
             if ctx.phi == "tanh":
-                torch.ops.aten.tanh_backward(lam[t], hs_tm[t], grad_input=d_drive[t])
+                torch.ops.aten.tanh_backward(lam[:, t], hs_tm[:, t], grad_input=d_drive[:, t])
             else:
-                d_drive[t].copy_(lam[t])
+                d_drive[:, t] = lam[:, t]
             if ctx.has_gate:
-                torch.mul(d_drive[t], ah_tm[t], out=d_gate[t])
-                torch.mul(d_drive[t], gate_tm[t], out=ga[t])
-            if grad_A is not None and t > 0:
-                grad_A.baddbmm_(ga[t].transpose(-1, -2), hs_tm[t - 1])
+                torch.mul(d_drive[:, t], ah_tm[:, t], out=d_gate[:, t])
+                torch.mul(d_drive[:, t], gate_tm[:, t], out=ga[:, t])
             if t > 0:
-                lam[t - 1].baddbmm_(ga[t], A)
-        grad_h0 = torch.bmm(ga[0], A) if ctx.needs_input_grad[2] else None
-        if want_a:
-            first = ga[0].transpose(-1, -2) @ h0  # [N, S, S]
-            if grad_A is None:
-                ga_rows = ga[1:].reshape(1, (t_len - 1) * bsz, s)  # [1, (T−1)·B, S]
-                hp_rows = hs_tm[:-1].reshape(1, (t_len - 1) * bsz, s)
-                grad_A = torch.baddbmm(first, ga_rows.transpose(-1, -2), hp_rows)
-            else:
-                grad_A += first
+                lam[:, t - 1].baddbmm_(ga[:, t], A)
+        grad_h0 = torch.bmm(ga[:, 0], A) if ctx.needs_input_grad[2] else None
+        grad_A = None
+        if ctx.needs_input_grad[1]:
+            # ∂L/∂A = Σ_t ga_tᵀ h_{t−1}: one GEMM over all (t, b) rows per model.
+            ga_rows = ga[:, 1:].reshape(n, (t_len - 1) * bsz, s)  # [N, (T−1)·B, S]
+            hp_rows = hs_tm[:, :-1].reshape(n, (t_len - 1) * bsz, s)  # [N, (T−1)·B, S]
+            grad_A = torch.baddbmm(ga[:, 0].transpose(-1, -2) @ h0, ga_rows.transpose(-1, -2), hp_rows)
         return (
-            d_drive.permute(1, 2, 0, 3),
+            d_drive.transpose(1, 2),
             grad_A,
             grad_h0,
-            d_gate.permute(1, 2, 0, 3) if ctx.has_gate else None,
+            d_gate.transpose(1, 2) if ctx.has_gate else None,
             None,
         )
 
@@ -363,11 +358,11 @@ def dense_rnn_scan(
     _check_phi(phi)
     if A.dim() == 2:
         if drive.dim() != 3 or h0.dim() != 2:
-            raise ValueError(f"with A [S, S], drive must be [B, T, S] and h0 [B, S]; got {tuple(drive.shape)}, {tuple(h0.shape)}")
+            got = f"{tuple(drive.shape)}, {tuple(h0.shape)}"
+            raise ValueError(f"with A [S, S], drive must be [B, T, S] and h0 [B, S]; got {got}")
         hs, _ = _DenseRNN.apply(drive[None], A[None], h0[None], None if gate is None else gate[None], phi)
         return hs.squeeze(0)
     if A.dim() != 3 or drive.dim() != 4 or h0.dim() != 3:
-        raise ValueError(
-            f"with A [N, S, S], drive must be [N, B, T, S] and h0 [N, B, S]; got {tuple(drive.shape)}, {tuple(h0.shape)}"
-        )
+        got = f"{tuple(drive.shape)}, {tuple(h0.shape)}"
+        raise ValueError(f"with A [N, S, S], drive must be [N, B, T, S] and h0 [N, B, S]; got {got}")
     return _DenseRNN.apply(drive, A, h0, gate, phi)[0]

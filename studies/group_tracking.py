@@ -185,8 +185,9 @@ def _analysis_table(specs: list[RunSpec], store: RunStore, status: list[str]) ->
         if st == "ok" and store.has_file(spec, "analysis.nc"):
             ds = store.read_dataset(spec, "analysis.nc")
             ds = ds.assign_coords(k=np.arange(ds.sizes["k"]))
-            if "failure_mode" in ds:
-                ds["failure_mode"] = ds["failure_mode"].astype(str)
+            for name in ("failure_mode", "failure_mode_par"):
+                if name in ds:
+                    ds[name] = ds[name].astype(str)
             parts.append(ds)
         else:
             parts.append(None)
@@ -194,8 +195,9 @@ def _analysis_table(specs: list[RunSpec], store: RunStore, status: list[str]) ->
     if not present:
         return None
     template = xr.zeros_like(present[0]).where(False)
-    if "failure_mode" in template:
-        template["failure_mode"] = ((), "")
+    for name in ("failure_mode", "failure_mode_par"):
+        if name in template:
+            template[name] = ((), "")
     for name in ("crossed", "crossed_par"):
         if name in template:
             template[name] = ((), False)
@@ -296,8 +298,8 @@ def assemble(specs: list[RunSpec], store: RunStore, options: StudyOptions) -> xr
         ds.attrs.update({f"analysis_{k}": v for k, v in table.attrs.items()})
         orders = [get_group(s.task.group).order for s in specs]
         ds["group_order"] = ("run", np.asarray(orders))
-        ds["half_margin_rel"] = (0.5 * ds["M"] / ds["centroid_radius"]).median("t")
-        ds["q_max"] = ds["q"].max("t")
+        ds["half_margin_rel"] = ("run", (0.5 * ds["M"] / ds["centroid_radius"]).median("t").values)
+        ds["q_max"] = ("run", ds["q"].max("t").values)
         ds = ds.merge(_correlations(ds))
     return ds
 

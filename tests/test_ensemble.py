@@ -84,6 +84,8 @@ def test_group_tracking_run_many_matches_run_one():
     specs = STUDY.make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C6", "S3"), extra=extra))
     items = STUDY.work_items(specs)
     assert [len(i) for i in items] == [2]
+    diagonal = STUDY.make_specs(StudyOptions(preset="smoke", models=("mamba",), groups=("C6", "S3"), extra=extra))
+    assert [len(i) for i in STUDY.work_items(diagonal)] == [1, 1]  # diagonal cells train alone
     many = STUDY.run_item(items[0], CPU, None)
     for spec, out in zip(specs, many):
         one = STUDY.run_one(spec, CPU, None)
@@ -119,3 +121,14 @@ def test_bench_train_reports_consistent_ratios(tmp_path):
     assert payload["results"][0]["flops_per_token"] == 6 * (8 * 8 + 8 * 6)  # dense: 6·(S² + H·C), S3 has 6 classes
     assert payload["speedup_vs_baseline"] == payload["results"][0]["speedup_vs_baseline"]
     assert main(["bench", "train", "--ensembles", "0", "--hidden", "8"]) == 2  # bad input: one-line error
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_ensemble_on_cuda_matches_cpu_solo():
+    specs = _specs("tanh-rnn")
+    ens = train_ensemble(specs, torch.device("cuda"))
+    for s, b in zip(specs, ens):
+        a = train_tracker(s, CPU)
+        assert b.lengths == a.lengths
+        torch.testing.assert_close(torch.tensor(b.losses), torch.tensor(a.losses), rtol=1e-4, atol=1e-5)

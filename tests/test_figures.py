@@ -74,6 +74,7 @@ def synthetic() -> xr.Dataset:
             "horizon": ("run", np.full(n, float(T))),
             "failure_mode": ("run", np.where(np.isfinite(tcross), np.where(tcross <= 3, "saturation", "climb"),
                                              "robust")),
+            "failure_mode_par": ("run", np.where(20 * k <= T, "climb", "robust")),
             "return_map_eig_real": (("run", "k"), rho[:, None] * np.cos(ang)[None]),
             "return_map_eig_imag": (("run", "k"), rho[:, None] * np.sin(ang)[None]),
             "perturb_delta_norm": (("run", "direction", "t_pert"), delta),
@@ -230,7 +231,7 @@ def test_write_figures_png_pdf_composite_and_notes(tmp_path):
     names = {p.name for p in figs.written}
     for stem in ("accuracy_S3", "accuracy_C2", "q_curves", "q_par_curves", "tcross_mp", "tcross_par_mp",
                  "r_par_perp", "return_map_eigs",
-                 "perturbation_recovery", "failure_modes", "margin", "group-tracking"):
+                 "perturbation_recovery", "failure_modes", "failure_modes_par", "margin", "group-tracking"):
         assert {f"{stem}.png", f"{stem}.pdf"} <= names
         assert (tmp_path / "all" / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert (tmp_path / "all" / f"{stem}.pdf").read_bytes()[:5] == b"%PDF-"
@@ -241,7 +242,8 @@ def test_write_figures_png_pdf_composite_and_notes(tmp_path):
     assert {p.name for p in figs.written} == {f"{s}.{e}" for s in ("accuracy_S3", "accuracy_C2", "group-tracking")
                                               for e in ("png", "pdf")}
     assert set(figs.skipped) == {"q_curves", "q_par_curves", "tcross_mp", "tcross_par_mp", "r_par_perp",
-                                 "return_map_eigs", "perturbation_recovery", "failure_modes", "margin"}
+                                 "return_map_eigs", "perturbation_recovery", "failure_modes", "failure_modes_par",
+                                 "margin"}
     assert "q_curves: skipped (q(t) curves needs q, t" in (tmp_path / "bare" / "NOTES.txt").read_text()
 
 

@@ -5,7 +5,8 @@
 1. **geometry** over time of the tracked layer's states (streamed in chunks, memory flat
    in length): ``q, R, M, R_par, R_perp (t)``, ``T_cross``, ``failure_mode`` and the
    Corollary-1 fit (:func:`dynlab.analysis.geometry.geometry_over_time`).  Also
-   ``q_par = R_par / M`` and its crossing ``T_cross_par``: a nearest-centroid decision
+   ``q_par = R_par / M``, its crossing ``T_cross_par`` and ``failure_mode_par`` (same
+   rules as ``failure_mode``): a nearest-centroid decision
    depends only on the component of h in U, so scatter in U⊥ (where state-dependent
    trackers park their error) cannot cause a misread; q_par is the decoder-relevant
    ratio, q = R/M the paper's;
@@ -139,10 +140,12 @@ def analyze_tracker(
     out = geo.copy()
     # Decoder-relevant readability: a nearest-centroid decision depends only on the
     # component of h in U, so q_par = R_par / M is the tighter sufficient ratio.
-    out["q_par"] = geo["R_par"] / geo["M"]
+    out["q_par"] = ("t", geo["R_par"].values / geo["M"].values)
     t_par, crossed_par = crossing_time(out["q_par"].values, spec.tau, geo["t"].values, spec.persist)
     out["T_cross_par"] = ((), t_par)
     out["crossed_par"] = ((), crossed_par)
+    saturation_t = int(geo.attrs.get("saturation_t", 3))
+    out["failure_mode_par"] = ((), "robust" if not crossed_par else "saturation" if t_par <= saturation_t else "climb")
 
     # Theorem 1: return maps of state-preserving words at the centroids of step t_ref.
     points, layer_c, point_labels = _centroids_at(m, task, spec.n_samples, t_ref, gen, layer)

@@ -111,6 +111,7 @@ def study_panels(ds: xr.Dataset) -> dict[str, Panel]:
             "return_map_eigs": return_map_eigs,
             "perturbation_recovery": perturbation_recovery,
             "failure_modes": failure_modes,
+            "failure_modes_par": partial(failure_modes, variable="failure_mode_par"),
             "margin": margin_panel,
         }
     )

@@ -439,13 +439,14 @@ def perturbation_recovery(ds: xr.Dataset, ax: Axes) -> Axes:
     return ax
 
 
-def failure_modes(ds: xr.Dataset, ax: Axes, by: str = "arch") -> Axes:
+def failure_modes(ds: xr.Dataset, ax: Axes, by: str = "arch", variable: str = "failure_mode") -> Axes:
     """Number of runs in each failure mode (robust, climb, saturation) per ``by`` (horizontal
-    stacked bars); runs without an analysis are counted as 'not analysed'."""
+    stacked bars); runs without an analysis are counted as 'not analysed'.  ``variable``
+    picks the classification: ``failure_mode`` (from q) or ``failure_mode_par`` (from q∥)."""
     panel = "failure modes"
-    _require(ds, panel, "failure_mode", by)
+    _require(ds, panel, variable, by)
     ds = _nonempty(_ok(ds), panel)
-    modes = _strs(ds, "failure_mode")
+    modes = _strs(ds, variable)
     modes = np.where(np.isin(modes, FAILURE_MODES), modes, "not analysed")
     keys = _strs(ds, by)
     rows = _arch_order(ds) if by == "arch" else _ordered(keys, PHI_ORDER)
@@ -466,7 +467,7 @@ def failure_modes(ds: xr.Dataset, ax: Axes, by: str = "arch") -> Axes:
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(loc="center right")  # in the empty right part reserved by the x limit
     ax.set_xlim(0, max(1.0, float(left.max())) * 1.75)
-    ax.set_title("Failure modes")
+    ax.set_title("Failure modes" + (" (from q∥)" if variable.endswith("_par") else ""))
     return ax
 
 

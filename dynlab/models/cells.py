@@ -63,7 +63,8 @@ class Cell(nn.Module):
     default_phi: ClassVar[str] = "identity"
     #: True when :meth:`precompute` acts on every time step separately (term t depends on
     #: u_t only).  Trainers may then precompute the terms once per vocabulary entry and
-    #: gather them by token (:func:`dynlab.train.engine.tracker_logits`).
+    #: gather them by token (:func:`dynlab.train.engine.tracker_logits`).  The built-in
+    #: cells set it; a subclass whose precompute mixes time steps must set it False.
     pointwise_precompute: ClassVar[bool] = False
 
     def __init__(self, d_in: int, hidden: int, state_size: int, out_size: int, nonlinearity: str | None = None):
@@ -156,7 +157,8 @@ class _DenseRNN(Cell):
 
     def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
         """Fused dense scan for phi ∈ {identity, tanh}; the generic loop otherwise."""
-        if self.phi not in ("identity", "tanh") or type(self).transition is not type(self)._fused_transition:
+        cls = type(self)
+        if self.phi not in ("identity", "tanh") or cls.transition is not cls._fused_transition or cls._ah is not _DenseRNN._ah:
             return super().scan(h0, p)
         return dense_rnn_scan(p["drive"], self.A, h0, self._gate(p), self.phi)
 

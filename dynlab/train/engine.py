@@ -161,7 +161,9 @@ def train_tracker(
         return _train(spec, task, model, device, progress)
 
 
-def _train(spec: RunSpec, task: WordProblem, model: Tracker, device: torch.device, progress: NullProgress) -> TrainResult:
+def _train(
+    spec: RunSpec, task: WordProblem, model: Tracker, device: torch.device, progress: NullProgress
+) -> TrainResult:
     tr = spec.train
     opt = torch.optim.AdamW(model.parameters(), lr=tr.lr, weight_decay=tr.weight_decay)
     gen = torch.Generator().manual_seed(spec.seed)
