@@ -45,9 +45,23 @@ from dynlab.models import BUILTIN_ARCHS, available_cells, measure_family
 from dynlab.results.store import RunStore
 from dynlab.study import RunOutcome, Study, StudyOptions
 from dynlab.tasks import WordProblem
-from dynlab.train import NullProgress, build_tracker, train_tracker
+from dynlab.train import NullProgress, TrainResult, build_tracker, train_tracker
+from dynlab.train.engine import step_work, train_threads
+from dynlab.train.ensemble import train_ensemble
 
-__all__ = ["ANALYSIS_PRESETS", "PRESETS", "STUDY", "analyze_one", "assemble", "load_model", "make_specs", "run_one"]
+__all__ = [
+    "ANALYSIS_PRESETS",
+    "ENSEMBLE_ARCHS",
+    "PRESETS",
+    "STUDY",
+    "analyze_one",
+    "assemble",
+    "ensemble_group_key",
+    "load_model",
+    "make_specs",
+    "run_many",
+    "run_one",
+]
 
 DEFAULT_GROUPS = ("C2", "C6", "S3")
 
@@ -107,11 +121,9 @@ def make_specs(options: StudyOptions) -> list[RunSpec]:
     ]
 
 
-def run_one(spec: RunSpec, device: torch.device, progress: NullProgress) -> RunOutcome:
-    """Train one tracker, measure its family, evaluate accuracy vs length and mp."""
-    t0 = time.perf_counter()
-    res = train_tracker(spec, device, progress)
-    train_time = time.perf_counter() - t0
+def _finish_run(spec: RunSpec, res: TrainResult, train_time: float, device: torch.device, **extra) -> RunOutcome:
+    """From a trained tracker to a stored outcome: training record, measured family, and
+    (for ok runs) accuracy vs length and mp."""
     result: dict = {
         "status": res.status,
         "reason": res.reason,
@@ -122,15 +134,17 @@ def run_one(spec: RunSpec, device: torch.device, progress: NullProgress) -> RunO
         "train_time": train_time,
         "family": res.model.family,
         "family_measured": measure_family(res.model.cells[0].cpu()),
+        **extra,
     }
     res.model.to(device)
     if res.status != "ok":
         return RunOutcome(result, None)
     task = WordProblem(get_group(spec.task.group))
     ev = spec.eval
-    le = evaluate_lengths(
-        res.model, task, ev.lengths, ev.n_samples, ev.batch_size, ev.chunk, spec.seed + ev.seed_offset, device
-    )
+    with train_threads(device, step_work(res.model, ev.batch_size)):  # small models: 1 thread
+        le = evaluate_lengths(
+            res.model, task, ev.lengths, ev.n_samples, ev.batch_size, ev.chunk, spec.seed + ev.seed_offset, device
+        )
     mp, censored = max_pass_length(le.lengths, le.acc_final, ev.threshold)
     result.update(
         lengths=le.lengths.tolist(),
@@ -141,6 +155,13 @@ def run_one(spec: RunSpec, device: torch.device, progress: NullProgress) -> RunO
         threshold=ev.threshold,
     )
     return RunOutcome(result, res.model.state_dict())
+
+
+def run_one(spec: RunSpec, device: torch.device, progress: NullProgress) -> RunOutcome:
+    """Train one tracker, measure its family, evaluate accuracy vs length and mp."""
+    t0 = time.perf_counter()
+    res = train_tracker(spec, device, progress)
+    return _finish_run(spec, res, time.perf_counter() - t0, device)
 
 
 def load_model(spec: RunSpec, store: RunStore, device: torch.device):
@@ -324,47 +345,10 @@ def run_many(specs: list[RunSpec], device: torch.device, progress: NullProgress)
     (:func:`dynlab.train.ensemble.train_ensemble`), then finish each run as :func:`run_one`
     does (family, evaluation, mp).  ``train_time`` is the ensemble's training wall time
     divided by the number of members; ``ensemble_size`` records the number of members."""
-    from dynlab.train.engine import step_work, train_threads
-    from dynlab.train.ensemble import train_ensemble
-
     t0 = time.perf_counter()
     trained = train_ensemble(specs, device, progress)
     train_time = (time.perf_counter() - t0) / len(specs)
-    outcomes = []
-    for spec, res in zip(specs, trained):
-        result: dict = {
-            "status": res.status,
-            "reason": res.reason,
-            "train_steps": len(res.losses),
-            "train_loss": res.losses[-1] if res.losses else float("nan"),
-            "curriculum_length": res.lengths[-1] if res.lengths else 0,
-            "final_train_accuracy": res.final_train_accuracy,
-            "train_time": train_time,
-            "ensemble_size": len(specs),
-            "family": res.model.family,
-            "family_measured": measure_family(res.model.cells[0].cpu()),
-        }
-        res.model.to(device)
-        if res.status != "ok":
-            outcomes.append(RunOutcome(result, None))
-            continue
-        task = WordProblem(get_group(spec.task.group))
-        ev = spec.eval
-        with train_threads(device, step_work(res.model, ev.batch_size)):  # small models: 1 thread
-            le = evaluate_lengths(
-                res.model, task, ev.lengths, ev.n_samples, ev.batch_size, ev.chunk, spec.seed + ev.seed_offset, device
-            )
-        mp, censored = max_pass_length(le.lengths, le.acc_final, ev.threshold)
-        result.update(
-            lengths=le.lengths.tolist(),
-            accuracy=le.acc_final.tolist(),
-            accuracy_all=le.acc_all.tolist(),
-            mp=mp,
-            mp_censored=censored,
-            threshold=ev.threshold,
-        )
-        outcomes.append(RunOutcome(result, res.model.state_dict()))
-    return outcomes
+    return [_finish_run(spec, res, train_time, device, ensemble_size=len(specs)) for spec, res in zip(specs, trained)]
 
 
 #: Architectures trained as ensembles: dense RNNs, whose per-step GEMMs batch into one

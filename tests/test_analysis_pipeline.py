@@ -70,3 +70,16 @@ def test_trained_like_random_tracker_produces_complete_dataset():
 def test_analysis_spec_refuses_bad_values():
     with pytest.raises(ValueError):
         AnalysisSpec(n_samples=2)
+
+
+def test_exploding_tracker_counts_as_failed_not_robust():
+    """A linear RNN with spectral radius 3 overflows float64 within the horizon: the
+    non-finite steps must count as crossed (q = inf), never as 'robust'."""
+    torch.manual_seed(0)
+    m = Tracker("linear-rnn", 6, 6, hidden=8).double()
+    with torch.no_grad():
+        m.cells[0].A.mul_(3.0)
+    ds = analyze_tracker(m, WordProblem(get_group("S3")), SPEC, horizon=800, t_ref=10)
+    assert np.isfinite(float(ds.blowup_t)) and float(ds.blowup_t) < 800
+    assert str(ds.failure_mode.values) in ("saturation", "climb")
+    assert np.isinf(ds.q.sel(t=800).item())

@@ -201,7 +201,10 @@ def _chunk_geometry(
     n_present = present.sum(1)  # [Tc]
     cbar = c0.sum(1) / np.maximum(n_present, 1)[:, None]  # [Tc, S]
     d = np.where(present[..., None], c0 - cbar[:, None, :], 0.0)  # [Tc, G, S]
-    _, sv, vh = np.linalg.svd(d, full_matrices=False)  # sv [Tc, K], vh [Tc, K, S]
+    # Steps whose states overflowed (an exploding tracker) get R = inf below; the SVD
+    # sees zeros there instead of inf/NaN, which LAPACK cannot take.
+    ok_t = np.isfinite(d).all((1, 2)) & (np.abs(d).max((1, 2), initial=0.0) < 1e150)  # [Tc]
+    _, sv, vh = np.linalg.svd(np.where(ok_t[:, None, None], d, 0.0), full_matrices=False)  # sv [Tc, K], vh [Tc, K, S]
     keep = (sv > rank_tol * sv[:, :1]) & (sv[:, :1] > 0) & (n_present[:, None] >= 2)  # [Tc, K]
     coef = np.einsum("nts,tks->ntk", resid, vh) * keep[None]  # [N, Tc, K]
     resid_par = np.einsum("ntk,tks->nts", coef, vh)  # [N, Tc, S]
@@ -210,7 +213,7 @@ def _chunk_geometry(
     big_m = _separation(c0, present)  # [Tc]
     radius = np.sqrt((d**2).sum(-1).sum(-1) / np.maximum(n_present, 1))  # [Tc]
     out = {
-        "R": np.sqrt(r2),
+        "R": np.where(ok_t, np.sqrt(r2), np.inf),
         "M": big_m,
         "R_par": np.sqrt(r_par2),
         "R_perp": np.sqrt(r_perp2),

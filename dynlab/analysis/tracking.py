@@ -21,6 +21,9 @@
 5. for two-class groups (C2), the **signed error along U** that shows neutral
    oscillation (:func:`dynlab.analysis.margin.binary_signed_error`).
 
+A tracker whose states overflow (an unstable affine map run to length 1000) has failed:
+from the first non-finite step on, q is +inf (``blowup_t`` records that step).
+
 All of it is float64.  The variables are per run; the study stacks runs along ``run``.
 """
 
@@ -110,6 +113,31 @@ def _centroids_at(model, task: WordProblem, n: int, t_ref: int, gen: torch.Gener
     return full[present], layer_c[present], np.flatnonzero(present)
 
 
+def _mark_blown_up(geo: xr.Dataset, spec: AnalysisSpec) -> xr.Dataset:
+    """A tracker whose states overflow has failed: where R or M is not finite, q = +inf.
+
+    (Left as NaN, such steps would count as *below* τ and the run would look robust.)
+    T_cross, ``crossed`` and ``failure_mode`` are recomputed from the corrected q, and
+    ``blowup_t`` records the first such step (NaN when none).
+    """
+    out = geo.copy()
+    blown = ~(np.isfinite(geo["R"].values) & np.isfinite(geo["M"].values))
+    t = geo["t"].values
+    out["blowup_t"] = ((), float(t[blown][0]) if blown.any() else float("nan"))
+    if not blown.any():
+        return out
+    q = geo["q"].values.copy()
+    q[blown] = np.inf
+    out["q"] = ("t", q, geo["q"].attrs)
+    t_cross, crossed = crossing_time(q, spec.tau, t, spec.persist)
+    saturation_t = int(geo.attrs.get("saturation_t", 3))
+    out["T_cross"] = ((), t_cross, geo["T_cross"].attrs)
+    out["crossed"] = ((), crossed, geo["crossed"].attrs)
+    mode = "robust" if not crossed else "saturation" if t_cross <= saturation_t else "climb"
+    out["failure_mode"] = ((), mode, geo["failure_mode"].attrs)
+    return out
+
+
 def analyze_tracker(
     model: torch.nn.Module,
     task: WordProblem,
@@ -130,14 +158,15 @@ def analyze_tracker(
     """
     m = analysis_copy(model, torch.float64).cpu()
     gen = torch.Generator().manual_seed(spec.seed)
-    geo = geometry_over_time(
-        stream_states(m, task, spec.n_samples, horizon, spec.chunk, gen, layer),
-        n_classes=task.n_classes,
-        tau=spec.tau,
-        persist=spec.persist,
-        rank_tol=spec.rank_tol,
-    )
-    out = geo.copy()
+    with np.errstate(over="ignore", invalid="ignore"):  # exploding trackers: handled below
+        geo = geometry_over_time(
+            stream_states(m, task, spec.n_samples, horizon, spec.chunk, gen, layer),
+            n_classes=task.n_classes,
+            tau=spec.tau,
+            persist=spec.persist,
+            rank_tol=spec.rank_tol,
+        )
+    out = _mark_blown_up(geo, spec)
     # Decoder-relevant readability: a nearest-centroid decision depends only on the
     # component of h in U, so q_par = R_par / M is the tighter sufficient ratio.
     out["q_par"] = ("t", geo["R_par"].values / geo["M"].values)
@@ -183,7 +212,8 @@ def analyze_tracker(
 
     # C2: signed error along U (neutral oscillation).
     if task.n_classes == 2:
-        be = binary_signed_error(stream_states(m, task, spec.n_samples, horizon, spec.chunk, gen, layer))
+        with np.errstate(over="ignore", invalid="ignore"):
+            be = binary_signed_error(stream_states(m, task, spec.n_samples, horizon, spec.chunk, gen, layer))
         out["sign_flip_frac"] = be["sign_flip_frac"]
         out["e_U_absmax_rel"] = be["e_U_absmax_rel"]
     out.attrs.update(
