@@ -156,7 +156,7 @@ def bench_train_cmd(
     ensembles: Annotated[str, typer.Option(help="Comma list of ensemble sizes.")] = "16,64",
     steps: Annotated[int, typer.Option(help="Training steps per measurement (the first is not timed).")] = 4,
     quick: Annotated[bool, typer.Option("--quick", help="About a minute: 3 steps, ensemble 16 only.")] = False,
-    device: DeviceOpt = "cpu",
+    device: DeviceOpt = "auto",
     json_out: Annotated[
         Optional[Path], typer.Option("--json", help="Also write the results as JSON to this file.")
     ] = None,

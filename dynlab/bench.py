@@ -200,7 +200,7 @@ def bench_train(
     steps: int = 4,
     warmup: int = 1,
     threads: tuple[int, ...] | None = None,
-    device: str = "cpu",
+    device: str = "auto",
     group: str = "S3",
     max_memory_gb: float = 6.0,
 ) -> dict[str, Any]:

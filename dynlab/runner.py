@@ -19,7 +19,7 @@ import xarray as xr
 from dynlab.config import Spec
 from dynlab.executors import Executor, InProcessExecutor
 from dynlab.results.schema import annotate, open_dataset, provenance_attrs, write_dataset
-from dynlab.results.store import RunStore, _atomic_text
+from dynlab.results.store import RunStore, atomic_write_text
 from dynlab.study import Study, StudyOptions
 from dynlab.train.device import resolve_device
 from dynlab.train.progress import NullProgress, make_progress
@@ -101,7 +101,7 @@ def _finish(study: Study, specs: list[Spec], store: RunStore, options: StudyOpti
         "extra": dict(options.extra),
         "run_ids": [s.spec_hash() for s in specs],
     }
-    _atomic_text(store.root / MANIFEST, lambda: json.dumps(manifest, indent=1))
+    atomic_write_text(store.root / MANIFEST, lambda: json.dumps(manifest, indent=1))
     return path
 
 

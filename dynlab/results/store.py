@@ -104,10 +104,10 @@ class RunStore:
         return open_dataset(self.path(spec) / name)
 
     def write_json(self, spec: Spec, name: str, payload: Any) -> Path:
-        return _atomic_text(self.path(spec) / name, lambda: json.dumps(payload, indent=1, sort_keys=True))
+        return atomic_write_text(self.path(spec) / name, lambda: json.dumps(payload, indent=1, sort_keys=True))
 
 
-def _atomic_text(path: Path, make: Callable[[], str]) -> Path:
+def atomic_write_text(path: Path, make: Callable[[], str]) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
