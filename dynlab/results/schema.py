@@ -51,6 +51,7 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "q_par": ("decoder-relevant ratio q∥ = R∥/M", "1", "scatter along U over the minimum centroid separation"),
     "T_cross_par": ("first persistent crossing of q∥ ≥ τ", "step", "NaN = never crossed (censored)"),
     "crossed_par": ("q∥ crossed the threshold", "1", ""),
+    "T_cross_readout": ("first persistent crossing of q ≥ τ_readout", "step", "τ from the trained readout's margin; NaN = never"),
     "blowup_t": ("first step with non-finite states", "step", "NaN = the states stayed finite"),
     "failure_mode_par": ("failure mode from q∥ (saturation|climb|robust)", "1", "same rules as failure_mode, on q∥"),
     "return_map_eig_real": ("return-map eigenvalue on U, real part", "1", "eigenvalues of Bᵀ DF_w B over words and centroids"),
