@@ -52,9 +52,12 @@ def _seeds(text: str | None) -> tuple[int, ...] | None:
     if items is None:
         return None
     try:
-        return tuple(int(x) for x in items)
+        seeds = tuple(int(x) for x in items)
     except ValueError:
         raise ValueError(f"seeds must be a comma list of non-negative integers, got {text!r}") from None
+    if any(not 0 <= s < 2**63 for s in seeds):
+        raise ValueError(f"seeds must be ≥ 0 and < 2**63, got {text!r}")
+    return seeds
 
 
 def _add_study_command(name: str) -> None:
@@ -164,8 +167,13 @@ def bench_train_cmd(
     """Training throughput: user baseline vs dynlab (one model, ensembles) vs the GEMM floor."""
     from dynlab.bench import bench_train, format_table, write_json
 
+    if json_out is not None and not json_out.parent.resolve().is_dir():
+        raise ValueError(f"--json {json_out}: folder {json_out.parent} does not exist")
     names = _csv(models) or ()
-    sizes = tuple(int(x) for x in (_csv(ensembles) or ()))
+    try:
+        sizes = tuple(int(x) for x in (_csv(ensembles) or ()))
+    except ValueError:
+        raise ValueError(f"--ensembles must be a comma list of integers, got {ensembles!r}") from None
     if quick:
         steps, sizes = 3, tuple(n for n in sizes if n <= 16) or (16,)
     results = [bench_train(m, hidden, batch, length, sizes, steps=steps, device=device) for m in names]
@@ -205,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationError as exc:
         typer.echo(f"error: invalid {exc.title}: {format_validation_error(exc)}", err=True)
         return 2
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:  # bad input, or a path that cannot be read/written
         if os.environ.get("DYNLAB_DEBUG"):
             raise
         typer.echo(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", err=True)

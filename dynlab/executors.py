@@ -124,7 +124,10 @@ class DaskExecutor:
         self.client = distributed.Client(self._cluster, set_as_default=False)
 
     def map_unordered(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
-        """Submit every item as one task; yield ``(item, result)`` as tasks finish."""
+        """Submit every item as one task; yield ``(item, result)`` as tasks finish.
+
+        A task that fails for good does not cancel the others: they finish and are yielded
+        (so the runner saves them), then the first error is raised."""
         from distributed import as_completed
 
         batch = uuid.uuid4().hex[:12]
@@ -132,12 +135,21 @@ class DaskExecutor:
         for i, item in enumerate(items):
             fut = self.client.submit(fn, item, key=f"dynlab-item-{batch}-{i}", retries=self.retries, pure=False)
             pending[fut] = item
+        first_error: BaseException | None = None
         try:
             for fut in as_completed(list(pending), loop=self.client.loop):
-                yield pending.pop(fut), fut.result()
+                item = pending.pop(fut)
+                try:
+                    result = fut.result()
+                except Exception as exc:  # failed for good: let the other tasks finish and be saved
+                    first_error = first_error or exc
+                    continue
+                yield item, result
         finally:
-            for fut in pending:  # the caller stopped early or a task failed for good
+            for fut in pending:  # the caller stopped early
                 fut.cancel()
+        if first_error is not None:
+            raise first_error
 
     def close(self) -> None:
         if self._own_client:

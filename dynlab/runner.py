@@ -125,6 +125,10 @@ def run_study(
     if not getattr(executor, "remote", False):
         resolve_device(device)  # refuse an unknown or unavailable device before writing
     store = RunStore(study_dir(out, study))
+    try:
+        store.runs.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot write the study to {store.root} ({exc.strerror or exc}); allowed: a writable folder") from None
     with make_progress(progress) as prog:
         counts = _run_specs(study, specs, store, device, prog, analyze, executor)
         prog.log(
@@ -137,11 +141,21 @@ def run_study(
 def _load_manifest(path: Path) -> dict:
     mpath = path / MANIFEST
     try:
-        return json.loads(mpath.read_text())
+        manifest = json.loads(mpath.read_text())
     except FileNotFoundError:
         raise ValueError(f"{path} is not a dynlab study folder (no {MANIFEST}); run `dynlab study ...` first") from None
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"unreadable study manifest {mpath} ({exc})") from None
+    ok = (
+        isinstance(manifest, dict)
+        and isinstance(manifest.get("study"), str)
+        and isinstance(manifest.get("preset"), str)
+        and isinstance(manifest.get("run_ids"), list)
+        and all(isinstance(r, str) for r in manifest["run_ids"])
+    )
+    if not ok:
+        raise ValueError(f"broken study manifest {mpath}: needs 'study', 'preset' and a list of 'run_ids'")
+    return manifest
 
 
 def analyze_study(
@@ -162,8 +176,10 @@ def analyze_study(
             text = store.load_spec_json(rid)
         except OSError:
             raise ValueError(f"study {path}: run {rid} is missing; rerun the study to finish it") from None
-        payload = json.loads(text)
-        specs.append(study.spec_type.model_validate(payload["fields"]))
+        try:
+            specs.append(study.spec_type.model_validate(json.loads(text)["fields"]))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"study {path}: broken spec.json of run {rid} ({type(exc).__name__})") from None
     options = StudyOptions(
         preset=manifest["preset"],
         models=tuple(manifest["models"]) if manifest.get("models") else None,
@@ -184,4 +200,7 @@ def open_study(path: str | Path) -> xr.Dataset:
         p = p / DATASET
     if not p.is_file():
         raise ValueError(f"no study dataset at {p}; run `dynlab study NAME --out DIR` first")
-    return open_dataset(p)
+    try:
+        return open_dataset(p)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"unreadable study dataset {p} ({type(exc).__name__}: {exc})".splitlines()[0]) from None

@@ -197,3 +197,20 @@ def test_margin_vs_group_order_simplex():
     assert list(ds["group"].values) == ["C2", "C3", "S3"]
     expect = [np.sqrt(g / (2 * (g - 1))) for g in (2, 3, 6)]
     np.testing.assert_allclose(ds["half_margin_rel"].values, expect, rtol=1e-12)
+
+
+def test_overflowing_states_count_as_crossed_not_robust():
+    """States that blow up past 1e150 from step 41 on: q = inf there, never 'robust'."""
+    from dynlab.analysis import geometry_over_time
+
+    rng = np.random.default_rng(0)
+    n, t_len, s, g = 60, 60, 4, 3
+    labels = rng.integers(0, g, size=(n, t_len))
+    centroids = np.eye(g, s) * 10.0
+    states = centroids[labels] + 0.1 * rng.standard_normal((n, t_len, s))
+    states[:, 40:] *= 1e200
+    with np.errstate(over="ignore", invalid="ignore"):
+        geo = geometry_over_time(states, labels, n_classes=g)
+    assert float(geo.q.sel(t=30)) < 0.5  # well separated before the blow-up
+    assert np.isinf(geo.q.sel(t=slice(41, None))).all() and np.isinf(geo.R_par.sel(t=slice(41, None))).all()
+    assert float(geo.T_cross) == 41.0 and str(geo.failure_mode.values) == "climb"

@@ -16,6 +16,7 @@ BAD_INPUTS = [
     (["study", "group-tracking", "--preset", "huge"], "unknown preset 'huge'"),
     (["study", "group-tracking", "--seeds", "x"], "seeds must be"),
     (["study", "group-tracking", "--seeds", "-1"], "seeds must be ≥ 0"),
+    (["study", "group-tracking", "--seeds", "99999999999999999999"], "seeds must be ≥ 0 and < 2**63"),
     (["study", "group-tracking", "--device", "tpu"], "unknown device 'tpu'"),
     (["study", "nonexistent-study"], "No such command"),
     (["analyze", "{out}/missing"], "not a dynlab study folder"),
@@ -69,3 +70,27 @@ def test_study_list_and_help(capsys):
     assert main(["study", "list"]) == 0
     out = capsys.readouterr().out
     assert "group-tracking" in out and "quick" in out
+
+
+def test_broken_study_folders_and_paths_give_one_line(tmp_path, capsys):
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "manifest.json").write_text("[1]")
+    assert main(["analyze", str(study)]) == 2
+    assert "broken study manifest" in capsys.readouterr().err
+    (study / "manifest.json").write_text('{"study": "group-tracking", "preset": "smoke", "run_ids": ["abc"]}')
+    (study / "runs" / "abc").mkdir(parents=True)
+    (study / "runs" / "abc" / "spec.json").write_text('{"no": "fields"}')
+    assert main(["analyze", str(study)]) == 2
+    assert "broken spec.json of run abc" in capsys.readouterr().err
+    junk = tmp_path / "junk.nc"
+    junk.write_bytes(b"not netcdf")
+    assert main(["figures", str(junk), "--out", str(tmp_path / "figs")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unreadable study dataset") and len(err.strip().splitlines()) == 1
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    assert main(["study", "group-tracking", "--models", "tanh-rnn", "--groups", "C2", "--preset", "smoke", "--out", str(a_file), "-q"]) == 2
+    assert "cannot write the study" in capsys.readouterr().err
+    assert main(["bench", "train", "--quick", "--json", str(a_file / "x.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err

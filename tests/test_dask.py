@@ -171,3 +171,18 @@ def test_a_task_that_raises_is_retried_then_fails_for_good_without_retries(tmp_p
     with DaskExecutor(workers=1, processes=False, retries=0) as ex:
         with pytest.raises(RuntimeError, match="transient failure on 5"):
             dict(ex.map_unordered(functools.partial(_flaky_square, marker_dir=str(tmp_path / "b")), [5]))
+
+
+def _fail_on_one(x: int) -> int:
+    if x == 1:
+        raise RuntimeError("permanent failure on 1")
+    return x * 10
+
+
+def test_a_failed_task_does_not_cancel_the_others(tmp_path):
+    got = {}
+    with DaskExecutor(workers=1, processes=False, retries=0) as ex:
+        with pytest.raises(RuntimeError, match="permanent failure on 1"):
+            for item, result in ex.map_unordered(_fail_on_one, [0, 1, 2, 3]):
+                got[item] = result
+    assert got == {0: 0, 2: 20, 3: 30}  # every other task finished and was handed over

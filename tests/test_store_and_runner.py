@@ -2,6 +2,8 @@
 
 import dataclasses
 import json
+import os
+import time
 
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ import torch
 
 from dynlab.config import RunSpec
 from dynlab.results import RunStore
+from dynlab.results.store import STALE_AFTER_S
 from dynlab.runner import open_study, run_study
 from dynlab.study import RunOutcome, StudyOptions
 from dynlab.studies import get_study
@@ -86,9 +89,31 @@ def test_stale_temporary_folders_are_removed_and_never_count(tmp_path):
     stale = store.runs / f".tmp-{spec.spec_hash()}-dead"
     stale.mkdir(parents=True)
     (stale / "result.json").write_text("{}")
+    live = store.runs / ".tmp-other-writer"  # a concurrent writer's folder: young, kept
+    live.mkdir()
+    old = time.time() - 2 * STALE_AFTER_S
+    os.utime(stale, (old, old))
     assert not store.is_done(spec)
     store.save(spec, {"status": "ok"}, {"w": torch.zeros(2)})
-    assert store.is_done(spec) and not stale.exists()
+    assert store.is_done(spec) and not stale.exists() and live.exists()
+
+
+def test_kill_during_save_leaves_no_finished_run(tmp_path, monkeypatch):
+    """A crash while the weights are written: the run is not done and nothing is half-made."""
+    import dynlab.results.store as store_mod
+
+    study = get_study("group-tracking")
+    spec = study.make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",)))[0]
+    store = RunStore(tmp_path)
+
+    def dying_save_file(*args, **kwargs):
+        raise Killed()
+
+    monkeypatch.setattr(store_mod, "save_file", dying_save_file)
+    with pytest.raises(Killed):
+        store.save(spec, {"status": "ok"}, {"w": torch.zeros(2)})
+    assert not store.is_done(spec) and not store.path(spec).exists()
+    assert list(store.runs.iterdir()) == []
 
 
 def test_broken_checkpoint_gives_clear_error(tmp_path):

@@ -31,6 +31,10 @@ last stretch above tau is shorter than ``persist`` at the horizon is *not* count
 NaN q (fewer than two classes present) counts as below tau.  When no step qualifies, T_cross is
 NaN (censored at the horizon) and ``crossed`` is False.
 
+Overflow: at steps where the states are not finite (or the centroids exceed 1e150, an
+exploding tracker), R, R_par and R_perp are +inf, M is NaN and q = +inf, so the run counts
+as crossed there; the Corollary-1 fit uses finite points only.
+
 Failure mode: 'saturation' when crossed with T_cross <= ``saturation_t`` (q above threshold
 from the first steps; note R(1) = 0 whenever the initial state is fixed, as h(1) depends on
 the first token only, so "from the start" needs a grace of a few steps), 'climb' when crossed
@@ -214,9 +218,9 @@ def _chunk_geometry(
     radius = np.sqrt((d**2).sum(-1).sum(-1) / np.maximum(n_present, 1))  # [Tc]
     out = {
         "R": np.where(ok_t, np.sqrt(r2), np.inf),
-        "M": big_m,
-        "R_par": np.sqrt(r_par2),
-        "R_perp": np.sqrt(r_perp2),
+        "M": np.where(ok_t, big_m, np.nan),
+        "R_par": np.where(ok_t, np.sqrt(r_par2), np.inf),
+        "R_perp": np.where(ok_t, np.sqrt(r_perp2), np.inf),
         "centroid_radius": np.where(n_present >= 2, radius, np.nan),
         "k_U": keep.sum(1).astype(np.int64),
         "n_present": n_present.astype(np.int64),
@@ -380,6 +384,7 @@ def geometry_over_time(
     steps = np.arange(1, cols["R"].size + 1)
     with np.errstate(invalid="ignore", divide="ignore"):
         q = cols["R"] / cols["M"]
+    q[np.isinf(cols["R"])] = np.inf  # overflowed states: the tracker has failed (q = +inf)
     tau_t = cols["tau_readout"] if threshold == "readout" else np.full(steps.size, float(tau))
     t_cross, crossed = crossing_time(q, tau_t, steps, persist)
     mode = "robust" if not crossed else ("saturation" if t_cross <= saturation_t else "climb")

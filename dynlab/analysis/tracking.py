@@ -136,33 +136,10 @@ def _linear_readout_of_state(model: torch.nn.Module, layer: int) -> tuple[np.nda
     return head.weight.detach().double().cpu().numpy(), head.bias.detach().double().cpu().numpy()
 
 
-def _mark_blown_up(geo: xr.Dataset, spec: AnalysisSpec) -> xr.Dataset:
-    """Where the logits are a linear map of the tracked state (dense RNN cells), the trained
-readout's own threshold ``tau_readout(t)`` = (smallest centroid-to-boundary distance)/M
-and the crossing of q over it, ``T_cross_readout``, are reported too.
-
-A tracker whose states overflow has failed: where R or M is not finite, q = +inf.
-
-    (Left as NaN, such steps would count as *below* τ and the run would look robust.)
-    T_cross, ``crossed`` and ``failure_mode`` are recomputed from the corrected q, and
-    ``blowup_t`` records the first such step (NaN when none).
-    """
-    out = geo.copy()
-    blown = ~(np.isfinite(geo["R"].values) & np.isfinite(geo["M"].values))
-    t = geo["t"].values
-    out["blowup_t"] = ((), float(t[blown][0]) if blown.any() else float("nan"))
-    if not blown.any():
-        return out
-    q = geo["q"].values.copy()
-    q[blown] = np.inf
-    out["q"] = ("t", q, geo["q"].attrs)
-    t_cross, crossed = crossing_time(q, spec.tau, t, spec.persist)
-    saturation_t = int(geo.attrs.get("saturation_t", 3))
-    out["T_cross"] = ((), t_cross, geo["T_cross"].attrs)
-    out["crossed"] = ((), crossed, geo["crossed"].attrs)
-    mode = "robust" if not crossed else "saturation" if t_cross <= saturation_t else "climb"
-    out["failure_mode"] = ((), mode, geo["failure_mode"].attrs)
-    return out
+def _blowup_step(geo: xr.Dataset) -> float:
+    """First step whose states overflowed (R = +inf, see geometry), NaN when none."""
+    blown = np.isinf(geo["R"].values)
+    return float(geo["t"].values[blown][0]) if blown.any() else float("nan")
 
 
 def analyze_tracker(
@@ -186,7 +163,7 @@ def analyze_tracker(
     m = analysis_copy(model, torch.float64).cpu()
     gen = torch.Generator().manual_seed(spec.seed)
     readout = _linear_readout_of_state(m, layer)
-    with np.errstate(over="ignore", invalid="ignore"):  # exploding trackers: handled below
+    with np.errstate(over="ignore", invalid="ignore"):  # exploding trackers get q = inf in geometry
         geo = geometry_over_time(
             stream_states(m, task, spec.n_samples, horizon, spec.chunk, gen, layer),
             n_classes=task.n_classes,
@@ -196,13 +173,17 @@ def analyze_tracker(
             readout_weight=None if readout is None else readout[0],
             readout_bias=None if readout is None else readout[1],
         )
-    out = _mark_blown_up(geo, spec)
+    out = geo.copy()
+    out["blowup_t"] = ((), _blowup_step(geo))
     if "tau_readout" in out:
         t_read, _ = crossing_time(out["q"].values, out["tau_readout"].values, out["t"].values, spec.persist)
         out["T_cross_readout"] = ((), t_read)
     # Decoder-relevant readability: a nearest-centroid decision depends only on the
     # component of h in U, so q_par = R_par / M is the tighter sufficient ratio.
-    out["q_par"] = ("t", geo["R_par"].values / geo["M"].values)
+    with np.errstate(invalid="ignore"):
+        q_par = geo["R_par"].values / geo["M"].values
+    q_par[np.isinf(geo["R"].values)] = np.inf  # overflowed states count as crossed
+    out["q_par"] = ("t", q_par)
     t_par, crossed_par = crossing_time(out["q_par"].values, spec.tau, geo["t"].values, spec.persist)
     out["T_cross_par"] = ((), t_par)
     out["crossed_par"] = ((), crossed_par)

@@ -9,7 +9,8 @@ Layout under ``root``::
 
 A run folder is assembled in a hidden temporary folder and renamed into place in one
 step, so a study killed at any moment leaves either a complete run or none; leftovers of
-killed writes are removed when the store is opened.  Files added later (analyses) are
+killed writes (older than an hour, so a concurrent writer is never disturbed) are removed
+on the next save.  Files added later (analyses) are
 written to a temp file and ``os.replace``-d.
 """
 
@@ -19,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,9 @@ __all__ = ["RunStore"]
 
 _TMP_PREFIX = ".tmp-"
 
+#: Age in seconds after which a temporary folder or file is a leftover of a killed write.
+STALE_AFTER_S = 3600.0
+
 
 class RunStore:
     """Per-run folders keyed by spec hash, with atomic writes and resume."""
@@ -43,9 +48,23 @@ class RunStore:
         self.runs = self.root / "runs"
 
     def _clean_stale(self) -> None:
-        if self.runs.is_dir():
-            for p in self.runs.glob(f"{_TMP_PREFIX}*"):
+        """Remove leftovers of killed writes: temp run folders and ``.*.tmp`` files older
+        than :data:`STALE_AFTER_S` (younger ones may belong to a live writer sharing the
+        folder).  Leftovers never count as finished runs, so keeping them is harmless."""
+        if not self.runs.is_dir():
+            return
+        cutoff = time.time() - STALE_AFTER_S
+        leftovers = [*self.runs.glob(f"{_TMP_PREFIX}*"), *self.runs.glob("*/.*.tmp"), *self.root.glob(".*.tmp")]
+        for p in leftovers:
+            try:
+                if p.stat().st_mtime > cutoff:
+                    continue
+            except FileNotFoundError:
+                continue
+            if p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
 
     def path(self, spec: Spec) -> Path:
         return self.runs / spec.spec_hash()
