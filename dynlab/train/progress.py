@@ -69,7 +69,7 @@ class Progress(NullProgress):
         self._p.update(task, description=description)
 
     def log(self, message: str) -> None:
-        self._p.console.log(message)
+        self._p.console.print(message)
 
     def remove(self, task: int) -> None:
         self._p.remove_task(task)
