@@ -69,13 +69,14 @@ def _run_specs(
             counts["trained"] += 1
             progress.update(bar, 1)
     to_analyze = []
-    local_device = resolve_device(device) if analyze and study.analyze_one is not None else None
+    analyze = analyze and study.analyze_one is not None
+    local_device = resolve_device(device) if analyze else None
     for spec in specs:
         result = store.load_result(spec)
         if result.get("status") != "ok":
             counts["failed"] += 1
             progress.log(f"run {spec.spec_hash()} {result.get('status')}: {result.get('reason', '')}")
-        elif analyze and study.analyze_one is not None and (force_analysis or not store.has_file(spec, ANALYSIS)):
+        elif analyze and (force_analysis or not store.has_file(spec, ANALYSIS)):
             to_analyze.append(spec)
     if to_analyze:
         abar = progress.add(f"{study.name}: analyses", len(to_analyze))
@@ -187,8 +188,7 @@ def analyze_study(
         seeds=tuple(manifest["seeds"]) if manifest.get("seeds") is not None else None,
         extra=manifest.get("extra") or {},
     )
-    resolve_device(device)
-    with make_progress(progress) as prog:
+    with make_progress(progress) as prog:  # _run_specs refuses a bad device before writing
         _run_specs(study, specs, store, device, prog, analyze=True, force_analysis=True)
     return _finish(study, specs, store, options)
 

@@ -62,6 +62,7 @@ __all__ = [
     "geometry_over_time",
     "readout_tau",
     "crossing_time",
+    "failure_mode",
 ]
 
 _DEFAULT_ELEMENTS_PER_CHUNK = 4_000_000
@@ -271,6 +272,13 @@ def crossing_time(
     return float("nan"), False
 
 
+def failure_mode(t_cross: float, crossed: bool, saturation_t: int) -> str:
+    """'robust' (never crossed), 'saturation' (crossed at t <= saturation_t) or 'climb'."""
+    if not crossed:
+        return "robust"
+    return "saturation" if t_cross <= saturation_t else "climb"
+
+
 def _fit_line(t: np.ndarray, e: np.ndarray) -> tuple[float, float]:
     """Least-squares ``e ≈ e0 + eta·t``; returns (e0, eta) or NaNs with fewer than 2 points."""
     ok = np.isfinite(e)
@@ -387,7 +395,7 @@ def geometry_over_time(
     q[np.isinf(cols["R"])] = np.inf  # overflowed states: the tracker has failed (q = +inf)
     tau_t = cols["tau_readout"] if threshold == "readout" else np.full(steps.size, float(tau))
     t_cross, crossed = crossing_time(q, tau_t, steps, persist)
-    mode = "robust" if not crossed else ("saturation" if t_cross <= saturation_t else "climb")
+    mode = failure_mode(t_cross, crossed, saturation_t)
 
     if fit_window is None:
         lo, hi = 1, int(t_cross) if crossed else int(steps[-1])

@@ -40,7 +40,7 @@ import torch
 import xarray as xr
 from pydantic import Field
 
-from dynlab.analysis.geometry import class_centroids, crossing_time, geometry_over_time, symbolic_basis
+from dynlab.analysis.geometry import class_centroids, crossing_time, failure_mode, geometry_over_time, symbolic_basis
 from dynlab.analysis.jacobian import analysis_copy, lyapunov_exponents, return_map_on_U
 from dynlab.analysis.margin import binary_signed_error
 from dynlab.analysis.perturbation import perturbation_response
@@ -188,7 +188,7 @@ def analyze_tracker(
     out["T_cross_par"] = ((), t_par)
     out["crossed_par"] = ((), crossed_par)
     saturation_t = int(geo.attrs.get("saturation_t", 3))
-    out["failure_mode_par"] = ((), "robust" if not crossed_par else "saturation" if t_par <= saturation_t else "climb")
+    out["failure_mode_par"] = ((), failure_mode(t_par, crossed_par, saturation_t))
 
     # Theorem 1: return maps of state-preserving words at the centroids of step t_ref.
     points, layer_c, point_labels = _centroids_at(m, task, spec.n_samples, t_ref, gen, layer)
