@@ -14,8 +14,12 @@ gradient clipping, AdamW) of:
 
 Definitions (numbers the report prints):
 
-- throughput (tokens/s per model) = models · B · T · (timed steps) / (wall time of those
-  steps); the first ``warmup`` steps are not timed;
+- throughput (model-tokens/s) = models · B · T · (timed steps) / (wall time of those
+  steps): every model's tokens count, so an ensemble of N whose step takes as long as one
+  model's has N× the throughput of that model.  It is the throughput the floor bounds:
+  the machine's GEMM rate is shared by all the models it trains, so one model and any
+  ensemble are held to the same floor.  The first
+  ``warmup`` steps are not timed;
 - GEMM rate (FLOP/s) = 2·B·H·H / time of one ``[B, H] @ [H, H]`` product (the dense
   recurrence's GEMM shape), median of 3 interleaved timings per thread count, best
   thread count;
@@ -26,8 +30,9 @@ Definitions (numbers the report prints):
   6·(2·S + H·C) (the diagonal recurrence and the per-channel readout are counted as
   matrix-vector work, which overstates what a GEMM rate can do for them);
 - floor (tokens/s) = GEMM rate / FLOPs per token;
-- ``speedup_vs_baseline`` = best dynlab per-model throughput / baseline throughput;
-- ``fraction_of_floor`` = best dynlab per-model throughput / floor.
+- ``speedup_vs_baseline`` = best dynlab throughput (one model or an ensemble) / baseline
+  throughput (one model);
+- ``fraction_of_floor`` = best dynlab throughput / floor.
 """
 
 from __future__ import annotations
@@ -60,7 +65,8 @@ _LIVE_COPIES = 8  # [N, B, T, S] tensors alive at the peak of a training step (e
 
 @dataclass
 class BenchRow:
-    """One measured configuration: ``tokens_per_s`` is per model."""
+    """One measured configuration: ``tokens_per_s`` is model-tokens per second (summed
+    over the ``models`` trained together; see the module docstring)."""
 
     setting: str
     method: str
@@ -275,7 +281,7 @@ def bench_train(
                 continue
             specs = [_spec(arch, hidden, batch, length, steps, s, group) for s in range(size)]
             sec, n, t = best_of(dynlab_run(specs))
-            rows.append(BenchRow(setting, f"dynlab ensemble-{size}", size, batch * length / sec, sec, n, t))
+            rows.append(BenchRow(setting, f"dynlab ensemble-{size}", size, size * batch * length / sec, sec, n, t))
     finally:
         torch.set_num_threads(old_threads)
     n_classes = get_group(group).order
@@ -306,7 +312,7 @@ def bench_train(
 
 def format_table(results: list[dict[str, Any]]) -> str:
     """Plain-text table of :func:`bench_train` results."""
-    lines = [f"{'setting':32s} {'method':40s} {'models':>6s} {'tok/s/model':>12s} {'s/step':>8s} {'thr':>3s}"]
+    lines = [f"{'setting':32s} {'method':40s} {'models':>6s} {'model-tok/s':>12s} {'s/step':>8s} {'thr':>3s}"]
     for res in results:
         for r in res["rows"]:
             sps = "" if r["seconds_per_step"] != r["seconds_per_step"] else f"{r['seconds_per_step']:.3f}"

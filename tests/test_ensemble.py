@@ -22,7 +22,7 @@ def _specs(arch: str) -> list[RunSpec]:
     return out
 
 
-@pytest.mark.parametrize("arch", ["tanh-rnn", "token-gated-rnn", "mamba", "aussm", "state-gated-rnn"])
+@pytest.mark.parametrize("arch", ["tanh-rnn", "linear-rnn", "token-gated-rnn", "mamba", "aussm", "state-gated-rnn"])
 def test_ensemble_equals_solo_training(arch):
     specs = _specs(arch)
     solo = [train_tracker(s, CPU) for s in specs]

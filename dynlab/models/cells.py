@@ -155,6 +155,19 @@ class _DenseRNN(Cell):
     def _gate(self, p: Terms) -> torch.Tensor | None:
         return None
 
+    def fused_loss_ok(self) -> bool:
+        """True when this cell is exactly h_t = phi(A h_{t−1} + B x̃_t + b) with phi ∈
+        {identity, tanh} (tanh-rnn, linear-rnn, not overridden): the model that
+        :func:`dynlab.kernels.dense_tracker.dense_tracker_loss` trains in one fused op."""
+        cls = type(self)
+        return (
+            self.phi in ("identity", "tanh")
+            and cls.transition is cls._fused_transition
+            and cls._ah is _DenseRNN._ah
+            and cls._gate is _DenseRNN._gate
+            and cls.precompute in _DRIVE_ONLY
+        )
+
     def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
         """Fused dense scan for phi ∈ {identity, tanh}; the generic loop otherwise."""
         cls = type(self)
@@ -216,6 +229,10 @@ class TanhRNNCell(_DenseRNN):
         return apply_phi(self.phi, self._ah(h) + p["drive"])
 
     _fused_transition = transition
+
+
+#: precompute functions that give only the drive B x̃_t + b (see ``fused_loss_ok``)
+_DRIVE_ONLY = (LinearRNNCell.precompute, TanhRNNCell.precompute)
 
 
 class StateGatedRNNCell(_DenseRNN):

@@ -20,6 +20,7 @@ from torch import nn
 
 from dynlab.config import ModelSpec, RunSpec, TrainSpec
 from dynlab.groups import get_group
+from dynlab.kernels.dense_tracker import dense_tracker_loss
 from dynlab.models import Tracker
 from dynlab.tasks import WordProblem
 from dynlab.train.progress import NullProgress
@@ -28,9 +29,11 @@ __all__ = [
     "SMALL_STEP_MACS",
     "TrainResult",
     "build_tracker",
+    "fused_loss_ok",
     "lr_at",
     "step_work",
     "tracker_logits",
+    "tracker_loss",
     "train_threads",
     "train_tracker",
 ]
@@ -82,6 +85,40 @@ def build_tracker(model: ModelSpec, n_tokens: int, n_classes: int, seed: int) ->
             d_state=model.d_state,
             readout=model.readout,
         )
+
+
+def fused_loss_ok(model: Tracker) -> bool:
+    """True when ``model`` is one dense cell of the fused kind (``Cell.fused_loss_ok``:
+    tanh-rnn or linear-rnn) between a plain embedding and a linear readout, so that
+    :func:`tracker_loss` trains it with :func:`dynlab.kernels.dense_tracker.dense_tracker_loss`."""
+    if len(model.cells) != 1 or not isinstance(model.readout, nn.Linear) or model.readout.bias is None:
+        return False
+    if not isinstance(model.embed, nn.Embedding) or model.embed.max_norm is not None:
+        return False
+    check = getattr(model.cells[0], "fused_loss_ok", None)
+    return bool(check is not None and check())
+
+
+def tracker_loss(model: Tracker, tokens: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training loss and accuracy of ``model`` on ``tokens [B, T]`` against ``labels [B, T]``.
+
+    Returns ``(loss, accuracy)``: the mean cross-entropy over all B·T positions (nats per
+    token, differentiable) and the fraction of positions whose argmax logit is the label
+    (no gradient).  Equal to ``F.cross_entropy(tracker_logits(model, tokens), labels)``
+    (a test checks value and gradients); for the models of :func:`fused_loss_ok` it runs
+    the fused dense-tracker kernel, otherwise that expression.
+    """
+    n = labels.numel()
+    if fused_loss_ok(model):
+        cell = model.cells[0]
+        drive = cell.B(model.embed.weight)  # [V, S]: the per-token drive, under autograd
+        total, correct = dense_tracker_loss(
+            tokens, labels, drive, cell.A, model.readout.weight, model.readout.bias, cell.phi
+        )
+        return total / n, correct.to(total.dtype).detach() / n
+    logits = tracker_logits(model, tokens)  # [B, T, C]
+    loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+    return loss, (logits.detach().argmax(-1) == labels).float().mean()
 
 
 def tracker_logits(model: Tracker, tokens: torch.Tensor) -> torch.Tensor:
@@ -176,8 +213,7 @@ def _train(
         tokens, labels = tokens.to(device), labels.to(device)
         for g in opt.param_groups:
             g["lr"] = lr_at(tr, step)
-        logits = tracker_logits(model, tokens)  # [B, T, C]
-        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+        loss, acc_t = tracker_loss(model, tokens, labels)
         if not torch.isfinite(loss):
             result.status, result.reason = "diverged", f"non-finite loss at step {step} (length {length})"
             break
@@ -191,7 +227,7 @@ def _train(
         lval = float(loss.detach())
         result.losses.append(lval)
         result.lengths.append(length)
-        acc = float((logits.detach().argmax(-1) == labels).float().mean())
+        acc = float(acc_t)
         result.final_train_accuracy = acc
         progress.update(bar, 1, loss=lval, L=length)
         length = tr.curriculum.next_length(length, step, tr.steps, acc)

@@ -40,9 +40,18 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from dynlab.config import RunSpec
 from dynlab.groups import get_group
+from dynlab.kernels.dense_tracker import dense_tracker_loss
 from dynlab.models import Tracker
 from dynlab.tasks import WordProblem
-from dynlab.train.engine import TrainResult, build_tracker, lr_at, step_work, tracker_logits, train_threads
+from dynlab.train.engine import (
+    TrainResult,
+    build_tracker,
+    fused_loss_ok,
+    lr_at,
+    step_work,
+    tracker_logits,
+    train_threads,
+)
 from dynlab.train.progress import NullProgress
 
 __all__ = ["check_ensemble", "ensemble_key", "train_ensemble"]
@@ -93,15 +102,22 @@ def train_ensemble(
     threads (None: :func:`dynlab.train.engine.train_threads`' rule on the whole stack).
     """
     check_ensemble(specs)
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be ≥ 1 or None, got {threads}")
     progress = progress or NullProgress()
     tasks = [WordProblem(get_group(s.task.group)) for s in specs]
     models = [build_tracker(s.model, t.n_tokens, t.n_classes, s.seed).to(device) for s, t in zip(specs, tasks)]
+    if fused_loss_ok(models[0]) and torch.device(device).type == "cpu":
+        # Members run side by side, one core each (the fused kernel's worker threads).
+        workers = threads if threads is not None else torch.get_num_threads()
+        with train_threads(device, 0, 1):
+            return _train_stack(specs, tasks, models, device, progress, workers)
     work = len(specs) * step_work(models[0], specs[0].train.batch_size)
     with train_threads(device, work, threads):
-        return _train_stack(specs, tasks, models, device, progress)
+        return _train_stack(specs, tasks, models, device, progress, 1)
 
 
-def _train_stack(specs, tasks, models, device, progress) -> list[TrainResult]:
+def _train_stack(specs, tasks, models, device, progress, workers: int) -> list[TrainResult]:
     n = len(specs)
     results = [TrainResult(model=m) for m in models]
     gens = [torch.Generator().manual_seed(s.seed) for s in specs]
@@ -121,6 +137,8 @@ def _train_stack(specs, tasks, models, device, progress) -> list[TrainResult]:
         return functional_call(template, (p, b), (tok,))
 
     batched_logits = vmap(logits_fn)
+    fused = fused_loss_ok(template.model)
+    phi = template.model.cells[0].phi if fused else None
     bar = progress.add(f"train ensemble {specs[0].model.arch} ×{n}", max(tr.steps for tr in trains))
 
     def retire(keep_pos: list[int], save: bool = True) -> None:
@@ -150,9 +168,20 @@ def _train_stack(specs, tasks, models, device, progress) -> list[TrainResult]:
         n_valid = torch.tensor([batch * lengths[i] for i in alive], dtype=torch.float32, device=device)  # [K]
 
         leaves = {kk: v.requires_grad_(True) for kk, v in params.items()}
-        logits = batched_logits(leaves, buffers, tokens)  # [K, B, L, C]
-        nll = F.cross_entropy(logits.flatten(0, 2), labels.flatten(), ignore_index=-100, reduction="none")
-        losses = nll.view(k, -1).sum(1) / n_valid  # [K] mean over each member's own tokens
+        if fused:  # the fused dense-tracker kernel, members side by side (see train_ensemble)
+            drive = torch.baddbmm(
+                leaves["model.cells.0.B.bias"][:, None], leaves["model.embed.weight"], leaves["model.cells.0.B.weight"].mT
+            )  # [K, V, S]
+            sums, n_correct = dense_tracker_loss(
+                tokens, labels, drive, leaves["model.cells.0.A"], leaves["model.readout.weight"],
+                leaves["model.readout.bias"], phi, workers=workers,
+            )
+            losses = sums / n_valid  # [K] mean over each member's own tokens
+        else:
+            logits = batched_logits(leaves, buffers, tokens)  # [K, B, L, C]
+            nll = F.cross_entropy(logits.flatten(0, 2), labels.flatten(), ignore_index=-100, reduction="none")
+            losses = nll.view(k, -1).sum(1) / n_valid  # [K] mean over each member's own tokens
+            n_correct = (logits.detach().argmax(-1) == labels).flatten(1).sum(1)
         loss_ok = torch.isfinite(losses)
         grads = torch.autograd.grad(torch.where(loss_ok, losses, 0.0).sum(), [leaves[kk] for kk in names])
         for v in params.values():
@@ -183,7 +212,7 @@ def _train_stack(specs, tasks, models, device, progress) -> list[TrainResult]:
                 v.mul_(_BETA2).addcmul_(g, g, value=1 - _BETA2)
                 denom = (v.sqrt() / bc2_sqrt).add_(_EPS)
                 p.add_(_expand(neg_step.to(p.dtype), p) * m / denom)
-            correct = (logits.detach().argmax(-1) == labels).flatten(1).sum(1).float() / n_valid  # [K]
+            correct = n_correct.float() / n_valid  # [K]
         accs = correct.tolist()
         lvals = losses.detach().tolist()
         for pos, i in enumerate(alive):

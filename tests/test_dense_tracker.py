@@ -1,0 +1,142 @@
+"""The fused dense-tracker loss equals the same model written with plain autograd."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dynlab.kernels.dense_tracker import dense_tracker_loss
+from dynlab.models import Tracker
+from dynlab.models.cells import TanhRNNCell
+from dynlab.train.engine import fused_loss_ok, tracker_logits, tracker_loss
+
+D = torch.float64
+
+
+def _problem(n=3, b=5, t=7, v=4, s=8, c=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    tok = torch.randint(0, v, (n, b, t), generator=g)
+    lab = torch.randint(0, c, (n, b, t), generator=g)
+    lab[1, :, 5:] = -100  # padding, as an ensemble member with a shorter curriculum has
+    lab[2, 0, :] = -100
+    E = torch.randn(n, v, s, generator=g, dtype=D)
+    A = torch.randn(n, s, s, generator=g, dtype=D) * 0.4
+    W = torch.randn(n, c, s, generator=g, dtype=D)
+    cb = torch.randn(n, c, generator=g, dtype=D)
+    return tok, lab, [x.requires_grad_() for x in (E, A, W, cb)]
+
+
+def _reference(tok, lab, E, A, W, cb, phi):
+    """Loop under autograd: per-model summed CE over valid positions and argmax hits."""
+    n, b, t = tok.shape
+    losses, hits = [], []
+    for m in range(n):
+        h = torch.zeros(b, A.shape[-1], dtype=D)
+        hs = []
+        for i in range(t):
+            h = h @ A[m].T + E[m][tok[m, :, i]]
+            h = torch.tanh(h) if phi == "tanh" else h
+            hs.append(h)
+        z = torch.stack(hs, 1) @ W[m].T + cb[m]  # [B, T, C]
+        losses.append(F.cross_entropy(z.reshape(-1, z.shape[-1]), lab[m].reshape(-1), ignore_index=-100, reduction="sum"))
+        hits.append(((z.argmax(-1) == lab[m]) & (lab[m] >= 0)).sum())
+    return torch.stack(losses), torch.stack(hits)
+
+
+@pytest.mark.parametrize("phi", ["tanh", "identity"])
+@pytest.mark.parametrize("mode", [dict(batched=True), dict(batched=False), dict(batched=False, workers=2)])
+def test_fused_loss_and_gradients_match_autograd(phi, mode):
+    tok, lab, params = _problem()
+    weights = torch.tensor([1.0, -2.0, 0.5], dtype=D)  # a non-uniform upstream gradient per model
+    loss, hits = dense_tracker_loss(tok, lab, *params, phi=phi, **mode)
+    got = torch.autograd.grad((loss * weights).sum(), params)
+    ref_loss, ref_hits = _reference(tok, lab, *params, phi)
+    want = torch.autograd.grad((ref_loss * weights).sum(), params)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-12, atol=1e-12)
+    assert hits.tolist() == ref_hits.tolist()
+    for name, a, b in zip("E A W c".split(), got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_single_model_shapes_and_tie_rule():
+    """Unbatched call; exact logit ties resolve to the first class, as torch.argmax."""
+    tok = torch.tensor([[0, 1, 0]])
+    lab = torch.tensor([[1, 0, 1]])
+    E = torch.ones(2, 3, dtype=D)
+    A = torch.zeros(3, 3, dtype=D)
+    W = torch.zeros(2, 3, dtype=D)  # every logit 0: all tied, argmax = class 0
+    cb = torch.zeros(2, dtype=D)
+    loss, hits = dense_tracker_loss(tok, lab, E, A, W, cb)
+    assert loss.shape == () and int(hits) == 1  # only the label-0 position counts
+    assert float(loss) == pytest.approx(3 * torch.log(torch.tensor(2.0)).item())
+
+
+def test_members_one_by_one_and_batched_agree_and_threads_are_deterministic():
+    tok, lab, params = _problem(n=4, b=16, t=12, s=16, seed=3)
+    p32 = [p.detach().float().requires_grad_() for p in params]
+    outs = []
+    for mode in (dict(batched=True), dict(batched=False), dict(batched=False, workers=2), dict(batched=False, workers=2)):
+        loss, hits = dense_tracker_loss(tok, lab, *p32, **mode)
+        outs.append((loss.detach(), hits, torch.autograd.grad(loss.sum(), p32)))
+    for loss, hits, grads in outs[1:]:
+        torch.testing.assert_close(loss, outs[0][0], rtol=1e-5, atol=1e-5)
+        assert hits.tolist() == outs[0][1].tolist()
+        for a, b in zip(grads, outs[0][2]):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for a, b in zip(outs[2][2], outs[3][2]):  # threaded runs: bit-identical
+        assert torch.equal(a, b)
+
+
+def test_bad_input_is_refused():
+    tok, lab, (E, A, W, cb) = _problem()
+    with pytest.raises(ValueError, match="unknown phi 'relu'.*allowed: identity, tanh"):
+        dense_tracker_loss(tok, lab, E, A, W, cb, phi="relu")
+    with pytest.raises(ValueError, match="inconsistent state/class sizes"):
+        dense_tracker_loss(tok, lab, E[..., :4], A, W, cb)
+    with pytest.raises(ValueError, match=r"expected tokens/labels \[N, B, T\]"):
+        dense_tracker_loss(tok, lab[:, :2], E, A, W, cb)
+
+
+def test_backward_twice_is_refused():
+    tok, lab, params = _problem()
+    loss, _ = dense_tracker_loss(tok, lab, *params)
+    loss.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="backward through the same graph twice"):
+        loss.sum().backward()
+
+
+@pytest.mark.parametrize("arch", ["tanh-rnn", "linear-rnn"])
+def test_tracker_loss_matches_logits_path(arch):
+    """``tracker_loss`` (fused) equals cross-entropy of ``tracker_logits``, value and gradients."""
+    torch.manual_seed(0)
+    model = Tracker(arch, 6, 6, hidden=10).double()
+    assert fused_loss_ok(model)
+    tokens = torch.randint(0, 6, (7, 9))
+    labels = torch.randint(0, 6, (7, 9))
+    loss, acc = tracker_loss(model, tokens, labels)
+    got = torch.autograd.grad(loss, list(model.parameters()))
+    logits = tracker_logits(model, tokens)
+    ref = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+    want = torch.autograd.grad(ref, list(model.parameters()))
+    torch.testing.assert_close(loss, ref, rtol=1e-12, atol=1e-12)
+    assert float(acc) == pytest.approx(float((logits.argmax(-1) == labels).double().mean()))
+    for (name, _), a, b in zip(model.named_parameters(), got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_fused_path_only_for_the_models_it_implements():
+    assert not fused_loss_ok(Tracker("token-gated-rnn", 4, 4, hidden=8))  # gated
+    assert not fused_loss_ok(Tracker("state-gated-rnn", 4, 4, hidden=8))
+    assert not fused_loss_ok(Tracker("mamba", 4, 4, hidden=8))
+    assert not fused_loss_ok(Tracker("tanh-rnn", 4, 4, hidden=8, layers=2))
+    assert not fused_loss_ok(Tracker("tanh-rnn", 4, 4, hidden=8, readout="mlp"))
+    assert not fused_loss_ok(Tracker("tanh-rnn", 4, 4, hidden=8, nonlinearity="relu"))
+
+    class Custom(TanhRNNCell):  # a user's variant with its own transition: not the fused model
+        def transition(self, h, p):
+            return torch.tanh(2 * self._ah(h) + p["drive"])
+
+    model = Tracker("tanh-rnn", 4, 4, hidden=8)
+    model.cells[0] = Custom(8, 8)
+    assert not fused_loss_ok(model)
