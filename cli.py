@@ -160,6 +160,9 @@ def bench_train_cmd(
     steps: Annotated[int, typer.Option(help="Training steps per measurement (the first is not timed).")] = 4,
     quick: Annotated[bool, typer.Option("--quick", help="About a minute: 3 steps, ensemble 16 only.")] = False,
     device: DeviceOpt = "auto",
+    compile: Annotated[
+        bool, typer.Option("--compile", help="Also time one model with torch.compile'd cell steps (slow to start).")
+    ] = False,
     json_out: Annotated[
         Optional[Path], typer.Option("--json", help="Also write the results as JSON to this file.")
     ] = None,
@@ -176,7 +179,7 @@ def bench_train_cmd(
         raise ValueError(f"--ensembles must be a comma list of integers, got {ensembles!r}") from None
     if quick:
         steps, sizes = 3, tuple(n for n in sizes if n <= 16) or (16,)
-    results = [bench_train(m, hidden, batch, length, sizes, steps=steps, device=device) for m in names]
+    results = [bench_train(m, hidden, batch, length, sizes, steps=steps, device=device, compile=compile) for m in names]
     typer.echo(format_table(results))
     if json_out is not None:
         typer.echo(f"json: {write_json(results, json_out)}")

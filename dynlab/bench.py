@@ -209,6 +209,7 @@ def bench_train(
     device: str = "auto",
     group: str = "S3",
     max_memory_gb: float = 6.0,
+    compile: bool = False,
 ) -> dict[str, Any]:
     """Measure one setting; return a JSON-able dict (rows, rates, speedup, fraction).
 
@@ -216,7 +217,9 @@ def bench_train(
     method is measured at each and reported at its fastest (on a shared, oversubscribed
     box a second thread can make small-GEMM code many times slower).  Ensembles whose
     activations would need more than ``max_memory_gb`` (estimated as N·B·T·S·4 bytes ×
-    8 live copies) are skipped and listed under ``skipped``.
+    8 live copies) are skipped and listed under ``skipped``.  ``compile``: also time one
+    model trained with ``compile=True`` (:func:`dynlab.train.train_tracker`; the first,
+    compiling step is the untimed warm-up; it counts towards the best dynlab row).
     """
     get_cell(arch)
     if min(hidden, batch, length, steps) < 1 or warmup < 0 or steps <= warmup:
@@ -248,11 +251,11 @@ def bench_train(
             out.append((sec, n, t))
         return min(out)
 
-    def dynlab_run(specs: list[RunSpec]):
+    def dynlab_run(specs: list[RunSpec], compiled: bool = False):
         def run(t: int) -> tuple[float, int]:
             clock = _StepClock()
             if len(specs) == 1:
-                train_tracker(specs[0], dev, clock, threads=t)
+                train_tracker(specs[0], dev, clock, threads=t, compile=compiled)
             else:
                 train_ensemble(specs, dev, clock, threads=t)
             return _timed(clock, warmup)
@@ -272,6 +275,9 @@ def bench_train(
         rows.append(BenchRow(setting, f"baseline ({names[0]})", 1, batch * length / sec, sec, n, t))
         sec, n, t = best_of(dynlab_run([spec]))
         rows.append(BenchRow(setting, "dynlab", 1, batch * length / sec, sec, n, t))
+        if compile:
+            sec, n, t = best_of(dynlab_run([spec], compiled=True))
+            rows.append(BenchRow(setting, "dynlab + torch.compile", 1, batch * length / sec, sec, n, t))
         state = Tracker(arch, 2, 2, hidden=hidden).state_size
         for size in ensembles:
             need_gb = size * batch * length * state * 4 * _LIVE_COPIES / 2**30

@@ -136,7 +136,10 @@ def tracker_logits(model: Tracker, tokens: torch.Tensor) -> torch.Tensor:
     if first.pointwise_precompute and isinstance(emb, nn.Embedding) and emb.max_norm is None:
         table = first.precompute(emb.weight[None])  # terms [1, V, …]
         tok_tm = tokens.transpose(0, 1)  # [T, B]
-        p = {k: v[0][tok_tm].transpose(0, 1) for k, v in table.items()}  # [B, T, …] views of [T, B, …]
+        flat = tok_tm.reshape(-1)
+        # index_select, not v[0][tok_tm]: its backward is one index_add_, about 2× faster than
+        # the accumulate-index_put of advanced indexing (measured, [V=6, S=512] rows, T·B=15360).
+        p = {k: torch.index_select(v[0], 0, flat).view(*tok_tm.shape, *v.shape[2:]).transpose(0, 1) for k, v in table.items()}
     else:
         p = first.precompute(emb(tokens))
     h0s = model._split(model.init_state(tokens.shape[0], device=tokens.device))  # zero state, as forward
@@ -182,7 +185,12 @@ def lr_at(train: TrainSpec, step: int) -> float:
 
 
 def train_tracker(
-    spec: RunSpec, device: torch.device, progress: NullProgress | None = None, *, threads: int | None = None
+    spec: RunSpec,
+    device: torch.device,
+    progress: NullProgress | None = None,
+    *,
+    threads: int | None = None,
+    compile: bool = False,
 ) -> TrainResult:
     """Train the tracker described by ``spec`` on its word problem.
 
@@ -190,12 +198,37 @@ def train_tracker(
     of every batch (nats per token), averaged over batch and positions.  ``threads``:
     CPU intra-op threads for the run (None: :func:`train_threads`' rule, one thread for
     small models).
+
+    ``compile``: train with each cell's per-step ``transition`` compiled by
+    ``torch.compile`` (fixed shapes, so one compilation per curriculum length is not
+    needed: the step sees ``[B, S]`` whatever T is).  It only affects cells trained
+    through the generic per-step loop (state-gated-rnn, user cells, non-default
+    nonlinearities); the fused kernels do not call ``transition``.  Same numbers up to
+    rounding (tested).  Measured on the 2-core CPU box: a state-gated-rnn step (H=128,
+    B=256, T=60) took 105 ms compiled vs 80 ms eager, after 23 s of compilation, so it
+    is off by default; it is meant for GPUs, where it fuses the step's kernel launches.
+    The compiled functions are removed from the cells when training ends.
     """
     progress = progress or NullProgress()
     task = WordProblem(get_group(spec.task.group))
     model = build_tracker(spec.model, task.n_tokens, task.n_classes, spec.seed).to(device)
-    with train_threads(device, step_work(model, spec.train.batch_size), threads):
+    with train_threads(device, step_work(model, spec.train.batch_size), threads), _compiled(model, compile):
         return _train(spec, task, model, device, progress)
+
+
+@contextmanager
+def _compiled(model: Tracker, on: bool) -> Iterator[None]:
+    """Within the block, every cell's ``transition`` is its ``torch.compile`` version."""
+    if not on:
+        yield
+        return
+    for cell in model.cells:
+        cell.transition = torch.compile(cell.transition, dynamic=False)  # instance attribute shadows the method
+    try:
+        yield
+    finally:
+        for cell in model.cells:
+            cell.__dict__.pop("transition", None)
 
 
 def _train(
