@@ -13,19 +13,18 @@ Presets:
   evaluation on 1024 sequences at lengths 10 … 1000, analyses with 512 sequences to 1000.
   ``--groups`` adds more (A4, D4, S4, A5, S5, C2xS3, …): 40 models per group.
 
-  Cost, measured on a subset (tanh-rnn, on the shared 2-core CPU of the development box,
-  load average 8–11, torch 2.13 CPU): training 600 of the 3000 steps on C2 took 913 s
-  (1.5 s/step; the curriculum had reached length 60), a step at length 60 costs 1.4 s on S3
-  (early steps at short lengths are cheaper: 300 steps on S3 at length ≤ 4 took 56 s);
-  evaluation 58 s; the analyses 60 s; a mamba step at length 60 costs 2.1 s.
-  Extrapolated: about 75 min per tanh-rnn run (≤ 3000 × 1.5 s + 2 min), about 110 min per
-  mamba run, so roughly 150–200 CPU-hours (about a week) for the 120 runs on such a
-  machine, less on an idle one.  On one modern GPU (H100/H200 class) — an *estimate*, not
-  measured: the recurrence is launch-bound, ~20–40 ms per training step at length 60, and
-  the 5 seeds of a configuration train together as one ensemble, so the 24 ensembles take
-  about 0.5–1.5 h of training in total plus ~1 min of evaluation each; the analyses run on
-  the CPU of the calling process (~1 min per run, about 2 h for the 120 runs).  Meant for
-  a GPU box or a cluster (``--executor dask``).
+  Cost per training step at length 60 on the 2-core development box (idle, torch 2.13
+  CPU, ``dynlab bench train`` at the paper's H=128, B=256): tanh-rnn and linear-rnn
+  about 21 ms alone and 15 ms per member in an ensemble (the fused dense kernel); mamba
+  about 0.11 s; state-gated-rnn about 80 ms for forward and backward (generic loop).  Early curriculum steps are
+  shorter and cheaper.  So at most about 1 min of training per tanh-rnn run and 6 min
+  per mamba run; evaluation and the analyses take about 1 min each per run.  A rough
+  total for the 120 runs on such a box: 10–15 hours, most of it the diagonal (Mamba
+  family) cells.  (Before the fused kernel, on the same box at load average 8–11, a
+  tanh-rnn step took 1.4–1.5 s and a mamba step 2.1 s.)  On one modern GPU the
+  recurrence is launch-bound; there the 5 seeds of a configuration train as one batched
+  ensemble (an estimate, not measured here).  For many more models use a GPU box or
+  a cluster (``--executor dask``).
 """
 
 from __future__ import annotations
@@ -351,9 +350,11 @@ def run_many(specs: list[RunSpec], device: torch.device, progress: NullProgress)
     return [_finish_run(spec, res, train_time, device, ensemble_size=len(specs)) for spec, res in zip(specs, trained)]
 
 
-#: Architectures trained as ensembles: dense RNNs, whose per-step GEMMs batch into one
-#: bmm.  The diagonal cells are memory-bound on the CPU and measured slower stacked
-#: (mamba, H=128, B=256: 16 members 3× slower than 16 solo runs), so they run alone.
+#: Architectures trained as ensembles: dense RNNs.  On a GPU their per-step GEMMs batch
+#: into one bmm; on the CPU tanh-rnn and linear-rnn members run side by side, one core
+#: each (the fused kernel's worker threads).  The diagonal cells are memory-bound on the
+#: CPU and measured slower stacked (mamba, H=128, B=256: a stack of 16 reached 61 K
+#: model-tokens/s, one model alone 145 K), so they run alone.
 ENSEMBLE_ARCHS = ("tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn")
 
 
