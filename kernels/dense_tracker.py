@@ -43,6 +43,7 @@ Tested against the same model written with plain autograd (``tests/test_dense_tr
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -98,6 +99,7 @@ class _DenseTrackerLoss(torch.autograd.Function):
 
 
 _POOL: ThreadPoolExecutor | None = None
+_POOL_PID = 0  # the process that made _POOL: a forked child has no threads behind it
 
 
 def _map(fn, items, workers: int) -> list:
@@ -105,11 +107,12 @@ def _map(fn, items, workers: int) -> list:
     items = list(items)
     if workers <= 1 or len(items) <= 1:
         return [fn(i) for i in items]
-    global _POOL
-    if _POOL is None or _POOL._max_workers != workers:
-        if _POOL is not None:
+    global _POOL, _POOL_PID
+    if _POOL is None or _POOL._max_workers != workers or _POOL_PID != os.getpid():
+        if _POOL is not None and _POOL_PID == os.getpid():
             _POOL.shutdown(wait=False)
         _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dynlab-dense")
+        _POOL_PID = os.getpid()
 
     def run(i):
         torch.set_num_threads(1)  # this worker's own intra-op setting: one core per member
