@@ -43,6 +43,7 @@ Tested against the same model written with plain autograd (``tests/test_dense_tr
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -59,19 +60,24 @@ class _DenseTrackerLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tokens, labels, E, A, W, c, phi, workers, batched):
-        n = tokens.shape[0]
-        if not batched and n > 1:
-            outs = _map(
-                lambda i: _forward(*(x[i : i + 1] for x in (tokens, labels, E, A, W, c)), phi), range(n), workers
-            )
-            loss = torch.cat([o[0] for o in outs])
-            correct = torch.cat([o[1] for o in outs])
-            ctx.hs, ctx.probs = [o[2] for o in outs], [o[3] for o in outs]
-        else:
+        n, _, bsz = tokens.shape
+        items = None if batched else _pieces(n, bsz, workers)
+        if items is None or len(items) == 1:
             loss, correct, hs, probs = _forward(tokens, labels, E, A, W, c, phi)
             ctx.hs, ctx.probs = [hs], [probs]
+        else:
+
+            def one(item):
+                i, rows = item
+                m = slice(i, i + 1)
+                return _forward(tokens[m, :, rows], labels[m, :, rows], E[m], A[m], W[m], c[m], phi)
+
+            outs = _map(one, items, workers)
+            loss = _sum_pieces([o[0] for o in outs], items, n)
+            correct = _sum_pieces([o[1] for o in outs], items, n)
+            ctx.hs, ctx.probs = [o[2] for o in outs], [o[3] for o in outs]
         ctx.mark_non_differentiable(correct)
-        ctx.phi, ctx.workers = phi, workers
+        ctx.phi, ctx.workers, ctx.items = phi, workers, items
         ctx.n_tokens = E.shape[1]
         ctx.save_for_backward(tokens, labels, A, W)
         return loss, correct
@@ -83,19 +89,41 @@ class _DenseTrackerLoss(torch.autograd.Function):
         ctx.hs = ctx.probs = None  # the buffers are reused in place below; one backward only
         if hs is None:
             raise RuntimeError("dense_tracker_loss: backward through the same graph twice is not supported")
-        if len(hs) > 1:
+        items, n = ctx.items, tokens.shape[0]
+        if len(hs) == 1:
+            gE, gA, gW, gc = _backward(tokens, labels, A, W, hs[0], probs[0], grad_loss, ctx.n_tokens, ctx.phi)
+        else:
 
-            def one(i: int):
-                sl = slice(i, i + 1)
+            def one(k: int):
+                i, rows = items[k]
+                m = slice(i, i + 1)
                 return _backward(
-                    tokens[sl], labels[sl], A[sl], W[sl], hs[i], probs[i], grad_loss[sl], ctx.n_tokens, ctx.phi
+                    tokens[m, :, rows], labels[m, :, rows], A[m], W[m], hs[k], probs[k], grad_loss[m],
+                    ctx.n_tokens, ctx.phi,
                 )
 
-            parts = _map(one, range(tokens.shape[0]), ctx.workers)
-            gE, gA, gW, gc = (torch.cat(p) for p in zip(*parts))
-        else:
-            gE, gA, gW, gc = _backward(tokens, labels, A, W, hs[0], probs[0], grad_loss, ctx.n_tokens, ctx.phi)
+            parts = _map(one, range(len(items)), ctx.workers)
+            gE, gA, gW, gc = (_sum_pieces(list(p), items, n) for p in zip(*parts))
         return None, None, gE, gA, gW, gc, None, None, None
+
+
+def _pieces(n: int, bsz: int, workers: int) -> list[tuple[int, slice]]:
+    """Work items (model, batch rows) for the one-by-one mode: each model whole, unless
+    that leaves workers idle (N not a multiple of ``workers``); then each model's batch is
+    cut into ``workers / gcd(N, workers)`` row blocks, so the items share out evenly.
+    The loss is a sum over rows, so the blocks' losses and gradients add up to the model's."""
+    per = 1 if workers <= 1 else workers // math.gcd(n, workers)
+    per = max(1, min(per, bsz))
+    cuts = [round(k * bsz / per) for k in range(per + 1)]
+    return [(i, slice(cuts[k], cuts[k + 1])) for i in range(n) for k in range(per)]
+
+
+def _sum_pieces(values: list[torch.Tensor], items: list[tuple[int, slice]], n: int) -> torch.Tensor:
+    """Per-model sums ``[N, …]`` of the per-item values ``[1, …]`` (items in model order)."""
+    per = len(items) // n
+    if per == 1:
+        return torch.cat(values)
+    return torch.cat([sum(values[i * per + 1 : (i + 1) * per], values[i * per]) for i in range(n)])
 
 
 _POOL: ThreadPoolExecutor | None = None

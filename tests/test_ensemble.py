@@ -37,6 +37,18 @@ def test_ensemble_equals_solo_training(arch):
             torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-5, msg=name)
 
 
+def test_fused_ensemble_on_worker_threads_equals_solo_training():
+    """tanh-rnn members side by side on 2 worker threads (3 members: row blocks) match solo runs."""
+    specs = _specs("tanh-rnn")
+    ens = train_ensemble(specs, CPU, threads=2)
+    for s, b in zip(specs, ens):
+        a = train_tracker(s, CPU)
+        assert b.status == "ok" and b.lengths == a.lengths
+        torch.testing.assert_close(torch.tensor(b.losses), torch.tensor(a.losses), rtol=1e-5, atol=1e-6)
+        for (name, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
+            torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-5, msg=name)
+
+
 def test_diverging_member_is_dropped_and_others_continue():
     specs = _specs("tanh-rnn")
     bad = specs[1].model_copy(update={"train": specs[1].train.model_copy(update={"lr": 1e37, "warmup_steps": 0})})

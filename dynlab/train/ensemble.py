@@ -44,6 +44,7 @@ from dynlab.kernels.dense_tracker import dense_tracker_loss
 from dynlab.models import Tracker
 from dynlab.tasks import WordProblem
 from dynlab.train.engine import (
+    PARALLEL_MEMBER_MACS,
     TrainResult,
     build_tracker,
     fused_loss_ok,
@@ -98,8 +99,12 @@ def train_ensemble(
     """Train the trackers of ``specs`` together; return one :class:`TrainResult` per spec.
 
     Every member's result equals (up to rounding) ``train_tracker(spec, device)``; see the
-    module docstring for how each piece keeps that equality.  ``threads``: CPU intra-op
-    threads (None: :func:`dynlab.train.engine.train_threads`' rule on the whole stack).
+    module docstring for how each piece keeps that equality.  ``threads``: CPU cores to
+    use.  For tanh-rnn / linear-rnn (the fused kernel) they are worker threads, members
+    side by side with one intra-op thread each (None: all of ``torch.get_num_threads()``
+    when a member's work exceeds :data:`dynlab.train.engine.PARALLEL_MEMBER_MACS`, else
+    1); for the other cells, intra-op threads (None: :func:`train_threads`' rule on the
+    whole stack).  The thread count changes nothing but rounding.
     """
     check_ensemble(specs)
     if threads is not None and threads < 1:
@@ -107,13 +112,15 @@ def train_ensemble(
     progress = progress or NullProgress()
     tasks = [WordProblem(get_group(s.task.group)) for s in specs]
     models = [build_tracker(s.model, t.n_tokens, t.n_classes, s.seed).to(device) for s, t in zip(specs, tasks)]
+    member_work = step_work(models[0], specs[0].train.batch_size)
     if fused_loss_ok(models[0]) and torch.device(device).type == "cpu":
-        # Members run side by side, one core each (the fused kernel's worker threads).
-        workers = threads if threads is not None else torch.get_num_threads()
+        # Members run side by side, one core each (the fused kernel's worker threads);
+        # small members run one after another on one thread (PARALLEL_MEMBER_MACS).
+        if threads is None:
+            threads = torch.get_num_threads() if member_work > PARALLEL_MEMBER_MACS else 1
         with train_threads(device, 0, 1):
-            return _train_stack(specs, tasks, models, device, progress, workers)
-    work = len(specs) * step_work(models[0], specs[0].train.batch_size)
-    with train_threads(device, work, threads):
+            return _train_stack(specs, tasks, models, device, progress, threads)
+    with train_threads(device, len(specs) * member_work, threads):
         return _train_stack(specs, tasks, models, device, progress, 1)
 
 
