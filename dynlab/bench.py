@@ -24,8 +24,9 @@ Definitions (numbers the report prints):
   recurrence's GEMM shape), median of 3 interleaved timings per thread count, best
   thread count;
 - every method runs at each thread count tried and is reported at its fastest;
-- FLOPs per token: dense RNNs 6·(S² + S·C) — the recurrence and readout products,
-  forward (1×) and backward (2×), as in the issue's floor (input projections are
+- FLOPs per token: dense RNNs 6·(m·S² + S·C) — the recurrence and readout products,
+  forward (1×) and backward (2×), as in the issue's floor, with m = 2 state matrices
+  for state-gated-rnn (A and the gate's U) and 1 otherwise (input projections are
   excluded: dynlab gathers them from a per-token table); diagonal affine cells
   6·(2·S + H·C) (the diagonal recurrence and the per-channel readout are counted as
   matrix-vector work, which overstates what a GEMM rate can do for them);
@@ -116,7 +117,8 @@ def flops_per_token(arch: str, hidden: int, n_classes: int, d_state: int) -> flo
     model = Tracker(arch, n_classes, n_classes, hidden=hidden, d_state=d_state)
     s = model.state_size
     if arch in _DENSE:
-        return 6.0 * (s * s + hidden * n_classes)
+        mats = 2 if arch == "state-gated-rnn" else 1
+        return 6.0 * (mats * s * s + hidden * n_classes)
     return 6.0 * (2 * s + hidden * n_classes)
 
 

@@ -351,8 +351,8 @@ def run_many(specs: list[RunSpec], device: torch.device, progress: NullProgress)
 
 
 #: Architectures trained as ensembles: dense RNNs.  On a GPU their per-step GEMMs batch
-#: into one bmm; on the CPU tanh-rnn and linear-rnn members run side by side, one core
-#: each (the fused kernel's worker threads).  The diagonal cells are memory-bound on the
+#: into one bmm; on the CPU the members run side by side, one core each (the fused
+#: kernels' worker threads), when they are large enough to gain from it.  The diagonal cells are memory-bound on the
 #: CPU and measured slower stacked (mamba, H=128, B=256: a stack of 16 reached 61 K
 #: model-tokens/s, one model alone 145 K), so they run alone.
 ENSEMBLE_ARCHS = ("tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn")

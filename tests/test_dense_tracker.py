@@ -8,8 +8,8 @@ import torch.nn.functional as F
 
 from dynlab.kernels.dense_tracker import dense_tracker_loss
 from dynlab.models import Tracker
-from dynlab.models.cells import TanhRNNCell
-from dynlab.train.engine import fused_loss_ok, tracker_logits, tracker_loss
+from dynlab.models.cells import StateGatedRNNCell, TanhRNNCell
+from dynlab.train.engine import fused_kind, fused_loss_ok, tracker_logits, tracker_loss
 
 D = torch.float64
 
@@ -112,11 +112,15 @@ def test_backward_twice_is_refused():
         loss.sum().backward()
 
 
-@pytest.mark.parametrize("arch", ["tanh-rnn", "linear-rnn"])
-def test_tracker_loss_matches_logits_path(arch):
+@pytest.mark.parametrize(
+    "arch, phi",
+    [("tanh-rnn", None), ("linear-rnn", None), ("linear-rnn", "tanh"), ("token-gated-rnn", None),
+     ("token-gated-rnn", "tanh"), ("state-gated-rnn", None), ("state-gated-rnn", "identity")],
+)
+def test_tracker_loss_matches_logits_path(arch, phi):
     """``tracker_loss`` (fused) equals cross-entropy of ``tracker_logits``, value and gradients."""
     torch.manual_seed(0)
-    model = Tracker(arch, 6, 6, hidden=10).double()
+    model = Tracker(arch, 6, 6, hidden=10, nonlinearity=phi, d_embed=7).double()
     assert fused_loss_ok(model)
     tokens = torch.randint(0, 6, (7, 9))
     labels = torch.randint(0, 6, (7, 9))
@@ -132,20 +136,32 @@ def test_tracker_loss_matches_logits_path(arch):
 
 
 def test_fused_path_only_for_the_models_it_implements():
-    assert not fused_loss_ok(Tracker("token-gated-rnn", 4, 4, hidden=8))  # gated
-    assert not fused_loss_ok(Tracker("state-gated-rnn", 4, 4, hidden=8))
-    assert not fused_loss_ok(Tracker("mamba", 4, 4, hidden=8))
-    assert not fused_loss_ok(Tracker("tanh-rnn", 4, 4, hidden=8, layers=2))
-    assert not fused_loss_ok(Tracker("tanh-rnn", 4, 4, hidden=8, readout="mlp"))
-    assert not fused_loss_ok(Tracker("tanh-rnn", 4, 4, hidden=8, nonlinearity="relu"))
+    kinds = {
+        arch: fused_kind(Tracker(arch, 4, 4, hidden=8))
+        for arch in ("tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn", "mamba", "aussm")
+    }
+    assert kinds == {
+        "tanh-rnn": "dense", "linear-rnn": "dense", "token-gated-rnn": "token-gated",
+        "state-gated-rnn": "state-gated", "mamba": None, "aussm": None,
+    }
+    assert fused_kind(Tracker("tanh-rnn", 4, 4, hidden=8, layers=2)) is None
+    assert fused_kind(Tracker("tanh-rnn", 4, 4, hidden=8, readout="mlp")) is None
+    assert fused_kind(Tracker("tanh-rnn", 4, 4, hidden=8, nonlinearity="relu")) is None
+    assert fused_kind(Tracker("state-gated-rnn", 4, 4, hidden=8, nonlinearity="relu")) is None
+    assert fused_kind(Tracker("token-gated-rnn", 4, 4, hidden=8, nonlinearity="tanh")) == "token-gated"
 
     class Custom(TanhRNNCell):  # a user's variant with its own transition: not the fused model
         def transition(self, h, p):
             return torch.tanh(2 * self._ah(h) + p["drive"])
 
-    model = Tracker("tanh-rnn", 4, 4, hidden=8)
-    model.cells[0] = Custom(8, 8)
-    assert not fused_loss_ok(model)
+    class CustomGate(StateGatedRNNCell):
+        def precompute(self, u):
+            return {"gate_in": 2 * self.W_g(u), "drive": self.B(u)}
+
+    for cell in (Custom(8, 8), CustomGate(8, 8)):
+        model = Tracker("tanh-rnn", 4, 4, hidden=8)
+        model.cells[0] = cell
+        assert fused_kind(model) is None and not fused_loss_ok(model)
 
 
 @pytest.mark.parametrize("workers", [2, 4])

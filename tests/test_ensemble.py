@@ -135,6 +135,15 @@ def test_bench_train_reports_consistent_ratios(tmp_path):
     assert main(["bench", "train", "--ensembles", "0", "--hidden", "8"]) == 2  # bad input: one-line error
 
 
+def test_floor_counts_every_state_matrix():
+    """The floor's FLOPs per token: 6·(m·S² + S·C), m = 2 for the state-gated cell (A and U)."""
+    from dynlab.bench import flops_per_token
+
+    assert flops_per_token("tanh-rnn", 8, 6, 4) == 6 * (8 * 8 + 8 * 6)
+    assert flops_per_token("state-gated-rnn", 8, 6, 4) == 6 * (2 * 8 * 8 + 8 * 6)
+    assert flops_per_token("mamba", 8, 6, 4) == 6 * (2 * 32 + 8 * 6)  # S = H·N = 32
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_ensemble_on_cuda_matches_cpu_solo():

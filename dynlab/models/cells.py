@@ -155,18 +155,29 @@ class _DenseRNN(Cell):
     def _gate(self, p: Terms) -> torch.Tensor | None:
         return None
 
-    def fused_loss_ok(self) -> bool:
-        """True when this cell is exactly h_t = phi(A h_{t−1} + B x̃_t + b) with phi ∈
-        {identity, tanh} (tanh-rnn, linear-rnn, not overridden): the model that
-        :func:`dynlab.kernels.dense_tracker.dense_tracker_loss` trains in one fused op."""
+    def fused_kind(self) -> str | None:
+        """Which fused training kernel computes exactly this cell, if any (phi ∈ {identity,
+        tanh} and the built-in precompute, transition and gate, not overridden):
+
+        - ``"dense"`` — h_t = phi(A h_{t−1} + B x̃_t + b) (tanh-rnn, linear-rnn):
+          :func:`dynlab.kernels.dense_tracker.dense_tracker_loss`;
+        - ``"token-gated"`` / ``"state-gated"`` — the gated cells:
+          :func:`dynlab.kernels.gated_tracker.gated_tracker_loss`;
+        - None — trained through :meth:`scan` under autograd.
+        """
         cls = type(self)
-        return (
-            self.phi in ("identity", "tanh")
-            and cls.transition is cls._fused_transition
-            and cls._ah is _DenseRNN._ah
-            and cls._gate is _DenseRNN._gate
-            and cls.precompute in _DRIVE_ONLY
-        )
+        if self.phi not in ("identity", "tanh") or cls._ah is not _DenseRNN._ah:
+            return None
+        if cls.transition is cls._fused_transition and cls._gate is _DenseRNN._gate and cls.precompute in _DRIVE_ONLY:
+            return "dense"
+        for kind, ref in _GATED.items():
+            if all(getattr(cls, name) is getattr(ref, name) for name in ("transition", "precompute", "_gate")):
+                return kind
+        return None
+
+    def fused_loss_ok(self) -> bool:
+        """True when a fused training kernel computes this cell (:meth:`fused_kind`)."""
+        return self.fused_kind() is not None
 
     def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
         """Fused dense scan for phi ∈ {identity, tanh}; the generic loop otherwise."""
@@ -257,6 +268,10 @@ class StateGatedRNNCell(_DenseRNN):
     def transition(self, h: torch.Tensor, p: Terms) -> torch.Tensor:
         gate = torch.sigmoid(h @ self.U_g.T + p["gate_in"])
         return apply_phi(self.phi, gate * self._ah(h) + p["drive"])
+
+
+#: the gated cells with a fused training kernel (see ``_DenseRNN.fused_kind``)
+_GATED = {"token-gated": TokenGatedRNNCell, "state-gated": StateGatedRNNCell}
 
 
 class MambaCell(Cell):

@@ -21,6 +21,7 @@ from torch import nn
 from dynlab.config import ModelSpec, RunSpec, TrainSpec
 from dynlab.groups import get_group
 from dynlab.kernels.dense_tracker import dense_tracker_loss
+from dynlab.kernels.gated_tracker import gated_tracker_loss
 from dynlab.models import Tracker
 from dynlab.tasks import WordProblem
 from dynlab.train.progress import NullProgress
@@ -30,6 +31,8 @@ __all__ = [
     "SMALL_STEP_MACS",
     "TrainResult",
     "build_tracker",
+    "fused_kind",
+    "fused_loss",
     "fused_loss_ok",
     "lr_at",
     "step_work",
@@ -96,16 +99,56 @@ def build_tracker(model: ModelSpec, n_tokens: int, n_classes: int, seed: int) ->
         )
 
 
-def fused_loss_ok(model: Tracker) -> bool:
-    """True when ``model`` is one dense cell of the fused kind (``Cell.fused_loss_ok``:
-    tanh-rnn or linear-rnn) between a plain embedding and a linear readout, so that
-    :func:`tracker_loss` trains it with :func:`dynlab.kernels.dense_tracker.dense_tracker_loss`."""
+def fused_kind(model: Tracker) -> str | None:
+    """The fused training kernel for ``model``, or None: one dense cell whose
+    ``Cell.fused_kind`` is set (tanh-rnn, linear-rnn, token-gated-rnn, state-gated-rnn,
+    not overridden) between a plain embedding and a linear readout with bias."""
     if len(model.cells) != 1 or not isinstance(model.readout, nn.Linear) or model.readout.bias is None:
-        return False
+        return None
     if not isinstance(model.embed, nn.Embedding) or model.embed.max_norm is not None:
-        return False
-    check = getattr(model.cells[0], "fused_loss_ok", None)
-    return bool(check is not None and check())
+        return None
+    kind = getattr(model.cells[0], "fused_kind", None)
+    return kind() if kind is not None else None
+
+
+def fused_loss_ok(model: Tracker) -> bool:
+    """True when :func:`tracker_loss` trains ``model`` with a fused kernel (:func:`fused_kind`)."""
+    return fused_kind(model) is not None
+
+
+def fused_loss(
+    kind: str,
+    params: dict[str, torch.Tensor],
+    phi: str,
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    workers: int = 1,
+    batched: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed cross-entropy and hit count of a :func:`fused_kind` tracker from its
+    parameters ``params`` (names as in ``Tracker.named_parameters()``; each ``[…]`` for
+    one model with ``tokens [B, T]``, or ``[N, …]`` stacked with ``tokens [N, B, T]``).
+
+    The per-token tables (embedding through the input projections) are formed here under
+    autograd; the recurrence, readout and loss run in
+    :func:`dynlab.kernels.dense_tracker.dense_tracker_loss` (``kind == "dense"``) or
+    :func:`dynlab.kernels.gated_tracker.gated_tracker_loss`.
+    """
+    emb = params["embed.weight"]  # [V, D] or [N, V, D]
+
+    def table(layer: str) -> torch.Tensor:  # emb @ Wᵀ + b: [V, S] or [N, V, S]
+        return torch.matmul(emb, params[f"{layer}.weight"].mT) + params[f"{layer}.bias"].unsqueeze(-2)
+
+    drive, A = table("cells.0.B"), params["cells.0.A"]
+    W, c = params["readout.weight"], params["readout.bias"]
+    if kind == "dense":
+        return dense_tracker_loss(tokens, labels, drive, A, W, c, phi, workers=workers, batched=batched)
+    if kind in ("token-gated", "state-gated"):
+        U = params["cells.0.U_g"] if kind == "state-gated" else None
+        return gated_tracker_loss(
+            tokens, labels, drive, table("cells.0.W_g"), A, U, W, c, phi, workers=workers, batched=batched
+        )
+    raise ValueError(f"unknown fused kernel kind {kind!r}; allowed: dense, token-gated, state-gated")
 
 
 def tracker_loss(
@@ -116,17 +159,16 @@ def tracker_loss(
     Returns ``(loss, accuracy)``: the mean cross-entropy over all B·T positions (nats per
     token, differentiable) and the fraction of positions whose argmax logit is the label
     (no gradient).  Equal to ``F.cross_entropy(tracker_logits(model, tokens), labels)``
-    (a test checks value and gradients); for the models of :func:`fused_loss_ok` it runs
-    the fused dense-tracker kernel, otherwise that expression.  ``workers`` > 1 (fused
-    kernel on the CPU): the batch is cut into that many row blocks, each run on its own
-    thread with one intra-op thread.
+    (a test checks value and gradients); for the models of :func:`fused_kind` it runs
+    a fused kernel (:func:`fused_loss`), otherwise that expression.  ``workers`` > 1
+    (fused kernels on the CPU): the batch is cut into that many row blocks, each run on
+    its own thread with one intra-op thread.
     """
     n = labels.numel()
-    if fused_loss_ok(model):
-        cell = model.cells[0]
-        drive = cell.B(model.embed.weight)  # [V, S]: the per-token drive, under autograd
-        total, correct = dense_tracker_loss(
-            tokens, labels, drive, cell.A, model.readout.weight, model.readout.bias, cell.phi,
+    kind = fused_kind(model)
+    if kind is not None:
+        total, correct = fused_loss(
+            kind, dict(model.named_parameters()), model.cells[0].phi, tokens, labels,
             workers=workers, batched=False if workers > 1 else None,
         )
         return total / n, correct.to(total.dtype).detach() / n
@@ -216,11 +258,12 @@ def train_tracker(
     ``compile``: train with each cell's per-step ``transition`` compiled by
     ``torch.compile`` (fixed shapes, so one compilation per curriculum length is not
     needed: the step sees ``[B, S]`` whatever T is).  It only affects cells trained
-    through the generic per-step loop (state-gated-rnn, user cells, non-default
-    nonlinearities); the fused kernels do not call ``transition``.  Same numbers up to
-    rounding (tested).  Measured on the 2-core CPU box: a state-gated-rnn step (H=128,
-    B=256, T=60) took 105 ms compiled vs 80 ms eager, after 23 s of compilation, so it
-    is off by default; it is meant for GPUs, where it fuses the step's kernel launches.
+    through the generic per-step loop (user cells, nonlinearities other than identity
+    and tanh); the fused kernels and scans do not call ``transition``.  Same numbers up
+    to rounding (tested).  Measured on the 2-core CPU box, state-gated-rnn through the
+    generic loop (H=128, B=256, T=60): forward and backward took 105 ms compiled vs
+    80 ms eager, after 23 s of compilation, so it is off by default; it is meant for
+    GPUs, where it fuses the step's kernel launches.
     The compiled functions are removed from the cells when training ends.
     """
     progress = progress or NullProgress()

@@ -2,10 +2,12 @@
 
 N run specs that share the architecture and shapes (``ModelSpec``, batch size, vocabulary
 and class count) are trained as one stacked model: parameters ``[N, …]``
-(:func:`torch.func.stack_module_state`), the forward pass is
-:func:`dynlab.train.engine.tracker_logits` under :func:`torch.func.vmap` (so the dense
-RNN steps become one batched GEMM for all members), and AdamW, clipping, the learning
-rate schedule and the curriculum run per member on the stacked tensors.
+(:func:`torch.func.stack_module_state`); the loss is a fused kernel on the stacked
+parameters for the dense cells (:func:`dynlab.train.engine.fused_loss`: batched GEMMs on
+a GPU, members side by side on worker threads on the CPU) and
+:func:`dynlab.train.engine.tracker_logits` under :func:`torch.func.vmap` otherwise; AdamW,
+clipping, the learning rate schedule and the curriculum run per member on the stacked
+tensors.
 
 Equality with solo training (:func:`dynlab.train.engine.train_tracker`), member by member:
 
@@ -40,14 +42,14 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from dynlab.config import RunSpec
 from dynlab.groups import get_group
-from dynlab.kernels.dense_tracker import dense_tracker_loss
 from dynlab.models import Tracker
 from dynlab.tasks import WordProblem
 from dynlab.train.engine import (
     PARALLEL_MEMBER_MACS,
     TrainResult,
     build_tracker,
-    fused_loss_ok,
+    fused_kind,
+    fused_loss,
     lr_at,
     step_work,
     tracker_logits,
@@ -100,7 +102,7 @@ def train_ensemble(
 
     Every member's result equals (up to rounding) ``train_tracker(spec, device)``; see the
     module docstring for how each piece keeps that equality.  ``threads``: CPU cores to
-    use.  For tanh-rnn / linear-rnn (the fused kernel) they are worker threads, members
+    use.  For the dense cells (fused kernels, ``fused_kind``) they are worker threads, members
     side by side with one intra-op thread each (None: all of ``torch.get_num_threads()``
     when a member's work exceeds :data:`dynlab.train.engine.PARALLEL_MEMBER_MACS`, else
     1); for the other cells, intra-op threads (None: :func:`train_threads`' rule on the
@@ -113,8 +115,8 @@ def train_ensemble(
     tasks = [WordProblem(get_group(s.task.group)) for s in specs]
     models = [build_tracker(s.model, t.n_tokens, t.n_classes, s.seed).to(device) for s, t in zip(specs, tasks)]
     member_work = step_work(models[0], specs[0].train.batch_size)
-    if fused_loss_ok(models[0]) and torch.device(device).type == "cpu":
-        # Members run side by side, one core each (the fused kernel's worker threads);
+    if fused_kind(models[0]) is not None and torch.device(device).type == "cpu":
+        # Members run side by side, one core each (the fused kernels' worker threads);
         # small members run one after another on one thread (PARALLEL_MEMBER_MACS).
         if threads is None:
             threads = torch.get_num_threads() if member_work > PARALLEL_MEMBER_MACS else 1
@@ -144,7 +146,7 @@ def _train_stack(specs, tasks, models, device, progress, workers: int) -> list[T
         return functional_call(template, (p, b), (tok,))
 
     batched_logits = vmap(logits_fn)
-    fused = fused_loss_ok(template.model)
+    fused = fused_kind(template.model)
     phi = template.model.cells[0].phi if fused else None
     bar = progress.add(f"train ensemble {specs[0].model.arch} ×{n}", max(tr.steps for tr in trains))
 
@@ -175,14 +177,9 @@ def _train_stack(specs, tasks, models, device, progress, workers: int) -> list[T
         n_valid = torch.tensor([batch * lengths[i] for i in alive], dtype=torch.float32, device=device)  # [K]
 
         leaves = {kk: v.requires_grad_(True) for kk, v in params.items()}
-        if fused:  # the fused dense-tracker kernel, members side by side (see train_ensemble)
-            drive = torch.baddbmm(
-                leaves["model.cells.0.B.bias"][:, None], leaves["model.embed.weight"], leaves["model.cells.0.B.weight"].mT
-            )  # [K, V, S]
-            sums, n_correct = dense_tracker_loss(
-                tokens, labels, drive, leaves["model.cells.0.A"], leaves["model.readout.weight"],
-                leaves["model.readout.bias"], phi, workers=workers,
-            )
+        if fused:  # a fused kernel; on the CPU members side by side (see train_ensemble)
+            stacked = {kk.removeprefix("model."): v for kk, v in leaves.items()}
+            sums, n_correct = fused_loss(fused, stacked, phi, tokens, labels, workers=workers)
             losses = sums / n_valid  # [K] mean over each member's own tokens
         else:
             logits = batched_logits(leaves, buffers, tokens)  # [K, B, L, C]

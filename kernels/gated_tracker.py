@@ -1,0 +1,260 @@
+"""Fused training loss of a one-layer *gated* dense RNN tracker: tokens → cross-entropy.
+
+The model (state-gated-rnn with ``U``, token-gated-rnn without; one layer, linear
+readout, zero initial state)::
+
+    a_t = h_{t−1} Aᵀ
+    g_t = σ(G[x_t] + h_{t−1} Uᵀ)      (token-gated: g_t = σ(G[x_t]))
+    h_t = phi(g_t ⊙ a_t + E[x_t]),     h_{−1} = 0,   phi ∈ {identity, tanh}
+    z_t = W h_t + c
+    loss = Σ_{b,t valid} ( logsumexp(z_{b,t}) − z_{b,t}[y_{b,t}] )
+
+``E, G [V, S]`` are the per-token drive and gate input (computed by the caller under
+autograd).  Returns the summed cross-entropy over valid positions (labels ≥ 0; −100 is
+padding) and the argmax hit count, as :func:`dynlab.kernels.dense_tracker.dense_tracker_loss`,
+whose layout, readout, loss and worker scheme this kernel shares.
+
+Per step, forward: one GEMM ``h_{t−1} [Aᵀ | Uᵀ]`` into a buffer ``P_t = [a_t | u_t]``
+already holding ``[0 | G[x_t]]``, an in-place sigmoid on its gate half, one ``addcmul``
+into the state buffer (which holds ``E[x_t]``) and an in-place tanh.  Backward, last step
+first: the readout term and the carried adjoint ``[∂a_{t+1} | ∂u_{t+1}] [A; U]`` (one
+GEMM), ``tanh_backward``, then ``∂a_t = d_t ⊙ g_t`` and ``∂u_t = σ'(·) ⊙ d_t ⊙ a_t``
+written over ``P_t``, and ``∂[A; U] += [∂a_t | ∂u_t]ᵀ h_{t−1}`` while h_{t−1} is in
+cache; ∂E and ∂G as one ``index_add_`` each at the end.
+
+Tested against the cells written with plain autograd (``tests/test_gated_tracker.py``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .dense_tracker import PHIS, _argmax_hits, _map, _pieces, _sum_pieces
+
+__all__ = ["gated_tracker_loss"]
+
+
+class _GatedTrackerLoss(torch.autograd.Function):
+    """Canonical shapes: tokens, labels [N, T, B] (time-major); E, G [N, V, S]; A, U
+    [N, S, S] (U may be None); W [N, C, S]; c [N, C].  Outputs: loss sums [N], counts [N]."""
+
+    @staticmethod
+    def forward(ctx, tokens, labels, E, G, A, U, W, c, phi, workers, batched):
+        n, _, bsz = tokens.shape
+        items = None if batched else _pieces(n, bsz, workers)
+        if items is None or len(items) == 1:
+            outs = [_forward(tokens, labels, E, G, A, U, W, c, phi)]
+            loss, correct = outs[0][0], outs[0][1]
+        else:
+
+            def one(item):
+                i, rows = item
+                m = slice(i, i + 1)
+                return _forward(
+                    tokens[m, :, rows], labels[m, :, rows], E[m], G[m], A[m], None if U is None else U[m], W[m], c[m],
+                    phi,
+                )
+
+            outs = _map(one, items, workers)
+            loss = _sum_pieces([o[0] for o in outs], items, n)
+            correct = _sum_pieces([o[1] for o in outs], items, n)
+        ctx.bufs = [o[2:] for o in outs]  # (hs, P, probs) per item
+        ctx.mark_non_differentiable(correct)
+        ctx.phi, ctx.workers, ctx.items, ctx.has_u = phi, workers, items, U is not None
+        ctx.n_tokens = E.shape[1]
+        ctx.save_for_backward(tokens, labels, A, W, U if U is not None else A)
+        return loss, correct
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_correct):
+        tokens, labels, A, W, U = ctx.saved_tensors
+        U = U if ctx.has_u else None
+        bufs, ctx.bufs = ctx.bufs, None  # the buffers are overwritten below; one backward only
+        if bufs is None:
+            raise RuntimeError("gated_tracker_loss: backward through the same graph twice is not supported")
+        items, n = ctx.items, tokens.shape[0]
+        if len(bufs) == 1:
+            grads = _backward(tokens, labels, A, U, W, *bufs[0], grad_loss, ctx.n_tokens, ctx.phi)
+        else:
+
+            def one(k: int):
+                i, rows = items[k]
+                m = slice(i, i + 1)
+                return _backward(
+                    tokens[m, :, rows], labels[m, :, rows], A[m], None if U is None else U[m], W[m], *bufs[k],
+                    grad_loss[m], ctx.n_tokens, ctx.phi,
+                )
+
+            parts = _map(one, range(len(bufs)), ctx.workers)
+            grads = tuple(None if p[0] is None else _sum_pieces(list(p), items, n) for p in zip(*parts))
+        gE, gG, gA, gU, gW, gc = grads
+        return None, None, gE, gG, gA, gU, gW, gc, None, None, None
+
+
+def _forward(tokens, labels, E, G, A, U, W, c, phi):
+    """One group of members: (loss [N], correct [N], hs [N, T, B, S], P [N, T, B, 2S], probs)."""
+    n, t_len, bsz = tokens.shape
+    v, s = E.shape[1], E.shape[2]
+    rows = t_len * bsz
+    flat = (tokens + (torch.arange(n, device=tokens.device) * v).view(n, 1, 1)).reshape(-1)
+    hs = torch.index_select(E.reshape(n * v, s), 0, flat).view(n, t_len, bsz, s)  # drive
+    table = torch.cat([torch.zeros_like(G), G], dim=-1)  # [N, V, 2S]: P_t starts as [0 | G[x_t]]
+    P = torch.index_select(table.reshape(n * v, 2 * s), 0, flat).view(n, t_len, bsz, 2 * s)
+    wcat = torch.cat([A.mT, U.mT], dim=-1) if U is not None else A.mT  # [N, S, 2S] or [N, S, S]
+    tanh = phi == "tanh"
+    if n == 1:
+        hss, ps, w = hs[0].unbind(0), P[0].unbind(0), wcat[0]
+        step = torch.Tensor.addmm_
+    else:
+        hss, ps, w = hs.unbind(1), P.unbind(1), wcat
+        step = torch.Tensor.baddbmm_
+    for t in range(t_len):
+        p_t = ps[t]
+        if t > 0:
+            step(p_t if U is not None else p_t[..., :s], hss[t - 1], w)
+        gate = p_t[..., s:].sigmoid_()
+        h_t = hss[t]
+        if t > 0:
+            h_t.addcmul_(gate, p_t[..., :s])
+        if tanh:
+            h_t.tanh_()
+    z = torch.baddbmm(c[:, :, None], W, hs.view(n, rows, s).mT)  # logits [N, C, T·B]
+    lab = labels.reshape(n, 1, rows)
+    valid = lab[:, 0] >= 0
+    zmax = z.amax(1, keepdim=True)
+    z_y = z.gather(1, lab.clamp(min=0))
+    correct = _argmax_hits(z, z_y, zmax, lab, valid).sum(1)
+    probs = z.sub_(zmax).exp_()
+    total = probs.sum(1, keepdim=True)
+    probs.div_(total)
+    nll = (total.log_() + zmax - z_y)[:, 0]
+    loss = torch.where(valid, nll, 0.0).sum(1)
+    return loss, correct, hs, P, probs
+
+
+def _backward(tokens, labels, A, U, W, hs, P, probs, grad_loss, n_tokens, phi):
+    n, t_len, bsz, s = hs.shape
+    rows = t_len * bsz
+    lab = labels.reshape(n, 1, rows)
+    g = probs  # ∂L/∂z = (softmax − onehot) · valid · grad_loss, in place
+    g.scatter_add_(1, lab.clamp(min=0), torch.full_like(g[:, :1], -1.0))
+    g.mul_(torch.where(lab >= 0, grad_loss.view(n, 1, 1).to(g.dtype), 0.0))
+    gc = g.sum(2)
+    gW = torch.bmm(g, hs.view(n, rows, s))
+    g_rows = g.mT.contiguous().view(n, t_len, bsz, -1)  # [N, T, B, C]
+    mcat = torch.cat([A, U], dim=1) if U is not None else A  # [N, 2S, S] or [N, S, S]
+    k = mcat.shape[1]
+    tanh = phi == "tanh"
+    if n == 1:
+        hss, ps, gs, w, m = hs[0].unbind(0), P[0].unbind(0), g_rows[0].unbind(0), W[0], mcat[0]
+        mm, acc, tr = torch.mm, torch.Tensor.addmm_, torch.Tensor.t
+        lam = hs.new_empty(bsz, s)
+        tmp = hs.new_empty(bsz, s)
+        gcat = hs.new_zeros(k, s)
+    else:
+        hss, ps, gs, w, m = hs.unbind(1), P.unbind(1), g_rows.unbind(1), W, mcat
+        mm, acc, tr = torch.bmm, torch.Tensor.baddbmm_, lambda x: x.mT
+        lam = hs.new_empty(n, bsz, s)
+        tmp = hs.new_empty(n, bsz, s)
+        gcat = hs.new_zeros(n, k, s)
+    for t in range(t_len - 1, -1, -1):
+        mm(gs[t], w, out=lam)  # ∂L/∂h_t from the readout
+        if t < t_len - 1:
+            p_next = ps[t + 1]
+            acc(lam, p_next if U is not None else p_next[..., :s], m)  # + [∂a | ∂u]_{t+1} [A; U]
+        h_t, p_t = hss[t], ps[t]
+        a_t, g_t = p_t[..., :s], p_t[..., s:]
+        if tanh:
+            torch.ops.aten.tanh_backward(lam, h_t, grad_input=h_t)  # d_t = ∂L/∂pre_t, over h_t
+        else:
+            h_t.copy_(lam)
+        torch.mul(h_t, a_t, out=tmp)  # ∂L/∂g_t
+        torch.mul(h_t, g_t, out=a_t)  # ∂L/∂a_t, over a_t
+        torch.ops.aten.sigmoid_backward(tmp, g_t, grad_input=g_t)  # ∂L/∂u_t, over g_t
+        if t > 0:
+            acc(gcat, tr(p_t if U is not None else a_t), hss[t - 1])  # ∂[A; U] += [∂a | ∂u]ᵀ h_{t−1}
+    gA, gU = (gcat[..., :s, :], gcat[..., s:, :]) if U is not None else (gcat, None)
+    if n == 1:
+        gA, gU = gA[None], None if gU is None else gU[None]
+    flat = (tokens + (torch.arange(n, device=tokens.device) * n_tokens).view(n, 1, 1)).reshape(-1)
+    gE = torch.zeros(n * n_tokens, s, dtype=hs.dtype, device=hs.device).index_add_(0, flat, hs.view(-1, s))
+    gG = torch.zeros(n * n_tokens, s, dtype=hs.dtype, device=hs.device).index_add_(
+        0, flat, P[..., s:].reshape(-1, s)
+    )
+    return gE.view(n, n_tokens, s), gG.view(n, n_tokens, s), gA, gU, gW, gc
+
+
+def gated_tracker_loss(
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    E: torch.Tensor,
+    G: torch.Tensor,
+    A: torch.Tensor,
+    U: torch.Tensor | None,
+    W: torch.Tensor,
+    c: torch.Tensor,
+    phi: str = "tanh",
+    workers: int = 1,
+    batched: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed cross-entropy and correct-count of a one-layer gated dense RNN tracker.
+
+    Args:
+        tokens: ``[B, T]`` token ids (or ``[N, B, T]``, one batch per model).
+        labels: like ``tokens``; class ids, or −100 for positions to ignore.
+        E: per-token drive ``[V, S]`` (or ``[N, V, S]``).
+        G: per-token gate input ``[V, S]`` (or ``[N, V, S]``).
+        A: recurrence ``[S, S]`` (or ``[N, S, S]``).
+        U: state-to-gate matrix ``[S, S]`` (or ``[N, S, S]``); None for a token-only gate.
+        W: readout weight ``[C, S]`` (or ``[N, C, S]``).
+        c: readout bias ``[C]`` (or ``[N, C]``).
+        phi: ``"tanh"`` or ``"identity"``.
+        workers, batched: as in :func:`dynlab.kernels.dense_tracker.dense_tracker_loss`.
+
+    Returns:
+        ``(loss, correct)``: cross-entropy summed over valid positions (nats; a scalar, or
+        ``[N]``), differentiable in E, G, A, U, W and c; and the count of valid positions
+        whose label has the largest logit (int64, no gradient).
+    """
+    if phi not in PHIS:
+        raise ValueError(f"unknown phi {phi!r} for the gated tracker loss; allowed: {', '.join(PHIS)}")
+    single = A.dim() == 2
+    args = [tokens, labels, E, G, A, W, c] + ([U] if U is not None else [])
+    if single:
+        args = [x[None] for x in args]
+    tokens, labels, E, G, A, W, c = args[:7]
+    U = args[7] if U is not None else None
+    if tokens.dim() != 3 or labels.shape != tokens.shape or E.dim() != 3 or G.shape != E.shape or A.dim() != 3:
+        shapes = ", ".join(str(tuple(x.shape)) for x in (tokens, labels, E, G, A))
+        raise ValueError(f"expected tokens/labels [N, B, T], E and G [N, V, S], A [N, S, S]; got {shapes}")
+    s = A.shape[-1]
+    if (
+        E.shape[-1] != s
+        or A.shape[-2] != s
+        or W.dim() != 3
+        or W.shape[-1] != s
+        or c.dim() != 2
+        or c.shape[-1] != W.shape[-2]
+        or (U is not None and U.shape != A.shape)
+    ):
+        shapes = ", ".join(str(tuple(x.shape)) for x in (E, A, W, c) + ((U,) if U is not None else ()))
+        raise ValueError(f"inconsistent state/class sizes in E, A, W, c, U: {shapes}")
+    n, _, t_len = tokens.shape
+    params = [E, G, A, W, c] + ([U] if U is not None else [])
+    if t_len == 0:
+        zero = sum(p.sum() * 0.0 for p in params)
+        out = zero.expand(n).clone(), torch.zeros(n, dtype=torch.long, device=tokens.device)
+        return (out[0][0], out[1][0]) if single else out
+    dtype = params[0].dtype
+    for p in params[1:]:
+        dtype = torch.promote_types(dtype, p.dtype)
+    E, G, A, W, c = (x.to(dtype).contiguous() for x in (E, G, A, W, c))
+    U = U.to(dtype).contiguous() if U is not None else None
+    if batched is None:
+        batched = tokens.device.type != "cpu"
+    tok_tm = tokens.transpose(1, 2).contiguous()
+    lab_tm = labels.transpose(1, 2).contiguous()
+    loss, correct = _GatedTrackerLoss.apply(
+        tok_tm, lab_tm, E, G, A, U, W, c, phi, max(1, int(workers)), bool(batched)
+    )
+    return (loss[0], correct[0]) if single else (loss, correct)
