@@ -30,26 +30,21 @@ No autograd graph per step and one full-size buffer (the states, then their adjo
 The tracker's accuracy comes out of the same pass (argmax as ``torch.argmax``: the first
 maximum wins a tie).
 
-Many models (an ensemble, leading dimension N on every argument) run either batched
-(``bmm``, the default off the CPU) or one by one (the CPU default), optionally on
-``workers`` threads, one model per thread and one intra-op thread each.  On the 2-core
-development box, at H=128, B=256, T=60, two stacked members took 2.3× the time of one
-(the stacked buffers fall out of cache), while two members on two worker threads took
-0.7× the time of running them one after the other (measured in one run; the box's
-2-thread GEMM rate is itself only 1.5× its 1-thread rate).
+Many models (an ensemble: a leading dimension N on every argument) run together, each
+step one batched GEMM for all of them, on every device.  On the 2-core development box
+(H=128, B=256, T=60, two intra-op threads) 16 stacked members took 234 ms per step, the
+same as running them one by one on two worker threads, one member per core (234 ms,
+measured in one run); for small members (H=64, B=128) the stack was 2× faster, since the
+per-op overhead is paid once for all members.  So there is one code path, and the
+intra-op thread count (``torch.set_num_threads``) is the only parallel setting.
 
 Tested against the same model written with plain autograd (``tests/test_dense_tracker.py``).
 """
 
 from __future__ import annotations
 
-import math
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import torch
-
-__all__ = ["dense_tracker_loss"]
+__all__ = ["check_shapes", "dense_tracker_loss"]
 
 PHIS = ("identity", "tanh")
 
@@ -59,96 +54,25 @@ class _DenseTrackerLoss(torch.autograd.Function):
     W [N, C, S]; c [N, C].  Outputs: loss sums [N], correct counts [N] (no gradient)."""
 
     @staticmethod
-    def forward(ctx, tokens, labels, E, A, W, c, phi, workers, batched):
-        n, _, bsz = tokens.shape
-        items = None if batched else _pieces(n, bsz, workers)
-        if items is None or len(items) == 1:
-            loss, correct, hs, probs = _forward(tokens, labels, E, A, W, c, phi)
-            ctx.hs, ctx.probs = [hs], [probs]
-        else:
-
-            def one(item):
-                i, rows = item
-                m = slice(i, i + 1)
-                return _forward(tokens[m, :, rows], labels[m, :, rows], E[m], A[m], W[m], c[m], phi)
-
-            outs = _map(one, items, workers)
-            loss = _sum_pieces([o[0] for o in outs], items, n)
-            correct = _sum_pieces([o[1] for o in outs], items, n)
-            ctx.hs, ctx.probs = [o[2] for o in outs], [o[3] for o in outs]
+    def forward(ctx, tokens, labels, E, A, W, c, phi):
+        loss, correct, hs, probs = _forward(tokens, labels, E, A, W, c, phi)
+        ctx.bufs = (hs, probs)  # made here and overwritten by backward: plain refs, not saved tensors
         ctx.mark_non_differentiable(correct)
-        ctx.phi, ctx.workers, ctx.items = phi, workers, items
+        ctx.phi = phi
         ctx.n_tokens = E.shape[1]
         ctx.save_for_backward(tokens, labels, A, W)
         return loss, correct
 
     @staticmethod
     def backward(ctx, grad_loss, _grad_correct):
+        if torch.is_grad_enabled():  # create_graph=True: a second derivative is not implemented
+            raise RuntimeError("dense_tracker_loss: first derivatives only (create_graph / double backward is not supported)")
         tokens, labels, A, W = ctx.saved_tensors
-        hs, probs = ctx.hs, ctx.probs
-        ctx.hs = ctx.probs = None  # the buffers are reused in place below; one backward only
-        if hs is None:
+        bufs, ctx.bufs = ctx.bufs, None
+        if bufs is None:
             raise RuntimeError("dense_tracker_loss: backward through the same graph twice is not supported")
-        items, n = ctx.items, tokens.shape[0]
-        if len(hs) == 1:
-            gE, gA, gW, gc = _backward(tokens, labels, A, W, hs[0], probs[0], grad_loss, ctx.n_tokens, ctx.phi)
-        else:
-
-            def one(k: int):
-                i, rows = items[k]
-                m = slice(i, i + 1)
-                return _backward(
-                    tokens[m, :, rows], labels[m, :, rows], A[m], W[m], hs[k], probs[k], grad_loss[m],
-                    ctx.n_tokens, ctx.phi,
-                )
-
-            parts = _map(one, range(len(items)), ctx.workers)
-            gE, gA, gW, gc = (_sum_pieces(list(p), items, n) for p in zip(*parts))
-        return None, None, gE, gA, gW, gc, None, None, None
-
-
-def _pieces(n: int, bsz: int, workers: int) -> list[tuple[int, slice]]:
-    """Work items (model, batch rows) for the one-by-one mode: each model whole, unless
-    that leaves workers idle (N not a multiple of ``workers``); then each model's batch is
-    cut into ``workers / gcd(N, workers)`` row blocks, so the items share out evenly.
-    The loss is a sum over rows, so the blocks' losses and gradients add up to the model's."""
-    per = 1 if workers <= 1 else workers // math.gcd(n, workers)
-    per = max(1, min(per, bsz))
-    cuts = [round(k * bsz / per) for k in range(per + 1)]
-    return [(i, slice(cuts[k], cuts[k + 1])) for i in range(n) for k in range(per)]
-
-
-def _sum_pieces(values: list[torch.Tensor], items: list[tuple[int, slice]], n: int) -> torch.Tensor:
-    """Per-model sums ``[N, …]`` of the per-item values ``[1, …]`` (items in model order)."""
-    per = len(items) // n
-    if per == 1:
-        return torch.cat(values)
-    return torch.cat([sum(values[i * per + 1 : (i + 1) * per], values[i * per]) for i in range(n)])
-
-
-_POOL: ThreadPoolExecutor | None = None
-_POOL_PID = 0  # the process that made _POOL: a forked child has no threads behind it
-
-
-def _map(fn, items, workers: int) -> list:
-    """``[fn(i) for i in items]``, on up to ``workers`` threads (ATen ops release the GIL)."""
-    items = list(items)
-    if workers <= 1 or len(items) <= 1:
-        return [fn(i) for i in items]
-    global _POOL, _POOL_PID
-    if _POOL is None or _POOL._max_workers != workers or _POOL_PID != os.getpid():
-        if _POOL is not None and _POOL_PID == os.getpid():
-            _POOL.shutdown(wait=False)
-        _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dynlab-dense")
-        _POOL_PID = os.getpid()
-
-    def run(i):
-        torch.set_num_threads(1)  # this worker's own intra-op setting: one core per member
-        with torch.no_grad():  # grad mode is per thread; the autograd Function runs without it
-            return fn(i)
-
-    futures = [_POOL.submit(run, i) for i in items]
-    return [f.result() for f in futures]
+        gE, gA, gW, gc = _backward(tokens, labels, A, W, *bufs, grad_loss, ctx.n_tokens, ctx.phi)
+        return None, None, gE, gA, gW, gc, None
 
 
 def _forward(tokens, labels, E, A, W, c, phi):
@@ -259,51 +183,62 @@ def dense_tracker_loss(
     W: torch.Tensor,
     c: torch.Tensor,
     phi: str = "tanh",
-    workers: int = 1,
-    batched: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed cross-entropy and correct-count of a one-layer dense RNN tracker (module docstring).
 
     Args:
-        tokens: ``[B, T]`` token ids (or ``[N, B, T]``, one batch per model).
+        tokens: ``[B, T]`` token ids in ``[0, V)`` (or ``[N, B, T]``, one batch per model).
         labels: like ``tokens``; class ids, or −100 for positions to ignore.
         E: per-token drive ``[V, S]`` (or ``[N, V, S]``).
         A: recurrence ``[S, S]`` (or ``[N, S, S]``).
         W: readout weight ``[C, S]`` (or ``[N, C, S]``).
         c: readout bias ``[C]`` (or ``[N, C]``).
         phi: ``"tanh"`` or ``"identity"``.
-        workers: with N models run one by one (``batched`` False), how many run at once,
-            each on its own thread with one intra-op thread (1: all on the caller's thread).
-        batched: run the N models together as batched GEMMs (True) or one by one
-            (False); None: batched except on the CPU.  Both give the same numbers.
 
     Returns:
         ``(loss, correct)``: the cross-entropy summed over valid positions (nats; a
-        scalar, or ``[N]``), differentiable in E, A, W and c; and the number of valid
-        positions whose label has the largest logit (int64, no gradient).
+        scalar, or ``[N]``), differentiable in E, A, W and c (once: no double backward);
+        and the number of valid positions whose label has the largest logit (int64, no
+        gradient).
     """
     if phi not in PHIS:
         raise ValueError(f"unknown phi {phi!r} for the dense tracker loss; allowed: {', '.join(PHIS)}")
     single = A.dim() == 2
     if single:
         tokens, labels, E, A, W, c = (x[None] for x in (tokens, labels, E, A, W, c))
-    if tokens.dim() != 3 or labels.shape != tokens.shape or E.dim() != 3 or A.dim() != 3 or W.dim() != 3 or c.dim() != 2:
-        shapes = ", ".join(str(tuple(x.shape)) for x in (tokens, labels, E, A, W, c))
-        raise ValueError(f"expected tokens/labels [N, B, T], E [N, V, S], A [N, S, S], W [N, C, S], c [N, C]; got {shapes}")
-    n, _, t_len = tokens.shape
-    s = A.shape[-1]
-    if E.shape[-1] != s or W.shape[-1] != s or A.shape[-2] != s or c.shape[-1] != W.shape[-2]:
-        shapes = ", ".join(str(tuple(x.shape)) for x in (E, A, W, c))
-        raise ValueError(f"inconsistent state/class sizes in E, A, W, c: {shapes}")
-    if t_len == 0:
+    check_shapes(tokens, labels, [E], A, W, c)
+    n = tokens.shape[0]
+    if tokens.shape[2] == 0:
         zero = E.sum() * 0.0 + A.sum() * 0.0 + W.sum() * 0.0 + c.sum() * 0.0
         out = zero.expand(n).clone(), torch.zeros(n, dtype=torch.long, device=tokens.device)
         return (out[0][0], out[1][0]) if single else out
     tok_tm = tokens.transpose(1, 2).contiguous()  # [N, T, B]
     lab_tm = labels.transpose(1, 2).contiguous()
-    dtype = torch.promote_types(torch.promote_types(E.dtype, A.dtype), W.dtype)
+    dtype = torch.promote_types(torch.promote_types(E.dtype, A.dtype), torch.promote_types(W.dtype, c.dtype))
     E, A, W, c = (x.to(dtype).contiguous() for x in (E, A, W, c))
-    if batched is None:
-        batched = tokens.device.type != "cpu"
-    loss, correct = _DenseTrackerLoss.apply(tok_tm, lab_tm, E, A, W, c, phi, max(1, int(workers)), bool(batched))
+    loss, correct = _DenseTrackerLoss.apply(tok_tm, lab_tm, E, A, W, c, phi)
     return (loss[0], correct[0]) if single else (loss, correct)
+
+
+def check_shapes(tokens, labels, tables, A, W, c, U=None) -> None:
+    """Raise ``ValueError`` (one line, the shapes) unless the arguments of a fused tracker
+    loss fit together: tokens/labels ``[N, B, T]``, tables ``[N, V, S]``, A (and U)
+    ``[N, S, S]``, W ``[N, C, S]``, c ``[N, C]``, and every token id in ``[0, V)``."""
+    mats = [A] + ([U] if U is not None else [])
+    parts = [tokens, labels, *tables, *mats, W, c]
+    shapes = ", ".join(str(tuple(x.shape)) for x in parts)
+    ok = tokens.dim() == 3 and labels.shape == tokens.shape and W.dim() == 3 and c.dim() == 2
+    ok = ok and all(t.dim() == 3 and t.shape == tables[0].shape for t in tables) and all(m.dim() == 3 for m in mats)
+    if ok:
+        n, s = tokens.shape[0], A.shape[-1]
+        ok = all(x.shape[0] == n for x in parts[2:]) and all(m.shape[1:] == (s, s) for m in mats)
+        ok = ok and tables[0].shape[2] == s and W.shape[2] == s and c.shape[1] == W.shape[1]
+    if not ok:
+        raise ValueError(
+            "expected tokens/labels [N, B, T], tables [N, V, S], state matrices [N, S, S], W [N, C, S], c [N, C] "
+            f"with one N, S and C; got {shapes}"
+        )
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= tables[0].shape[1]):
+        raise ValueError(
+            f"token ids must lie in [0, {tables[0].shape[1]}); got {int(tokens.min())}..{int(tokens.max())}"
+        )

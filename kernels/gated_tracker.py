@@ -12,7 +12,7 @@ readout, zero initial state)::
 ``E, G [V, S]`` are the per-token drive and gate input (computed by the caller under
 autograd).  Returns the summed cross-entropy over valid positions (labels ≥ 0; −100 is
 padding) and the argmax hit count, as :func:`dynlab.kernels.dense_tracker.dense_tracker_loss`,
-whose layout, readout, loss and worker scheme this kernel shares.
+whose layout, readout, loss and batching of many models this kernel shares.
 
 Per step, forward: one GEMM ``h_{t−1} [Aᵀ | Uᵀ]`` into a buffer ``P_t = [a_t | u_t]``
 already holding ``[0 | G[x_t]]``, an in-place sigmoid on its gate half, one ``addcmul``
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from .dense_tracker import PHIS, _argmax_hits, _map, _pieces, _sum_pieces
+from .dense_tracker import PHIS, _argmax_hits, check_shapes
 
 __all__ = ["gated_tracker_loss"]
 
@@ -39,56 +39,26 @@ class _GatedTrackerLoss(torch.autograd.Function):
     [N, S, S] (U may be None); W [N, C, S]; c [N, C].  Outputs: loss sums [N], counts [N]."""
 
     @staticmethod
-    def forward(ctx, tokens, labels, E, G, A, U, W, c, phi, workers, batched):
-        n, _, bsz = tokens.shape
-        items = None if batched else _pieces(n, bsz, workers)
-        if items is None or len(items) == 1:
-            outs = [_forward(tokens, labels, E, G, A, U, W, c, phi)]
-            loss, correct = outs[0][0], outs[0][1]
-        else:
-
-            def one(item):
-                i, rows = item
-                m = slice(i, i + 1)
-                return _forward(
-                    tokens[m, :, rows], labels[m, :, rows], E[m], G[m], A[m], None if U is None else U[m], W[m], c[m],
-                    phi,
-                )
-
-            outs = _map(one, items, workers)
-            loss = _sum_pieces([o[0] for o in outs], items, n)
-            correct = _sum_pieces([o[1] for o in outs], items, n)
-        ctx.bufs = [o[2:] for o in outs]  # (hs, P, probs) per item
+    def forward(ctx, tokens, labels, E, G, A, U, W, c, phi):
+        loss, correct, *bufs = _forward(tokens, labels, E, G, A, U, W, c, phi)
+        ctx.bufs = tuple(bufs)  # (hs, P, probs), overwritten by backward: plain refs
         ctx.mark_non_differentiable(correct)
-        ctx.phi, ctx.workers, ctx.items, ctx.has_u = phi, workers, items, U is not None
+        ctx.phi, ctx.has_u = phi, U is not None
         ctx.n_tokens = E.shape[1]
         ctx.save_for_backward(tokens, labels, A, W, U if U is not None else A)
         return loss, correct
 
     @staticmethod
     def backward(ctx, grad_loss, _grad_correct):
+        if torch.is_grad_enabled():  # create_graph=True: a second derivative is not implemented
+            raise RuntimeError("gated_tracker_loss: first derivatives only (create_graph / double backward is not supported)")
         tokens, labels, A, W, U = ctx.saved_tensors
         U = U if ctx.has_u else None
-        bufs, ctx.bufs = ctx.bufs, None  # the buffers are overwritten below; one backward only
+        bufs, ctx.bufs = ctx.bufs, None
         if bufs is None:
             raise RuntimeError("gated_tracker_loss: backward through the same graph twice is not supported")
-        items, n = ctx.items, tokens.shape[0]
-        if len(bufs) == 1:
-            grads = _backward(tokens, labels, A, U, W, *bufs[0], grad_loss, ctx.n_tokens, ctx.phi)
-        else:
-
-            def one(k: int):
-                i, rows = items[k]
-                m = slice(i, i + 1)
-                return _backward(
-                    tokens[m, :, rows], labels[m, :, rows], A[m], None if U is None else U[m], W[m], *bufs[k],
-                    grad_loss[m], ctx.n_tokens, ctx.phi,
-                )
-
-            parts = _map(one, range(len(bufs)), ctx.workers)
-            grads = tuple(None if p[0] is None else _sum_pieces(list(p), items, n) for p in zip(*parts))
-        gE, gG, gA, gU, gW, gc = grads
-        return None, None, gE, gG, gA, gU, gW, gc, None, None, None
+        gE, gG, gA, gU, gW, gc = _backward(tokens, labels, A, U, W, *bufs, grad_loss, ctx.n_tokens, ctx.phi)
+        return None, None, gE, gG, gA, gU, gW, gc, None
 
 
 def _forward(tokens, labels, E, G, A, U, W, c, phi):
@@ -194,13 +164,11 @@ def gated_tracker_loss(
     W: torch.Tensor,
     c: torch.Tensor,
     phi: str = "tanh",
-    workers: int = 1,
-    batched: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed cross-entropy and correct-count of a one-layer gated dense RNN tracker.
 
     Args:
-        tokens: ``[B, T]`` token ids (or ``[N, B, T]``, one batch per model).
+        tokens: ``[B, T]`` token ids in ``[0, V)`` (or ``[N, B, T]``, one batch per model).
         labels: like ``tokens``; class ids, or −100 for positions to ignore.
         E: per-token drive ``[V, S]`` (or ``[N, V, S]``).
         G: per-token gate input ``[V, S]`` (or ``[N, V, S]``).
@@ -209,39 +177,22 @@ def gated_tracker_loss(
         W: readout weight ``[C, S]`` (or ``[N, C, S]``).
         c: readout bias ``[C]`` (or ``[N, C]``).
         phi: ``"tanh"`` or ``"identity"``.
-        workers, batched: as in :func:`dynlab.kernels.dense_tracker.dense_tracker_loss`.
 
     Returns:
         ``(loss, correct)``: cross-entropy summed over valid positions (nats; a scalar, or
-        ``[N]``), differentiable in E, G, A, U, W and c; and the count of valid positions
-        whose label has the largest logit (int64, no gradient).
+        ``[N]``), differentiable in E, G, A, U, W and c (once); and the count of valid
+        positions whose label has the largest logit (int64, no gradient).
     """
     if phi not in PHIS:
         raise ValueError(f"unknown phi {phi!r} for the gated tracker loss; allowed: {', '.join(PHIS)}")
     single = A.dim() == 2
-    args = [tokens, labels, E, G, A, W, c] + ([U] if U is not None else [])
     if single:
-        args = [x[None] for x in args]
-    tokens, labels, E, G, A, W, c = args[:7]
-    U = args[7] if U is not None else None
-    if tokens.dim() != 3 or labels.shape != tokens.shape or E.dim() != 3 or G.shape != E.shape or A.dim() != 3:
-        shapes = ", ".join(str(tuple(x.shape)) for x in (tokens, labels, E, G, A))
-        raise ValueError(f"expected tokens/labels [N, B, T], E and G [N, V, S], A [N, S, S]; got {shapes}")
-    s = A.shape[-1]
-    if (
-        E.shape[-1] != s
-        or A.shape[-2] != s
-        or W.dim() != 3
-        or W.shape[-1] != s
-        or c.dim() != 2
-        or c.shape[-1] != W.shape[-2]
-        or (U is not None and U.shape != A.shape)
-    ):
-        shapes = ", ".join(str(tuple(x.shape)) for x in (E, A, W, c) + ((U,) if U is not None else ()))
-        raise ValueError(f"inconsistent state/class sizes in E, A, W, c, U: {shapes}")
-    n, _, t_len = tokens.shape
+        tokens, labels, E, G, A, W, c = (x[None] for x in (tokens, labels, E, G, A, W, c))
+        U = U[None] if U is not None else None
+    check_shapes(tokens, labels, [E, G], A, W, c, U)
     params = [E, G, A, W, c] + ([U] if U is not None else [])
-    if t_len == 0:
+    n = tokens.shape[0]
+    if tokens.shape[2] == 0:
         zero = sum(p.sum() * 0.0 for p in params)
         out = zero.expand(n).clone(), torch.zeros(n, dtype=torch.long, device=tokens.device)
         return (out[0][0], out[1][0]) if single else out
@@ -250,11 +201,7 @@ def gated_tracker_loss(
         dtype = torch.promote_types(dtype, p.dtype)
     E, G, A, W, c = (x.to(dtype).contiguous() for x in (E, G, A, W, c))
     U = U.to(dtype).contiguous() if U is not None else None
-    if batched is None:
-        batched = tokens.device.type != "cpu"
     tok_tm = tokens.transpose(1, 2).contiguous()
     lab_tm = labels.transpose(1, 2).contiguous()
-    loss, correct = _GatedTrackerLoss.apply(
-        tok_tm, lab_tm, E, G, A, U, W, c, phi, max(1, int(workers)), bool(batched)
-    )
+    loss, correct = _GatedTrackerLoss.apply(tok_tm, lab_tm, E, G, A, U, W, c, phi)
     return (loss[0], correct[0]) if single else (loss, correct)

@@ -48,14 +48,10 @@ def _reference(tok, lab, E, A, W, cb, phi):
 
 
 @pytest.mark.parametrize("phi", ["tanh", "identity"])
-@pytest.mark.parametrize(
-    "mode",
-    [dict(batched=True), dict(batched=False), dict(batched=False, workers=2), dict(batched=False, workers=3)],
-)
-def test_fused_loss_and_gradients_match_autograd(phi, mode):
+def test_fused_loss_and_gradients_match_autograd(phi):
     tok, lab, params = _problem()
     weights = torch.tensor([1.0, -2.0, 0.5], dtype=D)  # a non-uniform upstream gradient per model
-    loss, hits = dense_tracker_loss(tok, lab, *params, phi=phi, **mode)
+    loss, hits = dense_tracker_loss(tok, lab, *params, phi=phi)
     got = torch.autograd.grad((loss * weights).sum(), params)
     ref_loss, ref_hits = _reference(tok, lab, *params, phi)
     want = torch.autograd.grad((ref_loss * weights).sum(), params)
@@ -78,38 +74,45 @@ def test_single_model_shapes_and_tie_rule():
     assert float(loss) == pytest.approx(3 * torch.log(torch.tensor(2.0)).item())
 
 
-def test_members_one_by_one_and_batched_agree_and_threads_are_deterministic():
+def test_stacked_models_equal_each_model_alone_and_reruns_are_bit_identical():
     tok, lab, params = _problem(n=4, b=16, t=12, s=16, seed=3)
     p32 = [p.detach().float().requires_grad_() for p in params]
-    outs = []
-    for mode in (dict(batched=True), dict(batched=False), dict(batched=False, workers=2), dict(batched=False, workers=2)):
-        loss, hits = dense_tracker_loss(tok, lab, *p32, **mode)
-        outs.append((loss.detach(), hits, torch.autograd.grad(loss.sum(), p32)))
-    for loss, hits, grads in outs[1:]:
-        torch.testing.assert_close(loss, outs[0][0], rtol=1e-5, atol=1e-5)
-        assert hits.tolist() == outs[0][1].tolist()
-        for a, b in zip(grads, outs[0][2]):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    for a, b in zip(outs[2][2], outs[3][2]):  # threaded runs: bit-identical
-        assert torch.equal(a, b)
+    loss, hits = dense_tracker_loss(tok, lab, *p32)
+    grads = torch.autograd.grad(loss.sum(), p32)
+    for i in range(4):
+        one = [p[i].detach().requires_grad_() for p in p32]
+        l1, h1 = dense_tracker_loss(tok[i], lab[i], *one)
+        torch.testing.assert_close(l1, loss[i], rtol=1e-5, atol=1e-5)
+        assert int(h1) == int(hits[i])
+        for a, b in zip(torch.autograd.grad(l1, one), grads):
+            torch.testing.assert_close(a, b[i], rtol=1e-4, atol=1e-5)
+    again = torch.autograd.grad(dense_tracker_loss(tok, lab, *p32)[0].sum(), p32)
+    assert all(torch.equal(a, b) for a, b in zip(again, grads))
 
 
 def test_bad_input_is_refused():
     tok, lab, (E, A, W, cb) = _problem()
     with pytest.raises(ValueError, match="unknown phi 'relu'.*allowed: identity, tanh"):
         dense_tracker_loss(tok, lab, E, A, W, cb, phi="relu")
-    with pytest.raises(ValueError, match="inconsistent state/class sizes"):
+    with pytest.raises(ValueError, match=r"expected tokens/labels \[N, B, T\].*got"):
         dense_tracker_loss(tok, lab, E[..., :4], A, W, cb)
     with pytest.raises(ValueError, match=r"expected tokens/labels \[N, B, T\]"):
         dense_tracker_loss(tok, lab[:, :2], E, A, W, cb)
+    with pytest.raises(ValueError, match=r"one N, S and C"):
+        dense_tracker_loss(tok, lab, E, A[:2], W, cb)  # two recurrences for three models
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 4\); got 0\.\.4"):
+        dense_tracker_loss(tok.clamp(max=4) + (tok == 3).long(), lab, E, A, W, cb)
 
 
-def test_backward_twice_is_refused():
+def test_backward_twice_and_double_backward_are_refused():
     tok, lab, params = _problem()
     loss, _ = dense_tracker_loss(tok, lab, *params)
     loss.sum().backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="backward through the same graph twice"):
         loss.sum().backward()
+    loss, _ = dense_tracker_loss(tok, lab, *params)
+    with pytest.raises(RuntimeError, match="first derivatives only"):  # no silent second-order gradient
+        torch.autograd.grad(loss.sum(), params, create_graph=True)
 
 
 @pytest.mark.parametrize(
@@ -164,14 +167,37 @@ def test_fused_path_only_for_the_models_it_implements():
         assert fused_kind(model) is None and not fused_loss_ok(model)
 
 
-@pytest.mark.parametrize("workers", [2, 4])
-def test_one_model_split_over_workers_by_batch_rows(workers):
-    """With fewer models than workers each model's batch is cut into row blocks; the sums agree."""
-    tok, lab, params = _problem(n=1, b=7, t=6)
-    tok, lab, params = tok[0], lab[0], [p[0].detach().requires_grad_() for p in params]
-    whole, hits = dense_tracker_loss(tok, lab, *params)
-    split, hits2 = dense_tracker_loss(tok, lab, *params, batched=False, workers=workers)
-    torch.testing.assert_close(split, whole, rtol=1e-12, atol=1e-12)
-    assert int(hits2) == int(hits)
-    for a, b in zip(torch.autograd.grad(split, params), torch.autograd.grad(whole, params)):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+def test_tracker_loss_ignores_padding_like_cross_entropy():
+    torch.manual_seed(1)
+    model = Tracker("tanh-rnn", 6, 6, hidden=10).double()
+    tokens = torch.randint(0, 6, (4, 8))
+    labels = torch.randint(0, 6, (4, 8))
+    labels[:, 5:] = -100
+    loss, acc = tracker_loss(model, tokens, labels)
+    logits = tracker_logits(model, tokens)
+    torch.testing.assert_close(loss, F.cross_entropy(logits.flatten(0, 1), labels.flatten()))
+    valid = labels != -100
+    assert float(acc) == pytest.approx(float(((logits.argmax(-1) == labels) & valid).sum() / valid.sum()))
+
+
+def test_fused_kind_refuses_overrides_the_kernel_would_ignore():
+    from torch import nn
+
+    class OwnReadout(TanhRNNCell):
+        def readout(self, hs, p):
+            return torch.nn.functional.layer_norm(hs, hs.shape[-1:])
+
+    class NoBias(TanhRNNCell):
+        def __init__(self, d_in, hidden, **kw):
+            super().__init__(d_in, hidden, **kw)
+            self.B = nn.Linear(d_in, hidden, bias=False)
+
+    class OwnStart(Tracker):
+        def init_state(self, batch, device=None, dtype=None):
+            return torch.ones(batch, self.state_size, device=device, dtype=dtype)
+
+    for cell in (OwnReadout(8, 8), NoBias(8, 8)):
+        model = Tracker("tanh-rnn", 4, 4, hidden=8)
+        model.cells[0] = cell
+        assert fused_kind(model) is None
+    assert fused_kind(OwnStart("tanh-rnn", 4, 4, hidden=8)) is None

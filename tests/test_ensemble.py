@@ -37,8 +37,8 @@ def test_ensemble_equals_solo_training(arch):
             torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_fused_ensemble_on_worker_threads_equals_solo_training():
-    """tanh-rnn members side by side on 2 worker threads (3 members: row blocks) match solo runs."""
+def test_fused_ensemble_with_two_threads_equals_solo_training():
+    """tanh-rnn members (fused kernel, batched GEMMs) on 2 intra-op threads match solo runs."""
     specs = _specs("tanh-rnn")
     ens = train_ensemble(specs, CPU, threads=2)
     for s, b in zip(specs, ens):

@@ -157,7 +157,8 @@ class _DenseRNN(Cell):
 
     def fused_kind(self) -> str | None:
         """Which fused training kernel computes exactly this cell, if any (phi ∈ {identity,
-        tanh} and the built-in precompute, transition and gate, not overridden):
+        tanh} and the built-in precompute, transition, gate, scan and readout, not
+        overridden):
 
         - ``"dense"`` — h_t = phi(A h_{t−1} + B x̃_t + b) (tanh-rnn, linear-rnn):
           :func:`dynlab.kernels.dense_tracker.dense_tracker_loss`;
@@ -167,6 +168,8 @@ class _DenseRNN(Cell):
         """
         cls = type(self)
         if self.phi not in ("identity", "tanh") or cls._ah is not _DenseRNN._ah:
+            return None
+        if cls.readout is not Cell.readout or cls.scan is not _DenseRNN.scan or cls.init_state is not Cell.init_state:
             return None
         if cls.transition is cls._fused_transition and cls._gate is _DenseRNN._gate and cls.precompute in _DRIVE_ONLY:
             return "dense"

@@ -27,7 +27,6 @@ from dynlab.tasks import WordProblem
 from dynlab.train.progress import NullProgress
 
 __all__ = [
-    "PARALLEL_MEMBER_MACS",
     "SMALL_STEP_MACS",
     "TrainResult",
     "build_tracker",
@@ -50,13 +49,6 @@ __all__ = [
 #: bit-identical (the thread count changes the rounding of some kernels).
 SMALL_STEP_MACS = 2**24
 
-#: Work per member (as :data:`SMALL_STEP_MACS`) above which a CPU ensemble of fused dense
-#: trackers runs its members on worker threads, one core each; below it the per-op
-#: overhead, which holds the GIL, dominates and one thread is faster.  Measured on the
-#: 2-core box, ensemble of 2 tanh-rnn trackers at T=60: H=64, B=128 (work 1.1 M): 14 ms
-#: per step on one thread, 23 ms on two workers; H=128, B=256 (work 8.4 M): 51 ms on one
-#: thread, 33 ms on two workers.
-PARALLEL_MEMBER_MACS = 2**22
 
 
 @dataclass
@@ -99,16 +91,43 @@ def build_tracker(model: ModelSpec, n_tokens: int, n_classes: int, seed: int) ->
         )
 
 
+#: parameters of each fused kind beyond the embedding and the readout (all nn.Linear with bias)
+_FUSED_PARAMS = {
+    "dense": {"cells.0.A", "cells.0.B.weight", "cells.0.B.bias"},
+    "token-gated": {"cells.0.A", "cells.0.B.weight", "cells.0.B.bias", "cells.0.W_g.weight", "cells.0.W_g.bias"},
+    "state-gated": {
+        "cells.0.A", "cells.0.B.weight", "cells.0.B.bias", "cells.0.W_g.weight", "cells.0.W_g.bias", "cells.0.U_g",
+    },
+}
+
+
 def fused_kind(model: Tracker) -> str | None:
-    """The fused training kernel for ``model``, or None: one dense cell whose
-    ``Cell.fused_kind`` is set (tanh-rnn, linear-rnn, token-gated-rnn, state-gated-rnn,
-    not overridden) between a plain embedding and a linear readout with bias."""
-    if len(model.cells) != 1 or not isinstance(model.readout, nn.Linear) or model.readout.bias is None:
+    """The fused training kernel for ``model``, or None.
+
+    A fused kernel computes exactly: a plain ``Tracker`` (``init_state`` zero, not
+    overridden), a plain ``nn.Embedding``, one dense cell whose ``Cell.fused_kind`` is
+    set (tanh-rnn, linear-rnn, token-gated-rnn, state-gated-rnn with the built-in
+    precompute, transition, gate, scan and readout), input projections that are
+    ``nn.Linear`` with bias, and a linear readout with bias; and no other parameters.
+    """
+    if type(model).init_state is not Tracker.init_state or type(model).forward is not Tracker.forward:
         return None
-    if not isinstance(model.embed, nn.Embedding) or model.embed.max_norm is not None:
+    if len(model.cells) != 1 or type(model.readout) is not nn.Linear or model.readout.bias is None:
         return None
-    kind = getattr(model.cells[0], "fused_kind", None)
-    return kind() if kind is not None else None
+    if type(model.embed) is not nn.Embedding or model.embed.max_norm is not None:
+        return None
+    cell = model.cells[0]
+    kind = cell.fused_kind() if hasattr(cell, "fused_kind") else None
+    if kind is None:
+        return None
+    for name in ("B", "W_g") if kind != "dense" else ("B",):
+        layer = getattr(cell, name, None)
+        if type(layer) is not nn.Linear or layer.bias is None:
+            return None
+    names = {n for n, _ in model.named_parameters()}
+    if names != _FUSED_PARAMS[kind] | {"embed.weight", "readout.weight", "readout.bias"}:
+        return None
+    return kind
 
 
 def fused_loss_ok(model: Tracker) -> bool:
@@ -117,13 +136,7 @@ def fused_loss_ok(model: Tracker) -> bool:
 
 
 def fused_loss(
-    kind: str,
-    params: dict[str, torch.Tensor],
-    phi: str,
-    tokens: torch.Tensor,
-    labels: torch.Tensor,
-    workers: int = 1,
-    batched: bool | None = None,
+    kind: str, params: dict[str, torch.Tensor], phi: str, tokens: torch.Tensor, labels: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed cross-entropy and hit count of a :func:`fused_kind` tracker from its
     parameters ``params`` (names as in ``Tracker.named_parameters()``; each ``[…]`` for
@@ -142,39 +155,33 @@ def fused_loss(
     drive, A = table("cells.0.B"), params["cells.0.A"]
     W, c = params["readout.weight"], params["readout.bias"]
     if kind == "dense":
-        return dense_tracker_loss(tokens, labels, drive, A, W, c, phi, workers=workers, batched=batched)
+        return dense_tracker_loss(tokens, labels, drive, A, W, c, phi)
     if kind in ("token-gated", "state-gated"):
         U = params["cells.0.U_g"] if kind == "state-gated" else None
-        return gated_tracker_loss(
-            tokens, labels, drive, table("cells.0.W_g"), A, U, W, c, phi, workers=workers, batched=batched
-        )
+        return gated_tracker_loss(tokens, labels, drive, table("cells.0.W_g"), A, U, W, c, phi)
     raise ValueError(f"unknown fused kernel kind {kind!r}; allowed: dense, token-gated, state-gated")
 
 
-def tracker_loss(
-    model: Tracker, tokens: torch.Tensor, labels: torch.Tensor, workers: int = 1
-) -> tuple[torch.Tensor, torch.Tensor]:
+def tracker_loss(model: Tracker, tokens: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Training loss and accuracy of ``model`` on ``tokens [B, T]`` against ``labels [B, T]``.
 
-    Returns ``(loss, accuracy)``: the mean cross-entropy over all B·T positions (nats per
-    token, differentiable) and the fraction of positions whose argmax logit is the label
-    (no gradient).  Equal to ``F.cross_entropy(tracker_logits(model, tokens), labels)``
-    (a test checks value and gradients); for the models of :func:`fused_kind` it runs
-    a fused kernel (:func:`fused_loss`), otherwise that expression.  ``workers`` > 1
-    (fused kernels on the CPU): the batch is cut into that many row blocks, each run on
-    its own thread with one intra-op thread.
+    Returns ``(loss, accuracy)``: the mean cross-entropy over the valid positions (labels
+    other than −100; nats per token, differentiable) and the fraction of valid positions
+    whose argmax logit is the label (no gradient).  Equal to
+    ``F.cross_entropy(tracker_logits(model, tokens), labels)`` (a test checks value and
+    gradients); for the models of :func:`fused_kind` it runs a fused kernel
+    (:func:`fused_loss`), otherwise that expression.
     """
-    n = labels.numel()
+    valid = labels != -100
+    n = valid.sum().clamp(min=1)
     kind = fused_kind(model)
     if kind is not None:
-        total, correct = fused_loss(
-            kind, dict(model.named_parameters()), model.cells[0].phi, tokens, labels,
-            workers=workers, batched=False if workers > 1 else None,
-        )
+        total, correct = fused_loss(kind, dict(model.named_parameters()), model.cells[0].phi, tokens, labels)
         return total / n, correct.to(total.dtype).detach() / n
     logits = tracker_logits(model, tokens)  # [B, T, C]
     loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
-    return loss, (logits.detach().argmax(-1) == labels).float().mean()
+    hits = ((logits.detach().argmax(-1) == labels) & valid).sum()
+    return loss, hits.to(logits.dtype) / n
 
 
 def tracker_logits(model: Tracker, tokens: torch.Tensor) -> torch.Tensor:

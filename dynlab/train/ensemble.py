@@ -3,8 +3,8 @@
 N run specs that share the architecture and shapes (``ModelSpec``, batch size, vocabulary
 and class count) are trained as one stacked model: parameters ``[N, …]``
 (:func:`torch.func.stack_module_state`); the loss is a fused kernel on the stacked
-parameters for the dense cells (:func:`dynlab.train.engine.fused_loss`: batched GEMMs on
-a GPU, members side by side on worker threads on the CPU) and
+parameters for the dense cells (:func:`dynlab.train.engine.fused_loss`, one batched GEMM
+per step for all members) and
 :func:`dynlab.train.engine.tracker_logits` under :func:`torch.func.vmap` otherwise; AdamW,
 clipping, the learning rate schedule and the curriculum run per member on the stacked
 tensors.
@@ -45,7 +45,6 @@ from dynlab.groups import get_group
 from dynlab.models import Tracker
 from dynlab.tasks import WordProblem
 from dynlab.train.engine import (
-    PARALLEL_MEMBER_MACS,
     TrainResult,
     build_tracker,
     fused_kind,
@@ -101,12 +100,9 @@ def train_ensemble(
     """Train the trackers of ``specs`` together; return one :class:`TrainResult` per spec.
 
     Every member's result equals (up to rounding) ``train_tracker(spec, device)``; see the
-    module docstring for how each piece keeps that equality.  ``threads``: CPU cores to
-    use.  For the dense cells (fused kernels, ``fused_kind``) they are worker threads, members
-    side by side with one intra-op thread each (None: all of ``torch.get_num_threads()``
-    when a member's work exceeds :data:`dynlab.train.engine.PARALLEL_MEMBER_MACS`, else
-    1); for the other cells, intra-op threads (None: :func:`train_threads`' rule on the
-    whole stack).  The thread count changes nothing but rounding.
+    module docstring for how each piece keeps that equality.  ``threads``: CPU intra-op
+    threads (None: :func:`dynlab.train.engine.train_threads`' rule on the whole stack);
+    they change nothing but rounding.
     """
     check_ensemble(specs)
     if threads is not None and threads < 1:
@@ -114,19 +110,12 @@ def train_ensemble(
     progress = progress or NullProgress()
     tasks = [WordProblem(get_group(s.task.group)) for s in specs]
     models = [build_tracker(s.model, t.n_tokens, t.n_classes, s.seed).to(device) for s, t in zip(specs, tasks)]
-    member_work = step_work(models[0], specs[0].train.batch_size)
-    if fused_kind(models[0]) is not None and torch.device(device).type == "cpu":
-        # Members run side by side, one core each (the fused kernels' worker threads);
-        # small members run one after another on one thread (PARALLEL_MEMBER_MACS).
-        if threads is None:
-            threads = torch.get_num_threads() if member_work > PARALLEL_MEMBER_MACS else 1
-        with train_threads(device, 0, 1):
-            return _train_stack(specs, tasks, models, device, progress, threads)
-    with train_threads(device, len(specs) * member_work, threads):
-        return _train_stack(specs, tasks, models, device, progress, 1)
+    work = len(specs) * step_work(models[0], specs[0].train.batch_size)
+    with train_threads(device, work, threads):
+        return _train_stack(specs, tasks, models, device, progress)
 
 
-def _train_stack(specs, tasks, models, device, progress, workers: int) -> list[TrainResult]:
+def _train_stack(specs, tasks, models, device, progress) -> list[TrainResult]:
     n = len(specs)
     results = [TrainResult(model=m) for m in models]
     gens = [torch.Generator().manual_seed(s.seed) for s in specs]
@@ -177,9 +166,9 @@ def _train_stack(specs, tasks, models, device, progress, workers: int) -> list[T
         n_valid = torch.tensor([batch * lengths[i] for i in alive], dtype=torch.float32, device=device)  # [K]
 
         leaves = {kk: v.requires_grad_(True) for kk, v in params.items()}
-        if fused:  # a fused kernel; on the CPU members side by side (see train_ensemble)
+        if fused:  # a fused kernel, all members in each batched GEMM
             stacked = {kk.removeprefix("model."): v for kk, v in leaves.items()}
-            sums, n_correct = fused_loss(fused, stacked, phi, tokens, labels, workers=workers)
+            sums, n_correct = fused_loss(fused, stacked, phi, tokens, labels)
             losses = sums / n_valid  # [K] mean over each member's own tokens
         else:
             logits = batched_logits(leaves, buffers, tokens)  # [K, B, L, C]
