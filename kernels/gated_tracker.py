@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from .dense_tracker import PHIS, _argmax_hits, check_shapes
+from .dense_tracker import BUFFERS, PHIS, _argmax_hits, check_shapes
 
 __all__ = ["gated_tracker_loss"]
 
@@ -58,6 +58,8 @@ class _GatedTrackerLoss(torch.autograd.Function):
         if bufs is None:
             raise RuntimeError("gated_tracker_loss: backward through the same graph twice is not supported")
         gE, gG, gA, gU, gW, gc = _backward(tokens, labels, A, U, W, *bufs, grad_loss, ctx.n_tokens, ctx.phi)
+        BUFFERS.give(bufs[0])  # state and gate buffers: nothing refers to them any more
+        BUFFERS.give(bufs[1])
         return None, None, gE, gG, gA, gU, gW, gc, None
 
 
@@ -67,9 +69,11 @@ def _forward(tokens, labels, E, G, A, U, W, c, phi):
     v, s = E.shape[1], E.shape[2]
     rows = t_len * bsz
     flat = (tokens + (torch.arange(n, device=tokens.device) * v).view(n, 1, 1)).reshape(-1)
-    hs = torch.index_select(E.reshape(n * v, s), 0, flat).view(n, t_len, bsz, s)  # drive
+    hs = BUFFERS.take((n, t_len, bsz, s), E.dtype, E.device)
+    torch.index_select(E.reshape(n * v, s), 0, flat, out=hs.view(-1, s))  # the drive, overwritten by h_t
     table = torch.cat([torch.zeros_like(G), G], dim=-1)  # [N, V, 2S]: P_t starts as [0 | G[x_t]]
-    P = torch.index_select(table.reshape(n * v, 2 * s), 0, flat).view(n, t_len, bsz, 2 * s)
+    P = BUFFERS.take((n, t_len, bsz, 2 * s), E.dtype, E.device)
+    torch.index_select(table.reshape(n * v, 2 * s), 0, flat, out=P.view(-1, 2 * s))
     wcat = torch.cat([A.mT, U.mT], dim=-1) if U is not None else A.mT  # [N, S, 2S] or [N, S, S]
     tanh = phi == "tanh"
     if n == 1:

@@ -201,3 +201,20 @@ def test_fused_kind_refuses_overrides_the_kernel_would_ignore():
         model.cells[0] = cell
         assert fused_kind(model) is None
     assert fused_kind(OwnStart("tanh-rnn", 4, 4, hidden=8)) is None
+
+
+def test_reused_state_buffers_never_alias_a_live_graph():
+    """Buffers go back to the cache only after backward; interleaved graphs stay correct."""
+    from dynlab.kernels.dense_tracker import BUFFERS
+
+    tok, lab, params = _problem(n=2, b=6, t=5)
+    p32 = [p.detach().float().requires_grad_() for p in params]
+    ref = [torch.autograd.grad(dense_tracker_loss(tok, lab, *p32)[0].sum(), p32) for _ in range(2)]
+    BUFFERS.clear()
+    first, _ = dense_tracker_loss(tok, lab, *p32)
+    warm, _ = dense_tracker_loss(tok, lab, *p32)
+    torch.autograd.grad(warm.sum(), p32)  # gives its buffer back: the next forward takes it
+    second, _ = dense_tracker_loss(tok, lab, *p32)
+    for graph in (first, second):
+        for a, b in zip(torch.autograd.grad(graph.sum(), p32), ref[0]):
+            assert torch.equal(a, b)
