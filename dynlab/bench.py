@@ -21,7 +21,8 @@ Definitions (numbers the report prints):
   ensemble are held to the same floor.  The first
   ``warmup`` steps are not timed;
 - GEMM rate (FLOP/s) = 2·B·H·H / time of one ``[B, H] @ [H, H]`` product (the dense
-  recurrence's GEMM shape), median of 3 interleaved timings per thread count, best
+  recurrence's GEMM shape): per thread count, the median of 3 timings at the start and
+  one just before every measured method (a shared box changes speed during a run), best
   thread count;
 - every method runs at each thread count tried and is reported at its fastest;
 - FLOPs per token: dense RNNs 6·(m·S² + S·C) — the recurrence and readout products,
@@ -238,8 +239,6 @@ def bench_train(
         for t in tries:
             torch.set_num_threads(t)
             samples[t].append(gemm_rate(batch, hidden, dev))
-    rates = {t: sorted(v)[len(v) // 2] for t, v in samples.items()}
-    best_threads = max(rates, key=rates.get)
     setting = f"{arch} H={hidden} B={batch} T={length}"
     rows: list[BenchRow] = []
     skipped: list[dict[str, str]] = []
@@ -249,6 +248,7 @@ def bench_train(
         out = []
         for t in tries:
             torch.set_num_threads(t)
+            samples[t].append(gemm_rate(batch, hidden, dev))  # the box's speed now, next to this timing
             sec, n = run(t)
             out.append((sec, n, t))
         return min(out)
@@ -295,6 +295,8 @@ def bench_train(
             rows.append(BenchRow(setting, f"dynlab ensemble-{size}", size, size * batch * length / sec, sec, n, t))
     finally:
         torch.set_num_threads(old_threads)
+    rates = {t: sorted(v)[len(v) // 2] for t, v in samples.items()}
+    best_threads = max(rates, key=rates.get)
     n_classes = get_group(group).order
     fpt = flops_per_token(arch, hidden, n_classes, 4)
     floor = rates[best_threads] / fpt

@@ -15,13 +15,13 @@ Presets:
 
   Cost per training step at length 60 on the 2-core development box (idle, torch 2.13
   CPU, ``dynlab bench train`` at the paper's H=128, B=256): tanh-rnn and linear-rnn
-  about 21 ms alone and 15 ms per member in an ensemble (the fused dense kernel); mamba
-  about 0.11 s; state-gated-rnn about 80 ms for forward and backward (generic loop).  Early curriculum steps are
-  shorter and cheaper.  So at most about 1 min of training per tanh-rnn run and 6 min
-  per mamba run; evaluation and the analyses take about 1 min each per run.  A rough
-  total for the 120 runs on such a box: 10–15 hours, most of it the diagonal (Mamba
-  family) cells.  (Before the fused kernel, on the same box at load average 8–11, a
-  tanh-rnn step took 1.4–1.5 s and a mamba step 2.1 s.)  On one modern GPU the
+  about 20–26 ms alone and 15 ms per member in an ensemble; state-gated-rnn about 50 ms
+  alone and 36 ms per member (the fused kernels); mamba about 0.07–0.08 s.  Early
+  curriculum steps are shorter and cheaper.  So at most about 1–3 min of training per
+  dense run and 4 min per mamba run; evaluation and the analyses take about 1 min each
+  per run.  A rough total for the 120 runs on such a box: 8–12 hours, most of it the
+  diagonal (Mamba family) cells and the evaluations.  (Before the fused kernels, on the
+  same box at load average 8–11, a tanh-rnn step took 1.4–1.5 s and a mamba step 2.1 s.)  On one modern GPU the
   recurrence is launch-bound; there the 5 seeds of a configuration train as one batched
   ensemble (an estimate, not measured here).  For many more models use a GPU box or
   a cluster (``--executor dask``).
