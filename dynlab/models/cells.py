@@ -360,11 +360,18 @@ def _rotation_scan(h0: torch.Tensor, p: Terms) -> torch.Tensor:
     [B, T, H]`` (already scaled by the decay for Mamba-3).
     """
     a = torch.complex(p["cos"], p["sin"])  # [B, T, H]
-    drive = p["drive"].unflatten(-1, (-1, 2))  # [B, T, H, 2]
-    b = torch.complex(drive[..., 0], drive[..., 1])  # [B, T, H]
-    hc = h0.unflatten(-1, (-1, 2))  # [B, H, 2]
-    hs = linear_scan(a, b, torch.complex(hc[..., 0], hc[..., 1]))  # [B, T, H] complex
+    # (real, imaginary) pairs read as complex numbers in place: views whose backward is a
+    # view too (selecting [..., 0] and [..., 1] would zero-fill a full-size gradient each)
+    b = _as_complex(p["drive"].unflatten(-1, (-1, 2)))  # [B, T, H]
+    hs = linear_scan(a, b, _as_complex(h0.unflatten(-1, (-1, 2))))  # [B, T, H] complex
     return torch.view_as_real(hs).flatten(-2)  # [B, T, 2H]
+
+
+def _as_complex(pairs: torch.Tensor) -> torch.Tensor:
+    """``[..., 2]`` real pairs as complex ``[...]``: a view when the strides allow it."""
+    if pairs.stride(-1) != 1 or any(st % 2 for st in pairs.stride()[:-1]) or pairs.storage_offset() % 2:
+        pairs = pairs.contiguous()
+    return torch.view_as_complex(pairs)
 
 
 class AUSSMCell(Cell):
@@ -408,9 +415,9 @@ class AUSSMCell(Cell):
         return _rotation_scan(h0, p)
 
     def readout(self, hs: torch.Tensor, p: Terms) -> torch.Tensor:
-        h = hs.unflatten(-1, (self.hidden, 2))  # [B, T, H, 2]
-        re = h[..., 0] * self.C[:, 0] - h[..., 1] * self.C[:, 1]
-        return re + self.D * p["sx"]
+        h_re, h_im = hs.unflatten(-1, (self.hidden, 2)).unbind(-1)  # [B, T, H] each
+        c_re, c_im = self.C.unbind(-1)
+        return h_re * c_re - h_im * c_im + self.D * p["sx"]
 
 
 class Mamba3Cell(Cell):
@@ -470,7 +477,6 @@ class Mamba3Cell(Cell):
         return _rotation_scan(h0, p)
 
     def readout(self, hs: torch.Tensor, p: Terms) -> torch.Tensor:
-        h = hs.unflatten(-1, (self.hidden, 2))  # [B, T, H, 2]
-        c = p["C"]
-        re = h[..., 0] * c[..., 0] - h[..., 1] * c[..., 1]
-        return (re + self.D * p["x"]) * F.silu(p["z"])
+        h_re, h_im = hs.unflatten(-1, (self.hidden, 2)).unbind(-1)  # [B, T, H] each
+        c_re, c_im = p["C"].unbind(-1)
+        return (h_re * c_re - h_im * c_im + self.D * p["x"]) * F.silu(p["z"])
