@@ -124,24 +124,49 @@ def _forward(tokens, labels, E, A, W, c, phi):
     """One group of members; returns (loss [N], correct [N], hs [N, T, B, S], probs [N, C, T·B])."""
     n, t_len, bsz = tokens.shape
     v, s = E.shape[1], E.shape[2]
-    rows = t_len * bsz
     flat = (tokens + (torch.arange(n, device=tokens.device) * v).view(n, 1, 1)).reshape(-1)
     hs = BUFFERS.take((n, t_len, bsz, s), E.dtype, E.device)
     torch.index_select(E.reshape(n * v, s), 0, flat, out=hs.view(-1, s))  # the drive, overwritten by h_t
     _forward_loop(hs, A, phi == "tanh")
+    loss, correct, probs = readout_ce(hs, W, c, labels)
+    return loss, correct, hs, probs
+
+
+def readout_ce(hs: torch.Tensor, W: torch.Tensor, c: torch.Tensor, labels: torch.Tensor):
+    """Linear readout and cross-entropy of states ``hs [N, T, B, S]`` (time-major) against
+    ``labels [N, T, B]`` (−100 and other negatives: ignored).
+
+    Logits in class-major layout ``[N, C, T·B]`` (one GEMM), so the softmax over a few
+    classes is a few contiguous passes.  Returns (summed loss ``[N]``, argmax hits ``[N]``,
+    probabilities ``[N, C, T·B]`` for :func:`readout_ce_grad`).
+    """
+    n, t_len, bsz, s = hs.shape
+    rows = t_len * bsz
     z = torch.baddbmm(c[:, :, None], W, hs.view(n, rows, s).mT)  # logits [N, C, T·B]
     lab = labels.reshape(n, 1, rows)
     valid = lab[:, 0] >= 0  # [N, T·B]
-    safe = lab.clamp(min=0)
     zmax = z.amax(1, keepdim=True)  # [N, 1, T·B]
-    z_y = z.gather(1, safe)  # [N, 1, T·B]
+    z_y = z.gather(1, lab.clamp(min=0))  # [N, 1, T·B]
     correct = _argmax_hits(z, z_y, zmax, lab, valid).sum(1)
     probs = z.sub_(zmax).exp_()  # in place: z is not needed after this
     total = probs.sum(1, keepdim=True)
     probs.div_(total)
     nll = (total.log_() + zmax - z_y)[:, 0]  # [N, T·B]
-    loss = torch.where(valid, nll, 0.0).sum(1)
-    return loss, correct, hs, probs
+    return torch.where(valid, nll, 0.0).sum(1), correct, probs
+
+
+def readout_ce_grad(probs: torch.Tensor, labels: torch.Tensor, grad_loss: torch.Tensor, hs: torch.Tensor):
+    """Backward of :func:`readout_ce` up to the states: turns ``probs`` (in place) into
+    ∂L/∂z = (softmax − onehot)·valid·grad_loss and returns (∂L/∂z row-major ``[N, T, B, C]``,
+    ∂L/∂W ``[N, C, S]``, ∂L/∂c ``[N, C]``).  Call it before ``hs`` is overwritten."""
+    n, t_len, bsz, s = hs.shape
+    lab = labels.reshape(n, 1, t_len * bsz)
+    g = probs
+    g.scatter_add_(1, lab.clamp(min=0), torch.full_like(g[:, :1], -1.0))
+    g.mul_(torch.where(lab >= 0, grad_loss.view(n, 1, 1).to(g.dtype), 0.0))
+    gW = torch.bmm(g, hs.view(n, t_len * bsz, s))  # [N, C, S]
+    g_rows = g.mT.contiguous().view(n, t_len, bsz, -1)  # row-major: the per-step readout term is a K = C GEMM
+    return g_rows, gW, g.sum(2)
 
 
 def _forward_loop(hs: torch.Tensor, A: torch.Tensor, tanh: bool) -> None:
@@ -205,17 +230,8 @@ def _argmax_hits(z, z_y, zmax, lab, valid):
 
 def _backward(tokens, labels, A, W, hs, probs, grad_loss, n_tokens, phi):
     n, t_len, bsz, s = hs.shape
-    rows = t_len * bsz
-    lab = labels.reshape(n, 1, rows)
-    valid = lab >= 0
-    g = probs  # reuse: ∂L/∂z = (softmax − onehot) · valid · grad_loss
-    g.scatter_add_(1, lab.clamp(min=0), torch.full_like(g[:, :1], -1.0))
-    g.mul_(torch.where(valid, grad_loss.view(n, 1, 1).to(g.dtype), 0.0))
-    gc = g.sum(2)  # [N, C]
-    h_rows = hs.view(n, rows, s)
-    gW = torch.bmm(g, h_rows)  # [N, C, S]
-    g_rows = g.mT.contiguous()  # [N, T·B, C], row-major: the per-step readout term is a K = C GEMM
-    gA = _backward_loop(hs, g_rows.view(n, t_len, bsz, -1), W, A, phi == "tanh")  # hs now holds d_t
+    g_rows, gW, gc = readout_ce_grad(probs, labels, grad_loss, hs)
+    gA = _backward_loop(hs, g_rows, W, A, phi == "tanh")  # hs now holds d_t
     flat = (tokens + (torch.arange(n, device=tokens.device) * n_tokens).view(n, 1, 1)).reshape(-1)
     gE = torch.zeros(n * n_tokens, s, dtype=hs.dtype, device=hs.device).index_add_(0, flat, hs.view(-1, s))
     return gE.view(n, n_tokens, s), gA, gW, gc

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from .dense_tracker import BUFFERS, PHIS, _argmax_hits, check_shapes
+from .dense_tracker import BUFFERS, PHIS, check_shapes, readout_ce, readout_ce_grad
 
 __all__ = ["gated_tracker_loss"]
 
@@ -67,7 +67,6 @@ def _forward(tokens, labels, E, G, A, U, W, c, phi):
     """One group of members: (loss [N], correct [N], hs [N, T, B, S], P [N, T, B, 2S], probs)."""
     n, t_len, bsz = tokens.shape
     v, s = E.shape[1], E.shape[2]
-    rows = t_len * bsz
     flat = (tokens + (torch.arange(n, device=tokens.device) * v).view(n, 1, 1)).reshape(-1)
     hs = BUFFERS.take((n, t_len, bsz, s), E.dtype, E.device)
     torch.index_select(E.reshape(n * v, s), 0, flat, out=hs.view(-1, s))  # the drive, overwritten by h_t
@@ -92,30 +91,13 @@ def _forward(tokens, labels, E, G, A, U, W, c, phi):
             h_t.addcmul_(gate, p_t[..., :s])
         if tanh:
             h_t.tanh_()
-    z = torch.baddbmm(c[:, :, None], W, hs.view(n, rows, s).mT)  # logits [N, C, T·B]
-    lab = labels.reshape(n, 1, rows)
-    valid = lab[:, 0] >= 0
-    zmax = z.amax(1, keepdim=True)
-    z_y = z.gather(1, lab.clamp(min=0))
-    correct = _argmax_hits(z, z_y, zmax, lab, valid).sum(1)
-    probs = z.sub_(zmax).exp_()
-    total = probs.sum(1, keepdim=True)
-    probs.div_(total)
-    nll = (total.log_() + zmax - z_y)[:, 0]
-    loss = torch.where(valid, nll, 0.0).sum(1)
+    loss, correct, probs = readout_ce(hs, W, c, labels)
     return loss, correct, hs, P, probs
 
 
 def _backward(tokens, labels, A, U, W, hs, P, probs, grad_loss, n_tokens, phi):
     n, t_len, bsz, s = hs.shape
-    rows = t_len * bsz
-    lab = labels.reshape(n, 1, rows)
-    g = probs  # ∂L/∂z = (softmax − onehot) · valid · grad_loss, in place
-    g.scatter_add_(1, lab.clamp(min=0), torch.full_like(g[:, :1], -1.0))
-    g.mul_(torch.where(lab >= 0, grad_loss.view(n, 1, 1).to(g.dtype), 0.0))
-    gc = g.sum(2)
-    gW = torch.bmm(g, hs.view(n, rows, s))
-    g_rows = g.mT.contiguous().view(n, t_len, bsz, -1)  # [N, T, B, C]
+    g_rows, gW, gc = readout_ce_grad(probs, labels, grad_loss, hs)  # ∂L/∂z [N, T, B, C]
     mcat = torch.cat([A, U], dim=1) if U is not None else A  # [N, 2S, S] or [N, S, S]
     k = mcat.shape[1]
     tanh = phi == "tanh"
