@@ -55,7 +55,7 @@ from dynlab.models import Tracker, get_cell
 from dynlab.models.cells import Cell
 from dynlab.tasks import WordProblem
 from dynlab.train.device import resolve_device
-from dynlab.train.engine import build_tracker, fused_kind, train_tracker
+from dynlab.train.engine import build_tracker, runs_generic_loop, train_tracker
 from dynlab.train.ensemble import train_ensemble
 from dynlab.train.progress import NullProgress
 
@@ -277,8 +277,8 @@ def bench_train(
         rows.append(BenchRow(setting, f"baseline ({names[0]})", 1, batch * length / sec, sec, n, t))
         sec, n, t = best_of(dynlab_run([spec]))
         rows.append(BenchRow(setting, "dynlab", 1, batch * length / sec, sec, n, t))
-        if compile and fused_kind(Tracker(arch, 2, 2, hidden=hidden)) is not None:
-            reason = f"{arch} trains through a fused kernel, which torch.compile does not change"
+        if compile and not runs_generic_loop(Tracker(arch, 2, 2, hidden=hidden)):
+            reason = f"{arch} trains through a fused kernel or scan, which torch.compile does not change"
             skipped.append({"method": "dynlab + torch.compile", "reason": reason})
         elif compile:
             sec, n, t = best_of(dynlab_run([spec], compiled=True))

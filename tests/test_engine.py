@@ -7,6 +7,7 @@ import torch
 
 from dynlab.config import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 from dynlab.train import lr_at, resolve_device, train_tracker
+from dynlab.train.engine import runs_generic_loop
 
 
 def _spec(**train):
@@ -116,5 +117,15 @@ def test_compiled_cell_steps_train_to_the_same_numbers():
     torch.testing.assert_close(torch.tensor(comp.losses), torch.tensor(eager.losses), rtol=1e-5, atol=1e-6)
     for (name, a), (_, b) in zip(eager.model.named_parameters(), comp.model.named_parameters()):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
-    assert comp.model.cells[0].fused_kind() is None  # so the compiled step was used
+    assert runs_generic_loop(comp.model)  # so the compiled step was used
     assert "transition" not in comp.model.cells[0].__dict__  # and is removed afterwards
+
+
+def test_runs_generic_loop_only_where_no_kernel_applies():
+    from dynlab.models import Tracker
+
+    assert not runs_generic_loop(Tracker("tanh-rnn", 4, 4, hidden=8))  # fused kernel
+    assert not runs_generic_loop(Tracker("mamba", 4, 4, hidden=8))  # diagonal scan
+    assert not runs_generic_loop(Tracker("aussm", 4, 4, hidden=8))
+    assert runs_generic_loop(Tracker("mamba", 4, 4, hidden=8, nonlinearity="tanh"))  # no scan for a tanh mamba
+    assert runs_generic_loop(Tracker("state-gated-rnn", 4, 4, hidden=8, nonlinearity="relu"))

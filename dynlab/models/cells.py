@@ -98,6 +98,11 @@ class Cell(nn.Module):
         """Zero state ``[B, S]``."""
         return torch.zeros(batch, self.state_size, device=device, dtype=dtype)
 
+    def fast_scan_ok(self) -> bool:
+        """True when :meth:`scan` runs a dedicated kernel rather than the per-step loop over
+        :meth:`transition` (so a compiled transition would not be used there)."""
+        return False
+
     def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
         """All states ``[B, T, S]`` from ``h0 [B, S]``; a plain loop over time.
 
@@ -182,10 +187,13 @@ class _DenseRNN(Cell):
         """True when a fused training kernel computes this cell (:meth:`fused_kind`)."""
         return self.fused_kind() is not None
 
+    def fast_scan_ok(self) -> bool:
+        cls = type(self)
+        return self.phi in ("identity", "tanh") and cls.transition is cls._fused_transition and cls._ah is _DenseRNN._ah
+
     def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
         """Fused dense scan for phi ∈ {identity, tanh}; the generic loop otherwise."""
-        cls = type(self)
-        if self.phi not in ("identity", "tanh") or cls.transition is not cls._fused_transition or cls._ah is not _DenseRNN._ah:
+        if not self.fast_scan_ok():
             return super().scan(h0, p)
         return dense_rnn_scan(p["drive"], self.A, h0, self._gate(p), self.phi)
 
@@ -326,9 +334,12 @@ class MambaCell(Cell):
     def transition(self, h: torch.Tensor, p: Terms) -> torch.Tensor:
         return apply_phi(self.phi, p["decay"] * h + p["drive"])
 
+    def fast_scan_ok(self) -> bool:
+        return self.phi == "identity" and type(self).transition is MambaCell.transition
+
     def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
         """Chunked diagonal scan when phi is the identity; the generic loop otherwise."""
-        if self.phi != "identity" or type(self).transition is not MambaCell.transition:
+        if not self.fast_scan_ok():
             return super().scan(h0, p)
         return linear_scan(p["decay"], p["drive"], h0)
 
@@ -408,9 +419,12 @@ class AUSSMCell(Cell):
         hc = h.unflatten(-1, (self.hidden, 2))  # [B, H, 2]
         return apply_phi(self.phi, _rotate(hc, p["cos"], p["sin"]).flatten(-2) + p["drive"])
 
+    def fast_scan_ok(self) -> bool:
+        return self.phi == "identity" and type(self).transition is AUSSMCell.transition
+
     def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
         """Complex chunked scan when phi is the identity; the generic loop otherwise."""
-        if self.phi != "identity" or type(self).transition is not AUSSMCell.transition:
+        if not self.fast_scan_ok():
             return super().scan(h0, p)
         return _rotation_scan(h0, p)
 
@@ -470,9 +484,12 @@ class Mamba3Cell(Cell):
         hc = h.unflatten(-1, (self.hidden, 2))
         return apply_phi(self.phi, _rotate(hc, p["cos"], p["sin"]).flatten(-2) + p["drive"])
 
+    def fast_scan_ok(self) -> bool:
+        return self.phi == "identity" and type(self).transition is Mamba3Cell.transition
+
     def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
         """Complex chunked scan when phi is the identity; the generic loop otherwise."""
-        if self.phi != "identity" or type(self).transition is not Mamba3Cell.transition:
+        if not self.fast_scan_ok():
             return super().scan(h0, p)
         return _rotation_scan(h0, p)
 

@@ -33,6 +33,7 @@ __all__ = [
     "fused_kind",
     "fused_loss",
     "fused_loss_ok",
+    "runs_generic_loop",
     "lr_at",
     "step_work",
     "tracker_logits",
@@ -128,6 +129,13 @@ def fused_kind(model: Tracker) -> str | None:
     if names != _FUSED_PARAMS[kind] | {"embed.weight", "readout.weight", "readout.bias"}:
         return None
     return kind
+
+
+def runs_generic_loop(model: Tracker) -> bool:
+    """True when training ``model`` runs some cell's per-step loop over ``transition`` (no
+    fused kernel for the model, and a cell without ``fast_scan_ok``): the only case in
+    which ``train_tracker(..., compile=True)`` changes what runs."""
+    return fused_kind(model) is None and any(not cell.fast_scan_ok() for cell in model.cells)
 
 
 def fused_loss_ok(model: Tracker) -> bool:
@@ -264,10 +272,10 @@ def train_tracker(
 
     ``compile``: train with each cell's per-step ``transition`` compiled by
     ``torch.compile`` (fixed shapes, so one compilation per curriculum length is not
-    needed: the step sees ``[B, S]`` whatever T is).  It only affects cells trained
-    through the generic per-step loop (user cells, nonlinearities other than identity
-    and tanh); the fused kernels and scans do not call ``transition``.  Same numbers up
-    to rounding (tested).  Measured on the 2-core CPU box, state-gated-rnn through the
+    needed: the step sees ``[B, S]`` whatever T is).  It only changes what runs when
+    :func:`runs_generic_loop` is true (user cells, nonlinearities without a kernel); the
+    fused kernels and scans do not call ``transition``.  Same numbers up to rounding
+    (tested).  Measured on the 2-core CPU box, state-gated-rnn through the
     generic loop (H=128, B=256, T=60): forward and backward took 105 ms compiled vs
     80 ms eager, after 23 s of compilation, so it is off by default; it is meant for
     GPUs, where it fuses the step's kernel launches.
