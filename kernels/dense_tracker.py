@@ -47,7 +47,7 @@ import threading
 
 import torch
 
-__all__ = ["BUFFERS", "check_shapes", "dense_tracker_loss"]
+__all__ = ["BUFFERS", "check_shapes", "dense_tracker_loss", "dense_tracker_loss_reference"]
 
 PHIS = ("identity", "tanh")
 
@@ -67,11 +67,11 @@ class _BufferCache:
     def __init__(self, keep: int = 4):
         self.keep = keep
         self._free: dict[tuple, torch.Tensor] = {}
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
 
     def take(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         if device.type == "cpu":
-            with self._lock:
+            with self.lock:
                 buf = self._free.pop((shape, dtype), None)
             if buf is not None:
                 return buf
@@ -80,13 +80,13 @@ class _BufferCache:
     def give(self, buf: torch.Tensor) -> None:
         if buf.device.type != "cpu" or not buf.is_contiguous():
             return
-        with self._lock:
+        with self.lock:
             self._free[(tuple(buf.shape), buf.dtype)] = buf
             while len(self._free) > self.keep:
                 self._free.pop(next(iter(self._free)))
 
     def clear(self) -> None:
-        with self._lock:
+        with self.lock:
             self._free.clear()
 
 
@@ -112,7 +112,8 @@ class _DenseTrackerLoss(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph=True: a second derivative is not implemented
             raise RuntimeError("dense_tracker_loss: first derivatives only (create_graph / double backward is not supported)")
         tokens, labels, A, W = ctx.saved_tensors
-        bufs, ctx.bufs = ctx.bufs, None
+        with BUFFERS.lock:  # one backward per graph, even from two threads
+            bufs, ctx.bufs = ctx.bufs, None
         if bufs is None:
             raise RuntimeError("dense_tracker_loss: backward through the same graph twice is not supported")
         gE, gA, gW, gc = _backward(tokens, labels, A, W, *bufs, grad_loss, ctx.n_tokens, ctx.phi)
@@ -270,7 +271,7 @@ def dense_tracker_loss(
         tokens, labels, E, A, W, c = (x[None] for x in (tokens, labels, E, A, W, c))
     check_shapes(tokens, labels, [E], A, W, c)
     n = tokens.shape[0]
-    if tokens.shape[2] == 0:
+    if tokens.shape[1] == 0 or tokens.shape[2] == 0:  # no positions: zero loss, zero hits
         zero = E.sum() * 0.0 + A.sum() * 0.0 + W.sum() * 0.0 + c.sum() * 0.0
         out = zero.expand(n).clone(), torch.zeros(n, dtype=torch.long, device=tokens.device)
         return (out[0][0], out[1][0]) if single else out
@@ -304,3 +305,42 @@ def check_shapes(tokens, labels, tables, A, W, c, U=None) -> None:
         raise ValueError(
             f"token ids must lie in [0, {tables[0].shape[1]}); got {int(tokens.min())}..{int(tokens.max())}"
         )
+
+
+def dense_tracker_loss_reference(
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    E: torch.Tensor,
+    A: torch.Tensor,
+    W: torch.Tensor,
+    c: torch.Tensor,
+    phi: str = "tanh",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model of :func:`dense_tracker_loss` as a plain loop under autograd (the
+    definition the fused op is tested against).  Same arguments and returns."""
+    if phi not in PHIS:
+        raise ValueError(f"unknown phi {phi!r} for the dense tracker loss; allowed: {', '.join(PHIS)}")
+    single = A.dim() == 2
+    if single:
+        tokens, labels, E, A, W, c = (x[None] for x in (tokens, labels, E, A, W, c))
+    losses, hits = [], []
+    for m in range(tokens.shape[0]):
+        h = E.new_zeros(tokens.shape[1], A.shape[-1])  # [B, S]
+        states = []
+        for t in range(tokens.shape[2]):
+            h = h @ A[m].T + E[m][tokens[m, :, t]]
+            h = torch.tanh(h) if phi == "tanh" else h
+            states.append(h)
+        losses_m, hits_m = _ce_reference(torch.stack(states, 1), W[m], c[m], labels[m])  # states [B, T, S]
+        losses.append(losses_m)
+        hits.append(hits_m)
+    loss, correct = torch.stack(losses), torch.stack(hits)
+    return (loss[0], correct[0]) if single else (loss, correct)
+
+
+def _ce_reference(states: torch.Tensor, W: torch.Tensor, c: torch.Tensor, labels: torch.Tensor):
+    """Summed cross-entropy and argmax hits of the readout ``states [B, T, S] → [B, T, C]``."""
+    z = states @ W.T + c
+    valid = labels >= 0
+    nll = torch.nn.functional.cross_entropy(z.flatten(0, 1), labels.clamp(min=0).flatten(), reduction="none")
+    return torch.where(valid.flatten(), nll, 0.0).sum(), ((z.argmax(-1) == labels) & valid).sum()

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import torch
 
-from .dense_tracker import BUFFERS, PHIS, check_shapes, readout_ce, readout_ce_grad
+from .dense_tracker import BUFFERS, PHIS, _ce_reference, check_shapes, readout_ce, readout_ce_grad
 
-__all__ = ["gated_tracker_loss"]
+__all__ = ["gated_tracker_loss", "gated_tracker_loss_reference"]
 
 
 class _GatedTrackerLoss(torch.autograd.Function):
@@ -54,7 +54,8 @@ class _GatedTrackerLoss(torch.autograd.Function):
             raise RuntimeError("gated_tracker_loss: first derivatives only (create_graph / double backward is not supported)")
         tokens, labels, A, W, U = ctx.saved_tensors
         U = U if ctx.has_u else None
-        bufs, ctx.bufs = ctx.bufs, None
+        with BUFFERS.lock:  # one backward per graph, even from two threads
+            bufs, ctx.bufs = ctx.bufs, None
         if bufs is None:
             raise RuntimeError("gated_tracker_loss: backward through the same graph twice is not supported")
         gE, gG, gA, gU, gW, gc = _backward(tokens, labels, A, U, W, *bufs, grad_loss, ctx.n_tokens, ctx.phi)
@@ -178,7 +179,7 @@ def gated_tracker_loss(
     check_shapes(tokens, labels, [E, G], A, W, c, U)
     params = [E, G, A, W, c] + ([U] if U is not None else [])
     n = tokens.shape[0]
-    if tokens.shape[2] == 0:
+    if tokens.shape[1] == 0 or tokens.shape[2] == 0:  # no positions: zero loss, zero hits
         zero = sum(p.sum() * 0.0 for p in params)
         out = zero.expand(n).clone(), torch.zeros(n, dtype=torch.long, device=tokens.device)
         return (out[0][0], out[1][0]) if single else out
@@ -190,4 +191,39 @@ def gated_tracker_loss(
     tok_tm = tokens.transpose(1, 2).contiguous()
     lab_tm = labels.transpose(1, 2).contiguous()
     loss, correct = _GatedTrackerLoss.apply(tok_tm, lab_tm, E, G, A, U, W, c, phi)
+    return (loss[0], correct[0]) if single else (loss, correct)
+
+
+def gated_tracker_loss_reference(
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    E: torch.Tensor,
+    G: torch.Tensor,
+    A: torch.Tensor,
+    U: torch.Tensor | None,
+    W: torch.Tensor,
+    c: torch.Tensor,
+    phi: str = "tanh",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model of :func:`gated_tracker_loss` as a plain loop under autograd (the
+    definition the fused op is tested against).  Same arguments and returns."""
+    if phi not in PHIS:
+        raise ValueError(f"unknown phi {phi!r} for the gated tracker loss; allowed: {', '.join(PHIS)}")
+    single = A.dim() == 2
+    if single:
+        tokens, labels, E, G, A, W, c = (x[None] for x in (tokens, labels, E, G, A, W, c))
+        U = U[None] if U is not None else None
+    losses, hits = [], []
+    for m in range(tokens.shape[0]):
+        h = E.new_zeros(tokens.shape[1], A.shape[-1])  # [B, S]
+        states = []
+        for t in range(tokens.shape[2]):
+            gate_in = G[m][tokens[m, :, t]] + (h @ U[m].T if U is not None else 0.0)
+            h = torch.sigmoid(gate_in) * (h @ A[m].T) + E[m][tokens[m, :, t]]
+            h = torch.tanh(h) if phi == "tanh" else h
+            states.append(h)
+        losses_m, hits_m = _ce_reference(torch.stack(states, 1), W[m], c[m], labels[m])  # states [B, T, S]
+        losses.append(losses_m)
+        hits.append(hits_m)
+    loss, correct = torch.stack(losses), torch.stack(hits)
     return (loss[0], correct[0]) if single else (loss, correct)

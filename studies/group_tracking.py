@@ -350,9 +350,8 @@ def run_many(specs: list[RunSpec], device: torch.device, progress: NullProgress)
     return [_finish_run(spec, res, train_time, device, ensemble_size=len(specs)) for spec, res in zip(specs, trained)]
 
 
-#: Architectures trained as ensembles: dense RNNs.  On a GPU their per-step GEMMs batch
-#: into one bmm; on the CPU the members run side by side, one core each (the fused
-#: kernels' worker threads), when they are large enough to gain from it.  The diagonal cells are memory-bound on the
+#: Architectures trained as ensembles: dense RNNs, whose per-step GEMMs batch into one
+#: bmm for all members (the fused kernels, on every device).  The diagonal cells are memory-bound on the
 #: CPU and measured slower stacked (mamba, H=128, B=256: a stack of 16 reached 61 K
 #: model-tokens/s, one model alone 145 K), so they run alone.
 ENSEMBLE_ARCHS = ("tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn")

@@ -64,3 +64,21 @@ def exact_tracker(group_name: str) -> Tracker:
 @pytest.fixture
 def exact_s3() -> Tracker:
     return exact_tracker("S3")
+
+
+@pytest.fixture
+def nan_buffers(monkeypatch):
+    """Call it to make every buffer a kernel allocates start as NaN (``torch.empty``,
+    ``Tensor.new_empty``) and to empty the fused kernels' reuse cache, so that an entry a
+    kernel forgets to write shows up in its outputs (DESIGN: poisoned outputs).  The cache
+    is emptied again afterwards, so no NaN buffer outlives the test."""
+    from dynlab.kernels.dense_tracker import BUFFERS
+
+    def poison() -> None:
+        empty, new_empty = torch.empty, torch.Tensor.new_empty
+        monkeypatch.setattr(torch, "empty", lambda *a, **k: empty(*a, **k).fill_(float("nan")))
+        monkeypatch.setattr(torch.Tensor, "new_empty", lambda self, *a, **k: new_empty(self, *a, **k).fill_(float("nan")))
+        BUFFERS.clear()
+
+    yield poison
+    BUFFERS.clear()

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dynlab.kernels.dense_tracker import dense_tracker_loss
+from dynlab.kernels.dense_tracker import BUFFERS, dense_tracker_loss, dense_tracker_loss_reference
 from dynlab.models import Tracker
 from dynlab.models.cells import StateGatedRNNCell, TanhRNNCell
 from dynlab.train.engine import fused_kind, fused_loss_ok, tracker_logits, tracker_loss
@@ -30,30 +30,13 @@ def _problem(n=3, b=5, t=7, v=4, s=8, c=5, seed=0):
     return tok, lab, [x.requires_grad_() for x in (E, A, W, cb)]
 
 
-def _reference(tok, lab, E, A, W, cb, phi):
-    """Loop under autograd: per-model summed CE over valid positions and argmax hits."""
-    n, b, t = tok.shape
-    losses, hits = [], []
-    for m in range(n):
-        h = torch.zeros(b, A.shape[-1], dtype=D)
-        hs = []
-        for i in range(t):
-            h = h @ A[m].T + E[m][tok[m, :, i]]
-            h = torch.tanh(h) if phi == "tanh" else h
-            hs.append(h)
-        z = torch.stack(hs, 1) @ W[m].T + cb[m]  # [B, T, C]
-        losses.append(F.cross_entropy(z.reshape(-1, z.shape[-1]), lab[m].reshape(-1), ignore_index=-100, reduction="sum"))
-        hits.append(((z.argmax(-1) == lab[m]) & (lab[m] >= 0)).sum())
-    return torch.stack(losses), torch.stack(hits)
-
-
 @pytest.mark.parametrize("phi", ["tanh", "identity"])
 def test_fused_loss_and_gradients_match_autograd(phi):
     tok, lab, params = _problem()
     weights = torch.tensor([1.0, -2.0, 0.5], dtype=D)  # a non-uniform upstream gradient per model
     loss, hits = dense_tracker_loss(tok, lab, *params, phi=phi)
     got = torch.autograd.grad((loss * weights).sum(), params)
-    ref_loss, ref_hits = _reference(tok, lab, *params, phi)
+    ref_loss, ref_hits = dense_tracker_loss_reference(tok, lab, *params, phi)
     want = torch.autograd.grad((ref_loss * weights).sum(), params)
     torch.testing.assert_close(loss, ref_loss, rtol=1e-12, atol=1e-12)
     assert hits.tolist() == ref_hits.tolist()
@@ -205,8 +188,6 @@ def test_fused_kind_refuses_overrides_the_kernel_would_ignore():
 
 def test_reused_state_buffers_never_alias_a_live_graph():
     """Buffers go back to the cache only after backward; interleaved graphs stay correct."""
-    from dynlab.kernels.dense_tracker import BUFFERS
-
     tok, lab, params = _problem(n=2, b=6, t=5)
     p32 = [p.detach().float().requires_grad_() for p in params]
     ref = [torch.autograd.grad(dense_tracker_loss(tok, lab, *p32)[0].sum(), p32) for _ in range(2)]
@@ -218,3 +199,28 @@ def test_reused_state_buffers_never_alias_a_live_graph():
     for graph in (first, second):
         for a, b in zip(torch.autograd.grad(graph.sum(), p32), ref[0]):
             assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("phi", ["tanh", "identity"])
+def test_no_unwritten_memory_is_read(nan_buffers, phi):
+    tok, lab, params = _problem()
+    ref_loss, ref_hits = dense_tracker_loss_reference(tok, lab, *params, phi)
+    want = torch.autograd.grad(ref_loss.sum(), params)
+    nan_buffers()
+    for _ in range(2):  # the second pass runs on buffers handed back by the first
+        loss, hits = dense_tracker_loss(tok, lab, *params, phi=phi)
+        got = torch.autograd.grad(loss.sum(), params)
+        torch.testing.assert_close(loss, ref_loss, rtol=1e-12, atol=1e-12)
+        assert hits.tolist() == ref_hits.tolist()
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_empty_batch_or_length_gives_zero():
+    tok, lab, params = _problem()
+    for sl in (slice(0, 0), slice(None)):
+        t, y = tok[:, sl], lab[:, sl]
+        if sl == slice(None):
+            t, y = tok[..., :0], lab[..., :0]
+        loss, hits = dense_tracker_loss(t, y, *params)
+        assert loss.tolist() == [0.0, 0.0, 0.0] and hits.tolist() == [0, 0, 0]

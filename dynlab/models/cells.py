@@ -381,7 +381,7 @@ def _rotation_scan(h0: torch.Tensor, p: Terms) -> torch.Tensor:
 def _as_complex(pairs: torch.Tensor) -> torch.Tensor:
     """``[..., 2]`` real pairs as complex ``[...]``: a view when the strides allow it."""
     if pairs.stride(-1) != 1 or any(st % 2 for st in pairs.stride()[:-1]) or pairs.storage_offset() % 2:
-        pairs = pairs.contiguous()
+        pairs = pairs.clone(memory_format=torch.contiguous_format)  # a fresh copy: offset 0, unit strides
     return torch.view_as_complex(pairs)
 
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from dynlab.config import ModelSpec, RunSpec, TrainSpec
 from dynlab.groups import get_group
-from dynlab.kernels.dense_tracker import dense_tracker_loss
+from dynlab.kernels.dense_tracker import BUFFERS, dense_tracker_loss
 from dynlab.kernels.gated_tracker import gated_tracker_loss
 from dynlab.models import Tracker
 from dynlab.tasks import WordProblem
@@ -180,7 +180,7 @@ def tracker_loss(model: Tracker, tokens: torch.Tensor, labels: torch.Tensor) -> 
     gradients); for the models of :func:`fused_kind` it runs a fused kernel
     (:func:`fused_loss`), otherwise that expression.
     """
-    valid = labels != -100
+    valid = labels >= 0  # −100 (cross_entropy's ignore_index) marks padding
     n = valid.sum().clamp(min=1)
     kind = fused_kind(model)
     if kind is not None:
@@ -284,8 +284,11 @@ def train_tracker(
     progress = progress or NullProgress()
     task = WordProblem(get_group(spec.task.group))
     model = build_tracker(spec.model, task.n_tokens, task.n_classes, spec.seed).to(device)
-    with train_threads(device, step_work(model, spec.train.batch_size), threads), _compiled(model, compile):
-        return _train(spec, task, model, device, progress)
+    try:
+        with train_threads(device, step_work(model, spec.train.batch_size), threads), _compiled(model, compile):
+            return _train(spec, task, model, device, progress)
+    finally:
+        BUFFERS.clear()  # the fused kernels' scratch buffers are not kept after training
 
 
 @contextmanager

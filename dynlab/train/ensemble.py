@@ -42,6 +42,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from dynlab.config import RunSpec
 from dynlab.groups import get_group
+from dynlab.kernels.dense_tracker import BUFFERS
 from dynlab.models import Tracker
 from dynlab.tasks import WordProblem
 from dynlab.train.engine import (
@@ -111,8 +112,11 @@ def train_ensemble(
     tasks = [WordProblem(get_group(s.task.group)) for s in specs]
     models = [build_tracker(s.model, t.n_tokens, t.n_classes, s.seed).to(device) for s, t in zip(specs, tasks)]
     work = len(specs) * step_work(models[0], specs[0].train.batch_size)
-    with train_threads(device, work, threads):
-        return _train_stack(specs, tasks, models, device, progress)
+    try:
+        with train_threads(device, work, threads):
+            return _train_stack(specs, tasks, models, device, progress)
+    finally:
+        BUFFERS.clear()  # the fused kernels' scratch buffers are not kept after training
 
 
 def _train_stack(specs, tasks, models, device, progress) -> list[TrainResult]:
