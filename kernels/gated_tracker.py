@@ -76,20 +76,20 @@ def _forward(tokens, labels, E, G, A, U, W, c, phi):
     torch.index_select(table.reshape(n * v, 2 * s), 0, flat, out=P.view(-1, 2 * s))
     wcat = torch.cat([A.mT, U.mT], dim=-1) if U is not None else A.mT  # [N, S, 2S] or [N, S, S]
     tanh = phi == "tanh"
-    if n == 1:
-        hss, ps, w = hs[0].unbind(0), P[0].unbind(0), wcat[0]
-        step = torch.Tensor.addmm_
-    else:
-        hss, ps, w = hs.unbind(1), P.unbind(1), wcat
-        step = torch.Tensor.baddbmm_
+    # per-step views made once (slicing inside the loop costs more than the small ops do)
+    dim, w = (0, wcat[0]) if n == 1 else (1, wcat)
+    src = (hs[0], P[0]) if n == 1 else (hs, P)
+    hss, ps = src[0].unbind(dim), src[1].unbind(dim)
+    a_s, g_s = src[1][..., :s].unbind(dim), src[1][..., s:].unbind(dim)  # a_t and u_t halves of P_t
+    outs = ps if U is not None else a_s  # what the GEMM h_{t−1} [Aᵀ | Uᵀ] writes into
+    step = torch.Tensor.addmm_ if n == 1 else torch.Tensor.baddbmm_
     for t in range(t_len):
-        p_t = ps[t]
         if t > 0:
-            step(p_t if U is not None else p_t[..., :s], hss[t - 1], w)
-        gate = p_t[..., s:].sigmoid_()
+            step(outs[t], hss[t - 1], w)
+        gate = g_s[t].sigmoid_()
         h_t = hss[t]
         if t > 0:
-            h_t.addcmul_(gate, p_t[..., :s])
+            h_t.addcmul_(gate, a_s[t])
         if tanh:
             h_t.tanh_()
     loss, correct, probs = readout_ce(hs, W, c, labels)
@@ -103,33 +103,32 @@ def _backward(tokens, labels, A, U, W, hs, P, probs, grad_loss, n_tokens, phi):
     k = mcat.shape[1]
     tanh = phi == "tanh"
     if n == 1:
-        hss, ps, gs, w, m = hs[0].unbind(0), P[0].unbind(0), g_rows[0].unbind(0), W[0], mcat[0]
+        dim, src, gsrc, w, m = 0, (hs[0], P[0]), g_rows[0], W[0], mcat[0]
         mm, acc, tr = torch.mm, torch.Tensor.addmm_, torch.Tensor.t
-        lam = hs.new_empty(bsz, s)
-        tmp = hs.new_empty(bsz, s)
-        gcat = hs.new_zeros(k, s)
+        lam, tmp, gcat = hs.new_empty(bsz, s), hs.new_empty(bsz, s), hs.new_zeros(k, s)
     else:
-        hss, ps, gs, w, m = hs.unbind(1), P.unbind(1), g_rows.unbind(1), W, mcat
+        dim, src, gsrc, w, m = 1, (hs, P), g_rows, W, mcat
         mm, acc, tr = torch.bmm, torch.Tensor.baddbmm_, lambda x: x.mT
-        lam = hs.new_empty(n, bsz, s)
-        tmp = hs.new_empty(n, bsz, s)
-        gcat = hs.new_zeros(n, k, s)
+        lam, tmp, gcat = hs.new_empty(n, bsz, s), hs.new_empty(n, bsz, s), hs.new_zeros(n, k, s)
+    hss, gs = src[0].unbind(dim), gsrc.unbind(dim)  # per-step views, made once
+    a_s, g_s = src[1][..., :s].unbind(dim), src[1][..., s:].unbind(dim)
+    ds = src[1].unbind(dim) if U is not None else a_s  # [∂a | ∂u]_t once written (∂a_t alone without U)
+    dsT = [tr(x) for x in ds]
+    tanh_backward, sigmoid_backward = torch.ops.aten.tanh_backward, torch.ops.aten.sigmoid_backward
     for t in range(t_len - 1, -1, -1):
         mm(gs[t], w, out=lam)  # ∂L/∂h_t from the readout
         if t < t_len - 1:
-            p_next = ps[t + 1]
-            acc(lam, p_next if U is not None else p_next[..., :s], m)  # + [∂a | ∂u]_{t+1} [A; U]
-        h_t, p_t = hss[t], ps[t]
-        a_t, g_t = p_t[..., :s], p_t[..., s:]
+            acc(lam, ds[t + 1], m)  # + [∂a | ∂u]_{t+1} [A; U]
+        h_t, a_t, g_t = hss[t], a_s[t], g_s[t]
         if tanh:
-            torch.ops.aten.tanh_backward(lam, h_t, grad_input=h_t)  # d_t = ∂L/∂pre_t, over h_t
+            tanh_backward(lam, h_t, grad_input=h_t)  # d_t = ∂L/∂pre_t, over h_t
         else:
             h_t.copy_(lam)
         torch.mul(h_t, a_t, out=tmp)  # ∂L/∂g_t
         torch.mul(h_t, g_t, out=a_t)  # ∂L/∂a_t, over a_t
-        torch.ops.aten.sigmoid_backward(tmp, g_t, grad_input=g_t)  # ∂L/∂u_t, over g_t
+        sigmoid_backward(tmp, g_t, grad_input=g_t)  # ∂L/∂u_t, over g_t
         if t > 0:
-            acc(gcat, tr(p_t if U is not None else a_t), hss[t - 1])  # ∂[A; U] += [∂a | ∂u]ᵀ h_{t−1}
+            acc(gcat, dsT[t], hss[t - 1])  # ∂[A; U] += [∂a | ∂u]ᵀ h_{t−1}
     gA, gU = (gcat[..., :s, :], gcat[..., s:, :]) if U is not None else (gcat, None)
     if n == 1:
         gA, gU = gA[None], None if gU is None else gU[None]
