@@ -38,7 +38,8 @@ measured in one run); for small members (H=64, B=128) the stack was 2× faster, 
 per-op overhead is paid once for all members.  So there is one code path, and the
 intra-op thread count (``torch.set_num_threads``) is the only parallel setting.
 
-Tested against the same model written with plain autograd (``tests/test_dense_tracker.py``).
+:func:`dense_tracker_loss_reference` is the same model as a plain loop under autograd;
+the tests compare the two (``tests/test_dense_tracker.py``).
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ GEMM), ``tanh_backward``, then ``∂a_t = d_t ⊙ g_t`` and ``∂u_t = σ'(·) �
 written over ``P_t``, and ``∂[A; U] += [∂a_t | ∂u_t]ᵀ h_{t−1}`` while h_{t−1} is in
 cache; ∂E and ∂G as one ``index_add_`` each at the end.
 
-Tested against the cells written with plain autograd (``tests/test_gated_tracker.py``).
+:func:`gated_tracker_loss_reference` is the same model as a plain loop under autograd;
+the tests compare the two (``tests/test_gated_tracker.py``).
 """
 
 from __future__ import annotations
