@@ -48,7 +48,7 @@ import threading
 
 import torch
 
-__all__ = ["BUFFERS", "check_shapes", "dense_tracker_loss", "dense_tracker_loss_reference"]
+__all__ = ["BUFFERS", "check_shapes", "dense_tracker_loss", "dense_tracker_loss_reference", "fused_call", "reference_call"]
 
 PHIS = ("identity", "tanh")
 
@@ -100,35 +100,51 @@ class _DenseTrackerLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tokens, labels, E, A, W, c, phi):
-        loss, correct, hs, probs = _forward(tokens, labels, E, A, W, c, phi)
+        rows = token_rows(tokens, E.shape[1])
+        loss, correct, hs, probs = _forward(rows, labels, E, A, W, c, phi)
         ctx.bufs = (hs, probs)  # made here and overwritten by backward: plain refs, not saved tensors
         ctx.mark_non_differentiable(correct)
         ctx.phi = phi
         ctx.n_tokens = E.shape[1]
-        ctx.save_for_backward(tokens, labels, A, W)
+        ctx.save_for_backward(rows, labels, A, W)
         return loss, correct
 
     @staticmethod
     def backward(ctx, grad_loss, _grad_correct):
         if torch.is_grad_enabled():  # create_graph=True: a second derivative is not implemented
             raise RuntimeError("dense_tracker_loss: first derivatives only (create_graph / double backward is not supported)")
-        tokens, labels, A, W = ctx.saved_tensors
+        rows, labels, A, W = ctx.saved_tensors
         with BUFFERS.lock:  # one backward per graph, even from two threads
             bufs, ctx.bufs = ctx.bufs, None
         if bufs is None:
             raise RuntimeError("dense_tracker_loss: backward through the same graph twice is not supported")
-        gE, gA, gW, gc = _backward(tokens, labels, A, W, *bufs, grad_loss, ctx.n_tokens, ctx.phi)
+        gE, gA, gW, gc = _backward(rows, labels, A, W, *bufs, grad_loss, ctx.n_tokens, ctx.phi)
         BUFFERS.give(bufs[0])  # the state buffer: nothing refers to it any more
         return None, None, gE, gA, gW, gc, None
 
 
-def _forward(tokens, labels, E, A, W, c, phi):
+def token_rows(tokens: torch.Tensor, n_tokens: int) -> torch.Tensor:
+    """Row of each token of ``tokens [N, T, B]`` in the stacked tables ``[N·V, …]``:
+    ``n·V + x``, flattened to ``[N·T·B]`` (the gather index forward, the scatter index
+    backward)."""
+    n = tokens.shape[0]
+    return (tokens + (torch.arange(n, device=tokens.device) * n_tokens).view(n, 1, 1)).reshape(-1)
+
+
+def table_grad(rows: torch.Tensor, values: torch.Tensor, n: int, n_tokens: int) -> torch.Tensor:
+    """∂L/∂table ``[N, V, S]`` from the per-position gradients ``values [N·T·B, S]`` gathered
+    at ``rows`` (:func:`token_rows`): one ``index_add_``."""
+    s = values.shape[-1]
+    out = torch.zeros(n * n_tokens, s, dtype=values.dtype, device=values.device)
+    return out.index_add_(0, rows, values).view(n, n_tokens, s)
+
+
+def _forward(rows, labels, E, A, W, c, phi):
     """One group of members; returns (loss [N], correct [N], hs [N, T, B, S], probs [N, C, T·B])."""
-    n, t_len, bsz = tokens.shape
+    n, t_len, bsz = labels.shape
     v, s = E.shape[1], E.shape[2]
-    flat = (tokens + (torch.arange(n, device=tokens.device) * v).view(n, 1, 1)).reshape(-1)
     hs = BUFFERS.take((n, t_len, bsz, s), E.dtype, E.device)
-    torch.index_select(E.reshape(n * v, s), 0, flat, out=hs.view(-1, s))  # the drive, overwritten by h_t
+    torch.index_select(E.reshape(n * v, s), 0, rows, out=hs.view(-1, s))  # the drive, overwritten by h_t
     _forward_loop(hs, A, phi == "tanh")
     loss, correct, probs = readout_ce(hs, W, c, labels)
     return loss, correct, hs, probs
@@ -230,13 +246,11 @@ def _argmax_hits(z, z_y, zmax, lab, valid):
     return hit
 
 
-def _backward(tokens, labels, A, W, hs, probs, grad_loss, n_tokens, phi):
-    n, t_len, bsz, s = hs.shape
+def _backward(rows, labels, A, W, hs, probs, grad_loss, n_tokens, phi):
+    n, s = hs.shape[0], hs.shape[-1]
     g_rows, gW, gc = readout_ce_grad(probs, labels, grad_loss, hs)
     gA = _backward_loop(hs, g_rows, W, A, phi == "tanh")  # hs now holds d_t
-    flat = (tokens + (torch.arange(n, device=tokens.device) * n_tokens).view(n, 1, 1)).reshape(-1)
-    gE = torch.zeros(n * n_tokens, s, dtype=hs.dtype, device=hs.device).index_add_(0, flat, hs.view(-1, s))
-    return gE.view(n, n_tokens, s), gA, gW, gc
+    return table_grad(rows, hs.view(-1, s), n, n_tokens), gA, gW, gc
 
 
 def dense_tracker_loss(
@@ -265,36 +279,62 @@ def dense_tracker_loss(
         and the number of valid positions whose label has the largest logit (int64, no
         gradient).
     """
-    if phi not in PHIS:
-        raise ValueError(f"unknown phi {phi!r} for the dense tracker loss; allowed: {', '.join(PHIS)}")
-    single = A.dim() == 2
-    if single:
-        tokens, labels, E, A, W, c = (x[None] for x in (tokens, labels, E, A, W, c))
-    check_shapes(tokens, labels, [E], A, W, c)
+    return fused_call(
+        "dense tracker", lambda *args: _DenseTrackerLoss.apply(*args, phi), phi, tokens, labels, [E], [A], W, c
+    )
+
+
+def fused_call(name, apply, phi, tokens, labels, tables, mats, W, c) -> tuple[torch.Tensor, torch.Tensor]:
+    """The front and back shared by the fused tracker losses.
+
+    Checks ``phi`` and the shapes (:func:`check_shapes`), adds the model dimension for a
+    single model (``A`` given as ``[S, S]``), answers zero loss and zero hits when there
+    are no positions, brings every parameter to one dtype and the tokens and labels to
+    time-major ``[N, T, B]``, calls ``apply(tokens, labels, *tables, *mats, W, c)`` (an
+    entry of ``mats`` may be None: an absent matrix) and removes the model dimension again.
+    """
+    single, tokens, labels, tables, mats, W, c = _with_model_dim(name, phi, tokens, labels, tables, mats, W, c)
+    check_shapes(tokens, labels, tables, [m for m in mats if m is not None], W, c)
+    params = [*tables, *(m for m in mats if m is not None), W, c]
     n = tokens.shape[0]
     if tokens.shape[1] == 0 or tokens.shape[2] == 0:  # no positions: zero loss, zero hits
-        zero = E.sum() * 0.0 + A.sum() * 0.0 + W.sum() * 0.0 + c.sum() * 0.0
-        out = zero.expand(n).clone(), torch.zeros(n, dtype=torch.long, device=tokens.device)
-        return (out[0][0], out[1][0]) if single else out
-    tok_tm = tokens.transpose(1, 2).contiguous()  # [N, T, B]
-    lab_tm = labels.transpose(1, 2).contiguous()
-    dtype = torch.promote_types(torch.promote_types(E.dtype, A.dtype), torch.promote_types(W.dtype, c.dtype))
-    E, A, W, c = (x.to(dtype).contiguous() for x in (E, A, W, c))
-    loss, correct = _DenseTrackerLoss.apply(tok_tm, lab_tm, E, A, W, c, phi)
+        zero = sum(p.sum() * 0.0 for p in params)
+        loss, correct = zero.expand(n).clone(), torch.zeros(n, dtype=torch.long, device=tokens.device)
+    else:
+        dtype = params[0].dtype
+        for p in params[1:]:
+            dtype = torch.promote_types(dtype, p.dtype)
+        tables = [t.to(dtype).contiguous() for t in tables]
+        mats = [m.to(dtype).contiguous() if m is not None else None for m in mats]
+        tok_tm = tokens.transpose(1, 2).contiguous()  # [N, T, B]
+        lab_tm = labels.transpose(1, 2).contiguous()
+        loss, correct = apply(tok_tm, lab_tm, *tables, *mats, W.to(dtype).contiguous(), c.to(dtype).contiguous())
     return (loss[0], correct[0]) if single else (loss, correct)
 
 
-def check_shapes(tokens, labels, tables, A, W, c, U=None) -> None:
+def _with_model_dim(name, phi, tokens, labels, tables, mats, W, c):
+    """Check ``phi``; for a single model (``mats[0]`` is ``[S, S]``) add the leading model
+    dimension to every argument.  Returns ``(single, tokens, labels, tables, mats, W, c)``."""
+    if phi not in PHIS:
+        raise ValueError(f"unknown phi {phi!r} for the {name} loss; allowed: {', '.join(PHIS)}")
+    single = mats[0].dim() == 2
+    if single:
+        tokens, labels, W, c = (x[None] for x in (tokens, labels, W, c))
+        tables = [t[None] for t in tables]
+        mats = [m[None] if m is not None else None for m in mats]
+    return single, tokens, labels, tables, mats, W, c
+
+
+def check_shapes(tokens, labels, tables, mats, W, c) -> None:
     """Raise ``ValueError`` (one line, the shapes) unless the arguments of a fused tracker
-    loss fit together: tokens/labels ``[N, B, T]``, tables ``[N, V, S]``, A (and U)
-    ``[N, S, S]``, W ``[N, C, S]``, c ``[N, C]``, and every token id in ``[0, V)``."""
-    mats = [A] + ([U] if U is not None else [])
+    loss fit together: tokens/labels ``[N, B, T]``, tables ``[N, V, S]``, state matrices
+    ``mats`` ``[N, S, S]``, W ``[N, C, S]``, c ``[N, C]``, and every token id in ``[0, V)``."""
     parts = [tokens, labels, *tables, *mats, W, c]
     shapes = ", ".join(str(tuple(x.shape)) for x in parts)
     ok = tokens.dim() == 3 and labels.shape == tokens.shape and W.dim() == 3 and c.dim() == 2
     ok = ok and all(t.dim() == 3 and t.shape == tables[0].shape for t in tables) and all(m.dim() == 3 for m in mats)
     if ok:
-        n, s = tokens.shape[0], A.shape[-1]
+        n, s = tokens.shape[0], mats[0].shape[-1]
         ok = all(x.shape[0] == n for x in parts[2:]) and all(m.shape[1:] == (s, s) for m in mats)
         ok = ok and tables[0].shape[2] == s and W.shape[2] == s and c.shape[1] == W.shape[1]
     if not ok:
@@ -319,21 +359,30 @@ def dense_tracker_loss_reference(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The model of :func:`dense_tracker_loss` as a plain loop under autograd (the
     definition the fused op is tested against).  Same arguments and returns."""
-    if phi not in PHIS:
-        raise ValueError(f"unknown phi {phi!r} for the dense tracker loss; allowed: {', '.join(PHIS)}")
-    single = A.dim() == 2
-    if single:
-        tokens, labels, E, A, W, c = (x[None] for x in (tokens, labels, E, A, W, c))
+
+    def pre(h, x, tabs, mats):  # h_{t−1} Aᵀ + E[x_t]
+        return h @ mats[0].T + tabs[0][x]
+
+    return reference_call("dense tracker", pre, phi, tokens, labels, [E], [A], W, c)
+
+
+def reference_call(name, pre, phi, tokens, labels, tables, mats, W, c) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loop shared by the references: for each model m, h_t = phi(pre(h_{t−1}, x_t,
+    tables[m], mats[m])) from h_{−1} = 0, then the readout's summed cross-entropy and hits
+    (``mats`` entries may be None, as in :func:`fused_call`)."""
+    single, tokens, labels, tables, mats, W, c = _with_model_dim(name, phi, tokens, labels, tables, mats, W, c)
     losses, hits = [], []
     for m in range(tokens.shape[0]):
-        h = E.new_zeros(tokens.shape[1], A.shape[-1])  # [B, S]
+        tabs_m = [t[m] for t in tables]
+        mats_m = [x[m] if x is not None else None for x in mats]
+        h = tables[0].new_zeros(tokens.shape[1], mats[0].shape[-1])  # [B, S]
         states = []
         for t in range(tokens.shape[2]):
-            h = h @ A[m].T + E[m][tokens[m, :, t]]
+            h = pre(h, tokens[m, :, t], tabs_m, mats_m)
             h = torch.tanh(h) if phi == "tanh" else h
             states.append(h)
-        losses_m, hits_m = _ce_reference(torch.stack(states, 1), W[m], c[m], labels[m])  # states [B, T, S]
-        losses.append(losses_m)
+        loss_m, hits_m = _ce_reference(torch.stack(states, 1), W[m], c[m], labels[m])  # states [B, T, S]
+        losses.append(loss_m)
         hits.append(hits_m)
     loss, correct = torch.stack(losses), torch.stack(hits)
     return (loss[0], correct[0]) if single else (loss, correct)

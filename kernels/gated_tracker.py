@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from .dense_tracker import BUFFERS, PHIS, _ce_reference, check_shapes, readout_ce, readout_ce_grad
+from .dense_tracker import BUFFERS, fused_call, readout_ce, readout_ce_grad, reference_call, table_grad, token_rows
 
 __all__ = ["gated_tracker_loss", "gated_tracker_loss_reference"]
 
@@ -41,40 +41,40 @@ class _GatedTrackerLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tokens, labels, E, G, A, U, W, c, phi):
-        loss, correct, *bufs = _forward(tokens, labels, E, G, A, U, W, c, phi)
+        rows = token_rows(tokens, E.shape[1])
+        loss, correct, *bufs = _forward(rows, labels, E, G, A, U, W, c, phi)
         ctx.bufs = tuple(bufs)  # (hs, P, probs), overwritten by backward: plain refs
         ctx.mark_non_differentiable(correct)
         ctx.phi, ctx.has_u = phi, U is not None
         ctx.n_tokens = E.shape[1]
-        ctx.save_for_backward(tokens, labels, A, W, U if U is not None else A)
+        ctx.save_for_backward(rows, labels, A, W, U if U is not None else A)
         return loss, correct
 
     @staticmethod
     def backward(ctx, grad_loss, _grad_correct):
         if torch.is_grad_enabled():  # create_graph=True: a second derivative is not implemented
             raise RuntimeError("gated_tracker_loss: first derivatives only (create_graph / double backward is not supported)")
-        tokens, labels, A, W, U = ctx.saved_tensors
+        rows, labels, A, W, U = ctx.saved_tensors
         U = U if ctx.has_u else None
         with BUFFERS.lock:  # one backward per graph, even from two threads
             bufs, ctx.bufs = ctx.bufs, None
         if bufs is None:
             raise RuntimeError("gated_tracker_loss: backward through the same graph twice is not supported")
-        gE, gG, gA, gU, gW, gc = _backward(tokens, labels, A, U, W, *bufs, grad_loss, ctx.n_tokens, ctx.phi)
+        gE, gG, gA, gU, gW, gc = _backward(rows, labels, A, U, W, *bufs, grad_loss, ctx.n_tokens, ctx.phi)
         BUFFERS.give(bufs[0])  # state and gate buffers: nothing refers to them any more
         BUFFERS.give(bufs[1])
         return None, None, gE, gG, gA, gU, gW, gc, None
 
 
-def _forward(tokens, labels, E, G, A, U, W, c, phi):
+def _forward(rows, labels, E, G, A, U, W, c, phi):
     """One group of members: (loss [N], correct [N], hs [N, T, B, S], P [N, T, B, 2S], probs)."""
-    n, t_len, bsz = tokens.shape
+    n, t_len, bsz = labels.shape
     v, s = E.shape[1], E.shape[2]
-    flat = (tokens + (torch.arange(n, device=tokens.device) * v).view(n, 1, 1)).reshape(-1)
     hs = BUFFERS.take((n, t_len, bsz, s), E.dtype, E.device)
-    torch.index_select(E.reshape(n * v, s), 0, flat, out=hs.view(-1, s))  # the drive, overwritten by h_t
+    torch.index_select(E.reshape(n * v, s), 0, rows, out=hs.view(-1, s))  # the drive, overwritten by h_t
     table = torch.cat([torch.zeros_like(G), G], dim=-1)  # [N, V, 2S]: P_t starts as [0 | G[x_t]]
     P = BUFFERS.take((n, t_len, bsz, 2 * s), E.dtype, E.device)
-    torch.index_select(table.reshape(n * v, 2 * s), 0, flat, out=P.view(-1, 2 * s))
+    torch.index_select(table.reshape(n * v, 2 * s), 0, rows, out=P.view(-1, 2 * s))
     wcat = torch.cat([A.mT, U.mT], dim=-1) if U is not None else A.mT  # [N, S, 2S] or [N, S, S]
     tanh = phi == "tanh"
     # per-step views made once (slicing inside the loop costs more than the small ops do)
@@ -97,7 +97,7 @@ def _forward(tokens, labels, E, G, A, U, W, c, phi):
     return loss, correct, hs, P, probs
 
 
-def _backward(tokens, labels, A, U, W, hs, P, probs, grad_loss, n_tokens, phi):
+def _backward(rows, labels, A, U, W, hs, P, probs, grad_loss, n_tokens, phi):
     n, t_len, bsz, s = hs.shape
     g_rows, gW, gc = readout_ce_grad(probs, labels, grad_loss, hs)  # ∂L/∂z [N, T, B, C]
     mcat = torch.cat([A, U], dim=1) if U is not None else A  # [N, 2S, S] or [N, S, S]
@@ -133,12 +133,9 @@ def _backward(tokens, labels, A, U, W, hs, P, probs, grad_loss, n_tokens, phi):
     gA, gU = (gcat[..., :s, :], gcat[..., s:, :]) if U is not None else (gcat, None)
     if n == 1:
         gA, gU = gA[None], None if gU is None else gU[None]
-    flat = (tokens + (torch.arange(n, device=tokens.device) * n_tokens).view(n, 1, 1)).reshape(-1)
-    gE = torch.zeros(n * n_tokens, s, dtype=hs.dtype, device=hs.device).index_add_(0, flat, hs.view(-1, s))
-    gG = torch.zeros(n * n_tokens, s, dtype=hs.dtype, device=hs.device).index_add_(
-        0, flat, P[..., s:].reshape(-1, s)
-    )
-    return gE.view(n, n_tokens, s), gG.view(n, n_tokens, s), gA, gU, gW, gc
+    gE = table_grad(rows, hs.view(-1, s), n, n_tokens)  # hs holds d_t
+    gG = table_grad(rows, P[..., s:].reshape(-1, s), n, n_tokens)  # the gate half of P holds ∂u_t
+    return gE, gG, gA, gU, gW, gc
 
 
 def gated_tracker_loss(
@@ -170,28 +167,9 @@ def gated_tracker_loss(
         ``[N]``), differentiable in E, G, A, U, W and c (once); and the count of valid
         positions whose label has the largest logit (int64, no gradient).
     """
-    if phi not in PHIS:
-        raise ValueError(f"unknown phi {phi!r} for the gated tracker loss; allowed: {', '.join(PHIS)}")
-    single = A.dim() == 2
-    if single:
-        tokens, labels, E, G, A, W, c = (x[None] for x in (tokens, labels, E, G, A, W, c))
-        U = U[None] if U is not None else None
-    check_shapes(tokens, labels, [E, G], A, W, c, U)
-    params = [E, G, A, W, c] + ([U] if U is not None else [])
-    n = tokens.shape[0]
-    if tokens.shape[1] == 0 or tokens.shape[2] == 0:  # no positions: zero loss, zero hits
-        zero = sum(p.sum() * 0.0 for p in params)
-        out = zero.expand(n).clone(), torch.zeros(n, dtype=torch.long, device=tokens.device)
-        return (out[0][0], out[1][0]) if single else out
-    dtype = params[0].dtype
-    for p in params[1:]:
-        dtype = torch.promote_types(dtype, p.dtype)
-    E, G, A, W, c = (x.to(dtype).contiguous() for x in (E, G, A, W, c))
-    U = U.to(dtype).contiguous() if U is not None else None
-    tok_tm = tokens.transpose(1, 2).contiguous()
-    lab_tm = labels.transpose(1, 2).contiguous()
-    loss, correct = _GatedTrackerLoss.apply(tok_tm, lab_tm, E, G, A, U, W, c, phi)
-    return (loss[0], correct[0]) if single else (loss, correct)
+    return fused_call(
+        "gated tracker", lambda *args: _GatedTrackerLoss.apply(*args, phi), phi, tokens, labels, [E, G], [A, U], W, c
+    )
 
 
 def gated_tracker_loss_reference(
@@ -207,23 +185,10 @@ def gated_tracker_loss_reference(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The model of :func:`gated_tracker_loss` as a plain loop under autograd (the
     definition the fused op is tested against).  Same arguments and returns."""
-    if phi not in PHIS:
-        raise ValueError(f"unknown phi {phi!r} for the gated tracker loss; allowed: {', '.join(PHIS)}")
-    single = A.dim() == 2
-    if single:
-        tokens, labels, E, G, A, W, c = (x[None] for x in (tokens, labels, E, G, A, W, c))
-        U = U[None] if U is not None else None
-    losses, hits = [], []
-    for m in range(tokens.shape[0]):
-        h = E.new_zeros(tokens.shape[1], A.shape[-1])  # [B, S]
-        states = []
-        for t in range(tokens.shape[2]):
-            gate_in = G[m][tokens[m, :, t]] + (h @ U[m].T if U is not None else 0.0)
-            h = torch.sigmoid(gate_in) * (h @ A[m].T) + E[m][tokens[m, :, t]]
-            h = torch.tanh(h) if phi == "tanh" else h
-            states.append(h)
-        losses_m, hits_m = _ce_reference(torch.stack(states, 1), W[m], c[m], labels[m])  # states [B, T, S]
-        losses.append(losses_m)
-        hits.append(hits_m)
-    loss, correct = torch.stack(losses), torch.stack(hits)
-    return (loss[0], correct[0]) if single else (loss, correct)
+
+    def pre(h, x, tabs, mats):  # σ(G[x_t] + h_{t−1} Uᵀ) ⊙ (h_{t−1} Aᵀ) + E[x_t]
+        (E_m, G_m), (A_m, U_m) = tabs, mats
+        gate_in = G_m[x] + (h @ U_m.T if U_m is not None else 0.0)
+        return torch.sigmoid(gate_in) * (h @ A_m.T) + E_m[x]
+
+    return reference_call("gated tracker", pre, phi, tokens, labels, [E, G], [A, U], W, c)
