@@ -277,13 +277,14 @@ def bench_train(
         rows.append(BenchRow(setting, f"baseline ({names[0]})", 1, batch * length / sec, sec, n, t))
         sec, n, t = best_of(dynlab_run([spec]))
         rows.append(BenchRow(setting, "dynlab", 1, batch * length / sec, sec, n, t))
-        if compile and not runs_generic_loop(Tracker(arch, 2, 2, hidden=hidden)):
+        probe = Tracker(arch, 2, 2, hidden=hidden)  # structure only: state size, training path
+        if compile and not runs_generic_loop(probe):
             reason = f"{arch} trains through a fused kernel or scan, which torch.compile does not change"
             skipped.append({"method": "dynlab + torch.compile", "reason": reason})
         elif compile:
             sec, n, t = best_of(dynlab_run([spec], compiled=True))
             rows.append(BenchRow(setting, "dynlab + torch.compile", 1, batch * length / sec, sec, n, t))
-        state = Tracker(arch, 2, 2, hidden=hidden).state_size
+        state = probe.state_size
         for size in ensembles:
             need_gb = size * batch * length * state * 4 * _LIVE_COPIES / 2**30
             if need_gb > max_memory_gb:

@@ -183,10 +183,6 @@ class _DenseRNN(Cell):
                 return kind
         return None
 
-    def fused_loss_ok(self) -> bool:
-        """True when a fused training kernel computes this cell (:meth:`fused_kind`)."""
-        return self.fused_kind() is not None
-
     def fast_scan_ok(self) -> bool:
         cls = type(self)
         return self.phi in ("identity", "tanh") and cls.transition is cls._fused_transition and cls._ah is _DenseRNN._ah
@@ -253,7 +249,7 @@ class TanhRNNCell(_DenseRNN):
     _fused_transition = transition
 
 
-#: precompute functions that give only the drive B x̃_t + b (see ``fused_loss_ok``)
+#: precompute functions that give only the drive B x̃_t + b (see ``fused_kind``)
 _DRIVE_ONLY = (LinearRNNCell.precompute, TanhRNNCell.precompute)
 
 

@@ -32,9 +32,8 @@ __all__ = [
     "build_tracker",
     "fused_kind",
     "fused_loss",
-    "fused_loss_ok",
-    "runs_generic_loop",
     "lr_at",
+    "runs_generic_loop",
     "step_work",
     "tracker_logits",
     "tracker_loss",
@@ -49,7 +48,6 @@ __all__ = [
 #: a mamba step 31 ms vs 52 ms).  The rule depends on the spec only, so reruns stay
 #: bit-identical (the thread count changes the rounding of some kernels).
 SMALL_STEP_MACS = 2**24
-
 
 
 @dataclass
@@ -138,11 +136,6 @@ def runs_generic_loop(model: Tracker) -> bool:
     return fused_kind(model) is None and any(not cell.fast_scan_ok() for cell in model.cells)
 
 
-def fused_loss_ok(model: Tracker) -> bool:
-    """True when :func:`tracker_loss` trains ``model`` with a fused kernel (:func:`fused_kind`)."""
-    return fused_kind(model) is not None
-
-
 def fused_loss(
     kind: str, params: dict[str, torch.Tensor], phi: str, tokens: torch.Tensor, labels: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -180,9 +173,13 @@ def tracker_loss(model: Tracker, tokens: torch.Tensor, labels: torch.Tensor) -> 
     gradients); for the models of :func:`fused_kind` it runs a fused kernel
     (:func:`fused_loss`), otherwise that expression.
     """
+    return _loss(model, fused_kind(model), tokens, labels)
+
+
+def _loss(model: Tracker, kind: str | None, tokens: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`tracker_loss` with ``fused_kind(model)`` already known (a training loop asks once)."""
     valid = labels >= 0  # −100 (cross_entropy's ignore_index) marks padding
     n = valid.sum().clamp(min=1)
-    kind = fused_kind(model)
     if kind is not None:
         total, correct = fused_loss(kind, dict(model.named_parameters()), model.cells[0].phi, tokens, labels)
         return total / n, correct.to(total.dtype).detach() / n
@@ -313,6 +310,7 @@ def _train(
     opt = torch.optim.AdamW(model.parameters(), lr=tr.lr, weight_decay=tr.weight_decay)
     gen = torch.Generator().manual_seed(spec.seed)
     result = TrainResult(model=model)
+    kind = fused_kind(model)  # decided once: the model's structure does not change while it trains
     bar = progress.add(f"train {spec.model.arch} {spec.task.group} s{spec.seed}", tr.steps)
     model.train()
     length = tr.curriculum.first_length(tr.steps)
@@ -321,7 +319,7 @@ def _train(
         tokens, labels = tokens.to(device), labels.to(device)
         for g in opt.param_groups:
             g["lr"] = lr_at(tr, step)
-        loss, acc_t = tracker_loss(model, tokens, labels)
+        loss, acc_t = _loss(model, kind, tokens, labels)
         if not torch.isfinite(loss):
             result.status, result.reason = "diverged", f"non-finite loss at step {step} (length {length})"
             break

@@ -106,8 +106,6 @@ def train_ensemble(
     they change nothing but rounding.
     """
     check_ensemble(specs)
-    if threads is not None and threads < 1:
-        raise ValueError(f"threads must be ≥ 1 or None, got {threads}")
     progress = progress or NullProgress()
     tasks = [WordProblem(get_group(s.task.group)) for s in specs]
     models = [build_tracker(s.model, t.n_tokens, t.n_classes, s.seed).to(device) for s, t in zip(specs, tasks)]
