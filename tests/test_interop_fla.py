@@ -1,12 +1,11 @@
 """Interop: dynlab's GLA equals fla-core's ``naive_recurrent_gla`` (skipped when fla-core is absent).
 
-fla-core's package ``__init__`` needs triton; its naive reference is plain torch, so when
-triton is missing the file ``fla/ops/gla/naive.py`` is loaded on its own.
+fla-core's package ``__init__`` needs a working triton driver; its naive reference is plain
+torch, so the file ``fla/ops/gla/naive.py`` is loaded on its own (CPU-only machines work).
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 import importlib.util
 
@@ -17,10 +16,9 @@ from dynlab.kernels.gla import gla_chunked, gla_sequential
 
 
 def _naive_recurrent_gla():
-    try:
-        return importlib.import_module("fla.ops.gla.naive").naive_recurrent_gla
-    except ImportError:
-        pass
+    # Importing the ``fla`` package initialises triton, which on a CPU-only machine with
+    # triton installed raises RuntimeError (no active driver) and warns; the naive file is
+    # plain torch, so it is always loaded on its own.
     try:
         dist = importlib.metadata.distribution("fla-core")
     except importlib.metadata.PackageNotFoundError:
