@@ -22,9 +22,9 @@ def get_study(name: str) -> Study:
 
 
 def _load_builtin() -> None:
-    from dynlab.studies import group_tracking, length_generalization, nonlinearity
+    from dynlab.studies import babilong, copying, group_tracking, length_generalization, nonlinearity, passkey
 
-    for module in (group_tracking, length_generalization, nonlinearity):
+    for module in (group_tracking, length_generalization, nonlinearity, copying, passkey, babilong):
         register_study(module.STUDY)
 
 

