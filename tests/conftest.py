@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    # Triton kernels run on the CPU through Triton's interpreter, which triton picks when
+    # it is first imported (tests/test_triton_kernels.py); on a GPU they run for real.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from dynlab.groups import get_group
 from dynlab.models import Cell, Tracker, register_cell

@@ -25,9 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dynlab.kernels.gla import gla_chunked, gla_sequential
-from dynlab.kernels.selective_scan import selective_scan_chunked, selective_scan_sequential
-from dynlab.kernels.ssd import ssd_chunked, ssd_sequential
+from dynlab.kernels import dispatch
+from dynlab.kernels.gla import gla_sequential
+from dynlab.kernels.selective_scan import selective_scan_sequential
+from dynlab.kernels.ssd import ssd_sequential
 
 __all__ = ["Mamba2Mixer", "Mamba1Mixer", "GLAMixer", "MIXERS", "IMPLS"]
 
@@ -104,7 +105,7 @@ class Mamba2Mixer(nn.Module):
         B = B[:, :, None, :].expand(b, t, h, n)  # [B, T, H, N]
         C = C[:, :, None, :].expand(b, t, h, n)  # [B, T, H, N]
         if self.impl == "chunked":
-            y, state = ssd_chunked(xs, dt, A, B, C, initial_state, True, chunk_size=self.chunk_size)
+            y, state = dispatch.ssd(xs, dt, A, B, C, initial_state, True, chunk_size=self.chunk_size)
         else:
             y, state = ssd_sequential(xs, dt, A, B, C, initial_state, True)
         y = y + self.D[:, None] * xs  # [B, T, H, P]
@@ -165,7 +166,7 @@ class Mamba1Mixer(nn.Module):
         A = -torch.exp(self.A_log)  # [D_inner, N]
         init = None if initial_state is None else initial_state.reshape(b, self.d_inner, self.d_state)
         if self.impl == "chunked":
-            y, state = selective_scan_chunked(xs, delta, A, B, C, init, True, chunk_size=self.chunk_size)
+            y, state = dispatch.selective_scan(xs, delta, A, B, C, init, True, chunk_size=self.chunk_size)
         else:
             y, state = selective_scan_sequential(xs, delta, A, B, C, init, True)
         y = self.norm((y + self.D * xs) * F.silu(z))  # [B, T, D_inner]
@@ -208,7 +209,7 @@ class GLAMixer(nn.Module):
         v = v.view(b, t, h, dv)  # [B, T, H, V]
         gk = F.logsigmoid(g) / self.gate_normalizer
         if self.impl == "chunked":
-            y, state = gla_chunked(q, k, v, gk, None, initial_state, True, chunk_size=self.chunk_size)
+            y, state = dispatch.gla(q, k, v, gk, None, initial_state, True, chunk_size=self.chunk_size)
         else:
             y, state = gla_sequential(q, k, v, gk, None, initial_state, True)
         y = self.norm(y.reshape(b, t, h * dv) * F.silu(o))  # [B, T, H*V]

@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dynlab.kernels.scan import dense_rnn_scan, linear_scan
+from dynlab.kernels.dispatch import linear_scan  # Triton on CUDA, the chunked torch scan on the CPU
+from dynlab.kernels.scan import dense_rnn_scan
 from dynlab.models.nonlinearity import apply_phi, check_phi
 
 __all__ = [
