@@ -10,7 +10,10 @@ gradient clipping, AdamW) of:
   loop) under autograd, with the tracker's embedding and readout;
 - ``dynlab`` — :func:`dynlab.train.train_tracker`, one model;
 - ``ensemble-N`` — :func:`dynlab.train.ensemble.train_ensemble` with N members;
-- ``floor`` — FLOPs per token over the GEMM rate measured in the same run.
+- ``floor`` — what the machine allows, measured in the same run: for dense cells FLOPs per
+  token over the GEMM rate (``floor_kind`` ``gemm``); for diagonal cells (the Mamba family),
+  whose training is bound by memory traffic, bytes per token over the memory bandwidth
+  (``floor_kind`` ``bandwidth``).
 
 Definitions (numbers the report prints):
 
@@ -31,15 +34,33 @@ Definitions (numbers the report prints):
   excluded: dynlab gathers them from a per-token table); diagonal affine cells
   6·(2·S + H·C) (the diagonal recurrence and the per-channel readout are counted as
   matrix-vector work, which overstates what a GEMM rate can do for them);
-- floor (tokens/s) = GEMM rate / FLOPs per token;
+- memory bandwidth (bytes/s) = 3 · 4 · 2²³ / time of one ``z = x + y`` over float32
+  vectors of 2²³ entries (32 MiB each, larger than the caches: two streams read, one
+  written), sampled like the GEMM rate (median per thread count, best thread count);
+- bytes per token (diagonal cells): 11 streams of S float32 state entries, 44·S bytes
+  (S = state size; complex states count their real and imaginary parts).  Forward: the
+  scan reads a_t and b_t and writes h_t, the readout reads h_t (4); backward: the readout
+  reads h_t and writes ∂L/∂h_t, the reverse scan reads ∂L/∂h_t, a_t and h_{t−1} and writes
+  ∂L/∂a_t and ∂L/∂b_t (7).  Parameters, optimizer state and the [T, H]-sized inputs are
+  left out, so the floor is optimistic (a fused kernel that never stores a_t and b_t
+  could beat it);
+- floor (tokens/s) = GEMM rate / FLOPs per token (``gemm``) or bandwidth / bytes per token
+  (``bandwidth``);
 - ``speedup_vs_baseline`` = best dynlab throughput (one model or an ensemble) / baseline
   throughput (one model);
-- ``fraction_of_floor`` = best dynlab throughput / floor.
+- ``fraction_of_floor`` = throughput / floor, on every row, and for the best dynlab row at
+  the top level;
+- ``ensemble_vs_solo_per_model`` = best ensemble throughput per model / one model's
+  throughput (``null`` without ensembles).
+
+The JSON is strict: numbers that do not exist (the floor row's seconds per step) are
+``null``, never ``NaN``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -59,7 +80,16 @@ from dynlab.train.engine import build_tracker, runs_generic_loop, train_tracker
 from dynlab.train.ensemble import train_ensemble
 from dynlab.train.progress import NullProgress
 
-__all__ = ["BenchRow", "bench_train", "format_table", "gemm_rate"]
+__all__ = [
+    "BenchRow",
+    "bench_train",
+    "bytes_per_token",
+    "floor_kind",
+    "format_table",
+    "gemm_rate",
+    "memory_bandwidth",
+    "strict_json",
+]
 
 _DENSE = ("tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn")
 _LIVE_COPIES = 8  # [N, B, T, S] tensors alive at the peak of a training step (estimate)
@@ -77,6 +107,8 @@ class BenchRow:
     seconds_per_step: float
     steps: int
     threads: int = 0
+    floor_kind: str = ""
+    fraction_of_floor: float | None = None
 
 
 @dataclass
@@ -111,6 +143,34 @@ def gemm_rate(batch: int, size: int, device: torch.device, repeats: int = 50) ->
         _sync(device)
         times.append((time.perf_counter() - t0) / repeats)
     return 2.0 * batch * size * size / sorted(times)[len(times) // 2]
+
+
+def memory_bandwidth(device: torch.device, numel: int = 1 << 23, repeats: int = 5) -> float:
+    """Bytes/s of ``z = x + y`` over float32 vectors of ``numel`` entries (median of 5 timings)."""
+    x = torch.ones(numel, device=device)
+    y = torch.ones(numel, device=device)
+    z = torch.empty(numel, device=device)
+    torch.add(x, y, out=z)
+    times = []
+    for _ in range(5):
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            torch.add(x, y, out=z)
+        _sync(device)
+        times.append((time.perf_counter() - t0) / repeats)
+    return 3.0 * 4 * numel / sorted(times)[len(times) // 2]
+
+
+def floor_kind(arch: str) -> str:
+    """``"gemm"`` for dense cells (bound by matrix products), ``"bandwidth"`` for diagonal ones."""
+    return "gemm" if arch in _DENSE else "bandwidth"
+
+
+def bytes_per_token(arch: str, hidden: int, d_state: int) -> float:
+    """Floor bytes per token of a diagonal cell: 11 float32 streams of the state (module docstring)."""
+    model = Tracker(arch, 2, 2, hidden=hidden, d_state=d_state)
+    return 11.0 * 4 * model.state_size
 
 
 def flops_per_token(arch: str, hidden: int, n_classes: int, d_state: int) -> float:
@@ -234,11 +294,20 @@ def bench_train(
     dev = resolve_device(device)
     old_threads = torch.get_num_threads()
     tries = sorted(set(threads or (1, old_threads))) if dev.type == "cpu" else [old_threads]
+    kind = floor_kind(arch)
     samples: dict[int, list[float]] = {t: [] for t in tries}
+    bw_samples: dict[int, list[float]] = {t: [] for t in tries}
+
+    def sample_machine(t: int) -> None:
+        """The box's speed now (GEMM rate, and bandwidth for diagonal cells)."""
+        samples[t].append(gemm_rate(batch, hidden, dev))
+        if kind == "bandwidth":
+            bw_samples[t].append(memory_bandwidth(dev))
+
     for _ in range(3):  # interleaved, so a burst of load on the shared box hits every count
         for t in tries:
             torch.set_num_threads(t)
-            samples[t].append(gemm_rate(batch, hidden, dev))
+            sample_machine(t)
     setting = f"{arch} H={hidden} B={batch} T={length}"
     rows: list[BenchRow] = []
     skipped: list[dict[str, str]] = []
@@ -248,7 +317,7 @@ def bench_train(
         out = []
         for t in tries:
             torch.set_num_threads(t)
-            samples[t].append(gemm_rate(batch, hidden, dev))  # the box's speed now, next to this timing
+            sample_machine(t)  # the box's speed now, next to this timing
             sec, n = run(t)
             out.append((sec, n, t))
         return min(out)
@@ -297,11 +366,22 @@ def bench_train(
     finally:
         torch.set_num_threads(old_threads)
     rates = {t: sorted(v)[len(v) // 2] for t, v in samples.items()}
-    best_threads = max(rates, key=rates.get)
     n_classes = get_group(group).order
     fpt = flops_per_token(arch, hidden, n_classes, 4)
-    floor = rates[best_threads] / fpt
-    rows.append(BenchRow(setting, "floor (GEMM rate / FLOPs per token)", 1, floor, float("nan"), 0, best_threads))
+    bandwidths = {t: sorted(v)[len(v) // 2] for t, v in bw_samples.items() if v}
+    if kind == "gemm":
+        best_threads = max(rates, key=rates.get)
+        bpt = None
+        floor = rates[best_threads] / fpt
+        floor_name = "floor (GEMM rate / FLOPs per token)"
+    else:
+        best_threads = max(bandwidths, key=bandwidths.get)
+        bpt = bytes_per_token(arch, hidden, 4)
+        floor = bandwidths[best_threads] / bpt
+        floor_name = "floor (bandwidth / bytes per token)"
+    rows.append(BenchRow(setting, floor_name, 1, floor, float("nan"), 0, best_threads))
+    for r in rows:
+        r.floor_kind, r.fraction_of_floor = kind, r.tokens_per_s / floor
     base = rows[0].tokens_per_s
     best = max(r.tokens_per_s for r in rows if r.method.startswith("dynlab"))
     return {
@@ -313,7 +393,10 @@ def bench_train(
         "device": str(dev),
         "threads": best_threads,
         "gemm_rate_flops": {str(t): r for t, r in rates.items()},
+        "floor_kind": kind,
         "flops_per_token": fpt,
+        "memory_bandwidth_bytes": {str(t): b for t, b in bandwidths.items()} or None,
+        "bytes_per_token": bpt,
         "floor_tokens_per_s": floor,
         "rows": [asdict(r) for r in rows],
         "skipped": skipped,
@@ -321,23 +404,42 @@ def bench_train(
         "best_dynlab_tokens_per_s": best,
         "speedup_vs_baseline": best / base,
         "fraction_of_floor": best / floor,
+        "ensemble_vs_solo_per_model": _ensemble_vs_solo(rows),
     }
+
+
+def _ensemble_vs_solo(rows: list[BenchRow]) -> float | None:
+    """Best ensemble's throughput per model over one model's (None without ensembles)."""
+    solo = next(r.tokens_per_s for r in rows if r.method == "dynlab")
+    per_model = [r.tokens_per_s / r.models for r in rows if r.method.startswith("dynlab ensemble-")]
+    return max(per_model) / solo if per_model else None
 
 
 def format_table(results: list[dict[str, Any]]) -> str:
     """Plain-text table of :func:`bench_train` results."""
-    lines = [f"{'setting':32s} {'method':40s} {'models':>6s} {'model-tok/s':>12s} {'s/step':>8s} {'thr':>3s}"]
+    lines = [
+        f"{'setting':32s} {'method':40s} {'models':>6s} {'model-tok/s':>12s} {'s/step':>8s} {'thr':>3s} {'of floor':>9s}"
+    ]
     for res in results:
         for r in res["rows"]:
-            sps = "" if r["seconds_per_step"] != r["seconds_per_step"] else f"{r['seconds_per_step']:.3f}"
+            sec = r["seconds_per_step"]
+            sps = "" if sec is None or not math.isfinite(sec) else f"{sec:.3f}"
+            frac = r.get("fraction_of_floor")
+            fof = "" if frac is None else f"{frac:.2f} {r.get('floor_kind', '')}"
             lines.append(
-                f"{r['setting']:32s} {r['method']:40s} {r['models']:6d} {r['tokens_per_s']:12.0f} {sps:>8s} {r['threads']:3d}"
+                f"{r['setting']:32s} {r['method']:40s} {r['models']:6d} {r['tokens_per_s']:12.0f} {sps:>8s} "
+                f"{r['threads']:3d} {fof:>9s}"
             )
         lines.append(
             f"{'':32s} speedup_vs_baseline {res['speedup_vs_baseline']:.1f}×  fraction_of_floor "
             f"{res['fraction_of_floor']:.2f}  (threads {res['threads']}, GEMM "
             + ", ".join(f"{t}t {v / 1e9:.0f}" for t, v in res["gemm_rate_flops"].items())
-            + " GFLOP/s)"
+            + " GFLOP/s"
+            + "".join(
+                f"; bandwidth {t}t {v / 1e9:.1f} GB/s"
+                for t, v in (res.get("memory_bandwidth_bytes") or {}).items()
+            )
+            + ")"
         )
         for sk in res.get("skipped", []):
             lines.append(f"{'':32s} skipped {sk['method']}: {sk['reason']}")
@@ -351,5 +453,16 @@ def write_json(results: list[dict[str, Any]], path: str | Path) -> Path:
     if results:
         payload["speedup_vs_baseline"] = results[0]["speedup_vs_baseline"]
         payload["fraction_of_floor"] = results[0]["fraction_of_floor"]
-    path.write_text(json.dumps(payload, indent=1))
+    path.write_text(json.dumps(strict_json(payload), indent=1, allow_nan=False))
     return path
+
+
+def strict_json(obj: Any) -> Any:
+    """A copy of ``obj`` with every non-finite float (NaN, ±inf) replaced by None (JSON ``null``)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj

@@ -1,0 +1,63 @@
+"""``dynlab bench train``: strict JSON, the two kinds of floor, per-row fractions of the floor."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from dynlab.bench import bench_train, bytes_per_token, floor_kind, strict_json, write_json
+
+
+@pytest.fixture(scope="module")
+def payload(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    results = [bench_train(arch, 8, 4, 5, (2,), steps=2, threads=(1,)) for arch in ("tanh-rnn", "mamba")]
+    text = write_json(results, out).read_text()
+    return text, json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+
+
+def test_bench_json_is_strict_with_null_for_missing_numbers(payload):
+    text, data = payload
+    assert "NaN" not in text and "Infinity" not in text
+    floor_rows = [r for res in data["results"] for r in res["rows"] if r["method"].startswith("floor")]
+    assert len(floor_rows) == 2 and all(r["seconds_per_step"] is None for r in floor_rows)
+
+
+def test_bench_every_row_reports_floor_kind_and_fraction(payload):
+    _, data = payload
+    kinds = {res["arch"]: res["floor_kind"] for res in data["results"]}
+    assert kinds == {"tanh-rnn": "gemm", "mamba": "bandwidth"}
+    for res in data["results"]:
+        floor = res["floor_tokens_per_s"]
+        for r in res["rows"]:
+            assert r["floor_kind"] == res["floor_kind"]
+            assert r["fraction_of_floor"] == pytest.approx(r["tokens_per_s"] / floor)
+        threads = str(res["threads"])
+        if res["floor_kind"] == "gemm":
+            assert floor == pytest.approx(res["gemm_rate_flops"][threads] / res["flops_per_token"])
+            assert res["bytes_per_token"] is None
+        else:
+            assert floor == pytest.approx(res["memory_bandwidth_bytes"][threads] / res["bytes_per_token"])
+        rows = {r["method"]: r for r in res["rows"]}
+        solo, ens = rows["dynlab"]["tokens_per_s"], rows["dynlab ensemble-2"]["tokens_per_s"] / 2
+        assert res["ensemble_vs_solo_per_model"] == pytest.approx(ens / solo)
+
+
+def test_bench_bytes_per_token_counts_eleven_state_streams():
+    """44·S bytes: S = H·N for mamba (real), 2H for the complex cells' (re, im) pairs."""
+    assert bytes_per_token("mamba", 8, 4) == 44 * 8 * 4
+    assert bytes_per_token("mamba3", 8, 4) == 44 * 2 * 8
+    assert floor_kind("tanh-rnn") == "gemm" and floor_kind("state-gated-rnn") == "gemm"
+    assert floor_kind("mamba") == "bandwidth" and floor_kind("aussm") == "bandwidth"
+
+
+def test_strict_json_replaces_non_finite_numbers(tmp_path):
+    assert strict_json({"a": [1.0, math.nan, (math.inf, 2)], "b": -math.inf, "c": "nan"}) == {
+        "a": [1.0, None, [None, 2]], "b": None, "c": "nan"
+    }
+    res = {"speedup_vs_baseline": math.nan, "fraction_of_floor": 0.5, "rows": [{"seconds_per_step": math.nan}]}
+    path = write_json([res], tmp_path / "x.json")
+    data = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(c))
+    assert data["speedup_vs_baseline"] is None and data["results"][0]["rows"][0]["seconds_per_step"] is None
