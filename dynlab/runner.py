@@ -22,6 +22,7 @@ from dynlab.results.schema import annotate, open_dataset, provenance_attrs, writ
 from dynlab.results.store import RunStore, atomic_write_text
 from dynlab.study import Study, StudyOptions
 from dynlab.train.device import resolve_device
+from dynlab.train.engine import train_threads
 from dynlab.train.progress import NullProgress, make_progress
 
 __all__ = ["analyze_study", "open_study", "run_study", "study_dir"]
@@ -58,7 +59,9 @@ def _run_specs(
     def work(item: list[Spec]) -> list:
         # The device is resolved where the work runs (a GPU worker of a CPU-only client).
         t0 = time.perf_counter()
-        outcomes = study.run_item(item, resolve_device(device), work_progress)
+        dev = resolve_device(device)
+        with train_threads(dev):
+            outcomes = study.run_item(item, dev, work_progress)
         for o in outcomes:
             o.result.setdefault("wall_time_s", (time.perf_counter() - t0) / len(item))
         return outcomes
@@ -81,7 +84,8 @@ def _run_specs(
     if to_analyze:
         abar = progress.add(f"{study.name}: analyses", len(to_analyze))
         for spec in to_analyze:
-            ds = study.analyze_one(spec, store, local_device, progress)
+            with train_threads(local_device):  # same numbers whatever this machine's core count
+                ds = study.analyze_one(spec, store, local_device, progress)
             store.write_dataset(spec, ANALYSIS, ds)
             counts["analyzed"] += 1
             progress.update(abar, 1)

@@ -45,7 +45,7 @@ from dynlab.results.store import RunStore
 from dynlab.study import RunOutcome, Study, StudyOptions
 from dynlab.tasks import WordProblem
 from dynlab.train import NullProgress, TrainResult, build_tracker, train_tracker
-from dynlab.train.engine import step_work, train_threads
+from dynlab.train.engine import train_threads
 from dynlab.train.ensemble import train_ensemble
 
 __all__ = [
@@ -140,7 +140,7 @@ def _finish_run(spec: RunSpec, res: TrainResult, train_time: float, device: torc
         return RunOutcome(result, None)
     task = WordProblem(get_group(spec.task.group))
     ev = spec.eval
-    with train_threads(device, step_work(res.model, ev.batch_size)):  # small models: 1 thread
+    with train_threads(device):  # RUN_THREADS, as training: same numbers on every machine
         le = evaluate_lengths(
             res.model, task, ev.lengths, ev.n_samples, ev.batch_size, ev.chunk, spec.seed + ev.seed_offset, device
         )

@@ -70,6 +70,40 @@ def test_local_cluster_gives_identical_results_to_in_process(tmp_path):
         np.testing.assert_array_equal(da["accuracy"].values, db["accuracy"].values)
 
 
+@pytest.mark.slow
+def test_process_workers_give_bit_identical_results_to_in_process(tmp_path):
+    """Process-based workers (one thread each, OMP_NUM_THREADS=1 set by Dask's nanny) vs an
+    in-process run on a 2-thread "machine": same result files, weights and dataset, bit for
+    bit.  tanh-rnn on C6 and S3 trains as an ensemble of 2 (orthogonal init, fused kernel),
+    mamba alone; width 64 so that the thread count would change the rounding."""
+    extra = {
+        "model": {"hidden": 64},
+        "train": {"steps": 6, "batch_size": 32, "warmup_steps": 1},
+        "eval": {"lengths": (5, 30), "n_samples": 32, "batch_size": 32, "chunk": 16},
+    }
+    options = StudyOptions(preset="quick", models=("tanh-rnn", "mamba"), groups=("C6", "S3"), extra=extra)
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        run_study(GROUP_TRACKING, options, out=tmp_path / "inproc", device="cpu", analyze=False)
+    finally:
+        torch.set_num_threads(old)
+    with DaskExecutor(workers=1, processes=True) as ex:
+        run_study(GROUP_TRACKING, options, out=tmp_path / "dask", device="cpu", analyze=False, executor=ex)
+    a, b = tmp_path / "inproc" / "group-tracking", tmp_path / "dask" / "group-tracking"
+    ra, rb = _result_files(a), _result_files(b)
+    assert len(ra) == 4 and ra == rb
+    assert sorted(r.get("ensemble_size", 1) for r in ra.values()) == [1, 1, 2, 2]
+    wa, wb = _weights(a), _weights(b)
+    assert wa.keys() == wb.keys() and len(wa) == 4
+    for rid in wa:
+        for name in wa[rid]:
+            assert torch.equal(wa[rid][name], wb[rid][name]), (rid, name)
+    with xr.open_dataset(a / "dataset.nc", engine="h5netcdf") as da, xr.open_dataset(b / "dataset.nc") as db:
+        for name in ("accuracy", "accuracy_all", "train_loss", "mp"):
+            np.testing.assert_array_equal(da[name].values, db[name].values)
+
+
 # -- a toy study whose run kills its own worker process the first time ---------------------------
 
 

@@ -153,3 +153,76 @@ def test_ensemble_on_cuda_matches_cpu_solo():
         a = train_tracker(s, CPU)
         assert b.lengths == a.lengths
         torch.testing.assert_close(torch.tensor(b.losses), torch.tensor(a.losses), rtol=1e-4, atol=1e-5)
+
+
+# -- reproducibility: the numbers do not depend on where a spec runs ------------------------
+
+FUSED_ARCHS = ["tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn"]
+
+
+@pytest.fixture
+def machine_threads():
+    """Set this process's intra-op thread count, as a machine with that many cores would."""
+    old = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(old)
+
+
+def _assert_same_run(a, b, what: str) -> None:
+    assert (a.status, a.lengths, a.losses) == (b.status, b.lengths, b.losses), what
+    assert a.final_train_accuracy == b.final_train_accuracy, what
+    for (name, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
+        assert torch.equal(pa, pb), f"{what}: {name}"
+
+
+@pytest.mark.parametrize("arch", FUSED_ARCHS)
+def test_fused_ensemble_is_bit_identical_to_solo(arch):
+    """Members at different curriculum lengths (no padding any more) match solo runs bit for bit."""
+    specs = _specs(arch)
+    ens = train_ensemble(specs, CPU)
+    assert len({tuple(r.lengths) for r in ens}) > 1, "members should follow different curricula"
+    for s, b in zip(specs, ens):
+        _assert_same_run(train_tracker(s, CPU), b, f"{arch} seed {s.seed}")
+
+
+def test_readme_ensemble_of_16_equals_solo_whatever_the_machine_thread_count(machine_threads):
+    """README's example: 16 tanh-rnn S3 members at H=128 (train steps cut to 60) on a
+    "2-core machine" vs each member alone on a "1-core machine": bit-identical."""
+    specs = [RunSpec(task=TaskSpec(group="S3"), model=ModelSpec(arch="tanh-rnn", hidden=128),
+                     train=TrainSpec(steps=60), seed=s) for s in range(16)]
+    machine_threads(2)
+    ens = train_ensemble(specs, CPU)
+    assert len({tuple(r.lengths) for r in ens}) > 1, "members should reach new lengths at different steps"
+    machine_threads(1)
+    first_to_grow = min(range(16), key=lambda i: ens[i].lengths.index(max(ens[i].lengths)))
+    for i in sorted({0, 15, first_to_grow}):
+        _assert_same_run(train_tracker(specs[i], CPU), ens[i], f"member {i}")
+    assert torch.get_num_threads() == 1  # the machine's count is restored after training
+
+
+def test_build_tracker_does_not_depend_on_the_thread_count(machine_threads):
+    """The orthogonal initialisation (a QR factorisation) rounds by thread count unless fixed."""
+    from dynlab.train import build_tracker
+
+    built = []
+    for n in (1, 2):
+        machine_threads(n)
+        built.append(build_tracker(ModelSpec(arch="tanh-rnn", hidden=64), 6, 6, seed=3))
+    for (name, a), (_, b) in zip(built[0].named_parameters(), built[1].named_parameters()):
+        assert torch.equal(a, b), name
+
+
+def test_train_threads_is_fixed_by_the_spec_not_the_machine(machine_threads):
+    from dynlab.train.engine import MAX_THREADS, RUN_THREADS, train_threads
+
+    for machine in (1, 2, 3):
+        machine_threads(machine)
+        with train_threads(CPU) as n:
+            assert n == RUN_THREADS == torch.get_num_threads() == 1
+        assert torch.get_num_threads() == machine
+        with train_threads(CPU, threads=2) as n:
+            assert n == torch.get_num_threads() == 2
+    for bad in (0, -1, MAX_THREADS + 1, 1.5):
+        with pytest.raises(ValueError, match=f"threads must be an integer in 1..{MAX_THREADS}"):
+            with train_threads(CPU, threads=bad):
+                pass

@@ -27,27 +27,32 @@ from dynlab.tasks import WordProblem
 from dynlab.train.progress import NullProgress
 
 __all__ = [
-    "SMALL_STEP_MACS",
+    "MAX_THREADS",
+    "RUN_THREADS",
     "TrainResult",
     "build_tracker",
     "fused_kind",
     "fused_loss",
     "lr_at",
     "runs_generic_loop",
-    "step_work",
     "tracker_logits",
     "tracker_loss",
     "train_threads",
     "train_tracker",
 ]
 
-#: Work per training step (batch · cell parameters, a proxy for the multiply-adds per time
-#: step) up to which CPU training runs on one intra-op thread: at these sizes a second
-#: thread costs more than it gives (measured on the shared 2-core box at H=64, B=128:
-#: a tanh-rnn step took 11 ms on 1 thread and 740 ms on 2 with the cores oversubscribed;
-#: a mamba step 31 ms vs 52 ms).  The rule depends on the spec only, so reruns stay
-#: bit-identical (the thread count changes the rounding of some kernels).
-SMALL_STEP_MACS = 2**24
+#: CPU intra-op threads of every run (training, evaluation, analyses), whatever the
+#: machine, the ensemble size or the executor.  The thread count changes how GEMMs and
+#: reductions block their sums, hence the rounding, so a count taken from the machine
+#: (``torch.get_num_threads()``) or from the size of an ensemble would make the same spec
+#: give different numbers in different places.  One thread is also the fast choice at
+#: dynlab's sizes (measured on the shared 2-core box at H=64, B=128: a tanh-rnn step took
+#: 11 ms on 1 thread and 740 ms on 2 with the cores oversubscribed; a mamba step 31 ms vs
+#: 52 ms).  Use more cores by running several runs at once (``--executor dask --workers N``).
+RUN_THREADS = 1
+
+#: Largest thread count :func:`train_threads` accepts.
+MAX_THREADS = 1024
 
 
 @dataclass
@@ -74,8 +79,11 @@ class TrainResult:
 
 
 def build_tracker(model: ModelSpec, n_tokens: int, n_classes: int, seed: int) -> Tracker:
-    """Build a tracker with parameters drawn from ``seed`` only (global RNG untouched)."""
-    with torch.random.fork_rng(devices=[]):
+    """Build a tracker (on the CPU) with parameters drawn from ``seed`` only (global RNG
+    untouched), on :data:`RUN_THREADS` threads whatever the caller's count: some
+    initialisations (``nn.init.orthogonal_``, a QR factorisation) round differently on
+    different thread counts."""
+    with torch.random.fork_rng(devices=[]), train_threads("cpu"):
         torch.manual_seed(seed)
         return Tracker(
             model.arch,
@@ -218,18 +226,20 @@ def tracker_logits(model: Tracker, tokens: torch.Tensor) -> torch.Tensor:
 
 
 @contextmanager
-def train_threads(device: torch.device, work: int, threads: int | None = None) -> Iterator[int]:
-    """Run the block with ``threads`` CPU intra-op threads (None: 1 when ``work ≤
-    SMALL_STEP_MACS``, else unchanged).
+def train_threads(device: torch.device | str, *, threads: int | None = None) -> Iterator[int]:
+    """Run the block with ``threads`` CPU intra-op threads (None: :data:`RUN_THREADS`).
 
-    Yields the thread count in effect and restores the previous count afterwards; no-op
-    on other devices.
+    The default does not depend on the machine or on the work, so a run's numbers do not
+    either (see :data:`RUN_THREADS`); an explicit count is for speed measurements and
+    changes the rounding.  Yields the thread count in effect and restores the previous
+    count afterwards.  On other devices the CPU count is set as well (host-side ops).
     """
+    if threads is not None and not (isinstance(threads, int) and 1 <= threads <= MAX_THREADS):
+        raise ValueError(f"threads must be an integer in 1..{MAX_THREADS} or None, got {threads!r}")
+    torch.device(device)  # refuse a malformed device
+    want = RUN_THREADS if threads is None else threads
     old = torch.get_num_threads()
-    if threads is not None and threads < 1:
-        raise ValueError(f"threads must be ≥ 1 or None, got {threads}")
-    want = threads if threads is not None else (1 if work <= SMALL_STEP_MACS else old)
-    if torch.device(device).type != "cpu" or want == old:
+    if want == old:
         yield old
         return
     torch.set_num_threads(want)
@@ -264,8 +274,8 @@ def train_tracker(
 
     Loss: cross-entropy of the readout against the running product at every position
     of every batch (nats per token), averaged over batch and positions.  ``threads``:
-    CPU intra-op threads for the run (None: :func:`train_threads`' rule, one thread for
-    small models).
+    CPU intra-op threads for the run (None: :data:`RUN_THREADS`, the same on every machine,
+    so a spec gives the same numbers wherever it runs; see :func:`train_threads`).
 
     ``compile``: train with each cell's per-step ``transition`` compiled by
     ``torch.compile`` (fixed shapes, so one compilation per curriculum length is not
@@ -282,7 +292,7 @@ def train_tracker(
     task = WordProblem(get_group(spec.task.group))
     model = build_tracker(spec.model, task.n_tokens, task.n_classes, spec.seed).to(device)
     try:
-        with train_threads(device, step_work(model, spec.train.batch_size), threads), _compiled(model, compile):
+        with train_threads(device, threads=threads), _compiled(model, compile):
             return _train(spec, task, model, device, progress)
     finally:
         BUFFERS.clear()  # the fused kernels' scratch buffers are not kept after training

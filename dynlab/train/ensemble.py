@@ -14,19 +14,23 @@ Equality with solo training (:func:`dynlab.train.engine.train_tracker`), member 
 - initial parameters come from :func:`build_tracker` with the member's own seed, and every
   batch from the member's own ``torch.Generator`` seeded like the solo run, with the same
   sequence of ``sample`` calls;
-- curriculum: every member keeps its own length L_i.  A step runs all members at
-  L_max = max_i L_i; member i's tokens after L_i are padding and its loss is the mean over
-  its first L_i positions only.  The trackers are causal, so outputs before L_i do not
-  see the padding and the loss, its gradient, the batch accuracy and hence the next
-  length are those of the solo run;
+- curriculum: every member keeps its own length L_i.  A step splits the members by
+  length and runs each length's members as one stack of exactly that length (no
+  padding), so every sum over positions or over the batch adds the same terms in the
+  same order as the solo run (zero padding would change the blocking of those sums,
+  hence their rounding);
 - loss = mean cross-entropy per member; the gradient is taken of the sum of the member
   losses (members share no parameters, so each member gets its own gradient);
 - clipping uses each member's own global norm (the norm of its per-parameter norms, as
   ``clip_grad_norm_``) and AdamW follows ``torch.optim.AdamW``'s single-tensor update
   with each member's learning rate (``lr_at``) and weight decay.
 
-Results agree with solo training up to floating-point rounding (batched GEMMs and the
-masked loss sum in a different order); a test checks a few steps.  A member whose loss
+On the CPU, on the intra-op thread count fixed by :func:`dynlab.train.engine.train_threads`
+(one), members trained by the fused kernels (tanh-rnn, linear-rnn, token- and
+state-gated RNNs) are bit-identical to solo training, whatever the ensemble size (tests:
+16 tanh-rnn S3 members, and each kernel at a small size).  Other cells (the
+:func:`torch.func.vmap` path) and CUDA agree up to floating-point rounding (batched ops
+may block their sums differently).  A member whose loss
 or gradient becomes non-finite is reported ``status="diverged"`` with the same reason
 text as the solo engine and is removed from the stack; the others go on.
 """
@@ -51,7 +55,6 @@ from dynlab.train.engine import (
     fused_kind,
     fused_loss,
     lr_at,
-    step_work,
     tracker_logits,
     train_threads,
 )
@@ -100,18 +103,18 @@ def train_ensemble(
 ) -> list[TrainResult]:
     """Train the trackers of ``specs`` together; return one :class:`TrainResult` per spec.
 
-    Every member's result equals (up to rounding) ``train_tracker(spec, device)``; see the
-    module docstring for how each piece keeps that equality.  ``threads``: CPU intra-op
-    threads (None: :func:`dynlab.train.engine.train_threads`' rule on the whole stack);
-    they change nothing but rounding.
+    Every member's result equals ``train_tracker(spec, device)`` (bit for bit for the
+    fused kernels on the CPU, else up to rounding); see the module docstring for how each
+    piece keeps that equality.  ``threads``: CPU intra-op threads (None:
+    :data:`dynlab.train.engine.RUN_THREADS`, as solo runs); another count changes the
+    rounding, so it no longer matches the default solo run bit for bit.
     """
     check_ensemble(specs)
     progress = progress or NullProgress()
     tasks = [WordProblem(get_group(s.task.group)) for s in specs]
     models = [build_tracker(s.model, t.n_tokens, t.n_classes, s.seed).to(device) for s, t in zip(specs, tasks)]
-    work = len(specs) * step_work(models[0], specs[0].train.batch_size)
     try:
-        with train_threads(device, work, threads):
+        with train_threads(device, threads=threads):
             return _train_stack(specs, tasks, models, device, progress)
     finally:
         BUFFERS.clear()  # the fused kernels' scratch buffers are not kept after training
@@ -123,6 +126,7 @@ def _train_stack(specs, tasks, models, device, progress) -> list[TrainResult]:
     gens = [torch.Generator().manual_seed(s.seed) for s in specs]
     trains = [s.train for s in specs]
     lengths = [tr.curriculum.first_length(tr.steps) for tr in trains]
+    reached: list[int | None] = [None] * n  # per member: first step at max_length (lr_at)
     batch = trains[0].batch_size
 
     template = _Logits(copy.deepcopy(models[0]))
@@ -163,20 +167,34 @@ def _train_stack(specs, tasks, models, device, progress) -> list[TrainResult]:
                 break
         k = len(alive)
         l_max = max(lengths[i] for i in alive)
-        tokens, labels = _sample(tasks, gens, alive, lengths, batch, l_max)
-        tokens, labels = tokens.to(device), labels.to(device)
-        n_valid = torch.tensor([batch * lengths[i] for i in alive], dtype=torch.float32, device=device)  # [K]
-
+        for i in alive:
+            if reached[i] is None and lengths[i] >= trains[i].curriculum.max_length:
+                reached[i] = step
         leaves = {kk: v.requires_grad_(True) for kk, v in params.items()}
-        if fused:  # a fused kernel, all members in each batched GEMM
-            stacked = {kk.removeprefix("model."): v for kk, v in leaves.items()}
-            sums, n_correct = fused_loss(fused, stacked, phi, tokens, labels)
-            losses = sums / n_valid  # [K] mean over each member's own tokens
-        else:
-            logits = batched_logits(leaves, buffers, tokens)  # [K, B, L, C]
-            nll = F.cross_entropy(logits.flatten(0, 2), labels.flatten(), ignore_index=-100, reduction="none")
-            losses = nll.view(k, -1).sum(1) / n_valid  # [K] mean over each member's own tokens
-            n_correct = (logits.detach().argmax(-1) == labels).flatten(1).sum(1)
+        part_losses, part_correct, part_pos = [], [], []
+        for length, poss in _by_length(alive, lengths).items():  # one stack per length, no padding
+            tokens, labels = _sample(tasks, gens, [alive[pos] for pos in poss], batch, length)
+            tokens, labels = tokens.to(device), labels.to(device)
+            if len(poss) == k:
+                sub, sub_buffers = leaves, buffers
+            else:
+                idx = torch.tensor(poss, dtype=torch.long, device=device)
+                sub = {kk: v.index_select(0, idx) for kk, v in leaves.items()}
+                sub_buffers = {kk: v.index_select(0, idx) for kk, v in buffers.items()}
+            n_valid = batch * length
+            if fused:  # a fused kernel, the stack's members in each batched GEMM
+                stacked = {kk.removeprefix("model."): v for kk, v in sub.items()}
+                sums, n_correct = fused_loss(fused, stacked, phi, tokens, labels)
+                part_losses.append(sums / n_valid)  # [K_L] mean over each member's tokens
+            else:
+                logits = batched_logits(sub, sub_buffers, tokens)  # [K_L, B, L, C]
+                part_losses.append(vmap(_mean_ce)(logits, labels))  # [K_L], as the solo engine's loss
+                n_correct = (logits.detach().argmax(-1) == labels).flatten(1).sum(1)
+            part_correct.append(n_correct.to(torch.float32) / n_valid)
+            part_pos.extend(poss)
+        back = torch.argsort(torch.tensor(part_pos, device=device))  # stack position order
+        losses = torch.cat(part_losses)[back]  # [K]
+        correct = torch.cat(part_correct)[back]  # [K] batch accuracy per member
         loss_ok = torch.isfinite(losses)
         grads = torch.autograd.grad(torch.where(loss_ok, losses, 0.0).sum(), [leaves[kk] for kk in names])
         for v in params.values():
@@ -190,7 +208,7 @@ def _train_stack(specs, tasks, models, device, progress) -> list[TrainResult]:
             bad = [pos for pos in range(k) if not ok[pos]]
             for pos in bad:  # a diverged member keeps its parameters from before this step
                 _unstack_into(results[alive[pos]].model, params, buffers, pos)
-            lrs = torch.tensor([lr_at(trains[i], step) for i in alive], dtype=torch.float64, device=device)
+            lrs = torch.tensor([lr_at(trains[i], step, reached[i]) for i in alive], dtype=torch.float64, device=device)
             wds = torch.tensor([trains[i].weight_decay for i in alive], dtype=torch.float64, device=device)
             clips = torch.tensor([trains[i].clip for i in alive], dtype=torch.float32, device=device)
             coef = torch.clamp(clips / (gnorm + 1e-6), max=1.0)  # [K]
@@ -207,7 +225,6 @@ def _train_stack(specs, tasks, models, device, progress) -> list[TrainResult]:
                 v.mul_(_BETA2).addcmul_(g, g, value=1 - _BETA2)
                 denom = (v.sqrt() / bc2_sqrt).add_(_EPS)
                 p.add_(_expand(neg_step.to(p.dtype), p) * m / denom)
-            correct = n_correct.float() / n_valid  # [K]
         accs = correct.tolist()
         lvals = losses.detach().tolist()
         for pos, i in enumerate(alive):
@@ -230,20 +247,25 @@ def _train_stack(specs, tasks, models, device, progress) -> list[TrainResult]:
     return results
 
 
-def _sample(tasks, gens, alive, lengths, batch: int, l_max: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every alive member's batch from its own generator (the solo engine's call).
-
-    Returns ``tokens [K, B, L_max]`` (0 after a member's length) and ``labels [K, B,
-    L_max]`` (−100 there, ignored by the loss).
-    """
-    k = len(alive)
-    tokens = torch.zeros(k, batch, l_max, dtype=torch.long)
-    labels = torch.full((k, batch, l_max), -100, dtype=torch.long)
+def _by_length(alive: list[int], lengths: list[int]) -> dict[int, list[int]]:
+    """Stack positions of the alive members, by their current curriculum length."""
+    out: dict[int, list[int]] = {}
     for pos, i in enumerate(alive):
-        tok, lab = tasks[i].sample(gens[i], batch, lengths[i])
-        tokens[pos, :, : lengths[i]] = tok
-        labels[pos, :, : lengths[i]] = lab
-    return tokens, labels
+        out.setdefault(lengths[i], []).append(pos)
+    return out
+
+
+def _mean_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """One member's loss as the solo engine computes it: mean cross-entropy of ``logits
+    [B, L, C]`` against ``labels [B, L]`` (nats per token)."""
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+
+def _sample(tasks, gens, members: list[int], batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batches of ``members`` (all at curriculum length ``length``), each from the
+    member's own generator (the solo engine's call): ``tokens, labels [K, B, length]``."""
+    pairs = [tasks[i].sample(gens[i], batch, length) for i in members]
+    return torch.stack([t for t, _ in pairs]), torch.stack([lab for _, lab in pairs])
 
 
 def _unstack_into(model: nn.Module, params: dict, buffers: dict, pos: int) -> None:
