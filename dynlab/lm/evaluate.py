@@ -7,6 +7,7 @@ chunks, so activation memory depends on ``chunk_len``, not on the sequence lengt
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +27,7 @@ class StreamResult:
 
     nll: ``[S, T]`` float64, ``nll[s, i] = −log q(x_{i+1} | x_{0..i})`` (nats).
     state_stats: Dataset of :func:`dynlab.analysis.lm_metrics.state_statistics` over
-        (layer, head, t) with t = tokens consumed after each chunk, or None. Computed chunk
+        (layer, head, t) with t = tokens consumed at each recorded position, or None. Computed chunk
         by chunk, so the raw states are never all held in memory.
     """
 
@@ -47,28 +48,34 @@ def validation_windows(val: torch.Tensor, n_samples: int, length: int) -> torch.
 
 
 @torch.no_grad()
-def stream_eval(model: RecurrentLM, tokens: torch.Tensor, chunk_len: int = 64, record_states: bool = True,
-                device: torch.device | str | None = None) -> StreamResult:
+def stream_eval(model: torch.nn.Module, tokens: torch.Tensor, chunk_len: int = 64, record_states: bool = True,
+                device: torch.device | str | None = None, record_at: Sequence[int] | np.ndarray | None = None) -> StreamResult:
     """NLL at every position of ``tokens [S, T + 1]`` from the zero state, streamed in chunks.
 
     Args:
         chunk_len: tokens per forward call (the state is carried between calls).
-        record_states: also keep every layer's state after each chunk.
+        record_states: also keep every layer's state statistics.
+        record_at: positions t (tokens consumed, 1..T) after which the states are recorded;
+            the chunks are split there. None: after each chunk.
     """
     if chunk_len < 1:
         raise ValueError(f"chunk_len must be a positive integer, got {chunk_len}")
     dev = torch.device(device) if device is not None else next(model.parameters()).device
     model.eval()
     s, t1 = tokens.shape
+    stops = set(range(chunk_len, t1 - 1, chunk_len)) | {t1 - 1}
+    wanted = stops if record_at is None else {int(t) for t in record_at if 1 <= int(t) <= t1 - 1}
+    stops = sorted(stops | wanted)
     states = None
     nll, stats = [], []
-    for start in range(0, t1 - 1, chunk_len):
-        stop = min(start + chunk_len, t1 - 1)
+    start = 0
+    for stop in stops:
         x = tokens[:, start:stop].to(dev)  # [S, Q]
         y = tokens[:, start + 1:stop + 1].to(dev)  # [S, Q]
-        logits, states = model(x, states)  # [S, Q, 256]
+        logits, states = model(x, states)  # [S, Q, V]
         nll.append(F.cross_entropy(logits.double().transpose(1, 2), y, reduction="none").cpu())  # [S, Q]
-        if record_states:
+        start = stop
+        if record_states and stop in wanted:
             now = torch.stack([st.float().flatten(2) for st in states], dim=1).cpu()  # [S, layer, H, P*N]
             stats.append(state_statistics(now[:, :, :, None, :].numpy(), np.array([stop])))
     return StreamResult(torch.cat(nll, dim=1).numpy(), xr.concat(stats, dim="t") if stats else None)

@@ -24,10 +24,12 @@ from dynlab.lm.corpus import Corpus, load_corpus
 from dynlab.lm.evaluate import stream_eval, truncated_context_probs, validation_windows
 from dynlab.lm.interventions import make_intervention
 from dynlab.lm.model import RecurrentLM
-from dynlab.lm.spec import LMRunSpec
+from dynlab.lm.spec import LMEvalSpec, LMRunSpec
 from dynlab.lm.train import train_lm
 
-__all__ = ["build_model", "corpus_for", "effrem_starts", "train_and_evaluate", "evaluate_model", "result_to_dataset"]
+__all__ = [
+    "build_model", "corpus_for", "effrem_starts", "state_positions", "train_and_evaluate", "evaluate_lm", "evaluate_model", "result_to_dataset",
+]
 
 
 @lru_cache(maxsize=4)
@@ -52,6 +54,18 @@ def effrem_starts(length: int, points: int) -> np.ndarray:
     return np.unique(np.concatenate([[0], length - kept]))
 
 
+def state_positions(length: int, points: int) -> np.ndarray | None:
+    """Positions t (tokens consumed) where state statistics are recorded: ``points`` log-spaced in [1, length].
+
+    ``points = 0`` records at the streaming chunk ends only (the first of them may lie
+    beyond the training length, so it cannot show the shift between positions inside and
+    beyond training).
+    """
+    if points == 0:
+        return None
+    return np.unique(np.round(np.geomspace(1, length, max(points, 2))).astype(np.int64))
+
+
 @contextmanager
 def _threads(n: int | None):
     if n is None:
@@ -67,13 +81,17 @@ def _threads(n: int | None):
 
 def evaluate_model(model: RecurrentLM, spec: LMRunSpec, corpus: Corpus) -> dict[str, Any]:
     """PPL(t), binned PPL, verdict, EffRem and state statistics of ``model`` from the zero state."""
-    ev = spec.eval
-    length = spec.eval_length
+    return evaluate_lm(model, spec.eval, spec.train.seq_len, corpus)
+
+
+def evaluate_lm(model: torch.nn.Module, ev: LMEvalSpec, train_length: int, corpus: Corpus) -> dict[str, Any]:
+    """:func:`evaluate_model` for any recurrent LM: evaluation settings ``ev`` at ``ev.length_multiple × train_length`` tokens."""
+    length = ev.length_multiple * train_length
     windows = validation_windows(corpus.val, ev.n_samples, length)  # [S, length + 1]
-    stream = stream_eval(model, windows, chunk_len=ev.chunk_len)
+    stream = stream_eval(model, windows, chunk_len=ev.chunk_len, record_at=state_positions(length, ev.state_points))
     ppl = position_ppl(stream.nll)
     binned = binned_ppl(stream.nll, ev.bin_width)
-    verdict = length_generalization(binned, spec.train.seq_len)
+    verdict = length_generalization(binned, train_length)
     stats = stream.state_stats
     starts = effrem_starts(length, ev.effrem_points)
     probs = truncated_context_probs(model, windows[: ev.effrem_samples, :length], starts, chunk_len=ev.chunk_len)
@@ -122,7 +140,7 @@ def result_to_dataset(result: dict[str, Any]) -> xr.Dataset:
     """One run's result as a Dataset on a shared ``t`` axis (0..eval length); variables are NaN off their grid.
 
     ``ppl`` is defined for t ≥ 1, ``ppl_binned`` at bin ends, ``effrem*`` at the EffRem starts
-    (t = 0 included), ``state_*`` at the chunk ends of the streamed evaluation.
+    (t = 0 included), ``state_*`` at the recorded positions (:func:`state_positions`).
     """
     n = len(result["ppl"])
     t = np.arange(n + 1)

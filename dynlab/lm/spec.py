@@ -122,7 +122,8 @@ class LMEvalSpec(Spec):
     PPL(t) on ``n_samples`` evenly spaced validation windows, streamed in ``chunk_len``
     pieces (states recorded after each piece); Definition 3.2 on ``bin_width``-token bins;
     EffRem_T at T = the evaluation length, for ``effrem_points`` log-spaced t (and t = 0)
-    on ``effrem_samples`` windows.
+    on ``effrem_samples`` windows; state statistics at ``state_points`` log-spaced positions
+    from t = 1 to the evaluation length (0: at the chunk ends only).
     """
 
     length_multiple: int = Field(16, ge=2)
@@ -131,6 +132,7 @@ class LMEvalSpec(Spec):
     bin_width: int = Field(16, ge=1)
     effrem_points: int = Field(12, ge=1)
     effrem_samples: int = Field(16, ge=1)
+    state_points: int = Field(48, ge=0, le=100_000)
     distances: tuple[DistanceName, ...] = ("tv", "js", "cos")
 
     @field_validator("distances")
