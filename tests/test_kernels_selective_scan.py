@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from dynlab.kernels.selective_scan import selective_scan_chunked, selective_scan_sequential
+from dynlab.kernels.selective_scan import selective_scan_chunked, selective_scan_fused, selective_scan_sequential
 
 TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=2e-4, atol=2e-5)}
 
@@ -46,7 +46,9 @@ def test_chunked_matches_sequential_outputs_states_gradients(dtype, chunk_size, 
         assert g_ref[-1].abs().sum() > 0
 
 
-@pytest.mark.parametrize("impl", [selective_scan_sequential, selective_scan_chunked], ids=["sequential", "chunked"])
+@pytest.mark.parametrize(
+    "impl", [selective_scan_sequential, selective_scan_chunked, selective_scan_fused], ids=["sequential", "chunked", "fused"]
+)
 @pytest.mark.parametrize("k", [1, 16, 30], ids=lambda k: f"split{k}")
 def test_split_and_carry(impl, k):
     u, delta, A, B, C, h0 = _inputs(torch.float64)
@@ -57,7 +59,9 @@ def test_split_and_carry(impl, k):
     torch.testing.assert_close(s2, s, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("impl", [selective_scan_sequential, selective_scan_chunked], ids=["sequential", "chunked"])
+@pytest.mark.parametrize(
+    "impl", [selective_scan_sequential, selective_scan_chunked, selective_scan_fused], ids=["sequential", "chunked", "fused"]
+)
 def test_closed_form_per_channel_decay(impl):
     """Two channels with decays a_d, constant input c, Δ = B = C = 1: h_T[d] = a_d^T h0 + c (1 − a_d^T)/(1 − a_d)."""
     decays, c, h0, T = [0.5, 0.95], 0.3, -1.0, 25
@@ -74,3 +78,33 @@ def test_bad_shape_raises():
     u, delta, A, B, C, _ = _inputs(torch.float64)
     with pytest.raises(ValueError, match="A must be"):
         selective_scan_chunked(u, delta, A[:2], B, C)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("with_init", [False, True], ids=["zero-init", "with-init"])
+@pytest.mark.parametrize("outputs", ["y-and-state", "y-only"])
+def test_fused_matches_sequential_outputs_states_gradients(dtype, with_init, outputs, nan_buffers):
+    """The hand-written backward, with every buffer it allocates NaN-poisoned."""
+    leaves = [a.requires_grad_() for a in _inputs(dtype)]
+    u, delta, A, B, C, h0 = leaves
+    init = h0 if with_init else None
+    y_ref, s_ref = selective_scan_sequential(u, delta, A, B, C, initial_state=init, return_final_state=True)
+    g = torch.Generator().manual_seed(2)
+    wy, ws = torch.randn(y_ref.shape, generator=g, dtype=dtype), torch.randn(s_ref.shape, generator=g, dtype=dtype)
+    used = leaves if with_init else leaves[:-1]
+    loss_ref = (y_ref * wy).sum() + ((s_ref * ws).sum() if outputs == "y-and-state" else 0)
+    g_ref = torch.autograd.grad(loss_ref, used)
+    nan_buffers()
+    y, s = selective_scan_fused(u, delta, A, B, C, initial_state=init, return_final_state=True)
+    torch.testing.assert_close(y, y_ref, **TOL[dtype])
+    torch.testing.assert_close(s, s_ref, **TOL[dtype])
+    loss = (y * wy).sum() + ((s * ws).sum() if outputs == "y-and-state" else 0)
+    for name, a, b in zip(("u", "delta", "A", "B", "C", "h0"), torch.autograd.grad(loss, used), g_ref):
+        torch.testing.assert_close(a, b, **TOL[dtype], msg=f"grad {name}")
+
+
+def test_fused_empty_sequence_returns_the_initial_state():
+    u, delta, A, B, C, h0 = _inputs(torch.float64, t=0)
+    y, s = selective_scan_fused(u, delta, A, B, C, initial_state=h0, return_final_state=True)
+    assert y.shape == (2, 0, 5)
+    torch.testing.assert_close(s, h0)

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from dynlab.kernels import dispatch
-from dynlab.kernels.selective_scan import selective_scan_chunked, selective_scan_sequential
+from dynlab.kernels.selective_scan import selective_scan_chunked, selective_scan_fused, selective_scan_sequential
 from dynlab.kernels.ssd import ssd_chunked, ssd_sequential
 
 FILES = {
@@ -97,7 +97,9 @@ def _ref_mamba1(ref, u, delta, A, B, C):
 TOL32 = dict(rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("impl", [selective_scan_sequential, selective_scan_chunked], ids=["sequential", "chunked"])
+@pytest.mark.parametrize(
+    "impl", [selective_scan_sequential, selective_scan_chunked, selective_scan_fused], ids=["sequential", "chunked", "fused"]
+)
 def test_mamba_ref_selective_scan_equals_selective_scan_ref(impl, selective_scan_ref):
     u, delta, A, B, C = _mamba1_inputs()
     y_ref, last_ref = _ref_mamba1(selective_scan_ref, u, delta, A, B, C)
@@ -106,7 +108,9 @@ def test_mamba_ref_selective_scan_equals_selective_scan_ref(impl, selective_scan
     torch.testing.assert_close(last, last_ref, **TOL32)
 
 
-@pytest.mark.parametrize("impl", [selective_scan_sequential, selective_scan_chunked], ids=["sequential", "chunked"])
+@pytest.mark.parametrize(
+    "impl", [selective_scan_sequential, selective_scan_chunked, selective_scan_fused], ids=["sequential", "chunked", "fused"]
+)
 def test_mamba_ref_selective_scan_initial_state_continues_the_reference(impl, selective_scan_ref):
     """selective_scan_ref has no initial state; dynlab's, fed the reference's state after a
     prefix, must reproduce the reference's own outputs on the rest of the sequence."""

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# GPU check for users with a CUDA GPU: dynlab's CUDA paths end to end in under 8 minutes.
+#
+#   bash benchmarks/gpu_check.sh [OUT_DIR]        # run from the repository root
+#
+# Needs: a Python environment with a CUDA build of torch already installed (this script
+# never installs torch, so it cannot replace yours).  It then
+#   1. installs dynlab with its test and triton extras into that environment
+#      (GPU_CHECK_MAMBA=1 also installs mamba-ssm, which compiles for a long time);
+#   2. runs the CUDA-marked tests and the Triton kernel tests (compiled, on the GPU);
+#   3. runs `dynlab bench train --device cuda --json OUT/bench.json` (quick setting);
+#   4. trains a slice of the group-tracking paper preset (tanh-rnn and mamba on S3, seed 0);
+# each step under its own time limit (100 + 80 + 60 + 90 + 150 s: 8 minutes at most), and
+# prints one summary line, e.g.
+#   gpu_check: PASS tests 41 passed 0 failed | bench tanh-rnn 2.1e+07 tok/s 0.41 of gemm floor, mamba ... | paper slice 96 s | total 412 s
+# Exit code 0 only when every step passed.  Details are in OUT/*.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-gpu-check}"
+mkdir -p "$out"
+start=$SECONDS
+status=PASS
+
+if ! python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    echo "gpu_check: FAIL no CUDA device visible to torch (install a CUDA build of torch first)"
+    exit 1
+fi
+
+# 1. install (no torch: keep the user's CUDA build)
+extras="test,triton"
+if [ "${GPU_CHECK_MAMBA:-0}" = "1" ]; then extras="$extras,mamba"; fi
+if ! timeout 100 pip install --quiet -e ".[$extras]" > "$out/install.log" 2>&1; then
+    echo "gpu_check: FAIL install (see $out/install.log)"
+    exit 1
+fi
+
+# 2. CUDA-marked tests and the Triton kernel tests, compiled for the GPU
+timeout 80 python -m pytest -q -p no:cacheprovider -m cuda tests > "$out/tests_cuda.log" 2>&1
+rc_cuda=$?
+timeout 60 python -m pytest -q -p no:cacheprovider tests/test_triton_kernels.py tests/test_mamba_ref.py > "$out/tests_triton.log" 2>&1
+rc_triton=$?
+count() { grep -Eo "[0-9]+ $1" "$out"/tests_*.log | awk -F: '{split($2, a, " "); s += a[1]} END {print s + 0}'; }
+passed=$(count passed)
+failed=$(( $(count failed) + $(count error) ))
+# exit code 5 means no test was selected (no CUDA-marked test in this checkout)
+if { [ $rc_cuda -ne 0 ] && [ $rc_cuda -ne 5 ]; } || [ $rc_triton -ne 0 ]; then status=FAIL; fi
+
+# 3. training throughput on the GPU
+bench="skipped"
+if timeout 90 dynlab bench train --quick --device cuda --json "$out/bench.json" > "$out/bench.log" 2>&1; then
+    bench=$(python - "$out/bench.json" <<'EOF'
+import json, sys
+res = json.load(open(sys.argv[1]))["results"]
+print(", ".join(
+    f"{r['arch']} {r['best_dynlab_tokens_per_s']:.2g} tok/s {r['fraction_of_floor']:.2f} of {r['floor_kind']} floor"
+    for r in res
+))
+EOF
+)
+else
+    bench="failed (see $out/bench.log)"
+    status=FAIL
+fi
+
+# 4. a slice of the paper preset
+t0=$SECONDS
+if timeout 150 dynlab study group-tracking --preset paper --models tanh-rnn,mamba --groups S3 --seeds 0 \
+        --device cuda --out "$out/runs" --quiet > "$out/paper_slice.log" 2>&1; then
+    slice="$((SECONDS - t0)) s"
+else
+    slice="failed or over 150 s (see $out/paper_slice.log)"
+    status=FAIL
+fi
+
+echo "gpu_check: $status tests $passed passed $failed failed | bench $bench | paper slice $slice | total $((SECONDS - start)) s"
+[ "$status" = PASS ]
