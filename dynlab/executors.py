@@ -119,7 +119,9 @@ class DaskExecutor:
             n_workers=workers or 1,
             threads_per_worker=1,
             processes=processes,
-            dashboard_address=None,
+            # a free port: the scheduler always serves HTTP, by default on 8787, and a
+            # second study on the same machine must not fail on "Port 8787 is already in use"
+            dashboard_address=":0",
         )
         self.client = distributed.Client(self._cluster, set_as_default=False)
 

@@ -10,6 +10,7 @@ the study goes on.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,7 +49,13 @@ def _run_specs(
 ) -> dict[str, int]:
     counts = {"trained": 0, "reused": 0, "analyzed": 0, "failed": 0}
     executor = executor or InProcessExecutor()
-    pending = [s for s in specs if not store.is_done(s)]
+    for spec in specs:  # one damage check per run; damaged runs are moved aside and redone
+        healed = store.heal(spec.spec_hash())
+        if healed is not None:
+            damage, dest = healed
+            then = "training it again" if damage.core else "recomputing its analyses"
+            _say(progress, f"run {damage.run_id} damaged ({damage.why}); moved to {dest}; {then}")
+    pending = [s for s in specs if not store.is_done(s, check=False)]
     counts["reused"] = len(specs) - len(pending)
     bar = progress.add(f"{study.name}: runs", len(specs))
     progress.update(bar, counts["reused"])
@@ -57,7 +64,8 @@ def _run_specs(
     work_progress = NullProgress() if getattr(executor, "remote", False) else progress
 
     def work(item: list[Spec]) -> list:
-        # The device is resolved where the work runs (a GPU worker of a CPU-only client).
+        # The device is resolved where the work runs (a GPU worker of a CPU-only client);
+        # the thread count is fixed (RUN_THREADS), not taken from the worker's machine.
         t0 = time.perf_counter()
         dev = resolve_device(device)
         with train_threads(dev):
@@ -90,6 +98,14 @@ def _run_specs(
             counts["analyzed"] += 1
             progress.update(abar, 1)
     return counts
+
+
+def _say(progress: NullProgress, message: str) -> None:
+    """One line for the user: through the progress display when there is one, else on stderr."""
+    if type(progress) is NullProgress:
+        print(message, file=sys.stderr)
+    else:
+        progress.log(message)
 
 
 def _finish(study: Study, specs: list[Spec], store: RunStore, options: StudyOptions) -> Path:
@@ -175,6 +191,17 @@ def analyze_study(
     manifest = _load_manifest(path)
     study = get_study(manifest["study"])
     store = RunStore(path)
+    redo = []
+    for rid in manifest["run_ids"]:  # the damage check of run_study; damaged runs need training
+        healed = store.heal(rid)
+        if healed is not None and healed[0].core:
+            redo.append(healed)
+    if redo:
+        (first, dest), more = redo[0], f" and {len(redo) - 1} more" if len(redo) > 1 else ""
+        raise ValueError(
+            f"study {path}: run {first.run_id} damaged ({first.why}), moved to {dest}{more}; "
+            f"rerun `dynlab study {manifest['study']}` with the same options to train it again"
+        )
     specs = []
     for rid in manifest["run_ids"]:
         try:

@@ -154,10 +154,24 @@ def test_killed_worker_is_retried_without_lost_or_corrupted_results(tmp_path):
         np.testing.assert_allclose(ds["value"].values, [1 / 3, 1 / 4, 1 / 5, 1 / 6])
 
 
+def test_local_cluster_starts_while_another_holds_the_default_dashboard_port():
+    """Two studies on one machine: the second local cluster must not need port 8787."""
+    import socket
+
+    with socket.socket() as holder:
+        try:
+            holder.bind(("127.0.0.1", 8787))
+            holder.listen()
+        except OSError:
+            pass  # already held by another process: the situation under test
+        with DaskExecutor(workers=1, processes=False) as ex:
+            assert dict(ex.map_unordered(lambda x: x + 1, [1, 2])) == {1: 2, 2: 3}
+
+
 def test_map_unordered_on_an_existing_scheduler_yields_every_item_once():
     from distributed import LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
         with DaskExecutor(scheduler=cluster.scheduler_address) as ex:
             got = dict(ex.map_unordered(lambda x: x * x + 1, [3, 1, 4, 1.5]))
         assert got == {3: 10, 1: 2, 4: 17, 1.5: 3.25}

@@ -66,7 +66,7 @@ def test_run_folder_contents_and_weights_round_trip(tmp_path):
     spec = study.make_specs(StudyOptions(preset="smoke", models=("mamba",), groups=("C6",)))[0]
     store = RunStore(path.parent)
     run = store.path(spec)
-    assert sorted(p.name for p in run.iterdir()) == ["model.safetensors", "result.json", "spec.json"]
+    assert sorted(p.name for p in run.iterdir()) == ["checksums.json", "model.safetensors", "result.json", "spec.json"]
     assert RunSpec.model_validate(json.loads((run / "spec.json").read_text())["fields"]) == spec
     from dynlab.studies.group_tracking import load_model
 

@@ -1,27 +1,42 @@
-"""The run store: one folder per run spec hash, written atomically.
+"""The run store: one folder per run spec hash, written atomically, checked on every use.
 
 Layout under ``root``::
 
-    runs/<run_id>/spec.json        the full spec (canonical JSON)
-    runs/<run_id>/result.json      metrics, status, reason
+    runs/<run_id>/spec.json          the full spec (canonical JSON; its hash is <run_id>)
+    runs/<run_id>/result.json        metrics, status, reason
     runs/<run_id>/model.safetensors  weights (absent for runs that failed before any)
-    runs/<run_id>/analysis.nc      per-run analyses (rewritten by `dynlab analyze`)
+    runs/<run_id>/analysis.nc        per-run analyses (rewritten by `dynlab analyze`)
+    runs/<run_id>/checksums.json     SHA-256 and size of every file above
+    quarantine/<run_id>-<UTC time>/  damaged files moved aside, with WHY.txt
 
 A run folder is assembled in a hidden temporary folder and renamed into place in one
 step, so a study killed at any moment leaves either a complete run or none; leftovers of
 killed writes (older than an hour, so a concurrent writer is never disturbed) are removed
-on the next save.  Files added later (analyses) are
-written to a temp file and ``os.replace``-d.
+on the next save.  Files added later (analyses) are written to a temp file, entered in
+``checksums.json`` and ``os.replace``-d.
+
+**One check for damage** (:meth:`RunStore.inspect`): a run folder is intact when
+``checksums.json`` reads, every file it lists is there with its size and SHA-256, no other
+file is there, and ``spec.json`` hashes to the folder's run id.  Anything else (a
+truncated ``result.json`` or ``spec.json``, a corrupt ``analysis.nc``, missing weights, a
+file edited by hand) is damage.  :meth:`RunStore.heal` moves damaged files to
+``quarantine/``: the whole run when a file of the run itself is damaged (spec, result,
+weights, checksums; the run must be trained again), only the analysis files when only
+those are (they are recomputed), and returns a one-line report.  Folders written before
+checksums existed are checked by reading every file instead, and adopted (their
+``checksums.json`` written) when they pass.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,22 +45,68 @@ import xarray as xr
 from safetensors.torch import load_file, save_file
 
 from dynlab.config import Spec
-from dynlab.results.schema import open_dataset, write_dataset
+from dynlab.results.schema import open_dataset
 
-__all__ = ["RunStore"]
+__all__ = ["CHECKSUMS", "QUARANTINE", "Damage", "RunStore", "atomic_write_text", "file_digest"]
 
 _TMP_PREFIX = ".tmp-"
 
 #: Age in seconds after which a temporary folder or file is a leftover of a killed write.
 STALE_AFTER_S = 3600.0
 
+#: The per-run manifest: ``{"format": 1, "files": {name: {"sha256": hex, "bytes": n}}}``.
+CHECKSUMS = "checksums.json"
+
+#: Folder (under the study folder) that receives damaged runs and files.
+QUARANTINE = "quarantine"
+
+#: Files that make a run; damage to any of them means the run is trained again.
+CORE_FILES = ("spec.json", "result.json", "model.safetensors")
+
+_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Damage:
+    """What :meth:`RunStore.inspect` found wrong with a run folder.
+
+    Attributes:
+        run_id: the run's id (its folder name).
+        files: the damaged files (names inside the run folder).
+        why: one line, naming each damaged file and what is wrong with it.
+        core: True when a file of the run itself is damaged (the run must be redone);
+            False when only files added later (analyses) are (they are recomputed).
+    """
+
+    run_id: str
+    files: tuple[str, ...]
+    why: str
+    core: bool
+
+
+def file_digest(path: Path) -> dict[str, Any]:
+    """``{"sha256": hex digest, "bytes": size}`` of the file at ``path``."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+            size += len(block)
+    return {"sha256": h.hexdigest(), "bytes": size}
+
+
+def _spec_text_hash(text: str) -> str:
+    """The run id a ``spec.json`` text belongs to (as :meth:`Spec.spec_hash`)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
 
 class RunStore:
-    """Per-run folders keyed by spec hash, with atomic writes and resume."""
+    """Per-run folders keyed by spec hash, with atomic writes, a damage check and resume."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self.runs = self.root / "runs"
+        self.quarantine_dir = self.root / QUARANTINE
 
     def _clean_stale(self) -> None:
         """Remove leftovers of killed writes: temp run folders and ``.*.tmp`` files older
@@ -69,11 +130,130 @@ class RunStore:
     def path(self, spec: Spec) -> Path:
         return self.runs / spec.spec_hash()
 
-    def is_done(self, spec: Spec) -> bool:
-        return (self.path(spec) / "result.json").is_file()
+    # -- the damage check ----------------------------------------------------------
+    def inspect(self, run_id: str) -> Damage | None:
+        """The damage of run folder ``run_id`` (module docstring), or None when it is
+        intact or absent.  Reads every file once; changes nothing (except that an intact
+        folder from before checksums gets its ``checksums.json``)."""
+        folder = self.runs / run_id
+        if not folder.is_dir():
+            return None
+        present = {p.name for p in folder.iterdir() if not p.name.startswith(".")}
+        if CHECKSUMS not in present:
+            return self._inspect_legacy(run_id, folder, present)
+        try:
+            listed = json.loads((folder / CHECKSUMS).read_text())["files"]
+            if not isinstance(listed, dict) or not {"spec.json", "result.json"} <= set(listed):
+                raise ValueError("spec.json or result.json not listed")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            why = f"{CHECKSUMS} unreadable ({type(exc).__name__})"
+            return Damage(run_id, tuple(sorted(present)), why, core=True)
+        bad: dict[str, str] = {}
+        for name, want in listed.items():
+            if name not in present:
+                bad[name] = "missing"
+                continue
+            got = file_digest(folder / name)
+            if got["bytes"] != want.get("bytes"):
+                bad[name] = f"{got['bytes']} bytes, {want.get('bytes')} expected"
+            elif got["sha256"] != want.get("sha256"):
+                bad[name] = "checksum mismatch"
+        for name in sorted(present - set(listed) - {CHECKSUMS}):
+            bad[name] = "not in checksums.json"
+        if "spec.json" not in bad:
+            owner = _spec_text_hash((folder / "spec.json").read_text(errors="replace"))
+            if owner != run_id:
+                bad["spec.json"] = f"belongs to run {owner}"
+        if not bad:
+            return None
+        # a listed extra whose file is absent is an interrupted write: nothing to move aside
+        if all(why == "missing" and name not in CORE_FILES for name, why in bad.items()):
+            self._drop_listed(folder, list(bad))
+            return None
+        return self._damage(run_id, bad)
 
+    def _inspect_legacy(self, run_id: str, folder: Path, present: set[str]) -> Damage | None:
+        """A folder without ``checksums.json`` (written before checksums existed): check
+        it by reading every file; adopt it (write its checksums) when it passes."""
+        bad: dict[str, str] = {}
+        try:
+            if _spec_text_hash((folder / "spec.json").read_text()) != run_id:
+                bad["spec.json"] = "does not hash to the run id"
+        except (OSError, UnicodeDecodeError):
+            bad["spec.json"] = "missing or unreadable"
+        try:
+            result = json.loads((folder / "result.json").read_text())
+            if not isinstance(result, dict) or "status" not in result:
+                bad["result.json"] = "no status"
+        except (OSError, ValueError):
+            bad["result.json"] = "missing or unreadable"
+        for name in sorted(present - {"spec.json", "result.json"}):
+            try:
+                if name.endswith(".safetensors"):
+                    load_file(str(folder / name))
+                elif name.endswith(".nc"):
+                    open_dataset(folder / name)
+                elif name.endswith(".json"):
+                    json.loads((folder / name).read_text())
+            except Exception:  # safetensors and netCDF readers raise their own error types
+                bad[name] = "unreadable"
+        if bad:
+            return self._damage(run_id, bad)
+        self._write_checksums(folder, {name: file_digest(folder / name) for name in sorted(present)})
+        return None
+
+    @staticmethod
+    def _damage(run_id: str, bad: dict[str, str]) -> Damage:
+        why = "; ".join(f"{name}: {what}" for name, what in sorted(bad.items()))
+        return Damage(run_id, tuple(sorted(bad)), why, core=any(n in CORE_FILES for n in bad))
+
+    def quarantine(self, damage: Damage) -> Path:
+        """Move what ``damage`` names out of the way, into ``quarantine/<run_id>-<UTC
+        time>/`` with a ``WHY.txt``: the whole run folder when ``damage.core``, else only
+        the damaged files (and their checksums entries).  Returns the quarantine folder."""
+        folder = self.runs / damage.run_id
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+        dest = self.quarantine_dir / f"{damage.run_id}-{stamp}"
+        n = 1
+        while dest.exists():
+            n += 1
+            dest = self.quarantine_dir / f"{damage.run_id}-{stamp}-{n}"
+        if damage.core:
+            os.rename(folder, dest)
+        else:
+            dest.mkdir()
+            for name in damage.files:
+                if (folder / name).exists():
+                    os.replace(folder / name, dest / name)
+            self._drop_listed(folder, list(damage.files))
+        (dest / "WHY.txt").write_text(damage.why + "\n")
+        return dest
+
+    def heal(self, run_id: str) -> tuple[Damage, Path] | None:
+        """Check run ``run_id`` (:meth:`inspect`) and quarantine any damage; returns the
+        damage and its quarantine folder (None when nothing was wrong).  After a core
+        damage the run is absent, so it counts as not done."""
+        damage = self.inspect(run_id)
+        if damage is None:
+            return None
+        return damage, self.quarantine(damage)
+
+    def is_done(self, spec: Spec, check: bool = True) -> bool:
+        """True when the run's folder holds a finished run that passes the damage check
+        (damage to its analyses only does not count).  ``check=False``: only look for the
+        result file (for a caller that has just run :meth:`heal`)."""
+        if not (self.path(spec) / "result.json").is_file():
+            return False
+        if not check:
+            return True
+        damage = self.inspect(spec.spec_hash())
+        return damage is None or not damage.core
+
+    # -- writing -------------------------------------------------------------------
     def save(self, spec: Spec, result: dict[str, Any], state_dict: dict[str, torch.Tensor] | None) -> Path:
-        """Write a finished run atomically; an existing finished run is left untouched."""
+        """Write a finished run atomically; an existing intact run is left untouched (a
+        damaged one is replaced)."""
         final = self.path(spec)
         if self.is_done(spec):
             return final
@@ -85,7 +265,8 @@ class RunStore:
             if state_dict is not None:
                 save_file({k: v.detach().cpu().contiguous() for k, v in state_dict.items()}, str(tmp / "model.safetensors"))
             (tmp / "result.json").write_text(json.dumps(result, indent=1, sort_keys=True))
-            if final.exists():  # a half-made folder from an older layout: replace it
+            self._write_checksums(tmp, {p.name: file_digest(p) for p in sorted(tmp.iterdir())})
+            if final.exists():  # a damaged or half-made folder: replace it
                 shutil.rmtree(final)
             os.rename(tmp, final)
         except BaseException:
@@ -93,6 +274,40 @@ class RunStore:
             raise
         return final
 
+    @staticmethod
+    def _write_checksums(folder: Path, files: dict[str, dict[str, Any]]) -> None:
+        payload = {"format": _FORMAT, "files": files}
+        atomic_write_text(folder / CHECKSUMS, lambda: json.dumps(payload, indent=1, sort_keys=True))
+
+    def _drop_listed(self, folder: Path, names: list[str]) -> None:
+        """Remove ``names`` from the folder's checksums (files moved away or never written)."""
+        try:
+            payload = json.loads((folder / CHECKSUMS).read_text())
+        except (OSError, ValueError):
+            return
+        files = {k: v for k, v in payload.get("files", {}).items() if k not in names}
+        self._write_checksums(folder, files)
+
+    def _install(self, spec: Spec, name: str, write_tmp: Callable[[Path], None]) -> Path:
+        """Add or replace file ``name`` of a finished run: written to a temp file by
+        ``write_tmp``, entered in ``checksums.json``, then renamed into place."""
+        folder = self.path(spec)
+        if name in (CHECKSUMS, *CORE_FILES):
+            raise ValueError(f"{name} is written with the run (RunStore.save), not added later")
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+        os.close(fd)
+        try:
+            write_tmp(Path(tmp))
+            payload = json.loads((folder / CHECKSUMS).read_text())
+            payload["files"][name] = file_digest(Path(tmp))
+            self._write_checksums(folder, payload["files"])
+            os.replace(tmp, folder / name)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return folder / name
+
+    # -- reading -------------------------------------------------------------------
     def load_result(self, spec: Spec) -> dict[str, Any]:
         path = self.path(spec) / "result.json"
         try:
@@ -117,13 +332,19 @@ class RunStore:
         return (self.path(spec) / name).is_file()
 
     def write_dataset(self, spec: Spec, name: str, ds: xr.Dataset) -> Path:
-        return write_dataset(ds, self.path(spec) / name)
+        return self._install(spec, name, lambda tmp: ds.to_netcdf(tmp, engine="h5netcdf"))
 
     def read_dataset(self, spec: Spec, name: str) -> xr.Dataset:
-        return open_dataset(self.path(spec) / name)
+        path = self.path(spec) / name
+        try:
+            return open_dataset(path)
+        except Exception as exc:  # netCDF/HDF5 readers raise their own error types
+            msg = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            raise ValueError(f"run {spec.spec_hash()}: unreadable {path} ({msg}); rerun the study to redo it") from None
 
     def write_json(self, spec: Spec, name: str, payload: Any) -> Path:
-        return atomic_write_text(self.path(spec) / name, lambda: json.dumps(payload, indent=1, sort_keys=True))
+        text = json.dumps(payload, indent=1, sort_keys=True)
+        return self._install(spec, name, lambda tmp: tmp.write_text(text))
 
 
 def atomic_write_text(path: Path, make: Callable[[], str]) -> Path:

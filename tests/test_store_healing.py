@@ -1,0 +1,224 @@
+"""A damaged run folder is found by one check, moved to quarantine/, reported in one line
+and redone; the study finishes with the numbers an undamaged study gives."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from dynlab.results.store import CHECKSUMS, QUARANTINE, RunStore, file_digest
+from dynlab.runner import analyze_study, open_study, run_study
+from dynlab.study import StudyOptions
+from dynlab.studies import get_study
+
+SMOKE = StudyOptions(preset="smoke", models=("tanh-rnn", "linear-rnn"), groups=("C2", "S3"))
+
+
+def _counting_study():
+    """group-tracking, counting the runs it trains and the analyses it computes."""
+    base = get_study("group-tracking")
+    trained, analysed = [], []
+
+    def run_one(spec, device, progress):
+        trained.append(spec.spec_hash())
+        return base.run_one(spec, device, progress)
+
+    def analyze_one(spec, store, device, progress):
+        analysed.append(spec.spec_hash())
+        return base.analyze_one(spec, store, device, progress)
+
+    study = dataclasses.replace(base, run_one=run_one, run_many=None, analyze_one=analyze_one)
+    return study, trained, analysed
+
+
+@pytest.fixture(scope="module")
+def finished_study(tmp_path_factory):
+    """A finished smoke study with analyses (4 runs), made once; tests work on copies."""
+    out = tmp_path_factory.mktemp("template")
+    study, _, _ = _counting_study()
+    run_study(study, SMOKE, out=out, device="cpu")
+    return out
+
+
+def _truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _corrupt_middle(path):
+    data = bytearray(path.read_bytes())
+    mid = len(data) // 2
+    data[mid : mid + 64] = bytes(64)  # same size: only the checksum can tell
+    path.write_bytes(bytes(data))
+
+
+DAMAGE = {  # file name -> how it is damaged
+    "result.json": _truncate,
+    "spec.json": _truncate,
+    "model.safetensors": lambda p: p.unlink(),
+    "analysis.nc": _corrupt_middle,
+}
+
+
+@pytest.mark.slow
+def test_each_damaged_file_kind_is_quarantined_reported_and_redone(finished_study, tmp_path, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(finished_study, out)
+    study, trained, analysed = _counting_study()
+    specs = study.make_specs(SMOKE)
+    root = out / "group-tracking"
+    before = open_study(root)
+    store = RunStore(root)
+    damaged = dict(zip(DAMAGE, [s.spec_hash() for s in specs]))  # one file kind per run
+    for name, rid in damaged.items():
+        assert store.inspect(rid) is None
+        DAMAGE[name](store.runs / rid / name)
+        assert store.inspect(rid).files == (name,)
+
+    capsys.readouterr()
+    after = open_study(run_study(study, SMOKE, out=out, device="cpu"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 4, err  # one line per damaged run
+    for name, rid in damaged.items():
+        line = next(x for x in err if x.startswith(f"run {rid} damaged ({name}: "))
+        assert f"moved to {root / QUARANTINE}" in line
+        assert line.endswith("recomputing its analyses" if name == "analysis.nc" else "training it again")
+    core = [rid for name, rid in damaged.items() if name != "analysis.nc"]
+    assert sorted(trained) == sorted(core)  # the damaged runs only, trained again
+    assert sorted(analysed) == sorted(damaged.values())  # their analyses, and the damaged analysis
+    assert all(store.inspect(s.spec_hash()) is None for s in specs)
+
+    quarantined = sorted((root / QUARANTINE).iterdir())
+    assert len(quarantined) == 4
+    for q in quarantined:
+        rid = q.name.split("-")[0]
+        name = next(n for n, r in damaged.items() if r == rid)
+        assert name in (q / "WHY.txt").read_text()
+        if name == "analysis.nc":  # only the damaged analysis moved; the run stayed
+            assert sorted(p.name for p in q.iterdir()) == ["WHY.txt", "analysis.nc"]
+        else:  # the whole run folder moved
+            assert (q / CHECKSUMS).is_file() and (q / "WHY.txt").is_file()
+
+    # redone runs reproduce the undamaged study's numbers, bit for bit
+    for var in ("accuracy", "accuracy_all", "train_loss", "mp", "q", "T_cross"):
+        np.testing.assert_array_equal(after[var].values, before[var].values, err_msg=var)
+
+    capsys.readouterr()
+    run_study(study, SMOKE, out=out, device="cpu")  # nothing left to heal or redo
+    assert capsys.readouterr().err == "" and sorted(trained) == sorted(core)
+
+
+def test_analyze_on_a_damaged_run_names_the_file_and_the_way_out(finished_study, tmp_path, capsys):
+    from dynlab.cli import main
+
+    out = tmp_path / "out"
+    shutil.copytree(finished_study, out)
+    root = out / "group-tracking"
+    rid = get_study("group-tracking").make_specs(SMOKE)[1].spec_hash()
+    _truncate(root / "runs" / rid / "spec.json")
+    capsys.readouterr()
+    assert main(["analyze", str(root), "--device", "cpu", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: study {root}: run {rid} damaged (spec.json: "), err
+    assert "rerun `dynlab study group-tracking`" in err[0]
+    assert not (root / "runs" / rid).exists() and len(list((root / QUARANTINE).iterdir())) == 1
+    with pytest.raises(ValueError, match=f"run {rid} is missing"):
+        analyze_study(root, get_study, device="cpu")
+
+
+def _spec(seed=0):
+    return get_study("group-tracking").make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",), seeds=(seed,)))[0]
+
+
+def test_checksums_list_every_file_with_size_and_sha256(tmp_path):
+    import hashlib
+
+    store = RunStore(tmp_path)
+    spec = _spec()
+    store.save(spec, {"status": "ok", "x": 1}, {"w": torch.arange(3.0)})
+    store.write_json(spec, "extra.json", {"a": 1})
+    folder = store.path(spec)
+    listed = json.loads((folder / CHECKSUMS).read_text())["files"]
+    assert sorted(listed) == ["extra.json", "model.safetensors", "result.json", "spec.json"]
+    for name, entry in listed.items():
+        data = (folder / name).read_bytes()
+        assert entry == {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)} == file_digest(folder / name)
+    assert hashlib.sha256((folder / "spec.json").read_bytes()).hexdigest()[:16] == spec.spec_hash()
+
+
+@pytest.mark.parametrize(
+    "damage, files, core",
+    [
+        ("truncate checksums", ("checksums.json", "model.safetensors", "result.json", "spec.json"), True),
+        ("stray file", ("notes.txt",), False),
+        ("spec of another run", ("spec.json",), True),
+        ("edited result", ("result.json",), True),
+    ],
+)
+def test_inspect_finds_damage_the_checksums_do_not_list(tmp_path, damage, files, core):
+    store = RunStore(tmp_path)
+    spec = _spec()
+    store.save(spec, {"status": "ok"}, {"w": torch.zeros(2)})
+    folder = store.path(spec)
+    if damage == "truncate checksums":
+        _truncate(folder / CHECKSUMS)
+    elif damage == "stray file":
+        (folder / "notes.txt").write_text("hello")
+    elif damage == "spec of another run":  # spec.json and its checksum both replaced
+        other = _spec(seed=1).canonical_json()
+        (folder / "spec.json").write_text(other)
+        sums = json.loads((folder / CHECKSUMS).read_text())
+        sums["files"]["spec.json"] = file_digest(folder / "spec.json")
+        (folder / CHECKSUMS).write_text(json.dumps(sums))
+    else:
+        (folder / "result.json").write_text((folder / "result.json").read_text().replace('"ok"', '"OK"'))
+    found = store.inspect(spec.spec_hash())
+    assert found is not None and found.files == files and found.core is core, found
+    assert store.is_done(spec) is not core
+    damage_, dest = store.heal(spec.spec_hash())
+    assert (dest / "WHY.txt").read_text().strip() == damage_.why
+    assert store.inspect(spec.spec_hash()) is None
+    assert store.is_done(spec) is not core  # core: the run is gone (to be redone); else it stays
+
+
+def test_a_folder_from_before_checksums_is_checked_by_reading_and_adopted(tmp_path):
+    store = RunStore(tmp_path)
+    good, bad = _spec(0), _spec(1)
+    for spec in (good, bad):
+        store.save(spec, {"status": "ok"}, {"w": torch.zeros(2)})
+        (store.path(spec) / CHECKSUMS).unlink()  # as written by older dynlab versions
+    (store.path(bad) / "model.safetensors").write_bytes(b"not a checkpoint")
+    assert store.inspect(good.spec_hash()) is None and (store.path(good) / CHECKSUMS).is_file()
+    found = store.inspect(bad.spec_hash())
+    assert found.files == ("model.safetensors",) and found.core and not (store.path(bad) / CHECKSUMS).exists()
+
+
+def test_an_interrupted_analysis_write_is_not_damage(tmp_path):
+    """Killed after the checksum of a new analysis was entered but before the file was
+    renamed into place: the entry is dropped and the analysis simply counts as absent."""
+    store = RunStore(tmp_path)
+    spec = _spec()
+    store.save(spec, {"status": "ok"}, {"w": torch.zeros(2)})
+    folder = store.path(spec)
+    sums = json.loads((folder / CHECKSUMS).read_text())
+    sums["files"]["analysis.nc"] = {"sha256": "0" * 64, "bytes": 10}
+    (folder / CHECKSUMS).write_text(json.dumps(sums))
+    assert store.inspect(spec.spec_hash()) is None and not store.has_file(spec, "analysis.nc")
+    assert "analysis.nc" not in json.loads((folder / CHECKSUMS).read_text())["files"]
+
+
+def test_unreadable_analysis_names_its_file(tmp_path):
+    import xarray as xr
+
+    store = RunStore(tmp_path)
+    spec = _spec()
+    store.save(spec, {"status": "ok"}, {"w": torch.zeros(2)})
+    store.write_dataset(spec, "analysis.nc", xr.Dataset({"q": ("t", np.arange(3.0))}))
+    _truncate(store.path(spec) / "analysis.nc")
+    with pytest.raises(ValueError, match=f"unreadable {store.path(spec) / 'analysis.nc'}"):
+        store.read_dataset(spec, "analysis.nc")
