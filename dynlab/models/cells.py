@@ -342,9 +342,10 @@ class MambaCell(Cell):
 
     def readout(self, hs: torch.Tensor, p: Terms) -> torch.Tensor:
         h = hs.unflatten(-1, (self.hidden, self.d_state))  # [B, T, H, N]
-        # Σ_n C_t[n]·h_t[d, n] as a batched matrix-vector product: 2.5× faster forward and
-        # backward than a broadcast product summed over the short last axis (measured, N=4).
-        y = torch.einsum("...dn,...n->...d", h, p["C"]) + self.D * p["x"]  # [B, T, H]
+        # Σ_n C_t[n]·h_t[d, n] as a broadcast product summed over the short last axis: at
+        # B=256, T=60, H=128, N=4 its forward and backward took 0.11–0.18 s against 0.27–0.36 s
+        # for the einsum (one batched matrix-vector product per (b, t)), 1 thread, one run.
+        y = (h * p["C"][..., None, :]).sum(-1) + self.D * p["x"]  # [B, T, H]
         return y * F.silu(p["z"])
 
 
