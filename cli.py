@@ -120,6 +120,13 @@ def _add_lm_study_command(name: str) -> None:
         models: MixersOpt = "all",
         interventions: InterventionsOpt = None,
         source: SourceOpt = None,
+        lengths: Annotated[
+            Optional[str], typer.Option("--lengths", help="Task studies: comma list of test lengths (default: the preset's).")
+        ] = None,
+        depths: Annotated[
+            Optional[str], typer.Option("--depths", help="passkey: comma list of needle depths in [0, 1].")
+        ] = None,
+        kinds: Annotated[Optional[str], typer.Option("--kinds", help="babilong: comma list of qa1, qa2, qa3, qa6, qa7.")] = None,
         seeds: SeedsOpt = None,
         preset: PresetOpt = "quick",
         out: OutOpt = Path("dynlab-runs"),
@@ -138,6 +145,20 @@ def _add_lm_study_command(name: str) -> None:
             extra["interventions"] = list(_csv(interventions) or ())
         if source is not None:
             extra["source"] = source
+        task: dict = {}
+        for flag, text, key, allowed_study, cast in (("--lengths", lengths, "eval_lengths", None, int),
+                                                     ("--depths", depths, "depths", "passkey", float),
+                                                     ("--kinds", kinds, "babi_kinds", "babilong", str)):
+            if text is None:
+                continue
+            if name == "length-generalization" or (allowed_study is not None and name != allowed_study):
+                raise ValueError(f"study {name} takes no {flag}; allowed: {allowed_study or 'the task studies'} only")
+            try:
+                task[key] = [cast(x) for x in (_csv(text) or ())]
+            except ValueError:
+                raise ValueError(f"{flag} must be a comma list of numbers, got {text!r}") from None
+        if task:
+            extra["task"] = task
         options = StudyOptions(preset=preset, models=_csv(models), seeds=_seeds(seeds), extra=extra)
         study.check_preset(options.preset)
         study.make_specs(options)  # validates mixers, interventions and the source before anything is written
@@ -200,7 +221,7 @@ def lm_post_train(
         task_spec = LMTaskSpec(kind=task, **import_module(f"dynlab.studies.{kinds[task]}").PRESETS["quick"]["task"])
     evals = LMEvalSpec(length_multiple=length_multiple, n_samples=samples, chunk_len=min(256, length),
                        bin_width=min(16, length), effrem_samples=min(16, samples))
-    need = max(evals.length_multiple * length, *(task_spec.eval_lengths if task_spec else ())) + 1
+    need = max([evals.length_multiple * length, *(task_spec.eval_lengths if task_spec else ())]) + 1
     data = check_source(source, LMDataSpec().val_fraction, need)
     spec = PostTrainSpec(
         checkpoint=str(checkpoint.expanduser().resolve()), checkpoint_sha256=checkpoint_digest(checkpoint),

@@ -154,6 +154,7 @@ def test_initial_state_changes_the_output_of_both_models(hf_model, hf_mamba1):
         assert (noisy - zero).abs().max() > 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("maker", ["mamba2", "mamba1"])
 def test_post_training_hf_checkpoint_zero_steps_equals_checkpoint_and_steps_change_it(maker, hf_model, hf_mamba1, tmp_path):
     from dynlab.lm.evaluate import stream_eval, validation_windows

@@ -90,6 +90,10 @@ def study_panels(ds: xr.Dataset) -> dict[str, Panel]:
         from dynlab.figures import lm
 
         return {name: _missing_as_note(panel) for name, panel in lm.PANELS.items()}
+    if study in ("copying", "passkey", "babilong"):
+        from dynlab.figures import tasks
+
+        return {name: _missing_as_note(panel) for name, panel in tasks.task_panels(ds).items()}
     groups = _groups(ds)
     if study == "nonlinearity":
         panels: dict[str, Panel] = {"mp_by_nonlinearity": mp_by_nonlinearity}

@@ -1,0 +1,122 @@
+"""Figure panels of the long-context task studies (copying, passkey, babilong): pure ``(ds, ax) -> ax`` functions.
+
+Runs are pooled by (``arch``, ``intervention``): a line or cell is the mean over the
+seeds of that pair, and the shaded band (line panels) spans the seeds' minimum to
+maximum. The training lengths ``[train_min, train_max]`` are shaded grey. No torch, no
+file I/O.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import xarray as xr
+from matplotlib.axes import Axes
+
+__all__ = ["copying_panel", "passkey_heatmap", "babi_panel", "task_panels"]
+
+
+def _pairs(ds: xr.Dataset) -> list[tuple[str, str]]:
+    return list(dict.fromkeys(zip(ds["arch"].values.astype(str), ds["intervention"].values.astype(str))))
+
+
+def _runs(ds: xr.Dataset, arch: str, intervention: str) -> xr.Dataset:
+    keep = (ds["arch"] == arch) & (ds["intervention"] == intervention)
+    return ds.isel(run=np.flatnonzero(keep.values))
+
+
+def _label(ds: xr.Dataset, arch: str, intervention: str, n: int) -> str:
+    multi_arch = len(np.unique(ds["arch"].values)) > 1
+    name = f"{arch} / {intervention}" if multi_arch else intervention
+    return f"{name} ({n} seed{'s' if n != 1 else ''})"
+
+
+def _shade_training(ds: xr.Dataset, ax: Axes) -> None:
+    if "train_min" in ds.coords and "train_max" in ds.coords:
+        ax.axvspan(float(ds["train_min"].min()), float(ds["train_max"].max()), color="0.9", zorder=0,
+                   label="training lengths")
+
+
+def _axis(da: xr.DataArray, fallback: str) -> str:
+    units = da.attrs.get("units", "")
+    name = da.attrs.get("long_name", fallback)
+    return f"{name} [{units}]" if units not in ("", "1") else name
+
+
+def _mean_band(ds: xr.Dataset, ax: Axes, da: xr.DataArray, label: str) -> None:
+    mean = da.mean("run")
+    line, = ax.plot(ds["length"].values, mean.values, marker="o", markersize=3, label=label)
+    if da.sizes["run"] > 1:
+        ax.fill_between(ds["length"].values, da.min("run").values, da.max("run").values, color=line.get_color(),
+                        alpha=0.2, linewidth=0)
+
+
+def copying_panel(ds: xr.Dataset, ax: Axes, variable: str = "accuracy") -> Axes:
+    """Copying: ``variable`` (per-character ``accuracy`` or ``exact_match``) vs string length, per intervention."""
+    _shade_training(ds, ax)
+    for arch, iv in _pairs(ds):
+        runs = _runs(ds, arch, iv)
+        _mean_band(ds, ax, runs[variable], _label(ds, arch, iv, runs.sizes["run"]))
+    if "train_max" in ds.coords:
+        ax.axvline(3 * float(ds["train_max"].max()), color="0.5", linestyle=":", linewidth=1)
+    ax.set_xlabel(_axis(ds["length"], "string length"))
+    ax.set_ylabel(_axis(ds[variable], variable))
+    ax.set_ylim(0, 1.02)
+    ax.set_title("Copying: accuracy vs length (dotted: 3x training)")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def passkey_heatmap(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -> Axes:
+    """Passkey: mean accuracy over (length, depth) for the runs of ``intervention`` (default: the first)."""
+    interventions = list(dict.fromkeys(ds["intervention"].values.astype(str)))
+    iv = intervention if intervention is not None else interventions[0]
+    if iv not in interventions:
+        raise ValueError(f"intervention {iv!r} not in the dataset; allowed: {', '.join(interventions)}")
+    acc = ds["accuracy"].isel(run=np.flatnonzero((ds["intervention"] == iv).values))
+    mean = acc.mean("run").transpose("depth", "length")
+    im = ax.imshow(mean.values, origin="lower", aspect="auto", vmin=0, vmax=1, cmap="viridis")
+    ax.set_xticks(range(ds.sizes["length"]), [str(int(v)) for v in ds["length"].values])
+    ax.set_yticks(range(ds.sizes["depth"]), [f"{v:g}" for v in ds["depth"].values])
+    for (i, j), v in np.ndenumerate(mean.values):
+        if np.isfinite(v):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize="x-small", color="w" if v < 0.6 else "k")
+    ax.figure.colorbar(im, ax=ax, label=_axis(ds["accuracy"], "accuracy"))
+    ax.set_xlabel(_axis(ds["length"], "length"))
+    ax.set_ylabel(_axis(ds["depth"], "depth"))
+    n = acc.sizes["run"]
+    ax.set_title(f"Passkey accuracy, {iv} ({n} run{'s' if n != 1 else ''}; trained ≤ {int(ds['train_max'].max())})")
+    return ax
+
+
+def babi_panel(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -> Axes:
+    """bAbI-style: accuracy vs length, one line per task kind (mean over the runs of ``intervention``)."""
+    interventions = list(dict.fromkeys(ds["intervention"].values.astype(str)))
+    iv = intervention if intervention is not None else interventions[0]
+    if iv not in interventions:
+        raise ValueError(f"intervention {iv!r} not in the dataset; allowed: {', '.join(interventions)}")
+    runs = ds.isel(run=np.flatnonzero((ds["intervention"] == iv).values))
+    _shade_training(ds, ax)
+    for kind in runs["kind"].values:
+        _mean_band(runs, ax, runs["accuracy"].sel(kind=kind), str(kind))
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(_axis(ds["length"], "length"))
+    ax.set_ylabel(_axis(ds["accuracy"], "accuracy"))
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"bAbI-style accuracy per kind, {iv} ({runs.sizes['run']} runs)")
+    ax.legend(fontsize="small", ncols=2)
+    return ax
+
+
+def task_panels(ds: xr.Dataset) -> dict:
+    """Panel name -> panel for a copying, passkey or babilong dataset (``ds.attrs['study']``)."""
+    study = str(ds.attrs.get("study", ""))
+    interventions = list(dict.fromkeys(ds["intervention"].values.astype(str))) if "intervention" in ds.coords else []
+    if study == "copying":
+        return {"copying_accuracy": copying_panel, "copying_exact_match": partial(copying_panel, variable="exact_match")}
+    if study == "passkey":
+        return {f"passkey_{iv}": partial(passkey_heatmap, intervention=iv) for iv in interventions}
+    if study == "babilong":
+        return {f"babi_{iv}": partial(babi_panel, intervention=iv) for iv in interventions}
+    raise ValueError(f"not a task study dataset: {study!r}; allowed: copying, passkey, babilong")

@@ -1,0 +1,139 @@
+"""Studies copying, passkey, babilong end to end (tiny overrides); post-training a dynlab run; CLI bad input."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib
+import numpy as np
+import pytest
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (backend chosen first)
+
+from dynlab.cli import main  # noqa: E402
+from dynlab.figures import write_figures  # noqa: E402
+from dynlab.runner import open_study, run_study  # noqa: E402
+from dynlab.studies import STUDIES, get_study  # noqa: E402
+from dynlab.study import StudyOptions  # noqa: E402
+
+TINY_MODEL = {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 4, "d_state": 4, "chunk_size": 8}
+TINY = {
+    "copying": {"task": {"train_min": 3, "train_max": 5, "eval_lengths": [3, 10]}},
+    "passkey": {"task": {"train_min": 104, "train_max": 110, "eval_lengths": [110, 140], "depths": [0.0, 1.0]}},
+    "babilong": {"task": {"train_min": 160, "train_max": 170, "eval_lengths": [170, 200], "n_facts": 3,
+                          "babi_kinds": ["qa1", "qa6"]}},
+}
+
+
+def _options(name: str, **kw) -> StudyOptions:
+    extra = {"model": TINY_MODEL, "train": {"steps": 2, "batch_size": 2}, "eval": {"n_samples": 3, "chunk_len": 64},
+             **TINY[name]}
+    return StudyOptions(preset="quick", seeds=(0,), extra={**extra, **kw})
+
+
+def test_studies_registered_with_quick_presets_of_three_seeds():
+    for name, default in (("copying", "state-passing"), ("passkey", "fitted-noise"), ("babilong", "state-passing")):
+        study = get_study(name)
+        assert name in STUDIES and {"quick", "paper"} <= set(study.presets)
+        specs = study.make_specs(StudyOptions(preset="quick"))
+        assert [(s.intervention.kind, s.seed) for s in specs] == [(iv, k) for iv in ("zero", default) for k in (0, 1, 2)]
+        assert all(s.model.mixer == "mamba2" for s in specs)
+    copying = get_study("copying").make_specs(StudyOptions(preset="paper"))[0].task
+    assert (copying.train_min, copying.train_max) == (50, 100) and 300 in copying.eval_lengths
+
+
+@pytest.mark.parametrize("name, extra, match", [
+    ("copying", {"interventions": ["tbtt"]}, "unknown intervention 'tbtt'"),
+    ("passkey", {"task": {"eval_lengths": [40]}}, "passkey length 40 is too short"),
+    ("passkey", {"task": {"depths": [-0.1]}}, r"depth -0.1 is outside \[0, 1\]"),
+    ("babilong", {"task": {"babi_kinds": ["qa4"]}}, "babi_kinds"),
+    ("babilong", {"task": {"eval_lengths": [100]}}, "too short to hold 3 facts"),
+    ("copying", {"source": "/no/such.txt"}, "uses no filler text"),
+    ("passkey", {"source": "/no/such.txt"}, "neither one of"),
+])
+def test_bad_task_selections_raise(name, extra, match):
+    with pytest.raises(ValueError, match=match):
+        get_study(name).make_specs(StudyOptions(preset="quick", extra=extra))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, dims", [("copying", ("run", "length")), ("passkey", ("run", "length", "depth")),
+                                        ("babilong", ("run", "length", "kind"))])
+def test_tiny_task_study_dataset_and_panels(name, dims, tmp_path):
+    path = run_study(get_study(name), _options(name), out=tmp_path, device="cpu")
+    ds = open_study(path)
+    assert ds["accuracy"].dims == dims
+    for var in ("accuracy", "token_accuracy", "exact_match", "length"):
+        assert ds[var].attrs["long_name"] and "units" in ds[var].attrs, var
+    assert list(ds["intervention"].values) == list(get_study(name).make_specs(_options(name))[i].intervention.kind
+                                                   for i in range(2))
+    acc = ds["accuracy"].values
+    assert np.all((acc >= 0) & (acc <= 1))
+    headline = ds["token_accuracy"] if name == "copying" else ds["exact_match"]
+    np.testing.assert_array_equal(acc, headline.values)
+    assert (ds["exact_match"] <= ds["token_accuracy"] + 1e-12).all()  # all tokens right implies each token right
+    figs = write_figures(ds, tmp_path / "figs")
+    assert figs.written and not figs.skipped, figs.skipped
+    plt.close("all")
+
+
+@pytest.mark.slow
+def test_post_training_a_dynlab_run_zero_steps_reproduces_its_evaluation(tmp_path):
+    from dynlab.lm.posttrain import PostTrainSpec, PostTrainTrainSpec, checkpoint_digest, post_train
+    from dynlab.lm.spec import InterventionSpec
+    from dynlab.studies.length_generalization import STUDY
+
+    tiny = {"model": TINY_MODEL, "train": {"steps": 3, "batch_size": 2, "seq_len": 16},
+            "eval": {"length_multiple": 4, "n_samples": 3, "chunk_len": 16, "bin_width": 8, "effrem_points": 4,
+                     "effrem_samples": 2, "state_points": 8}, "interventions": ["zero"]}
+    options = StudyOptions(preset="quick", extra=tiny)
+    run_study(STUDY, options, out=tmp_path, device="cpu")
+    spec = STUDY.make_specs(options)[0]
+    run = tmp_path / "length-generalization" / "runs" / spec.spec_hash()
+    stored = json.loads((run / "result.json").read_text())
+    post = PostTrainSpec(checkpoint=str(run), checkpoint_sha256=checkpoint_digest(run), eval=spec.eval,
+                         intervention=InterventionSpec(kind="tbtt"),
+                         train=PostTrainTrainSpec(steps=0, batch_size=2, seq_len=16))
+    result, _ = post_train(post, "cpu")
+    np.testing.assert_allclose(result["ppl"], stored["ppl"], rtol=1e-5)  # float32 sums: thread count may differ
+    np.testing.assert_allclose(result["state_std"], stored["state_std"], rtol=1e-5)
+    assert stored["state_t"][0] == 1 and stored["state_t"][-1] == 64  # from t = 1 to the evaluation length
+    # CLI: post-train two steps of fitted noise and store the run with its dataset
+    rc = main(["lm", "post-train", "--checkpoint", str(run), "--intervention", "fitted-noise", "--steps", "2",
+               "--batch-size", "2", "--eval-multiple", "2", "--samples", "2", "--out", str(tmp_path / "pt"),
+               "--device", "cpu"])
+    assert rc == 0
+    (folder,) = (tmp_path / "pt" / "post-train" / "runs").iterdir()
+    ds = open_study(folder / "dataset.nc")
+    assert ds.attrs["intervention"] == "fitted-noise" and np.isfinite(ds["ppl"].sel(t=slice(1, None))).all()
+    assert json.loads((folder / "result.json").read_text())["train_steps"] == 2
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["lm", "post-train", "--checkpoint", "{tmp}"], "is not a model"),
+    (["lm", "post-train", "--checkpoint", "{tmp}/nothing"], "is not a model (no such folder)"),
+    (["lm", "post-train", "--checkpoint", "{tmp}", "--task", "sorting"], "unknown task kind 'sorting'"),
+    (["study", "passkey", "--lengths", "50"], "passkey length 50 is too short"),
+    (["study", "passkey", "--depths", "0.5,1.5"], r"depth 1.5 is outside [0, 1]"),
+    (["study", "babilong", "--kinds", "qa1,qa9"], "babi_kinds"),
+    (["study", "copying", "--depths", "0.5"], "study copying takes no --depths"),
+    (["study", "length-generalization", "--source", "{tmp}/empty.txt"], "is empty"),
+    (["study", "passkey", "--source", "{tmp}/nothing.txt"], "neither one of"),
+])
+def test_cli_bad_input_one_line_exit_2_nothing_written(argv, match, tmp_path, capsys):
+    (tmp_path / "empty.txt").write_text("")
+    out = tmp_path / "out"
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv] + ["--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and match in err, err
+    assert not out.exists()
+
+
+def test_lm_study_help_names_mixers_and_no_groups(capsys):
+    for name in ("length-generalization", "copying", "passkey", "babilong"):
+        assert main(["study", name, "--help"]) == 0
+        text = capsys.readouterr().out
+        assert "mamba2, mamba1, gla" in text and "--source" in text and "--groups" not in text, name
+    assert main(["study", "copying", "--groups", "S3"]) == 2
