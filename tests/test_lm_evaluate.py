@@ -55,3 +55,18 @@ def test_validation_windows_are_deterministic_and_in_range():
     assert torch.equal(w, validation_windows(val, 4, 20))
     with pytest.raises(ValueError, match="evaluation length"):
         validation_windows(val, 2, 100)
+
+
+def test_state_statistics_recorded_at_requested_positions_from_t1():
+    model = RecurrentLM("mamba2", d_model=16, n_layers=2, n_heads=2, head_dim=4, d_state=4, chunk_size=4,
+                        generator=torch.Generator().manual_seed(0)).eval()
+    tokens = torch.randint(0, 256, (3, 21), generator=torch.Generator().manual_seed(1))
+    res = stream_eval(model, tokens, chunk_len=8, record_at=[1, 3, 10, 20, 99])
+    assert res.state_stats["t"].values.tolist() == [1, 3, 10, 20]  # 99 lies beyond the 20 positions
+    whole = stream_eval(model, tokens, chunk_len=64, record_states=False).nll
+    torch.testing.assert_close(torch.as_tensor(res.nll), torch.as_tensor(whole), rtol=1e-6, atol=1e-6)
+    with torch.no_grad():
+        _, states = model(tokens[:, :3])  # independent: the states after 3 tokens, one forward call
+    direct = states[1][:, 0].double().flatten(1)  # layer 1, head 0: [S, P*N]
+    assert res.state_stats.state_norm.sel(t=3, layer=1, head=0).item() == pytest.approx(direct.norm(dim=1).mean().item(), rel=1e-5)
+    assert res.state_stats.state_std.sel(t=3, layer=1, head=0).item() == pytest.approx(direct.std(unbiased=False).item(), rel=1e-5)
