@@ -47,7 +47,7 @@ def _run_specs(
     executor: Executor | None = None,
     force_analysis: bool = False,
 ) -> dict[str, int]:
-    counts = {"trained": 0, "reused": 0, "analyzed": 0, "failed": 0}
+    counts = {"trained": 0, "reused": 0, "analyzed": 0, "failed": 0, "not_learned": 0}
     executor = executor or InProcessExecutor()
     for spec in specs:  # one damage check per run; damaged runs are moved aside and redone
         healed = store.heal(spec.spec_hash())
@@ -84,10 +84,15 @@ def _run_specs(
     local_device = resolve_device(device) if analyze else None
     for spec in specs:
         result = store.load_result(spec)
-        if result.get("status") != "ok":
+        status = result.get("status")
+        if status == "not-learned":  # evaluated and analysed like ok runs; the study says how it counts them
+            counts["not_learned"] += 1
+            progress.log(f"run {spec.spec_hash()} not-learned: {result.get('reason', '')}")
+        elif status != "ok":
             counts["failed"] += 1
-            progress.log(f"run {spec.spec_hash()} {result.get('status')}: {result.get('reason', '')}")
-        elif analyze and (force_analysis or not store.has_file(spec, ANALYSIS)):
+            progress.log(f"run {spec.spec_hash()} {status}: {result.get('reason', '')}")
+            continue
+        if analyze and (force_analysis or not store.has_file(spec, ANALYSIS)):
             to_analyze.append(spec)
     if to_analyze:
         abar = progress.add(f"{study.name}: analyses", len(to_analyze))
@@ -154,7 +159,7 @@ def run_study(
         counts = _run_specs(study, specs, store, device, prog, analyze, executor)
         prog.log(
             f"{study.name}: {counts['trained']} trained, {counts['reused']} reused, "
-            f"{counts['analyzed']} analysed, {counts['failed']} failed"
+            f"{counts['analyzed']} analysed, {counts['not_learned']} not learned, {counts['failed']} failed"
         )
     return _finish(study, specs, store, options)
 

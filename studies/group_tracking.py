@@ -29,16 +29,23 @@ Presets:
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
 import torch
 import xarray as xr
 
-from dynlab.analysis.correlation import tcross_mp_correlation
+from dynlab.analysis.correlation import (
+    CROSSING_VARIANTS,
+    FORECAST_VARIANTS,
+    correlation_table,
+    heldout_choice,
+    tcross_mp_correlation,
+)
 from dynlab.analysis.tracking import AnalysisSpec, analyze_tracker
 from dynlab.config import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
-from dynlab.evaluate import evaluate_lengths, max_pass_length
+from dynlab.evaluate import evaluate_lengths, max_pass_length, max_pass_length_dense
 from dynlab.groups import get_group
 from dynlab.models import BUILTIN_ARCHS, available_cells, measure_family
 from dynlab.results.store import RunStore
@@ -73,6 +80,12 @@ PRESETS: dict[str, dict] = {
     },
     "quick": {
         "seeds": (0,),
+        "model": {"hidden": 64},
+        "train": {"steps": 600, "batch_size": 128, "lr": 3e-3},
+        "eval": {"n_samples": 256, "batch_size": 256},
+    },
+    "sweep": {
+        "seeds": (0, 1, 2, 3, 4),
         "model": {"hidden": 64},
         "train": {"steps": 600, "batch_size": 128, "lr": 3e-3},
         "eval": {"n_samples": 256, "batch_size": 256},
@@ -120,12 +133,39 @@ def make_specs(options: StudyOptions) -> list[RunSpec]:
     ]
 
 
+def run_status(res: TrainResult, max_length: int) -> tuple[str, str]:
+    """Status of a finished training run and its reason.
+
+    - ``diverged`` — the loss or gradient became non-finite (the engine's verdict);
+    - ``not-learned`` — training ended with the curriculum below the training length
+      ``max_length``: the model never read the task at the length it was meant to learn,
+      so its horizon says nothing about error control (reason: the length reached);
+    - ``ok`` — the curriculum reached the training length.
+
+    Rule for the analyses: ``ok`` and ``not-learned`` runs are evaluated and analysed alike
+    (the measurements of a tracker that did not learn are still measurements, and the
+    figures mark them); the T_cross–mp correlations use ``ok`` runs only.
+    """
+    if res.status != "ok":
+        return res.status, res.reason
+    reached = res.lengths[-1] if res.lengths else 0
+    if reached < max_length:
+        return "not-learned", f"curriculum stopped at length {reached} of {max_length}"
+    return "ok", ""
+
+
+#: statuses whose runs have weights, accuracies and analyses
+EVALUATED_STATUSES = ("ok", "not-learned")
+
+
 def _finish_run(spec: RunSpec, res: TrainResult, train_time: float, device: torch.device, **extra) -> RunOutcome:
-    """From a trained tracker to a stored outcome: training record, measured family, and
-    (for ok runs) accuracy vs length and mp."""
+    """From a trained tracker to a stored outcome: training record, status
+    (:func:`run_status`), measured family, and (unless diverged) accuracy vs length, dense
+    accuracy at every length and mp."""
+    status, reason = run_status(res, spec.train.curriculum.max_length)
     result: dict = {
-        "status": res.status,
-        "reason": res.reason,
+        "status": status,
+        "reason": reason,
         "train_steps": len(res.losses),
         "train_loss": res.losses[-1] if res.losses else float("nan"),
         "curriculum_length": res.lengths[-1] if res.lengths else 0,
@@ -136,7 +176,7 @@ def _finish_run(spec: RunSpec, res: TrainResult, train_time: float, device: torc
         **extra,
     }
     res.model.to(device)
-    if res.status != "ok":
+    if status not in EVALUATED_STATUSES:
         return RunOutcome(result, None)
     task = WordProblem(get_group(spec.task.group))
     ev = spec.eval
@@ -144,14 +184,19 @@ def _finish_run(spec: RunSpec, res: TrainResult, train_time: float, device: torc
         le = evaluate_lengths(
             res.model, task, ev.lengths, ev.n_samples, ev.batch_size, ev.chunk, spec.seed + ev.seed_offset, device
         )
-    mp, censored = max_pass_length(le.lengths, le.acc_final, ev.threshold)
+    mp_grid, grid_censored = max_pass_length(le.lengths, le.acc_final, ev.threshold)
+    mp, censored = max_pass_length_dense(le.acc_dense, ev.threshold, ev.mp_window)
     result.update(
         lengths=le.lengths.tolist(),
         accuracy=le.acc_final.tolist(),
         accuracy_all=le.acc_all.tolist(),
+        accuracy_dense=[round(float(a), 6) for a in le.acc_dense],
         mp=mp,
         mp_censored=censored,
+        mp_grid=mp_grid,
+        mp_grid_censored=grid_censored,
         threshold=ev.threshold,
+        mp_window=ev.mp_window,
     )
     return RunOutcome(result, res.model.state_dict())
 
@@ -199,14 +244,14 @@ def analyze_one(spec: RunSpec, store: RunStore, device: torch.device, progress: 
 
 
 def _analysis_table(specs: list[RunSpec], store: RunStore, status: list[str]) -> xr.Dataset | None:
-    """Stack the per-run analyses along ``run`` (NaN / '' where a run has none)."""
+    """Stack the per-run analyses along ``run`` (NaN / '' / False where a run has none)."""
     parts = []
     for spec, st in zip(specs, status):
-        if st == "ok" and store.has_file(spec, "analysis.nc"):
+        if st in EVALUATED_STATUSES and store.has_file(spec, "analysis.nc"):
             ds = store.read_dataset(spec, "analysis.nc")
             ds = ds.assign_coords(k=np.arange(ds.sizes["k"]))
-            for name in ("failure_mode", "failure_mode_par"):
-                if name in ds:
+            for name in ds.data_vars:
+                if name.startswith("failure_mode"):
                     ds[name] = ds[name].astype(str)
             parts.append(ds)
         else:
@@ -215,11 +260,10 @@ def _analysis_table(specs: list[RunSpec], store: RunStore, status: list[str]) ->
     if not present:
         return None
     template = xr.zeros_like(present[0]).where(False)
-    for name in ("failure_mode", "failure_mode_par"):
-        if name in template:
+    for name in template.data_vars:
+        if name.startswith("failure_mode"):
             template[name] = ((), "")
-    for name in ("crossed", "crossed_par"):
-        if name in template:
+        elif name.startswith("crossed"):
             template[name] = ((), False)
     filled = [p if p is not None else template for p in parts]
     table = xr.concat(filled, dim="run", join="outer", data_vars="all", coords="minimal", compat="override")
@@ -228,30 +272,57 @@ def _analysis_table(specs: list[RunSpec], store: RunStore, status: list[str]) ->
 
 
 def _correlations(ds: xr.Dataset) -> xr.Dataset:
-    """T_cross–mp and T_cross_par–mp correlations over the analysed runs (SPEC A4)."""
+    """T_cross–mp correlations over the ``ok`` runs, for every crossing-time variant and
+    both censoring rules (:func:`dynlab.analysis.correlation.correlation_table`), the
+    held-out choice of the default variant (:func:`~dynlab.analysis.correlation.heldout_choice`)
+    and, as scalars ``corr_pearson_r`` … , the default variant's statistics on all runs.
+
+    Rule: ``not-learned`` and ``diverged`` runs are left out (a horizon of a model that
+    never learned its task says nothing about error control); each censored crossing is
+    replaced by its own run's horizon ('replace') or the run is dropped ('drop').
+    """
     ok = (ds["status"] == "ok") & np.isfinite(ds["mp"])
-    if "T_cross" not in ds or int(ok.sum()) < 3:
+    variants = {**CROSSING_VARIANTS, **FORECAST_VARIANTS}
+    present = {name: var for name, (var, _) in variants.items() if var in ds}
+    if not present or int(ok.sum()) < 3:
         return xr.Dataset()
     sub = ds.sel(run=ok)
-    out = xr.Dataset()
-    max_len = float(ds["length"].max())
-    for name, prefix in (("T_cross", "corr"), ("T_cross_par", "corr_par")):
-        if name not in sub:
-            continue
-        res = tcross_mp_correlation(
-            sub[name].values,
-            sub["mp"].values,
-            horizon=float(sub["horizon"].max()) if "horizon" in sub else max_len,
-            mp_censored=sub["mp_censored"].values.astype(bool),
-            max_length=max_len,
-            rng=np.random.default_rng(0),
+    horizon = sub["horizon"].values if "horizon" in sub else float(ds["length"].max())
+    t_cross = {name: sub[var].values for name, var in present.items()}
+    common = dict(horizon=horizon, mp_censored=sub["mp_censored"].values.astype(bool))
+    table = correlation_table(t_cross, sub["mp"].values, **common)
+    table["variant_description"] = ("variant", np.asarray([variants[n][1] for n in table["variant"].values], dtype=str))
+    choice = heldout_choice(
+        {n: v for n, v in t_cross.items() if n in CROSSING_VARIANTS}, sub["mp"].values, sub["seed"].values, **common
+    )
+    default = choice["variant"]
+    out = table
+    desc = f"default variant {default!r} chosen on seeds {choice['selection_seeds']}"
+    for key in ("pearson_r", "pearson_r_lo", "pearson_r_hi"):
+        out[f"corr_heldout_{key}"] = (
+            (),
+            float(choice[key]),
+            {"long_name": f"held-out {key.replace('_', ' ')} of T_cross ({default}) vs mp", "units": "1",
+             "variant": default, "heldout_seeds": str(choice["heldout_seeds"]), "description": desc},
         )
-        cds = res.to_dataset()
-        for v in cds.data_vars:
-            cds[v].attrs["long_name"] = cds[v].attrs.get("long_name", v).replace("T_cross", name)
-        out = out.merge(cds.rename({v: f"{prefix}_{v}" for v in cds.data_vars}))
-        out.attrs[f"{prefix}_censoring"] = res.censoring
-        out.attrs[f"{prefix}_n_boot"] = res.n_boot
+    out["corr_heldout_n_used"] = ((), int(choice["n_used"]), {"long_name": "held-out runs used", "units": "1"})
+    res = tcross_mp_correlation(
+        t_cross[default], sub["mp"].values, rng=np.random.default_rng(0), **common
+    )
+    cds = res.to_dataset()
+    for v in cds.data_vars:
+        cds[v].attrs["long_name"] = cds[v].attrs.get("long_name", v).replace("T_cross", f"T_cross ({default})")
+        cds[v].attrs["variant"] = default
+    out = out.merge(cds.rename({v: f"corr_{v}" for v in cds.data_vars}))
+    out.attrs.update(
+        corr_default_variant=default,
+        corr_default_tcross=variants[default][0],
+        corr_selection_seeds=str(choice["selection_seeds"]),
+        corr_heldout_seeds=str(choice["heldout_seeds"]),
+        corr_selection_r=json.dumps({k: round(float(v), 4) for k, v in choice["selection_r"].items()}),
+        corr_censoring=res.censoring,
+        corr_n_boot=res.n_boot,
+    )
     return out
 
 
@@ -266,9 +337,12 @@ def assemble(specs: list[RunSpec], store: RunStore, options: StudyOptions) -> xr
     n, nl = len(specs), len(lengths)
     acc = np.full((n, nl), np.nan)
     acc_all = np.full((n, nl), np.nan)
-    scalars = {k: np.full(n, np.nan) for k in ("mp", "curriculum_length", "train_loss", "train_steps", "train_time")}
+    acc_dense = np.full((n, lengths[-1] if lengths else 0), np.nan)
+    keys = ("mp", "mp_grid", "curriculum_length", "train_loss", "train_steps", "train_time")
+    scalars = {k: np.full(n, np.nan) for k in keys}
     status, reason, fam_meas, fam = [], [], [], []
     censored = np.zeros(n, dtype=bool)
+    grid_censored = np.zeros(n, dtype=bool)
     for i, spec in enumerate(specs):
         r = store.load_result(spec)
         status.append(r["status"])
@@ -278,18 +352,24 @@ def assemble(specs: list[RunSpec], store: RunStore, options: StudyOptions) -> xr
         for k in scalars:
             if r.get(k) is not None:
                 scalars[k][i] = r[k]
-        if r["status"] == "ok":
+        if r["status"] in EVALUATED_STATUSES:
             idx = [lengths.index(int(L)) for L in r["lengths"]]
             acc[i, idx] = r["accuracy"]
             acc_all[i, idx] = r["accuracy_all"]
             censored[i] = bool(r["mp_censored"])
+            grid_censored[i] = bool(r.get("mp_grid_censored", r["mp_censored"]))
+            dense = r.get("accuracy_dense") or []
+            acc_dense[i, : len(dense)] = dense
     run = np.arange(n)
     ds = xr.Dataset(
         {
             "accuracy": (("run", "length"), acc),
             "accuracy_all": (("run", "length"), acc_all),
+            "accuracy_dense": (("run", "length_dense"), acc_dense),
             "mp": ("run", scalars["mp"]),
             "mp_censored": ("run", censored),
+            "mp_grid": ("run", scalars["mp_grid"]),
+            "mp_grid_censored": ("run", grid_censored),
             "status": ("run", np.array(status, dtype=str)),
             "reason": ("run", np.array(reason, dtype=str)),
             "curriculum_length": ("run", scalars["curriculum_length"]),
@@ -300,6 +380,7 @@ def assemble(specs: list[RunSpec], store: RunStore, options: StudyOptions) -> xr
         coords={
             "run": run,
             "length": np.asarray(lengths),
+            "length_dense": np.arange(1, acc_dense.shape[1] + 1),
             "run_id": ("run", np.array([s.spec_hash() for s in specs], dtype=str)),
             "arch": ("run", np.array([s.model.arch for s in specs], dtype=str)),
             "family": ("run", np.array(fam, dtype=str)),
@@ -312,6 +393,7 @@ def assemble(specs: list[RunSpec], store: RunStore, options: StudyOptions) -> xr
         },
     )
     ds["mp"].attrs["threshold"] = float(specs[0].eval.threshold) if specs else float("nan")
+    ds["mp"].attrs["window"] = float(specs[0].eval.mp_window) if specs else float("nan")
     table = _analysis_table(specs, store, status)
     if table is not None:
         ds = ds.merge(table.drop_vars([c for c in table.coords if c in ("run",)], errors="ignore"), compat="override")

@@ -1,13 +1,17 @@
 """Study ``nonlinearity`` (paper A, ablation): which state nonlinearity φ controls errors?
 
-One state-dependent cell, the dense RNN ``tanh-rnn`` h_t = φ(A h_{t-1} + B x̃_t + b), is
+One cell, the token-gated RNN h_t = φ(σ(W_g x̃_t + b_g) ⊙ (A h_{t-1}) + B x̃_t + b), is
 trained with φ in tanh, ReLU, pairwise max/min, GroupSort (blocks of 4), LayerNorm and
 the spherical projection h ↦ √S·h/‖h‖ (:mod:`dynlab.models.nonlinearity`), on C6 and S3
-(``--groups`` selects others).  Why this cell and not ``state-gated-rnn``: in the dense
-RNN φ is the *only* source of state dependence, so the ablation isolates it; the
-state-gated cell's gate σ(U h + W x) depends on h whatever φ is, which would blur the
-LayerNorm/sphere arm (SPEC A2: those act like affine maps on U).  ``--models`` may still
-pick another registered cell (e.g. ``state-gated-rnn``) for a second ablation.
+(``--groups`` selects others).  Why this cell: its gate depends on the token only, so with
+φ = identity it is affine and φ is the *only* source of state dependence (the ablation
+isolates φ); and its transition depends on the input, so every φ can express the group.
+The plain dense RNN ``tanh-rnn`` (input-independent A) cannot serve: with a normalising φ
+its logits are, up to a positive scale, a sum of per-token terms, which cannot express a
+non-abelian product, and measured at the quick size LayerNorm and the sphere never passed
+length 2 on C6 or S3 with it.  The state-gated cell's gate σ(U h + W x) depends on h
+whatever φ is, which would blur the LayerNorm/sphere arm.  ``--models`` may still pick
+another registered cell for a second ablation.
 
 Everything else is the group-tracking study's, reused by import, not copied: presets
 (``quick``, ``paper``: widths, steps, evaluation to length 1000), training, evaluation,
@@ -35,7 +39,7 @@ __all__ = ["DEFAULT_CELL", "DEFAULT_GROUPS", "NONLINEARITIES", "STUDY", "make_sp
 
 NONLINEARITIES = ("tanh", "relu", "maxmin", "groupsort", "layernorm", "sphere")
 DEFAULT_GROUPS = ("C6", "S3")
-DEFAULT_CELL = "tanh-rnn"
+DEFAULT_CELL = "token-gated-rnn"
 
 
 def _select_cells(models: tuple[str, ...] | None) -> tuple[str, ...]:

@@ -78,3 +78,37 @@ def test_bad_input_raises():
         tcross_mp_correlation(t_cross, mp, horizon=5, censoring="impute", rng=rng)
     with pytest.raises(ValueError, match="ci_level"):
         tcross_mp_correlation(t_cross, mp, horizon=5, ci_level=1.5, rng=rng)
+
+
+def test_correlation_table_and_heldout_choice_never_see_the_heldout_half():
+    from dynlab.analysis.correlation import correlation_table, heldout_choice
+
+    rng = np.random.default_rng(0)
+    seeds = np.repeat(np.arange(4), 30)  # seeds 0, 1 select; 2, 3 are held out
+    mp = rng.uniform(10, 900, seeds.size)
+    good = mp + rng.normal(0, 5, seeds.size)  # tracks mp on every seed
+    # 'sly' tracks mp perfectly on the selection half only and is noise on the held-out half
+    sly = np.where(seeds < 2, mp, rng.uniform(10, 900, seeds.size))
+    noise = rng.uniform(10, 900, seeds.size)
+    cens = np.zeros(seeds.size, bool)
+    choice = heldout_choice({"good": good, "sly": sly, "noise": noise}, mp, seeds, horizon=1000.0, mp_censored=cens)
+    assert choice["selection_seeds"] == [0, 1] and choice["heldout_seeds"] == [2, 3]
+    assert choice["variant"] == "sly"  # chosen on the selection half (r = 1 there) ...
+    held = seeds >= 2
+    expect = np.corrcoef(sly[held], mp[held])[0, 1]  # ... and reported honestly on the other half
+    assert choice["pearson_r"] == pytest.approx(expect, abs=1e-12) and choice["n_used"] == 60
+    assert choice["pearson_r_lo"] < expect < choice["pearson_r_hi"]
+    one = heldout_choice({"good": good}, mp, np.zeros(seeds.size), horizon=1000.0, mp_censored=cens)
+    assert one["variant"] == "q_dec" and np.isnan(one["pearson_r"])  # one seed: no split, a-priori default
+
+    # table: censored crossings replaced by their own run's horizon, or dropped
+    tc = good.copy()
+    tc[:10] = np.nan
+    horizon = np.where(np.arange(seeds.size) < 5, 500.0, 1000.0)
+    tab = correlation_table({"good": tc}, mp, horizon=horizon, mp_censored=cens, n_boot=200)
+    replaced = np.where(np.isnan(tc), horizon, tc)
+    r_rep = float(tab.corr_r.sel(variant="good", censoring="replace"))
+    r_drop = float(tab.corr_r.sel(variant="good", censoring="drop"))
+    assert r_rep == pytest.approx(np.corrcoef(replaced, mp)[0, 1], abs=1e-12)
+    assert r_drop == pytest.approx(np.corrcoef(tc[10:], mp[10:])[0, 1], abs=1e-12)
+    assert int(tab.corr_n_used.sel(variant="good", censoring="drop")) == seeds.size - 10

@@ -52,7 +52,7 @@ def test_gaussian_mixture_matches_closed_form():
     # sqrt(3)(sigma0 + kappa t) = tau*sqrt(2)
     np.testing.assert_allclose(float(ds["eta"]), np.sqrt(3) * kappa, rtol=0.05)
     t_pred = (TAU * np.sqrt(2) / np.sqrt(3) - sigma0) / kappa
-    np.testing.assert_allclose(float(ds["T_cross_pred"]), t_pred, rtol=0.05)
+    np.testing.assert_allclose(float(ds["T_cross_par_pred"]), t_pred, rtol=0.05)
     for var in ("q", "R", "M", "R_par", "R_perp"):
         assert {"long_name", "units"} <= set(ds[var].attrs)
     assert ds.attrs["tau"] == TAU and ds.attrs["persist"] == 3

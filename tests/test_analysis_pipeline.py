@@ -27,6 +27,15 @@ def test_exact_affine_tracker_is_robust_and_neutral():
     # Theorem 1: the return map of a state-preserving word is the identity on U
     eig = ds.return_map_eig_real.values + 1j * ds.return_map_eig_imag.values
     np.testing.assert_allclose(eig, 1.0, atol=1e-10)
+    assert float(ds.return_map_dist_identity) < 1e-10
+    # decoder-aligned ratios: no spread at all, every decoder reads every state
+    for name in ("q_pair", "q_pair_out", "q_dec", "q_pair_ref", "q_dec_ref"):
+        assert float(ds[name].max()) < 1e-10, name
+        assert str(ds[f"failure_mode_{name[2:]}"].values) == "robust", name
+    np.testing.assert_allclose(ds.probe_accuracy.values, 1.0)
+    assert np.isnan(float(ds.T_probe)) and np.isnan(float(ds.T_forecast_dec))
+    # the readout features of this tracker are its states, so the two pairwise ratios agree
+    assert ds.q_pair_out.attrs["representation"] == "readout features" and ds.q_pair.attrs["representation"] == "state"
     assert int(ds.k_U_ref) == 5
     # permutations are orthogonal: perturbations neither grow nor decay, exponents are 0
     np.testing.assert_allclose(ds.recovery_rate.values, 0.0, atol=1e-10)
@@ -54,6 +63,8 @@ def test_contracting_tracker_return_map_below_one():
     ds = analyze_tracker(m, WordProblem(get_group("C6")), SPEC, horizon=60, t_ref=10)
     eig = ds.return_map_eig_real.values + 1j * ds.return_map_eig_imag.values
     np.testing.assert_allclose(np.abs(eig), lam**SPEC.word_length, rtol=1e-9)
+    # DF_U = λ^L·I on U: its distance from the identity is 1 − λ^L
+    np.testing.assert_allclose(float(ds.return_map_dist_identity), 1 - lam**SPEC.word_length, rtol=1e-9)
     np.testing.assert_allclose(ds.recovery_rate.values, np.log(lam), rtol=1e-6)
     np.testing.assert_allclose(ds.lyapunov.values, np.log(lam), rtol=1e-6)
     assert str(ds.failure_mode.values) == "robust"
@@ -93,3 +104,35 @@ def test_exploding_tracker_counts_as_failed_not_robust():
         assert np.isinf(after[name]).all(), name
     # the Corollary-1 fit only sees finite points
     assert np.isfinite(float(ds.eta))
+
+
+def test_collapsed_tracker_is_not_robust():
+    """Every state maps to zero after the first step: all classes merge, so every ratio is
+    +inf from step 2 and the tracker has failed (it was 'robust' when q = 0/0 counted as
+    below the threshold)."""
+    m = exact_tracker("C6")
+    with torch.no_grad():
+        m.cells[0].P.zero_()
+    ds = analyze_tracker(m, WordProblem(get_group("C6")), SPEC, horizon=30, t_ref=10)
+    for name in ("failure_mode", "failure_mode_par", "failure_mode_pair", "failure_mode_pair_out", "failure_mode_dec"):
+        assert str(ds[name].values) == "saturation", name
+    assert np.isinf(ds.q.sel(t=slice(2, None))).all() and np.isinf(ds.q_pair.sel(t=slice(2, None))).all()
+    assert float(ds.probe_accuracy.sel(t=20)) < 0.5
+
+
+def test_large_groups_get_enough_sequences_per_class():
+    spec = AnalysisSpec(n_samples=128)
+    assert spec.samples_for(6) == 128 and spec.samples_for(60) == 960 and spec.samples_for(120) == 1920
+    assert AnalysisSpec(n_samples=128, max_samples=1000).samples_for(120) == 1000
+
+
+def test_state_preserving_words_are_checked():
+    from dynlab.analysis.tracking import _check_state_preserving
+
+    task = WordProblem(get_group("S3"))
+    words = task.sample_identity_words(torch.Generator().manual_seed(0), 8, 5)
+    _check_state_preserving(task, words)  # closed by their inverse: accepted
+    bad = words.clone()
+    bad[0, -1] = (bad[0, -1] + 1) % 6
+    with pytest.raises(ValueError, match="multiply to the identity"):
+        _check_state_preserving(task, bad)

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -64,11 +65,49 @@ def test_curriculum_refuses_impossible_lengths():
 
 
 def test_lr_schedule_warmup_then_cosine():
-    tr = TrainSpec(steps=110, lr=1.0, warmup_steps=10)
+    tr = TrainSpec(steps=110, lr=1.0, warmup_steps=10, schedule="cosine")
     assert lr_at(tr, 0) == pytest.approx(0.1) and lr_at(tr, 9) == pytest.approx(1.0)
     assert lr_at(tr, 10) == pytest.approx(1.0)
     assert lr_at(tr, 60) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
     assert lr_at(tr, 110) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_lr_schedule_holds_until_the_curriculum_reaches_its_length():
+    tr = TrainSpec(steps=110, lr=1.0, warmup_steps=10)  # schedule="curriculum"
+    assert lr_at(tr, 0) == pytest.approx(0.1) and lr_at(tr, 9) == pytest.approx(1.0)
+    assert lr_at(tr, 80) == 1.0  # max_length not reached yet: held
+    # reached at step 30: cosine over the 80 remaining steps
+    assert lr_at(tr, 30, reached=30) == pytest.approx(1.0)
+    assert lr_at(tr, 70, reached=30) == pytest.approx(0.5 * (1 + math.cos(math.pi * 40 / 80)))
+    assert lr_at(tr, 110, reached=30) == pytest.approx(0.0, abs=1e-12)
+    # reached during the warm-up: the decay starts after it, as with "cosine"
+    assert lr_at(tr, 60, reached=3) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
+
+
+def test_training_decays_from_the_step_the_curriculum_reached_its_length(monkeypatch):
+    """Record the rate the optimiser used at every step; recompute it independently from
+    the recorded curriculum lengths (hold at lr, then cosine from the first step at 6)."""
+    used = []
+    step = torch.optim.AdamW.step
+
+    def recording_step(self, *a, **k):
+        used.append(self.param_groups[0]["lr"])
+        return step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
+    spec = RunSpec(
+        task=TaskSpec(group="C2"),
+        model=ModelSpec(arch="tanh-rnn", hidden=16),
+        train=TrainSpec(steps=40, batch_size=32, lr=1e-2, warmup_steps=2,
+                        curriculum=CurriculumSpec(min_length=2, max_length=6, advance_at=0.5)),
+        seed=0,
+    )
+    res = train_tracker(spec, torch.device("cpu"))
+    reached = res.lengths.index(6)
+    assert 2 < reached < 30  # the curriculum got there during training, after the warm-up
+    expect = [1e-2 * (s + 1) / 2 if s < 2 else 1e-2 if s < reached
+              else 0.5e-2 * (1 + math.cos(math.pi * (s - reached) / (40 - reached))) for s in range(40)]
+    np.testing.assert_allclose(used, expect, rtol=1e-12)
 
 
 def test_diverging_run_is_stopped_and_reported():

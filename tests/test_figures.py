@@ -75,19 +75,19 @@ def synthetic() -> xr.Dataset:
             "failure_mode": ("run", np.where(np.isfinite(tcross), np.where(tcross <= 3, "saturation", "climb"),
                                              "robust")),
             "failure_mode_par": ("run", np.where(20 * k <= T, "climb", "robust")),
+            "q_dec": (("run", "t"), q / 2),
+            "T_cross_dec": ("run", np.where(20 * k <= T, 20 * k, np.nan)),
+            "failure_mode_dec": ("run", np.where(20 * k <= T, "climb", "robust")),
             "return_map_eig_real": (("run", "k"), rho[:, None] * np.cos(ang)[None]),
             "return_map_eig_imag": (("run", "k"), rho[:, None] * np.sin(ang)[None]),
             "perturb_delta_norm": (("run", "direction", "t_pert"), delta),
             "half_margin_rel": ("run", np.array([0.5 if o == 6 else 1.0 for _, _, _, o, _ in rows])
                                 + np.array([0.0, 0.02] * (n // 2))),
             "group_order": ("run", np.array([o for *_, o, _ in rows])),
-            "corr_pearson_r": ((), 0.87, {"long_name": "Pearson r(T_cross, mp)", "units": "1"}),
-            "corr_pearson_r_lo": ((), 0.8, {"long_name": "Pearson r, lower end of 0.95 bootstrap CI", "units": "1"}),
-            "corr_pearson_r_hi": ((), 0.92, {"long_name": "Pearson r, upper end", "units": "1"}),
-            "corr_spearman_rho": ((), 0.81, {"long_name": "Spearman", "units": "1"}),
-            "corr_spearman_rho_lo": ((), 0.7, {"long_name": "", "units": "1"}),
-            "corr_spearman_rho_hi": ((), 0.9, {"long_name": "", "units": "1"}),
-            "corr_n_used": ((), n, {"long_name": "runs used", "units": "1"}),
+            # correlation table: variant 'q' (replace) r = 0.87 [0.80, 0.92], ρ = 0.81 [0.70, 0.90], 8 runs
+            **{f"corr_{k}": (("variant", "censoring"), np.array([[v, v - 0.1], [v - 0.2, v - 0.3]]))
+               for k, v in (("r", 0.87), ("r_lo", 0.8), ("r_hi", 0.92), ("rho", 0.81), ("rho_lo", 0.7),
+                            ("rho_hi", 0.9), ("n_used", n))},
         },
         coords={
             "run": np.arange(n),
@@ -100,8 +100,10 @@ def synthetic() -> xr.Dataset:
             "group": ("run", [g for _, _, g, _, _ in rows]),
             "seed": ("run", [s for *_, s in rows]),
             "nonlinearity": ("run", ["default"] * n),
+            "variant": ["q", "q_dec"],
+            "censoring": ["replace", "drop"],
         },
-        attrs={"study": "group-tracking", "analysis_tau": 0.5, "analysis_t_ref": 60},
+        attrs={"study": "group-tracking", "analysis_tau": 0.5, "analysis_t_ref": 60, "corr_default_variant": "q"},
     )
     annotate(ds)
     ds["q"].attrs.update(long_name="distinguishability ratio q = R/M", units="1")
@@ -174,6 +176,34 @@ def test_return_map_eigs_on_the_complex_plane_with_unit_circle():
     assert ax.get_aspect() == 1.0
 
 
+def test_return_map_eigs_mark_non_learners_and_clip_far_eigenvalues():
+    ds = synthetic()
+    status = ds["status"].values.astype("<U16")
+    status[[1, 3]] = "not-learned"  # run 1: affine (radius 1), run 3: state-dependent (radius 0.5)
+    ds["status"] = ("run", status)
+    re = ds["return_map_eig_real"].values.copy()
+    re[2, 0] = 20.0  # one eigenvalue of an ok run far outside the unit circle
+    ds["return_map_eig_real"] = (("run", "k"), re)
+    ax = return_map_eigs(ds, _ax())
+    pts = {c.get_label(): c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)}
+    assert len(pts["not learned"]) == 2 * 3  # both non-learners' eigenvalues, as grey crosses
+    np.testing.assert_allclose(sorted(np.hypot(*pts["not learned"].T)), [0.5] * 3 + [1.0] * 3)
+    assert len(pts["affine"]) + len(pts["state-dependent"]) == 6 * 3 - 1  # the far one is not drawn
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "1 with |Re|, |Im| > 1.6 not shown" in texts
+    assert ax.get_xlim() == (-1.6, 1.6)
+
+
+def test_tcross_mp_scatter_of_another_variant_reads_its_row():
+    ds = synthetic()
+    ax = tcross_mp_scatter(ds, _ax(), variant="q_dec")
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("r = 0.67 (95% CI [0.60, 0.72])" in t for t in texts), texts
+    pts = np.concatenate([c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)])
+    tc = np.where(np.isfinite(ds["T_cross_dec"].values), ds["T_cross_dec"].values, T)
+    assert sorted(pts[:, 0].tolist()) == sorted(tc.tolist())
+
+
 def test_perturbation_recovery_relative_size_decays_at_the_injected_rate():
     ds = synthetic()
     ax = perturbation_recovery(ds, _ax())
@@ -214,7 +244,7 @@ def test_nonlinearity_panel_and_table():
     lines = table.strip().splitlines()
     assert len(lines) == 2 + 4
     # tanh on S3 = runs 0 and 2: mp 1000 (censored) and 60 -> median 530, range 60–1000
-    assert "| tanh | S3 | 2 | 530 | 60–1000 |" in table
+    assert "| tanh | S3 | 2 | 2 | 530 | 60–1000 |" in table
 
 
 def test_missing_variables_raise_one_line():
@@ -229,9 +259,9 @@ def test_write_figures_png_pdf_composite_and_notes(tmp_path):
     ds = synthetic()
     figs = write_figures(ds, tmp_path / "all")
     names = {p.name for p in figs.written}
-    for stem in ("accuracy_S3", "accuracy_C2", "q_curves", "q_par_curves", "tcross_mp", "tcross_par_mp",
+    for stem in ("accuracy_S3", "accuracy_C2", "q_curves", "q_dec_curves", "tcross_mp", "tcross_q_mp",
                  "r_par_perp", "return_map_eigs",
-                 "perturbation_recovery", "failure_modes", "failure_modes_par", "margin", "group-tracking"):
+                 "perturbation_recovery", "failure_modes", "failure_modes_dec", "margin", "group-tracking"):
         assert {f"{stem}.png", f"{stem}.pdf"} <= names
         assert (tmp_path / "all" / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert (tmp_path / "all" / f"{stem}.pdf").read_bytes()[:5] == b"%PDF-"
@@ -241,8 +271,8 @@ def test_write_figures_png_pdf_composite_and_notes(tmp_path):
     figs = write_figures(bare, tmp_path / "bare")
     assert {p.name for p in figs.written} == {f"{s}.{e}" for s in ("accuracy_S3", "accuracy_C2", "group-tracking")
                                               for e in ("png", "pdf")}
-    assert set(figs.skipped) == {"q_curves", "q_par_curves", "tcross_mp", "tcross_par_mp", "r_par_perp",
-                                 "return_map_eigs", "perturbation_recovery", "failure_modes", "failure_modes_par",
+    assert set(figs.skipped) == {"q_curves", "q_dec_curves", "tcross_mp", "tcross_q_mp", "r_par_perp",
+                                 "return_map_eigs", "perturbation_recovery", "failure_modes", "failure_modes_dec",
                                  "margin"}
     assert "q_curves: skipped (q(t) curves needs q, t" in (tmp_path / "bare" / "NOTES.txt").read_text()
 

@@ -30,7 +30,7 @@ def test_registered_and_specs_cover_every_phi_on_c6_and_s3():
     got = sorted((s.model.nonlinearity, s.task.group) for s in specs)
     assert got == sorted((p, g) for p in ("tanh", "relu", "maxmin", "groupsort", "layernorm", "sphere")
                          for g in ("C6", "S3"))
-    assert {s.model.arch for s in specs} == {"tanh-rnn"} and {s.model.hidden for s in specs} == {64}
+    assert {s.model.arch for s in specs} == {"token-gated-rnn"} and {s.model.hidden for s in specs} == {64}
     assert len({s.spec_hash() for s in specs}) == 12
     paper = make_specs(StudyOptions(preset="paper"))
     assert len(paper) == 6 * 2 * 5 and {s.eval.lengths[-1] for s in paper} == {1000}
@@ -82,9 +82,11 @@ def test_tiny_end_to_end_dataset_table_and_panel(tmp_path):
     assert list(ds["nonlinearity"].values) == ["tanh", "sphere"] and set(ds["group"].values) == {"C6"}
     assert ds["accuracy"].shape == (2, 2) and np.isfinite(ds["accuracy"].values).all()
     text = table(ds)
-    assert text.splitlines()[0].startswith("| nonlinearity | group | runs | mp median")
-    for phi, mp in zip(ds["nonlinearity"].values, ds["mp"].values):
+    assert text.splitlines()[0].startswith("| nonlinearity | group | runs | learned | mp median")
+    # 4 training steps never reach the training length: both runs are not-learned, no mp median
+    assert list(ds["status"].values) == ["not-learned", "not-learned"]
+    for phi in ds["nonlinearity"].values:
         row = next(line for line in text.splitlines() if line.startswith(f"| {phi} | C6 |"))
-        assert f"| {mp:g}" in row and row.endswith("| 0 | 0 | 0 | 1 |")  # no analysis: 1 not analysed
+        assert row == f"| {phi} | C6 | 1 | 0 | — | — | 0 | 0 | 0 | 1 | 0 |"
     ax = mp_by_nonlinearity(ds, Figure().add_subplot())
     assert [t.get_text() for t in ax.get_xticklabels()] == ["tanh", "sphere"]

@@ -26,7 +26,16 @@ import numpy as np
 import xarray as xr
 from scipy.stats import rankdata
 
-__all__ = ["CorrelationResult", "tcross_mp_correlation"]
+__all__ = [
+    "CROSSING_VARIANTS",
+    "FORECAST_VARIANTS",
+    "PRIOR_DEFAULT_VARIANT",
+    "CorrelationResult",
+    "correlation_table",
+    "format_correlation_report",
+    "heldout_choice",
+    "tcross_mp_correlation",
+]
 
 
 @dataclass(frozen=True)
@@ -175,3 +184,186 @@ def tcross_mp_correlation(
         ci_level=float(ci_level),
         censoring=censoring,
     )
+
+
+#: Crossing-time variants of the T_cross–mp report: name -> (dataset variable, what it is).
+CROSSING_VARIANTS: dict[str, tuple[str, str]] = {
+    "q": ("T_cross", "literal q = R/M on the state (paper A's definition)"),
+    "q_par": ("T_cross_par", "q_par = R_par/M on the state"),
+    "q_pair": ("T_cross_pair", "worst-pair projected ratio, nearest-centroid decoder, state"),
+    "q_pair_out": ("T_cross_pair_out", "worst-pair projected ratio, nearest-centroid decoder, readout features"),
+    "q_dec": ("T_cross_dec", "trained-decoder ratio (boundary normals), readout features"),
+    "q_pair_ref": ("T_cross_pair_ref", "q_pair with separations held at the training length"),
+    "q_dec_ref": ("T_cross_dec_ref", "q_dec with margins held at the training length"),
+    "probe": ("T_probe", "linear probe fitted at the training length, accuracy < 0.9"),
+}
+
+#: Forecasts (Corollary 1 fitted inside the training length), reported beside the crossings.
+FORECAST_VARIANTS: dict[str, tuple[str, str]] = {
+    "forecast_pair": ("T_forecast_pair", "linear forecast of q_pair from steps inside the training length"),
+    "forecast_pair_out": ("T_forecast_pair_out", "linear forecast of q_pair_out from steps inside the training length"),
+    "forecast_dec": ("T_forecast_dec", "linear forecast of q_dec from steps inside the training length"),
+}
+
+#: Default variant when no held-out choice can be made (fewer than two seeds): the trained
+#: decoder's ratio, chosen before any data (paper A speaks of the trained decoder's threshold).
+PRIOR_DEFAULT_VARIANT = "q_dec"
+
+
+def correlation_table(
+    t_cross: dict[str, Any],
+    mp: Any,
+    *,
+    horizon: Any,
+    mp_censored: Any,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> xr.Dataset:
+    """T_cross–mp statistics of several crossing-time variants under both censoring rules.
+
+    Args:
+        t_cross: variant name -> ``[R]`` crossing steps (NaN = censored at the run's horizon).
+        mp: ``[R]`` max-pass lengths; horizon: ``[R]`` per-run horizon (each censored
+            crossing is replaced by its own run's horizon under 'replace');
+            mp_censored: ``[R]`` bool.
+
+    Returns:
+        Dataset over dims ``variant`` and ``censoring`` ('replace', 'drop') with
+        ``corr_r, corr_r_lo, corr_r_hi, corr_rho, corr_rho_lo, corr_rho_hi, corr_n_used``
+        (NaN where fewer than 3 runs are usable).
+    """
+    names = list(t_cross)
+    rules = ("replace", "drop")
+    keys = ("r", "r_lo", "r_hi", "rho", "rho_lo", "rho_hi", "n_used")
+    vals = {k: np.full((len(names), len(rules)), np.nan) for k in keys}
+    for i, name in enumerate(names):
+        for j, rule in enumerate(rules):
+            try:
+                res = tcross_mp_correlation(
+                    t_cross[name], mp, horizon=horizon, mp_censored=mp_censored, censoring=rule,  # type: ignore[arg-type]
+                    n_boot=n_boot, rng=np.random.default_rng(seed),
+                )
+            except ValueError:  # fewer than 3 usable runs
+                continue
+            row = (res.pearson_r, *res.pearson_ci, res.spearman_rho, *res.spearman_ci, res.n_used)
+            for k, v in zip(keys, row):
+                vals[k][i, j] = v
+    long = {
+        "r": "Pearson r(T_cross variant, mp)",
+        "r_lo": "Pearson r, lower end of 95% bootstrap CI",
+        "r_hi": "Pearson r, upper end of 95% bootstrap CI",
+        "rho": "Spearman rho(T_cross variant, mp)",
+        "rho_lo": "Spearman rho, lower end of 95% bootstrap CI",
+        "rho_hi": "Spearman rho, upper end of 95% bootstrap CI",
+        "n_used": "runs used in the correlation",
+    }
+    return xr.Dataset(
+        {f"corr_{k}": (("variant", "censoring"), v, {"long_name": long[k], "units": "1"}) for k, v in vals.items()},
+        coords={
+            "variant": ("variant", np.asarray(names, dtype=str), {"long_name": "crossing-time variant", "units": ""}),
+            "censoring": ("censoring", np.asarray(rules, dtype=str), {"long_name": "censoring rule", "units": ""}),
+        },
+        attrs={"n_boot": n_boot, "ci_level": 0.95},
+    )
+
+
+def heldout_choice(
+    t_cross: dict[str, Any],
+    mp: Any,
+    seeds: Any,
+    *,
+    horizon: Any,
+    mp_censored: Any,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Choose a variant on half of the seeds, report its correlation on the other half.
+
+    The seeds are sorted; the first ⌊n/2⌋ are the *selection* half, the rest the *held-out*
+    half.  The chosen variant is the one with the largest Pearson r ('replace' censoring)
+    on the selection runs; its Pearson r with a bootstrap CI on the held-out runs is the
+    honest estimate of how well it predicts mp (nothing about the held-out runs entered
+    the choice).  With fewer than two seeds no split exists: the choice is
+    :data:`PRIOR_DEFAULT_VARIANT` and the held-out statistics are NaN.
+
+    Returns:
+        dict with ``variant``, ``selection_seeds``, ``heldout_seeds``, ``selection_r``
+        (per variant), and ``pearson_r``, ``pearson_r_lo``, ``pearson_r_hi``, ``n_used`` on
+        the held-out runs.
+    """
+    seeds = np.asarray(seeds)
+    uniq = np.unique(seeds)
+    nan = float("nan")
+    out: dict[str, Any] = {"variant": PRIOR_DEFAULT_VARIANT, "selection_seeds": [], "heldout_seeds": [],
+                           "selection_r": {}, "pearson_r": nan, "pearson_r_lo": nan, "pearson_r_hi": nan, "n_used": 0}
+    if uniq.size < 2:
+        return out
+    sel_seeds, held_seeds = uniq[: uniq.size // 2], uniq[uniq.size // 2 :]
+    sel, held = np.isin(seeds, sel_seeds), np.isin(seeds, held_seeds)
+    hz = np.broadcast_to(np.asarray(horizon, dtype=np.float64), seeds.shape)
+    mpv, cens = np.asarray(mp, dtype=np.float64), np.asarray(mp_censored, dtype=bool)
+    scores = {}
+    for name, tc in t_cross.items():
+        tc = np.asarray(tc, dtype=np.float64)
+        try:
+            res = tcross_mp_correlation(tc[sel], mpv[sel], horizon=hz[sel], mp_censored=cens[sel], n_boot=1,
+                                        rng=np.random.default_rng(seed))
+        except ValueError:
+            continue
+        if np.isfinite(res.pearson_r):
+            scores[name] = res.pearson_r
+    out.update(selection_seeds=sel_seeds.tolist(), heldout_seeds=held_seeds.tolist(), selection_r=scores)
+    if not scores:
+        return out
+    best = max(scores, key=lambda k: scores[k])
+    tc = np.asarray(t_cross[best], dtype=np.float64)
+    out["variant"] = best
+    try:
+        res = tcross_mp_correlation(tc[held], mpv[held], horizon=hz[held], mp_censored=cens[held], n_boot=n_boot,
+                                    rng=np.random.default_rng(seed))
+    except ValueError:
+        return out
+    out.update(pearson_r=res.pearson_r, pearson_r_lo=res.pearson_ci[0], pearson_r_hi=res.pearson_ci[1],
+               n_used=res.n_used)
+    return out
+
+
+def format_correlation_report(ds: xr.Dataset) -> str:
+    """The T_cross–mp table of a study dataset as Markdown ('' when it has none).
+
+    One row per crossing-time variant: Pearson r and Spearman ρ with their 95 % bootstrap
+    CIs under both censoring rules, the runs used, then the held-out line.
+    """
+    if "corr_r" not in ds:
+        return ""
+    lines = [
+        "| variant | r (replace) | ρ (replace) | n | r (drop) | ρ (drop) | n |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+
+    def cell(v: str, c: str, k: str) -> str:
+        x = ds[f"corr_{k}"].sel(variant=v, censoring=c)
+        lo, hi = ds[f"corr_{k}_lo"].sel(variant=v, censoring=c), ds[f"corr_{k}_hi"].sel(variant=v, censoring=c)
+        if not np.isfinite(float(x)):
+            return "—"
+        return f"{float(x):+.2f} [{float(lo):+.2f}, {float(hi):+.2f}]"
+
+    for v in ds["variant"].values:
+        row = [str(v)]
+        for c in ("replace", "drop"):
+            n = ds["corr_n_used"].sel(variant=v, censoring=c)
+            row += [cell(v, c, "r"), cell(v, c, "rho"), "—" if not np.isfinite(float(n)) else str(int(n))]
+        lines.append("| " + " | ".join(row) + " |")
+    default = ds.attrs.get("corr_default_variant", "")
+    if "corr_heldout_pearson_r" in ds and np.isfinite(float(ds["corr_heldout_pearson_r"])):
+        lines.append("")
+        lines.append(
+            f"default variant {default!r} (chosen on seeds {ds.attrs.get('corr_selection_seeds')}); "
+            f"held-out seeds {ds.attrs.get('corr_heldout_seeds')}: Pearson r = "
+            f"{float(ds['corr_heldout_pearson_r']):+.2f} [{float(ds['corr_heldout_pearson_r_lo']):+.2f}, "
+            f"{float(ds['corr_heldout_pearson_r_hi']):+.2f}] over {int(ds['corr_heldout_n_used'])} runs"
+        )
+    elif default:
+        lines.append("")
+        lines.append(f"default variant {default!r} (fewer than two seeds: no held-out split)")
+    return "\n".join(lines)

@@ -6,14 +6,18 @@ group states (labels) g_i(t) at step t (1-based: h(t) is the state after t token
 - class centroid   c_g(t) = mean of h_i(t) over the sequences i with g_i(t) = g; only classes
   *present* at t (at least one sequence) take part in everything below;
 - separation       M(t) = min_{g != g'} ||c_g(t) - c_g'(t)||  (NaN when fewer than 2 classes);
-- scatter          R(t) = sqrt( (1/N) sum_i ||h_i(t) - c_{g_i(t)}(t)||^2 ), the RMS distance of a
-  state to its own class centroid (every sequence weighs the same, so classes weigh by count);
+- scatter          R(t) = sqrt( sum_i ||h_i(t) - c_{g_i(t)}(t)||^2 / (N - G_t) ), the RMS distance of
+  a state to its own class centroid with the pooled unbiased denominator (G_t = classes present:
+  each estimated centroid uses up one sample; with (1/N) instead, a group with many classes and
+  few samples per class looks far tighter than it is — at 128 samples over 120 classes the
+  plain mean gave about half the true R).  Every sequence weighs the same, so classes weigh
+  by count;
 - ratio            q(t) = R(t) / M(t);
 - symbolic subspace U(t) = span{c_g(t) - c_g'(t)} = span{c_g(t) - cbar(t)} with cbar the mean
   of the present centroids.  Orthonormal basis: right singular vectors of the centred centroid
   matrix whose singular values exceed ``rank_tol`` times the largest one (relative tolerance);
 - R_par(t), R_perp(t): RMS of the residual h_i - c_{g_i} projected on U(t) and on its
-  orthogonal complement, so R^2 = R_par^2 + R_perp^2;
+  orthogonal complement (same denominator), so R^2 = R_par^2 + R_perp^2;
 - centroid radius  r_c(t) = sqrt( mean over present g of ||c_g(t) - cbar(t)||^2 ) (scale of
   the symbolic configuration, used by :mod:`dynlab.analysis.margin`).
 
@@ -28,7 +32,9 @@ M/2, i.e. tau = 0.5, so the two thresholds are on the same scale.
 T_cross (persistence rule): the first evaluated step t with q >= tau at t and at the next
 ``persist - 1`` evaluated steps (``persist`` consecutive evaluated steps in all).  A run whose
 last stretch above tau is shorter than ``persist`` at the horizon is *not* counted as crossed.
-NaN q (fewer than two classes present) counts as below tau.  When no step qualifies, T_cross is
+NaN q (fewer than two classes present) counts as below tau.  Merged classes (M = 0 with two
+or more classes present, e.g. a collapsed tracker whose states are all equal) give q = +inf:
+they cannot be told apart, so such a tracker has failed, never 'robust'.  When no step qualifies, T_cross is
 NaN (censored at the horizon) and ``crossed`` is False.
 
 Overflow: at steps where the states are not finite (or the centroids exceed 1e150, an
@@ -44,8 +50,10 @@ Corollary 1 (near-affine trackers): e_U(t) := R_par(t) ≈ e_U(0) + t·eta.  eta
 fitted by ordinary least squares over the evaluated steps in ``fit_window`` (default: from
 t = 1 up to T_cross when crossed, else the whole horizon).  The predicted crossing is the t at
 which the fit reaches the mean threshold level over the window, mean(tau(t)·M(t)):
-T_cross_pred = (mean(tau·M) - e_U(0)) / eta; +inf when eta <= 0, NaN when fewer than two
-steps lie in the window.
+T_cross_par_pred = (mean(tau·M) - e_U(0)) / eta; +inf when eta <= 0, NaN when fewer than two
+steps lie in the window.  Because it fits R_par against tau·M, it predicts the crossing of
+q_par = R_par/M (``T_cross_par`` in :func:`dynlab.analysis.tracking.analyze_tracker`), not that
+of q; hence its name.
 """
 
 from __future__ import annotations
@@ -202,8 +210,9 @@ def _chunk_geometry(
     sums = np.einsum("ntg,nts->tgs", onehot, h)  # [Tc, G, S]
     c0 = sums / np.maximum(counts, 1.0)[..., None]  # [Tc, G, S], zero rows for absent classes
     resid = h - c0[np.arange(tc)[None, :], y]  # [N, Tc, S]
-    r2 = (resid**2).sum(-1).mean(0)  # [Tc]
     n_present = present.sum(1)  # [Tc]
+    dof = np.maximum(n - n_present, 1).astype(np.float64)  # [Tc] pooled unbiased denominator
+    r2 = (resid**2).sum(-1).sum(0) / dof  # [Tc]
     cbar = c0.sum(1) / np.maximum(n_present, 1)[:, None]  # [Tc, S]
     d = np.where(present[..., None], c0 - cbar[:, None, :], 0.0)  # [Tc, G, S]
     # Steps whose states overflowed (an exploding tracker) get R = inf below; the SVD
@@ -213,8 +222,8 @@ def _chunk_geometry(
     keep = (sv > rank_tol * sv[:, :1]) & (sv[:, :1] > 0) & (n_present[:, None] >= 2)  # [Tc, K]
     coef = np.einsum("nts,tks->ntk", resid, vh) * keep[None]  # [N, Tc, K]
     resid_par = np.einsum("ntk,tks->nts", coef, vh)  # [N, Tc, S]
-    r_par2 = (resid_par**2).sum(-1).mean(0)  # [Tc]
-    r_perp2 = ((resid - resid_par) ** 2).sum(-1).mean(0)  # [Tc]
+    r_par2 = (resid_par**2).sum(-1).sum(0) / dof  # [Tc]
+    r_perp2 = ((resid - resid_par) ** 2).sum(-1).sum(0) / dof  # [Tc]
     big_m = _separation(c0, present)  # [Tc]
     radius = np.sqrt((d**2).sum(-1).sum(-1) / np.maximum(n_present, 1))  # [Tc]
     out = {
@@ -341,7 +350,7 @@ def geometry_over_time(
     Returns:
         Dataset with dim ``t`` (1-based step, coordinate) and variables ``q, R, M, R_par,
         R_perp, centroid_radius, k_U, n_present`` (+ ``tau_readout`` when a readout is given),
-        scalars ``T_cross, T_cross_pred, eta, e_U0, horizon, failure_mode, crossed``, attrs
+        scalars ``T_cross, T_cross_par_pred, eta, e_U0, horizon, failure_mode, crossed``, attrs
         ``tau, threshold, rank_tol, persist, saturation_t, fit_window``.
     """
     if threshold not in ("nearest_centroid", "readout"):
@@ -393,6 +402,7 @@ def geometry_over_time(
     with np.errstate(invalid="ignore", divide="ignore"):
         q = cols["R"] / cols["M"]
     q[np.isinf(cols["R"])] = np.inf  # overflowed states: the tracker has failed (q = +inf)
+    q[(cols["M"] == 0) & (cols["n_present"] >= 2)] = np.inf  # merged classes cannot be read
     tau_t = cols["tau_readout"] if threshold == "readout" else np.full(steps.size, float(tau))
     t_cross, crossed = crossing_time(q, tau_t, steps, persist)
     mode = failure_mode(t_cross, crossed, saturation_t)
@@ -419,7 +429,11 @@ def geometry_over_time(
         data_vars[key] = ("t", val, {"long_name": long_name, "units": units})
     scalars = {
         "T_cross": (t_cross, "first persistent crossing step q >= tau (NaN = censored)", "step"),
-        "T_cross_pred": (t_pred, "T_cross predicted by the linear fit of e_U (Corollary 1)", "step"),
+        "T_cross_par_pred": (
+            t_pred,
+            "crossing of q_par = R_par/M predicted by the linear fit of e_U = R_par (Corollary 1)",
+            "step",
+        ),
         "eta": (eta, "fitted growth rate of RMS error along U", "state units / step"),
         "e_U0": (e0, "fitted intercept of RMS error along U", "state units"),
         "horizon": (float(steps[-1]), "last evaluated step", "step"),

@@ -10,11 +10,42 @@
    depends only on the component of h in U, so scatter in U⊥ (where state-dependent
    trackers park their error) cannot cause a misread; q_par is the decoder-relevant
    ratio, q = R/M the paper's;
+   **Decoder-aligned readability** (:mod:`dynlab.analysis.readability`), each a ``t``
+   variable with its crossing time ``T_cross_<name>`` (τ = 0.5, the same persistence
+   rule) and ``failure_mode_<name>``; the ``representation`` attribute says what each
+   reads:
+
+   - ``q_pair`` — worst-pair projected ratio, nearest-centroid decoder, on the tracked
+     layer's **state**;
+   - ``q_pair_out`` — the same on the **readout features** (the input of the final linear
+     readout layer: the state for the dense RNN cells, C_t·h_t (+ D x̃_t) for the Mamba
+     family), the representation the decoder actually reads;
+   - ``q_dec`` — the **trained decoder**'s ratio on the readout features: spread along each
+     decision-boundary normal over twice the centroid's distance to that boundary;
+   - ``q_pair_ref``, ``q_dec_ref`` — the same with the separations held at ``t_ref``;
+   - ``probe_accuracy`` — a logistic-regression probe fitted on states at ``t_ref`` and
+     applied at every step; ``T_probe`` is the first persistent step with probe accuracy
+     below ``probe_threshold`` (0.9, the accuracy threshold of mp);
+   - ``T_forecast_<name>`` for ``q_pair``, ``q_pair_out`` and ``q_dec`` — Corollary 1 used as
+     a forecast: the ratio fitted by a straight line on the steps of the second half of the
+     training length, [⌈t_ref/2⌉, t_ref], and extrapolated to τ; a horizon predicted
+     without reading any sequence longer than the training length.  It equals the
+     observed crossing when that lies inside the training length; NaN (never, censored)
+     when the fitted slope is ≤ 0 or the forecast lies beyond the evaluated horizon.
+
+   The number of analysed sequences is raised to ``min_per_class`` per class of the group
+   (A5: 960, S5: 1920) so that the spreads are not biased by thin classes;
+   ``min_class_count`` records the smallest class at each step and ``thin_classes`` the
+   steps where a present class had fewer than 4 samples.
+
 2. **return map on U** (Theorem 1): Jacobians of state-preserving words at the class
    centroids of step ``t_ref`` (default: the training length), restricted to U(t_ref);
    every eigenvalue is kept (dim ``k``) plus the summary ``return_map_eig_max``, the
    median over words and centroids of the largest |eigenvalue|
-   (:func:`dynlab.analysis.jacobian.return_map_on_U`);
+   (:func:`dynlab.analysis.jacobian.return_map_on_U`), and ``return_map_dist_identity``,
+   the median of the spectral norm ‖P_U·DF_w·P_U − I‖ (an eigenvalue of modulus 1 cannot
+   tell the identity from a rotation; this can).  The words are checked to multiply to the
+   identity before they are used;
 3. **perturbation recovery** along U and U⊥ injected at ``t_ref``
    (:func:`dynlab.analysis.perturbation.perturbation_response`);
 4. **finite-time Lyapunov exponents** along trajectories (QR method);
@@ -25,6 +56,10 @@ Where the logits are a linear map of the tracked state (dense RNN cells), the tr
 readout's own threshold ``tau_readout(t)`` = (smallest centroid-to-boundary distance)/M
 and the crossing of q over it, ``T_cross_readout``, are reported too.
 
+Crossing rules: a ratio that is NaN (fewer than two classes present) counts as below τ;
+merged classes (zero separation, a collapsed tracker) give +inf, so a collapsed tracker
+has failed, never 'robust'.
+
 A tracker whose states overflow (an unstable affine map run to length 1000) has failed:
 from the first non-finite step on, q is +inf (``blowup_t`` records that step).
 
@@ -34,6 +69,7 @@ All of it is float64.  The variables are per run; the study stacks runs along ``
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -44,10 +80,18 @@ from dynlab.analysis.geometry import class_centroids, crossing_time, failure_mod
 from dynlab.analysis.jacobian import analysis_copy, lyapunov_exponents, return_map_on_U
 from dynlab.analysis.margin import binary_signed_error
 from dynlab.analysis.perturbation import perturbation_response
+from dynlab.analysis.readability import (
+    decoder_ratio,
+    fit_probe,
+    pair_distances,
+    pairwise_ratio,
+    probe_accuracy,
+    readout_margins,
+)
 from dynlab.config import Spec
 from dynlab.tasks import WordProblem
 
-__all__ = ["AnalysisSpec", "analyze_tracker", "stream_states"]
+__all__ = ["AnalysisSpec", "analyze_tracker", "stream_representations", "stream_states"]
 
 
 class AnalysisSpec(Spec):
@@ -72,7 +116,15 @@ class AnalysisSpec(Spec):
     lyap_k: int = Field(4, ge=1)
     lyap_steps: int = Field(100, ge=1)
     lyap_samples: int = Field(16, ge=1)
+    min_per_class: int = Field(16, ge=2)
+    max_samples: int = Field(4096, ge=8)
+    probe_threshold: float = Field(0.9, gt=0, le=1)
     seed: int = 20_000
+
+    def samples_for(self, n_classes: int) -> int:
+        """Sequences analysed for a group with ``n_classes`` states: ``n_samples``, raised to
+        ``min_per_class`` per class, at most ``max_samples`` (or ``n_samples`` if larger)."""
+        return max(self.n_samples, min(self.min_per_class * n_classes, self.max_samples))
 
 
 def stream_states(
@@ -104,17 +156,87 @@ def stream_states(
             t0 += tc
 
 
-def _centroids_at(model, task: WordProblem, n: int, t_ref: int, gen: torch.Generator, layer: int):
-    """Full-state centroids ``[G, S]`` and tracked-layer centroids ``[G, S_l]`` at step t_ref."""
+def stream_representations(
+    model: torch.nn.Module,
+    task: WordProblem,
+    n_samples: int,
+    horizon: int,
+    chunk: int,
+    generator: torch.Generator,
+    layer: int = -1,
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Yield ``(states [N, Tc, S_layer], features [N, Tc, F], labels [N, Tc])`` chunks.
+
+    ``features`` is what the final linear readout layer reads
+    (:meth:`dynlab.models.Tracker.readout_features`).  The state is carried between chunks.
+    """
+    sl = model.layer_slice(layer)
+    device = next(model.parameters()).device
+    state = model.init_state(n_samples)
+    label = torch.zeros(n_samples, dtype=torch.long)
+    t0 = 0
+    with torch.no_grad():
+        while t0 < horizon:
+            tc = min(chunk, horizon - t0)
+            tokens, labels = task.sample(generator, n_samples, tc, start=label)
+            label = labels[:, -1]
+            out = model(tokens.to(device), state, return_states=True, return_features=True)
+            state = out.final_state
+            yield out.states[..., sl].double().cpu().numpy(), out.features.double().cpu().numpy(), labels.numpy()
+            t0 += tc
+
+
+@dataclass
+class _Reference:
+    """What the analysis measures once at step t_ref on its own fresh sequences."""
+
+    points: np.ndarray  # [P, S] full-state centroids of the present classes
+    layer_centroids: np.ndarray  # [P, S_layer]
+    point_labels: np.ndarray  # [P]
+    pair_dist: np.ndarray  # [G, G] state centroid distances (NaN where a class is absent)
+    dec_margin: np.ndarray  # [G, G] centroid-to-boundary distances m_ag of the readout features
+    probe: object  # fitted probe on the layer's states, or None
+
+
+def _reference(model, task: WordProblem, n: int, t_ref: int, gen: torch.Generator, layer: int, seed: int) -> _Reference:
+    """Centroids, separations, readout margins and the probe at step ``t_ref``."""
     tokens, labels = task.sample(gen, n, t_ref)
     with torch.no_grad():
-        out = model(tokens, return_states=False)
+        out = model(tokens, return_states=False, return_features=True)
     h = out.final_state.double().cpu().numpy()  # [N, S]
-    y = labels[:, -1].numpy()
+    feats = out.features[:, -1].double().cpu().numpy()  # [N, F]
+    y = labels[:, -1].numpy()  # [N]
     full, counts = class_centroids(h, y, task.n_classes)
     present = counts > 0
-    layer_c = full[:, model.layer_slice(layer)]
-    return full[present], layer_c[present], np.flatnonzero(present)
+    sl = model.layer_slice(layer)
+    layer_c = full[:, sl]  # [G, S_layer], NaN rows when absent
+    dist = pair_distances(np.nan_to_num(layer_c))
+    dist[~(present[:, None] & present[None, :])] = np.nan
+    lin = model.final_linear()
+    w = lin.weight.detach().double().cpu().numpy()[: task.n_classes]
+    b = lin.bias.detach().double().cpu().numpy()[: task.n_classes] if lin.bias is not None else np.zeros(w.shape[0])
+    mu = readout_margins(feats[:, None], y[:, None], w, b)[:, 0]  # [N, G]
+    onehot = (y[:, None] == np.arange(task.n_classes)).astype(np.float64)  # [N, G]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        margin = onehot.T @ mu / counts[:, None]  # [G, G] class mean of μ
+    margin[~present] = np.nan
+    probe = fit_probe(h[:, sl], y, seed=seed)
+    return _Reference(full[present], layer_c[present], np.flatnonzero(present), dist, margin, probe)
+
+
+def _forecast(ratio: np.ndarray, t: np.ndarray, tau: float, t_ref: int, t_cross: float, crossed: bool) -> float:
+    """Corollary-1 forecast of the crossing from the steps in [ceil(t_ref/2), t_ref] (module docstring)."""
+    if crossed and t_cross <= t_ref:
+        return float(t_cross)
+    lo = int(np.ceil(t_ref / 2))
+    win = (t >= lo) & (t <= t_ref) & np.isfinite(ratio)
+    if win.sum() < 2:
+        return float("nan")
+    slope, icpt = np.polyfit(t[win].astype(np.float64), ratio[win], 1)
+    if not slope > 0:
+        return float("nan")
+    pred = max(float((tau - icpt) / slope), float(t_ref))
+    return pred if pred <= float(t[-1]) else float("nan")
 
 
 def _linear_readout_of_state(model: torch.nn.Module, layer: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -142,6 +264,25 @@ def _blowup_step(geo: xr.Dataset) -> float:
     return float(geo["t"].values[blown][0]) if blown.any() else float("nan")
 
 
+def _ratio_crossing(out: xr.Dataset, name: str, ratio: np.ndarray, tau: float, persist: int, saturation_t: int) -> None:
+    """Store ``ratio`` as ``name(t)`` with ``T_cross_<suffix>``, ``crossed_<suffix>`` and
+    ``failure_mode_<suffix>`` (suffix = name without its leading ``q_``)."""
+    suffix = name[2:]
+    t = out["t"].values
+    out[name] = ("t", ratio)
+    t_c, crossed = crossing_time(ratio, tau, t, persist)
+    out[f"T_cross_{suffix}"] = ((), t_c)
+    out[f"crossed_{suffix}"] = ((), crossed)
+    out[f"failure_mode_{suffix}"] = ((), failure_mode(t_c, crossed, saturation_t))
+
+
+def _check_state_preserving(task: WordProblem, words: torch.Tensor) -> None:
+    """Theorem 1 needs words that multiply to the identity; refuse any other."""
+    prods = task.labels(words)[:, -1]
+    if (prods != task.group.identity).any():
+        raise ValueError("return-map words must multiply to the identity; got a word that does not")
+
+
 def analyze_tracker(
     model: torch.nn.Module,
     task: WordProblem,
@@ -153,70 +294,126 @@ def analyze_tracker(
     """Run every analysis of the module docstring on ``model`` (a tracker, any device).
 
     Args:
-        model: a tracker (:class:`dynlab.models.Tracker` or the same protocol).
+        model: a tracker (:class:`dynlab.models.Tracker` or the same protocol, with
+            ``final_linear`` and ``return_features``).
         task: its word problem.
         spec: analysis settings.
         horizon: number of steps followed for q(t) (e.g. the longest evaluated length).
-        t_ref: reference step for U, the return map and the perturbation (e.g. training length).
+        t_ref: reference step for U, the separations held fixed, the probe, the return map
+            and the perturbation (e.g. the training length).
         layer: tracked layer.
     """
     m = analysis_copy(model, torch.float64).cpu()
     gen = torch.Generator().manual_seed(spec.seed)
+    n = spec.samples_for(task.n_classes)
+    g = task.n_classes
     readout = _linear_readout_of_state(m, layer)
+    ref = _reference(m, task, n, t_ref, gen, layer, spec.seed)
+    lin = m.final_linear()
+    w_dec = lin.weight.detach().double().numpy()[:g]
+    b_dec = lin.bias.detach().double().numpy()[:g] if lin.bias is not None else np.zeros(w_dec.shape[0])
+
+    # One pass over the stream feeds the geometry of the state and every per-step ratio.
+    extra: dict[str, list[np.ndarray]] = {}
+
+    def tee() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for h, f, y in stream_representations(m, task, n, horizon, spec.chunk, gen, layer):
+            parts = {
+                **pairwise_ratio(h, y, g, ref_dist=ref.pair_dist),
+                **{f"{k}_out": v for k, v in pairwise_ratio(f, y, g).items() if k == "q_pair"},
+                **decoder_ratio(f, y, w_dec, b_dec, ref_margin=ref.dec_margin),
+                "probe_accuracy": probe_accuracy(ref.probe, h, y),
+            }
+            for k, v in parts.items():
+                extra.setdefault(k, []).append(v)
+            yield h, y
+
     with np.errstate(over="ignore", invalid="ignore"):  # exploding trackers get q = inf in geometry
         geo = geometry_over_time(
-            stream_states(m, task, spec.n_samples, horizon, spec.chunk, gen, layer),
-            n_classes=task.n_classes,
+            tee(),
+            n_classes=g,
             tau=spec.tau,
             persist=spec.persist,
             rank_tol=spec.rank_tol,
             readout_weight=None if readout is None else readout[0],
             readout_bias=None if readout is None else readout[1],
         )
+    cols = {k: np.concatenate(v) for k, v in extra.items()}
     out = geo.copy()
+    blown = np.isinf(geo["R"].values)
     out["blowup_t"] = ((), _blowup_step(geo))
     if "tau_readout" in out:
         t_read, _ = crossing_time(out["q"].values, out["tau_readout"].values, out["t"].values, spec.persist)
         out["T_cross_readout"] = ((), t_read)
-    # Decoder-relevant readability: a nearest-centroid decision depends only on the
-    # component of h in U, so q_par = R_par / M is the tighter sufficient ratio.
-    with np.errstate(invalid="ignore"):
-        q_par = geo["R_par"].values / geo["M"].values
-    q_par[np.isinf(geo["R"].values)] = np.inf  # overflowed states count as crossed
-    out["q_par"] = ("t", q_par)
-    t_par, crossed_par = crossing_time(out["q_par"].values, spec.tau, geo["t"].values, spec.persist)
-    out["T_cross_par"] = ((), t_par)
-    out["crossed_par"] = ((), crossed_par)
     saturation_t = int(geo.attrs.get("saturation_t", 3))
-    out["failure_mode_par"] = ((), failure_mode(t_par, crossed_par, saturation_t))
+    # q_par = R_par / M: a nearest-centroid decision depends only on the component in U.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q_par = geo["R_par"].values / geo["M"].values
+    q_par[np.isinf(geo["R"].values) | ((geo["M"].values == 0) & (geo["n_present"].values >= 2))] = np.inf
+    _ratio_crossing(out, "q_par", q_par, spec.tau, spec.persist, saturation_t)
+    steps = out["t"].values
+    for name in ("q_pair", "q_pair_out", "q_dec", "q_pair_ref", "q_dec_ref"):
+        ratio = cols[name].copy()
+        ratio[blown] = np.inf  # overflowed states count as crossed
+        _ratio_crossing(out, name, ratio, spec.tau, spec.persist, saturation_t)
+    for name in ("q_pair", "q_pair_out", "q_dec"):
+        suffix = name[2:]
+        out[f"T_forecast_{suffix}"] = (
+            (),
+            _forecast(out[name].values, steps, spec.tau, t_ref, float(out[f"T_cross_{suffix}"]), bool(out[f"crossed_{suffix}"])),
+        )
+    acc = cols["probe_accuracy"]
+    acc[blown] = 0.0
+    out["probe_accuracy"] = ("t", acc)
+    t_probe, _ = crossing_time(1.0 - acc, 1.0 - spec.probe_threshold + 1e-12, steps, spec.persist)
+    out["T_probe"] = ((), t_probe)
+    out["min_class_count"] = ("t", cols["min_count"])
+    out["dec_margin"] = ("t", cols["dec_margin"])
+    out["thin_classes"] = ((), int((cols["min_count"] < 4).sum()))
+    for name in ("q", "q_par", "q_pair", "q_pair_ref", "probe_accuracy"):
+        out[name].attrs["representation"] = "state"
+    for name in ("q_pair_out", "q_dec", "q_dec_ref", "dec_margin"):
+        out[name].attrs["representation"] = "readout features"
 
-    # Theorem 1: return maps of state-preserving words at the centroids of step t_ref.
-    points, layer_c, point_labels = _centroids_at(m, task, spec.n_samples, t_ref, gen, layer)
-    basis = symbolic_basis(layer_c, spec.rank_tol)
+    # Theorem 1: return maps of state-preserving words at the class centroids of step t_ref.
+    basis = symbolic_basis(ref.layer_centroids, spec.rank_tol)
     words = task.sample_identity_words(gen, spec.n_words, spec.word_length)
+    _check_state_preserving(task, words)
     if basis.shape[1] > 0:
-        rm = return_map_on_U(m, list(words), points, basis, layer=layer, point_labels=list(point_labels))
+        rm = return_map_on_U(m, list(words), ref.points, basis, layer=layer, point_labels=list(ref.point_labels))
         re = rm["return_map_eig_real"].values.reshape(-1)
         im = rm["return_map_eig_imag"].values.reshape(-1)
         eig_max = float(np.median(rm["return_map_eig"].values[..., 0]))
+        df_u = rm["DF_U"].values  # [W, P, k, k]
+        dist_id = float(np.median(np.linalg.norm(df_u - np.eye(df_u.shape[-1]), ord=2, axis=(-2, -1))))
     else:
         re = im = np.full(1, np.nan)
-        eig_max = float("nan")
+        eig_max = dist_id = float("nan")
     out["return_map_eig_real"] = ("k", re)
     out["return_map_eig_imag"] = ("k", im)
     out["return_map_eig_max"] = ((), eig_max)
+    out["return_map_dist_identity"] = ((), dist_id)
     out["k_U_ref"] = ((), basis.shape[1])
 
-    # Perturbation injected at t_ref, followed for perturb_steps.
+    # Perturbation injected at t_ref, followed for perturb_steps (undefined when U is empty
+    # there: all classes merged, a collapsed tracker; then NaN).
     tokens, labels = task.sample(gen, spec.perturb_samples, t_ref + spec.perturb_steps)
-    pr = perturbation_response(
-        m, tokens, labels, t0=t_ref, eps=spec.perturb_eps, layer=layer, rank_tol=spec.rank_tol,
-        rng=np.random.default_rng(spec.seed),
-    )
-    pr = pr.rename({"t": "t_pert"})
-    for name in ("delta_norm", "dist_excess", "q_pert"):
-        out[f"perturb_{name}"] = pr[name]
-    out["recovery_rate"] = pr["recovery_rate"]
+    if basis.shape[1] > 0:
+        pr = perturbation_response(
+            m, tokens, labels, t0=t_ref, eps=spec.perturb_eps, layer=layer, rank_tol=spec.rank_tol,
+            rng=np.random.default_rng(spec.seed),
+        )
+        pr = pr.rename({"t": "t_pert"})
+        for name in ("delta_norm", "dist_excess", "q_pert"):
+            out[f"perturb_{name}"] = pr[name]
+        out["recovery_rate"] = pr["recovery_rate"]
+    else:
+        steps_pert = np.arange(t_ref, t_ref + spec.perturb_steps + 1)
+        nan2 = np.full((2, steps_pert.size), np.nan)
+        coords = {"direction": ["U", "U_perp"], "t_pert": steps_pert}
+        for name in ("delta_norm", "dist_excess", "q_pert"):
+            out[f"perturb_{name}"] = xr.DataArray(nan2, dims=("direction", "t_pert"), coords=coords)
+        out["recovery_rate"] = xr.DataArray(np.full(2, np.nan), dims="direction", coords={"direction": ["U", "U_perp"]})
 
     # Finite-time Lyapunov exponents along fresh trajectories.
     lt, _ = task.sample(gen, spec.lyap_samples, spec.lyap_steps)
@@ -231,6 +428,6 @@ def analyze_tracker(
         out["sign_flip_frac"] = be["sign_flip_frac"]
         out["e_U_absmax_rel"] = be["e_U_absmax_rel"]
     out.attrs.update(
-        analysis_spec=spec.canonical_json(), horizon=horizon, t_ref=t_ref, layer=layer, tau=spec.tau
+        analysis_spec=spec.canonical_json(), horizon=horizon, t_ref=t_ref, layer=layer, tau=spec.tau, n_samples=n
     )
     return out

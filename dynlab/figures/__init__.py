@@ -108,14 +108,14 @@ def study_panels(ds: xr.Dataset) -> dict[str, Panel]:
     panels.update(
         {
             "q_curves": q_curves,
-            "q_par_curves": partial(q_curves, variable="q_par"),
+            "q_dec_curves": partial(q_curves, variable="q_dec"),
             "tcross_mp": tcross_mp_scatter,
-            "tcross_par_mp": partial(tcross_mp_scatter, variable="T_cross_par", corr_prefix="corr_par"),
+            "tcross_q_mp": partial(tcross_mp_scatter, variant="q"),
             "r_par_perp": r_par_perp,
             "return_map_eigs": return_map_eigs,
             "perturbation_recovery": perturbation_recovery,
             "failure_modes": failure_modes,
-            "failure_modes_par": partial(failure_modes, variable="failure_mode_par"),
+            "failure_modes_dec": partial(failure_modes, variable="failure_mode_dec"),
             "margin": margin_panel,
         }
     )

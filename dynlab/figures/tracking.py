@@ -5,7 +5,8 @@ Each panel reads a study dataset (dim ``run`` with coords ``arch``, ``family``, 
 variables' ``long_name``/``units`` and draws on the given axes only: no torch, no file
 I/O.  A panel whose variables are absent (e.g. a study run with ``--no-analysis``)
 raises :class:`MissingData`, which :func:`dynlab.figures.write_figures` turns into a
-note.  Only runs with ``status == 'ok'`` are drawn.
+note.  Only runs with ``status == 'ok'`` are drawn, except in the return-map panel, which
+marks the runs that never learned their task (``status == 'not-learned'``) apart.
 
 Pooled curves (R∥/R⊥, perturbation recovery) are medians over the runs of a family with
 the inter-quartile range shaded; scale-dependent quantities are made scale-free first
@@ -46,7 +47,7 @@ PHI_ORDER = ("tanh", "relu", "maxmin", "groupsort", "layernorm", "sphere", "iden
 FAILURE_MODES = ("robust", "climb", "saturation")
 _ORDER = ("affine", "state-dependent", *PHI_ORDER)
 _MODE_COLORS = {"robust": "#2b8a3e", "climb": "#f08c00", "saturation": "#c92a2a", "not analysed": "#adb5bd"}
-_MODE_MARKERS = {"robust": "o", "climb": "^", "saturation": "s", "not analysed": "x"}
+_MODE_MARKERS = {"robust": "o", "climb": "^", "saturation": "s", "not analysed": "x", "not learned": "+"}
 _PHI_COLORS = {
     "tanh": "#cb181d",
     "relu": "#fd8d3c",
@@ -222,7 +223,7 @@ def q_curves(
     t = np.asarray(ds["t"].values, dtype=np.float64)
     q = np.asarray(ds[variable].values, dtype=np.float64)  # [run, t]
     keys = _strs(ds, color_by)
-    tname = {"q": "T_cross", "q_par": "T_cross_par"}.get(variable, "")
+    tname = "T_cross" if variable == "q" else f"T_cross_{variable[2:]}"
     tcross = np.asarray(ds[tname].values, dtype=np.float64) if tname in ds else np.full(q.shape[0], np.nan)
     drawn = 0
     for i in range(q.shape[0]):
@@ -249,42 +250,51 @@ def q_curves(
         Line2D([], [], color="black", marker="x", linestyle="none", label="T_cross"),
     ]
     ax.legend(handles=handles, loc="best")
-    what = "q(t)" if variable == "q" else ("q∥(t) = R∥/M" if variable == "q_par" else variable)
+    what = {"q": "q(t)", "q_par": "q∥(t) = R∥/M", "q_dec": "q_dec(t), trained decoder",
+            "q_pair_out": "q_pair(t), readout features", "q_pair": "q_pair(t), state"}.get(variable, variable)
     ax.set_title(f"Distinguishability ratio {what}{_title_suffix(ds, group)}")
     return ax
 
 
-def _corr_label(ds: xr.Dataset, prefix: str = "corr") -> str:
-    need = [f"{prefix}_{k}" for k in ("pearson_r", "pearson_r_lo", "pearson_r_hi", "spearman_rho")]
-    if not all(n in ds for n in need):
-        return "r, ρ: not in dataset (< 3 analysed runs)"
-    if not np.isfinite(float(ds[f"{prefix}_pearson_r"])):
+def _corr_label(ds: xr.Dataset, variant: str) -> str:
+    """r and ρ with their 95 % bootstrap CIs of ``variant`` ('replace' censoring), from the
+    study's ``corr_*(variant, censoring)`` table."""
+    if "corr_r" not in ds or variant not in ds["variant"].values:
+        return "r, ρ: not in dataset (< 3 ok runs)"
+    row = {k: float(ds[f"corr_{k}"].sel(variant=variant, censoring="replace"))
+           for k in ("r", "r_lo", "r_hi", "rho", "rho_lo", "rho_hi", "n_used")}
+    if not np.isfinite(row["r"]):
         return "r, ρ undefined (T_cross or mp constant)"
-    v = {k: float(ds[f"{prefix}_{k}"]) for k in (
-        "pearson_r", "pearson_r_lo", "pearson_r_hi", "spearman_rho", "spearman_rho_lo", "spearman_rho_hi"
-    ) if f"{prefix}_{k}" in ds}
-    n = f", n = {int(ds[f'{prefix}_n_used'])}" if f"{prefix}_n_used" in ds else ""
-    lvl = ""
-    if f"{prefix}_pearson_r_lo" in ds:
-        ln = str(ds[f"{prefix}_pearson_r_lo"].attrs.get("long_name", ""))
-        digits = "".join(ch for ch in ln.split("bootstrap")[0] if ch.isdigit() or ch == ".").strip(".")
-        lvl = f"{float(digits) * 100:g}% CI " if digits else "CI "
-    text = f"r = {v['pearson_r']:.2f} ({lvl}[{v['pearson_r_lo']:.2f}, {v['pearson_r_hi']:.2f}])"
-    if "spearman_rho_lo" in v:
-        text += f"\nρ = {v['spearman_rho']:.2f} ([{v['spearman_rho_lo']:.2f}, {v['spearman_rho_hi']:.2f}]){n}"
-    else:
-        text += f"\nρ = {v['spearman_rho']:.2f}{n}"
-    return text
+    return (f"r = {row['r']:.2f} (95% CI [{row['r_lo']:.2f}, {row['r_hi']:.2f}])\n"
+            f"ρ = {row['rho']:.2f} ([{row['rho_lo']:.2f}, {row['rho_hi']:.2f}]), n = {int(row['n_used'])}")
 
 
-def tcross_mp_scatter(
-    ds: xr.Dataset, ax: Axes, color_by: str = "family", variable: str = "T_cross", corr_prefix: str = "corr"
-) -> Axes:
-    """T_cross against mp, one point per run (log–log).  Censored values are drawn at their
-    bound with open markers (T_cross: never crossed → the horizon; mp: passed every length);
-    mp = 0 (failed at the first length) is drawn at half the shortest length.  The legend
-    gives Pearson r and Spearman ρ with their bootstrap CIs (``<corr_prefix>_*``).
-    ``variable="T_cross_par", corr_prefix="corr_par"`` draws the crossing of q∥ = R∥/M."""
+def default_variant(ds: xr.Dataset) -> str:
+    """The study's default crossing-time variant (chosen on held-out seeds; 'q' when absent)."""
+    return str(ds.attrs.get("corr_default_variant", "q"))
+
+
+def _tcross_name(variant: str) -> str:
+    """Dataset variable of a crossing-time variant (the names of
+    :data:`dynlab.analysis.correlation.CROSSING_VARIANTS` and ``FORECAST_VARIANTS``)."""
+    if variant == "q":
+        return "T_cross"
+    if variant == "probe":
+        return "T_probe"
+    if variant.startswith("forecast_"):
+        return f"T_{variant}"
+    return f"T_cross_{variant[2:]}"
+
+
+def tcross_mp_scatter(ds: xr.Dataset, ax: Axes, color_by: str = "family", variant: str | None = None) -> Axes:
+    """T_cross against mp, one point per ``ok`` run (log–log).  ``variant`` names the
+    readability ratio that defines T_cross (:data:`dynlab.analysis.correlation.CROSSING_VARIANTS`;
+    default: the study's default variant, :func:`default_variant`).  Censored values are
+    drawn at their bound with open markers (T_cross: never crossed → the run's horizon; mp:
+    passed every length); mp = 0 (failed at the first length) is drawn at half the shortest
+    length.  The legend gives Pearson r and Spearman ρ with their bootstrap CIs."""
+    variant = variant or default_variant(ds)
+    variable = _tcross_name(variant)
     panel = f"{variable} vs mp"
     _require(ds, panel, variable, "mp")
     ds = _nonempty(_ok(ds), panel)
@@ -324,9 +334,9 @@ def tcross_mp_scatter(
     ]
     handles.append(Line2D([], [], marker="o", markerfacecolor="none", color="#555555", linestyle="none",
                           label="censored"))
-    handles.append(Patch(visible=False, label=_corr_label(ds, corr_prefix)))
+    handles.append(Patch(visible=False, label=_corr_label(ds, variant)))
     ax.legend(handles=handles, loc="best", fontsize=6)
-    ax.set_title("Crossing time vs max-pass length" + ("" if variable == "T_cross" else f" ({variable})"))
+    ax.set_title(f"Crossing time ({variant}) vs max-pass length")
     return ax
 
 
@@ -366,35 +376,56 @@ def r_par_perp(ds: xr.Dataset, ax: Axes, group: str | None = None) -> Axes:
     return ax
 
 
+#: Half-width of the return-map panel's view: eigenvalues farther out (models whose maps
+#: blow up, mostly runs that never learned) are counted in the legend, not drawn.
+EIG_VIEW = 1.6
+
+
 def return_map_eigs(ds: xr.Dataset, ax: Axes, color_by: str = "family") -> Axes:
     """Eigenvalues of the return map restricted to U (P_U·DF_w·P_U) in the complex plane,
-    all words and centroids of every run, with the unit circle (Theorem 1: affine ≈ 1)."""
+    all words and centroids of every evaluated run, with the unit circle (Theorem 1:
+    affine ≈ 1).  Runs that learned (``ok``) are filled dots coloured by ``color_by``;
+    runs that never reached the training length (``not-learned``) are grey crosses.  The
+    view is clipped to |Re λ|, |Im λ| ≤ :data:`EIG_VIEW` so the unit circle stays readable;
+    the legend counts the eigenvalues outside it."""
     panel = "return-map eigenvalues"
     _require(ds, panel, "return_map_eig_real", "return_map_eig_imag")
-    ds = _nonempty(_ok(ds), panel)
+    status = _strs(ds, "status", "ok")
+    keep = np.isin(status, ("ok", "not-learned"))
+    ds = _nonempty(ds.isel(run=np.flatnonzero(keep)), panel)
+    status = status[keep]
     re = np.asarray(ds["return_map_eig_real"].values, dtype=np.float64)  # [run, k]
     im = np.asarray(ds["return_map_eig_imag"].values, dtype=np.float64)
     keys = _strs(ds, color_by)
     ax.add_patch(Circle((0, 0), 1.0, fill=False, color="#777777", linewidth=0.7, linestyle="--"))
     ax.axhline(0, color="#cccccc", linewidth=0.5, zorder=0)
     ax.axvline(0, color="#cccccc", linewidth=0.5, zorder=0)
+    fin = np.isfinite(re) & np.isfinite(im)
+    inside = fin & (np.abs(re) <= EIG_VIEW) & (np.abs(im) <= EIG_VIEW)
     present = []
-    for k in _ordered(keys, _ORDER):
-        sel = keys == k
-        x, y = re[sel].ravel(), im[sel].ravel()
-        ok = np.isfinite(x) & np.isfinite(y)
+    learned = status == "ok"
+    for k in _ordered(keys[learned], _ORDER):
+        sel = (keys == k) & learned
+        ok = inside[sel]
         if ok.any():
-            ax.scatter(x[ok], y[ok], s=6, color=_color_of(color_by, k), alpha=0.5, linewidths=0, label=k)
+            ax.scatter(re[sel][ok], im[sel][ok], s=6, color=_color_of(color_by, k), alpha=0.5, linewidths=0, label=k)
             present.append(k)
+    nl = ~learned
+    if inside[nl].any():
+        ax.scatter(re[nl][inside[nl]], im[nl][inside[nl]], s=8, marker="x", color="#999999", alpha=0.6,
+                   linewidths=0.6, label="not learned")
+        present.append("not learned")
     if not present:
-        raise MissingData(f"{panel}: every eigenvalue is NaN (U empty for every run)")
-    r = max(1.25, float(np.nanmax(np.hypot(re, im))) * 1.08)
-    ax.set_xlim(-r, r)
-    ax.set_ylim(-r, r)
+        raise MissingData(f"{panel}: every eigenvalue is NaN or outside the view (U empty for every run)")
+    n_out = int((fin & ~inside).sum())
+    if n_out:
+        ax.plot([], [], linestyle="none", label=f"{n_out} with |Re|, |Im| > {EIG_VIEW:g} not shown")
+    ax.set_xlim(-EIG_VIEW, EIG_VIEW)
+    ax.set_ylim(-EIG_VIEW, EIG_VIEW)
     ax.set_aspect("equal")
     ax.set_xlabel("Re λ")
     ax.set_ylabel("Im λ")
-    ax.legend(loc="upper left", markerscale=2, handletextpad=0.2)
+    ax.legend(loc="upper left", markerscale=2, handletextpad=0.2, fontsize=6)
     ax.set_title("Return map on U: eigenvalues")
     return ax
 
@@ -514,10 +545,13 @@ def margin_panel(ds: xr.Dataset, ax: Axes, variable: str = "half_margin_rel") ->
 
 def mp_by_nonlinearity(ds: xr.Dataset, ax: Axes) -> Axes:
     """Nonlinearity ablation: mp per nonlinearity φ (one point per run, colour = group,
-    marker = failure mode, median per group joined); log y axis, mp = 0 drawn at the floor."""
+    marker = failure mode, '+' for a run that never reached its training length, median per
+    group over the learned runs joined); log y axis, mp = 0 drawn at the floor."""
     panel = "mp by nonlinearity"
     _require(ds, panel, "mp", "nonlinearity")
-    ds = _nonempty(_ok(ds), panel)
+    if "status" in ds:
+        ds = ds.isel(run=np.flatnonzero(np.isin(_strs(ds, "status"), ("ok", "not-learned"))))
+    ds = _nonempty(ds, panel)
     phis = _ordered(_strs(ds, "nonlinearity"), PHI_ORDER)
     groups = _ordered(_strs(ds, "group"))
     gcolors = ("#1b6ca8", "#d9480f", "#5f3dc4", "#2b8a3e", "#862e9c")
@@ -526,6 +560,8 @@ def mp_by_nonlinearity(ds: xr.Dataset, ax: Axes) -> Axes:
     y = np.where(mp > 0, mp, floor)
     modes = _strs(ds, "failure_mode", "not analysed")
     modes = np.where(np.isin(modes, FAILURE_MODES), modes, "not analysed")
+    learned = _strs(ds, "status", "ok") == "ok"
+    modes = np.where(learned, modes, "not learned")
     keys, gk = _strs(ds, "nonlinearity"), _strs(ds, "group")
     width = 0.6 / max(1, len(groups))
     for gi, g in enumerate(groups):
@@ -537,12 +573,12 @@ def mp_by_nonlinearity(ds: xr.Dataset, ax: Axes) -> Axes:
             for mode in np.unique(modes[sel]):
                 s2 = sel & (modes == mode)
                 xs = np.full(s2.sum(), pi + off)
-                if _MODE_MARKERS[mode] == "x":  # unfilled marker: one colour
-                    ax.scatter(xs, y[s2], s=16, marker="x", color=c, linewidths=0.8)
+                if _MODE_MARKERS[mode] in ("x", "+"):  # unfilled marker: one colour
+                    ax.scatter(xs, y[s2], s=16, marker=_MODE_MARKERS[mode], color=c, linewidths=0.8)
                 else:
                     ax.scatter(xs, y[s2], s=16, marker=_MODE_MARKERS[mode], facecolors=c, edgecolors=c,
                                linewidths=0.8)
-            meds.append(np.median(y[sel]) if sel.any() else np.nan)
+            meds.append(np.median(y[sel & learned]) if (sel & learned).any() else np.nan)
         ax.plot(np.arange(len(phis)) + off, meds, color=c, linewidth=0.7, alpha=0.7)
     log_axis(ax, "y")
     ax.set_xticks(np.arange(len(phis)))
@@ -555,15 +591,17 @@ def mp_by_nonlinearity(ds: xr.Dataset, ax: Axes) -> Axes:
     ax.set_ylabel(axis_label(ds["mp"], "mp"))
     handles = [Line2D([], [], color=gcolors[i % len(gcolors)], marker="o", label=g) for i, g in enumerate(groups)]
     handles += [Line2D([], [], color="#555555", marker=_MODE_MARKERS[m], linestyle="none", label=m)
-                for m in (*FAILURE_MODES, "not analysed") if m in set(modes)]
+                for m in (*FAILURE_MODES, "not analysed", "not learned") if m in set(modes)]
     ax.legend(handles=handles, loc="best", ncols=2)
     ax.set_title("Nonlinearity ablation: max-pass length")
     return ax
 
 
 def mp_failure_table(ds: xr.Dataset, by: str = "nonlinearity") -> str:
-    """A Markdown table per (``by``, group): runs, median and range of mp (``≥`` when the
-    median is censored), and the count of each failure mode."""
+    """A Markdown table per (``by``, group): runs, runs that learned (status ``ok``), median
+    and range of their mp (``≥`` when the median is censored), the count of each failure
+    mode among them, the runs that never reached the training length (``not-learned``) and
+    the rest (diverged, or learned but not analysed)."""
     _require(ds, "mp table", "mp", by)
     keys, groups = _strs(ds, by), _strs(ds, "group")
     status = _strs(ds, "status", "ok")
@@ -571,8 +609,9 @@ def mp_failure_table(ds: xr.Dataset, by: str = "nonlinearity") -> str:
     cens = np.asarray(ds["mp_censored"].values).astype(bool) if "mp_censored" in ds else np.zeros(mp.shape, bool)
     modes = _strs(ds, "failure_mode", "")
     rows_order = _ordered(keys, PHI_ORDER) if by == "nonlinearity" else _arch_order(ds)
-    head = f"| {by} | group | runs | mp median | mp min–max | robust | climb | saturation | failed/not analysed |"
-    lines = [head, "|" + "---|" * 9]
+    head = (f"| {by} | group | runs | learned | mp median | mp min–max | robust | climb | saturation "
+            "| not learned | failed/not analysed |")
+    lines = [head, "|" + "---|" * 11]
     for r in rows_order:
         for g in _ordered(groups):
             sel = (keys == r) & (groups == g)
@@ -586,7 +625,8 @@ def mp_failure_table(ds: xr.Dataset, by: str = "nonlinearity") -> str:
             else:
                 med_s = rng_s = "—"
             counts = [int(np.sum(ok & (modes == m))) for m in FAILURE_MODES]
-            other = int(sel.sum()) - sum(counts)
-            lines.append(f"| {r} | {g} | {int(sel.sum())} | {med_s} | {rng_s} | "
-                         + " | ".join(str(c) for c in counts) + f" | {other} |")
+            not_learned = int(np.sum(sel & (status == "not-learned")))
+            other = int(sel.sum()) - sum(counts) - not_learned
+            lines.append(f"| {r} | {g} | {int(sel.sum())} | {int(ok.sum())} | {med_s} | {rng_s} | "
+                         + " | ".join(str(c) for c in counts) + f" | {not_learned} | {other} |")
     return "\n".join(lines) + "\n"

@@ -16,6 +16,7 @@ class TrackerOutput(NamedTuple):
     logits: torch.Tensor  # [B, T, C]
     final_state: torch.Tensor  # [B, S]
     states: torch.Tensor | None  # [B, T, S] when asked for
+    features: torch.Tensor | None = None  # [B, T, F] input of the final linear readout layer, when asked for
 
 
 class Tracker(nn.Module):
@@ -108,8 +109,30 @@ class Tracker(nn.Module):
             new.append(h)
         return torch.cat(new, dim=-1), self.readout(u)
 
-    def forward(self, tokens: torch.Tensor, state: torch.Tensor | None = None, return_states: bool = False) -> TrackerOutput:
-        """Run ``tokens [B, T]`` from ``state [B, S]`` (zero if None)."""
+    def final_linear(self) -> nn.Linear:
+        """The last linear layer of the readout: the decoder whose boundaries the
+        analyses measure (the readout itself when it is linear)."""
+        return self.readout if isinstance(self.readout, nn.Linear) else self.readout[-1]
+
+    def readout_features(self, u: torch.Tensor) -> torch.Tensor:
+        """The input of :meth:`final_linear` from the last cell's output ``u [..., O]``:
+        ``u`` itself for a linear readout, the hidden layer of an MLP readout."""
+        return u if isinstance(self.readout, nn.Linear) else self.readout[:-1](u)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        state: torch.Tensor | None = None,
+        return_states: bool = False,
+        return_features: bool = False,
+    ) -> TrackerOutput:
+        """Run ``tokens [B, T]`` from ``state [B, S]`` (zero if None).
+
+        ``return_states``: also the states of every layer ``[B, T, S]``;
+        ``return_features``: also the readout's features ``[B, T, F]``
+        (:meth:`readout_features`), what the final linear layer reads (for the Mamba-style
+        cells the output C_t·h_t (+ D x̃_t), not the state).
+        """
         if state is None:
             state = self.init_state(tokens.shape[0])
         u = self.embed(tokens)  # [B, T, D]
@@ -120,4 +143,7 @@ class Tracker(nn.Module):
             if return_states:
                 all_states.append(hs)
         states = torch.cat(all_states, dim=-1) if return_states else None
+        if return_features:
+            feats = self.readout_features(u)  # [B, T, F]
+            return TrackerOutput(self.final_linear()(feats), torch.cat(finals, dim=-1), states, feats)
         return TrackerOutput(self.readout(u), torch.cat(finals, dim=-1), states)

@@ -249,17 +249,20 @@ def train_threads(device: torch.device | str, *, threads: int | None = None) -> 
         torch.set_num_threads(old)
 
 
-def step_work(model: Tracker, batch: int) -> int:
-    """``batch`` × parameters of the cells: the work measure of :func:`train_threads`."""
-    return batch * sum(p.numel() for p in model.cells.parameters())
-
-
-def lr_at(train: TrainSpec, step: int) -> float:
-    """Linear warm-up for ``warmup_steps``, then cosine decay to 0 at ``steps``."""
+def lr_at(train: TrainSpec, step: int, reached: int | None = None) -> float:
+    """Learning rate of ``step``: linear warm-up for ``warmup_steps``, then cosine decay
+    to 0 at ``steps``, starting at the end of the warm-up (``schedule="cosine"``) or, with
+    ``schedule="curriculum"``, at ``reached``, the first step whose batch had the
+    curriculum's ``max_length`` (None = not reached yet: the rate stays at ``lr``)."""
     if step < train.warmup_steps:
         return train.lr * (step + 1) / train.warmup_steps
-    span = max(1, train.steps - train.warmup_steps)
-    return 0.5 * train.lr * (1 + math.cos(math.pi * (step - train.warmup_steps) / span))
+    start = train.warmup_steps
+    if train.schedule == "curriculum":
+        if reached is None:
+            return train.lr
+        start = max(start, reached)
+    span = max(1, train.steps - start)
+    return 0.5 * train.lr * (1 + math.cos(math.pi * (step - start) / span))
 
 
 def train_tracker(
@@ -324,11 +327,14 @@ def _train(
     bar = progress.add(f"train {spec.model.arch} {spec.task.group} s{spec.seed}", tr.steps)
     model.train()
     length = tr.curriculum.first_length(tr.steps)
+    reached: int | None = None  # first step at the curriculum's max_length (lr_at)
     for step in range(tr.steps):
+        if reached is None and length >= tr.curriculum.max_length:
+            reached = step
         tokens, labels = task.sample(gen, tr.batch_size, length)
         tokens, labels = tokens.to(device), labels.to(device)
         for g in opt.param_groups:
-            g["lr"] = lr_at(tr, step)
+            g["lr"] = lr_at(tr, step, reached)
         loss, acc_t = _loss(model, kind, tokens, labels)
         if not torch.isfinite(loss):
             result.status, result.reason = "diverged", f"non-finite loss at step {step} (length {length})"
