@@ -76,3 +76,34 @@ def test_bad_shape_raises():
     q, k, v, gk, _ = _inputs(torch.float64)
     with pytest.raises(ValueError, match="k and gk must match"):
         gla_chunked(q, k[..., :2], v, gk)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("path", ["factored", "masked"])
+def test_both_intra_chunk_forms_match_sequential(dtype, path, monkeypatch):
+    """The GEMM form (exp(c_t)·exp(−c_s)) and the masked pairwise form, each forced, with gradients."""
+    import dynlab.kernels.gla as gla_module
+
+    limit = float("inf") if path == "factored" else -1.0
+    monkeypatch.setattr(gla_module, "_FACTOR_LIMIT", {dtype: limit})
+    leaves = [a.requires_grad_() for a in _inputs(dtype, t=40, seed=3)]
+    q, k, v, gk, h0 = leaves
+    o_ref, s_ref = gla_sequential(q, k, v, gk, initial_state=h0, return_final_state=True)
+    o, s = gla_chunked(q, k, v, gk, initial_state=h0, return_final_state=True, chunk_size=16)
+    torch.testing.assert_close(o, o_ref, **TOL[dtype])
+    torch.testing.assert_close(s, s_ref, **TOL[dtype])
+    w = torch.randn(o_ref.shape, generator=torch.Generator().manual_seed(4), dtype=dtype)
+    for a, b in zip(torch.autograd.grad((o * w).sum() + s.sum(), leaves),
+                    torch.autograd.grad((o_ref * w).sum() + s_ref.sum(), leaves)):
+        torch.testing.assert_close(a, b, **TOL[dtype])
+
+
+def test_strong_decay_takes_the_masked_form_and_stays_finite():
+    """Log gates of −30 per step: exp(−c_s) would overflow float32, so the masked form must be used."""
+    q, k, v, _, h0 = _inputs(torch.float32, t=20, seed=5)
+    gk = torch.full_like(q, -30.0)
+    o, s = gla_chunked(q, k, v, gk, initial_state=h0, return_final_state=True, chunk_size=8)
+    o_ref, s_ref = gla_sequential(q, k, v, gk, initial_state=h0, return_final_state=True)
+    assert torch.isfinite(o).all() and torch.isfinite(s).all()
+    torch.testing.assert_close(o, o_ref, **TOL[torch.float32])
+    torch.testing.assert_close(s, s_ref, **TOL[torch.float32])
