@@ -50,8 +50,9 @@ Definitions (numbers the report prints):
   throughput (one model);
 - ``fraction_of_floor`` = throughput / floor, on every row, and for the best dynlab row at
   the top level;
-- ``ensemble_vs_solo_per_model`` = best ensemble throughput per model / one model's
-  throughput (``null`` without ensembles).
+- ``ensemble_vs_solo_per_model`` = best ensemble's model-tokens/s / one model's
+  model-tokens/s, i.e. the time to train each model solo over its time inside the
+  ensemble (``null`` without ensembles; below 1 the ensemble is slower per model).
 
 The JSON is strict: numbers that do not exist (the floor row's seconds per step) are
 ``null``, never ``NaN``.
@@ -409,10 +410,11 @@ def bench_train(
 
 
 def _ensemble_vs_solo(rows: list[BenchRow]) -> float | None:
-    """Best ensemble's throughput per model over one model's (None without ensembles)."""
+    """Best ensemble's model-tokens/s over one model's (None without ensembles); below 1 the
+    ensemble trains each model more slowly than solo training would."""
     solo = next(r.tokens_per_s for r in rows if r.method == "dynlab")
-    per_model = [r.tokens_per_s / r.models for r in rows if r.method.startswith("dynlab ensemble-")]
-    return max(per_model) / solo if per_model else None
+    ens = [r.tokens_per_s for r in rows if r.method.startswith("dynlab ensemble-")]
+    return max(ens) / solo if ens else None
 
 
 def format_table(results: list[dict[str, Any]]) -> str:
