@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import torch
 
+from .scan import linear_scan
+
 try:  # triton is optional: the package works without it (CPU paths are pure torch)
     import triton
     import triton.language as tl
@@ -189,8 +191,9 @@ def linear_scan_triton(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor, chunk
         a: coefficients ``[..., T, S]``, real of any sign or complex.
         b: inputs ``[..., T, S]``.
         h0: initial state ``[..., S]``.
-        chunk: accepted for signature compatibility and ignored (the kernel is one
-            sequential pass over T per channel block).
+        chunk: ignored by the kernel (one sequential pass over T per channel block);
+            passed on to the torch scan, which takes over for tensors of 2³⁰ entries or
+            more (the kernels index with 32-bit offsets).
 
     Returns:
         states ``[..., T, S]`` (all leading dims broadcast); ``[..., -1, :]`` is the final state.
@@ -211,6 +214,8 @@ def linear_scan_triton(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor, chunk
     h0 = h0.to(dtype).expand(*lead, s)
     if t_len == 0 or b.numel() == 0:
         return b.clone()
+    if 2 * b.numel() >= 2**31:  # the kernels index with 32-bit offsets
+        return linear_scan(a, b, h0, chunk)
     m = b.numel() // (t_len * s)
     hs = _TritonLinearScan.apply(
         a.reshape(m, t_len, s), b.reshape(m, t_len, s), h0.reshape(m, s)  # [M, T, S], [M, S]
