@@ -63,7 +63,8 @@ def copying_panel(ds: xr.Dataset, ax: Axes, variable: str = "accuracy") -> Axes:
     ax.set_xlabel(_axis(ds["length"], "string length"))
     ax.set_ylabel(_axis(ds[variable], variable))
     ax.set_ylim(0, 1.02)
-    ax.set_title("Copying: accuracy vs length (dotted: 3x training)")
+    what = "per-character accuracy" if variable == "accuracy" else ds[variable].attrs.get("long_name", variable)
+    ax.set_title(f"Copying: {what} vs length (dotted: 3x training)")
     ax.legend(fontsize="small")
     return ax
 

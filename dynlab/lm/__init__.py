@@ -1,4 +1,8 @@
-"""Recurrent language models for the length-generalization study (paper B)."""
+"""Recurrent language models for paper B: training with initial-state interventions, long-context tasks.
+
+Post-training from checkpoints lives in :mod:`dynlab.lm.posttrain`, the Hugging Face
+wrapper in :mod:`dynlab.lm.hf` (imported on use, so ``transformers`` stays optional).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ from dynlab.lm.interventions import (
 from dynlab.lm.loaders import Batch, RandomWindowLoader, SequentialChunkLoader
 from dynlab.lm.mixers import MIXERS, GLAMixer, Mamba1Mixer, Mamba2Mixer
 from dynlab.lm.model import VOCAB_SIZE, RecurrentLM
-from dynlab.lm.train import TrainResult, resolve_device, train_lm
+from dynlab.lm.tasks import BABI_KINDS, BabiTask, CopyingTask, PasskeyTask, TaskBatch, make_task
+from dynlab.lm.train import TrainResult, fit, resolve_device, train_lm
 
 __all__ = [
     "Corpus", "decode", "encode", "load_corpus",
@@ -20,5 +25,6 @@ __all__ = [
     "Batch", "RandomWindowLoader", "SequentialChunkLoader",
     "MIXERS", "GLAMixer", "Mamba1Mixer", "Mamba2Mixer",
     "VOCAB_SIZE", "RecurrentLM",
-    "TrainResult", "resolve_device", "train_lm",
+    "BABI_KINDS", "BabiTask", "CopyingTask", "PasskeyTask", "TaskBatch", "make_task",
+    "TrainResult", "fit", "resolve_device", "train_lm",
 ]
