@@ -26,10 +26,36 @@ __all__ = [
     "TrainSpec",
     "format_validation_error",
     "load_spec",
+    "MAX_BATCH",
+    "MAX_EVAL_LENGTHS",
+    "MAX_LENGTH",
+    "MAX_SAMPLES",
+    "MAX_STATE_BYTES",
+    "MAX_STEPS",
+    "MAX_WIDTH",
 ]
 
 #: Bumped when the meaning of a field changes, so old run folders are not reused.
 SPEC_VERSION = 1
+
+# Stated limits, checked when a spec is made, before anything is built or written.
+#: Longest sequence: curriculum lengths, evaluation lengths and chunks.
+MAX_LENGTH = 100_000
+#: Most evaluation sequences per run.
+MAX_SAMPLES = 1_048_576
+#: Largest batch (training and evaluation).
+MAX_BATCH = 65_536
+#: Most training steps (and warm-up steps).
+MAX_STEPS = 10_000_000
+#: Most evaluation lengths per run.
+MAX_EVAL_LENGTHS = 1_000
+#: Largest width of embeddings (as ``hidden``).
+MAX_WIDTH = 8192
+#: Largest recurrent-state block one batch may hold, in bytes: batch × steps held ×
+#: hidden × d_state × layers × 4 (float32; an upper estimate: dense cells hold hidden, not
+#: hidden × d_state, per step).  Training holds ``curriculum.max_length`` steps, evaluation
+#: ``min(chunk, max(lengths))``.
+MAX_STATE_BYTES = 8 * 2**30
 
 
 class Spec(BaseModel):
@@ -70,7 +96,7 @@ class ModelSpec(Spec):
     hidden: int = Field(64, ge=1, le=8192)
     layers: int = Field(1, ge=1, le=16)
     nonlinearity: str | None = None
-    d_embed: int | None = Field(None, ge=1)
+    d_embed: int | None = Field(None, ge=1, le=MAX_WIDTH)
     d_state: int = Field(4, ge=1, le=256)
     readout: Literal["linear", "mlp"] = "linear"
 
@@ -109,8 +135,8 @@ class CurriculumSpec(Spec):
     """
 
     mode: Literal["adaptive", "linear"] = "adaptive"
-    min_length: int = Field(2, ge=1)
-    max_length: int = Field(60, ge=1)
+    min_length: int = Field(2, ge=1, le=MAX_LENGTH)
+    max_length: int = Field(60, ge=1, le=MAX_LENGTH)
     advance_at: float = Field(0.95, gt=0.0, le=1.0)
     growth: float = Field(0.25, gt=0.0)
     ramp_fraction: float = Field(0.5, ge=0.0, le=1.0)
@@ -151,11 +177,11 @@ class TrainSpec(Spec):
     training length is reached spends the decay where it helps, on the full length.
     """
 
-    steps: int = Field(600, ge=1)
-    batch_size: int = Field(128, ge=1)
+    steps: int = Field(600, ge=1, le=MAX_STEPS)
+    batch_size: int = Field(128, ge=1, le=MAX_BATCH)
     lr: float = Field(3e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
-    warmup_steps: int = Field(20, ge=0)
+    warmup_steps: int = Field(20, ge=0, le=MAX_STEPS)
     clip: float = Field(1.0, gt=0)
     schedule: Literal["curriculum", "cosine"] = "curriculum"
     curriculum: CurriculumSpec = CurriculumSpec()
@@ -173,9 +199,9 @@ class EvalSpec(Spec):
     """
 
     lengths: tuple[int, ...] = (10, 20, 40, 60, 100, 200, 300, 500, 700, 1000)
-    n_samples: int = Field(256, ge=1)
-    batch_size: int = Field(256, ge=1)
-    chunk: int = Field(250, ge=1)
+    n_samples: int = Field(256, ge=1, le=MAX_SAMPLES)
+    batch_size: int = Field(256, ge=1, le=MAX_BATCH)
+    chunk: int = Field(250, ge=1, le=MAX_LENGTH)
     threshold: float = Field(0.9, gt=0, le=1)
     mp_window: float = Field(0.05, ge=0, lt=1)
     seed_offset: int = 10_000
@@ -185,6 +211,10 @@ class EvalSpec(Spec):
     def _sorted_positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
         if not v or any(int(x) < 1 for x in v):
             raise ValueError(f"lengths must be positive integers, got {list(v)}")
+        if len(v) > MAX_EVAL_LENGTHS or any(int(x) > MAX_LENGTH for x in v):
+            raise ValueError(
+                f"lengths: at most {MAX_EVAL_LENGTHS} lengths of at most {MAX_LENGTH}; got {len(v)} up to {max(int(x) for x in v)}"
+            )
         return tuple(sorted(set(int(x) for x in v)))
 
 
@@ -196,6 +226,22 @@ class RunSpec(Spec):
     train: TrainSpec = TrainSpec()
     eval: EvalSpec = EvalSpec()
     seed: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _fits(self) -> RunSpec:
+        """Refuse a run whose state block would exceed :data:`MAX_STATE_BYTES`."""
+        per_step = self.model.hidden * self.model.d_state * self.model.layers * 4  # bytes per sequence step
+        for what, batch, steps in (
+            ("train.batch_size × train.curriculum.max_length", self.train.batch_size, self.train.curriculum.max_length),
+            ("eval.batch_size × eval.chunk", self.eval.batch_size, min(self.eval.chunk, max(self.eval.lengths))),
+        ):
+            need = batch * steps * per_step
+            if need > MAX_STATE_BYTES:
+                raise ValueError(
+                    f"{what} × hidden × d_state × layers × 4 bytes = {need / 2**30:.1f} GiB of states per batch; "
+                    f"allowed: at most {MAX_STATE_BYTES / 2**30:.0f} GiB (lower the batch, length or width)"
+                )
+        return self
 
     @property
     def run_id(self) -> str:

@@ -16,6 +16,7 @@ Named constructors: :func:`cyclic` (C_n), :func:`dihedral` (D_n, order 2n),
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,17 +33,29 @@ __all__ = [
     "from_generators",
     "get_group",
     "GROUP_NAME_HELP",
+    "MAX_DEGREE",
+    "MAX_ORDER",
+    "group_order",
     "symmetric",
 ]
 
 Perm = tuple[int, ...]
 
+#: Largest group order dynlab builds: the order of S7.  Each element is a token and a
+#: class, and the Cayley table holds order² entries (203 MB of int64 at 5040); the order
+#: is computed from the name and checked before anything is built.
+MAX_ORDER = 5040
+
+#: Largest number of points a group's permutations act on (C_n, D_n, S_n, A_n act on n
+#: points, a product on the sum): the elements are kept as image tuples, order × degree
+#: entries (at most 2.6 M here; C5040 would need 25 M, ~1 GB of Python objects).
+MAX_DEGREE = 512
+
 GROUP_NAME_HELP = (
     "C<n> (cyclic), D<n> (dihedral, order 2n), S<n> (symmetric), A<n> (alternating), "
-    "and direct products joined by 'x' (e.g. C2xS3); n ≥ 1 (D, A: n ≥ 3; S: n ≤ 7)"
+    f"and direct products joined by 'x' (e.g. C2xS3); n ≥ 1 (D, A: n ≥ 3; S, A: n ≤ 7); "
+    f"order ≤ {MAX_ORDER}, points acted on ≤ {MAX_DEGREE}"
 )
-
-_MAX_ORDER = 5040
 
 
 def _compose(a: Perm, b: Perm) -> Perm:
@@ -60,6 +73,7 @@ class Group:
         elements: image tuples; ``elements[i][p]`` is where element ``i`` sends ``p``.
         table: Cayley table ``[order, order]``, ``table[a, b] = index(a · b)``.
         inverse: ``[order]``, ``inverse[a]`` is the index of a⁻¹.
+        generators: the permutations the group was generated from (not compared).
     """
 
     name: str
@@ -67,6 +81,7 @@ class Group:
     elements: tuple[Perm, ...]
     table: np.ndarray = field(repr=False)
     inverse: np.ndarray = field(repr=False)
+    generators: tuple[Perm, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def order(self) -> int:
@@ -113,6 +128,8 @@ def from_generators(name: str, degree: int, generators: Sequence[Sequence[int]])
         ValueError: a generator is not a permutation of ``range(degree)``, or the group
             has more than 5040 elements (dynlab keeps one-hot tokens per element).
     """
+    if not 1 <= degree <= MAX_DEGREE:
+        raise ValueError(f"group {name} acts on {degree} points; allowed: 1 ≤ degree ≤ {MAX_DEGREE}")
     ident: Perm = tuple(range(degree))
     gens: list[Perm] = []
     for g in generators:
@@ -120,31 +137,42 @@ def from_generators(name: str, degree: int, generators: Sequence[Sequence[int]])
         if sorted(p) != list(ident):
             raise ValueError(f"generator {list(g)} is not a permutation of 0..{degree - 1}")
         gens.append(p)
+    # Breadth-first closure.  left[g][h] = g·h for every element h and generator g, and
+    # parent[e] = (g, h) with e = g·h, h found earlier: enough to fill the Cayley table
+    # row by row below without composing all order² pairs.
     seen = {ident}
     frontier = [ident]
+    left: list[dict[Perm, Perm]] = [{} for _ in gens]
+    parent: dict[Perm, tuple[int, Perm]] = {}  # in order of discovery: parents come first
     while frontier:
         nxt = []
         for h in frontier:
-            for g in gens:
+            for k, g in enumerate(gens):
                 e = _compose(g, h)
+                left[k][h] = e
                 if e not in seen:
                     seen.add(e)
+                    parent[e] = (k, h)
                     nxt.append(e)
-                    if len(seen) > _MAX_ORDER:
-                        raise ValueError(f"group {name} has more than {_MAX_ORDER} elements; allowed: order ≤ {_MAX_ORDER}")
+                    if len(seen) > MAX_ORDER:
+                        raise ValueError(f"group {name} has more than {MAX_ORDER} elements; allowed: order ≤ {MAX_ORDER}")
         frontier = nxt
     rest = sorted(seen - {ident})
     elements = (ident, *rest)
     index = {e: i for i, e in enumerate(elements)}
     n = len(elements)
+    # L[k, b] = index(g_k · b): left multiplication by each generator, as index maps
+    lmul = np.array([[index[left[k][b]] for b in elements] for k in range(len(gens))], dtype=np.int64).reshape(-1, n)
+    # Row of e = g·h: (g·h)·b = g·(h·b), so table[e] = L_g[table[h]] (rows in BFS order).
     table = np.empty((n, n), dtype=np.int64)
-    for i, a in enumerate(elements):
-        for j, b in enumerate(elements):
-            table[i, j] = index[_compose(a, b)]
+    table[0] = np.arange(n)
+    for e in parent:  # discovery order: the row of h is filled before the row of g·h
+        k, h = parent[e]
+        table[index[e]] = lmul[k][table[index[h]]]
     inverse = np.argmax(table == 0, axis=1).astype(np.int64)
     table.setflags(write=False)
     inverse.setflags(write=False)
-    return Group(name=name, degree=degree, elements=elements, table=table, inverse=inverse)
+    return Group(name=name, degree=degree, elements=elements, table=table, inverse=inverse, generators=tuple(gens))
 
 
 def _cycle(n: int, k: int | None = None) -> Perm:
@@ -198,9 +226,9 @@ def direct_product(g: Group, h: Group) -> Group:
     """G × H acting on the disjoint union of their points."""
     n, m = g.degree, h.degree
     gens: list[Perm] = []
-    for a in g.elements[1:] or g.elements:
+    for a in g.generators or g.elements[1:] or g.elements:
         gens.append(tuple(a) + tuple(range(n, n + m)))
-    for b in h.elements[1:] or h.elements:
+    for b in h.generators or h.elements[1:] or h.elements:
         gens.append(tuple(range(n)) + tuple(n + i for i in b))
     return from_generators(f"{g.name}x{h.name}", n + m, gens)
 
@@ -208,16 +236,60 @@ def direct_product(g: Group, h: Group) -> Group:
 _FACTOR = re.compile(r"^([CDSA])(\d+)$")
 
 
-@lru_cache(maxsize=64)
-def get_group(name: str) -> Group:
-    """Parse a group name: ``C6``, ``S3``, ``A5``, ``D4``, ``C2xS3`` (case-insensitive)."""
-    parts = str(name).strip().upper().split("X")
-    groups = []
-    for part in parts:
+def _factors(name: str) -> list[tuple[str, int]]:
+    """``[(kind, n), …]`` of a group name, checked against the order limit (:data:`MAX_ORDER`)
+    before anything is built; raises ``ValueError`` naming the limit."""
+    factors = []
+    for part in str(name).strip().upper().split("X"):
         m = _FACTOR.match(part)
         if m is None:
             raise ValueError(f"unknown group {name!r}; allowed: {GROUP_NAME_HELP}")
-        kind, n = m.group(1), int(m.group(2))
+        digits = m.group(2).lstrip("0") or "0"
+        n = int(digits) if len(digits) <= 18 else 10**18  # a longer number is over every limit anyway
+        factors.append((m.group(1), n))
+    order = 1
+    for kind, n in factors:
+        order *= _factor_order(kind, n)
+        if order > MAX_ORDER:
+            raise ValueError(f"group {name!r} is too large: its order exceeds {MAX_ORDER}; allowed: order ≤ {MAX_ORDER} (S7)")
+    degree = sum(n for _, n in factors)
+    if degree > MAX_DEGREE:
+        raise ValueError(
+            f"group {name!r} is too large: it acts on {degree} points; allowed: at most {MAX_DEGREE} points "
+            f"(C_n, D_n, S_n, A_n act on n, a product on the sum)"
+        )
+    return factors
+
+
+def group_order(name: str) -> int:
+    """Order of the group called ``name``, from the name alone (nothing is built); raises
+    ``ValueError`` for an unknown name or an order above :data:`MAX_ORDER`."""
+    order = 1
+    for kind, n in _factors(name):
+        order *= _factor_order(kind, n)
+    return order
+
+
+def _factor_order(kind: str, n: int) -> int:
+    """Order of C_n, D_n, S_n or A_n; n! is only computed for n ≤ 7 (beyond, any value over
+    :data:`MAX_ORDER` will do)."""
+    if kind == "C":
+        return n
+    if kind == "D":
+        return 2 * n
+    if n > 7:
+        return MAX_ORDER + 1  # S8 and A8 are already too large
+    return math.factorial(n) if kind == "S" else max(1, math.factorial(n) // 2)
+
+
+@lru_cache(maxsize=64)
+def get_group(name: str) -> Group:
+    """Parse a group name: ``C6``, ``S3``, ``A5``, ``D4``, ``C2xS3`` (case-insensitive).
+
+    The order is checked against :data:`MAX_ORDER` from the name before the group is built.
+    """
+    groups = []
+    for kind, n in _factors(name):
         ctor = {"C": cyclic, "D": dihedral, "S": symmetric, "A": alternating}[kind]
         try:
             groups.append(ctor(n))

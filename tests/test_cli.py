@@ -13,6 +13,9 @@ from dynlab.runner import open_study
 BAD_INPUTS = [
     (["study", "group-tracking", "--models", "lstm9000"], "unknown model 'lstm9000'; allowed: all, mamba"),
     (["study", "group-tracking", "--groups", "Q8"], "unknown group 'Q8'"),
+    (["study", "group-tracking", "--groups", "C100000"], "group 'C100000' is too large: its order exceeds 5040"),
+    (["study", "group-tracking", "--groups", "C1000000"], "allowed: order ≤ 5040"),
+    (["study", "group-tracking", "--groups", "S3,C2xC600"], "allowed: at most 512 points"),
     (["study", "group-tracking", "--preset", "huge"], "unknown preset 'huge'"),
     (["study", "group-tracking", "--seeds", "x"], "seeds must be"),
     (["study", "group-tracking", "--seeds", "-1"], "seeds must be ≥ 0"),
@@ -82,7 +85,9 @@ def test_broken_study_folders_and_paths_give_one_line(tmp_path, capsys):
     (study / "runs" / "abc").mkdir(parents=True)
     (study / "runs" / "abc" / "spec.json").write_text('{"no": "fields"}')
     assert main(["analyze", str(study)]) == 2
-    assert "broken spec.json of run abc" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "run abc damaged (result.json: missing or unreadable; spec.json: does not hash to the run id)" in err
+    assert len(err.strip().splitlines()) == 1
     junk = tmp_path / "junk.nc"
     junk.write_bytes(b"not netcdf")
     assert main(["figures", str(junk), "--out", str(tmp_path / "figs")]) == 2
