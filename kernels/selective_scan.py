@@ -139,6 +139,7 @@ class _SelectiveScan(torch.autograd.Function):
         u, delta, A, B, C, h0 = inputs
         _, _, hs, du = output
         ctx.mark_non_differentiable(hs, du)
+        ctx.set_materialize_grads(False)  # no zero-filled [B, T, D, N] gradient for hs
         ctx.save_for_backward(u, delta, A, B, C, h0, hs, du)
 
     @staticmethod
