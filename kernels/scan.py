@@ -283,6 +283,7 @@ class _DenseRNN(torch.autograd.Function):
         ctx.phi = phi
         ctx.has_gate = gate is not None
         ctx.mark_non_differentiable(ah)
+        ctx.set_materialize_grads(False)  # no zero-filled full-size gradient for ah
         ctx.save_for_backward(A, h0, hs, ah, gate if gate is not None else ah)
 
     @staticmethod
