@@ -170,3 +170,13 @@ def test_min_length_is_tight_for_passkey():
     task = PasskeyTask(FILLER)
     batch = task.sample(_g(), 2, task.min_length(), 0.5)
     assert not np.any([c == "~" for c in decode(batch.tokens[0])])
+
+
+def test_babi_two_and_three_fact_kinds_with_few_facts_always_generate():
+    task = BabiTask(FILLER, ("qa2", "qa3"), n_facts=3)
+    batch = task.sample(_g(7), 40, task.min_length())
+    for b in range(40):
+        expected, answer = _answer_from_text(decode(batch.tokens[b]))
+        assert answer == expected
+    with pytest.raises(ValueError, match="n_facts 2 is too few for kinds qa3; allowed: >= 3"):
+        BabiTask(FILLER, ("qa3",), n_facts=2)

@@ -24,10 +24,13 @@ Formats (exact bytes, ``␣`` = space):
   then ``␣Q: <question> A: <answer>.``. Kinds (bAbI numbering):
 
   - ``qa1`` single supporting fact: ``Where is Mary?`` → a room;
-  - ``qa2`` two supporting facts: ``Where is the apple?`` → the room of its carrier or
-    where it was dropped;
+  - ``qa2`` two supporting facts: ``Where is the apple?`` → the room of its carrier;
   - ``qa3`` three supporting facts: ``Where was the apple before the office?`` → the room
     the object was in before its current room;
+
+  For qa2 and qa3 the supporting facts (a person goes to a room, picks the object up, and
+  for qa3 — for qa2 with probability 1/2 — goes to another room) are planted in order at
+  random fact slots; the other facts are random events of the other people and objects.
   - ``qa6`` yes/no: ``Is Mary in the kitchen?`` → ``yes``/``no`` (balanced);
   - ``qa7`` counting: ``How many objects is Mary carrying?`` → ``none``/``one``/``two``/``three``.
 
@@ -182,13 +185,14 @@ class _World:
         if room is not None and (not self.history[obj] or self.history[obj][-1] != room):
             self.history[obj].append(room)
 
-    def step(self, generator: torch.Generator, moves_only: bool) -> str:
-        """Apply one random event and return its sentence."""
+    def step(self, generator: torch.Generator, moves_only: bool, people: tuple[str, ...] = PEOPLE,
+             objects: tuple[str, ...] = OBJECTS) -> str:
+        """Apply one random event among ``people`` and ``objects`` and return its sentence."""
         choices = ["move"] if moves_only else ["move", "move", "pick", "drop"]
         event = choices[_randint(generator, len(choices))]
-        person = PEOPLE[_randint(generator, len(PEOPLE))]
+        person = people[_randint(generator, len(people))]
         if event == "pick" and person in self.where:
-            free = [o for o in OBJECTS if o not in self.holder]
+            free = [o for o in objects if o not in self.holder]
             if free:
                 obj = free[_randint(generator, len(free))]
                 self.holder[obj] = person
@@ -224,6 +228,9 @@ class BabiTask:
             raise ValueError(f"bAbI kinds must not be empty; allowed: {', '.join(BABI_KINDS)}")
         if not 1 <= n_facts <= 64:
             raise ValueError(f"n_facts {n_facts} is outside [1, 64]")
+        need = max({"qa2": 2, "qa3": 3}.get(k, 1) for k in kinds) if kinds else 1
+        if n_facts < need:
+            raise ValueError(f"n_facts {n_facts} is too few for kinds {', '.join(kinds)}; allowed: >= {need}")
         self.stream, self.kinds, self.n_facts = stream, tuple(kinds), n_facts
 
     def min_length(self) -> int:
@@ -258,17 +265,32 @@ class BabiTask:
                 person = people[_randint(generator, len(people))]
                 n = sum(1 for o in OBJECTS if world.holder.get(o) == person)
                 return facts, f"How many objects is {person} carrying?", COUNTS[n]
-            if kind == "qa2":
-                known = [o for o in OBJECTS if world.object_room(o) is not None and any(o in f for f in facts)]
-                if known:
-                    obj = known[_randint(generator, len(known))]
-                    return facts, f"Where is the {obj}?", str(world.object_room(obj))
-            if kind == "qa3":
-                moved = [o for o in OBJECTS if len(world.history[o]) >= 2 and world.history[o][-1] == world.object_room(o)]
-                if moved:
-                    obj = moved[_randint(generator, len(moved))]
-                    return facts, f"Where was the {obj} before the {world.history[obj][-1]}?", world.history[obj][-2]
+            if kind in ("qa2", "qa3"):
+                return self._planted(kind, generator)
         raise ValueError(f"could not generate an answerable {kind} story with {self.n_facts} facts; use more facts")
+
+    def _planted(self, kind: str, generator: torch.Generator) -> tuple[list[str], str, str]:
+        """qa2/qa3: the supporting facts (a person goes to r1, picks up an object, [goes to r2]) in order at
+        random slots; the other facts are random events of the other people and objects (they cannot
+        change the answer)."""
+        person = PEOPLE[_randint(generator, len(PEOPLE))]
+        obj = OBJECTS[_randint(generator, len(OBJECTS))]
+        r1 = ROOMS[_randint(generator, len(ROOMS))]
+        others = [r for r in ROOMS if r != r1]
+        r2 = others[_randint(generator, len(others))]
+        moves_on = kind == "qa3" or (self.n_facts >= 3 and bool(_randint(generator, 2)))
+        support = [f"{person} went to the {r1}.", f"{person} picked up the {obj}."]
+        support += [f"{person} went to the {r2}."] if moves_on else []
+        slots = sorted(torch.randperm(self.n_facts, generator=generator)[:len(support)].tolist())
+        world = _World()
+        rest_people = tuple(p for p in PEOPLE if p != person)
+        rest_objects = tuple(o for o in OBJECTS if o != obj)
+        facts = []
+        for i in range(self.n_facts):
+            facts.append(support.pop(0) if i in slots else world.step(generator, False, rest_people, rest_objects))
+        if kind == "qa2":
+            return facts, f"Where is the {obj}?", r2 if moves_on else r1
+        return facts, f"Where was the {obj} before the {r2}?", r1
 
     def sample_kind(self, generator: torch.Generator, batch_size: int, length: int, kind: str) -> TaskBatch:
         """``batch_size`` samples of one ``kind``."""
