@@ -27,7 +27,7 @@ app.add_typer(study_app, name="study")
 ModelsOpt = Annotated[str, typer.Option("--models", "-m", help="'all' or a comma list of registered names.")]
 GroupsOpt = Annotated[Optional[str], typer.Option("--groups", "-g", help="Comma list of groups, e.g. C2,C6,S3,A5,C2xS3.")]
 SeedsOpt = Annotated[Optional[str], typer.Option("--seeds", "-s", help="Comma list of seeds (default: the preset's).")]
-PresetOpt = Annotated[str, typer.Option("--preset", "-p", help="quick (a 2-core laptop, minutes) or paper.")]
+PresetOpt = Annotated[str, typer.Option("--preset", "-p", help="A preset of the study: smoke, quick, paper, … (`dynlab study list`).")]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output folder; the study writes OUT/<study>/.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto (CUDA if present), cpu, cuda or cuda:N.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
@@ -38,17 +38,18 @@ SchedulerOpt = Annotated[
 WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Start a local Dask cluster of N worker processes.")]
 
 
-def _csv(text: str | None) -> tuple[str, ...] | None:
+def _csv(text: str | None, option: str) -> tuple[str, ...] | None:
+    """The items of a comma list given to ``option`` (None when the option was not given)."""
     if text is None:
         return None
     items = tuple(x.strip() for x in text.split(",") if x.strip())
     if not items:
-        raise ValueError(f"empty list {text!r}")
+        raise ValueError(f"{option} got an empty list ({text!r}); allowed: a comma list of one or more values")
     return items
 
 
 def _seeds(text: str | None) -> tuple[int, ...] | None:
-    items = _csv(text)
+    items = _csv(text, "--seeds")
     if items is None:
         return None
     try:
@@ -80,7 +81,9 @@ def _add_study_command(name: str) -> None:
         from dynlab.studies import get_study
 
         study = get_study(name)
-        options = StudyOptions(preset=preset, models=_csv(models), groups=_csv(groups), seeds=_seeds(seeds))
+        options = StudyOptions(
+            preset=preset, models=_csv(models, "--models"), groups=_csv(groups, "--groups"), seeds=_seeds(seeds)
+        )
         study.check_preset(options.preset)
         study.make_specs(options)  # refuse bad selections before a cluster is started
         with make_executor(executor, scheduler=scheduler, workers=workers) as ex:
@@ -91,7 +94,25 @@ def _add_study_command(name: str) -> None:
 
     from dynlab.studies import get_study
 
+    # the study's own presets (a real annotation object: string annotations cannot see locals)
+    command.__annotations__["preset"] = Annotated[
+        str, typer.Option("--preset", "-p", help=_preset_help(get_study(name).presets))
+    ]
     study_app.command(name=name, help=get_study(name).description)(command)
+
+
+#: What each common preset is for (a study lists its own in `dynlab study list`).
+PRESET_NOTES = {
+    "smoke": "seconds: checks an installation",
+    "quick": "a 2-core laptop, minutes",
+    "sweep": "quick's sizes with 5 seeds",
+    "paper": "the papers' sizes: a GPU box or a cluster",
+}
+
+
+def _preset_help(presets: tuple[str, ...]) -> str:
+    """``--preset`` help naming every preset of a study, with what it is for."""
+    return "One of: " + "; ".join(f"{p} ({PRESET_NOTES[p]})" if p in PRESET_NOTES else p for p in presets) + "."
 
 
 LM_MIXERS = "mamba2, mamba1, gla"
@@ -142,7 +163,7 @@ def _add_lm_study_command(name: str) -> None:
 
         extra: dict = {}
         if interventions is not None:
-            extra["interventions"] = list(_csv(interventions) or ())
+            extra["interventions"] = list(_csv(interventions, "--interventions") or ())
         if source is not None:
             extra["source"] = source
         task: dict = {}
@@ -154,12 +175,12 @@ def _add_lm_study_command(name: str) -> None:
             if name == "length-generalization" or (allowed_study is not None and name != allowed_study):
                 raise ValueError(f"study {name} takes no {flag}; allowed: {allowed_study or 'the task studies'} only")
             try:
-                task[key] = [cast(x) for x in (_csv(text) or ())]
+                task[key] = [cast(x) for x in (_csv(text, flag) or ())]
             except ValueError:
                 raise ValueError(f"{flag} must be a comma list of numbers, got {text!r}") from None
         if task:
             extra["task"] = task
-        options = StudyOptions(preset=preset, models=_csv(models), seeds=_seeds(seeds), extra=extra)
+        options = StudyOptions(preset=preset, models=_csv(models, "--models"), seeds=_seeds(seeds), extra=extra)
         study.check_preset(options.preset)
         study.make_specs(options)  # validates mixers, interventions and the source before anything is written
         with make_executor(executor, scheduler=scheduler, workers=workers) as ex:
@@ -240,8 +261,11 @@ def study_list() -> None:
     """List the registered studies and their presets."""
     from dynlab.studies import STUDIES
 
-    for s in STUDIES.values():
-        typer.echo(f"{s.name:24s} presets: {', '.join(s.presets):14s} {s.description}")
+    rows = [(s.name, ", ".join(s.presets), s.description) for s in STUDIES.values()]
+    w_name = max(len("study"), *(len(r[0]) for r in rows))
+    w_presets = max(len("presets"), *(len(r[1]) for r in rows))
+    for name, presets, description in [("study", "presets", "description"), *rows]:
+        typer.echo(f"{name:{w_name}s}  {presets:{w_presets}s}  {description}")
 
 
 @app.command()
@@ -289,6 +313,8 @@ def figures(
     from dynlab.figures import write_figures
     from dynlab.runner import open_study
 
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; allowed: a folder (made when missing)")
     figs = write_figures(open_study(study_dir), out)
     for path in figs.written:
         typer.echo(str(path))
@@ -324,9 +350,9 @@ def bench_train_cmd(
 
     if json_out is not None and not json_out.parent.resolve().is_dir():
         raise ValueError(f"--json {json_out}: folder {json_out.parent} does not exist")
-    names = _csv(models) or ()
+    names = _csv(models, "--models") or ()
     try:
-        sizes = tuple(int(x) for x in (_csv(ensembles) or ()))
+        sizes = tuple(int(x) for x in (_csv(ensembles, "--ensembles") or ()))
     except ValueError:
         raise ValueError(f"--ensembles must be a comma list of integers, got {ensembles!r}") from None
     if quick:

@@ -19,7 +19,7 @@ Results travel back to the client and nothing is written by workers, so a lost o
 retried task can never leave a half-written run behind; runs saved before a fatal
 error stay saved and a rerun resumes from them.
 
-Dask is an optional extra (``pip install 'dynlab[dask]'``); it is imported only when a
+Dask is an optional extra (``pip install '.[dask]'`` in a dynlab checkout); it is imported only when a
 :class:`DaskExecutor` is made.
 """
 
@@ -62,7 +62,7 @@ def _import_distributed():
         import distributed
     except ImportError:
         raise ValueError(
-            "the dask executor needs dask.distributed; install it with: pip install 'dynlab[dask]'"
+            "the dask executor needs dask.distributed; install it with: pip install '.[dask]' in a dynlab checkout"
         ) from None
     return distributed
 

@@ -444,7 +444,7 @@ def geometry_over_time(
     data_vars["failure_mode"] = ((), mode, {"long_name": "failure mode (saturation|climb|robust)", "units": "1"})
     return xr.Dataset(
         data_vars,
-        coords={"t": ("t", steps, {"long_name": "step (tokens read)", "units": "step"})},
+        coords={"t": ("t", steps, {"long_name": "position t (tokens read)", "units": "tokens"})},
         attrs={
             "tau": float(tau),
             "threshold": threshold,

@@ -114,7 +114,7 @@ def decision_margin(
     steps = np.arange(1, cols["half_M"].size + 1)
     return xr.Dataset(
         {k: ("t", cols[k], {"long_name": ln, "units": u}) for k, (ln, u) in attrs.items()},
-        coords={"t": ("t", steps, {"long_name": "step (tokens read)", "units": "step"})},
+        coords={"t": ("t", steps, {"long_name": "position t (tokens read)", "units": "tokens"})},
     )
 
 
@@ -189,7 +189,7 @@ def binary_signed_error(
     data["inside_margin"] = ((), bool(rel_max < 1), {"long_name": "every |e_U| < M/2 at every step", "units": "1"})
     return xr.Dataset(
         data,
-        coords={"t": ("t", steps, {"long_name": "step (tokens read)", "units": "step"})},
+        coords={"t": ("t", steps, {"long_name": "position t (tokens read)", "units": "tokens"})},
     )
 
 

@@ -183,7 +183,7 @@ def perturbation_response(
         {k: (dims, val, {"long_name": ln, "units": u}) for k, (dims, val, ln, u) in meta.items()},
         coords={
             "direction": ("direction", ["U", "U_perp"]),
-            "t": ("t", steps, {"long_name": "step (tokens read)", "units": "step"}),
+            "t": ("t", steps, {"long_name": "position t (tokens read)", "units": "tokens"}),
         },
         attrs={"t0": int(t0), "eps": float(eps), "layer": int(layer), "rank_tol": float(rank_tol)},
     )

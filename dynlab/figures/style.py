@@ -114,7 +114,8 @@ def axis_label(da: xr.DataArray | xr.Variable | Any, fallback: str = "", width: 
     name = str(attrs.get("long_name") or fallback or getattr(da, "name", "") or "")
     name = re.sub(r"\s*\([^()]*\)$", "", name) or name  # a trailing remark "(NaN = censored)" is for docs
     units = str(attrs.get("units", "") or "")
-    text = f"{name} [{units}]" if units and units != "1" else name
+    repeats = units.rstrip("s").lower() == name.rstrip("s").lower()  # "step [step]" says nothing twice
+    text = f"{name} [{units}]" if units and units != "1" and not repeats else name
     return "\n".join(textwrap.wrap(text, width)) if len(text) > width else text
 
 

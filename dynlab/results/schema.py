@@ -35,7 +35,11 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "nonlinearity": ("nonlinearity φ", "", "state nonlinearity"),
     "run_id": ("run id", "", "hash of the full run spec"),
     "length": ("sequence length", "tokens", "evaluated length L"),
-    "t": ("time step", "steps", "1-based position in the sequence"),
+    "t": ("position t", "tokens", "1-based position in the sequence (tokens read)"),
+    # index coordinates
+    "run": ("run index", "", "0-based position of the run in the study (run_id names it)"),
+    "k": ("eigenvalue index", "", "index over the return-map eigenvalues of all words and centroids"),
+    "k_lyap": ("Lyapunov exponent index", "", "0 = the largest finite-time Lyapunov exponent, then decreasing"),
     # group tracking
     "accuracy": ("final-step accuracy", "1", "fraction of length-L sequences read out correctly at step L"),
     "accuracy_all": ("all-steps accuracy", "1", "fraction of correct readouts over positions 1..L"),
