@@ -21,7 +21,7 @@ from dynlab.config import Spec
 from dynlab.executors import Executor, InProcessExecutor
 from dynlab.results.schema import annotate, open_dataset, provenance_attrs, write_dataset
 from dynlab.results.store import RunStore, atomic_write_text
-from dynlab.study import Study, StudyOptions
+from dynlab.study import EVALUATED_STATUSES, Study, StudyOptions
 from dynlab.train.device import resolve_device
 from dynlab.train.engine import train_threads
 from dynlab.train.progress import NullProgress, make_progress
@@ -74,14 +74,29 @@ def _run_specs(
             o.result.setdefault("wall_time_s", (time.perf_counter() - t0) / len(item))
         return outcomes
 
+    analyze = analyze and study.analyze_one is not None
+    local_device = resolve_device(device) if analyze else None
+    analysed: set[str] = set()
+
+    def analyse(spec: Spec) -> None:
+        with train_threads(local_device):  # same numbers whatever this machine's core count
+            ds = study.analyze_one(spec, store, local_device, progress)
+        store.write_dataset(spec, ANALYSIS, ds)
+        counts["analyzed"] += 1
+        analysed.add(spec.spec_hash())
+
+    # With a remote executor the analyses of finished runs run here while the workers
+    # train the next ones (the same calls in the same order per run, so the same numbers).
+    overlap = analyze and getattr(executor, "remote", False)
     for item, outcomes in executor.map_unordered(work, study.work_items(pending)):
         for spec, outcome in zip(item, outcomes):
             store.save(spec, outcome.result, outcome.state_dict)
             counts["trained"] += 1
             progress.update(bar, 1)
+        for spec, outcome in zip(item, outcomes):
+            if overlap and outcome.result.get("status") in EVALUATED_STATUSES:
+                analyse(spec)
     to_analyze = []
-    analyze = analyze and study.analyze_one is not None
-    local_device = resolve_device(device) if analyze else None
     for spec in specs:
         result = store.load_result(spec)
         status = result.get("status")
@@ -92,15 +107,14 @@ def _run_specs(
             counts["failed"] += 1
             progress.log(f"run {spec.spec_hash()} {status}: {result.get('reason', '')}")
             continue
+        if spec.spec_hash() in analysed:
+            continue
         if analyze and (force_analysis or not store.has_file(spec, ANALYSIS)):
             to_analyze.append(spec)
     if to_analyze:
         abar = progress.add(f"{study.name}: analyses", len(to_analyze))
         for spec in to_analyze:
-            with train_threads(local_device):  # same numbers whatever this machine's core count
-                ds = study.analyze_one(spec, store, local_device, progress)
-            store.write_dataset(spec, ANALYSIS, ds)
-            counts["analyzed"] += 1
+            analyse(spec)
             progress.update(abar, 1)
     return counts
 

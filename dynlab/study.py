@@ -27,7 +27,12 @@ from dynlab.config import Spec
 from dynlab.results.store import RunStore
 from dynlab.train.progress import NullProgress
 
-__all__ = ["RunOutcome", "Study", "StudyOptions"]
+__all__ = ["EVALUATED_STATUSES", "RunOutcome", "Study", "StudyOptions"]
+
+#: Run statuses whose runs have weights, are evaluated and get the per-run analyses:
+#: ``ok`` (learned) and ``not-learned`` (training ended below the training length).
+#: ``diverged`` runs have neither.
+EVALUATED_STATUSES = ("ok", "not-learned")
 
 
 @dataclass(frozen=True)

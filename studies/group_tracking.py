@@ -49,7 +49,7 @@ from dynlab.evaluate import evaluate_lengths, max_pass_length, max_pass_length_d
 from dynlab.groups import get_group
 from dynlab.models import BUILTIN_ARCHS, available_cells, measure_family
 from dynlab.results.store import RunStore
-from dynlab.study import RunOutcome, Study, StudyOptions
+from dynlab.study import EVALUATED_STATUSES, RunOutcome, Study, StudyOptions
 from dynlab.tasks import WordProblem
 from dynlab.train import NullProgress, TrainResult, build_tracker, train_tracker
 from dynlab.train.engine import train_threads
@@ -152,10 +152,6 @@ def run_status(res: TrainResult, max_length: int) -> tuple[str, str]:
     if reached < max_length:
         return "not-learned", f"curriculum stopped at length {reached} of {max_length}"
     return "ok", ""
-
-
-#: statuses whose runs have weights, accuracies and analyses
-EVALUATED_STATUSES = ("ok", "not-learned")
 
 
 def _finish_run(spec: RunSpec, res: TrainResult, train_time: float, device: torch.device, **extra) -> RunOutcome:

@@ -24,8 +24,11 @@
      decision-boundary normal over twice the centroid's distance to that boundary;
    - ``q_pair_ref``, ``q_dec_ref`` — the same with the separations held at ``t_ref``;
    - ``probe_accuracy`` — a logistic-regression probe fitted on states at ``t_ref`` and
-     applied at every step; ``T_probe`` is the first persistent step with probe accuracy
-     below ``probe_threshold`` (0.9, the accuracy threshold of mp);
+     applied at every step; ``T_probe`` is the first persistent step t ≥ t_ref with probe
+     accuracy below ``probe_threshold`` (0.9, the accuracy threshold of mp).  Steps before
+     t_ref are not searched: there the states of a short prefix can sit elsewhere than at
+     t_ref (a probe fitted at 60 read 29 % at t = 5 on a token-gated tracker that was exact
+     to 180), which says nothing about extrapolation;
    - ``T_forecast_<name>`` for ``q_pair``, ``q_pair_out`` and ``q_dec`` — Corollary 1 used as
      a forecast: the ratio fitted by a straight line on the steps of the second half of the
      training length, [⌈t_ref/2⌉, t_ref], and extrapolated to τ; a horizon predicted
@@ -316,11 +319,14 @@ def analyze_tracker(
     # One pass over the stream feeds the geometry of the state and every per-step ratio.
     extra: dict[str, list[np.ndarray]] = {}
 
+    features_are_state = readout is not None  # dense cells: the readout reads the state itself
+
     def tee() -> Iterator[tuple[np.ndarray, np.ndarray]]:
         for h, f, y in stream_representations(m, task, n, horizon, spec.chunk, gen, layer):
+            pair = pairwise_ratio(h, y, g, ref_dist=ref.pair_dist)
             parts = {
-                **pairwise_ratio(h, y, g, ref_dist=ref.pair_dist),
-                **{f"{k}_out": v for k, v in pairwise_ratio(f, y, g).items() if k == "q_pair"},
+                **pair,
+                "q_pair_out": pair["q_pair"] if features_are_state else pairwise_ratio(f, y, g)["q_pair"],
                 **decoder_ratio(f, y, w_dec, b_dec, ref_margin=ref.dec_margin),
                 "probe_accuracy": probe_accuracy(ref.probe, h, y),
             }
@@ -365,7 +371,8 @@ def analyze_tracker(
     acc = cols["probe_accuracy"]
     acc[blown] = 0.0
     out["probe_accuracy"] = ("t", acc)
-    t_probe, _ = crossing_time(1.0 - acc, 1.0 - spec.probe_threshold + 1e-12, steps, spec.persist)
+    after = steps >= t_ref  # the probe is fitted at t_ref: its crossing is searched from there on
+    t_probe, _ = crossing_time(1.0 - acc[after], 1.0 - spec.probe_threshold + 1e-12, steps[after], spec.persist)
     out["T_probe"] = ((), t_probe)
     out["min_class_count"] = ("t", cols["min_count"])
     out["dec_margin"] = ("t", cols["dec_margin"])
