@@ -39,7 +39,6 @@ from safetensors.torch import load_file
 from dynlab.config import Spec
 from dynlab.lm.hf import HFRecurrentLM, hf_config_summary, is_hf_checkpoint, load_hf_checkpoint
 from dynlab.lm.interventions import make_intervention
-from dynlab.lm.model import RecurrentLM
 from dynlab.lm.run import _threads, build_model, corpus_for, evaluate_lm, result_to_dataset
 from dynlab.lm.spec import (
     InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMRunSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec,
