@@ -107,6 +107,7 @@ def test_public_api_is_pinned():
         "INTERVENTIONS", "TBTT", "FittedNoise", "Intervention", "RandomNoise", "StatePassing", "ZeroInit",
         "make_intervention", "Batch", "RandomWindowLoader", "SequentialChunkLoader",
         "MIXERS", "GLAMixer", "Mamba1Mixer", "Mamba2Mixer", "VOCAB_SIZE", "RecurrentLM",
-        "TrainResult", "resolve_device", "train_lm",
+        "BABI_KINDS", "BabiTask", "CopyingTask", "PasskeyTask", "TaskBatch", "make_task",
+        "TrainResult", "fit", "resolve_device", "train_lm",
     ])
     assert all(hasattr(dynlab.lm, name) for name in dynlab.lm.__all__)
