@@ -10,7 +10,7 @@ training length (paper: per-character accuracy 0.27 → 0.47 for a 45M Mamba-2 t
 
 Presets:
 - ``quick`` — tiny Mamba-2 (2 layers, width 64, 4 heads × 16 channels, N = 32), strings of
-  8–16 letters, 1000 steps of batch 32, one CPU thread; tested at 8–64 letters (48 = 3×)
+  8–16 letters, 600 steps of batch 32, one CPU thread; tested at 8–64 letters (48 = 3×)
   on 128 strings per length; zero vs state passing, seeds 0, 1, 2.
 - ``paper`` — 4 layers, width 256, 8 heads × 32, N = 64, strings of 50–100, 20 000 steps
   of batch 64; tested at 50–400 (300 = 3×); a GPU box.
@@ -28,7 +28,7 @@ PRESETS = {
         "seeds": (0, 1, 2),
         "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "head_dim": 16, "d_state": 32, "chunk_size": 32},
         "task": {"train_min": 8, "train_max": 16, "eval_lengths": (8, 16, 24, 32, 48, 64)},
-        "train": {"steps": 1000, "batch_size": 32, "lr": 3e-3, "threads": 1},
+        "train": {"steps": 600, "batch_size": 32, "lr": 3e-3, "threads": 1},
         "eval": {"n_samples": 128, "chunk_len": 256},
         "intervention": {},
     },
