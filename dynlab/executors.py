@@ -86,6 +86,12 @@ class DaskExecutor:
 
     remote = True
 
+    #: True when the work runs in threads of this very process (a local cluster with
+    #: ``processes=False``): torch's global state (the RNG that model initialisation
+    #: forks, the thread count) is then shared with the caller, so the runner does not
+    #: analyse finished runs while such workers train.
+    shares_process = False
+
     def __init__(
         self,
         scheduler: str | None = None,
@@ -115,6 +121,7 @@ class DaskExecutor:
                 reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise ValueError(f"cannot reach the Dask scheduler at {scheduler!r} ({reason})") from None
             return
+        self.shares_process = not processes
         self._cluster = distributed.LocalCluster(
             n_workers=workers or 1,
             threads_per_worker=1,

@@ -85,9 +85,11 @@ def _run_specs(
         counts["analyzed"] += 1
         analysed.add(spec.spec_hash())
 
-    # With a remote executor the analyses of finished runs run here while the workers
-    # train the next ones (the same calls in the same order per run, so the same numbers).
-    overlap = analyze and getattr(executor, "remote", False)
+    # With workers in other processes the analyses of finished runs run here while the
+    # workers train the next ones (the same calls per run, so the same numbers).  Not with
+    # workers that are threads of this process: model initialisation forks torch's global
+    # RNG, which an analysis here would reseed under a training thread.
+    overlap = analyze and getattr(executor, "remote", False) and not getattr(executor, "shares_process", False)
     for item, outcomes in executor.map_unordered(work, study.work_items(pending)):
         for spec, outcome in zip(item, outcomes):
             store.save(spec, outcome.result, outcome.state_dict)

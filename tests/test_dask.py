@@ -234,3 +234,23 @@ def test_a_failed_task_does_not_cancel_the_others(tmp_path):
             for item, result in ex.map_unordered(_fail_on_one, [0, 1, 2, 3]):
                 got[item] = result
     assert got == {0: 0, 2: 20, 3: 30}  # every other task finished and was handed over
+
+
+def test_analyses_overlapping_remote_training_equal_in_process_analyses(tmp_path):
+    """With worker processes the runner analyses each finished run while the workers train
+    the next; the stored analyses must equal those of an in-process study.  (With worker
+    threads of the same process it must not overlap: an analysis reseeding torch's global
+    RNG under a training thread changed that run's initial weights, and this test failed.)"""
+    options = StudyOptions(preset="smoke", models=("tanh-rnn", "mamba"), groups=("C2",), extra=TINY)
+    run_study(GROUP_TRACKING, options, out=tmp_path / "inproc", device="cpu", analyze=True)
+    with DaskExecutor(workers=1, processes=True) as ex:
+        assert not ex.shares_process
+        run_study(GROUP_TRACKING, options, out=tmp_path / "dask", device="cpu", analyze=True, executor=ex)
+    a, b = tmp_path / "inproc" / "group-tracking", tmp_path / "dask" / "group-tracking"
+    names = sorted(p.parent.name for p in (a / "runs").glob("*/analysis.nc"))
+    assert len(names) == 2 and names == sorted(p.parent.name for p in (b / "runs").glob("*/analysis.nc"))
+    for rid in names:
+        with xr.open_dataset(a / "runs" / rid / "analysis.nc", engine="h5netcdf") as da, \
+                xr.open_dataset(b / "runs" / rid / "analysis.nc", engine="h5netcdf") as db:
+            for v in ("q", "q_pair", "q_dec", "probe_accuracy", "return_map_eig_real", "recovery_rate"):
+                np.testing.assert_array_equal(da[v].values, db[v].values, err_msg=f"{rid} {v}")
