@@ -398,7 +398,9 @@ def assemble(specs: list[RunSpec], store: RunStore, options: StudyOptions) -> xr
         ds["group_order"] = ("run", np.asarray(orders))
         ds["half_margin_rel"] = ("run", (0.5 * ds["M"] / ds["centroid_radius"]).median("t").values)
         ds["q_max"] = ("run", ds["q"].max("t").values)
-        ds = ds.merge(_correlations(ds))
+        corr = _correlations(ds)
+        ds = ds.merge(corr)
+        ds.attrs.update(corr.attrs)  # merge keeps only the first dataset's attrs
     return ds
 
 

@@ -111,4 +111,45 @@ def test_correlation_table_and_heldout_choice_never_see_the_heldout_half():
     r_drop = float(tab.corr_r.sel(variant="good", censoring="drop"))
     assert r_rep == pytest.approx(np.corrcoef(replaced, mp)[0, 1], abs=1e-12)
     assert r_drop == pytest.approx(np.corrcoef(tc[10:], mp[10:])[0, 1], abs=1e-12)
-    assert int(tab.corr_n_used.sel(variant="good", censoring="drop")) == seeds.size - 10
+    assert int(tab.corr_n.sel(variant="good", censoring="drop")) == seeds.size - 10
+
+
+def test_study_correlations_merge_table_heldout_and_default_scalars():
+    """group-tracking's correlation block on a dataset of 40 runs over 4 seeds: ok runs only,
+    one table over variants × censoring, the held-out choice and the default's scalars."""
+    import xarray as xr
+
+    from dynlab.analysis.correlation import format_correlation_report
+    from dynlab.studies.group_tracking import _correlations
+
+    rng = np.random.default_rng(1)
+    n = 40
+    mp = rng.uniform(20, 1000, n)
+    status = np.array(["ok"] * 36 + ["not-learned"] * 4)
+    t_dec = np.where(mp > 900, np.nan, mp * 1.1)  # the decoder ratio tracks mp; censored when robust
+    ds = xr.Dataset(
+        {
+            "mp": ("run", mp),
+            "mp_censored": ("run", mp > 900),
+            "status": ("run", status),
+            "horizon": ("run", np.full(n, 1000.0)),
+            "T_cross": ("run", rng.uniform(1, 5, n)),
+            "T_cross_dec": ("run", t_dec),
+            "T_forecast_dec": ("run", t_dec * 0.9),
+        },
+        coords={"run": np.arange(n), "seed": ("run", np.repeat(np.arange(4), 10))},
+    )
+    ds["mp"][36:] = 0.0  # non-learners would pull r up if they counted
+    out = _correlations(ds)
+    assert list(out["variant"].values) == ["q", "q_dec", "forecast_dec"]
+    assert int(out["corr_n"].sel(variant="q_dec", censoring="replace")) == 36  # not-learned left out
+    assert out.attrs["corr_default_variant"] == "q_dec"  # chosen on seeds 0, 1 among crossing variants
+    assert out["corr_heldout_pearson_r"].attrs["variant"] == "q_dec"
+    held = (ds.seed.values >= 2) & (status == "ok")
+    expect = np.corrcoef(np.where(np.isnan(t_dec), 1000.0, t_dec)[held], mp[held])[0, 1]
+    assert float(out["corr_heldout_pearson_r"]) == pytest.approx(expect, abs=1e-12)
+    assert float(out["corr_pearson_r"]) == pytest.approx(float(out["corr_r"].sel(variant="q_dec", censoring="replace")))
+    merged = ds.merge(out)
+    merged.attrs.update(out.attrs)
+    report = format_correlation_report(merged)
+    assert "| q_dec |" in report and "held-out seeds [2, 3]" in report

@@ -87,7 +87,7 @@ def synthetic() -> xr.Dataset:
             # correlation table: variant 'q' (replace) r = 0.87 [0.80, 0.92], ρ = 0.81 [0.70, 0.90], 8 runs
             **{f"corr_{k}": (("variant", "censoring"), np.array([[v, v - 0.1], [v - 0.2, v - 0.3]]))
                for k, v in (("r", 0.87), ("r_lo", 0.8), ("r_hi", 0.92), ("rho", 0.81), ("rho_lo", 0.7),
-                            ("rho_hi", 0.9), ("n_used", n))},
+                            ("rho_hi", 0.9), ("n", n))},
         },
         coords={
             "run": np.arange(n),

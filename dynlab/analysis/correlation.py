@@ -229,12 +229,12 @@ def correlation_table(
 
     Returns:
         Dataset over dims ``variant`` and ``censoring`` ('replace', 'drop') with
-        ``corr_r, corr_r_lo, corr_r_hi, corr_rho, corr_rho_lo, corr_rho_hi, corr_n_used``
+        ``corr_r, corr_r_lo, corr_r_hi, corr_rho, corr_rho_lo, corr_rho_hi, corr_n``
         (NaN where fewer than 3 runs are usable).
     """
     names = list(t_cross)
     rules = ("replace", "drop")
-    keys = ("r", "r_lo", "r_hi", "rho", "rho_lo", "rho_hi", "n_used")
+    keys = ("r", "r_lo", "r_hi", "rho", "rho_lo", "rho_hi", "n")
     vals = {k: np.full((len(names), len(rules)), np.nan) for k in keys}
     for i, name in enumerate(names):
         for j, rule in enumerate(rules):
@@ -255,7 +255,7 @@ def correlation_table(
         "rho": "Spearman rho(T_cross variant, mp)",
         "rho_lo": "Spearman rho, lower end of 95% bootstrap CI",
         "rho_hi": "Spearman rho, upper end of 95% bootstrap CI",
-        "n_used": "runs used in the correlation",
+        "n": "runs used in the correlation",
     }
     return xr.Dataset(
         {f"corr_{k}": (("variant", "censoring"), v, {"long_name": long[k], "units": "1"}) for k, v in vals.items()},
@@ -351,7 +351,7 @@ def format_correlation_report(ds: xr.Dataset) -> str:
     for v in ds["variant"].values:
         row = [str(v)]
         for c in ("replace", "drop"):
-            n = ds["corr_n_used"].sel(variant=v, censoring=c)
+            n = ds["corr_n"].sel(variant=v, censoring=c)
             row += [cell(v, c, "r"), cell(v, c, "rho"), "—" if not np.isfinite(float(n)) else str(int(n))]
         lines.append("| " + " | ".join(row) + " |")
     default = ds.attrs.get("corr_default_variant", "")

@@ -262,11 +262,11 @@ def _corr_label(ds: xr.Dataset, variant: str) -> str:
     if "corr_r" not in ds or variant not in ds["variant"].values:
         return "r, ρ: not in dataset (< 3 ok runs)"
     row = {k: float(ds[f"corr_{k}"].sel(variant=variant, censoring="replace"))
-           for k in ("r", "r_lo", "r_hi", "rho", "rho_lo", "rho_hi", "n_used")}
+           for k in ("r", "r_lo", "r_hi", "rho", "rho_lo", "rho_hi", "n")}
     if not np.isfinite(row["r"]):
         return "r, ρ undefined (T_cross or mp constant)"
     return (f"r = {row['r']:.2f} (95% CI [{row['r_lo']:.2f}, {row['r_hi']:.2f}])\n"
-            f"ρ = {row['rho']:.2f} ([{row['rho_lo']:.2f}, {row['rho_hi']:.2f}]), n = {int(row['n_used'])}")
+            f"ρ = {row['rho']:.2f} ([{row['rho_lo']:.2f}, {row['rho_hi']:.2f}]), n = {int(row['n'])}")
 
 
 def default_variant(ds: xr.Dataset) -> str:
