@@ -171,3 +171,39 @@ def test_spec_hash_is_stable_and_sensitive():
     assert a.model_copy(update={"seed": 1}).spec_hash() != a.spec_hash()
     with pytest.raises(ValueError):
         RunSpec.model_validate({**json.loads(a.model_dump_json()), "bogus": 1})
+
+
+def test_run_status_rule_and_summary_counts(tmp_path):
+    """ok = curriculum reached the training length, not-learned = it did not (with the
+    length), diverged = the engine's verdict; the summary line counts each, and
+    not-learned runs are evaluated but stay out of the correlations."""
+    from dynlab.studies.group_tracking import run_status
+    from dynlab.train import TrainResult
+    from dynlab.train.progress import NullProgress
+
+    res = TrainResult(model=None, lengths=[2, 3, 60])  # type: ignore[arg-type]
+    assert run_status(res, 60) == ("ok", "")
+    res = TrainResult(model=None, lengths=[2, 3, 4, 5])  # type: ignore[arg-type]
+    assert run_status(res, 60) == ("not-learned", "curriculum stopped at length 5 of 60")
+    res = TrainResult(model=None, status="diverged", reason="non-finite loss at step 3")  # type: ignore[arg-type]
+    assert run_status(res, 60) == ("diverged", "non-finite loss at step 3")
+
+    base = get_study("group-tracking")
+    logged = []
+
+    class Log(NullProgress):
+        def log(self, message: str) -> None:
+            logged.append(message)
+
+    def run_one(spec, device, progress):
+        if spec.model.arch == "linear-rnn":
+            return RunOutcome({"status": "diverged", "reason": "non-finite loss at step 3"}, None)
+        return base.run_one(spec, device, progress)
+
+    from dynlab.runner import _run_specs
+
+    study = dataclasses.replace(base, run_one=run_one, analyze_one=None)
+    specs = study.make_specs(SMOKE)
+    counts = _run_specs(study, specs, RunStore(tmp_path / "s"), "cpu", Log(), analyze=False)
+    assert counts["not_learned"] == 2 and counts["failed"] == 2 and counts["trained"] == 4
+    assert sum("not-learned: curriculum stopped at length" in m for m in logged) == 2
