@@ -139,24 +139,13 @@ def stream_states(
     generator: torch.Generator,
     layer: int = -1,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Yield ``(states [N, Tc, S_layer], labels [N, Tc])`` chunks of fresh sequences.
+    """Yield ``(states [N, Tc, S_layer], labels [N, Tc])`` chunks of fresh sequences
+    (:func:`stream_representations` without the readout features).
 
     The recurrent state is carried between chunks, so only one chunk is in memory.
     """
-    sl = model.layer_slice(layer)
-    device = next(model.parameters()).device
-    state = model.init_state(n_samples)
-    label = torch.zeros(n_samples, dtype=torch.long)
-    t0 = 0
-    with torch.no_grad():
-        while t0 < horizon:
-            tc = min(chunk, horizon - t0)
-            tokens, labels = task.sample(generator, n_samples, tc, start=label)
-            label = labels[:, -1]
-            out = model(tokens.to(device), state, return_states=True)
-            state = out.final_state
-            yield out.states[..., sl].double().cpu().numpy(), labels.numpy()
-            t0 += tc
+    for h, _, y in stream_representations(model, task, n_samples, horizon, chunk, generator, layer):
+        yield h, y
 
 
 def stream_representations(
