@@ -27,7 +27,7 @@ from dynlab.config import Spec
 from dynlab.results.store import RunStore
 from dynlab.train.progress import NullProgress
 
-__all__ = ["EVALUATED_STATUSES", "RunOutcome", "Study", "StudyOptions"]
+__all__ = ["EVALUATED_STATUSES", "RunOutcome", "Study", "StudyOptions", "select_names"]
 
 #: Run statuses whose runs have weights, are evaluated and get the per-run analyses:
 #: ``ok`` (learned) and ``not-learned`` (training ended below the training length).
@@ -91,3 +91,16 @@ class Study:
         if preset not in self.presets:
             raise ValueError(f"unknown preset {preset!r} for study {self.name}; allowed: {', '.join(self.presets)}")
         return preset
+
+
+def select_names(
+    values: tuple[str, ...] | None, default: tuple[str, ...], allowed: tuple[str, ...], what: str
+) -> tuple[str, ...]:
+    """The user's selection of ``what`` (e.g. mixers): ``default`` for None or ``("all",)``,
+    else ``values`` without repeats, each checked against ``allowed`` (one-line error)."""
+    if values is None or tuple(values) == ("all",):
+        return default
+    for v in values:
+        if v not in allowed:
+            raise ValueError(f"unknown {what} {v!r}; allowed: all, {', '.join(allowed)}")
+    return tuple(dict.fromkeys(values))

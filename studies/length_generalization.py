@@ -52,7 +52,7 @@ from dynlab.lm.run import result_to_dataset, train_and_evaluate
 from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMRunSpec, LMTrainSpec
 from dynlab.results.schema import register_variables
 from dynlab.results.store import RunStore
-from dynlab.study import RunOutcome, Study, StudyOptions
+from dynlab.study import RunOutcome, Study, StudyOptions, select_names
 from dynlab.studies.long_context import check_source
 from dynlab.train.progress import NullProgress
 
@@ -107,15 +107,6 @@ register_variables({
 })
 
 
-def _select(values: tuple[str, ...] | None, default: tuple[str, ...], allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
-    if values is None or tuple(values) == ("all",):
-        return default
-    for v in values:
-        if v not in allowed:
-            raise ValueError(f"unknown {what} {v!r}; allowed: all, {', '.join(allowed)}")
-    return tuple(dict.fromkeys(values))
-
-
 def make_specs(options: StudyOptions) -> list[LMRunSpec]:
     """One :class:`LMRunSpec` per (mixer, intervention, seed) of the selection."""
     if options.preset not in PRESETS:
@@ -127,8 +118,8 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
     unknown = set(extra) - {"interventions", "source", "model", "train", "eval", "intervention"}
     if unknown:
         raise ValueError(f"unknown extra option(s) {sorted(unknown)}; allowed: interventions, source, model, train, eval, intervention")
-    mixers = _select(options.models, preset["mixers"], MIXER_NAMES, "mixer")
-    interventions = _select(tuple(extra["interventions"]) if "interventions" in extra else None,
+    mixers = select_names(options.models, preset["mixers"], MIXER_NAMES, "mixer")
+    interventions = select_names(tuple(extra["interventions"]) if "interventions" in extra else None,
                             INTERVENTION_NAMES, INTERVENTION_NAMES, "intervention")
     seeds = options.seeds if options.seeds is not None else preset["seeds"]
     if any(s < 0 for s in seeds):

@@ -33,7 +33,7 @@ from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMModelSpec, LMTaskRunS
 from dynlab.lm.task_run import task_result_to_dataset, train_and_evaluate_task
 from dynlab.results.schema import register_variables
 from dynlab.results.store import RunStore
-from dynlab.study import RunOutcome, Study, StudyOptions
+from dynlab.study import RunOutcome, Study, StudyOptions, select_names
 from dynlab.train.progress import NullProgress
 
 __all__ = ["MIXER_NAMES", "TASK_INTERVENTIONS", "make_task_study", "check_source"]
@@ -61,15 +61,6 @@ _OWN_ATTRS = {
 }
 
 
-def _select(values: tuple[str, ...] | None, default: tuple[str, ...], allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
-    if values is None or tuple(values) == ("all",):
-        return default
-    for v in values:
-        if v not in allowed:
-            raise ValueError(f"unknown {what} {v!r}; allowed: all, {', '.join(allowed)}")
-    return tuple(dict.fromkeys(values))
-
-
 def check_source(source: str, val_fraction: float, need: int) -> LMDataSpec:
     """Validate a filler/text source before anything is written: it must load and its validation part hold ``need`` bytes."""
     data = LMDataSpec(source=source, val_fraction=val_fraction)
@@ -95,8 +86,8 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
         unknown = set(extra) - allowed_extra
         if unknown:
             raise ValueError(f"unknown extra option(s) {sorted(unknown)}; allowed: {', '.join(sorted(allowed_extra))}")
-        mixers = _select(options.models, preset["mixers"], MIXER_NAMES, "mixer")
-        ivs = _select(tuple(extra["interventions"]) if "interventions" in extra else None,
+        mixers = select_names(options.models, preset["mixers"], MIXER_NAMES, "mixer")
+        ivs = select_names(tuple(extra["interventions"]) if "interventions" in extra else None,
                       default_interventions, TASK_INTERVENTIONS, "intervention")
         seeds = options.seeds if options.seeds is not None else preset["seeds"]
         if any(s < 0 for s in seeds):
