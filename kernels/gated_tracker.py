@@ -12,7 +12,8 @@ readout, zero initial state)::
 ``E, G [V, S]`` are the per-token drive and gate input (computed by the caller under
 autograd).  Returns the summed cross-entropy over valid positions (labels ≥ 0; −100 is
 padding) and the argmax hit count, as :func:`dynlab.kernels.dense_tracker.dense_tracker_loss`,
-whose layout, readout, loss and batching of many models this kernel shares.
+whose layout, readout, loss and batching of many models this kernel shares
+(:mod:`.tracker_common`).
 
 Per step, forward: one GEMM ``h_{t−1} [Aᵀ | Uᵀ]`` into a buffer ``P_t = [a_t | u_t]``
 already holding ``[0 | G[x_t]]``, an in-place sigmoid on its gate half, one ``addcmul``
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from .dense_tracker import BUFFERS, fused_call, readout_ce, readout_ce_grad, reference_call, table_grad, token_rows
+from .tracker_common import BUFFERS, fused_call, readout_ce, readout_ce_grad, reference_call, table_grad, token_rows
 
 __all__ = ["gated_tracker_loss", "gated_tracker_loss_reference"]
 

@@ -79,7 +79,7 @@ def nan_buffers(monkeypatch):
     ``Tensor.new_empty``) and to empty the fused kernels' reuse cache, so that an entry a
     kernel forgets to write shows up in its outputs (DESIGN: poisoned outputs).  The cache
     is emptied again afterwards, so no NaN buffer outlives the test."""
-    from dynlab.kernels.dense_tracker import BUFFERS
+    from dynlab.kernels.tracker_common import BUFFERS
 
     def poison() -> None:
         empty, new_empty = torch.empty, torch.Tensor.new_empty

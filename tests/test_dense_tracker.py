@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dynlab.kernels.dense_tracker import BUFFERS, dense_tracker_loss, dense_tracker_loss_reference
+from dynlab.kernels.dense_tracker import dense_tracker_loss, dense_tracker_loss_reference
+from dynlab.kernels.tracker_common import BUFFERS
 from dynlab.models import Tracker
 from dynlab.models.cells import StateGatedRNNCell, TanhRNNCell
 from dynlab.train.engine import fused_kind, tracker_logits, tracker_loss
