@@ -76,7 +76,7 @@ class Spec(BaseModel):
 
 
 class TaskSpec(Spec):
-    """A group word problem (SPEC A1): tokens are group elements, labels running products."""
+    """A group word problem (docs/error-control.md): tokens are group elements, labels running products."""
 
     kind: Literal["word-problem"] = "word-problem"
     group: str = Field(description="group name, e.g. C2, C6, S3, A5, C2xS3")

@@ -1,6 +1,6 @@
 """Length extrapolation of trackers: accuracy at a grid of lengths and max-pass length.
 
-Definitions (SPEC A3):
+Definitions (docs/error-control.md, "Accuracy and max-pass length"):
 
 - ``acc_final(L)`` — final-step accuracy at length L: the fraction of fresh length-L
   sequences whose readout at step L equals the true running product.  Because the

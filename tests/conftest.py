@@ -77,7 +77,7 @@ def exact_s3() -> Tracker:
 def nan_buffers(monkeypatch):
     """Call it to make every buffer a kernel allocates start as NaN (``torch.empty``,
     ``Tensor.new_empty``) and to empty the fused kernels' reuse cache, so that an entry a
-    kernel forgets to write shows up in its outputs (DESIGN: poisoned outputs).  The cache
+    kernel forgets to write shows up in its outputs (docs/choices.md, "Poisoned buffers").  The cache
     is emptied again afterwards, so no NaN buffer outlives the test."""
     from dynlab.kernels.tracker_common import BUFFERS
 

@@ -1,6 +1,6 @@
 """Geometry of hidden states over time: centroids, symbolic subspace U, scatter, q(t), T_cross.
 
-Definitions (paper A, SPEC A4), for the states h_i(t) of one layer of N sequences with true
+Definitions (paper A; docs/error-control.md), for the states h_i(t) of one layer of N sequences with true
 group states (labels) g_i(t) at step t (1-based: h(t) is the state after t tokens):
 
 - class centroid   c_g(t) = mean of h_i(t) over the sequences i with g_i(t) = g; only classes

@@ -1,4 +1,4 @@
-"""Length-generalization metrics for language models (SPEC B3), as xarray objects.
+"""Length-generalization metrics for language models (docs/length-generalization.md), as xarray objects.
 
 Definitions (positions: ``t`` counts the tokens of context, so the target at ``t`` is
 ``x_t`` predicted from ``x_0 … x_{t-1}``; ``nll[s, t-1]`` in the arrays below):

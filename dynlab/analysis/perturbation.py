@@ -1,6 +1,6 @@
 """Perturbation injection along U and U-perp, and recovery (contraction) rates.
 
-Protocol (paper A, SPEC A4).  Steps are 1-based: h(t) is the state after t tokens.
+Protocol (paper A; docs/error-control.md).  Steps are 1-based: h(t) is the state after t tokens.
 
 1. Run the model on ``tokens`` from ``init_state`` up to step t0 (float64 copy, eval mode).
 2. From the clean tracked-layer states z_i(t0) = h_i(t0)[layer_slice(layer)] and their labels,

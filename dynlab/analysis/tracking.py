@@ -1,4 +1,4 @@
-"""The error-control analysis of one trained tracker (SPEC A4), as one xarray Dataset.
+"""The error-control analysis of one trained tracker (docs/error-control.md), as one xarray Dataset.
 
 :func:`analyze_tracker` runs, on fresh sequences of the tracker's word problem:
 

@@ -1,4 +1,4 @@
-"""Initial-state interventions used during training only (SPEC B2).
+"""Initial-state interventions used during training only (docs/length-generalization.md).
 
 Each intervention answers two calls per training step:
 ``initial_states(batch_size, shapes, fresh, generator)`` gives one ``[B, H, P, N]`` initial

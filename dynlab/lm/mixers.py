@@ -2,7 +2,7 @@
 
 Every mixer maps ``x [B, T, D] -> y [B, T, D]`` and carries a recurrent state in one
 uniform layout ``[B, H, P, N]`` (batch, head, per-head channel, state dim), so the
-initial-state interventions (SPEC B2) and the state statistics (SPEC B3) treat all mixers
+initial-state interventions and the state statistics (docs/length-generalization.md) treat all mixers
 alike:
 
 - :class:`Mamba2Mixer` — SSD, scalar decay per head; native state ``[B, H, P, N]``.

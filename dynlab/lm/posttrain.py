@@ -1,4 +1,4 @@
-"""Post-training of a pretrained recurrent LM with an initial-state intervention (SPEC B4, paper B).
+"""Post-training of a pretrained recurrent LM with an initial-state intervention (paper B; docs/length-generalization.md).
 
 Paper B applies its interventions to *pretrained* checkpoints for a short budget (100
 steps on Mamba-2 370M–1.3B; 500–1000 steps of state passing in its Fig. 1) and then

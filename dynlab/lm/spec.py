@@ -95,7 +95,7 @@ class LMModelSpec(Spec):
 
 
 class InterventionSpec(Spec):
-    """Initial-state intervention used in training (SPEC B2); knobs of other kinds are ignored."""
+    """Initial-state intervention used in training (docs/length-generalization.md); knobs of other kinds are ignored."""
 
     kind: InterventionName = "zero"
     sigma: float = Field(0.1, ge=0.0)

@@ -1,4 +1,4 @@
-"""Long-context task generators (SPEC B4): synthetic copying, passkey retrieval, bAbI-style questions.
+"""Long-context task generators (docs/length-generalization.md): synthetic copying, passkey retrieval, bAbI-style questions.
 
 Every generator is seeded by an explicit ``torch.Generator``, downloads nothing, and
 returns byte tokens (vocabulary 256, the same as the byte-level LMs) with a loss mask:

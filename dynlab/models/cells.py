@@ -1,4 +1,4 @@
-"""Recurrent cells of the unified recurrence (SPEC A2, A2′).
+"""Recurrent cells of the unified recurrence (paper A; their equations and sources in docs/choices.md).
 
 Every cell maps a layer input ``u [B, T, D]`` and an initial state ``h0 [B, S]`` to
 outputs ``y [B, T, O]`` and states ``hs [B, T, S]``.  A cell is written as three pieces:

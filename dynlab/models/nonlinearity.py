@@ -1,8 +1,8 @@
-"""State nonlinearities phi for the unified recurrence h_t = phi(g ⊙ (A h_{t-1})) + b(x_t).
+"""State nonlinearities phi of the recurrent cells, h_t = phi(g ⊙ (A h_{t-1}) + B x̃_t + b).
 
 Pointwise (tanh, relu) and pairwise (maxmin, groupsort) maps have Jacobians that depend
 on the state; layernorm and sphere normalise the state (their Jacobians depend on the
-state too, but on the symbolic subspace they act like rescalings — SPEC A2).  The
+state too, but on the symbolic subspace they act like rescalings; docs/choices.md, "The recurrent cells").  The
 identity keeps an affine cell affine.
 """
 

@@ -1,4 +1,4 @@
-"""Measure a cell's family from its state Jacobian (SPEC A2).
+"""Measure a cell's family from its state Jacobian (docs/error-control.md, "The models").
 
 A cell is *affine* when J_t = ∂h_t/∂h_{t-1} does not depend on h_{t-1}.  The probe draws
 random inputs and pairs of random states, computes J at both states with
