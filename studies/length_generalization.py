@@ -50,7 +50,6 @@ import xarray as xr
 
 from dynlab.lm.run import result_to_dataset, train_and_evaluate
 from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMRunSpec, LMTrainSpec
-from dynlab.results.schema import register_variables
 from dynlab.results.store import RunStore
 from dynlab.study import RunOutcome, Study, StudyOptions, select_names
 from dynlab.studies.long_context import check_source
@@ -82,29 +81,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         "intervention": {"sigma": 0.1},
     },
 }
-
-register_variables({
-    "arch": ("mixer", "", "sequence mixer of the LM"),
-    "intervention": ("initial-state intervention", "", "zero | random-noise | fitted-noise | state-passing | tbtt"),
-    "train_length": ("training length", "tokens", "T_train: context length in training"),
-    "eval_length": ("evaluation length", "tokens", "length evaluated from the zero state"),
-    "ppl": ("perplexity at position t", "1", "exp of the NLL at position t averaged over samples"),
-    "ppl_binned": ("binned perplexity", "1", "exp of the NLL averaged over samples and the bin ending at t"),
-    "effrem": ("effective remembrance (TV)", "1", "total variation between q(.|x_0:T) and q(.|x_t:T)"),
-    "effrem_js": ("effective remembrance (JS)", "bit", "Jensen-Shannon divergence between q(.|x_0:T) and q(.|x_t:T)"),
-    "effrem_cos": ("effective remembrance (1-cos)", "1", "1 - cosine similarity of q(.|x_0:T) and q(.|x_t:T)"),
-    "state_mean": ("state mean", "1", "mean of a head's state entries over samples"),
-    "state_std": ("state standard deviation", "1", "std of a head's state entries over samples"),
-    "state_norm": ("state norm", "1", "mean over samples of a head's state Frobenius norm"),
-    "lg_passed": ("length generalizes (Def. 3.2)", "", "PPL(t) <= p* for all t >= t* (binned)"),
-    "lg_p_star": ("best in-training perplexity p*", "1", "lowest binned PPL at t <= T_train"),
-    "lg_t_star": ("position of p*", "tokens", "t*"),
-    "lg_worst_violation": ("worst violation", "1", "max over t >= t* of PPL(t) - p*"),
-    "lg_worst_t": ("position of the worst violation", "tokens", "argmax of PPL(t) - p* over t >= t*"),
-    "lg_max_t": ("longest evaluated position", "tokens", "largest binned position"),
-    "layer": ("layer", "", "block index"),
-    "head": ("head", "", "head index within the layer"),
-})
 
 
 def make_specs(options: StudyOptions) -> list[LMRunSpec]:

@@ -31,7 +31,6 @@ import xarray as xr
 from dynlab.lm.run import corpus_for
 from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMModelSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec, TaskTrainSpec
 from dynlab.lm.task_run import task_result_to_dataset, train_and_evaluate_task
-from dynlab.results.schema import register_variables
 from dynlab.results.store import RunStore
 from dynlab.study import RunOutcome, Study, StudyOptions, select_names
 from dynlab.train.progress import NullProgress
@@ -40,25 +39,6 @@ __all__ = ["MIXER_NAMES", "TASK_INTERVENTIONS", "make_task_study", "check_source
 
 MIXER_NAMES = ("mamba2", "mamba1", "gla")
 TASK_INTERVENTIONS = ("zero", "random-noise", "fitted-noise", "state-passing")
-
-register_variables({
-    "token_accuracy": ("per-token accuracy", "1", "fraction of scored target tokens predicted exactly (arg-max, teacher forcing)"),
-    "exact_match": ("exact match", "1", "fraction of samples whose scored tokens are all predicted exactly"),
-    "depth": ("key depth", "1", "position of the passkey needle as a fraction of the filler"),
-    "kind": ("bAbI task kind", "", "qa1 | qa2 | qa3 | qa6 | qa7"),
-    "train_min": ("shortest training length", "tokens", "string length (copying) or sample length"),
-    "train_max": ("longest training length", "tokens", "string length (copying) or sample length"),
-})
-
-#: Attributes of names that other studies define differently (set on the dataset, not in the shared vocabulary).
-_OWN_ATTRS = {
-    "accuracy": ("accuracy", "1", "task accuracy: per character (copying), whole key (passkey), whole answer (babi)"),
-    "length": ("test length", "tokens", "string length (copying) or whole sample length in tokens"),
-    "train_loss": ("final training loss", "nat/token", "mean masked cross-entropy over the last 5 % of the steps"),
-    "train_time": ("training time", "s", "wall time of the training loop (machine-dependent)"),
-    "arch": ("mixer", "", "sequence mixer of the LM"),
-    "intervention": ("initial-state intervention", "", "zero | random-noise | fitted-noise | state-passing"),
-}
 
 
 def check_source(source: str, val_fraction: float, need: int) -> LMDataSpec:
@@ -149,8 +129,6 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
             train_min=("run", np.array([s.task.train_min for s in specs])),
             train_max=("run", np.array([s.task.train_max for s in specs])),
         )
-        for var, (long_name, units, desc) in _OWN_ATTRS.items():
-            ds[var].attrs.update(long_name=long_name, units=units, description=desc)
         return ds
 
     return Study(name=name, description=description, presets=tuple(presets), make_specs=make_specs,

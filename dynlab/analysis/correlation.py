@@ -26,6 +26,8 @@ import numpy as np
 import xarray as xr
 from scipy.stats import rankdata
 
+from dynlab.results.vocabulary import annotate
+
 __all__ = [
     "CROSSING_VARIANTS",
     "FORECAST_VARIANTS",
@@ -59,27 +61,25 @@ class CorrelationResult:
 
     def to_dataset(self) -> xr.Dataset:
         """The result as a Dataset of scalars (CI bounds as ``*_lo`` / ``*_hi``)."""
-        one = {"units": "1"}
-        lvl = f"{self.ci_level:g} bootstrap CI"
         vals = {
-            "pearson_r": (self.pearson_r, "Pearson r(T_cross, mp)"),
-            "pearson_r_lo": (self.pearson_ci[0], f"Pearson r, lower end of {lvl}"),
-            "pearson_r_hi": (self.pearson_ci[1], f"Pearson r, upper end of {lvl}"),
-            "spearman_rho": (self.spearman_rho, "Spearman rho(T_cross, mp)"),
-            "spearman_rho_lo": (self.spearman_ci[0], f"Spearman rho, lower end of {lvl}"),
-            "spearman_rho_hi": (self.spearman_ci[1], f"Spearman rho, upper end of {lvl}"),
-            "n_runs": (self.n_runs, "runs given"),
-            "n_used": (self.n_used, "runs used"),
-            "n_tcross_censored": (self.n_tcross_censored, "runs with T_cross censored (never crossed)"),
-            "n_mp_censored": (self.n_mp_censored, "runs with mp censored (passed every length)"),
-            "n_both_censored": (self.n_both_censored, "runs with both censored"),
-            "n_dropped": (self.n_dropped, "runs left out"),
-            "n_boot_degenerate": (self.n_boot_degenerate, "bootstrap resamples with a constant variable"),
+            "pearson_r": self.pearson_r,
+            "pearson_r_lo": self.pearson_ci[0],
+            "pearson_r_hi": self.pearson_ci[1],
+            "spearman_rho": self.spearman_rho,
+            "spearman_rho_lo": self.spearman_ci[0],
+            "spearman_rho_hi": self.spearman_ci[1],
+            "n_runs": self.n_runs,
+            "n_used": self.n_used,
+            "n_tcross_censored": self.n_tcross_censored,
+            "n_mp_censored": self.n_mp_censored,
+            "n_both_censored": self.n_both_censored,
+            "n_dropped": self.n_dropped,
+            "n_boot_degenerate": self.n_boot_degenerate,
         }
-        return xr.Dataset(
-            {k: ((), v, {"long_name": name, **one}) for k, (v, name) in vals.items()},
+        return annotate(xr.Dataset(
+            {k: ((), v) for k, v in vals.items()},
             attrs={"n_boot": self.n_boot, "ci_level": self.ci_level, "censoring": self.censoring},
-        )
+        ))
 
 
 def _pearson_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -248,23 +248,11 @@ def correlation_table(
             row = (res.pearson_r, *res.pearson_ci, res.spearman_rho, *res.spearman_ci, res.n_used)
             for k, v in zip(keys, row):
                 vals[k][i, j] = v
-    long = {
-        "r": "Pearson r(T_cross variant, mp)",
-        "r_lo": "Pearson r, lower end of 95% bootstrap CI",
-        "r_hi": "Pearson r, upper end of 95% bootstrap CI",
-        "rho": "Spearman rho(T_cross variant, mp)",
-        "rho_lo": "Spearman rho, lower end of 95% bootstrap CI",
-        "rho_hi": "Spearman rho, upper end of 95% bootstrap CI",
-        "n": "runs used in the correlation",
-    }
-    return xr.Dataset(
-        {f"corr_{k}": (("variant", "censoring"), v, {"long_name": long[k], "units": "1"}) for k, v in vals.items()},
-        coords={
-            "variant": ("variant", np.asarray(names, dtype=str), {"long_name": "crossing-time variant", "units": ""}),
-            "censoring": ("censoring", np.asarray(rules, dtype=str), {"long_name": "censoring rule", "units": ""}),
-        },
+    return annotate(xr.Dataset(
+        {f"corr_{k}": (("variant", "censoring"), v) for k, v in vals.items()},
+        coords={"variant": ("variant", np.asarray(names, dtype=str)), "censoring": ("censoring", np.asarray(rules, dtype=str))},
         attrs={"n_boot": n_boot, "ci_level": 0.95},
-    )
+    ))
 
 
 def heldout_choice(

@@ -64,6 +64,8 @@ from typing import Any, Literal
 import numpy as np
 import xarray as xr
 
+from dynlab.results.vocabulary import annotate
+
 __all__ = [
     "class_centroids",
     "symbolic_basis",
@@ -299,19 +301,6 @@ def _fit_line(t: np.ndarray, e: np.ndarray) -> tuple[float, float]:
     return float(e0), float(eta)
 
 
-_VAR_ATTRS = {
-    "q": ("distinguishability ratio q = R/M", "1"),
-    "R": ("RMS within-class scatter R", "state units"),
-    "M": ("minimum centroid separation M", "state units"),
-    "R_par": ("RMS scatter along symbolic subspace U", "state units"),
-    "R_perp": ("RMS scatter orthogonal to U", "state units"),
-    "centroid_radius": ("RMS distance of class centroids from their mean", "state units"),
-    "k_U": ("dimension of symbolic subspace U", "1"),
-    "n_present": ("number of classes present", "1"),
-    "tau_readout": ("readout threshold m/M", "1"),
-}
-
-
 def geometry_over_time(
     states: Any,
     labels: Any | None = None,
@@ -423,28 +412,19 @@ def geometry_over_time(
     else:
         t_pred = (level - e0) / eta
 
-    data_vars: dict[str, Any] = {"q": ("t", q, {"long_name": _VAR_ATTRS["q"][0], "units": "1"})}
-    for key, val in cols.items():
-        long_name, units = _VAR_ATTRS[key]
-        data_vars[key] = ("t", val, {"long_name": long_name, "units": units})
-    scalars = {
-        "T_cross": (t_cross, "first persistent crossing step q >= tau (NaN = censored)", "step"),
-        "T_cross_par_pred": (
-            t_pred,
-            "crossing of q_par = R_par/M predicted by the linear fit of e_U = R_par (Corollary 1)",
-            "step",
-        ),
-        "eta": (eta, "fitted growth rate of RMS error along U", "state units / step"),
-        "e_U0": (e0, "fitted intercept of RMS error along U", "state units"),
-        "horizon": (float(steps[-1]), "last evaluated step", "step"),
-    }
-    for key, (val, long_name, units) in scalars.items():
-        data_vars[key] = ((), val, {"long_name": long_name, "units": units})
-    data_vars["crossed"] = ((), crossed, {"long_name": "q crossed the threshold persistently", "units": "1"})
-    data_vars["failure_mode"] = ((), mode, {"long_name": "failure mode (saturation|climb|robust)", "units": "1"})
-    return xr.Dataset(
+    data_vars: dict[str, Any] = {"q": ("t", q), **{key: ("t", val) for key, val in cols.items()}}
+    data_vars.update(
+        T_cross=((), t_cross),
+        T_cross_par_pred=((), t_pred),  # predicts the crossing of q_par = R_par/M (Corollary 1)
+        eta=((), eta),
+        e_U0=((), e0),
+        horizon=((), float(steps[-1])),
+        crossed=((), crossed),
+        failure_mode=((), mode),
+    )
+    return annotate(xr.Dataset(
         data_vars,
-        coords={"t": ("t", steps, {"long_name": "position t (tokens read)", "units": "tokens"})},
+        coords={"t": ("t", steps)},
         attrs={
             "tau": float(tau),
             "threshold": threshold,
@@ -453,4 +433,4 @@ def geometry_over_time(
             "saturation_t": int(saturation_t),
             "fit_window": [lo, hi],
         },
-    )
+    ))

@@ -34,6 +34,8 @@ import xarray as xr
 from torch import nn
 from torch.func import jacrev, vmap
 
+from dynlab.results.vocabulary import annotate
+
 __all__ = [
     "analysis_copy",
     "step_jacobians",
@@ -245,24 +247,16 @@ def return_map_on_U(
     order = np.argsort(-np.abs(eig), axis=-1, kind="stable")
     eig = np.take_along_axis(eig, order, axis=-1)
     dims3 = ("word", "point", "k")
-    return xr.Dataset(
+    return annotate(xr.Dataset(
         {
-            "DF_U": (
-                ("word", "point", "k", "k2"),
-                df_u,
-                {"long_name": "return-map Jacobian on U, B^T DF_w B", "units": "1"},
-            ),
-            "return_map_eig": (dims3, np.abs(eig), {"long_name": "|eigenvalue| of B^T DF_w B", "units": "1"}),
-            "return_map_eig_real": (dims3, eig.real, {"long_name": "Re eigenvalue of B^T DF_w B", "units": "1"}),
-            "return_map_eig_imag": (dims3, eig.imag, {"long_name": "Im eigenvalue of B^T DF_w B", "units": "1"}),
+            "DF_U": (("word", "point", "k", "k2"), df_u),
+            "return_map_eig": (dims3, np.abs(eig)),
+            "return_map_eig_real": (dims3, eig.real),
+            "return_map_eig_imag": (dims3, eig.imag),
         },
-        coords={
-            "word": ("word", names, {"long_name": "state-preserving word (tokens)"}),
-            "word_length": ("word", np.asarray(lengths), {"long_name": "word length", "units": "tokens"}),
-            "point": ("point", np.asarray(labels), {"long_name": "evaluation point (class)"}),
-        },
+        coords={"word": ("word", names), "word_length": ("word", np.asarray(lengths)), "point": ("point", np.asarray(labels))},
         attrs={"layer": int(layer)},
-    )
+    ))
 
 
 def lyapunov_exponents(
@@ -283,7 +277,7 @@ def lyapunov_exponents(
         generator: CPU ``torch.Generator`` for the random initial frame Q_0 (default seed 0).
 
     Returns:
-        Dataset with ``lyap(sample, k)`` (natural log per step) and ``lyap_mean(k)`` (mean
+        Dataset with ``lyap(sample, k_lyap)`` (natural log per step) and ``lyap_mean(k_lyap)`` (mean
         over samples); attr ``steps`` = T.
     """
     m = analysis_copy(model, dtype)
@@ -310,11 +304,8 @@ def lyapunov_exponents(
             h, _ = m.step(h, x[:, i])
     lyap = (log_sum / t).detach().cpu().numpy().astype(np.float64)  # [B, k]
     lyap = -np.sort(-lyap, axis=-1)
-    return xr.Dataset(
-        {
-            "lyap": (("sample", "k"), lyap, {"long_name": "finite-time Lyapunov exponent", "units": "1/step"}),
-            "lyap_mean": ("k", lyap.mean(0), {"long_name": "mean finite-time Lyapunov exponent", "units": "1/step"}),
-        },
-        coords={"k": np.arange(k)},
+    return annotate(xr.Dataset(
+        {"lyap": (("sample", "k_lyap"), lyap), "lyap_mean": ("k_lyap", lyap.mean(0))},
+        coords={"k_lyap": np.arange(k)},
         attrs={"steps": int(t)},
-    )
+    ))

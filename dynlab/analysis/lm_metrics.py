@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import xarray as xr
 
+from dynlab.results.vocabulary import annotate, attrs_of
+
 __all__ = [
     "DISTANCES", "position_ppl", "binned_ppl", "LengthGeneralization", "length_generalization",
     "distribution_distance", "effective_remembrance", "state_statistics",
@@ -46,8 +48,8 @@ def position_ppl(nll: np.ndarray) -> xr.DataArray:
     """PPL(t) from ``nll [S, T]`` (nats) -> DataArray over ``t = 1..T``."""
     arr = _nll_2d(nll)
     t = np.arange(1, arr.shape[1] + 1)
-    return xr.DataArray(np.exp(arr.mean(axis=0)), dims=("t",), coords={"t": t}, name="ppl",
-                        attrs={"long_name": "perplexity at position t", "units": "1"})
+    return xr.DataArray(np.exp(arr.mean(axis=0)), dims=("t",), coords={"t": ("t", t, attrs_of("t"))}, name="ppl",
+                        attrs=attrs_of("ppl"))
 
 
 def binned_ppl(nll: np.ndarray, bin_width: int) -> xr.DataArray:
@@ -61,8 +63,8 @@ def binned_ppl(nll: np.ndarray, bin_width: int) -> xr.DataArray:
     n_bins = arr.shape[1] // bin_width
     pooled = arr[:, : n_bins * bin_width].reshape(arr.shape[0], n_bins, bin_width).mean(axis=(0, 2))
     t = (np.arange(n_bins) + 1) * bin_width
-    return xr.DataArray(np.exp(pooled), dims=("t",), coords={"t": t}, name="ppl",
-                        attrs={"long_name": f"perplexity, {bin_width}-token bins", "units": "1"})
+    return xr.DataArray(np.exp(pooled), dims=("t",), coords={"t": ("t", t, attrs_of("t"))}, name="ppl_binned",
+                        attrs=attrs_of("ppl_binned", bin_width=int(bin_width)))
 
 
 @dataclass(frozen=True)
@@ -121,8 +123,8 @@ def distribution_distance(p: np.ndarray, q: np.ndarray, kind: str = "tv") -> np.
     return 0.5 * ((pn - qn) ** 2).sum(axis=-1)
 
 
-_DIST_NAMES = {"tv": "total variation", "js": "Jensen-Shannon divergence", "cos": "1 - cosine similarity"}
-_DIST_UNITS = {"tv": "1", "js": "bit", "cos": "1"}
+#: Dataset name of EffRem under each distance (their long names and units: the vocabulary).
+EFFREM_NAMES = {"tv": "effrem", "js": "effrem_js", "cos": "effrem_cos"}
 
 
 def effective_remembrance(p_full: np.ndarray, p_trunc: np.ndarray, t: np.ndarray, kind: str = "tv") -> xr.DataArray:
@@ -140,9 +142,9 @@ def effective_remembrance(p_full: np.ndarray, p_trunc: np.ndarray, t: np.ndarray
     if p_trunc.ndim != 3 or p_trunc.shape[0] != p_full.shape[0] or p_trunc.shape[1] != len(t):
         raise ValueError(f"p_trunc must be [S, n_t, V] with S={p_full.shape[0]}, n_t={len(t)}, got {p_trunc.shape}")
     d = distribution_distance(p_full[:, None, :], p_trunc, kind).mean(axis=0)  # [n_t]
-    return xr.DataArray(d, dims=("t",), coords={"t": t}, name="effrem",
-                        attrs={"long_name": f"effective remembrance ({_DIST_NAMES[kind]})", "units": _DIST_UNITS[kind],
-                               "distance": kind})
+    name = EFFREM_NAMES[kind]
+    return xr.DataArray(d, dims=("t",), coords={"t": ("t", t, attrs_of("t"))}, name=name,
+                        attrs=attrs_of(name, distance=kind))
 
 
 def state_statistics(states: np.ndarray, positions: np.ndarray) -> xr.Dataset:
@@ -158,11 +160,6 @@ def state_statistics(states: np.ndarray, positions: np.ndarray) -> xr.Dataset:
     mean = arr.mean(axis=(0, 4))
     std = arr.std(axis=(0, 4))
     norm = np.linalg.norm(arr, axis=4).mean(axis=0)
-    return xr.Dataset(
-        {
-            "state_mean": (dims, mean, {"long_name": "mean of state entries", "units": "1"}),
-            "state_std": (dims, std, {"long_name": "std of state entries", "units": "1"}),
-            "state_norm": (dims, norm, {"long_name": "state norm per head", "units": "1"}),
-        },
-        coords=coords,
-    )
+    return annotate(xr.Dataset(
+        {"state_mean": (dims, mean), "state_std": (dims, std), "state_norm": (dims, norm)}, coords=coords
+    ))

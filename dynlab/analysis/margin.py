@@ -37,6 +37,7 @@ import numpy as np
 import xarray as xr
 
 from dynlab.analysis.geometry import _check_labels, _iter_chunks, _DEFAULT_ELEMENTS_PER_CHUNK
+from dynlab.results.vocabulary import annotate
 
 __all__ = ["decision_margin", "binary_signed_error", "margin_vs_group_order"]
 
@@ -104,18 +105,9 @@ def decision_margin(
     cols = {k: np.concatenate(v) for k, v in parts.items()}
     with np.errstate(invalid="ignore", divide="ignore"):
         cols["margin_min_rel"] = cols["margin_min"] / cols["half_M"]
-    attrs = {
-        "margin_min": ("smallest nearest-centroid margin over states", "state units"),
-        "margin_min_rel": ("smallest margin relative to M/2", "1"),
-        "frac_correct": ("fraction decoded correctly by nearest centroid", "1"),
-        "frac_in_ball": ("fraction within M/2 of own centroid", "1"),
-        "half_M": ("half the minimum centroid separation, M/2", "state units"),
-    }
+    names = ("margin_min", "margin_min_rel", "frac_correct", "frac_in_ball", "half_M")
     steps = np.arange(1, cols["half_M"].size + 1)
-    return xr.Dataset(
-        {k: ("t", cols[k], {"long_name": ln, "units": u}) for k, (ln, u) in attrs.items()},
-        coords={"t": ("t", steps, {"long_name": "position t (tokens read)", "units": "tokens"})},
-    )
+    return annotate(xr.Dataset({k: ("t", cols[k]) for k in names}, coords={"t": ("t", steps)}))
 
 
 def binary_signed_error(
@@ -173,24 +165,13 @@ def binary_signed_error(
     rel_max = float(np.nanmax(cols["e_U_absmax_rel"])) if np.isfinite(cols["e_U_absmax_rel"]).any() else float("nan")
     flips = cols["sign_flip_frac"][1:]
     flip_mean = float(np.nanmean(flips)) if np.isfinite(flips).any() else float("nan")
-    su = "state units"
-    meta = {
-        "e_U_rms": ("RMS signed error along U", su),
-        "e_U_absmax": ("max |signed error along U|", su),
-        "half_M": ("binary half-margin M/2", su),
-        "e_U_absmax_rel": ("max |error along U| / (M/2)", "1"),
-        "sign_flip_frac": ("fraction of sequences whose error along U changed sign", "1"),
-        "abs_ratio_median": ("median |e(t)| / |e(t-1)| along U", "1"),
-    }
-    data = {k: ("t", cols[k], {"long_name": ln, "units": u}) for k, (ln, u) in meta.items()}
-    data["e_U"] = (("sample", "t"), cols["trace"], {"long_name": "signed error along U (class 0 -> 1)", "units": su})
-    data["e_U_absmax_rel_max"] = ((), rel_max, {"long_name": "max over t of max |e_U| / (M/2)", "units": "1"})
-    data["sign_flip_frac_mean"] = ((), flip_mean, {"long_name": "mean sign-flip fraction (t >= 2)", "units": "1"})
-    data["inside_margin"] = ((), bool(rel_max < 1), {"long_name": "every |e_U| < M/2 at every step", "units": "1"})
-    return xr.Dataset(
-        data,
-        coords={"t": ("t", steps, {"long_name": "position t (tokens read)", "units": "tokens"})},
-    )
+    names = ("e_U_rms", "e_U_absmax", "half_M", "e_U_absmax_rel", "sign_flip_frac", "abs_ratio_median")
+    data: dict[str, Any] = {k: ("t", cols[k]) for k in names}
+    data["e_U"] = (("sample", "t"), cols["trace"])
+    data["e_U_absmax_rel_max"] = ((), rel_max)
+    data["sign_flip_frac_mean"] = ((), flip_mean)
+    data["inside_margin"] = ((), bool(rel_max < 1))
+    return annotate(xr.Dataset(data, coords={"t": ("t", steps)}))
 
 
 def margin_vs_group_order(
@@ -227,15 +208,11 @@ def margin_vs_group_order(
     def pick(values: Sequence[Any]) -> np.ndarray:
         return np.asarray(values)[order]
 
-    return xr.Dataset(
-        {
-            "half_margin_rel": ("run", pick(rel), {"long_name": "median (M/2) / centroid radius", "units": "1"}),
-            "q_max": ("run", pick(qmax), {"long_name": "max over t of q", "units": "1"}),
-            "T_cross": ("run", pick(tcross), {"long_name": "first persistent crossing step", "units": "step"}),
-        },
+    return annotate(xr.Dataset(
+        {"half_margin_rel": ("run", pick(rel)), "q_max": ("run", pick(qmax)), "T_cross": ("run", pick(tcross))},
         coords={
             "run": np.arange(len(order)),
             "group": ("run", [str(x) for x in pick(list(groups))]),
             "group_order": ("run", pick(orders).astype(np.int64)),
         },
-    )
+    ))

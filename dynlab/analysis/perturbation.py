@@ -35,6 +35,7 @@ from torch import nn
 
 from dynlab.analysis.geometry import class_centroids, symbolic_basis
 from dynlab.analysis.jacobian import _device_dtype, analysis_copy
+from dynlab.results.vocabulary import annotate
 
 __all__ = ["perturbation_response"]
 
@@ -167,23 +168,19 @@ def perturbation_response(
     last = steps.size if fit_steps is None else min(steps.size, int(fit_steps) + 1)
     rates = np.array([_slope(steps[:last], delta[j, :last]) for j in range(2)])
     dt2 = ("direction", "t")
-    su = "state units"
-    meta = {
-        "delta_norm": (dt2, delta, "RMS size of perturbation ||h_pert - h_clean||", su),
-        "dist_pert": (dt2, dist_pert, "RMS distance of perturbed state to correct centroid", su),
-        "dist_excess": (dt2, dist_pert - dist_clean[None], "dist_pert minus dist_clean", su),
-        "q_pert": (dt2, q_pert, "q = R/M of perturbed states", "1"),
-        "dist_clean": ("t", dist_clean, "RMS distance of clean state to correct centroid", su),
-        "q_clean": ("t", q_clean, "q = R/M of clean states", "1"),
-        "recovery_rate": ("direction", rates, "log-slope of perturbation size (negative = contraction)", "1/step"),
-        "M_t0": ((), m_t0, "centroid separation M at injection", su),
-        "k_U": ((), int(basis.shape[1]), "dimension of U at injection", "1"),
+    data = {
+        "delta_norm": (dt2, delta),
+        "dist_pert": (dt2, dist_pert),
+        "dist_excess": (dt2, dist_pert - dist_clean[None]),
+        "q_pert": (dt2, q_pert),
+        "dist_clean": ("t", dist_clean),
+        "q_clean": ("t", q_clean),
+        "recovery_rate": ("direction", rates),
+        "M_t0": ((), m_t0),
+        "k_U": ((), int(basis.shape[1])),
     }
-    return xr.Dataset(
-        {k: (dims, val, {"long_name": ln, "units": u}) for k, (dims, val, ln, u) in meta.items()},
-        coords={
-            "direction": ("direction", ["U", "U_perp"]),
-            "t": ("t", steps, {"long_name": "position t (tokens read)", "units": "tokens"}),
-        },
+    return annotate(xr.Dataset(
+        data,
+        coords={"direction": ("direction", ["U", "U_perp"]), "t": ("t", steps)},
         attrs={"t0": int(t0), "eps": float(eps), "layer": int(layer), "rank_tol": float(rank_tol)},
-    )
+    ))

@@ -92,6 +92,7 @@ from dynlab.analysis.readability import (
     readout_margins,
 )
 from dynlab.config import Spec
+from dynlab.results.vocabulary import annotate
 from dynlab.tasks import WordProblem
 
 __all__ = ["AnalysisSpec", "analyze_tracker", "stream_representations", "stream_states"]
@@ -415,7 +416,7 @@ def analyze_tracker(
     lt, _ = task.sample(gen, spec.lyap_samples, spec.lyap_steps)
     k = min(spec.lyap_k, m.state_size)
     ly = lyapunov_exponents(m, lt, k=k, generator=torch.Generator().manual_seed(spec.seed))
-    out["lyapunov"] = ly["lyap_mean"].rename({"k": "k_lyap"})
+    out["lyapunov"] = ly["lyap_mean"]
 
     # C2: signed error along U (neutral oscillation).
     if task.n_classes == 2:
@@ -426,4 +427,4 @@ def analyze_tracker(
     out.attrs.update(
         analysis_spec=spec.canonical_json(), horizon=horizon, t_ref=t_ref, layer=layer, tau=spec.tau, n_samples=n
     )
-    return out
+    return annotate(out)

@@ -46,6 +46,7 @@ from dynlab.lm.spec import (
 )
 from dynlab.lm.task_run import evaluate_task, task_result_to_dataset, train_task
 from dynlab.lm.train import train_lm
+from dynlab.results.vocabulary import annotate
 
 __all__ = ["PostTrainSpec", "PostTrainTrainSpec", "load_checkpoint", "checkpoint_digest", "post_train",
            "post_train_dataset", "run_post_train"]
@@ -189,6 +190,7 @@ def post_train_dataset(spec: PostTrainSpec, result: dict[str, Any]) -> xr.Datase
     if "task" in result and spec.task is not None:
         task = task_result_to_dataset(result["task"], spec.task.kind)
         ds = ds.merge(task.rename({k: f"task_{k}" for k in task.data_vars}))
+    annotate(ds)
     ds.attrs.update(checkpoint=spec.checkpoint, intervention=spec.intervention.kind, steps=spec.train.steps,
                     train_length=spec.train.seq_len, spec=spec.canonical_json())
     return ds

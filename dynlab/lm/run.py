@@ -26,6 +26,7 @@ from dynlab.lm.interventions import make_intervention
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.spec import LMEvalSpec, LMRunSpec
 from dynlab.lm.train import train_lm
+from dynlab.results.vocabulary import annotate
 
 __all__ = [
     "build_model", "corpus_for", "effrem_starts", "state_positions", "train_and_evaluate", "evaluate_lm", "evaluate_model", "result_to_dataset",
@@ -161,4 +162,4 @@ def result_to_dataset(result: dict[str, Any]) -> xr.Dataset:
     for key, value in result["verdict"].items():
         data[f"lg_{key}"] = ((), value)
     n_layers, n_heads = np.asarray(result["state_std"]).shape[:2]
-    return xr.Dataset(data, coords={"t": t, "layer": np.arange(n_layers), "head": np.arange(n_heads)})
+    return annotate(xr.Dataset(data, coords={"t": t, "layer": np.arange(n_layers), "head": np.arange(n_heads)}))

@@ -29,6 +29,7 @@ from dynlab.lm.run import _threads, build_model, corpus_for
 from dynlab.lm.spec import LMTaskRunSpec
 from dynlab.lm.tasks import BabiTask, TaskBatch, make_task
 from dynlab.lm.train import TrainResult, fit
+from dynlab.results.vocabulary import annotate
 
 __all__ = ["EVAL_SEED_OFFSET", "score_batch", "evaluate_task", "train_task", "train_and_evaluate_task",
            "task_result_to_dataset"]
@@ -147,4 +148,4 @@ def task_result_to_dataset(result: dict[str, Any], kind: str) -> xr.Dataset:
         coords["kind"] = np.asarray(result["kinds"], dtype=str)
         dims = ("length", "kind")
     data = {name: (dims, np.asarray(result[name], dtype=float)) for name in ("accuracy", "token_accuracy", "exact_match")}
-    return xr.Dataset(data, coords=coords)
+    return annotate(xr.Dataset(data, coords=coords))
