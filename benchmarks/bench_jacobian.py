@@ -33,7 +33,7 @@ class TanhCell(nn.Module):
 
     def step(self, state: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = torch.tanh(state @ self.A.T + self.emb[tokens])
-        return h, h[:, : self.n_classes]
+        return h[:, : self.n_classes], h
 
 
 def loop_jacobians(model: nn.Module, states: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -41,7 +41,7 @@ def loop_jacobians(model: nn.Module, states: torch.Tensor, tokens: torch.Tensor)
     m = analysis_copy(model)
     out = []
     for b in range(states.shape[0]):
-        out.append(torch.autograd.functional.jacobian(lambda h: m.step(h[None], tokens[b : b + 1])[0][0], states[b]))
+        out.append(torch.autograd.functional.jacobian(lambda h: m.step(h[None], tokens[b : b + 1])[1][0], states[b]))
     return torch.stack(out)  # [B, S, S]
 
 

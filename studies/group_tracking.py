@@ -47,7 +47,7 @@ from dynlab.analysis.tracking import AnalysisSpec, analyze_tracker
 from dynlab.config import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 from dynlab.evaluate import evaluate_lengths, max_pass_length, max_pass_length_dense
 from dynlab.groups import get_group
-from dynlab.models import BUILTIN_ARCHS, available_cells, measure_family
+from dynlab.models import BUILTIN_ARCHS, available_cells, get_cell, measure_family
 from dynlab.results.store import RunStore
 from dynlab.study import EVALUATED_STATUSES, RunOutcome, Study, StudyOptions
 from dynlab.tasks import WordProblem
@@ -57,7 +57,6 @@ from dynlab.train.ensemble import train_ensemble
 
 __all__ = [
     "ANALYSIS_PRESETS",
-    "ENSEMBLE_ARCHS",
     "PRESETS",
     "STUDY",
     "analyze_one",
@@ -430,16 +429,16 @@ def run_many(specs: list[RunSpec], device: torch.device, progress: NullProgress)
     return [_finish_run(spec, res, train_time, device, ensemble_size=len(specs)) for spec, res in zip(specs, trained)]
 
 
-#: Architectures trained as ensembles: dense RNNs, whose per-step GEMMs batch into one
-#: bmm for all members (the fused kernels, on every device).  The diagonal cells are memory-bound on the
-#: CPU and measured slower stacked (mamba, H=128, B=256: a stack of 16 reached 61 K
-#: model-tokens/s, one model alone 145 K), so they run alone.
-ENSEMBLE_ARCHS = ("tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn")
-
-
 def ensemble_group_key(spec: RunSpec):
     """Specs with equal keys share an ensemble: same model, batch size and group order
-    (what :func:`dynlab.train.ensemble.check_ensemble` needs); other archs get a unique key."""
-    if spec.model.arch not in ENSEMBLE_ARCHS:
+    (what :func:`dynlab.train.ensemble.check_ensemble` needs); other archs get a unique key.
+
+    Stacked are the architectures whose cell class declares a fused training kernel
+    (``Cell.fused``: the dense RNNs, whose per-step GEMMs batch into one bmm for all
+    members, on every device).  The diagonal cells are memory-bound on the CPU and measured
+    slower stacked (mamba, H=128, B=256: a stack of 16 reached 61 K model-tokens/s, one
+    model alone 145 K), so they run alone.
+    """
+    if get_cell(spec.model.arch).fused is None:
         return spec.spec_hash()
     return (spec.model, spec.train.batch_size, get_group(spec.task.group).order)

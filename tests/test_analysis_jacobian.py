@@ -82,13 +82,13 @@ class S3Tracker(nn.Module):
             v_new = c + self.lam * (d - mean) + self.nu * mean
         new_core = torch.cat([v_new, self.mu * w], dim=1)
         new_state = torch.cat([0.9 * pre + self.emb[tokens], new_core @ self.Q.T], dim=1)
-        return new_state, v_new
+        return v_new, new_state
 
     def forward(self, tokens, state=None, return_states=False):
         h = self.init_state(tokens.shape[0]) if state is None else state
         logits, states = [], []
         for i in range(tokens.shape[1]):
-            h, lg = self.step(h, tokens[:, i])
+            lg, h = self.step(h, tokens[:, i])
             logits.append(lg)
             states.append(h)
         return torch.stack(logits, 1), h, torch.stack(states, 1) if return_states else None
@@ -180,7 +180,7 @@ def tanh_rnn(s: int, seed: int) -> nn.Module:
 
         def step(self, state, tokens):
             h = torch.tanh(state @ self.A.T + self.emb[tokens])
-            return h, h[:, :4]
+            return h[:, :4], h
 
     return TanhRNN()
 
@@ -193,7 +193,7 @@ def test_batched_step_jacobians_match_loop_and_formula():
     jac = step_jacobians(model, states, tokens)
     m64 = analysis_copy(model)
     for b in range(17):
-        loop = torch.autograd.functional.jacobian(lambda h: m64.step(h[None], tokens[b : b + 1])[0][0], states[b])
+        loop = torch.autograd.functional.jacobian(lambda h: m64.step(h[None], tokens[b : b + 1])[1][0], states[b])
         torch.testing.assert_close(jac[b], loop, rtol=1e-12, atol=1e-12)
     a = model.A.detach().double()
     h_new = torch.tanh(states @ a.T + model.emb.detach().double()[tokens])
@@ -228,7 +228,7 @@ class LinearMap(nn.Module):
 
     def step(self, state, tokens):
         h = state @ self.A.T
-        return h, h[:, :1]
+        return h[:, :1], h
 
 
 def test_lyapunov_of_linear_map():

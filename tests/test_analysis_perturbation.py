@@ -57,7 +57,7 @@ class PullTracker(nn.Module):
             d = u - c
             mean = d.mean(dim=-1, keepdim=True)
             v_new = c + self.lam * (d - mean) + self.nu * mean
-        return torch.cat([0.9 * z + self.emb[tokens], v_new], dim=1), v_new
+        return v_new, torch.cat([0.9 * z + self.emb[tokens], v_new], dim=1)
 
 
 def s3_batch(n: int, t: int, seed: int) -> tuple[torch.Tensor, np.ndarray]:

@@ -66,7 +66,7 @@ def test_step_agrees_with_forward(arch):
     h = torch.randn(3, cell.state_size, generator=gen, dtype=torch.float64)
     y, hs = cell(u, h)
     for t in range(u.shape[1]):
-        h, y_t = cell.step(h, u[:, t])
+        y_t, h = cell.step(h, u[:, t])
         torch.testing.assert_close(h, hs[:, t], rtol=1e-11, atol=1e-11)
         torch.testing.assert_close(y_t, y[:, t], rtol=1e-11, atol=1e-11)
 
@@ -100,10 +100,10 @@ def test_jacrev_on_step_matches_analytic_jacobians():
             model = Tracker(arch, 6, 6, hidden=8).double()
         h = torch.randn(1, model.state_size, generator=gen, dtype=torch.float64)
         tok = torch.tensor([3])
-        jac = jacrev(lambda s: model.step(s, tok)[0])(h)[0, :, 0]  # [S, S]
+        jac = jacrev(lambda s: model.step(s, tok)[1])(h)[0, :, 0]  # [S, S]
         cell = model.cells[0]
         if arch == "tanh-rnn":
-            h_new = model.step(h, tok)[0][0]
+            h_new = model.step(h, tok)[1][0]
             expect = (1 - h_new**2)[:, None] * cell.A.detach()
         else:
             expect = torch.diag(cell.precompute(model.embed(tok)[:, None])["decay"][0, 0].detach())

@@ -47,7 +47,7 @@ def test_step_and_forward_agree(arch):
     out = m(tokens, h0, return_states=True)
     h = h0
     for t in range(13):
-        h, logits = m.step(h, tokens[:, t])
+        logits, h = m.step(h, tokens[:, t])
         torch.testing.assert_close(logits, out.logits[:, t], rtol=1e-10, atol=1e-10)
         torch.testing.assert_close(h, out.states[:, t], rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(h, out.final_state, rtol=1e-10, atol=1e-10)
@@ -84,7 +84,7 @@ def test_linear_rnn_jacobian_is_its_matrix():
     u = torch.randn(1, cell.d_in, dtype=torch.float64)
     for _ in range(3):
         h = torch.randn(1, cell.state_size, dtype=torch.float64)
-        jac = jacrev(lambda s: cell.step(s, u)[0])(h)[0, :, 0, :]
+        jac = jacrev(lambda s: cell.step(s, u)[1])(h)[0, :, 0, :]
         torch.testing.assert_close(jac, cell.A.detach(), rtol=0, atol=1e-12)
 
 
@@ -94,7 +94,7 @@ def test_tanh_rnn_jacobian_matches_closed_form():
     h = torch.randn(1, cell.state_size, dtype=torch.float64)
     pre = h @ cell.A.T + cell.B(u)
     expected = torch.diag((1 - torch.tanh(pre) ** 2)[0]) @ cell.A
-    jac = jacrev(lambda s: cell.step(s, u)[0])(h)[0, :, 0, :]
+    jac = jacrev(lambda s: cell.step(s, u)[1])(h)[0, :, 0, :]
     torch.testing.assert_close(jac, expected.detach(), rtol=1e-10, atol=1e-12)
 
 
@@ -102,7 +102,7 @@ def test_mamba_jacobian_is_diagonal_decay():
     cell = _tracker("mamba", layers=1).cells[0]
     u = torch.randn(1, cell.d_in, dtype=torch.float64)
     h = torch.randn(1, cell.state_size, dtype=torch.float64)
-    jac = jacrev(lambda s: cell.step(s, u)[0])(h)[0, :, 0, :]
+    jac = jacrev(lambda s: cell.step(s, u)[1])(h)[0, :, 0, :]
     dt = torch.nn.functional.softplus(cell.W_dt(u))[0]  # [H]
     decay = torch.exp(dt[:, None] * -torch.exp(cell.a_log)).flatten()
     torch.testing.assert_close(jac, torch.diag(decay).detach(), rtol=1e-10, atol=1e-12)
@@ -112,7 +112,7 @@ def test_aussm_transition_is_unitary():
     cell = _tracker("aussm", layers=1).cells[0]
     u = torch.randn(4, cell.d_in, dtype=torch.float64)
     h1, h2 = torch.randn(2, 4, cell.state_size, dtype=torch.float64)
-    d1 = cell.step(h1, u)[0] - cell.step(h2, u)[0]
+    d1 = cell.step(h1, u)[1] - cell.step(h2, u)[1]
     torch.testing.assert_close(d1.norm(dim=-1), (h1 - h2).norm(dim=-1), rtol=1e-10, atol=1e-12)
 
 
@@ -174,7 +174,7 @@ def test_user_cells_of_each_family_are_measured():
         out = m(tokens)
         h = m.init_state(2)
         for t in range(5):
-            h, _ = m.step(h, tokens[:, t])
+            _, h = m.step(h, tokens[:, t])
         torch.testing.assert_close(h, out.final_state)
     assert probe_jacobian_variation(Tracker("test-user-affine", 4, 4, hidden=6).cells[0]) < 1e-12
 

@@ -57,7 +57,7 @@ def test_the_cell_applies_phi_after_the_affine_map(phi):
     x = torch.tensor([1])
     h0 = torch.zeros(1, 8)
     with torch.no_grad():
-        h1, _ = model.step(model.init_state(1), x)
+        _, h1 = model.step(model.init_state(1), x)
         pre = cell.B(model.embed(x)) if hasattr(model, "embed") else None
     if pre is None:
         pytest.skip("tracker has no separate embedding")

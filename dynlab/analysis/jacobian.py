@@ -2,7 +2,7 @@
 
 Works on any tracker that follows the model protocol: ``state_size``, ``n_classes``,
 ``layer_slice(layer) -> slice``, ``init_state(batch) -> [B, S]``,
-``step(state [B, S], tokens [B]) -> (new_state [B, S], logits [B, C])``.  ``step`` must be
+``step(state [B, S], tokens [B]) -> (logits [B, C], new_state [B, S])``.  ``step`` must be
 traceable by ``torch.func.vmap`` (no in-place writes into its input state).
 
 Everything is computed on a float64 copy of the model (floating parameters -> float64,
@@ -79,7 +79,7 @@ def _single_step(model: nn.Module):
     """h ``[S]``, x ``[]`` -> new h ``[S]`` (one sample through the batched ``step``)."""
 
     def f(h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        new, _ = model.step(h.unsqueeze(0), x.reshape(1))  # [1, S]
+        _, new = model.step(h.unsqueeze(0), x.reshape(1))  # [1, S]
         return new.squeeze(0)
 
     return f
@@ -145,7 +145,7 @@ def trajectory_jacobians(
     with torch.no_grad():
         for i in range(t):
             prev.append(h)
-            h, _ = m.step(h, x[:, i])
+            _, h = m.step(h, x[:, i])
     h_prev = torch.stack(prev, dim=1)  # [B, T, S]
     s = h_prev.shape[-1]
     jac = _step_jac(m, h_prev.reshape(b * t, s), x.reshape(b * t))  # [B*T, S, S]
@@ -163,7 +163,7 @@ def _return_map_jac(model: nn.Module, word: torch.Tensor, points: torch.Tensor) 
     def run_word(h: torch.Tensor) -> torch.Tensor:  # [S] -> [S]
         state = h.unsqueeze(0)  # [1, S]
         for i in range(word.shape[0]):
-            state, _ = model.step(state, word[i].reshape(1))
+            _, state = model.step(state, word[i].reshape(1))
         return state.squeeze(0)
 
     return vmap(jacrev(run_word))(points)  # [P, S, S]
@@ -301,7 +301,7 @@ def lyapunov_exponents(
         q, r = torch.linalg.qr(jac @ q)  # [B, S, k], [B, k, k]
         log_sum += torch.log(torch.diagonal(r, dim1=-2, dim2=-1).abs())
         with torch.no_grad():
-            h, _ = m.step(h, x[:, i])
+            _, h = m.step(h, x[:, i])
     lyap = (log_sum / t).detach().cpu().numpy().astype(np.float64)  # [B, k]
     lyap = -np.sort(-lyap, axis=-1)
     return annotate(xr.Dataset(

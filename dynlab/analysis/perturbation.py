@@ -118,7 +118,7 @@ def perturbation_response(
     with torch.no_grad():
         h = m.init_state(n).to(device=device, dtype=dt)  # [N, S]
         for i in range(t0):
-            h, _ = m.step(h, x[:, i])
+            _, h = m.step(h, x[:, i])
         z0 = h[:, sl].cpu().numpy().astype(np.float64)  # [N, S_layer]
         c0, counts0 = class_centroids(z0, y[:, t0 - 1], g)
         basis = symbolic_basis(c0, rank_tol)  # [S_layer, k]
@@ -144,7 +144,7 @@ def perturbation_response(
         rows: list[dict[str, Any]] = []
         for t in range(t0, t_max + 1):
             if t > t0:
-                hs, _ = m.step(hs, x[:, t - 1].repeat(3))
+                _, hs = m.step(hs, x[:, t - 1].repeat(3))
             z = hs[:, sl].cpu().numpy().astype(np.float64).reshape(3, n, -1)  # [3, N, S_layer]
             lab = y[:, t - 1]
             c, _ = class_centroids(z[0], lab, g)

@@ -9,12 +9,36 @@ outputs ``y [B, T, O]`` and states ``hs [B, T, S]``.  A cell is written as three
 - :meth:`Cell.readout` — the layer output from the states (and precomputed terms).
 
 ``forward`` runs the loop (or a fast scan where the cell provides one) and ``step`` runs
-one step; a test checks they agree.  Fast scans (:mod:`dynlab.kernels.scan`): the dense
-RNNs with phi ∈ {identity, tanh} use a reverse-time hand-written backward, the diagonal
-affine cells with phi = identity a chunked scan; every other case (and every user cell
-that does not override :meth:`Cell.scan`) runs the generic loop, ``Cell.scan``, which is
-also the reference the fast scans are tested against.  Complex diagonal states (AUSSM, Mamba-3) are stored
+one step; a test checks they agree.  Complex diagonal states (AUSSM, Mamba-3) are stored
 as real ``[…, 2]`` (real, imaginary) pairs so every analysis sees a real vector.
+
+Return order, the one convention of the whole code base: **outputs first, state
+second** (as ``torch.nn.RNN``'s ``(output, h_n)`` and Mamba's ``(out, last_state)``).
+``Cell.forward`` returns ``(y [B, T, O], hs [B, T, S])``, ``Cell.step`` ``(y [B, O],
+h [B, S])``, :meth:`dynlab.models.Tracker.step` ``(logits [B, C], state [B, S])``,
+``Tracker.forward`` a :class:`~dynlab.models.TrackerOutput` (logits, final state, …), the
+scan kernels ``(y, final_state)`` and the LM mixers and models ``(y, state)``.
+
+Kernels a cell runs on are declared by two class attributes, never inferred:
+
+- ``fast_scan`` (bool): :meth:`Cell.scan` runs a dedicated kernel instead of the per-step
+  loop over :meth:`Cell.transition` (:mod:`dynlab.kernels.scan`): the dense RNNs with
+  phi ∈ {identity, tanh} a reverse-time hand-written backward, the diagonal affine cells
+  with phi = identity a chunked scan.  Every other case runs the generic loop,
+  ``Cell.scan``, which is also the reference the fast scans are tested against.
+- ``fused`` (``"dense"``, ``"token-gated"``, ``"state-gated"`` or None): the fused training
+  kernel (:mod:`dynlab.kernels.dense_tracker`, :mod:`dynlab.kernels.gated_tracker`) that
+  computes exactly this cell's loss in a one-layer tracker; :meth:`Cell.fused_kind` adds
+  the checks on the instance (phi, parameters).  The studies train the architectures
+  whose cell class declares one as stacked ensembles (one batched GEMM per step for all
+  members).
+
+A subclass that overrides any method (``precompute``, ``transition``, ``readout``,
+``scan``, ``step``, ``forward``, ``__init__``, a private helper, …) loses both — ``fused``
+becomes None and ``fast_scan`` False — unless its own class body declares them again
+(:meth:`Cell.__init_subclass__`): a cell that changes the recurrence can never be trained
+by a kernel that computes the old one.  Re-declare them only when the override keeps the
+computation the kernel implements.
 
 To add a cell: subclass :class:`Cell`, set ``family`` (``"affine"`` if ∂h_t/∂h_{t-1}
 does not depend on h_{t-1}, else ``"state-dependent"``), implement the three methods and
@@ -24,6 +48,7 @@ decorate with :func:`dynlab.models.register_cell`.  The family probe
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import ClassVar
 
@@ -33,11 +58,13 @@ from torch import nn
 
 from dynlab.kernels.dispatch import linear_scan  # Triton on CUDA, the chunked torch scan on the CPU
 from dynlab.kernels.scan import dense_rnn_scan
+from dynlab.kernels.tracker_common import PHIS as FUSED_PHIS
 from dynlab.models.nonlinearity import apply_phi, check_phi
 
 __all__ = [
     "AUSSMCell",
     "Cell",
+    "FUSED_KERNELS",
     "LinearRNNCell",
     "Mamba3Cell",
     "MambaCell",
@@ -45,9 +72,35 @@ __all__ = [
     "StateGatedRNNCell",
     "TanhRNNCell",
     "TokenGatedRNNCell",
+    "overridden_methods",
 ]
 
 Terms = dict[str, torch.Tensor]
+
+#: The fused training kernels a cell class may declare in :attr:`Cell.fused`, each with the
+#: parameters (names as in the cell's ``named_parameters()``) it reads, and nothing else:
+#: the recurrence ``A [S, S]``, the drive ``B`` and gate input ``W_g`` (``nn.Linear`` with
+#: bias, applied to the token embedding) and the state-to-gate matrix ``U_g [S, S]``.
+FUSED_KERNELS: dict[str, tuple[str, ...]] = {
+    "dense": ("A", "B.weight", "B.bias"),
+    "token-gated": ("A", "B.weight", "B.bias", "W_g.weight", "W_g.bias"),
+    "state-gated": ("A", "B.weight", "B.bias", "W_g.weight", "W_g.bias", "U_g"),
+}
+
+#: Kernel attributes of a cell class and the value a subclass that overrides a method gets
+#: unless it declares the attribute again (:meth:`Cell.__init_subclass__`).
+_KERNEL_ATTRS: dict[str, object] = {"fused": None, "fast_scan": False}
+
+
+def overridden_methods(cls: type) -> list[str]:
+    """Names of the methods (functions, static/class methods, properties) that ``cls``
+    defines in its own class body and one of its bases also defines (``__init__``
+    included): the overrides that may change what an inherited kernel computes."""
+    own = [
+        name for name, value in vars(cls).items()
+        if inspect.isfunction(value) or isinstance(value, (staticmethod, classmethod, property))
+    ]
+    return [name for name in own if name != "__init_subclass__" and any(hasattr(b, name) for b in cls.__mro__[1:])]
 
 
 class Cell(nn.Module):
@@ -58,15 +111,34 @@ class Cell(nn.Module):
             ``"state-dependent"``.  With a non-identity ``phi`` every cell is
             state-dependent (:attr:`declared_family`).
         default_phi: nonlinearity used when none is given.
+        fast_scan: :meth:`scan` runs a dedicated kernel (for the nonlinearities
+            :meth:`fast_scan_ok` accepts); lost by a subclass that overrides a method.
+        fused: name of the fused training kernel (a key of :data:`FUSED_KERNELS`) that
+            computes this cell in a one-layer tracker, or None; lost by a subclass that
+            overrides a method.
     """
 
     family: ClassVar[str] = "state-dependent"
     default_phi: ClassVar[str] = "identity"
+    fast_scan: ClassVar[bool] = False
+    fused: ClassVar[str | None] = None
     #: True when :meth:`precompute` acts on every time step separately (term t depends on
     #: u_t only).  Trainers may then precompute the terms once per vocabulary entry and
     #: gather them by token (:func:`dynlab.train.engine.tracker_logits`).  The built-in
     #: cells set it; a subclass whose precompute mixes time steps must set it False.
     pointwise_precompute: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """A subclass that overrides any method loses the kernel attributes ``fused`` and
+        ``fast_scan`` it would inherit (None and False) unless its class body declares them
+        again; a ``fused`` value outside :data:`FUSED_KERNELS` is an error."""
+        super().__init_subclass__(**kwargs)
+        if overridden_methods(cls):
+            for attr, lost in _KERNEL_ATTRS.items():
+                if attr not in vars(cls):
+                    setattr(cls, attr, lost)
+        if cls.fused is not None and cls.fused not in FUSED_KERNELS:
+            raise ValueError(f"{cls.__name__}.fused = {cls.fused!r}; allowed: None, {', '.join(FUSED_KERNELS)}")
 
     def __init__(self, d_in: int, hidden: int, state_size: int, out_size: int, nonlinearity: str | None = None):
         super().__init__()
@@ -101,8 +173,25 @@ class Cell(nn.Module):
 
     def fast_scan_ok(self) -> bool:
         """True when :meth:`scan` runs a dedicated kernel rather than the per-step loop over
-        :meth:`transition` (so a compiled transition would not be used there)."""
-        return False
+        :meth:`transition` (so a compiled transition would not be used there): the class
+        declares ``fast_scan`` and phi is the identity (the diagonal scans are linear)."""
+        return type(self).fast_scan and self.phi == "identity"
+
+    def fused_kind(self) -> str | None:
+        """The fused training kernel that computes exactly this cell, or None: the class
+        declares ``fused``, phi is one the kernels implement (identity, tanh), and the
+        parameters are exactly those the kernel reads (:data:`FUSED_KERNELS`), its
+        ``B`` / ``W_g`` plain ``nn.Linear`` layers with bias.  The tracker around the cell
+        has its own conditions (:meth:`dynlab.models.Tracker.fused_kind`)."""
+        kind = type(self).fused
+        if kind is None or self.phi not in FUSED_PHIS:
+            return None
+        if {name for name, _ in self.named_parameters()} != set(FUSED_KERNELS[kind]):
+            return None
+        layers = {name.split(".")[0] for name in FUSED_KERNELS[kind] if "." in name}
+        if any(type(getattr(self, layer)) is not nn.Linear for layer in layers):
+            return None
+        return kind
 
     def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
         """All states ``[B, T, S]`` from ``h0 [B, S]``; a plain loop over time.
@@ -131,10 +220,11 @@ class Cell(nn.Module):
         return self.readout(hs, p), hs
 
     def step(self, h: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step: ``h [B, S]``, ``u [B, D]`` → ``(h_new [B, S], y [B, O])``."""
+        """One step: ``h [B, S]``, ``u [B, D]`` → ``(y [B, O], h_new [B, S])`` (output first,
+        as :meth:`forward`)."""
         p = self.precompute(u[:, None])
         h_new = self.transition(h, {k: v[:, 0] for k, v in p.items()})
-        return h_new, self.readout(h_new[:, None], p)[:, 0]
+        return self.readout(h_new[:, None], p)[:, 0], h_new
 
 
 def _orthogonal(n: int, scale: float = 1.0) -> torch.Tensor:
@@ -156,37 +246,14 @@ class _DenseRNN(Cell):
     def _ah(self, h: torch.Tensor) -> torch.Tensor:
         return h @ self.A.T  # [B, S]
 
-    _fused_transition: ClassVar[object] = None  # the transition the fused scan implements
-
     def _gate(self, p: Terms) -> torch.Tensor | None:
-        return None
-
-    def fused_kind(self) -> str | None:
-        """Which fused training kernel computes exactly this cell, if any (phi ∈ {identity,
-        tanh} and the built-in precompute, transition, gate, scan and readout, not
-        overridden):
-
-        - ``"dense"`` — h_t = phi(A h_{t−1} + B x̃_t + b) (tanh-rnn, linear-rnn):
-          :func:`dynlab.kernels.dense_tracker.dense_tracker_loss`;
-        - ``"token-gated"`` / ``"state-gated"`` — the gated cells:
-          :func:`dynlab.kernels.gated_tracker.gated_tracker_loss`;
-        - None — trained through :meth:`scan` under autograd.
-        """
-        cls = type(self)
-        if self.phi not in ("identity", "tanh") or cls._ah is not _DenseRNN._ah:
-            return None
-        if cls.readout is not Cell.readout or cls.scan is not _DenseRNN.scan or cls.init_state is not Cell.init_state:
-            return None
-        if cls.transition is cls._fused_transition and cls._gate is _DenseRNN._gate and cls.precompute in _DRIVE_ONLY:
-            return "dense"
-        for kind, ref in _GATED.items():
-            if all(getattr(cls, name) is getattr(ref, name) for name in ("transition", "precompute", "_gate")):
-                return kind
+        """The token gate σ(W_g x̃_t + b_g) ``[B, T, S]`` the dense scan multiplies A h_{t−1}
+        by, or None (no gate)."""
         return None
 
     def fast_scan_ok(self) -> bool:
-        cls = type(self)
-        return self.phi in ("identity", "tanh") and cls.transition is cls._fused_transition and cls._ah is _DenseRNN._ah
+        """The dense scan takes phi ∈ {identity, tanh} (see :meth:`Cell.fast_scan_ok`)."""
+        return type(self).fast_scan and self.phi in ("identity", "tanh")
 
     def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
         """Fused dense scan for phi ∈ {identity, tanh}; the generic loop otherwise."""
@@ -199,14 +266,14 @@ class LinearRNNCell(_DenseRNN):
     """linear-rnn: h_t = phi(A h_{t-1} + B x̃_t + b); A dense, input-independent."""
 
     family = "affine"
+    fast_scan = True
+    fused = "dense"
 
     def precompute(self, u: torch.Tensor) -> Terms:
         return {"drive": self.B(u)}
 
     def transition(self, h: torch.Tensor, p: Terms) -> torch.Tensor:
         return apply_phi(self.phi, self._ah(h) + p["drive"])
-
-    _fused_transition = transition
 
 
 class TokenGatedRNNCell(_DenseRNN):
@@ -217,6 +284,8 @@ class TokenGatedRNNCell(_DenseRNN):
     """
 
     family = "affine"
+    fast_scan = True
+    fused = "token-gated"
 
     def __init__(self, d_in: int, hidden: int, nonlinearity: str | None = None, **kw: object):
         super().__init__(d_in, hidden, nonlinearity, **kw)
@@ -229,8 +298,6 @@ class TokenGatedRNNCell(_DenseRNN):
     def transition(self, h: torch.Tensor, p: Terms) -> torch.Tensor:
         return apply_phi(self.phi, p["gate"] * self._ah(h) + p["drive"])
 
-    _fused_transition = transition
-
     def _gate(self, p: Terms) -> torch.Tensor | None:
         return p["gate"]
 
@@ -240,6 +307,8 @@ class TanhRNNCell(_DenseRNN):
 
     family = "state-dependent"
     default_phi = "tanh"
+    fast_scan = True
+    fused = "dense"
 
     def precompute(self, u: torch.Tensor) -> Terms:
         return {"drive": self.B(u)}
@@ -247,22 +316,18 @@ class TanhRNNCell(_DenseRNN):
     def transition(self, h: torch.Tensor, p: Terms) -> torch.Tensor:
         return apply_phi(self.phi, self._ah(h) + p["drive"])
 
-    _fused_transition = transition
-
-
-#: precompute functions that give only the drive B x̃_t + b (see ``fused_kind``)
-_DRIVE_ONLY = (LinearRNNCell.precompute, TanhRNNCell.precompute)
-
 
 class StateGatedRNNCell(_DenseRNN):
     """state-gated-rnn: h_t = phi(σ(U_g h_{t-1} + W_g x̃_t + b_g) ⊙ (A h_{t-1}) + B x̃_t + b).
 
     The gate reads the state, so the Jacobian depends on h even with phi = identity;
-    phi = tanh by default keeps the state bounded.
+    phi = tanh by default keeps the state bounded.  No fast scan (the dense scan has no
+    state-dependent gate): :meth:`scan` is the generic loop; training runs the fused kernel.
     """
 
     family = "state-dependent"
     default_phi = "tanh"
+    fused = "state-gated"
 
     def __init__(self, d_in: int, hidden: int, nonlinearity: str | None = None, **kw: object):
         super().__init__(d_in, hidden, nonlinearity, **kw)
@@ -278,10 +343,6 @@ class StateGatedRNNCell(_DenseRNN):
         return apply_phi(self.phi, gate * self._ah(h) + p["drive"])
 
 
-#: the gated cells with a fused training kernel (see ``_DenseRNN.fused_kind``)
-_GATED = {"token-gated": TokenGatedRNNCell, "state-gated": StateGatedRNNCell}
-
-
 class MambaCell(Cell):
     """mamba (S6 selective SSM), diagonal per channel.
 
@@ -295,6 +356,7 @@ class MambaCell(Cell):
 
     family = "affine"
     pointwise_precompute = True
+    fast_scan = True
 
     def __init__(self, d_in: int, hidden: int, nonlinearity: str | None = None, d_state: int = 4, **_: object):
         super().__init__(d_in, hidden, hidden * d_state, hidden, nonlinearity)
@@ -331,9 +393,6 @@ class MambaCell(Cell):
     def transition(self, h: torch.Tensor, p: Terms) -> torch.Tensor:
         return apply_phi(self.phi, p["decay"] * h + p["drive"])
 
-    def fast_scan_ok(self) -> bool:
-        return self.phi == "identity" and type(self).transition is MambaCell.transition
-
     def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
         """Chunked diagonal scan when phi is the identity; the generic loop otherwise."""
         if not self.fast_scan_ok():
@@ -351,6 +410,8 @@ class MambaCell(Cell):
 
 class NegativeMambaCell(MambaCell):
     """negative-mamba: Mamba with Ā′_t = 2·exp(Δ_t a) − 1 ∈ (−1, 1) (Grazzi et al.)."""
+
+    fast_scan = True  # the decay is a precomputed term: the diagonal scan still applies
 
     def _decay(self, dt: torch.Tensor) -> torch.Tensor:
         return 2.0 * torch.exp(dt[..., None] * -torch.exp(self.a_log)) - 1.0
@@ -394,6 +455,7 @@ class AUSSMCell(Cell):
 
     family = "affine"
     pointwise_precompute = True
+    fast_scan = True
 
     def __init__(self, d_in: int, hidden: int, nonlinearity: str | None = None, **_: object):
         super().__init__(d_in, hidden, 2 * hidden, hidden, nonlinearity)
@@ -416,9 +478,6 @@ class AUSSMCell(Cell):
     def transition(self, h: torch.Tensor, p: Terms) -> torch.Tensor:
         hc = h.unflatten(-1, (self.hidden, 2))  # [B, H, 2]
         return apply_phi(self.phi, _rotate(hc, p["cos"], p["sin"]).flatten(-2) + p["drive"])
-
-    def fast_scan_ok(self) -> bool:
-        return self.phi == "identity" and type(self).transition is AUSSMCell.transition
 
     def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
         """Complex chunked scan when phi is the identity; the generic loop otherwise."""
@@ -447,6 +506,7 @@ class Mamba3Cell(Cell):
 
     family = "affine"
     pointwise_precompute = True
+    fast_scan = True
 
     def __init__(self, d_in: int, hidden: int, nonlinearity: str | None = None, **_: object):
         super().__init__(d_in, hidden, 2 * hidden, hidden, nonlinearity)
@@ -481,9 +541,6 @@ class Mamba3Cell(Cell):
     def transition(self, h: torch.Tensor, p: Terms) -> torch.Tensor:
         hc = h.unflatten(-1, (self.hidden, 2))
         return apply_phi(self.phi, _rotate(hc, p["cos"], p["sin"]).flatten(-2) + p["drive"])
-
-    def fast_scan_ok(self) -> bool:
-        return self.phi == "identity" and type(self).transition is Mamba3Cell.transition
 
     def scan(self, h0: torch.Tensor, p: Terms) -> torch.Tensor:
         """Complex chunked scan when phi is the identity; the generic loop otherwise."""

@@ -32,7 +32,7 @@ def probe_jacobian_variation(cell: Cell, n_probes: int = 8, scale: float = 1.0, 
     h2 = scale * torch.randn(n_probes, c.state_size, generator=gen, dtype=torch.float64)
 
     def one(h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:  # h [S], x [D] -> [S]
-        return c.step(h[None], x[None])[0][0]
+        return c.step(h[None], x[None])[1][0]
 
     jac = vmap(jacrev(one))  # [P, S, S]
     with torch.no_grad():

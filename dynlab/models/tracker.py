@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import nn
 
+from dynlab.errors import DynlabInputError
+from dynlab.models.cells import overridden_methods
 from dynlab.models.registry import get_cell
 
 __all__ = ["Tracker", "TrackerOutput"]
@@ -36,7 +38,21 @@ class Tracker(nn.Module):
         d_embed: token embedding width (default ``hidden``).
         d_state: states per channel for Mamba-style cells.
         readout: ``"linear"`` or ``"mlp"``.
+
+    Class attribute ``fused_ok``: the fused training kernels may compute this tracker's
+    loss (:meth:`fused_kind`).  A subclass that overrides any method loses it (False)
+    unless its class body declares it again, as cells lose ``fused``
+    (:mod:`dynlab.models.cells`).
+
+    Return order (:mod:`dynlab.models.cells`): outputs first, state second.
     """
+
+    fused_ok: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "fused_ok" not in vars(cls) and overridden_methods(cls):
+            cls.fused_ok = False
 
     def __init__(
         self,
@@ -69,7 +85,7 @@ class Tracker(nn.Module):
         elif readout == "mlp":
             self.readout = nn.Sequential(nn.Linear(d_in, 2 * d_in), nn.GELU(), nn.Linear(2 * d_in, n_classes))
         else:
-            raise ValueError(f"unknown readout {readout!r}; allowed: linear, mlp")
+            raise DynlabInputError(f"unknown readout {readout!r}; allowed: linear, mlp")
         bounds = [0]
         for cell in self.cells:
             bounds.append(bounds[-1] + cell.state_size)
@@ -89,7 +105,7 @@ class Tracker(nn.Module):
         """Coordinates of layer ``layer`` (negative counts from the end) in the flat state."""
         n = len(self.cells)
         if not -n <= layer < n:
-            raise ValueError(f"layer {layer} out of range; allowed: {-n}..{n - 1}")
+            raise DynlabInputError(f"layer {layer} out of range; allowed: {-n}..{n - 1}")
         layer %= n
         return slice(self._bounds[layer], self._bounds[layer + 1])
 
@@ -101,13 +117,37 @@ class Tracker(nn.Module):
         return [state[..., self._bounds[i] : self._bounds[i + 1]] for i in range(len(self.cells))]
 
     def step(self, state: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step: ``state [B, S]``, ``tokens [B]`` → ``(state [B, S], logits [B, C])``."""
+        """One step: ``state [B, S]``, ``tokens [B]`` → ``(logits [B, C], state [B, S])``."""
         u = self.embed(tokens)  # [B, D]
         new = []
         for cell, h in zip(self.cells, self._split(state)):
-            h, u = cell.step(h, u)
+            u, h = cell.step(h, u)
             new.append(h)
-        return torch.cat(new, dim=-1), self.readout(u)
+        return self.readout(u), torch.cat(new, dim=-1)
+
+    def fused_kind(self) -> str | None:
+        """The fused training kernel (a key of :data:`dynlab.models.cells.FUSED_KERNELS`)
+        that computes exactly this tracker's loss from a zero initial state, or None.
+
+        It needs the class attribute ``fused_ok`` (not lost by an override), one cell
+        whose :meth:`~dynlab.models.Cell.fused_kind` names a kernel, a plain
+        ``nn.Embedding`` (no ``max_norm``, ``padding_idx``, frequency scaling or sparse
+        gradient), a linear readout with bias, and no parameters beyond the embedding, the
+        cell and the readout.
+        """
+        if not type(self).fused_ok or len(self.cells) != 1:
+            return None
+        if type(self.readout) is not nn.Linear or self.readout.bias is None:
+            return None
+        emb = self.embed
+        if type(emb) is not nn.Embedding or emb.max_norm is not None or emb.padding_idx is not None:
+            return None
+        if emb.scale_grad_by_freq or emb.sparse:
+            return None
+        outside = {name for name, _ in self.named_parameters() if not name.startswith("cells.0.")}
+        if outside != {"embed.weight", "readout.weight", "readout.bias"}:
+            return None
+        return self.cells[0].fused_kind()
 
     def final_linear(self) -> nn.Linear:
         """The last linear layer of the readout: the decoder whose boundaries the

@@ -98,43 +98,12 @@ def build_tracker(model: ModelSpec, n_tokens: int, n_classes: int, seed: int) ->
         )
 
 
-#: parameters of each fused kind beyond the embedding and the readout (all nn.Linear with bias)
-_FUSED_PARAMS = {
-    "dense": {"cells.0.A", "cells.0.B.weight", "cells.0.B.bias"},
-    "token-gated": {"cells.0.A", "cells.0.B.weight", "cells.0.B.bias", "cells.0.W_g.weight", "cells.0.W_g.bias"},
-    "state-gated": {
-        "cells.0.A", "cells.0.B.weight", "cells.0.B.bias", "cells.0.W_g.weight", "cells.0.W_g.bias", "cells.0.U_g",
-    },
-}
-
-
 def fused_kind(model: Tracker) -> str | None:
-    """The fused training kernel for ``model``, or None.
-
-    A fused kernel computes exactly: a plain ``Tracker`` (``init_state`` zero, not
-    overridden), a plain ``nn.Embedding``, one dense cell whose ``Cell.fused_kind`` is
-    set (tanh-rnn, linear-rnn, token-gated-rnn, state-gated-rnn with the built-in
-    precompute, transition, gate, scan and readout), input projections that are
-    ``nn.Linear`` with bias, and a linear readout with bias; and no other parameters.
-    """
-    if type(model).init_state is not Tracker.init_state or type(model).forward is not Tracker.forward:
-        return None
-    if len(model.cells) != 1 or type(model.readout) is not nn.Linear or model.readout.bias is None:
-        return None
-    if type(model.embed) is not nn.Embedding or model.embed.max_norm is not None:
-        return None
-    cell = model.cells[0]
-    kind = cell.fused_kind() if hasattr(cell, "fused_kind") else None
-    if kind is None:
-        return None
-    for name in ("B", "W_g") if kind != "dense" else ("B",):
-        layer = getattr(cell, name, None)
-        if type(layer) is not nn.Linear or layer.bias is None:
-            return None
-    names = {n for n, _ in model.named_parameters()}
-    if names != _FUSED_PARAMS[kind] | {"embed.weight", "readout.weight", "readout.bias"}:
-        return None
-    return kind
+    """The fused training kernel for ``model`` (``"dense"``, ``"token-gated"``,
+    ``"state-gated"``), or None: :meth:`dynlab.models.Tracker.fused_kind`, decided by the
+    class attributes ``Tracker.fused_ok`` and ``Cell.fused`` (which a subclass that
+    overrides a method loses) and the instance's phi and parameters."""
+    return model.fused_kind()
 
 
 def runs_generic_loop(model: Tracker) -> bool:
