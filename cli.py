@@ -2,7 +2,9 @@
 
 Bad input (unknown model, group, preset, device; impossible values; a broken study
 folder) prints one line ``error: …`` naming the problem and the allowed values, and exits
-with code 2, before anything is written.  Set ``DYNLAB_DEBUG=1`` to get the traceback.
+with code 2, before anything is written (:class:`dynlab.errors.DynlabInputError`).  Any
+other error is a bug (or a failing machine, such as a full disk): one line saying so and
+exit code 1.  Set ``DYNLAB_DEBUG=1`` to get the traceback.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+from dynlab.errors import DynlabInputError
 
 app = typer.Typer(
     add_completion=False,
@@ -44,7 +48,7 @@ def _csv(text: str | None, option: str) -> tuple[str, ...] | None:
         return None
     items = tuple(x.strip() for x in text.split(",") if x.strip())
     if not items:
-        raise ValueError(f"{option} got an empty list ({text!r}); allowed: a comma list of one or more values")
+        raise DynlabInputError(f"{option} got an empty list ({text!r}); allowed: a comma list of one or more values")
     return items
 
 
@@ -55,9 +59,9 @@ def _seeds(text: str | None) -> tuple[int, ...] | None:
     try:
         seeds = tuple(int(x) for x in items)
     except ValueError:
-        raise ValueError(f"seeds must be a comma list of non-negative integers, got {text!r}") from None
+        raise DynlabInputError(f"seeds must be a comma list of non-negative integers, got {text!r}") from None
     if any(not 0 <= s < 2**63 for s in seeds):
-        raise ValueError(f"seeds must be ≥ 0 and < 2**63, got {text!r}")
+        raise DynlabInputError(f"seeds must be ≥ 0 and < 2**63, got {text!r}")
     return seeds
 
 
@@ -173,11 +177,11 @@ def _add_lm_study_command(name: str) -> None:
             if text is None:
                 continue
             if name == "length-generalization" or (allowed_study is not None and name != allowed_study):
-                raise ValueError(f"study {name} takes no {flag}; allowed: {allowed_study or 'the task studies'} only")
+                raise DynlabInputError(f"study {name} takes no {flag}; allowed: {allowed_study or 'the task studies'} only")
             try:
                 task[key] = [cast(x) for x in (_csv(text, flag) or ())]
             except ValueError:
-                raise ValueError(f"{flag} must be a comma list of numbers, got {text!r}") from None
+                raise DynlabInputError(f"{flag} must be a comma list of numbers, got {text!r}") from None
         if task:
             extra["task"] = task
         options = StudyOptions(preset=preset, models=_csv(models, "--models"), seeds=_seeds(seeds), extra=extra)
@@ -234,7 +238,7 @@ def lm_post_train(
 
     kinds = {"copying": "copying", "passkey": "passkey", "babi": "babilong"}
     if task is not None and task not in kinds:
-        raise ValueError(f"unknown task kind {task!r}; allowed: {', '.join(kinds)}")
+        raise DynlabInputError(f"unknown task kind {task!r}; allowed: {', '.join(kinds)}")
     _, meta = load_checkpoint(checkpoint)  # one line naming the path when it is not a model
     length = seq_len if seq_len is not None else int(meta.get("seq_len", 64))
     task_spec = None
@@ -250,7 +254,7 @@ def lm_post_train(
         train=PostTrainTrainSpec(steps=steps, batch_size=batch_size, seq_len=length, lr=lr), eval=evals, seed=seed,
     )
     if task_spec is not None and intervention == "tbtt":
-        raise ValueError("intervention 'tbtt' needs one long document, not task samples; "
+        raise DynlabInputError("intervention 'tbtt' needs one long document, not task samples; "
                          "allowed with --task: zero, random-noise, fitted-noise, state-passing")
     path = run_post_train(spec, out, device=device)
     typer.echo(f"run: {path}")
@@ -314,8 +318,13 @@ def figures(
     from dynlab.runner import open_study
 
     if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; allowed: a folder (made when missing)")
-    figs = write_figures(open_study(study_dir), out)
+        raise DynlabInputError(f"--out {out} is a file; allowed: a folder (made when missing)")
+    ds = open_study(study_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DynlabInputError(f"--out {out} cannot be made ({exc.strerror or exc}); allowed: a writable folder") from None
+    figs = write_figures(ds, out)
     for path in figs.written:
         typer.echo(str(path))
     for name, why in figs.skipped.items():
@@ -349,12 +358,12 @@ def bench_train_cmd(
     from dynlab.bench import bench_train, format_table, write_json
 
     if json_out is not None and not json_out.parent.resolve().is_dir():
-        raise ValueError(f"--json {json_out}: folder {json_out.parent} does not exist")
+        raise DynlabInputError(f"--json {json_out}: folder {json_out.parent} does not exist")
     names = _csv(models, "--models") or ()
     try:
         sizes = tuple(int(x) for x in (_csv(ensembles, "--ensembles") or ()))
     except ValueError:
-        raise ValueError(f"--ensembles must be a comma list of integers, got {ensembles!r}") from None
+        raise DynlabInputError(f"--ensembles must be a comma list of integers, got {ensembles!r}") from None
     if quick:
         steps, sizes = 3, tuple(n for n in sizes if n <= 16) or (16,)
     results = [bench_train(m, hidden, batch, length, sizes, steps=steps, device=device, compile=compile) for m in names]
@@ -377,7 +386,14 @@ _register_studies()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: maps bad input to one line on stderr and exit code 2."""
+    """Console entry point.
+
+    Bad input (:class:`~dynlab.errors.DynlabInputError`, a spec that fails validation, a
+    usage error) prints one line ``error: …`` on stderr and returns 2; nothing has been
+    written.  Anything else is a bug (or a failing machine, e.g. a full disk): one line
+    saying so, with a hint to set ``DYNLAB_DEBUG=1`` for the traceback, and exit code 1;
+    with ``DYNLAB_DEBUG=1`` the exception propagates with its full traceback.
+    """
     from pydantic import ValidationError
 
     from dynlab.config import format_validation_error
@@ -395,14 +411,27 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo(f"error: {message}", err=True)
         return 2
     except ValidationError as exc:
-        typer.echo(f"error: invalid {exc.title}: {format_validation_error(exc)}", err=True)
-        return 2
-    except (ValueError, OSError) as exc:  # bad input, or a path that cannot be read/written
         if os.environ.get("DYNLAB_DEBUG"):
             raise
-        typer.echo(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", err=True)
+        typer.echo(f"error: invalid {exc.title}: {format_validation_error(exc)}", err=True)
         return 2
+    except DynlabInputError as exc:
+        if os.environ.get("DYNLAB_DEBUG"):
+            raise
+        typer.echo(f"error: {_first_line(exc)}", err=True)
+        return 2
+    except Exception as exc:  # a bug, or the machine failed (disk full, out of memory)
+        if os.environ.get("DYNLAB_DEBUG"):
+            raise
+        typer.echo(f"internal error (a bug in dynlab, or the machine failed): {type(exc).__name__}: {_first_line(exc)} "
+                   "(set DYNLAB_DEBUG=1 for the traceback)", err=True)
+        return 1
     return 0
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 if __name__ == "__main__":

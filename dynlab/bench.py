@@ -72,6 +72,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dynlab.config import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from dynlab.errors import DynlabInputError
 from dynlab.groups import get_group
 from dynlab.models import Tracker, get_cell
 from dynlab.models.cells import Cell
@@ -287,11 +288,11 @@ def bench_train(
     """
     get_cell(arch)
     if min(hidden, batch, length, steps) < 1 or warmup < 0 or steps <= warmup:
-        raise ValueError(
+        raise DynlabInputError(
             f"need hidden, batch, length ≥ 1 and steps > warmup ≥ 0; got {hidden}, {batch}, {length}, {steps}, {warmup}"
         )
     if any(n < 1 for n in ensembles):
-        raise ValueError(f"ensemble sizes must be ≥ 1, got {list(ensembles)}")
+        raise DynlabInputError(f"ensemble sizes must be ≥ 1, got {list(ensembles)}")
     dev = resolve_device(device)
     old_threads = torch.get_num_threads()
     tries = sorted(set(threads or (1, old_threads))) if dev.type == "cpu" else [old_threads]

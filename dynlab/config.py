@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from dynlab.errors import DynlabInputError
+
 __all__ = [
     "CurriculumSpec",
     "EvalSpec",
@@ -114,7 +116,7 @@ class ModelSpec(Spec):
         from dynlab.models import NONLINEARITIES
 
         if v is not None and v not in NONLINEARITIES:
-            raise ValueError(f"unknown nonlinearity {v!r}; allowed: {', '.join(NONLINEARITIES)}")
+            raise DynlabInputError(f"unknown nonlinearity {v!r}; allowed: {', '.join(NONLINEARITIES)}")
         return v
 
 
@@ -265,4 +267,4 @@ def load_spec(data: dict[str, Any] | str, cls: type[Spec] = RunSpec) -> Spec:
             return cls.model_validate_json(data)
         return cls.model_validate(data)
     except ValidationError as exc:
-        raise ValueError(f"invalid {cls.__name__}: {format_validation_error(exc)}") from None
+        raise DynlabInputError(f"invalid {cls.__name__}: {format_validation_error(exc)}") from None

@@ -29,6 +29,8 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
+from dynlab.errors import DynlabInputError
+
 __all__ = ["EXECUTORS", "DaskExecutor", "Executor", "InProcessExecutor", "make_executor"]
 
 EXECUTORS = ("inprocess", "dask")
@@ -61,7 +63,7 @@ def _import_distributed():
     try:
         import distributed
     except ImportError:
-        raise ValueError(
+        raise DynlabInputError(
             "the dask executor needs dask.distributed; install it with: pip install '.[dask]' in a dynlab checkout"
         ) from None
     return distributed
@@ -102,11 +104,11 @@ class DaskExecutor:
         client: Any | None = None,
     ):
         if retries < 0:
-            raise ValueError(f"retries={retries}; allowed: an integer >= 0")
+            raise DynlabInputError(f"retries={retries}; allowed: an integer >= 0")
         if workers is not None and workers < 1:
-            raise ValueError(f"workers={workers}; allowed: an integer >= 1")
+            raise DynlabInputError(f"workers={workers}; allowed: an integer >= 1")
         if scheduler is not None and workers is not None:
-            raise ValueError("give either --scheduler (an existing cluster) or --workers (a local one), not both")
+            raise DynlabInputError("give either --scheduler (an existing cluster) or --workers (a local one), not both")
         distributed = _import_distributed()
         self.retries = int(retries)
         self._cluster = None
@@ -119,7 +121,7 @@ class DaskExecutor:
                 self.client = distributed.Client(scheduler, timeout=timeout, set_as_default=False)
             except (OSError, TimeoutError, ValueError) as exc:
                 reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                raise ValueError(f"cannot reach the Dask scheduler at {scheduler!r} ({reason})") from None
+                raise DynlabInputError(f"cannot reach the Dask scheduler at {scheduler!r} ({reason})") from None
             return
         self.shares_process = not processes
         self._cluster = distributed.LocalCluster(
@@ -183,9 +185,9 @@ def make_executor(
 ) -> InProcessExecutor | DaskExecutor:
     """The executor called ``name`` (one of :data:`EXECUTORS`); validates the options."""
     if name not in EXECUTORS:
-        raise ValueError(f"unknown executor {name!r}; allowed: {', '.join(EXECUTORS)}")
+        raise DynlabInputError(f"unknown executor {name!r}; allowed: {', '.join(EXECUTORS)}")
     if name == "inprocess":
         if scheduler is not None or workers is not None:
-            raise ValueError("--scheduler and --workers need --executor dask")
+            raise DynlabInputError("--scheduler and --workers need --executor dask")
         return InProcessExecutor()
     return DaskExecutor(scheduler=scheduler, workers=workers, retries=retries, timeout=timeout)

@@ -24,6 +24,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from dynlab.errors import DynlabInputError
+
 __all__ = [
     "Group",
     "alternating",
@@ -243,7 +245,7 @@ def _factors(name: str) -> list[tuple[str, int]]:
     for part in str(name).strip().upper().split("X"):
         m = _FACTOR.match(part)
         if m is None:
-            raise ValueError(f"unknown group {name!r}; allowed: {GROUP_NAME_HELP}")
+            raise DynlabInputError(f"unknown group {name!r}; allowed: {GROUP_NAME_HELP}")
         digits = m.group(2).lstrip("0") or "0"
         n = int(digits) if len(digits) <= 18 else 10**18  # a longer number is over every limit anyway
         factors.append((m.group(1), n))
@@ -251,10 +253,10 @@ def _factors(name: str) -> list[tuple[str, int]]:
     for kind, n in factors:
         order *= _factor_order(kind, n)
         if order > MAX_ORDER:
-            raise ValueError(f"group {name!r} is too large: its order exceeds {MAX_ORDER}; allowed: order ≤ {MAX_ORDER} (S7)")
+            raise DynlabInputError(f"group {name!r} is too large: its order exceeds {MAX_ORDER}; allowed: order ≤ {MAX_ORDER} (S7)")
     degree = sum(n for _, n in factors)
     if degree > MAX_DEGREE:
-        raise ValueError(
+        raise DynlabInputError(
             f"group {name!r} is too large: it acts on {degree} points; allowed: at most {MAX_DEGREE} points "
             f"(C_n, D_n, S_n, A_n act on n, a product on the sum)"
         )
@@ -294,7 +296,7 @@ def get_group(name: str) -> Group:
         try:
             groups.append(ctor(n))
         except ValueError as exc:
-            raise ValueError(f"unknown group {name!r} ({exc}); allowed: {GROUP_NAME_HELP}") from None
+            raise DynlabInputError(f"unknown group {name!r} ({exc}); allowed: {GROUP_NAME_HELP}") from None
     out = groups[0]
     for g in groups[1:]:
         out = direct_product(out, g)

@@ -18,6 +18,7 @@ from pathlib import Path
 import xarray as xr
 
 from dynlab.config import Spec
+from dynlab.errors import DynlabInputError
 from dynlab.executors import Executor, InProcessExecutor
 from dynlab.results.schema import annotate, open_dataset, provenance_attrs, write_dataset
 from dynlab.results.store import RunStore, atomic_write_text
@@ -170,7 +171,7 @@ def run_study(
     try:
         store.runs.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ValueError(f"cannot write the study to {store.root} ({exc.strerror or exc}); allowed: a writable folder") from None
+        raise DynlabInputError(f"cannot write the study to {store.root} ({exc.strerror or exc}); allowed: a writable folder") from None
     with make_progress(progress) as prog:
         counts = _run_specs(study, specs, store, device, prog, analyze, executor)
         prog.log(
@@ -185,9 +186,9 @@ def _load_manifest(path: Path) -> dict:
     try:
         manifest = json.loads(mpath.read_text())
     except FileNotFoundError:
-        raise ValueError(f"{path} is not a dynlab study folder (no {MANIFEST}); run `dynlab study ...` first") from None
+        raise DynlabInputError(f"{path} is not a dynlab study folder (no {MANIFEST}); run `dynlab study ...` first") from None
     except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"unreadable study manifest {mpath} ({exc})") from None
+        raise DynlabInputError(f"unreadable study manifest {mpath} ({exc})") from None
     ok = (
         isinstance(manifest, dict)
         and isinstance(manifest.get("study"), str)
@@ -196,7 +197,7 @@ def _load_manifest(path: Path) -> dict:
         and all(isinstance(r, str) for r in manifest["run_ids"])
     )
     if not ok:
-        raise ValueError(f"broken study manifest {mpath}: needs 'study', 'preset' and a list of 'run_ids'")
+        raise DynlabInputError(f"broken study manifest {mpath}: needs 'study', 'preset' and a list of 'run_ids'")
     return manifest
 
 
@@ -219,7 +220,7 @@ def analyze_study(
             redo.append(healed)
     if redo:
         (first, dest), more = redo[0], f" and {len(redo) - 1} more" if len(redo) > 1 else ""
-        raise ValueError(
+        raise DynlabInputError(
             f"study {path}: run {first.run_id} damaged ({first.why}), moved to {dest}{more}; "
             f"rerun `dynlab study {manifest['study']}` with the same options to train it again"
         )
@@ -228,11 +229,11 @@ def analyze_study(
         try:
             text = store.load_spec_json(rid)
         except OSError:
-            raise ValueError(f"study {path}: run {rid} is missing; rerun the study to finish it") from None
+            raise DynlabInputError(f"study {path}: run {rid} is missing; rerun the study to finish it") from None
         try:
             specs.append(study.spec_type.model_validate(json.loads(text)["fields"]))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"study {path}: broken spec.json of run {rid} ({type(exc).__name__})") from None
+            raise DynlabInputError(f"study {path}: broken spec.json of run {rid} ({type(exc).__name__})") from None
     options = StudyOptions(
         preset=manifest["preset"],
         models=tuple(manifest["models"]) if manifest.get("models") else None,
@@ -251,8 +252,8 @@ def open_study(path: str | Path) -> xr.Dataset:
     if p.is_dir():
         p = p / DATASET
     if not p.is_file():
-        raise ValueError(f"no study dataset at {p}; run `dynlab study NAME --out DIR` first")
+        raise DynlabInputError(f"no study dataset at {p}; run `dynlab study NAME --out DIR` first")
     try:
         return open_dataset(p)
     except (OSError, ValueError) as exc:
-        raise ValueError(f"unreadable study dataset {p} ({type(exc).__name__}: {exc})".splitlines()[0]) from None
+        raise DynlabInputError(f"unreadable study dataset {p} ({type(exc).__name__}: {exc})".splitlines()[0]) from None

@@ -25,6 +25,7 @@ import torch
 import xarray as xr
 
 from dynlab.config import Spec
+from dynlab.errors import DynlabInputError
 from dynlab.results.store import RunStore
 from dynlab.train.progress import NullProgress
 
@@ -90,7 +91,7 @@ class Study:
 
     def check_preset(self, preset: str) -> str:
         if preset not in self.presets:
-            raise ValueError(f"unknown preset {preset!r} for study {self.name}; allowed: {', '.join(self.presets)}")
+            raise DynlabInputError(f"unknown preset {preset!r} for study {self.name}; allowed: {', '.join(self.presets)}")
         return preset
 
 
@@ -103,5 +104,5 @@ def select_names(
         return default
     for v in values:
         if v not in allowed:
-            raise ValueError(f"unknown {what} {v!r}; allowed: all, {', '.join(allowed)}")
+            raise DynlabInputError(f"unknown {what} {v!r}; allowed: all, {', '.join(allowed)}")
     return tuple(dict.fromkeys(values))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dynlab.errors import DynlabInputError
 from dynlab.study import Study
 
 __all__ = ["STUDIES", "get_study", "register_study"]
@@ -18,7 +19,7 @@ def get_study(name: str) -> Study:
     try:
         return STUDIES[name]
     except KeyError:
-        raise ValueError(f"unknown study {name!r}; allowed: {', '.join(STUDIES)}") from None
+        raise DynlabInputError(f"unknown study {name!r}; allowed: {', '.join(STUDIES)}") from None
 
 
 def _load_builtin() -> None:

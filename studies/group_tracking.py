@@ -45,6 +45,7 @@ from dynlab.analysis.correlation import (
 )
 from dynlab.analysis.tracking import AnalysisSpec, analyze_tracker
 from dynlab.config import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from dynlab.errors import DynlabInputError
 from dynlab.evaluate import evaluate_lengths, max_pass_length, max_pass_length_dense
 from dynlab.groups import get_group
 from dynlab.models import BUILTIN_ARCHS, available_cells, get_cell, measure_family
@@ -104,20 +105,20 @@ def _select_models(models: tuple[str, ...] | None) -> tuple[str, ...]:
     allowed = available_cells()
     for m in models:
         if m not in allowed:
-            raise ValueError(f"unknown model {m!r}; allowed: all, {', '.join(allowed)}")
+            raise DynlabInputError(f"unknown model {m!r}; allowed: all, {', '.join(allowed)}")
     return tuple(dict.fromkeys(models))
 
 
 def make_specs(options: StudyOptions) -> list[RunSpec]:
     """One :class:`RunSpec` per (architecture, group, seed) of the selection."""
     if options.preset not in PRESETS:
-        raise ValueError(f"unknown preset {options.preset!r}; allowed: {', '.join(PRESETS)}")
+        raise DynlabInputError(f"unknown preset {options.preset!r}; allowed: {', '.join(PRESETS)}")
     preset = PRESETS[options.preset]
     archs = _select_models(options.models)
     groups = tuple(get_group(g).name for g in (options.groups or DEFAULT_GROUPS))
     seeds = options.seeds if options.seeds is not None else preset["seeds"]
     if any(s < 0 for s in seeds):
-        raise ValueError(f"seeds must be ≥ 0, got {list(seeds)}")
+        raise DynlabInputError(f"seeds must be ≥ 0, got {list(seeds)}")
     extra = dict(options.extra)
     model_kw = {**preset["model"], **extra.get("model", {})}
     train_kw = {**preset["train"], **extra.get("train", {})}

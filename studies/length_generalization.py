@@ -48,6 +48,7 @@ import numpy as np
 import torch
 import xarray as xr
 
+from dynlab.errors import DynlabInputError
 from dynlab.lm.run import result_to_dataset, train_and_evaluate
 from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMRunSpec, LMTrainSpec
 from dynlab.results.store import RunStore
@@ -86,9 +87,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 def make_specs(options: StudyOptions) -> list[LMRunSpec]:
     """One :class:`LMRunSpec` per (mixer, intervention, seed) of the selection."""
     if options.preset not in PRESETS:
-        raise ValueError(f"unknown preset {options.preset!r}; allowed: {', '.join(PRESETS)}")
+        raise DynlabInputError(f"unknown preset {options.preset!r}; allowed: {', '.join(PRESETS)}")
     if options.groups:
-        raise ValueError("study length-generalization takes no groups; allowed: none (drop --groups)")
+        raise DynlabInputError("study length-generalization takes no groups; allowed: none (drop --groups)")
     preset = PRESETS[options.preset]
     extra = dict(options.extra)
     unknown = set(extra) - {"interventions", "source", "model", "train", "eval", "intervention"}
@@ -99,7 +100,7 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
                             INTERVENTION_NAMES, INTERVENTION_NAMES, "intervention")
     seeds = options.seeds if options.seeds is not None else preset["seeds"]
     if any(s < 0 for s in seeds):
-        raise ValueError(f"seeds must be >= 0, got {list(seeds)}")
+        raise DynlabInputError(f"seeds must be >= 0, got {list(seeds)}")
     train = LMTrainSpec(**{**preset["train"], **extra.get("train", {})})
     evals = LMEvalSpec(**{**preset["eval"], **extra.get("eval", {})})
     # the text is loaded (and its length checked) here, so a bad source writes nothing

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import xarray as xr
 
+from dynlab.errors import DynlabInputError
 from dynlab.lm.run import corpus_for
 from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMModelSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec, TaskTrainSpec
 from dynlab.lm.task_run import task_result_to_dataset, train_and_evaluate_task
@@ -46,7 +47,7 @@ def check_source(source: str, val_fraction: float, need: int) -> LMDataSpec:
     data = LMDataSpec(source=source, val_fraction=val_fraction)
     corpus = corpus_for(data.source, data.val_fraction)
     if len(corpus.val) < need or len(corpus.train) < need:
-        raise ValueError(f"source {source!r} is too short: its train and validation parts need >= {need} bytes, "
+        raise DynlabInputError(f"source {source!r} is too short: its train and validation parts need >= {need} bytes, "
                          f"have {len(corpus.train)} and {len(corpus.val)}; allowed: a longer text")
     return data
 
@@ -57,9 +58,9 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
 
     def make_specs(options: StudyOptions) -> list[LMTaskRunSpec]:
         if options.preset not in presets:
-            raise ValueError(f"unknown preset {options.preset!r}; allowed: {', '.join(presets)}")
+            raise DynlabInputError(f"unknown preset {options.preset!r}; allowed: {', '.join(presets)}")
         if options.groups:
-            raise ValueError(f"study {name} takes no groups; allowed: none (drop --groups)")
+            raise DynlabInputError(f"study {name} takes no groups; allowed: none (drop --groups)")
         preset = presets[options.preset]
         extra = dict(options.extra)
         allowed_extra = {"interventions", "source", "model", "train", "eval", "intervention", "task"}
@@ -71,11 +72,11 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
                       default_interventions, TASK_INTERVENTIONS, "intervention")
         seeds = options.seeds if options.seeds is not None else preset["seeds"]
         if any(s < 0 for s in seeds):
-            raise ValueError(f"seeds must be >= 0, got {list(seeds)}")
+            raise DynlabInputError(f"seeds must be >= 0, got {list(seeds)}")
         task = LMTaskSpec(kind=kind, **{**preset["task"], **extra.get("task", {})})
         if kind == "copying":
             if extra.get("source") not in (None, "shakespeare"):
-                raise ValueError(f"study {name} uses no filler text; allowed: no --source")
+                raise DynlabInputError(f"study {name} uses no filler text; allowed: no --source")
             data = LMDataSpec()
         else:
             need = max(task.train_max, *task.eval_lengths) + 1

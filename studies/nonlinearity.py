@@ -30,6 +30,7 @@ from __future__ import annotations
 import xarray as xr
 
 from dynlab.config import RunSpec
+from dynlab.errors import DynlabInputError
 from dynlab.figures.tracking import mp_failure_table
 from dynlab.models import available_cells
 from dynlab.studies import group_tracking as gt
@@ -48,7 +49,7 @@ def _select_cells(models: tuple[str, ...] | None) -> tuple[str, ...]:
     allowed = available_cells()
     for m in models:
         if m not in allowed:
-            raise ValueError(f"unknown model {m!r}; allowed: all (= {DEFAULT_CELL}), {', '.join(allowed)}")
+            raise DynlabInputError(f"unknown model {m!r}; allowed: all (= {DEFAULT_CELL}), {', '.join(allowed)}")
     return tuple(dict.fromkeys(models))
 
 
@@ -56,7 +57,7 @@ def _select_phis(extra: dict) -> tuple[str, ...]:
     phis = tuple(extra.get("nonlinearities", NONLINEARITIES))
     bad = [p for p in phis if p not in NONLINEARITIES]
     if bad or not phis:
-        raise ValueError(f"unknown nonlinearity {bad[0] if bad else '(none)'!r}; allowed: {', '.join(NONLINEARITIES)}")
+        raise DynlabInputError(f"unknown nonlinearity {bad[0] if bad else '(none)'!r}; allowed: {', '.join(NONLINEARITIES)}")
     return tuple(dict.fromkeys(phis))
 
 

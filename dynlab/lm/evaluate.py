@@ -16,6 +16,7 @@ import torch.nn.functional as F
 import xarray as xr
 
 from dynlab.analysis.lm_metrics import state_statistics
+from dynlab.errors import DynlabInputError
 from dynlab.lm.model import RecurrentLM
 
 __all__ = ["StreamResult", "stream_eval", "next_token_probs", "truncated_context_probs", "validation_windows"]
@@ -41,7 +42,7 @@ def validation_windows(val: torch.Tensor, n_samples: int, length: int) -> torch.
     Deterministic (no randomness); windows overlap when the stream is short.
     """
     if len(val) < length + 1:
-        raise ValueError(f"validation text has {len(val)} bytes; evaluation length {length} needs at least {length + 1}")
+        raise DynlabInputError(f"validation text has {len(val)} bytes; evaluation length {length} needs at least {length + 1}")
     starts = np.linspace(0, len(val) - length - 1, n_samples).round().astype(np.int64)
     idx = torch.as_tensor(starts)[:, None] + torch.arange(length + 1)  # [S, length + 1]
     return val.long()[idx]

@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dynlab.errors import DynlabInputError
+
 __all__ = ["CarriedStates", "HFRecurrentLM", "HF_MODEL_TYPES", "is_hf_checkpoint", "load_hf_checkpoint"]
 
 HF_MODEL_TYPES = ("mamba2", "mamba")
@@ -56,7 +58,7 @@ def _transformers():
     try:
         import transformers
     except ImportError as err:
-        raise ValueError("Hugging Face checkpoints need the package 'transformers' (pip install transformers)") from err
+        raise DynlabInputError("Hugging Face checkpoints need the package 'transformers' (pip install transformers)") from err
     return transformers
 
 
@@ -79,7 +81,7 @@ def load_hf_checkpoint(path: str | Path) -> HFRecurrentLM:
     try:
         model = cls.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError, RuntimeError) as exc:
-        raise ValueError(f"checkpoint {str(path)!r} is not a loadable {cls.__name__} ({type(exc).__name__}: "
+        raise DynlabInputError(f"checkpoint {str(path)!r} is not a loadable {cls.__name__} ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
     return HFRecurrentLM(model)
 
@@ -91,7 +93,7 @@ class HFRecurrentLM(nn.Module):
         super().__init__()
         model_type = getattr(hf_model.config, "model_type", None)
         if model_type not in HF_MODEL_TYPES:
-            raise ValueError(f"model_type {model_type!r} is not supported; allowed: {', '.join(HF_MODEL_TYPES)}")
+            raise DynlabInputError(f"model_type {model_type!r} is not supported; allowed: {', '.join(HF_MODEL_TYPES)}")
         self.hf = hf_model
         self.model_type = model_type
         self.mixer_name = f"hf-{model_type}"

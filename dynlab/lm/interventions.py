@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import torch
 
+from dynlab.errors import DynlabInputError
+
 __all__ = [
     "Intervention", "ZeroInit", "RandomNoise", "FittedNoise", "StatePassing", "TBTT",
     "INTERVENTIONS", "make_intervention",
@@ -155,7 +157,7 @@ INTERVENTIONS: dict[str, type[Intervention]] = {
 def make_intervention(name: str, sigma: float = 0.1, beta: float = 0.1, reset_prob: float = 0.1) -> Intervention:
     """Build an intervention by name (knobs not used by that intervention are ignored)."""
     if name not in INTERVENTIONS:
-        raise ValueError(f"intervention must be one of {sorted(INTERVENTIONS)}, got {name!r}")
+        raise DynlabInputError(f"intervention must be one of {sorted(INTERVENTIONS)}, got {name!r}")
     if name == "random-noise":
         return RandomNoise(sigma)
     if name == "fitted-noise":

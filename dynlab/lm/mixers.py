@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dynlab.errors import DynlabInputError
 from dynlab.kernels import dispatch
 from dynlab.kernels.gla import gla_sequential
 from dynlab.kernels.selective_scan import selective_scan_sequential
@@ -37,7 +38,7 @@ IMPLS = ("chunked", "sequential")
 
 def _check_impl(impl: str) -> str:
     if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        raise DynlabInputError(f"impl must be one of {IMPLS}, got {impl!r}")
     return impl
 
 
@@ -69,7 +70,7 @@ class Mamba2Mixer(nn.Module):
                  chunk_size: int = 64, impl: str = "chunked", dt_min: float = 1e-3, dt_max: float = 1e-1) -> None:
         super().__init__()
         if not 0.0 < dt_min <= dt_max:
-            raise ValueError(f"need 0 < dt_min <= dt_max, got dt_min={dt_min}, dt_max={dt_max}")
+            raise DynlabInputError(f"need 0 < dt_min <= dt_max, got dt_min={dt_min}, dt_max={dt_max}")
         self.n_heads, self.head_dim, self.d_state = n_heads, head_dim, d_state
         self.dt_min, self.dt_max = dt_min, dt_max
         self.d_inner = n_heads * head_dim
@@ -132,7 +133,7 @@ class Mamba1Mixer(nn.Module):
                  dt_rank: int | None = None, chunk_size: int = 32, impl: str = "sequential") -> None:
         super().__init__()
         if d_inner % n_heads:
-            raise ValueError(f"n_heads must divide d_inner={d_inner}, got n_heads={n_heads}")
+            raise DynlabInputError(f"n_heads must divide d_inner={d_inner}, got n_heads={n_heads}")
         self.d_inner, self.d_state, self.n_heads = d_inner, d_state, n_heads
         self.dt_rank = dt_rank or math.ceil(d_model / 16)
         self.chunk_size, self.impl = chunk_size, _check_impl(impl)

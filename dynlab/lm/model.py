@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dynlab.errors import DynlabInputError
 from dynlab.lm.mixers import MIXERS
 
 __all__ = ["VOCAB_SIZE", "Block", "RecurrentLM", "States"]
@@ -55,7 +56,7 @@ class RecurrentLM(nn.Module):
                  generator: torch.Generator | None = None, **mixer_kwargs: Any) -> None:
         super().__init__()
         if mixer not in MIXERS:
-            raise ValueError(f"mixer must be one of {sorted(MIXERS)}, got {mixer!r}")
+            raise DynlabInputError(f"mixer must be one of {sorted(MIXERS)}, got {mixer!r}")
         self.mixer_name, self.d_model, self.n_layers = mixer, d_model, n_layers
         self.embedding = nn.Embedding(VOCAB_SIZE, d_model)
         self.blocks = nn.ModuleList(

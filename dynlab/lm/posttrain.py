@@ -37,6 +37,7 @@ from pydantic import Field
 from safetensors.torch import load_file
 
 from dynlab.config import Spec
+from dynlab.errors import DynlabInputError
 from dynlab.lm.hf import HFRecurrentLM, hf_config_summary, is_hf_checkpoint, load_hf_checkpoint
 from dynlab.lm.interventions import make_intervention
 from dynlab.lm.run import _threads, build_model, corpus_for, evaluate_lm, result_to_dataset
@@ -154,7 +155,7 @@ def post_train(spec: PostTrainSpec, device: torch.device | str = "cpu",
     loaded checkpoint.
     """
     if spec.task is not None and spec.intervention.kind == "tbtt":
-        raise ValueError("intervention 'tbtt' needs consecutive chunks of one document, not task samples; "
+        raise DynlabInputError("intervention 'tbtt' needs consecutive chunks of one document, not task samples; "
                          "allowed with --task: zero, random-noise, fitted-noise, state-passing")
     if model is None:
         model, _ = load_checkpoint(spec.checkpoint)

@@ -51,6 +51,8 @@ from dataclasses import dataclass
 
 import torch
 
+from dynlab.errors import DynlabInputError
+
 __all__ = [
     "TaskBatch", "CopyingTask", "PasskeyTask", "BabiTask", "BABI_KINDS", "TASK_KINDS",
     "make_task", "PASSKEY_NEEDLE", "PASSKEY_QUESTION",
@@ -96,7 +98,7 @@ def _filler(stream: torch.Tensor, n: int, generator: torch.Generator) -> list[in
     if n == 0:
         return []
     if len(stream) < n:
-        raise ValueError(f"filler text has {len(stream)} bytes; a sample needs {n}")
+        raise DynlabInputError(f"filler text has {len(stream)} bytes; a sample needs {n}")
     start = _randint(generator, len(stream) - n + 1)
     return stream[start:start + n].tolist()
 
@@ -111,7 +113,7 @@ class CopyingTask:
 
     def check_length(self, length: int) -> None:
         if length < 1:
-            raise ValueError(f"copying length {length} is too short; allowed: a string length >= 1")
+            raise DynlabInputError(f"copying length {length} is too short; allowed: a string length >= 1")
 
     def sample(self, generator: torch.Generator, batch_size: int, length: int, depth: float | None = None) -> TaskBatch:
         """``batch_size`` strings of ``length`` letters → tokens ``[B, 2·length + 3]``."""
@@ -125,7 +127,7 @@ class CopyingTask:
 def _check_depth(depth: float) -> float:
     depth = float(depth)
     if not 0.0 <= depth <= 1.0:
-        raise ValueError(f"depth {depth} is outside [0, 1]; allowed: a fraction of the filler between 0 and 1")
+        raise DynlabInputError(f"depth {depth} is outside [0, 1]; allowed: a fraction of the filler between 0 and 1")
     return depth
 
 
@@ -143,7 +145,7 @@ class PasskeyTask:
 
     def check_length(self, length: int) -> None:
         if length < self.min_length():
-            raise ValueError(f"passkey length {length} is too short to hold the key and the question; "
+            raise DynlabInputError(f"passkey length {length} is too short to hold the key and the question; "
                              f"allowed: >= {self.min_length()} tokens")
 
     def sample(self, generator: torch.Generator, batch_size: int, length: int, depth: float | None = None) -> TaskBatch:
@@ -223,14 +225,14 @@ class BabiTask:
     def __init__(self, stream: torch.Tensor, kinds: tuple[str, ...] = BABI_KINDS, n_facts: int = 4) -> None:
         for k in kinds:
             if k not in BABI_KINDS:
-                raise ValueError(f"unknown bAbI task kind {k!r}; allowed: {', '.join(BABI_KINDS)}")
+                raise DynlabInputError(f"unknown bAbI task kind {k!r}; allowed: {', '.join(BABI_KINDS)}")
         if not kinds:
-            raise ValueError(f"bAbI kinds must not be empty; allowed: {', '.join(BABI_KINDS)}")
+            raise DynlabInputError(f"bAbI kinds must not be empty; allowed: {', '.join(BABI_KINDS)}")
         if not 1 <= n_facts <= 64:
-            raise ValueError(f"n_facts {n_facts} is outside [1, 64]")
+            raise DynlabInputError(f"n_facts {n_facts} is outside [1, 64]")
         need = max({"qa2": 2, "qa3": 3}.get(k, 1) for k in kinds) if kinds else 1
         if n_facts < need:
-            raise ValueError(f"n_facts {n_facts} is too few for kinds {', '.join(kinds)}; allowed: >= {need}")
+            raise DynlabInputError(f"n_facts {n_facts} is too few for kinds {', '.join(kinds)}; allowed: >= {need}")
         self.stream, self.kinds, self.n_facts = stream, tuple(kinds), n_facts
 
     def min_length(self) -> int:
@@ -243,7 +245,7 @@ class BabiTask:
 
     def check_length(self, length: int) -> None:
         if length < self.min_length():
-            raise ValueError(f"babi length {length} is too short to hold {self.n_facts} facts and the question; "
+            raise DynlabInputError(f"babi length {length} is too short to hold {self.n_facts} facts and the question; "
                              f"allowed: >= {self.min_length()} tokens")
 
     def _story(self, kind: str, generator: torch.Generator) -> tuple[list[str], str, str]:
@@ -305,7 +307,7 @@ class BabiTask:
         self.check_length(length)
         for k in kinds:
             if k not in BABI_KINDS:
-                raise ValueError(f"unknown bAbI task kind {k!r}; allowed: {', '.join(BABI_KINDS)}")
+                raise DynlabInputError(f"unknown bAbI task kind {k!r}; allowed: {', '.join(BABI_KINDS)}")
         rows, scored = [], []
         for kind in kinds:
             facts, question, answer = self._story(kind, generator)
@@ -333,9 +335,9 @@ def make_task(kind: str, stream: torch.Tensor | None = None, babi_kinds: tuple[s
     if kind == "copying":
         return CopyingTask()
     if kind not in TASK_KINDS:
-        raise ValueError(f"unknown task kind {kind!r}; allowed: {', '.join(TASK_KINDS)}")
+        raise DynlabInputError(f"unknown task kind {kind!r}; allowed: {', '.join(TASK_KINDS)}")
     if stream is None:
-        raise ValueError(f"task {kind} needs a filler byte stream")
+        raise DynlabInputError(f"task {kind} needs a filler byte stream")
     if kind == "passkey":
         return PasskeyTask(stream)
     return BabiTask(stream, babi_kinds, n_facts)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from dynlab.errors import DynlabInputError
+
 __all__ = ["NONLINEARITIES", "apply_phi", "check_phi"]
 
 NONLINEARITIES = ("identity", "tanh", "relu", "maxmin", "groupsort", "layernorm", "sphere")
@@ -20,11 +22,11 @@ _GROUPSORT_SIZE = 4
 
 def check_phi(name: str, state_size: int) -> str:
     if name not in NONLINEARITIES:
-        raise ValueError(f"unknown nonlinearity {name!r}; allowed: {', '.join(NONLINEARITIES)}")
+        raise DynlabInputError(f"unknown nonlinearity {name!r}; allowed: {', '.join(NONLINEARITIES)}")
     if name == "maxmin" and state_size % 2:
-        raise ValueError(f"nonlinearity 'maxmin' needs an even state size, got {state_size}")
+        raise DynlabInputError(f"nonlinearity 'maxmin' needs an even state size, got {state_size}")
     if name == "groupsort" and state_size % _GROUPSORT_SIZE:
-        raise ValueError(f"nonlinearity 'groupsort' needs a state size divisible by {_GROUPSORT_SIZE}, got {state_size}")
+        raise DynlabInputError(f"nonlinearity 'groupsort' needs a state size divisible by {_GROUPSORT_SIZE}, got {state_size}")
     return name
 
 
@@ -47,4 +49,4 @@ def apply_phi(name: str, h: torch.Tensor) -> torch.Tensor:
     if name == "sphere":
         # Project on the sphere of radius sqrt(S) so entries stay O(1).
         return h * (h.shape[-1] ** 0.5) / h.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    raise ValueError(f"unknown nonlinearity {name!r}; allowed: {', '.join(NONLINEARITIES)}")
+    raise DynlabInputError(f"unknown nonlinearity {name!r}; allowed: {', '.join(NONLINEARITIES)}")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from dynlab.errors import DynlabInputError
 from dynlab.models.cells import (
     AUSSMCell,
     Cell,
@@ -61,7 +62,7 @@ def get_cell(name: str) -> type[Cell]:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown model {name!r}; allowed: {', '.join(available_cells())}") from None
+        raise DynlabInputError(f"unknown model {name!r}; allowed: {', '.join(available_cells())}") from None
 
 
 def available_cells() -> list[str]:

@@ -7,6 +7,7 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import nn
 
+from dynlab.errors import DynlabInputError
 from dynlab.models.cells import overridden_methods
 from dynlab.models.registry import get_cell
 
@@ -84,7 +85,7 @@ class Tracker(nn.Module):
         elif readout == "mlp":
             self.readout = nn.Sequential(nn.Linear(d_in, 2 * d_in), nn.GELU(), nn.Linear(2 * d_in, n_classes))
         else:
-            raise ValueError(f"unknown readout {readout!r}; allowed: linear, mlp")
+            raise DynlabInputError(f"unknown readout {readout!r}; allowed: linear, mlp")
         bounds = [0]
         for cell in self.cells:
             bounds.append(bounds[-1] + cell.state_size)
@@ -104,7 +105,7 @@ class Tracker(nn.Module):
         """Coordinates of layer ``layer`` (negative counts from the end) in the flat state."""
         n = len(self.cells)
         if not -n <= layer < n:
-            raise ValueError(f"layer {layer} out of range; allowed: {-n}..{n - 1}")
+            raise DynlabInputError(f"layer {layer} out of range; allowed: {-n}..{n - 1}")
         layer %= n
         return slice(self._bounds[layer], self._bounds[layer + 1])
 

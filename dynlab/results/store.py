@@ -45,6 +45,7 @@ import xarray as xr
 from safetensors.torch import load_file, save_file
 
 from dynlab.config import Spec
+from dynlab.errors import DynlabInputError
 from dynlab.results.schema import open_dataset
 
 __all__ = ["CHECKSUMS", "QUARANTINE", "Damage", "RunStore", "atomic_write_text", "file_digest"]
@@ -313,16 +314,16 @@ class RunStore:
         try:
             return json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"run {spec.spec_hash()}: unreadable result file {path} ({exc})") from None
+            raise DynlabInputError(f"run {spec.spec_hash()}: unreadable result file {path} ({exc})") from None
 
     def load_state_dict(self, spec: Spec) -> dict[str, torch.Tensor]:
         path = self.path(spec) / "model.safetensors"
         if not path.is_file():
-            raise ValueError(f"run {spec.spec_hash()} has no weights at {path}")
+            raise DynlabInputError(f"run {spec.spec_hash()} has no weights at {path}")
         try:
             return load_file(str(path))
         except Exception as exc:  # safetensors raises its own error types
-            raise ValueError(f"run {spec.spec_hash()}: broken checkpoint {path} ({exc})") from None
+            raise DynlabInputError(f"run {spec.spec_hash()}: broken checkpoint {path} ({exc})") from None
 
     def load_spec_json(self, run_id: str) -> str:
         return (self.runs / run_id / "spec.json").read_text()
@@ -340,7 +341,7 @@ class RunStore:
             return open_dataset(path)
         except Exception as exc:  # netCDF/HDF5 readers raise their own error types
             msg = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            raise ValueError(f"run {spec.spec_hash()}: unreadable {path} ({msg}); rerun the study to redo it") from None
+            raise DynlabInputError(f"run {spec.spec_hash()}: unreadable {path} ({msg}); rerun the study to redo it") from None
 
     def write_json(self, spec: Spec, name: str, payload: Any) -> Path:
         text = json.dumps(payload, indent=1, sort_keys=True)

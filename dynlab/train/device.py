@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from dynlab.errors import DynlabInputError
+
 __all__ = ["DEVICE_CHOICES", "resolve_device"]
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
@@ -20,6 +22,6 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         return torch.device("cpu")
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r} requested but CUDA is not available; allowed here: auto, cpu")
+            raise DynlabInputError(f"device {device!r} requested but CUDA is not available; allowed here: auto, cpu")
         return torch.device(name)
-    raise ValueError(f"unknown device {device!r}; allowed: {', '.join(DEVICE_CHOICES)} (or cuda:N)")
+    raise DynlabInputError(f"unknown device {device!r}; allowed: {', '.join(DEVICE_CHOICES)} (or cuda:N)")
