@@ -18,6 +18,13 @@ Register your own cell in a few lines::
 
 It is then usable by name in specs, studies and the CLI, and ``dynlab models`` measures
 its family with the Jacobian probe.
+
+A subclass of a built-in cell (``TanhRNNCell`` with its own ``transition``, say) is
+registered the same way.  Overriding any method drops the kernel class attributes
+``fused`` and ``fast_scan`` it would inherit, so it trains through the generic loop over
+``transition``, never through a kernel that computes the parent's recurrence; declare
+them again in the class body only when the override keeps what the kernel computes
+(:mod:`dynlab.models.cells`).
 """
 
 from __future__ import annotations
