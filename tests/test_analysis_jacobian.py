@@ -231,6 +231,7 @@ class LinearMap(nn.Module):
         return h[:, :1], h
 
 
+@pytest.mark.slow
 def test_lyapunov_of_linear_map():
     gen = torch.Generator().manual_seed(7)
     eig = torch.tensor([1.1, -0.9, 0.5, 0.3, -0.1], dtype=torch.float64)
@@ -242,6 +243,7 @@ def test_lyapunov_of_linear_map():
     assert ds["lyap"].attrs["units"] == "1/step"
 
 
+@pytest.mark.slow
 def test_lyapunov_of_exact_affine_tracker():
     model = S3Tracker("affine", mu=0.5)
     tokens, _ = s3_batch(3, 300, seed=8)

@@ -86,6 +86,7 @@ def test_analysis_spec_refuses_bad_values():
         AnalysisSpec(n_samples=2)
 
 
+@pytest.mark.slow
 def test_exploding_tracker_counts_as_failed_not_robust():
     """A linear RNN with spectral radius 3 overflows float64 within the horizon: the
     non-finite steps must count as crossed (q = inf), never as 'robust'."""

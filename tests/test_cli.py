@@ -40,6 +40,7 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, argv, messa
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_console_script_from_any_folder(tmp_path):
     exe = Path(sys.executable).with_name("dynlab")
     if not exe.exists():
@@ -54,6 +55,7 @@ def test_console_script_from_any_folder(tmp_path):
     assert rows["mamba"] == ["affine", "affine"]
 
 
+@pytest.mark.slow
 def test_tiny_end_to_end_study_then_analyze(tmp_path, capsys):
     code = main(["study", "group-tracking", "--models", "tanh-rnn,mamba", "--groups", "C2,S3", "--preset", "smoke", "--out", str(tmp_path), "--device", "cpu", "-q"])
     assert code == 0

@@ -129,6 +129,7 @@ def _toy_assemble(specs, store: RunStore, options) -> xr.Dataset:
     return xr.Dataset({"value": ("run", np.asarray(vals))}, coords={"run": np.arange(len(specs))})
 
 
+@pytest.mark.slow
 def test_killed_worker_is_retried_without_lost_or_corrupted_results(tmp_path):
     study = Study(
         name="toy-kill",
@@ -236,6 +237,7 @@ def test_a_failed_task_does_not_cancel_the_others(tmp_path):
     assert got == {0: 0, 2: 20, 3: 30}  # every other task finished and was handed over
 
 
+@pytest.mark.slow
 def test_analyses_overlapping_remote_training_equal_in_process_analyses(tmp_path):
     """With worker processes the runner analyses each finished run while the workers train
     the next; the stored analyses must equal those of an in-process study.  (With worker

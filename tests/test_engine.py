@@ -140,6 +140,7 @@ def test_same_code_runs_on_cuda():
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # torch.compile's tracer touches .grad of non-leaf tensors
+@pytest.mark.slow
 def test_compiled_cell_steps_train_to_the_same_numbers():
     """``compile=True`` (torch.compile'd per-step transition) matches eager on a cell trained
     through the generic loop (relu: no fused kernel)."""

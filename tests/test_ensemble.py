@@ -110,6 +110,7 @@ def test_group_tracking_run_many_matches_run_one():
         assert set(one.result) <= set(out.result)
 
 
+@pytest.mark.slow
 def test_bench_train_reports_consistent_ratios(tmp_path):
     """``dynlab bench train`` at a tiny size: the JSON ratios follow from its own rows."""
     import json

@@ -255,6 +255,7 @@ def test_missing_variables_raise_one_line():
         accuracy_heatmap(synthetic(), _ax(), group="A5")
 
 
+@pytest.mark.slow
 def test_write_figures_png_pdf_composite_and_notes(tmp_path):
     ds = synthetic()
     figs = write_figures(ds, tmp_path / "all")
@@ -277,6 +278,7 @@ def test_write_figures_png_pdf_composite_and_notes(tmp_path):
     assert "q_curves: skipped (q(t) curves needs q, t" in (tmp_path / "bare" / "NOTES.txt").read_text()
 
 
+@pytest.mark.slow
 def test_cli_figures_command(tmp_path, capsys):
     from dynlab.cli import main
 

@@ -36,6 +36,7 @@ def test_streamed_nll_equals_whole_forward(name, chunk_len):
     assert abs(stats.state_std.sel(layer=1).isel(t=-1).values - expected_std).max() < 1e-5
 
 
+@pytest.mark.slow
 def test_stream_never_feeds_more_than_chunk_len_tokens_at_16x_training_length():
     model = _model()
     seen: list[int] = []

@@ -53,6 +53,7 @@ def test_spec_refuses_unknown_fields():
         LMRunSpec.model_validate({"model": {"mixer": "mamba2", "width": 3}})
 
 
+@pytest.mark.slow
 def test_tiny_study_end_to_end_dataset_resume_and_panels(tmp_path):
     options = StudyOptions(preset="quick", extra=TINY)
     path = run_study(STUDY, options, out=tmp_path, device="cpu")

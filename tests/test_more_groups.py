@@ -22,6 +22,7 @@ def test_more_groups_make_specs(name, order):
     assert spec.task.group == name and get_group(name).order == order
 
 
+@pytest.mark.slow
 def test_a4_and_c2xs3_end_to_end_with_analyses(tmp_path, capsys):
     code = main(["study", "group-tracking", "--models", "tanh-rnn", "--groups", "A4,C2xS3", "--preset", "smoke",
                  "--out", str(tmp_path), "-q"])

@@ -36,6 +36,7 @@ def _counting_study(kill_at: int | None = None):
     return dataclasses.replace(base, run_one=run_one, analyze_one=None), calls
 
 
+@pytest.mark.slow
 def test_killed_study_resumes_without_redoing_finished_runs(tmp_path):
     study, calls = _counting_study(kill_at=2)
     with pytest.raises(Killed):

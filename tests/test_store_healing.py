@@ -113,6 +113,7 @@ def test_each_damaged_file_kind_is_quarantined_reported_and_redone(finished_stud
     assert capsys.readouterr().err == "" and sorted(trained) == sorted(core)
 
 
+@pytest.mark.slow
 def test_analyze_on_a_damaged_run_names_the_file_and_the_way_out(finished_study, tmp_path, capsys):
     from dynlab.cli import main
 

@@ -6,7 +6,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 
+
+@pytest.mark.slow
 def test_triton_absent_package_still_trains_on_the_torch_path():
     code = textwrap.dedent(
         """

@@ -72,6 +72,7 @@ SCAN_CASES = [
 
 
 @pytest.mark.parametrize("kind,dtype", SCAN_CASES, ids=[f"{k}-{str(d).removeprefix('torch.')}" for k, d in SCAN_CASES])
+@pytest.mark.slow
 def test_triton_linear_scan_matches_reference(kind, dtype, poisoned):
     """Outputs, final state and gradients of a, b, h0; S = 37 spans two channel blocks."""
     gen = torch.Generator().manual_seed(3)
@@ -90,6 +91,7 @@ def test_triton_linear_scan_matches_reference(kind, dtype, poisoned):
         torch.testing.assert_close(x, y, **TOL[dtype], msg=f"grad {name}")
 
 
+@pytest.mark.slow
 def test_triton_linear_scan_broadcast_and_vmap():
     """Broadcast leading dims (gradients summed back) and a vmapped model dimension."""
     gen = torch.Generator().manual_seed(4)
@@ -121,6 +123,7 @@ def _ssd_inputs(t=37, seed=0):
 
 @pytest.mark.parametrize("with_init", [False, True], ids=["zero-init", "with-init"])
 @pytest.mark.parametrize("chunk", [16, 32], ids=lambda c: f"chunk{c}")
+@pytest.mark.slow
 def test_triton_ssd_matches_reference(with_init, chunk, poisoned):
     """T = 37 is not a multiple of the chunk: the padded tail of the last chunk is exercised."""
     leaves = [x.requires_grad_() for x in _ssd_inputs()]
@@ -139,6 +142,7 @@ def test_triton_ssd_matches_reference(with_init, chunk, poisoned):
         torch.testing.assert_close(x_, y_, rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_triton_ssd_split_and_carry():
     """Two calls carrying the final state equal one call (initial-state path)."""
     x, dt, A, B, C, h0 = _ssd_inputs(t=40, seed=1)
@@ -165,6 +169,7 @@ def _gla_inputs(seed=0, t=37, k=6, v=5):
 
 
 @pytest.mark.parametrize("with_init", [False, True], ids=["zero-init", "with-init"])
+@pytest.mark.slow
 def test_triton_gla_matches_reference(with_init, poisoned):
     leaves = [x.requires_grad_() for x in _gla_inputs()]
     q, k, v, gk, h0 = leaves
@@ -182,6 +187,7 @@ def test_triton_gla_matches_reference(with_init, poisoned):
         torch.testing.assert_close(x_, y_, rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_triton_gla_strong_decay_does_not_overflow():
     """Log gates of −30 per step: exp(−c_s) alone would overflow float32 inside a chunk."""
     q, k, v, _, h0 = _gla_inputs(seed=2, t=20)
@@ -194,6 +200,7 @@ def test_triton_gla_strong_decay_does_not_overflow():
 
 
 @pytest.mark.parametrize("with_init", [False, True], ids=["zero-init", "with-init"])
+@pytest.mark.slow
 def test_triton_selective_scan_matches_reference(with_init):
     g = torch.Generator().manual_seed(5)
     u = torch.randn(2, 21, 5, generator=g)
@@ -247,6 +254,7 @@ def test_triton_dispatch_env_override_and_bad_value(monkeypatch):
         dispatch.choose_backend("conv", "cpu")
 
 
+@pytest.mark.slow
 def test_triton_dispatch_forced_triton_runs_the_kernels_on_cpu(monkeypatch):
     """The front functions call what the table picks: forcing triton gives the kernels' results."""
     monkeypatch.setenv(dispatch.ENV_VAR, "triton")
