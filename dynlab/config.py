@@ -261,10 +261,26 @@ def format_validation_error(exc: ValidationError) -> str:
 
 
 def load_spec(data: dict[str, Any] | str, cls: type[Spec] = RunSpec) -> Spec:
-    """Parse a spec from a dict or JSON text; raise ValueError with one line on failure."""
+    """Parse a spec of class ``cls`` from a dict or JSON text; raise ValueError with one line on failure.
+
+    ``data`` is either the spec's fields or a run folder's ``spec.json`` (the envelope
+    ``{"spec": class name, "version": SPEC_VERSION, "fields": {...}}`` that
+    :meth:`Spec.canonical_json` writes); an envelope of another spec class or version is refused.
+    """
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise DynlabInputError(f"invalid {cls.__name__}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise DynlabInputError(f"invalid {cls.__name__}: expected a JSON object, got {type(data).__name__}")
+    if set(data) == {"spec", "version", "fields"}:
+        if data["spec"] != cls.__name__:
+            raise DynlabInputError(f"spec.json holds a {data['spec']!r}, not a {cls.__name__}; allowed: {cls.__name__}")
+        if data["version"] != SPEC_VERSION:
+            raise DynlabInputError(f"spec.json has version {data['version']!r}; allowed: {SPEC_VERSION}")
+        data = data["fields"]
     try:
-        if isinstance(data, str):
-            return cls.model_validate_json(data)
         return cls.model_validate(data)
     except ValidationError as exc:
         raise DynlabInputError(f"invalid {cls.__name__}: {format_validation_error(exc)}") from None

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import xarray as xr
 
-from dynlab.config import Spec
+from dynlab.config import Spec, load_spec
 from dynlab.errors import DynlabInputError
 from dynlab.executors import Executor, InProcessExecutor
 from dynlab.results.schema import annotate, open_dataset, provenance_attrs, write_dataset
 from dynlab.results.store import RunStore, atomic_write_text
-from dynlab.study import EVALUATED_STATUSES, Study, StudyOptions
+from dynlab.study import RunOutcome, Study, StudyExtra, StudyOptions
 from dynlab.train.device import resolve_device
 from dynlab.train.engine import train_threads
 from dynlab.train.progress import NullProgress, make_progress
@@ -38,6 +38,51 @@ def study_dir(out: str | Path, study: Study) -> Path:
     return Path(out) / study.name
 
 
+def _heal(specs: list[Spec], store: RunStore, progress: NullProgress) -> None:
+    """One damage check per run: damaged runs (or analyses) are moved to quarantine and
+    redone; each is reported in one line."""
+    for spec in specs:
+        healed = store.heal(spec.spec_hash())
+        if healed is not None:
+            damage, dest = healed
+            then = "training it again" if damage.core else "recomputing its analyses"
+            _say(progress, f"run {damage.run_id} damaged ({damage.why}); moved to {dest}; {then}")
+
+
+def _work(study: Study, device, progress: NullProgress) -> Callable[[list[Spec]], list[RunOutcome]]:
+    """The function an executor runs on a work item: train its specs where it runs."""
+
+    def work(item: list[Spec]) -> list[RunOutcome]:
+        # The device is resolved where the work runs (a GPU worker of a CPU-only client);
+        # the thread count is fixed (RUN_THREADS), not taken from the worker's machine.
+        t0 = time.perf_counter()
+        dev = resolve_device(device)
+        with train_threads(dev):
+            outcomes = study.run_item(item, dev, progress)
+        for o in outcomes:
+            if o.result.wall_time_s is None:
+                o.result.wall_time_s = (time.perf_counter() - t0) / len(item)
+        return outcomes
+
+    return work
+
+
+def _tally(study: Study, specs: list[Spec], store: RunStore, progress: NullProgress, counts: dict[str, int]) -> list[Spec]:
+    """Count (and log) the not-learned and failed runs; return the evaluated ones."""
+    evaluated = []
+    for spec in specs:
+        result = study.load_result(store, spec)
+        if result.status == "not-learned":  # evaluated and analysed like ok runs; the study says how it counts them
+            counts["not_learned"] += 1
+            progress.log(f"run {spec.spec_hash()} not-learned: {result.reason}")
+        elif result.status != "ok":
+            counts["failed"] += 1
+            progress.log(f"run {spec.spec_hash()} {result.status}: {result.reason}")
+            continue
+        evaluated.append(spec)
+    return evaluated
+
+
 def _run_specs(
     study: Study,
     specs: list[Spec],
@@ -47,41 +92,30 @@ def _run_specs(
     analyze: bool,
     executor: Executor | None = None,
     force_analysis: bool = False,
+    extra: StudyExtra | None = None,
 ) -> dict[str, int]:
+    """Train the unfinished runs of ``specs`` (healing damaged ones first), store each as it
+    arrives, then analyse the evaluated runs that lack an analysis (all of them with
+    ``force_analysis``).  ``extra``: the study's parsed options, handed to ``analyze_one``
+    (needed when ``analyze``).  Returns counts: trained, reused, analyzed, failed, not_learned."""
     counts = {"trained": 0, "reused": 0, "analyzed": 0, "failed": 0, "not_learned": 0}
     executor = executor or InProcessExecutor()
-    for spec in specs:  # one damage check per run; damaged runs are moved aside and redone
-        healed = store.heal(spec.spec_hash())
-        if healed is not None:
-            damage, dest = healed
-            then = "training it again" if damage.core else "recomputing its analyses"
-            _say(progress, f"run {damage.run_id} damaged ({damage.why}); moved to {dest}; {then}")
+    remote = getattr(executor, "remote", False)
+    _heal(specs, store, progress)
     pending = [s for s in specs if not store.is_done(s, check=False)]
     counts["reused"] = len(specs) - len(pending)
     bar = progress.add(f"{study.name}: runs", len(specs))
     progress.update(bar, counts["reused"])
 
-    # Work shipped to other processes must not carry the client's progress bars.
-    work_progress = NullProgress() if getattr(executor, "remote", False) else progress
-
-    def work(item: list[Spec]) -> list:
-        # The device is resolved where the work runs (a GPU worker of a CPU-only client);
-        # the thread count is fixed (RUN_THREADS), not taken from the worker's machine.
-        t0 = time.perf_counter()
-        dev = resolve_device(device)
-        with train_threads(dev):
-            outcomes = study.run_item(item, dev, work_progress)
-        for o in outcomes:
-            o.result.setdefault("wall_time_s", (time.perf_counter() - t0) / len(item))
-        return outcomes
-
     analyze = analyze and study.analyze_one is not None
+    if analyze and extra is None:
+        raise TypeError("_run_specs: analyses need the study's parsed options (extra=)")
     local_device = resolve_device(device) if analyze else None
     analysed: set[str] = set()
 
     def analyse(spec: Spec) -> None:
         with train_threads(local_device):  # same numbers whatever this machine's core count
-            ds = study.analyze_one(spec, store, local_device, progress)
+            ds = study.analyze_one(spec, store, local_device, progress, extra)
         store.write_dataset(spec, ANALYSIS, ds)
         counts["analyzed"] += 1
         analysed.add(spec.spec_hash())
@@ -90,30 +124,21 @@ def _run_specs(
     # workers train the next ones (the same calls per run, so the same numbers).  Not with
     # workers that are threads of this process: model initialisation forks torch's global
     # RNG, which an analysis here would reseed under a training thread.
-    overlap = analyze and getattr(executor, "remote", False) and not getattr(executor, "shares_process", False)
+    overlap = analyze and remote and not getattr(executor, "shares_process", False)
+    # work shipped to other processes must not carry the client's progress bars
+    work = _work(study, device, NullProgress() if remote else progress)
     for item, outcomes in executor.map_unordered(work, study.work_items(pending)):
         for spec, outcome in zip(item, outcomes):
-            store.save(spec, outcome.result, outcome.state_dict)
+            store.save(spec, outcome.result.to_json(), outcome.state_dict)
             counts["trained"] += 1
             progress.update(bar, 1)
         for spec, outcome in zip(item, outcomes):
-            if overlap and outcome.result.get("status") in EVALUATED_STATUSES:
+            if overlap and outcome.result.evaluated:
                 analyse(spec)
-    to_analyze = []
-    for spec in specs:
-        result = store.load_result(spec)
-        status = result.get("status")
-        if status == "not-learned":  # evaluated and analysed like ok runs; the study says how it counts them
-            counts["not_learned"] += 1
-            progress.log(f"run {spec.spec_hash()} not-learned: {result.get('reason', '')}")
-        elif status != "ok":
-            counts["failed"] += 1
-            progress.log(f"run {spec.spec_hash()} {status}: {result.get('reason', '')}")
-            continue
-        if spec.spec_hash() in analysed:
-            continue
-        if analyze and (force_analysis or not store.has_file(spec, ANALYSIS)):
-            to_analyze.append(spec)
+    to_analyze = [
+        s for s in _tally(study, specs, store, progress, counts)
+        if analyze and s.spec_hash() not in analysed and (force_analysis or not store.has_file(s, ANALYSIS))
+    ]
     if to_analyze:
         abar = progress.add(f"{study.name}: analyses", len(to_analyze))
         for spec in to_analyze:
@@ -130,7 +155,10 @@ def _say(progress: NullProgress, message: str) -> None:
         progress.log(message)
 
 
-def _finish(study: Study, specs: list[Spec], store: RunStore, options: StudyOptions) -> Path:
+def _finish(study: Study, specs: list[Spec], store: RunStore, options: StudyOptions, extra: StudyExtra) -> Path:
+    """Assemble and write the study dataset and the manifest; the manifest records the
+    study's options as parsed (``extra``: preset-dependent choices such as the analysis
+    preset written out), so ``dynlab analyze`` reuses them."""
     ds = study.assemble(specs, store, options)
     annotate(ds)
     ds.attrs.update(provenance_attrs(study.name, options.preset, specs))
@@ -141,7 +169,7 @@ def _finish(study: Study, specs: list[Spec], store: RunStore, options: StudyOpti
         "models": list(options.models) if options.models else None,
         "groups": list(options.groups) if options.groups else None,
         "seeds": list(options.seeds) if options.seeds is not None else None,
-        "extra": dict(options.extra),
+        "extra": extra.recorded(),
         "run_ids": [s.spec_hash() for s in specs],
     }
     atomic_write_text(store.root / MANIFEST, lambda: json.dumps(manifest, indent=1))
@@ -164,6 +192,7 @@ def run_study(
     process); results are saved here, one run at a time, as they arrive.
     """
     study.check_preset(options.preset)
+    extra = study.parse_options(options)  # an unknown option is refused in every study
     specs = study.make_specs(options)  # validates everything before anything is written
     if not getattr(executor, "remote", False):
         resolve_device(device)  # refuse an unknown or unavailable device before writing
@@ -173,12 +202,12 @@ def run_study(
     except OSError as exc:
         raise DynlabInputError(f"cannot write the study to {store.root} ({exc.strerror or exc}); allowed: a writable folder") from None
     with make_progress(progress) as prog:
-        counts = _run_specs(study, specs, store, device, prog, analyze, executor)
+        counts = _run_specs(study, specs, store, device, prog, analyze, executor, extra=extra)
         prog.log(
             f"{study.name}: {counts['trained']} trained, {counts['reused']} reused, "
             f"{counts['analyzed']} analysed, {counts['not_learned']} not learned, {counts['failed']} failed"
         )
-    return _finish(study, specs, store, options)
+    return _finish(study, specs, store, options, extra)
 
 
 def _load_manifest(path: Path) -> dict:
@@ -201,20 +230,11 @@ def _load_manifest(path: Path) -> dict:
     return manifest
 
 
-def analyze_study(
-    path: str | Path, get_study: Callable[[str], Study], device: str = "auto", progress: bool = False
-) -> Path:
-    """Recompute the analyses of an existing study folder without retraining.
-
-    ``get_study`` maps the study name in the folder's manifest to its :class:`Study`
-    (``dynlab.studies.get_study``; passed in so the library does not import studies).
-    """
-    path = Path(path)
-    manifest = _load_manifest(path)
-    study = get_study(manifest["study"])
-    store = RunStore(path)
+def _manifest_specs(path: Path, manifest: dict, study: Study, store: RunStore) -> list[Spec]:
+    """The specs of the manifest's runs, read from their ``spec.json`` (:func:`load_spec`)
+    after the damage check of run_study (a damaged run needs training: an error)."""
     redo = []
-    for rid in manifest["run_ids"]:  # the damage check of run_study; damaged runs need training
+    for rid in manifest["run_ids"]:
         healed = store.heal(rid)
         if healed is not None and healed[0].core:
             redo.append(healed)
@@ -231,19 +251,42 @@ def analyze_study(
         except OSError:
             raise DynlabInputError(f"study {path}: run {rid} is missing; rerun the study to finish it") from None
         try:
-            specs.append(study.spec_type.model_validate(json.loads(text)["fields"]))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise DynlabInputError(f"study {path}: broken spec.json of run {rid} ({type(exc).__name__})") from None
-    options = StudyOptions(
+            specs.append(load_spec(text, study.spec_type))
+        except ValueError as exc:
+            raise DynlabInputError(f"study {path}: broken spec.json of run {rid} ({exc})") from None
+    return specs
+
+
+def _manifest_options(manifest: dict) -> StudyOptions:
+    return StudyOptions(
         preset=manifest["preset"],
         models=tuple(manifest["models"]) if manifest.get("models") else None,
         groups=tuple(manifest["groups"]) if manifest.get("groups") else None,
         seeds=tuple(manifest["seeds"]) if manifest.get("seeds") is not None else None,
         extra=manifest.get("extra") or {},
     )
+
+
+def analyze_study(
+    path: str | Path, get_study: Callable[[str], Study], device: str = "auto", progress: bool = False
+) -> Path:
+    """Recompute the analyses of an existing study folder without retraining.
+
+    ``get_study`` maps the study name in the folder's manifest to its :class:`Study`
+    (``dynlab.studies.get_study``; passed in so the library does not import studies).
+    The options are the manifest's; a manifest written before the options were recorded
+    gets the preset's defaults (e.g. its analysis preset), and is rewritten with them.
+    """
+    path = Path(path)
+    manifest = _load_manifest(path)
+    study = get_study(manifest["study"])
+    store = RunStore(path)
+    specs = _manifest_specs(path, manifest, study, store)
+    options = _manifest_options(manifest)
+    extra = study.parse_options(options)
     with make_progress(progress) as prog:  # _run_specs refuses a bad device before writing
-        _run_specs(study, specs, store, device, prog, analyze=True, force_analysis=True)
-    return _finish(study, specs, store, options)
+        _run_specs(study, specs, store, device, prog, analyze=True, force_analysis=True, extra=extra)
+    return _finish(study, specs, store, options, extra)
 
 
 def open_study(path: str | Path) -> xr.Dataset:

@@ -1,45 +1,70 @@
 """The Study protocol: what a study module in ``studies/`` provides to the runner.
 
-A study is a plain list of run specs plus four functions, found by name through the
-registry of ``studies/__init__.py`` (docs/choices.md, "How the code is organised"):
+A study is a plain list of run specs plus a few functions:
 
 - ``make_specs(options) -> list[Spec]`` — validated specs for a preset and the user's
-  selections; must raise ``ValueError`` (one line, naming allowed values) on bad input
-  *before* anything is written.
+  selections; must raise :class:`~dynlab.errors.DynlabInputError` (one line, naming allowed values) on bad input
+  *before* anything is written.  ``options.extra`` is read through the study's
+  ``options_type`` (:meth:`Study.parse_options`): an unknown key is an error.
 - ``run_one(spec, device, progress) -> RunOutcome`` — train and evaluate one spec.
 - ``run_many(specs, device, progress) -> list[RunOutcome]`` (optional) — train several
   specs together (an ensemble); ``group_key(spec)`` says which specs may share a work
   item (same key = same architecture and shapes).
-- ``analyze_one(spec, store, device, progress) -> xr.Dataset`` (optional) — analyses of a
-  finished run, stored beside it as ``analysis.nc`` and recomputable by ``dynlab analyze``.
-- ``assemble(specs, store, options) -> xr.Dataset`` — the study dataset (dim ``run``).
+- ``analyze_one(spec, store, device, progress, extra) -> xr.Dataset`` (optional) —
+  analyses of a finished run (``extra``: the study's parsed options, e.g. the analysis
+  preset), stored beside it as ``analysis.nc`` and recomputable by ``dynlab analyze``.
+- ``assemble(specs, store, options) -> xr.Dataset`` — the study dataset (dim ``run``);
+  the generic stacking lives in :mod:`dynlab.results.assemble`.
+
+Typed contracts: a run's result is a :class:`RunResult` (the study's subclass,
+``result_type``), stored as ``result.json``; a study's options beyond the common
+selections are a :class:`StudyExtra` subclass (``options_type``, ``extra="forbid"``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import xarray as xr
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dynlab.config import Spec
 from dynlab.errors import DynlabInputError
 from dynlab.results.store import RunStore
 from dynlab.train.progress import NullProgress
 
-__all__ = ["EVALUATED_STATUSES", "RunOutcome", "Study", "StudyOptions", "select_names"]
+
+__all__ = [
+    "EVALUATED_STATUSES",
+    "RunOutcome",
+    "RunResult",
+    "Study",
+    "StudyExtra",
+    "StudyOptions",
+    "override_field",
+    "read_result",
+    "select_names",
+]
 
 #: Run statuses whose runs have weights, are evaluated and get the per-run analyses:
 #: ``ok`` (learned) and ``not-learned`` (training ended below the training length).
 #: ``diverged`` runs have neither.
 EVALUATED_STATUSES = ("ok", "not-learned")
 
+E = TypeVar("E", bound="StudyExtra")
+R = TypeVar("R", bound="RunResult")
+
 
 @dataclass(frozen=True)
 class StudyOptions:
-    """The user's selections for one study invocation (None = the preset's default)."""
+    """The user's selections for one study invocation (None = the preset's default).
+
+    ``extra`` holds the study's own options, checked by its ``options_type``
+    (:meth:`Study.parse_options`); the keys each study accepts are listed in its module.
+    """
 
     preset: str = "quick"
     models: tuple[str, ...] | None = None
@@ -48,12 +73,100 @@ class StudyOptions:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
+class StudyExtra(BaseModel):
+    """Base of a study's typed options (``StudyOptions.extra``): no key is accepted unless
+    the subclass declares it.  Validators may read the preset from the validation context
+    (``info.context["preset"]``) to fill preset-dependent defaults explicitly."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def parse(cls: type[E], options: StudyOptions, study: str) -> E:
+        """``options.extra`` as this model; a one-line
+        :class:`~dynlab.errors.DynlabInputError` naming the bad key and the allowed keys."""
+        try:
+            return cls.model_validate(dict(options.extra), context={"preset": options.preset})
+        except ValidationError as exc:
+            raise DynlabInputError(_one_line(exc, cls, study)) from None
+
+    def recorded(self) -> dict[str, Any]:
+        """The options as JSON for the study manifest: every value that differs from the
+        field's default (preset-dependent values, filled by the validators, included)."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+
+def _one_line(exc: ValidationError, cls: type[BaseModel], study: str) -> str:
+    allowed = ", ".join(cls.model_fields) or "none"
+    err = exc.errors()[0]
+    key = ".".join(str(x) for x in err["loc"])
+    if err["type"] == "extra_forbidden":
+        return f"study {study}: unknown option {key!r}; allowed: {allowed}"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"study {study}: bad option {key!r} ({msg}); allowed options: {allowed}"
+
+
+def override_field(spec_cls: type[Spec], *fixed: str) -> Callable[[Any], dict[str, Any]]:
+    """A validator for an options field that overrides fields of ``spec_cls`` (a dict of
+    field name -> value): every key must be a field of ``spec_cls`` other than ``fixed``
+    (those the study sets itself); the values are checked when the spec is built."""
+    allowed = tuple(f for f in spec_cls.model_fields if f not in fixed)
+
+    def check(value: Any) -> dict[str, Any]:
+        if not isinstance(value, Mapping):
+            raise ValueError(f"expected a mapping of {spec_cls.__name__} fields, got {type(value).__name__}")
+        for k in value:
+            if k not in allowed:
+                raise ValueError(f"unknown {spec_cls.__name__} field {k!r}; allowed: {', '.join(allowed)}")
+        return dict(value)
+
+    return check
+
+
+class RunResult(BaseModel):
+    """What a run reports (``result.json``): the fields every study has.
+
+    Attributes:
+        status: ``ok``, ``not-learned`` (trained, evaluated, did not reach its training
+            target) or ``diverged`` (no weights, not evaluated); see :data:`EVALUATED_STATUSES`.
+        reason: one line saying why a run is not ``ok`` ('' when it is).
+        train_steps: optimiser steps taken.
+        train_loss: training loss at the end (the study says how it is averaged).
+        train_time: wall time of training in seconds (machine-dependent).
+        wall_time_s: wall time of the whole work item per run in seconds, set by the runner.
+
+    Subclasses add the study's measurements; every added field is optional (a diverged
+    run has none).  ``extra="forbid"``: a result with an undeclared key does not load.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: str
+    reason: str = ""
+    train_steps: int | None = None
+    train_loss: float | None = None
+    train_time: float | None = None
+    wall_time_s: float | None = None
+
+    @property
+    def evaluated(self) -> bool:
+        """True for runs that have weights and measurements (:data:`EVALUATED_STATUSES`)."""
+        return self.status in EVALUATED_STATUSES
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object stored as ``result.json`` (fields that are None are left out)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
 @dataclass
 class RunOutcome:
-    """What ``run_one`` returns: JSON-able ``result`` (must hold ``status``) and weights."""
+    """What ``run_one`` returns: the typed ``result`` and the weights (None when diverged)."""
 
-    result: dict[str, Any]
+    result: RunResult
     state_dict: dict[str, torch.Tensor] | None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.result, RunResult):
+            raise TypeError(f"RunOutcome.result must be a RunResult, got {type(self.result).__name__}")
 
 
 @dataclass(frozen=True)
@@ -64,11 +177,15 @@ class Study:
     make_specs: Callable[[StudyOptions], list[Spec]]
     run_one: Callable[[Spec, torch.device, NullProgress], RunOutcome]
     assemble: Callable[[list[Spec], RunStore, StudyOptions], xr.Dataset]
-    analyze_one: Callable[[Spec, RunStore, torch.device, NullProgress], xr.Dataset] | None = None
+    analyze_one: Callable[[Spec, RunStore, torch.device, NullProgress, StudyExtra], xr.Dataset] | None = None
     run_many: Callable[[list[Spec], torch.device, NullProgress], list[RunOutcome]] | None = None
     group_key: Callable[[Spec], Hashable] | None = None
     max_group: int = 1
     spec_type: type[Spec] = Spec
+    result_type: type[RunResult] = RunResult
+    options_type: type[StudyExtra] = StudyExtra
+    #: The study's figures: dataset -> {name: dynlab.figures Panel or Table} (None: no figures).
+    panels: Callable[[xr.Dataset], Mapping[str, Any]] | None = None
 
     def work_items(self, specs: list[Spec]) -> list[list[Spec]]:
         """Split ``specs`` into work items: groups of equal ``group_key`` of at most
@@ -94,9 +211,36 @@ class Study:
             raise DynlabInputError(f"unknown preset {preset!r} for study {self.name}; allowed: {', '.join(self.presets)}")
         return preset
 
+    def parse_options(self, options: StudyOptions) -> StudyExtra:
+        """``options.extra`` as the study's ``options_type`` (one-line error on an unknown
+        or mistyped key), preset-dependent defaults filled in."""
+        return self.options_type.parse(options, self.name)
+
+    def load_result(self, store: RunStore, spec: Spec) -> RunResult:
+        """The stored result of ``spec``'s run as ``result_type`` (one-line error when it
+        does not fit)."""
+        return read_result(self.result_type, store, spec)
+
+    def load_results(self, store: RunStore, specs: Sequence[Spec]) -> list[RunResult]:
+        return [self.load_result(store, s) for s in specs]
+
+
+def read_result(result_type: type[R], store: RunStore, spec: Spec) -> R:
+    """``spec``'s stored ``result.json`` as ``result_type``; one line naming the run on failure."""
+    raw = store.load_result(spec)
+    try:
+        return result_type.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "result"
+        raise DynlabInputError(
+            f"run {spec.spec_hash()}: result.json does not fit {result_type.__name__} ({where}: {err['msg']}); "
+            "rerun the study to redo it"
+        ) from None
+
 
 def select_names(
-    values: tuple[str, ...] | None, default: tuple[str, ...], allowed: tuple[str, ...], what: str
+    values: Sequence[str] | None, default: tuple[str, ...], allowed: tuple[str, ...], what: str
 ) -> tuple[str, ...]:
     """The user's selection of ``what`` (e.g. mixers): ``default`` for None or ``("all",)``,
     else ``values`` without repeats, each checked against ``allowed`` (one-line error)."""

@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
 import xarray as xr
+from pydantic import AfterValidator, model_validator
 
 from dynlab.analysis.correlation import (
     CROSSING_VARIANTS,
@@ -49,8 +51,9 @@ from dynlab.errors import DynlabInputError
 from dynlab.evaluate import evaluate_lengths, max_pass_length, max_pass_length_dense
 from dynlab.groups import get_group
 from dynlab.models import BUILTIN_ARCHS, available_cells, get_cell, measure_family
+from dynlab.results.assemble import assemble_runs, stack_run_files
 from dynlab.results.store import RunStore
-from dynlab.study import EVALUATED_STATUSES, RunOutcome, Study, StudyOptions
+from dynlab.study import RunOutcome, RunResult, Study, StudyExtra, StudyOptions, override_field, read_result, select_names
 from dynlab.tasks import WordProblem
 from dynlab.train import NullProgress, TrainResult, build_tracker, train_tracker
 from dynlab.train.engine import train_threads
@@ -60,6 +63,8 @@ __all__ = [
     "ANALYSIS_PRESETS",
     "PRESETS",
     "STUDY",
+    "TrackerResult",
+    "TrackingOptions",
     "analyze_one",
     "assemble",
     "ensemble_group_key",
@@ -77,60 +82,128 @@ PRESETS: dict[str, dict] = {
         "model": {"hidden": 16},
         "train": {"steps": 20, "batch_size": 32, "lr": 3e-3, "warmup_steps": 2},
         "eval": {"n_samples": 32, "batch_size": 32, "lengths": (5, 20, 60), "chunk": 25},
+        "analysis": "smoke",
     },
     "quick": {
         "seeds": (0,),
         "model": {"hidden": 64},
         "train": {"steps": 600, "batch_size": 128, "lr": 3e-3},
         "eval": {"n_samples": 256, "batch_size": 256},
+        "analysis": "quick",
     },
     "sweep": {
         "seeds": (0, 1, 2, 3, 4),
         "model": {"hidden": 64},
         "train": {"steps": 600, "batch_size": 128, "lr": 3e-3},
         "eval": {"n_samples": 256, "batch_size": 256},
+        "analysis": "quick",
     },
     "paper": {
         "seeds": (0, 1, 2, 3, 4),
         "model": {"hidden": 128},
         "train": {"steps": 3000, "batch_size": 256, "lr": 1e-3, "warmup_steps": 100},
         "eval": {"n_samples": 1024, "batch_size": 512, "lengths": (10, 20, 40, 60, 100, 200, 300, 500, 700, 1000)},
+        "analysis": "paper",
     },
 }
 
 
-def _select_models(models: tuple[str, ...] | None) -> tuple[str, ...]:
-    if models is None or models == ("all",):
-        return BUILTIN_ARCHS
-    allowed = available_cells()
-    for m in models:
-        if m not in allowed:
-            raise DynlabInputError(f"unknown model {m!r}; allowed: all, {', '.join(allowed)}")
-    return tuple(dict.fromkeys(models))
+#: Settings of the per-run analyses (:func:`dynlab.analysis.tracking.analyze_tracker`) by
+#: analysis preset; a study preset names its analysis preset (``PRESETS[p]["analysis"]``)
+#: and ``extra={"analysis": ...}`` picks another.
+ANALYSIS_PRESETS: dict[str, AnalysisSpec] = {
+    "smoke": AnalysisSpec(n_samples=32, perturb_samples=16, perturb_steps=10, lyap_samples=2, lyap_steps=10, n_words=2),
+    "quick": AnalysisSpec(n_samples=128, perturb_samples=128, lyap_samples=8),
+    "paper": AnalysisSpec(),
+}
+
+
+class TrackingOptions(StudyExtra):
+    """Options of group-tracking beyond the common selections (``StudyOptions.extra``).
+
+    Attributes:
+        model: overrides of the preset's :class:`~dynlab.config.ModelSpec` fields (not ``arch``).
+        train: overrides of the preset's :class:`~dynlab.config.TrainSpec` fields.
+        eval: overrides of the preset's :class:`~dynlab.config.EvalSpec` fields.
+        analysis: analysis preset of the per-run analyses (a key of :data:`ANALYSIS_PRESETS`);
+            default: the study preset's (``smoke`` for smoke, ``quick`` for quick and sweep,
+            ``paper`` for paper), written into the manifest.
+    """
+
+    model: Annotated[dict[str, Any], AfterValidator(override_field(ModelSpec, "arch"))] = {}
+    train: Annotated[dict[str, Any], AfterValidator(override_field(TrainSpec))] = {}
+    eval: Annotated[dict[str, Any], AfterValidator(override_field(EvalSpec))] = {}
+    analysis: Literal["smoke", "quick", "paper"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_analysis(cls, data: Any, info: Any) -> Any:
+        preset = PRESETS.get((info.context or {}).get("preset", ""))
+        if isinstance(data, dict) and data.get("analysis") is None and preset is not None:
+            data = {**data, "analysis": preset["analysis"]}
+        return data
 
 
 def make_specs(options: StudyOptions) -> list[RunSpec]:
     """One :class:`RunSpec` per (architecture, group, seed) of the selection."""
     if options.preset not in PRESETS:
         raise DynlabInputError(f"unknown preset {options.preset!r}; allowed: {', '.join(PRESETS)}")
+    extra = TrackingOptions.parse(options, "group-tracking")
     preset = PRESETS[options.preset]
-    archs = _select_models(options.models)
+    archs = select_names(options.models, BUILTIN_ARCHS, available_cells(), "model")
     groups = tuple(get_group(g).name for g in (options.groups or DEFAULT_GROUPS))
     seeds = options.seeds if options.seeds is not None else preset["seeds"]
     if any(s < 0 for s in seeds):
         raise DynlabInputError(f"seeds must be ≥ 0, got {list(seeds)}")
-    extra = dict(options.extra)
-    model_kw = {**preset["model"], **extra.get("model", {})}
-    train_kw = {**preset["train"], **extra.get("train", {})}
-    eval_kw = {**preset["eval"], **extra.get("eval", {})}
-    train = TrainSpec(**train_kw)
-    evals = EvalSpec(**eval_kw)
+    model_kw = {**preset["model"], **extra.model}
+    train = TrainSpec(**{**preset["train"], **extra.train})
+    evals = EvalSpec(**{**preset["eval"], **extra.eval})
     return [
         RunSpec(task=TaskSpec(group=g), model=ModelSpec(arch=a, **model_kw), train=train, eval=evals, seed=s)
         for g in groups
         for a in archs
         for s in seeds
     ]
+
+
+class TrackerResult(RunResult):
+    """A tracker run's ``result.json`` (the common fields: :class:`~dynlab.study.RunResult`).
+
+    Training (every run): ``train_steps``, ``train_loss`` (last batch's cross-entropy,
+    nat/token), ``curriculum_length`` (length reached), ``final_train_accuracy`` (last
+    batch's per-token accuracy), ``family`` (declared) and ``family_measured``
+    (:func:`dynlab.models.measure_family`), ``ensemble_size`` (members trained together,
+    absent for a run trained alone).
+
+    Evaluation (``ok`` and ``not-learned`` runs): ``lengths`` evaluated, ``accuracy`` at the
+    final position and ``accuracy_all`` over all positions at each of them,
+    ``accuracy_dense`` at every length 1 … max(lengths), ``mp`` (dense max-pass length,
+    :func:`dynlab.evaluate.max_pass_length_dense`) with ``mp_censored``, ``mp_grid`` on the
+    evaluated lengths with ``mp_grid_censored``, and the ``threshold`` and ``mp_window``
+    they used.  Results stored before ``mp_grid_censored`` existed take ``mp_censored``.
+    """
+
+    curriculum_length: int | None = None
+    final_train_accuracy: float | None = None
+    family: str | None = None
+    family_measured: str | None = None
+    ensemble_size: int | None = None
+    lengths: list[int] | None = None
+    accuracy: list[float] | None = None
+    accuracy_all: list[float] | None = None
+    accuracy_dense: list[float] | None = None
+    mp: int | None = None
+    mp_censored: bool | None = None
+    mp_grid: int | None = None
+    mp_grid_censored: bool | None = None
+    threshold: float | None = None
+    mp_window: float | None = None
+
+    @model_validator(mode="after")
+    def _legacy_grid_censoring(self) -> TrackerResult:
+        if self.mp_grid_censored is None and self.mp_censored is not None:
+            self.mp_grid_censored = self.mp_censored
+        return self
 
 
 def run_status(res: TrainResult, max_length: int) -> tuple[str, str]:
@@ -159,20 +232,20 @@ def _finish_run(spec: RunSpec, res: TrainResult, train_time: float, device: torc
     (:func:`run_status`), measured family, and (unless diverged) accuracy vs length, dense
     accuracy at every length and mp."""
     status, reason = run_status(res, spec.train.curriculum.max_length)
-    result: dict = {
-        "status": status,
-        "reason": reason,
-        "train_steps": len(res.losses),
-        "train_loss": res.losses[-1] if res.losses else float("nan"),
-        "curriculum_length": res.lengths[-1] if res.lengths else 0,
-        "final_train_accuracy": res.final_train_accuracy,
-        "train_time": train_time,
-        "family": res.model.family,
-        "family_measured": measure_family(res.model.cells[0].cpu()),
+    result = TrackerResult(
+        status=status,
+        reason=reason,
+        train_steps=len(res.losses),
+        train_loss=res.losses[-1] if res.losses else float("nan"),
+        curriculum_length=res.lengths[-1] if res.lengths else 0,
+        final_train_accuracy=res.final_train_accuracy,
+        train_time=train_time,
+        family=res.model.family,
+        family_measured=measure_family(res.model.cells[0].cpu()),
         **extra,
-    }
+    )
     res.model.to(device)
-    if status not in EVALUATED_STATUSES:
+    if not result.evaluated:
         return RunOutcome(result, None)
     task = WordProblem(get_group(spec.task.group))
     ev = spec.eval
@@ -182,7 +255,7 @@ def _finish_run(spec: RunSpec, res: TrainResult, train_time: float, device: torc
         )
     mp_grid, grid_censored = max_pass_length(le.lengths, le.acc_final, ev.threshold)
     mp, censored = max_pass_length_dense(le.acc_dense, ev.threshold, ev.mp_window)
-    result.update(
+    result = result.model_copy(update=dict(
         lengths=le.lengths.tolist(),
         accuracy=le.acc_final.tolist(),
         accuracy_all=le.acc_all.tolist(),
@@ -193,7 +266,7 @@ def _finish_run(spec: RunSpec, res: TrainResult, train_time: float, device: torc
         mp_grid_censored=grid_censored,
         threshold=ev.threshold,
         mp_window=ev.mp_window,
-    )
+    ))
     return RunOutcome(result, res.model.state_dict())
 
 
@@ -212,59 +285,23 @@ def load_model(spec: RunSpec, store: RunStore, device: torch.device):
     return model.to(device).eval()
 
 
-ANALYSIS_PRESETS: dict[str, AnalysisSpec] = {
-    "smoke": AnalysisSpec(n_samples=32, perturb_samples=16, perturb_steps=10, lyap_samples=2, lyap_steps=10, n_words=2),
-    "quick": AnalysisSpec(n_samples=128, perturb_samples=128, lyap_samples=8),
-    "paper": AnalysisSpec(),
-}
-
-
-def analysis_spec_for(spec: RunSpec) -> AnalysisSpec:
-    """Analysis settings by evaluation size: paper (≥ 1024 samples), quick (≥ 128), smoke."""
-    n = spec.eval.n_samples
-    return ANALYSIS_PRESETS["paper" if n >= 1024 else "quick" if n >= 128 else "smoke"]
-
-
-def analyze_one(spec: RunSpec, store: RunStore, device: torch.device, progress: NullProgress) -> xr.Dataset:
-    """Error-control analysis of a finished run (:func:`dynlab.analysis.tracking.analyze_tracker`).
+def analyze_one(
+    spec: RunSpec, store: RunStore, device: torch.device, progress: NullProgress, extra: TrackingOptions
+) -> xr.Dataset:
+    """Error-control analysis of a finished run (:func:`dynlab.analysis.tracking.analyze_tracker`)
+    with the settings of the analysis preset ``extra.analysis`` (:data:`ANALYSIS_PRESETS`).
 
     q(t) is followed to the longest evaluated length; U, the return map and the
     perturbation use step t_ref = the curriculum's max_length (the training length).
     """
+    if extra.analysis is None:
+        raise DynlabInputError(f"no analysis preset given; allowed: {', '.join(ANALYSIS_PRESETS)}")
     model = load_model(spec, store, torch.device("cpu"))
     task = WordProblem(get_group(spec.task.group))
-    aspec = analysis_spec_for(spec)
+    aspec = ANALYSIS_PRESETS[extra.analysis]
     horizon = aspec.horizon or max(spec.eval.lengths)
     t_ref = aspec.t_ref or spec.train.curriculum.max_length
     return analyze_tracker(model, task, aspec, horizon=horizon, t_ref=min(t_ref, horizon))
-
-
-def _analysis_table(specs: list[RunSpec], store: RunStore, status: list[str]) -> xr.Dataset | None:
-    """Stack the per-run analyses along ``run`` (NaN / '' / False where a run has none)."""
-    parts = []
-    for spec, st in zip(specs, status):
-        if st in EVALUATED_STATUSES and store.has_file(spec, "analysis.nc"):
-            ds = store.read_dataset(spec, "analysis.nc")
-            ds = ds.assign_coords(k=np.arange(ds.sizes["k"]))
-            for name in ds.data_vars:
-                if name.startswith("failure_mode"):
-                    ds[name] = ds[name].astype(str)
-            parts.append(ds)
-        else:
-            parts.append(None)
-    present = [p for p in parts if p is not None]
-    if not present:
-        return None
-    template = xr.zeros_like(present[0]).where(False)
-    for name in template.data_vars:
-        if name.startswith("failure_mode"):
-            template[name] = ((), "")
-        elif name.startswith("crossed"):
-            template[name] = ((), False)
-    filled = [p if p is not None else template for p in parts]
-    table = xr.concat(filled, dim="run", join="outer", data_vars="all", coords="minimal", compat="override")
-    table.attrs = present[0].attrs
-    return table
 
 
 def _correlations(ds: xr.Dataset) -> xr.Dataset:
@@ -298,16 +335,14 @@ def _correlations(ds: xr.Dataset) -> xr.Dataset:
         out[f"corr_heldout_{key}"] = (
             (),
             float(choice[key]),
-            {"long_name": f"held-out {key.replace('_', ' ')} of T_cross ({default}) vs mp", "units": "1",
-             "variant": default, "heldout_seeds": str(choice["heldout_seeds"]), "description": desc},
+            {"variant": default, "heldout_seeds": str(choice["heldout_seeds"]), "choice": desc},
         )
-    out["corr_heldout_n_used"] = ((), int(choice["n_used"]), {"long_name": "held-out runs used", "units": "1"})
+    out["corr_heldout_n_used"] = ((), int(choice["n_used"]))  # labels: dynlab.results.vocabulary
     res = tcross_mp_correlation(
         t_cross[default], sub["mp"].values, rng=np.random.default_rng(0), **common
     )
     cds = res.to_dataset()
     for v in cds.data_vars:
-        cds[v].attrs["long_name"] = cds[v].attrs.get("long_name", v).replace("T_cross", f"T_cross ({default})")
         cds[v].attrs["variant"] = default
     out = out.merge(cds.rename({v: f"corr_{v}" for v in cds.data_vars}))
     out.attrs.update(
@@ -322,75 +357,51 @@ def _correlations(ds: xr.Dataset) -> xr.Dataset:
     return out
 
 
+def _run_curves(spec: RunSpec, r: TrackerResult) -> xr.Dataset:
+    """One run's accuracy on its evaluated lengths (``length``) and at every length 1 …
+    max (``length_dense``); NaN on the spec's lengths for a run that was not evaluated."""
+    lengths = r.lengths if r.evaluated and r.lengths is not None else list(spec.eval.lengths)
+    nan = [np.nan] * len(lengths)
+    acc = r.accuracy if r.evaluated else nan
+    acc_all = r.accuracy_all if r.evaluated else nan
+    dense = np.full(max(lengths), np.nan)
+    given = (r.accuracy_dense or []) if r.evaluated else []
+    dense[: len(given)] = given
+    return xr.Dataset(
+        {
+            "accuracy": ("length", np.asarray(acc, dtype=float)),
+            "accuracy_all": ("length", np.asarray(acc_all, dtype=float)),
+            "accuracy_dense": ("length_dense", dense),
+        },
+        coords={"length": np.asarray(lengths, dtype=np.int64), "length_dense": np.arange(1, dense.size + 1)},
+    )
+
+
 def assemble(specs: list[RunSpec], store: RunStore, options: StudyOptions) -> xr.Dataset:
-    """The study dataset: dim ``run`` (+ ``length``, ``t`` …) with the names of dynlab's dataset vocabulary (:mod:`dynlab.results`).
+    """The study dataset: dim ``run`` (+ ``length``, ``t`` …) with DESIGN.md's names.
 
     Holds the training/evaluation record of every run, the per-run analyses where they
     exist (:func:`analyze_one`), the margin summary per run and the T_cross–mp
     correlations across runs (``corr_*`` variables).
     """
-    lengths = sorted({int(L) for s in specs for L in s.eval.lengths})
-    n, nl = len(specs), len(lengths)
-    acc = np.full((n, nl), np.nan)
-    acc_all = np.full((n, nl), np.nan)
-    acc_dense = np.full((n, lengths[-1] if lengths else 0), np.nan)
-    keys = ("mp", "mp_grid", "curriculum_length", "train_loss", "train_steps", "train_time")
-    scalars = {k: np.full(n, np.nan) for k in keys}
-    status, reason, fam_meas, fam = [], [], [], []
-    censored = np.zeros(n, dtype=bool)
-    grid_censored = np.zeros(n, dtype=bool)
-    for i, spec in enumerate(specs):
-        r = store.load_result(spec)
-        status.append(r["status"])
-        reason.append(r.get("reason", ""))
-        fam.append(r.get("family", ""))
-        fam_meas.append(r.get("family_measured", ""))
-        for k in scalars:
-            if r.get(k) is not None:
-                scalars[k][i] = r[k]
-        if r["status"] in EVALUATED_STATUSES:
-            idx = [lengths.index(int(L)) for L in r["lengths"]]
-            acc[i, idx] = r["accuracy"]
-            acc_all[i, idx] = r["accuracy_all"]
-            censored[i] = bool(r["mp_censored"])
-            grid_censored[i] = bool(r.get("mp_grid_censored", r["mp_censored"]))
-            dense = r.get("accuracy_dense") or []
-            acc_dense[i, : len(dense)] = dense
-    run = np.arange(n)
-    ds = xr.Dataset(
-        {
-            "accuracy": (("run", "length"), acc),
-            "accuracy_all": (("run", "length"), acc_all),
-            "accuracy_dense": (("run", "length_dense"), acc_dense),
-            "mp": ("run", scalars["mp"]),
-            "mp_censored": ("run", censored),
-            "mp_grid": ("run", scalars["mp_grid"]),
-            "mp_grid_censored": ("run", grid_censored),
-            "status": ("run", np.array(status, dtype=str)),
-            "reason": ("run", np.array(reason, dtype=str)),
-            "curriculum_length": ("run", scalars["curriculum_length"]),
-            "train_loss": ("run", scalars["train_loss"]),
-            "train_steps": ("run", scalars["train_steps"]),
-            "train_time": ("run", scalars["train_time"]),
-        },
+    results = [read_result(TrackerResult, store, s) for s in specs]
+    ds = assemble_runs(
+        specs, results, _run_curves,
+        columns=("mp", "mp_censored", "mp_grid", "mp_grid_censored", "status", "reason",
+                 "curriculum_length", "train_loss", "train_steps", "train_time"),
+        result_coords=("family", "family_measured"),
         coords={
-            "run": run,
-            "length": np.asarray(lengths),
-            "length_dense": np.arange(1, acc_dense.shape[1] + 1),
-            "run_id": ("run", np.array([s.spec_hash() for s in specs], dtype=str)),
-            "arch": ("run", np.array([s.model.arch for s in specs], dtype=str)),
-            "family": ("run", np.array(fam, dtype=str)),
-            "family_measured": ("run", np.array(fam_meas, dtype=str)),
-            "group": ("run", np.array([s.task.group for s in specs], dtype=str)),
-            "seed": ("run", np.array([s.seed for s in specs])),
-            "hidden": ("run", np.array([s.model.hidden for s in specs])),
-            "layers": ("run", np.array([s.model.layers for s in specs])),
-            "nonlinearity": ("run", np.array([s.model.nonlinearity or "default" for s in specs], dtype=str)),
+            "arch": lambda s: s.model.arch,
+            "group": lambda s: s.task.group,
+            "seed": lambda s: s.seed,
+            "hidden": lambda s: s.model.hidden,
+            "layers": lambda s: s.model.layers,
+            "nonlinearity": lambda s: s.model.nonlinearity or "default",
         },
     )
     ds["mp"].attrs["threshold"] = float(specs[0].eval.threshold) if specs else float("nan")
     ds["mp"].attrs["window"] = float(specs[0].eval.mp_window) if specs else float("nan")
-    table = _analysis_table(specs, store, status)
+    table = stack_run_files(specs, store, "analysis.nc", [r.evaluated for r in results], positional=("k",))
     if table is not None:
         ds = ds.merge(table.drop_vars([c for c in table.coords if c in ("run",)], errors="ignore"), compat="override")
         ds.attrs.update({f"analysis_{k}": v for k, v in table.attrs.items()})
@@ -413,10 +424,20 @@ STUDY = Study(
     run_one=run_one,
     assemble=assemble,
     spec_type=RunSpec,
+    result_type=TrackerResult,
+    options_type=TrackingOptions,
     run_many=lambda specs, device, progress: run_many(specs, device, progress),
     group_key=lambda spec: ensemble_group_key(spec),
     max_group=64,
+    panels=lambda ds: _panels(ds),
 )
+
+
+def _panels(ds: xr.Dataset) -> dict:
+    """The study's figures (:func:`dynlab.figures.group_tracking_panels`; matplotlib is loaded on first use)."""
+    from dynlab.figures import group_tracking_panels
+
+    return group_tracking_panels(ds)
 
 
 def run_many(specs: list[RunSpec], device: torch.device, progress: NullProgress) -> list[RunOutcome]:

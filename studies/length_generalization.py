@@ -42,21 +42,23 @@ Selections: ``models`` = mixers (``all`` = the preset's, or a subset of mamba2, 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-import numpy as np
 import torch
 import xarray as xr
+from pydantic import AfterValidator
 
 from dynlab.errors import DynlabInputError
 from dynlab.lm.run import result_to_dataset, train_and_evaluate
 from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMRunSpec, LMTrainSpec
+from dynlab.results.assemble import assemble_runs
 from dynlab.results.store import RunStore
-from dynlab.study import RunOutcome, Study, StudyOptions, select_names
-from dynlab.studies.long_context import check_source
+from dynlab.study import RunOutcome, RunResult, Study, StudyOptions, override_field, read_result, select_names
+from dynlab.studies.long_context import LMOptions, check_source
 from dynlab.train.progress import NullProgress
 
-__all__ = ["INTERVENTION_NAMES", "MIXER_NAMES", "PRESETS", "STUDY", "assemble", "make_specs", "run_one"]
+__all__ = ["INTERVENTION_NAMES", "MIXER_NAMES", "PRESETS", "STUDY", "LGOptions", "LMResult", "assemble", "make_specs",
+           "run_one"]
 
 MIXER_NAMES = ("mamba2", "mamba1", "gla")
 INTERVENTION_NAMES = ("zero", "random-noise", "fitted-noise", "state-passing", "tbtt")
@@ -84,6 +86,40 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+class LGOptions(LMOptions):
+    """Options of length-generalization: :class:`~dynlab.studies.long_context.LMOptions`
+    (``interventions``, ``source``, ``model``, ``intervention``) and overrides of the
+    preset's :class:`~dynlab.lm.spec.LMTrainSpec` (``train``) and
+    :class:`~dynlab.lm.spec.LMEvalSpec` (``eval``) fields."""
+
+    train: Annotated[dict[str, Any], AfterValidator(override_field(LMTrainSpec))] = {}
+    eval: Annotated[dict[str, Any], AfterValidator(override_field(LMEvalSpec))] = {}
+
+
+class LMResult(RunResult):
+    """An LM run's ``result.json`` (:func:`dynlab.lm.run.train_and_evaluate`); the
+    evaluation fields are absent for a diverged run.
+
+    ``ppl`` at positions t = 1 … eval length; ``ppl_binned`` at the bin ends
+    ``ppl_binned_t``; ``verdict``: the length-generalization verdict (passed, p_star,
+    t_star, worst_violation, worst_t, max_t; stored as ``lg_*``); ``effrem``: effective
+    remembrance per distance (tv, js, cos) at the starts ``effrem_t``; ``state_mean``,
+    ``state_std``, ``state_norm`` as [layer][head][position] at the positions ``state_t``.
+    ``train_loss``: mean over the last 5 % of the steps (nat/token).
+    """
+
+    ppl: list[float] | None = None
+    ppl_binned_t: list[int] | None = None
+    ppl_binned: list[float] | None = None
+    verdict: dict[str, float | int | bool | None] | None = None
+    effrem_t: list[int] | None = None
+    effrem: dict[str, list[float]] | None = None
+    state_t: list[int] | None = None
+    state_mean: list[list[list[float]]] | None = None
+    state_std: list[list[list[float]]] | None = None
+    state_norm: list[list[list[float]]] | None = None
+
+
 def make_specs(options: StudyOptions) -> list[LMRunSpec]:
     """One :class:`LMRunSpec` per (mixer, intervention, seed) of the selection."""
     if options.preset not in PRESETS:
@@ -91,24 +127,20 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
     if options.groups:
         raise DynlabInputError("study length-generalization takes no groups; allowed: none (drop --groups)")
     preset = PRESETS[options.preset]
-    extra = dict(options.extra)
-    unknown = set(extra) - {"interventions", "source", "model", "train", "eval", "intervention"}
-    if unknown:
-        raise ValueError(f"unknown extra option(s) {sorted(unknown)}; allowed: interventions, source, model, train, eval, intervention")
+    extra = LGOptions.parse(options, "length-generalization")
     mixers = select_names(options.models, preset["mixers"], MIXER_NAMES, "mixer")
-    interventions = select_names(tuple(extra["interventions"]) if "interventions" in extra else None,
-                            INTERVENTION_NAMES, INTERVENTION_NAMES, "intervention")
+    interventions = select_names(extra.interventions, INTERVENTION_NAMES, INTERVENTION_NAMES, "intervention")
     seeds = options.seeds if options.seeds is not None else preset["seeds"]
     if any(s < 0 for s in seeds):
         raise DynlabInputError(f"seeds must be >= 0, got {list(seeds)}")
-    train = LMTrainSpec(**{**preset["train"], **extra.get("train", {})})
-    evals = LMEvalSpec(**{**preset["eval"], **extra.get("eval", {})})
+    train = LMTrainSpec(**{**preset["train"], **extra.train})
+    evals = LMEvalSpec(**{**preset["eval"], **extra.eval})
     # the text is loaded (and its length checked) here, so a bad source writes nothing
-    data = check_source(str(extra.get("source", "shakespeare")), LMDataSpec().val_fraction,
+    data = check_source(extra.source or "shakespeare", LMDataSpec().val_fraction,
                         max(evals.length_multiple * train.seq_len, train.batch_size * (train.seq_len + 1)) + 1)
-    iv_kw = {**preset["intervention"], **extra.get("intervention", {})}
+    iv_kw = {**preset["intervention"], **extra.intervention}
     return [
-        LMRunSpec(data=data, model=LMModelSpec(mixer=m, **{**preset["model"], **extra.get("model", {})}),
+        LMRunSpec(data=data, model=LMModelSpec(mixer=m, **{**preset["model"], **extra.model}),
                   intervention=InterventionSpec(kind=iv, **iv_kw), train=train, eval=evals, seed=s)
         for m in mixers
         for iv in interventions
@@ -125,41 +157,28 @@ def run_one(spec: LMRunSpec, device: torch.device, progress: NullProgress) -> Ru
 
     result, weights = train_and_evaluate(spec, device, step)
     progress.remove(bar)
-    return RunOutcome(result, weights)
+    return RunOutcome(LMResult.model_validate(result), weights)
 
 
-def _empty_run(spec: LMRunSpec) -> xr.Dataset:
-    n = spec.eval_length
-    return xr.Dataset({"ppl": ("t", np.full(n + 1, np.nan))}, coords={"t": np.arange(n + 1)})
+def _run_curves(spec: LMRunSpec, r: LMResult) -> xr.Dataset | None:
+    """An ``ok`` run's curves on ``t`` (:func:`dynlab.lm.run.result_to_dataset`), with
+    ``lg_passed`` as 1.0/0.0 so that runs without one are NaN (neither passed nor failed)."""
+    if r.status != "ok":
+        return None
+    ds = result_to_dataset(r.to_json())
+    return ds.assign(lg_passed=ds["lg_passed"].astype(float)) if "lg_passed" in ds else ds
 
 
 def assemble(specs: list[LMRunSpec], store: RunStore, options: StudyOptions) -> xr.Dataset:
     """The study dataset: per-run Datasets stacked on ``run`` (outer join on ``t``)."""
-    parts, status, reason, train_loss, train_time = [], [], [], [], []
-    for spec in specs:
-        r = store.load_result(spec)
-        status.append(r["status"])
-        reason.append(r.get("reason", ""))
-        train_loss.append(r.get("train_loss", np.nan))
-        train_time.append(r.get("train_time", np.nan))
-        parts.append(result_to_dataset(r) if r["status"] == "ok" else _empty_run(spec))
-    ds = xr.concat(parts, dim="run", join="outer", data_vars="all", coords="minimal", compat="override",
-                   fill_value=np.nan)
-    if "lg_passed" in ds:
-        ds["lg_passed"] = ds["lg_passed"].astype(float)
-    ds["status"] = ("run", np.array(status, dtype=str))
-    ds["reason"] = ("run", np.array(reason, dtype=str))
-    ds["train_loss"] = ("run", np.asarray(train_loss, dtype=float))
-    ds["train_time"] = ("run", np.asarray(train_time, dtype=float))
-    return ds.assign_coords(
-        run=np.arange(len(specs)),
-        run_id=("run", np.array([s.spec_hash() for s in specs], dtype=str)),
-        arch=("run", np.array([s.model.mixer for s in specs], dtype=str)),
-        intervention=("run", np.array([s.intervention.kind for s in specs], dtype=str)),
-        seed=("run", np.array([s.seed for s in specs])),
-        train_length=("run", np.array([s.train.seq_len for s in specs])),
-        eval_length=("run", np.array([s.eval_length for s in specs])),
-    )
+    results = [read_result(LMResult, store, s) for s in specs]
+    return assemble_runs(specs, results, _run_curves, coords={
+        "arch": lambda s: s.model.mixer,
+        "intervention": lambda s: s.intervention.kind,
+        "seed": lambda s: s.seed,
+        "train_length": lambda s: s.train.seq_len,
+        "eval_length": lambda s: s.eval_length,
+    })
 
 
 STUDY = Study(
@@ -171,4 +190,14 @@ STUDY = Study(
     run_one=run_one,
     assemble=assemble,
     spec_type=LMRunSpec,
+    result_type=LMResult,
+    options_type=LGOptions,
+    panels=lambda ds: _panels(ds),
 )
+
+
+def _panels(ds: xr.Dataset) -> dict:
+    """The study's figures (:func:`dynlab.figures.lm.length_generalization_panels`; matplotlib loads on first use)."""
+    from dynlab.figures.lm import length_generalization_panels
+
+    return length_generalization_panels(ds)

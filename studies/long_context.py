@@ -22,24 +22,70 @@ state-passing; TBTT needs one long document and does not apply to independent sa
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-import numpy as np
 import torch
 import xarray as xr
+from pydantic import AfterValidator
 
 from dynlab.errors import DynlabInputError
 from dynlab.lm.run import corpus_for
 from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMModelSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec, TaskTrainSpec
 from dynlab.lm.task_run import task_result_to_dataset, train_and_evaluate_task
+from dynlab.results.assemble import assemble_runs
 from dynlab.results.store import RunStore
-from dynlab.study import RunOutcome, Study, StudyOptions, select_names
+from dynlab.study import RunOutcome, RunResult, Study, StudyExtra, StudyOptions, override_field, read_result, select_names
 from dynlab.train.progress import NullProgress
 
-__all__ = ["MIXER_NAMES", "TASK_INTERVENTIONS", "make_task_study", "check_source"]
+__all__ = ["MIXER_NAMES", "TASK_INTERVENTIONS", "LMOptions", "TaskOptions", "TaskResult", "make_task_study",
+           "check_source"]
 
 MIXER_NAMES = ("mamba2", "mamba1", "gla")
 TASK_INTERVENTIONS = ("zero", "random-noise", "fitted-noise", "state-passing")
+
+
+class LMOptions(StudyExtra):
+    """Options every LM study takes (``StudyOptions.extra``).
+
+    Attributes:
+        interventions: initial-state interventions to train (default: the study's).
+        source: the text: ``shakespeare`` (default) or a UTF-8 file.
+        model: overrides of the preset's :class:`~dynlab.lm.spec.LMModelSpec` fields (not ``mixer``).
+        intervention: overrides of the preset's :class:`~dynlab.lm.spec.InterventionSpec` fields (not ``kind``).
+    """
+
+    interventions: tuple[str, ...] | None = None
+    source: str | None = None
+    model: Annotated[dict[str, Any], AfterValidator(override_field(LMModelSpec, "mixer"))] = {}
+    intervention: Annotated[dict[str, Any], AfterValidator(override_field(InterventionSpec, "kind"))] = {}
+
+
+class TaskOptions(LMOptions):
+    """Options of the task studies: :class:`LMOptions` and overrides of the preset's
+    :class:`~dynlab.lm.spec.LMTaskSpec` (``task``, not ``kind``),
+    :class:`~dynlab.lm.spec.TaskTrainSpec` (``train``) and
+    :class:`~dynlab.lm.spec.TaskEvalSpec` (``eval``) fields."""
+
+    task: Annotated[dict[str, Any], AfterValidator(override_field(LMTaskSpec, "kind"))] = {}
+    train: Annotated[dict[str, Any], AfterValidator(override_field(TaskTrainSpec))] = {}
+    eval: Annotated[dict[str, Any], AfterValidator(override_field(TaskEvalSpec))] = {}
+
+
+class TaskResult(RunResult):
+    """A task run's ``result.json`` (:func:`dynlab.lm.task_run.train_and_evaluate_task`);
+    the evaluation fields are absent for a diverged run.
+
+    ``accuracy``, ``token_accuracy``, ``exact_match``: fractions in [0, 1] per test length
+    in ``lengths`` (× ``depths`` for passkey, × ``kinds`` for babi); see the module
+    docstring.  ``train_loss``: mean masked cross-entropy over the last 5 % of the steps.
+    """
+
+    lengths: list[int] | None = None
+    depths: list[float] | None = None
+    kinds: list[str] | None = None
+    accuracy: list[float] | list[list[float]] | None = None
+    token_accuracy: list[float] | list[list[float]] | None = None
+    exact_match: list[float] | list[list[float]] | None = None
 
 
 def check_source(source: str, val_fraction: float, need: int) -> LMDataSpec:
@@ -62,30 +108,25 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
         if options.groups:
             raise DynlabInputError(f"study {name} takes no groups; allowed: none (drop --groups)")
         preset = presets[options.preset]
-        extra = dict(options.extra)
-        allowed_extra = {"interventions", "source", "model", "train", "eval", "intervention", "task"}
-        unknown = set(extra) - allowed_extra
-        if unknown:
-            raise ValueError(f"unknown extra option(s) {sorted(unknown)}; allowed: {', '.join(sorted(allowed_extra))}")
+        extra = TaskOptions.parse(options, name)
         mixers = select_names(options.models, preset["mixers"], MIXER_NAMES, "mixer")
-        ivs = select_names(tuple(extra["interventions"]) if "interventions" in extra else None,
-                      default_interventions, TASK_INTERVENTIONS, "intervention")
+        ivs = select_names(extra.interventions, default_interventions, TASK_INTERVENTIONS, "intervention")
         seeds = options.seeds if options.seeds is not None else preset["seeds"]
         if any(s < 0 for s in seeds):
             raise DynlabInputError(f"seeds must be >= 0, got {list(seeds)}")
-        task = LMTaskSpec(kind=kind, **{**preset["task"], **extra.get("task", {})})
+        task = LMTaskSpec(kind=kind, **{**preset["task"], **extra.task})
         if kind == "copying":
-            if extra.get("source") not in (None, "shakespeare"):
+            if extra.source not in (None, "shakespeare"):
                 raise DynlabInputError(f"study {name} uses no filler text; allowed: no --source")
             data = LMDataSpec()
         else:
             need = max(task.train_max, *task.eval_lengths) + 1
-            data = check_source(str(extra.get("source", "shakespeare")), LMDataSpec().val_fraction, need)
-        train = TaskTrainSpec(**{**preset["train"], **extra.get("train", {})})
-        evals = TaskEvalSpec(**{**preset["eval"], **extra.get("eval", {})})
-        iv_kw = {**preset["intervention"], **extra.get("intervention", {})}
+            data = check_source(extra.source or "shakespeare", LMDataSpec().val_fraction, need)
+        train = TaskTrainSpec(**{**preset["train"], **extra.train})
+        evals = TaskEvalSpec(**{**preset["eval"], **extra.eval})
+        iv_kw = {**preset["intervention"], **extra.intervention}
         return [
-            LMTaskRunSpec(data=data, model=LMModelSpec(mixer=m, **{**preset["model"], **extra.get("model", {})}),
+            LMTaskRunSpec(data=data, model=LMModelSpec(mixer=m, **{**preset["model"], **extra.model}),
                           intervention=InterventionSpec(kind=iv, **iv_kw), task=task, train=train, eval=evals, seed=s)
             for m in mixers
             for iv in ivs
@@ -100,37 +141,34 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
 
         result, weights = train_and_evaluate_task(spec, device, step)
         progress.remove(bar)
-        return RunOutcome(result, weights)
+        return RunOutcome(TaskResult.model_validate(result), weights)
+
+    def per_run(spec: LMTaskRunSpec, r: TaskResult) -> xr.Dataset | None:
+        return task_result_to_dataset(r.to_json(), kind) if r.status == "ok" else None
 
     def assemble(specs: list[LMTaskRunSpec], store: RunStore, options: StudyOptions) -> xr.Dataset:
-        parts, status, reason, loss, wall = [], [], [], [], []
-        for spec in specs:
-            r = store.load_result(spec)
-            status.append(r["status"])
-            reason.append(r.get("reason", ""))
-            loss.append(r.get("train_loss", np.nan))
-            wall.append(r.get("train_time", np.nan))
-            if r["status"] == "ok":
-                parts.append(task_result_to_dataset(r, kind))
-            else:
-                nan = {k: np.full(len(spec.task.eval_lengths), np.nan) for k in ("accuracy", "token_accuracy", "exact_match")}
-                parts.append(xr.Dataset({k: ("length", v) for k, v in nan.items()},
-                                        coords={"length": list(spec.task.eval_lengths)}))
-        ds = xr.concat(parts, dim="run", join="outer", fill_value=np.nan)
-        ds["status"] = ("run", np.array(status, dtype=str))
-        ds["reason"] = ("run", np.array(reason, dtype=str))
-        ds["train_loss"] = ("run", np.asarray(loss, dtype=float))
-        ds["train_time"] = ("run", np.asarray(wall, dtype=float))
-        ds = ds.assign_coords(
-            run=np.arange(len(specs)),
-            run_id=("run", np.array([s.spec_hash() for s in specs], dtype=str)),
-            arch=("run", np.array([s.model.mixer for s in specs], dtype=str)),
-            intervention=("run", np.array([s.intervention.kind for s in specs], dtype=str)),
-            seed=("run", np.array([s.seed for s in specs])),
-            train_min=("run", np.array([s.task.train_min for s in specs])),
-            train_max=("run", np.array([s.task.train_max for s in specs])),
-        )
-        return ds
+        """Accuracies of the ``ok`` runs stacked on ``run`` (NaN for the others), the run
+        record (status, reason, train_loss, train_time) and the spec coordinates."""
+        results = [read_result(TaskResult, store, s) for s in specs]
+        return assemble_runs(specs, results, per_run, coords={
+            "arch": lambda s: s.model.mixer,
+            "intervention": lambda s: s.intervention.kind,
+            "seed": lambda s: s.seed,
+            "train_min": lambda s: s.task.train_min,
+            "train_max": lambda s: s.task.train_max,
+        })
 
     return Study(name=name, description=description, presets=tuple(presets), make_specs=make_specs,
-                 run_one=run_one, assemble=assemble, spec_type=LMTaskRunSpec)
+                 run_one=run_one, assemble=assemble, spec_type=LMTaskRunSpec, result_type=TaskResult,
+                 options_type=TaskOptions, panels=_task_panels(kind))
+
+
+def _task_panels(kind: str):
+    """The figures of the study of task ``kind`` (:mod:`dynlab.figures.tasks`; matplotlib loads on first use)."""
+
+    def panels(ds: xr.Dataset) -> dict:
+        from dynlab.figures import tasks
+
+        return {"copying": tasks.copying_panels, "passkey": tasks.passkey_panels, "babi": tasks.babilong_panels}[kind](ds)
+
+    return panels

@@ -36,7 +36,7 @@ from dynlab.models import available_cells
 from dynlab.studies import group_tracking as gt
 from dynlab.study import Study, StudyOptions
 
-__all__ = ["DEFAULT_CELL", "DEFAULT_GROUPS", "NONLINEARITIES", "STUDY", "make_specs", "table"]
+__all__ = ["DEFAULT_CELL", "DEFAULT_GROUPS", "NONLINEARITIES", "STUDY", "NonlinearityOptions", "make_specs", "table"]
 
 NONLINEARITIES = ("tanh", "relu", "maxmin", "groupsort", "layernorm", "sphere")
 DEFAULT_GROUPS = ("C6", "S3")
@@ -53,8 +53,15 @@ def _select_cells(models: tuple[str, ...] | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(models))
 
 
-def _select_phis(extra: dict) -> tuple[str, ...]:
-    phis = tuple(extra.get("nonlinearities", NONLINEARITIES))
+class NonlinearityOptions(gt.TrackingOptions):
+    """group-tracking's options (``model``, ``train``, ``eval``, ``analysis``) and
+    ``nonlinearities``: the φ to train (default: all of :data:`NONLINEARITIES`)."""
+
+    nonlinearities: tuple[str, ...] | None = None
+
+
+def _select_phis(phis: tuple[str, ...] | None) -> tuple[str, ...]:
+    phis = NONLINEARITIES if phis is None else phis
     bad = [p for p in phis if p not in NONLINEARITIES]
     if bad or not phis:
         raise DynlabInputError(f"unknown nonlinearity {bad[0] if bad else '(none)'!r}; allowed: {', '.join(NONLINEARITIES)}")
@@ -68,13 +75,13 @@ def make_specs(options: StudyOptions) -> list[RunSpec]:
     the other ``extra`` keys (``model``, ``train``, ``eval``) override the preset as in
     group-tracking.
     """
-    extra = dict(options.extra)
-    phis = _select_phis(extra)
-    extra.pop("nonlinearities", None)
+    parsed = NonlinearityOptions.parse(options, "nonlinearity")
+    phis = _select_phis(parsed.nonlinearities)
+    extra = {k: v for k, v in options.extra.items() if k != "nonlinearities"}
     cells = _select_cells(options.models)
     specs: list[RunSpec] = []
     for phi in phis:
-        model_kw = {**extra.get("model", {}), "nonlinearity": phi}
+        model_kw = {**parsed.model, "nonlinearity": phi}
         sub = StudyOptions(
             preset=options.preset,
             models=cells,
@@ -103,4 +110,14 @@ STUDY = Study(
     group_key=gt.STUDY.group_key,
     max_group=gt.STUDY.max_group,
     spec_type=RunSpec,
+    result_type=gt.STUDY.result_type,
+    options_type=NonlinearityOptions,
+    panels=lambda ds: _panels(ds),
 )
+
+
+def _panels(ds: xr.Dataset) -> dict:
+    """The study's figures and ``mp_table`` (:func:`dynlab.figures.nonlinearity_panels`)."""
+    from dynlab.figures import nonlinearity_panels
+
+    return nonlinearity_panels(ds)

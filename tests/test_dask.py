@@ -22,7 +22,7 @@ from dynlab.executors import DaskExecutor, InProcessExecutor, make_executor  # n
 from dynlab.results.store import RunStore  # noqa: E402
 from dynlab.runner import run_study  # noqa: E402
 from dynlab.studies.group_tracking import STUDY as GROUP_TRACKING  # noqa: E402
-from dynlab.study import RunOutcome, Study, StudyOptions  # noqa: E402
+from dynlab.study import RunOutcome, RunResult, Study, StudyOptions  # noqa: E402
 
 # Worker processes cannot import this test module by name: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -115,13 +115,20 @@ def _toy_value(seed: int) -> float:
     return 1.0 / (seed + 3)
 
 
+class ToyResult(RunResult):
+    """The toy study's result: a value computed from the seed and the worker's process id."""
+
+    value: float
+    pid: int
+
+
 def _toy_run_one(spec: RunSpec, device, progress, marker_dir: str) -> RunOutcome:
     marker = Path(marker_dir) / f"started-{spec.seed}"
     if spec.seed == 2 and not marker.exists():
         marker.write_text(str(os.getpid()))
         os.kill(os.getpid(), signal.SIGKILL)  # the worker dies mid-run, nothing returned
     weights = {"w": torch.arange(5, dtype=torch.float64) * _toy_value(spec.seed)}
-    return RunOutcome({"status": "ok", "value": _toy_value(spec.seed), "pid": os.getpid()}, weights)
+    return RunOutcome(ToyResult(status="ok", value=_toy_value(spec.seed), pid=os.getpid()), weights)
 
 
 def _toy_assemble(specs, store: RunStore, options) -> xr.Dataset:
@@ -138,6 +145,7 @@ def test_killed_worker_is_retried_without_lost_or_corrupted_results(tmp_path):
         make_specs=_toy_specs,
         run_one=functools.partial(_toy_run_one, marker_dir=str(tmp_path)),
         assemble=_toy_assemble,
+        result_type=ToyResult,
     )
     with DaskExecutor(workers=1, processes=True, retries=1) as ex:
         path = run_study(study, StudyOptions(), out=tmp_path / "out", device="cpu", analyze=False, executor=ex)

@@ -102,12 +102,12 @@ def test_group_tracking_run_many_matches_run_one():
     for spec, out in zip(specs, many):
         one = STUDY.run_one(spec, CPU, None)
         # 6 steps never reach the training length: evaluated, but not learned (run_status)
-        assert out.result["status"] == one.result["status"] == "not-learned"
-        assert out.result["reason"] == one.result["reason"]
-        assert out.result["curriculum_length"] == one.result["curriculum_length"]
-        assert abs(out.result["train_loss"] - one.result["train_loss"]) < 1e-5
-        assert out.result["ensemble_size"] == 2
-        assert set(one.result) <= set(out.result)
+        assert out.result.status == one.result.status == "not-learned"
+        assert out.result.reason == one.result.reason
+        assert out.result.curriculum_length == one.result.curriculum_length
+        assert abs(out.result.train_loss - one.result.train_loss) < 1e-5
+        assert out.result.ensemble_size == 2
+        assert set(one.result.to_json()) <= set(out.result.to_json())
 
 
 @pytest.mark.slow

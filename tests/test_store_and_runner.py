@@ -13,7 +13,7 @@ from dynlab.config import RunSpec
 from dynlab.results import RunStore
 from dynlab.results.store import STALE_AFTER_S
 from dynlab.runner import open_study, run_study
-from dynlab.study import RunOutcome, StudyOptions
+from dynlab.study import RunOutcome, RunResult, StudyOptions
 from dynlab.studies import get_study
 
 SMOKE = StudyOptions(preset="smoke", models=("tanh-rnn", "linear-rnn"), groups=("C2", "S3"))
@@ -135,7 +135,7 @@ def test_diverged_run_is_recorded_and_study_goes_on(tmp_path):
 
     def run_one(spec, device, progress):
         if spec.model.arch == "linear-rnn":
-            return RunOutcome({"status": "diverged", "reason": "non-finite loss at step 3"}, None)
+            return RunOutcome(RunResult(status="diverged", reason="non-finite loss at step 3"), None)
         return base.run_one(spec, device, progress)
 
     study = dataclasses.replace(base, run_one=run_one, analyze_one=None)
@@ -198,7 +198,7 @@ def test_run_status_rule_and_summary_counts(tmp_path):
 
     def run_one(spec, device, progress):
         if spec.model.arch == "linear-rnn":
-            return RunOutcome({"status": "diverged", "reason": "non-finite loss at step 3"}, None)
+            return RunOutcome(RunResult(status="diverged", reason="non-finite loss at step 3"), None)
         return base.run_one(spec, device, progress)
 
     from dynlab.runner import _run_specs

@@ -28,9 +28,9 @@ def _counting_study():
         trained.append(spec.spec_hash())
         return base.run_one(spec, device, progress)
 
-    def analyze_one(spec, store, device, progress):
+    def analyze_one(spec, store, device, progress, extra):
         analysed.append(spec.spec_hash())
-        return base.analyze_one(spec, store, device, progress)
+        return base.analyze_one(spec, store, device, progress, extra)
 
     study = dataclasses.replace(base, run_one=run_one, run_many=None, analyze_one=analyze_one)
     return study, trained, analysed

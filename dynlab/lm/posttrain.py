@@ -36,7 +36,7 @@ import xarray as xr
 from pydantic import Field
 from safetensors.torch import load_file
 
-from dynlab.config import Spec
+from dynlab.config import Spec, load_spec
 from dynlab.errors import DynlabInputError
 from dynlab.lm.hf import HFRecurrentLM, hf_config_summary, is_hf_checkpoint, load_hf_checkpoint
 from dynlab.lm.interventions import make_intervention
@@ -73,7 +73,7 @@ def load_checkpoint(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
         try:
             doc = json.loads((p / "spec.json").read_text())
             cls = {"LMRunSpec": LMRunSpec, "LMTaskRunSpec": LMTaskRunSpec}[doc["spec"]]
-            spec = cls.model_validate(doc["fields"])
+            spec = load_spec(doc, cls)
         except KeyError:
             raise _not_a_model(p, "its spec.json is not an LM run spec") from None
         except (json.JSONDecodeError, TypeError, ValueError) as exc:
