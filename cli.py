@@ -316,15 +316,22 @@ def figures(
     """Draw every panel of a study (PNG + PDF) and one composite figure."""
     from dynlab.figures import write_figures
     from dynlab.runner import open_study
+    from dynlab.studies import STUDIES
 
     if out.exists() and not out.is_dir():
         raise DynlabInputError(f"--out {out} is a file; allowed: a folder (made when missing)")
     ds = open_study(study_dir)
+    name = str(ds.attrs.get("study", ""))
+    study = STUDIES.get(name)
+    if study is None or study.panels is None:
+        drawable = ", ".join(n for n, s in STUDIES.items() if s.panels is not None)
+        raise DynlabInputError(f"{study_dir} holds a dataset of study {name!r}, which has no figures; "
+                               f"allowed: a dataset of {drawable}")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DynlabInputError(f"--out {out} cannot be made ({exc.strerror or exc}); allowed: a writable folder") from None
-    figs = write_figures(ds, out)
+    figs = write_figures(ds, out, study.panels)
     for path in figs.written:
         typer.echo(str(path))
     for name, why in figs.skipped.items():

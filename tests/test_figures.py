@@ -16,6 +16,7 @@ from dynlab.figures import (  # noqa: E402
     MissingData,
     accuracy_heatmap,
     failure_modes,
+    group_tracking_panels,
     margin_panel,
     mp_by_nonlinearity,
     mp_failure_table,
@@ -258,7 +259,7 @@ def test_missing_variables_raise_one_line():
 @pytest.mark.slow
 def test_write_figures_png_pdf_composite_and_notes(tmp_path):
     ds = synthetic()
-    figs = write_figures(ds, tmp_path / "all")
+    figs = write_figures(ds, tmp_path / "all", group_tracking_panels)
     names = {p.name for p in figs.written}
     for stem in ("accuracy_S3", "accuracy_C2", "q_curves", "q_dec_curves", "tcross_mp", "tcross_q_mp",
                  "r_par_perp", "return_map_eigs",
@@ -269,7 +270,7 @@ def test_write_figures_png_pdf_composite_and_notes(tmp_path):
     assert figs.skipped == {}
     bare = ds[["accuracy", "mp", "mp_censored", "status"]]
     bare.attrs = dict(ds.attrs)
-    figs = write_figures(bare, tmp_path / "bare")
+    figs = write_figures(bare, tmp_path / "bare", group_tracking_panels)
     assert {p.name for p in figs.written} == {f"{s}.{e}" for s in ("accuracy_S3", "accuracy_C2", "group-tracking")
                                               for e in ("png", "pdf")}
     assert set(figs.skipped) == {"q_curves", "q_dec_curves", "tcross_mp", "tcross_q_mp", "r_par_perp",
@@ -304,8 +305,8 @@ def test_figure_modules_import_no_torch():
     import dynlab.figures
 
     root = Path(dynlab.figures.__file__).parent
-    allowed_dynlab = {"dynlab.figures", "dynlab.figures.style", "dynlab.figures.tracking", "dynlab.figures.lm",
-                      "dynlab.groups"}
+    allowed_dynlab = {"dynlab.figures", "dynlab.figures.panel", "dynlab.figures.style", "dynlab.figures.tracking",
+                      "dynlab.figures.lm", "dynlab.groups"}
     for path in sorted(root.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
@@ -314,3 +315,45 @@ def test_figure_modules_import_no_torch():
                 assert name.split(".")[0] != "torch", (path.name, name)
                 if name.startswith("dynlab"):
                     assert name in allowed_dynlab, (path.name, name)
+
+
+def test_panels_declare_what_they_read():
+    from dynlab.figures.panel import Panel, required_variables
+
+    ds = synthetic()
+    assert required_variables(q_curves, ds) == ["q", "t"]
+    assert required_variables(q_curves, ds, None, variable="q_dec") == ["q_dec", "t"]
+    assert required_variables(accuracy_heatmap, ds, None, by="nonlinearity") == ["accuracy", "nonlinearity", "length"]
+    # the default T_cross variant comes from the dataset
+    assert required_variables(tcross_mp_scatter, ds) == ["T_cross", "mp"]
+    ds.attrs["corr_default_variant"] = "q_dec"
+    assert required_variables(tcross_mp_scatter, ds) == ["T_cross_dec", "mp"]
+    assert Panel(failure_modes, {"variable": "failure_mode_dec"}).missing(ds.drop_vars("failure_mode_dec")) == [
+        "failure_mode_dec"]
+    with pytest.raises(TypeError, match="declares no variables"):
+        Panel(lambda ds, ax: ax)
+
+
+def test_driver_skips_only_declared_absences_and_lets_bugs_through(tmp_path):
+    from dynlab.figures import NothingToDraw, Panel, needs
+
+    @needs("q", what="buggy panel")
+    def buggy(ds, ax):
+        return ds["not_declared"]  # a KeyError inside a panel is a bug, not a skip
+
+    @needs("q", what="empty panel")
+    def empty(ds, ax):
+        raise NothingToDraw("empty panel has no finished runs to draw")
+
+    @needs("no_such_variable", what="absent panel")
+    def absent(ds, ax):
+        raise AssertionError("not drawn: its variable is absent")
+
+    ds = synthetic()
+    figs = write_figures(ds, tmp_path / "a", {"absent": Panel(absent), "empty": Panel(empty),
+                                              "q_curves": Panel(q_curves)})
+    assert figs.skipped == {"absent": "absent panel needs no_such_variable (absent from the dataset)",
+                            "empty": "empty panel has no finished runs to draw"}
+    assert {p.name for p in figs.written} == {"q_curves.png", "q_curves.pdf", "group-tracking.png", "group-tracking.pdf"}
+    with pytest.raises(KeyError, match="not_declared"):
+        write_figures(ds, tmp_path / "b", {"buggy": Panel(buggy)})

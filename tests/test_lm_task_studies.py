@@ -74,7 +74,7 @@ def test_tiny_task_study_dataset_and_panels(name, dims, tmp_path):
     headline = ds["token_accuracy"] if name == "copying" else ds["exact_match"]
     np.testing.assert_array_equal(acc, headline.values)
     assert (ds["exact_match"] <= ds["token_accuracy"] + 1e-12).all()  # all tokens right implies each token right
-    figs = write_figures(ds, tmp_path / "figs")
+    figs = write_figures(ds, tmp_path / "figs", get_study(name).panels)
     assert figs.written and not figs.skipped, figs.skipped
     plt.close("all")
 

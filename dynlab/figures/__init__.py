@@ -1,30 +1,33 @@
 """Figures: panels as pure ``(ds, ax) -> ax`` functions, and :func:`write_figures`.
 
-``write_figures(ds, out_dir)`` draws every panel that applies to a study dataset (chosen
-by ``ds.attrs['study']``), each as ``<panel>.png`` and ``<panel>.pdf`` at column width in
-the house style (:mod:`dynlab.figures.style`), plus one composite ``<study>.png/.pdf``
-of all drawn panels at page width.  A panel whose variables are missing (e.g. a study
-run without analyses) is skipped with a note.  For the nonlinearity study it also
-writes ``mp_table.md``.  Panels never import torch and never touch files.
+Every panel declares the dataset variables it reads (:func:`dynlab.figures.panel.needs`),
+and every study declares its panels (``Study.panels``: a function of the dataset giving
+panel name -> :class:`~dynlab.figures.panel.Panel` or :class:`~dynlab.figures.panel.Table`;
+the builders are :func:`group_tracking_panels`, :func:`nonlinearity_panels`,
+:func:`dynlab.figures.lm.length_generalization_panels` and the task studies' in
+:mod:`dynlab.figures.tasks`).
 
-The length-generalization panels live in :mod:`dynlab.figures.lm` (imported only when
-such a dataset is drawn).
+``write_figures(ds, out_dir, panels)`` draws each panel as ``<panel>.png`` and
+``<panel>.pdf`` at column width in the house style (:mod:`dynlab.figures.style`), one
+composite ``<study>.png/.pdf`` of all drawn panels at page width, and each table as
+``<name>.md``.  A panel is skipped with a note only when a variable it declared is absent
+(e.g. a study run without analyses) or when it finds nothing to draw
+(:class:`~dynlab.figures.panel.NothingToDraw`, e.g. no run finished); any other error in a
+panel is a bug and propagates.  Panels never import torch and never touch files.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 import xarray as xr
-from matplotlib.axes import Axes
 
+from dynlab.figures.panel import MissingData, MissingVariables, NothingToDraw, Panel, Table, needs
 from dynlab.figures.style import COLUMN_WIDTH, PAGE_WIDTH, PANEL_HEIGHT, publication_style
 from dynlab.figures.tracking import (
-    MissingData,
     accuracy_heatmap,
     failure_modes,
     margin_panel,
@@ -40,21 +43,28 @@ from dynlab.figures.tracking import (
 __all__ = [
     "FigureSet",
     "MissingData",
+    "MissingVariables",
+    "NothingToDraw",
+    "Panel",
+    "Table",
     "accuracy_heatmap",
     "failure_modes",
+    "group_tracking_panels",
     "margin_panel",
     "mp_by_nonlinearity",
     "mp_failure_table",
+    "needs",
+    "nonlinearity_panels",
     "perturbation_recovery",
     "q_curves",
     "r_par_perp",
     "return_map_eigs",
-    "study_panels",
     "tcross_mp_scatter",
     "write_figures",
 ]
 
-Panel = Callable[[xr.Dataset, Axes], Axes]
+#: What a study declares: panel name -> Panel (drawn) or Table (written as Markdown).
+FigureItems = Mapping[str, "Panel | Table"]
 
 
 @dataclass
@@ -71,54 +81,41 @@ def _groups(ds: xr.Dataset) -> list[str]:
     return list(dict.fromkeys(str(g) for g in ds["group"].values))
 
 
-def _missing_as_note(panel: Panel) -> Panel:
-    """Turn a panel's KeyError or ValueError (an absent variable) into :class:`MissingData`."""
-
-    def guarded(ds: xr.Dataset, ax: Axes) -> Axes:
-        try:
-            return panel(ds, ax)
-        except (KeyError, ValueError) as exc:
-            raise MissingData(f"{getattr(panel, '__name__', 'panel')}: {exc} (absent from the dataset?)") from None
-
-    return guarded
-
-
-def study_panels(ds: xr.Dataset) -> dict[str, Panel]:
-    """Panel name -> panel for the study that wrote ``ds`` (``ds.attrs['study']``)."""
-    study = str(ds.attrs.get("study", ""))
-    if study == "length-generalization":
-        from dynlab.figures import lm
-
-        return {name: _missing_as_note(panel) for name, panel in lm.PANELS.items()}
-    if study in ("copying", "passkey", "babilong"):
-        from dynlab.figures import tasks
-
-        return {name: _missing_as_note(panel) for name, panel in tasks.task_panels(ds).items()}
-    groups = _groups(ds)
-    if study == "nonlinearity":
-        panels: dict[str, Panel] = {"mp_by_nonlinearity": mp_by_nonlinearity}
-        for g in groups:
-            panels[f"accuracy_{g}"] = partial(accuracy_heatmap, group=g, by="nonlinearity")
-        panels["failure_modes"] = partial(failure_modes, by="nonlinearity")
-        for g in groups:
-            panels[f"q_{g}"] = partial(q_curves, group=g, color_by="nonlinearity")
-        panels["return_map_eigs"] = partial(return_map_eigs, color_by="nonlinearity")
-        return panels
-    panels = {f"accuracy_{g}": partial(accuracy_heatmap, group=g) for g in groups} or {"accuracy": accuracy_heatmap}
+def group_tracking_panels(ds: xr.Dataset) -> dict[str, Panel | Table]:
+    """The panels of a group-tracking dataset: an accuracy heatmap per group, q(t) and
+    q_dec(t), T_cross vs mp (default variant and q), R∥/R⊥, return-map eigenvalues,
+    perturbation recovery, failure modes (from q and q_dec) and the margin per group."""
+    panels: dict[str, Panel | Table] = {f"accuracy_{g}": Panel(accuracy_heatmap, {"group": g}) for g in _groups(ds)}
+    if not panels:
+        panels["accuracy"] = Panel(accuracy_heatmap)
     panels.update(
-        {
-            "q_curves": q_curves,
-            "q_dec_curves": partial(q_curves, variable="q_dec"),
-            "tcross_mp": tcross_mp_scatter,
-            "tcross_q_mp": partial(tcross_mp_scatter, variant="q"),
-            "r_par_perp": r_par_perp,
-            "return_map_eigs": return_map_eigs,
-            "perturbation_recovery": perturbation_recovery,
-            "failure_modes": failure_modes,
-            "failure_modes_dec": partial(failure_modes, variable="failure_mode_dec"),
-            "margin": margin_panel,
-        }
+        q_curves=Panel(q_curves),
+        q_dec_curves=Panel(q_curves, {"variable": "q_dec"}),
+        tcross_mp=Panel(tcross_mp_scatter),
+        tcross_q_mp=Panel(tcross_mp_scatter, {"variant": "q"}),
+        r_par_perp=Panel(r_par_perp),
+        return_map_eigs=Panel(return_map_eigs),
+        perturbation_recovery=Panel(perturbation_recovery),
+        failure_modes=Panel(failure_modes),
+        failure_modes_dec=Panel(failure_modes, {"variable": "failure_mode_dec"}),
+        margin=Panel(margin_panel),
     )
+    return panels
+
+
+def nonlinearity_panels(ds: xr.Dataset) -> dict[str, Panel | Table]:
+    """The panels of the nonlinearity ablation: mp per φ, accuracy heatmaps (a row per φ),
+    failure modes per φ, q(t) per group coloured by φ, return-map eigenvalues, and the
+    Markdown table ``mp_table`` (:func:`~dynlab.figures.tracking.mp_failure_table`)."""
+    groups = _groups(ds)
+    panels: dict[str, Panel | Table] = {"mp_by_nonlinearity": Panel(mp_by_nonlinearity)}
+    for g in groups:
+        panels[f"accuracy_{g}"] = Panel(accuracy_heatmap, {"group": g, "by": "nonlinearity"})
+    panels["failure_modes"] = Panel(failure_modes, {"by": "nonlinearity"})
+    for g in groups:
+        panels[f"q_{g}"] = Panel(q_curves, {"group": g, "color_by": "nonlinearity"})
+    panels["return_map_eigs"] = Panel(return_map_eigs, {"color_by": "nonlinearity"})
+    panels["mp_table"] = Table(mp_failure_table)
     return panels
 
 
@@ -129,25 +126,44 @@ def _save(fig, stem: Path, written: list[Path]) -> None:
         written.append(path)
 
 
-def write_figures(ds: xr.Dataset, out_dir: str | Path) -> FigureSet:
-    """Write every applicable panel (PNG + PDF) and one composite figure to ``out_dir``."""
+def write_figures(ds: xr.Dataset, out_dir: str | Path,
+                  panels: FigureItems | Callable[[xr.Dataset], FigureItems]) -> FigureSet:
+    """Write every panel of ``panels`` (PNG + PDF), one composite figure and every table
+    (Markdown) to ``out_dir``; ``panels`` is a study's ``Study.panels`` (a function of the
+    dataset) or its result.  Also writes ``NOTES.txt`` listing the skipped panels."""
     from matplotlib.figure import Figure
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     result = FigureSet()
-    panels = study_panels(ds)
+    items = panels(ds) if callable(panels) else panels
     drawn: list[tuple[str, Panel]] = []
     with publication_style():
-        for name, panel in panels.items():
+        for name, item in items.items():
+            if not isinstance(item, (Panel, Table)):
+                raise TypeError(f"figure item {name!r} is a {type(item).__name__}; allowed: Panel, Table")
+            absent = item.missing(ds)
+            if absent:
+                result.skipped[name] = f"{item.what} needs {', '.join(absent)} (absent from the dataset)"
+                continue
+            if isinstance(item, Table):
+                try:
+                    text = item(ds)
+                except NothingToDraw as exc:
+                    result.skipped[name] = str(exc)
+                    continue
+                path = out / f"{name}.md"
+                path.write_text(text)
+                result.written.append(path)
+                continue
             fig = Figure(figsize=(COLUMN_WIDTH, PANEL_HEIGHT), layout="constrained")
             try:
-                panel(ds, fig.add_subplot())
-            except MissingData as exc:
+                item(ds, fig.add_subplot())
+            except NothingToDraw as exc:
                 result.skipped[name] = str(exc)
                 continue
             _save(fig, out / name, result.written)
-            drawn.append((name, panel))
+            drawn.append((name, item))
         if drawn:
             ncols = 2 if len(drawn) > 1 else 1
             nrows = math.ceil(len(drawn) / ncols)
@@ -163,13 +179,6 @@ def write_figures(ds: xr.Dataset, out_dir: str | Path) -> FigureSet:
                 ax.set_visible(False)
             study = str(ds.attrs.get("study", "")) or "study"
             _save(fig, out / study, result.written)
-        if str(ds.attrs.get("study", "")) == "nonlinearity":
-            try:
-                table = out / "mp_table.md"
-                table.write_text(mp_failure_table(ds))
-                result.written.append(table)
-            except MissingData as exc:
-                result.skipped["mp_table"] = str(exc)
     notes = [f"{k}: skipped ({v})" for k, v in result.skipped.items()]
     (out / "NOTES.txt").write_text("\n".join(notes) + ("\n" if notes else "all panels drawn\n"))
     return result

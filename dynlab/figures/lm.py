@@ -13,7 +13,12 @@ import xarray as xr
 from matplotlib.axes import Axes
 from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter
 
-__all__ = ["ppl_panel", "effrem_panel", "state_std_panel", "PANELS"]
+from dynlab.figures.panel import Panel, needs
+
+__all__ = ["EFFREM_NAMES", "PANELS", "effrem_panel", "length_generalization_panels", "ppl_panel", "state_std_panel"]
+
+#: Dataset variable of EffRem under each distance.
+EFFREM_NAMES = {"tv": "effrem", "js": "effrem_js", "cos": "effrem_cos"}
 
 
 def _label(ds: xr.Dataset, run: int) -> str:
@@ -64,6 +69,7 @@ def _lines(ds: xr.Dataset, da: xr.DataArray, ax: Axes, mark_training: bool = Tru
     return ax
 
 
+@needs(lambda ds, o: "ppl_binned" if o["binned"] and "ppl_binned" in ds else "ppl", "t", what="PPL(t)")
 def ppl_panel(ds: xr.Dataset, ax: Axes, binned: bool = True) -> Axes:
     """PPL(t) per run (binned by default), log-scaled position axis."""
     name = "ppl_binned" if binned and "ppl_binned" in ds else "ppl"
@@ -74,11 +80,17 @@ def ppl_panel(ds: xr.Dataset, ax: Axes, binned: bool = True) -> Axes:
     return ax
 
 
+def _effrem_name(ds: xr.Dataset, options: dict) -> str:
+    distance = options["distance"]
+    if distance not in EFFREM_NAMES:
+        raise ValueError(f"distance must be one of {', '.join(EFFREM_NAMES)}, got {distance!r}")
+    return EFFREM_NAMES[distance]
+
+
+@needs(_effrem_name, "t", what="EffRem")
 def effrem_panel(ds: xr.Dataset, ax: Axes, distance: str = "tv") -> Axes:
     """EffRem_T(t) per run for ``distance`` in tv, js, cos, against the truncation start t (T = evaluation length)."""
-    name = {"tv": "effrem", "js": "effrem_js", "cos": "effrem_cos"}.get(distance)
-    if name is None or name not in ds:
-        raise ValueError(f"distance must be one of tv, js, cos present in the dataset, got {distance!r}")
+    name = EFFREM_NAMES[distance]
     _lines(ds, ds[name], ax, mark_training=False)
     ax.set_xlabel("truncation start t [tokens]")
     ax.set_ylabel(_axis_label(ds[name], "EffRem"))
@@ -86,6 +98,7 @@ def effrem_panel(ds: xr.Dataset, ax: Axes, distance: str = "tv") -> Axes:
     return ax
 
 
+@needs("state_std", "t", what="state std")
 def state_std_panel(ds: xr.Dataset, ax: Axes, layer: int | None = None) -> Axes:
     """State std per run over position (log scale), averaged over heads (and layers unless ``layer`` is given)."""
     da = ds["state_std"]
@@ -100,3 +113,8 @@ def state_std_panel(ds: xr.Dataset, ax: Axes, layer: int | None = None) -> Axes:
 
 
 PANELS = {"ppl": ppl_panel, "effrem": effrem_panel, "state_std": state_std_panel}
+
+
+def length_generalization_panels(ds: xr.Dataset) -> dict[str, Panel]:
+    """The panels of a length-generalization dataset: PPL(t), EffRem (TV) and the state std."""
+    return {name: Panel(fn) for name, fn in PANELS.items()}

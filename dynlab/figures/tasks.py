@@ -8,13 +8,13 @@ file I/O.
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 import xarray as xr
 from matplotlib.axes import Axes
 
-__all__ = ["copying_panel", "passkey_heatmap", "babi_panel", "task_panels"]
+from dynlab.figures.panel import NothingToDraw, Panel, needs
+
+__all__ = ["babi_panel", "babilong_panels", "copying_panel", "copying_panels", "passkey_heatmap", "passkey_panels"]
 
 
 def _pairs(ds: xr.Dataset) -> list[tuple[str, str]]:
@@ -52,6 +52,7 @@ def _mean_band(ds: xr.Dataset, ax: Axes, da: xr.DataArray, label: str) -> None:
                         alpha=0.2, linewidth=0)
 
 
+@needs("{variable}", "length", "arch", "intervention", what="copying accuracy")
 def copying_panel(ds: xr.Dataset, ax: Axes, variable: str = "accuracy") -> Axes:
     """Copying: ``variable`` (per-character ``accuracy`` or ``exact_match``) vs string length, per intervention."""
     _shade_training(ds, ax)
@@ -69,12 +70,13 @@ def copying_panel(ds: xr.Dataset, ax: Axes, variable: str = "accuracy") -> Axes:
     return ax
 
 
+@needs("accuracy", "length", "depth", "intervention", "train_max", what="passkey heatmap")
 def passkey_heatmap(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -> Axes:
     """Passkey: mean accuracy over (length, depth) for the runs of ``intervention`` (default: the first)."""
     interventions = list(dict.fromkeys(ds["intervention"].values.astype(str)))
     iv = intervention if intervention is not None else interventions[0]
     if iv not in interventions:
-        raise ValueError(f"intervention {iv!r} not in the dataset; allowed: {', '.join(interventions)}")
+        raise NothingToDraw(f"intervention {iv!r} not in the dataset; allowed: {', '.join(interventions)}")
     acc = ds["accuracy"].isel(run=np.flatnonzero((ds["intervention"] == iv).values))
     mean = acc.mean("run").transpose("depth", "length")
     im = ax.imshow(mean.values, origin="lower", aspect="auto", vmin=0, vmax=1, cmap="viridis")
@@ -91,12 +93,13 @@ def passkey_heatmap(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -
     return ax
 
 
+@needs("accuracy", "length", "kind", "intervention", what="bAbI accuracy")
 def babi_panel(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -> Axes:
     """bAbI-style: accuracy vs length, one line per task kind (mean over the runs of ``intervention``)."""
     interventions = list(dict.fromkeys(ds["intervention"].values.astype(str)))
     iv = intervention if intervention is not None else interventions[0]
     if iv not in interventions:
-        raise ValueError(f"intervention {iv!r} not in the dataset; allowed: {', '.join(interventions)}")
+        raise NothingToDraw(f"intervention {iv!r} not in the dataset; allowed: {', '.join(interventions)}")
     runs = ds.isel(run=np.flatnonzero((ds["intervention"] == iv).values))
     _shade_training(ds, ax)
     for kind in runs["kind"].values:
@@ -110,14 +113,20 @@ def babi_panel(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -> Axe
     return ax
 
 
-def task_panels(ds: xr.Dataset) -> dict:
-    """Panel name -> panel for a copying, passkey or babilong dataset (``ds.attrs['study']``)."""
-    study = str(ds.attrs.get("study", ""))
-    interventions = list(dict.fromkeys(ds["intervention"].values.astype(str))) if "intervention" in ds.coords else []
-    if study == "copying":
-        return {"copying_accuracy": copying_panel, "copying_exact_match": partial(copying_panel, variable="exact_match")}
-    if study == "passkey":
-        return {f"passkey_{iv}": partial(passkey_heatmap, intervention=iv) for iv in interventions}
-    if study == "babilong":
-        return {f"babi_{iv}": partial(babi_panel, intervention=iv) for iv in interventions}
-    raise ValueError(f"not a task study dataset: {study!r}; allowed: copying, passkey, babilong")
+def _interventions(ds: xr.Dataset) -> list[str]:
+    return list(dict.fromkeys(ds["intervention"].values.astype(str))) if "intervention" in ds.coords else []
+
+
+def copying_panels(ds: xr.Dataset) -> dict[str, Panel]:
+    """The panels of a copying dataset: per-character accuracy and exact match vs length."""
+    return {"copying_accuracy": Panel(copying_panel), "copying_exact_match": Panel(copying_panel, {"variable": "exact_match"})}
+
+
+def passkey_panels(ds: xr.Dataset) -> dict[str, Panel]:
+    """The panels of a passkey dataset: one accuracy heatmap per intervention."""
+    return {f"passkey_{iv}": Panel(passkey_heatmap, {"intervention": iv}) for iv in _interventions(ds)}
+
+
+def babilong_panels(ds: xr.Dataset) -> dict[str, Panel]:
+    """The panels of a babilong dataset: accuracy per task kind, one panel per intervention."""
+    return {f"babi_{iv}": Panel(babi_panel, {"intervention": iv}) for iv in _interventions(ds)}

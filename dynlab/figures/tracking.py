@@ -1,11 +1,13 @@
 """Figure panels for the group-tracking studies (paper A): pure ``(ds, ax) -> ax`` functions.
 
 Each panel reads a study dataset (dim ``run`` with coords ``arch``, ``family``, ``group``,
-``seed``, ``nonlinearity``; see :mod:`dynlab.results.schema`), labels its axes from the
+``seed``, ``nonlinearity``; see :mod:`dynlab.results.vocabulary`), labels its axes from the
 variables' ``long_name``/``units`` and draws on the given axes only: no torch, no file
-I/O.  A panel whose variables are absent (e.g. a study run with ``--no-analysis``)
-raises :class:`MissingData`, which :func:`dynlab.figures.write_figures` turns into a
-note.  Only runs with ``status == 'ok'`` are drawn, except in the return-map panel, which
+I/O.  Each panel declares the variables it reads (:func:`dynlab.figures.panel.needs`);
+called without them (e.g. on a study run with ``--no-analysis``) it raises
+:class:`~dynlab.figures.panel.MissingVariables`, and with nothing to draw in them (no
+finished run) :class:`~dynlab.figures.panel.NothingToDraw`; :func:`dynlab.figures.write_figures`
+turns both into a note.  Only runs with ``status == 'ok'`` are drawn, except in the return-map panel, which
 marks the runs that never learned their task (``status == 'not-learned'``) apart.
 
 Pooled curves (R∥/R⊥, perturbation recovery) are medians over the runs of a family with
@@ -26,6 +28,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Circle, Patch
 
+from dynlab.figures.panel import MissingData, NothingToDraw, needs
 from dynlab.figures.style import FAMILY_COLORS, arch_color, axis_label, family_color, finite, log_axis
 
 __all__ = [
@@ -65,16 +68,6 @@ _PHI_COLORS = {
 _ZERO = 1e-10
 
 
-class MissingData(ValueError):
-    """A panel's variables are not in the dataset (one line naming them)."""
-
-
-def _require(ds: xr.Dataset, panel: str, *names: str) -> None:
-    absent = [n for n in names if n not in ds.variables]
-    if absent:
-        raise MissingData(f"{panel} needs {', '.join(absent)} (absent from the dataset)")
-
-
 def _ok(ds: xr.Dataset) -> xr.Dataset:
     """Runs with status 'ok' (all runs when there is no ``status``)."""
     if "status" in ds:
@@ -88,13 +81,13 @@ def _in_group(ds: xr.Dataset, group: str | None) -> xr.Dataset:
         return ds
     groups = np.asarray(ds["group"].values).astype(str)
     if group not in groups:
-        raise MissingData(f"group {group!r} not in the dataset (groups: {', '.join(sorted(set(groups)))})")
+        raise NothingToDraw(f"group {group!r} not in the dataset (groups: {', '.join(sorted(set(groups)))})")
     return ds.isel(run=np.flatnonzero(groups == group))
 
 
 def _nonempty(ds: xr.Dataset, panel: str) -> xr.Dataset:
     if ds.sizes.get("run", 0) == 0:
-        raise MissingData(f"{panel} has no finished runs to draw")
+        raise NothingToDraw(f"{panel} has no finished runs to draw")
     return ds
 
 
@@ -171,13 +164,13 @@ def _mp_ticks(ax: Axes, ds: xr.Dataset, floor: float) -> None:
 # -- panels ----------------------------------------------------------------------------------
 
 
+@needs("{variable}", "{by}", "length", what="accuracy heatmap")
 def accuracy_heatmap(
     ds: xr.Dataset, ax: Axes, group: str | None = None, variable: str = "accuracy", by: str = "arch"
 ) -> Axes:
     """Accuracy vs length as a heatmap: rows = ``by`` (architecture), columns = evaluated
     lengths, colour = mean over seeds of ``variable`` for one group (default: the first)."""
     panel = "accuracy heatmap"
-    _require(ds, panel, variable, by)
     ds = _ok(ds)
     if group is None and "group" in ds.coords and ds.sizes["run"]:
         group = _ordered(_strs(ds, "group"))[0]
@@ -211,6 +204,7 @@ def accuracy_heatmap(
     return ax
 
 
+@needs("{variable}", "t", what="q(t) curves")
 def q_curves(
     ds: xr.Dataset, ax: Axes, group: str | None = None, variable: str = "q", color_by: str = "family"
 ) -> Axes:
@@ -218,7 +212,6 @@ def q_curves(
     and each run's T_cross marked with a cross on its curve.  Numerical zeros (q ≤ 1e-10,
     e.g. at t = 1 where R(1) = 0) are not drawn."""
     panel = "q(t) curves"
-    _require(ds, panel, variable, "t")
     ds = _nonempty(_in_group(_ok(ds), group), panel)
     t = np.asarray(ds["t"].values, dtype=np.float64)
     q = np.asarray(ds[variable].values, dtype=np.float64)  # [run, t]
@@ -237,7 +230,7 @@ def q_curves(
             j = int(np.argmin(np.abs(t - tcross[i])))
             ax.plot([t[j]], [row[j]], marker="x", color=c, markersize=4, markeredgewidth=1.0, linestyle="none")
     if drawn == 0:
-        raise MissingData(f"{panel}: every run's {variable} is NaN")
+        raise NothingToDraw(f"{panel}: every run's {variable} is NaN")
     tau = _tau(ds)
     ax.axhline(tau, color="black", linestyle="--", linewidth=0.7)
     log_axis(ax, "x")
@@ -286,6 +279,7 @@ def _tcross_name(variant: str) -> str:
     return f"T_cross_{variant[2:]}"
 
 
+@needs(lambda ds, o: _tcross_name(o["variant"] or default_variant(ds)), "mp", what="T_cross vs mp")
 def tcross_mp_scatter(ds: xr.Dataset, ax: Axes, color_by: str = "family", variant: str | None = None) -> Axes:
     """T_cross against mp, one point per ``ok`` run (log–log).  ``variant`` names the
     readability ratio that defines T_cross (:data:`dynlab.analysis.correlation.CROSSING_VARIANTS`;
@@ -296,7 +290,6 @@ def tcross_mp_scatter(ds: xr.Dataset, ax: Axes, color_by: str = "family", varian
     variant = variant or default_variant(ds)
     variable = _tcross_name(variant)
     panel = f"{variable} vs mp"
-    _require(ds, panel, variable, "mp")
     ds = _nonempty(_ok(ds), panel)
     tc = np.asarray(ds[variable].values, dtype=np.float64)
     mp = np.asarray(ds["mp"].values, dtype=np.float64)
@@ -319,7 +312,7 @@ def tcross_mp_scatter(ds: xr.Dataset, ax: Axes, color_by: str = "family", varian
                 c = _color_of(color_by, k)
                 ax.scatter(x[sel], y[sel], s=14, marker="o", facecolors=face or c, edgecolors=c, linewidths=0.8)
     if not (np.isfinite(x) & np.isfinite(y)).any():
-        raise MissingData(f"{panel}: no run has finite T_cross (or horizon) and mp")
+        raise NothingToDraw(f"{panel}: no run has finite T_cross (or horizon) and mp")
     lo = min(float(np.nanmin(x)), float(np.nanmin(y)))
     hi = max(float(np.nanmax(x)), float(np.nanmax(y)))
     ax.plot([lo, hi], [lo, hi], color="#999999", linestyle=":", linewidth=0.7)
@@ -340,11 +333,11 @@ def tcross_mp_scatter(ds: xr.Dataset, ax: Axes, color_by: str = "family", varian
     return ax
 
 
+@needs("R_par", "R_perp", "M", "t", what="R_par vs R_perp")
 def r_par_perp(ds: xr.Dataset, ax: Axes, group: str | None = None) -> Axes:
     """R∥(t)/M(t) (solid) and R⊥(t)/M(t) (dashed): scatter along U and orthogonal to it in
     units of the centroid separation, median over the runs of each family, IQR shaded."""
     panel = "R_par vs R_perp"
-    _require(ds, panel, "R_par", "R_perp", "M", "t")
     ds = _nonempty(_in_group(_ok(ds), group), panel)
     t = np.asarray(ds["t"].values, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -359,7 +352,7 @@ def r_par_perp(ds: xr.Dataset, ax: Axes, group: str | None = None) -> Axes:
         _median_band(ax, t, par[sel], c, "-", None)
         _median_band(ax, t, perp[sel], c, "--", None)
     if not (np.isfinite(par).any() or np.isfinite(perp).any()):
-        raise MissingData(f"{panel}: R_par/M and R_perp/M are NaN for every run")
+        raise NothingToDraw(f"{panel}: R_par/M and R_perp/M are NaN for every run")
     ax.axhline(_tau(ds), color="black", linestyle=":", linewidth=0.7)
     log_axis(ax, "x")
     log_axis(ax, "y")
@@ -381,6 +374,7 @@ def r_par_perp(ds: xr.Dataset, ax: Axes, group: str | None = None) -> Axes:
 EIG_VIEW = 1.6
 
 
+@needs("return_map_eig_real", "return_map_eig_imag", what="return-map eigenvalues")
 def return_map_eigs(ds: xr.Dataset, ax: Axes, color_by: str = "family") -> Axes:
     """Eigenvalues of the return map restricted to U (P_U·DF_w·P_U) in the complex plane,
     all words and centroids of every evaluated run, with the unit circle (Theorem 1:
@@ -389,7 +383,6 @@ def return_map_eigs(ds: xr.Dataset, ax: Axes, color_by: str = "family") -> Axes:
     view is clipped to |Re λ|, |Im λ| ≤ :data:`EIG_VIEW` so the unit circle stays readable;
     the legend counts the eigenvalues outside it."""
     panel = "return-map eigenvalues"
-    _require(ds, panel, "return_map_eig_real", "return_map_eig_imag")
     status = _strs(ds, "status", "ok")
     keep = np.isin(status, ("ok", "not-learned"))
     ds = _nonempty(ds.isel(run=np.flatnonzero(keep)), panel)
@@ -416,7 +409,7 @@ def return_map_eigs(ds: xr.Dataset, ax: Axes, color_by: str = "family") -> Axes:
                    linewidths=0.6, label="not learned")
         present.append("not learned")
     if not present:
-        raise MissingData(f"{panel}: every eigenvalue is NaN or outside the view (U empty for every run)")
+        raise NothingToDraw(f"{panel}: every eigenvalue is NaN or outside the view (U empty for every run)")
     n_out = int((fin & ~inside).sum())
     if n_out:
         ax.plot([], [], linestyle="none", label=f"{n_out} with |Re|, |Im| > {EIG_VIEW:g} not shown")
@@ -430,16 +423,16 @@ def return_map_eigs(ds: xr.Dataset, ax: Axes, color_by: str = "family") -> Axes:
     return ax
 
 
+@needs("perturb_delta_norm", what="perturbation recovery")
 def perturbation_recovery(ds: xr.Dataset, ax: Axes) -> Axes:
     """Size of a perturbation injected along U (solid) and U⊥ (dashed) at t0, relative to
     its size at injection, against steps since injection; median per family, IQR shaded."""
     panel = "perturbation recovery"
-    _require(ds, panel, "perturb_delta_norm")
     ds = _nonempty(_ok(ds), panel)
     da = ds["perturb_delta_norm"]  # [run, direction, t_pert]
     tdim = [d for d in da.dims if d not in ("run", "direction")]
     if "direction" not in da.dims or len(tdim) != 1:
-        raise MissingData(f"{panel}: perturb_delta_norm must have dims (run, direction, t); got {da.dims}")
+        raise ValueError(f"{panel}: perturb_delta_norm must have dims (run, direction, t); got {da.dims}")
     da = da.transpose("run", "direction", tdim[0])
     steps = np.asarray(da[tdim[0]].values, dtype=np.float64)
     x = steps - steps[0]
@@ -454,7 +447,7 @@ def perturbation_recovery(ds: xr.Dataset, ax: Axes) -> Axes:
         for j, d in enumerate(dirs):
             _median_band(ax, x, rel[fams == fam, j], family_color(fam), styles.get(d, ":"), None)
     if not np.isfinite(rel).any():
-        raise MissingData(f"{panel}: perturb_delta_norm is NaN for every run")
+        raise NothingToDraw(f"{panel}: perturb_delta_norm is NaN for every run")
     ax.axhline(1.0, color="#999999", linestyle=":", linewidth=0.7)
     log_axis(ax, "y")
     t0 = int(ds.attrs.get("analysis_t_ref", steps[0]))
@@ -470,12 +463,12 @@ def perturbation_recovery(ds: xr.Dataset, ax: Axes) -> Axes:
     return ax
 
 
+@needs("{variable}", "{by}", what="failure modes")
 def failure_modes(ds: xr.Dataset, ax: Axes, by: str = "arch", variable: str = "failure_mode") -> Axes:
     """Number of runs in each failure mode (robust, climb, saturation) per ``by`` (horizontal
     stacked bars); runs without an analysis are counted as 'not analysed'.  ``variable``
     picks the classification: ``failure_mode`` (from q) or ``failure_mode_par`` (from q∥)."""
     panel = "failure modes"
-    _require(ds, panel, variable, by)
     ds = _nonempty(_ok(ds), panel)
     modes = _strs(ds, variable)
     modes = np.where(np.isin(modes, FAILURE_MODES), modes, "not analysed")
@@ -502,12 +495,12 @@ def failure_modes(ds: xr.Dataset, ax: Axes, by: str = "arch", variable: str = "f
     return ax
 
 
+@needs("{variable}", "group", what="margin vs group order")
 def margin_panel(ds: xr.Dataset, ax: Axes, variable: str = "half_margin_rel") -> Axes:
     """Room for error per group, ordered by group order (C2 → C6 → S3 …): ``variable``
     (default the median over t of (M/2) / centroid radius) per run, coloured by family,
     with the family medians joined."""
     panel = "margin vs group order"
-    _require(ds, panel, variable, "group")
     ds = _nonempty(_ok(ds), panel)
     groups = _strs(ds, "group")
     if "group_order" in ds:
@@ -532,7 +525,7 @@ def margin_panel(ds: xr.Dataset, ax: Axes, variable: str = "half_margin_rel") ->
         meds = [np.median(vals[sel & (groups == g)]) if (sel & (groups == g)).any() else np.nan for g in cols]
         ax.plot(np.arange(len(cols)) + off, meds, color=c, marker="_", markersize=9, label=fam)
     if not np.isfinite(vals).any():
-        raise MissingData(f"{panel}: {variable} is NaN for every run")
+        raise NothingToDraw(f"{panel}: {variable} is NaN for every run")
     ax.set_xticks(np.arange(len(cols)))
     ax.set_xticklabels([f"{g}\n|G|={order_of[g]}" for g in cols])
     ax.set_xlim(-0.6, len(cols) - 0.4)
@@ -543,12 +536,12 @@ def margin_panel(ds: xr.Dataset, ax: Axes, variable: str = "half_margin_rel") ->
     return ax
 
 
+@needs("mp", "nonlinearity", what="mp by nonlinearity")
 def mp_by_nonlinearity(ds: xr.Dataset, ax: Axes) -> Axes:
     """Nonlinearity ablation: mp per nonlinearity φ (one point per run, colour = group,
     marker = failure mode, '+' for a run that never reached its training length, median per
     group over the learned runs joined); log y axis, mp = 0 drawn at the floor."""
     panel = "mp by nonlinearity"
-    _require(ds, panel, "mp", "nonlinearity")
     if "status" in ds:
         ds = ds.isel(run=np.flatnonzero(np.isin(_strs(ds, "status"), ("ok", "not-learned"))))
     ds = _nonempty(ds, panel)
@@ -597,12 +590,12 @@ def mp_by_nonlinearity(ds: xr.Dataset, ax: Axes) -> Axes:
     return ax
 
 
+@needs("mp", "{by}", what="mp table")
 def mp_failure_table(ds: xr.Dataset, by: str = "nonlinearity") -> str:
     """A Markdown table per (``by``, group): runs, runs that learned (status ``ok``), median
     and range of their mp (``≥`` when the median is censored), the count of each failure
     mode among them, the runs that never reached the training length (``not-learned``) and
     the rest (diverged, or learned but not analysed)."""
-    _require(ds, "mp table", "mp", by)
     keys, groups = _strs(ds, by), _strs(ds, "group")
     status = _strs(ds, "status", "ok")
     mp = np.asarray(ds["mp"].values, dtype=np.float64)

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 import xarray as xr
 
-__all__ = ["VARIABLES", "Variable", "annotate", "attrs_of", "unregistered", "var"]
+__all__ = ["VARIABLES", "Variable", "annotate", "attrs_of", "check_dataset", "unregistered", "var"]
 
 
 class Variable(NamedTuple):
@@ -291,3 +291,18 @@ def unregistered(ds: xr.Dataset) -> list[str]:
     """Variables, coordinates and dimensions of ``ds`` that are not in the vocabulary."""
     names = [*ds.data_vars, *ds.coords, *ds.dims]
     return sorted({str(n) for n in names if n not in VARIABLES})
+
+
+def check_dataset(ds: xr.Dataset) -> list[str]:
+    """What in ``ds`` breaks the vocabulary: names that are not registered, and variables
+    or coordinates whose ``long_name``/``units`` attrs are missing or differ from the
+    registry.  Empty when the dataset speaks the vocabulary."""
+    out = [f"{n}: not in the vocabulary" for n in unregistered(ds)]
+    for name in [*ds.data_vars, *ds.coords]:
+        if name not in VARIABLES:
+            continue
+        attrs, v = ds[name].attrs, VARIABLES[name]
+        for key, want in (("long_name", v.long_name), ("units", v.units)):
+            if attrs.get(key) != want:
+                out.append(f"{name}: {key} {attrs.get(key)!r}, vocabulary {want!r}")
+    return out
