@@ -78,8 +78,8 @@ from dynlab.models import Tracker, get_cell
 from dynlab.models.cells import Cell
 from dynlab.tasks import WordProblem
 from dynlab.train.device import resolve_device
-from dynlab.train.engine import build_tracker, runs_generic_loop, train_tracker
-from dynlab.train.ensemble import train_ensemble
+from dynlab.train.engine import build_tracker, runs_generic_loop
+from dynlab.train.ensemble import train_ensemble, train_tracker
 from dynlab.train.progress import NullProgress
 
 __all__ = [

@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import xarray as xr
 from pydantic import Field
@@ -40,14 +38,16 @@ from dynlab.config import Spec, load_spec
 from dynlab.errors import DynlabInputError
 from dynlab.lm.hf import HFRecurrentLM, hf_config_summary, is_hf_checkpoint, load_hf_checkpoint
 from dynlab.lm.interventions import make_intervention
-from dynlab.lm.run import _threads, build_model, corpus_for, evaluate_lm, result_to_dataset
+from dynlab.lm.run import build_model, corpus_for, evaluate_lm, result_to_dataset
 from dynlab.lm.spec import (
     InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMRunSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec,
     TaskTrainSpec,
 )
 from dynlab.lm.task_run import evaluate_task, task_result_to_dataset, train_task
-from dynlab.lm.train import train_lm
+from dynlab.lm.train import train_lm, train_summary
 from dynlab.results.vocabulary import annotate
+from dynlab.train.device import resolve_device
+from dynlab.train.engine import train_threads
 
 __all__ = ["PostTrainSpec", "PostTrainTrainSpec", "load_checkpoint", "checkpoint_digest", "post_train",
            "post_train_dataset", "run_post_train"]
@@ -160,23 +160,19 @@ def post_train(spec: PostTrainSpec, device: torch.device | str = "cpu",
     if model is None:
         model, _ = load_checkpoint(spec.checkpoint)
     corpus = corpus_for(spec.data.source, spec.data.val_fraction)
-    tr = spec.train
-    with _threads(tr.threads):
+    tr, dev = spec.train, resolve_device(device)
+    with train_threads(dev, threads=tr.threads):
         if spec.task is not None:
-            res = train_task(model, spec.task_spec(), device, progress)
+            res = train_task(model, spec.task_spec(), dev, progress)
         else:
             iv = spec.intervention
             res = train_lm(model, corpus.train, make_intervention(iv.kind, sigma=iv.sigma, beta=iv.beta,
                                                                     reset_prob=iv.reset_prob),
                            steps=tr.steps, batch_size=tr.batch_size, seq_len=tr.seq_len, lr=tr.lr,
                            weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
-                           seed=spec.seed, device=str(device), progress=progress)
-        tail = res.loss[-max(1, len(res.loss) // 20):]
-        result: dict[str, Any] = {"status": "ok", "reason": "", "train_steps": len(res.loss),
-                                  "train_loss": float(np.mean(tail)) if tail else math.nan,
-                                  "train_time": res.seconds}
-        if not all(math.isfinite(x) for x in res.loss):
-            result.update(status="diverged", reason="non-finite training loss")
+                           seed=spec.seed, device=str(dev), threads=tr.threads, progress=progress)
+        result = train_summary(res)
+        if res.status != "ok":
             return result, model
         model.eval()
         result.update(evaluate_lm(model, spec.eval, tr.seq_len, corpus))

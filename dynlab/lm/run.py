@@ -7,9 +7,7 @@ position; :func:`result_to_dataset` turns it into an xarray Dataset on one ``t``
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
@@ -25,8 +23,10 @@ from dynlab.lm.evaluate import stream_eval, truncated_context_probs, validation_
 from dynlab.lm.interventions import make_intervention
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.spec import LMEvalSpec, LMRunSpec
-from dynlab.lm.train import train_lm
+from dynlab.lm.train import train_lm, train_summary
 from dynlab.results.vocabulary import annotate
+from dynlab.train.device import resolve_device
+from dynlab.train.engine import train_threads
 
 __all__ = [
     "build_model", "corpus_for", "effrem_starts", "state_positions", "train_and_evaluate", "evaluate_lm", "evaluate_model", "result_to_dataset",
@@ -67,19 +67,6 @@ def state_positions(length: int, points: int) -> np.ndarray | None:
     return np.unique(np.round(np.geomspace(1, length, max(points, 2))).astype(np.int64))
 
 
-@contextmanager
-def _threads(n: int | None):
-    if n is None:
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 def evaluate_model(model: RecurrentLM, spec: LMRunSpec, corpus: Corpus) -> dict[str, Any]:
     """PPL(t), binned PPL, verdict, EffRem and state statistics of ``model`` from the zero state."""
     return evaluate_lm(model, spec.eval, spec.train.seq_len, corpus)
@@ -115,23 +102,21 @@ def train_and_evaluate(spec: LMRunSpec, device: torch.device | str = "cpu",
                        progress: Callable[[int, float], None] | None = None) -> tuple[dict[str, Any], dict[str, torch.Tensor] | None]:
     """Train ``spec``'s model with its intervention, then evaluate it. Returns (result, state_dict).
 
-    A run whose training loss becomes non-finite is returned with ``status = "diverged"``
-    and no weights.
+    A run whose training loss or gradient becomes non-finite stops there and is returned
+    with ``status = "diverged"`` (the step in ``reason``) and no weights.  Training and
+    evaluation run on ``spec.train.threads`` CPU threads (None: the engine's fixed count).
     """
     corpus = corpus_for(spec.data.source, spec.data.val_fraction)
     model = build_model(spec)
     iv = spec.intervention
     intervention = make_intervention(iv.kind, sigma=iv.sigma, beta=iv.beta, reset_prob=iv.reset_prob)
-    tr = spec.train
-    with _threads(tr.threads):
+    tr, dev = spec.train, resolve_device(device)
+    with train_threads(dev, threads=tr.threads):
         res = train_lm(model, corpus.train, intervention, steps=tr.steps, batch_size=tr.batch_size, seq_len=tr.seq_len,
                        lr=tr.lr, weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
-                       seed=spec.seed, device=str(device), progress=progress)
-        tail = res.loss[-max(1, len(res.loss) // 20):]
-        result: dict[str, Any] = {"status": "ok", "reason": "", "train_steps": len(res.loss),
-                                  "train_loss": float(np.mean(tail)), "train_time": res.seconds}
-        if not all(math.isfinite(x) for x in res.loss):
-            result.update(status="diverged", reason="non-finite training loss")
+                       seed=spec.seed, device=str(dev), threads=tr.threads, progress=progress)
+        result = train_summary(res)
+        if res.status != "ok":
             return result, None
         result.update(evaluate_model(model, spec, corpus))
     return result, {k: v.detach().cpu() for k, v in model.state_dict().items()}

@@ -113,7 +113,7 @@ class LMTrainSpec(Spec):
     weight_decay: float = Field(0.1, ge=0.0)
     clip: float = Field(1.0, gt=0.0)
     warmup_frac: float = Field(0.05, ge=0.0, le=1.0)
-    threads: int | None = Field(None, ge=1, description="torch CPU threads while training (None: leave as is)")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads while training and evaluating (None: RUN_THREADS = 1)")
 
 
 class LMEvalSpec(Spec):
@@ -222,7 +222,7 @@ class TaskTrainSpec(Spec):
     weight_decay: float = Field(0.1, ge=0.0)
     clip: float = Field(1.0, gt=0.0)
     warmup_frac: float = Field(0.05, ge=0.0, le=1.0)
-    threads: int | None = Field(None, ge=1, description="torch CPU threads while training (None: leave as is)")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads while training and evaluating (None: RUN_THREADS = 1)")
 
 
 class TaskEvalSpec(Spec):

@@ -16,7 +16,6 @@ Reported numbers, per test length (× depth for passkey, × kind for babi), over
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -25,11 +24,13 @@ import torch
 import xarray as xr
 
 from dynlab.lm.interventions import make_intervention
-from dynlab.lm.run import _threads, build_model, corpus_for
+from dynlab.lm.run import build_model, corpus_for
 from dynlab.lm.spec import LMTaskRunSpec
 from dynlab.lm.tasks import BabiTask, TaskBatch, make_task
-from dynlab.lm.train import TrainResult, fit
+from dynlab.lm.train import TrainResult, fit, train_summary
 from dynlab.results.vocabulary import annotate
+from dynlab.train.device import resolve_device
+from dynlab.train.engine import train_threads
 
 __all__ = ["EVAL_SEED_OFFSET", "score_batch", "evaluate_task", "train_task", "train_and_evaluate_task",
            "task_result_to_dataset"]
@@ -114,7 +115,7 @@ def train_task(model: torch.nn.Module, spec: LMTaskRunSpec, device: torch.device
 
     return fit(model, next_batch, intervention, generator, steps=tr.steps, batch_size=tr.batch_size, lr=tr.lr,
                weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac, device=str(device),
-               progress=progress)
+               threads=tr.threads, progress=progress)
 
 
 def train_and_evaluate_task(spec: LMTaskRunSpec, device: torch.device | str = "cpu",
@@ -122,16 +123,15 @@ def train_and_evaluate_task(spec: LMTaskRunSpec, device: torch.device | str = "c
                             ) -> tuple[dict[str, Any], dict[str, torch.Tensor] | None]:
     """Train ``spec``'s model on its task, then test it. Returns (result, state_dict).
 
-    A run whose training loss becomes non-finite is returned with ``status = "diverged"``.
+    A run whose training loss or gradient becomes non-finite stops there and is returned
+    with ``status = "diverged"`` (the step in ``reason``) and no weights.
     """
     model = build_model(spec)  # type: ignore[arg-type]  (same model fields as LMRunSpec)
-    with _threads(spec.train.threads):
-        res = train_task(model, spec, device, progress)
-        tail = res.loss[-max(1, len(res.loss) // 20):] if res.loss else [math.nan]
-        result: dict[str, Any] = {"status": "ok", "reason": "", "train_steps": len(res.loss),
-                                  "train_loss": float(np.mean(tail)), "train_time": res.seconds}
-        if not all(math.isfinite(x) for x in res.loss):
-            result.update(status="diverged", reason="non-finite training loss")
+    dev = resolve_device(device)
+    with train_threads(dev, threads=spec.train.threads):
+        res = train_task(model, spec, dev, progress)
+        result = train_summary(res)
+        if res.status != "ok":
             return result, None
         result.update(evaluate_task(model, spec))
     return result, {k: v.detach().cpu() for k, v in model.state_dict().items()}

@@ -1,9 +1,14 @@
 """LM training loop with an initial-state intervention.
 
-Loss: mean next-byte cross-entropy over all positions of the batch. Optimiser: AdamW
-with linear warm-up over ``warmup_frac`` of the steps then cosine decay to 10 % of ``lr``;
-gradients clipped to global norm ``grad_clip``. Batches and intervention noise come from
-one explicit ``torch.Generator`` seeded with ``seed``; parameters are initialised by the
+Loss: mean next-byte cross-entropy over all positions of the batch (over the scored
+targets for task batches). Optimiser: AdamW (betas 0.9, 0.95; weight decay on matrices
+only) with the tracker engine's schedule (:func:`dynlab.train.engine.cosine_lr`): linear
+warm-up over ``warmup_frac`` of the steps (at least one step), then cosine decay to 10 %
+of ``lr``; gradients clipped to global norm ``grad_clip``. As the tracker engine, the loop
+runs on a fixed CPU thread count (:func:`dynlab.train.engine.train_threads`) and stops a
+run whose loss or gradient becomes non-finite, reporting ``status="diverged"`` in its
+:class:`~dynlab.train.engine.TrainResult`. Batches and intervention noise come from one
+explicit ``torch.Generator`` seeded with ``seed``; parameters are initialised by the
 caller (``RecurrentLM(generator=...)``).
 """
 
@@ -12,8 +17,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,16 +28,12 @@ from dynlab.lm.interventions import Intervention
 from dynlab.lm.loaders import RandomWindowLoader, SequentialChunkLoader
 from dynlab.lm.model import RecurrentLM
 from dynlab.train.device import resolve_device
+from dynlab.train.engine import TrainResult, cosine_lr, train_threads
 
-__all__ = ["TrainResult", "fit", "resolve_device", "make_loader", "train_lm"]
+__all__ = ["LR_FLOOR", "TrainResult", "fit", "resolve_device", "make_loader", "train_lm", "train_summary"]
 
-
-@dataclass
-class TrainResult:
-    """Per-step training loss (nats/byte) and the wall time in seconds."""
-
-    loss: list[float] = field(default_factory=list)
-    seconds: float = 0.0
+#: The LM schedule decays to this fraction of ``lr`` (the tracker schedule to 0).
+LR_FLOOR = 0.1
 
 
 def make_loader(intervention: Intervention, data: torch.Tensor, batch_size: int, seq_len: int,
@@ -40,14 +42,6 @@ def make_loader(intervention: Intervention, data: torch.Tensor, batch_size: int,
     if intervention.loader == "sequential":
         return SequentialChunkLoader(data, batch_size, seq_len)
     return RandomWindowLoader(data, batch_size, seq_len, generator)
-
-
-def _lr_factor(step: int, steps: int, warmup_frac: float) -> float:
-    warmup = max(1, int(round(warmup_frac * steps)))
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, steps - warmup)
-    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def train_lm(
@@ -64,14 +58,16 @@ def train_lm(
     warmup_frac: float = 0.05,
     seed: int = 0,
     device: str = "auto",
+    threads: int | None = None,
     progress: Callable[[int, float], None] | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place on the byte stream ``data [n]``.
+    """Train ``model`` in place on the byte stream ``data [n]`` (:func:`fit`).
 
     Args:
         intervention: chooses the initial states (and the loader) of every step.
         steps, batch_size, seq_len: optimisation length, B and training length L.
-        progress: optional callback ``(step, loss)``.
+        seed: seeds the generator of the batches and of the intervention noise.
+        lr, weight_decay, grad_clip, warmup_frac, device, threads, progress: as :func:`fit`.
     """
     generator = torch.Generator().manual_seed(seed)
     loader = make_loader(intervention, data, batch_size, seq_len, generator)
@@ -81,7 +77,8 @@ def train_lm(
         return batch.tokens, None, batch.fresh
 
     return fit(model, next_batch, intervention, generator, steps=steps, batch_size=batch_size, lr=lr,
-               weight_decay=weight_decay, grad_clip=grad_clip, warmup_frac=warmup_frac, device=device, progress=progress)
+               weight_decay=weight_decay, grad_clip=grad_clip, warmup_frac=warmup_frac, device=device,
+               threads=threads, progress=progress)
 
 
 def fit(
@@ -97,45 +94,77 @@ def fit(
     grad_clip: float = 1.0,
     warmup_frac: float = 0.05,
     device: str = "auto",
+    threads: int | None = None,
     progress: Callable[[int, float], None] | None = None,
 ) -> TrainResult:
-    """The optimisation loop shared by LM and task training.
+    """The optimisation loop shared by LM and task training; ``model`` is trained in place.
 
     ``next_batch()`` returns ``(tokens [B, L + 1], mask [B, L] or None, fresh [B])``; the
     loss is the mean next-token cross-entropy over the targets ``tokens[:, 1:]`` where
     ``mask`` is True (all targets when ``mask`` is None). ``model`` is any module with
     ``state_shapes()`` and ``forward(tokens, states) -> (logits, final states)``.
+    ``threads``: CPU intra-op threads (None: the engine's fixed count). ``progress``:
+    optional callback ``(step, loss)``. The result's ``losses`` and ``lengths`` hold each
+    completed step's loss (nats per token) and L.
     """
     dev = resolve_device(device)
     model.to(dev).train()
-    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, steps, warmup_frac))
+    opt = _adamw(model, lr, weight_decay)
+    warmup = max(1, int(round(warmup_frac * steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_lr(1.0, s, steps, warmup, floor=LR_FLOOR))
     shapes = model.state_shapes()
-    result = TrainResult()
+    result = TrainResult(model=model)
     start = time.perf_counter()
-    for step in range(steps):
-        tokens, mask, fresh = next_batch()
-        tokens = tokens.to(dev)  # [B, L + 1]
-        init = [s.to(dev) for s in intervention.initial_states(batch_size, shapes, fresh, generator)]
-        logits, finals = model(tokens[:, :-1], init)  # [B, L, V]
-        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1), reduction="none")
-        if mask is None:
-            loss = nll.mean()
-        else:
-            m = mask.to(dev).reshape(-1).to(nll.dtype)
-            loss = (nll * m).sum() / m.sum().clamp(min=1.0)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        opt.step()
-        sched.step()
-        intervention.observe([f.detach() for f in finals])
-        result.loss.append(loss.item())
-        if progress is not None:
-            progress(step, result.loss[-1])
+    with train_threads(dev, threads=threads):
+        for step in range(steps):
+            tokens, mask, fresh = next_batch()
+            tokens = tokens.to(dev)  # [B, L + 1]
+            init = [s.to(dev) for s in intervention.initial_states(batch_size, shapes, fresh, generator)]
+            logits, finals = model(tokens[:, :-1], init)  # [B, L, V]
+            loss = _masked_mean(logits, tokens[:, 1:], mask)
+            value, length = loss.item(), tokens.shape[1] - 1
+            if not math.isfinite(value):
+                result.diverge("loss", step, length)
+                break
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if not torch.isfinite(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)):
+                result.diverge("gradient", step, length)
+                break
+            opt.step()
+            sched.step()
+            intervention.observe([f.detach() for f in finals])
+            result.losses.append(value)
+            result.lengths.append(length)
+            if progress is not None:
+                progress(step, value)
     result.seconds = time.perf_counter() - start
     model.eval()
     return result
+
+
+def train_summary(res: TrainResult) -> dict[str, Any]:
+    """The training part of a run's result: ``status`` and ``reason`` (as the engine's),
+    ``train_steps`` (completed steps), ``train_loss`` (mean loss of the last 5 % of them,
+    nats per token; NaN for none) and ``train_time`` (seconds)."""
+    tail = res.losses[-max(1, len(res.losses) // 20):]
+    return {"status": res.status, "reason": res.reason, "train_steps": len(res.losses),
+            "train_loss": float(np.mean(tail)) if tail else math.nan, "train_time": res.seconds}
+
+
+def _adamw(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices (``dim >= 2``) only."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95))
+
+
+def _masked_mean(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean cross-entropy of ``logits [B, L, V]`` against ``targets [B, L]`` over the
+    positions where ``mask [B, L]`` is True (all of them when ``mask`` is None)."""
+    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
+    if mask is None:
+        return nll.mean()
+    m = mask.to(nll.device).reshape(-1).to(nll.dtype)
+    return (nll * m).sum() / m.sum().clamp(min=1.0)

@@ -1,7 +1,13 @@
-"""The training engine: devices, curriculum, optimisation, progress."""
+"""The training engine: devices, curriculum, optimisation, progress.
+
+:mod:`dynlab.train.engine` holds what training is made of (result, model, loss, learning-rate
+schedule, threads); :mod:`dynlab.train.ensemble` the one training loop (N trackers as a
+stack; :func:`train_tracker` is an ensemble of one).
+"""
 
 from dynlab.train.device import DEVICE_CHOICES, resolve_device
-from dynlab.train.engine import TrainResult, build_tracker, lr_at, train_tracker
+from dynlab.train.engine import TrainResult, build_tracker, cosine_lr, lr_at, train_threads
+from dynlab.train.ensemble import train_ensemble, train_tracker
 from dynlab.train.progress import NullProgress, Progress, make_progress
 
 __all__ = [
@@ -10,8 +16,11 @@ __all__ = [
     "Progress",
     "TrainResult",
     "build_tracker",
+    "cosine_lr",
     "lr_at",
     "make_progress",
     "resolve_device",
+    "train_ensemble",
+    "train_threads",
     "train_tracker",
 ]

@@ -1,8 +1,12 @@
-"""The training engine for state trackers: curriculum, AdamW, clipping, explicit seeds.
+"""What training is made of: the result, the model, the loss, the schedule, the threads.
 
-One code path for the CPU and CUDA.  Reruns with the same spec are bit-identical on the
-CPU: the model is initialised inside a forked RNG scope seeded from the spec (no global
-state leaks out) and every batch comes from an explicit ``torch.Generator``.
+The training loop itself is :func:`dynlab.train.ensemble.train_ensemble` (N trackers as one
+stack; :func:`dynlab.train.ensemble.train_tracker` is an ensemble of one); the LM loop
+(:func:`dynlab.lm.train.fit`) uses the same :class:`TrainResult`, :func:`cosine_lr`,
+:func:`train_threads` and divergence rule.  One code path for the CPU and CUDA.  Reruns
+with the same spec are bit-identical on the CPU: the model is initialised inside a forked
+RNG scope seeded from the spec (no global state leaks out), every batch comes from an
+explicit ``torch.Generator`` and the thread count is fixed (:data:`RUN_THREADS`).
 A run whose loss or gradient becomes non-finite is stopped and reported as
 ``status="diverged"`` with the step and reason; the caller records it and goes on.
 """
@@ -18,19 +22,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dynlab.config import ModelSpec, RunSpec, TrainSpec
-from dynlab.groups import get_group
-from dynlab.kernels.dense_tracker import BUFFERS, dense_tracker_loss
+from dynlab.config import ModelSpec, TrainSpec
+from dynlab.kernels.dense_tracker import dense_tracker_loss
 from dynlab.kernels.gated_tracker import gated_tracker_loss
 from dynlab.models import Tracker
-from dynlab.tasks import WordProblem
-from dynlab.train.progress import NullProgress
 
 __all__ = [
     "MAX_THREADS",
     "RUN_THREADS",
     "TrainResult",
     "build_tracker",
+    "cosine_lr",
     "fused_kind",
     "fused_loss",
     "lr_at",
@@ -38,7 +40,6 @@ __all__ = [
     "tracker_logits",
     "tracker_loss",
     "train_threads",
-    "train_tracker",
 ]
 
 #: CPU intra-op threads of every run (training, evaluation, analyses), whatever the
@@ -57,25 +58,34 @@ MAX_THREADS = 1024
 
 @dataclass
 class TrainResult:
-    """Outcome of training one tracker.
+    """Outcome of training one model (a tracker, or an LM in :func:`dynlab.lm.train.fit`).
 
     Attributes:
-        model: the trained tracker (on the training device).
+        model: the trained model (on the training device).
         status: ``"ok"`` or ``"diverged"``.
-        reason: why a run failed (empty when ok).
-        losses: mean cross-entropy per step (nats per token).
-        lengths: curriculum length used at each step.
-        final_train_accuracy: per-token accuracy of the last training batch.
-
-    ``lengths[-1]`` is the curriculum length reached (``curriculum_length`` in datasets).
+        reason: why a run failed (empty when ok), e.g. ``"non-finite loss at step 3 (length 9)"``.
+        losses: mean cross-entropy of each completed step (nats per token); a diverged
+            run stops before recording the failing step, so every entry is finite.
+        lengths: sequence length of each completed step (for trackers the curriculum
+            length; ``lengths[-1]`` is the length reached, ``curriculum_length`` in datasets).
+        final_train_accuracy: per-token accuracy of the last training batch (NaN when the
+            loop does not measure it, as the LM loop).
+        seconds: wall time of the training loop (for an ensemble, of the whole stack).
     """
 
-    model: Tracker
+    model: nn.Module
     status: str = "ok"
     reason: str = ""
     losses: list[float] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
     final_train_accuracy: float = float("nan")
+    seconds: float = 0.0
+
+    def diverge(self, what: str, step: int, length: int) -> None:
+        """Mark the run diverged: its ``what`` (``"loss"`` or ``"gradient"``) became
+        non-finite at ``step`` (0-based), on a batch of sequence length ``length``.  The
+        loop then stops the run without applying that step."""
+        self.status, self.reason = "diverged", f"non-finite {what} at step {step} (length {length})"
 
 
 def build_tracker(model: ModelSpec, n_tokens: int, n_classes: int, seed: int) -> Tracker:
@@ -218,110 +228,25 @@ def train_threads(device: torch.device | str, *, threads: int | None = None) -> 
         torch.set_num_threads(old)
 
 
+def cosine_lr(lr: float, step: int, steps: int, warmup: int, *, start: int | None = None, floor: float = 0.0) -> float:
+    """Learning rate of ``step`` (0-based) of a run of ``steps``: linear warm-up
+    ``lr·(step + 1)/warmup`` over the first ``warmup`` steps, then cosine decay from ``lr``
+    at ``start`` (None: ``warmup``) to ``floor·lr`` at ``steps``.  The tracker schedules
+    (:func:`lr_at`) decay to 0; the LM loop to ``floor = 0.1``."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    start = warmup if start is None else start
+    cos = math.cos(math.pi * (step - start) / max(1, steps - start))
+    return floor * lr + (1 - floor) * 0.5 * lr * (1 + cos)  # floor 0: 0.5·lr·(1 + cos), rounded as before
+
+
 def lr_at(train: TrainSpec, step: int, reached: int | None = None) -> float:
-    """Learning rate of ``step``: linear warm-up for ``warmup_steps``, then cosine decay
-    to 0 at ``steps``, starting at the end of the warm-up (``schedule="cosine"``) or, with
-    ``schedule="curriculum"``, at ``reached``, the first step whose batch had the
-    curriculum's ``max_length`` (None = not reached yet: the rate stays at ``lr``)."""
-    if step < train.warmup_steps:
-        return train.lr * (step + 1) / train.warmup_steps
-    start = train.warmup_steps
-    if train.schedule == "curriculum":
-        if reached is None:
-            return train.lr
-        start = max(start, reached)
-    span = max(1, train.steps - start)
-    return 0.5 * train.lr * (1 + math.cos(math.pi * (step - start) / span))
-
-
-def train_tracker(
-    spec: RunSpec,
-    device: torch.device,
-    progress: NullProgress | None = None,
-    *,
-    threads: int | None = None,
-    compile: bool = False,
-) -> TrainResult:
-    """Train the tracker described by ``spec`` on its word problem.
-
-    Loss: cross-entropy of the readout against the running product at every position
-    of every batch (nats per token), averaged over batch and positions.  ``threads``:
-    CPU intra-op threads for the run (None: :data:`RUN_THREADS`, the same on every machine,
-    so a spec gives the same numbers wherever it runs; see :func:`train_threads`).
-
-    ``compile``: train with each cell's per-step ``transition`` compiled by
-    ``torch.compile`` (fixed shapes, so one compilation per curriculum length is not
-    needed: the step sees ``[B, S]`` whatever T is).  It only changes what runs when
-    :func:`runs_generic_loop` is true (user cells, nonlinearities without a kernel); the
-    fused kernels and scans do not call ``transition``.  Same numbers up to rounding
-    (tested).  Measured on the 2-core CPU box, state-gated-rnn through the
-    generic loop (H=128, B=256, T=60): forward and backward took 105 ms compiled vs
-    80 ms eager, after 23 s of compilation, so it is off by default; it is meant for
-    GPUs, where it fuses the step's kernel launches.
-    The compiled functions are removed from the cells when training ends.
-    """
-    progress = progress or NullProgress()
-    task = WordProblem(get_group(spec.task.group))
-    model = build_tracker(spec.model, task.n_tokens, task.n_classes, spec.seed).to(device)
-    try:
-        with train_threads(device, threads=threads), _compiled(model, compile):
-            return _train(spec, task, model, device, progress)
-    finally:
-        BUFFERS.clear()  # the fused kernels' scratch buffers are not kept after training
-
-
-@contextmanager
-def _compiled(model: Tracker, on: bool) -> Iterator[None]:
-    """Within the block, every cell's ``transition`` is its ``torch.compile`` version."""
-    if not on:
-        yield
-        return
-    for cell in model.cells:
-        cell.transition = torch.compile(cell.transition, dynamic=False)  # instance attribute shadows the method
-    try:
-        yield
-    finally:
-        for cell in model.cells:
-            cell.__dict__.pop("transition", None)
-
-
-def _train(
-    spec: RunSpec, task: WordProblem, model: Tracker, device: torch.device, progress: NullProgress
-) -> TrainResult:
-    tr = spec.train
-    opt = torch.optim.AdamW(model.parameters(), lr=tr.lr, weight_decay=tr.weight_decay)
-    gen = torch.Generator().manual_seed(spec.seed)
-    result = TrainResult(model=model)
-    kind = fused_kind(model)  # decided once: the model's structure does not change while it trains
-    bar = progress.add(f"train {spec.model.arch} {spec.task.group} s{spec.seed}", tr.steps)
-    model.train()
-    length = tr.curriculum.first_length(tr.steps)
-    reached: int | None = None  # first step at the curriculum's max_length (lr_at)
-    for step in range(tr.steps):
-        if reached is None and length >= tr.curriculum.max_length:
-            reached = step
-        tokens, labels = task.sample(gen, tr.batch_size, length)
-        tokens, labels = tokens.to(device), labels.to(device)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(tr, step, reached)
-        loss, acc_t = _loss(model, kind, tokens, labels)
-        if not torch.isfinite(loss):
-            result.status, result.reason = "diverged", f"non-finite loss at step {step} (length {length})"
-            break
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), tr.clip)
-        if not torch.isfinite(gnorm):
-            result.status, result.reason = "diverged", f"non-finite gradient at step {step} (length {length})"
-            break
-        opt.step()
-        lval = float(loss.detach())
-        result.losses.append(lval)
-        result.lengths.append(length)
-        acc = float(acc_t)
-        result.final_train_accuracy = acc
-        progress.update(bar, 1, loss=lval, L=length)
-        length = tr.curriculum.next_length(length, step, tr.steps, acc)
-    progress.remove(bar)
-    model.eval()
-    return result
+    """Learning rate of ``step``: :func:`cosine_lr` with ``warmup_steps``, decaying to 0 at
+    ``steps`` from the end of the warm-up (``schedule="cosine"``) or, with
+    ``schedule="curriculum"``, from ``reached``, the first step whose batch had the
+    curriculum's ``max_length`` (None = not reached yet: after the warm-up the rate stays at ``lr``)."""
+    if train.schedule == "cosine" or step < train.warmup_steps:
+        return cosine_lr(train.lr, step, train.steps, train.warmup_steps)
+    if reached is None:
+        return train.lr
+    return cosine_lr(train.lr, step, train.steps, train.warmup_steps, start=max(train.warmup_steps, reached))
