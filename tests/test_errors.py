@@ -1,0 +1,54 @@
+"""Bad input is exit 2 and one line; anything else is a bug and says so."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from dynlab.cli import main
+from dynlab.errors import DynlabInputError
+
+
+def test_input_error_is_a_value_error():
+    assert issubclass(DynlabInputError, ValueError)  # callers that catch ValueError keep working
+
+
+def _fail_with(monkeypatch, exc: BaseException) -> None:
+    import dynlab.runner
+
+    def open_study(path):
+        raise exc
+
+    monkeypatch.setattr(dynlab.runner, "open_study", open_study)
+
+
+def test_bad_input_is_exit_2_and_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.delenv("DYNLAB_DEBUG", raising=False)
+    _fail_with(monkeypatch, DynlabInputError("no study dataset at x; run `dynlab study NAME --out DIR` first\nmore"))
+    assert main(["figures", str(tmp_path), "--out", str(tmp_path / "f")]) == 2
+    assert capsys.readouterr().err == "error: no study dataset at x; run `dynlab study NAME --out DIR` first\n"
+    assert not (tmp_path / "f").exists()
+
+
+@pytest.mark.parametrize("exc", [OSError(errno.ENOSPC, "No space left on device"),
+                                 ValueError("conflicting sizes for dimension 't'"), KeyError("q")],
+                         ids=["full-disk", "xarray-internal", "key-error"])
+def test_anything_else_is_a_bug_exit_1_with_a_hint(monkeypatch, tmp_path, capsys, exc):
+    monkeypatch.delenv("DYNLAB_DEBUG", raising=False)
+    _fail_with(monkeypatch, exc)
+    code = main(["figures", str(tmp_path), "--out", str(tmp_path / "f")])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith(f"internal error (a bug in dynlab, or the machine failed): {type(exc).__name__}: ")
+    assert err.rstrip().endswith("(set DYNLAB_DEBUG=1 for the traceback)") and err.count("\n") == 1
+
+
+def test_debug_shows_the_traceback(monkeypatch, tmp_path):
+    monkeypatch.setenv("DYNLAB_DEBUG", "1")
+    _fail_with(monkeypatch, OSError(errno.ENOSPC, "No space left on device"))
+    with pytest.raises(OSError, match="No space left"):
+        main(["figures", str(tmp_path), "--out", str(tmp_path / "f")])
+    _fail_with(monkeypatch, DynlabInputError("bad"))
+    with pytest.raises(DynlabInputError):
+        main(["figures", str(tmp_path), "--out", str(tmp_path / "f")])
