@@ -79,6 +79,9 @@ def test_tiny_end_to_end_dataset_table_and_panel(tmp_path):
     path = run_study(STUDY, options, out=tmp_path, device="cpu", analyze=False)
     ds = open_study(path)
     assert ds.attrs["study"] == "nonlinearity"
+    from dynlab.results.vocabulary import check_dataset
+
+    assert check_dataset(ds) == []  # every variable is in the one vocabulary, with its units
     assert list(ds["nonlinearity"].values) == ["tanh", "sphere"] and set(ds["group"].values) == {"C6"}
     assert ds["accuracy"].shape == (2, 2) and np.isfinite(ds["accuracy"].values).all()
     text = table(ds)

@@ -154,6 +154,9 @@ def test_dataset_vocabulary_units_and_provenance(tmp_path):
         assert ds[coord].dims == ("run",)
     assert ds.accuracy.dims == ("run", "length")
     assert ds.attrs["study"] == "group-tracking" and ds.attrs["dynlab_version"]
+    from dynlab.results.vocabulary import check_dataset
+
+    assert check_dataset(ds) == []  # every variable is in the one vocabulary, with its units
     specs = json.loads(ds.attrs["specs_json"])
     assert [RunSpec.model_validate(s["fields"]).spec_hash() for s in specs] == list(ds.run_id.values)
     # mp is consistent with the accuracy table and the stored threshold
