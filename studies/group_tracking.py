@@ -378,7 +378,7 @@ def _run_curves(spec: RunSpec, r: TrackerResult) -> xr.Dataset:
 
 
 def assemble(specs: list[RunSpec], store: RunStore, options: StudyOptions) -> xr.Dataset:
-    """The study dataset: dim ``run`` (+ ``length``, ``t`` …) with DESIGN.md's names.
+    """The study dataset: dim ``run`` (+ ``length``, ``t`` …) with the names of dynlab's dataset vocabulary (:mod:`dynlab.results.vocabulary`).
 
     Holds the training/evaluation record of every run, the per-run analyses where they
     exist (:func:`analyze_one`), the margin summary per run and the T_cross–mp
