@@ -66,6 +66,12 @@ def test_tiny_study_end_to_end_dataset_resume_and_panels(tmp_path):
                  "lg_passed", "lg_worst_violation"):
         assert ds[name].attrs["long_name"] and "units" in ds[name].attrs, name
     assert (ds["effrem"].sel(t=0) == 0).all()
+    from dynlab.figures import write_figures
+    from dynlab.results.vocabulary import check_dataset
+
+    assert check_dataset(ds) == []  # every variable is in the one vocabulary, with its units
+    figs = write_figures(ds, tmp_path / "figs", STUDY.panels)
+    assert figs.skipped == {} and len(figs.written) == 2 * 4  # ppl, effrem, state_std and the composite
     assert np.isfinite(ds["ppl"].sel(t=slice(1, None))).all()
     # the stored per-position PPL reproduces the binned value of the first bin: exp(mean log PPL(t) over the bin)
     first = ds["ppl"].sel(t=slice(1, 8))

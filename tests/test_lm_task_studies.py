@@ -74,6 +74,9 @@ def test_tiny_task_study_dataset_and_panels(name, dims, tmp_path):
     headline = ds["token_accuracy"] if name == "copying" else ds["exact_match"]
     np.testing.assert_array_equal(acc, headline.values)
     assert (ds["exact_match"] <= ds["token_accuracy"] + 1e-12).all()  # all tokens right implies each token right
+    from dynlab.results.vocabulary import check_dataset
+
+    assert check_dataset(ds) == []  # every variable is in the one vocabulary, with its units
     figs = write_figures(ds, tmp_path / "figs", get_study(name).panels)
     assert figs.written and not figs.skipped, figs.skipped
     plt.close("all")
@@ -108,6 +111,9 @@ def test_post_training_a_dynlab_run_zero_steps_reproduces_its_evaluation(tmp_pat
     (folder,) = (tmp_path / "pt" / "post-train" / "runs").iterdir()
     ds = open_study(folder / "dataset.nc")
     assert ds.attrs["intervention"] == "fitted-noise" and np.isfinite(ds["ppl"].sel(t=slice(1, None))).all()
+    from dynlab.results.vocabulary import check_dataset
+
+    assert check_dataset(ds) == []  # the post-training dataset speaks the vocabulary too
     assert json.loads((folder / "result.json").read_text())["train_steps"] == 2
 
 
