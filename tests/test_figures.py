@@ -27,6 +27,7 @@ from dynlab.figures import (  # noqa: E402
     tcross_mp_scatter,
     write_figures,
 )
+from dynlab.figures.tracking import default_mode_variable  # noqa: E402
 from dynlab.results.schema import annotate, write_dataset  # noqa: E402
 
 ARCHS = [("mamba", "affine"), ("tanh-rnn", "state-dependent")]
@@ -246,6 +247,19 @@ def test_nonlinearity_panel_and_table():
     assert len(lines) == 2 + 4
     # tanh on S3 = runs 0 and 2: mp 1000 (censored) and 60 -> median 530, range 60–1000
     assert "| tanh | S3 | 2 | 2 | 530 | 60–1000 |" in table
+
+
+def test_table_counts_the_default_variants_failure_modes():
+    ds = synthetic().assign_coords(nonlinearity=("run", np.array(["tanh", "sphere"] * 4)))
+    for variant, var in (("q", "failure_mode"), ("q_dec", "failure_mode_dec")):
+        ds.attrs["corr_default_variant"] = variant
+        assert default_mode_variable(ds) == var
+        rows = [ln for ln in mp_failure_table(ds).splitlines()[2:]]
+        for ln in rows:
+            cells = [c.strip() for c in ln.strip("|").split("|")]
+            sel = (ds.nonlinearity.values == cells[0]) & (ds.group.values == cells[1]) & (ds.status.values == "ok")
+            want = [int(np.sum(sel & (ds[var].values == m))) for m in ("robust", "climb", "saturation")]
+            assert [int(c) for c in cells[6:9]] == want, (variant, ln)
 
 
 def test_missing_variables_raise_one_line():

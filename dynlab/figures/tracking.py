@@ -536,6 +536,15 @@ def margin_panel(ds: xr.Dataset, ax: Axes, variable: str = "half_margin_rel") ->
     return ax
 
 
+def default_mode_variable(ds: xr.Dataset) -> str:
+    """The failure-mode variable of the study's default crossing variant (attr
+    ``corr_default_variant``, e.g. ``q_dec`` -> ``failure_mode_dec``); ``failure_mode`` (the
+    literal q's) when the dataset names none or lacks that variable."""
+    variant = str(ds.attrs.get("corr_default_variant", "q"))
+    name = "failure_mode" + variant[1:] if variant.startswith("q") else "failure_mode_dec"
+    return name if name in ds else "failure_mode"
+
+
 @needs("mp", "nonlinearity", what="mp by nonlinearity")
 def mp_by_nonlinearity(ds: xr.Dataset, ax: Axes) -> Axes:
     """Nonlinearity ablation: mp per nonlinearity φ (one point per run, colour = group,
@@ -551,7 +560,7 @@ def mp_by_nonlinearity(ds: xr.Dataset, ax: Axes) -> Axes:
     mp = np.asarray(ds["mp"].values, dtype=np.float64)
     floor = 0.5 * float(np.nanmin(finite(ds["length"].values))) if "length" in ds else 1.0
     y = np.where(mp > 0, mp, floor)
-    modes = _strs(ds, "failure_mode", "not analysed")
+    modes = _strs(ds, default_mode_variable(ds), "not analysed")
     modes = np.where(np.isin(modes, FAILURE_MODES), modes, "not analysed")
     learned = _strs(ds, "status", "ok") == "ok"
     modes = np.where(learned, modes, "not learned")
@@ -595,12 +604,14 @@ def mp_failure_table(ds: xr.Dataset, by: str = "nonlinearity") -> str:
     """A Markdown table per (``by``, group): runs, runs that learned (status ``ok``), median
     and range of their mp (``≥`` when the median is censored), the count of each failure
     mode among them, the runs that never reached the training length (``not-learned``) and
-    the rest (diverged, or learned but not analysed)."""
+    the rest (diverged, or learned but not analysed).  The failure modes are those of the
+    study's default crossing variant (:func:`default_mode_variable`)."""
     keys, groups = _strs(ds, by), _strs(ds, "group")
     status = _strs(ds, "status", "ok")
     mp = np.asarray(ds["mp"].values, dtype=np.float64)
     cens = np.asarray(ds["mp_censored"].values).astype(bool) if "mp_censored" in ds else np.zeros(mp.shape, bool)
-    modes = _strs(ds, "failure_mode", "")
+    mode_var = default_mode_variable(ds)
+    modes = _strs(ds, mode_var, "")
     rows_order = _ordered(keys, PHI_ORDER) if by == "nonlinearity" else _arch_order(ds)
     head = (f"| {by} | group | runs | learned | mp median | mp min–max | robust | climb | saturation "
             "| not learned | failed/not analysed |")
