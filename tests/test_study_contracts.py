@@ -74,6 +74,7 @@ def test_analysis_preset_is_the_study_presets_unless_given():
         gt.make_specs(StudyOptions(preset="smoke", extra={"analysis": "fast"}))
 
 
+@pytest.mark.slow
 def test_analysis_preset_recorded_in_the_manifest_and_used(tmp_path):
     """quick preset with 8 evaluation samples: the old rule guessed 'smoke' from the sample
     count; the recorded preset decides, and dynlab analyze reuses it."""
@@ -131,6 +132,7 @@ def test_result_that_does_not_fit_is_a_one_line_error(tmp_path):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_old_study_folder_is_reused_assembled_and_reanalysed(tmp_path):
     """A study folder written before typed results and recorded options: nothing is
     retrained, the dataset holds the stored numbers, analyze records the analysis preset."""

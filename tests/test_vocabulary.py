@@ -16,6 +16,7 @@ from dynlab.results.vocabulary import VARIABLES, annotate, attrs_of, check_datas
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_registry_is_read_only_and_complete_on_import():
     with pytest.raises(TypeError):
         VARIABLES["new"] = ("x", "1", "")  # type: ignore[index]
