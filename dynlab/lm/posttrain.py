@@ -53,9 +53,11 @@ __all__ = ["PostTrainSpec", "PostTrainTrainSpec", "load_checkpoint", "checkpoint
            "post_train_dataset", "run_post_train"]
 
 
-def _not_a_model(path: Path, why: str) -> ValueError:
-    return ValueError(f"checkpoint {str(path)!r} is not a model ({why}); allowed: a dynlab LM run folder "
-                      f"(spec.json + model.safetensors) or a Hugging Face Mamba/Mamba2 folder (config.json + weights)")
+def _not_a_model(path: Path, why: str) -> DynlabInputError:
+    return DynlabInputError(
+        f"checkpoint {str(path)!r} is not a model ({why}); allowed: a dynlab LM run folder "
+        "(spec.json + model.safetensors) or a Hugging Face Mamba/Mamba2 folder (config.json + weights)"
+    )
 
 
 def load_checkpoint(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
