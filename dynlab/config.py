@@ -116,7 +116,7 @@ class ModelSpec(Spec):
         from dynlab.models import NONLINEARITIES
 
         if v is not None and v not in NONLINEARITIES:
-            raise DynlabInputError(f"unknown nonlinearity {v!r}; allowed: {', '.join(NONLINEARITIES)}")
+            raise ValueError(f"unknown nonlinearity {v!r}; allowed: {', '.join(NONLINEARITIES)}")
         return v
 
 
