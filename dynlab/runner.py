@@ -137,7 +137,8 @@ def _run_specs(
                 analyse(spec)
     to_analyze = [
         s for s in _tally(study, specs, store, progress, counts)
-        if analyze and s.spec_hash() not in analysed and (force_analysis or not store.has_file(s, ANALYSIS))
+        if analyze and s.spec_hash() not in analysed
+        and (force_analysis or not store.has_file(s, ANALYSIS) or _other_analysis_preset(store, s, extra))
     ]
     if to_analyze:
         abar = progress.add(f"{study.name}: analyses", len(to_analyze))
@@ -145,6 +146,21 @@ def _run_specs(
             analyse(spec)
             progress.update(abar, 1)
     return counts
+
+
+def _other_analysis_preset(store: RunStore, spec: Spec, extra: StudyExtra | None) -> bool:
+    """True when the study's options name an analysis preset (``extra.analysis``) and the
+    run's stored analysis was made with another one (attr ``analysis_preset``, missing in
+    analyses written before it was recorded): that analysis is redone, so the manifest's
+    preset is the one every ``analysis.nc`` of the study was made with."""
+    want = getattr(extra, "analysis", None)
+    if want is None:
+        return False
+    try:
+        with xr.open_dataset(store.path(spec) / ANALYSIS, engine="h5netcdf") as ds:
+            return ds.attrs.get("analysis_preset") != want
+    except Exception:  # unreadable: redo it (the store's damage check reports real damage)
+        return True
 
 
 def _say(progress: NullProgress, message: str) -> None:

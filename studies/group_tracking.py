@@ -301,7 +301,9 @@ def analyze_one(
     aspec = ANALYSIS_PRESETS[extra.analysis]
     horizon = aspec.horizon or max(spec.eval.lengths)
     t_ref = aspec.t_ref or spec.train.curriculum.max_length
-    return analyze_tracker(model, task, aspec, horizon=horizon, t_ref=min(t_ref, horizon))
+    ds = analyze_tracker(model, task, aspec, horizon=horizon, t_ref=min(t_ref, horizon))
+    ds.attrs["analysis_preset"] = extra.analysis  # the runner redoes an analysis made with another preset
+    return ds
 
 
 def _correlations(ds: xr.Dataset) -> xr.Dataset:

@@ -90,6 +90,26 @@ def test_analysis_preset_recorded_in_the_manifest_and_used(tmp_path):
     assert ds2.attrs["analysis_n_samples"] == 128
 
 
+@pytest.mark.slow
+def test_rerun_with_another_analysis_preset_redoes_the_analyses(tmp_path):
+    """The analysis preset is not part of the run's hash: a rerun of a finished folder with
+    another preset reuses the training but redoes each analysis, so the manifest's preset is
+    the one every analysis.nc was made with."""
+    study = get_study("group-tracking")
+    base = dict(preset="smoke", models=("tanh-rnn",), groups=("C2",))
+    path = run_study(study, StudyOptions(**base, extra={**TINY, "analysis": "smoke"}), out=tmp_path, device="cpu")
+    runs = sorted((path.parent / "runs").iterdir())
+    weights = {r: (r / "model.safetensors").read_bytes() for r in runs}
+    for r in runs:
+        assert xr.open_dataset(r / "analysis.nc", engine="h5netcdf").attrs["analysis_preset"] == "smoke"
+    path = run_study(study, StudyOptions(**base, extra={**TINY, "analysis": "quick"}), out=tmp_path, device="cpu")
+    for r in runs:
+        with xr.open_dataset(r / "analysis.nc", engine="h5netcdf") as ds:
+            assert ds.attrs["analysis_preset"] == "quick"
+        assert (r / "model.safetensors").read_bytes() == weights[r]  # training reused
+    assert open_study(path).attrs["analysis_n_samples"] == ANALYSIS_PRESETS["quick"].n_samples
+
+
 # -- typed results -----------------------------------------------------------------------
 
 

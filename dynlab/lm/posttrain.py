@@ -47,7 +47,7 @@ from dynlab.lm.task_run import evaluate_task, task_result_to_dataset, train_task
 from dynlab.lm.train import train_lm, train_summary
 from dynlab.results.vocabulary import annotate
 from dynlab.train.device import resolve_device
-from dynlab.train.engine import train_threads
+from dynlab.train.engine import MAX_THREADS, train_threads
 
 __all__ = ["PostTrainSpec", "PostTrainTrainSpec", "load_checkpoint", "checkpoint_digest", "post_train",
            "post_train_dataset", "run_post_train"]
@@ -78,8 +78,9 @@ def load_checkpoint(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
             spec = load_spec(doc, cls)
         except KeyError:
             raise _not_a_model(p, "its spec.json is not an LM run spec") from None
-        except (json.JSONDecodeError, TypeError, ValueError) as exc:
-            raise _not_a_model(p, f"unreadable spec.json: {type(exc).__name__}") from None
+        except (json.JSONDecodeError, TypeError, ValueError, OSError) as exc:
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise _not_a_model(p, f"unreadable spec.json: {why}") from None
         model = build_model(spec)  # type: ignore[arg-type]
         try:
             model.load_state_dict(load_file(str(p / "model.safetensors")))
@@ -118,7 +119,7 @@ class PostTrainTrainSpec(Spec):
     weight_decay: float = Field(0.1, ge=0.0)
     clip: float = Field(1.0, gt=0.0)
     warmup_frac: float = Field(0.1, ge=0.0, le=1.0)
-    threads: int | None = Field(None, ge=1)
+    threads: int | None = Field(None, ge=1, le=MAX_THREADS)
 
 
 class PostTrainSpec(Spec):

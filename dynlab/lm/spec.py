@@ -14,6 +14,7 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from dynlab.config import Spec
+from dynlab.train.engine import MAX_THREADS
 from dynlab.lm.corpus import SOURCES
 
 __all__ = [
@@ -113,7 +114,7 @@ class LMTrainSpec(Spec):
     weight_decay: float = Field(0.1, ge=0.0)
     clip: float = Field(1.0, gt=0.0)
     warmup_frac: float = Field(0.05, ge=0.0, le=1.0)
-    threads: int | None = Field(None, ge=1, description="torch CPU threads while training and evaluating (None: RUN_THREADS = 1)")
+    threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="torch CPU threads while training and evaluating (None: RUN_THREADS = 1)")
 
 
 class LMEvalSpec(Spec):
@@ -222,7 +223,7 @@ class TaskTrainSpec(Spec):
     weight_decay: float = Field(0.1, ge=0.0)
     clip: float = Field(1.0, gt=0.0)
     warmup_frac: float = Field(0.05, ge=0.0, le=1.0)
-    threads: int | None = Field(None, ge=1, description="torch CPU threads while training and evaluating (None: RUN_THREADS = 1)")
+    threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="torch CPU threads while training and evaluating (None: RUN_THREADS = 1)")
 
 
 class TaskEvalSpec(Spec):
