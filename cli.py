@@ -1,16 +1,18 @@
 """The ``dynlab`` command line.  Wiring only: every command calls a library function.
 
 Bad input (unknown model, group, preset, device; impossible values; a broken study
-folder) prints one line ``error: …`` naming the problem and the allowed values, and exits
-with code 2, before anything is written (:class:`dynlab.errors.DynlabInputError`).  Any
-other error is a bug (or a failing machine, such as a full disk): one line saying so and
-exit code 1.  Set ``DYNLAB_DEBUG=1`` to get the traceback.
+folder; an output folder that cannot be made or written) prints one line ``error: …``
+naming the problem and the allowed values, and exits with code 2, before anything is
+written (:class:`dynlab.errors.DynlabInputError`).  Any other error is a bug (or a
+failing machine, such as a full disk): one line saying so and exit code 1.  Set
+``DYNLAB_DEBUG=1`` to get the traceback.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -65,6 +67,55 @@ def _seeds(text: str | None) -> tuple[int, ...] | None:
     return seeds
 
 
+def _folder_problem(folder: Path) -> str | None:
+    """Why files cannot be written in ``folder`` (None when they can): ``"is a file"``,
+    ``"is not writable (<reason>)"`` or, when it is missing, ``"cannot be made (<why>)"``
+    about the nearest folder above it that exists.
+
+    Writes nothing that stays: the nearest existing folder gets a probe file, removed at
+    once (a real write, so it also holds for root and for read-only file systems, where
+    permission bits alone mislead)."""
+    folder = folder.expanduser()
+    here = folder
+    while not (here.exists() or here.is_symlink()) and here.parent != here:
+        here = here.parent
+    missing = here != folder
+    if not here.is_dir():
+        what = "is a file" if here.is_file() else "is not a folder"
+        return f"cannot be made ({here} {what})" if missing else what
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".dynlab-write-check-", dir=here)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        return f"cannot be made ({here} is not writable: {why})" if missing else f"is not writable ({why})"
+    return None
+
+
+def _check_out(out: Path, *below: str, flag: str = "--out") -> None:
+    """Refuse an output folder (and the folders ``below`` it that the command writes in)
+    that cannot receive files: one line naming it and why, before anything is computed
+    or written."""
+    for folder in (out, *(out / b for b in below)):
+        problem = _folder_problem(folder)
+        if problem is None:
+            continue
+        allowed = "a folder (made when missing)" if problem == "is a file" else "a writable folder (made when missing)"
+        where = f"{flag} {out}" if folder == out else f"{flag} {out}: {folder}"
+        raise DynlabInputError(f"{where} {problem}; allowed: {allowed}")
+
+
+def _check_study_folder(root: Path) -> None:
+    """Refuse a study folder (``OUT/<study>``) that cannot receive files in itself or its
+    ``runs/``, before a run is trained or analysed (a study that cannot store its runs
+    would lose them)."""
+    for folder in (root, root / "runs"):
+        problem = _folder_problem(folder)
+        if problem is not None:
+            raise DynlabInputError(f"cannot write the study: {folder} {problem}; allowed: a writable --out folder")
+
+
 def _add_study_command(name: str) -> None:
     def command(
         models: ModelsOpt = "all",
@@ -90,6 +141,7 @@ def _add_study_command(name: str) -> None:
         )
         study.check_preset(options.preset)
         study.make_specs(options)  # refuse bad selections before a cluster is started
+        _check_study_folder(out / name)
         with make_executor(executor, scheduler=scheduler, workers=workers) as ex:
             path = run_study(
                 study, options, out=out, device=device, progress=not quiet, analyze=not no_analysis, executor=ex
@@ -187,6 +239,7 @@ def _add_lm_study_command(name: str) -> None:
         options = StudyOptions(preset=preset, models=_csv(models, "--models"), seeds=_seeds(seeds), extra=extra)
         study.check_preset(options.preset)
         study.make_specs(options)  # validates mixers, interventions and the source before anything is written
+        _check_study_folder(out / name)
         with make_executor(executor, scheduler=scheduler, workers=workers) as ex:
             path = run_study(study, options, out=out, device=device, progress=not quiet, analyze=False, executor=ex)
         typer.echo(f"dataset: {path}")
@@ -239,6 +292,7 @@ def lm_post_train(
     kinds = {"copying": "copying", "passkey": "passkey", "babi": "babilong"}
     if task is not None and task not in kinds:
         raise DynlabInputError(f"unknown task kind {task!r}; allowed: {', '.join(kinds)}")
+    _check_out(out, "post-train", "post-train/runs")  # the run goes to OUT/post-train/runs/<id>
     _, meta = load_checkpoint(checkpoint)  # one line naming the path when it is not a model
     length = seq_len if seq_len is not None else int(meta.get("seq_len", 64))
     task_spec = None
@@ -293,6 +347,8 @@ def analyze(
     from dynlab.runner import analyze_study
     from dynlab.studies import get_study
 
+    if (study_dir / "manifest.json").is_file():  # else analyze_study says it is no study folder
+        _check_study_folder(study_dir)
     path = analyze_study(study_dir, get_study, device=device, progress=not quiet)
     _echo_correlations(path)
     typer.echo(f"dataset: {path}")
@@ -318,8 +374,7 @@ def figures(
     from dynlab.runner import open_study
     from dynlab.studies import STUDIES
 
-    if out.exists() and not out.is_dir():
-        raise DynlabInputError(f"--out {out} is a file; allowed: a folder (made when missing)")
+    _check_out(out)
     ds = open_study(study_dir)
     name = str(ds.attrs.get("study", ""))
     study = STUDIES.get(name)

@@ -101,3 +101,92 @@ def test_broken_study_folders_and_paths_give_one_line(tmp_path, capsys):
     assert "cannot write the study" in capsys.readouterr().err
     assert main(["bench", "train", "--quick", "--json", str(a_file / "x.json")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+# -- an output folder that cannot receive files is bad input, refused before anything runs -----------------------
+
+def _file_parent(tmp_path: Path) -> tuple[Path, str]:
+    """An output folder below a regular file: it cannot be made, even by root."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("keep me")
+    return blocker / "out", f"cannot be made ({blocker} is a file)"
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """An existing folder (holding kept.txt) this process cannot write in; skipped where it
+    can (root ignores the permission bits)."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    (folder / "kept.txt").write_text("keep me")
+    folder.chmod(0o555)
+    try:
+        (folder / "probe").write_text("x")
+    except PermissionError:
+        yield folder
+    else:
+        (folder / "probe").unlink()
+        pytest.skip("this process can write in a 0o555 folder (root): see the file-parent case")
+    finally:
+        folder.chmod(0o755)
+
+
+def _listing(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+OUT_COMMANDS = {
+    "figures": ["figures", "{tmp}/no-study", "--out", "{out}"],
+    "post-train": ["lm", "post-train", "--checkpoint", "{tmp}/no-checkpoint", "--out", "{out}"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(OUT_COMMANDS))
+def test_out_below_a_file_is_one_line_exit_2(command, tmp_path, capsys):
+    out, why = _file_parent(tmp_path)
+    argv = [a.replace("{tmp}", str(tmp_path)).replace("{out}", str(out)) for a in OUT_COMMANDS[command]]
+    before = _listing(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: --out {out} {why}; allowed: a writable folder (made when missing)"
+    assert _listing(tmp_path) == before
+
+
+@pytest.mark.parametrize("command", sorted(OUT_COMMANDS))
+def test_read_only_out_is_one_line_exit_2_and_keeps_its_files(command, tmp_path, read_only, capsys):
+    argv = [a.replace("{tmp}", str(tmp_path)).replace("{out}", str(read_only)) for a in OUT_COMMANDS[command]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: --out {read_only} is not writable (") and len(err.splitlines()) == 1, err
+    assert _listing(read_only) == {"kept.txt": b"keep me"}
+
+
+def test_study_out_below_a_file_or_read_only_is_one_line_exit_2(tmp_path, capsys):
+    argv = ["study", "group-tracking", "--models", "tanh-rnn", "--groups", "C2", "--preset", "smoke", "-q", "--out"]
+    out, why = _file_parent(tmp_path)
+    assert main([*argv, str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: cannot write the study: {out / 'group-tracking'} {why}; "
+                   "allowed: a writable --out folder")
+    assert _listing(tmp_path) == {"a_file": b"keep me"}
+
+
+def test_study_and_analyze_in_a_read_only_folder_are_one_line_exit_2(tmp_path, read_only, capsys):
+    argv = ["study", "group-tracking", "--models", "tanh-rnn", "--groups", "C2", "--preset", "smoke", "-q", "--out"]
+    assert main([*argv, str(read_only)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: cannot write the study: {read_only / 'group-tracking'} cannot be made "
+                          f"({read_only} is not writable: ")
+    study = read_only / "study"
+    read_only.chmod(0o755)
+    (study / "runs").mkdir(parents=True)
+    (study / "manifest.json").write_text('{"study": "group-tracking", "preset": "smoke", "run_ids": []}')
+    study.chmod(0o555)
+    read_only.chmod(0o555)
+    try:
+        assert main(["analyze", str(study), "-q"]) == 2
+    finally:
+        study.chmod(0o755)
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: cannot write the study: {study} is not writable (") and len(err.splitlines()) == 1
+    assert (study / "manifest.json").read_text().startswith('{"study": "group-tracking"')
