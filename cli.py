@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -72,9 +71,9 @@ def _folder_problem(folder: Path) -> str | None:
     ``"is not writable (<reason>)"`` or, when it is missing, ``"cannot be made (<why>)"``
     about the nearest folder above it that exists.
 
-    Writes nothing that stays: the nearest existing folder gets a probe file, removed at
-    once (a real write, so it also holds for root and for read-only file systems, where
-    permission bits alone mislead)."""
+    Writes nothing, not even a probe (folder times stay as they were): asks the system
+    whether this process may create entries there (``access`` with the effective ids,
+    which also answers for root and for read-only file systems)."""
     folder = folder.expanduser()
     here = folder
     while not (here.exists() or here.is_symlink()) and here.parent != here:
@@ -83,14 +82,14 @@ def _folder_problem(folder: Path) -> str | None:
     if not here.is_dir():
         what = "is a file" if here.is_file() else "is not a folder"
         return f"cannot be made ({here} {what})" if missing else what
+    effective = os.access in os.supports_effective_ids
+    if os.access(here, os.W_OK | os.X_OK, effective_ids=effective):
+        return None
     try:
-        fd, probe = tempfile.mkstemp(prefix=".dynlab-write-check-", dir=here)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        why = exc.strerror or type(exc).__name__
-        return f"cannot be made ({here} is not writable: {why})" if missing else f"is not writable ({why})"
-    return None
+        why = "read-only file system" if os.statvfs(here).f_flag & os.ST_RDONLY else "permission denied"
+    except OSError:
+        why = "permission denied"
+    return f"cannot be made ({here} is not writable: {why})" if missing else f"is not writable ({why})"
 
 
 def _check_out(out: Path, *below: str, flag: str = "--out") -> None:

@@ -273,13 +273,29 @@ def _manifest_specs(path: Path, manifest: dict, study: Study, store: RunStore) -
     return specs
 
 
-def _manifest_options(manifest: dict) -> StudyOptions:
+def _manifest_options(path: Path, manifest: dict) -> StudyOptions:
+    """The study options a manifest records; a one-line :class:`DynlabInputError` naming
+    the field when one has the wrong type (``models``/``groups``: a list of names or null,
+    ``seeds``: a list of integers ≥ 0 or null, ``extra``: a mapping or null)."""
+
+    def listed(key: str, kind: type, what: str) -> tuple | None:
+        value = manifest.get(key)
+        if value is None:
+            return None
+        ok = isinstance(value, list) and all(isinstance(v, kind) and not isinstance(v, bool) for v in value)
+        if not ok or (kind is int and any(v < 0 for v in value)):
+            raise DynlabInputError(f"broken study manifest {path / MANIFEST}: {key!r} is {value!r}; allowed: {what} or null")
+        return tuple(value)
+
+    extra = manifest.get("extra")
+    if extra is not None and not isinstance(extra, dict):
+        raise DynlabInputError(f"broken study manifest {path / MANIFEST}: 'extra' is {extra!r}; allowed: a mapping or null")
     return StudyOptions(
         preset=manifest["preset"],
-        models=tuple(manifest["models"]) if manifest.get("models") else None,
-        groups=tuple(manifest["groups"]) if manifest.get("groups") else None,
-        seeds=tuple(manifest["seeds"]) if manifest.get("seeds") is not None else None,
-        extra=manifest.get("extra") or {},
+        models=listed("models", str, "a list of names") or None,
+        groups=listed("groups", str, "a list of names") or None,
+        seeds=listed("seeds", int, "a list of integers >= 0"),
+        extra=extra or {},
     )
 
 
@@ -292,15 +308,21 @@ def analyze_study(
     (``dynlab.studies.get_study``; passed in so the library does not import studies).
     The options are the manifest's; a manifest written before the options were recorded
     gets the preset's defaults (e.g. its analysis preset), and is rewritten with them.
+
+    The manifest's options and ``device`` are checked before anything on disk changes:
+    a broken manifest or an unknown device is a one-line :class:`DynlabInputError` that
+    leaves every run folder as it was (damaged runs are quarantined only after that).
     """
     path = Path(path)
     manifest = _load_manifest(path)
     study = get_study(manifest["study"])
-    store = RunStore(path)
-    specs = _manifest_specs(path, manifest, study, store)
-    options = _manifest_options(manifest)
+    options = _manifest_options(path, manifest)
+    study.check_preset(options.preset)
     extra = study.parse_options(options)
-    with make_progress(progress) as prog:  # _run_specs refuses a bad device before writing
+    resolve_device(device)
+    store = RunStore(path)
+    specs = _manifest_specs(path, manifest, study, store)  # heals (quarantines) damaged runs
+    with make_progress(progress) as prog:
         _run_specs(study, specs, store, device, prog, analyze=True, force_analysis=True, extra=extra)
     return _finish(study, specs, store, options, extra)
 

@@ -190,3 +190,48 @@ def test_study_and_analyze_in_a_read_only_folder_are_one_line_exit_2(tmp_path, r
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: cannot write the study: {study} is not writable (") and len(err.splitlines()) == 1
     assert (study / "manifest.json").read_text().startswith('{"study": "group-tracking"')
+
+
+# -- analyze checks the manifest's options (and the device) before it heals anything -----------------------------
+
+def _snapshot(folder: Path) -> dict[str, tuple[bytes | None, int]]:
+    """Every path under ``folder``: (bytes for a file, None for a folder) and mtime in ns."""
+    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*"))}
+
+
+def _damaged_study(tmp_path: Path, **manifest) -> Path:
+    """A study folder whose one run is damaged (analyze would quarantine it) and whose
+    manifest holds ``manifest`` on top of valid study/preset/run_ids."""
+    import json
+
+    study = tmp_path / "study"
+    (study / "runs" / "abc").mkdir(parents=True, exist_ok=True)
+    (study / "runs" / "abc" / "spec.json").write_text('{"no": "fields"}')
+    (study / "manifest.json").write_text(json.dumps({"study": "group-tracking", "preset": "smoke",
+                                                     "run_ids": ["abc"], **manifest}))
+    return study
+
+
+@pytest.mark.parametrize("manifest,argv,message", [
+    ({"extra": {"no_such_option": 1}}, [], "study group-tracking: unknown option 'no_such_option'; allowed: "),
+    ({"extra": {"analysis": "huge"}}, [], "study group-tracking: bad option 'analysis'"),
+    ({"extra": [1]}, [], "'extra' is [1]; allowed: a mapping or null"),
+    ({"models": "tanh-rnn"}, [], "'models' is 'tanh-rnn'; allowed: a list of names or null"),
+    ({"seeds": [0, -1]}, [], "'seeds' is [0, -1]; allowed: a list of integers >= 0 or null"),
+    ({"preset": "huge"}, [], "unknown preset 'huge' for study group-tracking"),
+    ({}, ["--device", "tpu"], "unknown device 'tpu'"),
+], ids=["unknown-option", "bad-option", "extra-not-a-mapping", "models-not-a-list", "negative-seed", "preset",
+        "device"])
+def test_analyze_refuses_a_broken_manifest_before_it_heals_a_run(tmp_path, capsys, manifest, argv, message):
+    study = _damaged_study(tmp_path, **manifest)
+    before = _snapshot(study)
+    assert main(["analyze", str(study), "-q", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and message in err, err
+    assert _snapshot(study) == before  # the damaged run is where it was: no quarantine/, nothing rewritten
+    # with a sound manifest and device the same folder is healed (the run moved to quarantine/)
+    _damaged_study(tmp_path)
+    assert main(["analyze", str(study), "-q"]) == 2
+    assert "run abc damaged" in capsys.readouterr().err
+    assert not (study / "runs" / "abc").exists() and len(list((study / "quarantine").iterdir())) == 1
