@@ -94,7 +94,8 @@ __all__ = [
 ]
 
 _DENSE = ("tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn")
-_LIVE_COPIES = 8  # [N, B, T, S] tensors alive at the peak of a training step (estimate)
+_LIVE_COPIES = 8  # [N, B, T, S] tensors alive at the peak of a training step under autograd (estimate)
+_LIVE_COPIES_FUSED = 2  # the fused kernels: one state buffer (plus [N, B, T, H]-sized readout buffers)
 
 
 @dataclass
@@ -282,7 +283,7 @@ def bench_train(
     method is measured at each and reported at its fastest (on a shared, oversubscribed
     box a second thread can make small-GEMM code many times slower).  Ensembles whose
     activations would need more than ``max_memory_gb`` (estimated as N·B·T·S·4 bytes ×
-    8 live copies) are skipped and listed under ``skipped``.  ``compile``: also time one
+    8 live copies under autograd, × 2 for the fused kernels) are skipped and listed under ``skipped``.  ``compile``: also time one
     model trained with ``compile=True`` (:func:`dynlab.train.train_tracker`; the first,
     compiling step is the untimed warm-up; it counts towards the best dynlab row).
     """
@@ -357,7 +358,8 @@ def bench_train(
             rows.append(BenchRow(setting, "dynlab + torch.compile", 1, batch * length / sec, sec, n, t))
         state = probe.state_size
         for size in ensembles:
-            need_gb = size * batch * length * state * 4 * _LIVE_COPIES / 2**30
+            copies = _LIVE_COPIES_FUSED if probe.fused_kind() else _LIVE_COPIES
+            need_gb = size * batch * length * state * 4 * copies / 2**30
             if need_gb > max_memory_gb:
                 reason = f"needs ~{need_gb:.1f} GB > {max_memory_gb} GB"
                 skipped.append({"method": f"dynlab ensemble-{size}", "reason": reason})

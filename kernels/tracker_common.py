@@ -51,20 +51,23 @@ class _BufferCache:
     B=256, T=60).  A fresh allocation of that size is a fresh ``mmap`` whose pages fault in
     on first touch, about 12% of an ensemble step on the 2-core box (measured by letting
     the allocator keep freed memory).  Only buffers a backward pass has finished with are
-    kept, one per shape and dtype, at most ``keep`` shapes (a curriculum changes T); a
-    forward pass that finds none allocates.  CUDA has its own caching allocator: not used
-    there.
+    kept, as many per shape and dtype as were handed back (a kernel that runs the members
+    of a stack one by one uses one buffer per member), for at most ``keep`` shapes (a
+    curriculum changes T; the least recently returned shape goes first); a forward pass
+    that finds none allocates.  So the cache never holds more than the largest step's
+    buffers.  CUDA has its own caching allocator: not used there.
     """
 
-    def __init__(self, keep: int = 4):
+    def __init__(self, keep: int = 8):
         self.keep = keep
-        self._free: dict[tuple, torch.Tensor] = {}
+        self._free: dict[tuple, list[torch.Tensor]] = {}
         self.lock = threading.Lock()
 
     def take(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         if device.type == "cpu":
             with self.lock:
-                buf = self._free.pop((shape, dtype), None)
+                bufs = self._free.get((tuple(shape), dtype))
+                buf = bufs.pop() if bufs else None
             if buf is not None:
                 return buf
         return torch.empty(shape, dtype=dtype, device=device)
@@ -72,8 +75,10 @@ class _BufferCache:
     def give(self, buf: torch.Tensor) -> None:
         if buf.device.type != "cpu" or not buf.is_contiguous():
             return
+        key = (tuple(buf.shape), buf.dtype)
         with self.lock:
-            self._free[(tuple(buf.shape), buf.dtype)] = buf
+            self._free.setdefault(key, []).append(buf)
+            self._free[key] = self._free.pop(key)  # most recently returned shape last
             while len(self._free) > self.keep:
                 self._free.pop(next(iter(self._free)))
 

@@ -458,10 +458,11 @@ def ensemble_group_key(spec: RunSpec):
     (what :func:`dynlab.train.ensemble.check_ensemble` needs); other archs get a unique key.
 
     Stacked are the architectures whose cell class declares a fused training kernel
-    (``Cell.fused``: the dense RNNs, whose per-step GEMMs batch into one bmm for all
-    members, on every device).  The diagonal cells are memory-bound on the CPU and measured
-    slower stacked (mamba, H=128, B=256: a stack of 16 reached 61 K model-tokens/s, one
-    model alone 145 K), so they run alone.
+    (``Cell.fused``): the dense RNNs, whose per-step GEMMs batch into one bmm for all
+    members on every device, and mamba / negative-mamba, whose diagonal kernel runs the
+    members one after another on the CPU (as fast per model as solo training, and
+    bit-identical to it) and as one stack on a GPU.  The complex diagonal cells (aussm,
+    mamba3) have no fused kernel and run alone.
     """
     if get_cell(spec.model.arch).fused is None:
         return spec.spec_hash()

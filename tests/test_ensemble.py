@@ -96,8 +96,10 @@ def test_group_tracking_run_many_matches_run_one():
     specs = STUDY.make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C6", "S3"), extra=extra))
     items = STUDY.work_items(specs)
     assert [len(i) for i in items] == [2]
+    complex_ = STUDY.make_specs(StudyOptions(preset="smoke", models=("aussm",), groups=("C6", "S3"), extra=extra))
+    assert [len(i) for i in STUDY.work_items(complex_)] == [1, 1]  # cells without a fused kernel train alone
     diagonal = STUDY.make_specs(StudyOptions(preset="smoke", models=("mamba",), groups=("C6", "S3"), extra=extra))
-    assert [len(i) for i in STUDY.work_items(diagonal)] == [1, 1]  # diagonal cells train alone
+    assert [len(i) for i in STUDY.work_items(diagonal)] == [2]  # the fused diagonal kernel stacks
     many = STUDY.run_item(items[0], CPU, None)
     for spec, out in zip(specs, many):
         one = STUDY.run_one(spec, CPU, None)
@@ -160,7 +162,7 @@ def test_ensemble_on_cuda_matches_cpu_solo():
 
 # -- reproducibility: the numbers do not depend on where a spec runs ------------------------
 
-FUSED_ARCHS = ["tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn"]
+FUSED_ARCHS = ["tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn", "mamba", "negative-mamba"]
 
 
 @pytest.fixture

@@ -46,7 +46,8 @@ def test_builtin_cells_declare_their_kernels():
     assert declared == {
         LinearRNNCell: ("dense", True), TanhRNNCell: ("dense", True),
         TokenGatedRNNCell: ("token-gated", True), StateGatedRNNCell: ("state-gated", False),
-        MambaCell: (None, True), NegativeMambaCell: (None, True), AUSSMCell: (None, True), Mamba3Cell: (None, True),
+        MambaCell: ("diagonal", True), NegativeMambaCell: ("diagonal", True),
+        AUSSMCell: (None, True), Mamba3Cell: (None, True),
     }
     assert (Cell.fused, Cell.fast_scan) == (None, False)
 
@@ -61,7 +62,7 @@ def test_overriding_any_method_loses_the_kernels(name):
         sub = type(f"Own_{name}", (base,), dict(body))
         assert sub.fused is None and sub.fast_scan is False, (base.__name__, name)
         assert base.fused == {"TanhRNNCell": "dense", "TokenGatedRNNCell": "token-gated",
-                              "StateGatedRNNCell": "state-gated", "MambaCell": None}[base.__name__]  # base untouched
+                              "StateGatedRNNCell": "state-gated", "MambaCell": "diagonal"}[base.__name__]  # base untouched
 
 
 def test_subclass_without_overrides_keeps_the_kernels_and_redeclaring_restores_them():
@@ -164,7 +165,7 @@ def test_ensembles_stack_exactly_the_fused_architectures(doubled_arch):
     def spec(arch, seed):
         return RunSpec(task=TaskSpec(group="S3"), model=ModelSpec(arch=arch, hidden=8), seed=seed)
 
-    for arch in ("tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn"):
+    for arch in ("tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn", "mamba", "negative-mamba"):
         assert ensemble_group_key(spec(arch, 0)) == ensemble_group_key(spec(arch, 1)), arch
-    for arch in ("mamba", "aussm", doubled_arch):
+    for arch in ("aussm", "mamba3", doubled_arch):
         assert ensemble_group_key(spec(arch, 0)) != ensemble_group_key(spec(arch, 1)), arch

@@ -26,12 +26,13 @@ Kernels a cell runs on are declared by two class attributes, never inferred:
   phi ∈ {identity, tanh} a reverse-time hand-written backward, the diagonal affine cells
   with phi = identity a chunked scan.  Every other case runs the generic loop,
   ``Cell.scan``, which is also the reference the fast scans are tested against.
-- ``fused`` (``"dense"``, ``"token-gated"``, ``"state-gated"`` or None): the fused training
-  kernel (:mod:`dynlab.kernels.dense_tracker`, :mod:`dynlab.kernels.gated_tracker`) that
+- ``fused`` (``"dense"``, ``"token-gated"``, ``"state-gated"``, ``"diagonal"`` or None):
+  the fused training kernel (:mod:`dynlab.kernels.dense_tracker`,
+  :mod:`dynlab.kernels.gated_tracker`, :mod:`dynlab.kernels.diagonal_tracker`) that
   computes exactly this cell's loss in a one-layer tracker; :meth:`Cell.fused_kind` adds
   the checks on the instance (phi, parameters).  The studies train the architectures
-  whose cell class declares one as stacked ensembles (one batched GEMM per step for all
-  members).
+  whose cell class declares one as stacked ensembles (the dense kernels: one batched GEMM
+  per step for all members; the diagonal kernel: one member after another on the CPU).
 
 A subclass that overrides any method (``precompute``, ``transition``, ``readout``,
 ``scan``, ``step``, ``forward``, ``__init__``, a private helper, …) loses both — ``fused``
@@ -65,6 +66,7 @@ __all__ = [
     "AUSSMCell",
     "Cell",
     "FUSED_KERNELS",
+    "FUSED_KERNEL_PHIS",
     "LinearRNNCell",
     "Mamba3Cell",
     "MambaCell",
@@ -78,13 +80,24 @@ __all__ = [
 Terms = dict[str, torch.Tensor]
 
 #: The fused training kernels a cell class may declare in :attr:`Cell.fused`, each with the
-#: parameters (names as in the cell's ``named_parameters()``) it reads, and nothing else:
-#: the recurrence ``A [S, S]``, the drive ``B`` and gate input ``W_g`` (``nn.Linear`` with
-#: bias, applied to the token embedding) and the state-to-gate matrix ``U_g [S, S]``.
+#: parameters (names as in the cell's ``named_parameters()``) it reads, and nothing else.
+#: Dense kernels: the recurrence ``A [S, S]``, the drive ``B`` and gate input ``W_g``
+#: (``nn.Linear`` with bias, applied to the token embedding) and the state-to-gate matrix
+#: ``U_g [S, S]``.  ``"diagonal"`` (:mod:`dynlab.kernels.diagonal_tracker`): the Mamba
+#: cell's parameters; the kernel reads the terms of the cell's own :meth:`Cell.precompute`
+#: over the vocabulary (so a subclass may change the decay, as negative-mamba does) and
+#: computes :meth:`MambaCell.readout`.
 FUSED_KERNELS: dict[str, tuple[str, ...]] = {
     "dense": ("A", "B.weight", "B.bias"),
     "token-gated": ("A", "B.weight", "B.bias", "W_g.weight", "W_g.bias"),
     "state-gated": ("A", "B.weight", "B.bias", "W_g.weight", "W_g.bias", "U_g"),
+    "diagonal": ("W_x.weight", "W_x.bias", "W_z.weight", "W_z.bias", "W_dt.weight", "W_dt.bias",
+                 "W_B.weight", "W_C.weight", "a_log", "D"),
+}
+
+#: The nonlinearities phi each fused kernel implements (the diagonal scan is linear).
+FUSED_KERNEL_PHIS: dict[str, tuple[str, ...]] = {
+    "dense": FUSED_PHIS, "token-gated": FUSED_PHIS, "state-gated": FUSED_PHIS, "diagonal": ("identity",),
 }
 
 #: Kernel attributes of a cell class and the value a subclass that overrides a method gets
@@ -179,12 +192,13 @@ class Cell(nn.Module):
 
     def fused_kind(self) -> str | None:
         """The fused training kernel that computes exactly this cell, or None: the class
-        declares ``fused``, phi is one the kernels implement (identity, tanh), and the
-        parameters are exactly those the kernel reads (:data:`FUSED_KERNELS`), its
-        ``B`` / ``W_g`` plain ``nn.Linear`` layers with bias.  The tracker around the cell
+        declares ``fused``, phi is one the kernel implements (:data:`FUSED_KERNEL_PHIS`:
+        identity and tanh, identity only for ``"diagonal"``), and the parameters are
+        exactly those the kernel reads (:data:`FUSED_KERNELS`), its linear layers plain
+        ``nn.Linear``.  The tracker around the cell
         has its own conditions (:meth:`dynlab.models.Tracker.fused_kind`)."""
         kind = type(self).fused
-        if kind is None or self.phi not in FUSED_PHIS:
+        if kind is None or self.phi not in FUSED_KERNEL_PHIS[kind]:
             return None
         if {name for name, _ in self.named_parameters()} != set(FUSED_KERNELS[kind]):
             return None
@@ -357,6 +371,7 @@ class MambaCell(Cell):
     family = "affine"
     pointwise_precompute = True
     fast_scan = True
+    fused = "diagonal"
 
     def __init__(self, d_in: int, hidden: int, nonlinearity: str | None = None, d_state: int = 4, **_: object):
         super().__init__(d_in, hidden, hidden * d_state, hidden, nonlinearity)
@@ -412,6 +427,7 @@ class NegativeMambaCell(MambaCell):
     """negative-mamba: Mamba with Ā′_t = 2·exp(Δ_t a) − 1 ∈ (−1, 1) (Grazzi et al.)."""
 
     fast_scan = True  # the decay is a precomputed term: the diagonal scan still applies
+    fused = "diagonal"  # and the fused kernel too (it reads the precomputed terms)
 
     def _decay(self, dt: torch.Tensor) -> torch.Tensor:
         return 2.0 * torch.exp(dt[..., None] * -torch.exp(self.a_log)) - 1.0

@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.func import functional_call
 
 from dynlab.config import ModelSpec, TrainSpec
 from dynlab.kernels.dense_tracker import dense_tracker_loss
+from dynlab.kernels.diagonal_tracker import diagonal_tracker_loss
 from dynlab.kernels.gated_tracker import gated_tracker_loss
 from dynlab.models import Tracker
 
@@ -124,7 +126,12 @@ def runs_generic_loop(model: Tracker) -> bool:
 
 
 def fused_loss(
-    kind: str, params: dict[str, torch.Tensor], phi: str, tokens: torch.Tensor, labels: torch.Tensor
+    kind: str,
+    params: dict[str, torch.Tensor],
+    phi: str,
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    cell: nn.Module | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed cross-entropy and hit count of a :func:`fused_kind` tracker from its
     parameters ``params`` (names as in ``Tracker.named_parameters()``; each ``[…]`` for
@@ -132,22 +139,72 @@ def fused_loss(
 
     The per-token tables (embedding through the input projections) are formed here under
     autograd; the recurrence, readout and loss run in
-    :func:`dynlab.kernels.dense_tracker.dense_tracker_loss` (``kind == "dense"``) or
-    :func:`dynlab.kernels.gated_tracker.gated_tracker_loss`.
+    :func:`dynlab.kernels.dense_tracker.dense_tracker_loss` (``kind == "dense"``),
+    :func:`dynlab.kernels.gated_tracker.gated_tracker_loss` (the gated kinds) or
+    :func:`dynlab.kernels.diagonal_tracker.diagonal_tracker_loss` (``"diagonal"``, whose
+    tables are the terms of ``cell``'s own ``precompute`` over the vocabulary: ``cell``,
+    the tracker's first cell, is required for it and only its structure is used).
     """
     emb = params["embed.weight"]  # [V, D] or [N, V, D]
+    W, c = params["readout.weight"], params["readout.bias"]
+    if kind == "diagonal":
+        if cell is None:
+            raise ValueError("the diagonal kernel needs the cell whose precompute forms its tables; got cell=None")
+        return diagonal_tracker_loss(tokens, labels, *_diagonal_tables(cell, params, emb), W, c)
 
     def table(layer: str) -> torch.Tensor:  # emb @ Wᵀ + b: [V, S] or [N, V, S]
         return torch.matmul(emb, params[f"{layer}.weight"].mT) + params[f"{layer}.bias"].unsqueeze(-2)
 
     drive, A = table("cells.0.B"), params["cells.0.A"]
-    W, c = params["readout.weight"], params["readout.bias"]
     if kind == "dense":
         return dense_tracker_loss(tokens, labels, drive, A, W, c, phi)
     if kind in ("token-gated", "state-gated"):
         U = params["cells.0.U_g"] if kind == "state-gated" else None
         return gated_tracker_loss(tokens, labels, drive, table("cells.0.W_g"), A, U, W, c, phi)
-    raise ValueError(f"unknown fused kernel kind {kind!r}; allowed: dense, token-gated, state-gated")
+    raise ValueError(f"unknown fused kernel kind {kind!r}; allowed: dense, token-gated, state-gated, diagonal")
+
+
+class _Precompute(nn.Module):
+    """A cell's :meth:`~dynlab.models.Cell.precompute` as ``forward`` (for ``functional_call``)."""
+
+    def __init__(self, cell: nn.Module):
+        super().__init__()
+        self.cell = cell
+
+    def forward(self, emb: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.cell.precompute(emb[None])  # terms [1, V, …]
+
+
+def _diagonal_tables(cell: nn.Module, params: dict[str, torch.Tensor], emb: torch.Tensor) -> tuple:
+    """The tables of :func:`~dynlab.kernels.diagonal_tracker.diagonal_tracker_loss` from a
+    Mamba-style cell's terms over the vocabulary: a = decay, b = drive ``[…, V, H, K]``,
+    C ``[…, V, K]``, g = silu(z) and e = D·x·silu(z) ``[…, V, H]``, so that
+    g·(C·h) + e is the cell's readout (C·h + D·x)·silu(z).
+
+    Stacked ``params`` (``emb [N, V, D]``) run the unbatched precompute on each member's
+    slices (``unbind``, whose backward stacks the members' gradients): the same operations
+    as for the member alone, so an ensemble member's gradients are bit-identical to solo
+    training's (a ``vmap`` would batch the products and round differently)."""
+    own = {f"cell.{k.removeprefix('cells.0.')}": v for k, v in params.items() if k.startswith("cells.0.")}
+    module = _Precompute(cell)
+    if emb.dim() == 2:
+        return _tables_of(cell, functional_call(module, own, (emb,)), own["cell.D"])
+    names = list(own)
+    members = zip(*(own[k].unbind(0) for k in names), emb.unbind(0))
+    per = []
+    for *values, e in members:
+        p = dict(zip(names, values))
+        per.append(_tables_of(cell, functional_call(module, p, (e,)), p["cell.D"]))
+    return tuple(torch.stack(parts) for parts in zip(*per))
+
+
+def _tables_of(cell: nn.Module, terms: dict[str, torch.Tensor], D: torch.Tensor) -> tuple:
+    """One member's tables (see :func:`_diagonal_tables`) from its terms ``[1, V, …]``."""
+    terms = {k: v[0] for k, v in terms.items()}
+    gate = F.silu(terms["z"])  # [V, H]
+    v = gate.shape[0]
+    a, b = (terms[name].reshape(v, cell.hidden, cell.d_state) for name in ("decay", "drive"))
+    return a, b, terms["C"], gate, D * terms["x"] * gate
 
 
 def tracker_loss(model: Tracker, tokens: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -168,7 +225,8 @@ def _loss(model: Tracker, kind: str | None, tokens: torch.Tensor, labels: torch.
     valid = labels >= 0  # −100 (cross_entropy's ignore_index) marks padding
     n = valid.sum().clamp(min=1)
     if kind is not None:
-        total, correct = fused_loss(kind, dict(model.named_parameters()), model.cells[0].phi, tokens, labels)
+        params = dict(model.named_parameters())
+        total, correct = fused_loss(kind, params, model.cells[0].phi, tokens, labels, model.cells[0])
         return total / n, correct.to(total.dtype).detach() / n
     logits = tracker_logits(model, tokens)  # [B, T, C]
     loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())

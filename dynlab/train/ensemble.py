@@ -236,7 +236,8 @@ def _stack_loss(template: _Loss, params: dict, buffers: dict, tokens: torch.Tens
     if template.kind is not None:  # the fused kernel takes the stack: one batched GEMM for all
         n = (labels >= 0).flatten(1).sum(1).clamp(min=1)  # [K] valid positions (−100 marks padding)
         stacked = {k.removeprefix("model."): v for k, v in params.items()}
-        total, correct = fused_loss(template.kind, stacked, template.model.cells[0].phi, tokens, labels)
+        cell = template.model.cells[0]
+        total, correct = fused_loss(template.kind, stacked, cell.phi, tokens, labels, cell)
         return total / n, correct.to(total.dtype).detach() / n
     return vmap(lambda p, b, t, y: functional_call(template, (p, b), (t, y)))(params, buffers, tokens, labels)
 

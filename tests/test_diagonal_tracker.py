@@ -1,0 +1,128 @@
+"""The fused diagonal (Mamba-style) tracker loss equals the same model written with plain autograd."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dynlab.config import ModelSpec
+from dynlab.kernels import diagonal_tracker
+from dynlab.kernels.diagonal_tracker import diagonal_tracker_loss, diagonal_tracker_loss_reference
+from dynlab.kernels.tracker_common import BUFFERS
+from dynlab.train.engine import build_tracker, fused_kind, tracker_logits, tracker_loss
+
+D = torch.float64
+
+
+def _problem(n=3, b=5, t=7, v=4, h=6, k=3, c=5, seed=0, dtype=D):
+    g = torch.Generator().manual_seed(seed)
+    tok = torch.randint(0, v, (n, b, t), generator=g)
+    lab = torch.randint(0, c, (n, b, t), generator=g)
+    lab[min(1, n - 1), :, 5:] = -100  # padding, as a member with a shorter curriculum has
+    lab[0, 0, :2] = -100
+    a = torch.rand(n, v, h, k, generator=g, dtype=dtype) * 2 - 1  # any sign (negative-mamba)
+    b_ = torch.randn(n, v, h, k, generator=g, dtype=dtype)
+    C = torch.randn(n, v, k, generator=g, dtype=dtype)
+    gate = torch.randn(n, v, h, generator=g, dtype=dtype)
+    e = torch.randn(n, v, h, generator=g, dtype=dtype)
+    W = torch.randn(n, c, h, generator=g, dtype=dtype)
+    cb = torch.randn(n, c, generator=g, dtype=dtype)
+    return tok, lab, [x.requires_grad_() for x in (a, b_, C, gate, e, W, cb)]
+
+
+@pytest.mark.parametrize("together", [False, True])
+def test_fused_loss_and_gradients_match_autograd(together, monkeypatch):
+    """Members one by one (the CPU's groups) and the whole stack as one group (a GPU's)."""
+    if together:
+        monkeypatch.setattr(diagonal_tracker, "member_groups", lambda n, device: [slice(0, n)])
+    tok, lab, params = _problem()
+    weights = torch.tensor([1.0, -2.0, 0.5], dtype=D)  # a different upstream gradient per model
+    loss, hits = diagonal_tracker_loss(tok, lab, *params)
+    got = torch.autograd.grad((loss * weights).sum(), params)
+    ref_loss, ref_hits = diagonal_tracker_loss_reference(tok, lab, *params)
+    want = torch.autograd.grad((ref_loss * weights).sum(), params)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-12, atol=1e-12)
+    assert torch.equal(hits, ref_hits)
+    for name, x, y in zip("a b C g e W c".split(), got, want):
+        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_single_model_form_and_finite_differences():
+    tok, lab, params = _problem(n=1, b=3, t=5, v=3, h=2, k=2, c=3, seed=1)
+    single = [p[0].detach().requires_grad_() for p in params]
+    loss, hits = diagonal_tracker_loss(tok[0], lab[0], *single)
+    assert loss.dim() == 0 and hits.dim() == 0
+    grads = torch.autograd.grad(loss, single)
+    g = torch.Generator().manual_seed(3)
+    dirs = [torch.randn(p.shape, generator=g, dtype=D) for p in single]  # a random direction
+    eps = 1e-6
+    with torch.no_grad():
+        up = diagonal_tracker_loss(tok[0], lab[0], *(p + eps * d for p, d in zip(single, dirs)))[0]
+        down = diagonal_tracker_loss(tok[0], lab[0], *(p - eps * d for p, d in zip(single, dirs)))[0]
+    slope = sum((x * d).sum() for x, d in zip(grads, dirs))
+    torch.testing.assert_close((up - down) / (2 * eps), slope, rtol=1e-6, atol=1e-8)
+
+
+def test_members_of_a_stack_are_bit_identical_to_each_alone():
+    tok, lab, params = _problem(n=4, b=16, t=9, v=6, h=8, k=4, c=6, seed=2, dtype=torch.float32)
+    loss, hits = diagonal_tracker_loss(tok, lab, *params)
+    grads = torch.autograd.grad(loss.sum(), params)
+    for i in range(4):
+        own = [p[i].detach().requires_grad_() for p in params]
+        l_i, h_i = diagonal_tracker_loss(tok[i], lab[i], *own)
+        g_i = torch.autograd.grad(l_i, own)
+        assert torch.equal(l_i, loss[i]) and torch.equal(h_i, hits[i])
+        assert all(torch.equal(x, y[i]) for x, y in zip(g_i, grads)), i
+
+
+def test_empty_batches_and_bad_input():
+    tok, lab, params = _problem()
+    loss, hits = diagonal_tracker_loss(tok[:, :, :0], lab[:, :, :0], *params)
+    assert torch.equal(loss, torch.zeros(3, dtype=D)) and torch.equal(hits, torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="token ids must lie in"):
+        diagonal_tracker_loss(tok + 10, lab, *params)
+    with pytest.raises(ValueError, match=r"a/b \[N, V, H, K\]"):
+        diagonal_tracker_loss(tok, lab, params[0], params[1][:, :, :2], *params[2:])
+    loss, _ = diagonal_tracker_loss(tok, lab, *params)
+    loss.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="twice"):
+        loss.sum().backward()
+    loss, _ = diagonal_tracker_loss(tok, lab, *params)
+    with pytest.raises(RuntimeError, match="first derivatives only"):
+        torch.autograd.grad(loss.sum(), params, create_graph=True)
+    BUFFERS.clear()
+
+
+@pytest.mark.parametrize("arch", ["mamba", "negative-mamba"])
+def test_tracker_loss_runs_the_kernel_and_equals_the_models_own_loss(arch):
+    """For a Mamba tracker ``tracker_loss`` (the kernel) equals cross-entropy of the model's
+    logits, value and gradients of every parameter (its readout, decay and input
+    projections): the tables carry the cell's own precompute and readout."""
+    model = build_tracker(ModelSpec(arch=arch, hidden=8, d_state=3), 6, 6, seed=4).double()
+    assert fused_kind(model) == "diagonal"
+    g = torch.Generator().manual_seed(5)
+    tok, lab = torch.randint(0, 6, (4, 12), generator=g), torch.randint(0, 6, (4, 12), generator=g)
+    loss, acc = tracker_loss(model, tok, lab)
+    got = torch.autograd.grad(loss, list(model.parameters()))
+    logits = model(tok).logits
+    ref = F.cross_entropy(logits.flatten(0, 1), lab.flatten())
+    want = torch.autograd.grad(ref, list(model.parameters()))
+    torch.testing.assert_close(loss, ref, rtol=1e-12, atol=1e-12)
+    assert acc.item() == (logits.argmax(-1) == lab).double().mean().item()
+    for (name, _), x, y in zip(model.named_parameters(), got, want):
+        torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12, msg=name)
+    torch.testing.assert_close(tracker_logits(model, tok), logits, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_runs_the_whole_stack_and_agrees_with_the_cpu():
+    tok, lab, params = _problem(dtype=torch.float32)
+    loss, _ = diagonal_tracker_loss(tok, lab, *params)
+    grads = torch.autograd.grad(loss.sum(), params)
+    cuda = [p.detach().cuda().requires_grad_() for p in params]
+    loss_c, _ = diagonal_tracker_loss(tok.cuda(), lab.cuda(), *cuda)
+    grads_c = torch.autograd.grad(loss_c.sum(), cuda)
+    torch.testing.assert_close(loss_c.cpu(), loss, rtol=1e-4, atol=1e-4)
+    for x, y in zip(grads_c, grads):
+        torch.testing.assert_close(x.cpu(), y, rtol=1e-3, atol=1e-4)
