@@ -368,7 +368,7 @@ def figures(
     study_dir: Annotated[Path, typer.Argument(help="A study folder written by `dynlab study` (or its dataset.nc).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the PNG and PDF files.")] = Path("figures"),
 ) -> None:
-    """Draw every panel of a study (PNG + PDF) and one composite figure."""
+    """Draw every panel of a study (PNG + PDF) and one composite figure (a panel with nothing to draw: empty, saying why)."""
     from dynlab.figures import write_figures
     from dynlab.runner import open_study
     from dynlab.studies import STUDIES
@@ -388,8 +388,8 @@ def figures(
     figs = write_figures(ds, out, study.panels)
     for path in figs.written:
         typer.echo(str(path))
-    for name, why in figs.skipped.items():
-        typer.echo(f"skipped {name}: {why}")
+    for name, why in figs.skipped.items():  # an empty panel is written, saying why; a skipped one is not
+        typer.echo(f"{'drawn empty' if name in figs.empty else 'skipped'} {name}: {why}")
 
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (`dynlab bench train`).")

@@ -349,7 +349,7 @@ def test_panels_declare_what_they_read():
 
 
 def test_driver_skips_only_declared_absences_and_lets_bugs_through(tmp_path):
-    from dynlab.figures import NothingToDraw, Panel, needs
+    from dynlab.figures import NothingToDraw, Panel, Table, needs
 
     @needs("q", what="buggy panel")
     def buggy(ds, ax):
@@ -363,11 +363,68 @@ def test_driver_skips_only_declared_absences_and_lets_bugs_through(tmp_path):
     def absent(ds, ax):
         raise AssertionError("not drawn: its variable is absent")
 
+    @needs("q", what="empty table")
+    def empty_table(ds):
+        raise NothingToDraw("empty table has no finished runs to count")
+
     ds = synthetic()
     figs = write_figures(ds, tmp_path / "a", {"absent": Panel(absent), "empty": Panel(empty),
-                                              "q_curves": Panel(q_curves)})
+                                              "q_curves": Panel(q_curves), "counts": Table(empty_table)})
     assert figs.skipped == {"absent": "absent panel needs no_such_variable (absent from the dataset)",
-                            "empty": "empty panel has no finished runs to draw"}
-    assert {p.name for p in figs.written} == {"q_curves.png", "q_curves.pdf", "group-tracking.png", "group-tracking.pdf"}
+                            "empty": "empty panel has no finished runs to draw",
+                            "counts": "empty table has no finished runs to count"}
+    # nothing to draw: still written, saying why (stable file names); an absent variable: no file
+    assert figs.empty == ["empty", "counts"]
+    assert {p.name for p in figs.written} == {"empty.png", "empty.pdf", "q_curves.png", "q_curves.pdf", "counts.md",
+                                              "group-tracking.png", "group-tracking.pdf"}
+    assert (tmp_path / "a" / "counts.md").read_text() == (
+        "_empty table: nothing to tabulate (empty table has no finished runs to count)_\n")
+    assert (tmp_path / "a" / "NOTES.txt").read_text().splitlines() == [
+        "absent: skipped (absent panel needs no_such_variable (absent from the dataset))",
+        "empty: drawn empty (empty panel has no finished runs to draw)",
+        "counts: drawn empty (empty table has no finished runs to count)"]
     with pytest.raises(KeyError, match="not_declared"):
         write_figures(ds, tmp_path / "b", {"buggy": Panel(buggy)})
+
+
+def test_an_empty_panel_says_why_in_its_middle_under_the_panels_label():
+    from dynlab.figures import Panel, draw_empty
+
+    panel = Panel(accuracy_heatmap, {"group": "C2", "by": "nonlinearity"})
+    assert panel.label == "accuracy heatmap (group=C2, by=nonlinearity)"
+    assert Panel(q_curves).label == "q(t) curves"
+    ax = draw_empty(_ax(), panel.label, "accuracy heatmap has no finished runs to draw")
+    assert ax.get_title() == "accuracy heatmap (group=C2, by=nonlinearity)"
+    (text,) = ax.texts
+    lines = text.get_text().splitlines()  # wrapped to fit a column-wide panel
+    assert lines[0] == "nothing to draw:" and " ".join(lines[1:]) == "accuracy heatmap has no finished runs to draw"
+    assert max(len(line) for line in lines) <= 44
+    assert text.get_position() == (0.5, 0.5) and text.get_transform() == ax.transAxes
+    assert list(ax.get_xticks()) == [] and list(ax.get_yticks()) == [] and not ax.lines and not ax.collections
+
+
+@pytest.mark.slow
+def test_a_study_where_no_run_learned_still_writes_every_panel(tmp_path, capsys):
+    """Every run not-learned: the panels that draw learned runs only are written empty,
+    saying why; the return-map panel (which marks not-learned runs) is drawn from data;
+    the file set is the same as for a study whose runs learned."""
+    from dynlab.cli import main
+
+    ds = synthetic()
+    ds["status"] = ("run", np.array(["not-learned"] * ds.sizes["run"]))
+    names = set(group_tracking_panels(ds))
+    figs = write_figures(ds, tmp_path / "none", group_tracking_panels)
+    assert {p.name for p in figs.written} == {f"{n}.{e}" for n in names | {"group-tracking"} for e in ("png", "pdf")}
+    assert set(figs.empty) == set(figs.skipped) == names - {"return_map_eigs"}
+    assert figs.skipped["accuracy_C2"] == "accuracy heatmap has no finished runs to draw"
+    for p in figs.written:
+        head = p.read_bytes()[:8]
+        assert head == b"\x89PNG\r\n\x1a\n" if p.suffix == ".png" else head[:5] == b"%PDF-"
+    notes = (tmp_path / "none" / "NOTES.txt").read_text().splitlines()
+    assert sorted(notes) == sorted(f"{n}: drawn empty ({figs.skipped[n]})" for n in figs.empty)
+    # the command line prints the note for each empty panel, next to the files
+    write_dataset(ds, tmp_path / "study" / "dataset.nc")
+    assert main(["figures", str(tmp_path / "study"), "--out", str(tmp_path / "figs")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert str(tmp_path / "figs" / "q_curves.pdf") in out
+    assert "drawn empty q_curves: q(t) curves has no finished runs to draw" in out

@@ -10,9 +10,12 @@ the builders are :func:`group_tracking_panels`, :func:`nonlinearity_panels`,
 ``write_figures(ds, out_dir, panels)`` draws each panel as ``<panel>.png`` and
 ``<panel>.pdf`` at column width in the house style (:mod:`dynlab.figures.style`), one
 composite ``<study>.png/.pdf`` of all drawn panels at page width, and each table as
-``<name>.md``.  A panel is skipped with a note only when a variable it declared is absent
-(e.g. a study run without analyses) or when it finds nothing to draw
-(:class:`~dynlab.figures.panel.NothingToDraw`, e.g. no run finished); any other error in a
+``<name>.md``.  A panel is skipped (no file, a note) only when a variable it declared is
+absent (e.g. a study run without analyses).  A panel that finds nothing to draw in its
+variables (:class:`~dynlab.figures.panel.NothingToDraw`, e.g. no run of the study
+learned) is still written, as an empty panel whose text says why
+(:func:`~dynlab.figures.panel.draw_empty`; in the composite too), and noted: the files and
+the composite's panel letters are the same whatever the runs did.  Any other error in a
 panel is a bug and propagates.  Panels never import torch and never touch files.
 """
 
@@ -25,7 +28,9 @@ from pathlib import Path
 
 import xarray as xr
 
-from dynlab.figures.panel import MissingData, MissingVariables, NothingToDraw, Panel, Table, needs
+from dynlab.figures.panel import (
+    MissingData, MissingVariables, NothingToDraw, Panel, Table, draw_empty, empty_table, needs,
+)
 from dynlab.figures.style import COLUMN_WIDTH, PAGE_WIDTH, PANEL_HEIGHT, publication_style
 from dynlab.figures.tracking import (
     accuracy_heatmap,
@@ -48,6 +53,7 @@ __all__ = [
     "Panel",
     "Table",
     "accuracy_heatmap",
+    "draw_empty",
     "failure_modes",
     "group_tracking_panels",
     "margin_panel",
@@ -69,10 +75,19 @@ FigureItems = Mapping[str, "Panel | Table"]
 
 @dataclass
 class FigureSet:
-    """What :func:`write_figures` did: files written, and panels skipped with the reason."""
+    """What :func:`write_figures` did.
+
+    Attributes:
+        written: the files written, in order.
+        skipped: panel or table name -> why it was not drawn from data: a declared
+            variable is absent (no file written) or it found nothing to draw (written
+            empty, saying why; its name is also in ``empty``).
+        empty: the names of the panels and tables written empty.
+    """
 
     written: list[Path] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    empty: list[str] = field(default_factory=list)
 
 
 def _groups(ds: xr.Dataset) -> list[str]:
@@ -130,14 +145,21 @@ def write_figures(ds: xr.Dataset, out_dir: str | Path,
                   panels: FigureItems | Callable[[xr.Dataset], FigureItems]) -> FigureSet:
     """Write every panel of ``panels`` (PNG + PDF), one composite figure and every table
     (Markdown) to ``out_dir``; ``panels`` is a study's ``Study.panels`` (a function of the
-    dataset) or its result.  Also writes ``NOTES.txt`` listing the skipped panels."""
+    dataset) or its result.  A panel or table with nothing to draw is written empty,
+    saying why.  Also writes ``NOTES.txt`` listing the skipped and the empty ones."""
     from matplotlib.figure import Figure
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     result = FigureSet()
     items = panels(ds) if callable(panels) else panels
-    drawn: list[tuple[str, Panel]] = []
+    drawn: list[tuple[str, Panel, str | None]] = []  # (name, panel, why it is empty or None)
+
+    def nothing(name: str, why: str) -> str:
+        result.skipped[name] = why
+        result.empty.append(name)
+        return why
+
     with publication_style():
         for name, item in items.items():
             if not isinstance(item, (Panel, Table)):
@@ -150,28 +172,33 @@ def write_figures(ds: xr.Dataset, out_dir: str | Path,
                 try:
                     text = item(ds)
                 except NothingToDraw as exc:
-                    result.skipped[name] = str(exc)
-                    continue
+                    text = empty_table(item.label, nothing(name, str(exc)))
                 path = out / f"{name}.md"
                 path.write_text(text)
                 result.written.append(path)
                 continue
             fig = Figure(figsize=(COLUMN_WIDTH, PANEL_HEIGHT), layout="constrained")
+            why = None
             try:
                 item(ds, fig.add_subplot())
             except NothingToDraw as exc:
-                result.skipped[name] = str(exc)
-                continue
+                why = nothing(name, str(exc))
+                # a fresh figure: the panel may have drawn something before it gave up
+                fig = Figure(figsize=(COLUMN_WIDTH, PANEL_HEIGHT), layout="constrained")
+                draw_empty(fig.add_subplot(), item.label, why)
             _save(fig, out / name, result.written)
-            drawn.append((name, item))
+            drawn.append((name, item, why))
         if drawn:
             ncols = 2 if len(drawn) > 1 else 1
             nrows = math.ceil(len(drawn) / ncols)
             fig = Figure(figsize=(PAGE_WIDTH if ncols == 2 else COLUMN_WIDTH, PANEL_HEIGHT * nrows),
                          layout="constrained")
             axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-            for ax, (name, panel), letter in zip(axes, drawn, "abcdefghijklmnopqrstuvwxyz"):
-                panel(ds, ax)
+            for ax, (name, panel, why), letter in zip(axes, drawn, "abcdefghijklmnopqrstuvwxyz"):
+                if why is None:
+                    panel(ds, ax)
+                else:
+                    draw_empty(ax, panel.label, why)
                 title = ax.get_title()
                 ax.set_title("")
                 ax.set_title(f"({letter}) {title}", loc="left")
@@ -179,6 +206,6 @@ def write_figures(ds: xr.Dataset, out_dir: str | Path,
                 ax.set_visible(False)
             study = str(ds.attrs.get("study", "")) or "study"
             _save(fig, out / study, result.written)
-    notes = [f"{k}: skipped ({v})" for k, v in result.skipped.items()]
+    notes = [f"{k}: {'drawn empty' if k in result.empty else 'skipped'} ({v})" for k, v in result.skipped.items()]
     (out / "NOTES.txt").write_text("\n".join(notes) + ("\n" if notes else "all panels drawn\n"))
     return result

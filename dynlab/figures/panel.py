@@ -8,22 +8,26 @@ checks the declared names before it draws and skips the panel with a note when o
 absent; any other error inside a panel (a ``KeyError`` too) is a bug and propagates.
 
 A panel may still find nothing to draw in variables that are present (no finished runs,
-every value NaN, a requested group absent): it then raises :class:`NothingToDraw`, which
-the driver also notes.  A table (:func:`table`) is the same for a function
-``(ds, **options) -> str`` of Markdown.
+every value NaN, a requested group absent): it then raises :class:`NothingToDraw`, and
+the driver draws it as an empty panel that says why (:func:`draw_empty`), so a figure
+set always has the same files and panel letters, and notes it.  A :class:`Table` is the
+same for a function ``(ds, **options) -> str`` of Markdown (an empty table is a line
+saying why, :func:`empty_table`).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import xarray as xr
 
-__all__ = ["MissingData", "MissingVariables", "NothingToDraw", "Panel", "Table", "needs", "required_variables"]
+__all__ = ["MissingData", "MissingVariables", "NothingToDraw", "Panel", "Table", "draw_empty", "empty_table", "needs",
+           "required_variables"]
 
 
 class MissingData(ValueError):
@@ -79,6 +83,31 @@ def missing_variables(fn: Callable[..., Any], ds: xr.Dataset, *args: Any, **kwar
     return [n for n in required_variables(fn, ds, *args, **kwargs) if n not in ds.variables]
 
 
+def _label(what: str, options: Mapping[str, Any]) -> str:
+    """``what`` with the panel's options, e.g. ``accuracy heatmap (group=C2)``."""
+    shown = ", ".join(f"{k}={v}" for k, v in options.items())
+    return f"{what} ({shown})" if shown else what
+
+
+def draw_empty(ax: Any, title: str, why: str, width: int = 44) -> Any:
+    """Draw an empty panel on ``ax``: ``title`` as its title, ``"nothing to draw"`` and the
+    reason ``why`` (wrapped at ``width`` characters) in grey in its middle, no ticks."""
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for side in ("top", "right", "left", "bottom"):
+        ax.spines[side].set_visible(True)
+        ax.spines[side].set_color("#bbbbbb")
+    ax.set_title(title)
+    text = "nothing to draw:\n" + textwrap.fill(why, width)
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="#666666", fontsize=7)
+    return ax
+
+
+def empty_table(title: str, why: str) -> str:
+    """The Markdown written for a table with nothing to tabulate: one line naming it and why."""
+    return f"_{title}: nothing to tabulate ({why})_\n"
+
+
 @dataclass(frozen=True)
 class Panel:
     """One panel of a figure set: ``draw(ds, ax, **options)``, ``draw`` declared with :func:`needs`."""
@@ -93,6 +122,11 @@ class Panel:
     @property
     def what(self) -> str:
         return str(self.draw.what)  # type: ignore[attr-defined]
+
+    @property
+    def label(self) -> str:
+        """What the panel shows, with its options (the title of its empty version)."""
+        return _label(self.what, self.options)
 
     def missing(self, ds: xr.Dataset) -> list[str]:
         """Declared variables absent from ``ds``."""
@@ -116,6 +150,10 @@ class Table:
     @property
     def what(self) -> str:
         return str(self.make.what)  # type: ignore[attr-defined]
+
+    @property
+    def label(self) -> str:
+        return _label(self.what, self.options)
 
     def missing(self, ds: xr.Dataset) -> list[str]:
         return missing_variables(self.make, ds, **self.options)

@@ -7,7 +7,7 @@ I/O.  Each panel declares the variables it reads (:func:`dynlab.figures.panel.ne
 called without them (e.g. on a study run with ``--no-analysis``) it raises
 :class:`~dynlab.figures.panel.MissingVariables`, and with nothing to draw in them (no
 finished run) :class:`~dynlab.figures.panel.NothingToDraw`; :func:`dynlab.figures.write_figures`
-turns both into a note.  Only runs with ``status == 'ok'`` are drawn, except in the return-map panel, which
+skips the first with a note and draws the second as an empty panel saying why.  Only runs with ``status == 'ok'`` are drawn, except in the return-map panel, which
 marks the runs that never learned their task (``status == 'not-learned'``) apart.
 
 Pooled curves (R∥/R⊥, perturbation recovery) are medians over the runs of a family with
@@ -80,7 +80,7 @@ def _in_group(ds: xr.Dataset, group: str | None) -> xr.Dataset:
     if group is None or "group" not in ds.coords:
         return ds
     groups = np.asarray(ds["group"].values).astype(str)
-    if group not in groups:
+    if groups.size and group not in groups:  # no run left at all: the caller's _nonempty says so
         raise NothingToDraw(f"group {group!r} not in the dataset (groups: {', '.join(sorted(set(groups)))})")
     return ds.isel(run=np.flatnonzero(groups == group))
 
