@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from dynlab.kernels.gla import gla_chunked, gla_sequential
+from dynlab.kernels.gla import _FACTOR_LIMIT, _chunk_bounds, gla_chunked, gla_sequential
 
 TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=2e-4, atol=2e-5)}
 
@@ -98,8 +98,9 @@ def test_both_intra_chunk_forms_match_sequential(dtype, path, monkeypatch):
         torch.testing.assert_close(a, b, **TOL[dtype])
 
 
-def test_strong_decay_takes_the_masked_form_and_stays_finite():
-    """Log gates of −30 per step: exp(−c_s) would overflow float32, so the masked form must be used."""
+def test_strong_decay_stays_finite_and_exact():
+    """Log gates of −30 per step: exp(−c_s) over a whole chunk would overflow float32, so the
+    chunks must end early (three positions each here)."""
     q, k, v, _, h0 = _inputs(torch.float32, t=20, seed=5)
     gk = torch.full_like(q, -30.0)
     o, s = gla_chunked(q, k, v, gk, initial_state=h0, return_final_state=True, chunk_size=8)
@@ -107,3 +108,58 @@ def test_strong_decay_takes_the_masked_form_and_stays_finite():
     assert torch.isfinite(o).all() and torch.isfinite(s).all()
     torch.testing.assert_close(o, o_ref, **TOL[torch.float32])
     torch.testing.assert_close(s, s_ref, **TOL[torch.float32])
+
+
+def test_chunk_bounds_end_before_the_cumulative_gate_exceeds_the_limit():
+    """Constant gates −7 in one batch element and head (−0.1 elsewhere): with L = 30 a chunk
+    holds its first position and the next four (drift 7, 14, 21, 28 ≤ 30; 35 > 30)."""
+    gk = torch.full((2, 20, 3, 4), -0.1)
+    gk[1, :, 2, 1] = -7.0
+    assert _chunk_bounds(gk, 32, 30.0) == [(0, 5), (5, 10), (10, 15), (15, 20)]
+    assert _chunk_bounds(gk, 32, 60.0) == [(0, 9), (9, 18), (18, 20)]  # 56 ≤ 60 < 63
+    assert _chunk_bounds(gk, 3, 30.0) == [(s, min(s + 3, 20)) for s in range(0, 20, 3)]
+    assert _chunk_bounds(gk[:1], 32, 30.0) == [(0, 20)]  # weak gates: one chunk
+    assert _chunk_bounds(torch.full((1, 6, 1, 1), -100.0), 4, 30.0) == [(i, i + 1) for i in range(6)]
+    assert _chunk_bounds(gk, 8, 0.0) == [(0, 8), (8, 16), (16, 20)]  # no factoring: fixed chunks
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+def test_trained_strength_gates_match_sequential_with_gradients(dtype):
+    """Gates stronger than a trained GLA layer's (|Σ g| > 100 over 32 steps; trained layers
+    reach ~40): one factored chunk of 32 would overflow float32 (e^100), so the chunks must
+    end early. Initial and final state; values and all gradients equal the reference."""
+    g = torch.Generator().manual_seed(7)
+    q, k, v, _, h0 = _inputs(dtype, b=3, t=64, h=2, dk=8, dv=5, seed=6)
+    gk = torch.nn.functional.logsigmoid(torch.randn(3, 64, 2, 8, generator=g, dtype=dtype) * 30.0 - 40.0) / 16.0
+    assert gk[:, :32].sum(1).abs().max() > 100
+    assert len(_chunk_bounds(gk, 32, _FACTOR_LIMIT[torch.float32])) > 2
+    leaves = [a.requires_grad_() for a in (q, k, v, gk, h0)]
+    o_ref, s_ref = gla_sequential(*leaves[:4], initial_state=leaves[4], return_final_state=True)
+    o, s = gla_chunked(*leaves[:4], initial_state=leaves[4], return_final_state=True, chunk_size=32)
+    torch.testing.assert_close(o, o_ref, **TOL[dtype])
+    torch.testing.assert_close(s, s_ref, **TOL[dtype])
+    w = torch.randn(o_ref.shape, generator=g, dtype=dtype)
+    ws = torch.randn(s_ref.shape, generator=g, dtype=dtype)
+    for a, b in zip(torch.autograd.grad((o * w).sum() + (s * ws).sum(), leaves),
+                    torch.autograd.grad((o_ref * w).sum() + (s_ref * ws).sum(), leaves)):
+        torch.testing.assert_close(a, b, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+def test_gates_of_either_sign_match_sequential_with_gradients(dtype):
+    """Log gates of both signs (c_t − c_0 not monotone, so the reference r is not at an end of
+    the range): values, final state and gradients equal the reference (float32 with milder
+    gates: growing states of e^±20 would swamp the reference's own rounding)."""
+    g = torch.Generator().manual_seed(8)
+    q, k, v, _, h0 = _inputs(dtype, b=2, t=24, h=2, dk=4, dv=3, seed=9)
+    gk = torch.randn(2, 24, 2, 4, generator=g, dtype=dtype) * (2.0 if dtype == torch.float64 else 0.5)
+    leaves = [a.requires_grad_() for a in (q, k, v, gk, h0)]
+    o_ref, s_ref = gla_sequential(*leaves[:4], initial_state=leaves[4], return_final_state=True)
+    o, s = gla_chunked(*leaves[:4], initial_state=leaves[4], return_final_state=True, chunk_size=12)
+    tol = dict(rtol=1e-10, atol=1e-8) if dtype == torch.float64 else TOL[dtype]
+    torch.testing.assert_close(o, o_ref, **tol)
+    torch.testing.assert_close(s, s_ref, **tol)
+    w = torch.randn(o_ref.shape, generator=g, dtype=dtype)
+    for a, b in zip(torch.autograd.grad((o * w).sum() + s.sum(), leaves),
+                    torch.autograd.grad((o_ref * w).sum() + s_ref.sum(), leaves)):
+        torch.testing.assert_close(a, b, **tol)

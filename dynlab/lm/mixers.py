@@ -123,14 +123,15 @@ class Mamba1Mixer(nn.Module):
         d_state: state size N per channel.
         n_heads: groups of channels used as "heads" of the state layout (divides d_inner).
         dt_rank: rank of the Δ projection (default ``ceil(d_model / 16)``).
-        chunk_size, impl: as in :class:`Mamba2Mixer`, but the default ``impl`` is
-            ``"sequential"``: with a decay per channel *and* state dim the chunked form
-            materialises ``[B, Q, Q, D_inner, N]`` and measured ~15× slower on CPU
-            (d_inner 128, N 64, Q 8) than the step-by-step scan.
+        chunk_size, impl: ``"chunked"`` (default) runs ``dispatch.selective_scan``: on the
+            CPU the fused scan with a hand-written backward (a compiled C kernel when a C
+            compiler is available, see :func:`dynlab.kernels.selective_scan.selective_scan_fused`;
+            ``chunk_size`` is unused there), Triton or mamba-ssm on CUDA. ``"sequential"`` is
+            the step-by-step reference scan under autograd (about 10× slower on the CPU).
     """
 
     def __init__(self, d_model: int, d_inner: int = 64, d_state: int = 16, n_heads: int = 4,
-                 dt_rank: int | None = None, chunk_size: int = 32, impl: str = "sequential") -> None:
+                 dt_rank: int | None = None, chunk_size: int = 32, impl: str = "chunked") -> None:
         super().__init__()
         if d_inner % n_heads:
             raise DynlabInputError(f"n_heads must divide d_inner={d_inner}, got n_heads={n_heads}")
