@@ -1,18 +1,28 @@
-"""Fused training loss of a one-layer Mamba-style tracker: tokens → cross-entropy, one op.
+"""Fused training loss of a one-layer diagonal (Mamba-family) tracker: tokens → cross-entropy, one op.
 
-The model (mamba, negative-mamba; one layer, linear readout, zero initial state), with
-H channels of K states each (S = H·K), per-token tables gathered at the token x_t::
+The model (one layer, linear readout, zero initial state), with H channels and per-token
+tables gathered at the token x_t, in one of two forms.  Real states (mamba,
+negative-mamba), K states per channel (S = H·K)::
 
     h_t[d, k] = a[x_t, d, k]·h_{t−1}[d, k] + b[x_t, d, k],     h_{−1} = 0
     y_t[d]    = g[x_t, d]·Σ_k C[x_t, k]·h_t[d, k] + e[x_t, d]
-    z_t       = W y_t + c                                       (logits, C classes)
-    loss      = Σ_{b,t valid} ( logsumexp(z_{b,t}) − z_{b,t}[y_{b,t}] )
 
-For :class:`~dynlab.models.MambaCell` the tables are its precomputed terms over the
-vocabulary: a = exp(Δ·A) (negative-mamba: 2·exp(Δ·A) − 1), b = Δ·x·B, C = W_C x̃,
-g = silu(z) and e = D·x·silu(z), so y_t is the cell's readout (C_t·h_t + D·x_t)·silu(z_t).
-The caller forms them under autograd (:func:`dynlab.train.engine.fused_loss`), so their
-gradients flow on to the cell's parameters.
+Complex states (mamba3, aussm), one per channel::
+
+    h_t[d] = a[x_t, d]·h_{t−1}[d] + b[x_t, d]                  (complex a, b)
+    y_t[d] = g[x_t, d]·Re(C[x_t, d]·h_t[d]) + e[x_t, d]         (complex C)
+
+and in both::
+
+    z_t  = W y_t + c                                            (logits, Cls classes)
+    loss = Σ_{b,t valid} ( logsumexp(z_{b,t}) − z_{b,t}[y_{b,t}] )
+
+The tables are the cell's own precomputed terms over the vocabulary, formed by the caller
+under autograd (:meth:`dynlab.models.MambaCell.diagonal_tables` and its twins, called by
+:func:`dynlab.train.engine.fused_loss`), so their gradients flow on to the cell's
+parameters.  For mamba: a = exp(Δ·A) (negative-mamba: 2·exp(Δ·A) − 1), b = Δ·x·B,
+C = W_C x̃, g = silu(z), e = D·x·silu(z), so y_t is the cell's readout
+(C_t·h_t + D·x_t)·silu(z_t).
 
 Why a fused op: the recurrence is elementwise, so a training step is bound by memory
 traffic, not arithmetic.  Under autograd the scan, the readout and their backward passes
@@ -90,15 +100,21 @@ def member_groups(n: int, device: torch.device) -> list[slice]:
 def _group_forward(tokens, labels, a, b, C, g, e, W, c):
     """Loss sums ``[n]``, hits ``[n]`` and what the backward pass needs, for a group of n members."""
     n, t_len, bsz = labels.shape
-    v, h, k = a.shape[1:]
+    v, h = g.shape[1:]
     rows = token_rows(tokens, v)  # [n·T·B], row i·V + x of the stacked tables
     steps = rows.view(n, t_len, bsz).transpose(0, 1).reshape(t_len, n * bsz)  # [T, n·B] per-step rows
-    hs = BUFFERS.take((t_len, n * bsz, k * h), a.dtype, a.device)  # h_t, time-major, each row [K, H]
-    ch = BUFFERS.take((t_len, n * bsz, h), a.dtype, a.device)  # Σ_k C[x_t, k]·h_t[k, :]
-    y = BUFFERS.take((n, t_len, bsz, h), a.dtype, a.device)  # readout features
-    a_rows, b_rows = (x.transpose(-1, -2).reshape(n * v, k * h) for x in (a, b))  # state-major rows [K, H]
-    g_rows, C_rows = g.reshape(n * v, h), C.reshape(n * v, k)
+    s = h if a.is_complex() else a.shape[2] * a.shape[3]
+    hs = BUFFERS.take((t_len, n * bsz, s), a.dtype, a.device)  # h_t, time-major
+    ch = BUFFERS.take((t_len, n * bsz, h), g.dtype, a.device)  # the readout of h_t before the gate
+    y = BUFFERS.take((n, t_len, bsz, h), g.dtype, a.device)  # readout features
+    g_rows = g.reshape(n * v, h)
     ge_rows = torch.cat([g_rows, e.reshape(n * v, h)], dim=1)  # [n·V, 2H]: one gather per step for both
+    if a.is_complex():
+        a_rows, b_rows, C_rows = a.reshape(n * v, h), b.reshape(n * v, h), C.reshape(n * v, h)
+    else:
+        k = a.shape[3]
+        a_rows, b_rows = (x.transpose(-1, -2).reshape(n * v, k * h) for x in (a, b))  # state-major rows [K, H]
+        C_rows = C.reshape(n * v, k)
     _forward_scan(hs, ch, y, steps, a_rows, b_rows, C_rows, ge_rows)
     loss, correct, probs = readout_ce(y, W, c, labels)
     saved = dict(hs=hs, ch=ch, y=y, probs=probs, steps=steps, labels=labels,
@@ -111,37 +127,41 @@ def _group_backward(saved, grad_loss):
     hs, ch, y, labels, W = saved["hs"], saved["ch"], saved["y"], saved["labels"], saved["W"]
     n, t_len, bsz = labels.shape
     h = y.shape[-1]
-    k = hs.shape[-1] // h
     v = saved["g_rows"].shape[0] // n
     dz, gW, gc = readout_ce_grad(saved["probs"], labels, grad_loss, y)  # ∂L/∂z [n, T, B, Cls]
     dz_steps = dz.transpose(0, 1).reshape(t_len, n, bsz, -1)  # time-major (small: Cls columns)
     ga, gb, gC, g_g, g_e = _backward_scan(
-        hs, saved["steps"], dz_steps, W, saved["a_rows"], saved["C_rows"], saved["g_rows"], ch, h, k, n * v
+        hs, saved["steps"], dz_steps, W, saved["a_rows"], saved["C_rows"], saved["g_rows"], ch, n * v
     )
     for buf in (hs, ch, y):  # nothing refers to them any more
         BUFFERS.give(buf)
-    shape4 = (n, v, k, h)  # state-major rows back to the tables' [V, H, K]
-    return (ga.view(shape4).transpose(-1, -2), gb.view(shape4).transpose(-1, -2),
-            gC.view(n, v, k), g_g.view(n, v, h), g_e.view(n, v, h), gW, gc)
+    if hs.is_complex():
+        ga, gb, gC = (x.view(n, v, h) for x in (ga, gb, gC))
+    else:
+        k = hs.shape[-1] // h
+        ga, gb = (x.view(n, v, k, h).transpose(-1, -2) for x in (ga, gb))  # state-major back to [V, H, K]
+        gC = gC.view(n, v, k)
+    return ga, gb, gC, g_g.view(n, v, h), g_e.view(n, v, h), gW, gc
 
 
 def _forward_scan(hs, ch, y, steps, a_rows, b_rows, C_rows, ge_rows) -> None:
-    """Fill ``hs [T, M, S]`` (M = N·B rows, each row a state ``[K, H]``) with
-    h_t = a[x_t] ⊙ h_{t−1} + b[x_t] from h_{−1} = 0, ``ch [T, M, H]`` with
-    Σ_k C[x_t, k]·h_t[k, :] and ``y [N, T, B, H]`` with g[x_t] ⊙ ch_t + e[x_t], each step
-    while h_t is in cache.
+    """Fill ``hs [T, M, S]`` (M = N·B rows) with h_t = a[x_t] ⊙ h_{t−1} + b[x_t] from
+    h_{−1} = 0, ``ch [T, M, H]`` with the readout of h_t before the gate (real states:
+    Σ_k C[x_t, k]·h_t[k, :]; complex states: Re(C[x_t] ⊙ h_t)) and ``y [N, T, B, H]`` with
+    g[x_t] ⊙ ch_t + e[x_t], each step while h_t is in cache.
 
-    State-major rows (``[K, H]``, not the cell's ``[H, K]``) keep every per-step product
-    vectorised along H: measured on the 2-core box (B=256, H=128, K=4, one thread), the
-    readout contraction took 52 µs a step this way (a batched ``[1, K] @ [K, H]``
-    product) against 504 µs as ``[H, K] @ [K, 1]``, and the adjoint's outer product 40 µs
-    against 232 µs."""
+    Real states are stored state-major (each row ``[K, H]``, not the cell's ``[H, K]``), so
+    every per-step product is vectorised along H: measured on the 2-core box (B=256, H=128,
+    K=4, one thread), the readout contraction took 52 µs a step this way (a batched
+    ``[1, K] @ [K, H]`` product) against 504 µs as ``[H, K] @ [K, 1]``, and the adjoint's
+    outer product 40 µs against 232 µs."""
     t_len, m, s = hs.shape
     n, h = y.shape[0], y.shape[-1]
-    k = s // h
+    cplx = hs.is_complex()
+    k = 1 if cplx else s // h
     a_t = hs.new_empty(m, s)
-    c_t = hs.new_empty(m, k)
-    ge_t = hs.new_empty(m, 2 * h)
+    c_t = hs.new_empty(m, h) if cplx else hs.new_empty(m, k)
+    ge_t = ch.new_empty(m, 2 * h)
     g_t, e_t = ge_t[:, :h], ge_t[:, h:]
     prev = None
     ys = y.unbind(1)  # [N, B, H] views, one per step
@@ -151,32 +171,51 @@ def _forward_scan(hs, ch, y, steps, a_rows, b_rows, C_rows, ge_rows) -> None:
             torch.index_select(a_rows, 0, r, out=a_t)
             h_t.addcmul_(a_t, prev)
         torch.index_select(C_rows, 0, r, out=c_t)
-        torch.bmm(c_t.view(m, 1, k), h_t.view(m, k, h), out=ch_t.view(m, 1, h))
+        if cplx:
+            ch_t.copy_(torch.mul(c_t, h_t, out=a_t).real)  # a_t is free again: scratch
+        else:
+            torch.bmm(c_t.view(m, 1, k), h_t.view(m, k, h), out=ch_t.view(m, 1, h))
         torch.index_select(ge_rows, 0, r, out=ge_t)
         torch.addcmul(e_t.unflatten(0, (n, -1)), g_t.unflatten(0, (n, -1)), ch_t.view(n, -1, h), out=ys[t])
         prev = h_t
 
 
-def _backward_scan(hs, steps, g_steps, W, a_rows, C_rows, g_rows, ch, h, k, n_rows):
+def _backward_scan(hs, steps, g_steps, W, a_rows, C_rows, g_rows, ch, n_rows):
     """The readout's backward and the reverse-time adjoint, one step at a time.
 
     Per step t (last first), all in ``[M, …]`` scratch (M = N·B rows): ∂L/∂y_t = ∂L/∂z_t W
-    (``g_steps [T, N, B, Cls]``), dch_t = ∂L/∂y_t ⊙ g[x_t], and
-    λ_t = ∂L/∂h_t = C[x_t] ⊗ dch_t + a[x_{t+1}] ⊙ λ_{t+1}.  Accumulated into the table
-    gradients at the rows of x_t (``index_add_``): ∂L/∂g += ∂L/∂y_t ⊙ ch_t, ∂L/∂e += ∂L/∂y_t,
-    ∂L/∂b += λ_t, ∂L/∂a += λ_t ⊙ h_{t−1}, ∂L/∂C += Σ_d dch_t[:, d]·h_t[:, :, d].
+    (``g_steps [T, N, B, Cls]``), dch_t = ∂L/∂y_t ⊙ g[x_t], and the adjoint
+    λ_t = ∂L/∂h_t = (readout term) + conj(a[x_{t+1}]) ⊙ λ_{t+1} (carried as its conjugate
+    for complex states), whose readout term is
+    C[x_t] ⊗ dch_t for real states and dch_t ⊙ conj(C[x_t]) for complex ones (gradients of
+    complex tensors as torch defines them, ∂L/∂Re + i·∂L/∂Im).  Accumulated into the table
+    gradients at the rows of x_t (``index_add_``): ∂L/∂g += ∂L/∂y_t ⊙ ch_t,
+    ∂L/∂e += ∂L/∂y_t, ∂L/∂b += λ_t, ∂L/∂a += λ_t ⊙ conj(h_{t−1}), and ∂L/∂C +=
+    Σ_d dch_t[:, d]·h_t[:, :, d] (real) or dch_t ⊙ conj(h_t) (complex).
 
-    Returns ``(∂a, ∂b, ∂C, ∂g, ∂e)`` as ``[n_rows, …]`` tables (∂a, ∂b state-major ``[K·H]``).
+    Returns ``(∂a, ∂b, ∂C, ∂g, ∂e)`` as ``[n_rows, …]`` tables (real ∂a, ∂b state-major).
     """
     t_len, m, s = hs.shape
-    n = W.shape[0]
+    n, h = W.shape[0], W.shape[2]
     bsz = m // n
+    cplx = hs.is_complex()
+    k = 1 if cplx else s // h
+    # Complex states carry μ_t = conj(λ_t), whose recursion μ_t = C[x_t]·dch_t + a[x_{t+1}] ⊙ μ_{t+1}
+    # and accumulations (μ, μ ⊙ h_{t−1}, dch ⊙ h_t) need no per-step conjugation (measured 2×
+    # slower per op); the small tables are conjugated once at the end.  Complex table
+    # gradients are accumulated through real views (a complex index_add_ was 5× slower).
     ga, gb = hs.new_zeros(n_rows, s), hs.new_zeros(n_rows, s)
-    gC, g_g, g_e = hs.new_zeros(n_rows, k), hs.new_zeros(n_rows, h), hs.new_zeros(n_rows, h)
+    gC = hs.new_zeros(n_rows, h) if cplx else hs.new_zeros(n_rows, k)
+    g_g, g_e = ch.new_zeros(n_rows, h), ch.new_zeros(n_rows, h)
     lam, lam_next = hs.new_empty(m, s), hs.new_empty(m, s)
     a_next, prod = hs.new_empty(m, s), hs.new_empty(m, s)
-    c_t, dC_t = hs.new_empty(m, k), hs.new_empty(m, k)
-    dy, dch, gate, tmp = (hs.new_empty(m, h) for _ in range(4))
+    c_t = hs.new_empty(m, h) if cplx else hs.new_empty(m, k)
+    dC_t = hs.new_empty(m, h) if cplx else hs.new_empty(m, k)
+    dy, dch, gate, tmp = (ch.new_empty(m, h) for _ in range(4))
+    flat = torch.view_as_real if cplx else (lambda x: x)  # real views for index_add_
+    acc_a, acc_b, acc_C = (flat(x).reshape(x.shape[0], -1) for x in (ga, gb, gC))
+    src_lam = [flat(x).reshape(m, -1) for x in (lam, lam_next)]
+    src_prod, src_dC = flat(prod).reshape(m, -1), flat(dC_t).reshape(m, -1)
     rs, hss, chs, dzs = steps.unbind(0), hs.unbind(0), ch.unbind(0), g_steps.unbind(0)
     for t in range(t_len - 1, -1, -1):
         r, h_t = rs[t], hss[t]
@@ -189,36 +228,50 @@ def _backward_scan(hs, steps, g_steps, W, a_rows, C_rows, g_rows, ch, h, k, n_ro
         torch.index_select(g_rows, 0, r, out=gate)
         torch.mul(dy, gate, out=dch)
         torch.index_select(C_rows, 0, r, out=c_t)
-        torch.mul(dch.view(m, 1, h), c_t.view(m, k, 1), out=lam.view(m, k, h))  # readout term of ∂L/∂h_t
+        if cplx:
+            torch.mul(c_t, dch, out=lam)  # readout term of μ_t = conj(∂L/∂h_t)
+        else:
+            torch.mul(dch.view(m, 1, h), c_t.view(m, k, 1), out=lam.view(m, k, h))  # of ∂L/∂h_t
         if t < t_len - 1:
             torch.index_select(a_rows, 0, rs[t + 1], out=a_next)
             lam.addcmul_(a_next, lam_next)
-        torch.bmm(dch.view(m, 1, h), h_t.view(m, k, h).mT, out=dC_t.view(m, 1, k))
-        gC.index_add_(0, r, dC_t)
-        gb.index_add_(0, r, lam)
+        if cplx:
+            torch.mul(h_t, dch, out=dC_t)
+        else:
+            torch.bmm(dch.view(m, 1, h), h_t.view(m, k, h).mT, out=dC_t.view(m, 1, k))
+        acc_C.index_add_(0, r, src_dC)
+        acc_b.index_add_(0, r, src_lam[0])
         if t > 0:
             torch.mul(lam, hss[t - 1], out=prod)
-            ga.index_add_(0, r, prod)
+            acc_a.index_add_(0, r, src_prod)
         lam, lam_next = lam_next, lam
+        src_lam.reverse()
+    if cplx:  # the accumulations hold conj(∂L/∂·)
+        ga, gb, gC = ga.conj_physical_(), gb.conj_physical_(), gC.conj_physical_()
     return ga, gb, gC, g_g, g_e
 
 
 def _check(tokens, labels, a, b, C, g, e, W, c) -> None:
     """Raise ``ValueError`` (one line, the shapes) unless the stacked arguments fit together."""
     parts = [tokens, labels, a, b, C, g, e, W, c]
-    ok = tokens.dim() == 3 and labels.shape == tokens.shape and a.dim() == 4 and b.shape == a.shape
+    ok = tokens.dim() == 3 and labels.shape == tokens.shape and b.shape == a.shape and g.dim() == 3
+    ok = ok and a.is_complex() == b.is_complex() == C.is_complex() and not (g.is_complex() or e.is_complex())
     if ok:
-        n, v, h, k = a.shape
-        ok = (C.shape == (n, v, k) and g.shape == (n, v, h) and e.shape == g.shape and W.dim() == 3
-              and W.shape[0] == n and W.shape[2] == h and c.shape == W.shape[:2] and tokens.shape[0] == n)
+        n, v, h = g.shape
+        if a.is_complex():
+            ok = a.shape == (n, v, h) and C.shape == (n, v, h)
+        else:
+            ok = a.dim() == 4 and a.shape[:3] == (n, v, h) and C.shape == (n, v, a.shape[3])
+        ok = (ok and e.shape == g.shape and W.dim() == 3 and W.shape[0] == n and W.shape[2] == h
+              and c.shape == W.shape[:2] and tokens.shape[0] == n)
     if not ok:
         shapes = ", ".join(str(tuple(x.shape)) for x in parts)
         raise ValueError(
-            "expected tokens/labels [N, B, T], a/b [N, V, H, K], C [N, V, K], g/e [N, V, H], W [N, Cls, H], "
-            f"c [N, Cls] with one N, V, H, K; got {shapes}"
+            "expected tokens/labels [N, B, T], a/b [N, V, H, K] real with C [N, V, K] or a/b/C [N, V, H] "
+            f"complex, g/e [N, V, H] real, W [N, Cls, H], c [N, Cls] with one N, V, H; got {shapes}"
         )
-    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= a.shape[1]):
-        raise ValueError(f"token ids must lie in [0, {a.shape[1]}); got {int(tokens.min())}..{int(tokens.max())}")
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= g.shape[1]):
+        raise ValueError(f"token ids must lie in [0, {g.shape[1]}); got {int(tokens.min())}..{int(tokens.max())}")
 
 
 def diagonal_tracker_loss(
@@ -251,20 +304,21 @@ def diagonal_tracker_loss(
         only); and the number of valid positions whose label has the largest logit
         (int64, no gradient; the first maximum wins a tie, as ``torch.argmax``).
     """
-    single = a.dim() == 3
+    single = g.dim() == 2
     if single:
         tokens, labels, a, b, C, g, e, W, c = (x[None] for x in (tokens, labels, a, b, C, g, e, W, c))
     _check(tokens, labels, a, b, C, g, e, W, c)
     params = [a, b, C, g, e, W, c]
     if tokens.shape[1] == 0 or tokens.shape[2] == 0:  # no positions: zero loss, zero hits
-        zero = sum(p.sum() * 0.0 for p in params)
+        zero = sum(p.abs().sum() * 0.0 for p in params)
         loss = zero.expand(tokens.shape[0]).clone()
         correct = torch.zeros(tokens.shape[0], dtype=torch.long, device=tokens.device)
     else:
-        dtype = params[0].dtype
-        for p in params[1:]:
-            dtype = torch.promote_types(dtype, p.dtype)
-        params = [p.to(dtype).contiguous() for p in params]
+        real = g.dtype  # one real dtype for the real parameters, its complex twin for complex states
+        for p in params:
+            real = torch.promote_types(real, p.real.dtype if p.is_complex() else p.dtype)
+        cplx = (torch.ones((), dtype=real) * 1j).dtype
+        params = [p.to(cplx if p.is_complex() else real).contiguous() for p in params]
         tok_tm, lab_tm = tokens.transpose(1, 2).contiguous(), labels.transpose(1, 2).contiguous()  # [N, T, B]
         loss, correct = _DiagonalTrackerLoss.apply(tok_tm, lab_tm, *params)
     return (loss[0], correct[0]) if single else (loss, correct)
@@ -283,17 +337,21 @@ def diagonal_tracker_loss_reference(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The model of :func:`diagonal_tracker_loss` as a plain loop under autograd (the
     definition the fused op is tested against).  Same arguments and returns."""
-    single = a.dim() == 3
+    single = g.dim() == 2
     if single:
         tokens, labels, a, b, C, g, e, W, c = (x[None] for x in (tokens, labels, a, b, C, g, e, W, c))
     losses, hits = [], []
     for m in range(tokens.shape[0]):
         x = tokens[m]  # [B, T]
-        state = a.new_zeros(x.shape[0], *a.shape[2:])  # [B, H, K]
+        state = a.new_zeros(x.shape[0], *a.shape[2:])  # [B, H, K] real or [B, H] complex
         ys = []
         for t in range(x.shape[1]):
             state = a[m][x[:, t]] * state + b[m][x[:, t]]
-            ys.append(g[m][x[:, t]] * (state * C[m][x[:, t]][:, None, :]).sum(-1) + e[m][x[:, t]])
+            if a.is_complex():
+                read = (C[m][x[:, t]] * state).real  # Re(C ⊙ h)
+            else:
+                read = (state * C[m][x[:, t]][:, None, :]).sum(-1)  # Σ_k C_k h[:, k]
+            ys.append(g[m][x[:, t]] * read + e[m][x[:, t]])
         z = torch.stack(ys, 1) @ W[m].T + c[m]  # [B, T, Cls]
         lab = labels[m]
         valid = lab >= 0

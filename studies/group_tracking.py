@@ -29,6 +29,7 @@ Presets:
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from typing import Annotated, Any, Literal
@@ -455,15 +456,22 @@ def run_many(specs: list[RunSpec], device: torch.device, progress: NullProgress)
 
 def ensemble_group_key(spec: RunSpec):
     """Specs with equal keys share an ensemble: same model, batch size and group order
-    (what :func:`dynlab.train.ensemble.check_ensemble` needs); other archs get a unique key.
+    (what :func:`dynlab.train.ensemble.check_ensemble` needs); other specs get a unique key.
 
-    Stacked are the architectures whose cell class declares a fused training kernel
-    (``Cell.fused``): the dense RNNs, whose per-step GEMMs batch into one bmm for all
-    members on every device, and mamba / negative-mamba, whose diagonal kernel runs the
-    members one after another on the CPU (as fast per model as solo training, and
-    bit-identical to it) and as one stack on a GPU.  The complex diagonal cells (aussm,
-    mamba3) have no fused kernel and run alone.
+    Stacked are the models a fused training kernel computes (:func:`dynlab.train.engine.fused_kind`
+    of the spec's tracker: the cell class declares one and the nonlinearity is one it
+    implements): the dense RNNs, whose per-step GEMMs batch into one bmm for all members
+    on every device, and the Mamba family (mamba, negative-mamba, mamba3, aussm), whose
+    diagonal kernel runs the members one after another on the CPU (as fast per model as
+    solo training, and bit-identical to it) and as one stack on a GPU.  Other models (a
+    Mamba cell with φ ≠ identity in the nonlinearity study, a user's cell) run alone.
     """
-    if get_cell(spec.model.arch).fused is None:
+    if _fused_kind_of(spec.model, get_group(spec.task.group).order) is None:
         return spec.spec_hash()
     return (spec.model, spec.train.batch_size, get_group(spec.task.group).order)
+
+
+@functools.lru_cache(maxsize=256)
+def _fused_kind_of(model: ModelSpec, order: int) -> str | None:
+    """The fused kernel of a tracker built from ``model`` for a group of ``order`` (structure only)."""
+    return build_tracker(model, order, order, seed=0).fused_kind()

@@ -129,7 +129,7 @@ def test_fused_path_only_for_the_models_it_implements():
     }
     assert kinds == {
         "tanh-rnn": "dense", "linear-rnn": "dense", "token-gated-rnn": "token-gated",
-        "state-gated-rnn": "state-gated", "mamba": "diagonal", "aussm": None,
+        "state-gated-rnn": "state-gated", "mamba": "diagonal", "aussm": "diagonal-aussm",
     }
     assert fused_kind(Tracker("mamba", 4, 4, hidden=8, nonlinearity="tanh")) is None  # the diagonal kernel is linear
     assert fused_kind(Tracker("tanh-rnn", 4, 4, hidden=8, layers=2)) is None

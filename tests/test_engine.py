@@ -169,3 +169,17 @@ def test_runs_generic_loop_only_where_no_kernel_applies():
     assert not runs_generic_loop(Tracker("aussm", 4, 4, hidden=8))
     assert runs_generic_loop(Tracker("mamba", 4, 4, hidden=8, nonlinearity="tanh"))  # no scan for a tanh mamba
     assert runs_generic_loop(Tracker("state-gated-rnn", 4, 4, hidden=8, nonlinearity="relu"))
+
+
+def test_keep_freed_memory_sets_the_allocator_once_and_can_be_turned_off():
+    """glibc's mallopt accepts the settings (Linux); the environment variable turns them off."""
+    import subprocess
+    import sys
+
+    code = "from dynlab.train.device import keep_freed_memory as k; print(k(), k())"
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    env = {**__import__("os").environ, "DYNLAB_KEEP_FREED_MEMORY": "0"}
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout.split()
+    assert off == ["False", "False"]
+    if sys.platform.startswith("linux") and __import__("platform").libc_ver()[0] == "glibc":
+        assert on == ["True", "True"]

@@ -96,8 +96,9 @@ def test_group_tracking_run_many_matches_run_one():
     specs = STUDY.make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C6", "S3"), extra=extra))
     items = STUDY.work_items(specs)
     assert [len(i) for i in items] == [2]
-    complex_ = STUDY.make_specs(StudyOptions(preset="smoke", models=("aussm",), groups=("C6", "S3"), extra=extra))
-    assert [len(i) for i in STUDY.work_items(complex_)] == [1, 1]  # cells without a fused kernel train alone
+    tanh_mamba = {**extra, "model": {"nonlinearity": "tanh"}}
+    alone = STUDY.make_specs(StudyOptions(preset="smoke", models=("mamba",), groups=("C6", "S3"), extra=tanh_mamba))
+    assert [len(i) for i in STUDY.work_items(alone)] == [1, 1]  # no fused kernel for this φ: they train alone
     diagonal = STUDY.make_specs(StudyOptions(preset="smoke", models=("mamba",), groups=("C6", "S3"), extra=extra))
     assert [len(i) for i in STUDY.work_items(diagonal)] == [2]  # the fused diagonal kernel stacks
     many = STUDY.run_item(items[0], CPU, None)
@@ -162,7 +163,8 @@ def test_ensemble_on_cuda_matches_cpu_solo():
 
 # -- reproducibility: the numbers do not depend on where a spec runs ------------------------
 
-FUSED_ARCHS = ["tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn", "mamba", "negative-mamba"]
+FUSED_ARCHS = ["tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn", "mamba", "negative-mamba",
+               "mamba3", "aussm"]
 
 
 @pytest.fixture
@@ -232,3 +234,17 @@ def test_train_threads_is_fixed_by_the_spec_not_the_machine(machine_threads):
         with pytest.raises(ValueError, match=f"threads must be an integer in 1..{MAX_THREADS}"):
             with train_threads(CPU, threads=bad):
                 pass
+
+
+@pytest.mark.parametrize("arch", ["tanh-rnn", "state-gated-rnn"])
+def test_a_stack_cut_into_calls_keeps_every_member_bit_identical(arch, monkeypatch):
+    """With MAX_STACK = 2 the members run through the fused kernel two at a time (and the
+    length groups split unevenly): each member's run is still exactly its solo run."""
+    from dynlab.train import ensemble
+
+    monkeypatch.setattr(ensemble, "MAX_STACK", 2)
+    specs = _specs(arch)
+    assert len(specs) > 2
+    ens = train_ensemble(specs, CPU)
+    for s, b in zip(specs, ens):
+        _assert_same_run(train_tracker(s, CPU), b, f"{arch} seed {s.seed}")

@@ -47,7 +47,7 @@ def test_builtin_cells_declare_their_kernels():
         LinearRNNCell: ("dense", True), TanhRNNCell: ("dense", True),
         TokenGatedRNNCell: ("token-gated", True), StateGatedRNNCell: ("state-gated", False),
         MambaCell: ("diagonal", True), NegativeMambaCell: ("diagonal", True),
-        AUSSMCell: (None, True), Mamba3Cell: (None, True),
+        AUSSMCell: ("diagonal-aussm", True), Mamba3Cell: ("diagonal-mamba3", True),
     }
     assert (Cell.fused, Cell.fast_scan) == (None, False)
 
@@ -165,7 +165,15 @@ def test_ensembles_stack_exactly_the_fused_architectures(doubled_arch):
     def spec(arch, seed):
         return RunSpec(task=TaskSpec(group="S3"), model=ModelSpec(arch=arch, hidden=8), seed=seed)
 
-    for arch in ("tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn", "mamba", "negative-mamba"):
+    for arch in ("tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn", "mamba", "negative-mamba",
+                 "aussm", "mamba3"):
         assert ensemble_group_key(spec(arch, 0)) == ensemble_group_key(spec(arch, 1)), arch
-    for arch in ("aussm", "mamba3", doubled_arch):
+    for arch in (doubled_arch,):
         assert ensemble_group_key(spec(arch, 0)) != ensemble_group_key(spec(arch, 1)), arch
+
+    def with_phi(arch, phi, seed):  # the class declares a kernel; this instance's φ is not one it computes
+        model = ModelSpec(arch=arch, hidden=8, nonlinearity=phi)
+        return RunSpec(task=TaskSpec(group="S3"), model=model, seed=seed)
+
+    for arch, phi in (("mamba", "tanh"), ("aussm", "relu"), ("tanh-rnn", "relu")):
+        assert ensemble_group_key(with_phi(arch, phi, 0)) != ensemble_group_key(with_phi(arch, phi, 1)), (arch, phi)

@@ -83,21 +83,28 @@ Terms = dict[str, torch.Tensor]
 #: parameters (names as in the cell's ``named_parameters()``) it reads, and nothing else.
 #: Dense kernels: the recurrence ``A [S, S]``, the drive ``B`` and gate input ``W_g``
 #: (``nn.Linear`` with bias, applied to the token embedding) and the state-to-gate matrix
-#: ``U_g [S, S]``.  ``"diagonal"`` (:mod:`dynlab.kernels.diagonal_tracker`): the Mamba
-#: cell's parameters; the kernel reads the terms of the cell's own :meth:`Cell.precompute`
-#: over the vocabulary (so a subclass may change the decay, as negative-mamba does) and
-#: computes :meth:`MambaCell.readout`.
+#: ``U_g [S, S]``.  ``"diagonal"``, ``"diagonal-mamba3"``, ``"diagonal-aussm"``
+#: (:mod:`dynlab.kernels.diagonal_tracker`): the parameters of :class:`MambaCell`,
+#: :class:`Mamba3Cell`, :class:`AUSSMCell`; the kernel reads the tables the cell's own
+#: ``diagonal_tables`` forms from its :meth:`Cell.precompute` over the vocabulary (so a
+#: subclass may change the decay, as negative-mamba does) and computes the cell's readout.
 FUSED_KERNELS: dict[str, tuple[str, ...]] = {
     "dense": ("A", "B.weight", "B.bias"),
     "token-gated": ("A", "B.weight", "B.bias", "W_g.weight", "W_g.bias"),
     "state-gated": ("A", "B.weight", "B.bias", "W_g.weight", "W_g.bias", "U_g"),
     "diagonal": ("W_x.weight", "W_x.bias", "W_z.weight", "W_z.bias", "W_dt.weight", "W_dt.bias",
                  "W_B.weight", "W_C.weight", "a_log", "D"),
+    "diagonal-mamba3": ("W_dt.weight", "W_dt.bias", "W_A.weight", "W_A.bias", "W_theta.weight", "W_theta.bias",
+                        "W_x.weight", "W_x.bias", "W_z.weight", "W_z.bias", "W_B.weight", "W_B.bias",
+                        "W_C.weight", "W_C.bias", "D"),
+    "diagonal-aussm": ("W_theta.weight", "W_theta.bias", "W_dt.weight", "W_dt.bias", "W_x.weight", "W_x.bias",
+                       "B", "C", "D"),
 }
 
 #: The nonlinearities phi each fused kernel implements (the diagonal scan is linear).
 FUSED_KERNEL_PHIS: dict[str, tuple[str, ...]] = {
-    "dense": FUSED_PHIS, "token-gated": FUSED_PHIS, "state-gated": FUSED_PHIS, "diagonal": ("identity",),
+    "dense": FUSED_PHIS, "token-gated": FUSED_PHIS, "state-gated": FUSED_PHIS,
+    "diagonal": ("identity",), "diagonal-mamba3": ("identity",), "diagonal-aussm": ("identity",),
 }
 
 #: Kernel attributes of a cell class and the value a subclass that overrides a method gets
@@ -422,6 +429,16 @@ class MambaCell(Cell):
         y = (h * p["C"][..., None, :]).sum(-1) + self.D * p["x"]  # [B, T, H]
         return y * F.silu(p["z"])
 
+    def diagonal_tables(self, p: Terms, params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """Tables of the fused kernel (:mod:`dynlab.kernels.diagonal_tracker`) from the terms
+        ``p`` over the vocabulary (``[V, …]``) and the cell's parameters ``params`` (by
+        name): a = decay, b = drive ``[V, H, N]``, C ``[V, N]``, g = silu(z) and
+        e = D·x·silu(z) ``[V, H]``, so that g·(C·h) + e is :meth:`readout`."""
+        v = p["x"].shape[0]
+        gate = F.silu(p["z"])
+        a, b = (p[name].reshape(v, self.hidden, self.d_state) for name in ("decay", "drive"))
+        return a, b, p["C"], gate, params["D"] * p["x"] * gate
+
 
 class NegativeMambaCell(MambaCell):
     """negative-mamba: Mamba with Ā′_t = 2·exp(Δ_t a) − 1 ∈ (−1, 1) (Grazzi et al.)."""
@@ -472,6 +489,7 @@ class AUSSMCell(Cell):
     family = "affine"
     pointwise_precompute = True
     fast_scan = True
+    fused = "diagonal-aussm"
 
     def __init__(self, d_in: int, hidden: int, nonlinearity: str | None = None, **_: object):
         super().__init__(d_in, hidden, 2 * hidden, hidden, nonlinearity)
@@ -506,6 +524,16 @@ class AUSSMCell(Cell):
         c_re, c_im = self.C.unbind(-1)
         return h_re * c_re - h_im * c_im + self.D * p["sx"]
 
+    def diagonal_tables(self, p: Terms, params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """Tables of the fused kernel (complex form) from the terms ``p`` over the vocabulary
+        and the parameters ``params``: a = e^{iθ}, b = Δ·B·silu(x) ``[V, H]`` complex,
+        C ``[V, H]`` complex (the same for every token), g = 1 and e = D·silu(x) ``[V, H]``,
+        so that Re(C·h) + e is :meth:`readout`."""
+        a = torch.complex(p["cos"], p["sin"])
+        b = torch.view_as_complex(p["drive"].unflatten(-1, (-1, 2)).contiguous())
+        C = torch.complex(params["C"][:, 0], params["C"][:, 1]).expand_as(a)
+        return a, b, C, torch.ones_like(p["sx"]), params["D"] * p["sx"]
+
 
 class Mamba3Cell(Cell):
     """mamba3: complex diagonal with data-dependent rotation and decay.
@@ -523,6 +551,7 @@ class Mamba3Cell(Cell):
     family = "affine"
     pointwise_precompute = True
     fast_scan = True
+    fused = "diagonal-mamba3"
 
     def __init__(self, d_in: int, hidden: int, nonlinearity: str | None = None, **_: object):
         super().__init__(d_in, hidden, 2 * hidden, hidden, nonlinearity)
@@ -568,3 +597,13 @@ class Mamba3Cell(Cell):
         h_re, h_im = hs.unflatten(-1, (self.hidden, 2)).unbind(-1)  # [B, T, H] each
         c_re, c_im = p["C"].unbind(-1)
         return (h_re * c_re - h_im * c_im + self.D * p["x"]) * F.silu(p["z"])
+
+    def diagonal_tables(self, p: Terms, params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """Tables of the fused kernel (complex form) from the terms ``p`` over the vocabulary
+        and the parameters ``params``: a = exp(Δ·A)·e^{iθ}, b = Δ·x·B, C ``[V, H]`` complex,
+        g = silu(z) and e = D·x·silu(z) ``[V, H]``, so that g·Re(C·h) + e is :meth:`readout`."""
+        a = torch.complex(p["cos"], p["sin"])
+        b = torch.view_as_complex(p["drive"].unflatten(-1, (-1, 2)).contiguous())
+        C = torch.view_as_complex(p["C"].contiguous())
+        gate = F.silu(p["z"])
+        return a, b, C, gate, params["D"] * p["x"] * gate

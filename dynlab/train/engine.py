@@ -28,6 +28,8 @@ from dynlab.kernels.dense_tracker import dense_tracker_loss
 from dynlab.kernels.diagonal_tracker import diagonal_tracker_loss
 from dynlab.kernels.gated_tracker import gated_tracker_loss
 from dynlab.models import Tracker
+from dynlab.models.cells import FUSED_KERNELS
+from dynlab.train.device import keep_freed_memory
 
 __all__ = [
     "MAX_THREADS",
@@ -147,7 +149,7 @@ def fused_loss(
     """
     emb = params["embed.weight"]  # [V, D] or [N, V, D]
     W, c = params["readout.weight"], params["readout.bias"]
-    if kind == "diagonal":
+    if kind.startswith("diagonal"):
         if cell is None:
             raise ValueError("the diagonal kernel needs the cell whose precompute forms its tables; got cell=None")
         return diagonal_tracker_loss(tokens, labels, *_diagonal_tables(cell, params, emb), W, c)
@@ -161,7 +163,7 @@ def fused_loss(
     if kind in ("token-gated", "state-gated"):
         U = params["cells.0.U_g"] if kind == "state-gated" else None
         return gated_tracker_loss(tokens, labels, drive, table("cells.0.W_g"), A, U, W, c, phi)
-    raise ValueError(f"unknown fused kernel kind {kind!r}; allowed: dense, token-gated, state-gated, diagonal")
+    raise ValueError(f"unknown fused kernel kind {kind!r}; allowed: {', '.join(FUSED_KERNELS)}")
 
 
 class _Precompute(nn.Module):
@@ -176,35 +178,26 @@ class _Precompute(nn.Module):
 
 
 def _diagonal_tables(cell: nn.Module, params: dict[str, torch.Tensor], emb: torch.Tensor) -> tuple:
-    """The tables of :func:`~dynlab.kernels.diagonal_tracker.diagonal_tracker_loss` from a
-    Mamba-style cell's terms over the vocabulary: a = decay, b = drive ``[…, V, H, K]``,
-    C ``[…, V, K]``, g = silu(z) and e = D·x·silu(z) ``[…, V, H]``, so that
-    g·(C·h) + e is the cell's readout (C·h + D·x)·silu(z).
+    """The tables of :func:`~dynlab.kernels.diagonal_tracker.diagonal_tracker_loss`: the
+    cell's ``precompute`` over the vocabulary (``emb [V, D]``), turned into tables by its
+    ``diagonal_tables`` (e.g. :meth:`dynlab.models.MambaCell.diagonal_tables`).
 
-    Stacked ``params`` (``emb [N, V, D]``) run the unbatched precompute on each member's
+    Stacked ``params`` (``emb [N, V, D]``) run the unbatched functions on each member's
     slices (``unbind``, whose backward stacks the members' gradients): the same operations
     as for the member alone, so an ensemble member's gradients are bit-identical to solo
     training's (a ``vmap`` would batch the products and round differently)."""
-    own = {f"cell.{k.removeprefix('cells.0.')}": v for k, v in params.items() if k.startswith("cells.0.")}
+    own = {k.removeprefix("cells.0."): v for k, v in params.items() if k.startswith("cells.0.")}
     module = _Precompute(cell)
+
+    def one(p: dict[str, torch.Tensor], e: torch.Tensor) -> tuple:
+        terms = functional_call(module, {f"cell.{k}": v for k, v in p.items()}, (e,))
+        return cell.diagonal_tables({k: v[0] for k, v in terms.items()}, p)
+
     if emb.dim() == 2:
-        return _tables_of(cell, functional_call(module, own, (emb,)), own["cell.D"])
+        return one(own, emb)
     names = list(own)
-    members = zip(*(own[k].unbind(0) for k in names), emb.unbind(0))
-    per = []
-    for *values, e in members:
-        p = dict(zip(names, values))
-        per.append(_tables_of(cell, functional_call(module, p, (e,)), p["cell.D"]))
+    per = [one(dict(zip(names, values)), e) for *values, e in zip(*(own[k].unbind(0) for k in names), emb.unbind(0))]
     return tuple(torch.stack(parts) for parts in zip(*per))
-
-
-def _tables_of(cell: nn.Module, terms: dict[str, torch.Tensor], D: torch.Tensor) -> tuple:
-    """One member's tables (see :func:`_diagonal_tables`) from its terms ``[1, V, …]``."""
-    terms = {k: v[0] for k, v in terms.items()}
-    gate = F.silu(terms["z"])  # [V, H]
-    v = gate.shape[0]
-    a, b = (terms[name].reshape(v, cell.hidden, cell.d_state) for name in ("decay", "drive"))
-    return a, b, terms["C"], gate, D * terms["x"] * gate
 
 
 def tracker_loss(model: Tracker, tokens: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -275,6 +268,7 @@ def train_threads(device: torch.device | str, *, threads: int | None = None) -> 
         raise ValueError(f"threads must be an integer in 1..{MAX_THREADS} or None, got {threads!r}")
     torch.device(device)  # refuse a malformed device
     want = RUN_THREADS if threads is None else threads
+    keep_freed_memory()  # once per process: freed activations are reused, not faulted in again
     old = torch.get_num_threads()
     if want == old:
         yield old

@@ -49,7 +49,7 @@ from dynlab.tasks import WordProblem
 from dynlab.train.engine import TrainResult, _loss, build_tracker, fused_kind, fused_loss, lr_at, train_threads
 from dynlab.train.progress import NullProgress
 
-__all__ = ["check_ensemble", "ensemble_key", "train_ensemble", "train_tracker"]
+__all__ = ["MAX_STACK", "check_ensemble", "ensemble_key", "train_ensemble", "train_tracker"]
 
 
 def ensemble_key(spec: RunSpec) -> tuple:
@@ -210,19 +210,31 @@ def _record(results, trains, lengths, alive, step, losses: list[float], accs: li
         lengths[i] = trains[i].curriculum.next_length(lengths[i], step, trains[i].steps, accs[pos])
 
 
+#: Most members run through a fused kernel in one call.  A larger stack is cut into calls of
+#: this many members: the per-step working set of a call (``[K, B, S]`` slices) then stays
+#: in the CPU's caches, so an ensemble of 64 trains each member as fast as one of 16.
+#: Members' numbers do not depend on the cut (each member's sums run over its own terms).
+MAX_STACK = 16
+
+
 def _losses(template: _Loss, params: dict, buffers: dict, batches: dict, alive: list[int]):
     """Loss and accuracy ``[K]`` of the ``alive`` members (in that order) on ``batches``
-    (``{length: (members, tokens, labels)}``, one stack per length), from the stacked
-    ``params`` and ``buffers`` ``{name: [N, …]}``."""
+    (``{length: (members, tokens, labels)}``, one stack per length, cut into calls of at
+    most :data:`MAX_STACK` members for the fused kernels), from the stacked ``params`` and
+    ``buffers`` ``{name: [N, …]}``."""
     n = next(iter(params.values())).shape[0]
+    cut = MAX_STACK if template.kind is not None else n
     losses, accs, order = [], [], []
-    for group, tokens, labels in batches.values():
-        idx = torch.tensor(group, device=tokens.device)
-        sub, sub_b = (params, buffers) if len(group) == n else (_rows(params, idx), _rows(buffers, idx))
-        loss, acc = _stack_loss(template, sub, sub_b, tokens, labels)
-        losses.append(loss)
-        accs.append(acc)
-        order.extend(group)
+    for members, tokens_all, labels_all in batches.values():
+        for start in range(0, len(members), cut):
+            group = members[start:start + cut]
+            tokens, labels = tokens_all[start:start + cut], labels_all[start:start + cut]
+            idx = torch.tensor(group, device=tokens.device)
+            sub, sub_b = (params, buffers) if len(group) == n else (_rows(params, idx), _rows(buffers, idx))
+            loss, acc = _stack_loss(template, sub, sub_b, tokens, labels)
+            losses.append(loss)
+            accs.append(acc)
+            order.extend(group)
     back = torch.tensor([order.index(i) for i in alive], device=losses[0].device)  # length-group order -> alive order
     return torch.cat(losses)[back], torch.cat(accs)[back]
 
