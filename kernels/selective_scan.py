@@ -30,6 +30,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -253,10 +254,12 @@ _C_SOURCE = r"""
 
 /* exp for float32 that the compiler can vectorise: x = k ln2 + r with |r| <= ln2/2 (ln2 split
    in a 9-bit head and a tail, so k ln2 is exact), e^r by its Taylor polynomial of degree 7
-   (truncation below r^8/8! < 6e-9, a tenth of an ulp), then 2^k applied in two halves so
-   that results down to the denormals come out right; 0 below -104, inf above 88.72. */
+   (truncation below r^8/8! < 6e-9, a tenth of an ulp), then 2^k applied in two halves (k
+   reaches 128 just below the overflow threshold).  0 below ln(FLT_MIN) = -87.34: no
+   denormal results, which x86 cores multiply far more slowly (and which hold no precision
+   anyway); inf above 88.72. */
 static inline float dl_expf(float x) {
-    float xc = x < -104.0f ? -104.0f : x;
+    float xc = x < -87.33654475f ? -87.33654475f : x;
     xc = xc > 88.72283935546875f ? 88.72283935546875f : xc;
     float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
     float r = xc - k * 0.693359375f;
@@ -275,7 +278,7 @@ static inline float dl_expf(float x) {
     s1.i = (k1 + 127) << 23;
     s2.i = (k2 + 127) << 23;
     float e = p * s1.f * s2.f;
-    e = x < -104.0f ? 0.0f : e;
+    e = x < -87.33654475f ? 0.0f : e;
     return x > 88.72283935546875f ? INFINITY : e;
 }
 
@@ -426,15 +429,16 @@ def _build_c_library() -> Path:
              Path(tempfile.gettempdir()) / f"dynlab-kernels-{os.getuid() if hasattr(os, 'getuid') else 0}"]
     errors = []
     for root in roots:
-        if (root / name).is_file():
-            return root / name
         try:
-            root.mkdir(parents=True, exist_ok=True)
+            root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _check_private(root)
+            if (root / name).is_file():
+                return root / name
             with tempfile.TemporaryDirectory(dir=root) as tmp:
                 src, out = Path(tmp) / "scan.c", Path(tmp) / name
                 src.write_text(_C_SOURCE)
                 for arch in (["-march=native"], []):  # some compilers/targets lack -march=native
-                    res = subprocess.run([cc, *_C_FLAGS, *arch, "-o", str(out), str(src), "-lm"],
+                    res = subprocess.run([*shlex.split(cc), *_C_FLAGS, *arch, "-o", str(out), str(src), "-lm"],
                                          capture_output=True, text=True, timeout=300)
                     if res.returncode == 0:
                         break
@@ -445,6 +449,14 @@ def _build_c_library() -> Path:
         except (OSError, subprocess.SubprocessError) as err:
             errors.append(f"{root}: {err}")
     raise RuntimeError("; ".join(errors))
+
+
+def _check_private(root: Path) -> None:
+    """Refuse a cache directory that another user owns or others can write to (a shared
+    temp directory): a library planted there would be loaded into this process."""
+    st = root.stat()
+    if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
+        raise PermissionError(f"{root} is not a private directory of this user")
 
 
 def _ptr(x: torch.Tensor | None) -> int | None:
