@@ -52,9 +52,202 @@ from __future__ import annotations
 
 import torch
 
+import ctypes
+
+from .compiled import c_library
 from .tracker_common import BUFFERS, readout_ce, readout_ce_grad, token_rows
 
 __all__ = ["diagonal_tracker_loss", "diagonal_tracker_loss_reference", "member_groups"]
+
+#: The CPU's per-step loops in C (:mod:`.compiled`): one pass over each row per step, the same
+#: arithmetic as :func:`_forward_scan` / :func:`_backward_scan` (sums in another order).
+_C_SOURCE = r'''
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Real states.  Rows of the tables a, b: [K*H] state-major; C: [K]; ge: [2H] (g then e).
+   hs [T, M, K*H], ch [T, M, H], y [T, M, H]; steps [T, M] table rows. */
+#define DIAG_KERNELS(T, S)                                                                         \
+int dl_dt_fwd_##S(int64_t tl, int64_t m, int64_t k, int64_t h, const int64_t* steps,                \
+                  const T* a, const T* b, const T* C, const T* ge, T* hs, T* ch, T* y) {            \
+    int64_t s = k * h;                                                                              \
+    T* zeros = (T*)calloc((size_t)s, sizeof(T));                                                    \
+    if (!zeros) return 1;                                                                           \
+    for (int64_t t = 0; t < tl; t++)                                                                \
+        for (int64_t i = 0; i < m; i++) {                                                           \
+            int64_t r = steps[t * m + i];                                                           \
+            const T *ar = a + r * s, *br = b + r * s, *cr = C + r * k, *g = ge + r * 2 * h, *e = g + h; \
+            const T* hp = t > 0 ? hs + ((t - 1) * m + i) * s : zeros;                               \
+            T *ht = hs + (t * m + i) * s, *c = ch + (t * m + i) * h, *yy = y + (t * m + i) * h;     \
+            for (int64_t q = 0; q < k; q++) {  /* h_t and its readout in one pass */                \
+                const T *aq = ar + q * h, *bq = br + q * h, *pq = hp + q * h;                       \
+                T *hq = ht + q * h, w = cr[q];                                                      \
+                if (q == 0) {                                                                       \
+                    _Pragma("omp simd")                                                             \
+                    for (int64_t d = 0; d < h; d++) { T v = aq[d] * pq[d] + bq[d]; hq[d] = v; c[d] = w * v; } \
+                } else {                                                                            \
+                    _Pragma("omp simd")                                                             \
+                    for (int64_t d = 0; d < h; d++) { T v = aq[d] * pq[d] + bq[d]; hq[d] = v; c[d] += w * v; } \
+                }                                                                                   \
+            }                                                                                       \
+            _Pragma("omp simd")                                                                     \
+            for (int64_t d = 0; d < h; d++) yy[d] = g[d] * c[d] + e[d];                             \
+        }                                                                                           \
+    free(zeros);                                                                                    \
+    return 0;                                                                                       \
+}                                                                                                   \
+                                                                                                    \
+int dl_dt_bwd_##S(int64_t tl, int64_t m, int64_t k, int64_t h, int64_t nc, const int64_t* steps,    \
+                  const T* dz, const T* W, const T* a, const T* C, const T* gt, const T* hs,        \
+                  const T* ch, T* ga, T* gb, T* gC, T* gg, T* gE) {                                 \
+    int64_t s = k * h;                                                                              \
+    T* lam = (T*)calloc((size_t)(2 * m * s + 2 * h + s), sizeof(T));                                \
+    if (!lam) return 1;                                                                             \
+    T *nxt = lam + m * s, *dy = nxt + m * s, *dch = dy + h, *zeros = dch + h;                       \
+    for (int64_t t = tl - 1; t >= 0; t--) {                                                         \
+        for (int64_t i = 0; i < m; i++) {                                                           \
+            int64_t r = steps[t * m + i];                                                           \
+            const T *z = dz + (t * m + i) * nc, *c = ch + (t * m + i) * h, *g = gt + r * h;         \
+            const T *cr = C + r * k, *ht = hs + (t * m + i) * s;                                    \
+            for (int64_t d = 0; d < h; d++) dy[d] = 0;                                              \
+            for (int64_t q = 0; q < nc; q++) {                                                      \
+                const T* w = W + q * h;                                                             \
+                _Pragma("omp simd")                                                                 \
+                for (int64_t d = 0; d < h; d++) dy[d] += z[q] * w[d];                               \
+            }                                                                                       \
+            T *ggr = gg + r * h, *ger = gE + r * h;                                                 \
+            _Pragma("omp simd")                                                                     \
+            for (int64_t d = 0; d < h; d++) {                                                       \
+                ger[d] += dy[d]; ggr[d] += dy[d] * c[d]; dch[d] = dy[d] * g[d];                     \
+            }                                                                                       \
+            T *L = lam + i * s, *Ln = nxt + i * s, *gbr = gb + r * s, *gar = ga + r * s;              \
+            const T* an = t < tl - 1 ? a + steps[(t + 1) * m + i] * s : zeros;                     \
+            const T* hp = t > 0 ? hs + ((t - 1) * m + i) * s : zeros;                               \
+            for (int64_t q = 0; q < k; q++) {  /* lambda, its sums and dC in one pass */             \
+                const T *anq = an + q * h, *lnq = Ln + q * h, *hq = ht + q * h, *pq = hp + q * h;   \
+                T *lq = L + q * h, *gbq = gbr + q * h, *gaq = gar + q * h, w = cr[q], acc = 0;       \
+                _Pragma("omp simd reduction(+:acc)")                                                \
+                for (int64_t d = 0; d < h; d++) {                                                   \
+                    T l = w * dch[d] + anq[d] * lnq[d];                                             \
+                    lq[d] = l; gbq[d] += l; gaq[d] += l * pq[d]; acc += dch[d] * hq[d];             \
+                }                                                                                   \
+                gC[r * k + q] += acc;                                                               \
+            }                                                                                       \
+        }                                                                                           \
+        T* sw = lam; lam = nxt; nxt = sw;                                                           \
+    }                                                                                               \
+    free(lam < nxt ? lam : nxt);                                                                    \
+    return 0;                                                                                       \
+}                                                                                                   \
+                                                                                                    \
+/* Complex states, (re, im) interleaved: a, b, C rows [2H]; g [H]; ge [2H]; hs [T, M, 2H]. */       \
+int dl_dtc_fwd_##S(int64_t tl, int64_t m, int64_t h, const int64_t* steps, const T* a,             \
+                   const T* b, const T* C, const T* ge, T* hs, T* ch, T* y) {                       \
+    for (int64_t t = 0; t < tl; t++)                                                                \
+        for (int64_t i = 0; i < m; i++) {                                                           \
+            int64_t r = steps[t * m + i];                                                           \
+            const T *ar = a + r * 2 * h, *br = b + r * 2 * h, *cr = C + r * 2 * h;                  \
+            const T *g = ge + r * 2 * h, *e = g + h;                                                \
+            T* ht = hs + (t * m + i) * 2 * h;                                                       \
+            if (t == 0) memcpy(ht, br, sizeof(T) * (size_t)(2 * h));                               \
+            else {                                                                                  \
+                const T* hp = hs + ((t - 1) * m + i) * 2 * h;                                       \
+                _Pragma("omp simd")                                                                 \
+                for (int64_t d = 0; d < h; d++) {                                                   \
+                    T pr = hp[2 * d], pi = hp[2 * d + 1], xr = ar[2 * d], xi = ar[2 * d + 1];       \
+                    ht[2 * d] = xr * pr - xi * pi + br[2 * d];                                      \
+                    ht[2 * d + 1] = xr * pi + xi * pr + br[2 * d + 1];                              \
+                }                                                                                   \
+            }                                                                                       \
+            T *c = ch + (t * m + i) * h, *yy = y + (t * m + i) * h;                                 \
+            _Pragma("omp simd")                                                                     \
+            for (int64_t d = 0; d < h; d++) {                                                       \
+                c[d] = cr[2 * d] * ht[2 * d] - cr[2 * d + 1] * ht[2 * d + 1];                       \
+                yy[d] = g[d] * c[d] + e[d];                                                         \
+            }                                                                                       \
+        }                                                                                           \
+    return 0;                                                                                       \
+}                                                                                                   \
+                                                                                                    \
+int dl_dtc_bwd_##S(int64_t tl, int64_t m, int64_t h, int64_t nc, const int64_t* steps,            \
+                   const T* dz, const T* W, const T* a, const T* C, const T* gt, const T* hs,       \
+                   const T* ch, T* ga, T* gb, T* gC, T* gg, T* gE) {                                \
+    T* lam = (T*)calloc((size_t)(4 * m * h + 2 * h), sizeof(T));                                    \
+    if (!lam) return 1;                                                                             \
+    T *nxt = lam + 2 * m * h, *dy = nxt + 2 * m * h, *dch = dy + h;                                 \
+    for (int64_t t = tl - 1; t >= 0; t--) {                                                         \
+        for (int64_t i = 0; i < m; i++) {                                                           \
+            int64_t r = steps[t * m + i];                                                           \
+            const T *z = dz + (t * m + i) * nc, *c = ch + (t * m + i) * h, *g = gt + r * h;         \
+            const T *cr = C + r * 2 * h, *ht = hs + (t * m + i) * 2 * h;                            \
+            for (int64_t d = 0; d < h; d++) dy[d] = 0;                                              \
+            for (int64_t q = 0; q < nc; q++) {                                                      \
+                const T* w = W + q * h;                                                             \
+                _Pragma("omp simd")                                                                 \
+                for (int64_t d = 0; d < h; d++) dy[d] += z[q] * w[d];                               \
+            }                                                                                       \
+            T *ggr = gg + r * h, *ger = gE + r * h;                                                 \
+            _Pragma("omp simd")                                                                     \
+            for (int64_t d = 0; d < h; d++) {                                                       \
+                ger[d] += dy[d]; ggr[d] += dy[d] * c[d]; dch[d] = dy[d] * g[d];                     \
+            }                                                                                       \
+            T *L = lam + i * 2 * h, *Ln = nxt + i * 2 * h;                                          \
+            const T* an = t < tl - 1 ? a + steps[(t + 1) * m + i] * 2 * h : 0;                     \
+            T *gCr = gC + r * 2 * h, *gbr = gb + r * 2 * h, *gar = ga + r * 2 * h;                  \
+            const T* hp = t > 0 ? hs + ((t - 1) * m + i) * 2 * h : 0;                               \
+            for (int64_t d = 0; d < h; d++) {                                                       \
+                T lr = cr[2 * d] * dch[d], li = -cr[2 * d + 1] * dch[d];  /* dch * conj(C) */      \
+                if (an) {  /* + conj(a[t+1]) * lam[t+1] */                                           \
+                    T xr = an[2 * d], xi = an[2 * d + 1], nr = Ln[2 * d], ni = Ln[2 * d + 1];       \
+                    lr += xr * nr + xi * ni; li += xr * ni - xi * nr;                               \
+                }                                                                                   \
+                L[2 * d] = lr; L[2 * d + 1] = li;                                                   \
+                gCr[2 * d] += dch[d] * ht[2 * d]; gCr[2 * d + 1] -= dch[d] * ht[2 * d + 1];         \
+                gbr[2 * d] += lr; gbr[2 * d + 1] += li;                                             \
+                if (hp) {  /* lam * conj(h[t-1]) */                                                  \
+                    T pr = hp[2 * d], pi = hp[2 * d + 1];                                           \
+                    gar[2 * d] += lr * pr + li * pi; gar[2 * d + 1] += li * pr - lr * pi;           \
+                }                                                                                   \
+            }                                                                                       \
+        }                                                                                           \
+        T* sw = lam; lam = nxt; nxt = sw;                                                           \
+    }                                                                                               \
+    free(lam < nxt ? lam : nxt);                                                                    \
+    return 0;                                                                                       \
+}
+
+DIAG_KERNELS(float, f32)
+DIAG_KERNELS(double, f64)
+'''
+
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+
+
+def _c_kernels() -> ctypes.CDLL | None:
+    """The compiled loops (argument types set once), or None: the torch loops run."""
+    lib = c_library("diagonal_tracker", _C_SOURCE)
+    if lib is not None and not hasattr(lib, "_dynlab_ready"):
+        i64, ptr = ctypes.c_int64, ctypes.c_void_p
+        for suf in _SUFFIX.values():
+            for name, ints, ptrs in (("dl_dt_fwd", 4, 8), ("dl_dt_bwd", 5, 13), ("dl_dtc_fwd", 3, 8),
+                                     ("dl_dtc_bwd", 4, 13)):
+                fn = getattr(lib, f"{name}_{suf}")
+                fn.argtypes, fn.restype = [i64] * ints + [ptr] * ptrs, ctypes.c_int
+        lib._dynlab_ready = True
+    return lib
+
+
+def _use_c(x: torch.Tensor, n: int) -> ctypes.CDLL | None:
+    """The compiled loops when they apply: one member on the CPU, float32 or float64."""
+    real = x.real.dtype if x.is_complex() else x.dtype
+    if x.device.type != "cpu" or n != 1 or real not in _SUFFIX:
+        return None
+    return _c_kernels()
+
+
+def _p(*xs: torch.Tensor) -> list[int]:
+    return [x.data_ptr() for x in xs]
 
 
 class _DiagonalTrackerLoss(torch.autograd.Function):
@@ -115,7 +308,19 @@ def _group_forward(tokens, labels, a, b, C, g, e, W, c):
         k = a.shape[3]
         a_rows, b_rows = (x.transpose(-1, -2).reshape(n * v, k * h) for x in (a, b))  # state-major rows [K, H]
         C_rows = C.reshape(n * v, k)
-    _forward_scan(hs, ch, y, steps, a_rows, b_rows, C_rows, ge_rows)
+    lib = _use_c(a, n)
+    if lib is None:
+        _forward_scan(hs, ch, y, steps, a_rows, b_rows, C_rows, ge_rows)
+    else:
+        suf = _SUFFIX[g.dtype]
+        if a.is_complex():
+            args = _p(steps, a_rows, b_rows, C_rows, ge_rows, hs, ch, y)
+            err = getattr(lib, f"dl_dtc_fwd_{suf}")(t_len, bsz, h, *args)
+        else:
+            args = _p(steps, a_rows, b_rows, C_rows, ge_rows, hs, ch, y)
+            err = getattr(lib, f"dl_dt_fwd_{suf}")(t_len, bsz, a.shape[3], h, *args)
+        if err:
+            raise MemoryError("diagonal_tracker_loss: the compiled forward loop could not allocate its scratch")
     loss, correct, probs = readout_ce(y, W, c, labels)
     saved = dict(hs=hs, ch=ch, y=y, probs=probs, steps=steps, labels=labels,
                  a_rows=a_rows, C_rows=C_rows, g_rows=g_rows, W=W)
@@ -129,10 +334,25 @@ def _group_backward(saved, grad_loss):
     h = y.shape[-1]
     v = saved["g_rows"].shape[0] // n
     dz, gW, gc = readout_ce_grad(saved["probs"], labels, grad_loss, y)  # ∂L/∂z [n, T, B, Cls]
-    dz_steps = dz.transpose(0, 1).reshape(t_len, n, bsz, -1)  # time-major (small: Cls columns)
-    ga, gb, gC, g_g, g_e = _backward_scan(
-        hs, saved["steps"], dz_steps, W, saved["a_rows"], saved["C_rows"], saved["g_rows"], ch, n * v
-    )
+    dz_steps = dz.transpose(0, 1).reshape(t_len, n, bsz, -1).contiguous()  # time-major (small: Cls columns)
+    lib = _use_c(hs, n)
+    if lib is None:
+        ga, gb, gC, g_g, g_e = _backward_scan(
+            hs, saved["steps"], dz_steps, W, saved["a_rows"], saved["C_rows"], saved["g_rows"], ch, n * v
+        )
+    else:
+        ga, gb = torch.zeros_like(saved["a_rows"]), torch.zeros_like(saved["a_rows"])
+        gC = torch.zeros_like(saved["C_rows"])
+        g_g, g_e = torch.zeros_like(saved["g_rows"]), torch.zeros_like(saved["g_rows"])
+        suf, ncls = _SUFFIX[y.dtype], dz.shape[-1]
+        args = _p(saved["steps"], dz_steps, W, saved["a_rows"], saved["C_rows"], saved["g_rows"], hs, ch,
+                  ga, gb, gC, g_g, g_e)
+        if hs.is_complex():
+            err = getattr(lib, f"dl_dtc_bwd_{suf}")(t_len, bsz, h, ncls, *args)
+        else:
+            err = getattr(lib, f"dl_dt_bwd_{suf}")(t_len, bsz, hs.shape[-1] // h, h, ncls, *args)
+        if err:
+            raise MemoryError("diagonal_tracker_loss: the compiled backward loop could not allocate its scratch")
     for buf in (hs, ch, y):  # nothing refers to them any more
         BUFFERS.give(buf)
     if hs.is_complex():

@@ -15,6 +15,32 @@ from dynlab.train.engine import build_tracker, fused_kind, tracker_logits, track
 D = torch.float64
 
 
+@pytest.fixture(params=["compiled", "torch"], autouse=True)
+def loops(request, monkeypatch):
+    """Every test runs twice: with the compiled C loops (when a compiler is here) and with
+    the torch loops (``DYNLAB_C_KERNELS=0``), which must compute the same function."""
+    if request.param == "torch":
+        monkeypatch.setenv("DYNLAB_C_KERNELS", "0")
+    elif diagonal_tracker._c_kernels() is None:
+        pytest.skip("no C compiler here: only the torch loops run")
+    return request.param
+
+
+def test_the_compiled_loops_are_built_where_a_compiler_exists(loops, monkeypatch):
+    """Where a C compiler is installed (this project's machines and CI) the compiled path is
+    the one that runs; ``DYNLAB_C_KERNELS=0`` turns it off."""
+    import shutil
+
+    from dynlab.kernels.compiled import c_library_status
+
+    if loops == "compiled":
+        pytest.skip("checked once")
+    assert c_library_status("diagonal_tracker", diagonal_tracker._C_SOURCE).startswith("disabled")
+    monkeypatch.delenv("DYNLAB_C_KERNELS")
+    if shutil.which("cc") or shutil.which("gcc") or shutil.which("clang"):
+        assert c_library_status("diagonal_tracker", diagonal_tracker._C_SOURCE).startswith("compiled: ")
+
+
 def _problem(n=3, b=5, t=7, v=4, h=6, k=3, c=5, seed=0, dtype=D):
     g = torch.Generator().manual_seed(seed)
     tok = torch.randint(0, v, (n, b, t), generator=g)

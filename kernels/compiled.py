@@ -1,0 +1,123 @@
+"""Small C kernels for the CPU, compiled on first use and loaded with ``ctypes``.
+
+Some CPU loops cannot be made fast from Python: a recurrence over time whose every step
+is a handful of elementwise operations on cache-sized slices spends its time in per-op
+dispatch and in re-reading those slices once per torch operation.  A few dozen lines of C
+do the whole step in one pass.  :func:`c_library` builds such a source into a shared
+library the first time a process asks for it and caches the file:
+
+- where: ``$XDG_CACHE_HOME/dynlab/kernels`` (default ``~/.cache``), else a private
+  directory under the system temp directory; a directory that another user owns or
+  others can write to is refused (a library planted there would be loaded);
+- the file name carries a hash of the source, the flags, the compiler and the CPU model,
+  so a changed kernel or machine builds anew; the build writes to a temporary name and
+  renames it (atomic), so concurrent processes (Dask workers) never load a half file;
+- compiler: ``$CC``, else ``cc``, ``gcc`` or ``clang``; ``-O3 -march=native`` (retried
+  without ``-march=native`` where the compiler refuses it);
+- no compiler, a failed build or ``DYNLAB_C_KERNELS=0``: ``None``, and every caller keeps a
+  pure-torch path that computes the same function (tests run both).
+
+Every kernel that uses this module is tested against its torch path and its autograd
+reference.  This module imports nothing beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+__all__ = ["C_KERNELS_ENV", "c_library", "c_library_status"]
+
+#: Environment variable: ``0`` turns every compiled kernel off (the torch paths run).
+C_KERNELS_ENV = "DYNLAB_C_KERNELS"
+
+FLAGS = ("-O3", "-fno-trapping-math", "-fopenmp-simd", "-std=c99", "-fPIC", "-shared")
+
+_LOADED: dict[str, tuple[ctypes.CDLL | None, str]] = {}
+_LOCK = threading.Lock()
+
+
+def c_library(name: str, source: str) -> ctypes.CDLL | None:
+    """The library built from C ``source`` (cached per process and on disk), or None when
+    compiled kernels are off or it cannot be built (:func:`c_library_status` says why)."""
+    if os.environ.get(C_KERNELS_ENV, "1") == "0":
+        return None
+    key = f"{name}:{hashlib.sha256(source.encode()).hexdigest()}"
+    if key not in _LOADED:
+        with _LOCK:
+            if key not in _LOADED:
+                try:
+                    path = _build(name, source)
+                    _LOADED[key] = (ctypes.CDLL(str(path)), f"compiled: {path}")
+                except Exception as err:  # noqa: BLE001 - no compiler, read-only disk, ...: torch takes over
+                    _LOADED[key] = (None, f"unavailable: {type(err).__name__}: {err}")
+    return _LOADED[key][0]
+
+
+def c_library_status(name: str, source: str) -> str:
+    """``"compiled: <path>"``, ``"disabled: DYNLAB_C_KERNELS=0"`` or ``"unavailable: <why>"``."""
+    if os.environ.get(C_KERNELS_ENV, "1") == "0":
+        return f"disabled: {C_KERNELS_ENV}=0"
+    c_library(name, source)
+    return _LOADED[f"{name}:{hashlib.sha256(source.encode()).hexdigest()}"][1]
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "flags")):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _roots() -> list[Path]:
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return [Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dynlab" / "kernels",
+            Path(tempfile.gettempdir()) / f"dynlab-kernels-{uid}"]
+
+
+def _build(name: str, source: str) -> Path:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        raise RuntimeError("no C compiler found (CC, cc, gcc, clang)")
+    key = hashlib.sha256("\0".join([source, *FLAGS, cc, platform.machine(), _cpu_model()]).encode()).hexdigest()
+    lib = f"{name}_{key[:20]}.so"
+    errors = []
+    for root in _roots():
+        try:
+            root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _check_private(root)
+            if (root / lib).is_file():
+                return root / lib
+            with tempfile.TemporaryDirectory(dir=root) as tmp:
+                src, out = Path(tmp) / f"{name}.c", Path(tmp) / lib
+                src.write_text(source)
+                for arch in (["-march=native"], []):  # some compilers and targets lack -march=native
+                    res = subprocess.run([*shlex.split(cc), *FLAGS, *arch, "-o", str(out), str(src), "-lm"],
+                                         capture_output=True, text=True, timeout=300)
+                    if res.returncode == 0:
+                        break
+                else:
+                    raise RuntimeError(f"{cc} failed: {(res.stderr.strip().splitlines() or ['?'])[-1]}")
+                os.replace(out, root / lib)  # atomic: concurrent builders each write their own copy
+            return root / lib
+        except (OSError, subprocess.SubprocessError) as err:
+            errors.append(f"{root}: {err}")
+    raise RuntimeError("; ".join(errors))
+
+
+def _check_private(root: Path) -> None:
+    """Refuse a directory that another user owns or others can write to."""
+    st = root.stat()
+    if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
+        raise PermissionError(f"{root} is not a private directory of this user")
