@@ -406,7 +406,10 @@ def bench_train_cmd(
     length: Annotated[int, typer.Option(help="Sequence length T.")] = 60,
     ensembles: Annotated[str, typer.Option(help="Comma list of ensemble sizes.")] = "16,64",
     steps: Annotated[int, typer.Option(help="Training steps per measurement (the first is not timed).")] = 4,
-    quick: Annotated[bool, typer.Option("--quick", help="About a minute: 3 steps, ensemble 16 only.")] = False,
+    repeats: Annotated[
+        int, typer.Option(help="Rounds over all methods; each is reported at its fastest round (noisy machines).")
+    ] = 2,
+    quick: Annotated[bool, typer.Option("--quick", help="About a minute: 3 steps, ensemble 16 only, one round.")] = False,
     device: DeviceOpt = "auto",
     compile: Annotated[
         bool, typer.Option("--compile", help="Also time one model with torch.compile'd cell steps (slow to start).")
@@ -415,7 +418,7 @@ def bench_train_cmd(
         Optional[Path], typer.Option("--json", help="Also write the results as JSON to this file.")
     ] = None,
 ) -> None:
-    """Training throughput: user baseline vs dynlab (one model, ensembles) vs the GEMM floor."""
+    """Training throughput: user baseline vs dynlab (one model, ensembles) vs the floor (GEMM or bandwidth)."""
     from dynlab.bench import bench_train, format_table, write_json
 
     if json_out is not None and not json_out.parent.resolve().is_dir():
@@ -426,8 +429,9 @@ def bench_train_cmd(
     except ValueError:
         raise DynlabInputError(f"--ensembles must be a comma list of integers, got {ensembles!r}") from None
     if quick:
-        steps, sizes = 3, tuple(n for n in sizes if n <= 16) or (16,)
-    results = [bench_train(m, hidden, batch, length, sizes, steps=steps, device=device, compile=compile) for m in names]
+        steps, sizes, repeats = 3, tuple(n for n in sizes if n <= 16) or (16,), 1
+    results = [bench_train(m, hidden, batch, length, sizes, steps=steps, device=device, compile=compile, repeats=repeats)
+               for m in names]
     typer.echo(format_table(results))
     if json_out is not None:
         typer.echo(f"json: {write_json(results, json_out)}")

@@ -297,6 +297,7 @@ def analyze_one(
     """
     if extra.analysis is None:
         raise DynlabInputError(f"no analysis preset given; allowed: {', '.join(ANALYSIS_PRESETS)}")
+    t0 = time.perf_counter()
     model = load_model(spec, store, torch.device("cpu"))
     task = WordProblem(get_group(spec.task.group))
     aspec = ANALYSIS_PRESETS[extra.analysis]
@@ -304,6 +305,7 @@ def analyze_one(
     t_ref = aspec.t_ref or spec.train.curriculum.max_length
     ds = analyze_tracker(model, task, aspec, horizon=horizon, t_ref=min(t_ref, horizon))
     ds.attrs["analysis_preset"] = extra.analysis  # the runner redoes an analysis made with another preset
+    ds.attrs["analysis_seconds"] = time.perf_counter() - t0  # wall time of this analysis (compare train_time)
     return ds
 
 
