@@ -48,6 +48,7 @@ __all__ = [
     "selective_scan_step",
     "compiled_kernel_status",
     "C_KERNEL_ENV",
+    "SAVE_DECAYS_MAX_BYTES",
 ]
 
 
@@ -212,9 +213,10 @@ def selective_scan_fused(
     """Selective scan with a hand-written backward (arguments and result as
     :func:`selective_scan_sequential`; ``chunk_size`` is accepted and ignored).  The fastest
     form on the CPU.  float32/float64 CPU tensors go through the compiled C kernel when it is
-    available (:func:`compiled_kernel_status`; it keeps no ``[B, T, D, N]`` buffer and
-    recomputes the states in the backward pass); otherwise, and on other devices, the torch
-    loop of cache-sized steps, which holds the states ``[B, T, D, N]`` for the backward pass."""
+    available (:func:`compiled_kernel_status`; it keeps the decays ``[B, D, T, N]`` for the
+    backward pass up to :data:`SAVE_DECAYS_MAX_BYTES` and recomputes the states there);
+    otherwise, and on other devices, the torch loop of cache-sized steps, which holds the
+    states ``[B, T, D, N]`` for the backward pass."""
     _check(u, delta, A, B, C)
     b, t, d = u.shape
     n = A.shape[1]
@@ -225,7 +227,10 @@ def selective_scan_fused(
     dtype = torch.promote_types(u.dtype, A.dtype)
     args = [x.to(dtype) for x in (u, delta, A, B, C, h0)]
     if u.device.type == "cpu" and dtype in _C_SUFFIX and _c_library() is not None:
-        y, final = _SelectiveScanC.apply(*(x.contiguous() for x in args))  # y [B, T, D], final [B, D, N]
+        # keep the decays for the backward pass when one will run and they are not too large
+        save = (torch.is_grad_enabled() and any(x.requires_grad for x in args)
+                and b * t * d * n * args[0].element_size() <= SAVE_DECAYS_MAX_BYTES)
+        y, final, _ = _SelectiveScanC.apply(*(x.contiguous() for x in args), save)  # y [B, T, D], final [B, D, N]
     else:
         y, final, *_ = _SelectiveScan.apply(*args)  # y [B, T, D], final [B, D, N]
     return (y, final) if return_final_state else y
@@ -238,6 +243,11 @@ def selective_scan_fused(
 #: Set to ``0`` to keep :func:`selective_scan_fused` on the torch loop (no compilation).
 C_KERNEL_ENV = "DYNLAB_SCAN_C"
 
+#: Largest decay buffer ``[B, D, T, N]`` (bytes) the C kernel keeps from the forward for the
+#: backward pass; larger scans recompute the decays there (the same numbers; about 15 % more
+#: time for the scan, measured at the LM study's quick sizes, whose buffer is 16 MiB a layer).
+SAVE_DECAYS_MAX_BYTES = 64 * 2**20
+
 _C_SOURCE = r"""
 /* dynlab selective scan, CPU.  Layouts (all contiguous): u, delta, y [B, T, D]; A [D, N];
    B, C [B, T, N]; h0, final state [B, D, N].  Forward:
@@ -245,8 +255,11 @@ _C_SOURCE = r"""
        y_t[d] = sum_n C_t[n] h_t[d, n].
    Backward: the adjoint lam_t = dL/dh_t runs back through time,
        lam_t = decay_{t+1} * lam_{t+1} + gy_t[d] C_t,
-   with gz = lam_t * decay_t * h_{t-1} = dL/d(delta_t A) per entry.  A null gy or gfinal
-   pointer means a zero gradient.  Both return 0, or 1 when a buffer cannot be allocated. */
+   with gz = lam_t * decay_t * h_{t-1} = dL/d(delta_t A) per entry.  dsave [B, D, T, N]: the
+   forward pass stores the decays there and the backward pass reads them; when null, the
+   backward pass recomputes them (the exps are most of the kernel's time).  A null gy or
+   gfinal pointer means a zero gradient.  Both return 0, or 1 when a buffer cannot be
+   allocated. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -285,84 +298,104 @@ static inline float dl_expf(float x) {
 static inline double dl_exp(double x) { return exp(x); }
 
 #define SCAN_KERNELS(T, SUF, EXP)                                                                  \
-int dl_ss_fwd_##SUF(int64_t nb, int64_t nt, int64_t nd, int64_t nn, const T *u, const T *delta,     \
-                    const T *A, const T *B, const T *C, const T *h0, T *y, T *hT) {                 \
-    T *h = (T *)malloc(sizeof(T) * (size_t)nn);                                                     \
-    if (!h) return 1;                                                                               \
-    for (int64_t b = 0; b < nb; b++)                                                                \
-        for (int64_t d = 0; d < nd; d++) {                                                          \
-            const T *a = A + d * nn;                                                                \
-            memcpy(h, h0 + (b * nd + d) * nn, sizeof(T) * (size_t)nn);                              \
-            for (int64_t t = 0; t < nt; t++) {                                                      \
-                int64_t i = (b * nt + t) * nd + d;                                                  \
-                const T *Bt = B + (b * nt + t) * nn, *Ct = C + (b * nt + t) * nn;                   \
-                T dl = delta[i], du = dl * u[i], acc = 0;                                           \
-                _Pragma("omp simd reduction(+:acc)")                                                \
-                for (int64_t n = 0; n < nn; n++) {                                                  \
-                    T hn = EXP(dl * a[n]) * h[n] + du * Bt[n];                                      \
-                    h[n] = hn;                                                                      \
-                    acc += hn * Ct[n];                                                              \
-                }                                                                                   \
-                y[i] = acc;                                                                         \
-            }                                                                                       \
-            memcpy(hT + (b * nd + d) * nn, h, sizeof(T) * (size_t)nn);                              \
-        }                                                                                           \
-    free(h);                                                                                        \
-    return 0;                                                                                       \
-}                                                                                                   \
-                                                                                                    \
-int dl_ss_bwd_##SUF(int64_t nb, int64_t nt, int64_t nd, int64_t nn, const T *u, const T *delta,     \
-                    const T *A, const T *B, const T *C, const T *h0, const T *gy, const T *gfinal,  \
-                    T *gu, T *gdelta, T *gA, T *gB, T *gC, T *gh0) {                                \
-    T *hs = (T *)malloc(sizeof(T) * (size_t)((nt + 1) * nn));                                       \
-    T *decs = (T *)malloc(sizeof(T) * (size_t)(nt * nn + 1));                                       \
-    T *lam = (T *)malloc(sizeof(T) * (size_t)nn);                                                   \
-    if (!hs || !decs || !lam) { free(hs); free(decs); free(lam); return 1; }                        \
-    for (int64_t b = 0; b < nb; b++)                                                                \
-        for (int64_t d = 0; d < nd; d++) {                                                          \
-            const T *a = A + d * nn;                                                                \
-            T *ga = gA + d * nn;                                                                    \
-            memcpy(hs, h0 + (b * nd + d) * nn, sizeof(T) * (size_t)nn);                             \
-            for (int64_t t = 0; t < nt; t++) {                                                      \
-                int64_t i = (b * nt + t) * nd + d;                                                  \
-                const T *Bt = B + (b * nt + t) * nn;                                                \
-                const T *hp = hs + t * nn;                                                          \
-                T *hn = hs + (t + 1) * nn, *dc = decs + t * nn;                                     \
-                T dl = delta[i], du = dl * u[i];                                                    \
-                _Pragma("omp simd")                                                                 \
-                for (int64_t n = 0; n < nn; n++) {                                                  \
-                    T e = EXP(dl * a[n]);                                                           \
-                    dc[n] = e;                                                                      \
-                    hn[n] = e * hp[n] + du * Bt[n];                                                 \
-                }                                                                                   \
-            }                                                                                       \
-            if (gfinal) memcpy(lam, gfinal + (b * nd + d) * nn, sizeof(T) * (size_t)nn);            \
-            else memset(lam, 0, sizeof(T) * (size_t)nn);                                            \
-            for (int64_t t = nt - 1; t >= 0; t--) {                                                 \
-                int64_t i = (b * nt + t) * nd + d;                                                  \
-                const T *Bt = B + (b * nt + t) * nn, *Ct = C + (b * nt + t) * nn;                   \
-                T *gBt = gB + (b * nt + t) * nn, *gCt = gC + (b * nt + t) * nn;                     \
-                const T *hp = hs + t * nn, *hc = hs + (t + 1) * nn, *dc = decs + t * nn;            \
-                T dl = delta[i], du = dl * u[i], g = gy ? gy[i] : (T)0, gdu = 0, gz = 0;            \
-                _Pragma("omp simd reduction(+:gdu,gz)")                                             \
-                for (int64_t n = 0; n < nn; n++) {                                                  \
-                    T l = lam[n] + g * Ct[n];                                                       \
-                    gCt[n] += g * hc[n];                                                            \
-                    gdu += l * Bt[n];                                                               \
-                    gBt[n] += du * l;                                                               \
-                    T w = l * dc[n];                                                                \
-                    T gw = w * hp[n];                                                               \
-                    gz += gw * a[n];                                                                \
-                    ga[n] += gw * dl;                                                               \
-                    lam[n] = w;                                                                     \
-                }                                                                                   \
-                gu[i] = gdu * dl;                                                                   \
-                gdelta[i] = gz + gdu * u[i];                                                        \
-            }                                                                                       \
-            memcpy(gh0 + (b * nd + d) * nn, lam, sizeof(T) * (size_t)nn);                           \
-        }                                                                                           \
-    free(hs); free(decs); free(lam);                                                                \
-    return 0;                                                                                       \
+int dl_ss_fwd_##SUF(int64_t nb, int64_t nt, int64_t nd, int64_t nn, const T *u, const T *delta,    \
+                    const T *A, const T *B, const T *C, const T *h0, T *y, T *hT, T *dsave) {      \
+    T *h = (T *)malloc(sizeof(T) * (size_t)nn);                                                    \
+    if (!h) return 1;                                                                              \
+    for (int64_t b = 0; b < nb; b++)                                                               \
+        for (int64_t d = 0; d < nd; d++) {                                                         \
+            const T *a = A + d * nn;                                                               \
+            memcpy(h, h0 + (b * nd + d) * nn, sizeof(T) * (size_t)nn);                             \
+            for (int64_t t = 0; t < nt; t++) {                                                     \
+                int64_t i = (b * nt + t) * nd + d;                                                 \
+                const T *Bt = B + (b * nt + t) * nn, *Ct = C + (b * nt + t) * nn;                  \
+                T dl = delta[i], du = dl * u[i], acc = 0;                                          \
+                if (dsave) {                                                                       \
+                    T *ds = dsave + ((b * nd + d) * nt + t) * nn;                                  \
+                    _Pragma("omp simd reduction(+:acc)")                                           \
+                    for (int64_t n = 0; n < nn; n++) {                                             \
+                        T e = EXP(dl * a[n]);                                                      \
+                        T hn = e * h[n] + du * Bt[n];                                              \
+                        ds[n] = e;                                                                 \
+                        h[n] = hn;                                                                 \
+                        acc += hn * Ct[n];                                                         \
+                    }                                                                              \
+                } else {                                                                           \
+                    _Pragma("omp simd reduction(+:acc)")                                           \
+                    for (int64_t n = 0; n < nn; n++) {                                             \
+                        T hn = EXP(dl * a[n]) * h[n] + du * Bt[n];                                 \
+                        h[n] = hn;                                                                 \
+                        acc += hn * Ct[n];                                                         \
+                    }                                                                              \
+                }                                                                                  \
+                y[i] = acc;                                                                        \
+            }                                                                                      \
+            memcpy(hT + (b * nd + d) * nn, h, sizeof(T) * (size_t)nn);                             \
+        }                                                                                          \
+    free(h);                                                                                       \
+    return 0;                                                                                      \
+}                                                                                                  \
+                                                                                                   \
+int dl_ss_bwd_##SUF(int64_t nb, int64_t nt, int64_t nd, int64_t nn, const T *u, const T *delta,    \
+                    const T *A, const T *B, const T *C, const T *h0, const T *dsave, const T *gy,  \
+                    const T *gfinal, T *gu, T *gdelta, T *gA, T *gB, T *gC, T *gh0) {              \
+    T *hs = (T *)malloc(sizeof(T) * (size_t)((nt + 1) * nn));                                      \
+    T *decs = dsave ? NULL : (T *)malloc(sizeof(T) * (size_t)(nt * nn + 1));                       \
+    T *lam = (T *)malloc(sizeof(T) * (size_t)nn);                                                  \
+    if (!hs || (!dsave && !decs) || !lam) { free(hs); free(decs); free(lam); return 1; }           \
+    for (int64_t b = 0; b < nb; b++)                                                               \
+        for (int64_t d = 0; d < nd; d++) {                                                         \
+            const T *a = A + d * nn;                                                               \
+            T *ga = gA + d * nn;                                                                   \
+            const T *row = dsave ? dsave + (b * nd + d) * nt * nn : decs; /* decays of the row, [T, N] */\
+            memcpy(hs, h0 + (b * nd + d) * nn, sizeof(T) * (size_t)nn);                            \
+            for (int64_t t = 0; t < nt; t++) {                                                     \
+                int64_t i = (b * nt + t) * nd + d;                                                 \
+                const T *Bt = B + (b * nt + t) * nn;                                               \
+                const T *hp = hs + t * nn;                                                         \
+                T *hn = hs + (t + 1) * nn;                                                         \
+                T dl = delta[i], du = dl * u[i];                                                   \
+                if (dsave) {                                                                       \
+                    const T *dc = row + t * nn;                                                    \
+                    _Pragma("omp simd")                                                            \
+                    for (int64_t n = 0; n < nn; n++) hn[n] = dc[n] * hp[n] + du * Bt[n];           \
+                } else {                                                                           \
+                    T *dc = decs + t * nn;                                                         \
+                    _Pragma("omp simd")                                                            \
+                    for (int64_t n = 0; n < nn; n++) {                                             \
+                        T e = EXP(dl * a[n]);                                                      \
+                        dc[n] = e;                                                                 \
+                        hn[n] = e * hp[n] + du * Bt[n];                                            \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+            if (gfinal) memcpy(lam, gfinal + (b * nd + d) * nn, sizeof(T) * (size_t)nn);           \
+            else memset(lam, 0, sizeof(T) * (size_t)nn);                                           \
+            for (int64_t t = nt - 1; t >= 0; t--) {                                                \
+                int64_t i = (b * nt + t) * nd + d;                                                 \
+                const T *Bt = B + (b * nt + t) * nn, *Ct = C + (b * nt + t) * nn;                  \
+                T *gBt = gB + (b * nt + t) * nn, *gCt = gC + (b * nt + t) * nn;                    \
+                const T *hp = hs + t * nn, *hc = hs + (t + 1) * nn, *dc = row + t * nn;            \
+                T dl = delta[i], du = dl * u[i], g = gy ? gy[i] : (T)0, gdu = 0, gz = 0;           \
+                _Pragma("omp simd reduction(+:gdu,gz)")                                            \
+                for (int64_t n = 0; n < nn; n++) {                                                 \
+                    T l = lam[n] + g * Ct[n];                                                      \
+                    gCt[n] += g * hc[n];                                                           \
+                    gdu += l * Bt[n];                                                              \
+                    gBt[n] += du * l;                                                              \
+                    T w = l * dc[n];                                                               \
+                    T gw = w * hp[n];                                                              \
+                    gz += gw * a[n];                                                               \
+                    ga[n] += gw * dl;                                                              \
+                    lam[n] = w;                                                                    \
+                }                                                                                  \
+                gu[i] = gdu * dl;                                                                  \
+                gdelta[i] = gz + gdu * u[i];                                                       \
+            }                                                                                      \
+            memcpy(gh0 + (b * nd + d) * nn, lam, sizeof(T) * (size_t)nn);                          \
+        }                                                                                          \
+    free(hs); free(decs); free(lam);                                                               \
+    return 0;                                                                                      \
 }
 
 SCAN_KERNELS(float, f32, dl_expf)
@@ -401,8 +434,8 @@ def _c_library() -> ctypes.CDLL | None:
                     i64, ptr = ctypes.c_int64, ctypes.c_void_p
                     for suf in _C_SUFFIX.values():
                         fwd, bwd = getattr(lib, f"dl_ss_fwd_{suf}"), getattr(lib, f"dl_ss_bwd_{suf}")
-                        fwd.argtypes, fwd.restype = [i64] * 4 + [ptr] * 8, ctypes.c_int
-                        bwd.argtypes, bwd.restype = [i64] * 4 + [ptr] * 14, ctypes.c_int
+                        fwd.argtypes, fwd.restype = [i64] * 4 + [ptr] * 9, ctypes.c_int
+                        bwd.argtypes, bwd.restype = [i64] * 4 + [ptr] * 15, ctypes.c_int
                     _C_STATE.update(lib=lib, path=str(path))
                 except Exception as err:  # no compiler, read-only disks, ...: the torch loop takes over
                     _C_STATE.update(lib=None, reason=f"{type(err).__name__}: {err}")
@@ -465,30 +498,34 @@ def _ptr(x: torch.Tensor | None) -> int | None:
 
 class _SelectiveScanC(torch.autograd.Function):
     """The compiled kernel.  Forward: per (batch, channel), the ``[N]`` state stepped through
-    time.  Backward: per (batch, channel), the states and decays of the row are recomputed
-    into a ``[T + 1, N]`` scratch buffer, then the adjoint is stepped back through time."""
+    time; with ``save_decays`` the decays go to a ``[B, D, T, N]`` buffer kept for the
+    backward pass.  Backward: per (batch, channel), the row's states are recomputed into a
+    ``[T + 1, N]`` scratch buffer (and its decays, when not kept), then the adjoint is
+    stepped back through time."""
 
     @staticmethod
-    def forward(u, delta, A, B, C, h0):
+    def forward(u, delta, A, B, C, h0, save_decays):
         b, t, d = u.shape
         n = A.shape[1]
         y = torch.empty(b, t, d, dtype=u.dtype)  # [B, T, D]
         final = torch.empty(b, d, n, dtype=u.dtype)  # [B, D, N]
+        decays = torch.empty((b, d, t, n) if save_decays else (0,), dtype=u.dtype)  # [B, D, T, N]
         fn = getattr(_C_STATE["lib"], f"dl_ss_fwd_{_C_SUFFIX[u.dtype]}")
-        if fn(b, t, d, n, *map(_ptr, (u, delta, A, B, C, h0, y, final))):
+        if fn(b, t, d, n, *map(_ptr, (u, delta, A, B, C, h0, y, final, decays if save_decays else None))):
             raise MemoryError("selective scan: out of memory for an [N] buffer")
-        return y, final
+        return y, final, decays
 
     @staticmethod
     def setup_context(ctx, inputs, output):
+        ctx.mark_non_differentiable(output[2])
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(*inputs)
+        ctx.save_for_backward(*inputs[:6], output[2])
 
     @staticmethod
-    def backward(ctx, grad_y, grad_final):
-        u, delta, A, B, C, h0 = ctx.saved_tensors
+    def backward(ctx, grad_y, grad_final, _grad_decays):
+        u, delta, A, B, C, h0, decays = ctx.saved_tensors
         if grad_y is None and grad_final is None:
-            return None, None, None, None, None, None
+            return None, None, None, None, None, None, None
         b, t, d = u.shape
         n = A.shape[1]
         gy = None if grad_y is None else grad_y.contiguous()
@@ -497,7 +534,9 @@ class _SelectiveScanC(torch.autograd.Function):
         grad_A = torch.zeros(d, n, dtype=u.dtype)  # accumulated over batch and time
         grad_B, grad_C = torch.zeros(b, t, n, dtype=u.dtype), torch.zeros(b, t, n, dtype=u.dtype)  # over channels
         grad_h0 = torch.empty(b, d, n, dtype=u.dtype)
+        saved = decays if decays.numel() else None
         fn = getattr(_C_STATE["lib"], f"dl_ss_bwd_{_C_SUFFIX[u.dtype]}")
-        if fn(b, t, d, n, *map(_ptr, (u, delta, A, B, C, h0, gy, gf, grad_u, grad_delta, grad_A, grad_B, grad_C, grad_h0))):
+        if fn(b, t, d, n, *map(_ptr, (u, delta, A, B, C, h0, saved, gy, gf, grad_u, grad_delta, grad_A, grad_B,
+                                      grad_C, grad_h0))):
             raise MemoryError(f"selective scan backward: out of memory for a [{t + 1}, {n}] buffer")
-        return grad_u, grad_delta, grad_A, grad_B, grad_C, grad_h0
+        return grad_u, grad_delta, grad_A, grad_B, grad_C, grad_h0, None

@@ -13,15 +13,18 @@ from dynlab.kernels.selective_scan import selective_scan_chunked, selective_scan
 TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=2e-4, atol=2e-5)}
 
 
-@pytest.fixture(params=["c", "torch"], ids=["c-kernel", "torch-loop"])
+@pytest.fixture(params=["c", "c-recompute", "torch"], ids=["c-kernel", "c-kernel-recompute", "torch-loop"])
 def fused_backend(request, monkeypatch):
-    """Runs a test of :func:`selective_scan_fused` on the compiled C kernel and on the torch loop."""
+    """Runs a test of :func:`selective_scan_fused` on the compiled C kernel (keeping the decays
+    for the backward pass, and recomputing them there) and on the torch loop."""
     if request.param == "torch":
         monkeypatch.setenv(ss.C_KERNEL_ENV, "0")
     else:
         monkeypatch.delenv(ss.C_KERNEL_ENV, raising=False)
         if ss._c_library() is None:
             pytest.skip(f"compiled selective scan {ss.compiled_kernel_status()}")
+        if request.param == "c-recompute":
+            monkeypatch.setattr(ss, "SAVE_DECAYS_MAX_BYTES", 0)
     return request.param
 
 
@@ -195,3 +198,19 @@ def test_cache_directory_writable_by_others_is_refused(tmp_path):
         ss._check_private(shared)
     shared.chmod(0o700)
     ss._check_private(shared)
+
+
+def test_c_kernel_keeps_the_decays_for_the_backward_pass_only_when_it_will_run(monkeypatch):
+    """With gradients on, the forward pass keeps exp(Δ_t[d] A[d, n]) in [B, D, T, N] (checked
+    against float64); above SAVE_DECAYS_MAX_BYTES it keeps nothing (the backward recomputes)."""
+    if ss._c_library() is None:
+        pytest.skip(f"compiled selective scan {ss.compiled_kernel_status()}")
+    monkeypatch.delenv(ss.C_KERNEL_ENV, raising=False)
+    u, delta, A, B, C, h0 = _inputs(torch.float32)
+    delta.requires_grad_()
+    y = selective_scan_fused(u, delta, A, B, C, initial_state=h0)
+    decays = y.grad_fn.saved_tensors[-1]
+    expected = torch.exp(delta.detach().double()[..., None] * A.double()).permute(0, 2, 1, 3)  # [B, D, T, N]
+    torch.testing.assert_close(decays.double(), expected, rtol=3e-7, atol=0.0)
+    monkeypatch.setattr(ss, "SAVE_DECAYS_MAX_BYTES", decays.numel() * 4 - 1)
+    assert selective_scan_fused(u, delta, A, B, C, initial_state=h0).grad_fn.saved_tensors[-1].numel() == 0
