@@ -2,10 +2,13 @@
 
 For each architecture, one run of the chosen preset (one group, one seed) in this process:
 
-- ``step_s`` — seconds per training step at the curriculum's full length (60): the median
-  of ``--steps`` timed steps of :func:`dynlab.train.train_tracker` with the curriculum held
-  at 60 (the first step is not timed).  Early curriculum steps are shorter, so
-  ``train_s = preset steps × step_s`` is an upper bound on the run's training time;
+- ``step_s`` — seconds per training step and model at the curriculum's full length (60):
+  the median of ``--steps`` timed steps with the curriculum held at 60 (the first step is
+  not timed), trained as the study trains them: the preset's seeds as one ensemble
+  (:func:`dynlab.train.ensemble.train_ensemble`, the step time divided by the members)
+  where the study stacks them (a fused kernel computes the model), alone otherwise.  Early
+  curriculum steps are shorter, so ``train_s = preset steps × step_s`` is an upper bound on
+  a run's training time;
 - ``eval_s`` — accuracy at every evaluation length and mp, as the study does it
   (:func:`dynlab.evaluate.evaluate_lengths` with the preset's sequences and lengths);
 - ``analysis_s`` — the error-control analysis at the preset's analysis settings
@@ -43,8 +46,9 @@ from dynlab.models import BUILTIN_ARCHS
 from dynlab.studies.group_tracking import ANALYSIS_PRESETS, PRESETS, STUDY
 from dynlab.study import StudyOptions
 from dynlab.tasks import WordProblem
-from dynlab.train import train_tracker
+from dynlab.studies.group_tracking import ensemble_group_key
 from dynlab.train.engine import train_threads
+from dynlab.train.ensemble import train_ensemble
 
 
 class _Clock:
@@ -64,14 +68,17 @@ class _Clock:
 
 
 def phases(arch: str, preset: str, group: str, steps: int) -> dict:
-    spec = STUDY.make_specs(StudyOptions(preset=preset, models=(arch,), groups=(group,), seeds=(0,)))[0]
+    specs = STUDY.make_specs(StudyOptions(preset=preset, models=(arch,), groups=(group,)))  # the preset's seeds
+    spec = specs[0]
+    stacked = len({ensemble_group_key(s) for s in specs}) == 1 and len(specs) > 1
     full = spec.train.curriculum.max_length
-    held = spec.model_copy(update={"train": spec.train.model_copy(update={
+    held = [s.model_copy(update={"train": s.train.model_copy(update={
         "steps": steps + 1, "curriculum": CurriculumSpec(min_length=full, max_length=full)})})
+        for s in (specs if stacked else specs[:1])]
     cpu = torch.device("cpu")
     clock = _Clock()
-    res = train_tracker(held, cpu, clock)
-    step_s = statistics.median(b - a for a, b in zip(clock.times, clock.times[1:]))
+    res = train_ensemble(held, cpu, clock)[0]
+    step_s = statistics.median(b - a for a, b in zip(clock.times, clock.times[1:])) / len(held)
     task = WordProblem(get_group(spec.task.group))
     ev = spec.eval
     t0 = time.perf_counter()
@@ -84,7 +91,7 @@ def phases(arch: str, preset: str, group: str, steps: int) -> dict:
     analyze_tracker(res.model.cpu(), task, aspec, horizon=horizon, t_ref=min(aspec.t_ref or full, horizon))
     analysis_s = time.perf_counter() - t0
     train_s = spec.train.steps * step_s
-    return {"arch": arch, "step_s": step_s, "train_steps": spec.train.steps, "train_s": train_s,
+    return {"arch": arch, "ensemble": len(held), "step_s": step_s, "train_steps": spec.train.steps, "train_s": train_s,
             "eval_s": eval_s, "analysis_s": analysis_s, "ratio": (eval_s + analysis_s) / train_s}
 
 
@@ -100,11 +107,12 @@ def main() -> None:
     preset = PRESETS[args.preset]
     runs_per_arch = len(preset["seeds"]) * 3  # the default groups C2, C6, S3
     rows = []
-    print(f"{'arch':18s} {'s/step':>7s} {'train s':>8s} {'eval s':>7s} {'analysis s':>10s} {'(eval+an)/train':>15s}")
+    print(f"{'arch':18s} {'ens':>3s} {'s/step':>7s} {'train s':>8s} {'eval s':>7s} {'analysis s':>10s} "
+          f"{'(eval+an)/train':>15s}")
     for arch in args.models.split(","):
         r = phases(arch, args.preset, args.group, args.steps)
         rows.append(r)
-        print(f"{arch:18s} {r['step_s']:7.3f} {r['train_s']:8.0f} {r['eval_s']:7.1f} {r['analysis_s']:10.1f} {r['ratio']:15.2f}",
+        print(f"{arch:18s} {r['ensemble']:3d} {r['step_s']:7.3f} {r['train_s']:8.0f} {r['eval_s']:7.1f} {r['analysis_s']:10.1f} {r['ratio']:15.2f}",
               flush=True)
     per_run = {r["arch"]: r["train_s"] + r["eval_s"] + r["analysis_s"] for r in rows}
     total_h = runs_per_arch * sum(per_run.values()) / args.workers / 3600

@@ -141,6 +141,7 @@ def test_tracker_loss_runs_the_kernel_and_equals_the_models_own_loss(arch):
     torch.testing.assert_close(tracker_logits(model, tok), logits, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("form", ["real", "complex"])
 def test_cuda_runs_the_whole_stack_and_agrees_with_the_cpu(form):
