@@ -106,9 +106,10 @@ def gla_chunked(
     ``|c_t − c_0| ≤ L`` for every batch element, head, key and position of the chunk (L = 60
     in float32, 400 in float64; factors within e^±L/2 for forget gates), so chunks end early
     where the gates are strong: ``chunk_size`` is the longest chunk, and a chunk ends before
-    the first position where that bound fails (a chunk holds at least one position). A GLA
-    layer of the LM study's quick preset reached |Σ g| ≈ 40 over its 32 steps after 600
-    training steps.  float16/bfloat16 take the masked form (pairwise exponents set to −inf
+    the first position where that bound fails (a chunk holds at least one position).  In a
+    GLA model of the LM study's quick preset after its 1500 training steps, the largest
+    |Σ g| over a batch's 32 steps had median 28 and maximum 60 (one chunk each; a fresh
+    model: ≈ 1.4).  float16/bfloat16 take the masked form (pairwise exponents set to −inf
     for s > t before ``exp``) on fixed chunks.
     """
     _check(q, k, v, gk)
