@@ -22,7 +22,7 @@ Why C: the decay differs per channel *and* state dim, so every step touches all
 can absorb it; as torch ops each pass over them costs a dispatch and a trip through memory.
 The C kernel makes one pass per (batch, channel) row with the ``[N]`` state in registers/L1:
 forward and backward together about 3.7× faster than the torch loop at the quick sizes,
-about as fast as Mamba-2's chunked SSD scan there (benchmarks/bench_lm_mixers.py has the
+within 1.2× of Mamba-2's chunked SSD scan there (benchmarks/bench_lm_mixers.py has the
 layer and training-step ratios).
 """
 
