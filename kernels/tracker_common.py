@@ -1,6 +1,7 @@
-"""What the fused tracker losses share (:mod:`.dense_tracker`, :mod:`.gated_tracker`).
+"""What the fused tracker losses share (:mod:`.dense_tracker`, :mod:`.gated_tracker`, and the
+readout, token bookkeeping and buffers also :mod:`.diagonal_tracker`).
 
-Both kernels train a one-layer dense RNN tracker with a linear readout from a zero
+The dense kernels train a one-layer dense RNN tracker with a linear readout from a zero
 initial state, many models at once (a leading model dimension N on every argument), and
 differ only in the recurrence.  Shared here:
 
