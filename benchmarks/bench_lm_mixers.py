@@ -15,7 +15,7 @@ Variants:
 
 - ``mamba1`` is ``Mamba1Mixer``'s default: the fused selective scan on its compiled C kernel
   (the line "C kernel" says whether it was available); ``mamba1, torch loop`` the same scan
-  with ``DYNLAB_SCAN_C=0``; ``impl=sequential`` the step-by-step reference under autograd.
+  with ``DYNLAB_C_KERNELS=0``; ``impl=sequential`` the step-by-step reference under autograd.
 - ``gla, trained-strength gates``: the gate rows of the projection scaled by 80, so that in
   the LM on Shakespeare the largest |Σ g| over a batch's 32 steps has median ≈ 30 (max ≈ 33),
   as in a quick-preset GLA model after its 1500 training steps (median 28, max 60; a fresh
@@ -66,7 +66,7 @@ def strengthen_gates(module: torch.nn.Module) -> None:
 
 
 class Variant:
-    """One timed thing: ``run()`` does the work; ``c_kernel`` False sets ``DYNLAB_SCAN_C=0``."""
+    """One timed thing: ``run()`` does the work; ``c_kernel`` False sets ``DYNLAB_C_KERNELS=0``."""
 
     def __init__(self, kind: str, name: str, run: Callable[[], None], c_kernel: bool = True) -> None:
         self.kind, self.name, self.run, self.c_kernel = kind, name, run, c_kernel
@@ -75,16 +75,16 @@ class Variant:
 
     def time_once(self) -> None:
         if self.c_kernel:
-            os.environ.pop(ss.C_KERNEL_ENV, None)
+            os.environ.pop(ss.C_KERNELS_ENV, None)
         else:
-            os.environ[ss.C_KERNEL_ENV] = "0"
+            os.environ[ss.C_KERNELS_ENV] = "0"
         try:
             w0, c0 = time.perf_counter(), time.process_time()
             self.run()
             self.cpu.append(time.process_time() - c0)
             self.wall.append(time.perf_counter() - w0)
         finally:
-            os.environ.pop(ss.C_KERNEL_ENV, None)
+            os.environ.pop(ss.C_KERNELS_ENV, None)
 
 
 def layer_variant(name: str, mixer: str, c_kernel: bool = True, strong: bool = False, **extra: object) -> Variant:

@@ -14,8 +14,9 @@ zero-state output (docs/errata.md).
 identity that a selective scan is GLA with one head per channel, keys ``Δ_t[d]·B_t``,
 values ``u_t[d]`` (V = 1), queries ``C_t`` and log gates ``Δ_t[d]·A[d]`` (scale 1), and
 runs the chunked GLA form. :func:`selective_scan_fused` (the CPU backend of
-``dispatch.selective_scan``) runs a small compiled C kernel when a C compiler is available
-(:func:`compiled_kernel_status`) and a torch loop with a hand-written backward otherwise.
+``dispatch.selective_scan``) runs a small C kernel, built on first use by
+:mod:`kernels.compiled`, when a C compiler is available (:func:`compiled_kernel_status`;
+``DYNLAB_C_KERNELS=0`` turns it off) and a torch loop with a hand-written backward otherwise.
 
 Why C: the decay differs per channel *and* state dim, so every step touches all
 ``B·D·N`` state entries (4 M per layer at the LM study's quick sizes) and no matrix product
@@ -29,18 +30,10 @@ layer and training-step ratios).
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import platform
-import shlex
-import shutil
-import subprocess
-import tempfile
-import threading
-from pathlib import Path
 
 import torch
 
+from .compiled import C_KERNELS_ENV, c_library, c_library_status
 from .gla import gla_chunked
 
 __all__ = [
@@ -49,7 +42,7 @@ __all__ = [
     "selective_scan_fused",
     "selective_scan_step",
     "compiled_kernel_status",
-    "C_KERNEL_ENV",
+    "C_KERNELS_ENV",
     "SAVE_DECAYS_MAX_BYTES",
 ]
 
@@ -242,9 +235,6 @@ def selective_scan_fused(
 # Compiled CPU kernel
 # --------------------------------------------------------------------------------------
 
-#: Set to ``0`` to keep :func:`selective_scan_fused` on the torch loop (no compilation).
-C_KERNEL_ENV = "DYNLAB_SCAN_C"
-
 #: Largest decay buffer ``[B, D, T, N]`` (bytes) the C kernel keeps from the forward for the
 #: backward pass; larger scans recompute the decays there (the same numbers; about 15 % more
 #: time for the scan, measured at the LM study's quick sizes, whose buffer is 16 MiB a layer).
@@ -262,6 +252,13 @@ _C_SOURCE = r"""
    backward pass recomputes them (the exps are most of the kernel's time).  A null gy or
    gfinal pointer means a zero gradient.  Both return 0, or 1 when a buffer cannot be
    allocated. */
+/* fuse a*b + c into one FMA (one rounding instead of two; ISO C mode forbids it by default):
+   about 11 % less time for the scan */
+#if defined(__clang__)
+#pragma clang fp contract(fast)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -404,96 +401,28 @@ SCAN_KERNELS(float, f32, dl_expf)
 SCAN_KERNELS(double, f64, dl_exp)
 """
 
-# -fno-trapping-math lets the compiler vectorise the clamps of dl_expf (it changes no result);
-# -ffp-contract=fast lets it fuse a*b + c into one FMA (one rounding instead of two), which
-# ISO C mode otherwise forbids: about 11 % less time for the scan
-_C_FLAGS = ("-O3", "-fno-trapping-math", "-ffp-contract=fast", "-fopenmp-simd", "-std=c99", "-fPIC", "-shared")
 _C_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
-_C_STATE: dict[str, object] = {}
-_C_LOCK = threading.Lock()
+_CONFIGURED: set[int] = set()  # ids of the loaded libraries whose argtypes are set
 
 
 def compiled_kernel_status() -> str:
-    """``"compiled: <path of the shared library>"``, ``"disabled: DYNLAB_SCAN_C=0"`` or
+    """``"compiled: <path of the shared library>"``, ``"disabled: DYNLAB_C_KERNELS=0"`` or
     ``"unavailable: <reason>"`` (then :func:`selective_scan_fused` runs the torch loop).
-    Compiles the kernel on first call (under a second with gcc), into
-    ``$XDG_CACHE_HOME/dynlab/kernels`` (default ``~/.cache``; the temp directory when that is
-    not writable), keyed by the source, flags, compiler and CPU model."""
-    if os.environ.get(C_KERNEL_ENV, "1") == "0":
-        return f"disabled: {C_KERNEL_ENV}=0"
-    lib = _c_library()
-    return f"compiled: {_C_STATE['path']}" if lib is not None else f"unavailable: {_C_STATE['reason']}"
+    Builds the kernel on first call (:mod:`kernels.compiled`; under a second with gcc)."""
+    return c_library_status("selective_scan", _C_SOURCE)
 
 
 def _c_library() -> ctypes.CDLL | None:
-    """The compiled kernel, built on first use; None when disabled or it cannot be built."""
-    if os.environ.get(C_KERNEL_ENV, "1") == "0":
-        return None
-    if "lib" not in _C_STATE:
-        with _C_LOCK:
-            if "lib" not in _C_STATE:
-                try:
-                    path = _build_c_library()
-                    lib = ctypes.CDLL(str(path))
-                    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-                    for suf in _C_SUFFIX.values():
-                        fwd, bwd = getattr(lib, f"dl_ss_fwd_{suf}"), getattr(lib, f"dl_ss_bwd_{suf}")
-                        fwd.argtypes, fwd.restype = [i64] * 4 + [ptr] * 9, ctypes.c_int
-                        bwd.argtypes, bwd.restype = [i64] * 4 + [ptr] * 15, ctypes.c_int
-                    _C_STATE.update(lib=lib, path=str(path))
-                except Exception as err:  # no compiler, read-only disks, ...: the torch loop takes over
-                    _C_STATE.update(lib=None, reason=f"{type(err).__name__}: {err}")
-    return _C_STATE["lib"]  # type: ignore[return-value]
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "flags")):
-                return line
-    except OSError:
-        pass
-    return platform.processor()
-
-
-def _build_c_library() -> Path:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        raise RuntimeError("no C compiler found (CC, cc, gcc, clang)")
-    key = hashlib.sha256("\0".join([_C_SOURCE, *_C_FLAGS, cc, platform.machine(), _cpu_model()]).encode()).hexdigest()
-    name = f"selective_scan_{key[:20]}.so"
-    roots = [Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dynlab" / "kernels",
-             Path(tempfile.gettempdir()) / f"dynlab-kernels-{os.getuid() if hasattr(os, 'getuid') else 0}"]
-    errors = []
-    for root in roots:
-        try:
-            root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            _check_private(root)
-            if (root / name).is_file():
-                return root / name
-            with tempfile.TemporaryDirectory(dir=root) as tmp:
-                src, out = Path(tmp) / "scan.c", Path(tmp) / name
-                src.write_text(_C_SOURCE)
-                for arch in (["-march=native"], []):  # some compilers/targets lack -march=native
-                    res = subprocess.run([*shlex.split(cc), *_C_FLAGS, *arch, "-o", str(out), str(src), "-lm"],
-                                         capture_output=True, text=True, timeout=300)
-                    if res.returncode == 0:
-                        break
-                else:
-                    raise RuntimeError(f"{cc} failed: {(res.stderr.strip().splitlines() or ['?'])[-1]}")
-                os.replace(out, root / name)  # atomic: concurrent builders each write their own copy
-            return root / name
-        except (OSError, subprocess.SubprocessError) as err:
-            errors.append(f"{root}: {err}")
-    raise RuntimeError("; ".join(errors))
-
-
-def _check_private(root: Path) -> None:
-    """Refuse a cache directory that another user owns or others can write to (a shared
-    temp directory): a library planted there would be loaded into this process."""
-    st = root.stat()
-    if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
-        raise PermissionError(f"{root} is not a private directory of this user")
+    """The compiled kernel, built on first use; None when turned off or it cannot be built."""
+    lib = c_library("selective_scan", _C_SOURCE)
+    if lib is not None and id(lib) not in _CONFIGURED:
+        i64, ptr = ctypes.c_int64, ctypes.c_void_p
+        for suf in _C_SUFFIX.values():
+            fwd, bwd = getattr(lib, f"dl_ss_fwd_{suf}"), getattr(lib, f"dl_ss_bwd_{suf}")
+            fwd.argtypes, fwd.restype = [i64] * 4 + [ptr] * 9, ctypes.c_int
+            bwd.argtypes, bwd.restype = [i64] * 4 + [ptr] * 15, ctypes.c_int
+        _CONFIGURED.add(id(lib))
+    return lib
 
 
 def _ptr(x: torch.Tensor | None) -> int | None:
@@ -514,7 +443,7 @@ class _SelectiveScanC(torch.autograd.Function):
         y = torch.empty(b, t, d, dtype=u.dtype)  # [B, T, D]
         final = torch.empty(b, d, n, dtype=u.dtype)  # [B, D, N]
         decays = torch.empty((b, d, t, n) if save_decays else (0,), dtype=u.dtype)  # [B, D, T, N]
-        fn = getattr(_C_STATE["lib"], f"dl_ss_fwd_{_C_SUFFIX[u.dtype]}")
+        fn = getattr(_c_library(), f"dl_ss_fwd_{_C_SUFFIX[u.dtype]}")
         if fn(b, t, d, n, *map(_ptr, (u, delta, A, B, C, h0, y, final, decays if save_decays else None))):
             raise MemoryError("selective scan: out of memory for an [N] buffer")
         return y, final, decays
@@ -539,7 +468,7 @@ class _SelectiveScanC(torch.autograd.Function):
         grad_B, grad_C = torch.zeros(b, t, n, dtype=u.dtype), torch.zeros(b, t, n, dtype=u.dtype)  # over channels
         grad_h0 = torch.empty(b, d, n, dtype=u.dtype)
         saved = decays if decays.numel() else None
-        fn = getattr(_C_STATE["lib"], f"dl_ss_bwd_{_C_SUFFIX[u.dtype]}")
+        fn = getattr(_c_library(), f"dl_ss_bwd_{_C_SUFFIX[u.dtype]}")
         if fn(b, t, d, n, *map(_ptr, (u, delta, A, B, C, h0, saved, gy, gf, grad_u, grad_delta, grad_A, grad_B,
                                       grad_C, grad_h0))):
             raise MemoryError(f"selective scan backward: out of memory for a [{t + 1}, {n}] buffer")
