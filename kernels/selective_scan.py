@@ -209,7 +209,8 @@ def selective_scan_fused(
     :func:`selective_scan_sequential`; ``chunk_size`` is accepted and ignored).  The fastest
     form on the CPU.  float32/float64 CPU tensors go through the compiled C kernel when it is
     available (:func:`compiled_kernel_status`; it keeps the decays ``[B, D, T, N]`` for the
-    backward pass up to :data:`SAVE_DECAYS_MAX_BYTES` and recomputes the states there);
+    backward pass up to :data:`SAVE_DECAYS_MAX_BYTES` and recomputes the states there; it
+    runs on one thread whatever torch's thread count, as the LM presets train);
     otherwise, and on other devices, the torch loop of cache-sized steps, which holds the
     states ``[B, T, D, N]`` for the backward pass."""
     _check(u, delta, A, B, C)
