@@ -409,7 +409,8 @@ def assemble(specs: list[RunSpec], store: RunStore, options: StudyOptions) -> xr
     table = stack_run_files(specs, store, "analysis.nc", [r.evaluated for r in results], positional=("k",))
     if table is not None:
         ds = ds.merge(table.drop_vars([c for c in table.coords if c in ("run",)], errors="ignore"), compat="override")
-        ds.attrs.update({f"analysis_{k}": v for k, v in table.attrs.items()})
+        per_run = ("analysis_seconds",)  # differs from run to run: kept in each run's analysis.nc only
+        ds.attrs.update({f"analysis_{k}": v for k, v in table.attrs.items() if k not in per_run})
         orders = [get_group(s.task.group).order for s in specs]
         ds["group_order"] = ("run", np.asarray(orders))
         ds["half_margin_rel"] = ("run", (0.5 * ds["M"] / ds["centroid_radius"]).median("t").values)
