@@ -44,10 +44,11 @@ arithmetic, each row of each step in one pass, about twice as fast as the torch 
 (:func:`_forward_scan`, :func:`_backward_scan`), which run on other devices, without a C
 compiler, and with ``DYNLAB_C_KERNELS=0``.
 
-Many models (an ensemble: a leading dimension N on every argument) run in one call: one
-member after another on the CPU (:func:`member_groups`), the whole stack per step on other
+Many models (an ensemble: a leading dimension N on every argument) run in one call: on the
+CPU one member at a time (:func:`member_groups`), on as many Python threads as the caller
+gives intra-op threads, each member on one core; the whole stack per step on other
 devices.  On the CPU each member's numbers are therefore bit-identical to the member run
-alone (tested).
+alone on one thread (tested).
 
 :func:`diagonal_tracker_loss_reference` is the same model as a plain loop under autograd;
 the tests compare the two (``tests/test_diagonal_tracker.py``).
@@ -56,6 +57,7 @@ the tests compare the two (``tests/test_diagonal_tracker.py``).
 from __future__ import annotations
 
 import ctypes
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -263,7 +265,7 @@ class _DiagonalTrackerLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tokens, labels, a, b, C, g, e, W, c):
         groups = member_groups(tokens.shape[0], a.device)
-        out = [_group_forward(*(x[sl] for x in (tokens, labels, a, b, C, g, e, W, c))) for sl in groups]
+        out = _map_groups(lambda sl: _group_forward(*(x[sl] for x in (tokens, labels, a, b, C, g, e, W, c))), groups)
         loss = torch.cat([o[0] for o in out])
         correct = torch.cat([o[1] for o in out])
         ctx.groups = [o[2] for o in out]  # buffers and saved tensors, plain refs (see backward)
@@ -278,12 +280,36 @@ class _DiagonalTrackerLoss(torch.autograd.Function):
             groups, ctx.groups = ctx.groups, None
         if groups is None:
             raise RuntimeError("diagonal_tracker_loss: backward through the same graph twice is not supported")
-        grads, start = [], 0
+        starts = [0]
         for saved in groups:
-            n = saved["labels"].shape[0]
-            grads.append(_group_backward(saved, grad_loss[start:start + n]))
-            start += n
+            starts.append(starts[-1] + saved["labels"].shape[0])
+        jobs = [(saved, grad_loss[i:j]) for saved, i, j in zip(groups, starts, starts[1:])]
+        grads = _map_groups(lambda job: _group_backward(*job), jobs)
         return (None, None, *(torch.cat(parts) for parts in zip(*grads)))
+
+
+def _map_groups(fn, items: list) -> list:
+    """``[fn(x) for x in items]``; on a CPU run with more than one intra-op thread, the
+    groups (one member each) run on that many Python threads, one thread each (the C loops
+    and torch ops release the GIL), so an ensemble uses every core it is given.  Each
+    member's arithmetic is the same as alone, so the numbers do not change."""
+    threads = torch.get_num_threads()
+    if threads < 2 or len(items) < 2 or not _PARALLEL_MEMBERS:
+        return [fn(x) for x in items]
+    def run(x):  # grad mode is per thread: off, as in the autograd Function that called us
+        with torch.no_grad():
+            return fn(x)
+
+    torch.set_num_threads(1)  # each member on one core: no nested intra-op parallelism
+    try:
+        with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
+            return list(pool.map(run, items))
+    finally:
+        torch.set_num_threads(threads)
+
+
+#: Run a CPU stack's members in parallel threads when the caller gives more than one intra-op thread.
+_PARALLEL_MEMBERS = True
 
 
 def member_groups(n: int, device: torch.device) -> list[slice]:

@@ -90,11 +90,26 @@ def test_single_model_form_and_finite_differences():
     torch.testing.assert_close((up - down) / (2 * eps), slope, rtol=1e-6, atol=1e-8)
 
 
-def test_members_of_a_stack_are_bit_identical_to_each_alone():
-    tok, lab, params = _problem(n=4, b=16, t=9, v=6, h=8, k=4, c=6, seed=2, dtype=torch.float32)
+@pytest.fixture
+def threads():
+    """Set the intra-op thread count inside a test; restored afterwards."""
+    old = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(old)
+
+
+@pytest.mark.parametrize("stack_threads", [1, 2])
+def test_members_of_a_stack_are_bit_identical_to_each_alone(threads, stack_threads):
+    """One member after another (one thread), or on two Python threads (two intra-op
+    threads, each member on one core): every member's loss and gradients are exactly those
+    of the member run alone on one thread."""
+    tok, lab, params = _problem(n=5, b=16, t=9, v=6, h=8, k=4, c=6, seed=2, dtype=torch.float32)
+    threads(stack_threads)
     loss, hits = diagonal_tracker_loss(tok, lab, *params)
     grads = torch.autograd.grad(loss.sum(), params)
-    for i in range(4):
+    assert torch.get_num_threads() == stack_threads  # restored after the parallel section
+    threads(1)
+    for i in range(5):
         own = [p[i].detach().requires_grad_() for p in params]
         l_i, h_i = diagonal_tracker_loss(tok[i], lab[i], *own)
         g_i = torch.autograd.grad(l_i, own)
@@ -190,7 +205,8 @@ def test_complex_form_matches_autograd(together, monkeypatch):
         torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-12, msg=name)
 
 
-def test_complex_form_finite_differences_and_stack_identity():
+def test_complex_form_finite_differences_and_stack_identity(threads):
+    threads(1)
     tok, lab, params = _complex_problem(n=1, b=3, t=5, v=3, h=2, c=3, seed=1)
     single = [p[0].detach().requires_grad_() for p in params]
     loss, _ = diagonal_tracker_loss(tok[0], lab[0], *single)
