@@ -1,4 +1,4 @@
-"""One dispatch table for the scans: Triton (or mamba-ssm) on CUDA, pure torch on the CPU.
+"""One dispatch table for the scans: Triton (or mamba-ssm) on CUDA, the torch path on the CPU.
 
 :data:`TABLE` maps each operation to its implementations by backend name:
 
@@ -168,10 +168,10 @@ def gla(q, k, v, gk, scale=None, initial_state=None, return_final_state=False, c
 def selective_scan(u, delta, A, B, C, initial_state=None, return_final_state=False, chunk_size=32):
     """Mamba-1 selective scan on the chosen backend (``selective_scan_sequential``'s contract).
 
-    The torch backend is :func:`kernels.selective_scan.selective_scan_fused` (cache-sized
-    steps, hand-written backward): at the LM study's quick sizes it measured 2× faster than
-    the step-by-step reference under autograd and ~180× faster than the chunked GLA form,
-    which materialises ``[B, Q, Q, D, N]``.
+    The torch backend is :func:`kernels.selective_scan.selective_scan_fused`: on the CPU a
+    small compiled C kernel where a C compiler is available (:mod:`kernels.compiled`), else
+    cache-sized torch steps with a hand-written backward (README, "Training speed", has the
+    measured ratios).
     """
     fn = get_kernel("selective_scan", u.device, u.dtype)
     return fn(u, delta, A, B, C, initial_state, return_final_state, chunk_size)
