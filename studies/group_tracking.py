@@ -13,18 +13,16 @@ Presets:
   evaluation on 1024 sequences at lengths 10 … 1000, analyses with 512 sequences to 1000.
   ``--groups`` adds more (A4, D4, S4, A5, S5, C2xS3, …): 40 models per group.
 
-  Cost per training step at length 60 on the 2-core development box (idle, torch 2.13
-  CPU, ``dynlab bench train`` at the paper's H=128, B=256): tanh-rnn and linear-rnn
-  about 20–26 ms alone and 15 ms per member in an ensemble; state-gated-rnn about 50 ms
-  alone and 36 ms per member (the fused kernels); mamba about 0.07–0.08 s.  Early
-  curriculum steps are shorter and cheaper.  So at most about 1–3 min of training per
-  dense run and 4 min per mamba run; evaluation and the analyses take about 1 min each
-  per run.  A rough total for the 120 runs on such a box: 8–12 hours, most of it the
-  diagonal (Mamba family) cells and the evaluations.  (Before the fused kernels, on the
-  same box at load average 8–11, a tanh-rnn step took 1.4–1.5 s and a mamba step 2.1 s.)  On one modern GPU the
-  recurrence is launch-bound; there the 5 seeds of a configuration train as one batched
-  ensemble (an estimate, not measured here).  For many more models use a GPU box or
-  a cluster (``--executor dask``).
+  Cost on the 2-core development box, measured per architecture by
+  ``benchmarks/bench_run_phases.py --preset paper`` (one process, one thread, S3; training
+  as the study does it, the 5 seeds as one ensemble; the step at the full length 60):
+  per model and step 37 ms for mamba, mamba3 and aussm, 49 ms negative-mamba, 46 ms
+  linear-rnn, 57 ms tanh-rnn, 71 ms token-gated-rnn, 124 ms state-gated-rnn; evaluation
+  3–29 s and analysis 8–57 s per run (the Mamba family the most; mamba has S = H·N = 512).
+  Bounded by 3000 steps at length 60, the 120 runs on 2 Dask workers take at most about
+  3.5 h; runs whose curriculum never grows (cells that cannot represent the group stay
+  at length ≤ 6, as 50 of 120 did in the sweep) train about 10× faster, which gives about
+  2.7 h.  For many more models use a GPU box or a cluster (``--executor dask``).
 """
 
 from __future__ import annotations
