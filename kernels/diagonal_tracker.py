@@ -76,6 +76,21 @@ _C_SOURCE = r'''
 /* Real states.  Rows of the tables a, b: [K*H] state-major; C: [K]; ge: [2H] (g then e).
    hs [T, M, K*H], ch [T, M, H], y [T, M, H]; steps [T, M] table rows. */
 #define DIAG_KERNELS(T, S)                                                                         \
+static void dl_readout_bwd_##S(int64_t h, int64_t nc, const T* z, const T* W, const T* c, const T* g,      \
+                               T* ger, T* ggr, T* dy, T* dch) {                                     \
+    /* dy = dz_t W; dE += dy; dG += dy * ch_t; dch = dy * g (one row) */                           \
+    for (int64_t d = 0; d < h; d++) dy[d] = 0;                                                      \
+    for (int64_t q = 0; q < nc; q++) {                                                              \
+        const T* w = W + q * h;                                                                     \
+        _Pragma("omp simd")                                                                         \
+        for (int64_t d = 0; d < h; d++) dy[d] += z[q] * w[d];                                       \
+    }                                                                                               \
+    _Pragma("omp simd")                                                                             \
+    for (int64_t d = 0; d < h; d++) {                                                               \
+        ger[d] += dy[d]; ggr[d] += dy[d] * c[d]; dch[d] = dy[d] * g[d];                             \
+    }                                                                                               \
+}                                                                                                   \
+                                                                                                    \
 int dl_dt_fwd_##S(int64_t tl, int64_t m, int64_t k, int64_t h, const int64_t* steps,                \
                   const T* a, const T* b, const T* C, const T* ge, T* hs, T* ch, T* y) {            \
     int64_t s = k * h;                                                                              \
@@ -117,17 +132,7 @@ int dl_dt_bwd_##S(int64_t tl, int64_t m, int64_t k, int64_t h, int64_t nc, const
             int64_t r = steps[t * m + i];                                                           \
             const T *z = dz + (t * m + i) * nc, *c = ch + (t * m + i) * h, *g = gt + r * h;         \
             const T *cr = C + r * k, *ht = hs + (t * m + i) * s;                                    \
-            for (int64_t d = 0; d < h; d++) dy[d] = 0;                                              \
-            for (int64_t q = 0; q < nc; q++) {                                                      \
-                const T* w = W + q * h;                                                             \
-                _Pragma("omp simd")                                                                 \
-                for (int64_t d = 0; d < h; d++) dy[d] += z[q] * w[d];                               \
-            }                                                                                       \
-            T *ggr = gg + r * h, *ger = gE + r * h;                                                 \
-            _Pragma("omp simd")                                                                     \
-            for (int64_t d = 0; d < h; d++) {                                                       \
-                ger[d] += dy[d]; ggr[d] += dy[d] * c[d]; dch[d] = dy[d] * g[d];                     \
-            }                                                                                       \
+            dl_readout_bwd_##S(h, nc, z, W, c, g, gE + r * h, gg + r * h, dy, dch);                 \
             T *L = lam + i * s, *Ln = nxt + i * s, *gbr = gb + r * s, *gar = ga + r * s;              \
             const T* an = t < tl - 1 ? a + steps[(t + 1) * m + i] * s : zeros;                     \
             const T* hp = t > 0 ? hs + ((t - 1) * m + i) * s : zeros;                               \
@@ -188,17 +193,7 @@ int dl_dtc_bwd_##S(int64_t tl, int64_t m, int64_t h, int64_t nc, const int64_t* 
             int64_t r = steps[t * m + i];                                                           \
             const T *z = dz + (t * m + i) * nc, *c = ch + (t * m + i) * h, *g = gt + r * h;         \
             const T *cr = C + r * 2 * h, *ht = hs + (t * m + i) * 2 * h;                            \
-            for (int64_t d = 0; d < h; d++) dy[d] = 0;                                              \
-            for (int64_t q = 0; q < nc; q++) {                                                      \
-                const T* w = W + q * h;                                                             \
-                _Pragma("omp simd")                                                                 \
-                for (int64_t d = 0; d < h; d++) dy[d] += z[q] * w[d];                               \
-            }                                                                                       \
-            T *ggr = gg + r * h, *ger = gE + r * h;                                                 \
-            _Pragma("omp simd")                                                                     \
-            for (int64_t d = 0; d < h; d++) {                                                       \
-                ger[d] += dy[d]; ggr[d] += dy[d] * c[d]; dch[d] = dy[d] * g[d];                     \
-            }                                                                                       \
+            dl_readout_bwd_##S(h, nc, z, W, c, g, gE + r * h, gg + r * h, dy, dch);                 \
             T *L = lam + i * 2 * h, *Ln = nxt + i * 2 * h;                                          \
             const T* an = t < tl - 1 ? a + steps[(t + 1) * m + i] * 2 * h : 0;                     \
             T *gCr = gC + r * 2 * h, *gbr = gb + r * 2 * h, *gar = ga + r * 2 * h;                  \
@@ -541,9 +536,11 @@ def diagonal_tracker_loss(
     Args:
         tokens: ``[B, T]`` token ids in ``[0, V)`` (or ``[N, B, T]``, one batch per model).
         labels: like ``tokens``; class ids, or −100 for positions to ignore.
-        a: per-token decay ``[V, H, K]`` (or ``[N, V, H, K]``); any sign.
+        a: per-token decay: real ``[V, H, K]`` of any sign, or complex ``[V, H]`` (a
+            rotation and decay per channel); ``[N, …]`` stacked.
         b: per-token drive, like ``a``.
-        C: per-token readout of the K states ``[V, K]`` (or ``[N, V, K]``).
+        C: per-token readout: real ``[V, K]`` (the same for every channel) with real
+            ``a``, complex ``[V, H]`` with complex ``a``; ``[N, …]`` stacked.
         g: per-token output gate ``[V, H]`` (or ``[N, V, H]``).
         e: per-token output offset, like ``g``.
         W: readout weight ``[Cls, H]`` (or ``[N, Cls, H]``).

@@ -57,12 +57,28 @@ def _problem(n=3, b=5, t=7, v=4, h=6, k=3, c=5, seed=0, dtype=D):
     return tok, lab, [x.requires_grad_() for x in (a, b_, C, gate, e, W, cb)]
 
 
+def _complex_problem(n=3, b=5, t=7, v=4, h=6, c=5, seed=0, dtype=torch.complex128):
+    g = torch.Generator().manual_seed(seed)
+    real = torch.float64 if dtype == torch.complex128 else torch.float32
+    tok = torch.randint(0, v, (n, b, t), generator=g)
+    lab = torch.randint(0, c, (n, b, t), generator=g)
+    lab[min(1, n - 1), :, 5:] = -100
+    rot = torch.polar(torch.rand(n, v, h, generator=g, dtype=real), torch.rand(n, v, h, generator=g, dtype=real) * 6)
+    parts = [rot.to(dtype)] + [torch.randn(n, v, h, generator=g, dtype=dtype) for _ in range(2)]  # a, b, C
+    parts += [torch.randn(n, v, h, generator=g, dtype=real) for _ in range(2)]  # g, e
+    parts += [torch.randn(n, c, h, generator=g, dtype=real), torch.randn(n, c, generator=g, dtype=real)]
+    return tok, lab, [x.requires_grad_() for x in parts]
+
+
+@pytest.mark.parametrize("form", ["real", "complex"])
 @pytest.mark.parametrize("together", [False, True])
-def test_fused_loss_and_gradients_match_autograd(together, monkeypatch):
-    """Members one by one (the CPU's groups) and the whole stack as one group (a GPU's)."""
+def test_fused_loss_and_gradients_match_autograd(form, together, monkeypatch):
+    """Members one by one (the CPU's groups) and the whole stack as one group (a GPU's);
+    real states (mamba) and complex states (mamba3, aussm; gradients of complex tensors as
+    torch defines them, ∂L/∂Re + i·∂L/∂Im)."""
     if together:
         monkeypatch.setattr(diagonal_tracker, "member_groups", lambda n, device: [slice(0, n)])
-    tok, lab, params = _problem()
+    tok, lab, params = _problem() if form == "real" else _complex_problem()
     weights = torch.tensor([1.0, -2.0, 0.5], dtype=D)  # a different upstream gradient per model
     loss, hits = diagonal_tracker_loss(tok, lab, *params)
     got = torch.autograd.grad((loss * weights).sum(), params)
@@ -172,37 +188,6 @@ def test_cuda_runs_the_whole_stack_and_agrees_with_the_cpu(form):
     torch.testing.assert_close(loss_c.cpu(), loss, rtol=1e-4, atol=1e-4)
     for x, y in zip(grads_c, grads):
         torch.testing.assert_close(x.cpu(), y, rtol=1e-3, atol=1e-4)
-
-
-def _complex_problem(n=3, b=5, t=7, v=4, h=6, c=5, seed=0, dtype=torch.complex128):
-    g = torch.Generator().manual_seed(seed)
-    real = torch.float64 if dtype == torch.complex128 else torch.float32
-    tok = torch.randint(0, v, (n, b, t), generator=g)
-    lab = torch.randint(0, c, (n, b, t), generator=g)
-    lab[min(1, n - 1), :, 5:] = -100
-    rot = torch.polar(torch.rand(n, v, h, generator=g, dtype=real), torch.rand(n, v, h, generator=g, dtype=real) * 6)
-    parts = [rot.to(dtype)] + [torch.randn(n, v, h, generator=g, dtype=dtype) for _ in range(2)]  # a, b, C
-    parts += [torch.randn(n, v, h, generator=g, dtype=real) for _ in range(2)]  # g, e
-    parts += [torch.randn(n, c, h, generator=g, dtype=real), torch.randn(n, c, generator=g, dtype=real)]
-    return tok, lab, [x.requires_grad_() for x in parts]
-
-
-@pytest.mark.parametrize("together", [False, True])
-def test_complex_form_matches_autograd(together, monkeypatch):
-    """Complex states (mamba3, aussm): value and gradients (torch's convention for complex
-    tensors, ∂L/∂Re + i·∂L/∂Im) equal the autograd reference, one by one and as one group."""
-    if together:
-        monkeypatch.setattr(diagonal_tracker, "member_groups", lambda n, device: [slice(0, n)])
-    tok, lab, params = _complex_problem()
-    weights = torch.tensor([1.0, -2.0, 0.5], dtype=D)
-    loss, hits = diagonal_tracker_loss(tok, lab, *params)
-    got = torch.autograd.grad((loss * weights).sum(), params)
-    ref_loss, ref_hits = diagonal_tracker_loss_reference(tok, lab, *params)
-    want = torch.autograd.grad((ref_loss * weights).sum(), params)
-    torch.testing.assert_close(loss, ref_loss, rtol=1e-12, atol=1e-12)
-    assert torch.equal(hits, ref_hits)
-    for name, x, y in zip("a b C g e W c".split(), got, want):
-        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-12, msg=name)
 
 
 def test_complex_form_finite_differences_and_stack_identity(threads):
