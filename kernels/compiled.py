@@ -29,6 +29,7 @@ import os
 import platform
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -70,20 +71,36 @@ def c_library_status(name: str, source: str) -> str:
     return _LOADED[f"{name}:{hashlib.sha256(source.encode()).hexdigest()}"][1]
 
 
+#: /proc/cpuinfo lines that identify what ``-march=native`` compiles for (x86: model and
+#: feature flags; ARM: implementer, part and features).
+_CPU_KEYS = ("model name", "flags", "Features", "CPU implementer", "CPU architecture", "CPU part")
+
+
 def _cpu_model() -> str:
+    """The CPU's identifying lines (first processor), so that a library built with
+    ``-march=native`` on one machine is never loaded on another with other features (a
+    cache shared by a cluster's nodes)."""
     try:
+        seen: dict[str, str] = {}
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "flags")):
-                return line
+            key = line.split(":", 1)[0].strip()
+            if key in _CPU_KEYS and key not in seen:
+                seen[key] = line
+        if seen:
+            return "\n".join(seen[k] for k in sorted(seen))
     except OSError:
         pass
-    return platform.processor()
+    return f"{platform.processor()} {platform.node()}"  # unknown features: one cache entry per host
 
 
 def _roots() -> list[Path]:
     uid = os.getuid() if hasattr(os, "getuid") else 0
-    return [Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dynlab" / "kernels",
-            Path(tempfile.gettempdir()) / f"dynlab-kernels-{uid}"]
+    roots = []
+    try:  # no HOME and no passwd entry (a container with an arbitrary uid): the temp root only
+        roots.append(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dynlab" / "kernels")
+    except RuntimeError:
+        pass
+    return [*roots, Path(tempfile.gettempdir()) / f"dynlab-kernels-{uid}"]
 
 
 def _build(name: str, source: str) -> Path:
@@ -117,7 +134,10 @@ def _build(name: str, source: str) -> Path:
 
 
 def _check_private(root: Path) -> None:
-    """Refuse a directory that another user owns or others can write to."""
-    st = root.stat()
+    """Refuse a directory that another user owns or others can write to, or a symlink
+    (which could be re-pointed after this check)."""
+    st = os.lstat(root)
+    if stat.S_ISLNK(st.st_mode):
+        raise PermissionError(f"{root} is a symlink, not a private directory of this user")
     if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
         raise PermissionError(f"{root} is not a private directory of this user")

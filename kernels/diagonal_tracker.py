@@ -264,6 +264,8 @@ class _DiagonalTrackerLoss(torch.autograd.Function):
         loss = torch.cat([o[0] for o in out])
         correct = torch.cat([o[1] for o in out])
         ctx.groups = [o[2] for o in out]  # buffers and saved tensors, plain refs (see backward)
+        # plain refs skip autograd's version check: record the inputs' versions ourselves
+        ctx.versions = [(x, x._version) for x in (labels, a, b, C, g, e, W, c)]
         ctx.mark_non_differentiable(correct)
         return loss, correct
 
@@ -275,6 +277,8 @@ class _DiagonalTrackerLoss(torch.autograd.Function):
             groups, ctx.groups = ctx.groups, None
         if groups is None:
             raise RuntimeError("diagonal_tracker_loss: backward through the same graph twice is not supported")
+        if any(x._version != v for x, v in ctx.versions):
+            raise RuntimeError("diagonal_tracker_loss: an input was modified in place between forward and backward")
         starts = [0]
         for saved in groups:
             starts.append(starts[-1] + saved["labels"].shape[0])
@@ -287,7 +291,12 @@ def _map_groups(fn, items: list) -> list:
     """``[fn(x) for x in items]``; on a CPU run with more than one intra-op thread, the
     groups (one member each) run on that many Python threads, one thread each (the C loops
     and torch ops release the GIL), so an ensemble uses every core it is given.  Each
-    member's arithmetic is the same as alone, so the numbers do not change."""
+    member's arithmetic is the same as alone, so the numbers do not change.
+
+    ``torch.set_num_threads`` is process-wide: while the members run, the process is on one
+    intra-op thread, and the caller's count is restored afterwards.  Do not train two
+    ensembles on threads of one process at once (Dask's process workers, dynlab's default,
+    are separate processes)."""
     threads = torch.get_num_threads()
     if threads < 2 or len(items) < 2 or not _PARALLEL_MEMBERS:
         return [fn(x) for x in items]

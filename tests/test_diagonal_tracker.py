@@ -229,3 +229,16 @@ def test_no_unwritten_memory_is_read(nan_buffers, form):
         assert torch.equal(hits, ref_hits)
         for x, y in zip(got, want):
             torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-12)
+
+
+def test_an_input_changed_in_place_before_backward_is_refused():
+    """The kernel keeps its inputs as plain references; changing one in place between
+    forward and backward is refused, as autograd refuses it for saved tensors."""
+    tok, lab, params = _problem()
+    W = params[5]
+    loss, _ = diagonal_tracker_loss(tok, lab, *params)
+    with torch.no_grad():
+        W.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified in place"):
+        loss.sum().backward()
+    BUFFERS.clear()

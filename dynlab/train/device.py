@@ -53,7 +53,8 @@ def keep_freed_memory() -> bool:
     spent about 25% of its time faulting pages in.  This sets ``M_MMAP_THRESHOLD`` to
     32 MiB (glibc's largest; larger blocks are still mapped), ``M_TRIM_THRESHOLD`` to
     1 GiB and ``M_TOP_PAD`` to 64 MiB, so freed blocks stay in the heap for the next step.
-    The cost is memory: the process keeps up to about 1 GiB of freed heap.  Numbers do not
+    The cost is memory: each glibc arena (one per thread that allocates, at most a few per
+    core) keeps up to about 1 GiB of freed heap.  Numbers do not
     change (only where memory comes from).  ``DYNLAB_KEEP_FREED_MEMORY=0`` turns it off;
     :func:`dynlab.train.engine.train_threads`, which every training, evaluation and
     analysis enters, calls it.
@@ -69,7 +70,8 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):  # not glibc (musl has no mallopt): leave the defaults
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    ok = all(mallopt(param, value) == 1 for param, value in (
-        (_M_MMAP_THRESHOLD, 32 << 20), (_M_TRIM_THRESHOLD, 1 << 30), (_M_TOP_PAD, 64 << 20)))
+    results = [mallopt(param, value) for param, value in (
+        (_M_MMAP_THRESHOLD, 32 << 20), (_M_TRIM_THRESHOLD, 1 << 30), (_M_TOP_PAD, 64 << 20))]
+    ok = all(r == 1 for r in results)  # every setting is tried; True only if all took
     _ALLOCATOR["on"] = ok
     return ok
