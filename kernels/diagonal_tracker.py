@@ -347,12 +347,10 @@ def _group_forward(tokens, labels, a, b, C, g, e, W, c):
     if lib is None:
         _forward_scan(hs, ch, y, steps, a_rows, b_rows, C_rows, ge_rows)
     else:
-        suf = _SUFFIX[g.dtype]
+        suf, args = _SUFFIX[g.dtype], _p(steps, a_rows, b_rows, C_rows, ge_rows, hs, ch, y)
         if a.is_complex():
-            args = _p(steps, a_rows, b_rows, C_rows, ge_rows, hs, ch, y)
             err = getattr(lib, f"dl_dtc_fwd_{suf}")(t_len, bsz, h, *args)
         else:
-            args = _p(steps, a_rows, b_rows, C_rows, ge_rows, hs, ch, y)
             err = getattr(lib, f"dl_dt_fwd_{suf}")(t_len, bsz, a.shape[3], h, *args)
         if err:
             raise MemoryError("diagonal_tracker_loss: the compiled forward loop could not allocate its scratch")
@@ -529,6 +527,13 @@ def _check(tokens, labels, a, b, C, g, e, W, c) -> None:
         raise ValueError(f"token ids must lie in [0, {g.shape[1]}); got {int(tokens.min())}..{int(tokens.max())}")
 
 
+def _with_model_dim(*args: torch.Tensor) -> tuple[bool, tuple[torch.Tensor, ...]]:
+    """``(single, args)``: one model's arguments (``g`` is ``[V, H]``) get the leading model
+    dimension N = 1; a stack's are returned as they are."""
+    single = args[5].dim() == 2  # g
+    return single, tuple(x[None] for x in args) if single else args
+
+
 def diagonal_tracker_loss(
     tokens: torch.Tensor,
     labels: torch.Tensor,
@@ -561,9 +566,7 @@ def diagonal_tracker_loss(
         only); and the number of valid positions whose label has the largest logit
         (int64, no gradient; the first maximum wins a tie, as ``torch.argmax``).
     """
-    single = g.dim() == 2
-    if single:
-        tokens, labels, a, b, C, g, e, W, c = (x[None] for x in (tokens, labels, a, b, C, g, e, W, c))
+    single, (tokens, labels, a, b, C, g, e, W, c) = _with_model_dim(tokens, labels, a, b, C, g, e, W, c)
     _check(tokens, labels, a, b, C, g, e, W, c)
     params = [a, b, C, g, e, W, c]
     if tokens.shape[1] == 0 or tokens.shape[2] == 0:  # no positions: zero loss, zero hits
@@ -594,9 +597,7 @@ def diagonal_tracker_loss_reference(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The model of :func:`diagonal_tracker_loss` as a plain loop under autograd (the
     definition the fused op is tested against).  Same arguments and returns."""
-    single = g.dim() == 2
-    if single:
-        tokens, labels, a, b, C, g, e, W, c = (x[None] for x in (tokens, labels, a, b, C, g, e, W, c))
+    single, (tokens, labels, a, b, C, g, e, W, c) = _with_model_dim(tokens, labels, a, b, C, g, e, W, c)
     losses, hits = [], []
     for m in range(tokens.shape[0]):
         x = tokens[m]  # [B, T]
