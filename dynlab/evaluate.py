@@ -27,7 +27,10 @@ Definitions (docs/error-control.md, "Accuracy and max-pass length"):
   be the answer.
 
 Sequences are streamed in chunks with the recurrent state carried, so memory depends on
-the chunk and batch sizes, not on the length.
+the chunk and batch sizes, not on the length.  Each chunk runs through
+:func:`dynlab.train.engine.tracker_stream`: the model's forward, or for the one-layer
+Mamba-family trackers on the CPU a compiled loop that computes the same logits without
+forming the ``[B, T, S]`` states (about 20× faster at the paper preset's sizes).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import torch
 
 from dynlab.models import Tracker
 from dynlab.tasks import WordProblem
+from dynlab.train.engine import tracker_stream
 
 __all__ = ["LengthEval", "evaluate_lengths", "max_pass_length", "max_pass_length_dense", "pooled_accuracy"]
 
@@ -90,9 +94,8 @@ def evaluate_lengths(
             tc = min(chunk, t_max - t0)
             tokens, labels = task.sample(gen, b, tc, start=label)
             label = labels[:, -1]
-            out = model(tokens.to(device), state)
-            state = out.final_state
-            correct = (out.logits.argmax(-1).cpu() == labels).numpy()  # [b, tc] bool
+            logits, state = tracker_stream(model, tokens.to(device), state)
+            correct = (logits.argmax(-1).cpu() == labels).numpy()  # [b, tc] bool
             per_pos = correct.sum(0)  # [tc]
             dense_correct[t0 : t0 + tc] += per_pos
             cum = running + np.cumsum(per_pos)  # correct up to each position in chunk

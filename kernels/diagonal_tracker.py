@@ -58,13 +58,22 @@ from __future__ import annotations
 
 import ctypes
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import torch
 
 from .compiled import c_library
 from .tracker_common import BUFFERS, readout_ce, readout_ce_grad, token_rows
 
-__all__ = ["diagonal_tracker_loss", "diagonal_tracker_loss_reference", "member_groups"]
+__all__ = [
+    "StreamOutput",
+    "compiled_loops_apply",
+    "diagonal_tracker_logits",
+    "diagonal_tracker_loss",
+    "diagonal_tracker_loss_reference",
+    "diagonal_tracker_stream",
+    "member_groups",
+]
 
 #: The CPU's per-step loops in C (:mod:`.compiled`): one pass over each row per step, the same
 #: arithmetic as :func:`_forward_scan` / :func:`_backward_scan` (sums in another order).
@@ -217,6 +226,81 @@ int dl_dtc_bwd_##S(int64_t tl, int64_t m, int64_t h, int64_t nc, const int64_t* 
     }                                                                                               \
     free(lam < nxt ? lam : nxt);                                                                    \
     return 0;                                                                                       \
+}                                                                                                   \
+                                                                                                    \
+/* Forward only, from a given state: one sequence at a time (its state row stays in cache for   \
+   all T steps).  tok [M, T]; state [M, K*H] state-major (in: h_{-1}, out: h_{T-1}); each of the  \
+   outputs may be NULL: logits z [M, T, nc], states hs [M, T, H*K] in the cell's layout,          \
+   readout features ys [M, T, H]. */                                                             \
+static void dl_logits_row_##S(int64_t h, int64_t nc, const T* y, const T* W, const T* cb, T* z) { \
+    for (int64_t q = 0; q < nc; q++) {                                                              \
+        const T* w = W + q * h;                                                                     \
+        T acc = 0;                                                                                  \
+        _Pragma("omp simd reduction(+:acc)")                                                        \
+        for (int64_t d = 0; d < h; d++) acc += w[d] * y[d];                                         \
+        z[q] = acc + cb[q];                                                                         \
+    }                                                                                               \
+}                                                                                                   \
+                                                                                                    \
+int dl_dt_stream_##S(int64_t tl, int64_t m, int64_t k, int64_t h, int64_t nc, const int64_t* tok,   \
+                     const T* a, const T* b, const T* C, const T* ge, const T* W, const T* cb,      \
+                     T* state, T* z, T* hs, T* ys) {                                                \
+    int64_t s = k * h;                                                                              \
+    T* c = (T*)malloc(sizeof(T) * (size_t)(h > 0 ? h : 1));                                        \
+    if (!c) return 1;                                                                               \
+    for (int64_t i = 0; i < m; i++) {                                                               \
+        T* hr = state + i * s;                                                                      \
+        for (int64_t t = 0; t < tl; t++) {                                                          \
+            int64_t r = tok[i * tl + t];                                                            \
+            const T *ar = a + r * s, *br = b + r * s, *cr = C + r * k, *g = ge + r * 2 * h, *e = g + h; \
+            for (int64_t d = 0; d < h; d++) c[d] = 0;                                               \
+            for (int64_t q = 0; q < k; q++) {                                                       \
+                const T *aq = ar + q * h, *bq = br + q * h;                                         \
+                T *hq = hr + q * h, w = cr[q];                                                      \
+                _Pragma("omp simd")                                                                 \
+                for (int64_t d = 0; d < h; d++) { T v = aq[d] * hq[d] + bq[d]; hq[d] = v; c[d] += w * v; } \
+            }                                                                                       \
+            _Pragma("omp simd")                                                                     \
+            for (int64_t d = 0; d < h; d++) c[d] = g[d] * c[d] + e[d];                              \
+            if (z) dl_logits_row_##S(h, nc, c, W, cb, z + (i * tl + t) * nc);                       \
+            if (ys) memcpy(ys + (i * tl + t) * h, c, sizeof(T) * (size_t)h);                        \
+            if (hs) {  /* the cell's layout [H, K] */                                                \
+                T* o = hs + (i * tl + t) * s;                                                       \
+                for (int64_t q = 0; q < k; q++)                                                     \
+                    for (int64_t d = 0; d < h; d++) o[d * k + q] = hr[q * h + d];                   \
+            }                                                                                       \
+        }                                                                                           \
+    }                                                                                               \
+    free(c);                                                                                        \
+    return 0;                                                                                       \
+}                                                                                                   \
+                                                                                                    \
+/* The same for complex states: state [M, 2H] (re, im) interleaved. */                            \
+int dl_dtc_stream_##S(int64_t tl, int64_t m, int64_t h, int64_t nc, const int64_t* tok,            \
+                      const T* a, const T* b, const T* C, const T* ge, const T* W, const T* cb,     \
+                      T* state, T* z, T* hs, T* ys) {                                               \
+    T* y = (T*)malloc(sizeof(T) * (size_t)(h > 0 ? h : 1));                                        \
+    if (!y) return 1;                                                                               \
+    for (int64_t i = 0; i < m; i++) {                                                               \
+        T* hr = state + i * 2 * h;                                                                  \
+        for (int64_t t = 0; t < tl; t++) {                                                          \
+            int64_t r = tok[i * tl + t];                                                            \
+            const T *ar = a + r * 2 * h, *br = b + r * 2 * h, *cr = C + r * 2 * h;                  \
+            const T *g = ge + r * 2 * h, *e = g + h;                                                \
+            _Pragma("omp simd")                                                                     \
+            for (int64_t d = 0; d < h; d++) {                                                       \
+                T pr = hr[2 * d], pi = hr[2 * d + 1], xr = ar[2 * d], xi = ar[2 * d + 1];           \
+                T nr = xr * pr - xi * pi + br[2 * d], ni = xr * pi + xi * pr + br[2 * d + 1];       \
+                hr[2 * d] = nr; hr[2 * d + 1] = ni;                                                 \
+                y[d] = g[d] * (cr[2 * d] * nr - cr[2 * d + 1] * ni) + e[d];                         \
+            }                                                                                       \
+            if (z) dl_logits_row_##S(h, nc, y, W, cb, z + (i * tl + t) * nc);                       \
+            if (ys) memcpy(ys + (i * tl + t) * h, y, sizeof(T) * (size_t)h);                        \
+            if (hs) memcpy(hs + (i * tl + t) * 2 * h, hr, sizeof(T) * (size_t)(2 * h));             \
+        }                                                                                           \
+    }                                                                                               \
+    free(y);                                                                                        \
+    return 0;                                                                                       \
 }
 
 DIAG_KERNELS(float, f32)
@@ -233,7 +317,7 @@ def _c_kernels() -> ctypes.CDLL | None:
         i64, ptr = ctypes.c_int64, ctypes.c_void_p
         for suf in _SUFFIX.values():
             for name, ints, ptrs in (("dl_dt_fwd", 4, 8), ("dl_dt_bwd", 5, 13), ("dl_dtc_fwd", 3, 8),
-                                     ("dl_dtc_bwd", 4, 13)):
+                                     ("dl_dtc_bwd", 4, 13), ("dl_dt_stream", 5, 11), ("dl_dtc_stream", 4, 11)):
                 fn = getattr(lib, f"{name}_{suf}")
                 fn.argtypes, fn.restype = [i64] * ints + [ptr] * ptrs, ctypes.c_int
         lib._dynlab_ready = True
@@ -246,6 +330,12 @@ def _use_c(x: torch.Tensor, n: int) -> ctypes.CDLL | None:
     if x.device.type != "cpu" or n != 1 or real not in _SUFFIX:
         return None
     return _c_kernels()
+
+
+def compiled_loops_apply(x: torch.Tensor) -> bool:
+    """True when one model's tensors like ``x`` run the compiled C loops (CPU, float32 or
+    float64, a C compiler, ``DYNLAB_C_KERNELS`` not ``0``)."""
+    return _use_c(x, 1) is not None
 
 
 def _p(*xs: torch.Tensor) -> list[int]:
@@ -582,6 +672,120 @@ def diagonal_tracker_loss(
         tok_tm, lab_tm = tokens.transpose(1, 2).contiguous(), labels.transpose(1, 2).contiguous()  # [N, T, B]
         loss, correct = _DiagonalTrackerLoss.apply(tok_tm, lab_tm, *params)
     return (loss[0], correct[0]) if single else (loss, correct)
+
+
+class StreamOutput(NamedTuple):
+    """What :func:`diagonal_tracker_stream` returns (None for an output not asked for)."""
+
+    logits: torch.Tensor | None  # [B, T, Cls]
+    states: torch.Tensor | None  # [B, T, H, K] real or [B, T, H] complex: h_t in the cell's layout
+    features: torch.Tensor | None  # [B, T, H]: y_t, what the readout reads
+    final: torch.Tensor  # [B, H, K] or [B, H]: h_{T−1}
+
+
+@torch.no_grad()
+def diagonal_tracker_stream(
+    tokens: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    C: torch.Tensor,
+    g: torch.Tensor,
+    e: torch.Tensor,
+    W: torch.Tensor,
+    c: torch.Tensor,
+    state: torch.Tensor | None = None,
+    *,
+    logits: bool = True,
+    states: bool = False,
+    features: bool = False,
+) -> StreamOutput:
+    """One Mamba-style tracker (the model of the module docstring) run from ``state``
+    without gradients: what evaluation and the analyses stream, piece by piece.
+
+    Args:
+        tokens: ``[B, T]`` token ids in ``[0, V)``.
+        a, b, C, g, e, W, c: one model's tables and readout, as
+            :func:`diagonal_tracker_loss` (no stacked form).
+        state: h_{−1}: real ``[B, H, K]`` (the cell's layout) or complex ``[B, H]``;
+            None = zero.  Not written.
+        logits, states, features: which per-step outputs to form (:class:`StreamOutput`).
+
+    On the CPU (float32 or float64) one compiled loop runs each sequence to its end with
+    its state row in cache (``dl_dt_stream`` in :data:`_C_SOURCE`); nothing of size
+    ``[B, T, S]`` is formed unless ``states`` asks for it.  Elsewhere, or without a
+    compiler, a torch loop over time with the same arithmetic.
+    """
+    _check(tokens[None, :, :], tokens[None, :, :], a[None], b[None], C[None], g[None], e[None], W[None], c[None])
+    bsz, t_len = tokens.shape
+    v, h = g.shape
+    cplx = a.is_complex()
+    real = g.dtype
+    for p in (a, b, C, e, W, c):
+        real = torch.promote_types(real, p.real.dtype if p.is_complex() else p.dtype)
+    ctype = (torch.ones((), dtype=real) * 1j).dtype
+    # contiguous copies held by name: the C loop reads their memory through raw pointers
+    a, b, C = (x.to(ctype if cplx else real).contiguous() for x in (a, b, C))
+    g, e, W, c = (x.to(real).contiguous() for x in (g, e, W, c))
+    shape = (bsz, h) if cplx else (bsz, *a.shape[1:])
+    if state is None:
+        state = torch.zeros(shape, dtype=a.dtype, device=a.device)
+    elif tuple(state.shape) != shape or state.is_complex() != cplx:
+        raise ValueError(f"state must be {'complex' if cplx else 'real'} {list(shape)}; got {list(state.shape)} {state.dtype}")
+    state = state.to(a.dtype)
+    lib = _use_c(a, 1)
+    if lib is None or t_len == 0:
+        return _stream_loop(tokens, a, b, C, g, e, W, c, state, logits, states, features)
+    z = torch.empty(bsz, t_len, W.shape[0], dtype=real, device=a.device) if logits else None
+    hs = torch.empty(bsz, t_len, *shape[1:], dtype=a.dtype, device=a.device) if states else None
+    ys = torch.empty(bsz, t_len, h, dtype=real, device=a.device) if features else None
+    tok = tokens.to(torch.int64).contiguous()
+    ge = torch.cat([g, e], dim=1)  # [V, 2H]
+    outs = [None if x is None else x.data_ptr() for x in (z, hs, ys)]
+    suf = _SUFFIX[real]
+    if cplx:
+        st = state.clone().contiguous()  # [B, H] complex: (re, im) interleaved
+        err = getattr(lib, f"dl_dtc_stream_{suf}")(t_len, bsz, h, W.shape[0], *_p(tok, a, b, C, ge, W, c, st), *outs)
+        final = st
+    else:
+        k = a.shape[2]
+        rows = [x.transpose(-1, -2).reshape(v, k * h).contiguous() for x in (a, b)]  # state-major rows [K, H]
+        st = state.transpose(-1, -2).contiguous()  # [B, K, H]
+        err = getattr(lib, f"dl_dt_stream_{suf}")(t_len, bsz, k, h, W.shape[0], *_p(tok, *rows, C, ge, W, c, st), *outs)
+        final = st.transpose(-1, -2).contiguous()
+    if err:
+        raise MemoryError("diagonal_tracker_stream: the compiled loop could not allocate its scratch")
+    return StreamOutput(z, hs, ys, final)
+
+
+def diagonal_tracker_logits(tokens, a, b, C, g, e, W, c, state=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits [B, T, Cls], final state)`` of :func:`diagonal_tracker_stream`."""
+    out = diagonal_tracker_stream(tokens, a, b, C, g, e, W, c, state)
+    return out.logits, out.final
+
+
+def _stream_loop(tokens, a, b, C, g, e, W, c, state, logits, states, features) -> StreamOutput:
+    """:func:`diagonal_tracker_stream` as a torch loop over time (other devices, no compiler)."""
+    zs, hs, ys = [], [], []
+    for t in range(tokens.shape[1]):
+        x = tokens[:, t]
+        state = a[x] * state + b[x]
+        read = (C[x] * state).real if a.is_complex() else (state * C[x][:, None, :]).sum(-1)
+        y = g[x] * read + e[x]
+        zs.append(torch.addmm(c, y, W.T))
+        hs.append(state)
+        ys.append(y)
+
+    def stacked(xs: list, want: bool, empty: tuple, dtype) -> torch.Tensor | None:
+        if not want:
+            return None
+        return torch.stack(xs, 1) if xs else torch.empty(tokens.shape[0], 0, *empty, dtype=dtype, device=a.device)
+
+    return StreamOutput(
+        stacked(zs, logits, (W.shape[0],), W.dtype),
+        stacked(hs, states, tuple(state.shape[1:]), state.dtype),
+        stacked(ys, features, (g.shape[1],), g.dtype),
+        state.clone(),
+    )
 
 
 def diagonal_tracker_loss_reference(

@@ -16,13 +16,14 @@ Presets:
   Cost on the 2-core development box, measured per architecture by
   ``benchmarks/bench_run_phases.py --preset paper`` (one process, one thread, S3; training
   as the study does it, the 5 seeds as one ensemble; the step at the full length 60):
-  per model and step 37 ms for mamba, mamba3 and aussm, 49 ms negative-mamba, 46 ms
-  linear-rnn, 57 ms tanh-rnn, 71 ms token-gated-rnn, 124 ms state-gated-rnn; evaluation
-  3–29 s and analysis 8–57 s per run (the Mamba family the most; mamba has S = H·N = 512).
-  Bounded by 3000 steps at length 60, the 120 runs on 2 Dask workers take at most about
-  3.5 h; runs whose curriculum never grows (cells that cannot represent the group stay
-  at length ≤ 6, as 50 of 120 did in the sweep) train about 10× faster, which gives about
-  2.7 h.  For many more models use a GPU box or a cluster (``--executor dask``).
+  per model and step 27–41 ms for the Mamba family, 31 ms linear-rnn, 53 ms tanh-rnn,
+  71 ms token-gated-rnn, 84 ms state-gated-rnn; evaluation 0.3–4 s and analysis 8–36 s
+  per run (the Mamba family the most; mamba has S = H·N = 512).  Bounded by 3000 steps
+  at length 60, the 120 runs on 2 Dask workers take at most about 2.6 h; runs whose
+  curriculum never grows (cells that cannot represent the group stay at length ≤ 6, as
+  50 of 120 did in the sweep) train at that length and are analysed to
+  :func:`not_learned_horizon`, which gives about 1.9 h.  For many more models use a GPU
+  box or a cluster (``--executor dask``).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ __all__ = [
     "ensemble_group_key",
     "load_model",
     "make_specs",
+    "not_learned_horizon",
     "run_many",
     "run_one",
 ]
@@ -216,7 +218,8 @@ def run_status(res: TrainResult, max_length: int) -> tuple[str, str]:
 
     Rule for the analyses: ``ok`` and ``not-learned`` runs are evaluated and analysed alike
     (the measurements of a tracker that did not learn are still measurements, and the
-    figures mark them); the T_cross–mp correlations use ``ok`` runs only.
+    figures mark them), except that a not-learned run's q(t) stops at
+    :func:`not_learned_horizon`; the T_cross–mp correlations use ``ok`` runs only.
     """
     if res.status != "ok":
         return res.status, res.reason
@@ -284,14 +287,32 @@ def load_model(spec: RunSpec, store: RunStore, device: torch.device):
     return model.to(device).eval()
 
 
+def not_learned_horizon(horizon: int, t_ref: int, mp: int | None) -> int:
+    """The step q(t) of a ``not-learned`` run is followed to: ``min(horizon, max(2·t_ref, 2·mp))``.
+
+    Why: such a run is in no T_cross–mp correlation (:func:`run_status`); its accuracy
+    fails near the short length its curriculum stopped at (2–6 in the sweep), far below
+    2·t_ref (and twice its own mp is kept should it pass longer).  Following it to the
+    longest evaluated length (1000) made its analysis cost more than its training, which
+    runs at that short length (measured by ``benchmarks/bench_run_phases.py``; README,
+    "Reproducing paper A").  Its centroids, return map, perturbation and Lyapunov spectrum
+    at t_ref are computed as for every run."""
+    return int(min(horizon, max(2 * t_ref, 2 * (mp or 0))))
+
+
 def analyze_one(
     spec: RunSpec, store: RunStore, device: torch.device, progress: NullProgress, extra: TrackingOptions
 ) -> xr.Dataset:
     """Error-control analysis of a finished run (:func:`dynlab.analysis.tracking.analyze_tracker`)
     with the settings of the analysis preset ``extra.analysis`` (:data:`ANALYSIS_PRESETS`).
 
-    q(t) is followed to the longest evaluated length; U, the return map and the
-    perturbation use step t_ref = the curriculum's max_length (the training length).
+    q(t) is followed to the longest evaluated length (the preset's ``horizon`` when it
+    sets one); U, the return map and the perturbation use step t_ref = the curriculum's
+    max_length (the training length).  The step q(t) is followed to is the run variable
+    ``horizon``.
+
+    Rule for ``not-learned`` runs (:func:`not_learned_horizon`): q(t) is followed to
+    ``max(2·t_ref, 2·mp)`` steps at most, not to the longest evaluated length.
     """
     if extra.analysis is None:
         raise DynlabInputError(f"no analysis preset given; allowed: {', '.join(ANALYSIS_PRESETS)}")
@@ -301,7 +322,11 @@ def analyze_one(
     aspec = ANALYSIS_PRESETS[extra.analysis]
     horizon = aspec.horizon or max(spec.eval.lengths)
     t_ref = aspec.t_ref or spec.train.curriculum.max_length
+    result = read_result(TrackerResult, store, spec)
+    if result.status == "not-learned":
+        horizon = not_learned_horizon(horizon, t_ref, result.mp)
     ds = analyze_tracker(model, task, aspec, horizon=horizon, t_ref=min(t_ref, horizon))
+    ds["horizon"] = ((), int(horizon))  # per run: a not-learned run's is shorter
     ds.attrs["analysis_preset"] = extra.analysis  # the runner redoes an analysis made with another preset
     ds.attrs["analysis_seconds"] = time.perf_counter() - t0  # wall time of this analysis (compare train_time)
     return ds
@@ -407,7 +432,7 @@ def assemble(specs: list[RunSpec], store: RunStore, options: StudyOptions) -> xr
     table = stack_run_files(specs, store, "analysis.nc", [r.evaluated for r in results], positional=("k",))
     if table is not None:
         ds = ds.merge(table.drop_vars([c for c in table.coords if c in ("run",)], errors="ignore"), compat="override")
-        per_run = ("analysis_seconds",)  # differs from run to run: kept in each run's analysis.nc only
+        per_run = ("analysis_seconds", "horizon")  # differ from run to run: the run variable horizon, and each analysis.nc
         ds.attrs.update({f"analysis_{k}": v for k, v in table.attrs.items() if k not in per_run})
         orders = [get_group(s.task.group).order for s in specs]
         ds["group_order"] = ("run", np.asarray(orders))

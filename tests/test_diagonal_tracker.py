@@ -242,3 +242,98 @@ def test_an_input_changed_in_place_before_backward_is_refused():
     with pytest.raises(RuntimeError, match="modified in place"):
         loss.sum().backward()
     BUFFERS.clear()
+
+
+# --- evaluation stream: logits and final state from a given state, no gradient ---------------
+
+
+@pytest.mark.parametrize("form", ["real", "complex"])
+def test_logits_kernel_equals_the_plain_loop_and_carries_state(form):
+    """``diagonal_tracker_logits`` (compiled or torch loop) equals the reference written out
+    here (one step at a time from the given state), and streaming two pieces with the
+    state carried equals one whole piece."""
+    tok, _, parts = (_complex_problem if form == "complex" else _problem)(n=1, b=4, t=9)
+    a, b, C, g, e, W, c = (x.detach()[0] for x in parts)
+    tok = tok[0]
+    gen = torch.Generator().manual_seed(3)
+    if form == "complex":
+        h0 = torch.randn(4, a.shape[1], generator=gen, dtype=torch.complex128)
+    else:
+        h0 = torch.randn(4, *a.shape[1:], generator=gen, dtype=D)
+    keep = h0.clone()
+    state, ref, ref_h, ref_y = h0.clone(), [], [], []
+    for t in range(tok.shape[1]):
+        x = tok[:, t]
+        state = a[x] * state + b[x]
+        read = (C[x] * state).real if form == "complex" else (state * C[x][:, None, :]).sum(-1)
+        ref.append((g[x] * read + e[x]) @ W.T + c)
+        ref_h.append(state)
+        ref_y.append(g[x] * read + e[x])
+    ref = torch.stack(ref, 1)
+    z, final = diagonal_tracker.diagonal_tracker_logits(tok, a, b, C, g, e, W, c, h0)
+    torch.testing.assert_close(z, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(final, state, rtol=1e-12, atol=1e-12)
+    out = diagonal_tracker.diagonal_tracker_stream(tok, a, b, C, g, e, W, c, h0, logits=False, states=True, features=True)
+    assert out.logits is None
+    torch.testing.assert_close(out.states, torch.stack(ref_h, 1), rtol=1e-12, atol=1e-12)  # the cell's layout
+    torch.testing.assert_close(out.features, torch.stack(ref_y, 1), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out.final, state, rtol=1e-12, atol=1e-12)
+    z1, mid = diagonal_tracker.diagonal_tracker_logits(tok[:, :4], a, b, C, g, e, W, c, h0)
+    z2, end = diagonal_tracker.diagonal_tracker_logits(tok[:, 4:], a, b, C, g, e, W, c, mid)
+    torch.testing.assert_close(torch.cat([z1, z2], 1), z, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(end, final, rtol=1e-12, atol=1e-12)
+    assert torch.equal(h0, keep)  # the caller's state is not written
+    with pytest.raises(ValueError, match="state must be"):
+        diagonal_tracker.diagonal_tracker_logits(tok, a, b, C, g, e, W, c, h0[:, :1])
+
+
+@pytest.mark.parametrize("arch", ["mamba", "negative-mamba", "mamba3", "aussm", "tanh-rnn"])
+def test_tracker_stream_equals_the_models_forward(arch):
+    """``tracker_stream`` is ``model(tokens, state)``: logits and the final state in the
+    cell's own layout, from a nonzero state (what evaluation carries from chunk to chunk);
+    ``tracker_states`` gives its states and readout features (what the analyses stream);
+    the caller's state is left as it was."""
+    from dynlab.train.engine import tracker_states, tracker_stream
+
+    model = build_tracker(ModelSpec(arch=arch, hidden=8, d_state=3), 5, 5, seed=1).double()
+    gen = torch.Generator().manual_seed(0)
+    tok = torch.randint(0, 5, (6, 23), generator=gen)
+    s0 = torch.randn(6, model.state_size, generator=gen, dtype=D) * 0.5
+    keep = s0.clone()
+    out = model(tok, s0, return_states=True, return_features=True)
+    z, final = tracker_stream(model, tok, s0)
+    torch.testing.assert_close(z, out.logits, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(final, out.final_state, rtol=1e-10, atol=1e-10)
+    states, feats, final = tracker_states(model, tok, s0)
+    torch.testing.assert_close(states, out.states, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(feats, out.features, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(final, out.final_state, rtol=1e-10, atol=1e-10)
+    assert torch.equal(s0, keep)
+
+
+def test_evaluation_is_the_same_through_the_stream_kernel(monkeypatch):
+    """``evaluate_lengths`` of a Mamba tracker gives the same accuracies through the
+    compiled stream as through the model's forward (float64, so no argmax tie can differ)."""
+    from dynlab.evaluate import evaluate_lengths
+    from dynlab.groups import get_group
+    from dynlab.tasks import WordProblem
+    from dynlab.train import engine
+
+    task = WordProblem(get_group("S3"))
+    model = build_tracker(ModelSpec(arch="mamba", hidden=8), task.n_tokens, task.n_classes, seed=2).double()
+    fast = evaluate_lengths(model, task, [3, 10, 40], n_samples=20, batch_size=8, chunk=7, seed=0)
+    calls = []
+
+    def forward_only(m, tokens, state=None):
+        calls.append(1)
+        out = m(tokens, state)
+        return out.logits, out.final_state
+
+    monkeypatch.setattr(engine, "tracker_stream", forward_only)
+    import dynlab.evaluate as ev
+
+    monkeypatch.setattr(ev, "tracker_stream", forward_only)
+    slow = evaluate_lengths(model, task, [3, 10, 40], n_samples=20, batch_size=8, chunk=7, seed=0)
+    assert calls  # the second run went through the forward
+    for name in ("acc_final", "acc_all", "acc_dense"):
+        assert (getattr(fast, name) == getattr(slow, name)).all(), name

@@ -253,3 +253,28 @@ def test_result_columns_and_coords_of_typed_results():
                        columns=("status", "mp"), coords={"arch": lambda s: s.model.arch}, result_coords=("family",))
     assert ds.q.dims == ("run", "t") and np.isnan(ds.q.values[1]).all() and ds.q.values[0, 0] == 1.0
     assert list(ds.family.values) == ["dense", ""] and "family" in ds.coords and list(ds.arch.values) == ["tanh-rnn"] * 2
+
+
+def test_not_learned_horizon_rule():
+    from dynlab.studies.group_tracking import not_learned_horizon
+
+    assert not_learned_horizon(1000, 60, 7) == 120  # 2 × the training length
+    assert not_learned_horizon(1000, 60, 90) == 180  # never below 2 × its own mp
+    assert not_learned_horizon(100, 60, None) == 100  # never beyond the evaluated lengths
+
+
+def test_a_not_learned_runs_q_stops_at_its_shorter_horizon(tmp_path):
+    """A not-learned run's q(t) is followed to 2 × the training length, a learned run's to
+    the longest evaluated length; the run variable ``horizon`` says which."""
+    common = dict(preset="smoke", models=("mamba",), groups=("C2",))
+    study = get_study("group-tracking")
+    runs = {}
+    for name, curriculum in (("stuck", {"min_length": 2, "max_length": 40}), ("reached", {"min_length": 2, "max_length": 2})):
+        extra = {"eval": {"lengths": [5, 20, 200]}, "train": {"steps": 3, "curriculum": curriculum}}
+        path = run_study(study, StudyOptions(**common, extra=extra), out=tmp_path / name, device="cpu")
+        runs[name] = xr.open_dataset(path, engine="h5netcdf").load()
+    stuck, reached = runs["stuck"].isel(run=0), runs["reached"].isel(run=0)
+    assert str(stuck["status"].values) == "not-learned" and str(reached["status"].values) == "ok"
+    assert int(stuck["horizon"]) == 80 and int(reached["horizon"]) == 200
+    assert stuck.sizes["t"] == 80 and np.isfinite(stuck["R"].values).all()
+    assert reached.sizes["t"] == 200 and np.isfinite(reached["R"].values).all()

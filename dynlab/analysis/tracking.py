@@ -94,6 +94,7 @@ from dynlab.analysis.readability import (
 from dynlab.config import Spec
 from dynlab.results.vocabulary import annotate
 from dynlab.tasks import WordProblem
+from dynlab.train.engine import tracker_states
 
 __all__ = ["AnalysisSpec", "analyze_tracker", "stream_representations", "stream_states"]
 
@@ -162,6 +163,8 @@ def stream_representations(
 
     ``features`` is what the final linear readout layer reads
     (:meth:`dynlab.models.Tracker.readout_features`).  The state is carried between chunks.
+    Each chunk is :func:`dynlab.train.engine.tracker_states` (for the Mamba family on the
+    CPU a compiled loop, about 20× faster than the module's forward at the paper preset).
     """
     sl = model.layer_slice(layer)
     device = next(model.parameters()).device
@@ -173,9 +176,8 @@ def stream_representations(
             tc = min(chunk, horizon - t0)
             tokens, labels = task.sample(generator, n_samples, tc, start=label)
             label = labels[:, -1]
-            out = model(tokens.to(device), state, return_states=True, return_features=True)
-            state = out.final_state
-            yield out.states[..., sl].double().cpu().numpy(), out.features.double().cpu().numpy(), labels.numpy()
+            states, feats, state = tracker_states(model, tokens.to(device), state)
+            yield states[..., sl].double().cpu().numpy(), feats.double().cpu().numpy(), labels.numpy()
             t0 += tc
 
 

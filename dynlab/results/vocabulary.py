@@ -126,7 +126,7 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "T_cross_par_pred": ("crossing of q∥ predicted by Corollary 1", "step", "linear fit of R∥ against τ·M"),
     "eta": ("growth rate of the error along U", "state units/step", "slope of the linear fit of R∥(t)"),
     "e_U0": ("intercept of the error along U", "state units", "intercept of the linear fit of R∥(t)"),
-    "horizon": ("last analysed step", "step", "the longest evaluated length"),
+    "horizon": ("last analysed step", "step", "q(t) followed to it: the longest evaluated length; shorter for not-learned runs"),
     "crossed": ("q crossed the threshold", "1", "persistently, within the horizon"),
     "failure_mode": ("failure mode (saturation|climb|robust)", "1", "from the crossing of q"),
     # -- decoder-aligned readability (dynlab.analysis.tracking / readability) ------------------

@@ -25,7 +25,7 @@ from torch.func import functional_call
 
 from dynlab.config import ModelSpec, TrainSpec
 from dynlab.kernels.dense_tracker import dense_tracker_loss
-from dynlab.kernels.diagonal_tracker import diagonal_tracker_loss
+from dynlab.kernels.diagonal_tracker import compiled_loops_apply, diagonal_tracker_loss, diagonal_tracker_stream
 from dynlab.kernels.gated_tracker import gated_tracker_loss
 from dynlab.models import Tracker
 from dynlab.models.cells import FUSED_KERNELS
@@ -43,6 +43,8 @@ __all__ = [
     "runs_generic_loop",
     "tracker_logits",
     "tracker_loss",
+    "tracker_states",
+    "tracker_stream",
     "train_threads",
 ]
 
@@ -253,6 +255,71 @@ def tracker_logits(model: Tracker, tokens: torch.Tensor) -> torch.Tensor:
     for cell, h0 in zip(model.cells[1:], h0s[1:]):
         u, _ = cell(u, h0)
     return model.readout(u.transpose(0, 1)).transpose(0, 1)  # [B, T, C]
+
+
+def _diagonal_stream(model: Tracker, tokens: torch.Tensor, state: torch.Tensor, **want: bool):
+    """The compiled stream of a one-layer Mamba-family tracker on the CPU with its states
+    flattened as the cell's (``[B, …, S]``), or None where it does not apply."""
+    kind = fused_kind(model) if isinstance(model, Tracker) else None  # any model with the protocol streams
+    if kind is None or not kind.startswith("diagonal") or not compiled_loops_apply(state):
+        return None
+    params = dict(model.named_parameters())
+    tables = _diagonal_tables(model.cells[0], params, params["embed.weight"])
+    a = tables[0]
+    bsz = tokens.shape[0]
+    if a.is_complex():  # the cell's flat state holds (re, im) pairs per channel
+        h0 = torch.view_as_complex(state.reshape(bsz, -1, 2).contiguous())
+    else:
+        h0 = state.reshape(bsz, *a.shape[1:])  # [B, H, K]: the cell's layout
+
+    def flat(x: torch.Tensor | None, lead: int) -> torch.Tensor | None:
+        if x is None:
+            return None
+        x = torch.view_as_real(x) if x.is_complex() else x
+        return x.reshape(*x.shape[:lead], -1).to(state.dtype)
+
+    out = diagonal_tracker_stream(tokens, *tables, params["readout.weight"], params["readout.bias"], h0, **want)
+    return out._replace(states=flat(out.states, 2), final=flat(out.final, 1))
+
+
+@torch.no_grad()
+def tracker_stream(model: Tracker, tokens: torch.Tensor, state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``model(tokens, state)``'s logits ``[B, T, C]`` and final state ``[B, S]``, without
+    gradients: one piece of an evaluation stream.
+
+    For a one-layer Mamba-family tracker (:func:`fused_kind` ``diagonal…``) on the CPU with
+    the compiled loops available, the cell's per-token tables (its own ``precompute``
+    over the vocabulary) are run by
+    :func:`dynlab.kernels.diagonal_tracker.diagonal_tracker_stream`, one sequence at a time
+    with its state in cache: no ``[B, T, S]`` states, gates or decays are formed.  The
+    same function as the module's forward (a test compares logits and final states); every
+    other model runs its forward.
+    """
+    if state is None:
+        state = model.init_state(tokens.shape[0], device=tokens.device)
+    out = _diagonal_stream(model, tokens, state)
+    if out is None:
+        res = model(tokens, state)
+        return res.logits, res.final_state
+    return out.logits, out.final
+
+
+@torch.no_grad()
+def tracker_states(
+    model: Tracker, tokens: torch.Tensor, state: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(states [B, T, S], features [B, T, F], final [B, S])`` of ``model`` on ``tokens``
+    from ``state``, without gradients: ``model(tokens, state, return_states=True,
+    return_features=True)``'s states, readout features and final state, as the analyses
+    stream them.  The Mamba-family trackers on the CPU run the compiled stream of
+    :func:`tracker_stream` (the states written in the cell's layout, no logits)."""
+    if state is None:
+        state = model.init_state(tokens.shape[0], device=tokens.device)
+    out = _diagonal_stream(model, tokens, state, logits=False, states=True, features=True)
+    if out is None:
+        res = model(tokens, state, return_states=True, return_features=True)
+        return res.states, res.features, res.final_state
+    return out.states, out.features, out.final
 
 
 @contextmanager
