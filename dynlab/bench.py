@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -368,9 +369,12 @@ def bench_train(
             specs = [_spec(arch, hidden, batch, length, steps, s, group) for s in range(size)]
             methods.append((f"dynlab ensemble-{size}", size, dynlab_run(specs)))
         best: dict[str, tuple[float, int, int]] = {}
+        per_round: dict[str, list[float]] = {}  # seconds per step and model, round by round
         for _ in range(repeats):  # rounds over all methods: a burst of load on the shared box hits one round
-            for name, _, run in methods:
-                best[name] = min(best.get(name, (float("inf"), 0, 0)), best_of(run))
+            for name, size, run in methods:
+                got = best_of(run)
+                best[name] = min(best.get(name, (float("inf"), 0, 0)), got)
+                per_round.setdefault(name, []).append(got[0] / size)
         for name, size, _ in methods:
             sec, n, t = best[name]
             label = f"baseline ({names[0]})" if name == "baseline" else name
@@ -417,7 +421,23 @@ def bench_train(
         "speedup_vs_baseline": best / base,
         "fraction_of_floor": best / floor,
         "ensemble_vs_solo_per_model": _ensemble_vs_solo(rows),
+        "ensemble_large_vs_small": _paired_ensembles(per_round),
     }
+
+
+def _paired_ensembles(per_round: dict[str, list[float]]) -> dict[str, Any] | None:
+    """The largest ensemble against the smallest, per model, round by round: in each round
+    the ratio of seconds per step and model (small / large: above 1 the large ensemble
+    trains each model faster), with its median, minimum and maximum over the rounds.  Both
+    ran in the same round, so a slow spell of the shared box hits the two alike.  None with
+    fewer than two ensemble sizes."""
+    sizes = sorted(int(k.rsplit("-", 1)[1]) for k in per_round if k.startswith("dynlab ensemble-"))
+    if len(sizes) < 2:
+        return None
+    small, large = per_round[f"dynlab ensemble-{sizes[0]}"], per_round[f"dynlab ensemble-{sizes[-1]}"]
+    ratios = sorted(a / b for a, b in zip(small, large))
+    return {"small": sizes[0], "large": sizes[-1], "rounds": len(ratios), "median": statistics.median(ratios),
+            "min": ratios[0], "max": ratios[-1]}
 
 
 def _ensemble_vs_solo(rows: list[BenchRow]) -> float | None:
@@ -454,6 +474,12 @@ def format_table(results: list[dict[str, Any]]) -> str:
             )
             + ")"
         )
+        pair = res.get("ensemble_large_vs_small")
+        if pair:
+            lines.append(
+                f"{'':32s} ensemble-{pair['large']} vs ensemble-{pair['small']}, per model, paired by round: "
+                f"{pair['median']:.2f} (min {pair['min']:.2f}, max {pair['max']:.2f}, {pair['rounds']} rounds)"
+            )
         for sk in res.get("skipped", []):
             lines.append(f"{'':32s} skipped {sk['method']}: {sk['reason']}")
     return "\n".join(lines)

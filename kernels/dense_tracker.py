@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import torch
 
+from .fast_tanh import tanh_
 from .tracker_common import BUFFERS, fused_call, readout_ce, readout_ce_grad, reference_call, table_grad, token_rows
 
 __all__ = ["dense_tracker_loss", "dense_tracker_loss_reference"]
@@ -97,16 +98,16 @@ def _forward_loop(hs: torch.Tensor, A: torch.Tensor, tanh: bool) -> None:
     """In place on ``hs [N, T, B, S]`` (holding the drive): h_t = phi(h_{t−1} Aᵀ + drive_t)."""
     if hs.shape[0] == 1:  # 2-D ops: the CPU path, where per-op overhead is what is left to save
         steps, a = hs[0].unbind(0), A[0].t()
-        step, act = torch.Tensor.addmm_, torch.Tensor.tanh_
+        step = torch.Tensor.addmm_
     else:
         steps, a = hs.unbind(1), A.mT
-        step, act = torch.Tensor.baddbmm_, torch.Tensor.tanh_
+        step = torch.Tensor.baddbmm_
     prev = None
     for h_t in steps:
         if prev is not None:
             step(h_t, prev, a)
         if tanh:
-            act(h_t)
+            tanh_(h_t)  # the C loop of .fast_tanh on float32 CPU states
         prev = h_t
 
 

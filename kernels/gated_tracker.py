@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import torch
 
+from .fast_tanh import tanh_
 from .tracker_common import BUFFERS, fused_call, readout_ce, readout_ce_grad, reference_call, table_grad, token_rows
 
 __all__ = ["gated_tracker_loss", "gated_tracker_loss_reference"]
@@ -93,7 +94,7 @@ def _forward(rows, labels, E, G, A, U, W, c, phi):
         if t > 0:
             h_t.addcmul_(gate, a_s[t])
         if tanh:
-            h_t.tanh_()
+            tanh_(h_t)  # the C loop of .fast_tanh on float32 CPU states
     loss, correct, probs = readout_ce(hs, W, c, labels)
     return loss, correct, hs, P, probs
 

@@ -61,3 +61,24 @@ def test_strict_json_replaces_non_finite_numbers(tmp_path):
     path = write_json([res], tmp_path / "x.json")
     data = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(c))
     assert data["speedup_vs_baseline"] is None and data["results"][0]["rows"][0]["seconds_per_step"] is None
+
+
+def test_paired_ensemble_ratio_is_per_model_and_by_round():
+    """Small / large seconds per step and model, round by round (above 1: the large ensemble
+    trains each model faster); a slow round for both cancels out."""
+    from dynlab.bench import _paired_ensembles
+
+    per_round = {"dynlab": [1.0, 1.0, 1.0], "dynlab ensemble-16": [0.50, 1.00, 0.40],
+                 "dynlab ensemble-64": [0.25, 1.25, 0.40]}
+    got = _paired_ensembles(per_round)
+    assert got == {"small": 16, "large": 64, "rounds": 3, "median": 1.0, "min": 0.8, "max": 2.0}
+    assert _paired_ensembles({"dynlab ensemble-16": [1.0]}) is None
+
+
+def test_bench_reports_the_paired_ensemble_ratio(payload):
+    _, data = payload
+    assert all(res["ensemble_large_vs_small"] is None for res in data["results"])  # one ensemble size
+    res = bench_train("tanh-rnn", 8, 4, 5, (2, 3), steps=2, threads=(1,), repeats=2)
+    pair = res["ensemble_large_vs_small"]
+    assert (pair["small"], pair["large"], pair["rounds"]) == (2, 3, 2)
+    assert pair["min"] <= pair["median"] <= pair["max"] and pair["min"] > 0
