@@ -288,8 +288,9 @@ def bench_train(
     8 live copies under autograd, × 2 for the fused kernels) are skipped and listed under ``skipped``.  ``compile``: also time one
     model trained with ``compile=True`` (:func:`dynlab.train.train_tracker`; the first,
     compiling step is the untimed warm-up; it counts towards the best dynlab row).  ``repeats``:
-    rounds over all the methods, each method reported at its fastest round (a burst of load
-    on a shared box then spoils one round, not the comparison).
+    rounds over all the methods, every other round in reverse order, each method reported
+    at its fastest round (a burst of load on a shared box then spoils one round, not the
+    comparison); ``ensemble_large_vs_small`` pairs the two ensemble sizes round by round.
     """
     get_cell(arch)
     if min(hidden, batch, length, steps) < 1 or warmup < 0 or steps <= warmup:
@@ -370,8 +371,9 @@ def bench_train(
             methods.append((f"dynlab ensemble-{size}", size, dynlab_run(specs)))
         best: dict[str, tuple[float, int, int]] = {}
         per_round: dict[str, list[float]] = {}  # seconds per step and model, round by round
-        for _ in range(repeats):  # rounds over all methods: a burst of load on the shared box hits one round
-            for name, size, run in methods:
+        for r in range(repeats):  # rounds over all methods: a burst of load on the shared box hits one round
+            # every other round in reverse order, so no method always runs after the same one
+            for name, size, run in (methods if r % 2 == 0 else methods[::-1]):
                 got = best_of(run)
                 best[name] = min(best.get(name, (float("inf"), 0, 0)), got)
                 per_round.setdefault(name, []).append(got[0] / size)

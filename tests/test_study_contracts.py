@@ -263,6 +263,7 @@ def test_not_learned_horizon_rule():
     assert not_learned_horizon(100, 60, None) == 100  # never beyond the evaluated lengths
 
 
+@pytest.mark.slow
 def test_a_not_learned_runs_q_stops_at_its_shorter_horizon(tmp_path):
     """A not-learned run's q(t) is followed to 2 × the training length, a learned run's to
     the longest evaluated length; the run variable ``horizon`` says which."""
