@@ -749,7 +749,7 @@ def diagonal_tracker_stream(
     else:
         k = a.shape[2]
         rows = [x.transpose(-1, -2).reshape(v, k * h).contiguous() for x in (a, b)]  # state-major rows [K, H]
-        st = state.transpose(-1, -2).contiguous()  # [B, K, H]
+        st = state.transpose(-1, -2).clone(memory_format=torch.contiguous_format)  # [B, K, H], never the caller's
         err = getattr(lib, f"dl_dt_stream_{suf}")(t_len, bsz, k, h, W.shape[0], *_p(tok, *rows, C, ge, W, c, st), *outs)
         final = st.transpose(-1, -2).contiguous()
     if err:

@@ -434,6 +434,10 @@ def assemble(specs: list[RunSpec], store: RunStore, options: StudyOptions) -> xr
         ds = ds.merge(table.drop_vars([c for c in table.coords if c in ("run",)], errors="ignore"), compat="override")
         per_run = ("analysis_seconds", "horizon")  # differ from run to run: the run variable horizon, and each analysis.nc
         ds.attrs.update({f"analysis_{k}": v for k, v in table.attrs.items() if k not in per_run})
+        if "R" in ds:  # analyses written before the run variable existed followed q(t) to every length
+            analysed = np.isfinite(ds["R"]).any("t")
+            horizon = ds["horizon"] if "horizon" in ds else xr.full_like(analysed, np.nan, dtype=float)
+            ds["horizon"] = horizon.where(~(horizon.isnull() & analysed), float(ds["length"].max()))
         orders = [get_group(s.task.group).order for s in specs]
         ds["group_order"] = ("run", np.asarray(orders))
         ds["half_margin_rel"] = ("run", (0.5 * ds["M"] / ds["centroid_radius"]).median("t").values)

@@ -247,12 +247,12 @@ def test_an_input_changed_in_place_before_backward_is_refused():
 # --- evaluation stream: logits and final state from a given state, no gradient ---------------
 
 
-@pytest.mark.parametrize("form", ["real", "complex"])
-def test_logits_kernel_equals_the_plain_loop_and_carries_state(form):
+@pytest.mark.parametrize("form, k", [("real", 3), ("real", 1), ("complex", None)])
+def test_logits_kernel_equals_the_plain_loop_and_carries_state(form, k):
     """``diagonal_tracker_logits`` (compiled or torch loop) equals the reference written out
     here (one step at a time from the given state), and streaming two pieces with the
     state carried equals one whole piece."""
-    tok, _, parts = (_complex_problem if form == "complex" else _problem)(n=1, b=4, t=9)
+    tok, _, parts = _complex_problem(n=1, b=4, t=9) if form == "complex" else _problem(n=1, b=4, t=9, k=k)
     a, b, C, g, e, W, c = (x.detach()[0] for x in parts)
     tok = tok[0]
     gen = torch.Generator().manual_seed(3)
@@ -287,19 +287,26 @@ def test_logits_kernel_equals_the_plain_loop_and_carries_state(form):
         diagonal_tracker.diagonal_tracker_logits(tok, a, b, C, g, e, W, c, h0[:, :1])
 
 
-@pytest.mark.parametrize("arch", ["mamba", "negative-mamba", "mamba3", "aussm", "tanh-rnn"])
-def test_tracker_stream_equals_the_models_forward(arch):
+@pytest.mark.parametrize("arch, hidden, d_state", [
+    ("mamba", 8, 3), ("mamba", 8, 1), ("mamba", 1, 3), ("negative-mamba", 8, 3), ("mamba3", 8, 3), ("mamba3", 1, 3),
+    ("aussm", 8, 3), ("tanh-rnn", 8, 3),
+])
+def test_tracker_stream_equals_the_models_forward(arch, hidden, d_state, loops):
     """``tracker_stream`` is ``model(tokens, state)``: logits and the final state in the
     cell's own layout, from a nonzero state (what evaluation carries from chunk to chunk);
     ``tracker_states`` gives its states and readout features (what the analyses stream);
     the caller's state is left as it was."""
     from dynlab.train.engine import tracker_states, tracker_stream
 
-    model = build_tracker(ModelSpec(arch=arch, hidden=8, d_state=3), 5, 5, seed=1).double()
+    from dynlab.train import engine
+
+    model = build_tracker(ModelSpec(arch=arch, hidden=hidden, d_state=d_state), 5, 5, seed=1).double()
     gen = torch.Generator().manual_seed(0)
     tok = torch.randint(0, 5, (6, 23), generator=gen)
     s0 = torch.randn(6, model.state_size, generator=gen, dtype=D) * 0.5
     keep = s0.clone()
+    compiled = engine._diagonal_stream(model, tok, s0.clone()) is not None
+    assert compiled == (loops == "compiled" and arch != "tanh-rnn")  # the compiled stream is what ran
     out = model(tok, s0, return_states=True, return_features=True)
     z, final = tracker_stream(model, tok, s0)
     torch.testing.assert_close(z, out.logits, rtol=1e-10, atol=1e-10)
@@ -308,7 +315,9 @@ def test_tracker_stream_equals_the_models_forward(arch):
     torch.testing.assert_close(states, out.states, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(feats, out.features, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(final, out.final_state, rtol=1e-10, atol=1e-10)
-    assert torch.equal(s0, keep)
+    assert torch.equal(s0, keep)  # also where the state's transpose is already contiguous (H or K = 1)
+    z0, f0 = tracker_stream(model, tok[:0], s0[:0])  # an empty batch, as the forward takes it
+    assert z0.shape == (0, 23, 5) and f0.shape == (0, model.state_size)
 
 
 def test_evaluation_is_the_same_through_the_stream_kernel(monkeypatch):

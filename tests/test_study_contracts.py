@@ -279,3 +279,12 @@ def test_a_not_learned_runs_q_stops_at_its_shorter_horizon(tmp_path):
     assert int(stuck["horizon"]) == 80 and int(reached["horizon"]) == 200
     assert stuck.sizes["t"] == 80 and np.isfinite(stuck["R"].values).all()
     assert reached.sizes["t"] == 200 and np.isfinite(reached["R"].values).all()
+    # an analysis written before the run variable existed followed q(t) to every length
+    (afile,) = (tmp_path / "stuck" / "group-tracking" / "runs").glob("*/analysis.nc")
+    with xr.open_dataset(afile, engine="h5netcdf") as old:
+        legacy = old.load().drop_vars("horizon")
+    legacy.to_netcdf(afile, engine="h5netcdf")
+    options = StudyOptions(**common, extra={"eval": {"lengths": [5, 20, 200]},
+                                            "train": {"steps": 3, "curriculum": {"min_length": 2, "max_length": 40}}})
+    ds = study.assemble(study.make_specs(options), RunStore(tmp_path / "stuck" / "group-tracking"), options)
+    assert float(ds["horizon"].isel(run=0)) == 200.0

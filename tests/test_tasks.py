@@ -77,3 +77,13 @@ def test_chunked_draws_equal_one_long_draw():
     t1, l1 = task.sample(gen, 5, 11)
     t2, l2 = task.sample(gen, 5, 19, start=l1[:, -1])
     assert torch.equal(torch.cat([t1, t2], 1), tokens) and torch.equal(torch.cat([l1, l2], 1), labels)
+
+
+def test_labels_refuse_element_indices_outside_the_group():
+    import pytest as _pytest
+
+    task = WordProblem(get_group("C6"))
+    with _pytest.raises(ValueError, match=r"start must be element indices in \[0, 6\); got 6..6"):
+        task.labels(torch.zeros(1, 1, dtype=torch.long), start=torch.tensor([6]))
+    with _pytest.raises(ValueError, match=r"tokens must be element indices in \[0, 6\); got -1..0"):
+        task.labels(torch.tensor([[0, -1]]))

@@ -261,7 +261,7 @@ def _diagonal_stream(model: Tracker, tokens: torch.Tensor, state: torch.Tensor, 
     """The compiled stream of a one-layer Mamba-family tracker on the CPU with its states
     flattened as the cell's (``[B, …, S]``), or None where it does not apply."""
     kind = fused_kind(model) if isinstance(model, Tracker) else None  # any model with the protocol streams
-    if kind is None or not kind.startswith("diagonal") or not compiled_loops_apply(state):
+    if kind is None or not kind.startswith("diagonal") or not compiled_loops_apply(state) or tokens.numel() == 0:
         return None
     params = dict(model.named_parameters())
     tables = _diagonal_tables(model.cells[0], params, params["embed.weight"])

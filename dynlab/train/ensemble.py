@@ -221,7 +221,8 @@ def _losses_and_grads(template: _Loss, params: dict, buffers: dict, batches: dic
     (``{length: (members, tokens, labels)}``, one stack per length, cut into calls of at
     most :data:`MAX_STACK` members for the fused kernels), from the stacked ``params`` and
     ``buffers`` ``{name: [N, …]}``, and each member's gradients ``{member: [one per
-    parameter, or None]}`` of its own loss (0 where the loss is not finite).
+    parameter, or None]}`` of its own loss (meaningless for a member whose loss is not
+    finite: the caller skips its update).
 
     Each call's backward pass runs before the next call's forward: the kernels' scratch
     buffers of one call are free again for the next, so an ensemble of 64 keeps the
