@@ -617,6 +617,16 @@ def _check(tokens, labels, a, b, C, g, e, W, c) -> None:
         raise ValueError(f"token ids must lie in [0, {g.shape[1]}); got {int(tokens.min())}..{int(tokens.max())}")
 
 
+def _one_dtype(params: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``params`` as contiguous tensors of one real dtype (the promotion of all of them) and
+    its complex twin for the complex ones."""
+    real = params[0].real.dtype if params[0].is_complex() else params[0].dtype
+    for p in params:
+        real = torch.promote_types(real, p.real.dtype if p.is_complex() else p.dtype)
+    cplx = (torch.ones((), dtype=real) * 1j).dtype
+    return [p.to(cplx if p.is_complex() else real).contiguous() for p in params]
+
+
 def _with_model_dim(*args: torch.Tensor) -> tuple[bool, tuple[torch.Tensor, ...]]:
     """``(single, args)``: one model's arguments (``g`` is ``[V, H]``) get the leading model
     dimension N = 1; a stack's are returned as they are."""
@@ -664,11 +674,7 @@ def diagonal_tracker_loss(
         loss = zero.expand(tokens.shape[0]).clone()
         correct = torch.zeros(tokens.shape[0], dtype=torch.long, device=tokens.device)
     else:
-        real = g.dtype  # one real dtype for the real parameters, its complex twin for complex states
-        for p in params:
-            real = torch.promote_types(real, p.real.dtype if p.is_complex() else p.dtype)
-        cplx = (torch.ones((), dtype=real) * 1j).dtype
-        params = [p.to(cplx if p.is_complex() else real).contiguous() for p in params]
+        params = _one_dtype(params)
         tok_tm, lab_tm = tokens.transpose(1, 2).contiguous(), labels.transpose(1, 2).contiguous()  # [N, T, B]
         loss, correct = _DiagonalTrackerLoss.apply(tok_tm, lab_tm, *params)
     return (loss[0], correct[0]) if single else (loss, correct)
@@ -719,13 +725,9 @@ def diagonal_tracker_stream(
     bsz, t_len = tokens.shape
     v, h = g.shape
     cplx = a.is_complex()
-    real = g.dtype
-    for p in (a, b, C, e, W, c):
-        real = torch.promote_types(real, p.real.dtype if p.is_complex() else p.dtype)
-    ctype = (torch.ones((), dtype=real) * 1j).dtype
     # contiguous copies held by name: the C loop reads their memory through raw pointers
-    a, b, C = (x.to(ctype if cplx else real).contiguous() for x in (a, b, C))
-    g, e, W, c = (x.to(real).contiguous() for x in (g, e, W, c))
+    a, b, C, g, e, W, c = _one_dtype([a, b, C, g, e, W, c])
+    real = g.dtype
     shape = (bsz, h) if cplx else (bsz, *a.shape[1:])
     if state is None:
         state = torch.zeros(shape, dtype=a.dtype, device=a.device)
