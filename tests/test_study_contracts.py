@@ -288,3 +288,22 @@ def test_a_not_learned_runs_q_stops_at_its_shorter_horizon(tmp_path):
                                             "train": {"steps": 3, "curriculum": {"min_length": 2, "max_length": 40}}})
     ds = study.assemble(study.make_specs(options), RunStore(tmp_path / "stuck" / "group-tracking"), options)
     assert float(ds["horizon"].isel(run=0)) == 200.0
+
+
+def test_integer_variables_padded_with_nan_are_written_as_nan(tmp_path):
+    """Runs analysed to different horizons are joined with NaN padding; a variable read back
+    from an integer file (k_U, n_present) must keep that NaN on disk, not a huge negative
+    integer."""
+    from dynlab.results.schema import open_dataset, write_dataset
+
+    parts = []
+    for i, t in enumerate((3, 5)):
+        one = xr.Dataset({"k_U": ("t", np.arange(1, t + 1, dtype=np.int64))}, coords={"t": np.arange(1, t + 1)})
+        one.to_netcdf(tmp_path / f"a{i}.nc", engine="h5netcdf")
+        with xr.open_dataset(tmp_path / f"a{i}.nc", engine="h5netcdf") as back:
+            parts.append(back.load())
+    assert parts[0]["k_U"].encoding["dtype"] == np.int64  # what the runs' files hand on
+    table = stack_runs(parts)
+    back = open_dataset(write_dataset(table, tmp_path / "study.nc"))
+    assert back["k_U"].values[0, :3].tolist() == [1, 2, 3] and np.isnan(back["k_U"].values[0, 3:]).all()
+    assert back["k_U"].values[1].tolist() == [1, 2, 3, 4, 5]

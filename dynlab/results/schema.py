@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import xarray as xr
 
 import dynlab
@@ -55,12 +56,25 @@ def write_dataset(ds: xr.Dataset, path: str | Path) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        ds.to_netcdf(tmp, engine="h5netcdf")
+        _float_where_padded(ds).to_netcdf(tmp, engine="h5netcdf")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _float_where_padded(ds: xr.Dataset) -> xr.Dataset:
+    """A shallow copy of ``ds`` in which a variable read from an integer file (encoding
+    ``dtype`` int) but now holding floats (e.g. padded with NaN by a join of runs with
+    different lengths) is written as float: otherwise netCDF casts NaN to a huge
+    negative integer."""
+    out = ds.copy(deep=False)
+    for var in out.variables.values():
+        enc = var.encoding.get("dtype")
+        if enc is not None and np.dtype(enc).kind in "iub" and var.dtype.kind in "fc":
+            var.encoding = {k: v for k, v in var.encoding.items() if k not in ("dtype", "_FillValue", "missing_value")}
+    return out
 
 
 def open_dataset(path: str | Path) -> xr.Dataset:
