@@ -100,6 +100,26 @@ static void dl_readout_bwd_##S(int64_t h, int64_t nc, const T* z, const T* W, co
     }                                                                                               \
 }                                                                                                   \
                                                                                                     \
+/* One step of one sequence, real states: h_t = a ⊙ h_{t-1} + b (hp, the previous state, may be     \
+   ht itself), c = Σ_k C_k h_t[k, :] and y = g ⊙ c + e (y may be c).  The real form's training      \
+   forward and its evaluation stream both step through here. */                                     \
+static void dl_dt_step_##S(int64_t k, int64_t h, const T* ar, const T* br, const T* cr, const T* g, \
+                           const T* e, const T* hp, T* ht, T* c, T* y) {                            \
+    for (int64_t q = 0; q < k; q++) {  /* h_t and its readout in one pass */                        \
+        const T *aq = ar + q * h, *bq = br + q * h, *pq = hp + q * h;                               \
+        T *hq = ht + q * h, w = cr[q];                                                              \
+        if (q == 0) {                                                                               \
+            _Pragma("omp simd")                                                                     \
+            for (int64_t d = 0; d < h; d++) { T v = aq[d] * pq[d] + bq[d]; hq[d] = v; c[d] = w * v; }\
+        } else {                                                                                    \
+            _Pragma("omp simd")                                                                     \
+            for (int64_t d = 0; d < h; d++) { T v = aq[d] * pq[d] + bq[d]; hq[d] = v; c[d] += w * v; }\
+        }                                                                                           \
+    }                                                                                               \
+    _Pragma("omp simd")                                                                             \
+    for (int64_t d = 0; d < h; d++) y[d] = g[d] * c[d] + e[d];                                      \
+}                                                                                                   \
+                                                                                                    \
 int dl_dt_fwd_##S(int64_t tl, int64_t m, int64_t k, int64_t h, const int64_t* steps,                \
                   const T* a, const T* b, const T* C, const T* ge, T* hs, T* ch, T* y) {            \
     int64_t s = k * h;                                                                              \
@@ -107,23 +127,11 @@ int dl_dt_fwd_##S(int64_t tl, int64_t m, int64_t k, int64_t h, const int64_t* st
     if (!zeros) return 1;                                                                           \
     for (int64_t t = 0; t < tl; t++)                                                                \
         for (int64_t i = 0; i < m; i++) {                                                           \
-            int64_t r = steps[t * m + i];                                                           \
-            const T *ar = a + r * s, *br = b + r * s, *cr = C + r * k, *g = ge + r * 2 * h, *e = g + h; \
+            int64_t r = steps[t * m + i], row = t * m + i;                                          \
+            const T* g = ge + r * 2 * h;                                                            \
             const T* hp = t > 0 ? hs + ((t - 1) * m + i) * s : zeros;                               \
-            T *ht = hs + (t * m + i) * s, *c = ch + (t * m + i) * h, *yy = y + (t * m + i) * h;     \
-            for (int64_t q = 0; q < k; q++) {  /* h_t and its readout in one pass */                \
-                const T *aq = ar + q * h, *bq = br + q * h, *pq = hp + q * h;                       \
-                T *hq = ht + q * h, w = cr[q];                                                      \
-                if (q == 0) {                                                                       \
-                    _Pragma("omp simd")                                                             \
-                    for (int64_t d = 0; d < h; d++) { T v = aq[d] * pq[d] + bq[d]; hq[d] = v; c[d] = w * v; } \
-                } else {                                                                            \
-                    _Pragma("omp simd")                                                             \
-                    for (int64_t d = 0; d < h; d++) { T v = aq[d] * pq[d] + bq[d]; hq[d] = v; c[d] += w * v; } \
-                }                                                                                   \
-            }                                                                                       \
-            _Pragma("omp simd")                                                                     \
-            for (int64_t d = 0; d < h; d++) yy[d] = g[d] * c[d] + e[d];                             \
+            dl_dt_step_##S(k, h, a + r * s, b + r * s, C + r * k, g, g + h, hp, hs + row * s, ch + row * h,\
+                           y + row * h);                                                            \
         }                                                                                           \
     free(zeros);                                                                                    \
     return 0;                                                                                       \
@@ -246,32 +254,24 @@ int dl_dt_stream_##S(int64_t tl, int64_t m, int64_t k, int64_t h, int64_t nc, co
                      const T* a, const T* b, const T* C, const T* ge, const T* W, const T* cb,      \
                      T* state, T* z, T* hs, T* ys) {                                                \
     int64_t s = k * h;                                                                              \
-    T* c = (T*)malloc(sizeof(T) * (size_t)(h > 0 ? h : 1));                                        \
-    if (!c) return 1;                                                                               \
+    T* y = (T*)malloc(sizeof(T) * (size_t)(h > 0 ? h : 1));                                         \
+    if (!y) return 1;                                                                               \
     for (int64_t i = 0; i < m; i++) {                                                               \
         T* hr = state + i * s;                                                                      \
         for (int64_t t = 0; t < tl; t++) {                                                          \
             int64_t r = tok[i * tl + t];                                                            \
-            const T *ar = a + r * s, *br = b + r * s, *cr = C + r * k, *g = ge + r * 2 * h, *e = g + h; \
-            for (int64_t d = 0; d < h; d++) c[d] = 0;                                               \
-            for (int64_t q = 0; q < k; q++) {                                                       \
-                const T *aq = ar + q * h, *bq = br + q * h;                                         \
-                T *hq = hr + q * h, w = cr[q];                                                      \
-                _Pragma("omp simd")                                                                 \
-                for (int64_t d = 0; d < h; d++) { T v = aq[d] * hq[d] + bq[d]; hq[d] = v; c[d] += w * v; } \
-            }                                                                                       \
-            _Pragma("omp simd")                                                                     \
-            for (int64_t d = 0; d < h; d++) c[d] = g[d] * c[d] + e[d];                              \
-            if (z) dl_logits_row_##S(h, nc, c, W, cb, z + (i * tl + t) * nc);                       \
-            if (ys) memcpy(ys + (i * tl + t) * h, c, sizeof(T) * (size_t)h);                        \
-            if (hs) {  /* the cell's layout [H, K] */                                                \
+            const T* g = ge + r * 2 * h;                                                            \
+            dl_dt_step_##S(k, h, a + r * s, b + r * s, C + r * k, g, g + h, hr, hr, y, y);  /* in place */\
+            if (z) dl_logits_row_##S(h, nc, y, W, cb, z + (i * tl + t) * nc);                       \
+            if (ys) memcpy(ys + (i * tl + t) * h, y, sizeof(T) * (size_t)h);                        \
+            if (hs) {  /* the cell's layout [H, K] */                                               \
                 T* o = hs + (i * tl + t) * s;                                                       \
                 for (int64_t q = 0; q < k; q++)                                                     \
                     for (int64_t d = 0; d < h; d++) o[d * k + q] = hr[q * h + d];                   \
             }                                                                                       \
         }                                                                                           \
     }                                                                                               \
-    free(c);                                                                                        \
+    free(y);                                                                                        \
     return 0;                                                                                       \
 }                                                                                                   \
                                                                                                     \
