@@ -281,6 +281,8 @@ def load_spec(data: dict[str, Any] | str, cls: type[Spec] = RunSpec) -> Spec:
             raise DynlabInputError(f"spec.json has version {data['version']!r}; allowed: {SPEC_VERSION}")
         data = data["fields"]
     try:
-        return cls.model_validate(data)
+        # context "stored": a spec read back from disk; a field added later takes the value
+        # that its absence meant (e.g. dynlab.lm.spec.LEGACY_MODEL_FIELDS), not its new default
+        return cls.model_validate(data, context={"stored": True})
     except ValidationError as exc:
         raise DynlabInputError(f"invalid {cls.__name__}: {format_validation_error(exc)}") from None

@@ -40,18 +40,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from dynlab.errors import DynlabInputError
+from dynlab.lm.states import CarriedStates
 
 __all__ = ["CarriedStates", "HFRecurrentLM", "HF_MODEL_TYPES", "is_hf_checkpoint", "load_hf_checkpoint"]
 
 HF_MODEL_TYPES = ("mamba2", "mamba")
-
-
-class CarriedStates(list):
-    """Per-layer SSM states ``[B, H, P, N]`` plus ``conv``: per-layer convolution windows."""
-
-    def __init__(self, ssm: list[torch.Tensor], conv: list[torch.Tensor]) -> None:
-        super().__init__(ssm)
-        self.conv = conv
 
 
 def _transformers():

@@ -18,6 +18,15 @@ Validation never calls them: it always starts from the zero state.
   probability ``reset_prob`` = 0.1; zero before the first step.
 - ``tbtt``: with :class:`~dynlab.lm.loaders.SequentialChunkLoader`, the previous chunk's
   detached final state of the same slot; zero where the slot is ``fresh``.
+
+The convolution window (the last ``K − 1`` inputs of each layer's short convolution, see
+:mod:`dynlab.lm.states`) is part of the state that travels: state passing and TBTT pass
+the previous final window together with the SSM state (state passing resets a layer's
+window of a slot to zero with probability ``reset_prob``, independently of the heads;
+TBTT resets it where the slot is ``fresh``). The noise interventions draw the SSM state
+only and start every window at zero, as at the start of a document: the window holds
+the last few inputs, not a memory of the past, and noise in it would be noise on the
+first tokens' features rather than on the state.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 import torch
 
 from dynlab.errors import DynlabInputError
+from dynlab.lm.states import CarriedStates, conv_windows
 
 __all__ = [
     "Intervention", "ZeroInit", "RandomNoise", "FittedNoise", "StatePassing", "TBTT",
@@ -115,17 +125,21 @@ class StatePassing(Intervention):
         self.previous: States | None = None
 
     def observe(self, final_states: States) -> None:
-        self.previous = [s.detach().float().cpu() for s in final_states]
+        self.previous = _to_cpu(final_states)
 
     def initial_states(self, batch_size: int, shapes: Shapes, fresh: torch.Tensor,
                        generator: torch.Generator) -> States:
         if self.previous is None or self.previous[0].shape[0] != batch_size:
             return super().initial_states(batch_size, shapes, fresh, generator)
-        out = []
-        for prev in self.previous:
+        out, windows = [], []
+        for prev, window in zip(self.previous, conv_windows(self.previous, len(self.previous))):
             keep = torch.rand(prev.shape[:2], generator=generator) >= self.reset_prob  # [B, H]
             out.append(prev * keep[:, :, None, None])
-        return out
+            if window is not None:
+                keep_w = torch.rand(window.shape[0], generator=generator) >= self.reset_prob  # [B]
+                window = window * keep_w[:, None, None]
+            windows.append(window)
+        return CarriedStates(out, windows)
 
 
 class TBTT(Intervention):
@@ -138,14 +152,22 @@ class TBTT(Intervention):
         self.previous: States | None = None
 
     def observe(self, final_states: States) -> None:
-        self.previous = [s.detach().float().cpu() for s in final_states]
+        self.previous = _to_cpu(final_states)
 
     def initial_states(self, batch_size: int, shapes: Shapes, fresh: torch.Tensor,
                        generator: torch.Generator) -> States:
         if self.previous is None:
             return super().initial_states(batch_size, shapes, fresh, generator)
         keep = ~fresh  # [B]
-        return [prev * keep[:, None, None, None] for prev in self.previous]
+        windows = [None if w is None else w * keep[:, None, None] for w in conv_windows(self.previous, len(self.previous))]
+        return CarriedStates([prev * keep[:, None, None, None] for prev in self.previous], windows)
+
+
+def _to_cpu(states: States) -> States:
+    """Detached float32 CPU copies of the SSM states and of any convolution windows."""
+    ssm = [s.detach().float().cpu() for s in states]
+    windows = [None if w is None else w.detach().float().cpu() for w in conv_windows(states, len(states))]
+    return CarriedStates(ssm, windows)
 
 
 INTERVENTIONS: dict[str, type[Intervention]] = {

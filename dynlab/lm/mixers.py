@@ -11,10 +11,24 @@ alike:
   channels, ``[B, H, D_inner/H, N]`` (the grouping only matters for per-head statistics).
 - :class:`GLAMixer` — gated linear attention; state ``[B, H, K, V]``.
 
-Choices written down: no short causal convolution (Mamba's ``conv1d``) — the recurrent
-state is then the whole memory of the layer, which is what the interventions act on;
-B and C are shared by all heads of Mamba-2 (one group); the gated output is
-RMS-normalised before the output projection.
+Every mixer has the short causal depthwise convolution of the real layers (width
+``conv_kernel``, default 4; ``0`` turns it off), followed by SiLU:
+
+- Mamba-2 convolves ``x``, ``B`` and ``C`` together (mamba-ssm's ``conv1d`` over ``xBC``);
+- Mamba-1 convolves ``x`` (mamba-ssm's ``conv1d``);
+- GLA convolves ``q``, ``k`` and ``v`` (flash-linear-attention's ``use_short_conv``; fla's
+  default is no convolution, dynlab's is width 4 as zoology puts one before every mixer).
+
+The convolution's window (its last ``K − 1`` inputs) is part of the recurrent state:
+``forward`` takes and returns it beside the SSM state (:mod:`dynlab.lm.states`), so a
+text streamed in chunks gives the same outputs as in one piece.
+
+Other choices written down: B and C are shared by all heads of Mamba-2 (one group, HF's
+``n_groups = 1``); Mamba-2's gated output is RMS-normalised before the output projection
+(``norm(y · silu(z))``, as mamba-ssm and HF); Mamba-1 has no such norm (as mamba-ssm and
+HF; ``inner_norm=True`` restores the norm of dynlab's convolution-free layout, which old
+run folders use).  ``norm_eps`` is the epsilon of every RMSNorm (None: the dtype's machine
+epsilon, the layout of old run folders).
 """
 
 from __future__ import annotations
@@ -31,7 +45,7 @@ from dynlab.kernels.gla import gla_sequential
 from dynlab.kernels.selective_scan import selective_scan_sequential
 from dynlab.kernels.ssd import ssd_sequential
 
-__all__ = ["Mamba2Mixer", "Mamba1Mixer", "GLAMixer", "MIXERS", "IMPLS"]
+__all__ = ["Mamba2Mixer", "Mamba1Mixer", "GLAMixer", "MIXERS", "IMPLS", "causal_conv", "causal_conv_ref"]
 
 IMPLS = ("chunked", "sequential")
 
@@ -52,7 +66,76 @@ def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
     return y + torch.log(-torch.expm1(-y))
 
 
-class Mamba2Mixer(nn.Module):
+def causal_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                window: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal depthwise convolution over time, then SiLU, from a carried window.
+
+    Args:
+        x: ``[B, T, C]`` inputs.
+        weight: ``[C, 1, K]`` (``nn.Conv1d(C, C, K, groups=C).weight``); tap ``K − 1``
+            multiplies the current input, tap ``0`` the input ``K − 1`` steps back.
+        bias: ``[C]`` or None.
+        window: ``[B, C, K − 1]``, the ``K − 1`` inputs before ``x`` (None: zeros).
+
+    Returns ``(silu(conv) [B, T, C], new window [B, C, K − 1])`` — the last ``K − 1``
+    inputs seen, the window for the next chunk.
+    """
+    b, t, c = x.shape
+    k = weight.shape[-1]
+    xt = x.transpose(1, 2)  # [B, C, T]
+    if window is None:
+        window = xt.new_zeros(b, c, k - 1)
+    full = torch.cat([window.to(xt.dtype), xt], dim=-1)  # [B, C, K - 1 + T]
+    y = F.conv1d(full, weight, bias, groups=c)  # [B, C, T]
+    return F.silu(y).transpose(1, 2), full[:, :, full.shape[-1] - (k - 1):]
+
+
+def causal_conv_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                    window: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`causal_conv` as an explicit sum over taps, step by step (the reference)."""
+    b, t, c = x.shape
+    k = weight.shape[-1]
+    past = [x.new_zeros(b, c) for _ in range(k - 1)] if window is None else list(window.to(x.dtype).unbind(-1))
+    ys = []
+    for i in range(t):
+        past.append(x[:, i])
+        taps = past[len(past) - k:]
+        y = sum(weight[:, 0, j] * taps[j] for j in range(k))
+        ys.append(y if bias is None else y + bias)
+    out = torch.stack(ys, dim=1)  # [B, T, C]
+    return F.silu(out), torch.stack(past[len(past) - (k - 1):], dim=-1) if k > 1 else x.new_zeros(b, c, 0)
+
+
+class _ShortConv(nn.Module):
+    """Holds ``conv1d`` (depthwise, width ``kernel``) and applies :func:`causal_conv`; kernel 0: SiLU only."""
+
+    def _init_conv(self, channels: int, kernel: int, bias: bool) -> None:
+        if kernel < 0:
+            raise DynlabInputError(f"conv_kernel must be >= 0 (0: no convolution), got {kernel}")
+        self.conv_kernel = kernel
+        self.conv1d = nn.Conv1d(channels, channels, kernel, groups=channels, bias=bias) if kernel else None
+
+    def conv_shape(self) -> tuple[int, int] | None:
+        """``(C, K − 1)`` of the convolution window, None without a convolution."""
+        return None if self.conv1d is None else (self.conv1d.in_channels, self.conv_kernel - 1)
+
+    def _conv(self, x: torch.Tensor, window: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.conv1d is None:
+            return F.silu(x), None
+        return causal_conv(x, self.conv1d.weight, self.conv1d.bias, window)
+
+    @torch.no_grad()
+    def _reset_conv(self, generator: torch.Generator) -> None:
+        """PyTorch's default ``Conv1d`` init (as mamba-ssm): weight and bias ~ U[−1/√K, 1/√K]."""
+        if self.conv1d is None:
+            return
+        bound = 1.0 / math.sqrt(self.conv_kernel)
+        for p in (self.conv1d.weight, self.conv1d.bias):
+            if p is not None:
+                p.copy_((torch.rand(p.shape, generator=generator, dtype=torch.float64) * 2 - 1) * bound)
+
+
+class Mamba2Mixer(_ShortConv):
     """Mamba-2 (SSD) mixer: scalar decay per head.
 
     Args:
@@ -64,10 +147,13 @@ class Mamba2Mixer(nn.Module):
         impl: ``"chunked"`` or ``"sequential"`` (the reference scan).
         dt_min, dt_max: range of the initial step sizes (log-uniform); small values give
             slowly decaying heads whose state keeps growing past the training length.
+        conv_kernel: width K of the causal depthwise convolution over ``xBC`` (0: none).
+        norm_eps: epsilon of the gated RMSNorm (None: the dtype's machine epsilon).
     """
 
     def __init__(self, d_model: int, n_heads: int = 4, head_dim: int = 16, d_state: int = 16,
-                 chunk_size: int = 64, impl: str = "chunked", dt_min: float = 1e-3, dt_max: float = 1e-1) -> None:
+                 chunk_size: int = 64, impl: str = "chunked", dt_min: float = 1e-3, dt_max: float = 1e-1,
+                 conv_kernel: int = 4, norm_eps: float | None = 1e-5) -> None:
         super().__init__()
         if not 0.0 < dt_min <= dt_max:
             raise DynlabInputError(f"need 0 < dt_min <= dt_max, got dt_min={dt_min}, dt_max={dt_max}")
@@ -76,10 +162,11 @@ class Mamba2Mixer(nn.Module):
         self.d_inner = n_heads * head_dim
         self.chunk_size, self.impl = chunk_size, _check_impl(impl)
         self.in_proj = nn.Linear(d_model, 2 * self.d_inner + 2 * d_state + n_heads, bias=False)
+        self._init_conv(self.d_inner + 2 * d_state, conv_kernel, bias=True)
         self.A_log = nn.Parameter(torch.zeros(n_heads))
         self.dt_bias = nn.Parameter(torch.zeros(n_heads))
         self.D = nn.Parameter(torch.ones(n_heads))
-        self.norm = nn.RMSNorm(self.d_inner)
+        self.norm = nn.RMSNorm(self.d_inner, eps=norm_eps)
         self.out_proj = nn.Linear(self.d_inner, d_model, bias=False)
 
     def state_shape(self) -> tuple[int, int, int]:
@@ -88,19 +175,30 @@ class Mamba2Mixer(nn.Module):
 
     @torch.no_grad()
     def reset_ssm_parameters(self, generator: torch.Generator) -> None:
-        """A ~ U[1, 16] (A_log = log A), dt ~ log-U[dt_min, dt_max] through softplus, D = 1."""
+        """A ~ U[1, 16] (A_log = log A), dt ~ log-U[dt_min, dt_max] through softplus, D = 1; the convolution as PyTorch's default."""
         a = 1.0 + 15.0 * torch.rand(self.n_heads, generator=generator, dtype=torch.float64)
         self.A_log.copy_(torch.log(a))
         self.dt_bias.copy_(_inverse_softplus(_log_uniform(self.n_heads, self.dt_min, self.dt_max, generator)))
         self.D.fill_(1.0)
+        self._reset_conv(generator)
 
-    def forward(self, x: torch.Tensor, initial_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """x ``[B, T, D]``, initial_state ``[B, H, P, N]`` -> (y ``[B, T, D]``, final_state ``[B, H, P, N]``)."""
+    def forward(self, x: torch.Tensor, initial_state: torch.Tensor | None = None,
+                conv_window: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """x ``[B, T, D]``, initial_state ``[B, H, P, N]``, conv_window ``[B, H·P + 2N, K − 1]``
+        -> (y ``[B, T, D]``, final_state ``[B, H, P, N]``, final window or None)."""
+        y, z, state, window = self.inner(x, initial_state, conv_window)
+        b, t = x.shape[:2]
+        y = self.norm(y.reshape(b, t, self.d_inner) * F.silu(z))  # [B, T, H*P]
+        return self.out_proj(y), state, window
+
+    def inner(self, x: torch.Tensor, initial_state: torch.Tensor | None = None, conv_window: torch.Tensor | None = None):
+        """The mixer up to the gated norm: ``(y + D·x [B, T, H, P], z [B, T, H·P], final state, final window)``."""
         b, t, _ = x.shape
         h, p, n = self.state_shape()
-        z, xs, B, C, dt = torch.split(self.in_proj(x), [self.d_inner, self.d_inner, n, n, h], dim=-1)
-        xs, B, C = F.silu(xs), F.silu(B), F.silu(C)
-        xs = xs.view(b, t, h, p)  # [B, T, H, P]
+        z, xbc, dt = torch.split(self.in_proj(x), [self.d_inner, self.d_inner + 2 * n, h], dim=-1)
+        xbc, window = self._conv(xbc, conv_window)  # [B, T, H*P + 2N]
+        xs, B, C = torch.split(xbc, [self.d_inner, n, n], dim=-1)
+        xs = xs.reshape(b, t, h, p)  # [B, T, H, P]
         dt = F.softplus(dt + self.dt_bias)  # [B, T, H]
         A = -torch.exp(self.A_log)  # [H]
         B = B[:, :, None, :].expand(b, t, h, n)  # [B, T, H, N]
@@ -109,12 +207,10 @@ class Mamba2Mixer(nn.Module):
             y, state = dispatch.ssd(xs, dt, A, B, C, initial_state, True, chunk_size=self.chunk_size)
         else:
             y, state = ssd_sequential(xs, dt, A, B, C, initial_state, True)
-        y = y + self.D[:, None] * xs  # [B, T, H, P]
-        y = self.norm(y.reshape(b, t, self.d_inner) * F.silu(z))  # [B, T, H*P]
-        return self.out_proj(y), state
+        return y + self.D[:, None] * xs, z, state, window
 
 
-class Mamba1Mixer(nn.Module):
+class Mamba1Mixer(_ShortConv):
     """Mamba-1 (selective scan) mixer: diagonal decay per channel and state dim.
 
     Args:
@@ -127,11 +223,16 @@ class Mamba1Mixer(nn.Module):
             CPU the fused scan with a hand-written backward (a compiled C kernel when a C
             compiler is available, see :func:`dynlab.kernels.selective_scan.selective_scan_fused`;
             ``chunk_size`` is unused there), Triton or mamba-ssm on CUDA. ``"sequential"`` is
-            the step-by-step reference scan under autograd (about 10× slower on the CPU).
+            the step-by-step reference scan under autograd.
+        conv_kernel: width K of the causal depthwise convolution over ``x`` (0: none).
+        inner_norm: RMS-normalise the gated output before ``out_proj`` (not in mamba-ssm
+            or HF; the layout of dynlab's old convolution-free runs).
+        norm_eps: epsilon of that norm (None: the dtype's machine epsilon).
     """
 
     def __init__(self, d_model: int, d_inner: int = 64, d_state: int = 16, n_heads: int = 4,
-                 dt_rank: int | None = None, chunk_size: int = 32, impl: str = "chunked") -> None:
+                 dt_rank: int | None = None, chunk_size: int = 32, impl: str = "chunked",
+                 conv_kernel: int = 4, inner_norm: bool = False, norm_eps: float | None = 1e-5) -> None:
         super().__init__()
         if d_inner % n_heads:
             raise DynlabInputError(f"n_heads must divide d_inner={d_inner}, got n_heads={n_heads}")
@@ -139,11 +240,12 @@ class Mamba1Mixer(nn.Module):
         self.dt_rank = dt_rank or math.ceil(d_model / 16)
         self.chunk_size, self.impl = chunk_size, _check_impl(impl)
         self.in_proj = nn.Linear(d_model, 2 * d_inner, bias=False)
+        self._init_conv(d_inner, conv_kernel, bias=True)
         self.x_proj = nn.Linear(d_inner, self.dt_rank + 2 * d_state, bias=False)
         self.dt_proj = nn.Linear(self.dt_rank, d_inner, bias=True)
         self.A_log = nn.Parameter(torch.zeros(d_inner, d_state))
         self.D = nn.Parameter(torch.ones(d_inner))
-        self.norm = nn.RMSNorm(d_inner)
+        self.norm = nn.RMSNorm(d_inner, eps=norm_eps) if inner_norm else None
         self.out_proj = nn.Linear(d_inner, d_model, bias=False)
 
     def state_shape(self) -> tuple[int, int, int]:
@@ -152,17 +254,20 @@ class Mamba1Mixer(nn.Module):
 
     @torch.no_grad()
     def reset_ssm_parameters(self, generator: torch.Generator) -> None:
-        """A[d, n] = n + 1 (S4D-real, A_log = log A), Δ bias ~ log-U[1e-3, 1e-1] through softplus, D = 1."""
+        """A[d, n] = n + 1 (S4D-real, A_log = log A), Δ bias ~ log-U[1e-3, 1e-1] through softplus, D = 1; the convolution as PyTorch's default."""
         a = torch.arange(1, self.d_state + 1, dtype=torch.float64).expand(self.d_inner, -1)
         self.A_log.copy_(torch.log(a))
         self.dt_proj.bias.copy_(_inverse_softplus(_log_uniform(self.d_inner, 1e-3, 1e-1, generator)))
         self.D.fill_(1.0)
+        self._reset_conv(generator)
 
-    def forward(self, x: torch.Tensor, initial_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """x ``[B, T, D]``, initial_state ``[B, H, D_inner/H, N]`` -> (y ``[B, T, D]``, final_state, same layout)."""
+    def forward(self, x: torch.Tensor, initial_state: torch.Tensor | None = None,
+                conv_window: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """x ``[B, T, D]``, initial_state ``[B, H, D_inner/H, N]``, conv_window ``[B, D_inner, K − 1]``
+        -> (y ``[B, T, D]``, final_state (same layout), final window or None)."""
         b, t, _ = x.shape
         xs, z = self.in_proj(x).chunk(2, dim=-1)
-        xs = F.silu(xs)  # [B, T, D_inner]
+        xs, window = self._conv(xs, conv_window)  # [B, T, D_inner]
         dt_raw, B, C = torch.split(self.x_proj(xs), [self.dt_rank, self.d_state, self.d_state], dim=-1)
         delta = F.softplus(self.dt_proj(dt_raw))  # [B, T, D_inner]
         A = -torch.exp(self.A_log)  # [D_inner, N]
@@ -171,27 +276,33 @@ class Mamba1Mixer(nn.Module):
             y, state = dispatch.selective_scan(xs, delta, A, B, C, init, True, chunk_size=self.chunk_size)
         else:
             y, state = selective_scan_sequential(xs, delta, A, B, C, init, True)
-        y = self.norm((y + self.D * xs) * F.silu(z))  # [B, T, D_inner]
-        return self.out_proj(y), state.view(b, *self.state_shape())  # [B, H, D_inner/H, N]
+        y = (y + self.D * xs) * F.silu(z)  # [B, T, D_inner]
+        if self.norm is not None:
+            y = self.norm(y)
+        return self.out_proj(y), state.view(b, *self.state_shape()), window  # [B, H, D_inner/H, N]
 
 
-class GLAMixer(nn.Module):
+class GLAMixer(_ShortConv):
     """Gated linear attention mixer.
 
     Log forget gates ``g = logsigmoid(W_g x) / 16`` (GLA's gate normaliser), output gate
     ``silu(W_o x)``, per-head keys of size ``key_dim`` and values of size ``value_dim``.
+    ``conv_kernel`` > 0 puts a causal depthwise convolution (no bias) and SiLU on q, k and v
+    (fla's ``use_short_conv``); 0 leaves them linear, as fla's default.
     """
 
     gate_normalizer = 16.0
 
     def __init__(self, d_model: int, n_heads: int = 4, key_dim: int = 16, value_dim: int = 16,
-                 chunk_size: int = 32, impl: str = "chunked") -> None:
+                 chunk_size: int = 32, impl: str = "chunked", conv_kernel: int = 4,
+                 norm_eps: float | None = 1e-5) -> None:
         super().__init__()
         self.n_heads, self.key_dim, self.value_dim = n_heads, key_dim, value_dim
         self.chunk_size, self.impl = chunk_size, _check_impl(impl)
         hk, hv = n_heads * key_dim, n_heads * value_dim
         self.qkvg_proj = nn.Linear(d_model, 3 * hk + 2 * hv, bias=False)
-        self.norm = nn.RMSNorm(hv)
+        self._init_conv(2 * hk + hv, conv_kernel, bias=False)
+        self.norm = nn.RMSNorm(hv, eps=norm_eps)
         self.out_proj = nn.Linear(hv, d_model, bias=False)
 
     def state_shape(self) -> tuple[int, int, int]:
@@ -200,22 +311,29 @@ class GLAMixer(nn.Module):
 
     @torch.no_grad()
     def reset_ssm_parameters(self, generator: torch.Generator) -> None:
-        """GLA has no extra recurrence parameters (the gate is a plain projection)."""
+        """GLA has no extra recurrence parameters (the gate is a plain projection); the convolution as PyTorch's default."""
+        self._reset_conv(generator)
 
-    def forward(self, x: torch.Tensor, initial_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """x ``[B, T, D]``, initial_state ``[B, H, K, V]`` -> (y ``[B, T, D]``, final_state ``[B, H, K, V]``)."""
+    def forward(self, x: torch.Tensor, initial_state: torch.Tensor | None = None,
+                conv_window: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """x ``[B, T, D]``, initial_state ``[B, H, K, V]``, conv_window ``[B, 2·H·K + H·V, K_conv − 1]``
+        -> (y ``[B, T, D]``, final_state ``[B, H, K, V]``, final window or None)."""
         b, t, _ = x.shape
         h, dk, dv = self.state_shape()
         q, k, g, v, o = torch.split(self.qkvg_proj(x), [h * dk, h * dk, h * dk, h * dv, h * dv], dim=-1)
-        q, k, g = (a.view(b, t, h, dk) for a in (q, k, g))  # [B, T, H, K]
-        v = v.view(b, t, h, dv)  # [B, T, H, V]
+        window = None
+        if self.conv1d is not None:
+            qkv, window = self._conv(torch.cat([q, k, v], dim=-1), conv_window)
+            q, k, v = torch.split(qkv, [h * dk, h * dk, h * dv], dim=-1)
+        q, k, g = (a.reshape(b, t, h, dk) for a in (q, k, g))  # [B, T, H, K]
+        v = v.reshape(b, t, h, dv)  # [B, T, H, V]
         gk = F.logsigmoid(g) / self.gate_normalizer
         if self.impl == "chunked":
             y, state = dispatch.gla(q, k, v, gk, None, initial_state, True, chunk_size=self.chunk_size)
         else:
             y, state = gla_sequential(q, k, v, gk, None, initial_state, True)
         y = self.norm(y.reshape(b, t, h * dv) * F.silu(o))  # [B, T, H*V]
-        return self.out_proj(y), state
+        return self.out_proj(y), state, window
 
 
 MIXERS: dict[str, type[nn.Module]] = {"mamba2": Mamba2Mixer, "mamba1": Mamba1Mixer, "gla": GLAMixer}

@@ -42,7 +42,7 @@ def corpus_for(source: str, val_fraction: float) -> Corpus:
 def build_model(spec: LMRunSpec) -> RecurrentLM:
     """The untrained model of ``spec``, parameters drawn from a generator seeded with ``spec.seed``."""
     m = spec.model
-    return RecurrentLM(m.mixer, d_model=m.d_model, n_layers=m.n_layers, mlp_ratio=m.mlp_ratio,
+    return RecurrentLM(m.mixer, d_model=m.d_model, n_layers=m.n_layers, mlp_ratio=m.mlp_ratio, norm_eps=m.norm_eps,
                        generator=torch.Generator().manual_seed(spec.seed), **m.mixer_kwargs())
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from dynlab.config import Spec
 from dynlab.train.engine import MAX_THREADS
@@ -58,6 +58,13 @@ class LMDataSpec(Spec):
         return str(p.resolve())
 
 
+#: Fields of :class:`LMModelSpec` added with the short convolution, and what a stored
+#: spec (a run folder's ``spec.json``) without them means: dynlab's earlier layout (no
+#: convolution, RMSNorm epsilon of the dtype, a norm inside Mamba-1).  A field holding
+#: that value is left out of the spec's JSON, so those run folders keep their run ids.
+LEGACY_MODEL_FIELDS: dict[str, Any] = {"conv_kernel": 0, "norm_eps": None, "mamba1_inner_norm": True}
+
+
 class LMModelSpec(Spec):
     """Byte-level LM: ``n_layers`` blocks of ``mixer`` at width ``d_model``.
 
@@ -65,6 +72,11 @@ class LMModelSpec(Spec):
     step sizes log-uniform in [dt_min, dt_max]; mamba1 uses ``n_heads·head_dim`` channels
     (grouped into ``n_heads`` for the state layout) with state ``d_state``; gla uses
     ``n_heads`` heads with keys of size ``d_state`` and values of size ``head_dim``.
+    Every mixer has a short causal convolution of width ``conv_kernel`` (0: none; see
+    :mod:`dynlab.lm.mixers`). ``mlp_ratio = 0`` gives Mamba's MLP-free blocks (the layout
+    that exports to Hugging Face, :mod:`dynlab.lm.export`). ``norm_eps``: epsilon of every
+    RMSNorm (None: the dtype's machine epsilon). ``mamba1_inner_norm``: the RMSNorm before
+    Mamba-1's output projection that real Mamba-1 lacks (old run folders have it).
     """
 
     mixer: MixerName = "mamba2"
@@ -73,10 +85,28 @@ class LMModelSpec(Spec):
     n_heads: int = Field(4, ge=1, le=256)
     head_dim: int = Field(16, ge=1, le=1024)
     d_state: int = Field(16, ge=1, le=1024)
-    mlp_ratio: int = Field(2, ge=1, le=16)
+    mlp_ratio: int = Field(2, ge=0, le=16)
     chunk_size: int = Field(64, ge=1)
     dt_min: float = Field(1e-3, gt=0.0)
     dt_max: float = Field(1e-1, gt=0.0)
+    conv_kernel: int = Field(4, ge=0, le=64)
+    norm_eps: float | None = Field(1e-5, gt=0.0, lt=1.0)
+    mamba1_inner_norm: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_layout(cls, data: Any, info: ValidationInfo) -> Any:
+        if info.context and info.context.get("stored") and isinstance(data, dict):
+            data = {**LEGACY_MODEL_FIELDS, **data}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _drop_legacy_values(self, handler: Any) -> dict[str, Any]:
+        out = handler(self)
+        for name, value in LEGACY_MODEL_FIELDS.items():
+            if name in out and out[name] == value and type(out[name]) is type(value):
+                del out[name]
+        return out
 
     @model_validator(mode="after")
     def _dt_order(self) -> LMModelSpec:
@@ -84,15 +114,16 @@ class LMModelSpec(Spec):
             raise ValueError(f"dt_min={self.dt_min} exceeds dt_max={self.dt_max}")
         return self
 
-    def mixer_kwargs(self) -> dict[str, float | int]:
+    def mixer_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the mixer class for this spec."""
+        common: dict[str, Any] = dict(chunk_size=self.chunk_size, conv_kernel=self.conv_kernel)
         if self.mixer == "mamba2":
             return dict(n_heads=self.n_heads, head_dim=self.head_dim, d_state=self.d_state,
-                        chunk_size=self.chunk_size, dt_min=self.dt_min, dt_max=self.dt_max)
+                        dt_min=self.dt_min, dt_max=self.dt_max, **common)
         if self.mixer == "mamba1":
             return dict(d_inner=self.n_heads * self.head_dim, d_state=self.d_state, n_heads=self.n_heads,
-                        chunk_size=self.chunk_size)
-        return dict(n_heads=self.n_heads, key_dim=self.d_state, value_dim=self.head_dim, chunk_size=self.chunk_size)
+                        inner_norm=self.mamba1_inner_norm, **common)
+        return dict(n_heads=self.n_heads, key_dim=self.d_state, value_dim=self.head_dim, **common)
 
 
 class InterventionSpec(Spec):

@@ -27,6 +27,7 @@ from torch import nn
 from dynlab.lm.interventions import Intervention
 from dynlab.lm.loaders import RandomWindowLoader, SequentialChunkLoader
 from dynlab.lm.model import RecurrentLM
+from dynlab.lm.states import detach_states, states_to
 from dynlab.train.device import resolve_device
 from dynlab.train.engine import TrainResult, cosine_lr, train_threads
 
@@ -119,7 +120,7 @@ def fit(
         for step in range(steps):
             tokens, mask, fresh = next_batch()
             tokens = tokens.to(dev)  # [B, L + 1]
-            init = [s.to(dev) for s in intervention.initial_states(batch_size, shapes, fresh, generator)]
+            init = states_to(intervention.initial_states(batch_size, shapes, fresh, generator), dev)
             logits, finals = model(tokens[:, :-1], init)  # [B, L, V]
             loss = _masked_mean(logits, tokens[:, 1:], mask)
             value, length = loss.item(), tokens.shape[1] - 1
@@ -133,7 +134,7 @@ def fit(
                 break
             opt.step()
             sched.step()
-            intervention.observe([f.detach() for f in finals])
+            intervention.observe(detach_states(finals))
             result.losses.append(value)
             result.lengths.append(length)
             if progress is not None:
