@@ -21,7 +21,8 @@ from dynlab.config import Spec, load_spec
 from dynlab.errors import DynlabInputError
 from dynlab.executors import Executor, InProcessExecutor
 from dynlab.results.schema import annotate, open_dataset, provenance_attrs, write_dataset
-from dynlab.results.store import RunStore, atomic_write_text
+from dynlab.results.files import make_dir, write_text_atomic
+from dynlab.results.store import RunStore
 from dynlab.study import RunOutcome, Study, StudyExtra, StudyOptions
 from dynlab.train.device import resolve_device
 from dynlab.train.engine import train_threads
@@ -174,7 +175,9 @@ def _say(progress: NullProgress, message: str) -> None:
 def _finish(study: Study, specs: list[Spec], store: RunStore, options: StudyOptions, extra: StudyExtra) -> Path:
     """Assemble and write the study dataset and the manifest; the manifest records the
     study's options as parsed (``extra``: preset-dependent choices such as the analysis
-    preset written out), so ``dynlab analyze`` reuses them."""
+    preset written out), so ``dynlab analyze`` reuses them.  Then the temporary files
+    that killed writes left in the study's runs are removed (:meth:`RunStore.sweep`), so a
+    finished study leaves none of its own behind."""
     ds = study.assemble(specs, store, options)
     annotate(ds)
     ds.attrs.update(provenance_attrs(study.name, options.preset, specs))
@@ -188,7 +191,8 @@ def _finish(study: Study, specs: list[Spec], store: RunStore, options: StudyOpti
         "extra": extra.recorded(),
         "run_ids": [s.spec_hash() for s in specs],
     }
-    atomic_write_text(store.root / MANIFEST, lambda: json.dumps(manifest, indent=1))
+    write_text_atomic(store.root / MANIFEST, json.dumps(manifest, indent=1))
+    store.sweep([s.spec_hash() for s in specs])  # leftovers of killed writes to these runs
     return path
 
 
@@ -214,7 +218,7 @@ def run_study(
         resolve_device(device)  # refuse an unknown or unavailable device before writing
     store = RunStore(study_dir(out, study))
     try:
-        store.runs.mkdir(parents=True, exist_ok=True)
+        make_dir(store.runs)
     except OSError as exc:
         raise DynlabInputError(f"cannot write the study to {store.root} ({exc.strerror or exc}); allowed: a writable folder") from None
     with make_progress(progress) as prog:

@@ -107,10 +107,14 @@ def test_kill_during_save_leaves_no_finished_run(tmp_path, monkeypatch):
     spec = study.make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",)))[0]
     store = RunStore(tmp_path)
 
-    def dying_save_file(*args, **kwargs):
-        raise Killed()
+    write = store_mod.write_bytes_new
 
-    monkeypatch.setattr(store_mod, "save_file", dying_save_file)
+    def dying_write(path, data):
+        if path.name == "model.safetensors":
+            raise Killed()
+        write(path, data)
+
+    monkeypatch.setattr(store_mod, "write_bytes_new", dying_write)
     with pytest.raises(Killed):
         store.save(spec, {"status": "ok"}, {"w": torch.zeros(2)})
     assert not store.is_done(spec) and not store.path(spec).exists()

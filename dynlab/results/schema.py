@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import subprocess
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-import numpy as np
 import xarray as xr
 
 import dynlab
 from dynlab.config import Spec
+from dynlab.results.files import _float_where_padded, make_dir, write_netcdf  # noqa: F401 (re-exported)
 from dynlab.results.vocabulary import VARIABLES, annotate
 
 __all__ = ["VARIABLES", "annotate", "git_sha", "open_dataset", "provenance_attrs", "write_dataset"]
@@ -50,31 +48,13 @@ def provenance_attrs(study: str, preset: str, specs: Iterable[Spec]) -> dict[str
 
 
 def write_dataset(ds: xr.Dataset, path: str | Path) -> Path:
-    """Write ``ds`` as netCDF (h5netcdf) atomically: a temp file, then ``os.replace``."""
+    """Write ``ds`` as netCDF (h5netcdf) atomically, its folder made when missing: the one
+    netCDF writer (:func:`dynlab.results.files.write_netcdf`: serialised in memory, then
+    written and renamed into place; a full disk raises one ``OSError`` naming ``path`` and
+    leaves any previous file unchanged)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        _float_where_padded(ds).to_netcdf(tmp, engine="h5netcdf")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def _float_where_padded(ds: xr.Dataset) -> xr.Dataset:
-    """A shallow copy of ``ds`` in which a variable read from an integer file (encoding
-    ``dtype`` int) but now holding floats (e.g. padded with NaN by a join of runs with
-    different lengths) is written as float: otherwise netCDF casts NaN to a huge
-    negative integer."""
-    out = ds.copy(deep=False)
-    for var in out.variables.values():
-        enc = var.encoding.get("dtype")
-        if enc is not None and np.dtype(enc).kind in "iub" and var.dtype.kind in "fc":
-            var.encoding = {k: v for k, v in var.encoding.items() if k not in ("dtype", "_FillValue", "missing_value")}
-    return out
+    make_dir(path.parent)
+    return write_netcdf(ds, path)
 
 
 def open_dataset(path: str | Path) -> xr.Dataset:

@@ -10,10 +10,20 @@ Layout under ``root``::
     quarantine/<run_id>-<UTC time>/  damaged files moved aside, with WHY.txt
 
 A run folder is assembled in a hidden temporary folder and renamed into place in one
-step, so a study killed at any moment leaves either a complete run or none; leftovers of
-killed writes (older than an hour, so a concurrent writer is never disturbed) are removed
-on the next save.  Files added later (analyses) are written to a temp file, entered in
-``checksums.json`` and ``os.replace``-d.
+step, so a study killed at any moment leaves either a complete run or none.  Files added
+later (analyses) are written to a temp file, entered in ``checksums.json`` and
+``os.replace``-d.  Every file is written whole by :mod:`dynlab.results.files` (netCDF
+serialised in memory first, bytes synced to disk, then renamed), so a full disk raises one
+``OSError`` and leaves the previous files as they were; files and folders get the
+permissions of the process's umask.
+
+**Leftovers of killed writes.**  A temporary name says which process of which host writes
+it.  :meth:`RunStore.sweep` removes the temporary files and folders of given runs (and the
+study folder's own) whose writer is provably gone (a dead process of this host), or that
+are older than an hour (:data:`STALE_AFTER_S`; a writer on another host sharing the
+folder cannot be checked otherwise); a live concurrent writer is never disturbed.  The
+runner sweeps every run of a study it finished; :meth:`RunStore.save` sweeps before it
+writes.
 
 **One check for damage** (:meth:`RunStore.inspect`): a run folder is intact when
 ``checksums.json`` reads, every file it lists is there with its size and SHA-256, no other
@@ -33,7 +43,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,18 +51,28 @@ from typing import Any
 
 import torch
 import xarray as xr
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 
 from dynlab.config import Spec
 from dynlab.errors import DynlabInputError
+from dynlab.results.files import (
+    STALE_AFTER_S,
+    TMP_DIR_PREFIX,
+    is_leftover,
+    make_dir,
+    netcdf_bytes,
+    temp_dir_name,
+    write_bytes_atomic,
+    write_bytes_new,
+    write_text_atomic,
+)
 from dynlab.results.schema import open_dataset
 
-__all__ = ["CHECKSUMS", "QUARANTINE", "Damage", "RunStore", "atomic_write_text", "file_digest"]
+__all__ = ["CHECKSUMS", "QUARANTINE", "STALE_AFTER_S", "Damage", "RunStore", "atomic_write_text", "bytes_digest",
+           "file_digest"]
 
-_TMP_PREFIX = ".tmp-"
-
-#: Age in seconds after which a temporary folder or file is a leftover of a killed write.
-STALE_AFTER_S = 3600.0
+_TMP_PREFIX = TMP_DIR_PREFIX
 
 #: The per-run manifest: ``{"format": 1, "files": {name: {"sha256": hex, "bytes": n}}}``.
 CHECKSUMS = "checksums.json"
@@ -96,6 +115,12 @@ def file_digest(path: Path) -> dict[str, Any]:
     return {"sha256": h.hexdigest(), "bytes": size}
 
 
+def bytes_digest(data: bytes | memoryview) -> dict[str, Any]:
+    """:func:`file_digest` of a file that would hold ``data``."""
+    view = memoryview(data).cast("B")
+    return {"sha256": hashlib.sha256(view).hexdigest(), "bytes": view.nbytes}
+
+
 def _spec_text_hash(text: str) -> str:
     """The run id a ``spec.json`` text belongs to (as :meth:`Spec.spec_hash`)."""
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -109,24 +134,39 @@ class RunStore:
         self.runs = self.root / "runs"
         self.quarantine_dir = self.root / QUARANTINE
 
-    def _clean_stale(self) -> None:
-        """Remove leftovers of killed writes: temp run folders and ``.*.tmp`` files older
-        than :data:`STALE_AFTER_S` (younger ones may belong to a live writer sharing the
-        folder).  Leftovers never count as finished runs, so keeping them is harmless."""
+    def _temporaries(self, run_ids: list[str] | None) -> list[Path]:
+        """Temporary files and folders of the runs ``run_ids`` (None: of every run) and of
+        the study folder itself (the dataset's and the manifest's)."""
+        found = [*self.root.glob(".*.tmp")]
         if not self.runs.is_dir():
-            return
-        cutoff = time.time() - STALE_AFTER_S
-        leftovers = [*self.runs.glob(f"{_TMP_PREFIX}*"), *self.runs.glob("*/.*.tmp"), *self.root.glob(".*.tmp")]
-        for p in leftovers:
-            try:
-                if p.stat().st_mtime > cutoff:
-                    continue
-            except FileNotFoundError:
+            return found
+        if run_ids is None:
+            return [*found, *self.runs.glob(f"{TMP_DIR_PREFIX}*"), *self.runs.glob("*/.*.tmp")]
+        for rid in run_ids:
+            found += [*self.runs.glob(f"{TMP_DIR_PREFIX}{rid}-*"), *(self.runs / rid).glob(".*.tmp")]
+        return found
+
+    def sweep(self, run_ids: list[str] | None = None) -> list[Path]:
+        """Remove the leftovers of killed writes among the temporary files and folders of
+        the runs ``run_ids`` (None: every run) and of the study folder: those whose writer
+        is gone or that are older than :data:`STALE_AFTER_S`
+        (:func:`dynlab.results.files.is_leftover`; module docstring).  Leftovers never
+        count as finished runs, so one kept is harmless.  Returns what was removed."""
+        removed = []
+        now = time.time()
+        for p in self._temporaries(run_ids):
+            if not is_leftover(p, now):
                 continue
-            if p.is_dir():
+            if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 p.unlink(missing_ok=True)
+            removed.append(p)
+        return removed
+
+    def _clean_stale(self) -> None:
+        """:meth:`sweep` of every run (before a run is saved)."""
+        self.sweep()
 
     def path(self, spec: Spec) -> Path:
         return self.runs / spec.spec_hash()
@@ -214,7 +254,7 @@ class RunStore:
         the damaged files (and their checksums entries).  Returns the quarantine folder."""
         folder = self.runs / damage.run_id
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(self.quarantine_dir)
         dest = self.quarantine_dir / f"{damage.run_id}-{stamp}"
         n = 1
         while dest.exists():
@@ -223,12 +263,12 @@ class RunStore:
         if damage.core:
             os.rename(folder, dest)
         else:
-            dest.mkdir()
+            dest.mkdir(mode=0o777)
             for name in damage.files:
                 if (folder / name).exists():
                     os.replace(folder / name, dest / name)
             self._drop_listed(folder, list(damage.files))
-        (dest / "WHY.txt").write_text(damage.why + "\n")
+        write_bytes_new(dest / "WHY.txt", (damage.why + "\n").encode())
         return dest
 
     def heal(self, run_id: str) -> tuple[Damage, Path] | None:
@@ -258,27 +298,33 @@ class RunStore:
         final = self.path(spec)
         if self.is_done(spec):
             return final
-        self.runs.mkdir(parents=True, exist_ok=True)
+        make_dir(self.runs)
         self._clean_stale()
-        tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{spec.spec_hash()}-", dir=self.runs))
+        files: dict[str, bytes | memoryview] = {"spec.json": spec.canonical_json().encode()}
+        if state_dict is not None:
+            files["model.safetensors"] = safetensors_bytes(
+                {k: v.detach().cpu().contiguous() for k, v in state_dict.items()})
+        files["result.json"] = json.dumps(result, indent=1, sort_keys=True).encode()
+        tmp = temp_dir_name(self.runs, spec.spec_hash())
+        os.mkdir(tmp, 0o777)
         try:
-            (tmp / "spec.json").write_text(spec.canonical_json())
-            if state_dict is not None:
-                save_file({k: v.detach().cpu().contiguous() for k, v in state_dict.items()}, str(tmp / "model.safetensors"))
-            (tmp / "result.json").write_text(json.dumps(result, indent=1, sort_keys=True))
-            self._write_checksums(tmp, {p.name: file_digest(p) for p in sorted(tmp.iterdir())})
+            for name, data in files.items():
+                write_bytes_new(tmp / name, data)
+            self._write_checksums(tmp, {name: bytes_digest(data) for name, data in sorted(files.items())})
             if final.exists():  # a damaged or half-made folder: replace it
                 shutil.rmtree(final)
             os.rename(tmp, final)
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, PermissionError)):
+                raise OSError(exc.errno, f"cannot write run {final} ({exc.strerror or exc})") from None
             raise
         return final
 
     @staticmethod
     def _write_checksums(folder: Path, files: dict[str, dict[str, Any]]) -> None:
         payload = {"format": _FORMAT, "files": files}
-        atomic_write_text(folder / CHECKSUMS, lambda: json.dumps(payload, indent=1, sort_keys=True))
+        write_text_atomic(folder / CHECKSUMS, json.dumps(payload, indent=1, sort_keys=True))
 
     def _drop_listed(self, folder: Path, names: list[str]) -> None:
         """Remove ``names`` from the folder's checksums (files moved away or never written)."""
@@ -289,24 +335,21 @@ class RunStore:
         files = {k: v for k, v in payload.get("files", {}).items() if k not in names}
         self._write_checksums(folder, files)
 
-    def _install(self, spec: Spec, name: str, write_tmp: Callable[[Path], None]) -> Path:
-        """Add or replace file ``name`` of a finished run: written to a temp file by
-        ``write_tmp``, entered in ``checksums.json``, then renamed into place."""
+    def _install(self, spec: Spec, name: str, data: bytes | memoryview) -> Path:
+        """Add or replace file ``name`` of a finished run with ``data``: written to a temp
+        file, entered in ``checksums.json``, then renamed into place (on failure, e.g. a
+        full disk, the run folder is as it was)."""
         folder = self.path(spec)
         if name in (CHECKSUMS, *CORE_FILES):
             raise ValueError(f"{name} is written with the run (RunStore.save), not added later")
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
-        os.close(fd)
-        try:
-            write_tmp(Path(tmp))
+        digest = bytes_digest(data)
+
+        def enter() -> None:
             payload = json.loads((folder / CHECKSUMS).read_text())
-            payload["files"][name] = file_digest(Path(tmp))
+            payload["files"][name] = digest
             self._write_checksums(folder, payload["files"])
-            os.replace(tmp, folder / name)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return folder / name
+
+        return write_bytes_atomic(folder / name, data, before_replace=enter)
 
     # -- reading -------------------------------------------------------------------
     def load_result(self, spec: Spec) -> dict[str, Any]:
@@ -333,7 +376,7 @@ class RunStore:
         return (self.path(spec) / name).is_file()
 
     def write_dataset(self, spec: Spec, name: str, ds: xr.Dataset) -> Path:
-        return self._install(spec, name, lambda tmp: ds.to_netcdf(tmp, engine="h5netcdf"))
+        return self._install(spec, name, netcdf_bytes(ds))
 
     def read_dataset(self, spec: Spec, name: str) -> xr.Dataset:
         path = self.path(spec) / name
@@ -344,17 +387,10 @@ class RunStore:
             raise DynlabInputError(f"run {spec.spec_hash()}: unreadable {path} ({msg}); rerun the study to redo it") from None
 
     def write_json(self, spec: Spec, name: str, payload: Any) -> Path:
-        text = json.dumps(payload, indent=1, sort_keys=True)
-        return self._install(spec, name, lambda tmp: tmp.write_text(text))
+        return self._install(spec, name, json.dumps(payload, indent=1, sort_keys=True).encode())
 
 
 def atomic_write_text(path: Path, make: Callable[[], str]) -> Path:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(make())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Replace ``path`` by the text ``make()`` atomically
+    (:func:`dynlab.results.files.write_text_atomic`)."""
+    return write_text_atomic(path, make())
