@@ -2,22 +2,35 @@
 
 Bad input (unknown model, group, preset, device; impossible values; a broken study
 folder; an output folder that cannot be made or written) prints one line ``error: …``
-naming the problem and the allowed values, and exits with code 2, before anything is
-written (:class:`dynlab.errors.DynlabInputError`).  Any other error is a bug (or a
-failing machine, such as a full disk): one line saying so and exit code 1.  Set
-``DYNLAB_DEBUG=1`` to get the traceback.
+naming the option as typed, the problem and the allowed values, and exits with code 2,
+before anything is written (:class:`dynlab.errors.DynlabInputError`).  Ctrl-C (SIGINT)
+prints ``interrupted`` and exits with code 130.  Any other error is a bug (or a failing
+machine, such as a full disk): one line saying so and exit code 1.  Set
+``DYNLAB_DEBUG=1`` to get the traceback.  :func:`dynlab.errors.exit_status` holds that
+mapping.
+
+Building the command line, ``--help``, ``dynlab study list`` and the refusal of a bad
+option load neither torch nor matplotlib: the studies are described by the static
+:data:`dynlab.studies.CATALOG`, the options are checked here against it and against the
+stated limits (``dynlab.config.MAX_*``), and a study's module is imported only to run it.
+A list option given a name twice (``--groups C2,c2``, ``--seeds 0,0``) uses it once and
+says so in one ``note:`` line on stderr.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from dynlab.errors import DynlabInputError
+from dynlab.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, DynlabInputError, exit_status, is_usage_error
+from dynlab.studies import CATALOG, CELL_NAMES, SOURCES, StudyEntry
 
 app = typer.Typer(
     add_completion=False,
@@ -33,7 +46,7 @@ ModelsOpt = Annotated[str, typer.Option("--models", "-m", help="'all' or a comma
 GroupsOpt = Annotated[Optional[str], typer.Option("--groups", "-g", help="Comma list of groups, e.g. C2,C6,S3,A5,C2xS3.")]
 SeedsOpt = Annotated[Optional[str], typer.Option("--seeds", "-s", help="Comma list of seeds (default: the preset's).")]
 PresetOpt = Annotated[str, typer.Option("--preset", "-p", help="A preset of the study: smoke, quick, paper, … (`dynlab study list`).")]
-OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output folder; the study writes OUT/<study>/.")]
+OutOpt = Annotated[str, typer.Option("--out", "-o", help="Output folder; the study writes OUT/<study>/.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto (CUDA if present), cpu, cuda or cuda:N.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
 ExecutorOpt = Annotated[str, typer.Option("--executor", help="Where runs train: inprocess (default) or dask.")]
@@ -42,29 +55,158 @@ SchedulerOpt = Annotated[
 ]
 WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Start a local Dask cluster of N worker processes.")]
 
+DEFAULT_OUT = "dynlab-runs"
+EXECUTORS = ("inprocess", "dask")  # dynlab.executors.EXECUTORS
+LM_INTERVENTIONS = ("zero", "random-noise", "fitted-noise", "state-passing", "tbtt")
+#: ``lm post-train --task``: the task kind and the study whose quick preset gives its grid.
+POST_TRAIN_TASKS = {"copying": "copying", "passkey": "passkey", "babi": "babilong"}
 
-def _csv(text: str | None, option: str) -> tuple[str, ...] | None:
-    """The items of a comma list given to ``option`` (None when the option was not given)."""
+
+# -- options as typed: parsed and checked before any study module is imported -------------------------------------
+
+def _note_repeats(option: str, text: str, counts: Mapping[object, int]) -> None:
+    """One ``note:`` line on stderr saying which values of ``option`` were given more than once."""
+    if counts:
+        said = " and ".join(f"{v} {n} times" for v, n in counts.items())
+        typer.echo(f"note: {option} {text} names {said}; {'each' if len(counts) > 1 else 'it'} runs once", err=True)
+
+
+def _csv(text: str | None, option: str, key: Callable[[str], object] | None = None) -> tuple[str, ...] | None:
+    """The items of a comma list given to ``option`` (None when the option was not given),
+    repeats collapsed (by ``key``, default the item itself) with a note on stderr."""
+    from dynlab.study import collapse_repeats
+
     if text is None:
         return None
     items = tuple(x.strip() for x in text.split(",") if x.strip())
     if not items:
         raise DynlabInputError(f"{option} got an empty list ({text!r}); allowed: a comma list of one or more values")
-    return items
+    kept, counts = collapse_repeats(items, key)
+    _note_repeats(option, text, counts)
+    return kept
+
+
+def _numbers(text: str | None, option: str, cast: type, allowed: str) -> tuple | None:
+    """The numbers of a comma list given to ``option``, repeats collapsed (by value)."""
+    items = _csv(text, option, key=lambda x: _cast(x, cast, option, text, allowed))
+    return None if items is None else tuple(_cast(x, cast, option, text, allowed) for x in items)
+
+
+def _cast(item: str, cast: type, option: str, text: str | None, allowed: str):
+    try:
+        return cast(item)
+    except ValueError:
+        raise DynlabInputError(f"{option} must be {allowed}, got {text!r}") from None
 
 
 def _seeds(text: str | None) -> tuple[int, ...] | None:
-    items = _csv(text, "--seeds")
-    if items is None:
-        return None
-    try:
-        seeds = tuple(int(x) for x in items)
-    except ValueError:
-        raise DynlabInputError(f"seeds must be a comma list of non-negative integers, got {text!r}") from None
-    if any(not 0 <= s < 2**63 for s in seeds):
-        raise DynlabInputError(f"seeds must be ≥ 0 and < 2**63, got {text!r}")
+    seeds = _numbers(text, "--seeds", int, "a comma list of integers from 0 to 2**63 - 1")
+    if seeds is not None and any(not 0 <= s < 2**63 for s in seeds):
+        raise DynlabInputError(f"--seeds must be ≥ 0 and < 2**63, got {text!r}")
     return seeds
 
+
+def _names(text: str, option: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """A selection of names (``all`` or names of ``allowed``) as typed, repeats collapsed;
+    refused here (:func:`dynlab.study.select_names`) when a name is unknown."""
+    from dynlab.study import select_names
+
+    names = _csv(text, option) or ()
+    select_names(names, (), allowed, what)
+    return names
+
+
+def _cells() -> tuple[str, ...]:
+    """The cells ``--models`` accepts: the registry's when dynlab.models is loaded (it may
+    hold cells registered at run time), else the built-in ones."""
+    models = sys.modules.get("dynlab.models")
+    return tuple(models.available_cells()) if models is not None else CELL_NAMES
+
+
+def _groups(text: str | None) -> tuple[str, ...] | None:
+    """Groups in canonical spelling (``c2`` is ``C2``), each checked by
+    :func:`dynlab.groups.get_group` (unknown or too large: one line), repeats collapsed."""
+    from dynlab.groups import get_group
+
+    items = _csv(text, "--groups", key=lambda g: get_group(g).name)
+    return None if items is None else tuple(get_group(g).name for g in items)
+
+
+def _preset(entry: StudyEntry, preset: str) -> str:
+    if preset not in entry.presets:
+        raise DynlabInputError(f"unknown preset {preset!r} for study {entry.name}; allowed: {', '.join(entry.presets)}")
+    return preset
+
+
+def _device(device: str) -> str:
+    """``device`` when it names one (auto, cpu, cuda, cuda:N); whether CUDA is present is
+    checked when the command runs."""
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device.strip().lower()):
+        raise DynlabInputError(f"unknown device {device!r}; allowed: auto, cpu, cuda (or cuda:N)")
+    return device
+
+
+def _executor(executor: str, scheduler: str | None, workers: int | None) -> None:
+    if executor not in EXECUTORS:
+        raise DynlabInputError(f"unknown executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
+    if executor == "inprocess" and (scheduler is not None or workers is not None):
+        raise DynlabInputError("--scheduler and --workers need --executor dask")
+    if workers is not None and workers < 1:
+        raise DynlabInputError(f"--workers {workers} is too few; allowed: 1 or more worker processes")
+
+
+def _path(text: str, flag: str, allowed: str) -> Path:
+    """The path given to ``flag``; an empty one is refused (it would mean the current folder)."""
+    if not text.strip():
+        raise DynlabInputError(f"{flag} got an empty path ({text!r}); allowed: {allowed}")
+    return Path(text)
+
+
+def _out(text: str, flag: str = "--out") -> Path:
+    return _path(text, flag, f"a folder (made when missing), e.g. {flag} {DEFAULT_OUT}")
+
+
+def _source(text: str | None) -> str | None:
+    """``--source``: a built-in text or an existing file (its content is checked when the specs are made)."""
+    if text is None or text in SOURCES or (text.strip() and Path(text).expanduser().is_file()):
+        return text
+    raise DynlabInputError(f"--source {text!r} is neither one of the built-in texts ({', '.join(SOURCES)}) nor an "
+                           f"existing text file; allowed: {', '.join(SOURCES)} or a path to a UTF-8 text file")
+
+
+def _in_range(flag: str, value: float, low: float, high: float | None = None, what: str = "") -> None:
+    """Refuse ``value`` of ``flag`` outside [low, high]."""
+    if value < low or (high is not None and value > high):
+        allowed = f"{low} to {high}" if high is not None else f"{low} or more"
+        raise DynlabInputError(f"{flag} {value} is out of range; allowed: {allowed}{' ' + what if what else ''}")
+
+
+@contextmanager
+def _in_option_words(fields: Mapping[str, str]) -> Iterator[None]:
+    """Say a spec's validation error in the words of the options: a bad field named in
+    ``fields`` is reported as that option (``chunk_len`` -> ``--seq-len``), one line."""
+    from pydantic import ValidationError
+
+    try:
+        yield
+    except ValidationError as exc:
+        parts: list[str] = []
+        for err in exc.errors():
+            loc = [str(x) for x in err["loc"]]
+            field = next((x for x in loc if x in fields), None)
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            if field is None:  # a field no option sets, or the spec as a whole
+                part = f"invalid {exc.title}: {'.'.join(loc) + ': ' if loc else ''}{msg}"
+            elif "input" in err and not isinstance(err["input"], (dict, list, tuple)):
+                part = f"{fields[field]} {err['input']!r}: {msg}"
+            else:
+                part = f"{fields[field]}: {msg}"
+            if part not in parts:
+                parts.append(part)
+        raise DynlabInputError("; ".join(parts)) from None
+
+
+# -- folders ---------------------------------------------------------------------------
 
 def _folder_problem(folder: Path) -> str | None:
     """Why files cannot be written in ``folder`` (None when they can): ``"is a file"``,
@@ -115,13 +257,36 @@ def _check_study_folder(root: Path) -> None:
             raise DynlabInputError(f"cannot write the study: {folder} {problem}; allowed: a writable --out folder")
 
 
-def _add_study_command(name: str) -> None:
+def _run(name: str, options, out: Path, device: str, quiet: bool, analyze: bool, executor: str,
+         scheduler: str | None, workers: int | None) -> None:
+    """Make the specs of study ``name`` (refusing bad selections before a cluster is
+    started or a folder made), then run the study and print its dataset's path."""
+    from dynlab.executors import make_executor
+    from dynlab.runner import run_study
+    from dynlab.studies import get_study
+
+    study = get_study(name)
+    study.check_preset(options.preset)
+    with _in_option_words({"eval_lengths": "--lengths", "depths": "--depths", "babi_kinds": "--kinds",
+                           "source": "--source", "seed": "--seeds", "group": "--groups", "arch": "--models"}):
+        study.make_specs(options)
+    _check_study_folder(out / name)
+    with make_executor(executor, scheduler=scheduler, workers=workers) as ex:
+        path = run_study(study, options, out=out, device=device, progress=not quiet, analyze=analyze, executor=ex)
+    typer.echo(f"dataset: {path}")
+
+
+# -- study commands ----------------------------------------------------------------------
+
+def _add_study_command(entry: StudyEntry) -> None:
+    """Study commands of the tracking studies: cells, groups, seeds."""
+
     def command(
         models: ModelsOpt = "all",
         groups: GroupsOpt = None,
         seeds: SeedsOpt = None,
         preset: PresetOpt = "quick",
-        out: OutOpt = Path("dynlab-runs"),
+        out: OutOpt = DEFAULT_OUT,
         device: DeviceOpt = "auto",
         no_analysis: Annotated[bool, typer.Option("--no-analysis", help="Skip the per-run analyses.")] = False,
         quiet: QuietOpt = False,
@@ -129,31 +294,20 @@ def _add_study_command(name: str) -> None:
         scheduler: SchedulerOpt = None,
         workers: WorkersOpt = None,
     ) -> None:
-        from dynlab.executors import make_executor
-        from dynlab.runner import run_study
         from dynlab.study import StudyOptions
-        from dynlab.studies import get_study
 
-        study = get_study(name)
-        options = StudyOptions(
-            preset=preset, models=_csv(models, "--models"), groups=_csv(groups, "--groups"), seeds=_seeds(seeds)
-        )
-        study.check_preset(options.preset)
-        study.make_specs(options)  # refuse bad selections before a cluster is started
-        _check_study_folder(out / name)
-        with make_executor(executor, scheduler=scheduler, workers=workers) as ex:
-            path = run_study(
-                study, options, out=out, device=device, progress=not quiet, analyze=not no_analysis, executor=ex
-            )
-        typer.echo(f"dataset: {path}")
-
-    from dynlab.studies import get_study
+        options = StudyOptions(preset=_preset(entry, preset), models=_names(models, "--models", _cells(), "model"),
+                               groups=_groups(groups), seeds=_seeds(seeds))
+        out_dir = _out(out)
+        _device(device)
+        _executor(executor, scheduler, workers)
+        _run(entry.name, options, out_dir, device, quiet, not no_analysis, executor, scheduler, workers)
 
     # the study's own presets (a real annotation object: string annotations cannot see locals)
     command.__annotations__["preset"] = Annotated[
-        str, typer.Option("--preset", "-p", help=_preset_help(get_study(name).presets))
+        str, typer.Option("--preset", "-p", help=_preset_help(entry.presets))
     ]
-    study_app.command(name=name, help=get_study(name).description)(command)
+    study_app.command(name=entry.name, help=entry.description)(command)
 
 
 #: What each common preset is for (a study lists its own in `dynlab study list`).
@@ -170,8 +324,7 @@ def _preset_help(presets: tuple[str, ...]) -> str:
     return "One of: " + "; ".join(f"{p} ({PRESET_NOTES[p]})" if p in PRESET_NOTES else p for p in presets) + "."
 
 
-LM_MIXERS = "mamba2, mamba1, gla"
-MixersOpt = Annotated[str, typer.Option("--models", "-m", help=f"'all' (the preset's mixers) or a comma list of: {LM_MIXERS}.")]
+MixersOpt = Annotated[str, typer.Option("--models", "-m", help="'all' (the preset's mixers) or a comma list of mixers.")]
 InterventionsOpt = Annotated[Optional[str], typer.Option("--interventions", "-i", help="Comma list of interventions.")]
 SourceOpt = Annotated[
     Optional[str],
@@ -179,18 +332,46 @@ SourceOpt = Annotated[
 ]
 
 
-def _is_lm_study(name: str) -> bool:
-    from dynlab.studies import get_study
+def _task_options(entry: StudyEntry, lengths: str | None, depths: str | None, kinds: str | None) -> dict:
+    """``--lengths``, ``--depths``, ``--kinds`` as overrides of the study's task spec
+    (``extra["task"]``), each checked here: whole lengths within the stated limit, depths
+    in [0, 1], kinds among the study's."""
+    from dynlab.config import MAX_LENGTH
 
-    return get_study(name).spec_type.__name__ in ("LMRunSpec", "LMTaskRunSpec")
+    task: dict = {}
+    for flag, text in (("--lengths", lengths), ("--depths", depths), ("--kinds", kinds)):
+        if text is None:
+            continue
+        if flag not in entry.task_options:
+            takers = ", ".join(e.name for e in CATALOG.values() if flag in e.task_options)
+            raise DynlabInputError(f"study {entry.name} takes no {flag}; allowed: {takers} only")
+    if lengths is not None:
+        allowed = f"a comma list of whole numbers from 1 to {MAX_LENGTH}"
+        values = _numbers(lengths, "--lengths", int, allowed)
+        for n in values:
+            if not 1 <= n <= MAX_LENGTH:
+                raise DynlabInputError(f"--lengths {lengths!r}: length {n} is out of range; allowed: {allowed}")
+        task["eval_lengths"] = list(values)
+    if depths is not None:
+        allowed = "a comma list of fractions from 0 to 1"
+        values = _numbers(depths, "--depths", float, allowed)
+        for d in values:
+            if not 0.0 <= d <= 1.0:
+                raise DynlabInputError(f"--depths {depths!r}: depth {d} is outside [0, 1]; allowed: {allowed}")
+        task["depths"] = list(values)
+    if kinds is not None:
+        values = _csv(kinds, "--kinds") or ()
+        for k in values:
+            if k not in entry.kinds:
+                raise DynlabInputError(f"--kinds {kinds!r}: unknown kind {k!r}; allowed: a comma list of "
+                                       f"{', '.join(entry.kinds)}")
+        task["babi_kinds"] = list(values)
+    return task
 
 
-def _add_lm_study_command(name: str) -> None:
+def _add_lm_study_command(entry: StudyEntry) -> None:
     """Study commands of the language-model studies: mixers instead of models, no groups, a text source."""
-    from dynlab.studies import get_study
-
-    study = get_study(name)
-    allowed_iv = "zero, random-noise, fitted-noise, state-passing" + (", tbtt" if name == "length-generalization" else "")
+    name = entry.name
 
     def command(
         models: MixersOpt = "all",
@@ -205,52 +386,39 @@ def _add_lm_study_command(name: str) -> None:
         kinds: Annotated[Optional[str], typer.Option("--kinds", help="babilong: comma list of qa1, qa2, qa3, qa6, qa7.")] = None,
         seeds: SeedsOpt = None,
         preset: PresetOpt = "quick",
-        out: OutOpt = Path("dynlab-runs"),
+        out: OutOpt = DEFAULT_OUT,
         device: DeviceOpt = "auto",
         quiet: QuietOpt = False,
         executor: ExecutorOpt = "inprocess",
         scheduler: SchedulerOpt = None,
         workers: WorkersOpt = None,
     ) -> None:
-        from dynlab.executors import make_executor
-        from dynlab.runner import run_study
         from dynlab.study import StudyOptions
 
         extra: dict = {}
         if interventions is not None:
-            extra["interventions"] = list(_csv(interventions, "--interventions") or ())
+            extra["interventions"] = list(_names(interventions, "--interventions", entry.interventions, "intervention"))
         if source is not None:
-            extra["source"] = source
-        task: dict = {}
-        for flag, text, key, allowed_study, cast in (("--lengths", lengths, "eval_lengths", None, int),
-                                                     ("--depths", depths, "depths", "passkey", float),
-                                                     ("--kinds", kinds, "babi_kinds", "babilong", str)):
-            if text is None:
-                continue
-            if name == "length-generalization" or (allowed_study is not None and name != allowed_study):
-                raise DynlabInputError(f"study {name} takes no {flag}; allowed: {allowed_study or 'the task studies'} only")
-            try:
-                task[key] = [cast(x) for x in (_csv(text, flag) or ())]
-            except ValueError:
-                raise DynlabInputError(f"{flag} must be a comma list of numbers, got {text!r}") from None
+            extra["source"] = _source(source)
+        task = _task_options(entry, lengths, depths, kinds)
         if task:
             extra["task"] = task
-        options = StudyOptions(preset=preset, models=_csv(models, "--models"), seeds=_seeds(seeds), extra=extra)
-        study.check_preset(options.preset)
-        study.make_specs(options)  # validates mixers, interventions and the source before anything is written
-        _check_study_folder(out / name)
-        with make_executor(executor, scheduler=scheduler, workers=workers) as ex:
-            path = run_study(study, options, out=out, device=device, progress=not quiet, analyze=False, executor=ex)
-        typer.echo(f"dataset: {path}")
+        options = StudyOptions(preset=_preset(entry, preset), models=_names(models, "--models", entry.models, "mixer"),
+                               seeds=_seeds(seeds), extra=extra)
+        out_dir = _out(out)
+        _device(device)
+        _executor(executor, scheduler, workers)
+        _run(name, options, out_dir, device, quiet, False, executor, scheduler, workers)
 
     # per-study help texts: real annotation objects (this module's string annotations cannot see locals)
     command.__annotations__.update(
-        interventions=Annotated[
-            Optional[str], typer.Option("--interventions", "-i", help=f"Comma list of: {allowed_iv} (default: the study's).")
-        ],
-        preset=Annotated[str, typer.Option("--preset", "-p", help=f"One of: {', '.join(study.presets)}.")],
+        models=Annotated[str, typer.Option(
+            "--models", "-m", help=f"'all' (the preset's mixers) or a comma list of: {', '.join(entry.models)}.")],
+        interventions=Annotated[Optional[str], typer.Option(
+            "--interventions", "-i", help=f"Comma list of: {', '.join(entry.interventions)} (default: the study's).")],
+        preset=Annotated[str, typer.Option("--preset", "-p", help=f"One of: {', '.join(entry.presets)}.")],
     )
-    study_app.command(name=name, help=study.description)(command)
+    study_app.command(name=name, help=entry.description)(command)
 
 
 lm_app = typer.Typer(no_args_is_help=True, help="Language-model tools (`dynlab lm post-train`).")
@@ -278,47 +446,67 @@ def lm_post_train(
     length_multiple: Annotated[int, typer.Option("--eval-multiple", help="Evaluate at this many times --seq-len.")] = 16,
     samples: Annotated[int, typer.Option("--samples", help="Validation windows for PPL(t).")] = 64,
     seed: Annotated[int, typer.Option("--seed", help="Seed of batches and intervention noise.")] = 0,
-    out: OutOpt = Path("dynlab-runs"),
+    out: OutOpt = DEFAULT_OUT,
     device: DeviceOpt = "auto",
 ) -> None:
     """Post-train a checkpoint with an initial-state intervention, then evaluate PPL(t), EffRem, state statistics (and the task)."""
-    from dynlab.lm.posttrain import PostTrainSpec, PostTrainTrainSpec, checkpoint_digest, load_checkpoint, run_post_train
+    from dynlab.config import MAX_BATCH, MAX_LENGTH, MAX_SAMPLES, MAX_STEPS
+
+    if task is not None and task not in POST_TRAIN_TASKS:
+        raise DynlabInputError(f"unknown task kind {task!r}; allowed: {', '.join(POST_TRAIN_TASKS)}")
+    if intervention not in LM_INTERVENTIONS:
+        raise DynlabInputError(f"unknown --intervention {intervention!r}; allowed: {', '.join(LM_INTERVENTIONS)}")
+    if task is not None and intervention == "tbtt":
+        raise DynlabInputError("intervention 'tbtt' needs one long document, not task samples; "
+                               "allowed with --task: zero, random-noise, fitted-noise, state-passing")
+    _source(source)
+    if seq_len is not None:
+        _in_range("--seq-len", seq_len, 2, MAX_LENGTH, "tokens")
+    _in_range("--steps", steps, 0, MAX_STEPS)
+    _in_range("--batch-size", batch_size, 1, MAX_BATCH)
+    _in_range("--eval-multiple", length_multiple, 2, None, "(times --seq-len)")
+    _in_range("--samples", samples, 1, MAX_SAMPLES, "windows")
+    _in_range("--seed", seed, 0)
+    if not lr > 0:
+        raise DynlabInputError(f"--lr {lr} is out of range; allowed: a number above 0")
+    out_dir = _out(out)
+    _device(device)
+    _check_out(out_dir, "post-train", "post-train/runs")  # the run goes to OUT/post-train/runs/<id>
+
     from importlib import import_module
 
+    from dynlab.lm.posttrain import PostTrainSpec, PostTrainTrainSpec, checkpoint_digest, load_checkpoint, run_post_train
     from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMEvalSpec, LMTaskSpec
     from dynlab.studies.long_context import check_source
 
-    kinds = {"copying": "copying", "passkey": "passkey", "babi": "babilong"}
-    if task is not None and task not in kinds:
-        raise DynlabInputError(f"unknown task kind {task!r}; allowed: {', '.join(kinds)}")
-    _check_out(out, "post-train", "post-train/runs")  # the run goes to OUT/post-train/runs/<id>
     _, meta = load_checkpoint(checkpoint)  # one line naming the path when it is not a model
     length = seq_len if seq_len is not None else int(meta.get("seq_len", 64))
-    task_spec = None
-    if task is not None:  # the task grid of the study's quick preset
-        task_spec = LMTaskSpec(kind=task, **import_module(f"dynlab.studies.{kinds[task]}").PRESETS["quick"]["task"])
-    evals = LMEvalSpec(length_multiple=length_multiple, n_samples=samples, chunk_len=min(256, length),
-                       bin_width=min(16, length), effrem_samples=min(16, samples))
-    need = max([evals.length_multiple * length, *(task_spec.eval_lengths if task_spec else ())]) + 1
-    data = check_source(source, LMDataSpec().val_fraction, need)
-    spec = PostTrainSpec(
-        checkpoint=str(checkpoint.expanduser().resolve()), checkpoint_sha256=checkpoint_digest(checkpoint),
-        data=data, intervention=InterventionSpec(kind=intervention), task=task_spec,
-        train=PostTrainTrainSpec(steps=steps, batch_size=batch_size, seq_len=length, lr=lr), eval=evals, seed=seed,
-    )
-    if task_spec is not None and intervention == "tbtt":
-        raise DynlabInputError("intervention 'tbtt' needs one long document, not task samples; "
-                         "allowed with --task: zero, random-noise, fitted-noise, state-passing")
-    path = run_post_train(spec, out, device=device)
+    length_flag = "--seq-len" if seq_len is not None else f"the checkpoint's training length {length} (--seq-len)"
+    with _in_option_words({"chunk_len": length_flag, "bin_width": length_flag, "seq_len": length_flag,
+                           "n_samples": "--samples", "effrem_samples": "--samples", "length_multiple": "--eval-multiple",
+                           "steps": "--steps", "batch_size": "--batch-size", "lr": "--lr", "seed": "--seed",
+                           "source": "--source", "kind": "--intervention"}):
+        task_spec = None
+        if task is not None:  # the task grid of the study's quick preset
+            preset = import_module(f"dynlab.studies.{POST_TRAIN_TASKS[task]}").PRESETS["quick"]["task"]
+            task_spec = LMTaskSpec(kind=task, **preset)
+        evals = LMEvalSpec(length_multiple=length_multiple, n_samples=samples, chunk_len=min(256, length),
+                           bin_width=min(16, length), effrem_samples=min(16, samples))
+        need = max([evals.length_multiple * length, *(task_spec.eval_lengths if task_spec else ())]) + 1
+        data = check_source(source, LMDataSpec().val_fraction, need)
+        spec = PostTrainSpec(
+            checkpoint=str(checkpoint.expanduser().resolve()), checkpoint_sha256=checkpoint_digest(checkpoint),
+            data=data, intervention=InterventionSpec(kind=intervention), task=task_spec,
+            train=PostTrainTrainSpec(steps=steps, batch_size=batch_size, seq_len=length, lr=lr), eval=evals, seed=seed,
+        )
+    path = run_post_train(spec, out_dir, device=device)
     typer.echo(f"run: {path}")
 
 
 @study_app.command("list")
 def study_list() -> None:
     """List the registered studies and their presets."""
-    from dynlab.studies import STUDIES
-
-    rows = [(s.name, ", ".join(s.presets), s.description) for s in STUDIES.values()]
+    rows = [(e.name, ", ".join(e.presets), e.description) for e in CATALOG.values()]
     w_name = max(len("study"), *(len(r[0]) for r in rows))
     w_presets = max(len("presets"), *(len(r[1]) for r in rows))
     for name, presets, description in [("study", "presets", "description"), *rows]:
@@ -343,6 +531,7 @@ def analyze(
     quiet: QuietOpt = False,
 ) -> None:
     """Recompute the analyses of an existing study without retraining."""
+    _device(device)
     from dynlab.runner import analyze_study
     from dynlab.studies import get_study
 
@@ -366,14 +555,15 @@ def _echo_correlations(path: Path) -> None:
 @app.command()
 def figures(
     study_dir: Annotated[Path, typer.Argument(help="A study folder written by `dynlab study` (or its dataset.nc).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the PNG and PDF files.")] = Path("figures"),
+    out: Annotated[str, typer.Option("--out", "-o", help="Folder for the PNG and PDF files.")] = "figures",
 ) -> None:
     """Draw every panel of a study (PNG + PDF) and one composite figure (a panel with nothing to draw: empty, saying why)."""
+    out_dir = _path(out, "--out", "a folder (made when missing), e.g. --out figures")
+    _check_out(out_dir)
     from dynlab.figures import write_figures
     from dynlab.runner import open_study
     from dynlab.studies import STUDIES
 
-    _check_out(out)
     ds = open_study(study_dir)
     name = str(ds.attrs.get("study", ""))
     study = STUDIES.get(name)
@@ -382,10 +572,10 @@ def figures(
         raise DynlabInputError(f"{study_dir} holds a dataset of study {name!r}, which has no figures; "
                                f"allowed: a dataset of {drawable}")
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise DynlabInputError(f"--out {out} cannot be made ({exc.strerror or exc}); allowed: a writable folder") from None
-    figs = write_figures(ds, out, study.panels)
+        raise DynlabInputError(f"--out {out_dir} cannot be made ({exc.strerror or exc}); allowed: a writable folder") from None
+    figs = write_figures(ds, out_dir, study.panels)
     for path in figs.written:
         typer.echo(str(path))
     for name, why in figs.skipped.items():  # an empty panel is written, saying why; a skipped one is not
@@ -415,88 +605,86 @@ def bench_train_cmd(
         bool, typer.Option("--compile", help="Also time one model with torch.compile'd cell steps (slow to start).")
     ] = False,
     json_out: Annotated[
-        Optional[Path], typer.Option("--json", help="Also write the results as JSON to this file.")
+        Optional[str], typer.Option("--json", help="Also write the results as JSON to this file.")
     ] = None,
 ) -> None:
     """Training throughput: user baseline vs dynlab (one model, ensembles) vs the floor (GEMM or bandwidth)."""
-    from dynlab.bench import bench_train, format_table, write_json
+    from dynlab.config import MAX_BATCH, MAX_LENGTH, MAX_STEPS, MAX_WIDTH
 
-    if json_out is not None and not json_out.parent.resolve().is_dir():
-        raise DynlabInputError(f"--json {json_out}: folder {json_out.parent} does not exist")
+    json_path = None if json_out is None else _path(json_out, "--json", "a file path, e.g. --json bench.json")
+    if json_path is not None and not json_path.parent.resolve().is_dir():
+        raise DynlabInputError(f"--json {json_path}: folder {json_path.parent} does not exist")
     names = _csv(models, "--models") or ()
-    try:
-        sizes = tuple(int(x) for x in (_csv(ensembles, "--ensembles") or ()))
-    except ValueError:
-        raise DynlabInputError(f"--ensembles must be a comma list of integers, got {ensembles!r}") from None
+    cells = _cells()
+    for m in names:
+        if m not in cells:
+            raise DynlabInputError(f"unknown model {m!r}; allowed: a comma list of {', '.join(cells)}")
+    sizes = _numbers(ensembles, "--ensembles", int, "a comma list of whole numbers ≥ 1") or ()
+    if any(n < 1 for n in sizes):
+        raise DynlabInputError(f"--ensembles {ensembles!r}: sizes must be ≥ 1; allowed: a comma list of whole numbers ≥ 1")
+    _in_range("--hidden", hidden, 1, MAX_WIDTH)
+    _in_range("--batch", batch, 1, MAX_BATCH)
+    _in_range("--length", length, 1, MAX_LENGTH, "tokens")
+    _in_range("--steps", steps, 2, MAX_STEPS, "(the first is not timed)")
+    _in_range("--repeats", repeats, 1)
+    _device(device)
     if quick:
         steps, sizes, repeats = 3, tuple(n for n in sizes if n <= 16) or (16,), 1
-    results = [bench_train(m, hidden, batch, length, sizes, steps=steps, device=device, compile=compile, repeats=repeats)
-               for m in names]
+
+    from dynlab.bench import bench_train, format_table, write_json
+
+    with _in_option_words({"hidden": "--hidden", "batch_size": "--batch", "min_length": "--length",
+                           "max_length": "--length", "steps": "--steps"}):
+        results = [bench_train(m, hidden, batch, length, sizes, steps=steps, device=device, compile=compile,
+                               repeats=repeats) for m in names]
     typer.echo(format_table(results))
-    if json_out is not None:
-        typer.echo(f"json: {write_json(results, json_out)}")
+    if json_path is not None:
+        typer.echo(f"json: {write_json(results, json_path)}")
 
 
 def _register_studies() -> None:
-    from dynlab.studies import STUDIES
-
-    for name in STUDIES:
-        if _is_lm_study(name):
-            _add_lm_study_command(name)
+    """A command per study of the catalog (no study module is imported)."""
+    for entry in CATALOG.values():
+        if entry.command == "lm":
+            _add_lm_study_command(entry)
         else:
-            _add_study_command(name)
+            _add_study_command(entry)
 
 
 _register_studies()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point.
+    """Console entry point: run the command, return its exit code.
 
-    Bad input (:class:`~dynlab.errors.DynlabInputError`, a spec that fails validation, a
-    usage error) prints one line ``error: …`` on stderr and returns 2; nothing has been
-    written.  Anything else is a bug (or a failing machine, e.g. a full disk): one line
-    saying so, with a hint to set ``DYNLAB_DEBUG=1`` for the traceback, and exit code 1;
-    with ``DYNLAB_DEBUG=1`` the exception propagates with its full traceback.
+    How a command ends maps to its exit code and at most one line on stderr in
+    :func:`dynlab.errors.exit_status`: bad input (:class:`~dynlab.errors.DynlabInputError`,
+    a spec that fails validation, a usage error) prints ``error: …`` and returns 2,
+    nothing having been written; Ctrl-C (SIGINT) prints ``interrupted`` and returns 130;
+    anything else is a bug (or a failing machine, e.g. a full disk): one line saying so,
+    with a hint to set ``DYNLAB_DEBUG=1`` for the traceback, and exit code 1.  With
+    ``DYNLAB_DEBUG=1`` an error (not a usage error, not an interrupt) propagates with its
+    full traceback.  A group called without a command (``dynlab``, ``dynlab study``)
+    prints its help and returns 0.
     """
-    from pydantic import ValidationError
-
-    from dynlab.config import format_validation_error
-
     command = typer.main.get_command(app)
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        command.main(args=argv, prog_name="dynlab", standalone_mode=False)
-    except typer.Exit as exc:
-        return int(exc.exit_code or 0)
-    except typer.Abort:
-        typer.echo("aborted", err=True)
-        return 130
-    except typer.TyperException as exc:  # usage errors: unknown command or option, bad value
-        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        typer.echo(f"error: {message}", err=True)
-        return 2
-    except ValidationError as exc:
-        if os.environ.get("DYNLAB_DEBUG"):
+        with command.make_context("dynlab", args) as ctx:
+            command.invoke(ctx)
+    except (Exception, KeyboardInterrupt) as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # the help of a group called without a command
+            text = exc.format_message() if hasattr(exc, "format_message") else ""
+            if text.strip():  # typer's rich help is printed when the error is made
+                typer.echo(text)
+            return EXIT_OK
+        code, line = exit_status(exc)
+        if os.environ.get("DYNLAB_DEBUG") and code in (EXIT_BAD_INPUT, EXIT_FAILURE) and not is_usage_error(exc):
             raise
-        typer.echo(f"error: invalid {exc.title}: {format_validation_error(exc)}", err=True)
-        return 2
-    except DynlabInputError as exc:
-        if os.environ.get("DYNLAB_DEBUG"):
-            raise
-        typer.echo(f"error: {_first_line(exc)}", err=True)
-        return 2
-    except Exception as exc:  # a bug, or the machine failed (disk full, out of memory)
-        if os.environ.get("DYNLAB_DEBUG"):
-            raise
-        typer.echo(f"internal error (a bug in dynlab, or the machine failed): {type(exc).__name__}: {_first_line(exc)} "
-                   "(set DYNLAB_DEBUG=1 for the traceback)", err=True)
-        return 1
-    return 0
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+        if line is not None:
+            typer.echo(line, err=True)
+        return code
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""dynlab's error for bad input.
+"""dynlab's error for bad input, and the exit code of every way a command can end.
 
 :class:`DynlabInputError` marks a problem with what the user gave (an unknown model,
 group, study or preset; an impossible length; a broken config, checkpoint or study
@@ -9,12 +9,101 @@ says so (``DYNLAB_DEBUG=1`` shows the traceback).
 
 It subclasses :class:`ValueError`, so code that catches ``ValueError`` (and pydantic
 validators, which turn a ``ValueError`` into a validation error) keeps working.
+
+:func:`exit_status` is the one mapping from how a command ended to its exit code and the
+one line it prints on stderr:
+
+- :data:`EXIT_BAD_INPUT` (2): :class:`DynlabInputError`, a spec that fails validation
+  (pydantic ``ValidationError``), a usage error (unknown command or option, a value of
+  the wrong type);
+- :data:`EXIT_INTERRUPTED` (130, as shells report SIGINT): ``KeyboardInterrupt``
+  (Ctrl-C, or SIGINT sent to the process);
+- :data:`EXIT_FAILURE` (1): anything else, a bug or a failing machine.
+
+This module imports nothing heavy: the command line refuses bad input without loading
+torch.
 """
 
 from __future__ import annotations
 
-__all__ = ["DynlabInputError"]
+import sys
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "DynlabInputError", "exit_status",
+           "is_usage_error"]
+
+#: The command did what it was asked.
+EXIT_OK = 0
+#: A bug in dynlab, or the machine failed (a full disk, out of memory).
+EXIT_FAILURE = 1
+#: Bad input: nothing was written.
+EXIT_BAD_INPUT = 2
+#: Interrupted (SIGINT, Ctrl-C): 128 + the signal's number, as a shell reports it.
+EXIT_INTERRUPTED = 130
 
 
 class DynlabInputError(ValueError):
     """Bad input from the user: one line naming the value and what is allowed."""
+
+
+def exit_status(exc: BaseException) -> tuple[int, str | None]:
+    """The exit code of a command that raised ``exc`` and the one line to print on
+    stderr (None: print nothing, e.g. after ``--help``).
+
+    Bad input -> ``(2, "error: …")``; ``KeyboardInterrupt`` -> ``(130, "interrupted")``;
+    a click ``Exit`` (``--help``, an explicit exit) -> its own code and no line; anything
+    else -> ``(1, "internal error (a bug in dynlab, or the machine failed): …")``.
+    """
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED, "interrupted"
+    if isinstance(exc, DynlabInputError):
+        return EXIT_BAD_INPUT, f"error: {first_line(exc)}"
+    pydantic = sys.modules.get("pydantic")  # an exception of a library not loaded cannot be this one
+    if pydantic is not None and isinstance(exc, pydantic.ValidationError):
+        from dynlab.config import format_validation_error
+
+        return EXIT_BAD_INPUT, f"error: invalid {exc.title}: {format_validation_error(exc)}"
+    exits, aborts, usage = _framework_exceptions()
+    if isinstance(exc, exits):
+        return int(getattr(exc, "exit_code", 0) or 0), None
+    if isinstance(exc, aborts):
+        return EXIT_INTERRUPTED, "interrupted"
+    if isinstance(exc, usage):  # unknown command or option, a value of the wrong type
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        return EXIT_BAD_INPUT, f"error: {first_line_of(message) or type(exc).__name__}"
+    return EXIT_FAILURE, (f"internal error (a bug in dynlab, or the machine failed): {type(exc).__name__}: "
+                          f"{first_line(exc)} (set DYNLAB_DEBUG=1 for the traceback)")
+
+
+def _framework_exceptions() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ...]]:
+    """The command-line framework's exit, abort and usage-error classes among the loaded
+    modules: typer's (which may vendor click) and click's."""
+    exits: list[type] = []
+    aborts: list[type] = []
+    usage: list[type] = []
+    typer = sys.modules.get("typer")
+    if typer is not None:
+        exits += [c for c in (getattr(typer, "Exit", None),) if c is not None]
+        aborts += [c for c in (getattr(typer, "Abort", None),) if c is not None]
+        usage += [c for c in (getattr(typer, "TyperException", None),) if c is not None]
+    click = sys.modules.get("click.exceptions")
+    if click is not None:
+        exits.append(click.Exit)
+        aborts.append(click.Abort)
+        usage.append(click.ClickException)
+    return tuple(exits), tuple(aborts), tuple(usage)
+
+
+def is_usage_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the command-line framework's own (a usage error, an exit, an
+    abort), which ``DYNLAB_DEBUG=1`` does not turn into a traceback."""
+    return isinstance(exc, tuple(c for group in _framework_exceptions() for c in group))
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (its type's name when the message is empty)."""
+    return first_line_of(str(exc)) or type(exc).__name__
+
+
+def first_line_of(text: str) -> str:
+    text = text.strip()
+    return text.splitlines()[0] if text else ""

@@ -25,16 +25,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import torch
-import xarray as xr
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dynlab.config import Spec
 from dynlab.errors import DynlabInputError
-from dynlab.results.store import RunStore
-from dynlab.train.progress import NullProgress
+
+if TYPE_CHECKING:  # the protocol's types only: importing this module loads neither torch nor xarray
+    import torch
+    import xarray as xr
+
+    from dynlab.results.store import RunStore
+    from dynlab.train.progress import NullProgress
 
 
 __all__ = [
@@ -44,6 +47,8 @@ __all__ = [
     "Study",
     "StudyExtra",
     "StudyOptions",
+    "canonical_groups",
+    "collapse_repeats",
     "override_field",
     "read_result",
     "select_names",
@@ -56,6 +61,35 @@ EVALUATED_STATUSES = ("ok", "not-learned")
 
 E = TypeVar("E", bound="StudyExtra")
 R = TypeVar("R", bound="RunResult")
+T = TypeVar("T", bound=Hashable)
+
+
+def collapse_repeats(values: Sequence[T], key: Callable[[T], Hashable] | None = None) -> tuple[tuple[T, ...], dict[T, int]]:
+    """``values`` with repeats dropped (the first of each kept, in order) and, for every
+    kept value that was given more than once, how many times it was given.  Two values
+    are repeats when ``key`` (default: the value itself) maps them to the same thing."""
+    kept: dict[Hashable, T] = {}
+    counts: dict[Hashable, int] = {}
+    for v in values:
+        k = v if key is None else key(v)
+        kept.setdefault(k, v)
+        counts[k] = counts.get(k, 0) + 1
+    return tuple(kept.values()), {kept[k]: n for k, n in counts.items() if n > 1}
+
+
+def canonical_groups(names: Sequence[str]) -> tuple[str, ...]:
+    """Group names in canonical spelling (``dynlab.groups.get_group(name).name``: ``c2`` ->
+    ``C2``), repeats of one group dropped.  A name that is no group is kept as given, for
+    the study to refuse with the allowed names."""
+    from dynlab.groups import get_group
+
+    def canonical(name: str) -> str:
+        try:
+            return get_group(name).name
+        except (DynlabInputError, TypeError):
+            return name
+
+    return collapse_repeats(tuple(canonical(n) for n in names))[0]
 
 
 @dataclass(frozen=True)
@@ -71,6 +105,17 @@ class StudyOptions:
     groups: tuple[str, ...] | None = None
     seeds: tuple[int, ...] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Selections as tuples with repeats collapsed, so that each run is made once:
+        models and seeds by value, groups by canonical name (:func:`canonical_groups`:
+        ``C2``, ``c2`` and ``C2`` are one group)."""
+        if self.models is not None:
+            object.__setattr__(self, "models", collapse_repeats(tuple(self.models))[0])
+        if self.groups is not None:
+            object.__setattr__(self, "groups", canonical_groups(tuple(self.groups)))
+        if self.seeds is not None:
+            object.__setattr__(self, "seeds", collapse_repeats(tuple(self.seeds))[0])
 
 
 class StudyExtra(BaseModel):
@@ -243,10 +288,22 @@ def select_names(
     values: Sequence[str] | None, default: tuple[str, ...], allowed: tuple[str, ...], what: str
 ) -> tuple[str, ...]:
     """The user's selection of ``what`` (e.g. mixers): ``default`` for None or ``("all",)``,
-    else ``values`` without repeats, each checked against ``allowed`` (one-line error)."""
-    if values is None or tuple(values) == ("all",):
+    else ``values`` with repeats collapsed (the first of each kept, in order), each checked
+    against ``allowed``.  One-line :class:`~dynlab.errors.DynlabInputError` for an unknown
+    name, for ``all`` together with names, and for an empty selection, each naming the
+    allowed values."""
+    choices = f"all, or a comma list of: {', '.join(allowed)}"
+    if values is None:
         return default
+    values = tuple(values)
+    if not values:
+        raise DynlabInputError(f"no {what} selected; allowed: {choices}")
+    if "all" in values:
+        if all(v == "all" for v in values):
+            return default
+        others = ", ".join(v for v in values if v != "all")
+        raise DynlabInputError(f"'all' cannot be combined with other {what} names ({others}); allowed: {choices}")
     for v in values:
         if v not in allowed:
             raise DynlabInputError(f"unknown {what} {v!r}; allowed: all, {', '.join(allowed)}")
-    return tuple(dict.fromkeys(values))
+    return collapse_repeats(values)[0]

@@ -1,32 +1,145 @@
-"""The study registry: one module per study, found by name (the protocol is :mod:`dynlab.study`)."""
+"""The study registry: one module per study, found by name (the protocol is :mod:`dynlab.study`).
+
+The registry is static.  :data:`CATALOG` says, for every built-in study, which module
+holds it, its description and presets, the shape of its command (``tracking``: models,
+groups, seeds; ``lm``: mixers, interventions, a text source, seeds) and the names its
+selections accept.  Listing the studies, building the command line and refusing a bad
+selection read the catalog and import no study module (hence neither torch nor
+matplotlib).  A study's module is imported when its :class:`~dynlab.study.Study` is first
+asked for: :func:`get_study`, or a value of :data:`STUDIES` (a read-only mapping of name
+-> Study in catalog order).  tests/test_cli_registry.py imports every study and checks
+that the catalog says what the modules say.
+"""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
 from dynlab.errors import DynlabInputError
-from dynlab.study import Study
 
-__all__ = ["STUDIES", "get_study", "register_study"]
+if TYPE_CHECKING:
+    from dynlab.study import Study
 
-STUDIES: dict[str, Study] = {}
+__all__ = ["CATALOG", "CELL_NAMES", "MIXER_NAMES", "SOURCES", "STUDIES", "StudyEntry", "get_study", "register_study"]
+
+#: The built-in recurrent cells, in registry order (``dynlab.models.BUILTIN_ARCHS``).
+CELL_NAMES = ("mamba", "negative-mamba", "mamba3", "aussm", "linear-rnn", "token-gated-rnn", "tanh-rnn",
+              "state-gated-rnn")
+#: The LM mixers (``dynlab.studies.long_context.MIXER_NAMES``).
+MIXER_NAMES = ("mamba2", "mamba1", "gla")
+#: The built-in texts of the LM studies (``dynlab.lm.corpus.SOURCES``); any UTF-8 file also works.
+SOURCES = ("shakespeare",)
+_TASK_INTERVENTIONS = ("zero", "random-noise", "fitted-noise", "state-passing")
+
+
+@dataclass(frozen=True)
+class StudyEntry:
+    """What the command line knows about a study without importing it.
+
+    Attributes:
+        name: the study's name (``dynlab study <name>``).
+        module: the module whose ``STUDY`` it is.
+        description: one line, as ``Study.description``.
+        presets: as ``Study.presets``.
+        command: ``tracking`` (``--models`` = cells, ``--groups``) or ``lm`` (``--models``
+            = mixers, ``--interventions``, ``--source``, task options).
+        models: the names ``--models`` accepts besides ``all`` (``all``: the study's default).
+        interventions: the names ``--interventions`` accepts (``lm`` only).
+        task_options: the task options the study takes, of ``--lengths``, ``--depths``, ``--kinds``.
+        kinds: the names ``--kinds`` accepts.
+    """
+
+    name: str
+    module: str
+    description: str
+    presets: tuple[str, ...]
+    command: Literal["tracking", "lm"]
+    models: tuple[str, ...]
+    interventions: tuple[str, ...] = ()
+    task_options: tuple[str, ...] = ()
+    kinds: tuple[str, ...] = ()
+
+
+#: Every built-in study by name, in the order ``dynlab study list`` shows them.
+CATALOG: dict[str, StudyEntry] = {e.name: e for e in (
+    StudyEntry(
+        "group-tracking", "dynlab.studies.group_tracking",
+        "Trackers on group word problems (C2, C6, S3, …): accuracy vs length to 1000, max-pass length.",
+        ("smoke", "quick", "sweep", "paper"), "tracking", CELL_NAMES),
+    StudyEntry(
+        "length-generalization", "dynlab.studies.length_generalization",
+        "Byte-level recurrent LMs (Mamba-2, Mamba-1, GLA) trained short with initial-state interventions, "
+        "evaluated at 16x the training length: PPL(t), EffRem, state statistics.",
+        ("quick", "paper"), "lm", MIXER_NAMES, (*_TASK_INTERVENTIONS, "tbtt")),
+    StudyEntry(
+        "nonlinearity", "dynlab.studies.nonlinearity",
+        "Ablation of the state nonlinearity φ (tanh, ReLU, max/min, GroupSort, LayerNorm, sphere) on C6, S3.",
+        ("smoke", "quick", "sweep", "paper"), "tracking", CELL_NAMES),
+    StudyEntry(
+        "copying", "dynlab.studies.copying",
+        "Synthetic copying $<s>|<s>. : LMs (Mamba-2, Mamba-1, GLA) trained on short strings with initial-state "
+        "interventions, per-character and whole-string accuracy at longer strings (3x).",
+        ("quick", "paper"), "lm", MIXER_NAMES, _TASK_INTERVENTIONS, ("--lengths",)),
+    StudyEntry(
+        "passkey", "dynlab.studies.passkey",
+        "Passkey retrieval in Shakespeare filler: LMs trained short (zero vs fitted-noise initial states), "
+        "accuracy over (length, depth) far beyond the training length.",
+        ("quick", "paper"), "lm", MIXER_NAMES, _TASK_INTERVENTIONS, ("--lengths", "--depths")),
+    StudyEntry(
+        "babilong", "dynlab.studies.babilong",
+        "bAbI-style questions (qa1, qa2, qa3, qa6, qa7) in long Shakespeare filler: LMs trained short with "
+        "initial-state interventions, accuracy vs length per kind.",
+        ("quick", "paper"), "lm", MIXER_NAMES, _TASK_INTERVENTIONS, ("--lengths", "--kinds"),
+        ("qa1", "qa2", "qa3", "qa6", "qa7")),
+)}
+
+#: Studies registered at run time (:func:`register_study`), and the built-in ones once imported.
+_LOADED: dict[str, Study] = {}
 
 
 def register_study(study: Study) -> Study:
-    STUDIES[study.name] = study
+    """Make ``study`` available by its name (it replaces a study of the same name)."""
+    _LOADED[study.name] = study
     return study
 
 
 def get_study(name: str) -> Study:
-    try:
-        return STUDIES[name]
-    except KeyError:
-        raise DynlabInputError(f"unknown study {name!r}; allowed: {', '.join(STUDIES)}") from None
+    """The study called ``name``; its module is imported on first use.  A one-line
+    :class:`~dynlab.errors.DynlabInputError` naming the studies for an unknown name."""
+    study = _LOADED.get(name)
+    if study is not None:
+        return study
+    entry = CATALOG.get(name)
+    if entry is None:
+        raise DynlabInputError(f"unknown study {name!r}; allowed: {', '.join(STUDIES)}")
+    return _LOADED.setdefault(name, importlib.import_module(entry.module).STUDY)
 
 
-def _load_builtin() -> None:
-    from dynlab.studies import babilong, copying, group_tracking, length_generalization, nonlinearity, passkey
+class _Studies(Mapping[str, "Study"]):
+    """Name -> :class:`~dynlab.study.Study` of every built-in and registered study; a
+    built-in study's module is imported when its value is read."""
 
-    for module in (group_tracking, length_generalization, nonlinearity, copying, passkey, babilong):
-        register_study(module.STUDY)
+    def __getitem__(self, name: str) -> Study:
+        if name not in CATALOG and name not in _LOADED:
+            raise KeyError(name)
+        return get_study(name)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from CATALOG
+        yield from (n for n in _LOADED if n not in CATALOG)
+
+    def __len__(self) -> int:
+        return len(CATALOG) + sum(1 for n in _LOADED if n not in CATALOG)
+
+    def __contains__(self, name: object) -> bool:
+        return name in CATALOG or name in _LOADED
+
+    def __repr__(self) -> str:
+        return f"STUDIES({', '.join(self)})"
 
 
-_load_builtin()
+#: Every study by name (built-in ones first, in catalog order); reading a value imports its module.
+STUDIES: Mapping[str, Study] = _Studies()

@@ -1,0 +1,81 @@
+"""Ctrl-C (SIGINT) to a running study: exit code 130 and one line on stderr."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dynlab.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, DynlabInputError, exit_status
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a child of a shell's background job starts with SIGINT ignored
+
+
+def test_sigint_to_a_running_study_exits_130_with_one_line(tmp_path):
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "dynlab.cli", "study", "group-tracking", "--preset", "quick", "--device", "cpu", "-q",
+            "--out", str(out)]  # minutes of training: it is still running when the signal comes
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint)
+    try:
+        runs = out / "group-tracking" / "runs"  # made just before the first run trains
+        deadline = time.monotonic() + 300
+        while not runs.is_dir() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == EXIT_INTERRUPTED == 130, (stdout, stderr)
+    assert stderr.splitlines() == ["interrupted"] and stdout == ""
+
+
+@pytest.mark.parametrize("exc, code, line", [
+    (KeyboardInterrupt(), 130, "interrupted"),
+    (DynlabInputError("unknown model 'x'; allowed: a\nmore"), 2, "error: unknown model 'x'; allowed: a"),
+    (OSError(28, "No space left on device"), 1, "internal error (a bug in dynlab, or the machine failed): OSError: "),
+    (RuntimeError(""), 1, "internal error (a bug in dynlab, or the machine failed): RuntimeError: RuntimeError "),
+])
+def test_exit_status_is_the_one_mapping(exc, code, line):
+    got, text = exit_status(exc)
+    assert got == code and text.startswith(line)
+    assert (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED) == (2, 1, 130)
+
+
+def test_exit_status_of_a_validation_error_and_of_the_framework():
+    import typer
+    from pydantic import BaseModel, Field, ValidationError
+
+    class Spec(BaseModel):
+        n: int = Field(ge=1)
+
+    with pytest.raises(ValidationError) as info:
+        Spec(n=0)
+    assert exit_status(info.value) == (2, "error: invalid Spec: n: Input should be greater than or equal to 1")
+    assert exit_status(typer.Exit(0)) == (0, None) and exit_status(typer.Exit(3)) == (3, None)
+    assert exit_status(typer.Abort())[0] == 130
+
+
+def test_keyboard_interrupt_in_a_command_returns_130(monkeypatch, tmp_path, capsys):
+    import dynlab.runner
+    from dynlab.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(dynlab.runner, "run_study", interrupted)
+    argv = ["study", "group-tracking", "--models", "tanh-rnn", "--groups", "C2", "--preset", "smoke", "-q",
+            "--device", "cpu", "--out", str(tmp_path / "out")]
+    assert main(argv) == 130
+    captured = capsys.readouterr()
+    assert captured.err == "interrupted\n" and captured.out == ""
+    monkeypatch.setenv("DYNLAB_DEBUG", "1")  # an interrupt is no bug: no traceback either way
+    assert main(argv) == 130

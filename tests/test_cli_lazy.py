@@ -1,0 +1,137 @@
+"""The command line is light: --help, `study list` and every refusal of bad input load
+neither torch nor matplotlib, and the static study catalog says what the study modules say."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dynlab.study import Study
+from dynlab.studies import CATALOG, CELL_NAMES, MIXER_NAMES, SOURCES, STUDIES, get_study
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Commands that must end without loading torch or matplotlib: (argv, exit code).
+LIGHT = [
+    (["--help"], 0),
+    ([], 0),
+    (["study", "list"], 0),
+    (["study"], 0),
+    (["study", "group-tracking", "--help"], 0),
+    (["study", "babilong", "--help"], 0),
+    (["lm", "post-train", "--help"], 0),
+    (["lm", "post-train", "--checkpoint", "{tmp}/ckpt", "--seq-len", "0", "--out", "{tmp}/out"], 2),
+    (["lm", "post-train", "--checkpoint", "{tmp}/ckpt", "--samples", "0", "--out", "{tmp}/out"], 2),
+    (["lm", "post-train", "--checkpoint", "{tmp}/ckpt", "--source", "", "--out", "{tmp}/out"], 2),
+    (["lm", "post-train", "--checkpoint", "{tmp}/ckpt", "--intervention", "nope", "--out", "{tmp}/out"], 2),
+    (["lm", "post-train", "--checkpoint", "{tmp}/ckpt", "--out", ""], 2),
+    (["bench", "train", "--length", "1000000000"], 2),
+    (["bench", "train", "--models", "lstm9000"], 2),
+    (["study", "babilong", "--kinds", "qa4"], 2),
+    (["study", "babilong", "--kinds", ","], 2),
+    (["study", "passkey", "--depths", "2"], 2),
+    (["study", "copying", "--lengths", "x"], 2),
+    (["study", "copying", "--depths", "0.5"], 2),
+    (["study", "length-generalization", "--source", ""], 2),
+    (["study", "length-generalization", "--models", "mamba9"], 2),
+    (["study", "length-generalization", "--interventions", "all,zero"], 2),
+    (["study", "group-tracking", "--models", "all,tanh-rnn"], 2),
+    (["study", "group-tracking", "--models", "lstm9000"], 2),
+    (["study", "group-tracking", "--groups", "Q8"], 2),
+    (["study", "group-tracking", "--groups", "C100000"], 2),
+    (["study", "group-tracking", "--preset", "huge"], 2),
+    (["study", "group-tracking", "--seeds", "x"], 2),
+    (["study", "group-tracking", "--seeds", "-1"], 2),
+    (["study", "group-tracking", "--device", "tpu"], 2),
+    (["study", "group-tracking", "--executor", "ray"], 2),
+    (["study", "group-tracking", "--out", ""], 2),
+    (["study", "nonlinearity", "--models", ","], 2),
+    (["study", "group-tracking", "--bogus"], 2),
+    (["figures", "{tmp}/no-study", "--out", ""], 2),
+]
+
+#: Runs each argv of a JSON list through dynlab.cli.main in this one process and reports,
+#: after each, its exit code and whether torch or matplotlib is loaded by then.
+PROBE = r"""
+import contextlib, io, json, sys
+from dynlab.cli import main
+rows = []
+for argv in json.loads(sys.argv[1]):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        code = main(argv)
+    rows.append([code, "torch" in sys.modules, "matplotlib" in sys.modules])
+print(json.dumps(rows))
+"""
+
+
+def test_help_listing_and_refusals_load_neither_torch_nor_matplotlib(tmp_path):
+    argvs = [[a.replace("{tmp}", str(tmp_path)) for a in argv] for argv, _ in LIGHT]
+    res = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argvs)], capture_output=True, text=True, cwd=tmp_path,
+                         check=True)
+    rows = json.loads(res.stdout)
+    for (argv, code), (got, torch, mpl) in zip(LIGHT, rows):
+        assert (got, torch, mpl) == (code, False, False), (argv, got, torch, mpl)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing was written, not even in the current folder
+
+
+def test_catalog_says_what_each_study_module_says():
+    from dynlab.lm.corpus import SOURCES as CORPUS_SOURCES
+    from dynlab.lm.tasks import BABI_KINDS
+    from dynlab.models import BUILTIN_ARCHS
+    from dynlab.studies import length_generalization, long_context
+
+    assert CELL_NAMES == BUILTIN_ARCHS and SOURCES == CORPUS_SOURCES
+    assert MIXER_NAMES == long_context.MIXER_NAMES == length_generalization.MIXER_NAMES
+    task_options = {"copying": ("--lengths",), "passkey": ("--lengths", "--depths"), "babi": ("--lengths", "--kinds")}
+    kind_of = {"copying": "copying", "passkey": "passkey", "babilong": "babi"}  # dynlab.lm.tasks.TASK_KINDS
+    for name, entry in CATALOG.items():
+        study = get_study(name)
+        assert isinstance(study, Study) and study.name == name == entry.name
+        assert (entry.description, entry.presets) == (study.description, study.presets), name
+        assert sys.modules[entry.module].STUDY is study, name
+        lm = study.spec_type.__name__ in ("LMRunSpec", "LMTaskRunSpec")
+        assert entry.command == ("lm" if lm else "tracking"), name
+        if not lm:
+            assert entry.models == CELL_NAMES and entry.interventions == entry.task_options == entry.kinds == ()
+            continue
+        assert entry.models == MIXER_NAMES, name
+        if name == "length-generalization":
+            assert entry.interventions == length_generalization.INTERVENTION_NAMES
+            assert entry.task_options == entry.kinds == ()
+            continue
+        assert entry.interventions == long_context.TASK_INTERVENTIONS, name
+        assert study.options_type is long_context.TaskOptions, name
+        assert entry.task_options == task_options[kind_of[name]], name
+        assert entry.kinds == (BABI_KINDS if kind_of[name] == "babi" else ()), name
+
+
+def test_cli_constants_match_the_library():
+    from dynlab import cli
+    from dynlab.executors import EXECUTORS
+    from dynlab.lm.tasks import TASK_KINDS
+    from dynlab.studies import length_generalization
+
+    assert cli.EXECUTORS == EXECUTORS
+    assert cli.LM_INTERVENTIONS == length_generalization.INTERVENTION_NAMES
+    assert tuple(cli.POST_TRAIN_TASKS) == TASK_KINDS and set(cli.POST_TRAIN_TASKS.values()) <= set(CATALOG)
+
+
+def test_studies_mapping_reads_the_catalog_and_loads_on_use():
+    assert list(STUDIES) == list(CATALOG) and len(STUDIES) == len(CATALOG)
+    assert "babilong" in STUDIES and "nope" not in STUDIES and STUDIES.get("nope") is None
+    with pytest.raises(KeyError):
+        STUDIES["nope"]
+    with pytest.raises(ValueError, match="unknown study 'nope'; allowed: group-tracking, length-generalization"):
+        get_study("nope")
+    assert STUDIES["babilong"] is get_study("babilong")
+
+
+def test_importing_the_cli_and_the_registry_loads_no_study_module():
+    code = ("import sys, dynlab.cli, dynlab.study; "
+            "print(sorted(m for m in sys.modules if m.startswith('dynlab.studies.') or m in ('torch', 'matplotlib')))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert res.stdout.strip() == "[]"
