@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -70,9 +71,23 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from pydantic import ValidationError
 from torch import nn
 
-from dynlab.config import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from dynlab.config import (
+    MAX_BATCH,
+    MAX_ENSEMBLE,
+    MAX_LENGTH,
+    MAX_STEPS,
+    MAX_WIDTH,
+    CurriculumSpec,
+    ModelSpec,
+    RunSpec,
+    TaskSpec,
+    TrainSpec,
+    check_limit,
+    format_validation_error,
+)
 from dynlab.errors import DynlabInputError
 from dynlab.groups import get_group
 from dynlab.models import Tracker, get_cell
@@ -85,7 +100,10 @@ from dynlab.train.progress import NullProgress
 
 __all__ = [
     "BenchRow",
+    "MAX_REPEATS",
     "bench_train",
+    "check_bench_sizes",
+    "check_json_path",
     "bytes_per_token",
     "floor_kind",
     "format_table",
@@ -93,6 +111,9 @@ __all__ = [
     "memory_bandwidth",
     "strict_json",
 ]
+
+#: Most rounds over the methods (``--repeats``).
+MAX_REPEATS = 100
 
 _DENSE = ("tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn")
 _LIVE_COPIES = 8  # [N, B, T, S] tensors alive at the peak of a training step under autograd (estimate)
@@ -278,8 +299,14 @@ def bench_train(
     max_memory_gb: float = 6.0,
     compile: bool = False,
     repeats: int = 1,
+    json_out: str | Path | None = None,
 ) -> dict[str, Any]:
     """Measure one setting; return a JSON-able dict (rows, rates, speedup, fraction).
+
+    Every size is checked before anything runs (:func:`check_bench_sizes`: the limits of
+    :mod:`dynlab.config`), and so is ``json_out``, the file the caller will write the
+    results to (:func:`check_json_path`; not written here): a bad one is a one-line
+    :class:`~dynlab.errors.DynlabInputError`.
 
     ``threads``: CPU thread counts to try (default: 1 and the current count); every
     method is measured at each and reported at its fastest (on a shared, oversubscribed
@@ -292,15 +319,9 @@ def bench_train(
     at its fastest round (a burst of load on a shared box then spoils one round, not the
     comparison); ``ensemble_large_vs_small`` pairs the two ensemble sizes round by round.
     """
-    get_cell(arch)
-    if min(hidden, batch, length, steps) < 1 or warmup < 0 or steps <= warmup:
-        raise DynlabInputError(
-            f"need hidden, batch, length ≥ 1 and steps > warmup ≥ 0; got {hidden}, {batch}, {length}, {steps}, {warmup}"
-        )
-    if repeats < 1:
-        raise DynlabInputError(f"repeats must be ≥ 1, got {repeats}")
-    if any(n < 1 for n in ensembles):
-        raise DynlabInputError(f"ensemble sizes must be ≥ 1, got {list(ensembles)}")
+    check_bench_sizes(arch, hidden, batch, length, ensembles, steps, warmup, repeats)
+    if json_out is not None:
+        check_json_path(json_out)
     dev = resolve_device(device)
     old_threads = torch.get_num_threads()
     tries = sorted(set(threads or (1, old_threads))) if dev.type == "cpu" else [old_threads]
@@ -427,6 +448,63 @@ def bench_train(
     }
 
 
+def check_bench_sizes(
+    arch: str,
+    hidden: int,
+    batch: int,
+    length: int,
+    ensembles: tuple[int, ...] = (),
+    steps: int = 4,
+    warmup: int = 1,
+    repeats: int = 1,
+) -> None:
+    """Refuse sizes outside the stated limits (one line naming the option and the allowed
+    range): ``hidden`` ≤ :data:`~dynlab.config.MAX_WIDTH`, ``batch`` ≤
+    :data:`~dynlab.config.MAX_BATCH`, ``length`` ≤ :data:`~dynlab.config.MAX_LENGTH`, each
+    ensemble size ≤ :data:`~dynlab.config.MAX_ENSEMBLE`, ``warmup`` < ``steps`` ≤
+    :data:`~dynlab.config.MAX_STEPS`, ``repeats`` ≤ :data:`MAX_REPEATS`, and the states of
+    one batch within :data:`~dynlab.config.MAX_STATE_BYTES` (as :class:`~dynlab.config.RunSpec`
+    estimates them)."""
+    get_cell(arch)
+    check_limit("hidden (--hidden)", hidden, MAX_WIDTH)
+    check_limit("batch (--batch)", batch, MAX_BATCH)
+    check_limit("length (--length)", length, MAX_LENGTH)
+    check_limit("steps (--steps)", steps, MAX_STEPS)
+    check_limit("repeats (--repeats)", repeats, MAX_REPEATS)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup < steps:
+        raise DynlabInputError(f"warmup={warmup!r}; allowed: an integer from 0 to steps - 1 = {steps - 1}")
+    for n in ensembles:
+        check_limit("ensemble size (--ensembles)", n, MAX_ENSEMBLE)
+    try:  # the run spec of the benchmark states the training-state limit (RunSpec)
+        _spec(arch, hidden, batch, length, steps, 0, "S3")
+    except ValidationError as exc:
+        raise DynlabInputError(f"bench train: {format_validation_error(exc)}") from None
+
+
+def check_json_path(path: str | Path) -> Path:
+    """Refuse a ``--json`` path the results could not be written to, before any benchmark
+    runs: a folder, a file in a folder that does not exist, or a place that is not
+    writable (permissions or a read-only file system).  Writes nothing.  Returns the path."""
+    path = Path(path).expanduser()
+    allowed = "allowed: a file path in an existing, writable folder"
+    if path.is_dir():
+        raise DynlabInputError(f"--json {path} is a folder; {allowed}")
+    folder = path.parent
+    if not folder.is_dir():
+        raise DynlabInputError(f"--json {path}: folder {folder} does not exist; {allowed}")
+    effective = os.access in os.supports_effective_ids
+    target = path if path.exists() else folder
+    need = os.W_OK if target is path else os.W_OK | os.X_OK
+    try:
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    if read_only or not os.access(target, need, effective_ids=effective):
+        why = "read-only file system" if read_only else "permission denied"
+        raise DynlabInputError(f"--json {path} is not writable ({why}); {allowed}")
+    return path
+
+
 def _paired_ensembles(per_round: dict[str, list[float]]) -> dict[str, Any] | None:
     """The largest ensemble against the smallest, per model, round by round: in each round
     the ratio of seconds per step and model (small / large: above 1 the large ensemble
@@ -488,14 +566,16 @@ def format_table(results: list[dict[str, Any]]) -> str:
 
 
 def write_json(results: list[dict[str, Any]], path: str | Path) -> Path:
-    """Write the results (``{"results": [...]}`` plus top-level tanh-rnn summary) to ``path``."""
-    path = Path(path)
+    """Write the results (``{"results": [...]}`` plus top-level tanh-rnn summary) to
+    ``path`` atomically (a path :func:`check_json_path` refuses is refused here too)."""
+    from dynlab.results.files import write_text_atomic
+
+    path = check_json_path(path)
     payload: dict[str, Any] = {"results": results}
     if results:
         payload["speedup_vs_baseline"] = results[0]["speedup_vs_baseline"]
         payload["fraction_of_floor"] = results[0]["fraction_of_floor"]
-    path.write_text(json.dumps(strict_json(payload), indent=1, allow_nan=False))
-    return path
+    return write_text_atomic(path, json.dumps(strict_json(payload), indent=1, allow_nan=False))
 
 
 def strict_json(obj: Any) -> Any:

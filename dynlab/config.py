@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -28,7 +28,19 @@ __all__ = [
     "TrainSpec",
     "format_validation_error",
     "load_spec",
+    "Batch",
+    "EnsembleSize",
+    "Length",
+    "Lengths",
+    "Samples",
+    "Steps",
+    "StepsOrZero",
+    "Width",
+    "check_limit",
+    "check_state_bytes",
+    "MAX_ANALYSIS_ORDER",
     "MAX_BATCH",
+    "MAX_ENSEMBLE",
     "MAX_EVAL_LENGTHS",
     "MAX_LENGTH",
     "MAX_SAMPLES",
@@ -58,6 +70,58 @@ MAX_WIDTH = 8192
 #: hidden × d_state, per step).  Training holds ``curriculum.max_length`` steps, evaluation
 #: ``min(chunk, max(lengths))``.
 MAX_STATE_BYTES = 8 * 2**30
+#: Most models trained together in one ensemble (``dynlab bench train --ensembles``).
+MAX_ENSEMBLE = 1024
+#: Largest group (order) whose runs get the per-run error-control analyses
+#: (:func:`dynlab.analysis.tracking.analyze_tracker`): its per-step work grows as
+#: samples × order² and its chunks as samples × steps × order (order 256: about 8 GiB at
+#: the paper preset); larger groups train, but are refused the analyses before anything runs.
+MAX_ANALYSIS_ORDER = 256
+
+# Bounded field types of the limits above, for every spec (``steps: Steps = 600``): a value
+# outside is refused when the spec is made, with a message naming the bound.
+#: A sequence length (training, evaluation, chunk): 1 … :data:`MAX_LENGTH`.
+Length = Annotated[int, Field(ge=1, le=MAX_LENGTH)]
+#: Evaluation lengths: 1 … :data:`MAX_EVAL_LENGTHS` of them, each a :data:`Length`.
+Lengths = Annotated[tuple[Length, ...], Field(min_length=1, max_length=MAX_EVAL_LENGTHS)]
+#: A batch size: 1 … :data:`MAX_BATCH`.
+Batch = Annotated[int, Field(ge=1, le=MAX_BATCH)]
+#: A number of evaluation sequences: 1 … :data:`MAX_SAMPLES`.
+Samples = Annotated[int, Field(ge=1, le=MAX_SAMPLES)]
+#: A number of training steps: 1 … :data:`MAX_STEPS`.
+Steps = Annotated[int, Field(ge=1, le=MAX_STEPS)]
+#: A number of training steps where none is allowed: 0 … :data:`MAX_STEPS`.
+StepsOrZero = Annotated[int, Field(ge=0, le=MAX_STEPS)]
+#: A width (hidden size, embedding, model width): 1 … :data:`MAX_WIDTH`.
+Width = Annotated[int, Field(ge=1, le=MAX_WIDTH)]
+#: Models in one ensemble: 1 … :data:`MAX_ENSEMBLE`.
+EnsembleSize = Annotated[int, Field(ge=1, le=MAX_ENSEMBLE)]
+
+
+def check_limit(what: str, value: int, limit: int, lowest: int = 1) -> int:
+    """``value`` when ``lowest <= value <= limit``; else a one-line
+    :class:`~dynlab.errors.DynlabInputError` naming ``what``, the value and the allowed range
+    (for limits checked outside a spec, e.g. a benchmark's sizes)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= limit:
+        raise DynlabInputError(f"{what}={value!r}; allowed: an integer from {lowest} to {limit}")
+    return value
+
+
+def check_state_bytes(what: str, batch: int, steps: int, per_step_bytes: int, limit: int = MAX_STATE_BYTES) -> int:
+    """The bytes of the recurrent states one batch holds, ``batch × steps ×
+    per_step_bytes`` (``per_step_bytes``: bytes of one sequence's state per step, e.g.
+    hidden × d_state × layers × 4 in float32), when at most ``limit``
+    (:data:`MAX_STATE_BYTES`); else a ``ValueError`` (a pydantic validator turns it into
+    a validation error; it is a :class:`~dynlab.errors.DynlabInputError`) naming ``what``,
+    the product (e.g. ``"train.batch_size × train.seq_len × d_model × layers × 4 bytes"``),
+    and the limit."""
+    need = int(batch) * int(steps) * int(per_step_bytes)
+    if need > limit:
+        raise DynlabInputError(
+            f"{what} = {need / 2**30:.1f} GiB of states per batch; "
+            f"allowed: at most {limit / 2**30:.0f} GiB (lower the batch, length or width)"
+        )
+    return need
 
 
 class Spec(BaseModel):
@@ -95,7 +159,7 @@ class ModelSpec(Spec):
     """A tracker: ``layers`` cells of ``arch`` with width ``hidden`` and a readout."""
 
     arch: str
-    hidden: int = Field(64, ge=1, le=8192)
+    hidden: Width = 64
     layers: int = Field(1, ge=1, le=16)
     nonlinearity: str | None = None
     d_embed: int | None = Field(None, ge=1, le=MAX_WIDTH)
@@ -237,12 +301,7 @@ class RunSpec(Spec):
             ("train.batch_size × train.curriculum.max_length", self.train.batch_size, self.train.curriculum.max_length),
             ("eval.batch_size × eval.chunk", self.eval.batch_size, min(self.eval.chunk, max(self.eval.lengths))),
         ):
-            need = batch * steps * per_step
-            if need > MAX_STATE_BYTES:
-                raise ValueError(
-                    f"{what} × hidden × d_state × layers × 4 bytes = {need / 2**30:.1f} GiB of states per batch; "
-                    f"allowed: at most {MAX_STATE_BYTES / 2**30:.0f} GiB (lower the batch, length or width)"
-                )
+            check_state_bytes(f"{what} × hidden × d_state × layers × 4 bytes", batch, steps, per_step)
         return self
 
     @property

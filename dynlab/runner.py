@@ -17,7 +17,7 @@ from pathlib import Path
 
 import xarray as xr
 
-from dynlab.config import Spec, load_spec
+from dynlab.config import MAX_ANALYSIS_ORDER, Spec, load_spec
 from dynlab.errors import DynlabInputError
 from dynlab.executors import Executor, InProcessExecutor
 from dynlab.results.schema import annotate, open_dataset, provenance_attrs, write_dataset
@@ -37,6 +37,27 @@ ANALYSIS = "analysis.nc"
 
 def study_dir(out: str | Path, study: Study) -> Path:
     return Path(out) / study.name
+
+
+def _check_analysable(study: Study, specs: list[Spec], analyze: bool) -> None:
+    """Refuse, before anything runs, a study whose per-run analyses would be asked of a
+    group larger than :data:`~dynlab.config.MAX_ANALYSIS_ORDER` (the specs' ``task.group``;
+    one line naming the group, its order and the limit)."""
+    if not analyze or study.analyze_one is None:
+        return
+    from dynlab.groups import group_order
+
+    for spec in specs:
+        group = getattr(getattr(spec, "task", None), "group", None)
+        if not isinstance(group, str):
+            continue
+        order = group_order(group)
+        if order > MAX_ANALYSIS_ORDER:
+            raise DynlabInputError(
+                f"group {group} (order {order}) is too large for the per-run analyses of study {study.name}; "
+                f"allowed: groups of order at most {MAX_ANALYSIS_ORDER} (dynlab.config.MAX_ANALYSIS_ORDER), "
+                "or the study without analyses (--no-analysis)"
+            )
 
 
 def _heal(specs: list[Spec], store: RunStore, progress: NullProgress) -> None:
@@ -214,6 +235,7 @@ def run_study(
     study.check_preset(options.preset)
     extra = study.parse_options(options)  # an unknown option is refused in every study
     specs = study.make_specs(options)  # validates everything before anything is written
+    _check_analysable(study, specs, analyze)
     if not getattr(executor, "remote", False):
         resolve_device(device)  # refuse an unknown or unavailable device before writing
     store = RunStore(study_dir(out, study))
@@ -248,6 +270,15 @@ def _load_manifest(path: Path) -> dict:
     if not ok:
         raise DynlabInputError(f"broken study manifest {mpath}: needs 'study', 'preset' and a list of 'run_ids'")
     return manifest
+
+
+def _spec_of(store: RunStore, run_id: str, study: Study) -> Spec | None:
+    """The spec of run ``run_id`` as its ``spec.json`` says, or None when it does not read
+    (the damage check that follows reports that)."""
+    try:
+        return load_spec(store.load_spec_json(run_id), study.spec_type)
+    except (OSError, ValueError):
+        return None
 
 
 def _manifest_specs(path: Path, manifest: dict, study: Study, store: RunStore) -> list[Spec]:
@@ -325,6 +356,7 @@ def analyze_study(
     extra = study.parse_options(options)
     resolve_device(device)
     store = RunStore(path)
+    _check_analysable(study, [_spec_of(store, rid, study) for rid in manifest["run_ids"]], analyze=True)
     specs = _manifest_specs(path, manifest, study, store)  # heals (quarantines) damaged runs
     with make_progress(progress) as prog:
         _run_specs(study, specs, store, device, prog, analyze=True, force_analysis=True, extra=extra)

@@ -128,3 +128,150 @@ def test_a_batch_whose_states_exceed_the_memory_limit_is_refused():
     with pytest.raises(ValueError, match="eval.batch_size × eval.chunk"):
         RunSpec(task=TaskSpec(group="C2"), model=ModelSpec(arch="tanh-rnn"), eval=evals)
     RunSpec(task=TaskSpec(group="C2"), model=ModelSpec(arch="tanh-rnn", hidden=128), train=TrainSpec(batch_size=256))
+
+
+# -- the bounded field types and helpers of dynlab.config, and where they are applied ----------
+from pydantic import BaseModel, ValidationError  # noqa: E402
+
+from dynlab.config import (  # noqa: E402
+    MAX_ANALYSIS_ORDER,
+    MAX_ENSEMBLE,
+    Batch,
+    EnsembleSize,
+    Length,
+    Lengths,
+    Samples,
+    Steps,
+    StepsOrZero,
+    Width,
+    check_limit,
+    check_state_bytes,
+)
+from dynlab.errors import DynlabInputError  # noqa: E402
+
+
+class _Sizes(BaseModel):
+    length: Length = 10
+    lengths: Lengths = (10, 20)
+    batch: Batch = 16
+    samples: Samples = 64
+    steps: Steps = 600
+    steps0: StepsOrZero = 0
+    width: Width = 64
+    ensemble: EnsembleSize = 16
+
+
+@pytest.mark.parametrize("field, limit", [("length", MAX_LENGTH), ("batch", MAX_BATCH), ("samples", MAX_SAMPLES),
+                                          ("steps", MAX_STEPS), ("steps0", MAX_STEPS), ("width", MAX_WIDTH),
+                                          ("ensemble", MAX_ENSEMBLE)])
+def test_each_bounded_type_takes_its_limit_and_refuses_one_more_naming_it(field, limit):
+    assert getattr(_Sizes(**{field: limit}), field) == limit
+    with pytest.raises(ValidationError) as info:
+        _Sizes(**{field: limit + 1})
+    assert field in str(info.value) and f"{limit}" in str(info.value).replace("_", "")
+    low = 0 if field == "steps0" else 1
+    assert getattr(_Sizes(**{field: low}), field) == low
+    with pytest.raises(ValidationError):
+        _Sizes(**{field: low - 1})
+
+
+def test_lengths_are_bounded_each_and_in_number():
+    assert _Sizes(lengths=(1, MAX_LENGTH)).lengths == (1, MAX_LENGTH)
+    for bad in ((10, MAX_LENGTH + 1), (), tuple(range(1, MAX_EVAL_LENGTHS + 2)), (0,)):
+        with pytest.raises(ValidationError, match="lengths"):
+            _Sizes(lengths=bad)
+
+
+def test_check_limit_and_check_state_bytes_are_one_line_input_errors():
+    assert check_limit("hidden", 8, 16) == 8
+    for bad in (17, 0, 2.5, True, "8"):
+        with pytest.raises(DynlabInputError, match=r"^hidden=.*; allowed: an integer from 1 to 16$"):
+            check_limit("hidden", bad, 16)
+    assert check_state_bytes("b × t × s", 2, 3, 4) == 24
+    with pytest.raises(DynlabInputError, match=r"^b × t × s = 16.0 GiB of states per batch; allowed: at most 8 GiB"):
+        check_state_bytes("b × t × s", 2**20, 2**12, 4)
+
+
+@pytest.fixture
+def no_benchmark(monkeypatch):
+    """Fail the test if a benchmark starts measuring anything."""
+    import dynlab.bench as bench
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the benchmark ran before its options were checked")
+
+    for name in ("gemm_rate", "memory_bandwidth", "train_tracker", "train_ensemble", "_baseline"):
+        monkeypatch.setattr(bench, name, refuse)
+
+
+@pytest.mark.parametrize("kwargs, what", [
+    (dict(hidden=1_000_000), f"hidden (--hidden)=1000000; allowed: an integer from 1 to {MAX_WIDTH}"),
+    (dict(batch=MAX_BATCH + 1), f"from 1 to {MAX_BATCH}"),
+    (dict(length=MAX_LENGTH + 1), f"from 1 to {MAX_LENGTH}"),
+    (dict(ensembles=(16, 10_000_000)), f"ensemble size (--ensembles)=10000000; allowed: an integer from 1 to {MAX_ENSEMBLE}"),
+    (dict(ensembles=(0,)), "ensemble size"),
+    (dict(steps=MAX_STEPS + 1), f"from 1 to {MAX_STEPS}"),
+    (dict(steps=2, warmup=2), "warmup=2"),
+    (dict(repeats=0), "repeats"),
+    (dict(hidden=8192, batch=65536, length=100_000), "GiB of states per batch"),
+])
+def test_bench_sizes_are_refused_before_anything_runs(no_benchmark, kwargs, what):
+    from dynlab.bench import bench_train
+
+    with pytest.raises(DynlabInputError) as info:
+        bench_train("tanh-rnn", **kwargs)
+    assert what in str(info.value) and "\n" not in str(info.value)
+
+
+def _read_only_folder(tmp_path):
+    """A folder this process cannot write in: a read-only tmpfs as root, else mode 0555."""
+    import os
+    import subprocess
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() == 0:
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
+                          capture_output=True).returncode:
+            pytest.skip("a read-only folder needs a mount as root")
+        return folder, lambda: subprocess.run(["umount", str(folder)], capture_output=True)
+    folder.chmod(0o555)
+    return folder, lambda: folder.chmod(0o755)
+
+
+def test_bench_json_path_is_refused_before_anything_runs(no_benchmark, tmp_path):
+    from dynlab.bench import bench_train, check_json_path, write_json
+
+    for bad, why in ((tmp_path, "is a folder"), (tmp_path / "no" / "b.json", "does not exist")):
+        with pytest.raises(DynlabInputError, match=why):
+            bench_train("tanh-rnn", json_out=bad)
+    folder, undo = _read_only_folder(tmp_path)
+    try:
+        with pytest.raises(DynlabInputError, match="not writable"):
+            bench_train("tanh-rnn", json_out=folder / "b.json")
+        with pytest.raises(DynlabInputError, match="not writable"):
+            write_json([], folder / "b.json")
+    finally:
+        undo()
+    assert check_json_path(tmp_path / "b.json") == tmp_path / "b.json" and not (tmp_path / "b.json").exists()
+    write_json([], tmp_path / "b.json")
+    assert (tmp_path / "b.json").read_text().startswith("{")
+
+
+def test_a_group_too_large_for_the_analyses_is_refused_before_anything_is_written(tmp_path):
+    """S7 trains (order 5040 ≤ MAX_ORDER) but its analyses would not fit: refused up front,
+    naming the limit, unless the study runs without analyses."""
+    from dynlab.analysis.tracking import AnalysisSpec, analyze_tracker
+    from dynlab.runner import run_study
+    from dynlab.studies import get_study
+    from dynlab.study import StudyOptions
+    from dynlab.tasks import WordProblem
+
+    study = get_study("group-tracking")
+    options = StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("S7",))
+    with pytest.raises(DynlabInputError, match=rf"group S7 \(order 5040\) .* at most {MAX_ANALYSIS_ORDER}") as info:
+        run_study(study, options, out=tmp_path / "out", device="cpu")
+    assert "--no-analysis" in str(info.value) and not (tmp_path / "out").exists()
+    assert group_order("A5xC2") <= MAX_ANALYSIS_ORDER < group_order("S6")  # S5, A5, C256 are analysed
+    with pytest.raises(DynlabInputError, match="too large for the error-control analysis"):
+        analyze_tracker(None, WordProblem(get_group("S7")), AnalysisSpec(), horizon=10, t_ref=5)

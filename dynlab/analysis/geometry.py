@@ -301,6 +301,13 @@ def _fit_line(t: np.ndarray, e: np.ndarray) -> tuple[float, float]:
     return float(e0), float(eta)
 
 
+def _nan_free_mean(values: np.ndarray) -> float:
+    """Mean of the non-NaN entries of ``values``; NaN (and no warning) when there are none
+    (an empty window, or M undefined at every step: a group with one class, C1)."""
+    known = values[~np.isnan(values)]
+    return float(known.mean()) if known.size else float("nan")
+
+
 def geometry_over_time(
     states: Any,
     labels: Any | None = None,
@@ -404,8 +411,8 @@ def geometry_over_time(
             raise ValueError(f"fit_window={fit_window}; allowed: (t_lo, t_hi) with t_lo <= t_hi")
     win = (steps >= lo) & (steps <= hi)
     e0, eta = _fit_line(steps[win].astype(np.float64), cols["R_par"][win])
-    level = float(np.nanmean((tau_t * cols["M"])[win])) if win.any() else float("nan")
-    if not np.isfinite(eta):
+    level = _nan_free_mean((tau_t * cols["M"])[win])
+    if not np.isfinite(eta) or np.isnan(level):  # no fit, or no threshold level (one class: C1)
         t_pred = float("nan")
     elif eta <= 0:
         t_pred = float("inf")

@@ -91,7 +91,8 @@ from dynlab.analysis.readability import (
     probe_accuracy,
     readout_margins,
 )
-from dynlab.config import Spec
+from dynlab.config import MAX_ANALYSIS_ORDER, Spec
+from dynlab.errors import DynlabInputError
 from dynlab.results.vocabulary import annotate
 from dynlab.tasks import WordProblem
 from dynlab.train.engine import tracker_states
@@ -297,7 +298,16 @@ def analyze_tracker(
         t_ref: reference step for U, the separations held fixed, the probe, the return map
             and the perturbation (e.g. the training length).
         layer: tracked layer.
+
+    A group of order above :data:`~dynlab.config.MAX_ANALYSIS_ORDER` is refused at once
+    (one-line :class:`~dynlab.errors.DynlabInputError`): the work per step grows as
+    samples × order² and the chunks as samples × steps × order.
     """
+    if task.n_classes > MAX_ANALYSIS_ORDER:
+        raise DynlabInputError(
+            f"group {task.group.name} (order {task.n_classes}) is too large for the error-control analysis; "
+            f"allowed: order at most {MAX_ANALYSIS_ORDER} (dynlab.config.MAX_ANALYSIS_ORDER)"
+        )
     m = analysis_copy(model, torch.float64).cpu()
     gen = torch.Generator().manual_seed(spec.seed)
     n = spec.samples_for(task.n_classes)
