@@ -259,8 +259,10 @@ def _check_study_folder(root: Path) -> None:
 
 def _run(name: str, options, out: Path, device: str, quiet: bool, analyze: bool, executor: str,
          scheduler: str | None, workers: int | None) -> None:
-    """Make the specs of study ``name`` (refusing bad selections before a cluster is
-    started or a folder made), then run the study and print its dataset's path."""
+    """Check that the study folder can be written, make the specs of study ``name``
+    (refusing bad selections before a cluster is started or a folder made), then run the
+    study and print its dataset's path."""
+    _check_study_folder(out / name)
     from dynlab.executors import make_executor
     from dynlab.runner import run_study
     from dynlab.studies import get_study
@@ -270,7 +272,6 @@ def _run(name: str, options, out: Path, device: str, quiet: bool, analyze: bool,
     with _in_option_words({"eval_lengths": "--lengths", "depths": "--depths", "babi_kinds": "--kinds",
                            "source": "--source", "seed": "--seeds", "group": "--groups", "arch": "--models"}):
         study.make_specs(options)
-    _check_study_folder(out / name)
     with make_executor(executor, scheduler=scheduler, workers=workers) as ex:
         path = run_study(study, options, out=out, device=device, progress=not quiet, analyze=analyze, executor=ex)
     typer.echo(f"dataset: {path}")
@@ -472,6 +473,10 @@ def lm_post_train(
     out_dir = _out(out)
     _device(device)
     _check_out(out_dir, "post-train", "post-train/runs")  # the run goes to OUT/post-train/runs/<id>
+    if not checkpoint.expanduser().is_dir():  # the words of dynlab.lm.posttrain.load_checkpoint
+        raise DynlabInputError(f"checkpoint {str(checkpoint.expanduser())!r} is not a model (no such folder); allowed: a "
+                               "dynlab LM run folder (spec.json + model.safetensors) or a Hugging Face Mamba/Mamba2 "
+                               "folder (config.json + weights)")
 
     from importlib import import_module
 
@@ -532,11 +537,13 @@ def analyze(
 ) -> None:
     """Recompute the analyses of an existing study without retraining."""
     _device(device)
+    if not (study_dir / "manifest.json").exists():  # the words of dynlab.runner.analyze_study
+        raise DynlabInputError(f"{study_dir} is not a dynlab study folder (no manifest.json); run `dynlab study ...` first")
+    if (study_dir / "manifest.json").is_file():  # else analyze_study says why it cannot read it
+        _check_study_folder(study_dir)
     from dynlab.runner import analyze_study
     from dynlab.studies import get_study
 
-    if (study_dir / "manifest.json").is_file():  # else analyze_study says it is no study folder
-        _check_study_folder(study_dir)
     path = analyze_study(study_dir, get_study, device=device, progress=not quiet)
     _echo_correlations(path)
     typer.echo(f"dataset: {path}")
@@ -609,7 +616,7 @@ def bench_train_cmd(
     ] = None,
 ) -> None:
     """Training throughput: user baseline vs dynlab (one model, ensembles) vs the floor (GEMM or bandwidth)."""
-    from dynlab.config import MAX_BATCH, MAX_LENGTH, MAX_STEPS, MAX_WIDTH
+    from dynlab.config import MAX_BATCH, MAX_ENSEMBLE, MAX_LENGTH, MAX_STEPS, MAX_WIDTH
 
     json_path = None if json_out is None else _path(json_out, "--json", "a file path, e.g. --json bench.json")
     if json_path is not None and not json_path.parent.resolve().is_dir():
@@ -619,9 +626,10 @@ def bench_train_cmd(
     for m in names:
         if m not in cells:
             raise DynlabInputError(f"unknown model {m!r}; allowed: a comma list of {', '.join(cells)}")
-    sizes = _numbers(ensembles, "--ensembles", int, "a comma list of whole numbers ≥ 1") or ()
-    if any(n < 1 for n in sizes):
-        raise DynlabInputError(f"--ensembles {ensembles!r}: sizes must be ≥ 1; allowed: a comma list of whole numbers ≥ 1")
+    allowed = f"a comma list of whole numbers from 1 to {MAX_ENSEMBLE}"
+    sizes = _numbers(ensembles, "--ensembles", int, allowed) or ()
+    if any(not 1 <= n <= MAX_ENSEMBLE for n in sizes):
+        raise DynlabInputError(f"--ensembles {ensembles!r}: a size is out of range; allowed: {allowed}")
     _in_range("--hidden", hidden, 1, MAX_WIDTH)
     _in_range("--batch", batch, 1, MAX_BATCH)
     _in_range("--length", length, 1, MAX_LENGTH, "tokens")
