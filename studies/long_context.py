@@ -1,22 +1,37 @@
 """Shared machinery of the long-context task studies ``copying``, ``passkey`` and ``babilong`` (paper B).
 
-Each study trains byte-level recurrent LMs (the mixers, interventions, engine and run store
-of ``length-generalization``) on one task of :mod:`dynlab.lm.tasks` at short lengths and
-tests them from the zero state at longer ones. The dataset holds
+Each study follows paper B's protocol with byte-level recurrent LMs (the mixers,
+interventions, engine and run store of ``length-generalization``): a model trains on one
+task of :mod:`dynlab.lm.tasks` at short lengths from the zero state; if it learned (its
+in-range accuracy reaches ``eval.learned_at``, see :mod:`dynlab.lm.task_run`), it is
+post-trained once per intervention from those weights, ``zero`` being the
+compute-matched control; every model is tested from the zero state at longer lengths.
+One stored run is one (mixer, seed): the trained model and all its arms.
+
+The dataset has one row on ``run`` per tested model: the trained model (``phase`` =
+``"base"``, ``intervention`` = its training intervention) and each arm (``phase`` =
+``"post"``). It holds
 
 - ``accuracy(run, length[, depth | kind])`` — the task's headline accuracy (per-character
   for copying, whole key for passkey, whole answer for babi; see :mod:`dynlab.lm.task_run`),
 - ``token_accuracy`` and ``exact_match`` on the same dims,
-- ``train_loss(run)``, ``train_time(run)``, ``status(run)``,
+- ``train_loss(run)``, ``train_time(run)``, ``status(run)``, ``in_range_accuracy(run)``
+  (of the trained model, on every row of its run),
+- the paired contrasts of each arm against the control over seeds
+  (:func:`dynlab.analysis.contrasts.paired_contrasts`): ``contrast_mean``,
+  ``contrast_lo``, ``contrast_hi``, ``contrast_p`` on ``(arch, contrast, length[, depth |
+  kind])`` and ``contrast_n``,
 
-with coords ``arch`` (mixer), ``intervention``, ``seed``, ``train_min``, ``train_max`` on
-``run``.
+with coords ``arch`` (mixer), ``intervention``, ``phase``, ``seed``, ``run_id`` (the
+stored run), ``train_min``, ``train_max`` on ``run``.  A row whose status is not ``ok``
+has NaN accuracies past training, and no contrast uses it.
 
 Selections: ``models`` = mixers (``all`` = the preset's; or any of mamba2, mamba1, gla);
-``seeds``; ``extra`` may hold ``interventions`` (zero, random-noise, fitted-noise,
-state-passing; TBTT needs one long document and does not apply to independent samples),
-``source`` (filler text: ``shakespeare`` or a UTF-8 file; passkey and babilong only) and
-``model`` / ``train`` / ``eval`` / ``intervention`` / ``task`` field overrides.
+``seeds``; ``extra`` may hold ``interventions`` (the post-training arms: zero,
+random-noise, fitted-noise, state-passing; ``zero`` is always added as the control; TBTT
+needs one long document and does not apply to independent samples), ``source`` (filler
+text: ``shakespeare`` or a UTF-8 file; passkey and babilong only) and ``model`` /
+``train`` / ``eval`` / ``intervention`` / ``task`` / ``post`` field overrides.
 """
 
 from __future__ import annotations
@@ -28,11 +43,16 @@ import torch
 import xarray as xr
 from pydantic import AfterValidator
 
+import numpy as np
+
+from dynlab.analysis.contrasts import paired_contrasts
 from dynlab.errors import DynlabInputError
 from dynlab.lm.run import corpus_for
-from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMModelSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec, TaskTrainSpec
+from dynlab.lm.spec import (
+    InterventionSpec, LMDataSpec, LMModelSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec, TaskPostSpec, TaskTrainSpec,
+)
 from dynlab.lm.task_run import task_result_to_dataset, train_and_evaluate_task
-from dynlab.results.assemble import assemble_runs
+from dynlab.results.assemble import stack_runs
 from dynlab.results.store import RunStore
 from dynlab.study import RunOutcome, RunResult, Study, StudyExtra, StudyOptions, override_field, read_result, select_names
 from dynlab.train.progress import NullProgress
@@ -69,6 +89,7 @@ class TaskOptions(LMOptions):
     task: Annotated[dict[str, Any], AfterValidator(override_field(LMTaskSpec, "kind"))] = {}
     train: Annotated[dict[str, Any], AfterValidator(override_field(TaskTrainSpec))] = {}
     eval: Annotated[dict[str, Any], AfterValidator(override_field(TaskEvalSpec))] = {}
+    post: Annotated[dict[str, Any], AfterValidator(override_field(TaskPostSpec, "interventions"))] = {}
 
 
 class TaskResult(RunResult):
@@ -78,6 +99,9 @@ class TaskResult(RunResult):
     ``accuracy``, ``token_accuracy``, ``exact_match``: fractions in [0, 1] per test length
     in ``lengths`` (× ``depths`` for passkey, × ``kinds`` for babi); see the module
     docstring.  ``train_loss``: mean masked cross-entropy over the last 5 % of the steps.
+    ``in_range_accuracy``: the mean accuracy inside the training lengths that decides the
+    status.  ``post``: per post-training arm, its ``status``, ``reason``, ``train_steps``,
+    ``train_loss``, ``train_time`` and accuracies (absent without post-training).
     """
 
     lengths: list[int] | None = None
@@ -86,6 +110,8 @@ class TaskResult(RunResult):
     accuracy: list[float] | list[list[float]] | None = None
     token_accuracy: list[float] | list[list[float]] | None = None
     exact_match: list[float] | list[list[float]] | None = None
+    in_range_accuracy: float | None = None
+    post: dict[str, dict[str, Any]] | None = None
 
 
 def check_source(source: str, val_fraction: float, need: int) -> LMDataSpec:
@@ -100,7 +126,8 @@ def check_source(source: str, val_fraction: float, need: int) -> LMDataSpec:
 
 def make_task_study(name: str, kind: str, description: str, presets: Mapping[str, Mapping[str, Any]],
                     default_interventions: tuple[str, ...]) -> Study:
-    """A :class:`Study` for task ``kind`` with ``presets`` (keys: mixers, seeds, model, task, train, eval, intervention)."""
+    """A :class:`Study` for task ``kind`` with ``presets`` (keys: mixers, seeds, model, task, train, eval,
+    intervention, post) whose post-training arms default to ``default_interventions`` (plus the ``zero`` control)."""
 
     def make_specs(options: StudyOptions) -> list[LMTaskRunSpec]:
         if options.preset not in presets:
@@ -124,17 +151,19 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
             data = check_source(extra.source or "shakespeare", LMDataSpec().val_fraction, need)
         train = TaskTrainSpec(**{**preset["train"], **extra.train})
         evals = TaskEvalSpec(**{**preset["eval"], **extra.eval})
-        iv_kw = {**preset["intervention"], **extra.intervention}
+        post = TaskPostSpec(interventions=("zero", *ivs), **{**preset["post"], **extra.post})
+        base_iv = InterventionSpec(kind="zero", **{**preset["intervention"], **extra.intervention})
         return [
             LMTaskRunSpec(data=data, model=LMModelSpec(mixer=m, **{**preset["model"], **extra.model}),
-                          intervention=InterventionSpec(kind=iv, **iv_kw), task=task, train=train, eval=evals, seed=s)
+                          intervention=base_iv, task=task, train=train, eval=evals, post=post, seed=s)
             for m in mixers
-            for iv in ivs
             for s in seeds
         ]
 
     def run_one(spec: LMTaskRunSpec, device: torch.device, progress: NullProgress) -> RunOutcome:
-        bar = progress.add(f"{spec.model.mixer}/{spec.intervention.kind}/seed {spec.seed}", spec.train.steps)
+        arms = len(spec.post.interventions) if spec.post is not None else 0
+        total = spec.train.steps + arms * (spec.post.steps if spec.post is not None else 0)
+        bar = progress.add(f"{spec.model.mixer}/seed {spec.seed}", total)
 
         def step(i: int, loss: float) -> None:
             progress.update(bar, 1, loss=loss)
@@ -143,20 +172,39 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
         progress.remove(bar)
         return RunOutcome(TaskResult.model_validate(result), weights)
 
-    def per_run(spec: LMTaskRunSpec, r: TaskResult) -> xr.Dataset | None:
-        return task_result_to_dataset(r.to_json(), kind) if r.status == "ok" else None
-
     def assemble(specs: list[LMTaskRunSpec], store: RunStore, options: StudyOptions) -> xr.Dataset:
-        """Accuracies of the ``ok`` runs stacked on ``run`` (NaN for the others), the run
-        record (status, reason, train_loss, train_time) and the spec coordinates."""
-        results = [read_result(TaskResult, store, s) for s in specs]
-        return assemble_runs(specs, results, per_run, coords={
-            "arch": lambda s: s.model.mixer,
-            "intervention": lambda s: s.intervention.kind,
-            "seed": lambda s: s.seed,
-            "train_min": lambda s: s.task.train_min,
-            "train_max": lambda s: s.task.train_max,
+        """One row per tested model (module docstring), then the paired contrasts."""
+        rows, meta = [], []
+        for spec in specs:
+            r = read_result(TaskResult, store, spec)
+            base = r.to_json()
+            rows.append(task_result_to_dataset(base, kind) if r.evaluated else None)
+            meta.append((spec, spec.intervention.kind, "base", r.status, r.reason, r.train_loss, r.train_time, r.in_range_accuracy))
+            arms = r.post or {}
+            for iv, arm in ((iv, arms[iv]) for iv in (spec.post.interventions if spec.post else ()) if iv in arms):
+                ok = arm.get("status") == "ok" and "accuracy" in arm
+                rows.append(task_result_to_dataset({**base, **arm}, kind) if ok else None)
+                meta.append((spec, iv, "post", arm.get("status", ""), arm.get("reason", ""), arm.get("train_loss"),
+                             arm.get("train_time"), r.in_range_accuracy))
+        ds = stack_runs(rows)
+        if ds is None:  # nothing evaluated: the run record only
+            ds = xr.Dataset()
+        ds = ds.assign_coords(run=np.arange(len(meta)))
+        column = lambda i, missing=np.nan: np.array([missing if m[i] is None else m[i] for m in meta])  # noqa: E731
+        ds = ds.assign({
+            "status": ("run", column(3, "").astype(str)), "reason": ("run", column(4, "").astype(str)),
+            "train_loss": ("run", column(5).astype(float)), "train_time": ("run", column(6).astype(float)),
+            "in_range_accuracy": ("run", column(7).astype(float)),
         })
+        ds = ds.assign_coords({
+            "run_id": ("run", [m[0].run_id for m in meta]), "arch": ("run", [m[0].model.mixer for m in meta]),
+            "intervention": ("run", [m[1] for m in meta]), "phase": ("run", [m[2] for m in meta]),
+            "seed": ("run", [m[0].seed for m in meta]), "train_min": ("run", [m[0].task.train_min for m in meta]),
+            "train_max": ("run", [m[0].task.train_max for m in meta]),
+        })
+        if "accuracy" in ds and (ds["phase"] == "post").any():
+            ds = ds.merge(paired_contrasts(ds, "accuracy"))
+        return ds
 
     return Study(name=name, description=description, presets=tuple(presets), make_specs=make_specs,
                  run_one=run_one, assemble=assemble, spec_type=LMTaskRunSpec, result_type=TaskResult,

@@ -28,20 +28,28 @@ TINY = {
 
 def _options(name: str, **kw) -> StudyOptions:
     extra = {"model": TINY_MODEL, "train": {"steps": 2, "batch_size": 2}, "eval": {"n_samples": 3, "chunk_len": 64},
-             **TINY[name]}
+             "post": {"steps": 2}, **TINY[name]}
     return StudyOptions(preset="quick", seeds=(0,), extra={**extra, **kw})
 
 
-def test_studies_registered_with_quick_presets():
-    for name, default, seeds in (("copying", "state-passing", (0, 1, 2)), ("passkey", "fitted-noise", (0,)),
-                                 ("babilong", "state-passing", (0,))):
+def test_studies_registered_with_quick_presets_of_the_protocol():
+    """One run per (mixer, seed): trained from the zero state, then post-trained per arm with the zero control."""
+    for name, arms in (("copying", ("zero", "state-passing", "fitted-noise")),
+                       ("passkey", ("zero", "fitted-noise", "state-passing")),
+                       ("babilong", ("zero", "state-passing", "fitted-noise"))):
         study = get_study(name)
         assert name in STUDIES and {"quick", "paper"} <= set(study.presets)
         specs = study.make_specs(StudyOptions(preset="quick"))
-        assert [(s.intervention.kind, s.seed) for s in specs] == [(iv, k) for iv in ("zero", default) for k in seeds]
-        assert all(s.model.mixer == "mamba2" for s in specs)
+        assert [s.seed for s in specs] == [0, 1, 2]
+        assert all(s.intervention.kind == "zero" and s.post.interventions == arms for s in specs)
+        assert all(s.model.mixer == "mamba2" and s.model.conv_kernel == 4 for s in specs)
+        # the zero control is always there, first
+        only = study.make_specs(StudyOptions(preset="quick", extra={"interventions": ["state-passing"]}))
+        assert only[0].post.interventions == ("zero", "state-passing")
     copying = get_study("copying").make_specs(StudyOptions(preset="paper"))[0].task
     assert (copying.train_min, copying.train_max) == (50, 100) and 300 in copying.eval_lengths
+    passkey = get_study("passkey").make_specs(StudyOptions(preset="quick"))[0].task
+    assert max(passkey.eval_lengths) >= 16 * passkey.train_max  # the contrast reaches 16x the training length
 
 
 @pytest.mark.parametrize("name, extra, match", [
@@ -62,24 +70,43 @@ def test_bad_task_selections_raise(name, extra, match):
 @pytest.mark.parametrize("name, dims", [("copying", ("run", "length")), ("passkey", ("run", "length", "depth")),
                                         ("babilong", ("run", "length", "kind"))])
 def test_tiny_task_study_dataset_and_panels(name, dims, tmp_path):
-    path = run_study(get_study(name), _options(name), out=tmp_path, device="cpu")
+    """learned_at = 0 makes the 2-step model count as learned, so the post-training arms run."""
+    options = _options(name, eval={"n_samples": 3, "chunk_len": 64, "learned_at": 0.0})
+    path = run_study(get_study(name), options, out=tmp_path, device="cpu")
     ds = open_study(path)
     assert ds["accuracy"].dims == dims
-    for var in ("accuracy", "token_accuracy", "exact_match", "length"):
+    for var in ("accuracy", "token_accuracy", "exact_match", "length", "contrast_mean", "in_range_accuracy"):
         assert ds[var].attrs["long_name"] and "units" in ds[var].attrs, var
-    assert list(ds["intervention"].values) == list(get_study(name).make_specs(_options(name))[i].intervention.kind
-                                                   for i in range(2))
+    spec = get_study(name).make_specs(options)[0]
+    assert list(ds["phase"].values) == ["base"] + ["post"] * len(spec.post.interventions)
+    assert list(ds["intervention"].values) == ["zero", *spec.post.interventions]
+    assert set(ds["run_id"].values) == {spec.run_id} and list(ds["status"].values) == ["ok"] * ds.sizes["run"]
     acc = ds["accuracy"].values
     assert np.all((acc >= 0) & (acc <= 1))
     headline = ds["token_accuracy"] if name == "copying" else ds["exact_match"]
     np.testing.assert_array_equal(acc, headline.values)
     assert (ds["exact_match"] <= ds["token_accuracy"] + 1e-12).all()  # all tokens right implies each token right
+    # the contrast is the arm's accuracy minus the control's (one seed: no interval)
+    arm = spec.post.interventions[1]
+    rows = {iv: i for i, iv in enumerate(ds["intervention"].values) if ds["phase"].values[i] == "post"}
+    diff = ds["accuracy"].isel(run=rows[arm]) - ds["accuracy"].isel(run=rows["zero"])
+    np.testing.assert_allclose(ds["contrast_mean"].sel(arch="mamba2", contrast=arm).values, diff.values)
+    assert int(ds["contrast_n"].sel(arch="mamba2", contrast=arm)) == 1
     from dynlab.results.vocabulary import check_dataset
 
     assert check_dataset(ds) == []  # every variable is in the one vocabulary, with its units
     figs = write_figures(ds, tmp_path / "figs", get_study(name).panels)
     assert figs.written and not figs.skipped, figs.skipped
     plt.close("all")
+
+
+@pytest.mark.slow
+def test_a_run_that_did_not_learn_gets_no_arms_and_no_contrast(tmp_path):
+    path = run_study(get_study("copying"), _options("copying"), out=tmp_path, device="cpu")
+    ds = open_study(path)
+    assert list(ds["status"].values) == ["not-learned"] and list(ds["phase"].values) == ["base"]
+    assert "contrast_mean" not in ds and float(ds["in_range_accuracy"].values[0]) < 0.9
+    assert "in-range accuracy" in str(ds["reason"].values[0])
 
 
 @pytest.mark.slow
@@ -123,7 +150,7 @@ def test_post_training_a_dynlab_run_zero_steps_reproduces_its_evaluation(tmp_pat
     (["lm", "post-train", "--checkpoint", "{tmp}", "--task", "sorting"], "unknown task kind 'sorting'"),
     (["study", "passkey", "--lengths", "50"], "passkey length 50 is too short"),
     (["study", "passkey", "--depths", "0.5,1.5"], r"depth 1.5 is outside [0, 1]"),
-    (["study", "babilong", "--kinds", "qa1,qa9"], "babi_kinds"),
+    (["study", "babilong", "--kinds", "qa1,qa9"], "unknown kind 'qa9'"),
     (["study", "copying", "--depths", "0.5"], "study copying takes no --depths"),
     (["study", "length-generalization", "--source", "{tmp}/empty.txt"], "is empty"),
     (["study", "passkey", "--source", "{tmp}/nothing.txt"], "neither one of"),

@@ -2,7 +2,11 @@
 
 Runs are pooled by (``arch``, ``intervention``): a line or cell is the mean over the
 seeds of that pair, and the shaded band (line panels) spans the seeds' minimum to
-maximum. The training lengths ``[train_min, train_max]`` are shaded grey. No torch, no
+maximum. The training lengths ``[train_min, train_max]`` are shaded grey. Only learned
+models are drawn (``status == "ok"``), and in a dataset with post-training arms only
+the arms (``phase == "post"``: each intervention and its compute-matched ``zero``
+control). The difference panels show the paired contrasts (arm − control, mean over
+seeds, with the paired-t p-value; :mod:`dynlab.analysis.contrasts`). No torch, no
 file I/O.
 """
 
@@ -14,7 +18,20 @@ from matplotlib.axes import Axes
 
 from dynlab.figures.panel import NothingToDraw, Panel, needs
 
-__all__ = ["babi_panel", "babilong_panels", "copying_panel", "copying_panels", "passkey_heatmap", "passkey_panels"]
+__all__ = ["babi_panel", "babilong_panels", "copying_panel", "copying_panels", "passkey_difference", "passkey_heatmap",
+           "passkey_panels"]
+
+
+def _tested(ds: xr.Dataset) -> xr.Dataset:
+    """The rows to draw: learned models, and only the post-training arms when there are any."""
+    keep = np.ones(ds.sizes["run"], dtype=bool)
+    if "status" in ds:
+        keep &= ds["status"].values.astype(str) == "ok"
+    if "phase" in ds.coords and (ds["phase"].values.astype(str) == "post").any():
+        keep &= ds["phase"].values.astype(str) == "post"
+    if not keep.any():
+        raise NothingToDraw("no learned model (status ok) in the dataset")
+    return ds.isel(run=np.flatnonzero(keep))
 
 
 def _pairs(ds: xr.Dataset) -> list[tuple[str, str]]:
@@ -55,6 +72,7 @@ def _mean_band(ds: xr.Dataset, ax: Axes, da: xr.DataArray, label: str) -> None:
 @needs("{variable}", "length", "arch", "intervention", what="copying accuracy")
 def copying_panel(ds: xr.Dataset, ax: Axes, variable: str = "accuracy") -> Axes:
     """Copying: ``variable`` (per-character ``accuracy`` or ``exact_match``) vs string length, per intervention."""
+    ds = _tested(ds)
     _shade_training(ds, ax)
     for arch, iv in _pairs(ds):
         runs = _runs(ds, arch, iv)
@@ -73,6 +91,7 @@ def copying_panel(ds: xr.Dataset, ax: Axes, variable: str = "accuracy") -> Axes:
 @needs("accuracy", "length", "depth", "intervention", "train_max", what="passkey heatmap")
 def passkey_heatmap(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -> Axes:
     """Passkey: mean accuracy over (length, depth) for the runs of ``intervention`` (default: the first)."""
+    ds = _tested(ds)
     interventions = list(dict.fromkeys(ds["intervention"].values.astype(str)))
     iv = intervention if intervention is not None else interventions[0]
     if iv not in interventions:
@@ -96,6 +115,7 @@ def passkey_heatmap(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -
 @needs("accuracy", "length", "kind", "intervention", what="bAbI accuracy")
 def babi_panel(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -> Axes:
     """bAbI-style: accuracy vs length, one line per task kind (mean over the runs of ``intervention``)."""
+    ds = _tested(ds)
     interventions = list(dict.fromkeys(ds["intervention"].values.astype(str)))
     iv = intervention if intervention is not None else interventions[0]
     if iv not in interventions:
@@ -113,8 +133,41 @@ def babi_panel(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -> Axe
     return ax
 
 
+@needs("contrast_mean", "contrast_p", "length", "depth", what="passkey difference")
+def passkey_difference(ds: xr.Dataset, ax: Axes, contrast: str | None = None, arch: str | None = None) -> Axes:
+    """Passkey: paired difference arm − zero control over (length, depth), mean over seeds;
+    cells with p < 0.05 (paired t) are marked with ``*``."""
+    names = [str(c) for c in ds["contrast"].values]
+    c = contrast if contrast is not None else names[0]
+    if c not in names:
+        raise NothingToDraw(f"contrast {c!r} not in the dataset; allowed: {', '.join(names)}")
+    a = arch if arch is not None else str(ds["arch"].values[0])
+    sel = {"contrast": c, "arch": a} if "arch" in ds["contrast_mean"].dims else {"contrast": c}
+    mean = ds["contrast_mean"].sel(sel).transpose("depth", "length")
+    p = ds["contrast_p"].sel(sel).transpose("depth", "length").values
+    n = int(ds["contrast_n"].sel(sel))
+    im = ax.imshow(mean.values, origin="lower", aspect="auto", vmin=-1, vmax=1, cmap="RdBu")
+    ax.set_xticks(range(ds.sizes["length"]), [str(int(v)) for v in ds["length"].values])
+    ax.set_yticks(range(ds.sizes["depth"]), [f"{v:g}" for v in ds["depth"].values])
+    for (i, j), v in np.ndenumerate(mean.values):
+        if np.isfinite(v):
+            star = "*" if np.isfinite(p[i, j]) and p[i, j] < 0.05 else ""
+            ax.text(j, i, f"{v:+.2f}{star}", ha="center", va="center", fontsize="x-small")
+    ax.figure.colorbar(im, ax=ax, label="accuracy difference (arm − zero)")
+    ax.set_xlabel(_axis(ds["length"], "length"))
+    ax.set_ylabel(_axis(ds["depth"], "depth"))
+    ax.set_title(f"Passkey: {c} − zero, paired over {n} seed{'s' if n != 1 else ''} (* p < 0.05)")
+    return ax
+
+
 def _interventions(ds: xr.Dataset) -> list[str]:
-    return list(dict.fromkeys(ds["intervention"].values.astype(str))) if "intervention" in ds.coords else []
+    if "intervention" not in ds.coords:
+        return []
+    try:
+        ds = _tested(ds)
+    except NothingToDraw:
+        pass
+    return list(dict.fromkeys(ds["intervention"].values.astype(str)))
 
 
 def copying_panels(ds: xr.Dataset) -> dict[str, Panel]:
@@ -123,8 +176,11 @@ def copying_panels(ds: xr.Dataset) -> dict[str, Panel]:
 
 
 def passkey_panels(ds: xr.Dataset) -> dict[str, Panel]:
-    """The panels of a passkey dataset: one accuracy heatmap per intervention."""
-    return {f"passkey_{iv}": Panel(passkey_heatmap, {"intervention": iv}) for iv in _interventions(ds)}
+    """The panels of a passkey dataset: one accuracy heatmap per intervention, one difference panel per contrast."""
+    panels = {f"passkey_{iv}": Panel(passkey_heatmap, {"intervention": iv}) for iv in _interventions(ds)}
+    if "contrast" in ds.coords:
+        panels.update({f"passkey_diff_{c}": Panel(passkey_difference, {"contrast": str(c)}) for c in ds["contrast"].values})
+    return panels
 
 
 def babilong_panels(ds: xr.Dataset) -> dict[str, Panel]:

@@ -83,7 +83,9 @@ def load_checkpoint(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
             raise _not_a_model(p, f"unreadable spec.json: {why}") from None
         model = build_model(spec)  # type: ignore[arg-type]
         try:
-            model.load_state_dict(load_file(str(p / "model.safetensors")))
+            weights = load_file(str(p / "model.safetensors"))
+            # a task run also stores its post-training arms (post.<intervention>.<name>): the checkpoint is the trained model
+            model.load_state_dict({k: v for k, v in weights.items() if not k.startswith("post.")})
         except Exception as exc:  # safetensors and load_state_dict raise their own error types
             raise _not_a_model(p, f"weights do not load: {type(exc).__name__}") from None
         seq_len = spec.train.seq_len if isinstance(spec, LMRunSpec) else spec.task.train_max

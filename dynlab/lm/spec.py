@@ -19,7 +19,7 @@ from dynlab.lm.corpus import SOURCES
 
 __all__ = [
     "LMDataSpec", "LMModelSpec", "InterventionSpec", "LMTrainSpec", "LMEvalSpec", "LMRunSpec",
-    "LMTaskSpec", "TaskTrainSpec", "TaskEvalSpec", "LMTaskRunSpec",
+    "LMTaskSpec", "TaskTrainSpec", "TaskEvalSpec", "TaskPostSpec", "LMTaskRunSpec", "LEGACY_MODEL_FIELDS",
 ]
 
 MixerName = Literal["mamba2", "mamba1", "gla"]
@@ -258,10 +258,46 @@ class TaskTrainSpec(Spec):
 
 
 class TaskEvalSpec(Spec):
-    """Test: ``n_samples`` fresh samples per (length[, depth][, kind]) from the zero state, streamed in ``chunk_len`` pieces."""
+    """Test: ``n_samples`` fresh samples per (length[, depth][, kind]) from the zero state, streamed in ``chunk_len`` pieces.
+
+    ``learned_at``: the run is ``ok`` (learned) when its *in-range accuracy* — the mean
+    headline accuracy over the test cells with length ≤ ``task.train_max`` (for babi, of
+    the kinds in ``learn_kinds`` that are trained) — is at least this; otherwise it is
+    ``not-learned`` and is kept out of every contrast.
+    """
 
     n_samples: int = Field(64, ge=1)
     chunk_len: int = Field(256, ge=1)
+    learned_at: float = Field(0.9, ge=0.0, le=1.0)
+    learn_kinds: tuple[BabiKind, ...] = ("qa1",)
+
+
+TaskInterventionName = Literal["zero", "random-noise", "fitted-noise", "state-passing"]
+
+
+class TaskPostSpec(Spec):
+    """Paper B's protocol: post-training of the model trained on the task from the zero state.
+
+    From the trained weights, every intervention in ``interventions`` trains ``steps``
+    more steps (AdamW from a fresh optimiser, ``lr``, warm-up ``warmup_frac`` then cosine
+    decay, the batch size and lengths of training). ``zero`` is the compute-matched
+    control: the same steps with zero initial states. All arms see the same batches, drawn
+    from a generator seeded with ``seed + POST_SEED_OFFSET``.
+    """
+
+    interventions: tuple[TaskInterventionName, ...] = ("zero", "fitted-noise", "state-passing")
+    steps: int = Field(500, ge=1, le=10_000_000)
+    lr: float = Field(1e-3, gt=0.0, le=10.0)
+    warmup_frac: float = Field(0.1, ge=0.0, le=1.0)
+
+    @field_validator("interventions")
+    @classmethod
+    def _with_control(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        v = tuple(dict.fromkeys(v))
+        if "zero" not in v:
+            raise ValueError("post-training interventions must include 'zero', the compute-matched control; "
+                             f"got {list(v)}")
+        return ("zero", *(x for x in v if x != "zero"))
 
 
 class LMTaskRunSpec(Spec):
@@ -278,7 +314,15 @@ class LMTaskRunSpec(Spec):
     task: LMTaskSpec = LMTaskSpec()
     train: TaskTrainSpec = TaskTrainSpec()
     eval: TaskEvalSpec = TaskEvalSpec()
+    post: TaskPostSpec | None = None
     seed: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _in_range_cells(self) -> LMTaskRunSpec:
+        if not any(length <= self.task.train_max for length in self.task.eval_lengths):
+            raise ValueError(f"eval_lengths {list(self.task.eval_lengths)} hold no length <= train_max={self.task.train_max}; "
+                             "allowed: at least one test length inside the training range (it decides whether the run learned)")
+        return self
 
     @field_validator("intervention")
     @classmethod

@@ -12,6 +12,16 @@ Reported numbers, per test length (× depth for passkey, × kind for babi), over
 - ``accuracy``: the task's headline number — ``token_accuracy`` for copying (paper B's
   per-character accuracy), ``exact_match`` for passkey (the whole key) and babi (the
   whole answer word).
+
+Status: a trained run is ``ok`` when its in-range accuracy (:func:`in_range_accuracy`)
+reaches ``eval.learned_at`` and ``not-learned`` otherwise; ``diverged`` when training
+became non-finite.
+
+Post-training (``spec.post``, paper B's protocol): a learned model is post-trained once
+per intervention of ``post.interventions`` from its trained weights, ``zero`` being the
+compute-matched control, and each arm is tested like the trained model. The result's
+``post[intervention]`` holds the arm's status, training loss and accuracies; the weights
+of arm ``iv`` are stored beside the trained model's under keys ``post.<iv>.<name>``.
 """
 
 from __future__ import annotations
@@ -32,10 +42,15 @@ from dynlab.results.vocabulary import annotate
 from dynlab.train.device import resolve_device
 from dynlab.train.engine import train_threads
 
-__all__ = ["EVAL_SEED_OFFSET", "score_batch", "evaluate_task", "train_task", "train_and_evaluate_task",
-           "task_result_to_dataset"]
+__all__ = ["EVAL_SEED_OFFSET", "POST_SEED_OFFSET", "score_batch", "evaluate_task", "in_range_accuracy", "train_task",
+           "post_train_arm", "train_and_evaluate_task", "task_result_to_dataset", "POST_PREFIX"]
 
 EVAL_SEED_OFFSET = 1_000_003
+#: Post-training batches come from a generator seeded with ``seed + POST_SEED_OFFSET``
+#: (the same for every arm), the arms' intervention noise from ``seed + POST_SEED_OFFSET + 1``.
+POST_SEED_OFFSET = 2_000_003
+#: Prefix of a post-training arm's weights in a run's ``model.safetensors``.
+POST_PREFIX = "post."
 
 
 def _task(spec: LMTaskRunSpec, part: str):
@@ -103,25 +118,60 @@ def evaluate_task(model: torch.nn.Module, spec: LMTaskRunSpec) -> dict[str, Any]
 def train_task(model: torch.nn.Module, spec: LMTaskRunSpec, device: torch.device | str = "cpu",
                progress: Callable[[int, float], None] | None = None) -> TrainResult:
     """Train ``model`` in place on ``spec.task`` with ``spec.intervention`` (batches seeded with ``spec.seed``)."""
-    iv, tr, t = spec.intervention, spec.train, spec.task
+    iv, tr = spec.intervention, spec.train
     intervention = make_intervention(iv.kind, sigma=iv.sigma, beta=iv.beta, reset_prob=iv.reset_prob)
-    task = _task(spec, "train")
     generator = torch.Generator().manual_seed(spec.seed)
+    return fit(model, _batches(spec, generator), intervention, generator, steps=tr.steps, batch_size=tr.batch_size,
+               lr=tr.lr, weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
+               device=str(device), threads=tr.threads, progress=progress)
+
+
+def _batches(spec: LMTaskRunSpec, generator: torch.Generator) -> Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Training batches of ``spec.task``: one length uniform in [train_min, train_max] per batch."""
+    t, b = spec.task, spec.train.batch_size
+    task = _task(spec, "train")
 
     def next_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         length = int(torch.randint(t.train_min, t.train_max + 1, (1,), generator=generator))
-        batch = task.sample(generator, tr.batch_size, length)
-        return batch.tokens, batch.mask, torch.ones(tr.batch_size, dtype=torch.bool)
+        batch = task.sample(generator, b, length)
+        return batch.tokens, batch.mask, torch.ones(b, dtype=torch.bool)
 
-    return fit(model, next_batch, intervention, generator, steps=tr.steps, batch_size=tr.batch_size, lr=tr.lr,
-               weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac, device=str(device),
-               threads=tr.threads, progress=progress)
+    return next_batch
+
+
+def in_range_accuracy(result: dict[str, Any], spec: LMTaskRunSpec) -> float:
+    """Mean headline ``accuracy`` over the test cells with length ≤ ``task.train_max``
+    (babi: of the kinds in ``eval.learn_kinds`` that the run tests; all its kinds when none is).
+
+    This decides the run's status (``ok`` when ≥ ``eval.learned_at``)."""
+    acc = np.asarray(result["accuracy"], dtype=float)
+    rows = [i for i, length in enumerate(result["lengths"]) if length <= spec.task.train_max]
+    acc = acc[rows]
+    if spec.task.kind == "babi":
+        kinds = [i for i, k in enumerate(result["kinds"]) if k in spec.eval.learn_kinds] or list(range(acc.shape[1]))
+        acc = acc[:, kinds]
+    return float(acc.mean())
+
+
+def post_train_arm(model: torch.nn.Module, spec: LMTaskRunSpec, kind: str, device: torch.device | str = "cpu",
+                   progress: Callable[[int, float], None] | None = None) -> TrainResult:
+    """Post-train ``model`` (the trained weights, changed in place) with intervention ``kind``
+    for ``spec.post.steps`` steps (see :class:`~dynlab.lm.spec.TaskPostSpec`)."""
+    post, tr, iv = spec.post, spec.train, spec.intervention
+    assert post is not None
+    intervention = make_intervention(kind, sigma=iv.sigma, beta=iv.beta, reset_prob=iv.reset_prob)
+    batches = torch.Generator().manual_seed(spec.seed + POST_SEED_OFFSET)
+    noise = torch.Generator().manual_seed(spec.seed + POST_SEED_OFFSET + 1)
+    return fit(model, _batches(spec, batches), intervention, noise, steps=post.steps, batch_size=tr.batch_size,
+               lr=post.lr, weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=post.warmup_frac,
+               device=str(device), threads=tr.threads, progress=progress)
 
 
 def train_and_evaluate_task(spec: LMTaskRunSpec, device: torch.device | str = "cpu",
                             progress: Callable[[int, float], None] | None = None
                             ) -> tuple[dict[str, Any], dict[str, torch.Tensor] | None]:
-    """Train ``spec``'s model on its task, then test it. Returns (result, state_dict).
+    """Train ``spec``'s model on its task, test it and, when it learned and ``spec.post``
+    is set, post-train and test every arm. Returns (result, state_dict).
 
     A run whose training loss or gradient becomes non-finite stops there and is returned
     with ``status = "diverged"`` (the step in ``reason``) and no weights.
@@ -134,7 +184,27 @@ def train_and_evaluate_task(spec: LMTaskRunSpec, device: torch.device | str = "c
         if res.status != "ok":
             return result, None
         result.update(evaluate_task(model, spec))
-    return result, {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        score = in_range_accuracy(result, spec)
+        result["in_range_accuracy"] = score
+        weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        if score < spec.eval.learned_at:
+            result["status"] = "not-learned"
+            result["reason"] = (f"in-range accuracy {score:.3f} < learned_at {spec.eval.learned_at} "
+                                f"(lengths <= {spec.task.train_max})")
+            return result, weights
+        if spec.post is not None:
+            base = dict(weights)
+            result["post"] = {}
+            for kind in spec.post.interventions:
+                model.load_state_dict(base)
+                arm = post_train_arm(model, spec, kind, dev, progress)
+                summary = train_summary(arm)
+                if arm.status == "ok":
+                    summary.update({k: v for k, v in evaluate_task(model, spec).items() if k not in ("lengths", "depths", "kinds")})
+                    weights.update({f"{POST_PREFIX}{kind}.{k}": v.detach().cpu().clone() for k, v in model.state_dict().items()})
+                result["post"][kind] = summary
+            model.load_state_dict(base)
+    return result, weights
 
 
 def task_result_to_dataset(result: dict[str, Any], kind: str) -> xr.Dataset:
