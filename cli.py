@@ -13,8 +13,8 @@ Building the command line, ``--help``, ``dynlab study list`` and the refusal of 
 option load neither torch nor matplotlib: the studies are described by the static
 :data:`dynlab.studies.CATALOG`, the options are checked here against it and against the
 stated limits (``dynlab.config.MAX_*``), and a study's module is imported only to run it.
-A list option given a name twice (``--groups C2,c2``, ``--seeds 0,0``) uses it once and
-says so in one ``note:`` line on stderr.
+A list option given a name twice (``--groups C2,c2``, ``--seeds 0,0``) uses it once and,
+once the input is accepted, says so in one ``note:`` line on stderr.
 """
 
 from __future__ import annotations
@@ -64,11 +64,22 @@ POST_TRAIN_TASKS = {"copying": "copying", "passkey": "passkey", "babi": "babilon
 
 # -- options as typed: parsed and checked before any study module is imported -------------------------------------
 
+#: ``note:`` lines of the command being parsed, printed once its input is accepted (:func:`_say_notes`).
+_NOTES: list[str] = []
+
+
 def _note_repeats(option: str, text: str, counts: Mapping[object, int]) -> None:
-    """One ``note:`` line on stderr saying which values of ``option`` were given more than once."""
+    """Keep one ``note:`` line saying which values of ``option`` were given more than once."""
     if counts:
         said = " and ".join(f"{v} {n} times" for v, n in counts.items())
-        typer.echo(f"note: {option} {text} names {said}; {'each' if len(counts) > 1 else 'it'} runs once", err=True)
+        _NOTES.append(f"note: {option} {text} names {said}; {'each' if len(counts) > 1 else 'it'} runs once")
+
+
+def _say_notes() -> None:
+    """Print the kept notes on stderr (a refused command prints its one error line only)."""
+    for line in _NOTES:
+        typer.echo(line, err=True)
+    _NOTES.clear()
 
 
 def _csv(text: str | None, option: str, key: Callable[[str], object] | None = None) -> tuple[str, ...] | None:
@@ -272,6 +283,7 @@ def _run(name: str, options, out: Path, device: str, quiet: bool, analyze: bool,
     with _in_option_words({"eval_lengths": "--lengths", "depths": "--depths", "babi_kinds": "--kinds",
                            "source": "--source", "seed": "--seeds", "group": "--groups", "arch": "--models"}):
         study.make_specs(options)
+    _say_notes()
     with make_executor(executor, scheduler=scheduler, workers=workers) as ex:
         path = run_study(study, options, out=out, device=device, progress=not quiet, analyze=analyze, executor=ex)
     typer.echo(f"dataset: {path}")
@@ -638,6 +650,7 @@ def bench_train_cmd(
     _device(device)
     if quick:
         steps, sizes, repeats = 3, tuple(n for n in sizes if n <= 16) or (16,), 1
+    _say_notes()
 
     from dynlab.bench import bench_train, format_table, write_json
 
@@ -677,6 +690,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     command = typer.main.get_command(app)
     args = list(sys.argv[1:] if argv is None else argv)
+    _NOTES.clear()
     try:
         with command.make_context("dynlab", args) as ctx:
             command.invoke(ctx)

@@ -86,7 +86,7 @@ def canonical_groups(names: Sequence[str]) -> tuple[str, ...]:
     def canonical(name: str) -> str:
         try:
             return get_group(name).name
-        except (DynlabInputError, TypeError):
+        except (ValueError, TypeError):  # DynlabInputError is a ValueError
             return name
 
     return collapse_repeats(tuple(canonical(n) for n in names))[0]

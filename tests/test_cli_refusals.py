@@ -168,3 +168,10 @@ def test_select_names_and_collapse_repeats():
     assert collapse_repeats(("C2", "c2"), key=str.upper) == (("C2",), {"C2": 2})
     assert canonical_groups(("c6", "C6", "s3")) == ("C6", "S3")
 
+
+
+def test_a_refused_command_prints_its_error_line_only(tmp_path, capsys):
+    argv = ["study", "group-tracking", "--models", "tanh-rnn,tanh-rnn", "--seeds", "0,0", "--device", "tpu",
+            "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == "error: unknown device 'tpu'; allowed: auto, cpu, cuda (or cuda:N)\n"
