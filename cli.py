@@ -701,6 +701,8 @@ def main(argv: list[str] | None = None) -> int:
                 typer.echo(text)
             return EXIT_OK
         code, line = exit_status(exc)
+        if isinstance(exc, BrokenPipeError):  # nothing more reaches the reader, not even at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         if os.environ.get("DYNLAB_DEBUG") and code in (EXIT_BAD_INPUT, EXIT_FAILURE) and not is_usage_error(exc):
             raise
         if line is not None:

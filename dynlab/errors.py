@@ -18,7 +18,8 @@ one line it prints on stderr:
   the wrong type);
 - :data:`EXIT_INTERRUPTED` (130, as shells report SIGINT): ``KeyboardInterrupt``
   (Ctrl-C, or SIGINT sent to the process);
-- :data:`EXIT_FAILURE` (1): anything else, a bug or a failing machine.
+- :data:`EXIT_FAILURE` (1): anything else, a bug or a failing machine; also a closed
+  output pipe (``dynlab … | head``), which prints nothing.
 
 This module imports nothing heavy: the command line refuses bad input without loading
 torch.
@@ -50,11 +51,14 @@ def exit_status(exc: BaseException) -> tuple[int, str | None]:
     stderr (None: print nothing, e.g. after ``--help``).
 
     Bad input -> ``(2, "error: …")``; ``KeyboardInterrupt`` -> ``(130, "interrupted")``;
-    a click ``Exit`` (``--help``, an explicit exit) -> its own code and no line; anything
-    else -> ``(1, "internal error (a bug in dynlab, or the machine failed): …")``.
+    a click ``Exit`` (``--help``, an explicit exit) -> its own code and no line; a closed
+    output pipe -> ``(1, None)``; anything else -> ``(1, "internal error (a bug in dynlab,
+    or the machine failed): …")``.
     """
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_INTERRUPTED, "interrupted"
+    if isinstance(exc, BrokenPipeError):  # the reader of the output went away (dynlab … | head)
+        return EXIT_FAILURE, None
     if isinstance(exc, DynlabInputError):
         return EXIT_BAD_INPUT, f"error: {first_line(exc)}"
     pydantic = sys.modules.get("pydantic")  # an exception of a library not loaded cannot be this one

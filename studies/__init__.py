@@ -80,18 +80,18 @@ CATALOG: dict[str, StudyEntry] = {e.name: e for e in (
         ("smoke", "quick", "sweep", "paper"), "tracking", CELL_NAMES),
     StudyEntry(
         "copying", "dynlab.studies.copying",
-        "Synthetic copying $<s>|<s>. : LMs (Mamba-2, Mamba-1, GLA) trained on short strings with initial-state "
-        "interventions, per-character and whole-string accuracy at longer strings (3x).",
+        "Synthetic copying $<s>|<s>. : LMs (Mamba-2, Mamba-1, GLA) trained on short strings from the zero state, post-trained "
+        "with state passing / fitted noise vs a zero-state control; accuracy at longer strings (3x).",
         ("quick", "paper"), "lm", MIXER_NAMES, _TASK_INTERVENTIONS, ("--lengths",)),
     StudyEntry(
         "passkey", "dynlab.studies.passkey",
-        "Passkey retrieval in Shakespeare filler: LMs trained short (zero vs fitted-noise initial states), "
-        "accuracy over (length, depth) far beyond the training length.",
+        "Passkey retrieval in Shakespeare filler: LMs trained short from the zero state, post-trained with fitted "
+        "noise / state passing vs a zero-state control; accuracy over (length, depth) to 16x the training length.",
         ("quick", "paper"), "lm", MIXER_NAMES, _TASK_INTERVENTIONS, ("--lengths", "--depths")),
     StudyEntry(
         "babilong", "dynlab.studies.babilong",
-        "bAbI-style questions (qa1, qa2, qa3, qa6, qa7) in long Shakespeare filler: LMs trained short with "
-        "initial-state interventions, accuracy vs length per kind.",
+        "bAbI-style questions (qa1, qa2, qa3, qa6, qa7) in long Shakespeare filler: LMs trained short from the zero state, "
+        "post-trained with state passing / fitted noise vs a zero-state control; accuracy vs length per kind.",
         ("quick", "paper"), "lm", MIXER_NAMES, _TASK_INTERVENTIONS, ("--lengths", "--kinds"),
         ("qa1", "qa2", "qa3", "qa6", "qa7")),
 )}

@@ -43,10 +43,11 @@ def test_sigint_to_a_running_study_exits_130_with_one_line(tmp_path):
     (DynlabInputError("unknown model 'x'; allowed: a\nmore"), 2, "error: unknown model 'x'; allowed: a"),
     (OSError(28, "No space left on device"), 1, "internal error (a bug in dynlab, or the machine failed): OSError: "),
     (RuntimeError(""), 1, "internal error (a bug in dynlab, or the machine failed): RuntimeError: RuntimeError "),
+    (BrokenPipeError(32, "Broken pipe"), 1, None),
 ])
 def test_exit_status_is_the_one_mapping(exc, code, line):
     got, text = exit_status(exc)
-    assert got == code and text.startswith(line)
+    assert got == code and (text == line if line is None else text.startswith(line))
     assert (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED) == (2, 1, 130)
 
 
@@ -79,3 +80,12 @@ def test_keyboard_interrupt_in_a_command_returns_130(monkeypatch, tmp_path, caps
     assert captured.err == "interrupted\n" and captured.out == ""
     monkeypatch.setenv("DYNLAB_DEBUG", "1")  # an interrupt is no bug: no traceback either way
     assert main(argv) == 130
+
+
+def test_a_closed_output_pipe_ends_quietly(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "dynlab.cli", "study", "list"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader went away (dynlab study list | head -0)
+    assert proc.wait(timeout=120) == 1
+    assert proc.stderr.read() == b""
+    proc.stderr.close()
