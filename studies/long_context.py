@@ -19,8 +19,8 @@ The dataset has one row on ``run`` per tested model: the trained model (``phase`
   (of the trained model, on every row of its run),
 - the paired contrasts of each arm against the control over seeds
   (:func:`dynlab.analysis.contrasts.paired_contrasts`): ``contrast_mean``,
-  ``contrast_lo``, ``contrast_hi``, ``contrast_p`` on ``(arch, contrast, length[, depth |
-  kind])`` and ``contrast_n``,
+  ``contrast_lo``, ``contrast_hi``, ``contrast_p`` on ``(mixer, contrast, length[, depth |
+  kind])`` and ``contrast_n`` (``mixer``: the runs' ``arch``),
 
 with coords ``arch`` (mixer), ``intervention``, ``phase``, ``seed``, ``run_id`` (the
 stored run), ``train_min``, ``train_max`` on ``run``.  A row whose status is not ``ok``

@@ -36,13 +36,13 @@ def test_contrasts_pair_by_seed_and_skip_models_that_did_not_learn():
            ("zero", 2): np.array([0.7, 0.1]), ("state-passing", 2): np.array([0.1, 0.1])}
     ds = paired_contrasts(_dataset(acc, {("state-passing", 2): "diverged"}))
     diffs = np.array([[0.05, 0.2], [0.1, 0.05]])  # seed 2's arm did not finish: its pair is out
-    np.testing.assert_allclose(ds["contrast_mean"].sel(arch="mamba2", contrast="state-passing"), diffs.mean(0))
-    assert int(ds["contrast_n"].sel(arch="mamba2", contrast="state-passing")) == 2
+    np.testing.assert_allclose(ds["contrast_mean"].sel(mixer="mamba2", contrast="state-passing"), diffs.mean(0))
+    assert int(ds["contrast_n"].sel(mixer="mamba2", contrast="state-passing")) == 2
     res = stats.ttest_rel([0.95, 0.9], [0.9, 0.8])
-    np.testing.assert_allclose(float(ds["contrast_p"].sel(arch="mamba2", contrast="state-passing", length=8)), res.pvalue)
+    np.testing.assert_allclose(float(ds["contrast_p"].sel(mixer="mamba2", contrast="state-passing", length=8)), res.pvalue)
 
 
 def test_one_pair_has_a_mean_and_no_interval():
     ds = paired_contrasts(_dataset({("zero", 0): np.array([0.5, 0.5]), ("fitted-noise", 0): np.array([0.7, 0.2])}))
-    np.testing.assert_allclose(ds["contrast_mean"].sel(arch="mamba2", contrast="fitted-noise"), [0.2, -0.3])
+    np.testing.assert_allclose(ds["contrast_mean"].sel(mixer="mamba2", contrast="fitted-noise"), [0.2, -0.3])
     assert np.isnan(ds["contrast_lo"]).all() and np.isnan(ds["contrast_p"]).all()

@@ -81,6 +81,7 @@ def test_tiny_task_study_dataset_and_panels(name, dims, tmp_path):
     assert list(ds["phase"].values) == ["base"] + ["post"] * len(spec.post.interventions)
     assert list(ds["intervention"].values) == ["zero", *spec.post.interventions]
     assert set(ds["run_id"].values) == {spec.run_id} and list(ds["status"].values) == ["ok"] * ds.sizes["run"]
+    assert ds["arch"].dims == ("run",) and list(ds["arch"].values) == ["mamba2"] * ds.sizes["run"]
     acc = ds["accuracy"].values
     assert np.all((acc >= 0) & (acc <= 1))
     headline = ds["token_accuracy"] if name == "copying" else ds["exact_match"]
@@ -90,8 +91,8 @@ def test_tiny_task_study_dataset_and_panels(name, dims, tmp_path):
     arm = spec.post.interventions[1]
     rows = {iv: i for i, iv in enumerate(ds["intervention"].values) if ds["phase"].values[i] == "post"}
     diff = ds["accuracy"].isel(run=rows[arm]) - ds["accuracy"].isel(run=rows["zero"])
-    np.testing.assert_allclose(ds["contrast_mean"].sel(arch="mamba2", contrast=arm).values, diff.values)
-    assert int(ds["contrast_n"].sel(arch="mamba2", contrast=arm)) == 1
+    np.testing.assert_allclose(ds["contrast_mean"].sel(mixer="mamba2", contrast=arm).values, diff.values)
+    assert int(ds["contrast_n"].sel(mixer="mamba2", contrast=arm)) == 1
     from dynlab.results.vocabulary import check_dataset
 
     assert check_dataset(ds) == []  # every variable is in the one vocabulary, with its units

@@ -82,8 +82,8 @@ def paired_contrasts(ds: xr.Dataset, variable: str = "accuracy", control: str = 
             res = paired_summary(np.asarray(diffs).reshape(len(diffs), *shape))
             for key, val in zip(("mean", "lo", "hi", "p"), res):
                 out[key][i, j] = val
-    dims = ("arch", "contrast", *other)
-    coords = {"arch": archs, "contrast": names, **{d: post[d].values for d in other}}
+    dims = ("mixer", "contrast", *other)
+    coords = {"mixer": archs, "contrast": names, **{d: post[d].values for d in other}}
     data = {f"contrast_{k}": (dims, v) for k, v in out.items()}
-    data["contrast_n"] = (("arch", "contrast"), count)
+    data["contrast_n"] = (("mixer", "contrast"), count)
     return xr.Dataset(data, coords=coords, attrs={"contrast_variable": variable, "contrast_control": control})

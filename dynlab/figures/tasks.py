@@ -141,8 +141,8 @@ def passkey_difference(ds: xr.Dataset, ax: Axes, contrast: str | None = None, ar
     c = contrast if contrast is not None else names[0]
     if c not in names:
         raise NothingToDraw(f"contrast {c!r} not in the dataset; allowed: {', '.join(names)}")
-    a = arch if arch is not None else str(ds["arch"].values[0])
-    sel = {"contrast": c, "arch": a} if "arch" in ds["contrast_mean"].dims else {"contrast": c}
+    a = arch if arch is not None else str(ds["mixer"].values[0])
+    sel = {"contrast": c, "mixer": a}
     mean = ds["contrast_mean"].sel(sel).transpose("depth", "length")
     p = ds["contrast_p"].sel(sel).transpose("depth", "length").values
     n = int(ds["contrast_n"].sel(sel))

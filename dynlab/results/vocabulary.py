@@ -86,6 +86,7 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "intervention": ("initial-state intervention", "", "zero | random-noise | fitted-noise | state-passing | tbtt"),
     "phase": ("training phase", "", "base (trained on the task from the zero state) | post (a post-training arm of it)"),
     "contrast": ("contrast", "", "post-training arm compared with the compute-matched zero-state control"),
+    "mixer": ("sequence mixer", "", "the LM's mixer (arch of its runs), as a dimension of the contrasts"),
     "train_length": ("training length", "tokens", "T_train: context length in training"),
     "eval_length": ("evaluation length", "tokens", "length evaluated from the zero state"),
     "train_min": ("shortest training length", "tokens", "string length (copying) or sample length"),

@@ -1,0 +1,194 @@
+"""Markdown tables of a study dataset: the numbers a paper prints, read from what was measured.
+
+``dynlab report PATH`` (a study folder or its ``dataset.nc``) prints them, so a results
+document regenerates from the datasets instead of being retyped. Every table says which
+runs it pools and on what machine they ran (the dataset's attributes).
+
+Supported studies (``ds.attrs["study"]``):
+
+- ``copying``, ``passkey``, ``babilong`` (:func:`task_tables`): the trained models'
+  status, then per test length the accuracy of the zero-state control and of each
+  post-training arm (mean over the learned seeds, with min–max), and each arm's paired
+  difference from the control (mean, 95 % t-interval, paired-t p; see
+  :mod:`dynlab.analysis.contrasts`);
+- ``length-generalization`` (:func:`lm_tables`): per intervention the far/in PPL ratio —
+  the mean binned PPL over the last eighth of the evaluation length divided by p*, the
+  lowest binned PPL within the training length — and the Definition 3.2 verdicts.
+
+No torch and no plotting: xarray and numpy only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from dynlab.errors import DynlabInputError
+
+__all__ = ["far_in_ratio", "lm_tables", "machine_line", "report", "task_tables"]
+
+TASK_STUDIES = ("copying", "passkey", "babilong")
+
+
+def _fmt(x: float, digits: int = 2) -> str:
+    return "—" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"
+
+
+def _spread(values: np.ndarray, digits: int = 2) -> str:
+    """``mean (min–max)`` over seeds, or the one value."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return "—"
+    if v.size == 1:
+        return _fmt(v[0], digits)
+    return f"{_fmt(v.mean(), digits)} ({_fmt(v.min(), digits)}–{_fmt(v.max(), digits)})"
+
+
+def machine_line(ds: xr.Dataset) -> str:
+    """One line naming the study, preset, date and machine recorded in the dataset's attributes."""
+    a = ds.attrs
+    parts = [f"study `{a.get('study', '?')}`, preset `{a.get('preset', '?')}`"]
+    if a.get("created_utc"):
+        parts.append(f"made {a['created_utc']}")
+    cpu = a.get("cpu_model") or a.get("provenance_cpu_model")
+    if cpu:
+        parts.append(f"on {cpu}")
+    torch_v = a.get("torch_version") or a.get("provenance_torch_version")
+    if torch_v:
+        parts.append(f"torch {torch_v}")
+    if a.get("git_sha"):
+        parts.append(f"dynlab {a.get('dynlab_version', '')} @ {str(a['git_sha'])[:10]}")
+    return "; ".join(parts)
+
+
+def _status_line(ds: xr.Dataset) -> str:
+    base = ds.isel(run=np.flatnonzero(ds["phase"].values.astype(str) == "base"))
+    lines = []
+    for arch in dict.fromkeys(base["arch"].values.astype(str)):
+        rows = base.isel(run=np.flatnonzero(base["arch"].values.astype(str) == arch))
+        st = rows["status"].values.astype(str)
+        scores = ", ".join(f"seed {int(s)}: {_fmt(float(a))}" for s, a in zip(rows["seed"].values, rows["in_range_accuracy"].values))
+        lines.append(f"- `{arch}`: {int((st == 'ok').sum())} of {len(st)} trained models learned "
+                     f"(in-range accuracy {scores}; learned at ≥ 0.9)")
+    return "\n".join(lines)
+
+
+def _headline(ds: xr.Dataset) -> xr.DataArray:
+    """The accuracy as (run, length): passkey averaged over depths, babi kept per kind."""
+    acc = ds["accuracy"]
+    return acc.mean("depth") if "depth" in acc.dims else acc
+
+
+def task_tables(ds: xr.Dataset) -> str:
+    """Markdown of a task study (module docstring); bAbI gets one table per kind."""
+    if "phase" not in ds.coords:
+        raise DynlabInputError("dataset has no 'phase' coordinate: it was made before the post-training protocol; "
+                               "allowed: a task dataset of this dynlab version (rerun the study)")
+    out = [machine_line(ds), "", _status_line(ds), ""]
+    acc = _headline(ds)
+    post = np.flatnonzero((ds["phase"].values.astype(str) == "post") & (ds["status"].values.astype(str) == "ok"))
+    if post.size == 0:
+        out.append("No learned model was post-trained: there is no contrast to report.")
+        return "\n".join(out) + "\n"
+    kinds = [str(k) for k in ds["kind"].values] if "kind" in acc.dims else [None]
+    contrast_names = [str(c) for c in ds["contrast"].values] if "contrast" in ds.coords else []
+    for arch in dict.fromkeys(ds["arch"].values.astype(str)[post]):
+        for kind in kinds:
+            out += _task_table(ds, acc, post, arch, kind, contrast_names)
+    return "\n".join(out) + "\n"
+
+
+def _task_table(ds: xr.Dataset, acc: xr.DataArray, post: np.ndarray, arch: str, kind: str | None,
+                contrasts: list[str]) -> list[str]:
+    rows = post[ds["arch"].values.astype(str)[post] == arch]
+    arms = list(dict.fromkeys(ds["intervention"].values.astype(str)[rows]))
+    title = f"**{arch}**" + (f", {kind}" if kind else "") + (", mean over depths" if "depth" in ds["accuracy"].dims else "")
+    head = ["length", *arms, *(f"{c} − zero [95 % CI], p" for c in contrasts)]
+    lines = [title, "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    train_max = int(ds["train_max"].max())
+    for li, length in enumerate(ds["length"].values):
+        cells = [f"{int(length)}{' (trained)' if length <= train_max else ''}"]
+        for iv in arms:
+            sel = rows[ds["intervention"].values.astype(str)[rows] == iv]
+            v = acc.isel(run=sel, length=li)
+            cells.append(_spread((v.sel(kind=kind) if kind else v).values))
+        for c in contrasts:
+            cells.append(_contrast_cell(ds, arch, c, li, kind))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def _contrast_cell(ds: xr.Dataset, arch: str, contrast: str, li: int, kind: str | None) -> str:
+    sel: dict = {"mixer": arch, "contrast": contrast}
+    mean, lo, hi, p = (ds[f"contrast_{k}"].sel(sel).isel(length=li) for k in ("mean", "lo", "hi", "p"))
+    if "depth" in mean.dims:  # passkey: the paired difference of the depth-averaged accuracy
+        mean, lo, hi, p = _depth_averaged_contrast(ds, arch, contrast, li)
+    elif kind is not None:
+        mean, lo, hi, p = (float(x.sel(kind=kind)) for x in (mean, lo, hi, p))
+    else:
+        mean, lo, hi, p = (float(x) for x in (mean, lo, hi, p))
+    ci = f" [{_fmt(lo)}, {_fmt(hi)}]" if np.isfinite(lo) else ""
+    return f"{mean:+.2f}{ci}, p {_fmt(p, 3)}" if np.isfinite(mean) else "—"
+
+
+def _depth_averaged_contrast(ds: xr.Dataset, arch: str, contrast: str, li: int) -> tuple[float, float, float, float]:
+    from dynlab.analysis.contrasts import paired_contrasts
+
+    sub = ds.isel(length=[li])
+    sub = sub.assign(accuracy=sub["accuracy"].mean("depth"))
+    c = paired_contrasts(sub[["accuracy", "status"]], "accuracy").sel(mixer=arch, contrast=contrast).isel(length=0)
+    return tuple(float(c[f"contrast_{k}"]) for k in ("mean", "lo", "hi", "p"))  # type: ignore[return-value]
+
+
+def far_in_ratio(ds: xr.Dataset) -> xr.DataArray:
+    """Per run: mean binned PPL over the last eighth of the evaluation length, divided by
+    p* (``lg_p_star``, the lowest binned PPL within the training length). 1 = no rise."""
+    t = ds["t"].values
+    last = t.max()
+    far = ds["ppl_binned"].where((ds["t"] > last - last / 8) & (ds["t"] <= last)).mean("t")
+    return far / ds["lg_p_star"]
+
+
+def lm_tables(ds: xr.Dataset) -> str:
+    """Markdown of a length-generalization dataset (module docstring)."""
+    ratio = far_in_ratio(ds)
+    out = [machine_line(ds), "",
+           "| mixer | intervention | seeds | far/in PPL ratio, mean ± sd (range) | p* (in-training PPL) | Definition 3.2 passed |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    archs = ds["arch"].values.astype(str) if "arch" in ds.coords else np.array(["?"] * ds.sizes["run"])
+    ivs = ds["intervention"].values.astype(str)
+    for arch in dict.fromkeys(archs):
+        for iv in dict.fromkeys(ivs):
+            sel = np.flatnonzero((archs == arch) & (ivs == iv))
+            if sel.size == 0:
+                continue
+            r = ratio.isel(run=sel).values.astype(float)
+            seeds = ", ".join(str(int(s)) for s in ds["seed"].values[sel])
+            sd = f" ± {r.std(ddof=1):.3f}" if r.size > 1 else ""
+            passed = int(np.sum(ds["lg_passed"].values[sel].astype(bool)))
+            out.append(f"| {arch} | {iv} | {seeds} | {r.mean():.3f}{sd} ({r.min():.3f}–{r.max():.3f}) | "
+                       f"{_spread(ds['lg_p_star'].values[sel])} | {passed} of {sel.size} |")
+    return "\n".join(out) + "\n"
+
+
+def report(path: str | Path) -> str:
+    """The Markdown tables of the study dataset at ``path`` (a study folder or a ``.nc`` file)."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        p = p / "dataset.nc"
+    if not p.is_file():
+        raise DynlabInputError(f"no study dataset at {str(path)!r}; allowed: a study folder with dataset.nc, or a .nc file")
+    try:
+        with xr.open_dataset(p, engine="h5netcdf") as ds:
+            ds = ds.load()
+    except Exception as exc:  # netCDF readers raise their own error types
+        raise DynlabInputError(f"{str(p)!r} is not a readable study dataset ({type(exc).__name__})") from None
+    study = ds.attrs.get("study")
+    if study in TASK_STUDIES:
+        return task_tables(ds)
+    if study == "length-generalization":
+        return lm_tables(ds)
+    raise DynlabInputError(f"no report for study {study!r}; allowed: {', '.join((*TASK_STUDIES, 'length-generalization'))}")

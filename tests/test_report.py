@@ -1,0 +1,56 @@
+"""`dynlab.report`: the Markdown tables hold the dataset's own numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from dynlab.analysis.contrasts import paired_contrasts
+from dynlab.errors import DynlabInputError
+from dynlab.report import far_in_ratio, lm_tables, report, task_tables
+
+
+def _copying() -> xr.Dataset:
+    rows = [("zero", "base", 0, [0.95, 0.2]), ("zero", "post", 0, [0.96, 0.25]), ("state-passing", "post", 0, [0.97, 0.45]),
+            ("zero", "base", 1, [0.93, 0.1]), ("zero", "post", 1, [0.94, 0.15]), ("state-passing", "post", 1, [0.9, 0.35])]
+    ds = xr.Dataset(
+        {"accuracy": (("run", "length"), np.array([r[3] for r in rows])), "status": ("run", ["ok"] * 6),
+         "in_range_accuracy": ("run", [0.95, 0.95, 0.95, 0.93, 0.93, 0.93])},
+        coords={"length": [16, 48], "arch": ("run", ["mamba2"] * 6), "intervention": ("run", [r[0] for r in rows]),
+                "phase": ("run", [r[1] for r in rows]), "seed": ("run", [r[2] for r in rows]),
+                "train_max": ("run", [16] * 6)},
+        attrs={"study": "copying", "preset": "quick"})
+    return ds.merge(paired_contrasts(ds))
+
+
+def test_task_table_holds_means_ranges_and_the_paired_difference():
+    text = task_tables(_copying())
+    assert "2 of 2 trained models learned" in text
+    row48 = next(line for line in text.splitlines() if line.startswith("| 48 "))
+    # control 0.25, 0.15 -> 0.20 (0.15–0.25); SP 0.45, 0.35 -> 0.40 (0.35–0.45); difference +0.20 both seeds (no spread)
+    assert "0.20 (0.15–0.25)" in row48 and "0.40 (0.35–0.45)" in row48 and "+0.20" in row48
+    row16 = next(line for line in text.splitlines() if line.startswith("| 16 (trained)"))
+    assert "0.95 (0.94–0.96)" in row16
+
+
+def test_far_in_ratio_and_the_lm_table():
+    t = np.arange(0, 65)
+    ppl = np.full((2, t.size), np.nan)
+    ppl[:, 8::8] = [[5.0] * 8, [4.0] * 8]
+    ppl[0, 64], ppl[1, 64] = 10.0, 4.0  # the last eighth (56, 64] holds one bin end: t = 64
+    ds = xr.Dataset({"ppl_binned": (("run", "t"), ppl), "lg_p_star": ("run", [5.0, 4.0]),
+                     "lg_passed": ("run", [False, True])},
+                    coords={"t": t, "intervention": ("run", ["zero", "state-passing"]), "seed": ("run", [0, 0]),
+                            "arch": ("run", ["mamba2", "mamba2"])}, attrs={"study": "length-generalization"})
+    np.testing.assert_allclose(far_in_ratio(ds).values, [2.0, 1.0])
+    text = lm_tables(ds)
+    assert "| mamba2 | zero | 0 | 2.000 (2.000–2.000)" in text and "| 1 of 1 |" in text
+
+
+def test_report_refuses_what_it_cannot_read(tmp_path):
+    with pytest.raises(DynlabInputError, match="no study dataset"):
+        report(tmp_path)
+    (tmp_path / "dataset.nc").write_text("not netcdf")
+    with pytest.raises(DynlabInputError, match="not a readable study dataset"):
+        report(tmp_path)
