@@ -1,0 +1,175 @@
+"""Export a dynlab :class:`~dynlab.lm.model.RecurrentLM` to a Hugging Face ``transformers`` model.
+
+:func:`to_hf` builds the equivalent ``Mamba2ForCausalLM`` (mixer ``mamba2``) or
+``MambaForCausalLM`` (mixer ``mamba1``) with every weight copied under its HF name;
+:func:`export_hf` writes it as an HF folder (``config.json`` + ``model.safetensors``,
+``save_pretrained``) that ``from_pretrained`` loads from local files and that
+:func:`dynlab.lm.hf.load_hf_checkpoint` wraps again.
+
+Only layouts HF can express export; anything else raises
+:class:`~dynlab.errors.DynlabInputError` naming the problem:
+
+- mixer ``mamba2`` or ``mamba1`` (HF has no GLA model of this shape);
+- ``mlp_ratio == 0`` (HF's Mamba blocks are norm + mixer, no MLP);
+- ``conv_kernel >= 1`` (HF's mixers always have the convolution);
+- Mamba-1 without the inner norm (``inner_norm=False``; HF's Mamba-1 has none);
+- ``norm_eps`` a number (HF's RMSNorms take a fixed epsilon, not the dtype's);
+- inner width ``= expand × d_model`` for an integer ``expand`` (HF derives the inner width
+  from ``expand``).
+
+The config is set so that the numbers match dynlab's: one group for B and C
+(``n_groups = 1``), untied head (``tie_word_embeddings = False``), the residual stream
+kept in the model's dtype (``residual_in_fp32 = False``, as dynlab; in float32 the two
+settings agree), ``layer_norm_epsilon = norm_eps`` (every RMSNorm, the gated one of Mamba-2
+included), ``vocab_size = 256`` (bytes) and a Mamba-2 step-size limit of ``(0, inf)``
+(no clamping). The HF models compute their RMSNorms (and parts of their scans) in
+float32 internally, so a float64 export agrees with dynlab to float32 rounding of those
+steps; a float32 export agrees to float32 rounding.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from dynlab.errors import DynlabInputError
+from dynlab.lm.mixers import Mamba1Mixer, Mamba2Mixer
+from dynlab.lm.model import VOCAB_SIZE, RecurrentLM
+
+__all__ = ["EXPORTABLE_MIXERS", "check_exportable", "export_hf", "hf_config", "hf_state_dict", "to_hf"]
+
+EXPORTABLE_MIXERS = ("mamba2", "mamba1")
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError as err:
+        raise DynlabInputError("exporting to Hugging Face needs the package 'transformers' (pip install transformers)") from err
+    return transformers
+
+
+def _refuse(problem: str, allowed: str) -> DynlabInputError:
+    return DynlabInputError(f"cannot export to Hugging Face: {problem}; allowed: {allowed}")
+
+
+def check_exportable(model: nn.Module) -> None:
+    """Raise :class:`DynlabInputError` (one line: the problem and what is allowed) unless ``model`` exports."""
+    if not isinstance(model, RecurrentLM):
+        raise _refuse(f"{type(model).__name__} is not a dynlab RecurrentLM", "a dynlab RecurrentLM (or its run folder)")
+    if model.mixer_name not in EXPORTABLE_MIXERS:
+        raise _refuse(f"mixer {model.mixer_name!r}", "mixer mamba2 or mamba1")
+    block = model.blocks[0]
+    if block.has_mlp:
+        raise _refuse("the blocks have an MLP (mlp_ratio > 0)", "mlp_ratio = 0 (HF Mamba blocks are norm + mixer)")
+    mixer = block.mixer
+    if mixer.conv1d is None:
+        raise _refuse("no convolution (conv_kernel = 0)", "conv_kernel >= 1")
+    if isinstance(mixer, Mamba1Mixer) and mixer.norm is not None:
+        raise _refuse("Mamba-1 with the inner norm (inner_norm / mamba1_inner_norm = True)",
+                      "Mamba-1 without inner norm, as HF's")
+    if block.mixer_norm.eps is None:
+        raise _refuse("norm_eps = None (the dtype's machine epsilon)", "norm_eps a positive number, e.g. 1e-5")
+    if mixer.d_inner % model.d_model:
+        raise _refuse(f"inner width {mixer.d_inner} is not an integer multiple of d_model = {model.d_model}",
+                      "inner width = expand x d_model with an integer expand")
+
+
+def _common_config(model: RecurrentLM, mixer: nn.Module) -> dict[str, Any]:
+    return dict(vocab_size=VOCAB_SIZE, hidden_size=model.d_model, num_hidden_layers=model.n_layers,
+                state_size=mixer.d_state, expand=mixer.d_inner // model.d_model, conv_kernel=mixer.conv_kernel,
+                use_bias=False, use_conv_bias=True, hidden_act="silu",
+                layer_norm_epsilon=float(model.blocks[0].mixer_norm.eps), residual_in_fp32=False,
+                tie_word_embeddings=False, pad_token_id=0, bos_token_id=0, eos_token_id=0)
+
+
+def hf_config(model: RecurrentLM):
+    """The ``Mamba2Config`` / ``MambaConfig`` of ``model`` (checked by :func:`check_exportable`)."""
+    check_exportable(model)
+    tf = _transformers()
+    mixer = model.blocks[0].mixer
+    common = _common_config(model, mixer)
+    if isinstance(mixer, Mamba2Mixer):
+        return tf.Mamba2Config(num_heads=mixer.n_heads, head_dim=mixer.head_dim, n_groups=1,
+                               chunk_size=mixer.chunk_size, time_step_limit=(0.0, float("inf")),
+                               time_step_min=mixer.dt_min, time_step_max=mixer.dt_max, **common)
+    return tf.MambaConfig(time_step_rank=mixer.dt_rank, use_mambapy=False, **common)
+
+
+def hf_state_dict(model: RecurrentLM) -> dict[str, torch.Tensor]:
+    """Every weight of ``model`` under its HF name (detached copies, dtype and device kept).
+
+    Both mixers: ``in_proj`` (Mamba-2 rows ``[z, xBC, dt]`` = HF's ``[gate, xBC, dt]``;
+    Mamba-1 rows ``[x, z]`` = HF's ``[x, gate]``), ``conv1d.weight [C, 1, K]`` and bias,
+    ``A_log``, ``D``, ``out_proj``; Mamba-2 also ``dt_bias`` and the gated ``norm``;
+    Mamba-1 also ``x_proj`` (rows ``[dt, B, C]``) and ``dt_proj`` (weight and bias).
+    """
+    check_exportable(model)
+    out: dict[str, torch.Tensor] = {"backbone.embeddings.weight": model.embedding.weight}
+    for i, block in enumerate(model.blocks):
+        pre, m = f"backbone.layers.{i}.", block.mixer
+        out[pre + "norm.weight"] = block.mixer_norm.weight
+        names = ["in_proj.weight", "conv1d.weight", "conv1d.bias", "A_log", "D", "out_proj.weight"]
+        names += ["dt_bias", "norm.weight"] if isinstance(m, Mamba2Mixer) else ["x_proj.weight", "dt_proj.weight",
+                                                                                "dt_proj.bias"]
+        params = dict(m.named_parameters())
+        for name in names:
+            out[pre + "mixer." + name] = params[name]
+    out["backbone.norm_f.weight"] = model.final_norm.weight
+    out["lm_head.weight"] = model.head.weight
+    return {k: v.detach().clone() for k, v in out.items()}
+
+
+def to_hf(model: RecurrentLM) -> nn.Module:
+    """The HF causal LM equal to ``model`` (same weights, dtype and device; eval mode).
+
+    Built on the meta device and filled with ``load_state_dict(strict=True, assign=True)``,
+    so no random initialisation runs (and the global RNG is untouched).
+    """
+    tf = _transformers()
+    config = hf_config(model)
+    cls = tf.Mamba2ForCausalLM if config.model_type == "mamba2" else tf.MambaForCausalLM
+    with torch.device("meta"):
+        hf = cls(config)
+    weights = hf_state_dict(model)
+    expected = {k: tuple(v.shape) for k, v in hf.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in weights.items()}
+    if expected != got:  # a transformers version with other names or shapes
+        diff = sorted(set(expected.items()) ^ set(got.items()))
+        raise DynlabInputError(f"this transformers version lays out {cls.__name__} differently: {diff[:4]}")
+    hf.load_state_dict(weights, strict=True, assign=True)
+    dtype = model.embedding.weight.dtype
+    hf.config.dtype = dtype
+    return hf.eval()
+
+
+def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path,
+              dtype: torch.dtype | None = None) -> Path:
+    """Write ``model_or_run_folder`` as a Hugging Face folder ``out_dir`` (config.json + model.safetensors).
+
+    ``model_or_run_folder`` is a :class:`RecurrentLM` or a dynlab LM run folder
+    (``spec.json`` + ``model.safetensors``, loaded with
+    :func:`dynlab.lm.posttrain.load_checkpoint`). ``dtype`` casts the weights (None: kept).
+    Returns ``out_dir``.
+    """
+    model = model_or_run_folder
+    if isinstance(model, (str, Path)):
+        from dynlab.lm.posttrain import load_checkpoint
+
+        if not (Path(model).expanduser() / "spec.json").is_file():
+            raise _refuse(f"{str(model)!r} is not a dynlab LM run folder (no spec.json)",
+                          "a dynlab RecurrentLM or its run folder (spec.json + model.safetensors)")
+        model, _ = load_checkpoint(model)
+    out = Path(out_dir).expanduser()
+    if out.exists() and not out.is_dir():
+        raise DynlabInputError(f"export folder {str(out)!r} is a file; allowed: a folder (new or existing)")
+    hf = to_hf(model)
+    if dtype is not None:
+        hf = hf.to(dtype)
+        hf.config.dtype = dtype
+    out.mkdir(parents=True, exist_ok=True)
+    hf.save_pretrained(str(out), safe_serialization=True)
+    return out
