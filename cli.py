@@ -601,6 +601,39 @@ def figures(
         typer.echo(f"{'drawn empty' if name in figs.empty else 'skipped'} {name}: {why}")
 
 
+@app.command()
+def report(
+    datasets: Annotated[list[Path], typer.Argument(help="Study folders or dataset.nc files (copying, passkey, babilong, length-generalization).")],
+) -> None:
+    """Print a study's paper tables as Markdown, read from its dataset (e.g. `dynlab report runs/passkey > results.md`)."""
+    from dynlab.report import report as make_report
+
+    texts = [make_report(path) for path in datasets]  # every dataset is read before anything is printed
+    for path, text in zip(datasets, texts):
+        typer.echo(f"## {path}\n\n{text}")
+
+
+@lm_app.command("export")
+def lm_export(
+    run: Annotated[Path, typer.Argument(help="A dynlab LM run folder (runs/<id>) with a Mamba-2 or Mamba-1 model.")],
+    out: Annotated[str, typer.Argument(help="Folder for the Hugging Face model (config.json + model.safetensors).")],
+    dtype: Annotated[Optional[str], typer.Option("--dtype", help="float32, float64 or bfloat16 (default: the run's).")] = None,
+) -> None:
+    """Export a dynlab LM run as a Hugging Face Mamba2ForCausalLM / MambaForCausalLM folder (from_pretrained loads it)."""
+    dtypes = ("float32", "float64", "bfloat16")
+    if dtype is not None and dtype not in dtypes:
+        raise DynlabInputError(f"--dtype {dtype!r} is not a dtype dynlab exports; allowed: {', '.join(dtypes)}")
+    out_dir = _path(out, "OUT", "a folder (made when missing)")
+    _check_out(out_dir, flag="OUT")
+    if not run.is_dir():
+        raise DynlabInputError(f"RUN {str(run)!r} is not a folder; allowed: a dynlab LM run folder (runs/<id>)")
+    import torch
+
+    from dynlab.lm.export import export_hf
+
+    typer.echo(str(export_hf(run, out_dir, dtype=None if dtype is None else getattr(torch, dtype))))
+
+
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (`dynlab bench train`).")
 app.add_typer(bench_app, name="bench")
 
