@@ -21,19 +21,136 @@ error stay saved and a rerun resumes from them.
 
 Dask is an optional extra (``pip install '.[dask]'`` in a dynlab checkout); it is imported only when a
 :class:`DaskExecutor` is made.
+
+A scheduler address is checked before Dask is imported (:func:`parse_scheduler_address`):
+a malformed one is bad input (one-line :class:`~dynlab.errors.DynlabInputError`).  A
+well-formed address whose scheduler does not answer within ``timeout`` seconds (default
+:data:`CONNECT_TIMEOUT_S`) is a failing machine, not bad input: one
+:class:`SchedulerUnreachable` (a ``ConnectionError``) with a one-line message.
 """
 
 from __future__ import annotations
 
+import gc
+import re
+import socket
+import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from dynlab.errors import DynlabInputError
 
-__all__ = ["EXECUTORS", "DaskExecutor", "Executor", "InProcessExecutor", "make_executor"]
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "EXECUTORS",
+    "SCHEDULER_SCHEMES",
+    "DaskExecutor",
+    "Executor",
+    "InProcessExecutor",
+    "SchedulerUnreachable",
+    "make_executor",
+    "parse_scheduler_address",
+]
 
 EXECUTORS = ("inprocess", "dask")
+
+#: Protocols of a scheduler address (``tcp://host:port``; no protocol means tcp).
+SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+
+#: Seconds to wait for an existing scheduler to answer.
+CONNECT_TIMEOUT_S = 5.0
+
+_ADDRESS = re.compile(
+    r"^(?:(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://)?"
+    r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)"
+    r":(?P<port>[0-9]{1,5})/?$"
+)
+
+
+class SchedulerUnreachable(ConnectionError):
+    """A well-formed scheduler address whose scheduler did not answer (one-line message)."""
+
+
+def parse_scheduler_address(address: str) -> tuple[str, str, int]:
+    """``(address, host, port)`` of a scheduler address ``[PROTOCOL://]HOST:PORT``
+    (PROTOCOL one of :data:`SCHEDULER_SCHEMES`, default tcp; HOST a name, an IPv4 address or
+    ``[IPv6]``; PORT 1 … 65535); the address is returned with its protocol.  Anything else
+    is a one-line :class:`~dynlab.errors.DynlabInputError`.  Imports nothing."""
+    if isinstance(address, str) and address.startswith("inproc://") and len(address) > len("inproc://"):
+        return address, "", 0  # a scheduler in this very process (tests, notebooks)
+    allowed = f"allowed: PROTOCOL://HOST:PORT with PROTOCOL one of {', '.join(SCHEDULER_SCHEMES)}, e.g. tcp://10.0.0.5:8786"
+    m = _ADDRESS.match(address.strip()) if isinstance(address, str) else None
+    if m is None:
+        raise DynlabInputError(f"--scheduler {address!r} is not a scheduler address; {allowed}")
+    scheme = (m["scheme"] or "tcp").lower()
+    port = int(m["port"])
+    if scheme not in SCHEDULER_SCHEMES:
+        raise DynlabInputError(f"--scheduler {address!r}: unknown protocol {scheme!r}; {allowed}")
+    if not 1 <= port <= 65535:
+        raise DynlabInputError(f"--scheduler {address!r}: port {port} is out of range; {allowed} (PORT 1 to 65535)")
+    host = m["host"]
+    return f"{scheme}://{host}:{port}", host.strip("[]"), port
+
+
+def _probe(address: str, host: str, port: int, timeout: float) -> None:
+    """Raise :class:`SchedulerUnreachable` unless something accepts a TCP connection at
+    ``host:port`` within ``timeout`` seconds."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+        raise SchedulerUnreachable(
+            f"cannot reach the Dask scheduler at {address!r} within {timeout:g} s ({why}); is it running?"
+        ) from None
+
+
+def _handshake(address: str, timeout: float) -> None:
+    """Raise :class:`SchedulerUnreachable` unless a Dask scheduler at ``address`` says who
+    it is within ``timeout`` seconds (a port that accepts connections but never answers
+    would otherwise hold the client forever).  Skipped inside a running event loop."""
+    import asyncio
+
+    from distributed.core import rpc
+
+    try:
+        asyncio.get_running_loop()
+        return
+    except RuntimeError:
+        pass
+
+    async def identity() -> dict:
+        remote = rpc(address, timeout=timeout)
+        try:
+            return await remote.identity()
+        finally:
+            await remote.close_rpc()
+
+    async def bounded() -> dict:
+        return await asyncio.wait_for(identity(), timeout)
+
+    try:
+        who = asyncio.run(bounded())
+    except (OSError, asyncio.TimeoutError, ValueError, TypeError) as exc:
+        why = "no answer" if isinstance(exc, asyncio.TimeoutError) else (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise SchedulerUnreachable(
+            f"cannot reach the Dask scheduler at {address!r} within {timeout:g} s ({why}); is it a Dask scheduler?"
+        ) from None
+    if not isinstance(who, dict) or who.get("type") != "Scheduler":
+        kind = who.get("type") if isinstance(who, dict) else type(who).__name__
+        raise SchedulerUnreachable(f"{address!r} answers as a {kind}, not as a Dask scheduler")
+
+
+def _quietly_collect() -> None:
+    """Collect a half-made Dask client now, without the tracebacks its ``__del__`` prints
+    for a connection that never was."""
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: None
+    try:
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
 
 
 class Executor(Protocol):
@@ -80,7 +197,8 @@ class DaskExecutor:
         retries: extra attempts for a task whose function raises.
         processes: local cluster with worker processes (True, default; each supervised by a
             nanny that restarts it when it dies) or threads in this process (False).
-        timeout: seconds to wait for the scheduler to answer.
+        timeout: seconds to wait for an existing scheduler to answer (then
+            :class:`SchedulerUnreachable`).
         client: an existing ``distributed.Client`` to use (not closed by this executor).
 
     Use as a context manager (or call :meth:`close`) to stop a cluster it started.
@@ -100,7 +218,7 @@ class DaskExecutor:
         workers: int | None = None,
         retries: int = 2,
         processes: bool = True,
-        timeout: float = 10.0,
+        timeout: float = CONNECT_TIMEOUT_S,
         client: Any | None = None,
     ):
         if retries < 0:
@@ -109,6 +227,11 @@ class DaskExecutor:
             raise DynlabInputError(f"workers={workers}; allowed: an integer >= 1")
         if scheduler is not None and workers is not None:
             raise DynlabInputError("give either --scheduler (an existing cluster) or --workers (a local one), not both")
+        if not timeout > 0:
+            raise DynlabInputError(f"timeout={timeout!r}; allowed: a number of seconds > 0")
+        address = host = port = None
+        if scheduler is not None and client is None:
+            address, host, port = parse_scheduler_address(scheduler)  # before Dask is imported
         distributed = _import_distributed()
         self.retries = int(retries)
         self._cluster = None
@@ -116,12 +239,20 @@ class DaskExecutor:
         if client is not None:
             self.client = client
             return
-        if scheduler is not None:
+        if address is not None:
+            if address.split("://")[0] not in ("ucx", "inproc"):
+                _probe(address, host, port, timeout)
+                _handshake(address, timeout)
+            failure = None
             try:
-                self.client = distributed.Client(scheduler, timeout=timeout, set_as_default=False)
+                self.client = distributed.Client(address, timeout=timeout, set_as_default=False)
             except (OSError, TimeoutError, ValueError) as exc:
-                reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                raise DynlabInputError(f"cannot reach the Dask scheduler at {scheduler!r} ({reason})") from None
+                failure = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if failure is not None:
+                _quietly_collect()
+                raise SchedulerUnreachable(
+                    f"cannot reach the Dask scheduler at {address!r} within {timeout:g} s ({failure}); is it a Dask scheduler?"
+                )
             return
         self.shares_process = not processes
         self._cluster = distributed.LocalCluster(
@@ -181,13 +312,16 @@ def make_executor(
     scheduler: str | None = None,
     workers: int | None = None,
     retries: int = 2,
-    timeout: float = 10.0,
+    timeout: float = CONNECT_TIMEOUT_S,
 ) -> InProcessExecutor | DaskExecutor:
-    """The executor called ``name`` (one of :data:`EXECUTORS`); validates the options."""
+    """The executor called ``name`` (one of :data:`EXECUTORS`); validates the options (a
+    malformed ``scheduler`` is refused before Dask is imported)."""
     if name not in EXECUTORS:
         raise DynlabInputError(f"unknown executor {name!r}; allowed: {', '.join(EXECUTORS)}")
     if name == "inprocess":
         if scheduler is not None or workers is not None:
             raise DynlabInputError("--scheduler and --workers need --executor dask")
         return InProcessExecutor()
+    if scheduler is not None:
+        parse_scheduler_address(scheduler)
     return DaskExecutor(scheduler=scheduler, workers=workers, retries=retries, timeout=timeout)

@@ -18,7 +18,13 @@ pytest.importorskip("distributed")
 import cloudpickle  # noqa: E402  (a dependency of distributed)
 
 from dynlab.config import ModelSpec, RunSpec, TaskSpec  # noqa: E402
-from dynlab.executors import DaskExecutor, InProcessExecutor, make_executor  # noqa: E402
+from dynlab.executors import (  # noqa: E402
+    DaskExecutor,
+    InProcessExecutor,
+    SchedulerUnreachable,
+    make_executor,
+    parse_scheduler_address,
+)
 from dynlab.results.store import RunStore  # noqa: E402
 from dynlab.runner import run_study  # noqa: E402
 from dynlab.studies.group_tracking import STUDY as GROUP_TRACKING  # noqa: E402
@@ -188,28 +194,85 @@ def test_map_unordered_on_an_existing_scheduler_yields_every_item_once():
         assert cluster.status.name == "running"  # an existing cluster is not stopped by the executor
 
 
+def test_an_existing_tcp_scheduler_passes_the_checks_and_runs_the_work():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp", host="127.0.0.1",
+                      dashboard_address=":0") as cluster:
+        assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+        with make_executor("dask", scheduler=cluster.scheduler_address, timeout=5) as ex:
+            assert dict(ex.map_unordered(lambda x: 2 * x, [1, 2])) == {1: 2, 2: 4}
+
+
 def test_bad_executor_options_raise_one_line():
     with pytest.raises(ValueError, match="unknown executor 'spark'; allowed: inprocess, dask"):
         make_executor("spark")
     with pytest.raises(ValueError, match="need --executor dask"):
         make_executor("inprocess", workers=2)
     assert isinstance(make_executor(), InProcessExecutor)
-    with pytest.raises(ValueError, match="cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'"):
+    with pytest.raises(SchedulerUnreachable, match="cannot reach the Dask scheduler at 'tcp://127.0.0.1:9' within 1 s"):
         DaskExecutor(scheduler="tcp://127.0.0.1:9", timeout=1)
 
 
-def test_cli_unreachable_scheduler_exits_2(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("address", ["notaurl", "tcp://", "tcp://127.0.0.1", "127.0.0.1:0", "tcp://127.0.0.1:65536",
+                                     "http://127.0.0.1:8786", "tcp://a b:1", "", "tcp://127.0.0.1:8786/x"])
+def test_a_malformed_scheduler_address_is_bad_input_refused_before_dask_is_imported(address):
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import sys
+        from dynlab.errors import DynlabInputError
+        from dynlab.executors import make_executor
+        try:
+            make_executor("dask", scheduler={address!r})
+        except DynlabInputError as exc:
+            print(str(exc))
+            assert "distributed" not in sys.modules and "dask" not in sys.modules, "dask was imported"
+        else:
+            raise SystemExit("accepted")
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    line = res.stdout.strip()
+    assert "\n" not in line and repr(address) in line and "allowed: PROTOCOL://HOST:PORT" in line
+
+
+def test_well_formed_scheduler_addresses_parse():
+    assert parse_scheduler_address("127.0.0.1:8786") == ("tcp://127.0.0.1:8786", "127.0.0.1", 8786)
+    assert parse_scheduler_address("tls://node-3.cluster:9000") == ("tls://node-3.cluster:9000", "node-3.cluster", 9000)
+    assert parse_scheduler_address("tcp://[::1]:8786") == ("tcp://[::1]:8786", "::1", 8786)
+
+
+def test_cli_malformed_scheduler_exits_2_and_unreachable_exits_1_in_one_line(tmp_path, monkeypatch, capfd):
+    import socket
+
     import dynlab.executors
     from dynlab.cli import main
 
+    monkeypatch.delenv("DYNLAB_DEBUG", raising=False)
     monkeypatch.setattr(dynlab.executors, "make_executor", functools.partial(make_executor, timeout=1))
-    code = main(["study", "group-tracking", "--models", "tanh-rnn", "--groups", "C2", "--executor", "dask",
-                 "--scheduler", "tcp://127.0.0.1:9", "--out", str(tmp_path), "-q"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and err[0].startswith("error: cannot reach the Dask scheduler"), err
+    args = ["study", "group-tracking", "--models", "tanh-rnn", "--groups", "C2", "--executor", "dask",
+            "--out", str(tmp_path), "-q", "--scheduler"]
+    assert main([*args, "notaurl"]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --scheduler 'notaurl' is not a scheduler address"), err
+    assert main([*args, "tcp://127.0.0.1:9"]) == 1  # nothing listens: refused at once
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'" in err[0], err
+    with socket.socket() as listener:  # something listens but is no scheduler: it never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        code = main([*args, f"tcp://127.0.0.1:{port}"])
+        import gc
+
+        gc.collect()  # a half-made client would print its tracebacks now
+    err = capfd.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and f"cannot reach the Dask scheduler at 'tcp://127.0.0.1:{port}'" in err[0], err
     assert not (tmp_path / "group-tracking").exists()
     assert main(["study", "group-tracking", "--models", "tanh-rnn", "--executor", "ray", "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == "error: unknown executor 'ray'; allowed: inprocess, dask"
+    assert capfd.readouterr().err.strip() == "error: unknown executor 'ray'; allowed: inprocess, dask"
 
 
 def _flaky_square(x: int, marker_dir: str) -> int:
