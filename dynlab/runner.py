@@ -22,6 +22,7 @@ from dynlab.errors import DynlabInputError
 from dynlab.executors import Executor, InProcessExecutor
 from dynlab.results.schema import annotate, open_dataset, provenance_attrs, write_dataset
 from dynlab.results.files import make_dir, write_text_atomic
+from dynlab.results.provenance import provenance, recording
 from dynlab.results.store import RunStore
 from dynlab.study import RunOutcome, Study, StudyExtra, StudyOptions
 from dynlab.train.device import resolve_device
@@ -71,20 +72,21 @@ def _heal(specs: list[Spec], store: RunStore, progress: NullProgress) -> None:
             _say(progress, f"run {damage.run_id} damaged ({damage.why}); moved to {dest}; {then}")
 
 
-def _work(study: Study, device, progress: NullProgress) -> Callable[[list[Spec]], list[RunOutcome]]:
-    """The function an executor runs on a work item: train its specs where it runs."""
+def _work(study: Study, device, progress: NullProgress) -> Callable[[list[Spec]], tuple[list[RunOutcome], dict]]:
+    """The function an executor runs on a work item: train its specs where it runs; return
+    their outcomes and the provenance of that work (what it ran on, recorded there)."""
 
-    def work(item: list[Spec]) -> list[RunOutcome]:
+    def work(item: list[Spec]) -> tuple[list[RunOutcome], dict]:
         # The device is resolved where the work runs (a GPU worker of a CPU-only client);
         # the thread count is fixed (RUN_THREADS), not taken from the worker's machine.
         t0 = time.perf_counter()
         dev = resolve_device(device)
-        with train_threads(dev):
+        with recording() as rec, train_threads(dev):
             outcomes = study.run_item(item, dev, progress)
         for o in outcomes:
             if o.result.wall_time_s is None:
                 o.result.wall_time_s = (time.perf_counter() - t0) / len(item)
-        return outcomes
+        return outcomes, provenance(rec, device=dev)
 
     return work
 
@@ -136,8 +138,9 @@ def _run_specs(
     analysed: set[str] = set()
 
     def analyse(spec: Spec) -> None:
-        with train_threads(local_device):  # same numbers whatever this machine's core count
+        with recording() as rec, train_threads(local_device):  # same numbers whatever this machine's core count
             ds = study.analyze_one(spec, store, local_device, progress, extra)
+        ds.attrs["provenance_json"] = json.dumps(provenance(rec, device=local_device), sort_keys=True)
         store.write_dataset(spec, ANALYSIS, ds)
         counts["analyzed"] += 1
         analysed.add(spec.spec_hash())
@@ -149,9 +152,9 @@ def _run_specs(
     overlap = analyze and remote and not getattr(executor, "shares_process", False)
     # work shipped to other processes must not carry the client's progress bars
     work = _work(study, device, NullProgress() if remote else progress)
-    for item, outcomes in executor.map_unordered(work, study.work_items(pending)):
+    for item, (outcomes, made_on) in executor.map_unordered(work, study.work_items(pending)):
         for spec, outcome in zip(item, outcomes):
-            store.save(spec, outcome.result.to_json(), outcome.state_dict)
+            store.save(spec, outcome.result.to_json(), outcome.state_dict, provenance=made_on)
             counts["trained"] += 1
             progress.update(bar, 1)
         for spec, outcome in zip(item, outcomes):
@@ -202,6 +205,8 @@ def _finish(study: Study, specs: list[Spec], store: RunStore, options: StudyOpti
     ds = study.assemble(specs, store, options)
     annotate(ds)
     ds.attrs.update(provenance_attrs(study.name, options.preset, specs))
+    made = _study_provenance(specs, store)
+    ds.attrs["provenance_json"] = json.dumps(made, sort_keys=True)
     path = write_dataset(ds, store.root / DATASET)
     manifest = {
         "study": study.name,
@@ -211,10 +216,27 @@ def _finish(study: Study, specs: list[Spec], store: RunStore, options: StudyOpti
         "seeds": list(options.seeds) if options.seeds is not None else None,
         "extra": extra.recorded(),
         "run_ids": [s.spec_hash() for s in specs],
+        "provenance": made,
     }
     write_text_atomic(store.root / MANIFEST, json.dumps(manifest, indent=1))
     store.sweep([s.spec_hash() for s in specs])  # leftovers of killed writes to these runs
     return path
+
+
+def _study_provenance(specs: list[Spec], store: RunStore) -> dict:
+    """``{"written_by": provenance of this process, "runs": [{"run_ids": [...],
+    "provenance": {...}}, ...]}``: each distinct execution path recorded with the runs
+    (:meth:`RunStore.load_provenance`; runs stored before it was recorded are listed with
+    ``provenance`` null), with the runs that share it."""
+    groups: dict[str, list[str]] = {}
+    for spec in specs:
+        try:
+            made = store.load_provenance(spec)
+        except DynlabInputError:
+            made = None
+        groups.setdefault(json.dumps(made, sort_keys=True), []).append(spec.spec_hash())
+    runs = [{"run_ids": ids, "provenance": json.loads(key)} for key, ids in groups.items()]
+    return {"written_by": provenance(), "runs": runs}
 
 
 def run_study(
@@ -229,7 +251,9 @@ def run_study(
     """Train, evaluate (and analyse) every spec of ``study``; return the dataset path.
 
     The study folder is ``out/<study name>``; it holds ``runs/``, ``dataset.nc`` and
-    ``manifest.json``.  ``executor`` decides where work items run (default: in
+    ``manifest.json``.  Each run's ``result.json``, each ``analysis.nc``, the dataset
+    (attr ``provenance_json``) and the manifest (``provenance``) record the execution path
+    (:mod:`dynlab.results.provenance`).  ``executor`` decides where work items run (default: in
     process); results are saved here, one run at a time, as they arrive.
     """
     study.check_preset(options.preset)

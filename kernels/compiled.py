@@ -15,7 +15,14 @@ library the first time a process asks for it and caches the file:
 - compiler: ``$CC``, else ``cc``, ``gcc`` or ``clang``; ``-O3 -march=native`` (retried
   without ``-march=native`` where the compiler refuses it);
 - no compiler, a failed build or ``DYNLAB_C_KERNELS=0``: ``None``, and every caller keeps a
-  pure-torch path that computes the same function (tests run both).
+  pure-torch path that computes the same function (tests run both).  A failed build (a
+  compiler that runs and fails) warns once per process (:class:`CKernelWarning`, with the
+  compiler's message); no compiler at all and ``DYNLAB_C_KERNELS=0`` are silent (the torch
+  loops are the documented path there; :func:`c_library_status` says why).
+- provenance: :func:`c_kernels_used` says, per library asked for in this process, whether
+  the compiled loops ran (``compiled``) or the torch loops (``disabled`` /
+  ``unavailable: <why>``); :func:`record_c_kernels` collects the same for one block of work,
+  and :func:`compiler` names the compiler and its version.
 
 Every kernel that uses this module is tested against its torch path and its autograd
 reference.  This module imports nothing beyond the standard library.
@@ -33,9 +40,13 @@ import stat
 import subprocess
 import tempfile
 import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["C_KERNELS_ENV", "c_library", "c_library_status"]
+__all__ = ["C_KERNELS_ENV", "CKernelWarning", "CompileError", "c_kernels_used", "c_library", "c_library_status", "compiler",
+           "record_c_kernels"]
 
 #: Environment variable: ``0`` turns every compiled kernel off (the torch paths run).
 C_KERNELS_ENV = "DYNLAB_C_KERNELS"
@@ -44,12 +55,48 @@ FLAGS = ("-O3", "-fno-trapping-math", "-fopenmp-simd", "-std=c99", "-fPIC", "-sh
 
 _LOADED: dict[str, tuple[ctypes.CDLL | None, str]] = {}
 _LOCK = threading.Lock()
+_WARNED: list[bool] = [False]
+
+# per library: [0] what ran in this whole process, then one per active record_c_kernels()
+_USED: list[dict[str, str]] = [{}]
+
+
+class CKernelWarning(RuntimeWarning):
+    """A compiled kernel could not be built: the torch loops run instead (same numbers, slower)."""
+
+
+class CompileError(RuntimeError):
+    """The compiler ran and failed (its message is the exception's)."""
+
+
+def _note(name: str, status: str) -> None:
+    for seen in _USED:
+        seen[name] = status
+
+
+def c_kernels_used() -> dict[str, str]:
+    """Per library asked for in this process: ``"compiled"`` (the C loops ran),
+    ``"disabled"`` (``DYNLAB_C_KERNELS=0``) or ``"unavailable: <why>"`` (the torch loops ran)."""
+    return dict(sorted(_USED[0].items()))
+
+
+@contextmanager
+def record_c_kernels() -> Iterator[dict[str, str]]:
+    """Within the block, collect into the yielded dict what :func:`c_kernels_used` reports."""
+    seen: dict[str, str] = {}
+    _USED.append(seen)
+    try:
+        yield seen
+    finally:
+        _USED.remove(seen)
 
 
 def c_library(name: str, source: str) -> ctypes.CDLL | None:
     """The library built from C ``source`` (cached per process and on disk), or None when
-    compiled kernels are off or it cannot be built (:func:`c_library_status` says why)."""
+    compiled kernels are off or it cannot be built (:func:`c_library_status` says why; the
+    first failed build of the process warns, :class:`CKernelWarning`)."""
     if os.environ.get(C_KERNELS_ENV, "1") == "0":
+        _note(name, "disabled")
         return None
     key = f"{name}:{hashlib.sha256(source.encode()).hexdigest()}"
     if key not in _LOADED:
@@ -60,7 +107,36 @@ def c_library(name: str, source: str) -> ctypes.CDLL | None:
                     _LOADED[key] = (ctypes.CDLL(str(path)), f"compiled: {path}")
                 except Exception as err:  # noqa: BLE001 - no compiler, read-only disk, ...: torch takes over
                     _LOADED[key] = (None, f"unavailable: {type(err).__name__}: {err}")
-    return _LOADED[key][0]
+                    if isinstance(err, CompileError) and not _WARNED[0]:
+                        _WARNED[0] = True
+                        warnings.warn(f"dynlab: the C kernel {name!r} could not be built, the torch loops run instead "
+                                      f"(same numbers, slower): {err}", CKernelWarning, stacklevel=2)
+    lib, status = _LOADED[key]
+    _note(name, "compiled" if lib is not None else status)
+    return lib
+
+
+def _compiler_command() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+
+
+_COMPILER: dict[str, str | None] = {}
+
+
+def compiler() -> str | None:
+    """The C compiler the kernels are built with and the first line of its ``--version``
+    (``"cc: gcc (Debian 12.2.0-14) 12.2.0"``), or None when there is none."""
+    cc = _compiler_command()
+    if cc is None:
+        return None
+    if cc not in _COMPILER:
+        try:
+            res = subprocess.run([*shlex.split(cc), "--version"], capture_output=True, text=True, timeout=30)
+            first = (res.stdout.strip().splitlines() or res.stderr.strip().splitlines() or [""])[0]
+            _COMPILER[cc] = f"{cc}: {first}" if res.returncode == 0 and first else f"{cc}: (no version: exit {res.returncode})"
+        except (OSError, ValueError, subprocess.SubprocessError) as err:
+            _COMPILER[cc] = f"{cc}: (does not run: {type(err).__name__})"
+    return _COMPILER[cc]
 
 
 def c_library_status(name: str, source: str) -> str:
@@ -104,7 +180,7 @@ def _roots() -> list[Path]:
 
 
 def _build(name: str, source: str) -> Path:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    cc = _compiler_command()
     if cc is None:
         raise RuntimeError("no C compiler found (CC, cc, gcc, clang)")
     key = hashlib.sha256("\0".join([source, *FLAGS, cc, platform.machine(), _cpu_model()]).encode()).hexdigest()
@@ -125,7 +201,8 @@ def _build(name: str, source: str) -> Path:
                     if res.returncode == 0:
                         break
                 else:
-                    raise RuntimeError(f"{cc} failed: {(res.stderr.strip().splitlines() or ['?'])[-1]}")
+                    said = (res.stderr.strip().splitlines() or res.stdout.strip().splitlines() or ["no message"])[-1]
+                    raise CompileError(f"{cc} failed (exit {res.returncode}): {said}")
                 os.replace(out, root / lib)  # atomic: concurrent builders each write their own copy
             return root / lib
         except (OSError, subprocess.SubprocessError) as err:

@@ -20,6 +20,10 @@ variable ``DYNLAB_KERNEL_BACKEND`` (``auto`` by default, or ``torch``, ``triton`
 ``mamba_ssm``) forces one backend where it has the operation (``triton`` on the CPU
 needs ``TRITON_INTERPRET=1``; that is how the tests run the kernels).
 
+Which backend ran is recorded for provenance: :func:`backends_used` lists, per operation,
+every backend :func:`choose_backend` picked in this process, and :func:`record_backends`
+collects the same for one block of work (a run).
+
 Implementations are imported on first use: triton only when a Triton kernel is picked,
 mamba-ssm only when CUDA is present, never on the CPU (its package does not import on a
 CPU-only torch).  This module itself imports torch only.
@@ -31,6 +35,8 @@ import functools
 import importlib
 import importlib.util
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable
 
 import torch
@@ -40,11 +46,13 @@ __all__ = [
     "ENV_VAR",
     "HAS_TRITON",
     "TABLE",
+    "backends_used",
     "choose_backend",
     "get_kernel",
     "gla",
     "linear_scan",
     "mamba_ssm_available",
+    "record_backends",
     "resolve",
     "selective_scan",
     "ssd",
@@ -122,8 +130,36 @@ def resolve(entry: str) -> Callable:
     return getattr(importlib.import_module(f"{__package__}.{module}"), name)
 
 
+# backends picked, per operation: [0] in this whole process, then one per active record_backends()
+_USED: list[dict[str, set[str]]] = [{}]
+
+
+def backends_used() -> dict[str, list[str]]:
+    """Every backend :func:`choose_backend` picked in this process, per operation (sorted)."""
+    return {op: sorted(b) for op, b in sorted(_USED[0].items())}
+
+
+@contextmanager
+def record_backends() -> Iterator[dict[str, set[str]]]:
+    """Within the block, collect into the yielded dict the backends picked per operation."""
+    seen: dict[str, set[str]] = {}
+    _USED.append(seen)
+    try:
+        yield seen
+    finally:
+        _USED.remove(seen)
+
+
 def choose_backend(op: str, device: torch.device | str, dtype: torch.dtype = torch.float32) -> str:
-    """Backend name for ``op`` on ``device`` with inputs of ``dtype`` (see the module docstring)."""
+    """Backend name for ``op`` on ``device`` with inputs of ``dtype`` (see the module
+    docstring); recorded (:func:`backends_used`)."""
+    backend = _choose(op, device, dtype)
+    for seen in _USED:
+        seen.setdefault(op, set()).add(backend)
+    return backend
+
+
+def _choose(op: str, device: torch.device | str, dtype: torch.dtype) -> str:
     if op not in TABLE:
         raise ValueError(f"unknown operation {op!r}; allowed: {', '.join(TABLE)}")
     forced = os.environ.get(ENV_VAR, "auto")

@@ -44,7 +44,7 @@ def _result_files(root: Path) -> dict[str, dict]:
     out = {}
     for p in sorted((root / "runs").glob("*/result.json")):
         r = json.loads(p.read_text())
-        for k in ("wall_time_s", "train_time"):
+        for k in ("wall_time_s", "train_time", "provenance"):
             r.pop(k, None)
         out[p.parent.name] = r
     return out

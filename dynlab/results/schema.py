@@ -51,9 +51,15 @@ def write_dataset(ds: xr.Dataset, path: str | Path) -> Path:
     """Write ``ds`` as netCDF (h5netcdf) atomically, its folder made when missing: the one
     netCDF writer (:func:`dynlab.results.files.write_netcdf`: serialised in memory, then
     written and renamed into place; a full disk raises one ``OSError`` naming ``path`` and
-    leaves any previous file unchanged)."""
+    leaves any previous file unchanged).  The attrs get ``provenance_json`` (this process's
+    :func:`dynlab.results.provenance.provenance`) unless they have one."""
     path = Path(path)
     make_dir(path.parent)
+    if "provenance_json" not in ds.attrs:  # the execution path of the process that made it
+        from dynlab.results.provenance import provenance
+
+        ds = ds.copy(deep=False)
+        ds.attrs["provenance_json"] = json.dumps(provenance(), sort_keys=True)
     return write_netcdf(ds, path)
 
 

@@ -3,7 +3,8 @@
 Layout under ``root``::
 
     runs/<run_id>/spec.json          the full spec (canonical JSON; its hash is <run_id>)
-    runs/<run_id>/result.json        metrics, status, reason
+    runs/<run_id>/result.json        metrics, status, reason; ``provenance``: the execution path
+                                     (:func:`dynlab.results.provenance.provenance`)
     runs/<run_id>/model.safetensors  weights (absent for runs that failed before any)
     runs/<run_id>/analysis.nc        per-run analyses (rewritten by `dynlab analyze`)
     runs/<run_id>/checksums.json     SHA-256 and size of every file above
@@ -292,12 +293,25 @@ class RunStore:
         return damage is None or not damage.core
 
     # -- writing -------------------------------------------------------------------
-    def save(self, spec: Spec, result: dict[str, Any], state_dict: dict[str, torch.Tensor] | None) -> Path:
+    def save(
+        self,
+        spec: Spec,
+        result: dict[str, Any],
+        state_dict: dict[str, torch.Tensor] | None,
+        provenance: dict[str, Any] | None = None,
+    ) -> Path:
         """Write a finished run atomically; an existing intact run is left untouched (a
-        damaged one is replaced)."""
+        damaged one is replaced).  ``result.json`` gets key ``provenance``: ``provenance``
+        (what the work that made the run ran on, e.g. recorded on a Dask worker) or, when
+        None and ``result`` has none, this process's
+        (:func:`dynlab.results.provenance.provenance`)."""
         final = self.path(spec)
         if self.is_done(spec):
             return final
+        if provenance is not None or "provenance" not in result:
+            from dynlab.results.provenance import provenance as current
+
+            result = {**result, "provenance": provenance if provenance is not None else current()}
         make_dir(self.runs)
         self._clean_stale()
         files: dict[str, bytes | memoryview] = {"spec.json": spec.canonical_json().encode()}
@@ -352,12 +366,27 @@ class RunStore:
         return write_bytes_atomic(folder / name, data, before_replace=enter)
 
     # -- reading -------------------------------------------------------------------
-    def load_result(self, spec: Spec) -> dict[str, Any]:
+    def _result_json(self, spec: Spec) -> dict[str, Any]:
         path = self.path(spec) / "result.json"
         try:
-            return json.loads(path.read_text())
+            raw = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise DynlabInputError(f"run {spec.spec_hash()}: unreadable result file {path} ({exc})") from None
+        if not isinstance(raw, dict):
+            raise DynlabInputError(f"run {spec.spec_hash()}: result file {path} holds no JSON object")
+        return raw
+
+    def load_result(self, spec: Spec) -> dict[str, Any]:
+        """The run's result as the study reported it (``result.json`` without the
+        ``provenance`` the store added: :meth:`load_provenance`)."""
+        raw = self._result_json(spec)
+        raw.pop("provenance", None)
+        return raw
+
+    def load_provenance(self, spec: Spec) -> dict[str, Any] | None:
+        """The execution path recorded with the run (None for runs stored before it was)."""
+        value = self._result_json(spec).get("provenance")
+        return value if isinstance(value, dict) else None
 
     def load_state_dict(self, spec: Spec) -> dict[str, torch.Tensor]:
         path = self.path(spec) / "model.safetensors"
