@@ -52,3 +52,36 @@ def test_debug_shows_the_traceback(monkeypatch, tmp_path):
     _fail_with(monkeypatch, DynlabInputError("bad"))
     with pytest.raises(DynlabInputError):
         main(["figures", str(tmp_path), "--out", str(tmp_path / "f")])
+
+
+def test_a_full_disk_during_a_study_is_one_line_exit_1_and_the_store_stays_intact(monkeypatch, tmp_path, capfd):
+    """A study whose dataset cannot be written (ENOSPC from every write to dataset.nc):
+    one line, exit 1, no crash and nothing of the netCDF library on stderr; the runs are
+    stored intact and no temporary file is left."""
+    import os
+    from pathlib import Path
+
+    import dynlab.results.files as files
+    from dynlab.results import RunStore
+
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("needs /proc to tell a file's fd")
+    monkeypatch.delenv("DYNLAB_DEBUG", raising=False)
+    write = os.write
+
+    def full_disk(fd, data):
+        if "dataset.nc" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(fd, data)
+
+    monkeypatch.setattr(files.os, "write", full_disk)
+    code = main(["study", "group-tracking", "--preset", "smoke", "--models", "tanh-rnn", "--groups", "C2",
+                 "--out", str(tmp_path), "-q", "--no-analysis", "--device", "cpu"])
+    err = capfd.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    assert "No space left on device" in err and "dataset.nc" in err
+    root = tmp_path / "group-tracking"
+    assert not (root / "dataset.nc").exists()
+    assert [p.name for p in root.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".tmp-")] == []
+    runs = list((root / "runs").iterdir())
+    assert len(runs) == 1 and RunStore(root).inspect(runs[0].name) is None
