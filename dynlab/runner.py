@@ -254,7 +254,9 @@ def run_study(
     ``manifest.json``.  Each run's ``result.json``, each ``analysis.nc``, the dataset
     (attr ``provenance_json``) and the manifest (``provenance``) record the execution path
     (:mod:`dynlab.results.provenance`).  ``executor`` decides where work items run (default: in
-    process); results are saved here, one run at a time, as they arrive.
+    process); results are saved here, one run at a time, as they arrive.  A study that
+    fails before it stored anything removes the folders it made (a failed run is stored
+    as such; a crash, e.g. out of memory in the first run, leaves no empty ``runs/``).
     """
     study.check_preset(options.preset)
     extra = study.parse_options(options)  # an unknown option is refused in every study
@@ -263,17 +265,41 @@ def run_study(
     if not getattr(executor, "remote", False):
         resolve_device(device)  # refuse an unknown or unavailable device before writing
     store = RunStore(study_dir(out, study))
+    made = _missing_folders(store.runs)
     try:
         make_dir(store.runs)
     except OSError as exc:
         raise DynlabInputError(f"cannot write the study to {store.root} ({exc.strerror or exc}); allowed: a writable folder") from None
-    with make_progress(progress) as prog:
-        counts = _run_specs(study, specs, store, device, prog, analyze, executor, extra=extra)
-        prog.log(
-            f"{study.name}: {counts['trained']} trained, {counts['reused']} reused, "
-            f"{counts['analyzed']} analysed, {counts['not_learned']} not learned, {counts['failed']} failed"
-        )
+    try:
+        with make_progress(progress) as prog:
+            counts = _run_specs(study, specs, store, device, prog, analyze, executor, extra=extra)
+            prog.log(
+                f"{study.name}: {counts['trained']} trained, {counts['reused']} reused, "
+                f"{counts['analyzed']} analysed, {counts['not_learned']} not learned, {counts['failed']} failed"
+            )
+    except BaseException:
+        _remove_if_empty(made)  # a study that stored nothing leaves no folders behind
+        raise
     return _finish(study, specs, store, options, extra)
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while not folder.exists() and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _remove_if_empty(folders: list[Path]) -> None:
+    """Remove the ``folders`` (deepest first) that are still empty (never a folder that
+    holds anything, e.g. a run a concurrent study saved meanwhile)."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def _load_manifest(path: Path) -> dict:

@@ -287,3 +287,28 @@ def test_files_and_folders_follow_the_umask(tmp_path, umask):
         want = (0o777 if p.is_dir() else 0o666) & ~umask
         assert mode == want, f"{p.relative_to(out)}: {oct(mode)}, {oct(want)} expected under umask {oct(umask)}"
     assert open_study(path)["seed"].values.tolist() == [0, 1]
+
+
+def test_a_study_that_fails_before_storing_anything_leaves_no_folders(tmp_path):
+    """E.g. out of memory in the first run: no empty ``runs/`` is left behind; a folder
+    that existed before is kept."""
+    study = _tiny_study()
+
+    def out_of_memory(spec, device, progress):
+        raise MemoryError("cannot allocate 100 GB")
+
+    import dataclasses
+
+    failing = dataclasses.replace(study, run_one=out_of_memory)
+    with pytest.raises(MemoryError):
+        run_study(failing, StudyOptions(preset="smoke"), out=tmp_path / "a" / "b", device="cpu")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(MemoryError):
+        run_study(failing, StudyOptions(preset="smoke"), out=tmp_path / "kept", device="cpu")
+    assert list(tmp_path.iterdir()) == [tmp_path / "kept"] and list((tmp_path / "kept").iterdir()) == []
+    run_study(study, StudyOptions(preset="smoke"), out=tmp_path / "kept", device="cpu")
+    with pytest.raises(MemoryError):  # runs stored before: nothing is removed
+        run_study(dataclasses.replace(failing, make_specs=lambda o: [_spec(5)]), StudyOptions(preset="smoke"),
+                  out=tmp_path / "kept", device="cpu")
+    assert len(list((tmp_path / "kept" / "tiny" / "runs").iterdir())) == 2
