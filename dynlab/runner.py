@@ -29,7 +29,7 @@ from dynlab.train.device import resolve_device
 from dynlab.train.engine import train_threads
 from dynlab.train.progress import NullProgress, make_progress
 
-__all__ = ["analyze_study", "open_study", "run_study", "study_dir"]
+__all__ = ["analyze_study", "check_analyses_fit", "open_study", "run_study", "study_dir"]
 
 DATASET = "dataset.nc"
 MANIFEST = "manifest.json"
@@ -40,7 +40,7 @@ def study_dir(out: str | Path, study: Study) -> Path:
     return Path(out) / study.name
 
 
-def _check_analysable(study: Study, specs: list[Spec], analyze: bool) -> None:
+def check_analyses_fit(study: Study, specs: list[Spec], analyze: bool) -> None:
     """Refuse, before anything runs, a study whose per-run analyses would be asked of a
     group larger than :data:`~dynlab.config.MAX_ANALYSIS_ORDER` (the specs' ``task.group``;
     one line naming the group, its order and the limit)."""
@@ -261,7 +261,7 @@ def run_study(
     study.check_preset(options.preset)
     extra = study.parse_options(options)  # an unknown option is refused in every study
     specs = study.make_specs(options)  # validates everything before anything is written
-    _check_analysable(study, specs, analyze)
+    check_analyses_fit(study, specs, analyze)
     if not getattr(executor, "remote", False):
         resolve_device(device)  # refuse an unknown or unavailable device before writing
     store = RunStore(study_dir(out, study))
@@ -406,7 +406,7 @@ def analyze_study(
     extra = study.parse_options(options)
     resolve_device(device)
     store = RunStore(path)
-    _check_analysable(study, [_spec_of(store, rid, study) for rid in manifest["run_ids"]], analyze=True)
+    check_analyses_fit(study, [_spec_of(store, rid, study) for rid in manifest["run_ids"]], analyze=True)
     specs = _manifest_specs(path, manifest, study, store)  # heals (quarantines) damaged runs
     with make_progress(progress) as prog:
         _run_specs(study, specs, store, device, prog, analyze=True, force_analysis=True, extra=extra)
