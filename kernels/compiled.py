@@ -88,7 +88,7 @@ def record_c_kernels() -> Iterator[dict[str, str]]:
     try:
         yield seen
     finally:
-        _USED.remove(seen)
+        _USED[:] = [d for d in _USED if d is not seen]  # by identity: two recordings may hold equal dicts
 
 
 def c_library(name: str, source: str) -> ctypes.CDLL | None:

@@ -147,7 +147,7 @@ def record_backends() -> Iterator[dict[str, set[str]]]:
     try:
         yield seen
     finally:
-        _USED.remove(seen)
+        _USED[:] = [d for d in _USED if d is not seen]  # by identity: two recordings may hold equal dicts
 
 
 def choose_backend(op: str, device: torch.device | str, dtype: torch.dtype = torch.float32) -> str:

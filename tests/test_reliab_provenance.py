@@ -134,3 +134,13 @@ def test_switched_off_kernels_do_not_warn(tmp_path):
     env = {**os.environ, "CC": "false", "DYNLAB_C_KERNELS": "0", "XDG_CACHE_HOME": str(tmp_path)}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
+
+
+def test_recordings_nest_and_end_by_identity():
+    from dynlab.kernels.dispatch import choose_backend
+
+    with recording() as outer:
+        with recording() as inner:  # both empty (equal) when the inner one ends
+            pass
+        choose_backend("gla", "cpu")
+    assert provenance(outer)["scan_backends"] == {"gla": ["torch"]} and provenance(inner)["scan_backends"] == {}

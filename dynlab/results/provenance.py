@@ -24,7 +24,8 @@ Its keys:
 
 ``c_kernels`` and ``scan_backends`` describe one block of work when it ran inside
 :func:`recording` (the runner records each work item where it runs, a Dask worker
-included), else everything this process ran so far.
+included), else everything this process ran so far.  Work items running at the same time
+in threads of one process (a local Dask cluster of threads) each see the kernels of all.
 """
 
 from __future__ import annotations
