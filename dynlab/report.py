@@ -53,15 +53,24 @@ def machine_line(ds: xr.Dataset) -> str:
     parts = [f"study `{a.get('study', '?')}`, preset `{a.get('preset', '?')}`"]
     if a.get("created_utc"):
         parts.append(f"made {a['created_utc']}")
-    cpu = a.get("cpu_model") or a.get("provenance_cpu_model")
-    if cpu:
-        parts.append(f"on {cpu}")
-    torch_v = a.get("torch_version") or a.get("provenance_torch_version")
-    if torch_v:
-        parts.append(f"torch {torch_v}")
+    written_by = _provenance(a).get("written_by") or {}
+    if written_by.get("cpu_model"):
+        parts.append(f"on {written_by['cpu_model']} ({written_by.get('torch_cpu_capability') or 'CPU'})")
+    if written_by.get("torch"):
+        parts.append(f"torch {written_by['torch']}")
     if a.get("git_sha"):
         parts.append(f"dynlab {a.get('dynlab_version', '')} @ {str(a['git_sha'])[:10]}")
     return "; ".join(parts)
+
+
+def _provenance(attrs: dict) -> dict:
+    """The dataset's recorded execution path (attribute ``provenance_json``), or {}."""
+    import json
+
+    try:
+        return json.loads(attrs.get("provenance_json", "{}")) or {}
+    except (TypeError, ValueError):
+        return {}
 
 
 def _status_line(ds: xr.Dataset) -> str:

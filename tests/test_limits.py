@@ -275,3 +275,22 @@ def test_a_group_too_large_for_the_analyses_is_refused_before_anything_is_writte
     assert group_order("A5xC2") <= MAX_ANALYSIS_ORDER < group_order("S6")  # S5, A5, C256 are analysed
     with pytest.raises(DynlabInputError, match="too large for the error-control analysis"):
         analyze_tracker(None, WordProblem(get_group("S7")), AnalysisSpec(), horizon=10, t_ref=5)
+
+
+def test_lm_specs_refuse_sizes_beyond_the_stated_limits():
+    """Every LM size field is bounded by dynlab.config's limits, in the Python API as on the command line."""
+    from pydantic import ValidationError
+
+    from dynlab.config import MAX_BATCH, MAX_LENGTH, MAX_STEPS
+    from dynlab.lm.spec import LMEvalSpec, LMRunSpec, LMTaskSpec, LMTrainSpec, TaskTrainSpec
+
+    with pytest.raises(ValidationError, match="less than or equal to 65536"):
+        LMTrainSpec(batch_size=MAX_BATCH + 1)
+    with pytest.raises(ValidationError, match="less than or equal to 10000000"):
+        TaskTrainSpec(steps=MAX_STEPS + 1)
+    with pytest.raises(ValidationError, match="less than or equal to 100000"):
+        LMTaskSpec(kind="copying", train_min=1, train_max=2, eval_lengths=(MAX_LENGTH + 1,))
+    with pytest.raises(ValidationError, match="samples of"):
+        LMTaskSpec(kind="copying", train_min=1, train_max=2, eval_lengths=(60_000,))
+    with pytest.raises(ValidationError, match="evaluation length"):
+        LMRunSpec(train=LMTrainSpec(seq_len=50_000), eval=LMEvalSpec(length_multiple=4))

@@ -34,7 +34,7 @@ import xarray as xr
 from pydantic import Field
 from safetensors.torch import load_file
 
-from dynlab.config import Spec, load_spec
+from dynlab.config import MAX_LENGTH, Batch, Spec, StepsOrZero, load_spec
 from dynlab.errors import DynlabInputError
 from dynlab.lm.hf import HFRecurrentLM, hf_config_summary, is_hf_checkpoint, load_hf_checkpoint
 from dynlab.lm.interventions import make_intervention
@@ -114,9 +114,9 @@ def checkpoint_digest(path: str | Path) -> str:
 class PostTrainTrainSpec(Spec):
     """The short post-training budget: AdamW, warm-up and cosine decay (as in training); ``steps = 0`` allowed."""
 
-    steps: int = Field(100, ge=0)
-    batch_size: int = Field(16, ge=1)
-    seq_len: int = Field(64, ge=2)
+    steps: StepsOrZero = 100
+    batch_size: Batch = 16
+    seq_len: int = Field(64, ge=2, le=MAX_LENGTH)
     lr: float = Field(3e-4, gt=0.0)
     weight_decay: float = Field(0.1, ge=0.0)
     clip: float = Field(1.0, gt=0.0)

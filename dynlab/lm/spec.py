@@ -13,7 +13,10 @@ from typing import Any, Literal
 import torch
 from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
 
-from dynlab.config import Spec
+from dynlab.config import (
+    MAX_EVAL_LENGTHS, MAX_LENGTH, Batch, Length, Lengths, Samples, Spec, Steps, StepsOrZero, Width, check_limit,
+    check_state_bytes,
+)
 from dynlab.train.engine import MAX_THREADS
 from dynlab.lm.corpus import SOURCES
 
@@ -80,7 +83,7 @@ class LMModelSpec(Spec):
     """
 
     mixer: MixerName = "mamba2"
-    d_model: int = Field(64, ge=1, le=8192)
+    d_model: Width = 64
     n_layers: int = Field(2, ge=1, le=64)
     n_heads: int = Field(4, ge=1, le=256)
     head_dim: int = Field(16, ge=1, le=1024)
@@ -138,9 +141,9 @@ class InterventionSpec(Spec):
 class LMTrainSpec(Spec):
     """AdamW with warm-up and cosine decay; ``seq_len`` is the training length T_train."""
 
-    steps: int = Field(600, ge=1)
-    batch_size: int = Field(16, ge=1)
-    seq_len: int = Field(32, ge=2)
+    steps: Steps = 600
+    batch_size: Batch = 16
+    seq_len: int = Field(32, ge=2, le=MAX_LENGTH)
     lr: float = Field(3e-3, gt=0.0)
     weight_decay: float = Field(0.1, ge=0.0)
     clip: float = Field(1.0, gt=0.0)
@@ -158,12 +161,12 @@ class LMEvalSpec(Spec):
     from t = 1 to the evaluation length (0: at the chunk ends only).
     """
 
-    length_multiple: int = Field(16, ge=2)
-    n_samples: int = Field(64, ge=1)
-    chunk_len: int = Field(32, ge=1)
-    bin_width: int = Field(16, ge=1)
-    effrem_points: int = Field(12, ge=1)
-    effrem_samples: int = Field(16, ge=1)
+    length_multiple: int = Field(16, ge=2, le=MAX_LENGTH)
+    n_samples: Samples = 64
+    chunk_len: Length = 32
+    bin_width: Length = 16
+    effrem_points: int = Field(12, ge=1, le=MAX_EVAL_LENGTHS)
+    effrem_samples: Samples = 16
     state_points: int = Field(48, ge=0, le=100_000)
     distances: tuple[DistanceName, ...] = ("tv", "js", "cos")
 
@@ -189,6 +192,9 @@ class LMRunSpec(Spec):
     def _bins_fit(self) -> LMRunSpec:
         if self.eval.bin_width > self.train.seq_len:
             raise ValueError(f"eval.bin_width={self.eval.bin_width} must not exceed train.seq_len={self.train.seq_len}")
+        check_limit("evaluation length (eval.length_multiple × train.seq_len)", self.eval_length, MAX_LENGTH)
+        check_state_bytes("train.batch_size × train.seq_len × d_model × n_layers × 4 bytes", self.train.batch_size,
+                          self.train.seq_len, self.model.d_model * self.model.n_layers * 4)
         return self
 
     @property
@@ -214,9 +220,9 @@ class LMTaskSpec(Spec):
     """
 
     kind: TaskKind = "copying"
-    train_min: int = Field(50, ge=1)
-    train_max: int = Field(100, ge=1)
-    eval_lengths: tuple[int, ...] = (50, 100, 150, 200, 300)
+    train_min: Length = 50
+    train_max: Length = 100
+    eval_lengths: Lengths = (50, 100, 150, 200, 300)
     depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     babi_kinds: tuple[BabiKind, ...] = ("qa1", "qa2", "qa3", "qa6", "qa7")
     n_facts: int = Field(4, ge=1, le=64)
@@ -248,8 +254,8 @@ class LMTaskSpec(Spec):
 class TaskTrainSpec(Spec):
     """AdamW with warm-up and cosine decay on task batches (loss on the scored targets only)."""
 
-    steps: int = Field(600, ge=0)
-    batch_size: int = Field(16, ge=1)
+    steps: StepsOrZero = 600
+    batch_size: Batch = 16
     lr: float = Field(3e-3, gt=0.0)
     weight_decay: float = Field(0.1, ge=0.0)
     clip: float = Field(1.0, gt=0.0)
@@ -266,8 +272,8 @@ class TaskEvalSpec(Spec):
     ``not-learned`` and is kept out of every contrast.
     """
 
-    n_samples: int = Field(64, ge=1)
-    chunk_len: int = Field(256, ge=1)
+    n_samples: Samples = 64
+    chunk_len: Length = 256
     learned_at: float = Field(0.9, ge=0.0, le=1.0)
     learn_kinds: tuple[BabiKind, ...] = ("qa1",)
 

@@ -114,6 +114,11 @@ class CopyingTask:
     def check_length(self, length: int) -> None:
         if length < 1:
             raise DynlabInputError(f"copying length {length} is too short; allowed: a string length >= 1")
+        from dynlab.config import MAX_LENGTH
+
+        if 2 * length + 3 > MAX_LENGTH:  # the sample holds the string twice
+            raise DynlabInputError(f"copying length {length} makes samples of {2 * length + 3} tokens; "
+                                   f"allowed: a string length <= {(MAX_LENGTH - 3) // 2} (samples <= {MAX_LENGTH} tokens)")
 
     def sample(self, generator: torch.Generator, batch_size: int, length: int, depth: float | None = None) -> TaskBatch:
         """``batch_size`` strings of ``length`` letters → tokens ``[B, 2·length + 3]``."""
