@@ -271,18 +271,19 @@ def _check_study_folder(root: Path) -> None:
 def _run(name: str, options, out: Path, device: str, quiet: bool, analyze: bool, executor: str,
          scheduler: str | None, workers: int | None) -> None:
     """Check that the study folder can be written, make the specs of study ``name``
-    (refusing bad selections before a cluster is started or a folder made), then run the
-    study and print its dataset's path."""
+    (refusing bad selections, and groups too large for the analyses, before a cluster is
+    started or a folder made), then run the study and print its dataset's path."""
     _check_study_folder(out / name)
     from dynlab.executors import make_executor
-    from dynlab.runner import run_study
+    from dynlab.runner import check_analyses_fit, run_study
     from dynlab.studies import get_study
 
     study = get_study(name)
     study.check_preset(options.preset)
     with _in_option_words({"eval_lengths": "--lengths", "depths": "--depths", "babi_kinds": "--kinds",
                            "source": "--source", "seed": "--seeds", "group": "--groups", "arch": "--models"}):
-        study.make_specs(options)
+        specs = study.make_specs(options)
+    check_analyses_fit(study, specs, analyze)  # a group too large for the analyses, before a cluster starts
     _say_notes()
     with make_executor(executor, scheduler=scheduler, workers=workers) as ex:
         path = run_study(study, options, out=out, device=device, progress=not quiet, analyze=analyze, executor=ex)

@@ -175,3 +175,18 @@ def test_a_refused_command_prints_its_error_line_only(tmp_path, capsys):
             "--out", str(tmp_path / "out")]
     assert main(argv) == 2
     assert capsys.readouterr().err == "error: unknown device 'tpu'; allowed: auto, cpu, cuda (or cuda:N)\n"
+
+
+def test_a_group_too_large_for_the_analyses_is_refused_before_an_executor_starts(tmp_path, capsys, monkeypatch):
+    import dynlab.executors
+
+    def no_executor(*args, **kwargs):
+        raise AssertionError("an executor was started")
+
+    monkeypatch.setattr(dynlab.executors, "make_executor", no_executor)
+    argv = ["study", "group-tracking", "--models", "tanh-rnn", "--groups", "S6", "--preset", "smoke", "-q",
+            "--executor", "dask", "--workers", "1", "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: group S6 (order 720) is too large for the per-run analyses") and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
