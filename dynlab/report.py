@@ -15,6 +15,16 @@ Supported studies (``ds.attrs["study"]``):
   the mean binned PPL over the last eighth of the evaluation length divided by p*, the
   lowest binned PPL within the training length — and the Definition 3.2 verdicts.
 
+``dynlab report FILE.json`` reads a benchmark result instead (:func:`bench_tables`):
+
+- a training-throughput file written by ``dynlab bench train --json`` (a ``results``
+  list; the quantities are defined in :mod:`dynlab.bench`);
+- a run-phases file written by ``benchmarks/bench_run_phases.py --json`` (``preset`` and
+  ``rows``; defined in that script's docstring).
+
+``docs/performance.md`` holds these tables for the files in ``benchmarks/results/``
+(``benchmarks/make_docs.sh`` writes them; a test checks they still match).
+
 No torch and no plotting: xarray and numpy only.
 """
 
@@ -27,7 +37,7 @@ import xarray as xr
 
 from dynlab.errors import DynlabInputError
 
-__all__ = ["far_in_ratio", "lm_tables", "machine_line", "report", "task_tables"]
+__all__ = ["bench_machine_line", "bench_tables", "far_in_ratio", "lm_tables", "machine_line", "report", "task_tables"]
 
 TASK_STUDIES = ("copying", "passkey", "babilong")
 
@@ -184,12 +194,16 @@ def lm_tables(ds: xr.Dataset) -> str:
 
 
 def report(path: str | Path) -> str:
-    """The Markdown tables of the study dataset at ``path`` (a study folder or a ``.nc`` file)."""
+    """The Markdown tables of the study dataset at ``path`` (a study folder or a ``.nc`` file),
+    or of the benchmark result at ``path`` (a ``.json`` file, :func:`bench_tables`)."""
     p = Path(path).expanduser()
+    if p.suffix.lower() == ".json" and not p.is_dir():
+        return bench_tables(p)
     if p.is_dir():
         p = p / "dataset.nc"
     if not p.is_file():
-        raise DynlabInputError(f"no study dataset at {str(path)!r}; allowed: a study folder with dataset.nc, or a .nc file")
+        raise DynlabInputError(f"no study dataset at {str(path)!r}; allowed: a study folder with dataset.nc, "
+                               "a .nc file, or a benchmark .json file")
     try:
         with xr.open_dataset(p, engine="h5netcdf") as ds:
             ds = ds.load()
@@ -201,3 +215,132 @@ def report(path: str | Path) -> str:
     if study == "length-generalization":
         return lm_tables(ds)
     raise DynlabInputError(f"no report for study {study!r}; allowed: {', '.join((*TASK_STUDIES, 'length-generalization'))}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Benchmark results (JSON)
+
+_MACHINE_KEYS = (("cpu_model", "CPU {}"), ("cores", "{} cores"), ("torch", "torch {}"),
+                 ("created_utc", "recorded {}"), ("date", "recorded {}"))
+
+
+def bench_machine_line(data: dict) -> str:
+    """One line naming the machine a benchmark file records: CPU model, cores, torch version
+    and date (from a ``machine`` object or top-level keys), the device and thread counts of
+    its rows, and which of these the file does not record."""
+    machine = dict(data.get("machine") or {})
+    machine.update({k: data[k] for k, _ in _MACHINE_KEYS if data.get(k) is not None and k not in machine})
+    parts, missing = [], []
+    for key, fmt in _MACHINE_KEYS:
+        if machine.get(key) is not None:
+            if not (key == "date" and machine.get("created_utc") is not None):
+                parts.append(fmt.format(machine[key]))
+        elif key in ("cpu_model", "cores", "torch"):
+            missing.append({"cpu_model": "CPU model", "cores": "core count", "torch": "torch version"}[key])
+    if machine.get("created_utc") is None and machine.get("date") is None:
+        missing.append("date")
+    rows = data.get("results") or []
+    devices = sorted({str(r["device"]) for r in rows if r.get("device")})
+    threads = sorted({int(r["threads"]) for r in rows if r.get("threads") is not None})
+    if devices:
+        parts.append("device " + ", ".join(devices))
+    if threads:
+        parts.append(f"{', '.join(map(str, threads))} thread{'s' if threads != [1] else ''}")
+    if not parts:
+        return "Machine: not recorded in the file (" + ", ".join(missing) + ")."
+    line = "Machine: " + "; ".join(parts)
+    if missing:
+        line += f" ({', '.join(missing)} not recorded in the file)"
+    return line + "."
+
+
+def _kilo(x: float | None) -> str:
+    """Model-tokens/s in thousands, thin-space grouped: ``1 065 K``."""
+    return "—" if x is None or not np.isfinite(x) else f"{x / 1e3:,.0f} K".replace(",", " ")
+
+
+def _floor_text(res: dict) -> str:
+    threads = str(res.get("threads"))
+    if res.get("floor_kind") == "bandwidth":
+        bw = (res.get("memory_bandwidth_bytes") or {}).get(threads)
+        return (f"`bandwidth`: {_fmt(bw / 1e9, 1) if bw else '—'} GB/s ÷ "
+                f"{_fmt(res['bytes_per_token'] / 1e3, 1)} KB per token")
+    rate = (res.get("gemm_rate_flops") or {}).get(threads)
+    return f"`gemm`: {_fmt(rate / 1e9, 0) if rate else '—'} GFLOP/s ÷ {res['flops_per_token']:,.0f} FLOPs per token".replace(",", " ")
+
+
+def _train_bench_tables(data: dict) -> list[str]:
+    out: list[str] = []
+    for res in data["results"]:
+        out += [f"**{res['setting']}** (floor {_floor_text(res)}, at {res.get('threads')} threads)", "",
+                "| method | models | model-tokens/s | of floor | s per step |",
+                "| --- | --- | --- | --- | --- |"]
+        for row in res["rows"]:
+            step = row.get("seconds_per_step")
+            out.append(f"| {row['method']} | {row['models']} | {_kilo(row['tokens_per_s'])} | "
+                       f"{_fmt(row['fraction_of_floor'])} | {'—' if step is None else _fmt(step, 3)} |")
+        out.append("")
+        facts = [f"best dynlab row {_kilo(res.get('best_dynlab_tokens_per_s'))}",
+                 f"{_fmt(res.get('speedup_vs_baseline'), 1)}× the baseline",
+                 f"{_fmt(res.get('fraction_of_floor'))} of the floor"]
+        if res.get("ensemble_vs_solo_per_model") is not None:
+            facts.append(f"best ensemble per model {_fmt(res['ensemble_vs_solo_per_model'])}× one model alone")
+        pair = res.get("ensemble_large_vs_small")
+        if pair:
+            facts.append(f"ensemble of {pair['large']} against {pair['small']} per model, paired over "
+                         f"{pair['rounds']} rounds: median {_fmt(pair['median'])} "
+                         f"({_fmt(pair['min'])}–{_fmt(pair['max'])}; above 1: {pair['large']} is faster)")
+        if res.get("skipped"):
+            facts.append("skipped: " + ", ".join(map(str, res["skipped"])))
+        out += ["- " + "; ".join(facts) + ".", ""]
+    return out
+
+
+def _sec(x: float) -> str:
+    """Seconds: one decimal below 10 s, whole seconds above."""
+    return _fmt(x, 1 if x < 10 else 0)
+
+
+def _phases_tables(data: dict) -> list[str]:
+    rows = data["rows"]
+    steps = sorted({int(r["train_steps"]) for r in rows})
+    short = sorted({int(r["short_length"]) for r in rows})
+    out = [f"Preset `{data['preset']}`, group {data['group']}, one run per architecture; seconds of wall time.", "",
+           f"| architecture | seeds per ensemble | s per step and model at length 60 | training bound "
+           f"({', '.join(map(str, steps))} steps) | evaluation | analysis | (evaluation + analysis) / training | "
+           f"not learned: training at length {', '.join(map(str, short))} | not learned: analysis | "
+           "not learned: ratio |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        out.append(f"| {r['arch']} | {r['ensemble']} | {_fmt(r['step_s'], 3)} | {_sec(r['train_s'])} | "
+                   f"{_sec(r['eval_s'])} | {_sec(r['analysis_s'])} | {_fmt(r['ratio'])} | "
+                   f"{_sec(r['train_s_short'])} | {_sec(r['analysis_s_not_learned'])} | "
+                   f"{_fmt(r['ratio_not_learned'])} |")
+    h = float(data["total_hours"])
+    hours = f"{_fmt(h, 1)} h" if h >= 1 else f"{_fmt(60 * h, 1)} min"
+    out += ["", f"- Whole-study bound: {data['runs_per_arch']} runs per architecture on {data['workers']} workers, "
+                f"every run trained for all its steps at length 60: {hours}.", ""]
+    return out
+
+
+def bench_tables(path: str | Path) -> str:
+    """Markdown tables of a benchmark result file (module docstring), headed by the machine
+    line (:func:`bench_machine_line`)."""
+    import json
+
+    p = Path(path).expanduser()
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DynlabInputError(f"no benchmark file at {str(path)!r}; allowed: a JSON file written by "
+                               "`dynlab bench train --json` or benchmarks/bench_run_phases.py") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DynlabInputError(f"{str(p)!r} is not a readable benchmark JSON file ({type(exc).__name__})") from None
+    if isinstance(data, dict) and isinstance(data.get("results"), list):
+        body = _train_bench_tables(data)
+    elif isinstance(data, dict) and {"preset", "rows"} <= data.keys():
+        body = _phases_tables(data)
+    else:
+        raise DynlabInputError(f"{str(p)!r} is not a benchmark result dynlab knows; allowed: a file written by "
+                               "`dynlab bench train --json` or benchmarks/bench_run_phases.py --json")
+    return "\n".join([bench_machine_line(data), "", *body]).rstrip("\n") + "\n"
