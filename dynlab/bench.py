@@ -25,7 +25,7 @@ Definitions (numbers the report prints):
   ``warmup`` steps are not timed;
 - GEMM rate (FLOP/s) = 2·B·H·H / time of one ``[B, H] @ [H, H]`` product (the dense
   recurrence's GEMM shape): per thread count, the median of 3 timings at the start and
-  one just before every measured method (a shared box changes speed during a run), best
+  one just before every measured method (a shared machine changes speed during a run), best
   thread count;
 - every method runs at each thread count tried and is reported at its fastest;
 - FLOPs per token: dense RNNs 6·(m·S² + S·C) — the recurrence and readout products,
@@ -310,13 +310,13 @@ def bench_train(
 
     ``threads``: CPU thread counts to try (default: 1 and the current count); every
     method is measured at each and reported at its fastest (on a shared, oversubscribed
-    box a second thread can make small-GEMM code many times slower).  Ensembles whose
+    machine a second thread can make small-GEMM code many times slower).  Ensembles whose
     activations would need more than ``max_memory_gb`` (estimated as N·B·T·S·4 bytes ×
     8 live copies under autograd, × 2 for the fused kernels) are skipped and listed under ``skipped``.  ``compile``: also time one
     model trained with ``compile=True`` (:func:`dynlab.train.train_tracker`; the first,
     compiling step is the untimed warm-up; it counts towards the best dynlab row).  ``repeats``:
     rounds over all the methods, every other round in reverse order, each method reported
-    at its fastest round (a burst of load on a shared box then spoils one round, not the
+    at its fastest round (a burst of load on a shared machine then spoils one round, not the
     comparison); ``ensemble_large_vs_small`` pairs the two ensemble sizes round by round.
     """
     check_bench_sizes(arch, hidden, batch, length, ensembles, steps, warmup, repeats)
@@ -330,7 +330,7 @@ def bench_train(
     bw_samples: dict[int, list[float]] = {t: [] for t in tries}
 
     def sample_machine(t: int) -> None:
-        """The box's speed now (GEMM rate, and bandwidth for diagonal cells)."""
+        """The machine's speed now (GEMM rate, and bandwidth for diagonal cells)."""
         samples[t].append(gemm_rate(batch, hidden, dev))
         if kind == "bandwidth":
             bw_samples[t].append(memory_bandwidth(dev))
@@ -509,7 +509,7 @@ def _paired_ensembles(per_round: dict[str, list[float]]) -> dict[str, Any] | Non
     """The largest ensemble against the smallest, per model, round by round: in each round
     the ratio of seconds per step and model (small / large: above 1 the large ensemble
     trains each model faster), with its median, minimum and maximum over the rounds.  Both
-    ran in the same round, so a slow spell of the shared box hits the two alike.  None with
+    ran in the same round, so a slow spell of a shared machine hits the two alike.  None with
     fewer than two ensemble sizes."""
     sizes = sorted(int(k.rsplit("-", 1)[1]) for k in per_round if k.startswith("dynlab ensemble-"))
     if len(sizes) < 2:

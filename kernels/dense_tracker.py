@@ -31,11 +31,10 @@ The tracker's accuracy comes out of the same pass (argmax as ``torch.argmax``: t
 maximum wins a tie).
 
 Many models (an ensemble: a leading dimension N on every argument) run together, each
-step one batched GEMM for all of them, on every device.  On the 2-core development box
-(H=128, B=256, T=60, two intra-op threads) 16 stacked members took 234 ms per step, the
-same as running them one by one on two worker threads, one member per core (234 ms,
-measured in one run); for small members (H=64, B=128) the stack was 2× faster, since the
-per-op overhead is paid once for all members.  So there is one code path, and the
+step one batched GEMM for all of them, on every device.  On the CPU a stack is as fast
+as running the members one by one on worker threads, one member per core, and faster for
+small members, since the per-op overhead is paid once for all members
+(``docs/performance.md``).  So there is one code path, and the
 intra-op thread count (``torch.set_num_threads``) is the only parallel setting.
 
 :func:`dense_tracker_loss_reference` is the same model as a plain loop under autograd;

@@ -409,8 +409,8 @@ _PARALLEL_MEMBERS = True
 def member_groups(n: int, device: torch.device) -> list[slice]:
     """The members of a stack of ``n`` that run as one group: one at a time on the CPU (its
     working set stays in cache, and stacking gains nothing for an elementwise recurrence:
-    16 members as one group trained each 0.6× as fast as one alone, measured at H=128,
-    B=256, T=60 on the 2-core box), the whole stack on other devices (one launch per
+    16 members as one group trained each more slowly than one alone; ``docs/performance.md``),
+    the whole stack on other devices (one launch per
     step for all members)."""
     return [slice(i, i + 1) for i in range(n)] if device.type == "cpu" else [slice(0, n)]
 
@@ -494,10 +494,9 @@ def _forward_scan(hs, ch, y, steps, a_rows, b_rows, C_rows, ge_rows) -> None:
     g[x_t] ⊙ ch_t + e[x_t], each step while h_t is in cache.
 
     Real states are stored state-major (each row ``[K, H]``, not the cell's ``[H, K]``), so
-    every per-step product is vectorised along H: measured on the 2-core box (B=256, H=128,
-    K=4, one thread), the readout contraction took 52 µs a step this way (a batched
-    ``[1, K] @ [K, H]`` product) against 504 µs as ``[H, K] @ [K, 1]``, and the adjoint's
-    outer product 40 µs against 232 µs."""
+    every per-step product is vectorised along H: the readout contraction is a batched
+    ``[1, K] @ [K, H]`` product rather than ``[H, K] @ [K, 1]``, and so is the adjoint's
+    outer product, each several times faster this way (``docs/performance.md``)."""
     t_len, m, s = hs.shape
     n, h = y.shape[0], y.shape[-1]
     cplx = hs.is_complex()

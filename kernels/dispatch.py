@@ -206,7 +206,7 @@ def selective_scan(u, delta, A, B, C, initial_state=None, return_final_state=Fal
 
     The torch backend is :func:`kernels.selective_scan.selective_scan_fused`: on the CPU a
     small compiled C kernel where a C compiler is available (:mod:`kernels.compiled`), else
-    cache-sized torch steps with a hand-written backward (README, "Training speed", has the
+    cache-sized torch steps with a hand-written backward (``docs/performance.md`` has the
     measured ratios).
     """
     fn = get_kernel("selective_scan", u.device, u.dtype)

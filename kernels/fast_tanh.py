@@ -1,9 +1,8 @@
-"""In-place tanh for the dense tracker kernels' float32 states, about 2× faster than ``Tensor.tanh_`` on the CPU.
+"""In-place tanh for the dense tracker kernels' float32 states, faster than ``Tensor.tanh_`` on the CPU.
 
 The dense kernels (:mod:`.dense_tracker`, :mod:`.gated_tracker`) apply tanh to every state
-of every step in place.  On the 2-core box, torch's float32 ``tanh_`` took 4.2 ns per
-element on one thread (``[16, 256, 128]``: 2.2 ms, against 0.74 ms for ``sigmoid_``), 15 % of
-an ensemble's training step.  :func:`tanh_` computes the same function in one vectorised C
+of every step in place, a noticeable share of an ensemble's training step with torch's
+float32 ``tanh_`` (``docs/performance.md`` has the timings).  :func:`tanh_` computes the same function in one vectorised C
 loop (:data:`_C_SOURCE`, built by :mod:`.compiled`):
 
 - |x| < 0.55: the odd Taylor polynomial of tanh to degree 19 (truncation below 1e-9);
@@ -18,9 +17,9 @@ magnitude by ``tests/test_fast_tanh.py``, which holds it to 2 ulp.  Elementwise,
 bits.  float64 tensors, other devices, other layouts than contiguous blocks, no C compiler or
 ``DYNLAB_C_KERNELS=0``: ``Tensor.tanh_``.
 
-One thread: at two intra-op threads torch's ``tanh_`` took 1.46 ms on that tensor and this
-loop 0.82 ms on one; splitting the loop over two Python threads took 1.8 ms (torch's
-OpenMP workers spin on the second core after each parallel region).
+One thread: the loop is not split over threads; one thread of it was faster than torch's
+``tanh_`` on two, and splitting it over two Python threads was slower (torch's OpenMP
+workers spin on the second core after each parallel region; ``docs/performance.md``).
 """
 
 from __future__ import annotations

@@ -50,8 +50,7 @@ class _BufferCache:
 
     The state buffer of a training step is N·T·B·S floats (126 MB for 16 models at H=128,
     B=256, T=60).  A fresh allocation of that size is a fresh ``mmap`` whose pages fault in
-    on first touch, about 12% of an ensemble step on the 2-core box (measured by letting
-    the allocator keep freed memory).  Only buffers a backward pass has finished with are
+    on first touch, a measurable share of an ensemble step (``docs/performance.md``).  Only buffers a backward pass has finished with are
     kept, as many per shape and dtype as were handed back (a kernel that runs the members
     of a stack one by one uses one buffer per member), for at most ``keep`` shapes (a
     curriculum changes T; the least recently returned shape goes first); a forward pass

@@ -7,23 +7,17 @@ length)``, ``accuracy_all``, ``mp(run)`` and the training record.
 Presets:
 - ``smoke`` — width 16, 20 steps, lengths to 60: seconds; checks an installation.
 - ``quick`` — 8 architectures × {C2, C6, S3} × 1 seed, width 64, ≤ 600 steps of batch 128,
-  evaluation on 256 sequences to length 1000.  Minutes on a 2-core CPU.
+  evaluation on 256 sequences to length 1000.  Minutes on a laptop CPU.
 - ``paper`` — 8 architectures × {C2, C6, S3} × 5 seeds = 120 models (paper A: 113), width
   128, 3000 steps of batch 256 (AdamW 1e-3, warm-up + cosine, clip 1.0), curriculum to 60,
   evaluation on 1024 sequences at lengths 10 … 1000, analyses with 512 sequences to 1000.
   ``--groups`` adds more (A4, D4, S4, A5, S5, C2xS3, …): 40 models per group.
 
-  Cost on the 2-core development box, measured per architecture by
-  ``benchmarks/bench_run_phases.py --preset paper`` (one process, one thread, S3; training
-  as the study does it, the 5 seeds as one ensemble; the step at the full length 60):
-  per model and step 27–41 ms for the Mamba family, 31 ms linear-rnn, 53 ms tanh-rnn,
-  71 ms token-gated-rnn, 84 ms state-gated-rnn; evaluation 0.3–4 s and analysis 8–36 s
-  per run (the Mamba family the most; mamba has S = H·N = 512).  Bounded by 3000 steps
-  at length 60, the 120 runs on 2 Dask workers take at most about 2.6 h; runs whose
-  curriculum never grows (cells that cannot represent the group stay at length ≤ 6, as
-  50 of 120 did in the sweep) train at that length and are analysed to
-  :func:`not_learned_horizon`, which gives about 1.9 h.  For many more models use a GPU
-  box or a cluster (``--executor dask``).
+  Hours on a CPU: ``benchmarks/bench_run_phases.py --preset paper`` measures the cost per
+  architecture (``docs/performance.md`` has the recorded tables).  Runs whose curriculum
+  never grows (cells that cannot represent the group stay at length ≤ 6) train at that
+  length and are analysed only to :func:`not_learned_horizon`.  For many more models use
+  a GPU machine or a cluster (``--executor dask``).
 """
 
 from __future__ import annotations
@@ -294,8 +288,8 @@ def not_learned_horizon(horizon: int, t_ref: int, mp: int | None) -> int:
     fails near the short length its curriculum stopped at (2–6 in the sweep), far below
     2·t_ref (and twice its own mp is kept should it pass longer).  Following it to the
     longest evaluated length (1000) made its analysis cost more than its training, which
-    runs at that short length (measured by ``benchmarks/bench_run_phases.py``; README,
-    "Reproducing paper A").  Its centroids, return map, perturbation and Lyapunov spectrum
+    runs at that short length (measured by ``benchmarks/bench_run_phases.py``;
+    ``docs/performance.md``).  Its centroids, return map, perturbation and Lyapunov spectrum
     at t_ref are computed as for every run."""
     return int(min(horizon, max(2 * t_ref, 2 * (mp or 0))))
 

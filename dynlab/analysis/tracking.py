@@ -165,7 +165,7 @@ def stream_representations(
     ``features`` is what the final linear readout layer reads
     (:meth:`dynlab.models.Tracker.readout_features`).  The state is carried between chunks.
     Each chunk is :func:`dynlab.train.engine.tracker_states` (for the Mamba family on the
-    CPU a compiled loop, about 20× faster than the module's forward at the paper preset).
+    CPU a compiled loop, much faster than the module's forward; ``docs/performance.md``).
     """
     sl = model.layer_slice(layer)
     device = next(model.parameters()).device

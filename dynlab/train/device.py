@@ -48,9 +48,8 @@ def keep_freed_memory() -> bool:
 
     A CPU training step allocates and frees tensors of megabytes (activations, gradients).
     With glibc's defaults each one above a few MiB is a fresh ``mmap`` or heap growth whose
-    pages fault in on first touch, and freed memory is handed back at once: on the 2-core
-    box about a third of a study's CPU time was system time, and a Mamba training step
-    spent about 25% of its time faulting pages in.  This sets ``M_MMAP_THRESHOLD`` to
+    pages fault in on first touch, and freed memory is handed back at once, so a CPU study
+    can spend a large share of its time in the kernel (``docs/performance.md``).  This sets ``M_MMAP_THRESHOLD`` to
     32 MiB (glibc's largest; larger blocks are still mapped), ``M_TRIM_THRESHOLD`` to
     1 GiB and ``M_TOP_PAD`` to 64 MiB, so freed blocks stay in the heap for the next step.
     The cost is memory: each glibc arena (one per thread that allocates, at most a few per

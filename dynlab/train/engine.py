@@ -53,9 +53,8 @@ __all__ = [
 #: reductions block their sums, hence the rounding, so a count taken from the machine
 #: (``torch.get_num_threads()``) or from the size of an ensemble would make the same spec
 #: give different numbers in different places.  One thread is also the fast choice at
-#: dynlab's sizes (measured on the shared 2-core box at H=64, B=128: a tanh-rnn step took
-#: 11 ms on 1 thread and 740 ms on 2 with the cores oversubscribed; a mamba step 31 ms vs
-#: 52 ms).  Use more cores by running several runs at once (``--executor dask --workers N``).
+#: dynlab's sizes (``docs/performance.md``).  Use more cores by running several runs at
+#: once (``--executor dask --workers N``).
 RUN_THREADS = 1
 
 #: Largest thread count :func:`train_threads` accepts.

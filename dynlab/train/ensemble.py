@@ -88,10 +88,9 @@ def train_tracker(
     ``torch.compile`` (fixed shapes: the step sees ``[B, S]`` whatever T is).  It only
     changes what runs when :func:`dynlab.train.engine.runs_generic_loop` is true (user
     cells, nonlinearities without a kernel); the fused kernels and scans do not call
-    ``transition``.  Same numbers up to rounding (tested).  Measured on the 2-core CPU
-    box, state-gated-rnn through the generic loop (H=128, B=256, T=60): forward and
-    backward took 105 ms compiled vs 80 ms eager, after 23 s of compilation, so it is off
-    by default; it is meant for GPUs, where it fuses the step's kernel launches.  The
+    ``transition``.  Same numbers up to rounding (tested).  Off by default because it was
+    slower than eager on the CPU (``docs/performance.md``); it is meant for GPUs, where it
+    fuses the step's kernel launches.  The
     returned model carries no compiled functions.
     """
     return train_ensemble([spec], device, progress, threads=threads, compile=compile)[0]
@@ -226,9 +225,8 @@ def _losses_and_grads(template: _Loss, params: dict, buffers: dict, batches: dic
 
     Each call's backward pass runs before the next call's forward: the kernels' scratch
     buffers of one call are free again for the next, so an ensemble of 64 keeps the
-    memory of 16, and a call's gradients are its own members' ``[K, …]`` only (measured
-    on mamba, alternating ensembles of 16 and 64 in one process: 64 trained each member
-    at 0.94 of 16's speed when all its buffers were held, 0.97–1.00 since)."""
+    memory of 16, and a call's gradients are its own members' ``[K, …]`` only, so 64
+    members train each about as fast as 16 (``docs/performance.md``)."""
     n = next(iter(params.values())).shape[0]
     cut = MAX_STACK if template.kind is not None else n
     names = list(params)
