@@ -604,7 +604,7 @@ def figures(
 
 @app.command()
 def report(
-    datasets: Annotated[list[Path], typer.Argument(help="Study folders or dataset.nc files (copying, passkey, babilong, length-generalization).")],
+    datasets: Annotated[list[Path], typer.Argument(help="Study folders or dataset.nc files (copying, passkey, babilong, length-generalization), or benchmark .json files.")],
 ) -> None:
     """Print a study's paper tables as Markdown, read from its dataset (e.g. `dynlab report runs/passkey > results.md`)."""
     from dynlab.report import report as make_report

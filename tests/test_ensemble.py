@@ -194,7 +194,7 @@ def test_fused_ensemble_is_bit_identical_to_solo(arch):
 
 @pytest.mark.slow
 def test_readme_ensemble_of_16_equals_solo_whatever_the_machine_thread_count(machine_threads):
-    """README's example: 16 tanh-rnn S3 members at H=128 (train steps cut to 60) on a
+    """docs/usage.md's example: 16 tanh-rnn S3 members at H=128 (train steps cut to 60) on a
     "2-core machine" vs each member alone on a "1-core machine": bit-identical."""
     specs = [RunSpec(task=TaskSpec(group="S3"), model=ModelSpec(arch="tanh-rnn", hidden=128),
                      train=TrainSpec(steps=60), seed=s) for s in range(16)]

@@ -172,3 +172,15 @@ def test_lm_study_help_names_mixers_and_no_groups(capsys):
         text = capsys.readouterr().out
         assert "mamba2, mamba1, gla" in text and "--source" in text and "--groups" not in text, name
     assert main(["study", "copying", "--groups", "S3"]) == 2
+
+
+@pytest.mark.parametrize("learned_at, steps_run", [(0.0, 3), (1.0, 7)])
+def test_until_learned_stops_at_the_first_passed_check_and_the_cap_otherwise(learned_at, steps_run):
+    """A check every 3 steps: learned_at 0 passes the first check; 1.0 is never reached by a 7-step model."""
+    from dynlab.lm.task_run import train_and_evaluate_task
+
+    spec = get_study("copying").make_specs(_options(
+        "copying", train={"steps": 7, "batch_size": 2, "until_learned": True, "check_every": 3, "check_samples": 2},
+        eval={"n_samples": 3, "chunk_len": 64, "learned_at": learned_at}))[0]
+    result, _ = train_and_evaluate_task(spec, "cpu")
+    assert result["train_steps"] == steps_run

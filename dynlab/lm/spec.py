@@ -14,7 +14,7 @@ import torch
 from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from dynlab.config import (
-    MAX_EVAL_LENGTHS, MAX_LENGTH, Batch, Length, Lengths, Samples, Spec, Steps, StepsOrZero, Width, check_limit,
+    MAX_EVAL_LENGTHS, MAX_LENGTH, MAX_STEPS, Batch, Length, Lengths, Samples, Spec, Steps, StepsOrZero, Width, check_limit,
     check_state_bytes,
 )
 from dynlab.train.engine import MAX_THREADS
@@ -252,9 +252,19 @@ class LMTaskSpec(Spec):
 
 
 class TaskTrainSpec(Spec):
-    """AdamW with warm-up and cosine decay on task batches (loss on the scored targets only)."""
+    """AdamW with warm-up and cosine decay on task batches (loss on the scored targets only).
+
+    ``until_learned``: training stops early once the model has learned — checked every
+    ``check_every`` steps on ``check_samples`` fresh samples per in-range test cell drawn
+    from the *training* text with their own generator (never the test samples), with the
+    rule of :func:`dynlab.lm.task_run.in_range_accuracy` and ``eval.learned_at`` — and
+    ``steps`` is the cap (the schedule is that of ``steps``).
+    """
 
     steps: StepsOrZero = 600
+    until_learned: bool = False
+    check_every: int = Field(250, ge=1, le=MAX_STEPS)
+    check_samples: Samples = 16
     batch_size: Batch = 16
     lr: float = Field(3e-3, gt=0.0)
     weight_decay: float = Field(0.1, ge=0.0)

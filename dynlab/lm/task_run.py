@@ -87,11 +87,15 @@ def _scores(model: torch.nn.Module, batch: TaskBatch, chunk_len: int) -> tuple[f
     return token, exact
 
 
-def evaluate_task(model: torch.nn.Module, spec: LMTaskRunSpec) -> dict[str, Any]:
-    """Token accuracy and exact match on fresh test samples (grid as in the module docstring)."""
+def evaluate_task(model: torch.nn.Module, spec: LMTaskRunSpec, part: str = "val",
+                  seed_offset: int = EVAL_SEED_OFFSET) -> dict[str, Any]:
+    """Token accuracy and exact match on fresh test samples (grid as in the module docstring).
+
+    ``part``: the text the filler comes from (``"val"``: the test; ``"train"``: the
+    early-stopping check); samples are drawn with ``seed + seed_offset``."""
     t = spec.task
-    task = _task(spec, "val")
-    generator = torch.Generator().manual_seed(spec.seed + EVAL_SEED_OFFSET)
+    task = _task(spec, part)
+    generator = torch.Generator().manual_seed(spec.seed + seed_offset)
     n, chunk = spec.eval.n_samples, spec.eval.chunk_len
     token, exact = [], []
     if t.kind == "passkey":
@@ -121,9 +125,34 @@ def train_task(model: torch.nn.Module, spec: LMTaskRunSpec, device: torch.device
     iv, tr = spec.intervention, spec.train
     intervention = make_intervention(iv.kind, sigma=iv.sigma, beta=iv.beta, reset_prob=iv.reset_prob)
     generator = torch.Generator().manual_seed(spec.seed)
+    stop = _learned_check(model, spec) if tr.until_learned else None
     return fit(model, _batches(spec, generator), intervention, generator, steps=tr.steps, batch_size=tr.batch_size,
                lr=tr.lr, weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
-               device=str(device), threads=tr.threads, progress=progress)
+               device=str(device), threads=tr.threads, progress=progress, stop=stop)
+
+
+#: The early-stopping check of ``train.until_learned`` draws from a generator seeded with
+#: ``seed + CHECK_SEED_OFFSET`` on the training text (the test samples are never seen).
+CHECK_SEED_OFFSET = 3_000_017
+
+
+def _learned_check(model: torch.nn.Module, spec: LMTaskRunSpec) -> Callable[[int], bool]:
+    """``stop(step)`` of ``train.until_learned``: every ``check_every`` steps, the in-range
+    accuracy on ``check_samples`` training-text samples per in-range cell ≥ ``learned_at``."""
+    tr, t = spec.train, spec.task
+    check = spec.model_copy(update={
+        "task": t.model_copy(update={"eval_lengths": tuple(x for x in t.eval_lengths if x <= t.train_max)}),
+        "eval": spec.eval.model_copy(update={"n_samples": tr.check_samples}),
+    })
+
+    def stop(step: int) -> bool:
+        if step % tr.check_every or step >= tr.steps:
+            return False
+        result = evaluate_task(model, check, part="train", seed_offset=CHECK_SEED_OFFSET)
+        model.train()
+        return in_range_accuracy(result, check) >= spec.eval.learned_at
+
+    return stop
 
 
 def _batches(spec: LMTaskRunSpec, generator: torch.Generator) -> Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:

@@ -97,6 +97,7 @@ def fit(
     device: str = "auto",
     threads: int | None = None,
     progress: Callable[[int, float], None] | None = None,
+    stop: Callable[[int], bool] | None = None,
 ) -> TrainResult:
     """The optimisation loop shared by LM and task training; ``model`` is trained in place.
 
@@ -105,7 +106,9 @@ def fit(
     ``mask`` is True (all targets when ``mask`` is None). ``model`` is any module with
     ``state_shapes()`` and ``forward(tokens, states) -> (logits, final states)``.
     ``threads``: CPU intra-op threads (None: the engine's fixed count). ``progress``:
-    optional callback ``(step, loss)``. The result's ``losses`` and ``lengths`` hold each
+    optional callback ``(step, loss)``. ``stop``: optional ``(completed steps) -> bool``
+    asked after every step; True ends training there (the schedule stays the one of
+    ``steps``, so ``steps`` is the cap). The result's ``losses`` and ``lengths`` hold each
     completed step's loss (nats per token) and L.
     """
     dev = resolve_device(device)
@@ -139,6 +142,8 @@ def fit(
             result.lengths.append(length)
             if progress is not None:
                 progress(step, value)
+            if stop is not None and stop(step + 1):
+                break
     result.seconds = time.perf_counter() - start
     model.eval()
     return result
