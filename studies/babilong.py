@@ -15,9 +15,11 @@ intervention against a compute-matched zero-state control (paper B's protocol, s
 
 Presets:
 - ``quick`` — tiny Mamba-2 (2 layers, width 64, 4 heads × 16 channels, N = 32, short
-  convolution of width 4), 3 facts, samples of 160–200 tokens, 2000 steps of batch 16, one
-  CPU thread; post-training 300 steps per arm (zero, state passing, fitted noise); tested
-  at 200, 400, 800 tokens on 32 samples per kind; seeds 0, 1, 2.
+  convolution of width 4), warm-started on copying as the passkey study, 3 facts, samples
+  of 160–200 tokens, batch 16, one CPU thread, trained until learned (qa1, checked every
+  250 steps on training-text samples) up to 3000 steps; post-training 300 steps per arm
+  (zero, state passing, fitted noise); tested at 200, 400, 800 tokens on 32 samples per
+  kind; seeds 0, 1, 2.
 - ``paper`` — 4 layers, width 256, 8 heads × 32, N = 64, samples of 512–1024 tokens,
   20 000 steps, post-training 1000 steps; tested at 1K–16K tokens; a GPU box.
 """
@@ -34,10 +36,12 @@ PRESETS = {
         "seeds": (0, 1, 2),
         "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "head_dim": 16, "d_state": 32, "chunk_size": 32},
         "task": {"train_min": 160, "train_max": 200, "eval_lengths": (200, 400, 800), "n_facts": 3},
-        "train": {"steps": 2000, "batch_size": 16, "lr": 3e-3, "threads": 1},
+        "train": {"steps": 3000, "until_learned": True, "check_every": 250, "batch_size": 16, "lr": 3e-3, "threads": 1},
         "eval": {"n_samples": 32, "chunk_len": 256},
         "intervention": {},
         "post": {"steps": 300, "lr": 1e-3},
+        "warm_start": {"task": {"kind": "copying", "train_min": 1, "train_max": 16, "eval_lengths": (8, 16)},
+                       "train": {"steps": 4000, "batch_size": 32, "lr": 3e-3, "threads": 1}},
     },
     "paper": {
         "mixers": ("mamba2",),

@@ -50,6 +50,7 @@ from dynlab.errors import DynlabInputError
 from dynlab.lm.run import corpus_for
 from dynlab.lm.spec import (
     InterventionSpec, LMDataSpec, LMModelSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec, TaskPostSpec, TaskTrainSpec,
+    WarmStartSpec,
 )
 from dynlab.lm.task_run import task_result_to_dataset, train_and_evaluate_task
 from dynlab.results.assemble import stack_runs
@@ -102,6 +103,8 @@ class TaskResult(RunResult):
     ``in_range_accuracy``: the mean accuracy inside the training lengths that decides the
     status.  ``post``: per post-training arm, its ``status``, ``reason``, ``train_steps``,
     ``train_loss``, ``train_time`` and accuracies (absent without post-training).
+    ``warm_start``: the warm start's training summary and its in-range accuracy on its own
+    task (absent without one).
     """
 
     lengths: list[int] | None = None
@@ -112,6 +115,7 @@ class TaskResult(RunResult):
     exact_match: list[float] | list[list[float]] | None = None
     in_range_accuracy: float | None = None
     post: dict[str, dict[str, Any]] | None = None
+    warm_start: dict[str, Any] | None = None
 
 
 def check_source(source: str, val_fraction: float, need: int) -> LMDataSpec:
@@ -152,10 +156,13 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
         train = TaskTrainSpec(**{**preset["train"], **extra.train})
         evals = TaskEvalSpec(**{**preset["eval"], **extra.eval})
         post = TaskPostSpec(interventions=("zero", *ivs), **{**preset["post"], **extra.post})
+        warm = preset.get("warm_start")
+        warm_start = None if warm is None else WarmStartSpec(task=LMTaskSpec(**warm["task"]), train=TaskTrainSpec(**warm["train"]))
         base_iv = InterventionSpec(kind="zero", **{**preset["intervention"], **extra.intervention})
         return [
             LMTaskRunSpec(data=data, model=LMModelSpec(mixer=m, **{**preset["model"], **extra.model}),
-                          intervention=base_iv, task=task, train=train, eval=evals, post=post, seed=s)
+                          intervention=base_iv, task=task, train=train, eval=evals, post=post, warm_start=warm_start,
+                          seed=s)
             for m in mixers
             for s in seeds
         ]
@@ -163,6 +170,7 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
     def run_one(spec: LMTaskRunSpec, device: torch.device, progress: NullProgress) -> RunOutcome:
         arms = len(spec.post.interventions) if spec.post is not None else 0
         total = spec.train.steps + arms * (spec.post.steps if spec.post is not None else 0)
+        total += spec.warm_start.train.steps if spec.warm_start is not None else 0
         bar = progress.add(f"{spec.model.mixer}/seed {spec.seed}", total)
 
         def step(i: int, loss: float) -> None:

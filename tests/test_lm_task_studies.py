@@ -184,3 +184,27 @@ def test_until_learned_stops_at_the_first_passed_check_and_the_cap_otherwise(lea
         eval={"n_samples": 3, "chunk_len": 64, "learned_at": learned_at}))[0]
     result, _ = train_and_evaluate_task(spec, "cpu")
     assert result["train_steps"] == steps_run
+
+
+def test_a_warm_start_trains_the_same_model_on_its_task_first():
+    """The run with a warm start equals: train on the warm-start task, then on the run's task."""
+    import torch
+
+    from dynlab.lm.run import build_model
+    from dynlab.lm.spec import LMTaskSpec, TaskTrainSpec, WarmStartSpec
+    from dynlab.lm.task_run import train_and_evaluate_task, train_task, warm_start_spec
+
+    spec = get_study("passkey").make_specs(_options("passkey"))[0]
+    warm = WarmStartSpec(task=LMTaskSpec(kind="copying", train_min=2, train_max=4, eval_lengths=(4,)),
+                         train=TaskTrainSpec(steps=3, batch_size=2, threads=1))
+    spec = spec.model_copy(update={"warm_start": warm, "post": None})
+    result, weights = train_and_evaluate_task(spec, "cpu")
+    assert result["warm_start"]["train_steps"] == 3 and 0.0 <= result["warm_start"]["in_range_accuracy"] <= 1.0
+    model = build_model(spec)
+    with torch.random.fork_rng():
+        train_task(model, warm_start_spec(spec))
+        train_task(model, spec)
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(weights[name], value, rtol=0, atol=0)
+    cold, _ = train_and_evaluate_task(spec.model_copy(update={"warm_start": None}), "cpu")
+    assert cold["train_loss"] != result["train_loss"]

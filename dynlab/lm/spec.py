@@ -22,7 +22,7 @@ from dynlab.lm.corpus import SOURCES
 
 __all__ = [
     "LMDataSpec", "LMModelSpec", "InterventionSpec", "LMTrainSpec", "LMEvalSpec", "LMRunSpec",
-    "LMTaskSpec", "TaskTrainSpec", "TaskEvalSpec", "TaskPostSpec", "LMTaskRunSpec", "LEGACY_MODEL_FIELDS",
+    "LMTaskSpec", "TaskTrainSpec", "TaskEvalSpec", "TaskPostSpec", "WarmStartSpec", "LMTaskRunSpec", "LEGACY_MODEL_FIELDS",
 ]
 
 MixerName = Literal["mamba2", "mamba1", "gla"]
@@ -316,6 +316,16 @@ class TaskPostSpec(Spec):
         return ("zero", *(x for x in v if x != "zero"))
 
 
+class WarmStartSpec(Spec):
+    """A stated warm start: before training on its task, the run's model (same model
+    spec, seed and text) is trained on ``task`` with ``train`` from the zero state — the
+    small-scale stand-in for the *pretrained* LMs that paper B post-trains. Nothing is
+    loaded from elsewhere: the warm start is recomputed inside the run."""
+
+    task: LMTaskSpec
+    train: TaskTrainSpec
+
+
 class LMTaskRunSpec(Spec):
     """Everything that determines one LM trained and tested on a long-context task.
 
@@ -331,6 +341,7 @@ class LMTaskRunSpec(Spec):
     train: TaskTrainSpec = TaskTrainSpec()
     eval: TaskEvalSpec = TaskEvalSpec()
     post: TaskPostSpec | None = None
+    warm_start: WarmStartSpec | None = None
     seed: int = Field(0, ge=0)
 
     @model_validator(mode="after")

@@ -208,8 +208,13 @@ def train_and_evaluate_task(spec: LMTaskRunSpec, device: torch.device | str = "c
     model = build_model(spec)  # type: ignore[arg-type]  (same model fields as LMRunSpec)
     dev = resolve_device(device)
     with train_threads(dev, threads=spec.train.threads):
+        warm = _warm_start(model, spec, dev, progress)
+        if warm is not None and warm["status"] != "ok":
+            return {**warm, "reason": f"warm start: {warm['reason']}", "warm_start": warm}, None
         res = train_task(model, spec, dev, progress)
         result = train_summary(res)
+        if warm is not None:
+            result["warm_start"] = warm
         if res.status != "ok":
             return result, None
         result.update(evaluate_task(model, spec))
@@ -234,6 +239,30 @@ def train_and_evaluate_task(spec: LMTaskRunSpec, device: torch.device | str = "c
                 result["post"][kind] = summary
             model.load_state_dict(base)
     return result, weights
+
+
+def warm_start_spec(spec: LMTaskRunSpec) -> LMTaskRunSpec | None:
+    """The run spec of ``spec``'s warm start (its task and training, the same model, text and seed), or None."""
+    ws = spec.warm_start
+    if ws is None:
+        return None
+    return spec.model_copy(update={"task": ws.task, "train": ws.train, "post": None, "warm_start": None})
+
+
+def _warm_start(model: torch.nn.Module, spec: LMTaskRunSpec, device: torch.device,
+                progress: Callable[[int, float], None] | None) -> dict[str, Any] | None:
+    """Train ``model`` in place on the warm-start task; its training summary and in-range
+    accuracy on that task (``in_range_accuracy``), or None without a warm start."""
+    pre = warm_start_spec(spec)
+    if pre is None:
+        return None
+    res = train_task(model, pre, device, progress)
+    summary = train_summary(res)
+    if res.status == "ok":
+        check = pre.model_copy(update={"task": pre.task.model_copy(update={
+            "eval_lengths": tuple(x for x in pre.task.eval_lengths if x <= pre.task.train_max)})})
+        summary["in_range_accuracy"] = in_range_accuracy(evaluate_task(model, check), check)
+    return summary
 
 
 def task_result_to_dataset(result: dict[str, Any], kind: str) -> xr.Dataset:
