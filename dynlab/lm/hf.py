@@ -71,9 +71,10 @@ def load_hf_checkpoint(path: str | Path) -> HFRecurrentLM:
     tf = _transformers()
     model_type = json.loads((Path(path) / "config.json").read_text()).get("model_type")
     cls = {"mamba2": tf.Mamba2ForCausalLM, "mamba": tf.MambaForCausalLM}[model_type]
+    tf.utils.logging.disable_progress_bar()  # a refusal is one line, with no loading bar before it
     try:
         model = cls.from_pretrained(str(path), local_files_only=True)
-    except (OSError, ValueError, RuntimeError) as exc:
+    except Exception as exc:  # noqa: BLE001 — torch, safetensors and transformers each raise their own types
         raise DynlabInputError(f"checkpoint {str(path)!r} is not a loadable {cls.__name__} ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
     return HFRecurrentLM(model)

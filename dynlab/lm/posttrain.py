@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import xarray as xr
 from pydantic import Field
@@ -72,6 +73,7 @@ def load_checkpoint(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
     if (p / "spec.json").is_file():
         if not (p / "model.safetensors").is_file():
             raise _not_a_model(p, "a dynlab run without model.safetensors: it did not finish or diverged")
+        _check_run_folder(p)
         try:
             doc = json.loads((p / "spec.json").read_text())
             cls = {"LMRunSpec": LMRunSpec, "LMTaskRunSpec": LMTaskRunSpec}[doc["spec"]]
@@ -100,6 +102,28 @@ def load_checkpoint(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
     raise _not_a_model(p, "neither spec.json nor config.json in it")
 
 
+def _check_run_folder(p: Path) -> None:
+    """Refuse a dynlab run folder whose files fail its ``checksums.json`` (the run store's
+    damage check: a changed byte, a truncated or missing file, an unreadable checksum
+    list) or whose run did not finish. A folder written before checksums existed (no
+    ``checksums.json``) is taken as it is."""
+    from dynlab.results.store import CHECKSUMS, RunStore
+
+    if not (p / CHECKSUMS).exists():
+        return
+    store = RunStore(p.parent)
+    store.runs = p.parent  # the folder may sit anywhere, not only under <study>/runs/
+    damage = store.inspect(p.name)
+    if damage is not None and damage.core:
+        raise _not_a_model(p, f"damaged run ({damage.why})")
+    try:
+        status = json.loads((p / "result.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        raise _not_a_model(p, "unreadable result.json") from None
+    if status not in ("ok", "not-learned"):
+        raise _not_a_model(p, f"its run ended {status!r}, not with trained weights")
+
+
 def checkpoint_digest(path: str | Path) -> str:
     """SHA-256 over the names and bytes of the checkpoint's weight and config files (part of the run id)."""
     p = Path(path)
@@ -117,7 +141,7 @@ class PostTrainTrainSpec(Spec):
     steps: StepsOrZero = 100
     batch_size: Batch = 16
     seq_len: int = Field(64, ge=2, le=MAX_LENGTH)
-    lr: float = Field(3e-4, gt=0.0)
+    lr: float = Field(3e-4, gt=0.0, le=10.0, allow_inf_nan=False)
     weight_decay: float = Field(0.1, ge=0.0)
     clip: float = Field(1.0, gt=0.0)
     warmup_frac: float = Field(0.1, ge=0.0, le=1.0)
@@ -181,6 +205,10 @@ def post_train(spec: PostTrainSpec, device: torch.device | str = "cpu",
             return result, model
         model.eval()
         result.update(evaluate_lm(model, spec.eval, tr.seq_len, corpus))
+        if not np.all(np.isfinite(result["ppl"])):  # finite training loss, but the weights no longer evaluate
+            bad = int(np.argmin(np.isfinite(result["ppl"]))) + 1
+            return {**train_summary(res), "status": "diverged",
+                    "reason": f"non-finite PPL in evaluation from t = {bad}"}, model
         if spec.task is not None:
             result["task"] = evaluate_task(model, spec.task_spec())
     return result, model
