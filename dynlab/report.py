@@ -109,10 +109,16 @@ def task_tables(ds: xr.Dataset) -> str:
     out = [machine_line(ds), "", _status_line(ds), ""]
     acc = _headline(ds)
     post = np.flatnonzero((ds["phase"].values.astype(str) == "post") & (ds["status"].values.astype(str) == "ok"))
-    if post.size == 0:
-        out.append("No learned model was post-trained: there is no contrast to report.")
-        return "\n".join(out) + "\n"
     kinds = [str(k) for k in ds["kind"].values] if "kind" in acc.dims else [None]
+    if post.size == 0:
+        out += ["No learned model was post-trained: there is no contrast to report. The trained models' accuracy "
+                "(column: their training intervention):", ""]
+        base = np.flatnonzero((ds["phase"].values.astype(str) == "base") & np.isfinite(acc.values).reshape(
+            ds.sizes["run"], -1).any(axis=1))
+        for arch in dict.fromkeys(ds["arch"].values.astype(str)[base]):
+            for kind in kinds:
+                out += _task_table(ds, acc, base, arch, kind, [])
+        return "\n".join(out) + "\n"
     contrast_names = [str(c) for c in ds["contrast"].values] if "contrast" in ds.coords else []
     for arch in dict.fromkeys(ds["arch"].values.astype(str)[post]):
         for kind in kinds:
