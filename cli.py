@@ -667,6 +667,10 @@ def bench_train_cmd(
     json_path = None if json_out is None else _path(json_out, "--json", "a file path, e.g. --json bench.json")
     if json_path is not None and not json_path.parent.resolve().is_dir():
         raise DynlabInputError(f"--json {json_path}: folder {json_path.parent} does not exist")
+    if json_path is not None and json_path.is_dir():
+        raise DynlabInputError(f"--json {json_path} is a folder; allowed: a file path, e.g. --json bench.json")
+    if json_path is not None and (problem := _folder_problem(json_path.parent)) is not None:
+        raise DynlabInputError(f"--json {json_path}: its folder {problem}; allowed: a file in a writable folder")
     names = _csv(models, "--models") or ()
     cells = _cells()
     for m in names:

@@ -59,3 +59,9 @@ def test_export_a_trained_run_and_load_it_back(tmp_path, capsys):
     # a layout HF cannot hold is refused in one line, nothing written
     assert main(["lm", "export", str(run), str(tmp_path / "hf2"), "--dtype", "int8"]) == 2
     assert not (tmp_path / "hf2").exists()
+
+
+def test_bench_json_that_cannot_be_written_is_refused_before_the_benchmark(tmp_path, capsys):
+    assert main(["bench", "train", "--quick", "--models", "tanh-rnn", "--json", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a folder" in err[0], err
