@@ -54,3 +54,28 @@ def test_report_refuses_what_it_cannot_read(tmp_path):
     (tmp_path / "dataset.nc").write_text("not netcdf")
     with pytest.raises(DynlabInputError, match="not a readable study dataset"):
         report(tmp_path)
+
+
+def _sweep(mp: list[float], status: list[str]) -> xr.Dataset:
+    n = len(mp)
+    return xr.Dataset({"mp": ("run", mp), "status": ("run", status)},
+                      coords={"run_id": ("run", [f"r{i}" for i in range(n)]), "arch": ("run", ["mamba"] * 2 + ["tanh-rnn"] * (n - 2)),
+                              "group": ("run", ["C2"] * n)}, attrs={"study": "group-tracking"})
+
+
+def test_tracking_table_counts_learned_runs_and_spreads_their_mp():
+    from dynlab.report import tracking_tables
+
+    text = tracking_tables(_sweep([12, 30, 1000, 1000, 5], ["ok", "ok", "ok", "ok", "not-learned"]))
+    assert "| mamba | C2 | 2 of 2 | 21 (12–30) |" in text and "| tanh-rnn | C2 | 2 of 3 | 1000 (1000–1000) |" in text
+
+
+def test_reproduction_table_compares_two_sweeps_run_by_run():
+    from dynlab.report import reproduction_tables
+
+    a = _sweep([12, 30, 1000, 1000, 5], ["ok", "ok", "ok", "ok", "not-learned"])
+    b = _sweep([12, 60, 1000, 1000, 5], ["ok", "ok", "ok", "not-learned", "not-learned"])
+    text = reproduction_tables(a, b, "C", "torch")
+    assert "5 runs in both; status the same in 4; among the 3 learned in both, mp identical in 2" in text
+    assert "max 1.00" in text  # 30 vs 60: one octave
+    assert "| mamba | C2 | 2 / 2 of 2 | 21 / 36 | 1 of 2 |" in text
