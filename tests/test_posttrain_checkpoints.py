@@ -84,3 +84,15 @@ def test_a_truncated_hf_checkpoint_is_bad_input(tmp_path, capsys):
     assert main(["lm", "post-train", "--checkpoint", str(tmp_path / "hf"), "--steps", "1", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: checkpoint"), err
+
+
+def test_an_hf_checkpoint_with_too_small_a_vocabulary_is_one_line(tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.Mamba2Config(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_heads=2, head_dim=16,
+                                    state_size=4, n_groups=1, expand=2, chunk_size=8)
+    transformers.Mamba2ForCausalLM(cfg).save_pretrained(str(tmp_path / "hf"))
+    capsys.readouterr()  # the save's own progress bars
+    assert main(["lm", "post-train", "--checkpoint", str(tmp_path / "hf"), "--steps", "1", "--out", str(tmp_path / "o")]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "vocabulary of 100 ids" in err[0] and not captured.out.strip(), (err, captured.out)
