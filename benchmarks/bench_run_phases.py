@@ -55,7 +55,7 @@ from dynlab.studies.group_tracking import ANALYSIS_PRESETS, PRESETS, STUDY, not_
 from dynlab.study import StudyOptions
 from dynlab.tasks import WordProblem
 from dynlab.studies.group_tracking import ensemble_group_key
-from dynlab.train.engine import train_threads
+from dynlab.runtime import train_threads
 from dynlab.train.ensemble import train_ensemble
 
 

@@ -93,10 +93,9 @@ from dynlab.groups import get_group
 from dynlab.models import Tracker, get_cell
 from dynlab.models.cells import Cell
 from dynlab.tasks import WordProblem
-from dynlab.train.device import resolve_device
+from dynlab.runtime import NullProgress, resolve_device
 from dynlab.train.engine import build_tracker, runs_generic_loop
 from dynlab.train.ensemble import train_ensemble, train_tracker
-from dynlab.train.progress import NullProgress
 
 __all__ = [
     "BenchRow",

@@ -28,7 +28,7 @@ Definitions (docs/error-control.md, "Accuracy and max-pass length"):
 
 Sequences are streamed in chunks with the recurrent state carried, so memory depends on
 the chunk and batch sizes, not on the length.  Each chunk runs through
-:func:`dynlab.train.engine.tracker_stream`: the model's forward, or for the one-layer
+:func:`dynlab.models.streams.tracker_stream`: the model's forward, or for the one-layer
 Mamba-family trackers on the CPU a compiled loop that computes the same logits without
 forming the ``[B, T, S]`` states (about 20× faster at the paper preset's sizes).
 """
@@ -43,7 +43,7 @@ import torch
 
 from dynlab.models import Tracker
 from dynlab.tasks import WordProblem
-from dynlab.train.engine import tracker_stream
+from dynlab.models.streams import tracker_stream
 
 __all__ = ["LengthEval", "evaluate_lengths", "max_pass_length", "max_pass_length_dense", "pooled_accuracy"]
 

@@ -25,9 +25,7 @@ from dynlab.results.files import make_dir, write_text_atomic
 from dynlab.results.provenance import provenance, recording
 from dynlab.results.store import RunStore
 from dynlab.study import RunOutcome, Study, StudyExtra, StudyOptions
-from dynlab.train.device import resolve_device
-from dynlab.train.engine import train_threads
-from dynlab.train.progress import NullProgress, make_progress
+from dynlab.runtime import NullProgress, make_progress, resolve_device, train_threads
 
 __all__ = ["analyze_study", "check_analyses_fit", "open_study", "run_study", "study_dir"]
 

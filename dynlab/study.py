@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # the protocol's types only: importing this module loads neit
     import xarray as xr
 
     from dynlab.results.store import RunStore
-    from dynlab.train.progress import NullProgress
+    from dynlab.runtime import NullProgress
 
 
 __all__ = [

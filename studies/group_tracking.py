@@ -50,7 +50,7 @@ from dynlab.results.store import RunStore
 from dynlab.study import RunOutcome, RunResult, Study, StudyExtra, StudyOptions, override_field, read_result, select_names
 from dynlab.tasks import WordProblem
 from dynlab.train import NullProgress, TrainResult, build_tracker, train_tracker
-from dynlab.train.engine import train_threads
+from dynlab.runtime import train_threads
 from dynlab.train.ensemble import train_ensemble
 
 __all__ = [

@@ -43,7 +43,7 @@ from dynlab.results.assemble import assemble_runs
 from dynlab.results.store import RunStore
 from dynlab.study import RunOutcome, RunResult, Study, StudyOptions, override_field, read_result, select_names
 from dynlab.studies.long_context import LMOptions, check_source
-from dynlab.train.progress import NullProgress
+from dynlab.runtime import NullProgress
 
 __all__ = ["INTERVENTION_NAMES", "MIXER_NAMES", "PRESETS", "STUDY", "LGOptions", "LMResult", "assemble", "make_specs",
            "run_one"]

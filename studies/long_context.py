@@ -56,7 +56,7 @@ from dynlab.lm.task_run import task_result_to_dataset, train_and_evaluate_task
 from dynlab.results.assemble import stack_runs
 from dynlab.results.store import RunStore
 from dynlab.study import RunOutcome, RunResult, Study, StudyExtra, StudyOptions, override_field, read_result, select_names
-from dynlab.train.progress import NullProgress
+from dynlab.runtime import NullProgress
 
 __all__ = ["MIXER_NAMES", "TASK_INTERVENTIONS", "LMOptions", "TaskOptions", "TaskResult", "make_task_study",
            "check_source"]

@@ -296,16 +296,15 @@ def test_tracker_stream_equals_the_models_forward(arch, hidden, d_state, loops):
     cell's own layout, from a nonzero state (what evaluation carries from chunk to chunk);
     ``tracker_states`` gives its states and readout features (what the analyses stream);
     the caller's state is left as it was."""
-    from dynlab.train.engine import tracker_states, tracker_stream
-
-    from dynlab.train import engine
+    from dynlab.models import streams
+    from dynlab.models.streams import tracker_states, tracker_stream
 
     model = build_tracker(ModelSpec(arch=arch, hidden=hidden, d_state=d_state), 5, 5, seed=1).double()
     gen = torch.Generator().manual_seed(0)
     tok = torch.randint(0, 5, (6, 23), generator=gen)
     s0 = torch.randn(6, model.state_size, generator=gen, dtype=D) * 0.5
     keep = s0.clone()
-    compiled = engine._diagonal_stream(model, tok, s0.clone()) is not None
+    compiled = streams._diagonal_stream(model, tok, s0.clone()) is not None
     assert compiled == (loops == "compiled" and arch != "tanh-rnn")  # the compiled stream is what ran
     out = model(tok, s0, return_states=True, return_features=True)
     z, final = tracker_stream(model, tok, s0)
@@ -325,8 +324,8 @@ def test_evaluation_is_the_same_through_the_stream_kernel(monkeypatch):
     compiled stream as through the model's forward (float64, so no argmax tie can differ)."""
     from dynlab.evaluate import evaluate_lengths
     from dynlab.groups import get_group
+    from dynlab.models import streams
     from dynlab.tasks import WordProblem
-    from dynlab.train import engine
 
     task = WordProblem(get_group("S3"))
     model = build_tracker(ModelSpec(arch="mamba", hidden=8), task.n_tokens, task.n_classes, seed=2).double()
@@ -338,7 +337,7 @@ def test_evaluation_is_the_same_through_the_stream_kernel(monkeypatch):
         out = m(tokens, state)
         return out.logits, out.final_state
 
-    monkeypatch.setattr(engine, "tracker_stream", forward_only)
+    monkeypatch.setattr(streams, "tracker_stream", forward_only)
     import dynlab.evaluate as ev
 
     monkeypatch.setattr(ev, "tracker_stream", forward_only)

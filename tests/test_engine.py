@@ -176,7 +176,7 @@ def test_keep_freed_memory_sets_the_allocator_once_and_can_be_turned_off():
     import subprocess
     import sys
 
-    code = "from dynlab.train.device import keep_freed_memory as k; print(k(), k())"
+    code = "from dynlab.runtime import keep_freed_memory as k; print(k(), k())"
     on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     env = {**__import__("os").environ, "DYNLAB_KEEP_FREED_MEMORY": "0"}
     off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout.split()

@@ -221,7 +221,7 @@ def test_build_tracker_does_not_depend_on_the_thread_count(machine_threads):
 
 
 def test_train_threads_is_fixed_by_the_spec_not_the_machine(machine_threads):
-    from dynlab.train.engine import MAX_THREADS, RUN_THREADS, train_threads
+    from dynlab.runtime import MAX_THREADS, RUN_THREADS, train_threads
 
     for machine in (1, 2, 3):
         machine_threads(machine)

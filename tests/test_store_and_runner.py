@@ -187,7 +187,7 @@ def test_run_status_rule_and_summary_counts(tmp_path):
     not-learned runs are evaluated but stay out of the correlations."""
     from dynlab.studies.group_tracking import run_status
     from dynlab.train import TrainResult
-    from dynlab.train.progress import NullProgress
+    from dynlab.runtime import NullProgress
 
     res = TrainResult(model=None, lengths=[2, 3, 60])  # type: ignore[arg-type]
     assert run_status(res, 60) == ("ok", "")

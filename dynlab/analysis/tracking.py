@@ -95,7 +95,7 @@ from dynlab.config import MAX_ANALYSIS_ORDER, Spec
 from dynlab.errors import DynlabInputError
 from dynlab.results.vocabulary import annotate
 from dynlab.tasks import WordProblem
-from dynlab.train.engine import tracker_states
+from dynlab.models.streams import tracker_states
 
 __all__ = ["AnalysisSpec", "analyze_tracker", "stream_representations", "stream_states"]
 
@@ -164,7 +164,7 @@ def stream_representations(
 
     ``features`` is what the final linear readout layer reads
     (:meth:`dynlab.models.Tracker.readout_features`).  The state is carried between chunks.
-    Each chunk is :func:`dynlab.train.engine.tracker_states` (for the Mamba family on the
+    Each chunk is :func:`dynlab.models.streams.tracker_states` (for the Mamba family on the
     CPU a compiled loop, much faster than the module's forward; ``docs/performance.md``).
     """
     sl = model.layer_slice(layer)

@@ -47,8 +47,7 @@ from dynlab.lm.spec import (
 from dynlab.lm.task_run import evaluate_task, task_result_to_dataset, train_task
 from dynlab.lm.train import train_lm, train_summary
 from dynlab.results.vocabulary import annotate
-from dynlab.train.device import resolve_device
-from dynlab.train.engine import MAX_THREADS, train_threads
+from dynlab.runtime import MAX_THREADS, resolve_device, train_threads
 
 __all__ = ["PostTrainSpec", "PostTrainTrainSpec", "load_checkpoint", "checkpoint_digest", "post_train",
            "post_train_dataset", "run_post_train"]
@@ -237,7 +236,6 @@ def run_post_train(spec: PostTrainSpec, out: str | Path, device: str = "auto",
     """
     from dynlab.results.schema import annotate, write_dataset
     from dynlab.results.store import RunStore
-    from dynlab.train.device import resolve_device
 
     dev = resolve_device(device)
     model, meta = load_checkpoint(spec.checkpoint)  # refuses a non-model before anything is written

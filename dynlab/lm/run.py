@@ -25,8 +25,7 @@ from dynlab.lm.model import RecurrentLM
 from dynlab.lm.spec import LMEvalSpec, LMRunSpec
 from dynlab.lm.train import train_lm, train_summary
 from dynlab.results.vocabulary import annotate
-from dynlab.train.device import resolve_device
-from dynlab.train.engine import train_threads
+from dynlab.runtime import resolve_device, train_threads
 
 __all__ = [
     "build_model", "corpus_for", "effrem_starts", "state_positions", "train_and_evaluate", "evaluate_lm", "evaluate_model", "result_to_dataset",

@@ -17,7 +17,7 @@ from dynlab.config import (
     MAX_EVAL_LENGTHS, MAX_LENGTH, MAX_STEPS, Batch, Length, Lengths, Samples, Spec, Steps, StepsOrZero, Width, check_limit,
     check_state_bytes,
 )
-from dynlab.train.engine import MAX_THREADS
+from dynlab.runtime import MAX_THREADS
 from dynlab.lm.corpus import SOURCES
 
 __all__ = [

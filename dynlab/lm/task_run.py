@@ -39,8 +39,7 @@ from dynlab.lm.spec import LMTaskRunSpec
 from dynlab.lm.tasks import BabiTask, TaskBatch, make_task
 from dynlab.lm.train import TrainResult, fit, train_summary
 from dynlab.results.vocabulary import annotate
-from dynlab.train.device import resolve_device
-from dynlab.train.engine import train_threads
+from dynlab.runtime import resolve_device, train_threads
 
 __all__ = ["EVAL_SEED_OFFSET", "POST_SEED_OFFSET", "score_batch", "evaluate_task", "in_range_accuracy", "train_task",
            "post_train_arm", "train_and_evaluate_task", "task_result_to_dataset", "POST_PREFIX"]

@@ -5,7 +5,7 @@ targets for task batches). Optimiser: AdamW (betas 0.9, 0.95; weight decay on ma
 only) with the tracker engine's schedule (:func:`dynlab.train.engine.cosine_lr`): linear
 warm-up over ``warmup_frac`` of the steps (at least one step), then cosine decay to 10 %
 of ``lr``; gradients clipped to global norm ``grad_clip``. As the tracker engine, the loop
-runs on a fixed CPU thread count (:func:`dynlab.train.engine.train_threads`) and stops a
+runs on a fixed CPU thread count (:func:`dynlab.runtime.train_threads`) and stops a
 run whose loss or gradient becomes non-finite, reporting ``status="diverged"`` in its
 :class:`~dynlab.train.engine.TrainResult`. Batches and intervention noise come from one
 explicit ``torch.Generator`` seeded with ``seed``; parameters are initialised by the
@@ -28,8 +28,8 @@ from dynlab.lm.interventions import Intervention
 from dynlab.lm.loaders import RandomWindowLoader, SequentialChunkLoader
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.states import detach_states, states_to
-from dynlab.train.device import resolve_device
-from dynlab.train.engine import TrainResult, cosine_lr, train_threads
+from dynlab.runtime import resolve_device, train_threads
+from dynlab.train.engine import TrainResult, cosine_lr
 
 __all__ = ["LR_FLOOR", "TrainResult", "fit", "resolve_device", "make_loader", "train_lm", "train_summary"]
 

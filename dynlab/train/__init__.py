@@ -5,10 +5,9 @@ schedule, threads); :mod:`dynlab.train.ensemble` the one training loop (N tracke
 stack; :func:`train_tracker` is an ensemble of one).
 """
 
-from dynlab.train.device import DEVICE_CHOICES, resolve_device
-from dynlab.train.engine import TrainResult, build_tracker, cosine_lr, lr_at, train_threads
+from dynlab.runtime import DEVICE_CHOICES, NullProgress, Progress, make_progress, resolve_device, train_threads
+from dynlab.train.engine import TrainResult, build_tracker, cosine_lr, lr_at
 from dynlab.train.ensemble import train_ensemble, train_tracker
-from dynlab.train.progress import NullProgress, Progress, make_progress
 
 __all__ = [
     "DEVICE_CHOICES",

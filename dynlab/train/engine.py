@@ -1,12 +1,12 @@
-"""What training is made of: the result, the model, the loss, the schedule, the threads.
+"""What training is made of: the result, the model, the loss, the schedule.
 
 The training loop itself is :func:`dynlab.train.ensemble.train_ensemble` (N trackers as one
 stack; :func:`dynlab.train.ensemble.train_tracker` is an ensemble of one); the LM loop
 (:func:`dynlab.lm.train.fit`) uses the same :class:`TrainResult`, :func:`cosine_lr`,
-:func:`train_threads` and divergence rule.  One code path for the CPU and CUDA.  Reruns
+:func:`dynlab.runtime.train_threads` and divergence rule.  One code path for the CPU and CUDA.  Reruns
 with the same spec are bit-identical on the CPU: the model is initialised inside a forked
 RNG scope seeded from the spec (no global state leaks out), every batch comes from an
-explicit ``torch.Generator`` and the thread count is fixed (:data:`RUN_THREADS`).
+explicit ``torch.Generator`` and the thread count is fixed (:data:`dynlab.runtime.RUN_THREADS`).
 A run whose loss or gradient becomes non-finite is stopped and reported as
 ``status="diverged"`` with the step and reason; the caller records it and goes on.
 """
@@ -14,26 +14,22 @@ A run whose loss or gradient becomes non-finite is stopped and reported as
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call
 
 from dynlab.config import ModelSpec, TrainSpec
 from dynlab.kernels.dense_tracker import dense_tracker_loss
-from dynlab.kernels.diagonal_tracker import compiled_loops_apply, diagonal_tracker_loss, diagonal_tracker_stream
+from dynlab.kernels.diagonal_tracker import diagonal_tracker_loss
 from dynlab.kernels.gated_tracker import gated_tracker_loss
 from dynlab.models import Tracker
 from dynlab.models.cells import FUSED_KERNELS
-from dynlab.train.device import keep_freed_memory
+from dynlab.models.streams import diagonal_tables
+from dynlab.runtime import train_threads
 
 __all__ = [
-    "MAX_THREADS",
-    "RUN_THREADS",
     "TrainResult",
     "build_tracker",
     "cosine_lr",
@@ -43,23 +39,7 @@ __all__ = [
     "runs_generic_loop",
     "tracker_logits",
     "tracker_loss",
-    "tracker_states",
-    "tracker_stream",
-    "train_threads",
 ]
-
-#: CPU intra-op threads of every run (training, evaluation, analyses), whatever the
-#: machine, the ensemble size or the executor.  The thread count changes how GEMMs and
-#: reductions block their sums, hence the rounding, so a count taken from the machine
-#: (``torch.get_num_threads()``) or from the size of an ensemble would make the same spec
-#: give different numbers in different places.  One thread is also the fast choice at
-#: dynlab's sizes (``docs/performance.md``).  Use more cores by running several runs at
-#: once (``--executor dask --workers N``).
-RUN_THREADS = 1
-
-#: Largest thread count :func:`train_threads` accepts.
-MAX_THREADS = 1024
-
 
 @dataclass
 class TrainResult:
@@ -95,7 +75,7 @@ class TrainResult:
 
 def build_tracker(model: ModelSpec, n_tokens: int, n_classes: int, seed: int) -> Tracker:
     """Build a tracker (on the CPU) with parameters drawn from ``seed`` only (global RNG
-    untouched), on :data:`RUN_THREADS` threads whatever the caller's count: some
+    untouched), on :data:`dynlab.runtime.RUN_THREADS` threads whatever the caller's count: some
     initialisations (``nn.init.orthogonal_``, a QR factorisation) round differently on
     different thread counts."""
     with torch.random.fork_rng(devices=[]), train_threads("cpu"):
@@ -153,7 +133,7 @@ def fused_loss(
     if kind.startswith("diagonal"):
         if cell is None:
             raise ValueError("the diagonal kernel needs the cell whose precompute forms its tables; got cell=None")
-        return diagonal_tracker_loss(tokens, labels, *_diagonal_tables(cell, params, emb), W, c)
+        return diagonal_tracker_loss(tokens, labels, *diagonal_tables(cell, params, emb), W, c)
 
     def table(layer: str) -> torch.Tensor:  # emb @ Wᵀ + b: [V, S] or [N, V, S]
         return torch.matmul(emb, params[f"{layer}.weight"].mT) + params[f"{layer}.bias"].unsqueeze(-2)
@@ -165,40 +145,6 @@ def fused_loss(
         U = params["cells.0.U_g"] if kind == "state-gated" else None
         return gated_tracker_loss(tokens, labels, drive, table("cells.0.W_g"), A, U, W, c, phi)
     raise ValueError(f"unknown fused kernel kind {kind!r}; allowed: {', '.join(FUSED_KERNELS)}")
-
-
-class _Precompute(nn.Module):
-    """A cell's :meth:`~dynlab.models.Cell.precompute` as ``forward`` (for ``functional_call``)."""
-
-    def __init__(self, cell: nn.Module):
-        super().__init__()
-        self.cell = cell
-
-    def forward(self, emb: torch.Tensor) -> dict[str, torch.Tensor]:
-        return self.cell.precompute(emb[None])  # terms [1, V, …]
-
-
-def _diagonal_tables(cell: nn.Module, params: dict[str, torch.Tensor], emb: torch.Tensor) -> tuple:
-    """The tables of :func:`~dynlab.kernels.diagonal_tracker.diagonal_tracker_loss`: the
-    cell's ``precompute`` over the vocabulary (``emb [V, D]``), turned into tables by its
-    ``diagonal_tables`` (e.g. :meth:`dynlab.models.MambaCell.diagonal_tables`).
-
-    Stacked ``params`` (``emb [N, V, D]``) run the unbatched functions on each member's
-    slices (``unbind``, whose backward stacks the members' gradients): the same operations
-    as for the member alone, so an ensemble member's gradients are bit-identical to solo
-    training's (a ``vmap`` would batch the products and round differently)."""
-    own = {k.removeprefix("cells.0."): v for k, v in params.items() if k.startswith("cells.0.")}
-    module = _Precompute(cell)
-
-    def one(p: dict[str, torch.Tensor], e: torch.Tensor) -> tuple:
-        terms = functional_call(module, {f"cell.{k}": v for k, v in p.items()}, (e,))
-        return cell.diagonal_tables({k: v[0] for k, v in terms.items()}, p)
-
-    if emb.dim() == 2:
-        return one(own, emb)
-    names = list(own)
-    per = [one(dict(zip(names, values)), e) for *values, e in zip(*(own[k].unbind(0) for k in names), emb.unbind(0))]
-    return tuple(torch.stack(parts) for parts in zip(*per))
 
 
 def tracker_loss(model: Tracker, tokens: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -254,96 +200,6 @@ def tracker_logits(model: Tracker, tokens: torch.Tensor) -> torch.Tensor:
     for cell, h0 in zip(model.cells[1:], h0s[1:]):
         u, _ = cell(u, h0)
     return model.readout(u.transpose(0, 1)).transpose(0, 1)  # [B, T, C]
-
-
-def _diagonal_stream(model: Tracker, tokens: torch.Tensor, state: torch.Tensor, **want: bool):
-    """The compiled stream of a one-layer Mamba-family tracker on the CPU with its states
-    flattened as the cell's (``[B, …, S]``), or None where it does not apply."""
-    kind = fused_kind(model) if isinstance(model, Tracker) else None  # any model with the protocol streams
-    if kind is None or not kind.startswith("diagonal") or not compiled_loops_apply(state) or tokens.numel() == 0:
-        return None
-    params = dict(model.named_parameters())
-    tables = _diagonal_tables(model.cells[0], params, params["embed.weight"])
-    a = tables[0]
-    bsz = tokens.shape[0]
-    if a.is_complex():  # the cell's flat state holds (re, im) pairs per channel
-        h0 = torch.view_as_complex(state.reshape(bsz, -1, 2).contiguous())
-    else:
-        h0 = state.reshape(bsz, *a.shape[1:])  # [B, H, K]: the cell's layout
-
-    def flat(x: torch.Tensor | None, lead: int) -> torch.Tensor | None:
-        if x is None:
-            return None
-        x = torch.view_as_real(x) if x.is_complex() else x
-        return x.reshape(*x.shape[:lead], -1).to(state.dtype)
-
-    out = diagonal_tracker_stream(tokens, *tables, params["readout.weight"], params["readout.bias"], h0, **want)
-    return out._replace(states=flat(out.states, 2), final=flat(out.final, 1))
-
-
-@torch.no_grad()
-def tracker_stream(model: Tracker, tokens: torch.Tensor, state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``model(tokens, state)``'s logits ``[B, T, C]`` and final state ``[B, S]``, without
-    gradients: one piece of an evaluation stream.
-
-    For a one-layer Mamba-family tracker (:func:`fused_kind` ``diagonal…``) on the CPU with
-    the compiled loops available, the cell's per-token tables (its own ``precompute``
-    over the vocabulary) are run by
-    :func:`dynlab.kernels.diagonal_tracker.diagonal_tracker_stream`, one sequence at a time
-    with its state in cache: no ``[B, T, S]`` states, gates or decays are formed.  The
-    same function as the module's forward (a test compares logits and final states); every
-    other model runs its forward.
-    """
-    if state is None:
-        state = model.init_state(tokens.shape[0], device=tokens.device)
-    out = _diagonal_stream(model, tokens, state)
-    if out is None:
-        res = model(tokens, state)
-        return res.logits, res.final_state
-    return out.logits, out.final
-
-
-@torch.no_grad()
-def tracker_states(
-    model: Tracker, tokens: torch.Tensor, state: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(states [B, T, S], features [B, T, F], final [B, S])`` of ``model`` on ``tokens``
-    from ``state``, without gradients: ``model(tokens, state, return_states=True,
-    return_features=True)``'s states, readout features and final state, as the analyses
-    stream them.  The Mamba-family trackers on the CPU run the compiled stream of
-    :func:`tracker_stream` (the states written in the cell's layout, no logits)."""
-    if state is None:
-        state = model.init_state(tokens.shape[0], device=tokens.device)
-    out = _diagonal_stream(model, tokens, state, logits=False, states=True, features=True)
-    if out is None:
-        res = model(tokens, state, return_states=True, return_features=True)
-        return res.states, res.features, res.final_state
-    return out.states, out.features, out.final
-
-
-@contextmanager
-def train_threads(device: torch.device | str, *, threads: int | None = None) -> Iterator[int]:
-    """Run the block with ``threads`` CPU intra-op threads (None: :data:`RUN_THREADS`).
-
-    The default does not depend on the machine or on the work, so a run's numbers do not
-    either (see :data:`RUN_THREADS`); an explicit count is for speed measurements and
-    changes the rounding.  Yields the thread count in effect and restores the previous
-    count afterwards.  On other devices the CPU count is set as well (host-side ops).
-    """
-    if threads is not None and not (isinstance(threads, int) and 1 <= threads <= MAX_THREADS):
-        raise ValueError(f"threads must be an integer in 1..{MAX_THREADS} or None, got {threads!r}")
-    torch.device(device)  # refuse a malformed device
-    want = RUN_THREADS if threads is None else threads
-    keep_freed_memory()  # once per process: freed activations are reused, not faulted in again
-    old = torch.get_num_threads()
-    if want == old:
-        yield old
-        return
-    torch.set_num_threads(want)
-    try:
-        yield want
-    finally:
-        torch.set_num_threads(old)
 
 
 def cosine_lr(lr: float, step: int, steps: int, warmup: int, *, start: int | None = None, floor: float = 0.0) -> float:

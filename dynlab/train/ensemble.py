@@ -23,7 +23,7 @@ and class count: :func:`check_ensemble`) are trained as one stacked model, param
   before that step; the others go on.
 
 :func:`train_tracker` (one run) is an ensemble of one.  On the CPU, on the thread count
-fixed by :func:`dynlab.train.engine.train_threads` (one), members trained by the fused
+fixed by :func:`dynlab.runtime.train_threads` (one), members trained by the fused
 kernels (tanh-rnn, linear-rnn, token- and state-gated RNNs) are bit-identical to the same
 runs trained alone, whatever the ensemble size (tests: 16 tanh-rnn S3 members, and each
 kernel at a small size).  Other cells (the :func:`torch.func.vmap` path) and CUDA agree up
@@ -46,8 +46,8 @@ from dynlab.groups import get_group
 from dynlab.kernels.dense_tracker import BUFFERS
 from dynlab.models import Tracker
 from dynlab.tasks import WordProblem
-from dynlab.train.engine import TrainResult, _loss, build_tracker, fused_kind, fused_loss, lr_at, train_threads
-from dynlab.train.progress import NullProgress
+from dynlab.runtime import NullProgress, train_threads
+from dynlab.train.engine import TrainResult, _loss, build_tracker, fused_kind, fused_loss, lr_at
 
 __all__ = ["MAX_STACK", "check_ensemble", "ensemble_key", "train_ensemble", "train_tracker"]
 
@@ -81,7 +81,7 @@ def train_tracker(
 
     Loss: cross-entropy of the readout against the running product at every position
     of every batch (nats per token), averaged over batch and positions.  ``threads``:
-    CPU intra-op threads for the run (None: :data:`dynlab.train.engine.RUN_THREADS`, the
+    CPU intra-op threads for the run (None: :data:`dynlab.runtime.RUN_THREADS`, the
     same on every machine, so a spec gives the same numbers wherever it runs).
 
     ``compile``: train with each cell's per-step ``transition`` compiled by
