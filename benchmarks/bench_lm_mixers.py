@@ -44,7 +44,7 @@ from dynlab.lm.mixers import MIXERS
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.spec import LMModelSpec
 from dynlab.lm.train import train_lm
-from studies.length_generalization import PRESETS
+from dynlab.studies.length_generalization import PRESETS
 
 QUICK = PRESETS["quick"]
 BATCH, SEQ_LEN = QUICK["train"]["batch_size"], QUICK["train"]["seq_len"]

@@ -27,7 +27,7 @@ from dynlab.lm.interventions import ZeroInit
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.spec import LMModelSpec
 from dynlab.lm.train import train_lm
-from studies.length_generalization import PRESETS
+from dynlab.studies.length_generalization import PRESETS
 
 
 def main() -> None:

@@ -58,7 +58,7 @@ from dynlab.results.store import RunStore
 from dynlab.study import RunOutcome, RunResult, Study, StudyExtra, StudyOptions, override_field, read_result, select_names
 from dynlab.runtime import NullProgress
 
-__all__ = ["MIXER_NAMES", "TASK_INTERVENTIONS", "LMOptions", "TaskOptions", "TaskResult", "make_task_study",
+__all__ = ["MIXER_NAMES", "TASK_INTERVENTIONS", "LMOptions", "TaskOptions", "TaskResult", "assemble_task_runs", "make_task_study",
            "check_source"]
 
 MIXER_NAMES = ("mamba2", "mamba1", "gla")
@@ -181,42 +181,46 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
         return RunOutcome(TaskResult.model_validate(result), weights)
 
     def assemble(specs: list[LMTaskRunSpec], store: RunStore, options: StudyOptions) -> xr.Dataset:
-        """One row per tested model (module docstring), then the paired contrasts."""
-        rows, meta = [], []
-        for spec in specs:
-            r = read_result(TaskResult, store, spec)
-            base = r.to_json()
-            rows.append(task_result_to_dataset(base, kind) if r.evaluated else None)
-            meta.append((spec, spec.intervention.kind, "base", r.status, r.reason, r.train_loss, r.train_time, r.in_range_accuracy))
-            arms = r.post or {}
-            for iv, arm in ((iv, arms[iv]) for iv in (spec.post.interventions if spec.post else ()) if iv in arms):
-                ok = arm.get("status") == "ok" and "accuracy" in arm
-                rows.append(task_result_to_dataset({**base, **arm}, kind) if ok else None)
-                meta.append((spec, iv, "post", arm.get("status", ""), arm.get("reason", ""), arm.get("train_loss"),
-                             arm.get("train_time"), r.in_range_accuracy))
-        ds = stack_runs(rows)
-        if ds is None:  # nothing evaluated: the run record only
-            ds = xr.Dataset()
-        ds = ds.assign_coords(run=np.arange(len(meta)))
-        column = lambda i, missing=np.nan: np.array([missing if m[i] is None else m[i] for m in meta])  # noqa: E731
-        ds = ds.assign({
-            "status": ("run", column(3, "").astype(str)), "reason": ("run", column(4, "").astype(str)),
-            "train_loss": ("run", column(5).astype(float)), "train_time": ("run", column(6).astype(float)),
-            "in_range_accuracy": ("run", column(7).astype(float)),
-        })
-        ds = ds.assign_coords({
-            "run_id": ("run", [m[0].run_id for m in meta]), "arch": ("run", [m[0].model.mixer for m in meta]),
-            "intervention": ("run", [m[1] for m in meta]), "phase": ("run", [m[2] for m in meta]),
-            "seed": ("run", [m[0].seed for m in meta]), "train_min": ("run", [m[0].task.train_min for m in meta]),
-            "train_max": ("run", [m[0].task.train_max for m in meta]),
-        })
-        if "accuracy" in ds and (ds["phase"] == "post").any():
-            ds = ds.merge(paired_contrasts(ds, "accuracy"))
-        return ds
+        return assemble_task_runs(kind, specs, store)
 
     return Study(name=name, description=description, presets=tuple(presets), make_specs=make_specs,
                  run_one=run_one, assemble=assemble, spec_type=LMTaskRunSpec, result_type=TaskResult,
                  options_type=TaskOptions, panels=_task_panels(kind))
+
+
+def assemble_task_runs(kind: str, specs: list[LMTaskRunSpec], store: RunStore) -> xr.Dataset:
+    """The dataset of a task study: one row per tested model (module docstring), then the paired contrasts."""
+    rows, meta = [], []
+    for spec in specs:
+        r = read_result(TaskResult, store, spec)
+        base = r.to_json()
+        rows.append(task_result_to_dataset(base, kind) if r.evaluated else None)
+        meta.append((spec, spec.intervention.kind, "base", r.status, r.reason, r.train_loss, r.train_time, r.in_range_accuracy))
+        arms = r.post or {}
+        for iv, arm in ((iv, arms[iv]) for iv in (spec.post.interventions if spec.post else ()) if iv in arms):
+            ok = arm.get("status") == "ok" and "accuracy" in arm
+            rows.append(task_result_to_dataset({**base, **arm}, kind) if ok else None)
+            meta.append((spec, iv, "post", arm.get("status", ""), arm.get("reason", ""), arm.get("train_loss"),
+                         arm.get("train_time"), r.in_range_accuracy))
+    ds = stack_runs(rows)
+    if ds is None:  # nothing evaluated: the run record only
+        ds = xr.Dataset()
+    ds = ds.assign_coords(run=np.arange(len(meta)))
+    column = lambda i, missing=np.nan: np.array([missing if m[i] is None else m[i] for m in meta])  # noqa: E731
+    ds = ds.assign({
+        "status": ("run", column(3, "").astype(str)), "reason": ("run", column(4, "").astype(str)),
+        "train_loss": ("run", column(5).astype(float)), "train_time": ("run", column(6).astype(float)),
+        "in_range_accuracy": ("run", column(7).astype(float)),
+    })
+    ds = ds.assign_coords({
+        "run_id": ("run", [m[0].run_id for m in meta]), "arch": ("run", [m[0].model.mixer for m in meta]),
+        "intervention": ("run", [m[1] for m in meta]), "phase": ("run", [m[2] for m in meta]),
+        "seed": ("run", [m[0].seed for m in meta]), "train_min": ("run", [m[0].task.train_min for m in meta]),
+        "train_max": ("run", [m[0].task.train_max for m in meta]),
+    })
+    if "accuracy" in ds and (ds["phase"] == "post").any():
+        ds = ds.merge(paired_contrasts(ds, "accuracy"))
+    return ds
 
 
 def _task_panels(kind: str):
