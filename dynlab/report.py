@@ -91,8 +91,10 @@ def _status_line(ds: xr.Dataset) -> str:
         rows = base.isel(run=np.flatnonzero(base["arch"].values.astype(str) == arch))
         st = rows["status"].values.astype(str)
         scores = ", ".join(f"seed {int(s)}: {_fmt(float(a))}" for s, a in zip(rows["seed"].values, rows["in_range_accuracy"].values))
+        at = ds.attrs.get("learned_at")
+        rule = f"; learned at ≥ {float(at):g}" if at is not None and np.isfinite(float(at)) else ""
         lines.append(f"- `{arch}`: {int((st == 'ok').sum())} of {len(st)} trained models learned "
-                     f"(in-range accuracy {scores}; learned at ≥ 0.9)")
+                     f"(in-range accuracy {scores}{rule})")
     return "\n".join(lines)
 
 

@@ -24,7 +24,9 @@ The dataset has one row on ``run`` per tested model: the trained model (``phase`
 
 with coords ``arch`` (mixer), ``intervention``, ``phase``, ``seed``, ``run_id`` (the
 stored run), ``train_min``, ``train_max`` on ``run``.  A row whose status is not ``ok``
-has NaN accuracies past training, and no contrast uses it.
+is in no contrast; a ``diverged`` row has NaN accuracies, a ``not-learned`` trained
+model keeps its measured ones. Attribute ``learned_at``: the in-range accuracy a trained
+model needed to count as learned.
 
 Selections: ``models`` = mixers (``all`` = the preset's; or any of mamba2, mamba1, gla);
 ``seeds``; ``extra`` may hold ``interventions`` (the post-training arms: zero,
@@ -220,6 +222,7 @@ def assemble_task_runs(kind: str, specs: list[LMTaskRunSpec], store: RunStore) -
     })
     if "accuracy" in ds and (ds["phase"] == "post").any():
         ds = ds.merge(paired_contrasts(ds, "accuracy"))
+    ds.attrs["learned_at"] = float(specs[0].eval.learned_at) if specs else float("nan")
     return ds
 
 

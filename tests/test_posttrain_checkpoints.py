@@ -44,7 +44,7 @@ def _flip_a_byte(path):
 @pytest.mark.parametrize("damage, match", [
     (lambda r: _flip_a_byte(r / "model.safetensors"), "checksum mismatch"),
     (lambda r: (r / "checksums.json").write_text("{"), "checksums.json unreadable"),
-    (lambda r: (r / "result.json").unlink(), "result.json"),
+    (lambda r: (r / "result.json").unlink(), "result.json: missing"),
 ])
 def test_a_damaged_run_is_not_post_trained(run_folder, tmp_path, capsys, damage, match):
     load_checkpoint(run_folder)  # intact: loads
@@ -96,3 +96,14 @@ def test_an_hf_checkpoint_with_too_small_a_vocabulary_is_one_line(tmp_path, caps
     captured = capsys.readouterr()
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and "vocabulary of 100 ids" in err[0] and not captured.out.strip(), (err, captured.out)
+
+
+def test_an_intact_run_loads_from_any_folder_name_and_is_only_read(run_folder, tmp_path):
+    import shutil
+
+    dest = tmp_path / "my-checkpoint"
+    shutil.copytree(run_folder, dest)
+    (dest / "analysis.nc").unlink(missing_ok=True)  # a later file gone: not the checkpoint's business
+    before = {f.name: f.read_bytes() for f in dest.iterdir()}
+    load_checkpoint(dest)
+    assert {f.name: f.read_bytes() for f in dest.iterdir()} == before

@@ -1,7 +1,7 @@
 """Paired contrasts between training arms over seeds: intervention minus the zero-state control.
 
-Each contrast pairs an arm with the control of the *same* trained model (same
-architecture and seed), so the seed-to-seed spread of the trained models cancels. For a
+Each contrast pairs an arm with the control of the *same* trained model (the same stored
+run, ``run_id``; same architecture and seed where there is no ``run_id``), so the seed-to-seed spread of the trained models cancels. For a
 metric ``m`` and arm ``a``, per pair i the difference is ``d_i = m_a,i − m_zero,i``; over
 the n pairs:
 
@@ -70,12 +70,15 @@ def paired_contrasts(ds: xr.Dataset, variable: str = "accuracy", control: str = 
     out = {k: np.full((len(archs), len(names), *shape), np.nan) for k in ("mean", "lo", "hi", "p")}
     count = np.zeros((len(archs), len(names)), dtype=np.int64)
     values = post[variable].transpose("run", *other).values
-    arch_of, seed_of = post["arch"].values.astype(str), post["seed"].values
+    arch_of = post["arch"].values.astype(str)
+    # an arm's control is the one post-trained from the same trained model: same stored run
+    # (run_id) where the dataset has it, else same (arch, seed)
+    model_of = post["run_id"].values.astype(str) if "run_id" in post.coords else post["seed"].values
     for i, arch in enumerate(archs):
         for j, arm in enumerate(names):
             diffs = []
             for r in np.flatnonzero((arch_of == arch) & (ivs == arm)):
-                ctrl = np.flatnonzero((arch_of == arch) & (ivs == control) & (seed_of == seed_of[r]))
+                ctrl = np.flatnonzero((arch_of == arch) & (ivs == control) & (model_of == model_of[r]))
                 if len(ctrl):
                     diffs.append(values[r] - values[ctrl[0]])
             count[i, j] = len(diffs)

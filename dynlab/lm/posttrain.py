@@ -102,19 +102,32 @@ def load_checkpoint(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
 
 
 def _check_run_folder(p: Path) -> None:
-    """Refuse a dynlab run folder whose files fail its ``checksums.json`` (the run store's
-    damage check: a changed byte, a truncated or missing file, an unreadable checksum
-    list) or whose run did not finish. A folder written before checksums existed (no
-    ``checksums.json``) is taken as it is."""
-    from dynlab.results.store import CHECKSUMS, RunStore
+    """Refuse a dynlab run folder whose run files (spec.json, result.json,
+    model.safetensors) fail its ``checksums.json`` — a changed byte, a truncated or
+    missing file, an unreadable checksum list — or whose run did not end with weights.
+    Reads only; the folder may have any name and sit anywhere. A folder written before
+    checksums existed (no ``checksums.json``) is taken as it is."""
+    from dynlab.results.store import CHECKSUMS, CORE_FILES, file_digest
 
     if not (p / CHECKSUMS).exists():
         return
-    store = RunStore(p.parent)
-    store.runs = p.parent  # the folder may sit anywhere, not only under <study>/runs/
-    damage = store.inspect(p.name)
-    if damage is not None and damage.core:
-        raise _not_a_model(p, f"damaged run ({damage.why})")
+    try:
+        listed = json.loads((p / CHECKSUMS).read_text())["files"]
+        if not isinstance(listed, dict):
+            raise TypeError("files is not a mapping")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise _not_a_model(p, f"damaged run ({CHECKSUMS} unreadable: {type(exc).__name__})") from None
+    bad = []
+    for name in CORE_FILES:
+        want = listed.get(name)
+        if not (p / name).is_file():
+            bad.append(f"{name}: missing")
+        elif not isinstance(want, dict):
+            bad.append(f"{name}: not in {CHECKSUMS}")
+        elif file_digest(p / name) != {"sha256": want.get("sha256"), "bytes": want.get("bytes")}:
+            bad.append(f"{name}: checksum mismatch")
+    if bad:
+        raise _not_a_model(p, f"damaged run ({'; '.join(bad)})")
     try:
         status = json.loads((p / "result.json").read_text()).get("status")
     except (OSError, ValueError, AttributeError):
