@@ -120,21 +120,34 @@ def task_tables(ds: xr.Dataset) -> str:
             ds.sizes["run"], -1).any(axis=1))
         for arch in dict.fromkeys(ds["arch"].values.astype(str)[base]):
             for kind in kinds:
-                out += _task_table(ds, acc, base, arch, kind, [])
+                out += _task_table(ds, acc, base, arch, kind, xr.Dataset())
         return "\n".join(out) + "\n"
-    contrast_names = [str(c) for c in ds["contrast"].values] if "contrast" in ds.coords else []
+    contrasts = _headline_contrasts(ds)
     for arch in dict.fromkeys(ds["arch"].values.astype(str)[post]):
         for kind in kinds:
-            out += _task_table(ds, acc, post, arch, kind, contrast_names)
+            out += _task_table(ds, acc, post, arch, kind, contrasts)
     return "\n".join(out) + "\n"
 
 
+def _headline_contrasts(ds: xr.Dataset) -> xr.Dataset:
+    """The paired contrasts of the headline accuracy: the dataset's own, or for passkey
+    those of the depth-averaged accuracy (the table's columns), computed once."""
+    if "contrast" not in ds.coords:
+        return xr.Dataset()
+    if "depth" not in ds["contrast_mean"].dims:
+        return ds
+    from dynlab.analysis.contrasts import paired_contrasts
+
+    return paired_contrasts(ds[["accuracy", "status"]].assign(accuracy=_headline(ds)), "accuracy")
+
+
 def _task_table(ds: xr.Dataset, acc: xr.DataArray, post: np.ndarray, arch: str, kind: str | None,
-                contrasts: list[str]) -> list[str]:
+                contrasts: xr.Dataset) -> list[str]:
     rows = post[ds["arch"].values.astype(str)[post] == arch]
     arms = list(dict.fromkeys(ds["intervention"].values.astype(str)[rows]))
+    names = [str(c) for c in contrasts["contrast"].values] if "contrast" in contrasts.coords else []
     title = f"**{arch}**" + (f", {kind}" if kind else "") + (", mean over depths" if "depth" in ds["accuracy"].dims else "")
-    head = ["length", *arms, *(f"{c} − zero [95 % CI], p" for c in contrasts)]
+    head = ["length", *arms, *(f"{c} − zero [95 % CI], p" for c in names)]
     lines = [title, "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     train_max = int(ds["train_max"].max())
     for li, length in enumerate(ds["length"].values):
@@ -143,32 +156,17 @@ def _task_table(ds: xr.Dataset, acc: xr.DataArray, post: np.ndarray, arch: str, 
             sel = rows[ds["intervention"].values.astype(str)[rows] == iv]
             v = acc.isel(run=sel, length=li)
             cells.append(_spread((v.sel(kind=kind) if kind else v).values))
-        for c in contrasts:
-            cells.append(_contrast_cell(ds, arch, c, li, kind))
+        for c in names:
+            cells.append(_contrast_cell(contrasts, arch, c, li, kind))
         lines.append("| " + " | ".join(cells) + " |")
     return lines + [""]
 
 
-def _contrast_cell(ds: xr.Dataset, arch: str, contrast: str, li: int, kind: str | None) -> str:
-    sel: dict = {"mixer": arch, "contrast": contrast}
-    mean, lo, hi, p = (ds[f"contrast_{k}"].sel(sel).isel(length=li) for k in ("mean", "lo", "hi", "p"))
-    if "depth" in mean.dims:  # passkey: the paired difference of the depth-averaged accuracy
-        mean, lo, hi, p = _depth_averaged_contrast(ds, arch, contrast, li)
-    elif kind is not None:
-        mean, lo, hi, p = (float(x.sel(kind=kind)) for x in (mean, lo, hi, p))
-    else:
-        mean, lo, hi, p = (float(x) for x in (mean, lo, hi, p))
+def _contrast_cell(contrasts: xr.Dataset, arch: str, contrast: str, li: int, kind: str | None) -> str:
+    sel: dict = {"mixer": arch, "contrast": contrast, **({"kind": kind} if kind is not None else {})}
+    mean, lo, hi, p = (float(contrasts[f"contrast_{k}"].sel(sel).isel(length=li)) for k in ("mean", "lo", "hi", "p"))
     ci = f" [{_fmt(lo)}, {_fmt(hi)}]" if np.isfinite(lo) else ""
     return f"{mean:+.2f}{ci}, p {_fmt(p, 3)}" if np.isfinite(mean) else "—"
-
-
-def _depth_averaged_contrast(ds: xr.Dataset, arch: str, contrast: str, li: int) -> tuple[float, float, float, float]:
-    from dynlab.analysis.contrasts import paired_contrasts
-
-    sub = ds.isel(length=[li])
-    sub = sub.assign(accuracy=sub["accuracy"].mean("depth"))
-    c = paired_contrasts(sub[["accuracy", "status"]], "accuracy").sel(mixer=arch, contrast=contrast).isel(length=0)
-    return tuple(float(c[f"contrast_{k}"]) for k in ("mean", "lo", "hi", "p"))  # type: ignore[return-value]
 
 
 def far_in_ratio(ds: xr.Dataset) -> xr.DataArray:
@@ -213,11 +211,7 @@ def report(path: str | Path) -> str:
     if not p.is_file():
         raise DynlabInputError(f"no study dataset at {str(path)!r}; allowed: a study folder with dataset.nc, "
                                "a .nc file, or a benchmark .json file")
-    try:
-        with xr.open_dataset(p, engine="h5netcdf") as ds:
-            ds = ds.load()
-    except Exception as exc:  # netCDF readers raise their own error types
-        raise DynlabInputError(f"{str(p)!r} is not a readable study dataset ({type(exc).__name__})") from None
+    ds = open_report_dataset(p)
     study = ds.attrs.get("study")
     if study in TASK_STUDIES:
         return task_tables(ds)
