@@ -138,11 +138,8 @@ CHECK_SEED_OFFSET = 3_000_017
 def _learned_check(model: torch.nn.Module, spec: LMTaskRunSpec) -> Callable[[int], bool]:
     """``stop(step)`` of ``train.until_learned``: every ``check_every`` steps, the in-range
     accuracy on ``check_samples`` training-text samples per in-range cell ≥ ``learned_at``."""
-    tr, t = spec.train, spec.task
-    check = spec.model_copy(update={
-        "task": t.model_copy(update={"eval_lengths": tuple(x for x in t.eval_lengths if x <= t.train_max)}),
-        "eval": spec.eval.model_copy(update={"n_samples": tr.check_samples}),
-    })
+    tr = spec.train
+    check = _in_range_spec(spec, n_samples=tr.check_samples)
 
     def stop(step: int) -> bool:
         if step % tr.check_every or step >= tr.steps:
@@ -152,6 +149,17 @@ def _learned_check(model: torch.nn.Module, spec: LMTaskRunSpec) -> Callable[[int
         return in_range_accuracy(result, check) >= spec.eval.learned_at
 
     return stop
+
+
+def _in_range_spec(spec: LMTaskRunSpec, n_samples: int | None = None) -> LMTaskRunSpec:
+    """``spec`` tested only at its lengths ≤ ``task.train_max`` (the cells of
+    :func:`in_range_accuracy`), on ``n_samples`` samples per cell (None: the spec's)."""
+    t = spec.task
+    in_range = tuple(x for x in t.eval_lengths if x <= t.train_max)
+    update: dict[str, Any] = {"task": t.model_copy(update={"eval_lengths": in_range})}
+    if n_samples is not None:
+        update["eval"] = spec.eval.model_copy(update={"n_samples": n_samples})
+    return spec.model_copy(update=update)
 
 
 def _batches(spec: LMTaskRunSpec, generator: torch.Generator) -> Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -258,8 +266,7 @@ def _warm_start(model: torch.nn.Module, spec: LMTaskRunSpec, device: torch.devic
     res = train_task(model, pre, device, progress)
     summary = train_summary(res)
     if res.status == "ok":
-        check = pre.model_copy(update={"task": pre.task.model_copy(update={
-            "eval_lengths": tuple(x for x in pre.task.eval_lengths if x <= pre.task.train_max)})})
+        check = _in_range_spec(pre)
         summary["in_range_accuracy"] = in_range_accuracy(evaluate_task(model, check), check)
     return summary
 
