@@ -107,7 +107,7 @@ def _check_run_folder(p: Path) -> None:
     missing file, an unreadable checksum list — or whose run did not end with weights.
     Reads only; the folder may have any name and sit anywhere. A folder written before
     checksums existed (no ``checksums.json``) is taken as it is."""
-    from dynlab.results.store import CHECKSUMS, CORE_FILES, file_digest
+    from dynlab.results.store import CHECKSUMS, CORE_FILES, file_problem
 
     if not (p / CHECKSUMS).exists():
         return
@@ -120,12 +120,12 @@ def _check_run_folder(p: Path) -> None:
     bad = []
     for name in CORE_FILES:
         want = listed.get(name)
-        if not (p / name).is_file():
-            bad.append(f"{name}: missing")
-        elif not isinstance(want, dict):
-            bad.append(f"{name}: not in {CHECKSUMS}")
-        elif file_digest(p / name) != {"sha256": want.get("sha256"), "bytes": want.get("bytes")}:
-            bad.append(f"{name}: checksum mismatch")
+        if (p / name).is_file() and not isinstance(want, dict):
+            problem: str | None = f"not in {CHECKSUMS}"
+        else:
+            problem = file_problem(p / name, want or {})
+        if problem is not None:
+            bad.append(f"{name}: {problem}")
     if bad:
         raise _not_a_model(p, f"damaged run ({'; '.join(bad)})")
     try:

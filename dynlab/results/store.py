@@ -71,7 +71,7 @@ from dynlab.results.files import (
 from dynlab.results.schema import open_dataset
 
 __all__ = ["CHECKSUMS", "QUARANTINE", "STALE_AFTER_S", "Damage", "RunStore", "atomic_write_text", "bytes_digest",
-           "file_digest"]
+           "file_digest", "file_problem"]
 
 _TMP_PREFIX = TMP_DIR_PREFIX
 
@@ -103,6 +103,20 @@ class Damage:
     files: tuple[str, ...]
     why: str
     core: bool
+
+
+def file_problem(path: Path, want: dict[str, Any]) -> str | None:
+    """What is wrong with the file at ``path`` against its ``checksums.json`` entry
+    ``want`` (``{"sha256", "bytes"}``): ``"missing"``, ``"<n> bytes, <m> expected"``,
+    ``"checksum mismatch"``, or None when it matches.  Reads only."""
+    if not path.is_file():
+        return "missing"
+    got = file_digest(path)
+    if got["bytes"] != want.get("bytes"):
+        return f"{got['bytes']} bytes, {want.get('bytes')} expected"
+    if got["sha256"] != want.get("sha256"):
+        return "checksum mismatch"
+    return None
 
 
 def file_digest(path: Path) -> dict[str, Any]:
@@ -192,14 +206,9 @@ class RunStore:
             return Damage(run_id, tuple(sorted(present)), why, core=True)
         bad: dict[str, str] = {}
         for name, want in listed.items():
-            if name not in present:
-                bad[name] = "missing"
-                continue
-            got = file_digest(folder / name)
-            if got["bytes"] != want.get("bytes"):
-                bad[name] = f"{got['bytes']} bytes, {want.get('bytes')} expected"
-            elif got["sha256"] != want.get("sha256"):
-                bad[name] = "checksum mismatch"
+            problem = "missing" if name not in present else file_problem(folder / name, want)
+            if problem is not None:
+                bad[name] = problem
         for name in sorted(present - set(listed) - {CHECKSUMS}):
             bad[name] = "not in checksums.json"
         if "spec.json" not in bad:
