@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 
 from dynlab.errors import DynlabInputError
-from dynlab.lm.states import CarriedStates, conv_windows
+from dynlab.lm.states import CarriedStates, conv_windows, map_states
 
 __all__ = [
     "Intervention", "ZeroInit", "RandomNoise", "FittedNoise", "StatePassing", "TBTT",
@@ -165,9 +165,7 @@ class TBTT(Intervention):
 
 def _to_cpu(states: States) -> States:
     """Detached float32 CPU copies of the SSM states and of any convolution windows."""
-    ssm = [s.detach().float().cpu() for s in states]
-    windows = [None if w is None else w.detach().float().cpu() for w in conv_windows(states, len(states))]
-    return CarriedStates(ssm, windows)
+    return map_states(states, lambda s: s.detach().float().cpu())
 
 
 INTERVENTIONS: dict[str, type[Intervention]] = {

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["CarriedStates", "conv_windows", "detach_states", "states_to"]
+__all__ = ["CarriedStates", "conv_windows", "detach_states", "map_states", "states_to"]
 
 
 class CarriedStates(list):
@@ -39,7 +39,8 @@ def conv_windows(states: Sequence[torch.Tensor] | None, n_layers: int) -> list[t
     return [None] * n_layers
 
 
-def _map(states: Sequence[torch.Tensor], fn) -> list[torch.Tensor] | CarriedStates:
+def map_states(states: Sequence[torch.Tensor], fn) -> list[torch.Tensor] | CarriedStates:
+    """``fn`` applied to every SSM state and every window of ``states``; the type is kept."""
     ssm = [fn(s) for s in states]
     if isinstance(states, CarriedStates):
         return CarriedStates(ssm, [None if w is None else fn(w) for w in states.conv])
@@ -48,9 +49,9 @@ def _map(states: Sequence[torch.Tensor], fn) -> list[torch.Tensor] | CarriedStat
 
 def states_to(states: Sequence[torch.Tensor], device: torch.device | str) -> list[torch.Tensor] | CarriedStates:
     """``states`` (SSM states and any windows) moved to ``device``; the type is kept."""
-    return _map(states, lambda s: s.to(device))
+    return map_states(states, lambda s: s.to(device))
 
 
 def detach_states(states: Sequence[torch.Tensor]) -> list[torch.Tensor] | CarriedStates:
     """``states`` (SSM states and any windows) detached; the type is kept."""
-    return _map(states, lambda s: s.detach())
+    return map_states(states, lambda s: s.detach())
