@@ -55,7 +55,7 @@ from dynlab.lm.spec import (
     WarmStartSpec,
 )
 from dynlab.lm.task_run import task_result_to_dataset, train_and_evaluate_task
-from dynlab.results.assemble import stack_runs
+from dynlab.results.assemble import result_columns, stack_runs
 from dynlab.results.store import RunStore
 from dynlab.study import RunOutcome, RunResult, Study, StudyExtra, StudyOptions, override_field, read_result, select_names
 from dynlab.runtime import NullProgress
@@ -190,35 +190,34 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
                  options_type=TaskOptions, panels=_task_panels(kind))
 
 
+def _tested_models(spec: LMTaskRunSpec, r: TaskResult) -> list[tuple[str, str, TaskResult]]:
+    """``(intervention, phase, result)`` of each model a stored run tested: the trained model,
+    then each post-training arm (its result on the trained model's test grid)."""
+    out = [(spec.intervention.kind, "base", r)]
+    grid = {"lengths": r.lengths, "depths": r.depths, "kinds": r.kinds, "in_range_accuracy": r.in_range_accuracy}
+    for iv in spec.post.interventions if spec.post is not None else ():
+        if iv in (r.post or {}):
+            out.append((iv, "post", TaskResult.model_validate({**grid, **r.post[iv]})))
+    return out
+
+
 def assemble_task_runs(kind: str, specs: list[LMTaskRunSpec], store: RunStore) -> xr.Dataset:
     """The dataset of a task study: one row per tested model (module docstring), then the paired contrasts."""
-    rows, meta = [], []
-    for spec in specs:
-        r = read_result(TaskResult, store, spec)
-        base = r.to_json()
-        rows.append(task_result_to_dataset(base, kind) if r.evaluated else None)
-        meta.append((spec, spec.intervention.kind, "base", r.status, r.reason, r.train_loss, r.train_time, r.in_range_accuracy))
-        arms = r.post or {}
-        for iv, arm in ((iv, arms[iv]) for iv in (spec.post.interventions if spec.post else ()) if iv in arms):
-            ok = arm.get("status") == "ok" and "accuracy" in arm
-            rows.append(task_result_to_dataset({**base, **arm}, kind) if ok else None)
-            meta.append((spec, iv, "post", arm.get("status", ""), arm.get("reason", ""), arm.get("train_loss"),
-                         arm.get("train_time"), r.in_range_accuracy))
+    tested = [(spec, iv, phase, res) for spec in specs
+              for iv, phase, res in _tested_models(spec, read_result(TaskResult, store, spec))]
+    results = [t[3] for t in tested]
+    rows = [task_result_to_dataset(res.to_json(), kind) if res.evaluated and res.accuracy is not None else None
+            for res in results]
     ds = stack_runs(rows)
     if ds is None:  # nothing evaluated: the run record only
         ds = xr.Dataset()
-    ds = ds.assign_coords(run=np.arange(len(meta)))
-    column = lambda i, missing=np.nan: np.array([missing if m[i] is None else m[i] for m in meta])  # noqa: E731
-    ds = ds.assign({
-        "status": ("run", column(3, "").astype(str)), "reason": ("run", column(4, "").astype(str)),
-        "train_loss": ("run", column(5).astype(float)), "train_time": ("run", column(6).astype(float)),
-        "in_range_accuracy": ("run", column(7).astype(float)),
-    })
+    ds = ds.assign_coords(run=np.arange(len(tested)))
+    ds = ds.assign(result_columns(results, ("status", "reason", "train_loss", "train_time", "in_range_accuracy")))
     ds = ds.assign_coords({
-        "run_id": ("run", [m[0].run_id for m in meta]), "arch": ("run", [m[0].model.mixer for m in meta]),
-        "intervention": ("run", [m[1] for m in meta]), "phase": ("run", [m[2] for m in meta]),
-        "seed": ("run", [m[0].seed for m in meta]), "train_min": ("run", [m[0].task.train_min for m in meta]),
-        "train_max": ("run", [m[0].task.train_max for m in meta]),
+        "run_id": ("run", [t[0].run_id for t in tested]), "arch": ("run", [t[0].model.mixer for t in tested]),
+        "intervention": ("run", [t[1] for t in tested]), "phase": ("run", [t[2] for t in tested]),
+        "seed": ("run", [t[0].seed for t in tested]), "train_min": ("run", [t[0].task.train_min for t in tested]),
+        "train_max": ("run", [t[0].task.train_max for t in tested]),
     })
     if "accuracy" in ds and (ds["phase"] == "post").any():
         ds = ds.merge(paired_contrasts(ds, "accuracy"))
