@@ -36,20 +36,13 @@ import torch
 from torch import nn
 
 from dynlab.errors import DynlabInputError
+from dynlab.lm.hf import require_transformers
 from dynlab.lm.mixers import Mamba1Mixer, Mamba2Mixer
 from dynlab.lm.model import VOCAB_SIZE, RecurrentLM
 
 __all__ = ["EXPORTABLE_MIXERS", "check_exportable", "export_hf", "hf_config", "hf_state_dict", "to_hf"]
 
 EXPORTABLE_MIXERS = ("mamba2", "mamba1")
-
-
-def _transformers():
-    try:
-        import transformers
-    except ImportError as err:
-        raise DynlabInputError("exporting to Hugging Face needs the package 'transformers' (pip install transformers)") from err
-    return transformers
 
 
 def _refuse(problem: str, allowed: str) -> DynlabInputError:
@@ -89,7 +82,7 @@ def _common_config(model: RecurrentLM, mixer: nn.Module) -> dict[str, Any]:
 def hf_config(model: RecurrentLM):
     """The ``Mamba2Config`` / ``MambaConfig`` of ``model`` (checked by :func:`check_exportable`)."""
     check_exportable(model)
-    tf = _transformers()
+    tf = require_transformers("exporting to Hugging Face")
     mixer = model.blocks[0].mixer
     common = _common_config(model, mixer)
     if isinstance(mixer, Mamba2Mixer):
@@ -129,7 +122,7 @@ def to_hf(model: RecurrentLM) -> nn.Module:
     Built on the meta device and filled with ``load_state_dict(strict=True, assign=True)``,
     so no random initialisation runs (and the global RNG is untouched).
     """
-    tf = _transformers()
+    tf = require_transformers("exporting to Hugging Face")
     config = hf_config(model)
     cls = tf.Mamba2ForCausalLM if config.model_type == "mamba2" else tf.MambaForCausalLM
     with torch.device("meta"):

@@ -42,16 +42,18 @@ from torch import nn
 from dynlab.errors import DynlabInputError
 from dynlab.lm.states import CarriedStates
 
-__all__ = ["CarriedStates", "HFRecurrentLM", "HF_MODEL_TYPES", "is_hf_checkpoint", "load_hf_checkpoint"]
+__all__ = ["CarriedStates", "HFRecurrentLM", "HF_MODEL_TYPES", "is_hf_checkpoint", "load_hf_checkpoint",
+           "require_transformers"]
 
 HF_MODEL_TYPES = ("mamba2", "mamba")
 
 
-def _transformers():
+def require_transformers(purpose: str = "loading a Hugging Face checkpoint"):
+    """The ``transformers`` module, or a one-line :class:`DynlabInputError` saying that ``purpose`` needs it."""
     try:
         import transformers
     except ImportError as err:
-        raise DynlabInputError("Hugging Face checkpoints need the package 'transformers' (pip install transformers)") from err
+        raise DynlabInputError(f"{purpose} needs the package 'transformers' (pip install transformers)") from err
     return transformers
 
 
@@ -68,7 +70,7 @@ def is_hf_checkpoint(path: str | Path) -> bool:
 
 def load_hf_checkpoint(path: str | Path) -> HFRecurrentLM:
     """``Mamba2ForCausalLM`` / ``MambaForCausalLM`` ``.from_pretrained(path)`` (local files only), wrapped."""
-    tf = _transformers()
+    tf = require_transformers()
     model_type = json.loads((Path(path) / "config.json").read_text()).get("model_type")
     cls = {"mamba2": tf.Mamba2ForCausalLM, "mamba": tf.MambaForCausalLM}[model_type]
     tf.utils.logging.disable_progress_bar()  # a refusal is one line, with no loading bar before it
