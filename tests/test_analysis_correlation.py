@@ -119,8 +119,7 @@ def test_study_correlations_merge_table_heldout_and_default_scalars():
     one table over variants × censoring, the held-out choice and the default's scalars."""
     import xarray as xr
 
-    from dynlab.analysis.correlation import format_correlation_report
-    from dynlab.studies.group_tracking import _correlations
+    from dynlab.analysis.correlation import format_correlation_report, study_correlations
 
     rng = np.random.default_rng(1)
     n = 40
@@ -140,7 +139,7 @@ def test_study_correlations_merge_table_heldout_and_default_scalars():
         coords={"run": np.arange(n), "seed": ("run", np.repeat(np.arange(4), 10))},
     )
     ds["mp"][36:] = 0.0  # non-learners would pull r up if they counted
-    out = _correlations(ds)
+    out = study_correlations(ds)
     assert list(out["variant"].values) == ["q", "q_dec", "forecast_dec"]
     assert int(out["corr_n"].sel(variant="q_dec", censoring="replace")) == 36  # not-learned left out
     assert out.attrs["corr_default_variant"] == "q_dec"  # chosen on seeds 0, 1 among crossing variants

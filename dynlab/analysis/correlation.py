@@ -19,6 +19,7 @@ Runs with NaN mp are always left out (counted in ``n_dropped``).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -36,6 +37,7 @@ __all__ = [
     "correlation_table",
     "format_correlation_report",
     "heldout_choice",
+    "study_correlations",
     "tcross_mp_correlation",
 ]
 
@@ -93,6 +95,44 @@ def _pearson_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(const, np.nan, r)
 
 
+def _censored_pairs(
+    t_cross: Any, mp: Any, horizon: Any | None, mp_censored: Any | None, max_length: float | None, censoring: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(tc, mp, tc_censored, mp_censored, keep)`` per run ``[R]`` under the censoring rule
+    of the module docstring: ``tc`` with censored crossings replaced by the horizon
+    ('replace'), ``keep`` the runs that enter the statistics."""
+    tc = np.asarray(t_cross, dtype=np.float64).copy()
+    mpv = np.asarray(mp, dtype=np.float64).copy()
+    if tc.ndim != 1 or mpv.shape != tc.shape:
+        raise ValueError(f"t_cross {tc.shape} and mp {mpv.shape}; allowed: both [R]")
+    tc_cens = np.isnan(tc)
+    if mp_censored is not None:
+        mp_cens = np.asarray(mp_censored, dtype=bool)
+        if mp_cens.shape != tc.shape:
+            raise ValueError(f"mp_censored has shape {mp_cens.shape}; allowed: {tc.shape}")
+    elif max_length is not None:
+        mp_cens = mpv >= float(max_length)
+    else:
+        mp_cens = np.zeros(tc.shape, dtype=bool)
+    keep = ~np.isnan(mpv)
+    if censoring == "drop":
+        keep &= ~tc_cens & ~mp_cens
+    elif tc_cens.any():
+        if horizon is None:
+            raise ValueError("T_cross has censored (NaN) runs and horizon=None; allowed: a scalar or [R] horizon")
+        tc = np.where(tc_cens, np.broadcast_to(np.asarray(horizon, dtype=np.float64), tc.shape), tc)
+    return tc, mpv, tc_cens, mp_cens, keep
+
+
+def _percentile_ci(v: np.ndarray, ci_level: float) -> tuple[float, float]:
+    """Central ``ci_level`` percentile interval of the non-NaN values of ``v`` (NaN, NaN if none)."""
+    v = v[~np.isnan(v)]
+    if v.size == 0:
+        return float("nan"), float("nan")
+    lo, hi = np.percentile(v, [100 * (1 - ci_level) / 2, 100 * (1 + ci_level) / 2])
+    return float(lo), float(hi)
+
+
 def tcross_mp_correlation(
     t_cross: Any,
     mp: Any,
@@ -125,54 +165,19 @@ def tcross_mp_correlation(
         raise ValueError(f"n_boot={n_boot}; allowed: an integer >= 1")
     if not 0 < ci_level < 1:
         raise ValueError(f"ci_level={ci_level}; allowed: a float in (0, 1)")
-    tc = np.asarray(t_cross, dtype=np.float64).copy()
-    mpv = np.asarray(mp, dtype=np.float64).copy()
-    if tc.ndim != 1 or mpv.shape != tc.shape:
-        raise ValueError(f"t_cross {tc.shape} and mp {mpv.shape}; allowed: both [R]")
-    tc_cens = np.isnan(tc)
-    if mp_censored is not None:
-        mp_cens = np.asarray(mp_censored, dtype=bool)
-        if mp_cens.shape != tc.shape:
-            raise ValueError(f"mp_censored has shape {mp_cens.shape}; allowed: {tc.shape}")
-    elif max_length is not None:
-        mp_cens = mpv >= float(max_length)
-    else:
-        mp_cens = np.zeros(tc.shape, dtype=bool)
-    keep = ~np.isnan(mpv)
-    if censoring == "drop":
-        keep &= ~tc_cens & ~mp_cens
-    else:
-        if tc_cens.any():
-            if horizon is None:
-                raise ValueError("T_cross has censored (NaN) runs and horizon=None; allowed: a scalar or [R] horizon")
-            hz = np.broadcast_to(np.asarray(horizon, dtype=np.float64), tc.shape)
-            tc = np.where(tc_cens, hz, tc)
+    tc, mpv, tc_cens, mp_cens, keep = _censored_pairs(t_cross, mp, horizon, mp_censored, max_length, censoring)
     n_used = int(keep.sum())
     if n_used < 3:
         raise ValueError(f"{n_used} usable runs; allowed: at least 3")
     a, b = tc[keep], mpv[keep]
-    ra, rb = rankdata(a), rankdata(b)
-    r = float(_pearson_rows(a, b))
-    rho = float(_pearson_rows(ra, rb))
-
     idx = rng.integers(0, n_used, size=(n_boot, n_used))  # [n_boot, n]
     boot_r = _pearson_rows(a[idx], b[idx])  # [n_boot]
     boot_rho = _pearson_rows(rankdata(a[idx], axis=1), rankdata(b[idx], axis=1))
-    degenerate = np.isnan(boot_r) | np.isnan(boot_rho)
-    lo_q, hi_q = 100 * (1 - ci_level) / 2, 100 * (1 + ci_level) / 2
-
-    def ci(v: np.ndarray) -> tuple[float, float]:
-        v = v[~np.isnan(v)]
-        if v.size == 0:
-            return float("nan"), float("nan")
-        lo, hi = np.percentile(v, [lo_q, hi_q])
-        return float(lo), float(hi)
-
     return CorrelationResult(
-        pearson_r=r,
-        pearson_ci=ci(boot_r),
-        spearman_rho=rho,
-        spearman_ci=ci(boot_rho),
+        pearson_r=float(_pearson_rows(a, b)),
+        pearson_ci=_percentile_ci(boot_r, ci_level),
+        spearman_rho=float(_pearson_rows(rankdata(a), rankdata(b))),
+        spearman_ci=_percentile_ci(boot_rho, ci_level),
         n_runs=int(tc.size),
         n_used=n_used,
         n_tcross_censored=int(tc_cens.sum()),
@@ -180,7 +185,7 @@ def tcross_mp_correlation(
         n_both_censored=int((tc_cens & mp_cens).sum()),
         n_dropped=int(tc.size - n_used),
         n_boot=int(n_boot),
-        n_boot_degenerate=int(degenerate.sum()),
+        n_boot_degenerate=int((np.isnan(boot_r) | np.isnan(boot_rho)).sum()),
         ci_level=float(ci_level),
         censoring=censoring,
     )
@@ -313,6 +318,63 @@ def heldout_choice(
         return out
     out.update(pearson_r=res.pearson_r, pearson_r_lo=res.pearson_ci[0], pearson_r_hi=res.pearson_ci[1],
                n_used=res.n_used)
+    return out
+
+
+def study_correlations(ds: xr.Dataset) -> xr.Dataset:
+    """The T_cross–mp block of a study dataset (dim ``run``; ``status``, ``mp``,
+    ``mp_censored``, ``seed``, ``horizon`` and the crossing variables of
+    :data:`CROSSING_VARIANTS` / :data:`FORECAST_VARIANTS` it holds), over its ``ok`` runs:
+
+    - :func:`correlation_table` of every variant present under both censoring rules, with
+      ``variant_description``;
+    - ``corr_heldout_pearson_r`` (``_lo``, ``_hi``) and ``corr_heldout_n_used``: the
+      :func:`heldout_choice` among the crossing variants (not the forecasts);
+    - ``corr_pearson_r`` … ``corr_n_boot_degenerate``: :meth:`CorrelationResult.to_dataset`
+      of the chosen (default) variant, 'replace' censoring, bootstrap from ``default_rng(0)``;
+    - attrs ``corr_default_variant``, ``corr_default_tcross`` (its variable),
+      ``corr_selection_seeds``, ``corr_heldout_seeds``, ``corr_selection_r`` (JSON, r per
+      variant on the selection seeds, 4 decimals), ``corr_censoring``, ``corr_n_boot``.
+
+    Rule: ``not-learned`` and ``diverged`` runs and runs with NaN mp are left out (a horizon
+    of a model that never learned its task says nothing about error control); a run
+    without ``horizon`` takes the largest ``length``.  Empty when no variant is present or
+    fewer than 3 runs are left.
+    """
+    ok = (ds["status"] == "ok") & np.isfinite(ds["mp"])
+    variants = {**CROSSING_VARIANTS, **FORECAST_VARIANTS}
+    present = {name: var for name, (var, _) in variants.items() if var in ds}
+    if not present or int(ok.sum()) < 3:
+        return xr.Dataset()
+    sub = ds.sel(run=ok)
+    horizon = sub["horizon"].values if "horizon" in sub else float(ds["length"].max())
+    t_cross = {name: sub[var].values for name, var in present.items()}
+    mp, seeds = sub["mp"].values, sub["seed"].values
+    common = dict(horizon=horizon, mp_censored=sub["mp_censored"].values.astype(bool))
+    out = correlation_table(t_cross, mp, **common)
+    out["variant_description"] = ("variant", np.asarray([variants[n][1] for n in out["variant"].values], dtype=str))
+    choice = heldout_choice({n: v for n, v in t_cross.items() if n in CROSSING_VARIANTS}, mp, seeds, **common)
+    default = choice["variant"]
+    desc = f"default variant {default!r} chosen on seeds {choice['selection_seeds']}"
+    for key in ("pearson_r", "pearson_r_lo", "pearson_r_hi"):
+        out[f"corr_heldout_{key}"] = (
+            (), float(choice[key]), {"variant": default, "heldout_seeds": str(choice["heldout_seeds"]), "choice": desc},
+        )
+    out["corr_heldout_n_used"] = ((), int(choice["n_used"]))  # labels: dynlab.results.vocabulary
+    res = tcross_mp_correlation(t_cross[default], mp, rng=np.random.default_rng(0), **common)
+    cds = res.to_dataset()
+    for v in cds.data_vars:
+        cds[v].attrs["variant"] = default
+    out = out.merge(cds.rename({v: f"corr_{v}" for v in cds.data_vars}))
+    out.attrs.update(
+        corr_default_variant=default,
+        corr_default_tcross=variants[default][0],
+        corr_selection_seeds=str(choice["selection_seeds"]),
+        corr_heldout_seeds=str(choice["heldout_seeds"]),
+        corr_selection_r=json.dumps({k: round(float(v), 4) for k, v in choice["selection_r"].items()}),
+        corr_censoring=res.censoring,
+        corr_n_boot=res.n_boot,
+    )
     return out
 
 

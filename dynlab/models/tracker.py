@@ -8,10 +8,10 @@ import torch
 from torch import nn
 
 from dynlab.errors import DynlabInputError
-from dynlab.models.cells import overridden_methods
+from dynlab.models.cells import FUSED_KERNEL_PHIS, overridden_methods
 from dynlab.models.registry import get_cell
 
-__all__ = ["Tracker", "TrackerOutput"]
+__all__ = ["Tracker", "TrackerOutput", "declared_fused_kind"]
 
 
 class TrackerOutput(NamedTuple):
@@ -187,3 +187,26 @@ class Tracker(nn.Module):
             feats = self.readout_features(u)  # [B, T, F]
             return TrackerOutput(self.final_linear()(feats), torch.cat(finals, dim=-1), states, feats)
         return TrackerOutput(self.readout(u), torch.cat(finals, dim=-1), states)
+
+
+def declared_fused_kind(arch: str, *, layers: int = 1, nonlinearity: str | None = None,
+                        readout: str = "linear") -> str | None:
+    """The fused training kernel of a :class:`Tracker` built with these arguments, read
+    from the declarations alone (nothing is built): a key of
+    :data:`dynlab.models.cells.FUSED_KERNELS`, or None.
+
+    The conditions are those of :meth:`Tracker.fused_kind` that the arguments decide: one
+    layer, a linear readout (with bias), ``Tracker.fused_ok``, the cell class's declared
+    ``fused``, and a phi (``nonlinearity``, else the class's ``default_phi``) in
+    :data:`~dynlab.models.cells.FUSED_KERNEL_PHIS` of that kernel.  The instance checks of
+    :meth:`Cell.fused_kind` (exactly the kernel's parameters, plain ``nn.Linear`` layers)
+    are what a class declaring ``fused`` promises; on the built-in cells both agree
+    (tests/test_fused_eligibility.py).
+    """
+    if not Tracker.fused_ok or layers != 1 or readout != "linear":
+        return None
+    cell_cls = get_cell(arch)
+    kind = cell_cls.fused
+    if kind is None or (nonlinearity or cell_cls.default_phi) not in FUSED_KERNEL_PHIS[kind]:
+        return None
+    return kind
