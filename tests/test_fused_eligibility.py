@@ -177,3 +177,89 @@ def test_ensembles_stack_exactly_the_fused_architectures(doubled_arch):
 
     for arch, phi in (("mamba", "tanh"), ("aussm", "relu"), ("tanh-rnn", "relu")):
         assert ensemble_group_key(with_phi(arch, phi, 0)) != ensemble_group_key(with_phi(arch, phi, 1)), (arch, phi)
+
+
+class RedeclaredTanh(TanhRNNCell):
+    """An override that keeps the dense recurrence and declares the kernel again."""
+
+    fused = "dense"
+
+    def extra_repr(self):
+        return "redeclared"
+
+
+@pytest.fixture
+def user_archs(monkeypatch, doubled_arch):
+    """A user cell that loses the kernel (``doubled_arch``) and one that declares it again."""
+    monkeypatch.setitem(registry._REGISTRY, "test-redeclared-tanh", RedeclaredTanh)
+    return [doubled_arch, "test-redeclared-tanh"]
+
+
+def _model_specs(archs):
+    """Every architecture × φ (default and each nonlinearity) × layers × readout, width 8."""
+    from dynlab.models import NONLINEARITIES
+
+    return [ModelSpec(arch=a, hidden=8, nonlinearity=phi, layers=n, readout=r)
+            for a in archs for phi in (None, *NONLINEARITIES) for n in (1, 2) for r in ("linear", "mlp")]
+
+
+def test_declared_fused_kind_agrees_with_the_built_tracker(user_archs):
+    from dynlab.models import BUILTIN_ARCHS
+    from dynlab.models.tracker import declared_fused_kind
+
+    seen = set()
+    for m in _model_specs([*BUILTIN_ARCHS, *user_archs]):
+        built = Tracker(m.arch, 6, 6, hidden=m.hidden, layers=m.layers, nonlinearity=m.nonlinearity,
+                        readout=m.readout).fused_kind()
+        assert declared_fused_kind(m.arch, layers=m.layers, nonlinearity=m.nonlinearity,
+                                   readout=m.readout) == built, m
+        seen.add(built)
+    assert seen == {None, "dense", "token-gated", "state-gated", "diagonal", "diagonal-aussm", "diagonal-mamba3"}
+
+
+def _groups(specs, key):
+    """The partition of ``range(len(specs))`` that grouping by ``key`` gives, as sorted lists."""
+    out: dict = {}
+    for i, s in enumerate(specs):
+        out.setdefault(key(s), []).append(i)
+    return sorted(out.values())
+
+
+def test_ensemble_group_key_groups_as_building_the_tracker_did(user_archs):
+    """The spec-only key against the key that built a tracker to ask its fused kernel (the
+    rule before it was read from the spec), on specs that must and must not share an
+    ensemble: over groups of equal and different order, batch sizes, seeds, widths, φ,
+    depth, readout and user cells."""
+    from dynlab.groups import get_group
+    from dynlab.models import BUILTIN_ARCHS
+    from dynlab.studies.group_tracking import ensemble_group_key
+
+    def built_key(spec):
+        order = get_group(spec.task.group).order
+        if Tracker(spec.model.arch, order, order, hidden=spec.model.hidden, layers=spec.model.layers,
+                   nonlinearity=spec.model.nonlinearity, readout=spec.model.readout).fused_kind() is None:
+            return spec.spec_hash()
+        return (spec.model, spec.train.batch_size, order)
+
+    models = _model_specs([*BUILTIN_ARCHS, *user_archs])
+    models += [ModelSpec(arch="tanh-rnn", hidden=16), ModelSpec(arch="mamba", hidden=8, d_state=2),
+               ModelSpec(arch="linear-rnn", hidden=8, d_embed=4)]
+    specs = [RunSpec(task=TaskSpec(group=g), model=m, train=TrainSpec(batch_size=b), seed=s)
+             for m in models for g in ("S3", "C6", "C2") for b in (8, 16) for s in (0, 1)]
+    new, old = _groups(specs, ensemble_group_key), _groups(specs, built_key)
+    assert new == old
+    together = {tuple(g) for g in new}
+    index = {(s.model, s.task.group, s.train.batch_size, s.seed): i for i, s in enumerate(specs)}
+
+    def same(m, a, b):
+        return any(index[(m, *a)] in g and index[(m, *b)] in g for g in together)
+
+    tanh, mamba = ModelSpec(arch="tanh-rnn", hidden=8), ModelSpec(arch="mamba", hidden=8)
+    assert same(tanh, ("S3", 8, 0), ("C6", 8, 1))  # S3 and C6: order 6, one stack
+    assert same(ModelSpec(arch="test-redeclared-tanh", hidden=8), ("S3", 8, 0), ("S3", 8, 1))
+    assert not same(tanh, ("S3", 8, 0), ("C2", 8, 0))  # another order
+    assert not same(tanh, ("S3", 8, 0), ("S3", 16, 0))  # another batch size
+    for m in (ModelSpec(arch="mamba", hidden=8, nonlinearity="tanh"), ModelSpec(arch="tanh-rnn", hidden=8, layers=2),
+              ModelSpec(arch="tanh-rnn", hidden=8, readout="mlp"), ModelSpec(arch=user_archs[0], hidden=8)):
+        assert not same(m, ("S3", 8, 0), ("S3", 8, 1)), m  # no fused kernel: alone
+    assert not any(index[(tanh, "S3", 8, 0)] in g and index[(mamba, "S3", 8, 0)] in g for g in together)
