@@ -21,7 +21,7 @@ finished one.  ``ratio = (eval_s + analysis_s) / train_s``.
 
 A run that never learned (status ``not-learned``) trains every step at the short length
 where its curriculum stopped and its q(t) is followed only to
-:func:`~dynlab.studies.group_tracking.not_learned_horizon` (2 × the training length):
+:func:`~dynlab.tracking_runs.not_learned_horizon` (2 × the training length):
 ``step_s_short`` is timed with the curriculum held at ``--short-length`` (default 4),
 ``train_s_short = preset steps × step_s_short``, ``analysis_s_not_learned`` is the
 analysis at that horizon, and ``ratio_not_learned = (eval_s + analysis_s_not_learned) /
@@ -51,10 +51,10 @@ from dynlab.config import CurriculumSpec
 from dynlab.evaluate import evaluate_lengths
 from dynlab.groups import get_group
 from dynlab.models import BUILTIN_ARCHS
-from dynlab.studies.group_tracking import ANALYSIS_PRESETS, PRESETS, STUDY, not_learned_horizon
+from dynlab.studies.group_tracking import ANALYSIS_PRESETS, PRESETS, STUDY
 from dynlab.study import StudyOptions
 from dynlab.tasks import WordProblem
-from dynlab.studies.group_tracking import ensemble_group_key
+from dynlab.tracking_runs import ensemble_group_key, not_learned_horizon
 from dynlab.runtime import train_threads
 from dynlab.train.ensemble import train_ensemble
 
