@@ -255,6 +255,24 @@ def test_result_columns_and_coords_of_typed_results():
     assert list(ds.family.values) == ["dense", ""] and "family" in ds.coords and list(ds.arch.values) == ["tanh-rnn"] * 2
 
 
+def test_group_tracking_keeps_its_names_and_is_a_recipe():
+    """Every name group-tracking exported before the run work moved to dynlab.tracking_runs
+    still imports from it, and is the library's object (one definition)."""
+    import inspect
+
+    import dynlab.tracking_runs as runs
+    from dynlab.studies import group_tracking as gt
+
+    before = {"ANALYSIS_PRESETS", "PRESETS", "STUDY", "TrackerResult", "TrackingOptions", "analyze_one", "assemble",
+              "ensemble_group_key", "load_model", "make_specs", "not_learned_horizon", "run_many", "run_one"}
+    assert before <= set(gt.__all__) and all(hasattr(gt, name) for name in gt.__all__)
+    for name in runs.__all__:
+        if hasattr(gt, name):
+            assert getattr(gt, name) is getattr(runs, name), name
+    assert gt.STUDY.run_one is runs.run_one and gt.STUDY.group_key is runs.ensemble_group_key
+    assert len(inspect.getsource(gt).splitlines()) <= 250
+
+
 def test_not_learned_horizon_rule():
     from dynlab.studies.group_tracking import not_learned_horizon
 
