@@ -29,7 +29,6 @@ Step rows train on the Shakespeare corpus (the study's default source).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -37,6 +36,7 @@ from collections.abc import Callable
 
 import torch
 
+from dynlab.bench import write_bench_json
 from dynlab.kernels import selective_scan as ss
 from dynlab.lm.corpus import load_corpus
 from dynlab.lm.interventions import ZeroInit
@@ -170,9 +170,8 @@ def main() -> None:
                              ratio_q1=q1, ratio_q3=q3, wall_ratio=wall))
             print(f"{kind:6s} {v.name:42s} {ms:8.1f} {statistics.median(ratios):9.2f} {q1:5.2f}–{q3:<5.2f} {wall:7.2f}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"c_kernel": ss.compiled_kernel_status(), "rounds": args.rounds, "steps": args.steps,
-                       "rows": rows}, f, indent=1)
+        write_bench_json({"c_kernel": ss.compiled_kernel_status(), "rounds": args.rounds, "steps": args.steps,
+                          "rows": rows}, args.json)
 
 
 if __name__ == "__main__":

@@ -109,6 +109,8 @@ __all__ = [
     "gemm_rate",
     "memory_bandwidth",
     "strict_json",
+    "write_bench_json",
+    "write_json",
 ]
 
 #: Most rounds over the methods (``--repeats``).
@@ -591,16 +593,27 @@ def format_table(results: list[dict[str, Any]]) -> str:
 
 
 def write_json(results: list[dict[str, Any]], path: str | Path) -> Path:
-    """Write the results (``{"results": [...]}`` plus top-level tanh-rnn summary) to
-    ``path`` atomically (a path :func:`check_json_path` refuses is refused here too)."""
-    from dynlab.results.files import write_text_atomic
-
-    path = check_json_path(path)
+    """Write :func:`bench_train` results (``{"results": [...]}`` plus the first setting's
+    summary at the top level) with :func:`write_bench_json`."""
     payload: dict[str, Any] = {"results": results}
     if results:
         payload["speedup_vs_baseline"] = results[0]["speedup_vs_baseline"]
         payload["fraction_of_floor"] = results[0]["fraction_of_floor"]
-    return write_text_atomic(path, json.dumps(strict_json(payload), indent=1, allow_nan=False))
+    return write_bench_json(payload, path)
+
+
+def write_bench_json(payload: dict[str, Any], path: str | Path) -> Path:
+    """Write one benchmark's results to ``path`` atomically as strict JSON
+    (:func:`strict_json`), with the machine it ran on under ``machine``
+    (:func:`dynlab.results.provenance.machine_record`: CPU model, cores, torch version,
+    date).  Every benchmark JSON file dynlab and ``benchmarks/`` write goes through here;
+    a path :func:`check_json_path` refuses is refused."""
+    from dynlab.results.files import write_text_atomic
+    from dynlab.results.provenance import machine_record
+
+    path = check_json_path(path)
+    data = {"machine": machine_record(), **payload}
+    return write_text_atomic(path, json.dumps(strict_json(data), indent=1, allow_nan=False) + "\n")
 
 
 def strict_json(obj: Any) -> Any:
