@@ -15,7 +15,7 @@ Variants:
 
 - ``mamba1`` is ``Mamba1Mixer``'s default: the fused selective scan on its compiled C kernel
   (the line "C kernel" says whether it was available); ``mamba1, torch loop`` the same scan
-  with ``DYNLAB_C_KERNELS=0``; ``impl=sequential`` the step-by-step reference under autograd.
+  with ``DYNLAB_C_KERNELS=0``; ``impl=ref`` the step-by-step reference under autograd.
 - ``gla, trained-strength gates``: the gate rows of the projection scaled by 80, so that in
   the LM on Shakespeare the largest |Σ g| over a batch's 32 steps has median ≈ 30 (max ≈ 33),
   as in a quick-preset GLA model after its 1500 training steps (median 28, max 60; a fresh
@@ -29,7 +29,6 @@ Step rows train on the Shakespeare corpus (the study's default source).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -37,6 +36,7 @@ from collections.abc import Callable
 
 import torch
 
+from dynlab.bench import write_bench_json
 from dynlab.kernels import selective_scan as ss
 from dynlab.lm.corpus import load_corpus
 from dynlab.lm.interventions import ZeroInit
@@ -136,10 +136,10 @@ def main() -> None:
         layer_variant("mamba2 (chunked SSD)", "mamba2"),
         layer_variant("mamba1 (default: fused scan, C kernel)", "mamba1"),
         layer_variant("mamba1, fused scan, torch loop", "mamba1", c_kernel=False),
-        layer_variant("mamba1 impl=sequential", "mamba1", impl="sequential"),
+        layer_variant("mamba1 impl=ref", "mamba1", impl="ref"),
         layer_variant("gla (chunked, default)", "gla"),
         layer_variant("gla, trained-strength gates", "gla", strong=True),
-        layer_variant("gla impl=sequential", "gla", impl="sequential"),
+        layer_variant("gla impl=ref", "gla", impl="ref"),
         step_variant("mamba2", "mamba2", data, steps),
         step_variant("mamba1 (default)", "mamba1", data, steps),
         step_variant("mamba1, torch loop", "mamba1", data, steps, c_kernel=False),
@@ -170,9 +170,8 @@ def main() -> None:
                              ratio_q1=q1, ratio_q3=q3, wall_ratio=wall))
             print(f"{kind:6s} {v.name:42s} {ms:8.1f} {statistics.median(ratios):9.2f} {q1:5.2f}–{q3:<5.2f} {wall:7.2f}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"c_kernel": ss.compiled_kernel_status(), "rounds": args.rounds, "steps": args.steps,
-                       "rows": rows}, f, indent=1)
+        write_bench_json({"c_kernel": ss.compiled_kernel_status(), "rounds": args.rounds, "steps": args.steps,
+                          "rows": rows}, args.json)
 
 
 if __name__ == "__main__":

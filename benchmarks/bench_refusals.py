@@ -7,7 +7,7 @@ the time the process ended, and the first line of stderr.  ``--help`` and ``stud
 are in the table too: they are not refusals, but they should be as light.
 
     python benchmarks/bench_refusals.py                 # the table
-    python benchmarks/bench_refusals.py --json r.json   # and the rows as JSON
+    python benchmarks/bench_refusals.py --json r.json   # and {"machine": …, "rows": […]} as JSON
 
 The ``lm post-train`` cases need a checkpoint: a tiny dynlab LM run (3 training steps)
 is trained once in the temporary folder unless ``--checkpoint`` names one.  Every case
@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from dynlab.bench import write_bench_json
 
 #: Runs ``dynlab.cli.main`` on argv and, at exit, writes which heavy modules were loaded.
 WRAPPER = r"""
@@ -121,7 +123,7 @@ def main() -> None:
         print(f"{r['case']:{w}s}  {r['rc']!s:>7s}  {r['wall_s']:6.2f}  {str(r['torch']):5s}  "
               f"{str(r['matplotlib']):5s}  {'yes' if r['wrote'] else 'no':5s}  {r['stderr'][:110]}")
     if args.json is not None:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        write_bench_json({"rows": rows}, args.json)
 
 
 if __name__ == "__main__":

@@ -40,13 +40,13 @@ Times are wall seconds on the machine it runs on, all measured in one process.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import torch
 
 from dynlab.analysis.tracking import analyze_tracker
+from dynlab.bench import write_bench_json
 from dynlab.config import CurriculumSpec
 from dynlab.evaluate import evaluate_lengths
 from dynlab.groups import get_group
@@ -145,9 +145,8 @@ def main() -> None:
     print(f"extrapolated {args.preset} study ({runs_per_arch} runs per architecture, {len(rows)} architectures, "
           f"{args.workers} workers): {total_h:.1f} h (training bounded above by steps × the full-length step time)")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"preset": args.preset, "group": args.group, "workers": args.workers,
-                       "runs_per_arch": runs_per_arch, "rows": rows, "total_hours": total_h}, f, indent=2)
+        write_bench_json({"preset": args.preset, "group": args.group, "workers": args.workers,
+                          "runs_per_arch": runs_per_arch, "rows": rows, "total_hours": total_h}, args.json)
 
 
 if __name__ == "__main__":

@@ -1,21 +1,33 @@
-"""Write docs/results.md from the study datasets in benchmarks/results/datasets/ (``dynlab report`` tables).
+"""Write docs/results.md and README.md's headline tables from the study datasets in
+benchmarks/results/datasets/ (``dynlab report`` tables).
 
 Each dataset file is named ``<label>.nc``; ``DATASETS`` says which command made it and what
-the table shows. Run from the repository root: ``python benchmarks/make_results.py``
-(``--check`` compares instead of writing: exit 1 when docs/results.md is stale;
-``--slim STUDY LABEL`` stores the run-level variables of a group-tracking study as a dataset).
+the table shows. README.md's sections between ``<!-- results:NAME -->`` and
+``<!-- /results:NAME -->`` (``NAME`` in :data:`README_SECTIONS`) are rewritten from the same
+files; the text around them is kept. Run from the repository root:
+``python benchmarks/make_results.py`` (``--check`` compares instead of writing: exit 1 when
+docs/results.md or a README section is stale; ``--slim STUDY LABEL`` stores the run-level
+variables of a group-tracking study as a dataset).
 """
 
 from __future__ import annotations
 
+import json
+import re
 import sys
+import textwrap
 from pathlib import Path
 
-from dynlab.report import open_report_dataset, report, reproduction_tables
+import numpy as np
+import xarray as xr
+
+from dynlab.report import _headline, _headline_contrasts, _learned_mp, far_in_ratio, open_report_dataset, report, \
+    reproduction_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "results" / "datasets"
 OUT = ROOT / "docs" / "results.md"
+README = ROOT / "README.md"
 
 #: (file label, heading, the command that made it, what to read in it)
 DATASETS = [
@@ -78,6 +90,195 @@ def document() -> str:
     return "\n".join(parts)
 
 
+# ---------------------------------------------------------------------------------------------
+# README.md's headline tables
+
+#: How README names the LM mixers.
+MIXER_NAMES = {"mamba2": "Mamba-2", "mamba1": "Mamba-1", "gla": "GLA"}
+
+#: Crossing-time variants in README's paper-A table, with what each is.
+README_VARIANTS = {"q": "paper A's literal R/M", "q_par": "", "q_dec": "trained decoder", "probe": "",
+                   "forecast_dec": "fitted inside the training length"}
+
+
+def _prose(text: str) -> str:
+    """A sentence of README prose, wrapped at 90 columns as the hand-written text is."""
+    return textwrap.fill(text, width=90, break_long_words=False, break_on_hyphens=False)
+
+
+def _dataset(label: str) -> xr.Dataset:
+    return open_report_dataset(DATA / f"{label}.nc")
+
+
+def _first_spec(ds: xr.Dataset) -> dict:
+    """The fields of the dataset's first run spec."""
+    return json.loads(ds.attrs["specs_json"])[0]["fields"]
+
+
+def _seeds(values) -> str:
+    """``0–4`` for consecutive seeds, else ``0, 2, 5``."""
+    s = sorted({int(v) for v in values})
+    return f"{s[0]}–{s[-1]}" if len(s) > 1 and s == list(range(s[0], s[-1] + 1)) else ", ".join(map(str, s))
+
+
+def _minus(x: float, digits: int = 2, sign: bool = False) -> str:
+    """``x`` with a typographic minus (and ``+`` when ``sign``)."""
+    text = f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+    return text.replace("-", "−")
+
+
+def _paired(x: float, digits: int = 2) -> str:
+    """``+0.99`` / ``-0.07`` (the correlation tables' format)."""
+    return f"{x:+.{digits}f}"
+
+
+def paper_a_section() -> str:
+    """README's paper-A tables: learned runs and mp per architecture and group, the T_cross–mp
+    correlations of :data:`README_VARIANTS`, and the held-out r of the default variant."""
+    ds = _dataset("group-tracking-sweep")
+    cells = _learned_mp(ds)
+    archs, groups = list(dict.fromkeys(a for a, _ in cells)), list(dict.fromkeys(g for _, g in cells))
+    per_cell = max(n for _, n, _ in cells.values())
+    horizon = max(_first_spec(ds)["eval"]["lengths"])
+    out = [_prose(f"Preset `{ds.attrs['preset']}`, seeds {_seeds(ds['seed'].values)}, {ds.sizes['run']} runs. "
+                  f"Learned runs of {per_cell} per architecture and group, and the median (range) of their "
+                  f"max-pass length mp, evaluated to {horizon}:"), "",
+           "| architecture | " + " | ".join(groups) + " |", "| --- |" + " --- |" * len(groups)]
+    for arch in archs:
+        row = []
+        for group in groups:
+            n_ok, n, mp = cells[(arch, group)]
+            row.append(f"{n_ok}/{n}" + (f", {np.median(mp):.0f} ({mp.min():.0f}–{mp.max():.0f})" if mp.size else ""))
+        out.append(f"| {arch} | " + " | ".join(row) + " |")
+    default = ds.attrs["corr_default_variant"]
+    n_learned = int(ds["corr_n"].sel(variant=default, censoring="replace"))
+    out += ["", _prose(f"Pearson r between each variant's T_cross and mp over the {n_learned} learned runs, "
+                       f"with {float(ds.attrs['ci_level']) * 100:.0f} % bootstrap CIs. Under 'replace' a crossing "
+                       "that never happened is set to its run's horizon; 'drop' leaves out every run with T_cross "
+                       "or mp censored:"), "",
+            "| variant | r, replace | r, drop | n (replace / drop) |", "| --- | --- | --- | --- |"]
+    for variant, what in README_VARIANTS.items():
+        notes = [n for n in (what, "the default" if variant == default else "") if n]
+        r = {c: "{} [{}, {}]".format(*(_paired(float(ds[f"corr_r{k}"].sel(variant=variant, censoring=c)))
+                                       for k in ("", "_lo", "_hi"))) for c in ("replace", "drop")}
+        n = {c: int(ds["corr_n"].sel(variant=variant, censoring=c)) for c in ("replace", "drop")}
+        label = f"`{variant}`" + (f" ({'; '.join(notes)})" if notes else "")
+        out.append(f"| {label} | {r['replace']} | {r['drop']} | {n['replace']} / {n['drop']} |")
+    held = [_paired(float(ds[f"corr_heldout_pearson_r{k}"])) for k in ("", "_lo", "_hi")]
+    out += ["", _prose(f"On held-out seeds {_seeds(json.loads(ds.attrs['corr_heldout_seeds']))} (the default "
+                       f"chosen on seeds {_seeds(json.loads(ds.attrs['corr_selection_seeds']))}), `{default}` gives "
+                       f"r = {held[0]} [{held[1]}, {held[2]}] over {int(ds['corr_heldout_n_used'])} runs.")]
+    return "\n".join(out)
+
+
+def _ratio_stats(ds: xr.Dataset, intervention: str) -> tuple[str, int, int]:
+    """``("mean ± sd", seeds with ratio > 1, seeds)`` of the far/in PPL ratio of one intervention."""
+    r = far_in_ratio(ds).values[ds["intervention"].values.astype(str) == intervention].astype(float)
+    return f"{r.mean():.3f} ± {r.std(ddof=1):.3f}", int((r > 1).sum()), r.size
+
+
+def _arm_mean(ds: xr.Dataset, intervention: str, length: int) -> float:
+    """Mean over seeds of the post-trained arm's headline accuracy at ``length``."""
+    acc = _headline(ds).sel(length=length)
+    post = (ds["phase"].values.astype(str) == "post") & (ds["intervention"].values.astype(str) == intervention)
+    return float(acc.values[post].mean())
+
+
+def _contrast(ds: xr.Dataset, contrast: str, length: int) -> str:
+    """``−0.10 [−0.19, 0.00], p 0.05``: the paired contrast against the zero-state control."""
+    c = _headline_contrasts(ds).sel(mixer=ds["arch"].values[0], contrast=contrast, length=length)
+    mean, lo, hi, p = (float(c[f"contrast_{k}"]) for k in ("mean", "lo", "hi", "p"))
+    return f"{_minus(mean, sign=True) if mean > 0 else _minus(mean)} [{_minus(lo)}, {_minus(hi)}], p {p:.2f}"
+
+
+def _learned(ds: xr.Dataset) -> tuple[int, int]:
+    """(models that learned, models trained) in the base phase."""
+    base = ds["phase"].values.astype(str) == "base"
+    return int((ds["status"].values.astype(str)[base] == "ok").sum()), int(base.sum())
+
+
+def paper_b_section() -> str:
+    """README's paper-B table: each claim, paper B's answer, and dynlab's numbers."""
+    lg, lg0 = _dataset("length-generalization"), _dataset("length-generalization-no-conv")
+    copy, copy4, passkey, babi = (_dataset(x) for x in ("copying", "copying-state128", "passkey", "babilong"))
+    model = _first_spec(lg)["model"]
+    zero, zero0 = _ratio_stats(lg, "zero"), _ratio_stats(lg0, "zero")
+    rise = (f"far/in PPL ratio {zero[0]} (above 1 in {zero[1]} of {zero[2]} seeds); with `conv_kernel = 0`, "
+            f"{zero0[0]} ({zero0[1]} of {zero0[2]})")
+    sp, sp0, tbtt = _ratio_stats(lg, "state-passing"), _ratio_stats(lg0, "state-passing"), _ratio_stats(lg, "tbtt")
+    removes = f"ratio {sp[0]} ({sp0[0]} without the convolution); TBTT {tbtt[0]}"
+    far = 3 * int(copy["train_max"].max())
+    learned, trained = _learned(copy)
+    state_x = _first_spec(copy4)["model"]["d_state"] / _first_spec(copy)["model"]["d_state"]
+    copying = (f"{_arm_mean(copy, 'zero', far):.2f} → {_arm_mean(copy, 'state-passing', far):.2f} at {far} letters, "
+               f"difference {_contrast(copy, 'state-passing', far)} ({learned} of {trained} models learned); with a "
+               f"{state_x:.0f}× larger state {_arm_mean(copy4, 'zero', far):.2f} → "
+               f"{_arm_mean(copy4, 'state-passing', far):.2f}")
+    near, farthest = (int(x) for x in passkey["length"].values[-2:])
+    train_max = int(passkey["train_max"].max())
+    acc = _headline(passkey).sel(length=near)
+    post, iv = passkey["phase"].values.astype(str) == "post", passkey["intervention"].values.astype(str)
+    fitted, control = acc.values[post & (iv == "fitted-noise")], acc.values[post & (iv == "zero")]
+    order = np.argsort(passkey["seed"].values[post & (iv == "fitted-noise")])
+    better = int((fitted[order] > control[np.argsort(passkey["seed"].values[post & (iv == "zero")])]).sum())
+    arms = {a: " / ".join(f"{_arm_mean(passkey, a, x):.2f}" for x in (near, farthest))
+            for a in ("zero", "fitted-noise", "state-passing")}
+    passkey_cell = (f"at {near} / {farthest} tokens ({near / train_max:.0f}× / {farthest / train_max:.0f}×) "
+                    f"{arms['zero']} → {arms['fitted-noise']}, better in {better} of {fitted.size} seeds at {near}, "
+                    f"{_contrast(passkey, 'fitted-noise', near)}; state passing {arms['state-passing']}")
+    babi_learned, babi_trained = _learned(babi)
+    in_range = ", ".join(f"{x:.2f}" for x in babi["in_range_accuracy"].values)
+    babi_cell = (f"no model learned qa1 within {_first_spec(babi)['train']['steps']} steps (in-range accuracy "
+                 f"{in_range}; learned: ≥ {babi.attrs['learned_at']}), so no contrast" if babi_learned == 0 else
+                 f"{babi_learned} of {babi_trained} models learned qa1: the tables are in `docs/results.md`")
+    rows = [
+        ("PPL rises beyond the training length from the zero state", "yes (370M–1.3B checkpoints)", rise),
+        ("state passing removes the rise", "yes", removes),
+        ("state passing improves copying at 3× the training length", "0.27 → 0.47 per character", copying),
+        ("fitted noise extends passkey retrieval", "yes (heatmap)", passkey_cell),
+        ("bAbI-style accuracy vs length", "a figure", babi_cell),
+    ]
+    seeds = _seeds(lg["seed"].values)
+    mixer = MIXER_NAMES.get(model["mixer"], model["mixer"])
+    out = [_prose(f"Preset `{lg.attrs['preset']}`, seeds {seeds}, every seed shown; a tiny {mixer} LM "
+                  f"({model['n_layers']} layers, width {model['d_model']}):"), "",
+           "| paper B's claim | paper B | dynlab |", "| --- | --- | --- |"]
+    out += [f"| {claim} | {paper} | {ours} |" for claim, paper, ours in rows]
+    return "\n".join(out)
+
+
+#: README.md's generated sections, by marker name.
+README_SECTIONS = {"paper-a": paper_a_section, "paper-b": paper_b_section}
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return f"<!-- results:{name} -->", f"<!-- /results:{name} -->"
+
+
+def _section_pattern(name: str) -> re.Pattern:
+    start, end = _markers(name)
+    return re.compile(re.escape(start) + r"\n(.*?)\n" + re.escape(end), re.S)
+
+
+def readme(text: str) -> str:
+    """``text`` (README.md) with every section of :data:`README_SECTIONS` rewritten from the
+    datasets; a section whose markers are missing or repeated is an error."""
+    for name, make in README_SECTIONS.items():
+        pattern = _section_pattern(name)
+        if len(pattern.findall(text)) != 1:
+            raise ValueError(f"README.md needs exactly one {_markers(name)[0]} … {_markers(name)[1]} section")
+        body = make()
+        text = pattern.sub(lambda m: m.group(0).replace(m.group(1), body, 1), text)
+    return text
+
+
+def stale_sections(text: str) -> list[str]:
+    """Names of the README sections whose text differs from what the datasets give."""
+    fresh = readme(text)
+    return [n for n in README_SECTIONS if _section_pattern(n).search(text).group(1)
+            != _section_pattern(n).search(fresh).group(1)]
+
+
 def slim(study_dataset: Path, label: str) -> Path:
     """Copy the variables the tables read (run record, mp, correlations) of a group-tracking
     ``dataset.nc`` to ``DATA/<label>.nc`` (a whole sweep dataset holds every curve of every run)."""
@@ -92,13 +293,16 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--slim"]:  # --slim STUDY_FOLDER_OR_NC LABEL
         print(f"wrote {slim(Path(argv[1]), argv[2])}")
         return 0
-    text = document()
+    text, current = document(), README.read_text(encoding="utf-8")
     if "--check" in argv:
         same = OUT.is_file() and OUT.read_text() == text
+        stale = stale_sections(current)
         print("docs/results.md is up to date" if same else "docs/results.md is stale: run python benchmarks/make_results.py")
-        return 0 if same else 1
+        print(f"README.md sections stale: {', '.join(stale)}" if stale else "README.md's tables are up to date")
+        return 0 if same and not stale else 1
     OUT.write_text(text)
-    print(f"wrote {OUT}")
+    README.write_text(readme(current), encoding="utf-8")
+    print(f"wrote {OUT} and the tables of {README}")
     return 0
 
 

@@ -67,7 +67,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -109,6 +109,8 @@ __all__ = [
     "gemm_rate",
     "memory_bandwidth",
     "strict_json",
+    "write_bench_json",
+    "write_json",
 ]
 
 #: Most rounds over the methods (``--repeats``).
@@ -284,6 +286,114 @@ def _baseline(spec: RunSpec, device: torch.device, warmup: int) -> tuple[str, fl
     return name, sec, n
 
 
+class _MachineSpeed:
+    """Samples of the machine's speed per CPU thread count: the GEMM rate of the dense
+    recurrence's shape, and (diagonal cells, ``kind == "bandwidth"``) the memory bandwidth."""
+
+    def __init__(self, batch: int, hidden: int, device: torch.device, kind: str, tries: list[int]):
+        self.batch, self.hidden, self.device, self.kind = batch, hidden, device, kind
+        self.gemm: dict[int, list[float]] = {t: [] for t in tries}
+        self.bandwidth: dict[int, list[float]] = {t: [] for t in tries}
+
+    def sample(self, t: int) -> None:
+        """One sample at ``t`` threads (the caller has set the thread count)."""
+        self.gemm[t].append(gemm_rate(self.batch, self.hidden, self.device))
+        if self.kind == "bandwidth":
+            self.bandwidth[t].append(memory_bandwidth(self.device))
+
+    def medians(self) -> tuple[dict[int, float], dict[int, float]]:
+        """``(GEMM rate, bandwidth)`` per thread count: the median of the samples (bandwidth
+        only where sampled)."""
+        rates = {t: sorted(v)[len(v) // 2] for t, v in self.gemm.items()}
+        return rates, {t: sorted(v)[len(v) // 2] for t, v in self.bandwidth.items() if v}
+
+
+#: A method to time: (name, models trained together, ``run(threads) -> (seconds per step, timed steps)``).
+_Method = tuple[str, int, Callable[[int], tuple[float, int]]]
+
+
+def _dynlab_run(specs: list[RunSpec], device: torch.device, warmup: int, compiled: bool = False):
+    """``run(threads)`` training ``specs`` with dynlab (one model, or an ensemble)."""
+
+    def run(t: int) -> tuple[float, int]:
+        clock = _StepClock()
+        if len(specs) == 1:
+            train_tracker(specs[0], device, clock, threads=t, compile=compiled)
+        else:
+            train_ensemble(specs, device, clock, threads=t)
+        return _timed(clock, warmup)
+
+    return run
+
+
+def _methods(setting: tuple, ensembles: tuple[int, ...], device: torch.device, warmup: int,
+             max_memory_gb: float, compile: bool) -> tuple[list[_Method], list[dict[str, str]], list[str]]:
+    """The methods :func:`bench_train` times for ``setting`` (``(arch, hidden, batch, length,
+    steps, group)``), the ones it skips (with why), and the list the baseline appends its
+    name to each time it runs."""
+    arch, hidden, batch, length, steps, group = setting
+    spec = _spec(arch, hidden, batch, length, steps, 0, group)
+    names: list[str] = []
+    skipped: list[dict[str, str]] = []
+
+    def base_run(t: int) -> tuple[float, int]:
+        name, sec, n = _baseline(spec, device, warmup)
+        names.append(name)
+        return sec, n
+
+    methods: list[_Method] = [("baseline", 1, base_run), ("dynlab", 1, _dynlab_run([spec], device, warmup))]
+    probe = Tracker(arch, 2, 2, hidden=hidden)  # structure only: state size, training path
+    if compile and not runs_generic_loop(probe):
+        reason = f"{arch} trains through a fused kernel or scan, which torch.compile does not change"
+        skipped.append({"method": "dynlab + torch.compile", "reason": reason})
+    elif compile:
+        methods.append(("dynlab + torch.compile", 1, _dynlab_run([spec], device, warmup, compiled=True)))
+    copies = _LIVE_COPIES_FUSED if probe.fused_kind() else _LIVE_COPIES
+    for size in ensembles:
+        need_gb = size * batch * length * probe.state_size * 4 * copies / 2**30
+        if need_gb > max_memory_gb:
+            skipped.append({"method": f"dynlab ensemble-{size}", "reason": f"needs ~{need_gb:.1f} GB > {max_memory_gb} GB"})
+            continue
+        specs = [_spec(arch, hidden, batch, length, steps, s, group) for s in range(size)]
+        methods.append((f"dynlab ensemble-{size}", size, _dynlab_run(specs, device, warmup)))
+    return methods, skipped, names
+
+
+def _measure(methods: list[_Method], repeats: int, tries: list[int],
+             machine: _MachineSpeed) -> tuple[dict[str, tuple[float, int, int]], dict[str, list[float]]]:
+    """Time every method ``repeats`` rounds, every other round in reverse order (so no method
+    always runs after the same one), each at every thread count in ``tries`` with a machine
+    sample just before it.  Returns the fastest ``(seconds per step, timed steps, threads)``
+    per method, and per method its seconds per step and model, round by round."""
+    best: dict[str, tuple[float, int, int]] = {}
+    per_round: dict[str, list[float]] = {}
+    for r in range(repeats):
+        for name, size, run in (methods if r % 2 == 0 else methods[::-1]):
+            out = []
+            for t in tries:
+                torch.set_num_threads(t)
+                machine.sample(t)  # the box's speed now, next to this timing
+                sec, n = run(t)
+                out.append((sec, n, t))
+            got = min(out)
+            best[name] = min(best.get(name, (float("inf"), 0, 0)), got)
+            per_round.setdefault(name, []).append(got[0] / size)
+    return best, per_round
+
+
+def _floor_row(arch: str, hidden: int, kind: str, fpt: float, rates: dict[int, float],
+               bandwidths: dict[int, float]) -> tuple[float, int, float | None, str]:
+    """``(floor tokens/s, the thread count it is taken at, bytes per token or None, row name)``:
+    the best GEMM rate over ``fpt`` FLOPs per token (``kind == "gemm"``), or the best
+    bandwidth over :func:`bytes_per_token`."""
+    if kind == "gemm":
+        best_threads = max(rates, key=rates.get)
+        return rates[best_threads] / fpt, best_threads, None, "floor (GEMM rate / FLOPs per token)"
+    best_threads = max(bandwidths, key=bandwidths.get)
+    bpt = bytes_per_token(arch, hidden, 4)
+    return bandwidths[best_threads] / bpt, best_threads, bpt, "floor (bandwidth / bytes per token)"
+
+
 def bench_train(
     arch: str = "tanh-rnn",
     hidden: int = 128,
@@ -325,123 +435,41 @@ def bench_train(
     old_threads = torch.get_num_threads()
     tries = sorted(set(threads or (1, old_threads))) if dev.type == "cpu" else [old_threads]
     kind = floor_kind(arch)
-    samples: dict[int, list[float]] = {t: [] for t in tries}
-    bw_samples: dict[int, list[float]] = {t: [] for t in tries}
-
-    def sample_machine(t: int) -> None:
-        """The machine's speed now (GEMM rate, and bandwidth for diagonal cells)."""
-        samples[t].append(gemm_rate(batch, hidden, dev))
-        if kind == "bandwidth":
-            bw_samples[t].append(memory_bandwidth(dev))
-
-    for _ in range(3):  # interleaved, so a burst of load on the shared box hits every count
-        for t in tries:
-            torch.set_num_threads(t)
-            sample_machine(t)
+    machine = _MachineSpeed(batch, hidden, dev, kind, tries)
     setting = f"{arch} H={hidden} B={batch} T={length}"
-    rows: list[BenchRow] = []
-    skipped: list[dict[str, str]] = []
-
-    def best_of(run) -> tuple[float, int, int]:
-        """Seconds per step of ``run(threads)`` at its fastest thread count."""
-        out = []
-        for t in tries:
-            torch.set_num_threads(t)
-            sample_machine(t)  # the box's speed now, next to this timing
-            sec, n = run(t)
-            out.append((sec, n, t))
-        return min(out)
-
-    def dynlab_run(specs: list[RunSpec], compiled: bool = False):
-        def run(t: int) -> tuple[float, int]:
-            clock = _StepClock()
-            if len(specs) == 1:
-                train_tracker(specs[0], dev, clock, threads=t, compile=compiled)
-            else:
-                train_ensemble(specs, dev, clock, threads=t)
-            return _timed(clock, warmup)
-
-        return run
-
     try:
-        spec = _spec(arch, hidden, batch, length, steps, 0, group)
-        names = []
-
-        def base_run(t: int) -> tuple[float, int]:
-            name, sec, n = _baseline(spec, dev, warmup)
-            names.append(name)
-            return sec, n
-
-        methods: list[tuple[str, int, object]] = [("baseline", 1, base_run), ("dynlab", 1, dynlab_run([spec]))]
-        probe = Tracker(arch, 2, 2, hidden=hidden)  # structure only: state size, training path
-        if compile and not runs_generic_loop(probe):
-            reason = f"{arch} trains through a fused kernel or scan, which torch.compile does not change"
-            skipped.append({"method": "dynlab + torch.compile", "reason": reason})
-        elif compile:
-            methods.append(("dynlab + torch.compile", 1, dynlab_run([spec], compiled=True)))
-        state = probe.state_size
-        for size in ensembles:
-            copies = _LIVE_COPIES_FUSED if probe.fused_kind() else _LIVE_COPIES
-            need_gb = size * batch * length * state * 4 * copies / 2**30
-            if need_gb > max_memory_gb:
-                reason = f"needs ~{need_gb:.1f} GB > {max_memory_gb} GB"
-                skipped.append({"method": f"dynlab ensemble-{size}", "reason": reason})
-                continue
-            specs = [_spec(arch, hidden, batch, length, steps, s, group) for s in range(size)]
-            methods.append((f"dynlab ensemble-{size}", size, dynlab_run(specs)))
-        best: dict[str, tuple[float, int, int]] = {}
-        per_round: dict[str, list[float]] = {}  # seconds per step and model, round by round
-        for r in range(repeats):  # rounds over all methods: a burst of load on the shared box hits one round
-            # every other round in reverse order, so no method always runs after the same one
-            for name, size, run in (methods if r % 2 == 0 else methods[::-1]):
-                got = best_of(run)
-                best[name] = min(best.get(name, (float("inf"), 0, 0)), got)
-                per_round.setdefault(name, []).append(got[0] / size)
-        for name, size, _ in methods:
-            sec, n, t = best[name]
-            label = f"baseline ({names[0]})" if name == "baseline" else name
-            rows.append(BenchRow(setting, label, size, size * batch * length / sec, sec, n, t))
+        for _ in range(3):  # interleaved, so a burst of load on the shared box hits every count
+            for t in tries:
+                torch.set_num_threads(t)
+                machine.sample(t)
+        methods, skipped, names = _methods((arch, hidden, batch, length, steps, group), ensembles, dev, warmup,
+                                           max_memory_gb, compile)
+        best, per_round = _measure(methods, repeats, tries, machine)
     finally:
         torch.set_num_threads(old_threads)
-    rates = {t: sorted(v)[len(v) // 2] for t, v in samples.items()}
-    n_classes = get_group(group).order
-    fpt = flops_per_token(arch, hidden, n_classes, 4)
-    bandwidths = {t: sorted(v)[len(v) // 2] for t, v in bw_samples.items() if v}
-    if kind == "gemm":
-        best_threads = max(rates, key=rates.get)
-        bpt = None
-        floor = rates[best_threads] / fpt
-        floor_name = "floor (GEMM rate / FLOPs per token)"
-    else:
-        best_threads = max(bandwidths, key=bandwidths.get)
-        bpt = bytes_per_token(arch, hidden, 4)
-        floor = bandwidths[best_threads] / bpt
-        floor_name = "floor (bandwidth / bytes per token)"
+    rows = []
+    for name, size, _ in methods:
+        sec, n, t = best[name]
+        label = f"baseline ({names[0]})" if name == "baseline" else name
+        rows.append(BenchRow(setting, label, size, size * batch * length / sec, sec, n, t))
+    rates, bandwidths = machine.medians()
+    fpt = flops_per_token(arch, hidden, get_group(group).order, 4)
+    floor, best_threads, bpt, floor_name = _floor_row(arch, hidden, kind, fpt, rates, bandwidths)
     rows.append(BenchRow(setting, floor_name, 1, floor, float("nan"), 0, best_threads))
     for r in rows:
         r.floor_kind, r.fraction_of_floor = kind, r.tokens_per_s / floor
     base = rows[0].tokens_per_s
-    best = max(r.tokens_per_s for r in rows if r.method.startswith("dynlab"))
+    top = max(r.tokens_per_s for r in rows if r.method.startswith("dynlab"))
     return {
-        "setting": setting,
-        "arch": arch,
-        "hidden": hidden,
-        "batch": batch,
-        "length": length,
-        "device": str(dev),
-        "threads": best_threads,
+        "setting": setting, "arch": arch, "hidden": hidden, "batch": batch, "length": length,
+        "device": str(dev), "threads": best_threads,
         "gemm_rate_flops": {str(t): r for t, r in rates.items()},
-        "floor_kind": kind,
-        "flops_per_token": fpt,
+        "floor_kind": kind, "flops_per_token": fpt,
         "memory_bandwidth_bytes": {str(t): b for t, b in bandwidths.items()} or None,
-        "bytes_per_token": bpt,
-        "floor_tokens_per_s": floor,
-        "rows": [asdict(r) for r in rows],
-        "skipped": skipped,
-        "baseline_tokens_per_s": base,
-        "best_dynlab_tokens_per_s": best,
-        "speedup_vs_baseline": best / base,
-        "fraction_of_floor": best / floor,
+        "bytes_per_token": bpt, "floor_tokens_per_s": floor,
+        "rows": [asdict(r) for r in rows], "skipped": skipped,
+        "baseline_tokens_per_s": base, "best_dynlab_tokens_per_s": top,
+        "speedup_vs_baseline": top / base, "fraction_of_floor": top / floor,
         "ensemble_vs_solo_per_model": _ensemble_vs_solo(rows),
         "ensemble_large_vs_small": _paired_ensembles(per_round),
     }
@@ -565,16 +593,27 @@ def format_table(results: list[dict[str, Any]]) -> str:
 
 
 def write_json(results: list[dict[str, Any]], path: str | Path) -> Path:
-    """Write the results (``{"results": [...]}`` plus top-level tanh-rnn summary) to
-    ``path`` atomically (a path :func:`check_json_path` refuses is refused here too)."""
-    from dynlab.results.files import write_text_atomic
-
-    path = check_json_path(path)
+    """Write :func:`bench_train` results (``{"results": [...]}`` plus the first setting's
+    summary at the top level) with :func:`write_bench_json`."""
     payload: dict[str, Any] = {"results": results}
     if results:
         payload["speedup_vs_baseline"] = results[0]["speedup_vs_baseline"]
         payload["fraction_of_floor"] = results[0]["fraction_of_floor"]
-    return write_text_atomic(path, json.dumps(strict_json(payload), indent=1, allow_nan=False))
+    return write_bench_json(payload, path)
+
+
+def write_bench_json(payload: dict[str, Any], path: str | Path) -> Path:
+    """Write one benchmark's results to ``path`` atomically as strict JSON
+    (:func:`strict_json`), with the machine it ran on under ``machine``
+    (:func:`dynlab.results.provenance.machine_record`: CPU model, cores, torch version,
+    date).  Every benchmark JSON file dynlab and ``benchmarks/`` write goes through here;
+    a path :func:`check_json_path` refuses is refused."""
+    from dynlab.results.files import write_text_atomic
+    from dynlab.results.provenance import machine_record
+
+    path = check_json_path(path)
+    data = {"machine": machine_record(), **payload}
+    return write_text_atomic(path, json.dumps(strict_json(data), indent=1, allow_nan=False) + "\n")
 
 
 def strict_json(obj: Any) -> Any:

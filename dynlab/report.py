@@ -306,9 +306,10 @@ _MACHINE_KEYS = (("cpu_model", "CPU {}"), ("cores", "{} cores"), ("torch", "torc
 
 
 def bench_machine_line(data: dict) -> str:
-    """One line naming the machine a benchmark file records: CPU model, cores, torch version
-    and date (from a ``machine`` object or top-level keys), the device and thread counts of
-    its rows, and which of these the file does not record."""
+    """One line naming the machine a benchmark file records: CPU model, cores (and how many
+    the run could use, where fewer), torch version, GPUs and date (from a ``machine`` object,
+    :func:`dynlab.results.provenance.machine_record`, or top-level keys), the device and
+    thread counts of its rows, and which of these the file does not record."""
     machine = dict(data.get("machine") or {})
     machine.update({k: data[k] for k, _ in _MACHINE_KEYS if data.get(k) is not None and k not in machine})
     parts, missing = [], []
@@ -316,6 +317,10 @@ def bench_machine_line(data: dict) -> str:
         if machine.get(key) is not None:
             if not (key == "date" and machine.get("created_utc") is not None):
                 parts.append(fmt.format(machine[key]))
+            if key == "cores" and machine.get("cores_available") not in (None, machine["cores"]):
+                parts[-1] += f" ({machine['cores_available']} available to the run)"
+            if key == "torch" and machine.get("cuda_devices"):
+                parts.append("GPU " + ", ".join(map(str, machine["cuda_devices"])))
         elif key in ("cpu_model", "cores", "torch"):
             missing.append({"cpu_model": "CPU model", "cores": "core count", "torch": "torch version"}[key])
     if machine.get("created_utc") is None and machine.get("date") is None:

@@ -37,7 +37,7 @@ small members, since the per-op overhead is paid once for all members
 (``docs/performance.md``).  So there is one code path, and the
 intra-op thread count (``torch.set_num_threads``) is the only parallel setting.
 
-:func:`dense_tracker_loss_reference` is the same model as a plain loop under autograd;
+:func:`dense_tracker_loss_ref` is the same model as a plain loop under autograd;
 the tests compare the two (``tests/test_dense_tracker.py``).  The front, readout,
 cross-entropy, buffer cache and reference loop shared with the gated kernel are in
 :mod:`.tracker_common`.
@@ -48,9 +48,9 @@ from __future__ import annotations
 import torch
 
 from .fast_tanh import tanh_
-from .tracker_common import BUFFERS, fused_call, readout_ce, readout_ce_grad, reference_call, table_grad, token_rows
+from .tracker_common import BUFFERS, fused_call, readout_ce, readout_ce_grad, tracker_loss_ref, table_grad, token_rows
 
-__all__ = ["dense_tracker_loss", "dense_tracker_loss_reference"]
+__all__ = ["dense_tracker_loss", "dense_tracker_loss_ref"]
 
 
 class _DenseTrackerLoss(torch.autograd.Function):
@@ -178,7 +178,7 @@ def dense_tracker_loss(
     )
 
 
-def dense_tracker_loss_reference(
+def dense_tracker_loss_ref(
     tokens: torch.Tensor,
     labels: torch.Tensor,
     E: torch.Tensor,
@@ -193,5 +193,5 @@ def dense_tracker_loss_reference(
     def pre(h, x, tabs, mats):  # h_{t−1} Aᵀ + E[x_t]
         return h @ mats[0].T + tabs[0][x]
 
-    return reference_call("dense tracker", pre, phi, tokens, labels, [E], [A], W, c)
+    return tracker_loss_ref("dense tracker", pre, phi, tokens, labels, [E], [A], W, c)
 

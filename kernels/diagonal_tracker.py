@@ -50,7 +50,7 @@ gives intra-op threads, each member on one core; the whole stack per step on oth
 devices.  On the CPU each member's numbers are therefore bit-identical to the member run
 alone on one thread (tested).
 
-:func:`diagonal_tracker_loss_reference` is the same model as a plain loop under autograd;
+:func:`diagonal_tracker_loss_ref` is the same model as a plain loop under autograd;
 the tests compare the two (``tests/test_diagonal_tracker.py``).
 """
 
@@ -70,7 +70,7 @@ __all__ = [
     "compiled_loops_apply",
     "diagonal_tracker_logits",
     "diagonal_tracker_loss",
-    "diagonal_tracker_loss_reference",
+    "diagonal_tracker_loss_ref",
     "diagonal_tracker_stream",
     "member_groups",
 ]
@@ -789,7 +789,7 @@ def _stream_loop(tokens, a, b, C, g, e, W, c, state, logits, states, features) -
     )
 
 
-def diagonal_tracker_loss_reference(
+def diagonal_tracker_loss_ref(
     tokens: torch.Tensor,
     labels: torch.Tensor,
     a: torch.Tensor,

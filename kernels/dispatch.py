@@ -95,7 +95,7 @@ def _ssd_mamba(x, dt, A, B, C, initial_state=None, return_final_state=False, chu
 
 
 def _selective_scan_mamba(u, delta, A, B, C, initial_state=None, return_final_state=False, chunk_size=32):
-    """``selective_scan_chunked``'s contract on ``selective_scan_fn``, which has no initial
+    """``selective_scan_ref``'s contract on ``selective_scan_fn``, which has no initial
     state: the initial state's contribution, exp(Σ_{r≤t} Δ_r A) h0 read out by C_t, is
     added to the zero-state output (and to the final state)."""
     y, last = _MAMBA["selective_scan"](
@@ -202,7 +202,7 @@ def gla(q, k, v, gk, scale=None, initial_state=None, return_final_state=False, c
 
 
 def selective_scan(u, delta, A, B, C, initial_state=None, return_final_state=False, chunk_size=32):
-    """Mamba-1 selective scan on the chosen backend (``selective_scan_sequential``'s contract).
+    """Mamba-1 selective scan on the chosen backend (``selective_scan_ref``'s contract).
 
     The torch backend is :func:`kernels.selective_scan.selective_scan_fused`: on the CPU a
     small compiled C kernel where a C compiler is available (:mod:`kernels.compiled`), else

@@ -23,7 +23,7 @@ GEMM), ``tanh_backward``, then ``∂a_t = d_t ⊙ g_t`` and ``∂u_t = σ'(·) �
 written over ``P_t``, and ``∂[A; U] += [∂a_t | ∂u_t]ᵀ h_{t−1}`` while h_{t−1} is in
 cache; ∂E and ∂G as one ``index_add_`` each at the end.
 
-:func:`gated_tracker_loss_reference` is the same model as a plain loop under autograd;
+:func:`gated_tracker_loss_ref` is the same model as a plain loop under autograd;
 the tests compare the two (``tests/test_gated_tracker.py``).
 """
 
@@ -32,9 +32,9 @@ from __future__ import annotations
 import torch
 
 from .fast_tanh import tanh_
-from .tracker_common import BUFFERS, fused_call, readout_ce, readout_ce_grad, reference_call, table_grad, token_rows
+from .tracker_common import BUFFERS, fused_call, readout_ce, readout_ce_grad, tracker_loss_ref, table_grad, token_rows
 
-__all__ = ["gated_tracker_loss", "gated_tracker_loss_reference"]
+__all__ = ["gated_tracker_loss", "gated_tracker_loss_ref"]
 
 
 class _GatedTrackerLoss(torch.autograd.Function):
@@ -174,7 +174,7 @@ def gated_tracker_loss(
     )
 
 
-def gated_tracker_loss_reference(
+def gated_tracker_loss_ref(
     tokens: torch.Tensor,
     labels: torch.Tensor,
     E: torch.Tensor,
@@ -193,4 +193,4 @@ def gated_tracker_loss_reference(
         gate_in = G_m[x] + (h @ U_m.T if U_m is not None else 0.0)
         return torch.sigmoid(gate_in) * (h @ A_m.T) + E_m[x]
 
-    return reference_call("gated tracker", pre, phi, tokens, labels, [E, G], [A, U], W, c)
+    return tracker_loss_ref("gated tracker", pre, phi, tokens, labels, [E, G], [A, U], W, c)

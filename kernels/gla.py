@@ -10,15 +10,17 @@ Layout ``[B, T, H, K]`` and the default ``scale = K^-1/2`` follow
 ``fla.ops.gla.naive.naive_recurrent_gla`` (fla-core 0.6.0). The initial state's
 contribution is added to the zero-state output (docs/errata.md).
 
-:func:`gla_sequential` is the reference; :func:`gla_chunked` computes the same thing with
-an attention-like quadratic form inside chunks and states carried between chunks.
+:func:`gla_ref` is the plain-torch reference (one step at a time under autograd);
+:func:`gla_chunked`, the fast torch path, computes the same thing with an attention-like
+quadratic form inside chunks and states carried between chunks.  :mod:`kernels.triton_gla`
+is the CUDA backend (:mod:`kernels.dispatch`).
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["gla_sequential", "gla_chunked", "gla_step"]
+__all__ = ["gla_ref", "gla_chunked"]
 
 # Largest |c_t − c_0| (cumulative log gate from a chunk's first position) for which gla_chunked
 # factors exp(c_t − c_s) into exp(c_t − c_0 − r)·exp(r + c_0 − c_s), with r the middle of each
@@ -38,19 +40,7 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gk: torch.Tensor) 
         raise ValueError(f"v must be [B, T, H, V] with [B, T, H] = {tuple(q.shape[:3])}, got {tuple(v.shape)}")
 
 
-def gla_step(
-    state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gk: torch.Tensor, scale: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One step. state ``[B, H, K, V]``; q, k, gk ``[B, H, K]``; v ``[B, H, V]``.
-
-    Returns ``(o_t [B, H, V], S_t [B, H, K, V])``.
-    """
-    state = torch.exp(gk)[..., None] * state + k[..., None] * v[..., None, :]  # [B, H, K, V]
-    o = torch.einsum("bhk,bhkv->bhv", q * scale, state)
-    return o, state
-
-
-def gla_sequential(
+def gla_ref(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -77,8 +67,8 @@ def gla_sequential(
     state = q.new_zeros(b, h, dk, dv) if initial_state is None else initial_state
     outs = []
     for i in range(t):
-        o, state = gla_step(state, q[:, i], k[:, i], v[:, i], gk[:, i], scale)
-        outs.append(o)
+        state = torch.exp(gk[:, i])[..., None] * state + k[:, i, :, :, None] * v[:, i, :, None, :]  # [B, H, K, V]
+        outs.append(torch.einsum("bhk,bhkv->bhv", q[:, i] * scale, state))  # [B, H, V]
     o = torch.stack(outs, dim=1) if outs else v.new_zeros(b, 0, h, dv)  # [B, T, H, V]
     return (o, state) if return_final_state else o
 
@@ -93,7 +83,7 @@ def gla_chunked(
     return_final_state: bool = False,
     chunk_size: int = 32,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Chunked GLA (same arguments and result as :func:`gla_sequential`).
+    """Chunked GLA (same arguments and result as :func:`gla_ref`).
 
     Inside a chunk with chunk-local cumulative log gates ``c_t = Σ_{r≤t} g_r`` (per key)::
 

@@ -9,7 +9,7 @@ in (−1, 1)) or complex (a rotation-and-decay per channel; the cells pass their
 ``[..., 2]`` pairs through :func:`torch.view_as_complex`).  Returns all states
 ``hs [..., T, S]``; ``hs[..., -1, :]`` is the final state.
 
-- :func:`linear_scan_reference` — the plain sequential loop under autograd (the
+- :func:`linear_scan_ref` — the plain sequential loop under autograd (the
   definition the fast path is tested against).
 - :func:`linear_scan` — chunked scan with a hand-written backward.  Time is cut into
   ``nc`` chunks of ``C`` steps: (1) a local scan from a zero state inside every chunk, all
@@ -27,7 +27,7 @@ Dense recurrence (tanh-rnn, linear-rnn, token-gated-rnn)::
 
     h_t = phi(g_t ⊙ (h_{t−1} Aᵀ) + d_t),   phi ∈ {identity, tanh},   g_t optional
 
-- :func:`dense_rnn_reference` — the loop under autograd.
+- :func:`dense_rnn_ref` — the loop under autograd.
 - :func:`dense_rnn_scan` — the loop without an autograd graph (one in-place
   ``baddbmm_`` + in-place tanh per step on a buffer initialised with the drive), and a
   backward pass that runs the reverse-time loop (one ``tanh_backward`` and one in-place
@@ -45,11 +45,11 @@ import math
 import torch
 
 __all__ = [
-    "dense_rnn_reference",
+    "dense_rnn_ref",
     "dense_rnn_scan",
     "default_chunk",
     "linear_scan",
-    "linear_scan_reference",
+    "linear_scan_ref",
 ]
 
 PHIS = ("identity", "tanh")
@@ -58,7 +58,7 @@ PHIS = ("identity", "tanh")
 # --------------------------------------------------------------------------------------
 # diagonal affine scan
 # --------------------------------------------------------------------------------------
-def linear_scan_reference(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+def linear_scan_ref(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
     """Sequential h_t = a_t ⊙ h_{t−1} + b_t under autograd.
 
     Args:
@@ -208,7 +208,7 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor, chunk: int |
 # --------------------------------------------------------------------------------------
 # dense recurrence
 # --------------------------------------------------------------------------------------
-def dense_rnn_reference(
+def dense_rnn_ref(
     drive: torch.Tensor, A: torch.Tensor, h0: torch.Tensor, gate: torch.Tensor | None = None, phi: str = "tanh"
 ) -> torch.Tensor:
     """h_t = phi(g_t ⊙ (h_{t−1} Aᵀ) + d_t) under autograd.

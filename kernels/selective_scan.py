@@ -10,13 +10,14 @@ The skip term ``D·u`` and the gate are left to the mixer. Unlike mamba-ssm's
 ``selective_scan_fn`` this scan takes an initial state; its contribution is added to the
 zero-state output (docs/errata.md).
 
-:func:`selective_scan_sequential` is the reference. :func:`selective_scan_chunked` uses the
-identity that a selective scan is GLA with one head per channel, keys ``Δ_t[d]·B_t``,
-values ``u_t[d]`` (V = 1), queries ``C_t`` and log gates ``Δ_t[d]·A[d]`` (scale 1), and
-runs the chunked GLA form. :func:`selective_scan_fused` (the CPU backend of
-``dispatch.selective_scan``) runs a small C kernel, built on first use by
+:func:`selective_scan_ref` is the plain-torch reference (one step at a time under
+autograd). :func:`selective_scan_fused` (the torch backend of ``dispatch.selective_scan``)
+is the fast path: it runs a small C kernel, built on first use by
 :mod:`kernels.compiled`, when a C compiler is available (:func:`compiled_kernel_status`;
-``DYNLAB_C_KERNELS=0`` turns it off) and a torch loop with a hand-written backward otherwise.
+``DYNLAB_C_KERNELS=0`` turns it off) and a torch loop with a hand-written backward
+otherwise.  On CUDA the backends are :func:`kernels.triton_gla.selective_scan_triton` (a
+selective scan is GLA with one head per channel) and mamba-ssm's ``selective_scan_fn``
+(:mod:`kernels.dispatch`).
 
 Why C: the decay differs per channel *and* state dim, so every step touches all
 ``B·D·N`` state entries (4 M per layer at the LM study's quick sizes) and no matrix product
@@ -34,13 +35,10 @@ import ctypes
 import torch
 
 from .compiled import C_KERNELS_ENV, c_library, c_library_status
-from .gla import gla_chunked
 
 __all__ = [
-    "selective_scan_sequential",
-    "selective_scan_chunked",
+    "selective_scan_ref",
     "selective_scan_fused",
-    "selective_scan_step",
     "compiled_kernel_status",
     "C_KERNELS_ENV",
     "SAVE_DECAYS_MAX_BYTES",
@@ -59,20 +57,7 @@ def _check(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tenso
         raise ValueError(f"B and C must be [B, T, N] = {(b, t, A.shape[1])}, got {tuple(B.shape)}, {tuple(C.shape)}")
 
 
-def selective_scan_step(
-    state: torch.Tensor, u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One step. state ``[B, D, N]``; u, delta ``[B, D]``; A ``[D, N]``; B, C ``[B, N]``.
-
-    Returns ``(y_t [B, D], h_t [B, D, N])``.
-    """
-    decay = torch.exp(delta[..., None] * A)  # [B, D, N]
-    state = decay * state + (delta * u)[..., None] * B[:, None, :]  # [B, D, N]
-    y = torch.einsum("bdn,bn->bd", state, C)
-    return y, state
-
-
-def selective_scan_sequential(
+def selective_scan_ref(
     u: torch.Tensor,
     delta: torch.Tensor,
     A: torch.Tensor,
@@ -97,34 +82,11 @@ def selective_scan_sequential(
     state = u.new_zeros(b, d, A.shape[1]) if initial_state is None else initial_state
     ys = []
     for i in range(t):
-        y, state = selective_scan_step(state, u[:, i], delta[:, i], A, B[:, i], C[:, i])
-        ys.append(y)
+        decay = torch.exp(delta[:, i, :, None] * A)  # [B, D, N]
+        state = decay * state + (delta[:, i] * u[:, i])[..., None] * B[:, i, None, :]  # [B, D, N]
+        ys.append(torch.einsum("bdn,bn->bd", state, C[:, i]))  # [B, D]
     y = torch.stack(ys, dim=1) if ys else u.new_zeros(b, 0, d)  # [B, T, D]
     return (y, state) if return_final_state else y
-
-
-def selective_scan_chunked(
-    u: torch.Tensor,
-    delta: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    initial_state: torch.Tensor | None = None,
-    return_final_state: bool = False,
-    chunk_size: int = 32,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Chunked selective scan (same arguments and result as :func:`selective_scan_sequential`)."""
-    _check(u, delta, A, B, C)
-    b, t, d = u.shape
-    n = A.shape[1]
-    q = C[:, :, None, :].expand(b, t, d, n)  # [B, T, D(heads), N(keys)]
-    k = delta[..., None] * B[:, :, None, :]  # [B, T, D, N]
-    v = u[..., None]  # [B, T, D, 1]
-    gk = delta[..., None] * A  # [B, T, D, N]
-    init = None if initial_state is None else initial_state[..., None]  # [B, D, N, 1]
-    y, state = gla_chunked(q, k, v, gk, scale=1.0, initial_state=init, return_final_state=True, chunk_size=chunk_size)
-    y = y[..., 0]  # [B, T, D]
-    return (y, state[..., 0]) if return_final_state else y
 
 
 class _SelectiveScan(torch.autograd.Function):
@@ -206,7 +168,7 @@ def selective_scan_fused(
     chunk_size: int | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Selective scan with a hand-written backward (arguments and result as
-    :func:`selective_scan_sequential`; ``chunk_size`` is accepted and ignored).  The fastest
+    :func:`selective_scan_ref`; ``chunk_size`` is accepted and ignored).  The fastest
     form on the CPU.  float32/float64 CPU tensors go through the compiled C kernel when it is
     available (:func:`compiled_kernel_status`; it keeps the decays ``[B, D, T, N]`` for the
     backward pass up to :data:`SAVE_DECAYS_MAX_BYTES` and recomputes the states there; it

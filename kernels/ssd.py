@@ -11,16 +11,18 @@ Unrolled (time-ordered products, docs/errata.md; scalars here, so the order is o
 clarity): ``S_t = Σ_{s≤t} (Π_{r=s+1..t} a_r) dt_s x_s ⊗ B_s + (Π_{r=0..t} a_r) S_{-1}``.
 The initial state's contribution is *added* to the zero-state output (docs/errata.md).
 
-Two implementations that must agree: :func:`ssd_sequential` (one step at a time, the
-reference) and :func:`ssd_chunked` (quadratic attention-like form inside chunks of
-``chunk_size`` steps, states carried between chunks in log space).
+Two implementations that must agree: :func:`ssd_ref` (the plain-torch reference, one step
+at a time under autograd) and :func:`ssd_chunked` (the fast torch path: a quadratic
+attention-like form inside chunks of ``chunk_size`` steps, states carried between chunks
+in log space).  :mod:`kernels.triton_ssd` and mamba-ssm are the CUDA backends
+(:mod:`kernels.dispatch`).
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["ssd_sequential", "ssd_chunked", "ssd_step"]
+__all__ = ["ssd_ref", "ssd_chunked"]
 
 
 def _check(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> None:
@@ -35,26 +37,7 @@ def _check(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, 
         raise ValueError(f"B and C must be [B, T, H, N] with [B, T, H] = {(b, t, h)}, got {tuple(B.shape)}, {tuple(C.shape)}")
 
 
-def ssd_step(
-    state: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One recurrence step.
-
-    Args:
-        state: ``[B, H, P, N]`` state S_{t-1}.
-        x: ``[B, H, P]``; dt: ``[B, H]`` (positive); A: ``[H]`` (negative);
-        B, C: ``[B, H, N]``.
-
-    Returns:
-        ``(y_t [B, H, P], S_t [B, H, P, N])``.
-    """
-    decay = torch.exp(dt * A)  # [B, H]
-    state = decay[..., None, None] * state + (dt[..., None] * x)[..., None] * B[:, :, None, :]  # [B, H, P, N]
-    y = torch.einsum("bhpn,bhn->bhp", state, C)
-    return y, state
-
-
-def ssd_sequential(
+def ssd_ref(
     x: torch.Tensor,
     dt: torch.Tensor,
     A: torch.Tensor,
@@ -82,8 +65,10 @@ def ssd_sequential(
     state = x.new_zeros(b, h, p, n) if initial_state is None else initial_state
     ys = []
     for i in range(t):
-        y, state = ssd_step(state, x[:, i], dt[:, i], A, B[:, i], C[:, i])
-        ys.append(y)
+        decay = torch.exp(dt[:, i] * A)  # [B, H]
+        inject = (dt[:, i, :, None] * x[:, i])[..., None] * B[:, i, :, None, :]  # [B, H, P, N]
+        state = decay[..., None, None] * state + inject  # [B, H, P, N]
+        ys.append(torch.einsum("bhpn,bhn->bhp", state, C[:, i]))  # [B, H, P]
     y = torch.stack(ys, dim=1) if ys else x.new_zeros(b, 0, h, p)  # [B, T, H, P]
     return (y, state) if return_final_state else y
 
@@ -98,7 +83,7 @@ def ssd_chunked(
     return_final_state: bool = False,
     chunk_size: int = 64,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Chunked SSD scan (same arguments and result as :func:`ssd_sequential`).
+    """Chunked SSD scan (same arguments and result as :func:`ssd_ref`).
 
     Inside a chunk with cumulative log decay ``c_t = Σ_{r≤t} dt_r A`` (chunk-local)::
 

@@ -17,7 +17,7 @@ differ only in the recurrence.  Shared here:
 - the scratch-buffer cache :data:`BUFFERS` (state buffers handed from a finished backward
   pass to the next forward pass on the CPU);
 - the reference loop under autograd that both kernels are tested against
-  (:func:`reference_call`).
+  (:func:`tracker_loss_ref`).
 
 Labels ≥ 0 are class ids; −100 (any negative) marks a position that counts neither in the
 loss nor in the hits.  Losses are in nats, summed (not averaged) over valid positions.
@@ -36,7 +36,7 @@ __all__ = [
     "fused_call",
     "readout_ce",
     "readout_ce_grad",
-    "reference_call",
+    "tracker_loss_ref",
     "table_grad",
     "token_rows",
 ]
@@ -219,7 +219,7 @@ def check_shapes(tokens, labels, tables, mats, W, c) -> None:
         )
 
 
-def reference_call(name, pre, phi, tokens, labels, tables, mats, W, c) -> tuple[torch.Tensor, torch.Tensor]:
+def tracker_loss_ref(name, pre, phi, tokens, labels, tables, mats, W, c) -> tuple[torch.Tensor, torch.Tensor]:
     """The loop shared by the references: for each model m, h_t = phi(pre(h_{t−1}, x_t,
     tables[m], mats[m])) from h_{−1} = 0, then the readout's summed cross-entropy and hits
     (``mats`` entries may be None, as in :func:`fused_call`)."""
@@ -234,14 +234,14 @@ def reference_call(name, pre, phi, tokens, labels, tables, mats, W, c) -> tuple[
             h = pre(h, tokens[m, :, t], tabs_m, mats_m)
             h = torch.tanh(h) if phi == "tanh" else h
             states.append(h)
-        loss_m, hits_m = _ce_reference(torch.stack(states, 1), W[m], c[m], labels[m])  # states [B, T, S]
+        loss_m, hits_m = _ce_ref(torch.stack(states, 1), W[m], c[m], labels[m])  # states [B, T, S]
         losses.append(loss_m)
         hits.append(hits_m)
     loss, correct = torch.stack(losses), torch.stack(hits)
     return (loss[0], correct[0]) if single else (loss, correct)
 
 
-def _ce_reference(states: torch.Tensor, W: torch.Tensor, c: torch.Tensor, labels: torch.Tensor):
+def _ce_ref(states: torch.Tensor, W: torch.Tensor, c: torch.Tensor, labels: torch.Tensor):
     """Summed cross-entropy and argmax hits of the readout ``states [B, T, S] → [B, T, C]``."""
     z = states @ W.T + c
     valid = labels >= 0

@@ -1,8 +1,8 @@
 """Triton chunked GLA forward with an initial state, and Mamba-1's selective scan through it.
 
 Same contracts as :func:`kernels.gla.gla_chunked` (pure-torch reference
-:func:`kernels.gla.gla_sequential`) and :func:`kernels.selective_scan.selective_scan_chunked`
-(reference :func:`kernels.selective_scan.selective_scan_sequential`).  Per batch element
+:func:`kernels.gla.gla_ref`) and :func:`kernels.selective_scan.selective_scan_ref` (the
+pure-torch reference of the selective scan).  Per batch element
 and head (state ``S [K, V]``, log forget gates ``g_t [K]`` ≤ 0)::
 
     S_t = diag(exp(g_t)) · S_{t−1} + k_t ⊗ v_t,   o_t = (scale · q_t)ᵀ S_t,   S_{−1} = initial_state
@@ -176,7 +176,7 @@ def selective_scan_triton(
     return_final_state: bool = False,
     chunk_size: int = 16,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Mamba-1 selective scan through :func:`gla_triton` (arguments as ``selective_scan_chunked``).
+    """Mamba-1 selective scan through :func:`gla_triton` (arguments as ``selective_scan_ref``).
 
     Args:
         u, delta: ``[B, T, D]``; A: ``[D, N]``; B, C: ``[B, T, N]``.

@@ -1,7 +1,7 @@
 """Triton diagonal affine scan, forward and backward (real or complex, initial state).
 
 Same recurrence and result as :func:`kernels.scan.linear_scan` (its pure-torch reference
-is :func:`kernels.scan.linear_scan_reference`)::
+is :func:`kernels.scan.linear_scan_ref`)::
 
     h_t = a_t ⊙ h_{t−1} + b_t,   t = 0 … T−1,   h_{−1} = h0,   final state = h_{T−1}
 

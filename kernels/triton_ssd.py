@@ -1,7 +1,7 @@
 """Triton chunked Mamba-2 SSD forward with an initial state (and final state).
 
 Same contract as :func:`kernels.ssd.ssd_chunked`; its pure-torch reference is
-:func:`kernels.ssd.ssd_sequential`.  Per batch element b and head h (state ``S [P, N]``)::
+:func:`kernels.ssd.ssd_ref`.  Per batch element b and head h (state ``S [P, N]``)::
 
     S_t = exp(dt_t · A) · S_{t−1} + dt_t · x_t ⊗ B_t,   y_t = S_t · C_t,   S_{−1} = initial_state
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
+import os
+import re
+from pathlib import Path
 
 import pytest
 
-from dynlab.bench import bench_train, bytes_per_token, floor_kind, strict_json, write_json
+from dynlab.bench import bench_train, bytes_per_token, floor_kind, strict_json, write_bench_json, write_json
+from dynlab.report import bench_machine_line
+from dynlab.results.provenance import cpu_features
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +49,42 @@ def test_bench_every_row_reports_floor_kind_and_fraction(payload):
         rows = {r["method"]: r for r in res["rows"]}
         solo, ens = rows["dynlab"]["tokens_per_s"], rows["dynlab ensemble-2"]["tokens_per_s"]  # model-tokens/s
         assert res["ensemble_vs_solo_per_model"] == pytest.approx(ens / solo)
+
+
+def test_bench_json_records_the_machine(payload):
+    """CPU model, cores, torch version and the date it was written, and the report's machine line names them."""
+    import torch
+
+    _, data = payload
+    machine = data["machine"]
+    assert machine["cpu_model"] == cpu_features()[0] and machine["cpu_model"]
+    assert machine["cores"] == os.cpu_count()
+    assert machine["torch"] == torch.__version__
+    made = dt.datetime.fromisoformat(machine["created_utc"])
+    assert made.tzinfo is not None and abs(dt.datetime.now(dt.timezone.utc) - made) < dt.timedelta(hours=1)
+    line = bench_machine_line(data)
+    assert line.startswith(f"Machine: CPU {machine['cpu_model']}; {machine['cores']} cores")
+    assert f"torch {torch.__version__}" in line and f"recorded {machine['created_utc']}" in line
+    assert "not recorded" not in line
+
+
+def test_every_benchmark_script_writes_its_json_through_write_bench_json():
+    """A script with a ``--json`` option writes the file with write_bench_json (so it records
+    the machine), never with a bare json.dump or write_text."""
+    scripts = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py"))
+    writers = [p for p in scripts if re.search(r"""add_argument\(\s*["']--json""", p.read_text())]
+    assert {p.name for p in writers} >= {"bench_run_phases.py", "bench_lm_mixers.py", "bench_refusals.py"}
+    for path in writers:
+        text = path.read_text()
+        assert "write_bench_json(" in text, f"{path.name} writes --json without write_bench_json"
+        assert not re.search(r"json\.dump\((?!\{m: m in sys\.modules)|\.write_text\(json", text), path.name
+
+
+def test_write_bench_json_keeps_the_payload_and_adds_the_machine(tmp_path):
+    payload = {"preset": "quick", "rows": [{"x": math.nan}]}
+    data = json.loads(write_bench_json(payload, tmp_path / "b.json").read_text())
+    assert data["preset"] == "quick" and data["rows"] == [{"x": None}]
+    assert set(data["machine"]) >= {"cpu_model", "cores", "torch", "created_utc"}
 
 
 def test_bench_bytes_per_token_counts_eleven_state_streams():

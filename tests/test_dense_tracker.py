@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dynlab.kernels.dense_tracker import dense_tracker_loss, dense_tracker_loss_reference
+from dynlab.kernels.dense_tracker import dense_tracker_loss, dense_tracker_loss_ref
 from dynlab.kernels.tracker_common import BUFFERS
 from dynlab.models import Tracker
 from dynlab.models.cells import StateGatedRNNCell, TanhRNNCell
@@ -37,7 +37,7 @@ def test_fused_loss_and_gradients_match_autograd(phi):
     weights = torch.tensor([1.0, -2.0, 0.5], dtype=D)  # a non-uniform upstream gradient per model
     loss, hits = dense_tracker_loss(tok, lab, *params, phi=phi)
     got = torch.autograd.grad((loss * weights).sum(), params)
-    ref_loss, ref_hits = dense_tracker_loss_reference(tok, lab, *params, phi)
+    ref_loss, ref_hits = dense_tracker_loss_ref(tok, lab, *params, phi)
     want = torch.autograd.grad((ref_loss * weights).sum(), params)
     torch.testing.assert_close(loss, ref_loss, rtol=1e-12, atol=1e-12)
     assert hits.tolist() == ref_hits.tolist()
@@ -206,7 +206,7 @@ def test_reused_state_buffers_never_alias_a_live_graph():
 @pytest.mark.parametrize("phi", ["tanh", "identity"])
 def test_no_unwritten_memory_is_read(nan_buffers, phi):
     tok, lab, params = _problem()
-    ref_loss, ref_hits = dense_tracker_loss_reference(tok, lab, *params, phi)
+    ref_loss, ref_hits = dense_tracker_loss_ref(tok, lab, *params, phi)
     want = torch.autograd.grad(ref_loss.sum(), params)
     nan_buffers()
     for _ in range(2):  # the second pass runs on buffers handed back by the first

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from dynlab.config import ModelSpec
 from dynlab.kernels import diagonal_tracker
-from dynlab.kernels.diagonal_tracker import diagonal_tracker_loss, diagonal_tracker_loss_reference
+from dynlab.kernels.diagonal_tracker import diagonal_tracker_loss, diagonal_tracker_loss_ref
 from dynlab.kernels.tracker_common import BUFFERS
 from dynlab.train.engine import build_tracker, fused_kind, tracker_logits, tracker_loss
 
@@ -82,7 +82,7 @@ def test_fused_loss_and_gradients_match_autograd(form, together, monkeypatch):
     weights = torch.tensor([1.0, -2.0, 0.5], dtype=D)  # a different upstream gradient per model
     loss, hits = diagonal_tracker_loss(tok, lab, *params)
     got = torch.autograd.grad((loss * weights).sum(), params)
-    ref_loss, ref_hits = diagonal_tracker_loss_reference(tok, lab, *params)
+    ref_loss, ref_hits = diagonal_tracker_loss_ref(tok, lab, *params)
     want = torch.autograd.grad((ref_loss * weights).sum(), params)
     torch.testing.assert_close(loss, ref_loss, rtol=1e-12, atol=1e-12)
     assert torch.equal(hits, ref_hits)
@@ -219,7 +219,7 @@ def test_no_unwritten_memory_is_read(nan_buffers, form):
     """Every scratch buffer starts as NaN; two passes (the second on buffers handed back by
     the first) still give the reference's loss and gradients."""
     tok, lab, params = _problem() if form == "real" else _complex_problem()
-    ref_loss, ref_hits = diagonal_tracker_loss_reference(tok, lab, *params)
+    ref_loss, ref_hits = diagonal_tracker_loss_ref(tok, lab, *params)
     want = torch.autograd.grad(ref_loss.sum(), params)
     nan_buffers()
     for _ in range(2):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dynlab.kernels.gated_tracker import gated_tracker_loss, gated_tracker_loss_reference
+from dynlab.kernels.gated_tracker import gated_tracker_loss, gated_tracker_loss_ref
 
 D = torch.float64
 
@@ -35,7 +35,7 @@ def test_gated_loss_and_gradients_match_autograd(state_gate, phi):
     weights = torch.tensor([0.5, 1.0, -1.5], dtype=D)
     loss, hits = gated_tracker_loss(tok, lab, E, G, A, U, W, cb, phi=phi)
     got = torch.autograd.grad((loss * weights).sum(), leaves)
-    ref, ref_hits = gated_tracker_loss_reference(tok, lab, E, G, A, U, W, cb, phi)
+    ref, ref_hits = gated_tracker_loss_ref(tok, lab, E, G, A, U, W, cb, phi)
     want = torch.autograd.grad((ref * weights).sum(), leaves)
     torch.testing.assert_close(loss, ref, rtol=1e-12, atol=1e-12)
     assert hits.tolist() == ref_hits.tolist()
@@ -46,7 +46,7 @@ def test_gated_loss_and_gradients_match_autograd(state_gate, phi):
 def test_single_model_and_bad_input():
     tok, lab, (E, G, A, W, cb), U = _problem(n=1)
     loss, hits = gated_tracker_loss(tok[0], lab[0], E[0], G[0], A[0], U[0], W[0], cb[0])
-    ref, ref_hits = gated_tracker_loss_reference(tok, lab, E, G, A, U, W, cb, "tanh")
+    ref, ref_hits = gated_tracker_loss_ref(tok, lab, E, G, A, U, W, cb, "tanh")
     torch.testing.assert_close(loss, ref[0], rtol=1e-12, atol=1e-12)
     assert int(hits) == int(ref_hits[0])
     with pytest.raises(ValueError, match="unknown phi"):
@@ -70,7 +70,7 @@ def test_gated_backward_once_and_first_order_only():
 def test_no_unwritten_memory_is_read(nan_buffers, state_gate):
     tok, lab, (E, G, A, W, cb), U = _problem(state_gate=state_gate)
     leaves = [E, G, A, W, cb] + ([U] if U is not None else [])
-    ref, ref_hits = gated_tracker_loss_reference(tok, lab, E, G, A, U, W, cb)
+    ref, ref_hits = gated_tracker_loss_ref(tok, lab, E, G, A, U, W, cb)
     want = torch.autograd.grad(ref.sum(), leaves)
     nan_buffers()
     for _ in range(2):  # the second pass runs on buffers handed back by the first

@@ -1,4 +1,4 @@
-"""GLA kernel: chunked vs sequential, split-and-carry, closed form."""
+"""GLA kernel: chunked vs the reference (gla_ref), split-and-carry, closed form."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from dynlab.kernels.gla import _FACTOR_LIMIT, _chunk_bounds, gla_chunked, gla_sequential
+from dynlab.kernels.gla import _FACTOR_LIMIT, _chunk_bounds, gla_chunked, gla_ref
 
 TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=2e-4, atol=2e-5)}
 
@@ -25,11 +25,11 @@ def _inputs(dtype: torch.dtype, b: int = 2, t: int = 29, h: int = 2, dk: int = 4
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("chunk_size", [1, 7, 32], ids=lambda c: f"chunk{c}")
 @pytest.mark.parametrize("with_init", [False, True], ids=["zero-init", "with-init"])
-def test_chunked_matches_sequential_outputs_states_gradients(dtype, chunk_size, with_init):
+def test_chunked_matches_ref_outputs_states_gradients(dtype, chunk_size, with_init):
     leaves = [a.requires_grad_() for a in _inputs(dtype)]
     q, k, v, gk, h0 = leaves
     init = h0 if with_init else None
-    o_ref, s_ref = gla_sequential(q, k, v, gk, initial_state=init, return_final_state=True)
+    o_ref, s_ref = gla_ref(q, k, v, gk, initial_state=init, return_final_state=True)
     o_chk, s_chk = gla_chunked(q, k, v, gk, initial_state=init, return_final_state=True, chunk_size=chunk_size)
     torch.testing.assert_close(o_chk, o_ref, **TOL[dtype])
     torch.testing.assert_close(s_chk, s_ref, **TOL[dtype])
@@ -44,7 +44,7 @@ def test_chunked_matches_sequential_outputs_states_gradients(dtype, chunk_size, 
         assert g_ref[-1].abs().sum() > 0
 
 
-@pytest.mark.parametrize("impl", [gla_sequential, gla_chunked], ids=["sequential", "chunked"])
+@pytest.mark.parametrize("impl", [gla_ref, gla_chunked], ids=["ref", "chunked"])
 @pytest.mark.parametrize("split", [1, 11, 28], ids=lambda k: f"split{k}")
 def test_split_and_carry(impl, split):
     q, k, v, gk, h0 = _inputs(torch.float64)
@@ -55,7 +55,7 @@ def test_split_and_carry(impl, split):
     torch.testing.assert_close(s2, s, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("impl", [gla_sequential, gla_chunked], ids=["sequential", "chunked"])
+@pytest.mark.parametrize("impl", [gla_ref, gla_chunked], ids=["ref", "chunked"])
 def test_closed_form_constant_input(impl):
     """K = V = 1, gate a, k = 1, v = c, q = 1, scale 1: S_T = a^T S0 + c (1 − a^T)/(1 − a)."""
     a, c, s0, T = 0.8, -1.3, 4.0, 40
@@ -80,7 +80,7 @@ def test_bad_shape_raises():
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("path", ["factored", "masked"])
-def test_both_intra_chunk_forms_match_sequential(dtype, path, monkeypatch):
+def test_both_intra_chunk_forms_match_ref(dtype, path, monkeypatch):
     """The GEMM form (exp(c_t)·exp(−c_s)) and the masked pairwise form, each forced, with gradients."""
     import dynlab.kernels.gla as gla_module
 
@@ -88,7 +88,7 @@ def test_both_intra_chunk_forms_match_sequential(dtype, path, monkeypatch):
     monkeypatch.setattr(gla_module, "_FACTOR_LIMIT", {dtype: limit})
     leaves = [a.requires_grad_() for a in _inputs(dtype, t=40, seed=3)]
     q, k, v, gk, h0 = leaves
-    o_ref, s_ref = gla_sequential(q, k, v, gk, initial_state=h0, return_final_state=True)
+    o_ref, s_ref = gla_ref(q, k, v, gk, initial_state=h0, return_final_state=True)
     o, s = gla_chunked(q, k, v, gk, initial_state=h0, return_final_state=True, chunk_size=16)
     torch.testing.assert_close(o, o_ref, **TOL[dtype])
     torch.testing.assert_close(s, s_ref, **TOL[dtype])
@@ -104,7 +104,7 @@ def test_strong_decay_stays_finite_and_exact():
     q, k, v, _, h0 = _inputs(torch.float32, t=20, seed=5)
     gk = torch.full_like(q, -30.0)
     o, s = gla_chunked(q, k, v, gk, initial_state=h0, return_final_state=True, chunk_size=8)
-    o_ref, s_ref = gla_sequential(q, k, v, gk, initial_state=h0, return_final_state=True)
+    o_ref, s_ref = gla_ref(q, k, v, gk, initial_state=h0, return_final_state=True)
     assert torch.isfinite(o).all() and torch.isfinite(s).all()
     torch.testing.assert_close(o, o_ref, **TOL[torch.float32])
     torch.testing.assert_close(s, s_ref, **TOL[torch.float32])
@@ -124,7 +124,7 @@ def test_chunk_bounds_end_before_the_cumulative_gate_exceeds_the_limit():
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
-def test_trained_strength_gates_match_sequential_with_gradients(dtype):
+def test_trained_strength_gates_match_ref_with_gradients(dtype):
     """Gates stronger than a trained GLA layer's (|Σ g| > 100 over 32 steps; trained layers
     reach ~40): one factored chunk of 32 would overflow float32 (e^100), so the chunks must
     end early. Initial and final state; values and all gradients equal the reference."""
@@ -134,7 +134,7 @@ def test_trained_strength_gates_match_sequential_with_gradients(dtype):
     assert gk[:, :32].sum(1).abs().max() > 100
     assert len(_chunk_bounds(gk, 32, _FACTOR_LIMIT[torch.float32])) > 2
     leaves = [a.requires_grad_() for a in (q, k, v, gk, h0)]
-    o_ref, s_ref = gla_sequential(*leaves[:4], initial_state=leaves[4], return_final_state=True)
+    o_ref, s_ref = gla_ref(*leaves[:4], initial_state=leaves[4], return_final_state=True)
     o, s = gla_chunked(*leaves[:4], initial_state=leaves[4], return_final_state=True, chunk_size=32)
     torch.testing.assert_close(o, o_ref, **TOL[dtype])
     torch.testing.assert_close(s, s_ref, **TOL[dtype])
@@ -146,7 +146,7 @@ def test_trained_strength_gates_match_sequential_with_gradients(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
-def test_gates_of_either_sign_match_sequential_with_gradients(dtype):
+def test_gates_of_either_sign_match_ref_with_gradients(dtype):
     """Log gates of both signs (c_t − c_0 not monotone, so the reference r is not at an end of
     the range): values, final state and gradients equal the reference (float32 with milder
     gates: growing states of e^±20 would swamp the reference's own rounding)."""
@@ -154,7 +154,7 @@ def test_gates_of_either_sign_match_sequential_with_gradients(dtype):
     q, k, v, _, h0 = _inputs(dtype, b=2, t=24, h=2, dk=4, dv=3, seed=9)
     gk = torch.randn(2, 24, 2, 4, generator=g, dtype=dtype) * (2.0 if dtype == torch.float64 else 0.5)
     leaves = [a.requires_grad_() for a in (q, k, v, gk, h0)]
-    o_ref, s_ref = gla_sequential(*leaves[:4], initial_state=leaves[4], return_final_state=True)
+    o_ref, s_ref = gla_ref(*leaves[:4], initial_state=leaves[4], return_final_state=True)
     o, s = gla_chunked(*leaves[:4], initial_state=leaves[4], return_final_state=True, chunk_size=12)
     tol = dict(rtol=1e-10, atol=1e-8) if dtype == torch.float64 else TOL[dtype]
     torch.testing.assert_close(o, o_ref, **tol)

@@ -1,4 +1,4 @@
-"""Mamba-1 selective scan kernel: chunked vs sequential, split-and-carry, closed form."""
+"""Mamba-1 selective scan: the fused scan (C kernel and torch loop) against the reference, split-and-carry, closed form."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dynlab.kernels import selective_scan as ss
-from dynlab.kernels.selective_scan import selective_scan_chunked, selective_scan_fused, selective_scan_sequential
+from dynlab.kernels.selective_scan import selective_scan_fused, selective_scan_ref
 
 TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=2e-4, atol=2e-5)}
 
@@ -39,32 +39,7 @@ def _inputs(dtype: torch.dtype, b: int = 2, t: int = 31, d: int = 5, n: int = 4,
     return [u, delta, A, B, C, h0]
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
-@pytest.mark.parametrize("chunk_size", [1, 8, 32], ids=lambda c: f"chunk{c}")
-@pytest.mark.parametrize("with_init", [False, True], ids=["zero-init", "with-init"])
-def test_chunked_matches_sequential_outputs_states_gradients(dtype, chunk_size, with_init):
-    leaves = [a.requires_grad_() for a in _inputs(dtype)]
-    u, delta, A, B, C, h0 = leaves
-    init = h0 if with_init else None
-    y_ref, s_ref = selective_scan_sequential(u, delta, A, B, C, initial_state=init, return_final_state=True)
-    y_chk, s_chk = selective_scan_chunked(u, delta, A, B, C, initial_state=init, return_final_state=True,
-                                          chunk_size=chunk_size)
-    torch.testing.assert_close(y_chk, y_ref, **TOL[dtype])
-    torch.testing.assert_close(s_chk, s_ref, **TOL[dtype])
-    g = torch.Generator().manual_seed(1)
-    wy, ws = torch.randn(y_ref.shape, generator=g, dtype=dtype), torch.randn(s_ref.shape, generator=g, dtype=dtype)
-    used = leaves if with_init else leaves[:-1]
-    g_ref = torch.autograd.grad((y_ref * wy).sum() + (s_ref * ws).sum(), used)
-    g_chk = torch.autograd.grad((y_chk * wy).sum() + (s_chk * ws).sum(), used)
-    for a, b in zip(g_chk, g_ref):
-        torch.testing.assert_close(a, b, **TOL[dtype])
-    if with_init:
-        assert g_ref[-1].abs().sum() > 0
-
-
-@pytest.mark.parametrize(
-    "impl", [selective_scan_sequential, selective_scan_chunked, selective_scan_fused], ids=["sequential", "chunked", "fused"]
-)
+@pytest.mark.parametrize("impl", [selective_scan_ref, selective_scan_fused], ids=["ref", "fused"])
 @pytest.mark.parametrize("k", [1, 16, 30], ids=lambda k: f"split{k}")
 def test_split_and_carry(impl, k):
     u, delta, A, B, C, h0 = _inputs(torch.float64)
@@ -75,9 +50,7 @@ def test_split_and_carry(impl, k):
     torch.testing.assert_close(s2, s, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize(
-    "impl", [selective_scan_sequential, selective_scan_chunked, selective_scan_fused], ids=["sequential", "chunked", "fused"]
-)
+@pytest.mark.parametrize("impl", [selective_scan_ref, selective_scan_fused], ids=["ref", "fused"])
 def test_closed_form_per_channel_decay(impl):
     """Two channels with decays a_d, constant input c, Δ = B = C = 1: h_T[d] = a_d^T h0 + c (1 − a_d^T)/(1 − a_d)."""
     decays, c, h0, T = [0.5, 0.95], 0.3, -1.0, 25
@@ -90,21 +63,22 @@ def test_closed_form_per_channel_decay(impl):
         assert s[0, d, 0].item() == pytest.approx(a**T * h0 + c * (1 - a**T) / (1 - a), rel=1e-12)
 
 
-def test_bad_shape_raises():
+@pytest.mark.parametrize("impl", [selective_scan_ref, selective_scan_fused], ids=["ref", "fused"])
+def test_bad_shape_raises(impl):
     u, delta, A, B, C, _ = _inputs(torch.float64)
     with pytest.raises(ValueError, match="A must be"):
-        selective_scan_chunked(u, delta, A[:2], B, C)
+        impl(u, delta, A[:2], B, C)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("with_init", [False, True], ids=["zero-init", "with-init"])
 @pytest.mark.parametrize("outputs", ["y-and-state", "y-only", "state-only"])
-def test_fused_matches_sequential_outputs_states_gradients(dtype, with_init, outputs, nan_buffers, fused_backend):
+def test_fused_matches_ref_outputs_states_gradients(dtype, with_init, outputs, nan_buffers, fused_backend):
     """The hand-written backward (C kernel and torch loop), with every buffer it allocates NaN-poisoned."""
     leaves = [a.requires_grad_() for a in _inputs(dtype)]
     u, delta, A, B, C, h0 = leaves
     init = h0 if with_init else None
-    y_ref, s_ref = selective_scan_sequential(u, delta, A, B, C, initial_state=init, return_final_state=True)
+    y_ref, s_ref = selective_scan_ref(u, delta, A, B, C, initial_state=init, return_final_state=True)
     g = torch.Generator().manual_seed(2)
     wy, ws = torch.randn(y_ref.shape, generator=g, dtype=dtype), torch.randn(s_ref.shape, generator=g, dtype=dtype)
     used = leaves if with_init else leaves[:-1]
@@ -141,7 +115,7 @@ def test_fused_long_sequence_strided_inputs_and_lm_sizes(dtype, fused_backend):
     B, C = (torch.randn(b, n, t, generator=g, dtype=dtype).transpose(1, 2) for _ in range(2))
     h0 = torch.randn(b, d, n, generator=g, dtype=dtype)
     leaves = [a.requires_grad_() for a in (u, delta, A, B, C, h0)]
-    y_ref, s_ref = selective_scan_sequential(*leaves, return_final_state=True)
+    y_ref, s_ref = selective_scan_ref(*leaves, return_final_state=True)
     y, s = selective_scan_fused(*leaves, return_final_state=True)
     torch.testing.assert_close(y, y_ref, **TOL[dtype])
     torch.testing.assert_close(s, s_ref, **TOL[dtype])
@@ -194,7 +168,7 @@ def test_without_a_compiler_the_torch_loop_takes_over(monkeypatch, tmp_path):
     assert status.startswith("unavailable: ") and ss._c_library() is None
     u, delta, A, B, C, h0 = _inputs(torch.float64)
     y, s = selective_scan_fused(u, delta, A, B, C, initial_state=h0, return_final_state=True)
-    y_ref, s_ref = selective_scan_sequential(u, delta, A, B, C, initial_state=h0, return_final_state=True)
+    y_ref, s_ref = selective_scan_ref(u, delta, A, B, C, initial_state=h0, return_final_state=True)
     torch.testing.assert_close(y, y_ref, **TOL[torch.float64])
     torch.testing.assert_close(s, s_ref, **TOL[torch.float64])
 

@@ -1,4 +1,4 @@
-"""Mamba-2 SSD kernel: chunked vs sequential, split-and-carry, closed form."""
+"""Mamba-2 SSD kernel: chunked vs the reference (ssd_ref), split-and-carry, closed form."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from dynlab.kernels.ssd import ssd_chunked, ssd_sequential
+from dynlab.kernels.ssd import ssd_chunked, ssd_ref
 
 TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=2e-4, atol=2e-5)}
 
@@ -26,11 +26,11 @@ def _inputs(dtype: torch.dtype, b: int = 2, t: int = 37, h: int = 3, p: int = 4,
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("chunk_size", [1, 8, 16, 64], ids=lambda c: f"chunk{c}")
 @pytest.mark.parametrize("with_init", [False, True], ids=["zero-init", "with-init"])
-def test_chunked_matches_sequential_outputs_states_gradients(dtype, chunk_size, with_init):
+def test_chunked_matches_ref_outputs_states_gradients(dtype, chunk_size, with_init):
     leaves = [a.requires_grad_() for a in _inputs(dtype)]
     x, dt, A, B, C, h0 = leaves
     init = h0 if with_init else None
-    y_ref, s_ref = ssd_sequential(x, dt, A, B, C, initial_state=init, return_final_state=True)
+    y_ref, s_ref = ssd_ref(x, dt, A, B, C, initial_state=init, return_final_state=True)
     y_chk, s_chk = ssd_chunked(x, dt, A, B, C, initial_state=init, return_final_state=True, chunk_size=chunk_size)
     torch.testing.assert_close(y_chk, y_ref, **TOL[dtype])
     torch.testing.assert_close(s_chk, s_ref, **TOL[dtype])
@@ -45,7 +45,7 @@ def test_chunked_matches_sequential_outputs_states_gradients(dtype, chunk_size, 
         assert g_ref[-1].abs().sum() > 0  # gradient reaches the initial state
 
 
-@pytest.mark.parametrize("impl", [ssd_sequential, ssd_chunked], ids=["sequential", "chunked"])
+@pytest.mark.parametrize("impl", [ssd_ref, ssd_chunked], ids=["ref", "chunked"])
 @pytest.mark.parametrize("k", [1, 13, 36], ids=lambda k: f"split{k}")
 def test_split_and_carry(impl, k):
     x, dt, A, B, C, h0 = _inputs(torch.float64)
@@ -56,7 +56,7 @@ def test_split_and_carry(impl, k):
     torch.testing.assert_close(s2, s, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("impl", [ssd_sequential, ssd_chunked], ids=["sequential", "chunked"])
+@pytest.mark.parametrize("impl", [ssd_ref, ssd_chunked], ids=["ref", "chunked"])
 def test_closed_form_constant_input(impl):
     """Scalar decay a, constant input c, B = C = dt = 1: h_T = a^T h0 + c (1 − a^T)/(1 − a)."""
     a, c, h0, T = 0.9, 0.7, 2.5, 50

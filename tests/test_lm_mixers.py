@@ -1,4 +1,4 @@
-"""LM mixers and stack: split-and-carry, chunked vs reference scan, gradients to the initial state."""
+"""LM mixers and stack: split-and-carry, the dispatched scan vs the reference, gradients to the initial state."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ SMALL = {
 }
 
 
-def _model(name: str, impl: str = "chunked", seed: int = 0) -> RecurrentLM:
+def _model(name: str, impl: str = "dispatch", seed: int = 0) -> RecurrentLM:
     return RecurrentLM(name, d_model=16, n_layers=2, mlp_ratio=2, generator=torch.Generator().manual_seed(seed),
                        impl=impl, **SMALL[name]).double()
 
@@ -43,11 +43,11 @@ def test_model_split_and_carry(name, k):
 
 
 @pytest.mark.parametrize("name", sorted(MIXERS))
-def test_chunked_mixer_matches_sequential_reference(name):
-    chunked, reference = _model(name, "chunked"), _model(name, "sequential")
+def test_dispatch_mixer_matches_ref_mixer(name):
+    fast, reference = _model(name, "dispatch"), _model(name, "ref")
     x = _tokens()
-    h0 = _random_states(chunked, 2)
-    lc, sc = chunked(x, h0)
+    h0 = _random_states(fast, 2)
+    lc, sc = fast(x, h0)
     lr, sr = reference(x, h0)
     torch.testing.assert_close(lc, lr, rtol=1e-9, atol=1e-9)
     for a, b in zip(sc, sr):
@@ -96,6 +96,14 @@ def test_unknown_mixer_and_impl_raise():
         RecurrentLM("lstm")
     with pytest.raises(ValueError, match="impl must be one of"):
         RecurrentLM("gla", impl="triton")
+
+
+@pytest.mark.parametrize(("old", "new"), [("chunked", "dispatch"), ("sequential", "ref")])
+@pytest.mark.parametrize("name", sorted(MIXERS))
+def test_former_impl_names_warn_and_run_the_same_scan(name, old, new):
+    with pytest.warns(DeprecationWarning, match=f"impl='{old}' is deprecated; use impl='{new}'"):
+        mixer = MIXERS[name](16, impl=old, **SMALL[name])
+    assert mixer.impl == new
 
 
 def test_public_api_is_pinned():

@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from dynlab.kernels import dispatch
-from dynlab.kernels.selective_scan import selective_scan_chunked, selective_scan_fused, selective_scan_sequential
-from dynlab.kernels.ssd import ssd_chunked, ssd_sequential
+from dynlab.kernels.selective_scan import selective_scan_fused, selective_scan_ref
+from dynlab.kernels.ssd import ssd_chunked, ssd_ref
 
 FILES = {
     "selective_scan_ref": "mamba_ssm/ops/selective_scan_interface.py",
@@ -69,7 +69,8 @@ def _load(name: str, helpers: tuple[str, ...] = ()):
 
 
 @pytest.fixture(scope="module")
-def selective_scan_ref():
+def mamba_selective_scan_ref():
+    """mamba-ssm's ``selective_scan_ref`` (its layout; see :func:`_ref_mamba1`)."""
     return _load("selective_scan_ref")
 
 
@@ -97,40 +98,36 @@ def _ref_mamba1(ref, u, delta, A, B, C):
 TOL32 = dict(rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "impl", [selective_scan_sequential, selective_scan_chunked, selective_scan_fused], ids=["sequential", "chunked", "fused"]
-)
-def test_mamba_ref_selective_scan_equals_selective_scan_ref(impl, selective_scan_ref):
+@pytest.mark.parametrize("impl", [selective_scan_ref, selective_scan_fused], ids=["ref", "fused"])
+def test_mamba_ref_selective_scan_equals_mamba_selective_scan_ref(impl, mamba_selective_scan_ref):
     u, delta, A, B, C = _mamba1_inputs()
-    y_ref, last_ref = _ref_mamba1(selective_scan_ref, u, delta, A, B, C)
+    y_ref, last_ref = _ref_mamba1(mamba_selective_scan_ref, u, delta, A, B, C)
     y, last = impl(u, delta, A, B, C, return_final_state=True)
     torch.testing.assert_close(y, y_ref, **TOL32)
     torch.testing.assert_close(last, last_ref, **TOL32)
 
 
-@pytest.mark.parametrize(
-    "impl", [selective_scan_sequential, selective_scan_chunked, selective_scan_fused], ids=["sequential", "chunked", "fused"]
-)
-def test_mamba_ref_selective_scan_initial_state_continues_the_reference(impl, selective_scan_ref):
-    """selective_scan_ref has no initial state; dynlab's, fed the reference's state after a
+@pytest.mark.parametrize("impl", [selective_scan_ref, selective_scan_fused], ids=["ref", "fused"])
+def test_mamba_ref_selective_scan_initial_state_continues_the_reference(impl, mamba_selective_scan_ref):
+    """mamba-ssm's selective_scan_ref has no initial state; dynlab's, fed the reference's state after a
     prefix, must reproduce the reference's own outputs on the rest of the sequence."""
     u, delta, A, B, C = _mamba1_inputs(t=30, seed=1)
     k = 11
-    y_ref, last_ref = _ref_mamba1(selective_scan_ref, u, delta, A, B, C)
-    _, mid = _ref_mamba1(selective_scan_ref, u[:, :k], delta[:, :k], A, B[:, :k], C[:, :k])
+    y_ref, last_ref = _ref_mamba1(mamba_selective_scan_ref, u, delta, A, B, C)
+    _, mid = _ref_mamba1(mamba_selective_scan_ref, u[:, :k], delta[:, :k], A, B[:, :k], C[:, :k])
     y2, last2 = impl(u[:, k:], delta[:, k:], A, B[:, k:], C[:, k:], initial_state=mid, return_final_state=True)
     torch.testing.assert_close(y2, y_ref[:, k:], **TOL32)
     torch.testing.assert_close(last2, last_ref, **TOL32)
 
 
-def test_mamba_ref_selective_scan_fn_adapter_adds_the_initial_state(selective_scan_ref, monkeypatch):
+def test_mamba_ref_selective_scan_fn_adapter_adds_the_initial_state(mamba_selective_scan_ref, monkeypatch):
     """The CUDA backend's adapter around ``selective_scan_fn`` (which has no initial state),
-    run here with ``selective_scan_ref`` in its place (same signature), equals dynlab's scan."""
-    monkeypatch.setitem(dispatch._MAMBA, "selective_scan", selective_scan_ref)
+    run here with mamba-ssm's ``selective_scan_ref`` in its place (same signature), equals dynlab's scan."""
+    monkeypatch.setitem(dispatch._MAMBA, "selective_scan", mamba_selective_scan_ref)
     u, delta, A, B, C = _mamba1_inputs(seed=2)
     h0 = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(3))
     y, last = dispatch._selective_scan_mamba(u, delta, A, B, C, h0, True)
-    y_dyn, last_dyn = selective_scan_sequential(u, delta, A, B, C, h0, True)
+    y_dyn, last_dyn = selective_scan_ref(u, delta, A, B, C, h0, True)
     torch.testing.assert_close(y, y_dyn, **TOL32)
     torch.testing.assert_close(last, last_dyn, **TOL32)
 
@@ -153,7 +150,7 @@ def _ref_ssd(ref, x, dt, A, B, C, h0, block_len):
 
 
 @pytest.mark.parametrize("with_init", [False, True], ids=["zero-init", "with-init"])
-@pytest.mark.parametrize("impl", [ssd_sequential, ssd_chunked], ids=["sequential", "chunked"])
+@pytest.mark.parametrize("impl", [ssd_ref, ssd_chunked], ids=["ref", "chunked"])
 def test_mamba_ref_ssd_equals_ssd_minimal_discrete(impl, with_init, ssd_minimal_discrete):
     x, dt, A, B, C, h0 = _ssd_inputs()
     init = h0 if with_init else None

@@ -53,6 +53,22 @@ def test_the_machine_line_names_what_a_file_records_and_what_it_does_not():
     line = bench_machine_line(full)
     assert line == "Machine: CPU Some CPU; 8 cores; torch 2.13.0; recorded 2026-01-01T00:00:00Z; device cpu; 1 thread."
     assert bench_machine_line({"rows": []}) == "Machine: not recorded in the file (CPU model, core count, torch version, date)."
+    shared = {"machine": {**full["machine"], "cores_available": 2, "cuda_devices": ["NVIDIA H200"]}, "rows": []}
+    assert bench_machine_line(shared) == ("Machine: CPU Some CPU; 8 cores (2 available to the run); torch 2.13.0; "
+                                          "GPU NVIDIA H200; recorded 2026-01-01T00:00:00Z.")
+    same = {"machine": {**full["machine"], "cores_available": 8, "cuda_devices": []}, "rows": []}
+    assert bench_machine_line(same) == "Machine: CPU Some CPU; 8 cores; torch 2.13.0; recorded 2026-01-01T00:00:00Z."
+
+
+def test_the_committed_files_without_a_machine_say_so_in_the_performance_doc():
+    """Files written before benchmarks recorded the machine print "not recorded", never a guess."""
+    text = DOC.read_text(encoding="utf-8").split(MARKER, 1)[1]
+    for f in _bench_files():
+        data = json.loads(f.read_text())
+        line = bench_machine_line(data)
+        assert f"## benchmarks/results/{f.name}\n\n{line}\n" in text
+        if "machine" not in data:
+            assert "not recorded in the file" in line
 
 
 def test_a_file_that_is_no_benchmark_result_is_a_one_line_input_error(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.func import vmap
 
-from dynlab.kernels.scan import dense_rnn_reference, dense_rnn_scan, linear_scan, linear_scan_reference
+from dynlab.kernels.scan import dense_rnn_ref, dense_rnn_scan, linear_scan, linear_scan_ref
 
 TOL = {torch.float64: 1e-12, torch.float32: 2e-5, torch.complex128: 1e-12}
 
@@ -52,7 +52,7 @@ def test_linear_scan_matches_reference(kind, dtype, length, chunk):
     a = _coeffs(kind, (3, length, 5), dtype, gen).requires_grad_()
     b = _rand((3, length, 5), dtype, gen).requires_grad_()
     h0 = _rand((3, 5), dtype, gen).requires_grad_()
-    ref = linear_scan_reference(a, b, h0)
+    ref = linear_scan_ref(a, b, h0)
     out = linear_scan(a, b, h0, chunk)
     tol = TOL[dtype]
     torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
@@ -81,7 +81,7 @@ def test_linear_scan_broadcasts_leading_dims():
     b = torch.randn(4, 9, 3, generator=gen, dtype=torch.float64)
     h0 = torch.randn(3, generator=gen, dtype=torch.float64)
     out = linear_scan(a, b, h0)
-    ref = linear_scan_reference(a.expand(4, 9, 3), b, h0.expand(4, 3))
+    ref = linear_scan_ref(a.expand(4, 9, 3), b, h0.expand(4, 3))
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
 
 
@@ -91,7 +91,7 @@ def test_linear_scan_does_not_read_uninitialised_buffers(monkeypatch):
     a = (2 * torch.rand(2, 29, 6, generator=gen, dtype=torch.float64) - 1).requires_grad_()
     b = torch.randn(2, 29, 6, generator=gen, dtype=torch.float64, requires_grad=True)
     h0 = torch.randn(2, 6, generator=gen, dtype=torch.float64, requires_grad=True)
-    ref = linear_scan_reference(a, b, h0)
+    ref = linear_scan_ref(a, b, h0)
     g_ref = torch.autograd.grad(ref.square().sum(), (a, b, h0))
     _poison(monkeypatch)
     out = linear_scan(a, b, h0, chunk=5)
@@ -127,7 +127,7 @@ def test_dense_scan_matches_reference(phi, gated, dtype):
     h0 = torch.randn(5, s, generator=gen, dtype=torch.float64).to(dtype).requires_grad_()
     gate = torch.rand(5, 13, s, generator=gen, dtype=torch.float64).to(dtype).requires_grad_() if gated else None
     ins = [drive, A, h0] + ([gate] if gated else [])
-    ref = dense_rnn_reference(drive, A, h0, gate, phi)
+    ref = dense_rnn_ref(drive, A, h0, gate, phi)
     out = dense_rnn_scan(drive, A, h0, gate, phi)
     tol = TOL[dtype]
     torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
@@ -160,7 +160,7 @@ def test_dense_scan_does_not_read_uninitialised_buffers(monkeypatch):
     ]
     for gate in (None, ins[3]):
         used = ins[:3] + ([gate] if gate is not None else [])
-        ref = dense_rnn_reference(ins[0], ins[1], ins[2], gate)
+        ref = dense_rnn_ref(ins[0], ins[1], ins[2], gate)
         g_ref = torch.autograd.grad(ref.square().sum(), used)
         with monkeypatch.context() as m:
             _poison(m)
@@ -179,7 +179,7 @@ def test_dense_scan_under_vmap_equals_per_model_loop():
     d = torch.randn(n, 3, 8, s, generator=gen, dtype=torch.float64, requires_grad=True)
     h0 = torch.zeros(3, s, dtype=torch.float64)
     out = vmap(lambda a_, d_: dense_rnn_scan(d_, a_, h0))(A, d)
-    ref = torch.stack([dense_rnn_reference(d[i], A[i], h0) for i in range(n)])
+    ref = torch.stack([dense_rnn_ref(d[i], A[i], h0) for i in range(n)])
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
     w = torch.randn(ref.shape, generator=gen, dtype=torch.float64)
     for x, y in zip(torch.autograd.grad((out * w).sum(), (A, d)), torch.autograd.grad((ref * w).sum(), (A, d))):
@@ -192,7 +192,7 @@ def test_linear_scan_under_vmap():
     b = torch.randn(2, 10, 4, generator=gen, dtype=torch.float64)
     h0 = torch.randn(2, 4, generator=gen, dtype=torch.float64)
     out = vmap(lambda a_: linear_scan(a_, b, h0, chunk=3))(a)
-    ref = torch.stack([linear_scan_reference(a[i], b, h0) for i in range(3)])
+    ref = torch.stack([linear_scan_ref(a[i], b, h0) for i in range(3)])
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(
         torch.autograd.grad(out.sum(), a)[0], torch.autograd.grad(ref.sum(), a)[0], rtol=1e-11, atol=1e-11

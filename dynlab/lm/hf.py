@@ -17,7 +17,7 @@ How the initial state gets in (measured on transformers 5.x; the tests pin each 
 - **Mamba-1**: the HF prefill (``seq_len > 1``) ignores a carried SSM state (its scan
   always starts from zero; only single-token decoding reads the cache). dynlab therefore
   runs the Mamba-1 mixer itself on the HF layer's own weights (in_proj, causal conv1d,
-  x_proj, dt_proj, A_log, D, out_proj) with :func:`dynlab.kernels.selective_scan.selective_scan_sequential`,
+  x_proj, dt_proj, A_log, D, out_proj) with :func:`dynlab.kernels.selective_scan.selective_scan_ref`,
   which takes an initial state; embeddings, norms, residuals and the LM head are HF's.
   The tests check it equal to HF's own forward from the zero state and to HF's
   token-by-token decoding from a carried cache.
@@ -144,7 +144,7 @@ class HFRecurrentLM(nn.Module):
         return out.logits, CarriedStates(finals, convs)
 
     def _forward_mamba1(self, tokens: torch.Tensor, ssm: list[torch.Tensor], conv: list[torch.Tensor]) -> tuple[torch.Tensor, CarriedStates]:
-        from dynlab.kernels.selective_scan import selective_scan_sequential
+        from dynlab.kernels.selective_scan import selective_scan_ref
 
         backbone = self.hf.backbone
         hidden = backbone.embeddings(tokens)  # [B, T, D]
@@ -162,7 +162,7 @@ class HFRecurrentLM(nn.Module):
             delta = F.softplus(F.linear(dt, m.dt_proj.weight, m.dt_proj.bias))  # [B, T, D_inner]
             A = -torch.exp(m.A_log.float())  # [D_inner, N]
             init = ssm[i].reshape(tokens.shape[0], m.intermediate_size, m.ssm_state_size).float()
-            y, h = selective_scan_sequential(u.float(), delta.float(), A, Bm.float(), Cm.float(), init, True)
+            y, h = selective_scan_ref(u.float(), delta.float(), A, Bm.float(), Cm.float(), init, True)
             y = (y + u * m.D.float()) * F.silu(gate.transpose(1, 2))  # [B, T, D_inner]
             hidden = residual + m.out_proj(y.to(x.dtype))
             finals.append(h.view(tokens.shape[0], 1, m.intermediate_size, m.ssm_state_size))

@@ -34,6 +34,7 @@ epsilon, the layout of old run folders).
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -41,16 +42,27 @@ from torch import nn
 
 from dynlab.errors import DynlabInputError
 from dynlab.kernels import dispatch
-from dynlab.kernels.gla import gla_sequential
-from dynlab.kernels.selective_scan import selective_scan_sequential
-from dynlab.kernels.ssd import ssd_sequential
+from dynlab.kernels.gla import gla_ref
+from dynlab.kernels.selective_scan import selective_scan_ref
+from dynlab.kernels.ssd import ssd_ref
 
 __all__ = ["Mamba2Mixer", "Mamba1Mixer", "GLAMixer", "MIXERS", "IMPLS", "causal_conv", "causal_conv_ref"]
 
-IMPLS = ("chunked", "sequential")
+#: What a mixer's scan runs: ``"dispatch"``, the fast path :mod:`dynlab.kernels.dispatch`
+#: picks for the device (the op's torch form on the CPU, Triton or mamba-ssm on CUDA);
+#: ``"ref"``, the op's plain-torch reference (``ssd_ref``, ``selective_scan_ref``,
+#: ``gla_ref``) under autograd.
+IMPLS = ("dispatch", "ref")
+
+#: Former names of the values, accepted with a DeprecationWarning.
+_DEPRECATED_IMPLS = {"chunked": "dispatch", "sequential": "ref"}
 
 
 def _check_impl(impl: str) -> str:
+    if impl in _DEPRECATED_IMPLS:
+        new = _DEPRECATED_IMPLS[impl]
+        warnings.warn(f"impl={impl!r} is deprecated; use impl={new!r} (the same scan)", DeprecationWarning, stacklevel=3)
+        return new
     if impl not in IMPLS:
         raise DynlabInputError(f"impl must be one of {IMPLS}, got {impl!r}")
     return impl
@@ -144,7 +156,8 @@ class Mamba2Mixer(_ShortConv):
         head_dim: channels per head P (inner width H·P).
         d_state: state size N.
         chunk_size: chunk length of the chunked scan.
-        impl: ``"chunked"`` or ``"sequential"`` (the reference scan).
+        impl: ``"dispatch"`` (``dispatch.ssd``: the chunked torch scan on the CPU, Triton or
+            mamba-ssm on CUDA) or ``"ref"`` (:func:`dynlab.kernels.ssd.ssd_ref`, the reference).
         dt_min, dt_max: range of the initial step sizes (log-uniform); small values give
             slowly decaying heads whose state keeps growing past the training length.
         conv_kernel: width K of the causal depthwise convolution over ``xBC`` (0: none).
@@ -152,7 +165,7 @@ class Mamba2Mixer(_ShortConv):
     """
 
     def __init__(self, d_model: int, n_heads: int = 4, head_dim: int = 16, d_state: int = 16,
-                 chunk_size: int = 64, impl: str = "chunked", dt_min: float = 1e-3, dt_max: float = 1e-1,
+                 chunk_size: int = 64, impl: str = "dispatch", dt_min: float = 1e-3, dt_max: float = 1e-1,
                  conv_kernel: int = 4, norm_eps: float | None = 1e-5) -> None:
         super().__init__()
         if not 0.0 < dt_min <= dt_max:
@@ -203,10 +216,10 @@ class Mamba2Mixer(_ShortConv):
         A = -torch.exp(self.A_log)  # [H]
         B = B[:, :, None, :].expand(b, t, h, n)  # [B, T, H, N]
         C = C[:, :, None, :].expand(b, t, h, n)  # [B, T, H, N]
-        if self.impl == "chunked":
+        if self.impl == "dispatch":
             y, state = dispatch.ssd(xs, dt, A, B, C, initial_state, True, chunk_size=self.chunk_size)
         else:
-            y, state = ssd_sequential(xs, dt, A, B, C, initial_state, True)
+            y, state = ssd_ref(xs, dt, A, B, C, initial_state, True)
         return y + self.D[:, None] * xs, z, state, window
 
 
@@ -219,11 +232,12 @@ class Mamba1Mixer(_ShortConv):
         d_state: state size N per channel.
         n_heads: groups of channels used as "heads" of the state layout (divides d_inner).
         dt_rank: rank of the Δ projection (default ``ceil(d_model / 16)``).
-        chunk_size, impl: ``"chunked"`` (default) runs ``dispatch.selective_scan``: on the
+        chunk_size, impl: ``"dispatch"`` (default) runs ``dispatch.selective_scan``: on the
             CPU the fused scan with a hand-written backward (a compiled C kernel when a C
             compiler is available, see :func:`dynlab.kernels.selective_scan.selective_scan_fused`;
-            ``chunk_size`` is unused there), Triton or mamba-ssm on CUDA. ``"sequential"`` is
-            the step-by-step reference scan under autograd.
+            ``chunk_size`` is unused there), Triton or mamba-ssm on CUDA. ``"ref"`` is
+            :func:`dynlab.kernels.selective_scan.selective_scan_ref`, the step-by-step reference
+            scan under autograd.
         conv_kernel: width K of the causal depthwise convolution over ``x`` (0: none).
         inner_norm: RMS-normalise the gated output before ``out_proj`` (not in mamba-ssm
             or HF; the layout of dynlab's old convolution-free runs).
@@ -231,7 +245,7 @@ class Mamba1Mixer(_ShortConv):
     """
 
     def __init__(self, d_model: int, d_inner: int = 64, d_state: int = 16, n_heads: int = 4,
-                 dt_rank: int | None = None, chunk_size: int = 32, impl: str = "chunked",
+                 dt_rank: int | None = None, chunk_size: int = 32, impl: str = "dispatch",
                  conv_kernel: int = 4, inner_norm: bool = False, norm_eps: float | None = 1e-5) -> None:
         super().__init__()
         if d_inner % n_heads:
@@ -272,10 +286,10 @@ class Mamba1Mixer(_ShortConv):
         delta = F.softplus(self.dt_proj(dt_raw))  # [B, T, D_inner]
         A = -torch.exp(self.A_log)  # [D_inner, N]
         init = None if initial_state is None else initial_state.reshape(b, self.d_inner, self.d_state)
-        if self.impl == "chunked":
+        if self.impl == "dispatch":
             y, state = dispatch.selective_scan(xs, delta, A, B, C, init, True, chunk_size=self.chunk_size)
         else:
-            y, state = selective_scan_sequential(xs, delta, A, B, C, init, True)
+            y, state = selective_scan_ref(xs, delta, A, B, C, init, True)
         y = (y + self.D * xs) * F.silu(z)  # [B, T, D_inner]
         if self.norm is not None:
             y = self.norm(y)
@@ -288,13 +302,14 @@ class GLAMixer(_ShortConv):
     Log forget gates ``g = logsigmoid(W_g x) / 16`` (GLA's gate normaliser), output gate
     ``silu(W_o x)``, per-head keys of size ``key_dim`` and values of size ``value_dim``.
     ``conv_kernel`` > 0 puts a causal depthwise convolution (no bias) and SiLU on q, k and v
-    (fla's ``use_short_conv``); 0 leaves them linear, as fla's default.
+    (fla's ``use_short_conv``); 0 leaves them linear, as fla's default.  ``impl``:
+    ``"dispatch"`` (``dispatch.gla``) or ``"ref"`` (:func:`dynlab.kernels.gla.gla_ref`).
     """
 
     gate_normalizer = 16.0
 
     def __init__(self, d_model: int, n_heads: int = 4, key_dim: int = 16, value_dim: int = 16,
-                 chunk_size: int = 32, impl: str = "chunked", conv_kernel: int = 4,
+                 chunk_size: int = 32, impl: str = "dispatch", conv_kernel: int = 4,
                  norm_eps: float | None = 1e-5) -> None:
         super().__init__()
         self.n_heads, self.key_dim, self.value_dim = n_heads, key_dim, value_dim
@@ -328,10 +343,10 @@ class GLAMixer(_ShortConv):
         q, k, g = (a.reshape(b, t, h, dk) for a in (q, k, g))  # [B, T, H, K]
         v = v.reshape(b, t, h, dv)  # [B, T, H, V]
         gk = F.logsigmoid(g) / self.gate_normalizer
-        if self.impl == "chunked":
+        if self.impl == "dispatch":
             y, state = dispatch.gla(q, k, v, gk, None, initial_state, True, chunk_size=self.chunk_size)
         else:
-            y, state = gla_sequential(q, k, v, gk, None, initial_state, True)
+            y, state = gla_ref(q, k, v, gk, None, initial_state, True)
         y = self.norm(y.reshape(b, t, h * dv) * F.silu(o))  # [B, T, H*V]
         return self.out_proj(y), state, window
 

@@ -30,6 +30,7 @@ in threads of one process (a local Dask cluster of threads) each see the kernels
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import platform
 import sys
@@ -39,7 +40,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KERNEL_ENV", "Recording", "cpu_features", "provenance", "recording"]
+__all__ = ["KERNEL_ENV", "Recording", "cpu_features", "machine_record", "provenance", "recording"]
 
 #: Environment variables besides ``DYNLAB_*`` that change which kernels run.
 KERNEL_ENV = ("CC", "TRITON_INTERPRET", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
@@ -135,4 +136,22 @@ def provenance(recorded: Recording | None = None, device: Any = None) -> dict[st
         "scan_backends": scans,
         "env": env,
         **({} if device is None else {"device": str(device)}),
+    }
+
+
+def machine_record() -> dict[str, Any]:
+    """The machine a benchmark ran on, as every benchmark JSON file records it (key
+    ``machine``; :func:`dynlab.bench.write_bench_json`): ``cpu_model`` (:func:`cpu_features`),
+    ``cores`` (logical CPUs, ``os.cpu_count()``), ``cores_available`` (those this process may
+    run on, ``os.sched_getaffinity``, where the platform has it), ``torch`` (version),
+    ``cuda_devices`` (names of the visible GPUs) and ``created_utc`` (now, ISO 8601, seconds)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    torch_part = _torch_part()
+    return {
+        "cpu_model": cpu_features()[0],
+        "cores": os.cpu_count(),
+        "cores_available": len(affinity(0)) if affinity is not None else None,
+        "torch": torch_part["torch"],
+        "cuda_devices": torch_part["cuda_devices"],
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
