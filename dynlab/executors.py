@@ -166,6 +166,10 @@ class InProcessExecutor:
         for item in items:
             yield item, fn(item)
 
+    def n_workers(self) -> int:
+        """One: this process."""
+        return 1
+
     def close(self) -> None:
         return None
 
@@ -292,6 +296,10 @@ class DaskExecutor:
                 fut.cancel()
         if first_error is not None:
             raise first_error
+
+    def n_workers(self) -> int:
+        """The workers the scheduler has now (a local cluster's ``workers``)."""
+        return len(self.client.nthreads())
 
     def close(self) -> None:
         if self._own_client:

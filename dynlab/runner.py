@@ -194,15 +194,51 @@ def _say(progress: NullProgress, message: str) -> None:
         progress.log(message)
 
 
-def _finish(study: Study, specs: list[Spec], store: RunStore, options: StudyOptions, extra: StudyExtra) -> Path:
+def _executor_workers(executor: Executor | None) -> int | None:
+    """How many workers ``executor`` runs work items on now: 1 in process (``None``, the
+    default), else its ``n_workers()`` (a Dask cluster's workers); ``None`` when it cannot say."""
+    if executor is None:
+        return 1
+    count = getattr(executor, "n_workers", None)
+    try:
+        n = count() if callable(count) else None
+    except Exception:  # a scheduler that does not answer: the count is unknown, not an error
+        return None
+    return int(n) if n is not None else None
+
+
+def _timing_attrs(started: float, trained: int, workers: int | None, invocation: str) -> dict:
+    """The dataset attributes that say how long the invocation that writes it took:
+
+    - ``study_wall_time_s``: seconds (``time.perf_counter``) from the start of that
+      invocation (``run_study`` or ``analyze_study``) to the write of the dataset — training,
+      analyses and assembly, not the runs reused from an earlier invocation;
+    - ``study_runs_trained``: the runs trained by that invocation (a resumed study trained
+      fewer than its specs, ``dynlab analyze`` none);
+    - ``study_workers``: the executor's workers when the work started (1 in process;
+      absent when the executor could not say);
+    - ``study_invocation``: ``study`` or ``analyze``.
+    """
+    attrs = {"study_wall_time_s": round(float(time.perf_counter() - started), 3),
+             "study_runs_trained": int(trained), "study_invocation": invocation}
+    if workers is not None:
+        attrs["study_workers"] = int(workers)
+    return attrs
+
+
+def _finish(study: Study, specs: list[Spec], store: RunStore, options: StudyOptions, extra: StudyExtra,
+            timing: dict | None = None) -> Path:
     """Assemble and write the study dataset and the manifest; the manifest records the
     study's options as parsed (``extra``: preset-dependent choices such as the analysis
-    preset written out), so ``dynlab analyze`` reuses them.  Then the temporary files
-    that killed writes left in the study's runs are removed (:meth:`RunStore.sweep`), so a
-    finished study leaves none of its own behind."""
+    preset written out), so ``dynlab analyze`` reuses them.  ``timing``: the arguments of
+    :func:`_timing_attrs`, whose attributes the dataset gets (the wall time taken at the write).
+    Then the temporary files that killed writes left in the study's runs are removed
+    (:meth:`RunStore.sweep`), so a finished study leaves none of its own behind."""
     ds = study.assemble(specs, store, options)
     annotate(ds)
     ds.attrs.update(provenance_attrs(study.name, options.preset, specs))
+    if timing is not None:
+        ds.attrs.update(_timing_attrs(**timing))
     made = _study_provenance(specs, store)
     ds.attrs["provenance_json"] = json.dumps(made, sort_keys=True)
     path = write_dataset(ds, store.root / DATASET)
@@ -249,13 +285,15 @@ def run_study(
     """Train, evaluate (and analyse) every spec of ``study``; return the dataset path.
 
     The study folder is ``out/<study name>``; it holds ``runs/``, ``dataset.nc`` and
-    ``manifest.json``.  Each run's ``result.json``, each ``analysis.nc``, the dataset
+    ``manifest.json``.  The dataset records this invocation's wall time, runs trained and
+    workers (:func:`_timing_attrs`).  Each run's ``result.json``, each ``analysis.nc``, the dataset
     (attr ``provenance_json``) and the manifest (``provenance``) record the execution path
     (:mod:`dynlab.results.provenance`).  ``executor`` decides where work items run (default: in
     process); results are saved here, one run at a time, as they arrive.  A study that
     fails before it stored anything removes the folders it made (a failed run is stored
     as such; a crash, e.g. out of memory in the first run, leaves no empty ``runs/``).
     """
+    started = time.perf_counter()
     study.check_preset(options.preset)
     extra = study.parse_options(options)  # an unknown option is refused in every study
     specs = study.make_specs(options)  # validates everything before anything is written
@@ -268,6 +306,7 @@ def run_study(
         make_dir(store.runs)
     except OSError as exc:
         raise DynlabInputError(f"cannot write the study to {store.root} ({exc.strerror or exc}); allowed: a writable folder") from None
+    workers = _executor_workers(executor)
     try:
         with make_progress(progress) as prog:
             counts = _run_specs(study, specs, store, device, prog, analyze, executor, extra=extra)
@@ -278,7 +317,8 @@ def run_study(
     except BaseException:
         _remove_if_empty(made)  # a study that stored nothing leaves no folders behind
         raise
-    return _finish(study, specs, store, options, extra)
+    timing = {"started": started, "trained": counts["trained"], "workers": workers, "invocation": "study"}
+    return _finish(study, specs, store, options, extra, timing)
 
 
 def _missing_folders(folder: Path) -> list[Path]:
@@ -396,6 +436,7 @@ def analyze_study(
     a broken manifest or an unknown device is a one-line :class:`DynlabInputError` that
     leaves every run folder as it was (damaged runs are quarantined only after that).
     """
+    started = time.perf_counter()
     path = Path(path)
     manifest = _load_manifest(path)
     study = get_study(manifest["study"])
@@ -407,8 +448,9 @@ def analyze_study(
     check_analyses_fit(study, [_spec_of(store, rid, study) for rid in manifest["run_ids"]], analyze=True)
     specs = _manifest_specs(path, manifest, study, store)  # heals (quarantines) damaged runs
     with make_progress(progress) as prog:
-        _run_specs(study, specs, store, device, prog, analyze=True, force_analysis=True, extra=extra)
-    return _finish(study, specs, store, options, extra)
+        counts = _run_specs(study, specs, store, device, prog, analyze=True, force_analysis=True, extra=extra)
+    timing = {"started": started, "trained": counts["trained"], "workers": 1, "invocation": "analyze"}
+    return _finish(study, specs, store, options, extra, timing)
 
 
 def open_study(path: str | Path) -> xr.Dataset:

@@ -328,3 +328,10 @@ def test_analyses_overlapping_remote_training_equal_in_process_analyses(tmp_path
                 xr.open_dataset(b / "runs" / rid / "analysis.nc", engine="h5netcdf") as db:
             for v in ("q", "q_pair", "q_dec", "probe_accuracy", "return_map_eig_real", "recovery_rate"):
                 np.testing.assert_array_equal(da[v].values, db[v].values, err_msg=f"{rid} {v}")
+
+
+def test_a_local_cluster_reports_its_workers():
+    """The count the runner records as ``study_workers``."""
+    with DaskExecutor(workers=2, processes=False) as ex:
+        ex.client.wait_for_workers(2, timeout=30)
+        assert ex.n_workers() == 2

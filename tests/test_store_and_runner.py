@@ -215,3 +215,30 @@ def test_run_status_rule_and_summary_counts(tmp_path):
     counts = _run_specs(study, specs, RunStore(tmp_path / "s"), "cpu", Log(), analyze=False)
     assert counts["not_learned"] == 2 and counts["failed"] == 2 and counts["trained"] == 4
     assert sum("not-learned: curriculum stopped at length" in m for m in logged) == 2
+
+
+def test_the_dataset_records_the_invocations_wall_time_runs_trained_and_workers(tmp_path):
+    """study_wall_time_s lies within the time measured around the call; study_runs_trained
+    counts the runs that invocation trained (all on a fresh study, the missing ones on a
+    resumed one, none on a rerun), whatever the study's size."""
+    study, calls = _counting_study()
+    first = StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2", "S3"))
+    t0 = time.perf_counter()
+    ds = open_study(run_study(study, first, out=tmp_path, device="cpu", analyze=False))
+    elapsed = time.perf_counter() - t0
+    assert ds.sizes["run"] == len(study.make_specs(first)) == len(calls) == 2
+    assert ds.attrs["study_runs_trained"] == 2 and ds.attrs["study_workers"] == 1
+    assert ds.attrs["study_invocation"] == "study"
+    assert 0 < ds.attrs["study_wall_time_s"] <= elapsed
+
+    t0 = time.perf_counter()
+    resumed = open_study(run_study(study, SMOKE, out=tmp_path, device="cpu", analyze=False))  # 2 of 4 runs done
+    elapsed = time.perf_counter() - t0
+    assert resumed.sizes["run"] == 4 and len(calls) == 4
+    assert resumed.attrs["study_runs_trained"] == 2
+    assert 0 < resumed.attrs["study_wall_time_s"] <= elapsed
+
+    t0 = time.perf_counter()
+    rerun = open_study(run_study(study, SMOKE, out=tmp_path, device="cpu", analyze=False))
+    assert rerun.attrs["study_runs_trained"] == 0 and len(calls) == 4
+    assert 0 < rerun.attrs["study_wall_time_s"] <= time.perf_counter() - t0
