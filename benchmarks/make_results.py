@@ -4,7 +4,9 @@ benchmarks/results/datasets/ (``dynlab report`` tables).
 Each dataset file is named ``<label>.nc``; ``DATASETS`` says which command made it and what
 the table shows. README.md's sections between ``<!-- results:NAME -->`` and
 ``<!-- /results:NAME -->`` (``NAME`` in :data:`README_SECTIONS`) are rewritten from the same
-files; the text around them is kept. Run from the repository root:
+files (tables and the paragraphs that quote numbers: paper A's caveats and the torch-loops
+reproduction, paper B's state statistics, every study's wall time from its dataset's
+``study_wall_time_s``); the text around them is kept. Run from the repository root:
 ``python benchmarks/make_results.py`` (``--check`` compares instead of writing: exit 1 when
 docs/results.md or a README section is stale; ``--slim STUDY LABEL`` stores the run-level
 variables of a group-tracking study as a dataset).
@@ -247,8 +249,173 @@ def paper_b_section() -> str:
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------------------------------------
+# README.md's prose numbers: paper A's caveats and reproduction, paper B's state statistics,
+# and the studies' wall times (each dataset's ``study_wall_time_s``, :mod:`dynlab.runner`)
+
+#: What README says for a dataset written before the runner recorded its wall time.
+NO_WALL_TIME = "wall time not recorded"
+
+_NUMBER_WORDS = {0: "zero", 1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
+
+
+def wall_time(ds: xr.Dataset) -> str:
+    """``6.4 min (9 of 9 runs trained, 1 worker, AMD EPYC)`` (seconds under a minute) from
+    the dataset's ``study_*`` attributes and the CPU its ``provenance_json`` names, or
+    :data:`NO_WALL_TIME` when it has none."""
+    a = ds.attrs
+    if "study_wall_time_s" not in a:
+        return NO_WALL_TIME
+    runs = len(json.loads(a["specs_json"])) if "specs_json" in a else ds.sizes["run"]
+    trained = int(a["study_runs_trained"])
+    parts = [f"analyses of {runs} runs, none trained" if a.get("study_invocation") == "analyze"
+             else f"{trained} of {runs} runs trained"]
+    if "study_workers" in a:
+        workers = int(a["study_workers"])
+        parts.append(f"{workers} worker{'s' if workers != 1 else ''}")
+    cpu = ((_provenance_of(ds).get("written_by") or {}).get("cpu_model"))
+    if cpu:
+        parts.append(str(cpu))
+    seconds = float(a["study_wall_time_s"])
+    took = f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
+    return f"{took} ({', '.join(parts)})"
+
+
+def _provenance_of(ds: xr.Dataset) -> dict:
+    try:
+        return json.loads(ds.attrs.get("provenance_json", "{}")) or {}
+    except (TypeError, ValueError):
+        return {}
+
+
+def _matched(a: xr.Dataset, b: xr.Dataset) -> tuple[xr.Dataset, xr.Dataset]:
+    """The runs of ``a`` and ``b`` with the same ``run_id``, in ``a``'s order."""
+    ids_b = list(b["run_id"].values.astype(str))
+    common = [r for r in a["run_id"].values.astype(str) if r in set(ids_b)]
+    ids_a = list(a["run_id"].values.astype(str))
+    return a.isel(run=[ids_a.index(r) for r in common]), b.isel(run=[ids_b.index(r) for r in common])
+
+
+def reproduction_summary(a: xr.Dataset, b: xr.Dataset) -> dict:
+    """The numbers README quotes from two runs of one sweep (``a`` the reference):
+
+    ``runs`` matched by run id, ``same_status`` among them, ``max_learned_diff`` (the
+    largest difference of learned counts in an architecture × group cell), ``moved_archs``
+    (architectures of the cells where a run learned in both has a different mp), ``moved``
+    / ``moved_of`` (such runs / runs learned in both, in those cells), ``example`` (the
+    moved cell whose mp median over its learned runs changed most: arch, group, median in
+    ``a``, median in ``b``)."""
+    a, b = _matched(a, b)
+    both = (a["status"].values.astype(str) == "ok") & (b["status"].values.astype(str) == "ok")
+    la, lb = _learned_mp(a), _learned_mp(b)
+    arch, group = a["arch"].values.astype(str), a["group"].values.astype(str)
+    moved_archs, moved, moved_of, example, worst = [], 0, 0, None, -1.0
+    for key in la:
+        rows = both & (arch == key[0]) & (group == key[1])
+        n_moved = int(np.sum(a["mp"].values[rows] != b["mp"].values[rows]))
+        if n_moved == 0:
+            continue
+        moved_archs += [key[0]] if key[0] not in moved_archs else []
+        moved, moved_of = moved + n_moved, moved_of + int(rows.sum())
+        med_a, med_b = float(np.median(la[key][2])), float(np.median(lb[key][2]))  # of each one's learned runs
+        change = abs(np.log(med_b / med_a))
+        if change > worst:
+            worst, example = change, (key[0], key[1], med_a, med_b)
+    return {"runs": a.sizes["run"],
+            "same_status": int((a["status"].values.astype(str) == b["status"].values.astype(str)).sum()),
+            "max_learned_diff": max(abs(la[k][0] - lb[k][0]) for k in la),
+            "moved_archs": moved_archs, "moved": moved, "moved_of": moved_of, "example": example}
+
+
+def _r(ds: xr.Dataset, variant: str, censoring: str, part: str = "") -> float:
+    return float(ds[f"corr_r{part}"].sel(variant=variant, censoring=censoring))
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def paper_a_reproduction_section() -> str:
+    """README's paragraph after the paper-A tables: what the 'replace' r rests on, the
+    uncensored r, the literal q, and what the torch-loops run of the same sweep shares with
+    the C-loops one (:func:`reproduction_summary`); then both sweeps' wall times."""
+    a, b = (_dataset(x) for x in REPRODUCTION[:2])
+    default = a.attrs["corr_default_variant"]
+    ok, fam = a["status"].values.astype(str) == "ok", a["family"].values.astype(str)
+    mp = a["mp"].values.astype(float)
+    horizon = max(_first_spec(a)["eval"]["lengths"])
+    dep, aff = mp[ok & (fam == "state-dependent")], mp[ok & (fam == "affine")]
+    n_drop = int(a["corr_n"].sel(variant=default, censoring="drop"))
+    uncensored = (f"among the {n_drop} uncensored runs alone `{default}` still gives "
+                  f"r = {_paired(_r(a, default, 'drop'))}")
+    if dep.size and aff.size and np.all(dep >= horizon):
+        split = (f"**Caveats.** `{default}`'s r = {_paired(_r(a, default, 'replace'))} under 'replace' is mostly "
+                 f"the split between the state-dependent cells (all {dep.size} of their learned runs pass every "
+                 f"length to {horizon}, so their mp is censored; {int(a['corr_n_both_censored'])} runs have "
+                 f"T_cross and mp both censored) and the {aff.size} learned runs of the affine cells (mp "
+                 f"{aff.min():.0f}–{aff.max():.0f}, median {np.median(aff):.0f}); {uncensored}.")
+    else:
+        split = f"**Caveats.** Under 'drop', {uncensored}."
+    lit = [(_r(a, "q", c), _r(a, "q", c, "_lo"), _r(a, "q", c, "_hi")) for c in ("replace", "drop")]
+    literal = (f"The paper's literal q gives r = {_paired(lit[0][0])} / {_paired(lit[1][0])} (replace / drop)"
+               + (", both CIs containing 0: it predicts nothing here." if all(lo <= 0 <= hi for _, lo, hi in lit)
+                  else "."))
+    rep = reproduction_summary(a, b)
+    d = rep["max_learned_diff"]
+    learned = ("the same learned count in every cell" if d == 0 else
+               f"learned counts within {_NUMBER_WORDS.get(d, d)} run{'s' if d != 1 else ''} per cell")
+    held = float(b["corr_heldout_pearson_r"])
+    if rep["moved"]:
+        arch, group, med_a, med_b = rep["example"]
+        moved = (f"the per-seed mp moved only in the cells of {_and(rep['moved_archs'])}, in {rep['moved']} of "
+                 f"their {rep['moved_of']} runs learned in both ({arch} on {group}: median {med_a:.0f} → {med_b:.0f})")
+    else:
+        moved = "every per-seed mp was the same"
+    across = (f"**What reproduces across machines:** the same sweep with the torch loops in place of the compiled "
+              f"C loops (`DYNLAB_C_KERNELS=0`, rounding-level differences, as between CPU types) gave the same "
+              f"status in {rep['same_status']} of {rep['runs']} runs, {learned}, `{default}` r = "
+              f"{_paired(_r(b, default, 'replace'))} / {_paired(_r(b, default, 'drop'))} (replace / drop) and "
+              f"held-out r = {_paired(held)}; {moved}. Quote the counts, medians and correlations; the per-seed "
+              "values are in `docs/results.md`, generated from the committed datasets. All variants, Spearman ρ, "
+              "and the nonlinearity ablation are in `docs/results-paper-a.md`.")
+    wall = (f"Wall times, from each dataset's `study_wall_time_s`: the C-loops sweep: {wall_time(a)}; "
+            f"the torch-loops sweep: {wall_time(b)}.")
+    return _prose(f"{split} {literal} {across} {wall}")
+
+
+#: The paper-B datasets whose wall times README gives (labels in :data:`DATASETS`).
+PAPER_B_WALL_TIMES = ("length-generalization", "length-generalization-no-conv", "copying", "copying-state128",
+                      "passkey", "babilong")
+
+
+def state_std_growth(ds: xr.Dataset, intervention: str) -> np.ndarray:
+    """Per run of ``intervention``: the state std (mean over layers and heads) at the end
+    of the evaluation length divided by that at the training length."""
+    t0, t1 = int(ds["train_length"].max()), int(ds["eval_length"].max())
+    std = ds["state_std"].mean(["layer", "head"])
+    ratio = std.sel(t=t1) / std.sel(t=t0)
+    return ratio.values[ds["intervention"].values.astype(str) == intervention].astype(float)
+
+
+def paper_b_notes_section() -> str:
+    """README's numbers after the paper-B verdicts: the state-std growth of the zero-state
+    baseline and of state passing, and every paper-B study's wall time."""
+    lg = _dataset("length-generalization")
+    t0, t1 = int(lg["train_length"].max()), int(lg["eval_length"].max())
+    zero, sp = state_std_growth(lg, "zero"), state_std_growth(lg, "state-passing")
+    within = 100 * np.max(np.abs(sp - 1))
+    state = (f"From t = {t0} to {t1} the zero-state baseline's state std (`state_std`, mean over layers and heads) "
+             f"still grows {zero.min():.1f}–{zero.max():.1f}× ({zero.size} seeds); state passing keeps it within "
+             f"{within:.0f} % ({sp.min():.2f}–{sp.max():.2f}×).")
+    walls = "; ".join(f"{label}: {wall_time(_dataset(label))}" for label in PAPER_B_WALL_TIMES
+                      if (DATA / f"{label}.nc").is_file())
+    return _prose(f"{state} Wall times, from each dataset's `study_wall_time_s`: {walls}.")
+
+
 #: README.md's generated sections, by marker name.
 README_SECTIONS = {"paper-a": paper_a_section, "paper-b": paper_b_section}
+README_SECTIONS["paper-a-reproduction"] = paper_a_reproduction_section
+README_SECTIONS["paper-b-notes"] = paper_b_notes_section
 
 
 def _markers(name: str) -> tuple[str, str]:
@@ -267,8 +434,9 @@ def readme(text: str) -> str:
         pattern = _section_pattern(name)
         if len(pattern.findall(text)) != 1:
             raise ValueError(f"README.md needs exactly one {_markers(name)[0]} … {_markers(name)[1]} section")
+        start, end = _markers(name)
         body = make()
-        text = pattern.sub(lambda m: m.group(0).replace(m.group(1), body, 1), text)
+        text = pattern.sub(lambda m: f"{start}\n{body}\n{end}", text)
     return text
 
 

@@ -31,7 +31,7 @@ def test_results_document_is_generated_from_the_committed_datasets(make_results)
 
 
 def test_readme_tables_are_generated_from_the_committed_datasets(make_results, readme_text):
-    assert set(make_results.README_SECTIONS) == {"paper-a", "paper-b"}
+    assert set(make_results.README_SECTIONS) >= {"paper-a", "paper-b", "paper-a-reproduction", "paper-b-notes"}
     for name in make_results.README_SECTIONS:
         assert readme_text.count(f"<!-- results:{name} -->") == 1 and readme_text.count(f"<!-- /results:{name} -->") == 1
     assert make_results.stale_sections(readme_text) == [], "README.md is stale: run python benchmarks/make_results.py"
@@ -43,7 +43,10 @@ def _section(text: str, name: str) -> str:
 
 
 @pytest.mark.parametrize(("name", "number"), [("paper-a", "+0.93 [+0.85, +0.97]"), ("paper-a", "4/5, 1000"),
-                                              ("paper-b", "1.146 ± 0.081"), ("paper-b", "0.56 / 0.29")])
+                                              ("paper-b", "1.146 ± 0.081"), ("paper-b", "0.56 / 0.29"),
+                                              ("paper-a-reproduction", "117 of 120"),
+                                              ("paper-a-reproduction", "median 112 → 157"),
+                                              ("paper-b-notes", "within 6 %")])
 def test_a_hand_edited_number_in_a_readme_table_is_stale(make_results, readme_text, name, number):
     """Each number is one the datasets give (found in the section); changing a digit of it
     makes exactly that section stale."""
@@ -81,3 +84,74 @@ def test_readme_stays_short_and_names_its_generator(readme_text):
 def test_a_readme_without_the_markers_is_refused(make_results, readme_text):
     with pytest.raises(ValueError, match="results:paper-b"):
         make_results.readme(readme_text.replace("<!-- /results:paper-b -->", ""))
+
+
+def test_the_reproduction_paragraph_carries_the_two_sweeps_numbers(make_results, readme_text):
+    """Counted from the two datasets directly (runs matched by run_id), not by the generator."""
+    import numpy as np
+
+    a, b = make_results._dataset("group-tracking-sweep"), make_results._dataset("group-tracking-sweep-torch-loops")
+    status_b = dict(zip(b["run_id"].values.astype(str), b["status"].values.astype(str)))
+    mp_b = dict(zip(b["run_id"].values.astype(str), b["mp"].values))
+    ids, status_a = a["run_id"].values.astype(str), a["status"].values.astype(str)
+    same = sum(status_b[r] == s for r, s in zip(ids, status_a))
+    both = [i for i, r in enumerate(ids) if status_a[i] == "ok" and status_b[r] == "ok"]
+    moved = [i for i in both if a["mp"].values[i] != mp_b[ids[i]]]
+    moved_archs = sorted({str(a["arch"].values[i]) for i in moved})
+    cells = {(str(a["arch"].values[i]), str(a["group"].values[i])) for i in moved}
+    moved_of = sum((str(a["arch"].values[i]), str(a["group"].values[i])) in cells for i in both)
+    body = _section(readme_text, "paper-a-reproduction")
+    flat = " ".join(body.split())
+    assert f"the same status in {same} of {len(ids)} runs" in flat
+    assert f"in {len(moved)} of their {moved_of} runs learned in both" in flat
+    assert all(arch in flat for arch in moved_archs)
+    r_drop = float(b["corr_r"].sel(variant="q_dec", censoring="drop"))
+    assert f"`q_dec` r = {float(b['corr_r'].sel(variant='q_dec', censoring='replace')):+.2f} / {r_drop:+.2f}" in flat
+    ok = status_a == "ok"
+    uncensored = ok & (a["mp"].values < 1000)
+    assert f"among the {int(a['corr_n'].sel(variant='q_dec', censoring='drop'))} uncensored runs" in flat
+    assert int(a["corr_n"].sel(variant="q_dec", censoring="drop")) <= uncensored.sum()
+    assert f"still gives r = {float(a['corr_r'].sel(variant='q_dec', censoring='drop')):+.2f}" in flat
+
+
+def test_the_state_statistics_are_the_datasets(make_results, readme_text):
+    """The state-std growth recomputed from the raw array with numpy."""
+    import numpy as np
+
+    lg = make_results._dataset("length-generalization")
+    t = list(lg["t"].values)
+    std = lg["state_std"].transpose("run", "layer", "head", "t").values.mean(axis=(1, 2))  # [run, t]
+    growth = std[:, t.index(512)] / std[:, t.index(32)]
+    iv = lg["intervention"].values.astype(str)
+    zero, sp = growth[iv == "zero"], growth[iv == "state-passing"]
+    flat = " ".join(_section(readme_text, "paper-b-notes").split())
+    assert "From t = 32 to 512" in flat and f"grows {zero.min():.1f}–{zero.max():.1f}×" in flat
+    assert f"within {100 * np.abs(sp - 1).max():.0f} %" in flat
+
+
+def test_wall_times_come_from_the_runner_attribute_or_say_not_recorded(make_results, readme_text):
+    """A dataset with ``study_wall_time_s`` prints its minutes; one without prints the
+    phrase and no number; README has one entry per committed dataset it names."""
+    import xarray as xr
+
+    ds = xr.Dataset(coords={"run": [0, 1, 2]}, attrs={
+        "study_wall_time_s": 384.0, "study_runs_trained": 2, "study_workers": 2, "study_invocation": "study",
+        "specs_json": "[{}, {}, {}]", "provenance_json": '{"written_by": {"cpu_model": "Some CPU"}}'})
+    assert make_results.wall_time(ds) == "6.4 min (2 of 3 runs trained, 2 workers, Some CPU)"
+    ds.attrs.update(study_invocation="analyze", study_runs_trained=0, study_workers=1)
+    assert make_results.wall_time(ds) == "6.4 min (analyses of 3 runs, none trained, 1 worker, Some CPU)"
+    ds.attrs.update(study_wall_time_s=42.4)
+    assert make_results.wall_time(ds).startswith("42 s (")
+    assert make_results.wall_time(xr.Dataset(coords={"run": [0]})) == "wall time not recorded"
+    notes = " ".join(_section(readme_text, "paper-b-notes").split())
+    for label in make_results.PAPER_B_WALL_TIMES:
+        recorded = "study_wall_time_s" in make_results._dataset(label).attrs
+        assert (f"{label}: wall time not recorded" in notes) != recorded, label
+    assert "shared with another job" not in readme_text and "4.4 min" not in readme_text
+
+
+def test_an_empty_readme_section_is_filled(make_results, readme_text):
+    body = _section(readme_text, "paper-b-notes")
+    emptied = readme_text.replace(body, "", 1)
+    assert make_results.stale_sections(emptied) == ["paper-b-notes"]
+    assert make_results.readme(emptied) == readme_text
