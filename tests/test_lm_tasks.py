@@ -173,10 +173,26 @@ def test_min_length_is_tight_for_passkey():
 
 
 def test_babi_two_and_three_fact_kinds_with_few_facts_always_generate():
-    task = BabiTask(FILLER, ("qa2", "qa3"), n_facts=3)
+    task = BabiTask(FILLER, ("qa2", "qa3"), n_facts=4)
     batch = task.sample(_g(7), 40, task.min_length())
     for b in range(40):
         expected, answer = _answer_from_text(decode(batch.tokens[b]))
         assert answer == expected
-    with pytest.raises(ValueError, match="n_facts 2 is too few for kinds qa3; allowed: >= 3"):
-        BabiTask(FILLER, ("qa3",), n_facts=2)
+    with pytest.raises(ValueError, match=r"n_facts 3 is too few for kinds qa3 \(.*\); allowed: >= 4"):
+        BabiTask(FILLER, ("qa3",), n_facts=3)
+    with pytest.raises(ValueError, match="n_facts 1 is too few for kinds qa1, qa2 .*allowed: >= 2"):
+        BabiTask(FILLER, ("qa1", "qa2"), n_facts=1)
+
+
+def test_babi_qa3_always_has_a_distractor_fact():
+    """With n_facts = 4 the answer is not always the room of the first fact (it would be with 3)."""
+    task = BabiTask(FILLER, ("qa3",), n_facts=4)
+    batch = task.sample(_g(11), 60, task.min_length())
+    first_room = []
+    for b in range(60):
+        text = decode(batch.tokens[b])
+        expected, answer = _answer_from_text(text)
+        assert answer == expected
+        first = text.split(" went to the ")[1].split(".")[0]
+        first_room.append(first == expected)
+    assert 0 < sum(first_room) < 60

@@ -30,7 +30,8 @@ Formats (exact bytes, ``␣`` = space):
 
   For qa2 and qa3 the supporting facts (a person goes to a room, picks the object up, and
   for qa3 — for qa2 with probability 1/2 — goes to another room) are planted in order at
-  random fact slots; the other facts are random events of the other people and objects.
+  random fact slots; the other facts are random events of the other people and objects
+  (qa3 needs ``n_facts`` ≥ 4, so that at least one fact is not supporting).
   - ``qa6`` yes/no: ``Is Mary in the kitchen?`` → ``yes``/``no`` (balanced);
   - ``qa7`` counting: ``How many objects is Mary carrying?`` → ``none``/``one``/``two``/``three``.
 
@@ -59,6 +60,9 @@ __all__ = [
 ]
 
 BABI_KINDS = ("qa1", "qa2", "qa3", "qa6", "qa7")
+#: Fewest facts per kind: qa2 plants 2 supporting facts; qa3 plants 3 and needs one more,
+#: else every fact supports the answer and it is always the room of the first fact.
+MIN_FACTS = {"qa2": 2, "qa3": 4}
 TASK_KINDS = ("copying", "passkey", "babi")
 PASSKEY_NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key. "
 PASSKEY_QUESTION = " What is the pass key? The pass key is "
@@ -235,9 +239,10 @@ class BabiTask:
             raise DynlabInputError(f"bAbI kinds must not be empty; allowed: {', '.join(BABI_KINDS)}")
         if not 1 <= n_facts <= 64:
             raise DynlabInputError(f"n_facts {n_facts} is outside [1, 64]")
-        need = max({"qa2": 2, "qa3": 3}.get(k, 1) for k in kinds) if kinds else 1
+        need = max(MIN_FACTS.get(k, 1) for k in kinds)
         if n_facts < need:
-            raise DynlabInputError(f"n_facts {n_facts} is too few for kinds {', '.join(kinds)}; allowed: >= {need}")
+            raise DynlabInputError(f"n_facts {n_facts} is too few for kinds {', '.join(kinds)} (a qa3 story needs a fact "
+                                   f"beside its 3 supporting ones); allowed: >= {need}")
         self.stream, self.kinds, self.n_facts = stream, tuple(kinds), n_facts
 
     def min_length(self) -> int:
