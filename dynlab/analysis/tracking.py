@@ -80,6 +80,7 @@ import xarray as xr
 from pydantic import Field
 
 from dynlab.analysis.geometry import class_centroids, crossing_time, failure_mode, geometry_over_time, symbolic_basis
+from dynlab.analysis.horizon import horizon_forecast, margin_statistics
 from dynlab.analysis.jacobian import analysis_copy, lyapunov_exponents, return_map_on_U
 from dynlab.analysis.margin import binary_signed_error
 from dynlab.analysis.perturbation import perturbation_response
@@ -125,6 +126,8 @@ class AnalysisSpec(Spec):
     min_per_class: int = Field(16, ge=2)
     max_samples: int = Field(4096, ge=8)
     probe_threshold: float = Field(0.9, gt=0, le=1)
+    horizon_samples: int = Field(1024, ge=8)
+    horizon_threshold: float = Field(0.9, gt=0, lt=1)
     seed: int = 20_000
 
     def samples_for(self, n_classes: int) -> int:
@@ -417,6 +420,22 @@ def _add_lyapunov_and_sign(out: xr.Dataset, m, task: WordProblem, spec: Analysis
         out["e_U_absmax_rel"] = be["e_U_absmax_rel"]
 
 
+def _add_horizon(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, t_ref: int, horizon: int) -> None:
+    """Into ``out``: ``T_horizon`` (:func:`dynlab.analysis.horizon.horizon_forecast`) from
+    ``horizon_samples`` fresh sequences of length t_ref, drawn from their own generator
+    (seed ``spec.seed + 1``) so that every other analysis reads the sequences it read before."""
+    g = task.n_classes
+    tokens, labels = task.sample(torch.Generator().manual_seed(spec.seed + 1), spec.horizon_samples, t_ref)
+    with torch.no_grad(), np.errstate(over="ignore", invalid="ignore"):
+        feats = m(tokens, return_states=False, return_features=True).features.double().numpy()  # [N, t_ref, F]
+    lin = m.final_linear()
+    w = lin.weight.detach().double().numpy()[:g]
+    b = lin.bias.detach().double().numpy()[:g] if lin.bias is not None else np.zeros(g)
+    stats = margin_statistics(feats, labels.numpy(), w, b)
+    out["T_horizon"] = ((), horizon_forecast(stats, t_ref, max(horizon, t_ref), threshold=spec.horizon_threshold,
+                                             persist=spec.persist))
+
+
 def analyze_tracker(
     model: torch.nn.Module,
     task: WordProblem,
@@ -456,6 +475,7 @@ def analyze_tracker(
     basis = _add_return_map(out, m, task, spec, gen, layer, ref)
     _add_perturbation(out, m, task, spec, gen, layer, t_ref, basis.shape[1])
     _add_lyapunov_and_sign(out, m, task, spec, gen, horizon, layer)
+    _add_horizon(out, m, task, spec, t_ref, horizon)
     out.attrs.update(
         analysis_spec=spec.canonical_json(), horizon=horizon, t_ref=t_ref, layer=layer, tau=spec.tau, n_samples=n
     )
