@@ -394,8 +394,8 @@ def horizon_forecast_scatter(ds: xr.Dataset, ax: Axes) -> Axes:
     handles.append(Line2D([], [], marker="o", markerfacecolor="none", color="#555555", linestyle="none",
                           label="censored"))
     handles.append(Patch(visible=False, label=_loglog_label(x[failing], y[failing])))
-    ax.legend(handles=handles, loc="best", fontsize=6)
-    ax.set_title("Horizon forecast from t ≤ t_ref vs max-pass length")
+    ax.legend(handles=handles, loc="best", fontsize=6, framealpha=0.6)
+    ax.set_title("Horizon forecast (t ≤ t_ref) vs mp")
     return ax
 
 
