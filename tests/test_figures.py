@@ -79,6 +79,7 @@ def synthetic() -> xr.Dataset:
             "failure_mode_par": ("run", np.where(20 * k <= T, "climb", "robust")),
             "q_dec": (("run", "t"), q / 2),
             "T_cross_dec": ("run", np.where(20 * k <= T, 20 * k, np.nan)),
+            "T_horizon": ("run", 25 * k),
             "failure_mode_dec": ("run", np.where(20 * k <= T, "climb", "robust")),
             "return_map_eig_real": (("run", "k"), rho[:, None] * np.cos(ang)[None]),
             "return_map_eig_imag": (("run", "k"), rho[:, None] * np.sin(ang)[None]),
@@ -153,6 +154,31 @@ def test_tcross_mp_scatter_places_censored_runs_at_their_bound_and_prints_r():
     texts = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any("r = 0.87 (95% CI [0.80, 0.92])" in t and "ρ = 0.81" in t and "n = 8" in t for t in texts), texts
     assert ax.get_xlabel() == "first persistent crossing step [step]"
+
+
+def test_horizon_forecast_scatter_fills_failing_runs_and_prints_their_loglog_r():
+    from dynlab.figures.tracking import horizon_forecast_scatter
+
+    ds = synthetic()
+    # mp = [1000c, 200, 60, 0, 1000c, 1000c, 10, 60]; the failing runs with a forecast are 1, 2, 6, 7
+    pred = np.array([800.0, 150.0, 90.0, np.nan, np.nan, 700.0, 12.0, 45.0])
+    ds["T_horizon"] = ("run", pred, {"long_name": "horizon forecast", "units": "step"})
+    ax = horizon_forecast_scatter(ds, _ax())
+    cols = [c for c in ax.collections if isinstance(c, PathCollection)]
+    pts = sorted(map(tuple, np.concatenate([c.get_offsets() for c in cols]).tolist()))
+    assert pts == sorted([(800.0, 1000.0), (150.0, 200.0), (90.0, 60.0), (50.0, 5.0), (50.0, 1000.0),
+                          (700.0, 1000.0), (12.0, 10.0), (45.0, 60.0)])
+    filled = sorted(map(tuple, np.concatenate([c.get_offsets() for c in cols if c.get_facecolors().size
+                                               and c.get_facecolors()[0, 3] > 0]).tolist()))
+    assert filled == [(12.0, 10.0), (45.0, 60.0), (90.0, 60.0), (150.0, 200.0)]
+    x, y = np.log([150.0, 90.0, 12.0, 45.0]), np.log([200.0, 60.0, 10.0, 60.0])
+    r = np.corrcoef(x, y)[0, 1]
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    # ranks of mp with the tie 60, 60 at 2.5: ρ = corr([4, 3, 1, 2], [4, 2.5, 1, 2.5])
+    rho = np.corrcoef([4, 3, 1, 2], [4, 2.5, 1, 2.5])[0, 1]
+    assert any(f"r = {r:.2f}, ρ = {rho:.2f}, n = 4" in t for t in texts), texts
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert ax.get_xlabel() == "horizon forecast [step]"
 
 
 def test_r_par_perp_draws_family_medians_over_M():
@@ -276,7 +302,7 @@ def test_write_figures_png_pdf_composite_and_notes(tmp_path):
     figs = write_figures(ds, tmp_path / "all", group_tracking_panels)
     names = {p.name for p in figs.written}
     for stem in ("accuracy_S3", "accuracy_C2", "q_curves", "q_dec_curves", "tcross_mp", "tcross_q_mp",
-                 "r_par_perp", "return_map_eigs",
+                 "horizon_forecast", "r_par_perp", "return_map_eigs",
                  "perturbation_recovery", "failure_modes", "failure_modes_dec", "margin", "group-tracking"):
         assert {f"{stem}.png", f"{stem}.pdf"} <= names
         assert (tmp_path / "all" / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -287,7 +313,7 @@ def test_write_figures_png_pdf_composite_and_notes(tmp_path):
     figs = write_figures(bare, tmp_path / "bare", group_tracking_panels)
     assert {p.name for p in figs.written} == {f"{s}.{e}" for s in ("accuracy_S3", "accuracy_C2", "group-tracking")
                                               for e in ("png", "pdf")}
-    assert set(figs.skipped) == {"q_curves", "q_dec_curves", "tcross_mp", "tcross_q_mp", "r_par_perp",
+    assert set(figs.skipped) == {"q_curves", "q_dec_curves", "tcross_mp", "tcross_q_mp", "horizon_forecast", "r_par_perp",
                                  "return_map_eigs", "perturbation_recovery", "failure_modes", "failure_modes_dec",
                                  "margin"}
     assert "q_curves: skipped (q(t) curves needs q, t" in (tmp_path / "bare" / "NOTES.txt").read_text()

@@ -208,6 +208,7 @@ FORECAST_VARIANTS: dict[str, tuple[str, str]] = {
     "forecast_pair": ("T_forecast_pair", "linear forecast of q_pair from steps inside the training length"),
     "forecast_pair_out": ("T_forecast_pair_out", "linear forecast of q_pair_out from steps inside the training length"),
     "forecast_dec": ("T_forecast_dec", "linear forecast of q_dec from steps inside the training length"),
+    "forecast_horizon": ("T_horizon", "decoder-margin drift forecast of accuracy < 0.9 from steps inside the training length"),
 }
 
 #: Default variant when no held-out choice can be made (fewer than two seeds): the trained

@@ -308,6 +308,93 @@ def _nan_free_mean(values: np.ndarray) -> float:
     return float(known.mean()) if known.size else float("nan")
 
 
+def _check_geometry_args(
+    states: Any, labels: Any, n_classes: int, tau: float, threshold: str, readout_weight: Any,
+    persist: int, saturation_t: int, rank_tol: float,
+) -> None:
+    """Refuse arguments :func:`geometry_over_time` cannot use, naming the field and the allowed values."""
+    if threshold not in ("nearest_centroid", "readout"):
+        raise ValueError(f"threshold={threshold!r}; allowed: 'nearest_centroid', 'readout'")
+    if threshold == "readout" and readout_weight is None:
+        raise ValueError("threshold='readout' needs readout_weight; allowed: a [C, S] array")
+    if not 0 < tau:
+        raise ValueError(f"tau={tau}; allowed: a positive float")
+    if not rank_tol > 0:
+        raise ValueError(f"rank_tol={rank_tol}; allowed: a positive float")
+    if persist < 1 or saturation_t < 0:
+        raise ValueError(f"persist={persist}, saturation_t={saturation_t}; allowed: >= 1, >= 0")
+    if n_classes < 1:
+        raise ValueError(f"n_classes={n_classes}; allowed: an integer >= 1")
+    if labels is not None and (np.ndim(states) != 3 or tuple(np.shape(labels)) != tuple(np.shape(states)[:2])):
+        raise ValueError(
+            f"states must be [N, T, S] and labels [N, T]; got {tuple(np.shape(states))} "
+            f"and {tuple(np.shape(labels))}"
+        )
+    if labels is None and hasattr(states, "shape"):
+        raise ValueError("labels=None needs an iterable of (states, labels) chunks; allowed: array + labels")
+
+
+def _readout_arrays(readout_weight: Any, readout_bias: Any, n_classes: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(W [C, S], b [C])`` float64 of a given readout (b = 0 when absent), None without one."""
+    if readout_weight is None:
+        return None
+    w = _to_numpy(readout_weight)
+    b = np.zeros(w.shape[0]) if readout_bias is None else _to_numpy(readout_bias)
+    if w.ndim != 2 or w.shape[0] < n_classes or b.shape != (w.shape[0],):
+        raise ValueError(
+            f"readout_weight {w.shape} / bias {b.shape}; allowed: [C >= {n_classes}, S] / [C]"
+        )
+    return w, b
+
+
+def _accumulate(
+    states: Any, labels: Any, n_classes: int, rank_tol: float,
+    readout: tuple[np.ndarray, np.ndarray] | None, elements_per_chunk: int,
+) -> dict[str, np.ndarray]:
+    """:func:`_chunk_geometry` of every chunk, checked and concatenated in time: name -> ``[T]``."""
+    parts: dict[str, list[np.ndarray]] = {}
+    n_seen = None
+    for h, y in _iter_chunks(states, labels, elements_per_chunk):
+        if h.ndim != 3 or y.shape != h.shape[:2]:
+            raise ValueError(f"chunk states must be [N, Tc, S] and labels [N, Tc]; got {h.shape}, {y.shape}")
+        if n_seen is not None and h.shape[0] != n_seen:
+            raise ValueError(f"chunk has N={h.shape[0]}; allowed: the first chunk's N={n_seen}")
+        if readout is not None and readout[0].shape[1] != h.shape[2]:
+            raise ValueError(f"readout_weight has S={readout[0].shape[1]}; allowed: S={h.shape[2]}")
+        n_seen = h.shape[0]
+        _check_labels(y, n_classes)
+        for key, val in _chunk_geometry(h, y, n_classes, rank_tol, readout).items():
+            parts.setdefault(key, []).append(val)
+    if not parts:
+        raise ValueError("no time steps given; allowed: at least one step")
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def _fit_bounds(fit_window: tuple[int, int] | None, t_cross: float, crossed: bool, steps: np.ndarray) -> tuple[int, int]:
+    """Inclusive steps of the Corollary-1 fit: ``fit_window``, else 1..T_cross (crossed) or the horizon."""
+    if fit_window is None:
+        return 1, int(t_cross) if crossed else int(steps[-1])
+    lo, hi = int(fit_window[0]), int(fit_window[1])
+    if lo > hi:
+        raise ValueError(f"fit_window={fit_window}; allowed: (t_lo, t_hi) with t_lo <= t_hi")
+    return lo, hi
+
+
+def _corollary1_fit(
+    steps: np.ndarray, r_par: np.ndarray, level_t: np.ndarray, lo: int, hi: int
+) -> tuple[float, float, float]:
+    """``(e_U0, eta, T_cross_par_pred)``: R_par ≈ e_U0 + eta·t on [lo, hi], crossing the
+    mean of ``level_t`` = τ·M over the window (module docstring)."""
+    win = (steps >= lo) & (steps <= hi)
+    e0, eta = _fit_line(steps[win].astype(np.float64), r_par[win])
+    level = _nan_free_mean(level_t[win])
+    if not np.isfinite(eta) or np.isnan(level):  # no fit, or no threshold level (one class: C1)
+        return e0, eta, float("nan")
+    if eta <= 0:
+        return e0, eta, float("inf")
+    return e0, eta, (level - e0) / eta
+
+
 def geometry_over_time(
     states: Any,
     labels: Any | None = None,
@@ -349,51 +436,9 @@ def geometry_over_time(
         scalars ``T_cross, T_cross_par_pred, eta, e_U0, horizon, failure_mode, crossed``, attrs
         ``tau, threshold, rank_tol, persist, saturation_t, fit_window``.
     """
-    if threshold not in ("nearest_centroid", "readout"):
-        raise ValueError(f"threshold={threshold!r}; allowed: 'nearest_centroid', 'readout'")
-    if threshold == "readout" and readout_weight is None:
-        raise ValueError("threshold='readout' needs readout_weight; allowed: a [C, S] array")
-    if not 0 < tau:
-        raise ValueError(f"tau={tau}; allowed: a positive float")
-    if not rank_tol > 0:
-        raise ValueError(f"rank_tol={rank_tol}; allowed: a positive float")
-    if persist < 1 or saturation_t < 0:
-        raise ValueError(f"persist={persist}, saturation_t={saturation_t}; allowed: >= 1, >= 0")
-    if n_classes < 1:
-        raise ValueError(f"n_classes={n_classes}; allowed: an integer >= 1")
-    if labels is not None and (np.ndim(states) != 3 or tuple(np.shape(labels)) != tuple(np.shape(states)[:2])):
-        raise ValueError(
-            f"states must be [N, T, S] and labels [N, T]; got {tuple(np.shape(states))} "
-            f"and {tuple(np.shape(labels))}"
-        )
-    if labels is None and hasattr(states, "shape"):
-        raise ValueError("labels=None needs an iterable of (states, labels) chunks; allowed: array + labels")
-    readout = None
-    if readout_weight is not None:
-        w = _to_numpy(readout_weight)
-        b = np.zeros(w.shape[0]) if readout_bias is None else _to_numpy(readout_bias)
-        if w.ndim != 2 or w.shape[0] < n_classes or b.shape != (w.shape[0],):
-            raise ValueError(
-                f"readout_weight {w.shape} / bias {b.shape}; allowed: [C >= {n_classes}, S] / [C]"
-            )
-        readout = (w, b)
-
-    parts: dict[str, list[np.ndarray]] = {}
-    n_seen = None
-    for h, y in _iter_chunks(states, labels, elements_per_chunk):
-        if h.ndim != 3 or y.shape != h.shape[:2]:
-            raise ValueError(f"chunk states must be [N, Tc, S] and labels [N, Tc]; got {h.shape}, {y.shape}")
-        if n_seen is not None and h.shape[0] != n_seen:
-            raise ValueError(f"chunk has N={h.shape[0]}; allowed: the first chunk's N={n_seen}")
-        if readout is not None and readout[0].shape[1] != h.shape[2]:
-            raise ValueError(f"readout_weight has S={readout[0].shape[1]}; allowed: S={h.shape[2]}")
-        n_seen = h.shape[0]
-        _check_labels(y, n_classes)
-        for key, val in _chunk_geometry(h, y, n_classes, rank_tol, readout).items():
-            parts.setdefault(key, []).append(val)
-    if not parts:
-        raise ValueError("no time steps given; allowed: at least one step")
-    cols = {k: np.concatenate(v) for k, v in parts.items()}
+    _check_geometry_args(states, labels, n_classes, tau, threshold, readout_weight, persist, saturation_t, rank_tol)
+    readout = _readout_arrays(readout_weight, readout_bias, n_classes)
+    cols = _accumulate(states, labels, n_classes, rank_tol, readout, elements_per_chunk)
     steps = np.arange(1, cols["R"].size + 1)
     with np.errstate(invalid="ignore", divide="ignore"):
         q = cols["R"] / cols["M"]
@@ -402,22 +447,8 @@ def geometry_over_time(
     tau_t = cols["tau_readout"] if threshold == "readout" else np.full(steps.size, float(tau))
     t_cross, crossed = crossing_time(q, tau_t, steps, persist)
     mode = failure_mode(t_cross, crossed, saturation_t)
-
-    if fit_window is None:
-        lo, hi = 1, int(t_cross) if crossed else int(steps[-1])
-    else:
-        lo, hi = int(fit_window[0]), int(fit_window[1])
-        if lo > hi:
-            raise ValueError(f"fit_window={fit_window}; allowed: (t_lo, t_hi) with t_lo <= t_hi")
-    win = (steps >= lo) & (steps <= hi)
-    e0, eta = _fit_line(steps[win].astype(np.float64), cols["R_par"][win])
-    level = _nan_free_mean((tau_t * cols["M"])[win])
-    if not np.isfinite(eta) or np.isnan(level):  # no fit, or no threshold level (one class: C1)
-        t_pred = float("nan")
-    elif eta <= 0:
-        t_pred = float("inf")
-    else:
-        t_pred = (level - e0) / eta
+    lo, hi = _fit_bounds(fit_window, t_cross, crossed, steps)
+    e0, eta, t_pred = _corollary1_fit(steps, cols["R_par"], tau_t * cols["M"], lo, hi)
 
     data_vars: dict[str, Any] = {"q": ("t", q), **{key: ("t", val) for key, val in cols.items()}}
     data_vars.update(

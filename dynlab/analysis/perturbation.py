@@ -65,6 +65,87 @@ def _slope(t: np.ndarray, y: np.ndarray) -> float:
     return float(np.polyfit(t[ok].astype(np.float64), np.log(y[ok]), 1)[0])
 
 
+def _reference_at_t0(z0: np.ndarray, y0: np.ndarray, g: int, rank_tol: float, t0: int) -> tuple[np.ndarray, float]:
+    """Basis ``[S_layer, k]`` of U(t0) and M(t0) from the clean states ``z0 [N, S_layer]``; refuses an empty U or U_perp."""
+    c0, counts0 = class_centroids(z0, y0, g)
+    basis = symbolic_basis(c0, rank_tol)  # [S_layer, k]
+    cp = c0[counts0 > 0]
+    if basis.shape[1] == 0 or cp.shape[0] < 2:
+        raise ValueError(f"U(t0={t0}) is empty; allowed: a t0 with at least two distinct class centroids")
+    if basis.shape[1] == z0.shape[1]:
+        raise ValueError(f"U(t0={t0}) fills the tracked layer (k={basis.shape[1]}); U_perp is empty")
+    dist0 = np.linalg.norm(cp[:, None, :] - cp[None, :, :], axis=-1)
+    return basis, float(dist0[~np.eye(cp.shape[0], dtype=bool)].min())
+
+
+def _perturbed_copies(h: torch.Tensor, sl: slice, basis: np.ndarray, scale: float, gen: np.random.Generator) -> torch.Tensor:
+    """``[3N, S]``: the clean states ``h [N, S]``, then copies moved by ``scale`` along a random
+    unit direction per sequence in U, then in U_perp (tracked-layer coordinates only)."""
+    n, s_layer = h.shape[0], basis.shape[0]
+    a_par = gen.standard_normal((n, basis.shape[1])) @ basis.T  # [N, S_layer]
+    a_perp = gen.standard_normal((n, s_layer))
+    a_perp = a_perp - (a_perp @ basis) @ basis.T  # [N, S_layer]
+    dirs = [a / np.linalg.norm(a, axis=1, keepdims=True) for a in (a_par, a_perp)]
+    stacked = [h]
+    for d in dirs:
+        hp = h.clone()
+        hp[:, sl] = hp[:, sl] + torch.as_tensor(scale * d, device=h.device, dtype=h.dtype)
+        stacked.append(hp)
+    return torch.cat(stacked, dim=0)  # [3N, S]: clean, U, U_perp
+
+
+def _step_row(z: np.ndarray, lab: np.ndarray, g: int) -> dict[str, Any]:
+    """The per-step measurements of ``z [3, N, S_layer]`` (clean, U, U_perp) with labels ``lab [N]``."""
+    c, _ = class_centroids(z[0], lab, g)
+    target = c[lab]  # [N, S_layer]
+    return {
+        "delta_norm": [_rms(z[j] - z[0]) for j in (1, 2)],
+        "dist_pert": [_rms(z[j] - target) for j in (1, 2)],
+        "q_pert": [_q_of(z[j], lab, g) for j in (1, 2)],
+        "dist_clean": _rms(z[0] - target),
+        "q_clean": _q_of(z[0], lab, g),
+    }
+
+
+def _response_dataset(rows: list[dict[str, Any]], steps: np.ndarray, fit_steps: int | None, m_t0: float, k_u: int,
+                      attrs: dict[str, Any]) -> xr.Dataset:
+    """The per-step rows as the Dataset of :func:`perturbation_response`, with the recovery rates."""
+    delta = np.array([r["delta_norm"] for r in rows]).T  # [2, T']
+    dist_pert = np.array([r["dist_pert"] for r in rows]).T  # [2, T']
+    q_pert = np.array([r["q_pert"] for r in rows]).T  # [2, T']
+    dist_clean = np.array([r["dist_clean"] for r in rows])  # [T']
+    q_clean = np.array([r["q_clean"] for r in rows])  # [T']
+    last = steps.size if fit_steps is None else min(steps.size, int(fit_steps) + 1)
+    rates = np.array([_slope(steps[:last], delta[j, :last]) for j in range(2)])
+    dt2 = ("direction", "t")
+    data = {
+        "delta_norm": (dt2, delta),
+        "dist_pert": (dt2, dist_pert),
+        "dist_excess": (dt2, dist_pert - dist_clean[None]),
+        "q_pert": (dt2, q_pert),
+        "dist_clean": ("t", dist_clean),
+        "q_clean": ("t", q_clean),
+        "recovery_rate": ("direction", rates),
+        "M_t0": ((), m_t0),
+        "k_U": ((), k_u),
+    }
+    return annotate(xr.Dataset(
+        data, coords={"direction": ("direction", ["U", "U_perp"]), "t": ("t", steps)}, attrs=attrs,
+    ))
+
+
+def _check_response_args(x: torch.Tensor, y: np.ndarray, t0: int, eps: float, fit_steps: int | None) -> None:
+    """Refuse inputs :func:`perturbation_response` cannot use, naming the field."""
+    if x.ndim != 2 or y.shape != tuple(x.shape):
+        raise ValueError(f"tokens {tuple(x.shape)} and labels {y.shape}; allowed: both [N, T]")
+    if not 1 <= t0 <= x.shape[1]:
+        raise ValueError(f"t0={t0}; allowed: 1..{x.shape[1]}")
+    if not eps > 0:
+        raise ValueError(f"eps={eps}; allowed: a positive float")
+    if fit_steps is not None and fit_steps < 1:
+        raise ValueError(f"fit_steps={fit_steps}; allowed: None or an integer >= 1")
+
+
 def perturbation_response(
     model: nn.Module,
     tokens: Any,
@@ -102,17 +183,9 @@ def perturbation_response(
     device, dt = _device_dtype(m)
     x = torch.as_tensor(tokens, device=device, dtype=torch.long)
     y = np.asarray(labels.detach().cpu() if hasattr(labels, "detach") else labels, dtype=np.int64)
-    if x.ndim != 2 or y.shape != tuple(x.shape):
-        raise ValueError(f"tokens {tuple(x.shape)} and labels {y.shape}; allowed: both [N, T]")
+    _check_response_args(x, y, t0, eps, fit_steps)
     n, t_max = x.shape
-    if not 1 <= t0 <= t_max:
-        raise ValueError(f"t0={t0}; allowed: 1..{t_max}")
-    if not eps > 0:
-        raise ValueError(f"eps={eps}; allowed: a positive float")
-    if fit_steps is not None and fit_steps < 1:
-        raise ValueError(f"fit_steps={fit_steps}; allowed: None or an integer >= 1")
     g = int(m.n_classes) if n_classes is None else int(n_classes)
-    gen = rng if rng is not None else np.random.default_rng(0)
     sl = m.layer_slice(layer)
 
     with torch.no_grad():
@@ -120,67 +193,13 @@ def perturbation_response(
         for i in range(t0):
             _, h = m.step(h, x[:, i])
         z0 = h[:, sl].cpu().numpy().astype(np.float64)  # [N, S_layer]
-        c0, counts0 = class_centroids(z0, y[:, t0 - 1], g)
-        basis = symbolic_basis(c0, rank_tol)  # [S_layer, k]
-        cp = c0[counts0 > 0]
-        if basis.shape[1] == 0 or cp.shape[0] < 2:
-            raise ValueError(f"U(t0={t0}) is empty; allowed: a t0 with at least two distinct class centroids")
-        if basis.shape[1] == z0.shape[1]:
-            raise ValueError(f"U(t0={t0}) fills the tracked layer (k={basis.shape[1]}); U_perp is empty")
-        dist0 = np.linalg.norm(cp[:, None, :] - cp[None, :, :], axis=-1)
-        m_t0 = float(dist0[~np.eye(cp.shape[0], dtype=bool)].min())
-
-        a_par = gen.standard_normal((n, basis.shape[1])) @ basis.T  # [N, S_layer]
-        a_perp = gen.standard_normal((n, z0.shape[1]))
-        a_perp = a_perp - (a_perp @ basis) @ basis.T  # [N, S_layer]
-        dirs = [a / np.linalg.norm(a, axis=1, keepdims=True) for a in (a_par, a_perp)]
-        stacked = [h]
-        for d in dirs:
-            hp = h.clone()
-            hp[:, sl] = hp[:, sl] + torch.as_tensor(eps * m_t0 * d, device=device, dtype=dt)
-            stacked.append(hp)
-        hs = torch.cat(stacked, dim=0)  # [3N, S]: clean, U, U_perp
-
+        basis, m_t0 = _reference_at_t0(z0, y[:, t0 - 1], g, rank_tol, t0)
+        hs = _perturbed_copies(h, sl, basis, eps * m_t0, rng if rng is not None else np.random.default_rng(0))
         rows: list[dict[str, Any]] = []
         for t in range(t0, t_max + 1):
             if t > t0:
                 _, hs = m.step(hs, x[:, t - 1].repeat(3))
             z = hs[:, sl].cpu().numpy().astype(np.float64).reshape(3, n, -1)  # [3, N, S_layer]
-            lab = y[:, t - 1]
-            c, _ = class_centroids(z[0], lab, g)
-            target = c[lab]  # [N, S_layer]
-            rows.append(
-                {
-                    "delta_norm": [_rms(z[j] - z[0]) for j in (1, 2)],
-                    "dist_pert": [_rms(z[j] - target) for j in (1, 2)],
-                    "q_pert": [_q_of(z[j], lab, g) for j in (1, 2)],
-                    "dist_clean": _rms(z[0] - target),
-                    "q_clean": _q_of(z[0], lab, g),
-                }
-            )
-
-    steps = np.arange(t0, t_max + 1)
-    delta = np.array([r["delta_norm"] for r in rows]).T  # [2, T']
-    dist_pert = np.array([r["dist_pert"] for r in rows]).T  # [2, T']
-    q_pert = np.array([r["q_pert"] for r in rows]).T  # [2, T']
-    dist_clean = np.array([r["dist_clean"] for r in rows])  # [T']
-    q_clean = np.array([r["q_clean"] for r in rows])  # [T']
-    last = steps.size if fit_steps is None else min(steps.size, int(fit_steps) + 1)
-    rates = np.array([_slope(steps[:last], delta[j, :last]) for j in range(2)])
-    dt2 = ("direction", "t")
-    data = {
-        "delta_norm": (dt2, delta),
-        "dist_pert": (dt2, dist_pert),
-        "dist_excess": (dt2, dist_pert - dist_clean[None]),
-        "q_pert": (dt2, q_pert),
-        "dist_clean": ("t", dist_clean),
-        "q_clean": ("t", q_clean),
-        "recovery_rate": ("direction", rates),
-        "M_t0": ((), m_t0),
-        "k_U": ((), int(basis.shape[1])),
-    }
-    return annotate(xr.Dataset(
-        data,
-        coords={"direction": ("direction", ["U", "U_perp"]), "t": ("t", steps)},
-        attrs={"t0": int(t0), "eps": float(eps), "layer": int(layer), "rank_tol": float(rank_tol)},
-    ))
+            rows.append(_step_row(z, y[:, t - 1], g))
+    attrs = {"t0": int(t0), "eps": float(eps), "layer": int(layer), "rank_tol": float(rank_tol)}
+    return _response_dataset(rows, np.arange(t0, t_max + 1), fit_steps, m_t0, int(basis.shape[1]), attrs)

@@ -80,6 +80,7 @@ import xarray as xr
 from pydantic import Field
 
 from dynlab.analysis.geometry import class_centroids, crossing_time, failure_mode, geometry_over_time, symbolic_basis
+from dynlab.analysis.horizon import horizon_forecast, margin_statistics
 from dynlab.analysis.jacobian import analysis_copy, lyapunov_exponents, return_map_on_U
 from dynlab.analysis.margin import binary_signed_error
 from dynlab.analysis.perturbation import perturbation_response
@@ -125,6 +126,8 @@ class AnalysisSpec(Spec):
     min_per_class: int = Field(16, ge=2)
     max_samples: int = Field(4096, ge=8)
     probe_threshold: float = Field(0.9, gt=0, le=1)
+    horizon_samples: int = Field(1024, ge=8)
+    horizon_threshold: float = Field(0.9, gt=0, lt=1)
     seed: int = 20_000
 
     def samples_for(self, n_classes: int) -> int:
@@ -279,6 +282,160 @@ def _check_state_preserving(task: WordProblem, words: torch.Tensor) -> None:
         raise ValueError("return-map words must multiply to the identity; got a word that does not")
 
 
+def _stream_geometry(m, task: WordProblem, spec: AnalysisSpec, n: int, horizon: int, gen: torch.Generator, layer: int,
+                     ref: _Reference) -> tuple[xr.Dataset, dict[str, np.ndarray]]:
+    """One pass over fresh sequences to ``horizon``: the geometry of the state
+    (:func:`~dynlab.analysis.geometry.geometry_over_time`) and every per-step readability
+    ratio (name -> ``[T]``), fed from the same chunks."""
+    g = task.n_classes
+    readout = _linear_readout_of_state(m, layer)
+    lin = m.final_linear()
+    w_dec = lin.weight.detach().double().numpy()[:g]
+    b_dec = lin.bias.detach().double().numpy()[:g] if lin.bias is not None else np.zeros(w_dec.shape[0])
+    extra: dict[str, list[np.ndarray]] = {}
+    features_are_state = readout is not None  # dense cells: the readout reads the state itself
+
+    def tee() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for h, f, y in stream_representations(m, task, n, horizon, spec.chunk, gen, layer):
+            pair = pairwise_ratio(h, y, g, ref_dist=ref.pair_dist)
+            parts = {
+                **pair,
+                "q_pair_out": pair["q_pair"] if features_are_state else pairwise_ratio(f, y, g)["q_pair"],
+                **decoder_ratio(f, y, w_dec, b_dec, ref_margin=ref.dec_margin),
+                "probe_accuracy": probe_accuracy(ref.probe, h, y),
+            }
+            for k, v in parts.items():
+                extra.setdefault(k, []).append(v)
+            yield h, y
+
+    with np.errstate(over="ignore", invalid="ignore"):  # exploding trackers get q = inf in geometry
+        geo = geometry_over_time(
+            tee(), n_classes=g, tau=spec.tau, persist=spec.persist, rank_tol=spec.rank_tol,
+            readout_weight=None if readout is None else readout[0],
+            readout_bias=None if readout is None else readout[1],
+        )
+    return geo, {k: np.concatenate(v) for k, v in extra.items()}
+
+
+def _add_crossings(out: xr.Dataset, geo: xr.Dataset, cols: dict[str, np.ndarray], spec: AnalysisSpec, t_ref: int) -> None:
+    """Into ``out``: blow-up step, readout crossing, q_par and every readability ratio with
+    its crossing, the Corollary-1 forecasts, the probe and the class counts (module docstring)."""
+    blown = np.isinf(geo["R"].values)
+    out["blowup_t"] = ((), _blowup_step(geo))
+    if "tau_readout" in out:
+        t_read, _ = crossing_time(out["q"].values, out["tau_readout"].values, out["t"].values, spec.persist)
+        out["T_cross_readout"] = ((), t_read)
+    saturation_t = int(geo.attrs.get("saturation_t", 3))
+    # q_par = R_par / M: a nearest-centroid decision depends only on the component in U.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q_par = geo["R_par"].values / geo["M"].values
+    q_par[blown | ((geo["M"].values == 0) & (geo["n_present"].values >= 2))] = np.inf
+    _ratio_crossing(out, "q_par", q_par, spec.tau, spec.persist, saturation_t)
+    steps = out["t"].values
+    for name in ("q_pair", "q_pair_out", "q_dec", "q_pair_ref", "q_dec_ref"):
+        ratio = cols[name].copy()
+        ratio[blown] = np.inf  # overflowed states count as crossed
+        _ratio_crossing(out, name, ratio, spec.tau, spec.persist, saturation_t)
+    for name in ("q_pair", "q_pair_out", "q_dec"):
+        suffix = name[2:]
+        out[f"T_forecast_{suffix}"] = (
+            (),
+            _forecast(out[name].values, steps, spec.tau, t_ref, float(out[f"T_cross_{suffix}"]), bool(out[f"crossed_{suffix}"])),
+        )
+    acc = cols["probe_accuracy"]
+    acc[blown] = 0.0
+    out["probe_accuracy"] = ("t", acc)
+    after = steps >= t_ref  # the probe is fitted at t_ref: its crossing is searched from there on
+    t_probe, _ = crossing_time(1.0 - acc[after], 1.0 - spec.probe_threshold + 1e-12, steps[after], spec.persist)
+    out["T_probe"] = ((), t_probe)
+    out["min_class_count"] = ("t", cols["min_count"])
+    out["dec_margin"] = ("t", cols["dec_margin"])
+    out["thin_classes"] = ((), int((cols["min_count"] < 4).sum()))
+    for name in ("q", "q_par", "q_pair", "q_pair_ref", "probe_accuracy"):
+        out[name].attrs["representation"] = "state"
+    for name in ("q_pair_out", "q_dec", "q_dec_ref", "dec_margin"):
+        out[name].attrs["representation"] = "readout features"
+
+
+def _add_return_map(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, gen: torch.Generator, layer: int,
+                    ref: _Reference) -> np.ndarray:
+    """Into ``out``: Theorem 1's return maps of state-preserving words at the class centroids
+    of t_ref, restricted to U(t_ref) (NaN when U is empty).  Returns the basis of U(t_ref)."""
+    basis = symbolic_basis(ref.layer_centroids, spec.rank_tol)
+    words = task.sample_identity_words(gen, spec.n_words, spec.word_length)
+    _check_state_preserving(task, words)
+    if basis.shape[1] > 0:
+        rm = return_map_on_U(m, list(words), ref.points, basis, layer=layer, point_labels=list(ref.point_labels))
+        re = rm["return_map_eig_real"].values.reshape(-1)
+        im = rm["return_map_eig_imag"].values.reshape(-1)
+        eig_max = float(np.median(rm["return_map_eig"].values[..., 0]))
+        df_u = rm["DF_U"].values  # [W, P, k, k]
+        dist_id = float(np.median(np.linalg.norm(df_u - np.eye(df_u.shape[-1]), ord=2, axis=(-2, -1))))
+    else:
+        re = im = np.full(1, np.nan)
+        eig_max = dist_id = float("nan")
+    out["return_map_eig_real"] = ("k", re)
+    out["return_map_eig_imag"] = ("k", im)
+    out["return_map_eig_max"] = ((), eig_max)
+    out["return_map_dist_identity"] = ((), dist_id)
+    out["k_U_ref"] = ((), basis.shape[1])
+    return basis
+
+
+def _add_perturbation(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, gen: torch.Generator, layer: int,
+                      t_ref: int, k_u: int) -> None:
+    """Into ``out``: the perturbation injected at t_ref and followed for ``perturb_steps``
+    (undefined when U is empty there, ``k_u`` = 0: all classes merged, a collapsed tracker; then NaN)."""
+    tokens, labels = task.sample(gen, spec.perturb_samples, t_ref + spec.perturb_steps)
+    if k_u > 0:
+        pr = perturbation_response(
+            m, tokens, labels, t0=t_ref, eps=spec.perturb_eps, layer=layer, rank_tol=spec.rank_tol,
+            rng=np.random.default_rng(spec.seed),
+        )
+        pr = pr.rename({"t": "t_pert"})
+        for name in ("delta_norm", "dist_excess", "q_pert"):
+            out[f"perturb_{name}"] = pr[name]
+        out["recovery_rate"] = pr["recovery_rate"]
+        return
+    steps_pert = np.arange(t_ref, t_ref + spec.perturb_steps + 1)
+    nan2 = np.full((2, steps_pert.size), np.nan)
+    coords = {"direction": ["U", "U_perp"], "t_pert": steps_pert}
+    for name in ("delta_norm", "dist_excess", "q_pert"):
+        out[f"perturb_{name}"] = xr.DataArray(nan2, dims=("direction", "t_pert"), coords=coords)
+    out["recovery_rate"] = xr.DataArray(np.full(2, np.nan), dims="direction", coords={"direction": ["U", "U_perp"]})
+
+
+def _add_lyapunov_and_sign(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, gen: torch.Generator,
+                           horizon: int, layer: int) -> None:
+    """Into ``out``: finite-time Lyapunov exponents along fresh trajectories and, for
+    two-class groups (C2), the signed error along U (neutral oscillation)."""
+    lt, _ = task.sample(gen, spec.lyap_samples, spec.lyap_steps)
+    k = min(spec.lyap_k, m.state_size)
+    ly = lyapunov_exponents(m, lt, k=k, generator=torch.Generator().manual_seed(spec.seed))
+    out["lyapunov"] = ly["lyap_mean"]
+    if task.n_classes == 2:
+        with np.errstate(over="ignore", invalid="ignore"):
+            be = binary_signed_error(stream_states(m, task, spec.n_samples, horizon, spec.chunk, gen, layer))
+        out["sign_flip_frac"] = be["sign_flip_frac"]
+        out["e_U_absmax_rel"] = be["e_U_absmax_rel"]
+
+
+def _add_horizon(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, t_ref: int, horizon: int) -> None:
+    """Into ``out``: ``T_horizon`` (:func:`dynlab.analysis.horizon.horizon_forecast`) from
+    ``horizon_samples`` fresh sequences of length t_ref, drawn from their own generator
+    (seed ``spec.seed + 1``) so that every other analysis reads the sequences it read before."""
+    g = task.n_classes
+    tokens, labels = task.sample(torch.Generator().manual_seed(spec.seed + 1), spec.horizon_samples, t_ref)
+    with torch.no_grad(), np.errstate(over="ignore", invalid="ignore"):
+        feats = m(tokens, return_states=False, return_features=True).features.double().numpy()  # [N, t_ref, F]
+    lin = m.final_linear()
+    w = lin.weight.detach().double().numpy()[:g]
+    b = lin.bias.detach().double().numpy()[:g] if lin.bias is not None else np.zeros(g)
+    stats = margin_statistics(feats, labels.numpy(), w, b)
+    out["T_horizon"] = ((), horizon_forecast(stats, t_ref, max(horizon, t_ref), threshold=spec.horizon_threshold,
+                                             persist=spec.persist))
+
+
 def analyze_tracker(
     model: torch.nn.Module,
     task: WordProblem,
@@ -309,133 +466,16 @@ def analyze_tracker(
             f"allowed: order at most {MAX_ANALYSIS_ORDER} (dynlab.config.MAX_ANALYSIS_ORDER)"
         )
     m = analysis_copy(model, torch.float64).cpu()
-    gen = torch.Generator().manual_seed(spec.seed)
+    gen = torch.Generator().manual_seed(spec.seed)  # one generator, drawn from in this order
     n = spec.samples_for(task.n_classes)
-    g = task.n_classes
-    readout = _linear_readout_of_state(m, layer)
     ref = _reference(m, task, n, t_ref, gen, layer, spec.seed)
-    lin = m.final_linear()
-    w_dec = lin.weight.detach().double().numpy()[:g]
-    b_dec = lin.bias.detach().double().numpy()[:g] if lin.bias is not None else np.zeros(w_dec.shape[0])
-
-    # One pass over the stream feeds the geometry of the state and every per-step ratio.
-    extra: dict[str, list[np.ndarray]] = {}
-
-    features_are_state = readout is not None  # dense cells: the readout reads the state itself
-
-    def tee() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for h, f, y in stream_representations(m, task, n, horizon, spec.chunk, gen, layer):
-            pair = pairwise_ratio(h, y, g, ref_dist=ref.pair_dist)
-            parts = {
-                **pair,
-                "q_pair_out": pair["q_pair"] if features_are_state else pairwise_ratio(f, y, g)["q_pair"],
-                **decoder_ratio(f, y, w_dec, b_dec, ref_margin=ref.dec_margin),
-                "probe_accuracy": probe_accuracy(ref.probe, h, y),
-            }
-            for k, v in parts.items():
-                extra.setdefault(k, []).append(v)
-            yield h, y
-
-    with np.errstate(over="ignore", invalid="ignore"):  # exploding trackers get q = inf in geometry
-        geo = geometry_over_time(
-            tee(),
-            n_classes=g,
-            tau=spec.tau,
-            persist=spec.persist,
-            rank_tol=spec.rank_tol,
-            readout_weight=None if readout is None else readout[0],
-            readout_bias=None if readout is None else readout[1],
-        )
-    cols = {k: np.concatenate(v) for k, v in extra.items()}
+    geo, cols = _stream_geometry(m, task, spec, n, horizon, gen, layer, ref)
     out = geo.copy()
-    blown = np.isinf(geo["R"].values)
-    out["blowup_t"] = ((), _blowup_step(geo))
-    if "tau_readout" in out:
-        t_read, _ = crossing_time(out["q"].values, out["tau_readout"].values, out["t"].values, spec.persist)
-        out["T_cross_readout"] = ((), t_read)
-    saturation_t = int(geo.attrs.get("saturation_t", 3))
-    # q_par = R_par / M: a nearest-centroid decision depends only on the component in U.
-    with np.errstate(invalid="ignore", divide="ignore"):
-        q_par = geo["R_par"].values / geo["M"].values
-    q_par[np.isinf(geo["R"].values) | ((geo["M"].values == 0) & (geo["n_present"].values >= 2))] = np.inf
-    _ratio_crossing(out, "q_par", q_par, spec.tau, spec.persist, saturation_t)
-    steps = out["t"].values
-    for name in ("q_pair", "q_pair_out", "q_dec", "q_pair_ref", "q_dec_ref"):
-        ratio = cols[name].copy()
-        ratio[blown] = np.inf  # overflowed states count as crossed
-        _ratio_crossing(out, name, ratio, spec.tau, spec.persist, saturation_t)
-    for name in ("q_pair", "q_pair_out", "q_dec"):
-        suffix = name[2:]
-        out[f"T_forecast_{suffix}"] = (
-            (),
-            _forecast(out[name].values, steps, spec.tau, t_ref, float(out[f"T_cross_{suffix}"]), bool(out[f"crossed_{suffix}"])),
-        )
-    acc = cols["probe_accuracy"]
-    acc[blown] = 0.0
-    out["probe_accuracy"] = ("t", acc)
-    after = steps >= t_ref  # the probe is fitted at t_ref: its crossing is searched from there on
-    t_probe, _ = crossing_time(1.0 - acc[after], 1.0 - spec.probe_threshold + 1e-12, steps[after], spec.persist)
-    out["T_probe"] = ((), t_probe)
-    out["min_class_count"] = ("t", cols["min_count"])
-    out["dec_margin"] = ("t", cols["dec_margin"])
-    out["thin_classes"] = ((), int((cols["min_count"] < 4).sum()))
-    for name in ("q", "q_par", "q_pair", "q_pair_ref", "probe_accuracy"):
-        out[name].attrs["representation"] = "state"
-    for name in ("q_pair_out", "q_dec", "q_dec_ref", "dec_margin"):
-        out[name].attrs["representation"] = "readout features"
-
-    # Theorem 1: return maps of state-preserving words at the class centroids of step t_ref.
-    basis = symbolic_basis(ref.layer_centroids, spec.rank_tol)
-    words = task.sample_identity_words(gen, spec.n_words, spec.word_length)
-    _check_state_preserving(task, words)
-    if basis.shape[1] > 0:
-        rm = return_map_on_U(m, list(words), ref.points, basis, layer=layer, point_labels=list(ref.point_labels))
-        re = rm["return_map_eig_real"].values.reshape(-1)
-        im = rm["return_map_eig_imag"].values.reshape(-1)
-        eig_max = float(np.median(rm["return_map_eig"].values[..., 0]))
-        df_u = rm["DF_U"].values  # [W, P, k, k]
-        dist_id = float(np.median(np.linalg.norm(df_u - np.eye(df_u.shape[-1]), ord=2, axis=(-2, -1))))
-    else:
-        re = im = np.full(1, np.nan)
-        eig_max = dist_id = float("nan")
-    out["return_map_eig_real"] = ("k", re)
-    out["return_map_eig_imag"] = ("k", im)
-    out["return_map_eig_max"] = ((), eig_max)
-    out["return_map_dist_identity"] = ((), dist_id)
-    out["k_U_ref"] = ((), basis.shape[1])
-
-    # Perturbation injected at t_ref, followed for perturb_steps (undefined when U is empty
-    # there: all classes merged, a collapsed tracker; then NaN).
-    tokens, labels = task.sample(gen, spec.perturb_samples, t_ref + spec.perturb_steps)
-    if basis.shape[1] > 0:
-        pr = perturbation_response(
-            m, tokens, labels, t0=t_ref, eps=spec.perturb_eps, layer=layer, rank_tol=spec.rank_tol,
-            rng=np.random.default_rng(spec.seed),
-        )
-        pr = pr.rename({"t": "t_pert"})
-        for name in ("delta_norm", "dist_excess", "q_pert"):
-            out[f"perturb_{name}"] = pr[name]
-        out["recovery_rate"] = pr["recovery_rate"]
-    else:
-        steps_pert = np.arange(t_ref, t_ref + spec.perturb_steps + 1)
-        nan2 = np.full((2, steps_pert.size), np.nan)
-        coords = {"direction": ["U", "U_perp"], "t_pert": steps_pert}
-        for name in ("delta_norm", "dist_excess", "q_pert"):
-            out[f"perturb_{name}"] = xr.DataArray(nan2, dims=("direction", "t_pert"), coords=coords)
-        out["recovery_rate"] = xr.DataArray(np.full(2, np.nan), dims="direction", coords={"direction": ["U", "U_perp"]})
-
-    # Finite-time Lyapunov exponents along fresh trajectories.
-    lt, _ = task.sample(gen, spec.lyap_samples, spec.lyap_steps)
-    k = min(spec.lyap_k, m.state_size)
-    ly = lyapunov_exponents(m, lt, k=k, generator=torch.Generator().manual_seed(spec.seed))
-    out["lyapunov"] = ly["lyap_mean"]
-
-    # C2: signed error along U (neutral oscillation).
-    if task.n_classes == 2:
-        with np.errstate(over="ignore", invalid="ignore"):
-            be = binary_signed_error(stream_states(m, task, spec.n_samples, horizon, spec.chunk, gen, layer))
-        out["sign_flip_frac"] = be["sign_flip_frac"]
-        out["e_U_absmax_rel"] = be["e_U_absmax_rel"]
+    _add_crossings(out, geo, cols, spec, t_ref)
+    basis = _add_return_map(out, m, task, spec, gen, layer, ref)
+    _add_perturbation(out, m, task, spec, gen, layer, t_ref, basis.shape[1])
+    _add_lyapunov_and_sign(out, m, task, spec, gen, horizon, layer)
+    _add_horizon(out, m, task, spec, t_ref, horizon)
     out.attrs.update(
         analysis_spec=spec.canonical_json(), horizon=horizon, t_ref=t_ref, layer=layer, tau=spec.tau, n_samples=n
     )

@@ -35,6 +35,7 @@ from dynlab.figures.style import COLUMN_WIDTH, PAGE_WIDTH, PANEL_HEIGHT, publica
 from dynlab.figures.tracking import (
     accuracy_heatmap,
     failure_modes,
+    horizon_forecast_scatter,
     margin_panel,
     mp_by_nonlinearity,
     mp_failure_table,
@@ -98,7 +99,7 @@ def _groups(ds: xr.Dataset) -> list[str]:
 
 def group_tracking_panels(ds: xr.Dataset) -> dict[str, Panel | Table]:
     """The panels of a group-tracking dataset: an accuracy heatmap per group, q(t) and
-    q_dec(t), T_cross vs mp (default variant and q), R∥/R⊥, return-map eigenvalues,
+    q_dec(t), T_cross vs mp (default variant and q), the horizon forecast vs mp, R∥/R⊥, return-map eigenvalues,
     perturbation recovery, failure modes (from q and q_dec) and the margin per group."""
     panels: dict[str, Panel | Table] = {f"accuracy_{g}": Panel(accuracy_heatmap, {"group": g}) for g in _groups(ds)}
     if not panels:
@@ -108,6 +109,7 @@ def group_tracking_panels(ds: xr.Dataset) -> dict[str, Panel | Table]:
         q_dec_curves=Panel(q_curves, {"variable": "q_dec"}),
         tcross_mp=Panel(tcross_mp_scatter),
         tcross_q_mp=Panel(tcross_mp_scatter, {"variant": "q"}),
+        horizon_forecast=Panel(horizon_forecast_scatter),
         r_par_perp=Panel(r_par_perp),
         return_map_eigs=Panel(return_map_eigs),
         perturbation_recovery=Panel(perturbation_recovery),

@@ -274,6 +274,8 @@ def _tcross_name(variant: str) -> str:
         return "T_cross"
     if variant == "probe":
         return "T_probe"
+    if variant == "forecast_horizon":
+        return "T_horizon"
     if variant.startswith("forecast_"):
         return f"T_{variant}"
     return f"T_cross_{variant[2:]}"
@@ -330,6 +332,70 @@ def tcross_mp_scatter(ds: xr.Dataset, ax: Axes, color_by: str = "family", varian
     handles.append(Patch(visible=False, label=_corr_label(ds, variant)))
     ax.legend(handles=handles, loc="best", fontsize=6)
     ax.set_title(f"Crossing time ({variant}) vs max-pass length")
+    return ax
+
+
+def _average_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..n of ``x [n]``, ties sharing their average rank."""
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)
+    return ((ends - counts + 1 + ends) / 2.0)[inverse]
+
+
+def _loglog_label(x: np.ndarray, y: np.ndarray) -> str:
+    """Pearson r and Spearman ρ of (log x, log y) over the failing runs drawn filled."""
+    if x.size < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return f"failing runs: n = {x.size} (r undefined)"
+    lx, ly = np.log(x), np.log(y)
+    r = float(np.corrcoef(lx, ly)[0, 1])
+    rho = float(np.corrcoef(_average_ranks(x), _average_ranks(y))[0, 1])
+    return f"failing runs (log–log): r = {r:.2f}, ρ = {rho:.2f}, n = {x.size}"
+
+
+@needs("T_horizon", "mp", "arch", what="horizon forecast vs mp")
+def horizon_forecast_scatter(ds: xr.Dataset, ax: Axes) -> Axes:
+    """Predicted horizon ``T_horizon`` (from steps ≤ the training length) against the
+    measured max-pass length mp, one point per ``ok`` run coloured by architecture, log–log.
+
+    Filled: failing runs with a finite forecast (mp below the evaluated horizon), the runs of
+    the 'drop' rule; the legend gives their Pearson r and Spearman ρ of the logarithms.  Open:
+    censored runs at their bound (T_horizon NaN → the run's horizon; mp passed every length
+    → its largest length).  mp = 0 is drawn at half the shortest length."""
+    panel = "T_horizon vs mp"
+    ds = _nonempty(_ok(ds), panel)
+    pred = np.asarray(ds["T_horizon"].values, dtype=np.float64)
+    mp = np.asarray(ds["mp"].values, dtype=np.float64)
+    horizon = (np.asarray(ds["horizon"].values, dtype=np.float64) if "horizon" in ds
+               else np.full(pred.shape, float(np.nanmax(ds["length"].values)) if "length" in ds else np.nan))
+    pred_cens = ~np.isfinite(pred)
+    mp_cens = np.asarray(ds["mp_censored"].values).astype(bool) if "mp_censored" in ds else np.zeros(mp.shape, bool)
+    floor = 0.5 * float(np.nanmin(finite(ds["length"].values))) if "length" in ds else 1.0
+    x = np.where(pred_cens, horizon, np.maximum(pred, floor))
+    y = np.where(mp > 0, mp, floor)
+    drawable = np.isfinite(x) & np.isfinite(y)
+    if not drawable.any():
+        raise NothingToDraw(f"{panel}: no run has a finite forecast (or horizon) and mp")
+    failing = ~pred_cens & ~mp_cens & drawable
+    archs = _strs(ds, "arch")
+    for a in _arch_order(ds):
+        c = arch_color(a)
+        for sel, face in ((failing, c), (~failing & drawable, "none")):
+            pick = sel & (archs == a)
+            if pick.any():
+                ax.scatter(x[pick], y[pick], s=14, marker="o", facecolors=face, edgecolors=c, linewidths=0.8)
+    lo, hi = float(min(x[drawable].min(), y[drawable].min())), float(max(x[drawable].max(), y[drawable].max()))
+    ax.plot([lo, hi], [lo, hi], color="#999999", linestyle=":", linewidth=0.7)
+    log_axis(ax, "x")
+    log_axis(ax, "y")
+    _mp_ticks(ax, ds, floor)
+    ax.set_xlabel(axis_label(ds["T_horizon"], "T_horizon"))
+    ax.set_ylabel(axis_label(ds["mp"], "mp"))
+    handles = [Line2D([], [], marker="o", color=arch_color(a), linestyle="none", label=a) for a in _arch_order(ds)]
+    handles.append(Line2D([], [], marker="o", markerfacecolor="none", color="#555555", linestyle="none",
+                          label="censored"))
+    handles.append(Patch(visible=False, label=_loglog_label(x[failing], y[failing])))
+    ax.legend(handles=handles, loc="best", fontsize=6, framealpha=0.6)
+    ax.set_title("Horizon forecast (t ≤ t_ref) vs mp")
     return ax
 
 

@@ -151,6 +151,9 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "q_dec_ref": ("q_dec with margins at the training length", "1", "boundary spreads at t over 2 · margins at t_ref"),
     "probe_accuracy": ("linear-probe accuracy", "1", "logistic regression fitted on states at t_ref, applied at t"),
     "T_probe": ("first persistent step t ≥ t_ref with probe accuracy < 0.9", "step", "NaN = never (censored)"),
+    "T_horizon": ("horizon forecast from t ≤ t_ref", "step",
+                  "first t ≥ t_ref where the Gaussian error model of the decoder margins, drifting linearly as fitted on "
+                  "[t_ref/2, t_ref], predicts accuracy < 0.9; NaN = beyond the horizon (censored)"),
     "dec_margin": ("smallest centroid-to-boundary distance of the readout", "feature units", "min over pairs of m_ag"),
     "min_class_count": ("smallest class count", "sequences", "fewest analysed sequences in a present class at t"),
     "thin_classes": ("steps with a class of < 4 sequences", "steps", "0 = every class well sampled"),
