@@ -100,7 +100,8 @@ MIXER_NAMES = {"mamba2": "Mamba-2", "mamba1": "Mamba-1", "gla": "GLA"}
 
 #: Crossing-time variants in README's paper-A table, with what each is.
 README_VARIANTS = {"q": "paper A's literal R/M", "q_par": "", "q_dec": "trained decoder", "probe": "",
-                   "forecast_dec": "fitted inside the training length"}
+                   "forecast_dec": "fitted inside the training length",
+                   "forecast_horizon": "decoder margins drifting inside the training length"}
 
 
 def _prose(text: str) -> str:
@@ -169,8 +170,32 @@ def paper_a_section() -> str:
     held = [_paired(float(ds[f"corr_heldout_pearson_r{k}"])) for k in ("", "_lo", "_hi")]
     out += ["", _prose(f"On held-out seeds {_seeds(json.loads(ds.attrs['corr_heldout_seeds']))} (the default "
                        f"chosen on seeds {_seeds(json.loads(ds.attrs['corr_selection_seeds']))}), `{default}` gives "
-                       f"r = {held[0]} [{held[1]}, {held[2]}] over {int(ds['corr_heldout_n_used'])} runs.")]
+                       f"r = {held[0]} [{held[1]}, {held[2]}] over {int(ds['corr_heldout_n_used'])} runs."
+                       + _forecast_sentence(ds))]
     return "\n".join(out)
+
+
+#: The horizon forecast README reports on held-out seeds, and the goal it is held to.
+README_FORECAST, FORECAST_GOAL = "forecast_horizon", 0.7
+
+
+def _forecast_sentence(ds: xr.Dataset) -> str:
+    """The held-out r of :data:`README_FORECAST` under 'drop' (the failing runs), beside
+    ``forecast_dec``; empty for a dataset without held-out forecast correlations."""
+    if "corr_forecast_heldout_r" not in ds or README_FORECAST not in ds["forecast"].values:
+        return ""
+
+    def cell(name: str) -> str:
+        r = [_paired(float(ds[f"corr_forecast_heldout_r{k}"].sel(forecast=name, censoring="drop")))
+             for k in ("", "_lo", "_hi")]
+        return f"r = {r[0]} [{r[1]}, {r[2]}] over {int(ds['corr_forecast_heldout_n'].sel(forecast=name, censoring='drop'))} runs"
+
+    r = float(ds["corr_forecast_heldout_r"].sel(forecast=README_FORECAST, censoring="drop"))
+    verdict = "at least" if r >= FORECAST_GOAL else "short of"
+    seeds = _seeds(json.loads(ds["corr_forecast_heldout_r"].attrs["heldout_seeds"]))
+    return (f" The horizon forecast `{README_FORECAST}` (`T_horizon`, from steps ≤ the training length only; "
+            f"docs/error-control.md), defined on seeds 0–1, gives on seeds {seeds} under 'drop' {cell(README_FORECAST)}"
+            f" ({verdict} {FORECAST_GOAL}); `forecast_dec` gives {cell('forecast_dec')}.")
 
 
 def _ratio_stats(ds: xr.Dataset, intervention: str) -> tuple[str, int, int]:
@@ -448,12 +473,16 @@ def stale_sections(text: str) -> list[str]:
 
 
 def slim(study_dataset: Path, label: str) -> Path:
-    """Copy the variables the tables read (run record, mp, correlations) of a group-tracking
+    """Copy the variables the tables read (run record, mp, correlations, and the crossing times
+    and forecasts they correlate, to recompute them) of a group-tracking
     ``dataset.nc`` to ``DATA/<label>.nc`` (a whole sweep dataset holds every curve of every run)."""
+    from dynlab.analysis.correlation import CROSSING_VARIANTS, FORECAST_VARIANTS
     from dynlab.results.schema import write_dataset
 
     ds = open_report_dataset(study_dataset)
-    keep = [v for v in ds.data_vars if v in ("mp", "status") or v.startswith("corr_")]
+    crossings = {var for var, _ in (*CROSSING_VARIANTS.values(), *FORECAST_VARIANTS.values())}
+    keep = [v for v in ds.data_vars
+            if v in ("mp", "mp_censored", "status", "horizon") or v in crossings or v.startswith("corr_")]
     return write_dataset(ds[keep], DATA / f"{label}.nc")
 
 

@@ -289,9 +289,10 @@ def reproduction_tables(a: xr.Dataset, b: xr.Dataset, label_a: str, label_b: str
                    f"{med(la[key][2])} / {med(lb[key][2])} | {eq} of {int(rows.sum())} |")
     if "corr_r" in a and "corr_r" in b:
         out += ["", f"| variant | censoring | r ({label_a}) | r ({label_b}) |", "| --- | --- | --- | --- |"]
-        for v in a["variant"].values:
+        for v in a["variant"].values:  # a variant the other dataset lacks (added later) reads "—"
             for c in ("replace", "drop"):
-                ra, rb = (float(d["corr_r"].sel(variant=v, censoring=c)) for d in (a, b))
+                ra, rb = (float(d["corr_r"].sel(variant=v, censoring=c)) if v in d["variant"].values else np.nan
+                          for d in (a, b))
                 out.append(f"| {v} | {c} | {_fmt(ra)} | {_fmt(rb)} |")
         ha, hb = (float(d["corr_heldout_pearson_r"]) if "corr_heldout_pearson_r" in d else np.nan for d in (a, b))
         out += ["", f"held-out r of the default variant: {_fmt(ha)} ({label_a}), {_fmt(hb)} ({label_b})"]

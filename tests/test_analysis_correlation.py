@@ -152,3 +152,26 @@ def test_study_correlations_merge_table_heldout_and_default_scalars():
     merged.attrs.update(out.attrs)
     report = format_correlation_report(merged)
     assert "| q_dec |" in report and "held-out seeds [2, 3]" in report
+
+
+def test_heldout_forecasts_score_only_the_held_out_seeds():
+    """A forecast equal to log mp on seeds 2-3 and noise on seeds 0-1 scores its held-out r, and
+    that r equals tcross_mp_correlation on the held-out runs alone."""
+    from dynlab.analysis.correlation import heldout_forecasts, tcross_mp_correlation
+
+    rng = np.random.default_rng(3)
+    seeds = np.repeat([0, 1, 2, 3], 10)
+    mp = rng.uniform(10, 500, seeds.size)
+    good = np.where(seeds >= 2, 3.0 * mp + 1.0, rng.uniform(1, 1000, seeds.size))
+    bad = rng.uniform(1, 1000, seeds.size)
+    out = heldout_forecasts({"good": good, "bad": bad}, mp, seeds, horizon=1000.0,
+                            mp_censored=np.zeros(seeds.size, bool), n_boot=50)
+    assert float(out["corr_forecast_heldout_r"].sel(forecast="good", censoring="drop")) == pytest.approx(1.0)
+    held = seeds >= 2
+    ref = tcross_mp_correlation(bad[held], mp[held], horizon=1000.0, mp_censored=np.zeros(held.sum(), bool),
+                                censoring="replace", n_boot=50, rng=np.random.default_rng(0))
+    assert float(out["corr_forecast_heldout_r"].sel(forecast="bad", censoring="replace")) == pytest.approx(ref.pearson_r)
+    assert int(out["corr_forecast_heldout_n"].sel(forecast="bad", censoring="replace")) == ref.n_used == 20
+    assert out["corr_forecast_heldout_r"].attrs["heldout_seeds"] == "[2, 3]"
+    assert not heldout_forecasts({"good": good}, mp, np.zeros(seeds.size, int), horizon=1000.0,
+                                 mp_censored=np.zeros(seeds.size, bool)).data_vars

@@ -76,6 +76,23 @@ def test_the_readme_sections_carry_the_datasets_numbers(make_results, readme_tex
     assert f"{zero.mean():.3f} ± {zero.std(ddof=1):.3f}" in _section(readme_text, "paper-b")
 
 
+def test_the_held_out_forecast_is_the_datasets_and_recomputes(make_results, readme_text):
+    """README's held-out forecast r is the dataset's, and the dataset's equals a recomputation on seeds 2-4."""
+    import numpy as np
+
+    from dynlab.analysis.correlation import tcross_mp_correlation
+
+    ds = make_results._dataset("group-tracking-sweep")
+    r = float(ds["corr_forecast_heldout_r"].sel(forecast="forecast_horizon", censoring="drop"))
+    assert f"under 'drop' r = {r:+.2f} [" in _section(readme_text, "paper-a")
+    ok = (ds["status"].values.astype(str) == "ok") & np.isfinite(ds["mp"].values) & (ds["seed"].values >= 2)
+    res = tcross_mp_correlation(ds["T_horizon"].values[ok], ds["mp"].values[ok], horizon=ds["horizon"].values[ok],
+                                mp_censored=ds["mp_censored"].values[ok].astype(bool), censoring="drop", n_boot=1,
+                                rng=np.random.default_rng(0))
+    assert res.pearson_r == pytest.approx(r, abs=1e-9)
+    assert int(ds["corr_forecast_heldout_n"].sel(forecast="forecast_horizon", censoring="drop")) == res.n_used
+
+
 def test_readme_stays_short_and_names_its_generator(readme_text):
     assert len(readme_text.splitlines()) <= 300
     assert readme_text.count("python benchmarks/make_results.py") >= 2

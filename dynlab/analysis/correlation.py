@@ -37,6 +37,7 @@ __all__ = [
     "correlation_table",
     "format_correlation_report",
     "heldout_choice",
+    "heldout_forecasts",
     "study_correlations",
     "tcross_mp_correlation",
 ]
@@ -322,6 +323,49 @@ def heldout_choice(
     return out
 
 
+def heldout_forecasts(
+    forecasts: dict[str, Any], mp: Any, seeds: Any, *, horizon: Any, mp_censored: Any, n_boot: int = 2000,
+    seed: int = 0,
+) -> xr.Dataset:
+    """Each forecast's Pearson r with mp on the held-out seeds, under both censoring rules.
+
+    A forecast is defined before any data (:data:`FORECAST_VARIANTS`; no choice among
+    them is made here), so its honest score is its r on the seeds that no definition was
+    tuned on: the second half of the sorted seeds, as in :func:`heldout_choice`. Dims
+    ``forecast``, ``censoring``; variables ``corr_forecast_heldout_r`` (``_lo``, ``_hi``: the
+    bootstrap CI) and ``corr_forecast_heldout_n`` (runs used), each with attr ``heldout_seeds``.
+    Empty with fewer than two seeds. NaN where fewer than 3 held-out runs are usable.
+    """
+    seeds = np.asarray(seeds)
+    uniq = np.unique(seeds)
+    if uniq.size < 2 or not forecasts:
+        return xr.Dataset()
+    held_seeds = uniq[uniq.size // 2:]
+    held = np.isin(seeds, held_seeds)
+    hz = np.broadcast_to(np.asarray(horizon, dtype=np.float64), seeds.shape)[held]
+    mpv, cens = np.asarray(mp, dtype=np.float64)[held], np.asarray(mp_censored, dtype=bool)[held]
+    names, rules = list(forecasts), ["replace", "drop"]
+    r = np.full((len(names), 2, 3), np.nan)
+    n = np.zeros((len(names), 2), dtype=np.int64)
+    for i, name in enumerate(names):
+        tc = np.asarray(forecasts[name], dtype=np.float64)[held]
+        for j, rule in enumerate(rules):
+            try:
+                res = tcross_mp_correlation(tc, mpv, horizon=hz, mp_censored=cens, censoring=rule, n_boot=n_boot,
+                                            rng=np.random.default_rng(seed))
+            except ValueError:
+                continue
+            r[i, j] = res.pearson_r, *res.pearson_ci
+            n[i, j] = res.n_used
+    dims = ("forecast", "censoring")
+    out = xr.Dataset({"corr_forecast_heldout_r": (dims, r[..., 0]), "corr_forecast_heldout_r_lo": (dims, r[..., 1]),
+                      "corr_forecast_heldout_r_hi": (dims, r[..., 2]), "corr_forecast_heldout_n": (dims, n)},
+                     coords={"forecast": names, "censoring": rules})
+    for v in out.data_vars:
+        out[v].attrs["heldout_seeds"] = json.dumps([int(x) for x in held_seeds])
+    return out
+
+
 def study_correlations(ds: xr.Dataset) -> xr.Dataset:
     """The T_cross–mp block of a study dataset (dim ``run``; ``status``, ``mp``,
     ``mp_censored``, ``seed``, ``horizon`` and the crossing variables of
@@ -331,6 +375,8 @@ def study_correlations(ds: xr.Dataset) -> xr.Dataset:
       ``variant_description``;
     - ``corr_heldout_pearson_r`` (``_lo``, ``_hi``) and ``corr_heldout_n_used``: the
       :func:`heldout_choice` among the crossing variants (not the forecasts);
+    - ``corr_forecast_heldout_r`` (``_lo``, ``_hi``, ``_n``; dims ``forecast``, ``censoring``):
+      :func:`heldout_forecasts` of the forecast variants present, on the same held-out seeds;
     - ``corr_pearson_r`` … ``corr_n_boot_degenerate``: :meth:`CorrelationResult.to_dataset`
       of the chosen (default) variant, 'replace' censoring, bootstrap from ``default_rng(0)``;
     - attrs ``corr_default_variant``, ``corr_default_tcross`` (its variable),
@@ -355,6 +401,7 @@ def study_correlations(ds: xr.Dataset) -> xr.Dataset:
     out = correlation_table(t_cross, mp, **common)
     out["variant_description"] = ("variant", np.asarray([variants[n][1] for n in out["variant"].values], dtype=str))
     choice = heldout_choice({n: v for n, v in t_cross.items() if n in CROSSING_VARIANTS}, mp, seeds, **common)
+    forecasts = heldout_forecasts({n: v for n, v in t_cross.items() if n in FORECAST_VARIANTS}, mp, seeds, **common)
     default = choice["variant"]
     desc = f"default variant {default!r} chosen on seeds {choice['selection_seeds']}"
     for key in ("pearson_r", "pearson_r_lo", "pearson_r_hi"):
@@ -367,6 +414,8 @@ def study_correlations(ds: xr.Dataset) -> xr.Dataset:
     for v in cds.data_vars:
         cds[v].attrs["variant"] = default
     out = out.merge(cds.rename({v: f"corr_{v}" for v in cds.data_vars}))
+    if forecasts.data_vars:
+        out = out.merge(forecasts)
     out.attrs.update(
         corr_default_variant=default,
         corr_default_tcross=variants[default][0],

@@ -212,6 +212,11 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "corr_heldout_pearson_r_lo": ("held-out Pearson r, lower end of the 95% bootstrap CI", "1", ""),
     "corr_heldout_pearson_r_hi": ("held-out Pearson r, upper end of the 95% bootstrap CI", "1", ""),
     "corr_heldout_n_used": ("held-out runs used", "1", ""),
+    "corr_forecast_heldout_r": ("held-out Pearson r of a forecast vs mp", "1",
+                                "forecast variants (defined before any data) on the held-out seeds (attr heldout_seeds)"),
+    "corr_forecast_heldout_r_lo": ("held-out forecast r, lower end of the 95% bootstrap CI", "1", ""),
+    "corr_forecast_heldout_r_hi": ("held-out forecast r, upper end of the 95% bootstrap CI", "1", ""),
+    "corr_forecast_heldout_n": ("held-out runs used by the forecast's r", "1", "per forecast and censoring rule"),
     # -- language models (dynlab.analysis.lm_metrics, dynlab.lm) -------------------------------
     "ppl": ("perplexity at position t", "1", "exp of the NLL at position t averaged over samples"),
     "ppl_binned": ("binned perplexity", "1", "exp of the NLL averaged over samples and the bin ending at t"),
