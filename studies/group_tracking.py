@@ -51,6 +51,7 @@ from dynlab.study import RunOutcome, RunResult, Study, StudyExtra, StudyOptions,
 from dynlab.tasks import WordProblem
 from dynlab.train import NullProgress, TrainResult, build_tracker, train_tracker
 from dynlab.runtime import train_threads
+from dynlab.train.budget import group_budget
 from dynlab.train.ensemble import train_ensemble
 
 __all__ = [
@@ -70,6 +71,9 @@ __all__ = [
 ]
 
 DEFAULT_GROUPS = ("C2", "C6", "S3")
+#: The ``groups`` preset's groups beyond C2, C6, S3: abelian (C2xC2, C4, C2xC4, C12) and
+#: not (D4, A4, D6, C2xS3), orders 4–12.
+GROUPS_PRESET = ("C2xC2", "C4", "C2xC4", "D4", "C12", "A4", "D6", "C2xS3")
 
 PRESETS: dict[str, dict] = {
     "smoke": {
@@ -85,6 +89,7 @@ PRESETS: dict[str, dict] = {
         "train": {"steps": 600, "batch_size": 128, "lr": 3e-3},
         "eval": {"n_samples": 256, "batch_size": 256},
         "analysis": "quick",
+        "group_budget": True,
     },
     "sweep": {
         "seeds": (0, 1, 2, 3, 4),
@@ -92,6 +97,16 @@ PRESETS: dict[str, dict] = {
         "train": {"steps": 600, "batch_size": 128, "lr": 3e-3},
         "eval": {"n_samples": 256, "batch_size": 256},
         "analysis": "quick",
+        "group_budget": True,
+    },
+    "groups": {
+        "seeds": (0, 1, 2),
+        "groups": GROUPS_PRESET,
+        "model": {"hidden": 64},
+        "train": {"steps": 600, "batch_size": 128, "lr": 3e-3},
+        "eval": {"n_samples": 256, "batch_size": 256},
+        "analysis": "quick",
+        "group_budget": True,
     },
     "paper": {
         "seeds": (0, 1, 2, 3, 4),
@@ -146,15 +161,16 @@ def make_specs(options: StudyOptions) -> list[RunSpec]:
     extra = TrackingOptions.parse(options, "group-tracking")
     preset = PRESETS[options.preset]
     archs = select_names(options.models, BUILTIN_ARCHS, available_cells(), "model")
-    groups = tuple(get_group(g).name for g in (options.groups or DEFAULT_GROUPS))
+    groups = tuple(get_group(g).name for g in (options.groups or preset.get("groups", DEFAULT_GROUPS)))
     seeds = options.seeds if options.seeds is not None else preset["seeds"]
     if any(s < 0 for s in seeds):
         raise DynlabInputError(f"seeds must be ≥ 0, got {list(seeds)}")
-    model_kw = {**preset["model"], **extra.model}
-    train = TrainSpec(**{**preset["train"], **extra.train})
     evals = EvalSpec(**{**preset["eval"], **extra.eval})
+    budgets = {g: group_budget(g, preset["model"], preset["train"]) if preset.get("group_budget") else
+               (preset["model"], preset["train"]) for g in groups}  # the preset's budget scaled by group (dynlab.train.budget)
     return [
-        RunSpec(task=TaskSpec(group=g), model=ModelSpec(arch=a, **model_kw), train=train, eval=evals, seed=s)
+        RunSpec(task=TaskSpec(group=g), model=ModelSpec(arch=a, **{**budgets[g][0], **extra.model}),
+                train=TrainSpec(**{**budgets[g][1], **extra.train}), eval=evals, seed=s)
         for g in groups
         for a in archs
         for s in seeds
