@@ -8,6 +8,16 @@ Presets:
 - ``smoke`` — width 16, 20 steps, lengths to 60: seconds; checks an installation.
 - ``quick`` — 8 architectures × {C2, C6, S3} × 1 seed, width 64, ≤ 600 steps of batch 128,
   evaluation on 256 sequences to length 1000.  Minutes on a laptop CPU.
+- ``groups`` — quick's recipe on :data:`GROUPS_PRESET` (C2xC2, C4, C2xC4, D4, C12, A4, D6,
+  C2xS3: abelian and not, orders 4–12) × 8 architectures × seeds 0–2 = 192 models.
+
+``quick``, ``sweep`` and ``groups`` scale the budget by the group
+(:func:`dynlab.train.budget.group_budget`): for order n > 6, width 64·m (m the least power
+of two with m² ≥ n/6), a cap of ceil(600·2n/6) steps, and a stop 300 steps after the
+curriculum first reaches length 60.  Groups of order ≤ 6 (C2, C6, S3, C2xC2, C4) keep
+width 64 and 600 steps, and their run ids.  Without it tanh-rnn and state-gated-rnn stall
+at length 3–5 on A4 in every seed.
+
 - ``paper`` — 8 architectures × {C2, C6, S3} × 5 seeds = 120 models (paper A: 113), width
   128, 3000 steps of batch 256 (AdamW 1e-3, warm-up + cosine, clip 1.0), curriculum to 60,
   evaluation on 1024 sequences at lengths 10 … 1000, analyses with 512 sequences to 1000.
