@@ -329,6 +329,7 @@ PRESET_NOTES = {
     "smoke": "seconds: checks an installation",
     "quick": "a 2-core laptop, minutes",
     "sweep": "quick's sizes with 5 seeds",
+    "groups": "quick's sizes on 8 more groups × 3 seeds",
     "paper": "the papers' sizes: a GPU box or a cluster",
 }
 

@@ -37,6 +37,10 @@ DATASETS = [
      "dynlab study group-tracking --models all --preset sweep --executor dask --workers 2",
      "8 architectures × C2, C6, S3 × seeds 0–4; mp and the correlations of every crossing-time variant; "
      "only the variables these tables read are kept in the committed file"),
+    ("group-tracking-groups", "State tracking on more groups (preset groups)",
+     "dynlab study group-tracking --models all --preset groups --executor dask --workers 2",
+     "8 architectures × C2xC2, C4, C2xC4, D4, C12, A4, D6, C2xS3 × seeds 0–2, the budget scaled by the group "
+     "(dynlab.train.budget); 'theory' says whether the architecture can track the group at every length"),
     ("length-generalization", "Length generalization: PPL beyond the training length",
      "dynlab study length-generalization --seeds 0,1,2 --interventions zero,state-passing,tbtt",
      "far/in PPL ratio > 1 means PPL rises beyond the training length; Definition 3.2 asks PPL(t) ≤ p* "

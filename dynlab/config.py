@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -129,9 +129,26 @@ class Spec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    #: Fields added after :data:`SPEC_VERSION` 1 that the canonical JSON (hence the run id)
+    #: leaves out while they hold their default, the value that means what the spec meant
+    #: before the field existed: every run id made before it stays the same.
+    hash_omit_at_default: ClassVar[tuple[str, ...]] = ()
+
+    def hashed_fields(self) -> dict[str, Any]:
+        """The fields :meth:`canonical_json` writes: ``model_dump(mode="json")`` without the
+        :attr:`hash_omit_at_default` fields that hold their default, in nested specs too."""
+        out = self.model_dump(mode="json")
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if name in self.hash_omit_at_default and value == field.default:
+                del out[name]
+            elif isinstance(value, Spec):
+                out[name] = value.hashed_fields()
+        return out
+
     def canonical_json(self) -> str:
         return json.dumps(
-            {"spec": type(self).__name__, "version": SPEC_VERSION, "fields": self.model_dump(mode="json")},
+            {"spec": type(self).__name__, "version": SPEC_VERSION, "fields": self.hashed_fields()},
             sort_keys=True,
             separators=(",", ":"),
         )
@@ -241,7 +258,17 @@ class TrainSpec(Spec):
     cosine a run still climbing the curriculum late meets a learning rate already near 0
     and stalls at a short length (see :class:`CurriculumSpec`); holding the rate until the
     training length is reached spends the decay where it helps, on the full length.
+
+    ``tail_steps`` (None: train all ``steps``): stop ``tail_steps`` steps after the
+    curriculum first reaches its ``max_length``; ``steps`` is then a cap, spent in full
+    only by a run whose curriculum never completes, and the cosine decay runs over the
+    tail (``schedule="curriculum"`` only).  A run that completes its curriculum early
+    stops early instead of training the rest of the cap at the full length
+    (:func:`dynlab.train.budget.group_budget` sets it for groups larger than order 6).
+    Left out of the run id while None (:attr:`Spec.hash_omit_at_default`).
     """
+
+    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("tail_steps",)
 
     steps: int = Field(600, ge=1, le=MAX_STEPS)
     batch_size: int = Field(128, ge=1, le=MAX_BATCH)
@@ -251,6 +278,21 @@ class TrainSpec(Spec):
     clip: float = Field(1.0, gt=0)
     schedule: Literal["curriculum", "cosine"] = "curriculum"
     curriculum: CurriculumSpec = CurriculumSpec()
+    tail_steps: int | None = Field(None, ge=1, le=MAX_STEPS)
+
+    @model_validator(mode="after")
+    def _tail_needs_curriculum(self) -> TrainSpec:
+        if self.tail_steps is not None and self.schedule != "curriculum":
+            raise ValueError(f"tail_steps={self.tail_steps} needs schedule='curriculum', got {self.schedule!r}; "
+                             "allowed: tail_steps=None with schedule='cosine'")
+        return self
+
+    def end_step(self, reached: int | None) -> int:
+        """The step this run stops before: ``steps``, or ``min(steps, reached + tail_steps)``
+        once the curriculum first reached its ``max_length`` at step ``reached``."""
+        if self.tail_steps is None or reached is None:
+            return self.steps
+        return min(self.steps, reached + self.tail_steps)
 
 
 class EvalSpec(Spec):

@@ -37,10 +37,40 @@ import xarray as xr
 
 from dynlab.errors import DynlabInputError
 
-__all__ = ["bench_machine_line", "bench_tables", "far_in_ratio", "lm_tables", "machine_line", "open_report_dataset", "report",
-           "reproduction_tables", "task_tables", "tracking_tables"]
+__all__ = ["THEORY", "bench_machine_line", "bench_tables", "far_in_ratio", "lm_tables", "machine_line", "open_report_dataset",
+           "report", "reproduction_tables", "task_tables", "theory_learns", "tracking_tables"]
 
 TASK_STUDIES = ("copying", "passkey", "babilong")
+
+#: The groups each built-in tracker can track at every length, by its transition's theory
+#: (paper A): input-independent or positive-diagonal transitions (mamba, linear-rnn) track
+#: none; a real diagonal in (−1, 1) (negative-mamba) the elementary abelian 2-groups (C2,
+#: C2xC2, …); a complex diagonal (mamba3, aussm) the abelian groups; a token-dependent
+#: dense transition (token-gated-rnn) and the state-dependent cells (tanh-rnn,
+#: state-gated-rnn) any finite group.
+THEORY: dict[str, str] = {
+    "mamba": "none", "linear-rnn": "none", "negative-mamba": "elementary abelian 2-groups",
+    "mamba3": "abelian groups", "aussm": "abelian groups",
+    "token-gated-rnn": "any group", "tanh-rnn": "any group", "state-gated-rnn": "any group",
+}
+
+
+def theory_learns(arch: str, group: str) -> bool | None:
+    """Whether :data:`THEORY` says ``arch`` can track ``group`` (a name :func:`dynlab.groups.get_group`
+    parses) at every length; None for an architecture it does not cover (a user's cell)."""
+    from dynlab.groups import get_group
+
+    kind = THEORY.get(arch)
+    if kind is None:
+        return None
+    g = get_group(group)
+    if kind == "none":
+        return g.order == 1
+    if kind == "elementary abelian 2-groups":
+        return g.is_abelian() and all(g.element_order(a) <= 2 for a in range(g.order))
+    if kind == "abelian groups":
+        return g.is_abelian()
+    return True
 
 
 def _fmt(x: float, digits: int = 2) -> str:
@@ -247,17 +277,19 @@ def _learned_mp(ds: xr.Dataset) -> dict[tuple[str, str], tuple[int, int, np.ndar
 
 
 def tracking_tables(ds: xr.Dataset) -> str:
-    """Markdown of a group-tracking dataset: per architecture × group the learned runs and
+    """Markdown of a group-tracking dataset: per architecture × group the learned runs,
     the median and range of their max-pass length mp (the numbers that reproduce across
-    machines; per-seed mp of cells at the edge of what they track do not), then the
+    machines; per-seed mp of cells at the edge of what they track do not) and whether
+    :func:`theory_learns` says the architecture tracks the group, then the
     T_cross–mp correlations (:func:`dynlab.analysis.correlation.format_correlation_report`)."""
     from dynlab.analysis.correlation import format_correlation_report
 
-    out = [machine_line(ds), "", "| architecture | group | learned | mp median (min–max) of the learned runs |",
-           "| --- | --- | --- | --- |"]
+    out = [machine_line(ds), "", "| architecture | group | learned | mp median (min–max) of the learned runs | theory: tracks it |",
+           "| --- | --- | --- | --- | --- |"]
     for (arch, group), (n_ok, n, mp) in _learned_mp(ds).items():
         spread = f"{np.median(mp):.0f} ({mp.min():.0f}–{mp.max():.0f})" if mp.size else "—"
-        out.append(f"| {arch} | {group} | {n_ok} of {n} | {spread} |")
+        theory = {True: "yes", False: "no", None: "—"}[theory_learns(arch, group)]
+        out.append(f"| {arch} | {group} | {n_ok} of {n} | {spread} | {theory} |")
     corr = format_correlation_report(ds)
     return "\n".join(out + ["", corr] if corr else out) + "\n"
 

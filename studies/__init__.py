@@ -68,7 +68,7 @@ CATALOG: dict[str, StudyEntry] = {e.name: e for e in (
     StudyEntry(
         "group-tracking", "dynlab.studies.group_tracking",
         "Trackers on group word problems (C2, C6, S3, …): accuracy vs length to 1000, max-pass length.",
-        ("smoke", "quick", "sweep", "paper"), "tracking", CELL_NAMES),
+        ("smoke", "quick", "sweep", "groups", "paper"), "tracking", CELL_NAMES),
     StudyEntry(
         "length-generalization", "dynlab.studies.length_generalization",
         "Byte-level recurrent LMs (Mamba-2, Mamba-1, GLA) trained short with initial-state interventions, "

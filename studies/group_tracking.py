@@ -8,6 +8,16 @@ Presets:
 - ``smoke`` — width 16, 20 steps, lengths to 60: seconds; checks an installation.
 - ``quick`` — 8 architectures × {C2, C6, S3} × 1 seed, width 64, ≤ 600 steps of batch 128,
   evaluation on 256 sequences to length 1000.  Minutes on a laptop CPU.
+- ``groups`` — quick's recipe on :data:`GROUPS_PRESET` (C2xC2, C4, C2xC4, D4, C12, A4, D6,
+  C2xS3: abelian and not, orders 4–12) × 8 architectures × seeds 0–2 = 192 models.
+
+``quick``, ``sweep`` and ``groups`` scale the budget by the group
+(:func:`dynlab.train.budget.group_budget`): for order n > 6, width 64·m (m the least power
+of two with m² ≥ n/6), a cap of ceil(600·2n/6) steps, and a stop 300 steps after the
+curriculum first reaches length 60.  Groups of order ≤ 6 (C2, C6, S3, C2xC2, C4) keep
+width 64 and 600 steps, and their run ids.  Without it tanh-rnn and state-gated-rnn stall
+at length 3–5 on A4 in every seed.
+
 - ``paper`` — 8 architectures × {C2, C6, S3} × 5 seeds = 120 models (paper A: 113), width
   128, 3000 steps of batch 256 (AdamW 1e-3, warm-up + cosine, clip 1.0), curriculum to 60,
   evaluation on 1024 sequences at lengths 10 … 1000, analyses with 512 sequences to 1000.
@@ -50,6 +60,7 @@ from dynlab.tracking_runs import (
     run_one,
     run_status,
 )
+from dynlab.train.budget import group_budget
 
 __all__ = [
     "ANALYSIS_PRESETS",
@@ -69,6 +80,9 @@ __all__ = [
 ]
 
 DEFAULT_GROUPS = ("C2", "C6", "S3")
+#: The ``groups`` preset's groups beyond C2, C6, S3: abelian (C2xC2, C4, C2xC4, C12) and
+#: not (D4, A4, D6, C2xS3), orders 4–12.
+GROUPS_PRESET = ("C2xC2", "C4", "C2xC4", "D4", "C12", "A4", "D6", "C2xS3")
 
 PRESETS: dict[str, dict] = {
     "smoke": {
@@ -84,6 +98,7 @@ PRESETS: dict[str, dict] = {
         "train": {"steps": 600, "batch_size": 128, "lr": 3e-3},
         "eval": {"n_samples": 256, "batch_size": 256},
         "analysis": "quick",
+        "group_budget": True,
     },
     "sweep": {
         "seeds": (0, 1, 2, 3, 4),
@@ -91,6 +106,16 @@ PRESETS: dict[str, dict] = {
         "train": {"steps": 600, "batch_size": 128, "lr": 3e-3},
         "eval": {"n_samples": 256, "batch_size": 256},
         "analysis": "quick",
+        "group_budget": True,
+    },
+    "groups": {
+        "seeds": (0, 1, 2),
+        "groups": GROUPS_PRESET,
+        "model": {"hidden": 64},
+        "train": {"steps": 600, "batch_size": 128, "lr": 3e-3},
+        "eval": {"n_samples": 256, "batch_size": 256},
+        "analysis": "quick",
+        "group_budget": True,
     },
     "paper": {
         "seeds": (0, 1, 2, 3, 4),
@@ -145,15 +170,16 @@ def make_specs(options: StudyOptions) -> list[RunSpec]:
     extra = TrackingOptions.parse(options, "group-tracking")
     preset = PRESETS[options.preset]
     archs = select_names(options.models, BUILTIN_ARCHS, available_cells(), "model")
-    groups = tuple(get_group(g).name for g in (options.groups or DEFAULT_GROUPS))
+    groups = tuple(get_group(g).name for g in (options.groups or preset.get("groups", DEFAULT_GROUPS)))
     seeds = options.seeds if options.seeds is not None else preset["seeds"]
     if any(s < 0 for s in seeds):
         raise DynlabInputError(f"seeds must be ≥ 0, got {list(seeds)}")
-    model_kw = {**preset["model"], **extra.model}
-    train = TrainSpec(**{**preset["train"], **extra.train})
     evals = EvalSpec(**{**preset["eval"], **extra.eval})
+    budgets = {g: group_budget(g, preset["model"], preset["train"]) if preset.get("group_budget") else
+               (preset["model"], preset["train"]) for g in groups}  # the preset's budget scaled by group (dynlab.train.budget)
     return [
-        RunSpec(task=TaskSpec(group=g), model=ModelSpec(arch=a, **model_kw), train=train, eval=evals, seed=s)
+        RunSpec(task=TaskSpec(group=g), model=ModelSpec(arch=a, **{**budgets[g][0], **extra.model}),
+                train=TrainSpec(**{**budgets[g][1], **extra.train}), eval=evals, seed=s)
         for g in groups
         for a in archs
         for s in seeds

@@ -101,7 +101,7 @@ def table(ds: xr.Dataset) -> str:
 STUDY = Study(
     name="nonlinearity",
     description="Ablation of the state nonlinearity φ (tanh, ReLU, max/min, GroupSort, LayerNorm, sphere) on C6, S3.",
-    presets=gt.STUDY.presets,
+    presets=tuple(p for p in gt.STUDY.presets if p != "groups"),  # groups: group-tracking's own group list
     make_specs=make_specs,
     run_one=gt.STUDY.run_one,
     assemble=gt.STUDY.assemble,

@@ -79,3 +79,26 @@ def test_reproduction_table_compares_two_sweeps_run_by_run():
     assert "5 runs in both; status the same in 4; among the 3 learned in both, mp identical in 2" in text
     assert "max 1.00" in text  # 30 vs 60: one octave
     assert "| mamba | C2 | 2 / 2 of 2 | 21 / 36 | 1 of 2 |" in text
+
+
+@pytest.mark.parametrize("arch, learns", [
+    ("mamba", set()), ("linear-rnn", set()), ("negative-mamba", {"C2", "C2xC2", "C2xC2xC2"}),
+    ("mamba3", {"C2", "C2xC2", "C2xC2xC2", "C4", "C6", "C12", "C2xC4"}),
+    ("aussm", {"C2", "C2xC2", "C2xC2xC2", "C4", "C6", "C12", "C2xC4"}),
+    ("tanh-rnn", {"C2", "C2xC2", "C2xC2xC2", "C4", "C6", "C12", "C2xC4", "S3", "D4", "A4", "C2xS3", "A5"}),
+])
+def test_theory_by_architecture_and_group(arch, learns):
+    """Written out by hand: C2^k are the elementary abelian 2-groups; C4, C6, C12, C2xC4 are
+    abelian with an element of order > 2; S3, D4, A4, C2xS3, A5 are not abelian."""
+    from dynlab.report import theory_learns
+
+    groups = ["C2", "C2xC2", "C2xC2xC2", "C4", "C6", "C12", "C2xC4", "S3", "D4", "A4", "C2xS3", "A5"]
+    assert {g for g in groups if theory_learns(arch, g)} == learns
+    assert theory_learns("my-cell", "C2") is None
+
+
+def test_tracking_table_names_the_theory():
+    from dynlab.report import tracking_tables
+
+    text = tracking_tables(_sweep([12, 30, 1000, 1000, 5], ["ok", "ok", "ok", "ok", "not-learned"]))
+    assert "| mamba | C2 | 2 of 2 | 21 (12–30) | no |" in text and "| tanh-rnn | C2 | 2 of 3 | 1000 (1000–1000) | yes |" in text

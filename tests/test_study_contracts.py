@@ -65,7 +65,7 @@ def test_mistyped_options_are_one_line_errors(name):
 def test_analysis_preset_is_the_study_presets_unless_given():
     gt = get_study("group-tracking")
     got = {p: gt.parse_options(StudyOptions(preset=p)).analysis for p in gt.presets}
-    assert got == {"smoke": "smoke", "quick": "quick", "sweep": "quick", "paper": "paper"}
+    assert got == {"smoke": "smoke", "quick": "quick", "sweep": "quick", "groups": "quick", "paper": "paper"}
     # explicit, not guessed from the evaluation size (quick with 8 evaluation samples stays quick)
     assert gt.parse_options(StudyOptions(preset="quick", extra=TINY)).analysis == "quick"
     assert gt.parse_options(StudyOptions(preset="quick", extra={"analysis": "paper"})).analysis == "paper"

@@ -218,9 +218,10 @@ def lr_at(train: TrainSpec, step: int, reached: int | None = None) -> float:
     """Learning rate of ``step``: :func:`cosine_lr` with ``warmup_steps``, decaying to 0 at
     ``steps`` from the end of the warm-up (``schedule="cosine"``) or, with
     ``schedule="curriculum"``, from ``reached``, the first step whose batch had the
-    curriculum's ``max_length`` (None = not reached yet: after the warm-up the rate stays at ``lr``)."""
+    curriculum's ``max_length`` (None = not reached yet: after the warm-up the rate stays at ``lr``).
+    With ``tail_steps`` the decay ends at :meth:`~dynlab.config.TrainSpec.end_step`, where the run stops."""
     if train.schedule == "cosine" or step < train.warmup_steps:
         return cosine_lr(train.lr, step, train.steps, train.warmup_steps)
     if reached is None:
         return train.lr
-    return cosine_lr(train.lr, step, train.steps, train.warmup_steps, start=max(train.warmup_steps, reached))
+    return cosine_lr(train.lr, step, train.end_step(reached), train.warmup_steps, start=max(train.warmup_steps, reached))

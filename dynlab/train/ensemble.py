@@ -154,7 +154,7 @@ def _train(specs, tasks, models, template: _Loss, device, progress) -> list[Trai
     start = time.perf_counter()
     alive = list(range(n))  # members still training, in stack order
     for step in range(max(tr.steps for tr in trains)):
-        alive = [i for i in alive if step < trains[i].steps and results[i].status == "ok"]
+        alive = [i for i in alive if step < trains[i].end_step(reached[i]) and results[i].status == "ok"]
         if not alive:
             break
         for i in alive:
