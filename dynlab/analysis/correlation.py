@@ -262,6 +262,11 @@ def correlation_table(
     ))
 
 
+def _seed_halves(unique_seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(selection, held-out) halves of the sorted unique seeds: the first ⌊n/2⌋, the rest."""
+    return unique_seeds[: unique_seeds.size // 2], unique_seeds[unique_seeds.size // 2:]
+
+
 def heldout_choice(
     t_cross: dict[str, Any],
     mp: Any,
@@ -293,7 +298,7 @@ def heldout_choice(
                            "selection_r": {}, "pearson_r": nan, "pearson_r_lo": nan, "pearson_r_hi": nan, "n_used": 0}
     if uniq.size < 2:
         return out
-    sel_seeds, held_seeds = uniq[: uniq.size // 2], uniq[uniq.size // 2 :]
+    sel_seeds, held_seeds = _seed_halves(uniq)
     sel, held = np.isin(seeds, sel_seeds), np.isin(seeds, held_seeds)
     hz = np.broadcast_to(np.asarray(horizon, dtype=np.float64), seeds.shape)
     mpv, cens = np.asarray(mp, dtype=np.float64), np.asarray(mp_censored, dtype=bool)
@@ -340,7 +345,7 @@ def heldout_forecasts(
     uniq = np.unique(seeds)
     if uniq.size < 2 or not forecasts:
         return xr.Dataset()
-    held_seeds = uniq[uniq.size // 2:]
+    held_seeds = _seed_halves(uniq)[1]
     held = np.isin(seeds, held_seeds)
     hz = np.broadcast_to(np.asarray(horizon, dtype=np.float64), seeds.shape)[held]
     mpv, cens = np.asarray(mp, dtype=np.float64)[held], np.asarray(mp_censored, dtype=bool)[held]
