@@ -50,6 +50,9 @@ def test_studies_registered_with_quick_presets_of_the_protocol():
     assert (copying.train_min, copying.train_max) == (50, 100) and 300 in copying.eval_lengths
     passkey = get_study("passkey").make_specs(StudyOptions(preset="quick"))[0].task
     assert max(passkey.eval_lengths) >= 16 * passkey.train_max  # the contrast reaches 16x the training length
+    babi = get_study("babilong").make_specs(StudyOptions(preset="quick"))[0]
+    assert (babi.task.babi_tokens, babi.task.babi_questions, babi.warm_start) == ("words", "all", None)
+    assert max(babi.task.eval_lengths) >= 16 * babi.task.train_max and "qa1" in babi.task.babi_kinds
 
 
 @pytest.mark.parametrize("name, extra, match", [
@@ -57,7 +60,8 @@ def test_studies_registered_with_quick_presets_of_the_protocol():
     ("passkey", {"task": {"eval_lengths": [40]}}, "passkey length 40 is too short"),
     ("passkey", {"task": {"depths": [-0.1]}}, r"depth -0.1 is outside \[0, 1\]"),
     ("babilong", {"task": {"babi_kinds": ["qa4"]}}, "babi_kinds"),
-    ("babilong", {"task": {"eval_lengths": [100]}}, "too short to hold 3 facts"),
+    ("babilong", {"task": {"eval_lengths": [20]}}, "too short to hold 3 facts"),
+    ("babilong", {"task": {"babi_tokens": "bpe"}}, "babi_tokens"),
     ("copying", {"source": "/no/such.txt"}, "uses no filler text"),
     ("passkey", {"source": "/no/such.txt"}, "neither one of"),
 ])

@@ -11,7 +11,9 @@ from torch import nn
 
 from dynlab.lm.corpus import decode, encode
 from dynlab.lm.task_run import _scores, score_batch
-from dynlab.lm.tasks import BABI_KINDS, BabiTask, CopyingTask, PasskeyTask, make_task
+from dynlab.errors import DynlabInputError
+from dynlab.lm.tasks import (BABI_KINDS, BABI_WORDS, BabiTask, CopyingTask, PasskeyTask, babi_decode, babi_encode,
+                             make_task)
 
 FILLER = encode("~" * 5000)  # a filler no fact or key can be confused with
 
@@ -196,3 +198,83 @@ def test_babi_qa3_always_has_a_distractor_fact():
         first = text.split(" went to the ")[1].split(".")[0]
         first_room.append(first == expected)
     assert 0 < sum(first_room) < 60
+
+
+# --- bAbI word tokens and every-question training samples -----------------------------------
+
+def _words_text(tokens) -> str:
+    """A words-token sample as the bytes format would write it (an independent rendering)."""
+    out = []
+    for t in tokens.tolist():
+        if t >= 128:
+            word = BABI_WORDS[t - 128]
+            out.append(word if word in ".?" else " " + word)
+        else:
+            out.append(chr(t))
+    return "".join(out)
+
+
+def _qa_pairs(text: str) -> tuple[str, list[tuple[str, str]]]:
+    story, *rest = text.split(" Q: ")
+    return story, [re.fullmatch(r"(.*\?) A: (\w+)\.", r.strip(), re.S).groups() for r in rest]
+
+
+@pytest.mark.parametrize("kind", BABI_KINDS)
+@pytest.mark.parametrize("questions", ["one", "all"])
+def test_babi_words_answers_follow_from_the_facts(kind, questions):
+    task = BabiTask(FILLER, (kind,), n_facts=4, tokens="words", questions=questions)
+    length = task.min_length() + 80
+    batch = task.sample(_g(3), 24, length)
+    assert batch.tokens.shape == (24, length)
+    n_asked = []
+    for b in range(24):
+        story, pairs = _qa_pairs(_words_text(batch.tokens[b]))
+        for question, answer in pairs:
+            expected, _ = _answer_from_text(f"{story} Q: {question} A: {answer}.")
+            assert answer == expected, (story, question, answer)
+        scored = [BABI_WORDS[t - 128] for t in batch.tokens[b, 1:][batch.mask[b]].tolist()]
+        assert scored == [a for _, a in pairs]  # one token per answer, only the answers scored
+        assert len({q for q, _ in pairs}) == len(pairs)
+        if questions == "all" and kind in ("qa1", "qa6"):  # every person of the story is asked about
+            assert {re.search(r"(Mary|John|Sandra|Daniel)", q).group(1) for q, _ in pairs} == \
+                set(re.findall(r"(Mary|John|Sandra|Daniel) went", story))
+        n_asked.append(len(pairs))
+    assert max(n_asked) == 1 if questions == "one" or kind in ("qa2", "qa3") else max(n_asked) > 1
+
+
+def test_babi_words_tokens_are_one_per_word_and_filler_bytes_never_read_as_words():
+    assert babi_encode("Mary went to the kitchen.", "words") == [128 + BABI_WORDS.index(w) for w in
+                                                                 ("Mary", "went", "to", "the", "kitchen", ".")]
+    assert babi_encode("Q: Where is Mary? A:", "words")[0] == 128 + BABI_WORDS.index("Q:")
+    assert babi_decode(babi_encode("John dropped the milk.", "words")) == "⟨John⟩⟨dropped⟩⟨the⟩⟨milk⟩⟨.⟩"
+    with pytest.raises(DynlabInputError, match="not a bAbI word"):
+        babi_encode("Mary flew to the kitchen.", "words")
+    high = torch.tensor([128 + BABI_WORDS.index("kitchen")] * 4000, dtype=torch.uint8)  # filler of word ids
+    task = BabiTask(high, ("qa1",), n_facts=2, tokens="words")
+    batch = task.sample(_g(), 8, 200)
+    n_words = (batch.tokens >= 128).sum(1)
+    assert (n_words == 2 * 6 + 6 + 2).all()  # 2 facts, the question, the answer and its period: no filler
+
+
+def test_babi_words_min_length_is_tight_and_every_question_fits_or_is_dropped():
+    task = BabiTask(FILLER, ("qa1", "qa7"), n_facts=3, tokens="words", questions="all")
+    assert task.min_length() == 3 * 6 + len("Q: Where was the football before the bathroom ? A:".split()) + 1 + 1
+    batch = task.sample(_g(), 32, task.min_length())  # room for exactly one question of the longest kind
+    assert (batch.mask.sum(1) >= 1).all()
+    with pytest.raises(DynlabInputError, match="too short"):
+        task.sample(_g(), 1, task.min_length() - 1)
+    with pytest.raises(DynlabInputError, match="allowed: bytes, words"):
+        BabiTask(FILLER, tokens="bpe")
+    with pytest.raises(DynlabInputError, match="allowed: one, all"):
+        BabiTask(FILLER, questions="some")
+
+
+def test_babi_options_stay_out_of_the_run_id_at_their_defaults():
+    from dynlab.lm.spec import LMTaskSpec
+
+    plain = LMTaskSpec(kind="babi", train_min=200, train_max=200, eval_lengths=(200,))
+    assert "babi_tokens" not in plain.hashed_fields() and "babi_questions" not in plain.hashed_fields()
+    words = plain.model_copy(update={"babi_tokens": "words"})
+    assert words.hashed_fields()["babi_tokens"] == "words"
+    with pytest.raises(ValueError, match="babi_tokens"):
+        LMTaskSpec(kind="babi", babi_tokens="bpe", train_min=200, train_max=200, eval_lengths=(200,))

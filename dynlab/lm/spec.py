@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
@@ -216,8 +216,15 @@ class LMTaskSpec(Spec):
     Lengths are string lengths for ``copying`` and whole-sample token counts otherwise.
     Training draws one length uniformly in ``[train_min, train_max]`` per batch (and, for
     passkey, a uniform depth per sample); testing uses every ``eval_lengths`` (× every
-    ``depths`` for passkey). ``babi_kinds`` and ``n_facts`` apply to ``babi`` only.
+    ``depths`` for passkey). ``babi_kinds``, ``n_facts``, ``babi_tokens`` and
+    ``babi_questions`` apply to ``babi`` only (:class:`dynlab.lm.tasks.BabiTask`):
+    ``babi_tokens="words"`` makes each bAbI word one token (the filler stays bytes; lengths
+    count tokens), ``babi_questions="all"`` makes each training sample ask every question
+    its story answers (test samples ask one). Both are left out of the run id at their
+    defaults (``"bytes"``, ``"one"``), so runs from before they existed keep their ids.
     """
+
+    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("babi_tokens", "babi_questions")
 
     kind: TaskKind = "copying"
     train_min: Length = 50
@@ -226,6 +233,8 @@ class LMTaskSpec(Spec):
     depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     babi_kinds: tuple[BabiKind, ...] = ("qa1", "qa2", "qa3", "qa6", "qa7")
     n_facts: int = Field(4, ge=1, le=64)
+    babi_tokens: Literal["bytes", "words"] = "bytes"
+    babi_questions: Literal["one", "all"] = "one"
 
     @field_validator("depths")
     @classmethod
@@ -245,7 +254,8 @@ class LMTaskSpec(Spec):
             raise ValueError(f"train_min={self.train_min} exceeds train_max={self.train_max}")
         if not self.eval_lengths:
             raise ValueError("eval_lengths must hold at least one length")
-        task = make_task(self.kind, torch.zeros(1, dtype=torch.uint8), tuple(self.babi_kinds), self.n_facts)
+        task = make_task(self.kind, torch.zeros(1, dtype=torch.uint8), tuple(self.babi_kinds), self.n_facts,
+                         self.babi_tokens, self.babi_questions)
         for length in (self.train_min, *self.eval_lengths):
             task.check_length(length)
         return self

