@@ -33,8 +33,10 @@ length 4.  Two things stop it, seen in the curriculum length over steps (pilot s
 Together (width 256, batch 512, ``lr_length = 10``) tanh-rnn and state-gated-rnn learned S4
 in both pilot seeds: tanh-rnn reached length 60 at steps 1096 and 1555 (69 s and 111 s on
 one CPU thread), state-gated-rnn at 596 and 466 (126 s, 132 s).  A5 was not piloted: one
-run at its budget (width 512, batch 512) took more than 10 minutes on one thread; its
-seeds 0–4 are in ``docs/results-paper-a.md``.
+run at its budget (width 512, batch 512) takes 14 minutes on one thread when it uses the
+cap.  On seeds 0–4 (``docs/results-paper-a.md``) this rule learns S4 in 4/5 (tanh-rnn;
+seed 0 collapsed at length 51) and 5/5 (state-gated-rnn); A5 is not established
+(tanh-rnn seed 0: length 12 at the cap, collapsing at 10–12).
 
 Rule (:func:`group_budget`), for a group of order n > :data:`BASE_ORDER` (6, the
 largest default group S3) and a base budget of width w, steps s, batch b:
