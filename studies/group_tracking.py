@@ -14,9 +14,10 @@ Presets:
 ``quick``, ``sweep`` and ``groups`` scale the budget by the group
 (:func:`dynlab.train.budget.group_budget`): for order n > 6, width 64·m (m the least power
 of two with m² ≥ n/6), a cap of ceil(600·2n/6) steps, and a stop 300 steps after the
-curriculum first reaches length 60.  Groups of order ≤ 6 (C2, C6, S3, C2xC2, C4) keep
-width 64 and 600 steps, and their run ids.  Without it tanh-rnn and state-gated-rnn stall
-at length 3–5 on A4 in every seed.
+curriculum first reaches length 60; above order 12 (S4, A5) twice that width, batch 512
+and a learning rate times 10/L above curriculum length L = 10 (``TrainSpec.lr_length``).
+Groups of order ≤ 6 (C2, C6, S3, C2xC2, C4) keep width 64 and 600 steps, and their run
+ids.  Without it tanh-rnn and state-gated-rnn stall at length 3–5 on A4 in every seed.
 
 - ``paper`` — 8 architectures × {C2, C6, S3} × 5 seeds = 120 models (paper A: 113), width
   128, 3000 steps of batch 256 (AdamW 1e-3, warm-up + cosine, clip 1.0), curriculum to 60,

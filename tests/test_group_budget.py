@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 
+import numpy as np
 import pytest
 
 from dynlab.config import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
@@ -34,28 +35,32 @@ def test_default_groups_keep_their_run_ids(preset, n, digest):
     assert all(s.train.tail_steps is None and "tail_steps" not in s.canonical_json() for s in specs)
 
 
-# (group, order) → (hidden, steps, tail_steps) at the quick preset's base, written out from the
-# rule in the module docstring: width 64·m with m the least power of two, m² ≥ order/6; cap
-# ceil(600·2·order/6); tail 300.
+# group → (hidden, steps, tail_steps, batch_size, lr_length) at the quick preset's base, written
+# out from the rule in the module docstring: width 64·m with m the least power of two, m² ≥
+# order/6, doubled above order 12; cap ceil(600·2·order/6); tail 300; above order 12 batch
+# 4·128 and lr_length 10.
 EXPECTED = {
-    "C2": (64, 600, None), "C6": (64, 600, None), "S3": (64, 600, None), "C2xC2": (64, 600, None),
-    "C4": (64, 600, None), "C7": (128, 1400, 300), "D4": (128, 1600, 300), "A4": (128, 2400, 300),
-    "C2xS3": (128, 2400, 300), "S4": (128, 4800, 300), "C5xC5": (256, 5000, 300), "A5": (256, 12000, 300),
-    "S5": (512, 24000, 300),
+    "C2": (64, 600, None, 128, None), "C6": (64, 600, None, 128, None), "S3": (64, 600, None, 128, None),
+    "C2xC2": (64, 600, None, 128, None), "C4": (64, 600, None, 128, None),
+    "C7": (128, 1400, 300, 128, None), "D4": (128, 1600, 300, 128, None), "A4": (128, 2400, 300, 128, None),
+    "C12": (128, 2400, 300, 128, None), "C2xS3": (128, 2400, 300, 128, None),
+    "C13": (256, 2600, 300, 512, 10), "S4": (256, 4800, 300, 512, 10), "C5xC5": (512, 5000, 300, 512, 10),
+    "A5": (512, 12000, 300, 512, 10), "S5": (1024, 24000, 300, 512, 10),
 }
 
 
 @pytest.mark.parametrize("group", list(EXPECTED))
 def test_budget_scales_as_documented(group):
     model, train = group_budget(group, QUICK_MODEL, QUICK_TRAIN)
-    got = (model["hidden"], train["steps"], train.get("tail_steps"))
+    got = (model["hidden"], train["steps"], train.get("tail_steps"), train["batch_size"], train.get("lr_length"))
     assert got == EXPECTED[group]
-    assert train["batch_size"] == 128 and train["lr"] == 3e-3  # batch and lr are not scaled
+    assert train["lr"] == 3e-3  # the base rate is not scaled (lr_length lowers it above length 10)
 
 
 def test_budget_reaches_the_quick_preset_specs():
     specs = make_specs(StudyOptions(preset="quick", models=("tanh-rnn", "mamba"), groups=("S3", "A4", "A5")))
-    got = {(s.task.group, s.model.arch): (s.model.hidden, s.train.steps, s.train.tail_steps) for s in specs}
+    got = {(s.task.group, s.model.arch): (s.model.hidden, s.train.steps, s.train.tail_steps, s.train.batch_size,
+                                          s.train.lr_length) for s in specs}
     assert got == {(g, a): EXPECTED[g] for g in ("S3", "A4", "A5") for a in ("tanh-rnn", "mamba")}
     # a user's override still wins over the scaled budget; paper and smoke are not scaled
     (spec,) = make_specs(StudyOptions(preset="quick", models=("tanh-rnn",), groups=("A4",),
@@ -88,6 +93,7 @@ def test_width_factor():
     ("A4", {"hidden": 0}, QUICK_TRAIN, ["model.hidden=0", "allowed: a positive integer"]),
     ("A4", QUICK_MODEL, {"steps": "600"}, ["train.steps='600'", "allowed: a positive integer"]),
     ("A4", {}, QUICK_TRAIN, ["model.hidden=None", "allowed"]),
+    ("S4", QUICK_MODEL, {"steps": 600}, ["train.batch_size=None", "allowed: a positive integer"]),
 ])
 def test_bad_input_is_one_line_naming_allowed_values(group, model, train, words):
     with pytest.raises(DynlabInputError) as err:
@@ -128,3 +134,50 @@ def test_training_stops_tail_steps_after_the_curriculum_completes():
     full = train_tracker(spec.model_copy(update={"train": train.model_copy(update={"tail_steps": None})}),
                          torch.device("cpu"))
     assert len(full.losses) == 200 and full.losses[:reached + 1] == res.losses[:reached + 1]
+
+
+def test_lr_length_scales_the_rate_as_one_over_the_length():
+    """lr_at with lr_length: the rate of the schedule times lr_length / L above lr_length,
+    unchanged at and below it, and unchanged without lr_length (written out here)."""
+    tr = TrainSpec(steps=110, lr=1.0, warmup_steps=10, lr_length=10)
+    plain = tr.model_copy(update={"lr_length": None})
+    assert lr_at(tr, 50, None, 10) == 1.0 and lr_at(tr, 50, None, 4) == 1.0
+    assert lr_at(tr, 50, None, 40) == pytest.approx(0.25) and lr_at(tr, 50, None, 60) == pytest.approx(1 / 6)
+    assert lr_at(tr, 4, None, 20) == pytest.approx(0.5 * 0.5)  # warm-up 0.5, times 10/20
+    want = 0.5 * (1 + math.cos(math.pi * 40 / 80)) * 10 / 60  # decay from reached=30, times 10/60
+    assert lr_at(tr, 70, 30, 60) == pytest.approx(want)
+    assert lr_at(plain, 70, 30, 60) == pytest.approx(0.5 * (1 + math.cos(math.pi * 40 / 80)))
+    assert lr_at(tr, 70, 30) == lr_at(plain, 70, 30)  # no length given: no factor
+
+
+def test_lr_length_changes_the_run_id_only_when_set():
+    base = RunSpec(task=TaskSpec(group="S3"), model=ModelSpec(arch="tanh-rnn"))
+    scaled = RunSpec(task=TaskSpec(group="S3"), model=ModelSpec(arch="tanh-rnn"), train=TrainSpec(lr_length=10))
+    assert base.run_id == RunSpec(task=TaskSpec(group="S3"), model=ModelSpec(arch="tanh-rnn"),
+                                  train=TrainSpec(lr_length=None)).run_id != scaled.run_id
+    assert '"lr_length":10' in scaled.canonical_json() and "lr_length" not in base.canonical_json()
+    with pytest.raises(ValueError):
+        TrainSpec(lr_length=0)
+
+
+def test_training_uses_the_length_scaled_rate(monkeypatch):
+    """The optimiser's rate at every step is lr_at of that step's batch length: recomputed
+    here from the recorded lengths (hold at lr, times lr_length / L once L > lr_length)."""
+    used = []
+    step = torch.optim.AdamW.step
+
+    def recording_step(self, *a, **k):
+        used.append(self.param_groups[0]["lr"])
+        return step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
+    cur = CurriculumSpec(min_length=2, max_length=12, advance_at=0.01, growth=0.5)  # grows every step
+    train = TrainSpec(steps=30, batch_size=4, lr=1e-2, warmup_steps=1, curriculum=cur, lr_length=3)
+    spec = RunSpec(task=TaskSpec(group="S3"), model=ModelSpec(arch="tanh-rnn", hidden=8), train=train)
+    res = train_tracker(spec, torch.device("cpu"))
+    reached = res.lengths.index(12)
+    assert set(res.lengths[:reached]) == {2, 3, 4, 6, 9}
+    expect = [1e-2 * (3 / L if L > 3 else 1) if s < reached else
+              0.5e-2 * (1 + math.cos(math.pi * (s - reached) / (30 - reached))) * 3 / 12
+              for s, L in enumerate(res.lengths)]
+    np.testing.assert_allclose(used, expect, rtol=1e-12)

@@ -214,12 +214,24 @@ def cosine_lr(lr: float, step: int, steps: int, warmup: int, *, start: int | Non
     return floor * lr + (1 - floor) * 0.5 * lr * (1 + cos)  # floor 0: 0.5·lr·(1 + cos), rounded as before
 
 
-def lr_at(train: TrainSpec, step: int, reached: int | None = None) -> float:
+def lr_at(train: TrainSpec, step: int, reached: int | None = None, length: int | None = None) -> float:
     """Learning rate of ``step``: :func:`cosine_lr` with ``warmup_steps``, decaying to 0 at
     ``steps`` from the end of the warm-up (``schedule="cosine"``) or, with
     ``schedule="curriculum"``, from ``reached``, the first step whose batch had the
     curriculum's ``max_length`` (None = not reached yet: after the warm-up the rate stays at ``lr``).
-    With ``tail_steps`` the decay ends at :meth:`~dynlab.config.TrainSpec.end_step`, where the run stops."""
+    With ``tail_steps`` the decay ends at :meth:`~dynlab.config.TrainSpec.end_step`, where the run stops.
+    With ``lr_length`` and the step's batch ``length`` > ``lr_length``, times ``lr_length / length``."""
+    return _base_lr(train, step, reached) * length_factor(train, length)
+
+
+def length_factor(train: TrainSpec, length: int | None) -> float:
+    """``lr_length / length`` when ``train.lr_length`` is set and ``length`` exceeds it, else 1."""
+    if train.lr_length is None or length is None or length <= train.lr_length:
+        return 1.0
+    return train.lr_length / length
+
+
+def _base_lr(train: TrainSpec, step: int, reached: int | None) -> float:
     if train.schedule == "cosine" or step < train.warmup_steps:
         return cosine_lr(train.lr, step, train.steps, train.warmup_steps)
     if reached is None:

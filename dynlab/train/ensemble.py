@@ -171,7 +171,7 @@ def _train(specs, tasks, models, template: _Loss, device, progress) -> list[Trai
                 results[i].diverge(why, step, lengths[i])
                 for p in members[i]:
                     p.grad = None
-            opt.param_groups[i]["lr"] = lr_at(trains[i], step, reached[i])
+            opt.param_groups[i]["lr"] = lr_at(trains[i], step, reached[i], lengths[i])
         opt.step()
         _record(results, trains, lengths, alive, step, losses.tolist(), accs.tolist())
         progress.update(bar, 1, K=len(alive), L=max(lengths[i] for i in alive))
