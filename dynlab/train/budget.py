@@ -12,7 +12,7 @@ completed at steps 1671 and 1893).  A larger learning rate (1e-2) stalled at 15�
 larger batch (512) barely moved the plateau, so the rule scales width and steps, not lr
 or batch.
 
-Groups larger than order 12 need more (issue #22).  With width and steps scaled alone, tanh-rnn
+Groups larger than order 12 need more.  With width and steps scaled alone, tanh-rnn
 on S4 (order 24, width 128, 4800 steps) stopped at length 22 in seeds 0–4 (27–33 at width
 256), and at 10–12 in the pilot seeds 10–11; on A5 (order 60, width 256, 12 000 steps) at
 length 4.  Two things stop it, seen in the curriculum length over steps (pilot seeds 10,
