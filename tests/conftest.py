@@ -89,3 +89,17 @@ def nan_buffers(monkeypatch):
 
     yield poison
     BUFFERS.clear()
+
+
+@pytest.fixture
+def used_lrs(monkeypatch) -> list[float]:
+    """The learning rate AdamW used at every ``step`` call of the test, in order."""
+    used: list[float] = []
+    step = torch.optim.AdamW.step
+
+    def recording_step(self, *a, **k):
+        used.append(self.param_groups[0]["lr"])
+        return step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
+    return used

@@ -84,17 +84,10 @@ def test_lr_schedule_holds_until_the_curriculum_reaches_its_length():
     assert lr_at(tr, 60, reached=3) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
 
 
-def test_training_decays_from_the_step_the_curriculum_reached_its_length(monkeypatch):
+def test_training_decays_from_the_step_the_curriculum_reached_its_length(used_lrs):
     """Record the rate the optimiser used at every step; recompute it independently from
     the recorded curriculum lengths (hold at lr, then cosine from the first step at 6)."""
-    used = []
-    step = torch.optim.AdamW.step
-
-    def recording_step(self, *a, **k):
-        used.append(self.param_groups[0]["lr"])
-        return step(self, *a, **k)
-
-    monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
+    used = used_lrs
     spec = RunSpec(
         task=TaskSpec(group="C2"),
         model=ModelSpec(arch="tanh-rnn", hidden=16),

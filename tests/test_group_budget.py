@@ -160,17 +160,10 @@ def test_lr_length_changes_the_run_id_only_when_set():
         TrainSpec(lr_length=0)
 
 
-def test_training_uses_the_length_scaled_rate(monkeypatch):
+def test_training_uses_the_length_scaled_rate(used_lrs):
     """The optimiser's rate at every step is lr_at of that step's batch length: recomputed
     here from the recorded lengths (hold at lr, times lr_length / L once L > lr_length)."""
-    used = []
-    step = torch.optim.AdamW.step
-
-    def recording_step(self, *a, **k):
-        used.append(self.param_groups[0]["lr"])
-        return step(self, *a, **k)
-
-    monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
+    used = used_lrs
     cur = CurriculumSpec(min_length=2, max_length=12, advance_at=0.01, growth=0.5)  # grows every step
     train = TrainSpec(steps=30, batch_size=4, lr=1e-2, warmup_steps=1, curriculum=cur, lr_length=3)
     spec = RunSpec(task=TaskSpec(group="S3"), model=ModelSpec(arch="tanh-rnn", hidden=8), train=train)
