@@ -18,7 +18,8 @@ chance 1/6) within 3000–8000 steps, whatever the width, depth, mixer, batch or
 tried; word tokens and every question at batch 64 learned qa1 to 1.0 in 750–1750 steps
 on seed 0 — but not on pilot seed 10 (≤ 0.53 through 1250–3000 steps with width 128, 3
 layers, lr 1e-2 or 1e-3, batch 32 or 128, no weight decay, dt_max 1, GLA, or no filler;
-d_state 64 reached 0.78 at step 2250 and stayed there), so learning qa1 stays a matter of
+d_state 64 reached 0.78 at step 2250 and stayed there; this preset with d_state 64
+learned seed 1 but not seeds 0 and 2, 0.75 and 0.47), so learning qa1 stays a matter of
 the seed at this scale. The quick preset trains qa1 alone: in a mixture, qa1 was not
 learned in 3000 steps (with qa2, qa6, qa7, pilot seed 10 answered qa1 below chance, 0.13;
 with qa6 and qa7, seed 0 reached 0.41 where qa1 alone reached 1.0 in 1750 steps).
