@@ -278,6 +278,26 @@ class _World:
         return f"{person} went to the {room}."
 
 
+def _askable(kind: str, world: _World, facts: list[str]) -> list[str]:
+    """The people a qa1/qa6/qa7 question can be about: those in a room (qa1, qa6), those named (qa7)."""
+    if kind == "qa7":
+        return [p for p in PEOPLE if any(p in f for f in facts)]
+    return [p for p in PEOPLE if p in world.where]
+
+
+def _question(kind: str, world: _World, person: str, generator: torch.Generator) -> tuple[str, str]:
+    """(question, answer) of kind qa1, qa6 (yes or no, drawn with probability 1/2) or qa7 about ``person``."""
+    if kind == "qa7":
+        return f"How many objects is {person} carrying?", COUNTS[sum(1 for o in OBJECTS if world.holder.get(o) == person)]
+    room = world.where[person]
+    if kind == "qa1":
+        return f"Where is {person}?", room
+    if _randint(generator, 2):
+        return f"Is {person} in the {room}?", "yes"
+    others = [r for r in ROOMS if r != room]
+    return f"Is {person} in the {others[_randint(generator, len(others))]}?", "no"
+
+
 class BabiTask:
     """bAbI-style question kinds ``kinds`` (each sample draws one uniformly) in ``length`` tokens of filler."""
 
@@ -334,20 +354,9 @@ class BabiTask:
         for _ in range(self.max_tries):
             world = _World()
             facts = [world.step(generator, moves_only=kind in ("qa1", "qa6")) for _ in range(self.n_facts)]
-            if kind in ("qa1", "qa6"):
-                people = [p for p in PEOPLE if p in world.where]
-                person = people[_randint(generator, len(people))]
-                if kind == "qa1":
-                    return facts, f"Where is {person}?", world.where[person]
-                if _randint(generator, 2):
-                    return facts, f"Is {person} in the {world.where[person]}?", "yes"
-                others = [r for r in ROOMS if r != world.where[person]]
-                return facts, f"Is {person} in the {others[_randint(generator, len(others))]}?", "no"
-            if kind == "qa7":
-                people = [p for p in PEOPLE if any(p in f for f in facts)]
-                person = people[_randint(generator, len(people))]
-                n = sum(1 for o in OBJECTS if world.holder.get(o) == person)
-                return facts, f"How many objects is {person} carrying?", COUNTS[n]
+            if kind in ("qa1", "qa6", "qa7"):
+                people = _askable(kind, world, facts)
+                return facts, *_question(kind, world, people[_randint(generator, len(people))], generator)
             if kind in ("qa2", "qa3"):
                 return self._planted(kind, generator)
         raise ValueError(f"could not generate an answerable {kind} story with {self.n_facts} facts; use more facts")
@@ -359,22 +368,7 @@ class BabiTask:
             return facts, [(question, answer)]
         world = _World()
         facts = [world.step(generator, moves_only=kind in ("qa1", "qa6")) for _ in range(self.n_facts)]
-        if kind == "qa7":
-            people = [p for p in PEOPLE if any(p in f for f in facts)]
-            qa = [(f"How many objects is {p} carrying?", COUNTS[sum(1 for o in OBJECTS if world.holder.get(o) == p)])
-                  for p in people]
-        else:
-            people = [p for p in PEOPLE if p in world.where]
-            qa = []
-            for p in people:
-                room = world.where[p]
-                if kind == "qa1":
-                    qa.append((f"Where is {p}?", room))
-                elif _randint(generator, 2):
-                    qa.append((f"Is {p} in the {room}?", "yes"))
-                else:
-                    others = [r for r in ROOMS if r != room]
-                    qa.append((f"Is {p} in the {others[_randint(generator, len(others))]}?", "no"))
+        qa = [_question(kind, world, person, generator) for person in _askable(kind, world, facts)]
         order = torch.randperm(len(qa), generator=generator).tolist()
         return facts, [qa[i] for i in order]
 
