@@ -98,19 +98,20 @@ def group_budget(group: str, model: dict[str, Any], train: dict[str, Any]) -> tu
     when ``hidden`` or ``steps`` is missing or not a positive integer.
     """
     order = group_order(group)
-    for what, fields, key in (("model", model, "hidden"), ("train", train, "steps")):
-        value = fields.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise DynlabInputError(f"group budget: {what}.{key}={value!r}; allowed: a positive integer")
+    hidden, steps = _positive_int("model", model, "hidden"), _positive_int("train", train, "steps")
     if order <= BASE_ORDER:
         return model, train
-    steps = train["steps"]
     large = order > LARGE_ORDER
-    scaled_model = {**model, "hidden": model["hidden"] * width_factor(order) * (2 if large else 1)}
+    scaled_model = {**model, "hidden": hidden * width_factor(order) * (2 if large else 1)}
     scaled_train = {**train, "steps": math.ceil(steps * 2 * order / BASE_ORDER), "tail_steps": max(1, steps // 2)}
     if large:
-        batch = train.get("batch_size")
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise DynlabInputError(f"group budget: train.batch_size={batch!r}; allowed: a positive integer")
-        scaled_train.update(batch_size=4 * batch, lr_length=LR_LENGTH)
+        scaled_train.update(batch_size=4 * _positive_int("train", train, "batch_size"), lr_length=LR_LENGTH)
     return scaled_model, scaled_train
+
+
+def _positive_int(what: str, fields: dict[str, Any], key: str) -> int:
+    """``fields[key]``, refused in one line unless it is a positive integer."""
+    value = fields.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise DynlabInputError(f"group budget: {what}.{key}={value!r}; allowed: a positive integer")
+    return value
