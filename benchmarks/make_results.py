@@ -340,10 +340,9 @@ def _provenance_of(ds: xr.Dataset) -> dict:
 
 def _matched(a: xr.Dataset, b: xr.Dataset) -> tuple[xr.Dataset, xr.Dataset]:
     """The runs of ``a`` and ``b`` with the same ``run_id``, in ``a``'s order."""
-    ids_b = list(b["run_id"].values.astype(str))
-    common = [r for r in a["run_id"].values.astype(str) if r in set(ids_b)]
-    ids_a = list(a["run_id"].values.astype(str))
-    return a.isel(run=[ids_a.index(r) for r in common]), b.isel(run=[ids_b.index(r) for r in common])
+    where_b = {r: i for i, r in enumerate(b["run_id"].values.astype(str))}
+    rows_a = [i for i, r in enumerate(a["run_id"].values.astype(str)) if r in where_b]
+    return a.isel(run=rows_a), b.isel(run=[where_b[str(a["run_id"].values[i])] for i in rows_a])
 
 
 def reproduction_summary(a: xr.Dataset, b: xr.Dataset) -> dict:
