@@ -335,20 +335,15 @@ def tcross_mp_scatter(ds: xr.Dataset, ax: Axes, color_by: str = "family", varian
     return ax
 
 
-def _average_ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..n of ``x [n]``, ties sharing their average rank."""
-    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
-    ends = np.cumsum(counts)
-    return ((ends - counts + 1 + ends) / 2.0)[inverse]
-
-
 def _loglog_label(x: np.ndarray, y: np.ndarray) -> str:
     """Pearson r and Spearman ρ of (log x, log y) over the failing runs drawn filled."""
     if x.size < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return f"failing runs: n = {x.size} (r undefined)"
     lx, ly = np.log(x), np.log(y)
     r = float(np.corrcoef(lx, ly)[0, 1])
-    rho = float(np.corrcoef(_average_ranks(x), _average_ranks(y))[0, 1])
+    from scipy.stats import rankdata  # ranks 1..n, ties sharing their average rank
+
+    rho = float(np.corrcoef(rankdata(x), rankdata(y))[0, 1])
     return f"failing runs (log–log): r = {r:.2f}, ρ = {rho:.2f}, n = {x.size}"
 
 
