@@ -211,9 +211,7 @@ def _reference(model, task: WordProblem, n: int, t_ref: int, gen: torch.Generato
     layer_c = full[:, sl]  # [G, S_layer], NaN rows when absent
     dist = pair_distances(np.nan_to_num(layer_c))
     dist[~(present[:, None] & present[None, :])] = np.nan
-    lin = model.final_linear()
-    w = lin.weight.detach().double().cpu().numpy()[: task.n_classes]
-    b = lin.bias.detach().double().cpu().numpy()[: task.n_classes] if lin.bias is not None else np.zeros(w.shape[0])
+    w, b = _decoder(model, task.n_classes)
     mu = readout_margins(feats[:, None], y[:, None], w, b)[:, 0]  # [N, G]
     onehot = (y[:, None] == np.arange(task.n_classes)).astype(np.float64)  # [N, G]
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -236,6 +234,15 @@ def _forecast(ratio: np.ndarray, t: np.ndarray, tau: float, t_ref: int, t_cross:
         return float("nan")
     pred = max(float((tau - icpt) / slope), float(t_ref))
     return pred if pred <= float(t[-1]) else float("nan")
+
+
+def _decoder(model: torch.nn.Module, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The trained decoder's ``(weight [G, F], bias [G])`` in float64 (the class rows of
+    ``final_linear``; a zero bias when it has none)."""
+    lin = model.final_linear()
+    w = lin.weight.detach().double().cpu().numpy()[:n_classes]
+    b = lin.bias.detach().double().cpu().numpy()[:n_classes] if lin.bias is not None else np.zeros(w.shape[0])
+    return w, b
 
 
 def _linear_readout_of_state(model: torch.nn.Module, layer: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -289,9 +296,7 @@ def _stream_geometry(m, task: WordProblem, spec: AnalysisSpec, n: int, horizon: 
     ratio (name -> ``[T]``), fed from the same chunks."""
     g = task.n_classes
     readout = _linear_readout_of_state(m, layer)
-    lin = m.final_linear()
-    w_dec = lin.weight.detach().double().numpy()[:g]
-    b_dec = lin.bias.detach().double().numpy()[:g] if lin.bias is not None else np.zeros(w_dec.shape[0])
+    w_dec, b_dec = _decoder(m, g)
     extra: dict[str, list[np.ndarray]] = {}
     features_are_state = readout is not None  # dense cells: the readout reads the state itself
 
@@ -428,9 +433,7 @@ def _add_horizon(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, t_re
     tokens, labels = task.sample(torch.Generator().manual_seed(spec.seed + 1), spec.horizon_samples, t_ref)
     with torch.no_grad(), np.errstate(over="ignore", invalid="ignore"):
         feats = m(tokens, return_states=False, return_features=True).features.double().numpy()  # [N, t_ref, F]
-    lin = m.final_linear()
-    w = lin.weight.detach().double().numpy()[:g]
-    b = lin.bias.detach().double().numpy()[:g] if lin.bias is not None else np.zeros(g)
+    w, b = _decoder(m, g)
     stats = margin_statistics(feats, labels.numpy(), w, b)
     out["T_horizon"] = ((), horizon_forecast(stats, t_ref, max(horizon, t_ref), threshold=spec.horizon_threshold,
                                              persist=spec.persist))
