@@ -235,16 +235,22 @@ def _babi_cell(babi: xr.Dataset) -> str:
     learned, trained = _learned(babi)
     base = babi["phase"].values.astype(str) == "base"
     in_range = ", ".join(f"{x:.2f}" for x in babi["in_range_accuracy"].values[base])
-    steps = _first_spec(babi)["train"]["steps"]
+    train = _first_spec(babi)["train"]
+    steps = f"{train['steps']} steps"
+    if train.get("attempts", 1) > 1 and "train_attempts" in babi:
+        drawn = babi["train_attempts"].values[base]
+        steps += (f" per model, up to {train['attempts']} models per seed; "
+                  + ("learned by each seed's first model" if (drawn == 1).all() else
+                     "models drawn per seed: " + ", ".join(str(int(x)) for x in drawn)))
     if learned == 0:
-        return (f"no model learned qa1 within {steps} steps (in-range accuracy {in_range}; learned: "
+        return (f"no model learned qa1 within {steps} (in-range accuracy {in_range}; learned: "
                 f"≥ {babi.attrs['learned_at']}), so no contrast")
     qa1 = babi.sel(kind="qa1")
     train_max = int(babi["train_max"].max())
     lengths = [x for x in (train_max, 4 * train_max, int(babi["length"].max())) if x in babi["length"].values]
     arms = {a: " / ".join(f"{_arm_mean(qa1, a, x):.2f}" for x in lengths)
             for a in ("zero", "state-passing", "fitted-noise")}
-    cell = (f"{learned} of {trained} models learned qa1 within {steps} steps (in-range accuracy {in_range}); qa1 at "
+    cell = (f"{learned} of {trained} seeds learned qa1 ({steps}; in-range accuracy {in_range}); qa1 at "
             f"{' / '.join(str(x) for x in lengths)} tokens ({' / '.join(f'{x // train_max}×' for x in lengths)}): "
             f"zero-state control {arms['zero']}, state passing {arms['state-passing']}, fitted noise "
             f"{arms['fitted-noise']}")

@@ -120,7 +120,9 @@ def _status_line(ds: xr.Dataset) -> str:
     for arch in dict.fromkeys(base["arch"].values.astype(str)):
         rows = base.isel(run=np.flatnonzero(base["arch"].values.astype(str) == arch))
         st = rows["status"].values.astype(str)
-        scores = ", ".join(f"seed {int(s)}: {_fmt(float(a))}" for s, a in zip(rows["seed"].values, rows["in_range_accuracy"].values))
+        drawn = rows["train_attempts"].values if "train_attempts" in rows else np.full(rows.sizes["run"], np.nan)
+        scores = ", ".join(f"seed {int(s)}: {_fmt(float(a))}" + (f" ({int(n)} models drawn)" if n > 1 else "")
+                           for s, a, n in zip(rows["seed"].values, rows["in_range_accuracy"].values, drawn))
         at = ds.attrs.get("learned_at")
         rule = f"; learned at ≥ {float(at):g}" if at is not None and np.isfinite(float(at)) else ""
         lines.append(f"- `{arch}`: {int((st == 'ok').sum())} of {len(st)} trained models learned "

@@ -15,13 +15,32 @@ and train on samples that ask every question their story answers (``babi_questio
 test samples ask one). Why: with byte tokens and one question per sample, no seed of the
 quick model left the plateau of answering with the room of the last fact (qa1 ≈ 0.5,
 chance 1/6) within 3000–8000 steps, whatever the width, depth, mixer, batch or warm start
-tried; word tokens and every question at batch 64 learned qa1 to 1.0 in 750–1750 steps
-on seed 0 — but not on pilot seed 10 (≤ 0.53 through 1250–3000 steps with width 128, 3
-layers, lr 1e-2 or 1e-3, batch 32 or 128, no weight decay, dt_max 1, GLA, or no filler;
-d_state 64 reached 0.78 at step 2250 and stayed there; this preset with d_state 64
-learned seed 1 but not seeds 0 and 2, 0.75 and 0.47), so learning qa1 stays a matter of
-the seed at this scale. The quick preset trains qa1 alone: in a mixture, qa1 was not
-learned in 3000 steps (with qa2, qa6, qa7, pilot seed 10 answered qa1 below chance, 0.13;
+tried.
+
+Stated rules of the quick preset, chosen on the in-range check of pilot seeds (10–12, then
+0–2; never on a test length), each against the recipe before it:
+
+- ``conv_kernel = 5``, one more than Mamba's 4: in "Mary went to the kitchen ." the room
+  is the 5th token from the person, so a window of 5 at the room token holds the pair it
+  must bind, and one layer can write it into the state. With the width-4 window (and
+  ``d_state = 32``, lr 3e-3) qa1 was learned in 1 of seeds 0–2 (in-range 1.00, 0.47,
+  0.62) and not in pilot seed 10 (≤ 0.53 through 1250–3000 steps with width 128, 3 layers,
+  lr 1e-2 or 1e-3, batch 32 or 128, no weight decay, ``dt_max = 1``, GLA, or no filler);
+  with width 5, pilot seeds 11 and 12 learned (steps 750, 1000), 10 did not.
+- ``d_state = 64``: with width 5 and N = 64, pilot seeds 10–12 learned (1500, 500, 500
+  steps) but seeds 0 and 1 did not (0.62, 0.75 at 3000 steps) at lr 3e-3;
+- lr 1e-3: the accuracy then climbs steadily instead of jumping off a plateau, and seeds
+  0, 2, 10, 11 learned (1250, 750, 1000, 750 steps); seed 1 stayed at 0.5 for 3000 steps;
+- ``train.attempts = 3`` of at most 2000 steps each: which initialisation leaves the
+  plateau is still a matter of chance at this scale (4 of 5 above), so a model that has
+  not learned qa1 at its cap is drawn afresh, up to three models per seed
+  (:class:`dynlab.lm.spec.TaskTrainSpec`). Every seed is reported; the dataset's
+  ``train_attempts`` says how many models each took, and ``train_steps``/``train_time``
+  count them all. The contrasts are paired within each learned model, so the rule
+  decides only which models are studied, never an arm's score.
+
+The quick preset trains qa1 alone: in a mixture, qa1 was not learned in 3000 steps under
+the width-4 recipe (with qa2, qa6, qa7, pilot seed 10 answered qa1 below chance, 0.13;
 with qa6 and qa7, seed 0 reached 0.41 where qa1 alone reached 1.0 in 1750 steps).
 ``--kinds qa1,qa6,qa7`` trains and tests a mixture.
 
@@ -30,11 +49,12 @@ intervention against a compute-matched zero-state control (paper B's protocol, s
 :mod:`dynlab.studies.long_context`).
 
 Presets:
-- ``quick`` — tiny Mamba-2 (2 layers, width 64, 4 heads × 16 channels, N = 32, short
-  convolution of width 4), from scratch, 3 facts, kind qa1, samples of 48–64 tokens, batch 64, one CPU thread, trained until learned (qa1, checked every 250 steps on
-  training-text samples) up to 3000 steps; post-training 300 steps per arm (zero, state
-  passing, fitted noise); tested at 64, 128, 256, 512, 1024 tokens (1×–16×) on 32 samples
-  per kind; seeds 0, 1, 2.
+- ``quick`` — tiny Mamba-2 (2 layers, width 64, 4 heads × 16 channels, N = 64, short
+  convolution of width 5), from scratch, 3 facts, kind qa1, samples of 48–64 tokens,
+  batch 64, lr 1e-3, one CPU thread, trained until learned (qa1, checked every 250 steps
+  on training-text samples) up to 2000 steps, up to 3 attempts; post-training 300 steps
+  per arm (zero, state passing, fitted noise); tested at 64, 128, 256, 512, 1024 tokens
+  (1×–16×) on 32 samples per kind; seeds 0, 1, 2.
 - ``paper`` — 4 layers, width 256, 8 heads × 32, N = 64, 4 facts, every kind, samples of
   512–1024 tokens, 20 000 steps, post-training 1000 steps; tested at 1K–16K tokens; a GPU box.
 """
@@ -49,10 +69,12 @@ PRESETS = {
     "quick": {
         "mixers": ("mamba2",),
         "seeds": (0, 1, 2),
-        "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "head_dim": 16, "d_state": 32, "chunk_size": 32},
+        "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "head_dim": 16, "d_state": 64, "chunk_size": 32,
+                  "conv_kernel": 5},
         "task": {"train_min": 48, "train_max": 64, "eval_lengths": (64, 128, 256, 512, 1024), "n_facts": 3,
                  "babi_kinds": ("qa1",), "babi_tokens": "words", "babi_questions": "all"},
-        "train": {"steps": 3000, "until_learned": True, "check_every": 250, "batch_size": 64, "lr": 3e-3, "threads": 1},
+        "train": {"steps": 2000, "until_learned": True, "attempts": 3, "check_every": 250, "batch_size": 64, "lr": 1e-3,
+                  "threads": 1},
         "eval": {"n_samples": 32, "chunk_len": 256},
         "intervention": {},
         "post": {"steps": 300, "lr": 1e-3},

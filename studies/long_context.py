@@ -15,8 +15,9 @@ The dataset has one row on ``run`` per tested model: the trained model (``phase`
 - ``accuracy(run, length[, depth | kind])`` — the task's headline accuracy (per-character
   for copying, whole key for passkey, whole answer for babi; see :mod:`dynlab.lm.task_run`),
 - ``token_accuracy`` and ``exact_match`` on the same dims,
-- ``train_loss(run)``, ``train_time(run)``, ``status(run)``, ``in_range_accuracy(run)``
-  (of the trained model, on every row of its run),
+- ``train_loss(run)``, ``train_time(run)``, ``status(run)``, and ``in_range_accuracy(run)``
+  and ``train_attempts(run)`` (of the trained model, on every row of its run; the latter
+  NaN without ``train.attempts``),
 - the paired contrasts of each arm against the control over seeds
   (:func:`dynlab.analysis.contrasts.paired_contrasts`): ``contrast_mean``,
   ``contrast_lo``, ``contrast_hi``, ``contrast_p`` on ``(mixer, contrast, length[, depth |
@@ -106,7 +107,9 @@ class TaskResult(RunResult):
     status.  ``post``: per post-training arm, its ``status``, ``reason``, ``train_steps``,
     ``train_loss``, ``train_time`` and accuracies (absent without post-training).
     ``warm_start``: the warm start's training summary and its in-range accuracy on its own
-    task (absent without one).
+    task (absent without one).  ``train_attempts``: how many freshly drawn models training
+    took under ``train.attempts`` (1: the first learned), ``attempts`` one record per attempt
+    (:func:`dynlab.lm.task_run.train_attempts`); both absent when ``train.attempts`` is 1.
     """
 
     lengths: list[int] | None = None
@@ -118,6 +121,8 @@ class TaskResult(RunResult):
     in_range_accuracy: float | None = None
     post: dict[str, dict[str, Any]] | None = None
     warm_start: dict[str, Any] | None = None
+    train_attempts: int | None = None
+    attempts: list[dict[str, Any]] | None = None
 
 
 def check_source(source: str, val_fraction: float, need: int) -> LMDataSpec:
@@ -171,7 +176,7 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
 
     def run_one(spec: LMTaskRunSpec, device: torch.device, progress: NullProgress) -> RunOutcome:
         arms = len(spec.post.interventions) if spec.post is not None else 0
-        total = spec.train.steps + arms * (spec.post.steps if spec.post is not None else 0)
+        total = spec.train.steps * spec.train.attempts + arms * (spec.post.steps if spec.post is not None else 0)
         total += spec.warm_start.train.steps if spec.warm_start is not None else 0
         bar = progress.add(f"{spec.model.mixer}/seed {spec.seed}", total)
 
@@ -194,7 +199,8 @@ def _tested_models(spec: LMTaskRunSpec, r: TaskResult) -> list[tuple[str, str, T
     """``(intervention, phase, result)`` of each model a stored run tested: the trained model,
     then each post-training arm (its result on the trained model's test grid)."""
     out = [(spec.intervention.kind, "base", r)]
-    grid = {"lengths": r.lengths, "depths": r.depths, "kinds": r.kinds, "in_range_accuracy": r.in_range_accuracy}
+    grid = {"lengths": r.lengths, "depths": r.depths, "kinds": r.kinds, "in_range_accuracy": r.in_range_accuracy,
+            "train_attempts": r.train_attempts}
     for iv in spec.post.interventions if spec.post is not None else ():
         if iv in (r.post or {}):
             out.append((iv, "post", TaskResult.model_validate({**grid, **r.post[iv]})))
@@ -212,7 +218,8 @@ def assemble_task_runs(kind: str, specs: list[LMTaskRunSpec], store: RunStore) -
     if ds is None:  # nothing evaluated: the run record only
         ds = xr.Dataset()
     ds = ds.assign_coords(run=np.arange(len(tested)))
-    ds = ds.assign(result_columns(results, ("status", "reason", "train_loss", "train_time", "in_range_accuracy")))
+    ds = ds.assign(result_columns(results, ("status", "reason", "train_loss", "train_time", "in_range_accuracy",
+                                            "train_attempts")))
     ds = ds.assign_coords({
         "run_id": ("run", [t[0].run_id for t in tested]), "arch": ("run", [t[0].model.mixer for t in tested]),
         "intervention": ("run", [t[1] for t in tested]), "phase": ("run", [t[2] for t in tested]),

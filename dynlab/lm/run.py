@@ -38,11 +38,13 @@ def corpus_for(source: str, val_fraction: float) -> Corpus:
     return load_corpus(source, val_fraction)
 
 
-def build_model(spec: LMRunSpec) -> RecurrentLM:
-    """The untrained model of ``spec``, parameters drawn from a generator seeded with ``spec.seed``."""
+def build_model(spec: LMRunSpec, init_seed: int | None = None) -> RecurrentLM:
+    """The untrained model of ``spec``, parameters drawn from a generator seeded with
+    ``init_seed`` (None: ``spec.seed``)."""
     m = spec.model
+    seed = spec.seed if init_seed is None else init_seed
     return RecurrentLM(m.mixer, d_model=m.d_model, n_layers=m.n_layers, mlp_ratio=m.mlp_ratio, norm_eps=m.norm_eps,
-                       generator=torch.Generator().manual_seed(spec.seed), **m.mixer_kwargs())
+                       generator=torch.Generator().manual_seed(seed), **m.mixer_kwargs())
 
 
 def effrem_starts(length: int, points: int) -> np.ndarray:

@@ -269,10 +269,23 @@ class TaskTrainSpec(Spec):
     from the *training* text with their own generator (never the test samples), with the
     rule of :func:`dynlab.lm.task_run.in_range_accuracy` and ``eval.learned_at`` — and
     ``steps`` is the cap (the schedule is that of ``steps``).
+
+    ``attempts`` (with ``until_learned``): a model that has not learned when its ``steps``
+    run out (the same check, once more at the cap) is drawn afresh — new parameters from
+    ``seed + k · ATTEMPT_SEED_OFFSET`` for attempt k = 1, 2, …, a fresh optimiser and
+    schedule, the next batches of the run's stream — and trained again, up to ``attempts``
+    models in all. Attempt 0 is the run without the rule (the same parameters and
+    batches), so a model that learns at once is the same model with any ``attempts``. The
+    run records ``train_attempts`` and each attempt's steps; its ``train_steps`` and
+    ``train_time`` count every attempt. A stated rule for tasks whose learning depends on
+    the initialisation at small scale (:mod:`studies.babilong`); 1 (the default): one model.
     """
+
+    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("attempts",)
 
     steps: StepsOrZero = 600
     until_learned: bool = False
+    attempts: int = Field(1, ge=1, le=16)
     check_every: int = Field(250, ge=1, le=MAX_STEPS)
     check_samples: Samples = 16
     batch_size: Batch = 16
@@ -353,6 +366,16 @@ class LMTaskRunSpec(Spec):
     post: TaskPostSpec | None = None
     warm_start: WarmStartSpec | None = None
     seed: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _attempts_rule(self) -> LMTaskRunSpec:
+        if self.train.attempts > 1 and not self.train.until_learned:
+            raise ValueError(f"train.attempts {self.train.attempts} needs train.until_learned (an attempt ends "
+                             "unlearned only under that check); allowed: attempts = 1, or until_learned = true")
+        if self.train.attempts > 1 and self.warm_start is not None:
+            raise ValueError(f"train.attempts {self.train.attempts} with a warm start is not supported (a new "
+                             "attempt would discard the warm-started weights); allowed: attempts = 1 with warm_start")
+        return self
 
     @model_validator(mode="after")
     def _in_range_cells(self) -> LMTaskRunSpec:

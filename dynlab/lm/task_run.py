@@ -42,6 +42,7 @@ from dynlab.results.vocabulary import annotate
 from dynlab.runtime import resolve_device, train_threads
 
 __all__ = ["EVAL_SEED_OFFSET", "POST_SEED_OFFSET", "score_batch", "evaluate_task", "in_range_accuracy", "train_task",
+           "train_attempts", "ATTEMPT_SEED_OFFSET",
            "post_train_arm", "train_and_evaluate_task", "task_result_to_dataset", "POST_PREFIX"]
 
 EVAL_SEED_OFFSET = 1_000_003
@@ -120,14 +121,52 @@ def evaluate_task(model: torch.nn.Module, spec: LMTaskRunSpec, part: str = "val"
 
 def train_task(model: torch.nn.Module, spec: LMTaskRunSpec, device: torch.device | str = "cpu",
                progress: Callable[[int, float], None] | None = None) -> TrainResult:
-    """Train ``model`` in place on ``spec.task`` with ``spec.intervention`` (batches seeded with ``spec.seed``)."""
+    """Train ``model`` in place on ``spec.task`` with ``spec.intervention`` (batches seeded with
+    ``spec.seed``): one attempt (``spec.train.attempts`` is :func:`train_attempts`'s)."""
+    generator = torch.Generator().manual_seed(spec.seed)
+    return _fit_task(model, spec, generator, device, progress,
+                     _LearnedCheck(model, spec) if spec.train.until_learned else None)
+
+
+def _fit_task(model: torch.nn.Module, spec: LMTaskRunSpec, generator: torch.Generator, device: torch.device | str,
+              progress: Callable[[int, float], None] | None, stop: Callable[[int], bool] | None) -> TrainResult:
     iv, tr = spec.intervention, spec.train
     intervention = make_intervention(iv.kind, sigma=iv.sigma, beta=iv.beta, reset_prob=iv.reset_prob)
-    generator = torch.Generator().manual_seed(spec.seed)
-    stop = _learned_check(model, spec) if tr.until_learned else None
     return fit(model, _batches(spec, generator), intervention, generator, steps=tr.steps, batch_size=tr.batch_size,
                lr=tr.lr, weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
                device=str(device), threads=tr.threads, progress=progress, stop=stop)
+
+
+#: Attempt k ≥ 1 of ``train.attempts`` draws its parameters from a generator seeded with
+#: ``seed + k · ATTEMPT_SEED_OFFSET`` (attempt 0 from ``seed``, as a run without the rule).
+ATTEMPT_SEED_OFFSET = 4_000_037
+
+
+def train_attempts(model: torch.nn.Module, spec: LMTaskRunSpec, device: torch.device | str = "cpu",
+                   progress: Callable[[int, float], None] | None = None) -> tuple[TrainResult, list[dict[str, Any]]]:
+    """Train ``model`` in place under ``spec.train.attempts`` (:class:`~dynlab.lm.spec.TaskTrainSpec`):
+    up to that many freshly drawn models, each until it learns or its ``steps`` run out.
+
+    Returns the last attempt's :class:`TrainResult` and one record per attempt:
+    ``{"init_seed", "train_steps", "train_time", "learned"}`` (``learned``: the training-text
+    check passed, at a scheduled check or once more at the cap). Attempts share one batch
+    stream, so each sees new batches. A diverged attempt ends the run (its status is the run's).
+    """
+    tr = spec.train
+    generator = torch.Generator().manual_seed(spec.seed)
+    stop = _LearnedCheck(model, spec) if tr.until_learned else None
+    records: list[dict[str, Any]] = []
+    for k in range(tr.attempts):
+        init_seed = spec.seed + k * ATTEMPT_SEED_OFFSET
+        if k:
+            model.load_state_dict(build_model(spec, init_seed=init_seed).state_dict())  # type: ignore[arg-type]
+        res = _fit_task(model, spec, generator, device, progress, stop)
+        steps = len(res.losses)
+        learned = stop is not None and res.status == "ok" and (steps < tr.steps or stop.passes())
+        records.append({"init_seed": init_seed, "train_steps": steps, "train_time": res.seconds, "learned": learned})
+        if learned or res.status != "ok":
+            break
+    return res, records
 
 
 #: The early-stopping check of ``train.until_learned`` draws from a generator seeded with
@@ -135,20 +174,25 @@ def train_task(model: torch.nn.Module, spec: LMTaskRunSpec, device: torch.device
 CHECK_SEED_OFFSET = 3_000_017
 
 
-def _learned_check(model: torch.nn.Module, spec: LMTaskRunSpec) -> Callable[[int], bool]:
-    """``stop(step)`` of ``train.until_learned``: every ``check_every`` steps, the in-range
-    accuracy on ``check_samples`` training-text samples per in-range cell ≥ ``learned_at``."""
-    tr = spec.train
-    check = _in_range_spec(spec, n_samples=tr.check_samples)
+class _LearnedCheck:
+    """``stop(step)`` of ``train.until_learned``: every ``check_every`` steps before the cap,
+    whether the in-range accuracy on ``check_samples`` training-text samples per in-range cell
+    reaches ``learned_at``; :meth:`passes` asks the same now (every call draws the same samples)."""
 
-    def stop(step: int) -> bool:
+    def __init__(self, model: torch.nn.Module, spec: LMTaskRunSpec) -> None:
+        self.model, self.spec = model, spec
+        self.check = _in_range_spec(spec, n_samples=spec.train.check_samples)
+
+    def passes(self) -> bool:
+        result = evaluate_task(self.model, self.check, part="train", seed_offset=CHECK_SEED_OFFSET)
+        self.model.train()
+        return in_range_accuracy(result, self.check) >= self.spec.eval.learned_at
+
+    def __call__(self, step: int) -> bool:
+        tr = self.spec.train
         if step % tr.check_every or step >= tr.steps:
             return False
-        result = evaluate_task(model, check, part="train", seed_offset=CHECK_SEED_OFFSET)
-        model.train()
-        return in_range_accuracy(result, check) >= spec.eval.learned_at
-
-    return stop
+        return self.passes()
 
 
 def _in_range_spec(spec: LMTaskRunSpec, n_samples: int | None = None) -> LMTaskRunSpec:
@@ -218,8 +262,12 @@ def train_and_evaluate_task(spec: LMTaskRunSpec, device: torch.device | str = "c
         warm = _warm_start(model, spec, dev, progress)
         if warm is not None and warm["status"] != "ok":
             return {**warm, "reason": f"warm start: {warm['reason']}", "warm_start": warm}, None
-        res = train_task(model, spec, dev, progress)
+        res, attempts = train_attempts(model, spec, dev, progress)
         result = train_summary(res)
+        if spec.train.attempts > 1:  # every attempt's compute counts
+            result.update(train_steps=sum(a["train_steps"] for a in attempts),
+                          train_time=sum(a["train_time"] for a in attempts),
+                          train_attempts=len(attempts), attempts=attempts)
         if warm is not None:
             result["warm_start"] = warm
         if res.status != "ok":

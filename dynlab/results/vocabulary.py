@@ -110,6 +110,8 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "task_accuracy": ("task accuracy", "1", "accuracy on the post-training task (see accuracy)"),
     "task_token_accuracy": ("task per-token accuracy", "1", "token_accuracy on the post-training task"),
     "task_exact_match": ("task exact match", "1", "exact_match on the post-training task"),
+    "train_attempts": ("models drawn in training", "1",
+                       "freshly initialised models trained under train.attempts until one learned (NaN: the rule was off)"),
     "in_range_accuracy": ("in-range accuracy", "1",
                           "mean headline accuracy of the trained model over the test lengths <= train_max; decides its status"),
     "contrast_mean": ("paired difference (arm − zero)", "1", "mean over seeds of accuracy(arm) − accuracy(zero control)"),
