@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from dynlab.lm.tasks import babi_chance
+
 from dynlab.report import _headline, _headline_contrasts, _learned_mp, far_in_ratio, open_report_dataset, report, \
     reproduction_tables
 
@@ -57,6 +59,8 @@ DATASETS = [
      "whole-key accuracy, mean over the 5 depths; trained on 112–160 tokens, tested to 16×"),
     ("babilong", "bAbI-style questions", "dynlab study babilong",
      "whole-answer accuracy per kind; qa1 decides whether a model learned"),
+    ("babilong-kinds", "bAbI-style questions of three kinds (preset kinds)", "dynlab study babilong --preset kinds",
+     "whole-answer accuracy per kind; the mean over qa1, qa6, qa7 decides whether a model learned"),
 ]
 
 HEADER = """# Results
@@ -219,7 +223,8 @@ def _contrast(ds: xr.Dataset, contrast: str, length: int) -> str:
     """``−0.10 [−0.19, 0.00], p 0.05``: the paired contrast against the zero-state control."""
     c = _headline_contrasts(ds).sel(mixer=ds["arch"].values[0], contrast=contrast, length=length)
     mean, lo, hi, p = (float(c[f"contrast_{k}"]) for k in ("mean", "lo", "hi", "p"))
-    return f"{_minus(mean, sign=True) if mean > 0 else _minus(mean)} [{_minus(lo)}, {_minus(hi)}], p {p:.2f}"
+    p_text = f"{p:.2f}" if np.isfinite(p) else "— (no spread)"
+    return f"{_minus(mean, sign=True) if mean > 0 else _minus(mean)} [{_minus(lo)}, {_minus(hi)}], p {p_text}"
 
 
 def _learned(ds: xr.Dataset) -> tuple[int, int]:
@@ -260,6 +265,32 @@ def _babi_cell(babi: xr.Dataset) -> str:
     return cell
 
 
+def _babi_kinds_cell(ds: xr.Dataset) -> str:
+    """README's bAbI-kinds cell: how many seeds learned every kind, the zero-state control's
+    accuracy per kind at the training length, 4× and the longest test length, and each arm's
+    paired contrast per kind at the longest (when ≥ 2 seeds learned)."""
+    learned, trained = _learned(ds)
+    base = ds["phase"].values.astype(str) == "base"
+    kinds = [str(k) for k in ds["kind"].values]
+    in_range = ", ".join(f"{x:.2f}" for x in ds["in_range_accuracy"].values[base])
+    if learned == 0:
+        return f"no model learned {', '.join(kinds)} (in-range accuracy {in_range}), so no contrast"
+    train_max = int(ds["train_max"].max())
+    lengths = [x for x in (train_max, 4 * train_max, int(ds["length"].max())) if x in ds["length"].values]
+    zero = "; ".join(f"{k} " + " / ".join(f"{_arm_mean(ds.sel(kind=k), 'zero', x):.2f}" for x in lengths)
+                     for k in kinds)
+    n_facts = _first_spec(ds)["task"]["n_facts"]
+    chance = ", ".join(f"{k} {babi_chance(k, n_facts):.2f}" for k in kinds)
+    cell = (f"{learned} of {trained} seeds learned {', '.join(kinds)} (mean in-range accuracy {in_range}); "
+            f"zero-state control at {' / '.join(str(x) for x in lengths)} tokens: {zero} (always giving the most "
+            f"common answer scores {chance})")
+    if learned >= 2:
+        for arm in ("state-passing", "fitted-noise"):
+            cell += (f"; {arm.replace('-', ' ')} − zero at {lengths[-1]}: "
+                     + ", ".join(f"{k} {_contrast(ds.sel(kind=k), arm, lengths[-1])}" for k in kinds))
+    return cell
+
+
 def paper_b_section() -> str:
     """README's paper-B table: each claim, paper B's answer, and dynlab's numbers."""
     lg, lg0 = _dataset("length-generalization"), _dataset("length-generalization-no-conv")
@@ -296,6 +327,9 @@ def paper_b_section() -> str:
         ("fitted noise extends passkey retrieval", "yes (heatmap)", passkey_cell),
         ("bAbI-style accuracy vs length", "a figure", _babi_cell(babi)),
     ]
+    if (DATA / "babilong-kinds.nc").is_file():
+        rows.append(("bAbI-style kinds vs length", "a figure",
+                     _babi_kinds_cell(_dataset("babilong-kinds"))))
     seeds = _seeds(lg["seed"].values)
     mixer = MIXER_NAMES.get(model["mixer"], model["mixer"])
     out = [_prose(f"Preset `{lg.attrs['preset']}`, seeds {seeds}, every seed shown; a tiny {mixer} LM "
@@ -440,7 +474,7 @@ def paper_a_reproduction_section() -> str:
 
 #: The paper-B datasets whose wall times README gives (labels in :data:`DATASETS`).
 PAPER_B_WALL_TIMES = ("length-generalization", "length-generalization-no-conv", "copying", "copying-state128",
-                      "passkey", "babilong")
+                      "passkey", "babilong", "babilong-kinds")
 
 
 def state_std_growth(ds: xr.Dataset, intervention: str) -> np.ndarray:

@@ -92,7 +92,7 @@ CATALOG: dict[str, StudyEntry] = {e.name: e for e in (
         "babilong", "dynlab.studies.babilong",
         "bAbI-style questions (qa1, qa2, qa3, qa6, qa7) in long Shakespeare filler: LMs trained short from the zero state, "
         "post-trained with state passing / fitted noise vs a zero-state control; accuracy vs length per kind.",
-        ("quick", "paper"), "lm", MIXER_NAMES, _TASK_INTERVENTIONS, ("--lengths", "--kinds"),
+        ("quick", "kinds", "paper"), "lm", MIXER_NAMES, _TASK_INTERVENTIONS, ("--lengths", "--kinds"),
         ("qa1", "qa2", "qa3", "qa6", "qa7")),
 )}
 

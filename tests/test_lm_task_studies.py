@@ -180,16 +180,19 @@ def test_lm_study_help_names_mixers_and_no_groups(capsys):
     assert main(["study", "copying", "--groups", "S3"]) == 2
 
 
-@pytest.mark.parametrize("learned_at, steps_run", [(0.0, 3), (1.0, 7)])
-def test_until_learned_stops_at_the_first_passed_check_and_the_cap_otherwise(learned_at, steps_run):
-    """A check every 3 steps: learned_at 0 passes the first check; 1.0 is never reached by a 7-step model."""
+@pytest.mark.parametrize("learned_at, check_at, steps_run", [(0.0, None, 3), (1.0, None, 7), (0.0, 1.0, 7)])
+def test_until_learned_stops_at_the_first_passed_check_and_the_cap_otherwise(learned_at, check_at, steps_run):
+    """A check every 3 steps: learned_at 0 passes the first check; 1.0 is never reached by a
+    7-step model; check_at 1.0 keeps training to the cap although learned_at 0 is met."""
     from dynlab.lm.task_run import train_and_evaluate_task
 
     spec = get_study("copying").make_specs(_options(
-        "copying", train={"steps": 7, "batch_size": 2, "until_learned": True, "check_every": 3, "check_samples": 2},
+        "copying", train={"steps": 7, "batch_size": 2, "until_learned": True, "check_every": 3, "check_samples": 2,
+                          "check_at": check_at},
         eval={"n_samples": 3, "chunk_len": 64, "learned_at": learned_at}))[0]
     result, _ = train_and_evaluate_task(spec, "cpu")
     assert result["train_steps"] == steps_run
+    assert result["status"] == ("ok" if learned_at == 0.0 else "not-learned")
 
 
 def _attempt_spec(attempts: int, learned_at: float, steps: int = 4):
@@ -237,6 +240,17 @@ def test_attempts_keep_a_model_that_learns_at_once_and_its_run_id():
     for name, value in w1.items():
         torch.testing.assert_close(w3[name], value, rtol=0, atol=0)
     assert "attempts" not in one.hashed_fields()["train"] and one.run_id != three.run_id
+
+
+def test_babilong_kinds_preset_starts_from_the_quick_presets_first_qa1_model():
+    """The kinds preset's warm start is quick's qa1 training with one attempt (the same model,
+    task, text and seed: its first attempt), and it then learns qa1, qa6, qa7 together."""
+    study = get_study("babilong")
+    for quick, kinds in zip(study.make_specs(StudyOptions(preset="quick")), study.make_specs(StudyOptions(preset="kinds"))):
+        assert kinds.warm_start.task == quick.task and kinds.model == quick.model and kinds.seed == quick.seed
+        assert kinds.warm_start.train == quick.train.model_copy(update={"attempts": 1})
+        assert kinds.task.babi_kinds == kinds.eval.learn_kinds == ("qa1", "qa6", "qa7")
+        assert kinds.task.model_copy(update={"babi_kinds": ("qa1",)}) == quick.task
 
 
 @pytest.mark.parametrize("update, match", [

@@ -278,3 +278,22 @@ def test_babi_options_stay_out_of_the_run_id_at_their_defaults():
     assert words.hashed_fields()["babi_tokens"] == "words"
     with pytest.raises(ValueError, match="babi_tokens"):
         LMTaskSpec(kind="babi", babi_tokens="bpe", train_min=200, train_max=200, eval_lengths=(200,))
+
+
+def test_babi_chance_is_the_share_of_the_most_common_answer_in_the_samples():
+    """babi_chance (from the generated stories) against the answers read back from sampled
+    word-token samples (the scored tokens, decoded): the same distribution, and qa6's is 1/2."""
+    from collections import Counter
+
+    from dynlab.lm.tasks import babi_chance
+
+    stream = torch.tensor(list(b"lorem ipsum dolor sit amet " * 40))
+    task = BabiTask(stream, kinds=("qa1", "qa6", "qa7"), n_facts=3, tokens="words")
+    g = torch.Generator().manual_seed(5)
+    for kind in ("qa1", "qa6", "qa7"):
+        batch = task.sample_kind(g, 2000, 64, kind)
+        answers = Counter(babi_decode([int(batch.tokens[i, j + 1]) for j in batch.mask[i].nonzero().flatten()])
+                          for i in range(len(batch.tokens)))
+        share = max(answers.values()) / 2000
+        assert abs(babi_chance(kind, 3) - share) < 0.04, (kind, share)  # two samples of one distribution
+    assert abs(babi_chance("qa6", 3) - 0.5) < 0.03 and babi_chance("qa7", 3) > 0.8 > 0.3 > babi_chance("qa1", 3)

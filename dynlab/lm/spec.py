@@ -279,15 +279,20 @@ class TaskTrainSpec(Spec):
     run records ``train_attempts`` and each attempt's steps; its ``train_steps`` and
     ``train_time`` count every attempt. A stated rule for tasks whose learning depends on
     the initialisation at small scale (:mod:`studies.babilong`); 1 (the default): one model.
+
+    ``check_at``: the in-range accuracy the check needs to stop training (None: the
+    ``eval.learned_at`` that decides the status). Set above ``learned_at`` so that a model
+    stopped on a lucky check does not then test just below it.
     """
 
-    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("attempts",)
+    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("attempts", "check_at")
 
     steps: StepsOrZero = 600
     until_learned: bool = False
     attempts: int = Field(1, ge=1, le=16)
     check_every: int = Field(250, ge=1, le=MAX_STEPS)
     check_samples: Samples = 16
+    check_at: float | None = Field(None, ge=0.0, le=1.0)
     batch_size: Batch = 16
     lr: float = Field(3e-3, gt=0.0)
     weight_decay: float = Field(0.1, ge=0.0)

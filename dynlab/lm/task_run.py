@@ -177,7 +177,8 @@ CHECK_SEED_OFFSET = 3_000_017
 class _LearnedCheck:
     """``stop(step)`` of ``train.until_learned``: every ``check_every`` steps before the cap,
     whether the in-range accuracy on ``check_samples`` training-text samples per in-range cell
-    reaches ``learned_at``; :meth:`passes` asks the same now (every call draws the same samples)."""
+    reaches ``check_at`` (None: ``learned_at``); :meth:`passes` asks the same now (every call
+    draws the same samples)."""
 
     def __init__(self, model: torch.nn.Module, spec: LMTaskRunSpec) -> None:
         self.model, self.spec = model, spec
@@ -186,7 +187,8 @@ class _LearnedCheck:
     def passes(self) -> bool:
         result = evaluate_task(self.model, self.check, part="train", seed_offset=CHECK_SEED_OFFSET)
         self.model.train()
-        return in_range_accuracy(result, self.check) >= self.spec.eval.learned_at
+        need = self.spec.train.check_at
+        return in_range_accuracy(result, self.check) >= (self.spec.eval.learned_at if need is None else need)
 
     def __call__(self, step: int) -> bool:
         tr = self.spec.train

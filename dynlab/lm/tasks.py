@@ -75,7 +75,7 @@ from dynlab.errors import DynlabInputError
 __all__ = [
     "TaskBatch", "CopyingTask", "PasskeyTask", "BabiTask", "BABI_KINDS", "TASK_KINDS",
     "make_task", "PASSKEY_NEEDLE", "PASSKEY_QUESTION", "BABI_WORDS", "BABI_TOKENS", "BABI_QUESTIONS",
-    "babi_encode", "babi_decode",
+    "babi_encode", "babi_decode", "babi_chance",
 ]
 
 BABI_KINDS = ("qa1", "qa2", "qa3", "qa6", "qa7")
@@ -440,6 +440,20 @@ class BabiTask:
             rows.append(row)
             scored.append(targets)
         return _batch(rows, scored)
+
+
+def babi_chance(kind: str, n_facts: int, samples: int = 4000, seed: int = 0) -> float:
+    """Chance level of bAbI ``kind`` with ``n_facts`` facts: the share of its most common
+    answer over ``samples`` generated stories (seeded with ``seed``), which a model that
+    always gives that answer scores. qa1: about 1/6 (a room); qa6: about 1/2; qa7 with few
+    facts: high, since most people carry nothing ("none")."""
+    task = BabiTask(torch.full((1,), ord(" ")), kinds=(kind,), n_facts=n_facts)
+    generator = torch.Generator().manual_seed(seed)
+    counts: dict[str, int] = {}
+    for _ in range(samples):
+        answer = task._story(kind, generator)[2]
+        counts[answer] = counts.get(answer, 0) + 1
+    return max(counts.values()) / samples
 
 
 def make_task(kind: str, stream: torch.Tensor | None = None, babi_kinds: tuple[str, ...] = BABI_KINDS,
