@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -29,7 +30,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from dynlab.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, DynlabInputError, exit_status, is_usage_error
+from dynlab.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, DynlabInputError, exit_status,
+                           is_usage_error)
 from dynlab.studies import CATALOG, CELL_NAMES, SOURCES, StudyEntry
 
 app = typer.Typer(
@@ -750,5 +752,16 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
+def entry() -> None:
+    """The ``dynlab`` executable: :func:`main`, then exit with its code. After Ctrl-C the run
+    is over, so SIGINT is ignored from then on: a second one (or one still pending) while the
+    interpreter shuts down would otherwise end the process by the signal instead of with
+    exit code 130."""
+    code = main()
+    if code == EXIT_INTERRUPTED:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -122,7 +122,7 @@ def evaluate_task(model: torch.nn.Module, spec: LMTaskRunSpec, part: str = "val"
 def train_task(model: torch.nn.Module, spec: LMTaskRunSpec, device: torch.device | str = "cpu",
                progress: Callable[[int, float], None] | None = None) -> TrainResult:
     """Train ``model`` in place on ``spec.task`` with ``spec.intervention`` (batches seeded with
-    ``spec.seed``): one attempt (``spec.train.attempts`` is :func:`train_attempts`'s)."""
+    ``spec.seed``): one model; :func:`train_attempts` applies ``spec.train.attempts``."""
     generator = torch.Generator().manual_seed(spec.seed)
     return _fit_task(model, spec, generator, device, progress,
                      _LearnedCheck(model, spec) if spec.train.until_learned else None)
