@@ -292,3 +292,22 @@ def test_a_warm_start_trains_the_same_model_on_its_task_first():
         torch.testing.assert_close(weights[name], value, rtol=0, atol=0)
     cold, _ = train_and_evaluate_task(spec.model_copy(update={"warm_start": None}), "cpu")
     assert cold["train_loss"] != result["train_loss"]
+
+
+def test_babi_panel_draws_each_kinds_chance_level():
+    """The dotted lines of the bAbI panel sit at babi_chance(kind, n_facts) of the dataset's runs, in the kind's colour."""
+    from pathlib import Path
+
+    from dynlab.figures.tasks import babi_panel
+    from dynlab.lm.tasks import babi_chance
+    from dynlab.report import open_report_dataset
+
+    ds = open_report_dataset(Path(__file__).parents[1] / "benchmarks/results/datasets/babilong-kinds.nc")
+    fig, ax = plt.subplots()
+    babi_panel(ds, ax, intervention="zero")
+    dotted = [line for line in ax.lines if line.get_linestyle() == ":" and len(line.get_ydata()) == 2]
+    solid = {line.get_label(): line.get_color() for line in ax.lines if line.get_linestyle() == "-"}
+    assert len(dotted) == 3
+    for kind, line in zip(("qa1", "qa6", "qa7"), dotted):
+        assert line.get_ydata()[0] == pytest.approx(babi_chance(kind, 3)) and line.get_color() == solid[kind]
+    plt.close(fig)
