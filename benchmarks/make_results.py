@@ -280,7 +280,8 @@ def _babi_kinds_cell(ds: xr.Dataset) -> str:
     zero = "; ".join(f"{k} " + " / ".join(f"{_arm_mean(ds.sel(kind=k), 'zero', x):.2f}" for x in lengths)
                      for k in kinds)
     n_facts = _first_spec(ds)["task"]["n_facts"]
-    chance = ", ".join(f"{k} {babi_chance(k, n_facts):.2f}" for k in kinds)
+    levels = {k: float(ds["chance"].sel(kind=k)) if "chance" in ds else babi_chance(k, n_facts) for k in kinds}
+    chance = ", ".join(f"{k} {levels[k]:.2f}" for k in kinds)
     cell = (f"{learned} of {trained} seeds learned {', '.join(kinds)} (mean in-range accuracy {in_range}); "
             f"zero-state control at {' / '.join(str(x) for x in lengths)} tokens: {zero} (always giving the most "
             f"common answer scores {chance})")

@@ -18,6 +18,7 @@ The dataset has one row on ``run`` per tested model: the trained model (``phase`
 - ``train_loss(run)``, ``train_time(run)``, ``status(run)``, and ``in_range_accuracy(run)``
   and ``train_attempts(run)`` (of the trained model, on every row of its run; the latter
   NaN without ``train.attempts``),
+- babi: ``chance(kind)``, the score of always giving the kind's most common answer,
 - the paired contrasts of each arm against the control over seeds
   (:func:`dynlab.analysis.contrasts.paired_contrasts`): ``contrast_mean``,
   ``contrast_lo``, ``contrast_hi``, ``contrast_p`` on ``(mixer, contrast, length[, depth |
@@ -58,6 +59,7 @@ from dynlab.lm.spec import (
 from dynlab.lm.task_run import task_result_to_dataset, train_and_evaluate_task
 from dynlab.results.assemble import result_columns, stack_runs
 from dynlab.results.store import RunStore
+from dynlab.results.vocabulary import annotate
 from dynlab.study import RunOutcome, RunResult, Study, StudyExtra, StudyOptions, override_field, read_result, select_names
 from dynlab.runtime import NullProgress
 
@@ -226,10 +228,22 @@ def assemble_task_runs(kind: str, specs: list[LMTaskRunSpec], store: RunStore) -
         "seed": ("run", [t[0].seed for t in tested]), "train_min": ("run", [t[0].task.train_min for t in tested]),
         "train_max": ("run", [t[0].task.train_max for t in tested]),
     })
+    if kind == "babi" and "kind" in ds.coords and specs:
+        ds = ds.assign(chance=babi_chance_levels(ds["kind"].values, specs[0].task.n_facts))
     if "accuracy" in ds and (ds["phase"] == "post").any():
         ds = ds.merge(paired_contrasts(ds, "accuracy"))
     ds.attrs["learned_at"] = float(specs[0].eval.learned_at) if specs else float("nan")
     return ds
+
+
+def babi_chance_levels(kinds: Any, n_facts: int) -> xr.DataArray:
+    """``chance(kind)``: the score of always giving a kind's most common answer in stories of
+    ``n_facts`` facts (:func:`dynlab.lm.tasks.babi_chance`), annotated."""
+    from dynlab.lm.tasks import babi_chance
+
+    kinds = [str(k) for k in kinds]
+    da = xr.DataArray(np.array([babi_chance(k, n_facts) for k in kinds]), dims=("kind",), coords={"kind": kinds})
+    return annotate(xr.Dataset({"chance": da}))["chance"]
 
 
 def _task_panels(kind: str):

@@ -102,6 +102,10 @@ def test_tiny_task_study_dataset_and_panels(name, dims, tmp_path):
     from dynlab.results.vocabulary import check_dataset
 
     assert check_dataset(ds) == []  # every variable is in the one vocabulary, with its units
+    if name == "babilong":
+        from dynlab.lm.tasks import babi_chance
+
+        assert [float(ds["chance"].sel(kind=k)) for k in ("qa1", "qa6")] == [babi_chance(k, 3) for k in ("qa1", "qa6")]
     figs = write_figures(ds, tmp_path / "figs", get_study(name).panels)
     assert figs.written and not figs.skipped, figs.skipped
     plt.close("all")

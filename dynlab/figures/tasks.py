@@ -61,16 +61,6 @@ def _axis(da: xr.DataArray, fallback: str) -> str:
     return f"{name} [{units}]" if units not in ("", "1") else name
 
 
-def _babi_facts(ds: xr.Dataset) -> int | None:
-    """The facts per story of a babilong dataset's runs (its first spec), or None when not recorded."""
-    import json
-
-    try:
-        return int(json.loads(ds.attrs["specs_json"])[0]["fields"]["task"]["n_facts"])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None
-
-
 def _mean_band(ds: xr.Dataset, ax: Axes, da: xr.DataArray, label: str) -> None:
     mean = da.mean("run")
     line, = ax.plot(ds["length"].values, mean.values, marker="o", markersize=3, label=label)
@@ -124,7 +114,8 @@ def passkey_heatmap(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -
 
 @needs("accuracy", "length", "kind", "intervention", what="bAbI accuracy")
 def babi_panel(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -> Axes:
-    """bAbI-style: accuracy vs length, one line per task kind (mean over the runs of ``intervention``)."""
+    """bAbI-style: accuracy vs length, one line per task kind (mean over the runs of ``intervention``),
+    and each kind's ``chance`` level dotted (when the dataset has it)."""
     ds = _tested(ds)
     interventions = list(dict.fromkeys(ds["intervention"].values.astype(str)))
     iv = intervention if intervention is not None else interventions[0]
@@ -132,15 +123,13 @@ def babi_panel(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -> Axe
         raise NothingToDraw(f"intervention {iv!r} not in the dataset; allowed: {', '.join(interventions)}")
     runs = ds.isel(run=np.flatnonzero((ds["intervention"] == iv).values))
     _shade_training(ds, ax)
-    n_facts = _babi_facts(ds)
+    chance = "chance" in ds
     for kind in runs["kind"].values:
         _mean_band(runs, ax, runs["accuracy"].sel(kind=kind), str(kind))
-        if n_facts is not None:  # chance: always the most common answer (dotted, the kind's colour)
-            from dynlab.lm.tasks import babi_chance
-
-            ax.axhline(babi_chance(str(kind), n_facts), color=ax.lines[-1].get_color(), linestyle=":",
+        if chance:  # always the most common answer: dotted, in the kind's colour
+            ax.axhline(float(ds["chance"].sel(kind=kind)), color=ax.lines[-1].get_color(), linestyle=":",
                        linewidth=1, label=f"{kind} chance" if len(runs["kind"]) == 1 else None)
-    if n_facts is not None and len(runs["kind"]) > 1:
+    if chance and len(runs["kind"]) > 1:
         ax.plot([], [], color="0.4", linestyle=":", linewidth=1, label="chance (dotted)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel(_axis(ds["length"], "length"))

@@ -110,6 +110,8 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "task_accuracy": ("task accuracy", "1", "accuracy on the post-training task (see accuracy)"),
     "task_token_accuracy": ("task per-token accuracy", "1", "token_accuracy on the post-training task"),
     "task_exact_match": ("task exact match", "1", "exact_match on the post-training task"),
+    "chance": ("chance accuracy", "1",
+               "babilong: share of the kind's most common answer (always giving it scores this), from 4000 generated stories"),
     "train_attempts": ("models drawn in training", "1",
                        "freshly initialised models trained under train.attempts until one learned (NaN: the rule was off)"),
     "in_range_accuracy": ("in-range accuracy", "1",
