@@ -329,7 +329,7 @@ def paper_b_section() -> str:
         ("bAbI-style accuracy vs length", "a figure", _babi_cell(babi)),
     ]
     if (DATA / "babilong-kinds.nc").is_file():
-        rows.append(("bAbI-style kinds vs length", "a figure",
+        rows.append(("bAbI-style kinds vs length (preset `kinds`)", "a figure",
                      _babi_kinds_cell(_dataset("babilong-kinds"))))
     seeds = _seeds(lg["seed"].values)
     mixer = MIXER_NAMES.get(model["mixer"], model["mixer"])
