@@ -230,6 +230,19 @@ def test_attempts_redraw_an_unlearned_model_from_the_attempt_seed():
     assert [a["train_steps"] for a in result["attempts"]] == [3, 3] and result["train_steps"] == 6
 
 
+def test_attempts_keep_a_model_that_passes_the_check_at_its_cap():
+    """check_every 10 > the 3-step cap: no scheduled check, so learned_at 0.0 is met only by
+    the check at the cap, and the first model is kept."""
+    from dynlab.lm.task_run import train_and_evaluate_task
+
+    spec = _attempt_spec(3, 0.0, steps=3)
+    spec = spec.model_copy(update={"train": spec.train.model_copy(update={"check_every": 10})})
+    result, _ = train_and_evaluate_task(spec, "cpu")
+    assert result["train_attempts"] == 1 and result["attempts"][0] == {**result["attempts"][0], "learned": True,
+                                                                          "train_steps": 3}
+    assert result["status"] == "ok"
+
+
 def test_attempts_keep_a_model_that_learns_at_once_and_its_run_id():
     """Attempt 0 is the run without the rule: the same weights and loss; attempts = 1 leaves the run id as it was."""
     import torch
@@ -260,15 +273,20 @@ def test_babilong_kinds_preset_starts_from_the_quick_presets_first_qa1_model():
 @pytest.mark.parametrize("update, match", [
     ({"until_learned": False}, "needs train.until_learned"),
     ({"until_learned": True, "warm": True}, "with a warm start is not supported"),
+    ({"attempts": 1, "until_learned": True, "warm": True, "warm_train": {"attempts": 3, "until_learned": True}},
+     "warm_start.train.attempts 3 is not supported"),
+    ({"attempts": 1, "until_learned": False, "check_at": 0.95}, "check_at 0.95 needs train.until_learned"),
 ])
 def test_attempts_need_the_learned_check_and_no_warm_start(update, match):
     from dynlab.lm.spec import LMTaskRunSpec, LMTaskSpec, TaskTrainSpec, WarmStartSpec
 
+    update = dict(update)
     spec = _attempt_spec(1, 0.9)
+    warm_train = update.pop("warm_train", {})
     warm = WarmStartSpec(task=LMTaskSpec(kind="copying", train_min=2, train_max=4, eval_lengths=(4,)),
-                         train=TaskTrainSpec(steps=3, batch_size=2)) if update.pop("warm", False) else None
+                         train=TaskTrainSpec(steps=3, batch_size=2, **warm_train)) if update.pop("warm", False) else None
     data = spec.model_dump()
-    data["train"].update(attempts=2, **update)
+    data["train"].update(**{"attempts": 2, **update})
     data["warm_start"] = None if warm is None else warm.model_dump()
     with pytest.raises(ValueError, match=match):
         LMTaskRunSpec.model_validate(data)

@@ -277,8 +277,10 @@ class TaskTrainSpec(Spec):
     models in all. Attempt 0 is the run without the rule (the same parameters and
     batches), so a model that learns at once is the same model with any ``attempts``. The
     run records ``train_attempts`` and each attempt's steps; its ``train_steps`` and
-    ``train_time`` count every attempt. A stated rule for tasks whose learning depends on
-    the initialisation at small scale (:mod:`studies.babilong`); 1 (the default): one model.
+    ``train_time`` count every attempt. The run keeps the last model drawn, learned or not
+    (an earlier one is not kept even if it came closer). A stated rule for tasks whose
+    learning depends on the initialisation at small scale (:mod:`studies.babilong`); 1 (the
+    default): one model. A warm start's training takes one model only.
 
     ``check_at``: the in-range accuracy the check needs to stop training (None: the
     ``eval.learned_at`` that decides the status). Set above ``learned_at`` so that a model
@@ -377,6 +379,12 @@ class LMTaskRunSpec(Spec):
         if self.train.attempts > 1 and not self.train.until_learned:
             raise ValueError(f"train.attempts {self.train.attempts} needs train.until_learned (an attempt ends "
                              "unlearned only under that check); allowed: attempts = 1, or until_learned = true")
+        if self.train.check_at is not None and not self.train.until_learned:
+            raise ValueError(f"train.check_at {self.train.check_at} needs train.until_learned (it is the stopping "
+                             "check's threshold); allowed: check_at unset, or until_learned = true")
+        if self.warm_start is not None and self.warm_start.train.attempts > 1:
+            raise ValueError(f"warm_start.train.attempts {self.warm_start.train.attempts} is not supported (a warm "
+                             "start trains one model); allowed: 1")
         if self.train.attempts > 1 and self.warm_start is not None:
             raise ValueError(f"train.attempts {self.train.attempts} with a warm start is not supported (a new "
                              "attempt would discard the warm-started weights); allowed: attempts = 1 with warm_start")

@@ -162,7 +162,9 @@ def train_attempts(model: torch.nn.Module, spec: LMTaskRunSpec, device: torch.de
             model.load_state_dict(build_model(spec, init_seed=init_seed).state_dict())  # type: ignore[arg-type]
         res = _fit_task(model, spec, generator, device, progress, stop)
         steps = len(res.losses)
-        learned = stop is not None and res.status == "ok" and (steps < tr.steps or stop.passes())
+        # a model that ran to its cap is checked once more there (with one attempt nothing reads it)
+        learned = (stop is not None and res.status == "ok"
+                   and (steps < tr.steps or (tr.attempts > 1 and stop.passes())))
         records.append({"init_seed": init_seed, "train_steps": steps, "train_time": res.seconds, "learned": learned})
         if learned or res.status != "ok":
             break
