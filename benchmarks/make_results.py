@@ -23,8 +23,6 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from dynlab.lm.tasks import babi_chance
-
 from dynlab.report import _headline, _headline_contrasts, _learned_mp, far_in_ratio, open_report_dataset, report, \
     reproduction_tables
 
@@ -233,13 +231,22 @@ def _learned(ds: xr.Dataset) -> tuple[int, int]:
     return int((ds["status"].values.astype(str)[base] == "ok").sum()), int(base.sum())
 
 
+def _babi_grid(ds: xr.Dataset) -> tuple[np.ndarray, str, int, list[int]]:
+    """A babilong dataset's base-phase rows, their in-range accuracies as text, its longest
+    training length and the test lengths the README quotes (1×, 4× and the longest)."""
+    base = ds["phase"].values.astype(str) == "base"
+    in_range = ", ".join(f"{x:.2f}" for x in ds["in_range_accuracy"].values[base])
+    train_max = int(ds["train_max"].max())
+    lengths = [x for x in (train_max, 4 * train_max, int(ds["length"].max())) if x in ds["length"].values]
+    return base, in_range, train_max, lengths
+
+
 def _babi_cell(babi: xr.Dataset) -> str:
     """README's bAbI cell: how many models learned qa1, and the qa1 accuracy of each
     post-training arm at the training length, 4× and the longest test length, with the
     paired contrasts at the longest (when ≥ 2 seeds learned)."""
     learned, trained = _learned(babi)
-    base = babi["phase"].values.astype(str) == "base"
-    in_range = ", ".join(f"{x:.2f}" for x in babi["in_range_accuracy"].values[base])
+    base, in_range, train_max, lengths = _babi_grid(babi)
     train = _first_spec(babi)["train"]
     steps = f"{train['steps']} steps"
     if train.get("attempts", 1) > 1 and "train_attempts" in babi:
@@ -251,8 +258,6 @@ def _babi_cell(babi: xr.Dataset) -> str:
         return (f"no model learned qa1 within {steps} (in-range accuracy {in_range}; learned: "
                 f"≥ {babi.attrs['learned_at']}), so no contrast")
     qa1 = babi.sel(kind="qa1")
-    train_max = int(babi["train_max"].max())
-    lengths = [x for x in (train_max, 4 * train_max, int(babi["length"].max())) if x in babi["length"].values]
     arms = {a: " / ".join(f"{_arm_mean(qa1, a, x):.2f}" for x in lengths)
             for a in ("zero", "state-passing", "fitted-noise")}
     cell = (f"{learned} of {trained} seeds learned qa1 ({steps}; in-range accuracy {in_range}); qa1 at "
@@ -270,18 +275,13 @@ def _babi_kinds_cell(ds: xr.Dataset) -> str:
     accuracy per kind at the training length, 4× and the longest test length, and each arm's
     paired contrast per kind at the longest (when ≥ 2 seeds learned)."""
     learned, trained = _learned(ds)
-    base = ds["phase"].values.astype(str) == "base"
+    _, in_range, _, lengths = _babi_grid(ds)
     kinds = [str(k) for k in ds["kind"].values]
-    in_range = ", ".join(f"{x:.2f}" for x in ds["in_range_accuracy"].values[base])
     if learned == 0:
         return f"no model learned {', '.join(kinds)} (in-range accuracy {in_range}), so no contrast"
-    train_max = int(ds["train_max"].max())
-    lengths = [x for x in (train_max, 4 * train_max, int(ds["length"].max())) if x in ds["length"].values]
     zero = "; ".join(f"{k} " + " / ".join(f"{_arm_mean(ds.sel(kind=k), 'zero', x):.2f}" for x in lengths)
                      for k in kinds)
-    n_facts = _first_spec(ds)["task"]["n_facts"]
-    levels = {k: float(ds["chance"].sel(kind=k)) if "chance" in ds else babi_chance(k, n_facts) for k in kinds}
-    chance = ", ".join(f"{k} {levels[k]:.2f}" for k in kinds)
+    chance = ", ".join(f"{k} {float(ds['chance'].sel(kind=k)):.2f}" for k in kinds)
     cell = (f"{learned} of {trained} seeds learned {', '.join(kinds)} (mean in-range accuracy {in_range}); "
             f"zero-state control at {' / '.join(str(x) for x in lengths)} tokens: {zero} (always giving the most "
             f"common answer scores {chance})")

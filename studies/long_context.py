@@ -57,6 +57,7 @@ from dynlab.lm.spec import (
     WarmStartSpec,
 )
 from dynlab.lm.task_run import task_result_to_dataset, train_and_evaluate_task
+from dynlab.lm.tasks import babi_chance
 from dynlab.results.assemble import result_columns, stack_runs
 from dynlab.results.store import RunStore
 from dynlab.results.vocabulary import annotate
@@ -239,8 +240,6 @@ def assemble_task_runs(kind: str, specs: list[LMTaskRunSpec], store: RunStore) -
 def babi_chance_levels(kinds: Any, n_facts: int) -> xr.DataArray:
     """``chance(kind)``: the score of always giving a kind's most common answer in stories of
     ``n_facts`` facts (:func:`dynlab.lm.tasks.babi_chance`), annotated."""
-    from dynlab.lm.tasks import babi_chance
-
     kinds = [str(k) for k in kinds]
     da = xr.DataArray(np.array([babi_chance(k, n_facts) for k in kinds]), dims=("kind",), coords={"kind": kinds})
     return annotate(xr.Dataset({"chance": da}))["chance"]
