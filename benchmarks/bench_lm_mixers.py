@@ -2,7 +2,7 @@
 training steps (:func:`dynlab.lm.train.train_lm`: forward, loss, backward, clipping, AdamW).
 
 Sizes are the length-generalization study's quick preset (``studies/length_generalization.py``):
-width 64, 2 layers, 4 heads × 32 channels, state 64 (Mamba-1: 128 channels × N = 64; GLA: keys
+width 64, 2 layers (each mixer's anchor block: Mamba without an MLP, GLA with one), 4 heads × 32 channels, state 64 (Mamba-1: 128 channels × N = 64; GLA: keys
 64, values 32), chunk 32, batch 16, T = 32, one thread, zero initial states.
 
 Every variant runs in this one process, interleaved: each round times every variant once, and
@@ -21,7 +21,15 @@ Variants:
   as in a quick-preset GLA model after its 1500 training steps (median 28, max 60; a fresh
   model: ≈ 1.4).  Strong gates can split the chunked form's chunks (kernels/gla.py).
 
-Step rows train on the Shakespeare corpus (the study's default source).
+Step rows train on the Shakespeare corpus (the study's default source); they also print
+training tokens per CPU second on one core. Two step rows are baselines:
+
+- ``mamba2, F.conv1d convolution``: the short convolution as ``F.conv1d`` (PyTorch's
+  depthwise convolution) instead of dynlab's K shifted multiply-adds
+  (:func:`dynlab.lm.mixers.causal_conv`);
+- ``floor: no mixer``: the same LM with every mixer replaced by a no-op (embedding, norms,
+  head, loss, backward, clipping and AdamW remain): what a step costs without any mixer,
+  so ``mamba2 − floor`` is what the mixer costs.
 
     python benchmarks/bench_lm_mixers.py [--rounds 30] [--steps 5] [--json out.json]
 """
@@ -35,14 +43,16 @@ import time
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
 from dynlab.bench import write_bench_json
 from dynlab.kernels import selective_scan as ss
+from dynlab.lm import mixers as lm_mixers
 from dynlab.lm.corpus import load_corpus
 from dynlab.lm.interventions import ZeroInit
 from dynlab.lm.mixers import MIXERS
 from dynlab.lm.model import RecurrentLM
-from dynlab.lm.spec import LMModelSpec
+from dynlab.lm.spec import ANCHOR_MLP_RATIO, LMModelSpec
 from dynlab.lm.train import train_lm
 from dynlab.studies.length_generalization import PRESETS
 
@@ -63,6 +73,23 @@ def strengthen_gates(module: torch.nn.Module) -> None:
             if type(m).__name__ == "GLAMixer":
                 hk = m.n_heads * m.key_dim
                 m.qkvg_proj.weight[2 * hk:3 * hk] *= GATE_SCALE
+
+
+def conv1d_causal_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                       window: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`dynlab.lm.mixers.causal_conv` through ``F.conv1d`` in the ``[B, C, T]`` layout (the baseline)."""
+    b, t, c = x.shape
+    k = weight.shape[-1]
+    xt = x.transpose(1, 2)
+    full = torch.cat([xt.new_zeros(b, c, k - 1) if window is None else window.to(xt.dtype), xt], dim=-1)
+    return F.silu(F.conv1d(full, weight, bias, groups=c)).transpose(1, 2), full[:, :, full.shape[-1] - (k - 1):]
+
+
+class _NoMixer(torch.nn.Module):
+    """Stands in for a mixer in the floor row: output 0, state and window passed through."""
+
+    def forward(self, x: torch.Tensor, state: torch.Tensor | None, window: torch.Tensor | None = None):
+        return x * 0.0, state, window
 
 
 class Variant:
@@ -108,16 +135,26 @@ def layer_variant(name: str, mixer: str, c_kernel: bool = True, strong: bool = F
 
 
 def step_variant(name: str, mixer: str, data: torch.Tensor, steps: int, c_kernel: bool = True,
-                 strong: bool = False) -> Variant:
+                 strong: bool = False, conv1d: bool = False, floor: bool = False) -> Variant:
     model_spec = QUICK["model"]
     model = RecurrentLM(mixer, d_model=model_spec["d_model"], n_layers=model_spec["n_layers"],
-                        generator=torch.Generator().manual_seed(0), **mixer_kwargs(mixer))
+                        mlp_ratio=ANCHOR_MLP_RATIO[mixer], generator=torch.Generator().manual_seed(0),
+                        **mixer_kwargs(mixer))
     if strong:
         strengthen_gates(model)
+    if floor:
+        for block in model.blocks:
+            block.mixer = _NoMixer()
 
     def run() -> None:
-        res = train_lm(model, data, ZeroInit(), steps=steps, batch_size=BATCH, seq_len=SEQ_LEN,
-                       lr=QUICK["train"]["lr"], threads=1)
+        fast = lm_mixers.causal_conv
+        if conv1d:
+            lm_mixers.causal_conv = conv1d_causal_conv
+        try:
+            res = train_lm(model, data, ZeroInit(), steps=steps, batch_size=BATCH, seq_len=SEQ_LEN,
+                           lr=QUICK["train"]["lr"], threads=1)
+        finally:
+            lm_mixers.causal_conv = fast
         assert res.status == "ok", res.reason
 
     return Variant("step", name, run, c_kernel)
@@ -141,6 +178,8 @@ def main() -> None:
         layer_variant("gla, trained-strength gates", "gla", strong=True),
         layer_variant("gla impl=ref", "gla", impl="ref"),
         step_variant("mamba2", "mamba2", data, steps),
+        step_variant("mamba2, F.conv1d convolution", "mamba2", data, steps, conv1d=True),
+        step_variant("floor: no mixer", "mamba2", data, steps, floor=True),
         step_variant("mamba1 (default)", "mamba1", data, steps),
         step_variant("mamba1, torch loop", "mamba1", data, steps, c_kernel=False),
         step_variant("gla (default)", "gla", data, steps),
@@ -155,7 +194,7 @@ def main() -> None:
             v.time_once()
     print(f"C kernel: {ss.compiled_kernel_status()}")
     print(f"{args.rounds} rounds; step rows: {args.steps} training steps per call, times per step")
-    print(f"{'':6s} {'variant':42s} {'CPU ms':>8s} {'× mamba2':>9s} {'IQR':>11s} {'wall ×':>7s}")
+    print(f"{'':6s} {'variant':42s} {'CPU ms':>8s} {'× mamba2':>9s} {'IQR':>11s} {'wall ×':>7s} {'tok/s/core':>10s}")
     rows = []
     for kind in ("layer", "step"):
         group = [v for v in variants if v.kind == kind]
@@ -166,9 +205,11 @@ def main() -> None:
             wall = statistics.median(a / b for a, b in zip(v.wall, ref.wall))
             q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
             ms = statistics.median(v.cpu) / per * 1e3
+            tps = BATCH * SEQ_LEN / (ms / 1e3) if kind == "step" else None
             rows.append(dict(kind=kind, variant=v.name, cpu_ms=ms, ratio=statistics.median(ratios),
-                             ratio_q1=q1, ratio_q3=q3, wall_ratio=wall))
-            print(f"{kind:6s} {v.name:42s} {ms:8.1f} {statistics.median(ratios):9.2f} {q1:5.2f}–{q3:<5.2f} {wall:7.2f}")
+                             ratio_q1=q1, ratio_q3=q3, wall_ratio=wall, tokens_per_cpu_s=tps))
+            print(f"{kind:6s} {v.name:42s} {ms:8.1f} {statistics.median(ratios):9.2f} {q1:5.2f}–{q3:<5.2f} {wall:7.2f}"
+                  + (f" {tps:10.0f}" if tps else ""))
     if args.json:
         write_bench_json({"c_kernel": ss.compiled_kernel_status(), "rounds": args.rounds, "steps": args.steps,
                           "rows": rows}, args.json)

@@ -91,15 +91,23 @@ def causal_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 
     Returns ``(silu(conv) [B, T, C], new window [B, C, K − 1])`` — the last ``K − 1``
     inputs seen, the window for the next chunk.
+
+    The convolution is computed as K shifted multiply-adds over the time axis in the
+    ``[B, T, C]`` layout: for the short widths of these mixers (K ≤ 8) and small channel
+    counts this runs forward and backward about 1.2× faster per LM training step on the
+    CPU than ``F.conv1d`` (benchmarks/bench_lm_mixers.py), and it equals it to rounding.
     """
     b, t, c = x.shape
     k = weight.shape[-1]
-    xt = x.transpose(1, 2)  # [B, C, T]
-    if window is None:
-        window = xt.new_zeros(b, c, k - 1)
-    full = torch.cat([window.to(xt.dtype), xt], dim=-1)  # [B, C, K - 1 + T]
-    y = F.conv1d(full, weight, bias, groups=c)  # [B, C, T]
-    return F.silu(y).transpose(1, 2), full[:, :, full.shape[-1] - (k - 1):]
+    past = x.new_zeros(b, k - 1, c) if window is None else window.to(x.dtype).transpose(1, 2)
+    full = torch.cat([past, x], dim=1)  # [B, K - 1 + T, C]
+    taps = weight[:, 0, :].t()  # [K, C]
+    y = full[:, 0:t] * taps[0]
+    for j in range(1, k):
+        y = y + full[:, j:j + t] * taps[j]
+    if bias is not None:
+        y = y + bias
+    return F.silu(y), full[:, t:].transpose(1, 2)
 
 
 def causal_conv_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
