@@ -18,6 +18,9 @@ The dataset has one row on ``run`` per tested model: the trained model (``phase`
 - ``train_loss(run)``, ``train_time(run)``, ``status(run)``, and ``in_range_accuracy(run)``
   and ``train_attempts(run)`` (of the trained model, on every row of its run; the latter
   NaN without ``train.attempts``),
+- ``arm_in_range_accuracy(run)``, every tested model's own in-range accuracy, and
+  ``damaged(run)``: 1 for a post-training arm whose in-range accuracy fell below
+  ``learned_at`` (the arm's far accuracy then says little about length), 0 otherwise,
 - babi: ``chance(kind)``, the score of always giving the kind's most common answer,
 - the paired contrasts of each arm against the control over seeds
   (:func:`dynlab.analysis.contrasts.paired_contrasts`): ``contrast_mean``,
@@ -54,9 +57,9 @@ from dynlab.errors import DynlabInputError
 from dynlab.lm.run import corpus_for
 from dynlab.lm.spec import (
     InterventionSpec, LMDataSpec, LMModelSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec, TaskPostSpec, TaskTrainSpec,
-    WarmStartSpec,
+    WarmStartSpec, anchor_model_fields,
 )
-from dynlab.lm.task_run import task_result_to_dataset, train_and_evaluate_task
+from dynlab.lm.task_run import in_range_accuracy, task_result_to_dataset, train_and_evaluate_task
 from dynlab.lm.tasks import babi_chance
 from dynlab.results.assemble import result_columns, stack_runs
 from dynlab.results.store import RunStore
@@ -170,7 +173,7 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
         warm_start = None if warm is None else WarmStartSpec(task=LMTaskSpec(**warm["task"]), train=TaskTrainSpec(**warm["train"]))
         base_iv = InterventionSpec(kind="zero", **{**preset["intervention"], **extra.intervention})
         return [
-            LMTaskRunSpec(data=data, model=LMModelSpec(mixer=m, **{**preset["model"], **extra.model}),
+            LMTaskRunSpec(data=data, model=LMModelSpec(**anchor_model_fields(m, **{**preset["model"], **extra.model})),
                           intervention=base_iv, task=task, train=train, eval=evals, post=post, warm_start=warm_start,
                           seed=s)
             for m in mixers
@@ -229,12 +232,29 @@ def assemble_task_runs(kind: str, specs: list[LMTaskRunSpec], store: RunStore) -
         "seed": ("run", [t[0].seed for t in tested]), "train_min": ("run", [t[0].task.train_min for t in tested]),
         "train_max": ("run", [t[0].task.train_max for t in tested]),
     })
+    ds = ds.assign(_in_range_rows(tested))
     if kind == "babi" and "kind" in ds.coords and specs:
         ds = ds.assign(chance=babi_chance_levels(ds["kind"].values, specs[0].task.n_facts))
     if "accuracy" in ds and (ds["phase"] == "post").any():
         ds = ds.merge(paired_contrasts(ds, "accuracy"))
     ds.attrs["learned_at"] = float(specs[0].eval.learned_at) if specs else float("nan")
     return ds
+
+
+def _in_range_rows(tested: list[tuple[LMTaskRunSpec, str, str, TaskResult]]) -> dict[str, xr.DataArray]:
+    """``arm_in_range_accuracy(run)``: each tested model's own in-range accuracy
+    (:func:`dynlab.lm.task_run.in_range_accuracy`; for the trained model its
+    ``in_range_accuracy``), and ``damaged(run)``: 1 for a post-training arm of a learned
+    model whose in-range accuracy fell below ``eval.learned_at``, 0 for one that kept it,
+    NaN for trained models and untested arms."""
+    own, damaged = [], []
+    for spec, _, phase, res in tested:
+        score = (in_range_accuracy({"accuracy": res.accuracy, "lengths": res.lengths, "kinds": res.kinds}, spec)
+                 if res.accuracy is not None and res.lengths else np.nan)
+        own.append(score)
+        damaged.append(float(score < spec.eval.learned_at) if phase == "post" and np.isfinite(score) else np.nan)
+    return annotate(xr.Dataset({"arm_in_range_accuracy": ("run", np.array(own, dtype=float)),
+                                "damaged": ("run", np.array(damaged, dtype=float))})).data_vars
 
 
 def babi_chance_levels(kinds: Any, n_facts: int) -> xr.DataArray:

@@ -491,3 +491,43 @@ def test_conv_kernel_one_and_global_rng(tmp_path):
     assert torch.equal(before, torch.get_rng_state())
     with torch.no_grad(), hf_in_float64(hf):
         assert maxdiff(hf(tokens()).logits, lm(tokens())[0]) < EXACT
+
+
+@pytest.mark.parametrize("mixer", ["mamba2", "mamba1"])
+def test_a_study_run_exports_and_loads_with_the_same_logits(mixer, tmp_path):
+    """Every Mamba model a study trains has the real Mamba block (no MLP), so its run
+    folder exports as it is: the quick preset's own layout, briefly trained by the study."""
+    from dynlab.lm.posttrain import load_checkpoint
+    from dynlab.runner import run_study
+    from dynlab.studies import get_study
+    from dynlab.study import StudyOptions
+
+    options = StudyOptions(preset="quick", models=(mixer,), seeds=(0,), extra={
+        "interventions": ["zero"], "train": {"steps": 3},
+        "eval": {"length_multiple": 2, "n_samples": 2, "effrem_points": 2, "effrem_samples": 2, "state_points": 2}})
+    run_study(get_study("length-generalization"), options, out=tmp_path / "runs", analyze=False)
+    (run,) = (tmp_path / "runs" / "length-generalization" / "runs").iterdir()
+    assert json.loads((run / "spec.json").read_text())["fields"]["model"]["mlp_ratio"] == 0
+    model, _ = load_checkpoint(run)
+    hf, _ = _load_exported(export_hf(run, tmp_path / "hf"))
+    tok = tokens(t=40)
+    with torch.no_grad():
+        assert_f32_close(hf(tok).logits, model(tok)[0])
+
+
+def test_study_presets_give_each_mixer_its_anchor_block():
+    """Mamba-1 and Mamba-2 blocks have no MLP in every LM study preset; GLA keeps its MLP."""
+    from dynlab.lm.spec import ANCHOR_MLP_RATIO
+    from dynlab.studies import get_study
+    from dynlab.study import StudyOptions
+
+    assert ANCHOR_MLP_RATIO == {"mamba2": 0, "mamba1": 0, "gla": 2}
+    for name in ("length-generalization", "copying", "passkey", "babilong"):
+        study = get_study(name)
+        for preset in study.presets:
+            specs = study.make_specs(StudyOptions(preset=preset, models=("mamba2", "mamba1", "gla"), seeds=(0,)))
+            got = {s.model.mixer: s.model.mlp_ratio for s in specs}
+            assert got == ANCHOR_MLP_RATIO, (name, preset, got)
+    user = get_study("copying").make_specs(StudyOptions(preset="quick", models=("mamba2",), seeds=(0,),
+                                                        extra={"model": {"mlp_ratio": 3}}))
+    assert {s.model.mlp_ratio for s in user} == {3}  # the user's choice wins

@@ -21,13 +21,30 @@ from dynlab.runtime import MAX_THREADS
 from dynlab.lm.corpus import SOURCES
 
 __all__ = [
-    "LMDataSpec", "LMModelSpec", "InterventionSpec", "LMTrainSpec", "LMEvalSpec", "LMRunSpec",
+    "ANCHOR_MLP_RATIO", "CHINCHILLA_TOKENS_PER_PARAM", "LMDataSpec", "LMModelSpec", "InterventionSpec", "LMTrainSpec",
+    "LMEvalSpec", "LMPostSpec", "LMRunSpec", "anchor_model_fields",
     "LMTaskSpec", "TaskTrainSpec", "TaskEvalSpec", "TaskPostSpec", "WarmStartSpec", "LMTaskRunSpec", "LEGACY_MODEL_FIELDS",
 ]
 
 MixerName = Literal["mamba2", "mamba1", "gla"]
 InterventionName = Literal["zero", "random-noise", "fitted-noise", "state-passing", "tbtt"]
 DistanceName = Literal["tv", "js", "cos"]
+
+#: The block layout of each mixer's anchor model, used by every study preset: Mamba-1 and
+#: Mamba-2 blocks are norm + mixer with no MLP (mamba-ssm's and Hugging Face's LMs, so
+#: they export with ``dynlab lm export``); GLA blocks have an MLP (flash-linear-attention's
+#: GLA). A preset's or the user's ``mlp_ratio`` overrides it.
+ANCHOR_MLP_RATIO: dict[str, int] = {"mamba2": 0, "mamba1": 0, "gla": 2}
+
+#: Tokens per parameter of a compute-optimal model (Hoffmann et al. 2022): "1x Chinchilla".
+#: dynlab counts every parameter of the LM, embedding and head included.
+CHINCHILLA_TOKENS_PER_PARAM = 20
+
+
+def anchor_model_fields(mixer: str, **fields: Any) -> dict[str, Any]:
+    """``LMModelSpec`` fields for ``mixer``: its anchor's ``mlp_ratio`` (:data:`ANCHOR_MLP_RATIO`)
+    unless ``fields`` set one, then ``fields``."""
+    return {"mixer": mixer, "mlp_ratio": ANCHOR_MLP_RATIO[mixer], **fields}
 
 
 class LMDataSpec(Spec):
@@ -159,7 +176,14 @@ class LMEvalSpec(Spec):
     EffRem_T at T = the evaluation length, for ``effrem_points`` log-spaced t (and t = 0)
     on ``effrem_samples`` windows; state statistics at ``state_points`` log-spaced positions
     from t = 1 to the evaluation length (0: at the chunk ends only).
+
+    ``checkpoints``: training budgets, in multiples of the model's Chinchilla budget
+    (:data:`CHINCHILLA_TOKENS_PER_PARAM` tokens per parameter), at which the model is also
+    evaluated during its one training run (:func:`dynlab.lm.run.checkpoint_steps`); empty:
+    only the trained model. Left out of the run id while empty.
     """
+
+    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("checkpoints",)
 
     length_multiple: int = Field(16, ge=2, le=MAX_LENGTH)
     n_samples: Samples = 64
@@ -169,6 +193,17 @@ class LMEvalSpec(Spec):
     effrem_samples: Samples = 16
     state_points: int = Field(48, ge=0, le=100_000)
     distances: tuple[DistanceName, ...] = ("tv", "js", "cos")
+    checkpoints: tuple[float, ...] = ()
+
+    @field_validator("checkpoints")
+    @classmethod
+    def _budgets(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if any(not (0.0 < c <= 1e6) for c in v):
+            raise ValueError(f"checkpoints {list(v)} must be training budgets in Chinchilla multiples; "
+                             "allowed: numbers in (0, 1e6]")
+        if len(v) > MAX_EVAL_LENGTHS:
+            raise ValueError(f"{len(v)} checkpoints; allowed: at most {MAX_EVAL_LENGTHS}")
+        return tuple(sorted(set(v)))
 
     @field_validator("distances")
     @classmethod
@@ -178,8 +213,34 @@ class LMEvalSpec(Spec):
         return tuple(dict.fromkeys(v))
 
 
+class LMPostSpec(Spec):
+    """Post-training arms of a trained LM (paper B's Fig. 5 protocol).
+
+    After training, the model is post-trained ``steps`` steps once per intervention in
+    ``interventions`` from the same trained weights (``zero``, the compute-matched control,
+    always included), on the same text batches for every arm (TBTT excepted: it needs
+    consecutive chunks); each arm is evaluated as the trained model. AdamW at ``lr`` with
+    ``warmup_frac`` warm-up and cosine decay; the training batch size and length.
+    """
+
+    interventions: tuple[InterventionName, ...] = ("zero", "random-noise", "fitted-noise", "state-passing", "tbtt")
+    steps: Steps = 500
+    lr: float = Field(1e-3, gt=0.0, le=10.0, allow_inf_nan=False)
+    warmup_frac: float = Field(0.1, ge=0.0, le=1.0)
+
+    @field_validator("interventions")
+    @classmethod
+    def _with_control(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(("zero", *v)))
+
+
 class LMRunSpec(Spec):
-    """Everything that determines one trained LM and its evaluation."""
+    """Everything that determines one trained LM and its evaluation (and, with ``post``, its post-training arms).
+
+    ``post`` is left out of the run id while None.
+    """
+
+    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("post",)
 
     data: LMDataSpec = LMDataSpec()
     model: LMModelSpec = LMModelSpec()
@@ -187,6 +248,7 @@ class LMRunSpec(Spec):
     train: LMTrainSpec = LMTrainSpec()
     eval: LMEvalSpec = LMEvalSpec()
     seed: int = Field(0, ge=0)
+    post: LMPostSpec | None = None
 
     @model_validator(mode="after")
     def _bins_fit(self) -> LMRunSpec:
@@ -285,9 +347,18 @@ class TaskTrainSpec(Spec):
     ``check_at``: the in-range accuracy the check needs to stop training (None: the
     ``eval.learned_at`` that decides the status). Set above ``learned_at`` so that a model
     stopped on a lucky check does not then test just below it.
+
+    ``confirm`` (with ``until_learned``): a check that passes on its ``check_samples`` is
+    confirmed on as many fresh training-text samples per in-range cell as the test draws
+    (``eval.n_samples``, a generator of its own), and training stops only when both pass;
+    and an attempt whose model stopped or ran to its cap as learned is tested in range
+    (the test samples, the rule of the run's status) before it is kept: below
+    ``learned_at`` it counts as a failed attempt, and the next one is drawn while
+    ``attempts`` remain. So a run never ends ``not-learned`` while it had attempts left
+    after a lucky check. Left out of the run id while False (the rule before it existed).
     """
 
-    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("attempts", "check_at")
+    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("attempts", "check_at", "confirm")
 
     steps: StepsOrZero = 600
     until_learned: bool = False
@@ -295,6 +366,7 @@ class TaskTrainSpec(Spec):
     check_every: int = Field(250, ge=1, le=MAX_STEPS)
     check_samples: Samples = 16
     check_at: float | None = Field(None, ge=0.0, le=1.0)
+    confirm: bool = False
     batch_size: Batch = 16
     lr: float = Field(3e-3, gt=0.0)
     weight_decay: float = Field(0.1, ge=0.0)
@@ -379,6 +451,9 @@ class LMTaskRunSpec(Spec):
         if self.train.attempts > 1 and not self.train.until_learned:
             raise ValueError(f"train.attempts {self.train.attempts} needs train.until_learned (an attempt ends "
                              "unlearned only under that check); allowed: attempts = 1, or until_learned = true")
+        if self.train.confirm and not self.train.until_learned:
+            raise ValueError("train.confirm needs train.until_learned (it confirms the stopping check); "
+                             "allowed: confirm = false, or until_learned = true")
         if self.train.check_at is not None and not self.train.until_learned:
             raise ValueError(f"train.check_at {self.train.check_at} needs train.until_learned (it is the stopping "
                              "check's threshold); allowed: check_at unset, or until_learned = true")
