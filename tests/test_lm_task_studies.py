@@ -333,3 +333,46 @@ def test_babi_panel_draws_each_kinds_chance_level():
     for kind, line in zip(("qa1", "qa6", "qa7"), dotted):
         assert line.get_ydata()[0] == pytest.approx(babi_chance(kind, 3)) and line.get_color() == solid[kind]
     plt.close(fig)
+
+
+def test_confirm_counts_a_lucky_check_that_fails_the_in_range_test_as_a_failed_attempt(monkeypatch):
+    """With ``train.confirm`` a passed check is confirmed on fresh samples, and a model that
+    then tests below learned_at in range is a failed attempt: the next model is drawn.
+    The in-range scores are scripted in the order they are asked for (check, confirmation,
+    in-range test per attempt), so the rule alone decides what happens."""
+    from dynlab.lm import task_run
+
+    asked: list[tuple[int, str]] = []
+    script = iter([1.0, 1.0, 0.5,   # attempt 0: check and confirmation pass, the in-range test fails
+                   1.0, 1.0, 0.95,  # attempt 1: all pass
+                   0.95])           # the run's own test (status)
+    real_evaluate = task_run.evaluate_task
+
+    def evaluate(model, spec, part="val", seed_offset=task_run.EVAL_SEED_OFFSET):
+        asked.append((spec.eval.n_samples, part))
+        return real_evaluate(model, spec, part, seed_offset)
+
+    monkeypatch.setattr(task_run, "evaluate_task", evaluate)
+    monkeypatch.setattr(task_run, "in_range_accuracy", lambda result, spec: next(script))
+    spec = _attempt_spec(3, 0.9, steps=4)
+    spec = spec.model_copy(update={"train": spec.train.model_copy(update={"confirm": True})})
+    result, _ = task_run.train_and_evaluate_task(spec, "cpu")
+    assert [a["learned"] for a in result["attempts"]] == [False, True]
+    assert [a["in_range_test"] for a in result["attempts"]] == [0.5, 0.95]
+    assert [a["train_steps"] for a in result["attempts"]] == [2, 2] and result["status"] == "ok"
+    # check (check_samples, training text), confirmation (the test's n_samples, training text), in-range test (val)
+    assert asked[:3] == [(2, "train"), (3, "train"), (3, "val")]
+
+
+def test_confirm_rejects_a_check_its_confirmation_does_not_repeat(monkeypatch):
+    """A check that passes on its few samples but not on the confirming draw does not stop training."""
+    from dynlab.lm import task_run
+
+    script = iter([1.0, 0.5] * 10 + [0.5] * 10)
+    monkeypatch.setattr(task_run, "in_range_accuracy", lambda result, spec: next(script))
+    spec = _attempt_spec(1, 0.9, steps=5)
+    spec = spec.model_copy(update={"train": spec.train.model_copy(update={"confirm": True})})
+    result, _ = task_run.train_and_evaluate_task(spec, "cpu")
+    assert result["train_steps"] == 5  # checks at 2 and 4 passed but were not confirmed: trained to the cap
+    unset = _attempt_spec(1, 0.9)
+    assert "confirm" not in unset.hashed_fields()["train"]  # off: the run id of the rule before it

@@ -41,7 +41,7 @@ from dynlab.lm.train import TrainResult, fit, train_summary
 from dynlab.results.vocabulary import annotate
 from dynlab.runtime import resolve_device, train_threads
 
-__all__ = ["EVAL_SEED_OFFSET", "POST_SEED_OFFSET", "score_batch", "evaluate_task", "in_range_accuracy", "train_task",
+__all__ = ["CONFIRM_SEED_OFFSET", "EVAL_SEED_OFFSET", "POST_SEED_OFFSET", "score_batch", "evaluate_task", "in_range_accuracy", "train_task",
            "train_attempts", "ATTEMPT_SEED_OFFSET",
            "post_train_arm", "train_and_evaluate_task", "task_result_to_dataset", "POST_PREFIX"]
 
@@ -164,16 +164,23 @@ def train_attempts(model: torch.nn.Module, spec: LMTaskRunSpec, device: torch.de
         steps = len(res.losses)
         # a model that ran to its cap is checked once more there (with one attempt nothing reads it)
         learned = (stop is not None and res.status == "ok"
-                   and (steps < tr.steps or (tr.attempts > 1 and stop.passes())))
-        records.append({"init_seed": init_seed, "train_steps": steps, "train_time": res.seconds, "learned": learned})
-        if learned or res.status != "ok":
+                   and (steps < tr.steps or ((tr.attempts > 1 or tr.confirm) and stop.passes())))
+        record = {"init_seed": init_seed, "train_steps": steps, "train_time": res.seconds, "learned": learned}
+        if tr.confirm and learned:  # the check passed: the in-range test decides whether the attempt counts
+            score = in_range_accuracy(evaluate_task(model, _in_range_spec(spec)), spec)
+            model.train()
+            record.update(in_range_test=score, learned=bool(score >= spec.eval.learned_at))
+        records.append(record)
+        if record["learned"] or res.status != "ok":
             break
     return res, records
 
 
 #: The early-stopping check of ``train.until_learned`` draws from a generator seeded with
-#: ``seed + CHECK_SEED_OFFSET`` on the training text (the test samples are never seen).
+#: ``seed + CHECK_SEED_OFFSET`` on the training text (the test samples are never seen);
+#: the confirming check of ``train.confirm`` from one seeded with ``seed + CONFIRM_SEED_OFFSET``.
 CHECK_SEED_OFFSET = 3_000_017
+CONFIRM_SEED_OFFSET = 5_000_011
 
 
 class _LearnedCheck:
@@ -185,12 +192,19 @@ class _LearnedCheck:
     def __init__(self, model: torch.nn.Module, spec: LMTaskRunSpec) -> None:
         self.model, self.spec = model, spec
         self.check = _in_range_spec(spec, n_samples=spec.train.check_samples)
+        self.confirm = _in_range_spec(spec) if spec.train.confirm else None
 
     def passes(self) -> bool:
-        result = evaluate_task(self.model, self.check, part="train", seed_offset=CHECK_SEED_OFFSET)
-        self.model.train()
-        need = self.spec.train.check_at
-        return in_range_accuracy(result, self.check) >= (self.spec.eval.learned_at if need is None else need)
+        """The check (and, with ``train.confirm``, its confirmation on test-sized fresh training-text samples)."""
+        need = self.spec.eval.learned_at if self.spec.train.check_at is None else self.spec.train.check_at
+        for check, offset in ((self.check, CHECK_SEED_OFFSET), (self.confirm, CONFIRM_SEED_OFFSET)):
+            if check is None:
+                continue
+            result = evaluate_task(self.model, check, part="train", seed_offset=offset)
+            self.model.train()
+            if in_range_accuracy(result, check) < need:
+                return False
+        return True
 
     def __call__(self, step: int) -> bool:
         tr = self.spec.train
