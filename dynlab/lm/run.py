@@ -22,14 +22,22 @@ from dynlab.lm.corpus import Corpus, load_corpus
 from dynlab.lm.evaluate import stream_eval, truncated_context_probs, validation_windows
 from dynlab.lm.interventions import make_intervention
 from dynlab.lm.model import RecurrentLM
-from dynlab.lm.spec import LMEvalSpec, LMRunSpec
-from dynlab.lm.train import train_lm, train_summary
+from dynlab.lm.spec import CHINCHILLA_TOKENS_PER_PARAM, LMEvalSpec, LMRunSpec
+from dynlab.lm.train import fit, make_loader, train_lm, train_summary
 from dynlab.results.vocabulary import annotate
 from dynlab.runtime import resolve_device, train_threads
 
 __all__ = [
-    "build_model", "corpus_for", "effrem_starts", "state_positions", "train_and_evaluate", "evaluate_lm", "evaluate_model", "result_to_dataset",
+    "POST_PREFIX", "POST_SEED_OFFSET", "build_model", "checkpoint_steps", "count_parameters", "post_train_arms", "corpus_for", "effrem_starts", "state_positions", "train_and_evaluate", "evaluate_lm", "evaluate_model", "result_to_dataset",
 ]
+
+
+#: Post-training batches come from a generator seeded with ``seed + POST_SEED_OFFSET`` (the
+#: same batches for every arm), the arms' intervention noise from ``seed + POST_SEED_OFFSET + 1``.
+POST_SEED_OFFSET = 7_919
+
+#: An arm's weights are stored in the run's ``model.safetensors`` under ``post.<intervention>.``.
+POST_PREFIX = "post."
 
 
 @lru_cache(maxsize=4)
@@ -45,6 +53,21 @@ def build_model(spec: LMRunSpec, init_seed: int | None = None) -> RecurrentLM:
     seed = spec.seed if init_seed is None else init_seed
     return RecurrentLM(m.mixer, d_model=m.d_model, n_layers=m.n_layers, mlp_ratio=m.mlp_ratio, norm_eps=m.norm_eps,
                        generator=torch.Generator().manual_seed(seed), **m.mixer_kwargs())
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Every parameter of ``model`` (embedding and head included): the P of the Chinchilla budget."""
+    return int(sum(p.numel() for p in model.parameters()))
+
+
+def checkpoint_steps(n_params: int, multiples: tuple[float, ...] | list[float], batch_size: int, seq_len: int,
+                     steps: int) -> list[int]:
+    """The training step after which a model of ``n_params`` parameters has seen ``c`` times
+    its Chinchilla budget, for each multiple ``c``: ``round(c · 20 · P / (B · L))`` (B·L
+    tokens per step, :data:`~dynlab.lm.spec.CHINCHILLA_TOKENS_PER_PARAM` tokens per
+    parameter), clipped to ``[1, steps]``."""
+    per_step = batch_size * seq_len
+    return [min(steps, max(1, round(c * CHINCHILLA_TOKENS_PER_PARAM * n_params / per_step))) for c in multiples]
 
 
 def effrem_starts(length: int, points: int) -> np.ndarray:
@@ -112,15 +135,89 @@ def train_and_evaluate(spec: LMRunSpec, device: torch.device | str = "cpu",
     iv = spec.intervention
     intervention = make_intervention(iv.kind, sigma=iv.sigma, beta=iv.beta, reset_prob=iv.reset_prob)
     tr, dev = spec.train, resolve_device(device)
+    n_params = count_parameters(model)
+    budgets = spec.eval.checkpoints
+    at = checkpoint_steps(n_params, budgets, tr.batch_size, tr.seq_len, tr.steps)
+    checkpoints: dict[int, dict[str, Any]] = {}
+
+    def evaluate_checkpoint(done: int) -> bool:
+        """Evaluate the model in the middle of training at the checkpoint steps (never stops training)."""
+        if done in at and done < tr.steps:
+            model.eval()
+            checkpoints[done] = evaluate_model(model, spec, corpus)
+            model.train()
+        return False
+
     with train_threads(dev, threads=tr.threads):
         res = train_lm(model, corpus.train, intervention, steps=tr.steps, batch_size=tr.batch_size, seq_len=tr.seq_len,
                        lr=tr.lr, weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
-                       seed=spec.seed, device=str(dev), threads=tr.threads, progress=progress)
+                       seed=spec.seed, device=str(dev), threads=tr.threads, progress=progress,
+                       stop=evaluate_checkpoint if budgets else None)
         result = train_summary(res)
+        result["n_params"] = n_params
         if res.status != "ok":
             return result, None
         result.update(evaluate_model(model, spec, corpus))
-    return result, {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        if budgets:
+            final = {k: result[k] for k in _EVAL_KEYS}
+            result["checkpoints"] = [
+                {"budget": c, "step": s, "tokens": s * tr.batch_size * tr.seq_len,
+                 **(checkpoints[s] if s in checkpoints else final)}
+                for c, s in zip(budgets, at)
+            ]
+        weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        if spec.post is not None:
+            result["post"], arm_weights = post_train_arms(model, spec, corpus, dev, progress)
+            weights.update(arm_weights)
+    return result, weights
+
+
+#: The keys of :func:`evaluate_lm`'s result.
+_EVAL_KEYS = ("ppl", "ppl_binned_t", "ppl_binned", "verdict", "effrem_t", "effrem", "state_t", "state_mean",
+              "state_std", "state_norm")
+
+
+def post_train_arms(model: torch.nn.Module, spec: LMRunSpec, corpus: Corpus, device: torch.device | str = "cpu",
+                    progress: Callable[[int, float], None] | None = None
+                    ) -> tuple[dict[str, dict[str, Any]], dict[str, torch.Tensor]]:
+    """Post-train the trained ``model`` once per arm of ``spec.post`` (:class:`~dynlab.lm.spec.LMPostSpec`)
+    and evaluate each arm as the trained model (:func:`evaluate_model`).
+
+    Every arm starts from the same trained weights and reads the same batches (a generator
+    seeded with ``seed +`` :data:`POST_SEED_OFFSET`; TBTT reads consecutive chunks
+    instead); the noise of the noise arms comes from a second generator, so it never moves
+    the batches. ``model`` holds the trained weights again on return. Returns (per arm: its
+    training summary and evaluation, the arms' weights under ``post.<arm>.``).
+    """
+    post, tr = spec.post, spec.train
+    assert post is not None
+    iv = spec.intervention
+    base = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    out: dict[str, dict[str, Any]] = {}
+    weights: dict[str, torch.Tensor] = {}
+    for kind in post.interventions:
+        model.load_state_dict(base)
+        intervention = make_intervention(kind, sigma=iv.sigma, beta=iv.beta, reset_prob=iv.reset_prob)
+        loader = make_loader(intervention, corpus.train, tr.batch_size, tr.seq_len,
+                             torch.Generator().manual_seed(spec.seed + POST_SEED_OFFSET))
+
+        def next_batch() -> tuple[torch.Tensor, None, torch.Tensor]:
+            batch = next(loader)
+            return batch.tokens, None, batch.fresh
+
+        res = fit(model, next_batch, intervention, torch.Generator().manual_seed(spec.seed + POST_SEED_OFFSET + 1),
+                  steps=post.steps, batch_size=tr.batch_size, lr=post.lr, weight_decay=tr.weight_decay,
+                  grad_clip=tr.clip, warmup_frac=post.warmup_frac, device=str(device), threads=tr.threads,
+                  progress=progress)
+        summary = train_summary(res)
+        if res.status == "ok":
+            model.eval()
+            summary.update(evaluate_model(model, spec, corpus))
+            weights.update({f"{POST_PREFIX}{kind}.{k}": v.detach().cpu().clone() for k, v in model.state_dict().items()})
+        out[kind] = summary
+    model.load_state_dict(base)
+    model.eval()
+    return out, weights
 
 
 def result_to_dataset(result: dict[str, Any]) -> xr.Dataset:

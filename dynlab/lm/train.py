@@ -61,6 +61,7 @@ def train_lm(
     device: str = "auto",
     threads: int | None = None,
     progress: Callable[[int, float], None] | None = None,
+    stop: Callable[[int], bool] | None = None,
 ) -> TrainResult:
     """Train ``model`` in place on the byte stream ``data [n]`` (:func:`fit`).
 
@@ -68,7 +69,7 @@ def train_lm(
         intervention: chooses the initial states (and the loader) of every step.
         steps, batch_size, seq_len: optimisation length, B and training length L.
         seed: seeds the generator of the batches and of the intervention noise.
-        lr, weight_decay, grad_clip, warmup_frac, device, threads, progress: as :func:`fit`.
+        lr, weight_decay, grad_clip, warmup_frac, device, threads, progress, stop: as :func:`fit`.
     """
     generator = torch.Generator().manual_seed(seed)
     loader = make_loader(intervention, data, batch_size, seq_len, generator)
@@ -79,7 +80,7 @@ def train_lm(
 
     return fit(model, next_batch, intervention, generator, steps=steps, batch_size=batch_size, lr=lr,
                weight_decay=weight_decay, grad_clip=grad_clip, warmup_frac=warmup_frac, device=device,
-               threads=threads, progress=progress)
+               threads=threads, progress=progress, stop=stop)
 
 
 def fit(

@@ -88,6 +88,10 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "contrast": ("contrast", "", "post-training arm compared with the compute-matched zero-state control"),
     "mixer": ("sequence mixer", "", "the LM's mixer (arch of its runs), as a dimension of the contrasts"),
     "train_length": ("training length", "tokens", "T_train: context length in training"),
+    "budget": ("training budget", "Chinchilla", "tokens seen in training / (20 × parameters)"),
+    "tokens_per_param": ("training tokens per parameter", "tokens", "tokens seen in training / parameters"),
+    "n_params": ("parameters", "1", "every parameter of the LM, embedding and head included"),
+    "d_model": ("model width", "1", "d_model of the LM"),
     "eval_length": ("evaluation length", "tokens", "length evaluated from the zero state"),
     "train_min": ("shortest training length", "tokens", "string length (copying) or sample length"),
     "train_max": ("longest training length", "tokens", "string length (copying) or sample length"),
@@ -114,6 +118,9 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
                "babilong: share of the kind's most common answer (always giving it scores this), from 4000 generated stories"),
     "train_attempts": ("models drawn in training", "1",
                        "freshly initialised models trained under train.attempts until one learned (NaN: the rule was off)"),
+    "arm_in_range_accuracy": ("in-range accuracy of this model", "1",
+                              "mean headline accuracy of the row's own model (trained model or post-training arm) "
+                              "over the test lengths <= train_max"),
     "in_range_accuracy": ("in-range accuracy", "1",
                           "mean headline accuracy of the trained model over the test lengths <= train_max; decides its status"),
     "contrast_mean": ("paired difference (arm − zero)", "1", "mean over seeds of accuracy(arm) − accuracy(zero control)"),
@@ -236,6 +243,14 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "lg_worst_violation": ("worst violation", "1", "max over t ≥ t* of PPL(t) − p*"),
     "lg_worst_t": ("position of the worst violation", "tokens", "argmax of PPL(t) − p* over t ≥ t*"),
     "lg_max_t": ("longest evaluated position", "tokens", "largest binned position"),
+    "ppl_in": ("in-range perplexity", "1", "mean binned PPL over the bins ending in (T_train/2, T_train]"),
+    "ppl_far": ("far perplexity", "1", "mean binned PPL over the bins ending in the last eighth (7L/8, L] of the evaluation"),
+    "far_in_ratio": ("far/in PPL ratio", "1", "ppl_far / lg_p_star; above 1 the PPL rises beyond T_train"),
+    "checkpoint_step": ("training step of the checkpoint", "step", "steps after which the model has seen the budget"),
+    "first_rise_budget": ("first budget with a PPL rise", "Chinchilla",
+                          "smallest checkpoint budget whose far_in_ratio exceeds 1 (NaN: none)"),
+    "damaged": ("damaged in range", "1",
+                "1 if a post-training arm's in-range accuracy fell below learned_at (0: kept, NaN: not tested)"),
 }
 
 # The crossing time, crossed flag, failure mode and forecast of every readability ratio.
