@@ -217,12 +217,12 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
         raise DynlabInputError(f"preset {options.preset!r} has no post-training arms; allowed: post overrides with "
                                f"the presets {', '.join(n for n, p in PRESETS.items() if 'post' in p)}")
     sizes = preset.get("sizes", ({},))
-    seq_lens = preset.get("seq_lens", (None,))
+    # the preset's training lengths, unless the user sets one (train.seq_len)
+    seq_lens = (None,) if "seq_len" in extra.train else preset.get("seq_lens", (None,))
     evals = LMEvalSpec(**{**preset["eval"], **extra.eval})
     post = LMPostSpec(**{**preset["post"], **extra.post}) if "post" in preset else None
     iv_kw = {**preset["intervention"], **extra.intervention}
-    longest = max(seq_lens[0] is None and preset["train"]["seq_len"] or max(seq_lens),
-                  extra.train.get("seq_len", 0))
+    longest = max(extra.train.get("seq_len", preset["train"].get("seq_len", 0)), *(x or 0 for x in seq_lens))
     batch = extra.train.get("batch_size", preset["train"]["batch_size"])
     # the text is loaded (and its length checked) here, so a bad source writes nothing
     data = check_source(extra.source or "shakespeare", LMDataSpec().val_fraction,
