@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import need_transformers
 import torch
 
 from dynlab.cli import main
@@ -34,7 +35,7 @@ def test_report_refuses_a_folder_without_a_dataset(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_export_a_trained_run_and_load_it_back(tmp_path, capsys):
-    transformers = pytest.importorskip("transformers")
+    transformers = need_transformers()
     from dynlab.lm.posttrain import load_checkpoint
     from dynlab.runner import run_study
     from dynlab.studies.length_generalization import STUDY
