@@ -162,12 +162,12 @@ def _cells() -> tuple[str, ...]:
 
 
 def _groups(text: str | None) -> tuple[str, ...] | None:
-    """Groups in canonical spelling (``c2`` is ``C2``), each checked by
-    :func:`dynlab.groups.get_group` (unknown or too large: one line), repeats collapsed."""
-    from dynlab.groups import get_group
+    """Groups in canonical spelling (``c2`` is ``C2``), each checked from its name by
+    :func:`dynlab.groups.group_name` (unknown or too large: one line), repeats collapsed."""
+    from dynlab.groups import group_name
 
-    items = _csv(text, "--groups", key=lambda g: get_group(g).name)
-    return None if items is None else tuple(get_group(g).name for g in items)
+    items = _csv(text, "--groups", key=group_name)  # from the names: no group is built to refuse one
+    return None if items is None else tuple(group_name(g) for g in items)
 
 
 def _preset(entry: StudyEntry, preset: str) -> str:
@@ -352,6 +352,11 @@ def _add_study_command(entry: StudyEntry) -> None:
 
         options = StudyOptions(preset=_preset(entry, preset), models=_names(models, "--models", _cells(), "model"),
                                groups=_groups(groups), seeds=_seeds(seeds))
+        if not no_analysis:  # a group too large for the analyses, told by its name (no torch)
+            from dynlab.config import check_analysable
+
+            for group in options.groups or ():
+                check_analysable(group, entry.name)
         out_dir = _out(out)
         _device(device)
         _executor(executor, scheduler, workers)

@@ -37,6 +37,7 @@ __all__ = [
     "Steps",
     "StepsOrZero",
     "Width",
+    "check_analysable",
     "check_limit",
     "check_state_bytes",
     "MAX_ANALYSIS_ORDER",
@@ -100,6 +101,21 @@ def max_local_workers() -> int:
 #: samples × order² and its chunks as samples × steps × order (order 256: about 8 GiB at
 #: the paper preset); larger groups train, but are refused the analyses before anything runs.
 MAX_ANALYSIS_ORDER = 256
+
+
+def check_analysable(group: str, study: str) -> None:
+    """Refuse the per-run analyses of ``group`` (a group name; its order is read from the
+    name, nothing is built) when its order is above :data:`MAX_ANALYSIS_ORDER`: one line
+    naming the group, its order, the limit and ``--no-analysis``."""
+    from dynlab.groups import group_order
+
+    order = group_order(group)
+    if order > MAX_ANALYSIS_ORDER:
+        raise DynlabInputError(
+            f"group {group} (order {order}) is too large for the per-run analyses of study {study}; "
+            f"allowed: groups of order at most {MAX_ANALYSIS_ORDER} (dynlab.config.MAX_ANALYSIS_ORDER), "
+            "or the study without analyses (--no-analysis)"
+        )
 
 # Bounded field types of the limits above, for every spec (``steps: Steps = 600``): a value
 # outside is refused when the spec is made, with a message naming the bound.
@@ -192,9 +208,9 @@ class TaskSpec(Spec):
     @field_validator("group")
     @classmethod
     def _known_group(cls, v: str) -> str:
-        from dynlab.groups import get_group
+        from dynlab.groups import group_name
 
-        return get_group(v).name
+        return group_name(v)  # from the name: a spec of S7 is made without building S7
 
 
 class ModelSpec(Spec):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import xarray as xr
 
-from dynlab.config import MAX_ANALYSIS_ORDER, Spec, load_spec
+from dynlab.config import Spec, check_analysable, load_spec
 from dynlab.errors import DynlabInputError
 from dynlab.executors import Executor, InProcessExecutor
 from dynlab.results.schema import annotate, open_dataset, provenance_attrs, write_dataset
@@ -44,19 +44,10 @@ def check_analyses_fit(study: Study, specs: list[Spec], analyze: bool) -> None:
     one line naming the group, its order and the limit)."""
     if not analyze or study.analyze_one is None:
         return
-    from dynlab.groups import group_order
-
     for spec in specs:
         group = getattr(getattr(spec, "task", None), "group", None)
-        if not isinstance(group, str):
-            continue
-        order = group_order(group)
-        if order > MAX_ANALYSIS_ORDER:
-            raise DynlabInputError(
-                f"group {group} (order {order}) is too large for the per-run analyses of study {study.name}; "
-                f"allowed: groups of order at most {MAX_ANALYSIS_ORDER} (dynlab.config.MAX_ANALYSIS_ORDER), "
-                "or the study without analyses (--no-analysis)"
-            )
+        if isinstance(group, str):
+            check_analysable(group, study.name)
 
 
 def _heal(specs: list[Spec], store: RunStore, progress: NullProgress) -> None:
