@@ -337,8 +337,10 @@ def _load_manifest(path: Path) -> dict:
         manifest = json.loads(mpath.read_text())
     except FileNotFoundError:
         raise DynlabInputError(f"{path} is not a dynlab study folder (no {MANIFEST}); run `dynlab study ...` first") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DynlabInputError(f"unreadable study manifest {mpath} ({exc})") from None
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8 text (UnicodeDecodeError)
+        why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+        raise DynlabInputError(f"unreadable study manifest {mpath} ({why}); allowed: the manifest.json a study "
+                               "writes (rerun `dynlab study ...` with the same --out)") from None
     ok = (
         isinstance(manifest, dict)
         and isinstance(manifest.get("study"), str)
