@@ -269,7 +269,7 @@ def _folder_problem(folder: Path) -> str | None:
     which also answers for root and for read-only file systems)."""
     folder = folder.expanduser()
     here = folder
-    while not (here.exists() or here.is_symlink()) and here.parent != here:
+    while not os.path.lexists(here) and here.parent != here:  # lexists: never raises (a name too long is missing)
         here = here.parent
     missing = here != folder
     if not here.is_dir():
@@ -288,24 +288,38 @@ def _folder_problem(folder: Path) -> str | None:
 def _check_out(out: Path, *below: str, flag: str = "--out") -> None:
     """Refuse an output folder (and the folders ``below`` it that the command writes in)
     that cannot receive files: one line naming it and why, before anything is computed
-    or written."""
-    for folder in (out, *(out / b for b in below)):
+    or written.  The deepest folder is probed (:func:`dynlab.outputs.probe_folder`: made,
+    written in, and removed again), so that what only the system knows (a file system
+    that takes no files, a name too long) is found before the work."""
+    from dynlab.outputs import probe_folder
+
+    folders = (out, *(out / b for b in below))
+    for folder in folders:
         problem = _folder_problem(folder)
         if problem is None:
             continue
         allowed = "a folder (made when missing)" if problem == "is a file" else "a writable folder (made when missing)"
         where = f"{flag} {out}" if folder == out else f"{flag} {out}: {folder}"
         raise DynlabInputError(f"{where} {problem}; allowed: {allowed}")
+    problem = probe_folder(folders[-1], deep=bool(below))  # what the system says when files are really made there
+    if problem is not None:
+        where = f"{flag} {out}" if folders[-1] == out else f"{flag} {out}: {folders[-1]}"
+        raise DynlabInputError(f"{where} {problem}; allowed: a writable folder (made when missing)")
 
 
-def _check_study_folder(root: Path) -> None:
+def _check_study_folder(root: Path, probe: bool = True) -> None:
     """Refuse a study folder (``OUT/<study>``) that cannot receive files in itself or its
-    ``runs/``, before a run is trained or analysed (a study that cannot store its runs
-    would lose them)."""
+    ``runs/`` (with ``probe``, probed as a run's files will be written), before a run is
+    trained or analysed (a study that cannot store its runs would lose them)."""
+    from dynlab.outputs import probe_folder
+
     for folder in (root, root / "runs"):
         problem = _folder_problem(folder)
         if problem is not None:
             raise DynlabInputError(f"cannot write the study: {folder} {problem}; allowed: a writable --out folder")
+    problem = probe_folder(root / "runs", deep=True) if probe else None  # a run's files, as they will be written
+    if problem is not None:
+        raise DynlabInputError(f"cannot write the study: {root / 'runs'} {problem}; allowed: a writable --out folder")
 
 
 def _run(name: str, options, out: Path, device: str, quiet: bool, analyze: bool, executor: str,
@@ -313,6 +327,9 @@ def _run(name: str, options, out: Path, device: str, quiet: bool, analyze: bool,
     """Check that the study folder can be written, make the specs of study ``name``
     (refusing bad selections, and groups too large for the analyses, before a cluster is
     started or a folder made), then run the study and print its dataset's path."""
+    from dynlab.outputs import refuse_foreign_folder
+
+    refuse_foreign_folder(out, "--out", allowed="a folder of studies (made when missing), not a run or study folder")
     _check_study_folder(out / name)
     from dynlab.executors import make_executor
     from dynlab.runner import check_analyses_fit, run_study
@@ -604,7 +621,7 @@ def analyze(
     if not (study_dir / "manifest.json").exists():  # the words of dynlab.runner.analyze_study
         raise DynlabInputError(f"{study_dir} is not a dynlab study folder (no manifest.json); run `dynlab study ...` first")
     if (study_dir / "manifest.json").is_file():  # else analyze_study says why it cannot read it
-        _check_study_folder(study_dir)
+        _check_study_folder(study_dir, probe=False)  # analyze_study probes its files once the manifest is checked
     from dynlab.runner import analyze_study
     from dynlab.studies import get_study
 
@@ -693,6 +710,13 @@ def lm_export(
     typer.echo(str(export_hf(run, out_dir, dtype=None if dtype is None else getattr(torch, dtype))))
 
 
+#: What ``lm export`` writes (``save_pretrained``), as ``dynlab.lm.export.HF_EXPORT_FILES``
+#: says (the command line knows it without importing torch; tests/test_cli_lazy.py checks both).
+HF_EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
+                   "model.safetensors.index.json")
+HF_EXPORT_ALLOWED = "a new or empty folder, or one holding only an earlier export (config.json, model.safetensors)"
+
+
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (`dynlab bench train`).")
 app.add_typer(bench_app, name="bench")
 
@@ -723,12 +747,10 @@ def bench_train_cmd(
     from dynlab.config import MAX_BATCH, MAX_ENSEMBLE, MAX_LENGTH, MAX_STEPS, MAX_WIDTH
 
     json_path = None if json_out is None else _path(json_out, "--json", "a file path, e.g. --json bench.json")
-    if json_path is not None and not json_path.parent.resolve().is_dir():
-        raise DynlabInputError(f"--json {json_path}: folder {json_path.parent} does not exist")
-    if json_path is not None and json_path.is_dir():
-        raise DynlabInputError(f"--json {json_path} is a folder; allowed: a file path, e.g. --json bench.json")
-    if json_path is not None and (problem := _folder_problem(json_path.parent)) is not None:
-        raise DynlabInputError(f"--json {json_path}: its folder {problem}; allowed: a file in a writable folder")
+    if json_path is not None:
+        from dynlab.outputs import check_json_path
+
+        check_json_path(json_path)  # probed (a file made and removed beside it), before the benchmark runs
     names = _csv(models, "--models") or ()
     cells = _cells()
     for m in names:

@@ -362,6 +362,24 @@ def _spec_of(store: RunStore, run_id: str, study: Study) -> Spec | None:
         return None
 
 
+def _probe_study_files(path: Path, run_ids: list[str]) -> None:
+    """Refuse, before any analysis runs, a study folder whose files analyze rewrites
+    cannot be written or replaced (``dataset.nc``, ``manifest.json``, each run's
+    ``analysis.nc`` and ``checksums.json``): probed by :func:`dynlab.outputs.probe_file`
+    (an immutable file, a read-only folder), one line naming the file."""
+    from dynlab.outputs import probe_file
+
+    targets = [path / DATASET, path / MANIFEST]
+    for rid in run_ids:
+        if (path / "runs" / rid).is_dir():
+            targets += [path / "runs" / rid / "analysis.nc", path / "runs" / rid / "checksums.json"]
+    for target in targets:
+        problem = probe_file(target)
+        if problem is not None:
+            raise DynlabInputError(f"cannot analyse the study: {target} {problem}; allowed: a study folder whose "
+                                   "files can be rewritten")
+
+
 def _manifest_specs(path: Path, manifest: dict, study: Study, store: RunStore) -> list[Spec]:
     """The specs of the manifest's runs, read from their ``spec.json`` (:func:`load_spec`)
     after the damage check of run_study (a damaged run needs training: an error)."""
@@ -370,6 +388,9 @@ def _manifest_specs(path: Path, manifest: dict, study: Study, store: RunStore) -
         healed = store.heal(rid)
         if healed is not None and healed[0].core:
             redo.append(healed)
+        elif healed is not None:  # its analyses only: said in one line, as a study says it, and recomputed
+            damage, dest = healed
+            _say(NullProgress(), f"run {damage.run_id} damaged ({damage.why}); moved to {dest}; recomputing its analyses")
     if redo:
         (first, dest), more = redo[0], f" and {len(redo) - 1} more" if len(redo) > 1 else ""
         raise DynlabInputError(
@@ -439,6 +460,7 @@ def analyze_study(
     resolve_device(device)
     store = RunStore(path)
     check_analyses_fit(study, [_spec_of(store, rid, study) for rid in manifest["run_ids"]], analyze=True)
+    _probe_study_files(path, manifest["run_ids"])
     specs = _manifest_specs(path, manifest, study, store)  # heals (quarantines) damaged runs
     with make_progress(progress) as prog:
         counts = _run_specs(study, specs, store, device, prog, analyze=True, force_analysis=True, extra=extra)
