@@ -502,6 +502,21 @@ lm_app = typer.Typer(no_args_is_help=True, help="Language-model tools (`dynlab l
 app.add_typer(lm_app, name="lm")
 
 
+def _post_train_places(out: str, checkpoint: Path) -> Path:
+    """The output folder of ``lm post-train``, checked (not a run or study folder;
+    ``OUT/post-train/runs`` probed), after checking that ``--checkpoint`` is a folder."""
+    out_dir = _out(out)
+    from dynlab.outputs import refuse_foreign_folder
+
+    refuse_foreign_folder(out_dir, "--out", allowed="a folder of studies (made when missing), not a run or study folder")
+    _check_out(out_dir, "post-train", "post-train/runs")  # the run goes to OUT/post-train/runs/<id>
+    if not checkpoint.expanduser().is_dir():  # the words of dynlab.lm.posttrain.load_checkpoint
+        raise DynlabInputError(f"checkpoint {str(checkpoint.expanduser())!r} is not a model (no such folder); allowed: a "
+                               "dynlab LM run folder (spec.json + model.safetensors) or a Hugging Face Mamba/Mamba2 "
+                               "folder (config.json + weights)")
+    return out_dir
+
+
 @lm_app.command("post-train")
 def lm_post_train(
     checkpoint: Annotated[
@@ -546,16 +561,8 @@ def lm_post_train(
     _in_range("--seed", seed, 0, MAX_SEED)
     if not lr > 0:
         raise DynlabInputError(f"--lr {lr} is out of range; allowed: a number above 0")
-    out_dir = _out(out)
     _device(device)
-    from dynlab.outputs import refuse_foreign_folder
-
-    refuse_foreign_folder(out_dir, "--out", allowed="a folder of studies (made when missing), not a run or study folder")
-    _check_out(out_dir, "post-train", "post-train/runs")  # the run goes to OUT/post-train/runs/<id>
-    if not checkpoint.expanduser().is_dir():  # the words of dynlab.lm.posttrain.load_checkpoint
-        raise DynlabInputError(f"checkpoint {str(checkpoint.expanduser())!r} is not a model (no such folder); allowed: a "
-                               "dynlab LM run folder (spec.json + model.safetensors) or a Hugging Face Mamba/Mamba2 "
-                               "folder (config.json + weights)")
+    out_dir = _post_train_places(out, checkpoint)
 
     from importlib import import_module
 

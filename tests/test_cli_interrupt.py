@@ -16,6 +16,7 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a child of a shell's background job starts with SIGINT ignored
 
 
+@pytest.mark.slow
 def test_sigint_to_a_running_study_exits_130_with_one_line(tmp_path):
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "dynlab.cli", "study", "group-tracking", "--preset", "quick", "--device", "cpu", "-q",

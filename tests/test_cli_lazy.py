@@ -130,6 +130,9 @@ def test_cli_constants_match_the_library():
     assert cli.EXECUTORS == EXECUTORS
     assert cli.LM_INTERVENTIONS == length_generalization.INTERVENTION_NAMES
     assert tuple(cli.POST_TRAIN_TASKS) == TASK_KINDS and set(cli.POST_TRAIN_TASKS.values()) <= set(CATALOG)
+    from dynlab.lm import export
+
+    assert (cli.HF_EXPORT_FILES, cli.HF_EXPORT_ALLOWED) == (export.HF_EXPORT_FILES, export.HF_EXPORT_ALLOWED)
 
 
 def test_studies_mapping_reads_the_catalog_and_loads_on_use():

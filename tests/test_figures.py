@@ -374,6 +374,7 @@ def test_panels_declare_what_they_read():
         Panel(lambda ds, ax: ax)
 
 
+@pytest.mark.slow
 def test_driver_skips_only_declared_absences_and_lets_bugs_through(tmp_path):
     from dynlab.figures import NothingToDraw, Panel, Table, needs
 
