@@ -26,25 +26,10 @@ import signal
 import sys
 
 
-def _interrupted_at_start(signum, frame) -> None:  # noqa: ARG001 - a signal handler's signature
-    """SIGINT before a command runs (while the command line is imported and built): nothing
-    is open or written yet, so say ``interrupted`` and exit with code 130 at once."""
-    try:
-        os.write(2, b"interrupted\n")
-    finally:
-        os._exit(130)
+from dynlab._start import guard_start as _guard_start
+from dynlab._start import interrupted_at_start as _interrupted_at_start
 
-
-def _guard_start() -> None:
-    """Ctrl-C at any moment of start-up gives exit code 130 and one line (:func:`main`
-    hands SIGINT back to Python, as ``KeyboardInterrupt``, once the command runs)."""
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _interrupted_at_start)
-
-
-# The first thing the ``dynlab`` executable (or ``python -m dynlab.cli``) does; a program
-# that imports this module keeps its own SIGINT handling.
-if __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") in ("dynlab", "dynlab.exe"):
+if __name__ == "__main__":  # python -m dynlab.cli: the executable's own guard is in dynlab/__init__.py
     _guard_start()
 
 import re  # noqa: E402 - after the start-up guard

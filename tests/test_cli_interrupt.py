@@ -42,15 +42,17 @@ def test_sigint_to_a_running_study_exits_130_with_one_line(tmp_path):
     assert stderr.splitlines() == ["interrupted"] and stdout == ""
 
 
-#: A SIGINT that arrives while the command line is being imported (when ``typer`` is):
-#: what a Ctrl-C 0.03-0.15 s after launch meets.
+#: A SIGINT that arrives while the executable imports dynlab (``pathlib``, in
+#: dynlab/__init__.py) or the command line (``typer``): what a Ctrl-C 0.03-0.15 s after
+#: launch meets.
 _SIGINT_DURING_START = r"""
 import os, signal, sys
-sys.argv = ["dynlab", *sys.argv[1:]]
+module, sys.argv = sys.argv[1], ["dynlab", *sys.argv[2:]]
+assert module not in sys.modules
 
 class SigintOnImport:
     def find_spec(self, name, path=None, target=None):
-        if name == "typer":
+        if name == module:
             os.kill(os.getpid(), signal.SIGINT)
         return None
 
@@ -60,10 +62,12 @@ entry()
 """
 
 
-@pytest.mark.parametrize("argv", [["study", "list"], ["study", "group-tracking", "--help"]], ids=["list", "help"])
-def test_sigint_during_start_up_exits_130_with_one_line(tmp_path, argv):
-    proc = subprocess.run([sys.executable, "-c", _SIGINT_DURING_START, *argv], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120, preexec_fn=_default_sigint)
+@pytest.mark.parametrize("module, argv", [("pathlib", ["study", "list"]), ("typer", ["study", "list"]),
+                                          ("typer", ["study", "group-tracking", "--help"])],
+                         ids=["importing-dynlab", "importing-the-cli", "help"])
+def test_sigint_during_start_up_exits_130_with_one_line(tmp_path, module, argv):
+    proc = subprocess.run([sys.executable, "-c", _SIGINT_DURING_START, module, *argv], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, preexec_fn=_default_sigint)
     assert (proc.returncode, proc.stderr, proc.stdout) == (EXIT_INTERRUPTED, "interrupted\n", "")
 
 
