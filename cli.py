@@ -632,6 +632,11 @@ def _echo_correlations(path: Path) -> None:
         typer.echo(report)
 
 
+#: What ``dynlab figures`` writes (``dynlab.figures.write_figures``): a folder holding
+#: only these takes new figures.
+FIGURE_FILES = ("*.png", "*.pdf", "*.md", "NOTES.txt")
+
+
 @app.command()
 def figures(
     study_dir: Annotated[Path, typer.Argument(help="A study folder written by `dynlab study` (or its dataset.nc).")],
@@ -641,8 +646,8 @@ def figures(
     out_dir = _path(out, "--out", "a folder (made when missing), e.g. --out figures")
     from dynlab.outputs import refuse_foreign_folder
 
-    refuse_foreign_folder(out_dir, "--out", own=("*.png", "*.pdf"), allowed="a new or empty folder, or one holding "
-                          "only figures (*.png, *.pdf)")
+    refuse_foreign_folder(out_dir, "--out", own=FIGURE_FILES, allowed="a new or empty folder, or one holding only "
+                          "figures (*.png, *.pdf, *.md tables, NOTES.txt)")
     _check_out(out_dir)
     from dynlab.figures import write_figures
     from dynlab.runner import open_study

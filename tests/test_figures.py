@@ -331,6 +331,7 @@ def test_cli_figures_command(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert str(tmp_path / "figs" / "group-tracking.pdf") in out and str(tmp_path / "figs" / "accuracy_C2.png") in out
     assert "skipped q_curves: q(t) curves needs q, t (absent from the dataset)" in out
+    assert main(["figures", str(tmp_path / "study"), "--out", str(tmp_path / "figs")]) == 0  # again: its own files
     assert main(["figures", str(tmp_path / "nowhere"), "--out", str(tmp_path / "f2")]) == 2
 
 
