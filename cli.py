@@ -6,8 +6,10 @@ naming the option as typed, the problem and the allowed values, and exits with c
 before anything is written (:class:`dynlab.errors.DynlabInputError`).  Ctrl-C (SIGINT)
 prints ``interrupted`` and exits with code 130.  Any other error is a bug (or a failing
 machine, such as a full disk): one line saying so and exit code 1.  Set
-``DYNLAB_DEBUG=1`` to get the traceback.  :func:`dynlab.errors.exit_status` holds that
-mapping.
+``DYNLAB_DEBUG=1`` to get the traceback of such an error (bad input stays one line and
+exit code 2).  :func:`dynlab.errors.exit_status` holds that mapping.  Every ``DYNLAB_*``
+switch is checked when a command starts (:func:`dynlab.errors.check_environment`), and
+Ctrl-C gives exit code 130 and one line from the first moment of start-up.
 
 Building the command line, ``--help``, ``dynlab study list`` and the refusal of a bad
 option load neither torch nor matplotlib: the studies are described by the static
@@ -20,19 +22,27 @@ once the input is accepted, says so in one ``note:`` line on stderr.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Annotated, Optional
 
-import typer
 
-from dynlab.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, DynlabInputError, exit_status,
-                           is_usage_error)
-from dynlab.studies import CATALOG, CELL_NAMES, SOURCES, StudyEntry
+from dynlab._start import guard_start as _guard_start
+from dynlab._start import interrupted_at_start as _interrupted_at_start
+
+if __name__ == "__main__":  # python -m dynlab.cli: the executable's own guard is in dynlab/__init__.py
+    _guard_start()
+
+import re  # noqa: E402 - after the start-up guard
+from collections.abc import Callable, Iterator, Mapping  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Annotated, Optional  # noqa: E402
+
+import typer  # noqa: E402
+
+from dynlab.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, DynlabInputError,  # noqa: E402
+                           check_environment, debug_enabled, exit_status, is_usage_error)
+from dynlab.studies import CATALOG, CELL_NAMES, SOURCES, StudyEntry  # noqa: E402
 
 app = typer.Typer(
     add_completion=False,
@@ -137,12 +147,12 @@ def _cells() -> tuple[str, ...]:
 
 
 def _groups(text: str | None) -> tuple[str, ...] | None:
-    """Groups in canonical spelling (``c2`` is ``C2``), each checked by
-    :func:`dynlab.groups.get_group` (unknown or too large: one line), repeats collapsed."""
-    from dynlab.groups import get_group
+    """Groups in canonical spelling (``c2`` is ``C2``), each checked from its name by
+    :func:`dynlab.groups.group_name` (unknown or too large: one line), repeats collapsed."""
+    from dynlab.groups import group_name
 
-    items = _csv(text, "--groups", key=lambda g: get_group(g).name)
-    return None if items is None else tuple(get_group(g).name for g in items)
+    items = _csv(text, "--groups", key=group_name)  # from the names: no group is built to refuse one
+    return None if items is None else tuple(group_name(g) for g in items)
 
 
 def _preset(entry: StudyEntry, preset: str) -> str:
@@ -164,8 +174,10 @@ def _executor(executor: str, scheduler: str | None, workers: int | None) -> None
         raise DynlabInputError(f"unknown executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
     if executor == "inprocess" and (scheduler is not None or workers is not None):
         raise DynlabInputError("--scheduler and --workers need --executor dask")
-    if workers is not None and workers < 1:
-        raise DynlabInputError(f"--workers {workers} is too few; allowed: 1 or more worker processes")
+    if workers is not None:
+        from dynlab.executors import check_workers
+
+        check_workers(workers)
 
 
 def _path(text: str, flag: str, allowed: str) -> Path:
@@ -197,7 +209,9 @@ def _in_range(flag: str, value: float, low: float, high: float | None = None, wh
 @contextmanager
 def _in_option_words(fields: Mapping[str, str]) -> Iterator[None]:
     """Say a spec's validation error in the words of the options: a bad field named in
-    ``fields`` is reported as that option (``chunk_len`` -> ``--seq-len``), one line."""
+    ``fields`` is reported as that option (``chunk_len`` -> ``--seq-len``), one line; a
+    refusal whose line starts with such a field (``source 'x': …``) names the option
+    (``--source 'x': …``)."""
     from pydantic import ValidationError
 
     try:
@@ -208,7 +222,10 @@ def _in_option_words(fields: Mapping[str, str]) -> Iterator[None]:
             loc = [str(x) for x in err["loc"]]
             field = next((x for x in loc if x in fields), None)
             msg = str(err["msg"]).removeprefix("Value error, ")
-            if field is None:  # a field no option sets, or the spec as a whole
+            said = next((f for f in fields if msg.startswith((f"{f} ", f"{f}:")) and fields[f].startswith("--")), None)
+            if field is None and said is not None:  # the spec as a whole, about a field an option sets
+                part = fields[said] + msg[len(said):]
+            elif field is None:  # a field no option sets, or the spec as a whole
                 part = f"invalid {exc.title}: {'.'.join(loc) + ': ' if loc else ''}{msg}"
             elif "input" in err and not isinstance(err["input"], (dict, list, tuple)):
                 part = f"{fields[field]} {err['input']!r}: {msg}"
@@ -217,6 +234,12 @@ def _in_option_words(fields: Mapping[str, str]) -> Iterator[None]:
             if part not in parts:
                 parts.append(part)
         raise DynlabInputError("; ".join(parts)) from None
+    except DynlabInputError as exc:  # a refusal that names a field (``source 'x': …``): named as its option
+        text = str(exc)
+        field = next((f for f in fields if text.startswith(f"{f} ") and fields[f].startswith("--")), None)
+        if field is None:
+            raise
+        raise DynlabInputError(fields[field] + text[len(field):]) from None
 
 
 # -- folders ---------------------------------------------------------------------------
@@ -231,7 +254,7 @@ def _folder_problem(folder: Path) -> str | None:
     which also answers for root and for read-only file systems)."""
     folder = folder.expanduser()
     here = folder
-    while not (here.exists() or here.is_symlink()) and here.parent != here:
+    while not os.path.lexists(here) and here.parent != here:  # lexists: never raises (a name too long is missing)
         here = here.parent
     missing = here != folder
     if not here.is_dir():
@@ -250,24 +273,38 @@ def _folder_problem(folder: Path) -> str | None:
 def _check_out(out: Path, *below: str, flag: str = "--out") -> None:
     """Refuse an output folder (and the folders ``below`` it that the command writes in)
     that cannot receive files: one line naming it and why, before anything is computed
-    or written."""
-    for folder in (out, *(out / b for b in below)):
+    or written.  The deepest folder is probed (:func:`dynlab.outputs.probe_folder`: made,
+    written in, and removed again), so that what only the system knows (a file system
+    that takes no files, a name too long) is found before the work."""
+    from dynlab.outputs import probe_folder
+
+    folders = (out, *(out / b for b in below))
+    for folder in folders:
         problem = _folder_problem(folder)
         if problem is None:
             continue
         allowed = "a folder (made when missing)" if problem == "is a file" else "a writable folder (made when missing)"
         where = f"{flag} {out}" if folder == out else f"{flag} {out}: {folder}"
         raise DynlabInputError(f"{where} {problem}; allowed: {allowed}")
+    problem = probe_folder(folders[-1], deep=bool(below))  # what the system says when files are really made there
+    if problem is not None:
+        where = f"{flag} {out}" if folders[-1] == out else f"{flag} {out}: {folders[-1]}"
+        raise DynlabInputError(f"{where} {problem}; allowed: a writable folder (made when missing)")
 
 
-def _check_study_folder(root: Path) -> None:
+def _check_study_folder(root: Path, probe: bool = True) -> None:
     """Refuse a study folder (``OUT/<study>``) that cannot receive files in itself or its
-    ``runs/``, before a run is trained or analysed (a study that cannot store its runs
-    would lose them)."""
+    ``runs/`` (with ``probe``, probed as a run's files will be written), before a run is
+    trained or analysed (a study that cannot store its runs would lose them)."""
+    from dynlab.outputs import probe_folder
+
     for folder in (root, root / "runs"):
         problem = _folder_problem(folder)
         if problem is not None:
             raise DynlabInputError(f"cannot write the study: {folder} {problem}; allowed: a writable --out folder")
+    problem = probe_folder(root / "runs", deep=True) if probe else None  # a run's files, as they will be written
+    if problem is not None:
+        raise DynlabInputError(f"cannot write the study: {root / 'runs'} {problem}; allowed: a writable --out folder")
 
 
 def _run(name: str, options, out: Path, device: str, quiet: bool, analyze: bool, executor: str,
@@ -275,6 +312,9 @@ def _run(name: str, options, out: Path, device: str, quiet: bool, analyze: bool,
     """Check that the study folder can be written, make the specs of study ``name``
     (refusing bad selections, and groups too large for the analyses, before a cluster is
     started or a folder made), then run the study and print its dataset's path."""
+    from dynlab.outputs import refuse_foreign_folder
+
+    refuse_foreign_folder(out, "--out", allowed="a folder of studies (made when missing), not a run or study folder")
     _check_study_folder(out / name)
     from dynlab.executors import make_executor
     from dynlab.runner import check_analyses_fit, run_study
@@ -314,6 +354,11 @@ def _add_study_command(entry: StudyEntry) -> None:
 
         options = StudyOptions(preset=_preset(entry, preset), models=_names(models, "--models", _cells(), "model"),
                                groups=_groups(groups), seeds=_seeds(seeds))
+        if not no_analysis:  # a group too large for the analyses, told by its name (no torch)
+            from dynlab.config import check_analysable
+
+            for group in options.groups or ():
+                check_analysable(group, entry.name)
         out_dir = _out(out)
         _device(device)
         _executor(executor, scheduler, workers)
@@ -442,6 +487,21 @@ lm_app = typer.Typer(no_args_is_help=True, help="Language-model tools (`dynlab l
 app.add_typer(lm_app, name="lm")
 
 
+def _post_train_places(out: str, checkpoint: Path) -> Path:
+    """The output folder of ``lm post-train``, checked (not a run or study folder;
+    ``OUT/post-train/runs`` probed), after checking that ``--checkpoint`` is a folder."""
+    out_dir = _out(out)
+    from dynlab.outputs import refuse_foreign_folder
+
+    refuse_foreign_folder(out_dir, "--out", allowed="a folder of studies (made when missing), not a run or study folder")
+    _check_out(out_dir, "post-train", "post-train/runs")  # the run goes to OUT/post-train/runs/<id>
+    if not checkpoint.expanduser().is_dir():  # the words of dynlab.lm.posttrain.load_checkpoint
+        raise DynlabInputError(f"checkpoint {str(checkpoint.expanduser())!r} is not a model (no such folder); allowed: a "
+                               "dynlab LM run folder (spec.json + model.safetensors) or a Hugging Face Mamba/Mamba2 "
+                               "folder (config.json + weights)")
+    return out_dir
+
+
 @lm_app.command("post-train")
 def lm_post_train(
     checkpoint: Annotated[
@@ -467,7 +527,7 @@ def lm_post_train(
     device: DeviceOpt = "auto",
 ) -> None:
     """Post-train a checkpoint with an initial-state intervention, then evaluate PPL(t), EffRem, state statistics (and the task)."""
-    from dynlab.config import MAX_BATCH, MAX_LENGTH, MAX_SAMPLES, MAX_STEPS
+    from dynlab.config import MAX_BATCH, MAX_LENGTH, MAX_SAMPLES, MAX_SEED, MAX_STEPS
 
     if task is not None and task not in POST_TRAIN_TASKS:
         raise DynlabInputError(f"unknown task kind {task!r}; allowed: {', '.join(POST_TRAIN_TASKS)}")
@@ -483,21 +543,16 @@ def lm_post_train(
     _in_range("--batch-size", batch_size, 1, MAX_BATCH)
     _in_range("--eval-multiple", length_multiple, 2, None, "(times --seq-len)")
     _in_range("--samples", samples, 1, MAX_SAMPLES, "windows")
-    _in_range("--seed", seed, 0)
+    _in_range("--seed", seed, 0, MAX_SEED)
     if not lr > 0:
         raise DynlabInputError(f"--lr {lr} is out of range; allowed: a number above 0")
-    out_dir = _out(out)
     _device(device)
-    _check_out(out_dir, "post-train", "post-train/runs")  # the run goes to OUT/post-train/runs/<id>
-    if not checkpoint.expanduser().is_dir():  # the words of dynlab.lm.posttrain.load_checkpoint
-        raise DynlabInputError(f"checkpoint {str(checkpoint.expanduser())!r} is not a model (no such folder); allowed: a "
-                               "dynlab LM run folder (spec.json + model.safetensors) or a Hugging Face Mamba/Mamba2 "
-                               "folder (config.json + weights)")
+    out_dir = _post_train_places(out, checkpoint)
 
     from importlib import import_module
 
     from dynlab.lm.posttrain import PostTrainSpec, PostTrainTrainSpec, checkpoint_digest, load_checkpoint, run_post_train
-    from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMEvalSpec, LMTaskSpec
+    from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMEvalSpec, LMTaskSpec, check_eval_size
     from dynlab.studies.long_context import check_source
 
     _, meta = load_checkpoint(checkpoint)  # one line naming the path when it is not a model
@@ -513,6 +568,8 @@ def lm_post_train(
             task_spec = LMTaskSpec(kind=task, **preset)
         evals = LMEvalSpec(length_multiple=length_multiple, n_samples=samples, chunk_len=min(256, length),
                            bin_width=min(16, length), effrem_samples=min(16, samples))
+        if task_spec is None:  # the evaluation's size, before the text is read for it
+            check_eval_size(length, evals.length_multiple, evals.n_samples)
         need = max([evals.length_multiple * length, *(task_spec.eval_lengths if task_spec else ())]) + 1
         data = check_source(source, LMDataSpec().val_fraction, need)
         spec = PostTrainSpec(
@@ -556,7 +613,7 @@ def analyze(
     if not (study_dir / "manifest.json").exists():  # the words of dynlab.runner.analyze_study
         raise DynlabInputError(f"{study_dir} is not a dynlab study folder (no manifest.json); run `dynlab study ...` first")
     if (study_dir / "manifest.json").is_file():  # else analyze_study says why it cannot read it
-        _check_study_folder(study_dir)
+        _check_study_folder(study_dir, probe=False)  # analyze_study probes its files once the manifest is checked
     from dynlab.runner import analyze_study
     from dynlab.studies import get_study
 
@@ -575,6 +632,11 @@ def _echo_correlations(path: Path) -> None:
         typer.echo(report)
 
 
+#: What ``dynlab figures`` writes (``dynlab.figures.write_figures``): a folder holding
+#: only these takes new figures.
+FIGURE_FILES = ("*.png", "*.pdf", "*.md", "NOTES.txt")
+
+
 @app.command()
 def figures(
     study_dir: Annotated[Path, typer.Argument(help="A study folder written by `dynlab study` (or its dataset.nc).")],
@@ -582,6 +644,10 @@ def figures(
 ) -> None:
     """Draw every panel of a study (PNG + PDF) and one composite figure (a panel with nothing to draw: empty, saying why)."""
     out_dir = _path(out, "--out", "a folder (made when missing), e.g. --out figures")
+    from dynlab.outputs import refuse_foreign_folder
+
+    refuse_foreign_folder(out_dir, "--out", own=FIGURE_FILES, allowed="a new or empty folder, or one holding only "
+                          "figures (*.png, *.pdf, *.md tables, NOTES.txt)")
     _check_out(out_dir)
     from dynlab.figures import write_figures
     from dynlab.runner import open_study
@@ -628,14 +694,24 @@ def lm_export(
     if dtype is not None and dtype not in dtypes:
         raise DynlabInputError(f"--dtype {dtype!r} is not a dtype dynlab exports; allowed: {', '.join(dtypes)}")
     out_dir = _path(out, "OUT", "a folder (made when missing)")
-    _check_out(out_dir, flag="OUT")
     if not run.is_dir():
         raise DynlabInputError(f"RUN {str(run)!r} is not a folder; allowed: a dynlab LM run folder (runs/<id>)")
+    from dynlab.outputs import refuse_foreign_folder
+
+    refuse_foreign_folder(out_dir, "OUT", own=HF_EXPORT_FILES, allowed=HF_EXPORT_ALLOWED)  # before anything is loaded
+    _check_out(out_dir, flag="OUT")
     import torch
 
     from dynlab.lm.export import export_hf
 
     typer.echo(str(export_hf(run, out_dir, dtype=None if dtype is None else getattr(torch, dtype))))
+
+
+#: What ``lm export`` writes (``save_pretrained``), as ``dynlab.lm.export.HF_EXPORT_FILES``
+#: says (the command line knows it without importing torch; tests/test_cli_lazy.py checks both).
+HF_EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
+                   "model.safetensors.index.json")
+HF_EXPORT_ALLOWED = "a new or empty folder, or one holding only an earlier export (config.json, model.safetensors)"
 
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (`dynlab bench train`).")
@@ -668,12 +744,10 @@ def bench_train_cmd(
     from dynlab.config import MAX_BATCH, MAX_ENSEMBLE, MAX_LENGTH, MAX_STEPS, MAX_WIDTH
 
     json_path = None if json_out is None else _path(json_out, "--json", "a file path, e.g. --json bench.json")
-    if json_path is not None and not json_path.parent.resolve().is_dir():
-        raise DynlabInputError(f"--json {json_path}: folder {json_path.parent} does not exist")
-    if json_path is not None and json_path.is_dir():
-        raise DynlabInputError(f"--json {json_path} is a folder; allowed: a file path, e.g. --json bench.json")
-    if json_path is not None and (problem := _folder_problem(json_path.parent)) is not None:
-        raise DynlabInputError(f"--json {json_path}: its folder {problem}; allowed: a file in a writable folder")
+    if json_path is not None:
+        from dynlab.outputs import check_json_path
+
+        check_json_path(json_path)  # probed (a file made and removed beside it), before the benchmark runs
     names = _csv(models, "--models") or ()
     cells = _cells()
     for m in names:
@@ -716,6 +790,18 @@ def _register_studies() -> None:
 _register_studies()
 
 
+def _tolerant_output() -> None:
+    """Let stdout and stderr print any text on a terminal whose encoding lacks a character
+    (``PYTHONIOENCODING=ascii``, ``LANG=C`` on an old Python): written as an escape
+    (``\\u2026``) instead of failing with ``UnicodeEncodeError``."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a stream that cannot change now keeps its settings
+                pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: run the command, return its exit code.
 
@@ -725,14 +811,19 @@ def main(argv: list[str] | None = None) -> int:
     nothing having been written; Ctrl-C (SIGINT) prints ``interrupted`` and returns 130;
     anything else is a bug (or a failing machine, e.g. a full disk): one line saying so,
     with a hint to set ``DYNLAB_DEBUG=1`` for the traceback, and exit code 1.  With
-    ``DYNLAB_DEBUG=1`` an error (not a usage error, not an interrupt) propagates with its
-    full traceback.  A group called without a command (``dynlab``, ``dynlab study``)
+    ``DYNLAB_DEBUG=1`` such an error (exit code 1) propagates with its full traceback;
+    bad input, usage errors and interrupts end as without it.  A ``DYNLAB_*`` switch set
+    to a value it does not allow is bad input, refused before anything else.  A group called without a command (``dynlab``, ``dynlab study``)
     prints its help and returns 0.
     """
-    command = typer.main.get_command(app)
     args = list(sys.argv[1:] if argv is None else argv)
     _NOTES.clear()
     try:
+        if signal.getsignal(signal.SIGINT) is _interrupted_at_start:  # from here on Ctrl-C is a KeyboardInterrupt
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        _tolerant_output()
+        check_environment()  # every DYNLAB_* switch, before any work
+        command = typer.main.get_command(app)
         with command.make_context("dynlab", args) as ctx:
             command.invoke(ctx)
     except (Exception, KeyboardInterrupt) as exc:
@@ -744,8 +835,8 @@ def main(argv: list[str] | None = None) -> int:
         code, line = exit_status(exc)
         if isinstance(exc, BrokenPipeError):  # nothing more reaches the reader, not even at exit
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        if os.environ.get("DYNLAB_DEBUG") and code in (EXIT_BAD_INPUT, EXIT_FAILURE) and not is_usage_error(exc):
-            raise
+        if code == EXIT_FAILURE and line is not None and debug_enabled() and not is_usage_error(exc):
+            raise  # DYNLAB_DEBUG=1: the traceback of a failure (bad input stays one line, exit 2)
         if line is not None:
             typer.echo(line, err=True)
         return code
@@ -757,9 +848,11 @@ def entry() -> None:
     is over, so SIGINT is ignored from then on: a second one (or one still pending) while the
     interpreter shuts down would otherwise end the process by the signal instead of with
     exit code 130."""
+    _guard_start()
     code = main()
-    if code == EXIT_INTERRUPTED:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # the command is over: a later SIGINT (while the interpreter shuts down) must not turn
+    # into a traceback or change the exit code of an interrupted run
+    signal.signal(signal.SIGINT, signal.SIG_IGN if code == EXIT_INTERRUPTED else _interrupted_at_start)
     sys.exit(code)
 
 

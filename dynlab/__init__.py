@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path as _Path
+from dynlab import _start
+
+if _start.is_the_executable():  # Ctrl-C from the first moment: exit code 130 and one line (dynlab._start)
+    _start.guard_start()
+
+from pathlib import Path as _Path  # noqa: E402
 
 __version__ = "0.1.0"
 

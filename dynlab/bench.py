@@ -89,6 +89,7 @@ from dynlab.config import (
     format_validation_error,
 )
 from dynlab.errors import DynlabInputError
+from dynlab.outputs import check_json_path
 from dynlab.groups import get_group
 from dynlab.models import Tracker, get_cell
 from dynlab.models.cells import Cell
@@ -506,30 +507,6 @@ def check_bench_sizes(
         _spec(arch, hidden, batch, length, steps, 0, "S3")
     except ValidationError as exc:
         raise DynlabInputError(f"bench train: {format_validation_error(exc)}") from None
-
-
-def check_json_path(path: str | Path) -> Path:
-    """Refuse a ``--json`` path the results could not be written to, before any benchmark
-    runs: a folder, a file in a folder that does not exist, or a place that is not
-    writable (permissions or a read-only file system).  Writes nothing.  Returns the path."""
-    path = Path(path).expanduser()
-    allowed = "allowed: a file path in an existing, writable folder"
-    if path.is_dir():
-        raise DynlabInputError(f"--json {path} is a folder; {allowed}")
-    folder = path.parent
-    if not folder.is_dir():
-        raise DynlabInputError(f"--json {path}: folder {folder} does not exist; {allowed}")
-    effective = os.access in os.supports_effective_ids
-    target = path if path.exists() else folder
-    need = os.W_OK if target is path else os.W_OK | os.X_OK
-    try:
-        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-    except OSError:
-        read_only = False
-    if read_only or not os.access(target, need, effective_ids=effective):
-        why = "read-only file system" if read_only else "permission denied"
-        raise DynlabInputError(f"--json {path} is not writable ({why}); {allowed}")
-    return path
 
 
 def _paired_ensembles(per_round: dict[str, list[float]]) -> dict[str, Any] | None:

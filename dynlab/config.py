@@ -33,9 +33,11 @@ __all__ = [
     "Length",
     "Lengths",
     "Samples",
+    "Seed",
     "Steps",
     "StepsOrZero",
     "Width",
+    "check_analysable",
     "check_limit",
     "check_state_bytes",
     "MAX_ANALYSIS_ORDER",
@@ -43,10 +45,14 @@ __all__ = [
     "MAX_ENSEMBLE",
     "MAX_EVAL_LENGTHS",
     "MAX_LENGTH",
+    "MAX_EVAL_TOKENS",
     "MAX_SAMPLES",
+    "MAX_SEED",
     "MAX_STATE_BYTES",
     "MAX_STEPS",
     "MAX_WIDTH",
+    "MAX_WORKERS",
+    "max_local_workers",
 ]
 
 #: Bumped when the meaning of a field changes, so old run folders are not reused.
@@ -72,11 +78,44 @@ MAX_WIDTH = 8192
 MAX_STATE_BYTES = 8 * 2**30
 #: Most models trained together in one ensemble (``dynlab bench train --ensembles``).
 MAX_ENSEMBLE = 1024
+#: Most tokens one LM evaluation streams: validation windows × evaluation length (the
+#: windows and their per-position losses are held in memory, 16 bytes a token: 256 MiB).
+MAX_EVAL_TOKENS = 2**24
+#: Largest seed (a seed must fit a signed 64-bit integer, as torch's generators take it).
+MAX_SEED = 2**63 - 1
+#: Most worker processes of a local Dask cluster (``--workers``); on a given machine the
+#: bound is :func:`max_local_workers`.
+MAX_WORKERS = 256
+
+
+def max_local_workers() -> int:
+    """Most worker processes a local Dask cluster may start on this machine: its CPU cores
+    (at least 4, at most :data:`MAX_WORKERS`).  Each worker is a Python process with torch
+    loaded; more of them than cores only compete for the cores and the memory."""
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(MAX_WORKERS, max(4, cores))
 #: Largest group (order) whose runs get the per-run error-control analyses
 #: (:func:`dynlab.analysis.tracking.analyze_tracker`): its per-step work grows as
 #: samples × order² and its chunks as samples × steps × order (order 256: about 8 GiB at
 #: the paper preset); larger groups train, but are refused the analyses before anything runs.
 MAX_ANALYSIS_ORDER = 256
+
+
+def check_analysable(group: str, study: str) -> None:
+    """Refuse the per-run analyses of ``group`` (a group name; its order is read from the
+    name, nothing is built) when its order is above :data:`MAX_ANALYSIS_ORDER`: one line
+    naming the group, its order, the limit and ``--no-analysis``."""
+    from dynlab.groups import group_order
+
+    order = group_order(group)
+    if order > MAX_ANALYSIS_ORDER:
+        raise DynlabInputError(
+            f"group {group} (order {order}) is too large for the per-run analyses of study {study}; "
+            f"allowed: groups of order at most {MAX_ANALYSIS_ORDER} (dynlab.config.MAX_ANALYSIS_ORDER), "
+            "or the study without analyses (--no-analysis)"
+        )
 
 # Bounded field types of the limits above, for every spec (``steps: Steps = 600``): a value
 # outside is refused when the spec is made, with a message naming the bound.
@@ -96,6 +135,8 @@ StepsOrZero = Annotated[int, Field(ge=0, le=MAX_STEPS)]
 Width = Annotated[int, Field(ge=1, le=MAX_WIDTH)]
 #: Models in one ensemble: 1 … :data:`MAX_ENSEMBLE`.
 EnsembleSize = Annotated[int, Field(ge=1, le=MAX_ENSEMBLE)]
+#: A seed: 0 … :data:`MAX_SEED`.
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 
 
 def check_limit(what: str, value: int, limit: int, lowest: int = 1) -> int:
@@ -167,9 +208,9 @@ class TaskSpec(Spec):
     @field_validator("group")
     @classmethod
     def _known_group(cls, v: str) -> str:
-        from dynlab.groups import get_group
+        from dynlab.groups import group_name
 
-        return get_group(v).name
+        return group_name(v)  # from the name: a spec of S7 is made without building S7
 
 
 class ModelSpec(Spec):
@@ -345,7 +386,7 @@ class RunSpec(Spec):
     model: ModelSpec
     train: TrainSpec = TrainSpec()
     eval: EvalSpec = EvalSpec()
-    seed: int = Field(0, ge=0)
+    seed: Seed = 0
 
     @model_validator(mode="after")
     def _fits(self) -> RunSpec:

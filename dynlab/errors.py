@@ -18,8 +18,14 @@ one line it prints on stderr:
   the wrong type);
 - :data:`EXIT_INTERRUPTED` (130, as shells report SIGINT): ``KeyboardInterrupt``
   (Ctrl-C, or SIGINT sent to the process);
-- :data:`EXIT_FAILURE` (1): anything else, a bug or a failing machine; also a closed
-  output pipe (``dynlab … | head``), which prints nothing.
+- :data:`EXIT_FAILURE` (1): :class:`DynlabMachineError`, a problem of the user's machine
+  or network that dynlab recognised (a Dask scheduler that does not answer), said as
+  ``error: …``; anything else, a bug or a failing machine; also a closed output pipe
+  (``dynlab … | head``), which prints nothing.
+
+The ``DYNLAB_*`` environment switches (:data:`ENV_SWITCHES`) are checked by
+:func:`check_environment` when a command starts: a value that is not one of the allowed
+ones is bad input (exit 2), refused before any work.
 
 This module imports nothing heavy: the command line refuses bad input without loading
 torch.
@@ -27,10 +33,12 @@ torch.
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Mapping
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "DynlabInputError", "exit_status",
-           "is_usage_error"]
+__all__ = ["ENV_SWITCHES", "EXIT_BAD_INPUT", "EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "DynlabInputError",
+           "DynlabMachineError", "check_environment", "debug_enabled", "exit_status", "is_usage_error"]
 
 #: The command did what it was asked.
 EXIT_OK = 0
@@ -46,11 +54,46 @@ class DynlabInputError(ValueError):
     """Bad input from the user: one line naming the value and what is allowed."""
 
 
+class DynlabMachineError(RuntimeError):
+    """A problem of the user's machine or network, not of dynlab and not of the input
+    (a Dask scheduler that does not answer): one line saying what failed (exit code 1)."""
+
+
+#: The environment switches dynlab reads and the values each allows (unset or empty: the
+#: first, the default). ``DYNLAB_DEBUG=1`` shows the traceback of an error of exit code 1;
+#: ``DYNLAB_KERNEL_BACKEND`` forces a scan backend (``dynlab.kernels.dispatch``);
+#: ``DYNLAB_C_KERNELS=0`` turns the compiled C loops off (``dynlab.kernels.compiled``);
+#: ``DYNLAB_KEEP_FREED_MEMORY=0`` leaves glibc's memory settings alone (``dynlab.runtime``).
+ENV_SWITCHES: dict[str, tuple[str, ...]] = {
+    "DYNLAB_DEBUG": ("0", "1"),
+    "DYNLAB_KERNEL_BACKEND": ("auto", "torch", "triton", "mamba_ssm"),
+    "DYNLAB_C_KERNELS": ("1", "0"),
+    "DYNLAB_KEEP_FREED_MEMORY": ("1", "0"),
+}
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a ``DYNLAB_*`` switch of :data:`ENV_SWITCHES` set to a value it does not
+    allow (one line naming the variable and the allowed values)."""
+    env = os.environ if environ is None else environ
+    for name, allowed in ENV_SWITCHES.items():
+        value = env.get(name, "")
+        if value and value not in allowed:
+            raise DynlabInputError(f"environment variable {name}={value!r} is not a setting dynlab knows; "
+                                   f"allowed: {', '.join(allowed)} (or unset)")
+
+
+def debug_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``DYNLAB_DEBUG=1`` asks for tracebacks (``0``, empty or unset: no)."""
+    return (os.environ if environ is None else environ).get("DYNLAB_DEBUG", "") == "1"
+
+
 def exit_status(exc: BaseException) -> tuple[int, str | None]:
     """The exit code of a command that raised ``exc`` and the one line to print on
     stderr (None: print nothing, e.g. after ``--help``).
 
     Bad input -> ``(2, "error: …")``; ``KeyboardInterrupt`` -> ``(130, "interrupted")``;
+    :class:`DynlabMachineError` -> ``(1, "error: …")``;
     a click ``Exit`` (``--help``, an explicit exit) -> its own code and no line; a closed
     output pipe -> ``(1, None)``; anything else -> ``(1, "internal error (a bug in dynlab,
     or the machine failed): …")``.
@@ -61,6 +104,8 @@ def exit_status(exc: BaseException) -> tuple[int, str | None]:
         return EXIT_FAILURE, None
     if isinstance(exc, DynlabInputError):
         return EXIT_BAD_INPUT, f"error: {first_line(exc)}"
+    if isinstance(exc, DynlabMachineError):
+        return EXIT_FAILURE, f"error: {first_line(exc)}"
     pydantic = sys.modules.get("pydantic")  # an exception of a library not loaded cannot be this one
     if pydantic is not None and isinstance(exc, pydantic.ValidationError):
         from dynlab.config import format_validation_error

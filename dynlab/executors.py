@@ -39,10 +39,11 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-from dynlab.errors import DynlabInputError
+from dynlab.errors import DynlabInputError, DynlabMachineError
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
+    "check_workers",
     "EXECUTORS",
     "SCHEDULER_SCHEMES",
     "DaskExecutor",
@@ -68,8 +69,21 @@ _ADDRESS = re.compile(
 )
 
 
-class SchedulerUnreachable(ConnectionError):
-    """A well-formed scheduler address whose scheduler did not answer (one-line message)."""
+def check_workers(workers: int, what: str = "--workers") -> int:
+    """``workers`` when a local cluster may start that many processes here: 1 to
+    :func:`dynlab.config.max_local_workers`; else one line naming ``what`` and the range."""
+    from dynlab.config import max_local_workers
+
+    most = max_local_workers()
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= most:
+        raise DynlabInputError(f"{what} {workers} is out of range; allowed: 1 to {most} worker processes "
+                               "(this machine's CPU cores, at least 4)")
+    return workers
+
+
+class SchedulerUnreachable(DynlabMachineError, ConnectionError):
+    """A well-formed scheduler address whose scheduler did not answer (one-line message):
+    the user's machine or network, not a bug (the command line says ``error: …``, exit 1)."""
 
 
 def parse_scheduler_address(address: str) -> tuple[str, str, int]:
@@ -227,8 +241,8 @@ class DaskExecutor:
     ):
         if retries < 0:
             raise DynlabInputError(f"retries={retries}; allowed: an integer >= 0")
-        if workers is not None and workers < 1:
-            raise DynlabInputError(f"workers={workers}; allowed: an integer >= 1")
+        if workers is not None:
+            check_workers(workers, "workers")
         if scheduler is not None and workers is not None:
             raise DynlabInputError("give either --scheduler (an existing cluster) or --workers (a local one), not both")
         if not timeout > 0:

@@ -37,6 +37,7 @@ __all__ = [
     "GROUP_NAME_HELP",
     "MAX_DEGREE",
     "MAX_ORDER",
+    "group_name",
     "group_order",
     "symmetric",
 ]
@@ -282,6 +283,28 @@ def _factor_order(kind: str, n: int) -> int:
     if n > 7:
         return MAX_ORDER + 1  # S8 and A8 are already too large
     return math.factorial(n) if kind == "S" else max(1, math.factorial(n) // 2)
+
+
+#: The n each named family takes (the constructors' own bounds; S_n and A_n above 7 are
+#: over :data:`MAX_ORDER` and refused before this applies).
+_FACTOR_N = {"C": (1, "n ≥ 1"), "D": (3, "n ≥ 3"), "S": (1, "1 ≤ n ≤ 7"), "A": (3, "3 ≤ n ≤ 7")}
+_FAMILY = {"C": "cyclic", "D": "dihedral", "S": "symmetric", "A": "alternating"}
+
+
+def group_name(name: str) -> str:
+    """The canonical spelling of group ``name`` (``c2xs3`` -> ``C2xS3``, ``C06`` -> ``C6``),
+    as :func:`get_group` names the group, from the name alone: nothing is built, so an
+    unknown name, one too large (:data:`MAX_ORDER`, :data:`MAX_DEGREE`) or one whose n the
+    family does not take (``D2``, ``A1``) is refused at once, one line naming the allowed
+    names."""
+    parts = []
+    for kind, n in _factors(name):
+        low, need = _FACTOR_N[kind]
+        if n < low:
+            raise DynlabInputError(f"unknown group {name!r} ({_FAMILY[kind]} group needs {need}, got {n}); "
+                                   f"allowed: {GROUP_NAME_HELP}")
+        parts.append(f"{kind}{n}")
+    return "x".join(parts)
 
 
 @lru_cache(maxsize=64)

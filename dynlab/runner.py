@@ -17,7 +17,7 @@ from pathlib import Path
 
 import xarray as xr
 
-from dynlab.config import MAX_ANALYSIS_ORDER, Spec, load_spec
+from dynlab.config import Spec, check_analysable, load_spec
 from dynlab.errors import DynlabInputError
 from dynlab.executors import Executor, InProcessExecutor
 from dynlab.results.schema import annotate, open_dataset, provenance_attrs, write_dataset
@@ -44,19 +44,10 @@ def check_analyses_fit(study: Study, specs: list[Spec], analyze: bool) -> None:
     one line naming the group, its order and the limit)."""
     if not analyze or study.analyze_one is None:
         return
-    from dynlab.groups import group_order
-
     for spec in specs:
         group = getattr(getattr(spec, "task", None), "group", None)
-        if not isinstance(group, str):
-            continue
-        order = group_order(group)
-        if order > MAX_ANALYSIS_ORDER:
-            raise DynlabInputError(
-                f"group {group} (order {order}) is too large for the per-run analyses of study {study.name}; "
-                f"allowed: groups of order at most {MAX_ANALYSIS_ORDER} (dynlab.config.MAX_ANALYSIS_ORDER), "
-                "or the study without analyses (--no-analysis)"
-            )
+        if isinstance(group, str):
+            check_analysable(group, study.name)
 
 
 def _heal(specs: list[Spec], store: RunStore, progress: NullProgress) -> None:
@@ -346,8 +337,10 @@ def _load_manifest(path: Path) -> dict:
         manifest = json.loads(mpath.read_text())
     except FileNotFoundError:
         raise DynlabInputError(f"{path} is not a dynlab study folder (no {MANIFEST}); run `dynlab study ...` first") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DynlabInputError(f"unreadable study manifest {mpath} ({exc})") from None
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8 text (UnicodeDecodeError)
+        why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+        raise DynlabInputError(f"unreadable study manifest {mpath} ({why}); allowed: the manifest.json a study "
+                               "writes (rerun `dynlab study ...` with the same --out)") from None
     ok = (
         isinstance(manifest, dict)
         and isinstance(manifest.get("study"), str)
@@ -369,6 +362,24 @@ def _spec_of(store: RunStore, run_id: str, study: Study) -> Spec | None:
         return None
 
 
+def _probe_study_files(path: Path, run_ids: list[str]) -> None:
+    """Refuse, before any analysis runs, a study folder whose files analyze rewrites
+    cannot be written or replaced (``dataset.nc``, ``manifest.json``, each run's
+    ``analysis.nc`` and ``checksums.json``): probed by :func:`dynlab.outputs.probe_file`
+    (an immutable file, a read-only folder), one line naming the file."""
+    from dynlab.outputs import probe_file
+
+    targets = [path / DATASET, path / MANIFEST]
+    for rid in run_ids:
+        if (path / "runs" / rid).is_dir():
+            targets += [path / "runs" / rid / "analysis.nc", path / "runs" / rid / "checksums.json"]
+    for target in targets:
+        problem = probe_file(target)
+        if problem is not None:
+            raise DynlabInputError(f"cannot analyse the study: {target} {problem}; allowed: a study folder whose "
+                                   "files can be rewritten")
+
+
 def _manifest_specs(path: Path, manifest: dict, study: Study, store: RunStore) -> list[Spec]:
     """The specs of the manifest's runs, read from their ``spec.json`` (:func:`load_spec`)
     after the damage check of run_study (a damaged run needs training: an error)."""
@@ -377,6 +388,9 @@ def _manifest_specs(path: Path, manifest: dict, study: Study, store: RunStore) -
         healed = store.heal(rid)
         if healed is not None and healed[0].core:
             redo.append(healed)
+        elif healed is not None:  # its analyses only: said in one line, as a study says it, and recomputed
+            damage, dest = healed
+            _say(NullProgress(), f"run {damage.run_id} damaged ({damage.why}); moved to {dest}; recomputing its analyses")
     if redo:
         (first, dest), more = redo[0], f" and {len(redo) - 1} more" if len(redo) > 1 else ""
         raise DynlabInputError(
@@ -446,6 +460,7 @@ def analyze_study(
     resolve_device(device)
     store = RunStore(path)
     check_analyses_fit(study, [_spec_of(store, rid, study) for rid in manifest["run_ids"]], analyze=True)
+    _probe_study_files(path, manifest["run_ids"])
     specs = _manifest_specs(path, manifest, study, store)  # heals (quarantines) damaged runs
     with make_progress(progress) as prog:
         counts = _run_specs(study, specs, store, device, prog, analyze=True, force_analysis=True, extra=extra)

@@ -78,14 +78,14 @@ def collapse_repeats(values: Sequence[T], key: Callable[[T], Hashable] | None = 
 
 
 def canonical_groups(names: Sequence[str]) -> tuple[str, ...]:
-    """Group names in canonical spelling (``dynlab.groups.get_group(name).name``: ``c2`` ->
-    ``C2``), repeats of one group dropped.  A name that is no group is kept as given, for
-    the study to refuse with the allowed names."""
-    from dynlab.groups import get_group
+    """Group names in canonical spelling (:func:`dynlab.groups.group_name`, from the name
+    alone: ``c2`` -> ``C2``), repeats of one group dropped.  A name that is no group is kept
+    as given, for the study to refuse with the allowed names."""
+    from dynlab.groups import group_name
 
     def canonical(name: str) -> str:
         try:
-            return get_group(name).name
+            return group_name(name)
         except (ValueError, TypeError):  # DynlabInputError is a ValueError
             return name
 

@@ -141,6 +141,19 @@ def check_source(source: str, val_fraction: float, need: int) -> LMDataSpec:
     return data
 
 
+def _with_enough_facts(task: dict[str, Any], chosen: Mapping[str, Any]) -> dict[str, Any]:
+    """``task`` with ``n_facts`` raised to what the chosen ``babi_kinds`` need
+    (:data:`dynlab.lm.tasks.MIN_FACTS`: a qa3 story needs 4 facts) when the kinds were
+    chosen (``--kinds``) and the number of facts was not: a preset with 3 facts runs qa3
+    with 4."""
+    if "babi_kinds" not in chosen or "n_facts" in chosen:
+        return task
+    from dynlab.lm.tasks import MIN_FACTS
+
+    need = max((MIN_FACTS.get(k, 1) for k in task["babi_kinds"]), default=1)
+    return {**task, "n_facts": max(int(task.get("n_facts", LMTaskSpec.model_fields["n_facts"].default)), need)}
+
+
 def make_task_study(name: str, kind: str, description: str, presets: Mapping[str, Mapping[str, Any]],
                     default_interventions: tuple[str, ...]) -> Study:
     """A :class:`Study` for task ``kind`` with ``presets`` (keys: mixers, seeds, model, task, train, eval,
@@ -158,7 +171,7 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
         seeds = options.seeds if options.seeds is not None else preset["seeds"]
         if any(s < 0 for s in seeds):
             raise DynlabInputError(f"seeds must be >= 0, got {list(seeds)}")
-        task = LMTaskSpec(kind=kind, **{**preset["task"], **extra.task})
+        task = LMTaskSpec(kind=kind, **_with_enough_facts({**preset["task"], **extra.task}, extra.task))
         if kind == "copying":
             if extra.source not in (None, "shakespeare"):
                 raise DynlabInputError(f"study {name} uses no filler text; allowed: no --source")

@@ -15,6 +15,24 @@ if not torch.cuda.is_available():
 from dynlab.groups import get_group
 from dynlab.models import Cell, Tracker, register_cell
 
+#: Set to 1 (CI does, .ci/run) to make a test that needs ``transformers`` fail when it does
+#: not import, instead of skipping: CI must run those tests.
+REQUIRE_TRANSFORMERS_ENV = "DYNLAB_REQUIRE_TRANSFORMERS"
+
+
+def need_transformers():
+    """``transformers``, imported; without it the test skips, or fails when
+    ``DYNLAB_REQUIRE_TRANSFORMERS=1`` (as ``DYNLAB_REQUIRE_MAMBA_REF=1`` does for the
+    mamba-ssm references)."""
+    try:
+        import transformers
+    except ImportError as exc:
+        msg = f"transformers does not import ({exc}); pip install 'dynlab[test]'"
+        if os.environ.get(REQUIRE_TRANSFORMERS_ENV) == "1":
+            pytest.fail(f"{msg}; {REQUIRE_TRANSFORMERS_ENV}=1 requires it", pytrace=False)
+        pytest.skip(msg, allow_module_level=True)
+    return transformers
+
 
 def permutation_matrices(group) -> torch.Tensor:
     """[G, G, G]: P[x] is the left-multiplication matrix of element x on one-hot states."""

@@ -3,6 +3,8 @@
 import ast
 from pathlib import Path
 
+import pytest
+
 import dynlab
 import dynlab.models
 import dynlab.results
@@ -47,6 +49,7 @@ def test_figures_import_no_torch():
         assert not any(m == "torch" or m.startswith("torch.") for m in _imports(path)), path
 
 
+@pytest.mark.slow
 def test_importing_dynlab_figures_does_not_load_torch():
     import subprocess
     import sys

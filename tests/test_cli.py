@@ -100,7 +100,7 @@ def test_broken_study_folders_and_paths_give_one_line(tmp_path, capsys):
     assert main(["study", "group-tracking", "--models", "tanh-rnn", "--groups", "C2", "--preset", "smoke", "--out", str(a_file), "-q"]) == 2
     assert "cannot write the study" in capsys.readouterr().err
     assert main(["bench", "train", "--quick", "--json", str(a_file / "x.json")]) == 2
-    assert "does not exist" in capsys.readouterr().err
+    assert "a_file is a file, not a folder; allowed: " in capsys.readouterr().err
 
 
 # -- an output folder that cannot receive files is bad input, refused before anything runs -----------------------

@@ -16,6 +16,7 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a child of a shell's background job starts with SIGINT ignored
 
 
+@pytest.mark.slow
 def test_sigint_to_a_running_study_exits_130_with_one_line(tmp_path):
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "dynlab.cli", "study", "group-tracking", "--preset", "quick", "--device", "cpu", "-q",
@@ -41,13 +42,43 @@ def test_sigint_to_a_running_study_exits_130_with_one_line(tmp_path):
     assert stderr.splitlines() == ["interrupted"] and stdout == ""
 
 
+#: A SIGINT that arrives while the executable imports dynlab (``pathlib``, in
+#: dynlab/__init__.py) or the command line (``typer``): what a Ctrl-C 0.03-0.15 s after
+#: launch meets.
+_SIGINT_DURING_START = r"""
+import os, signal, sys
+module, sys.argv = sys.argv[1], ["dynlab", *sys.argv[2:]]
+assert module not in sys.modules
+
+class SigintOnImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == module:
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, SigintOnImport())
+from dynlab.cli import entry
+entry()
+"""
+
+
+@pytest.mark.parametrize("module, argv", [("pathlib", ["study", "list"]), ("typer", ["study", "list"]),
+                                          ("typer", ["study", "group-tracking", "--help"])],
+                         ids=["importing-dynlab", "importing-the-cli", "help"])
+def test_sigint_during_start_up_exits_130_with_one_line(tmp_path, module, argv):
+    proc = subprocess.run([sys.executable, "-c", _SIGINT_DURING_START, module, *argv], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, preexec_fn=_default_sigint)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (EXIT_INTERRUPTED, "interrupted\n", "")
+
+
 def test_the_executable_ignores_sigint_once_an_interrupt_ended_the_run(monkeypatch):
-    """entry() exits with main()'s code; after an interrupt (130) a further SIGINT is ignored."""
+    """entry() exits with main()'s code; after an interrupt (130) a further SIGINT is ignored,
+    after any other end it exits with 130 and one line (nothing is left to clean up)."""
     import dynlab.cli
 
     before = signal.getsignal(signal.SIGINT)
     try:
-        for code, handler in ((0, before), (130, signal.SIG_IGN)):
+        for code, handler in ((0, dynlab.cli._interrupted_at_start), (130, signal.SIG_IGN)):
             monkeypatch.setattr(dynlab.cli, "main", lambda code=code: code)
             with pytest.raises(SystemExit) as info:
                 dynlab.cli.entry()
@@ -67,6 +98,19 @@ def test_exit_status_is_the_one_mapping(exc, code, line):
     got, text = exit_status(exc)
     assert got == code and (text == line if line is None else text.startswith(line))
     assert (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED) == (2, 1, 130)
+
+
+def test_an_unreachable_scheduler_is_the_users_machine_not_a_bug():
+    """A Dask scheduler that does not answer is exit 1 (the machine or network failed),
+    said as an error of the machine, not as "a bug in dynlab"."""
+    from dynlab.errors import DynlabMachineError
+    from dynlab.executors import SchedulerUnreachable
+
+    exc = SchedulerUnreachable("cannot reach the Dask scheduler at 'tcp://10.0.0.9:8786' within 10 s (timed out); "
+                               "is it running?")
+    assert isinstance(exc, DynlabMachineError) and isinstance(exc, ConnectionError)
+    assert exit_status(exc) == (EXIT_FAILURE, "error: cannot reach the Dask scheduler at 'tcp://10.0.0.9:8786' within "
+                                              "10 s (timed out); is it running?")
 
 
 def test_exit_status_of_a_validation_error_and_of_the_framework():

@@ -58,6 +58,11 @@ LIGHT = [
     (["lm", "export", "{tmp}/no-run", ""], 2),
     (["lm", "export", "{tmp}/no-run", "{tmp}/hf", "--dtype", "int8"], 2),
     (["study", "group-tracking", "--preset", "smoke", "--out", "/proc/version"], 2),
+    # groups too large for the analyses: their order is read from the name, no group is built
+    (["study", "group-tracking", "--groups", "S7", "--out", "{tmp}/out"], 2),
+    (["study", "group-tracking", "--groups", "C512", "--out", "{tmp}/out"], 2),
+    (["study", "nonlinearity", "--groups", "S3xS3xS3xS3", "--out", "{tmp}/out"], 2),
+    (["study", "group-tracking", "--groups", ",".join(f"C{n}" for n in range(1, 513)), "--out", "{tmp}/out"], 2),
 ]
 
 #: Runs each argv of a JSON list through dynlab.cli.main in this one process and reports,
@@ -125,6 +130,9 @@ def test_cli_constants_match_the_library():
     assert cli.EXECUTORS == EXECUTORS
     assert cli.LM_INTERVENTIONS == length_generalization.INTERVENTION_NAMES
     assert tuple(cli.POST_TRAIN_TASKS) == TASK_KINDS and set(cli.POST_TRAIN_TASKS.values()) <= set(CATALOG)
+    from dynlab.lm import export
+
+    assert (cli.HF_EXPORT_FILES, cli.HF_EXPORT_ALLOWED) == (export.HF_EXPORT_FILES, export.HF_EXPORT_ALLOWED)
 
 
 def test_studies_mapping_reads_the_catalog_and_loads_on_use():
@@ -142,3 +150,34 @@ def test_importing_the_cli_and_the_registry_loads_no_study_module():
             "print(sorted(m for m in sys.modules if m.startswith('dynlab.studies.') or m in ('torch', 'matplotlib')))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert res.stdout.strip() == "[]"
+
+
+def test_a_group_too_large_for_the_analyses_is_refused_without_building_it(tmp_path, capsys, monkeypatch):
+    """S7 (order 5040), C512 and S3xS3xS3xS3 are refused from their names: no group is built."""
+    import dynlab.groups
+    from dynlab.cli import main
+
+    monkeypatch.setattr(dynlab.groups, "from_generators", lambda *a, **k: pytest.fail("a group was built"))
+    dynlab.groups.get_group.cache_clear()
+    try:
+        for groups, order in (("S7", 5040), ("c512", 512), ("S3xS3xS3xS3", 1296), ("C2," * 511 + "C512", 512)):
+            assert main(["study", "group-tracking", "--groups", groups, "--out", str(tmp_path / "out")]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith("error: group ") and f"(order {order}) is too large for the per-run analyses" in err
+    finally:
+        dynlab.groups.get_group.cache_clear()
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_help_and_the_study_list_print_on_an_ascii_terminal(tmp_path):
+    """A terminal that cannot show '…' or 'φ' gets them as escapes, not a UnicodeEncodeError."""
+    import os
+
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    seen = ""
+    for argv in (["study", "group-tracking", "--help"], ["study", "nonlinearity", "--help"], ["study", "list"], ["--help"]):
+        res = subprocess.run([sys.executable, "-m", "dynlab.cli", *argv], cwd=tmp_path, capture_output=True, env=env)
+        assert (res.returncode, res.stderr) == (0, b""), (argv, res.stderr.decode(errors="replace")[-400:])
+        seen += res.stdout.decode("utf-8")  # click writes its own lines as UTF-8 on a misconfigured ASCII stream
+    assert "\\u2026" in seen  # '…' of the help (rich) written as its escape

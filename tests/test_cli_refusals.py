@@ -3,6 +3,8 @@ and repeated names in a list collapsed with a one-line note, in the CLI and the 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from dynlab.cli import main
@@ -190,3 +192,127 @@ def test_a_group_too_large_for_the_analyses_is_refused_before_an_executor_starts
     err = capsys.readouterr().err
     assert err.startswith("error: group S6 (order 720) is too large for the per-run analyses") and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+# -- every refusal names its option and the allowed values ---------------------------------------------------------
+
+def _inputs(tmp_path):
+    """Bad files for the refusals below: texts that are no UTF-8, empty or too short, a
+    file where a folder is needed, a Hugging Face folder without weights."""
+    (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00\x81 binary" * 40)
+    (tmp_path / "latin1.txt").write_bytes("café olé ".encode("latin-1") * 100)
+    (tmp_path / "utf16.txt").write_text("to be or not to be " * 100, encoding="utf-16")
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "short.txt").write_text("hi\n")
+    (tmp_path / "a_file").write_text("not a folder")
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text('{"model_type": "mamba2", "vocab_size": 256}')
+
+
+NAMED = [
+    (["study", "passkey", "--source", "{tmp}/binary.txt"], "--source"),
+    (["study", "passkey", "--source", "{tmp}/latin1.txt"], "--source"),
+    (["study", "babilong", "--source", "{tmp}/utf16.txt"], "--source"),
+    (["study", "length-generalization", "--source", "{tmp}/empty.txt"], "--source"),
+    (["study", "passkey", "--source", "{tmp}/short.txt"], "--source"),
+    (["study", "copying", "--lengths", "100000"], "--lengths"),
+    (["study", "passkey", "--lengths", "100000"], "--lengths"),
+    (["study", "passkey", "--lengths", "1"], "--lengths"),
+    (["study", "babilong", "--lengths", "5"], "--lengths"),
+    (["bench", "train", "--json", "{tmp}/a_file/b.json"], "--json"),
+    (["lm", "post-train", "--checkpoint", "{tmp}/hf"], "checkpoint"),
+]
+
+
+@pytest.mark.parametrize("argv, option", NAMED, ids=[" ".join(a[:4]).replace("{tmp}/", "") for a, _ in NAMED])
+def test_every_refusal_names_its_option_and_the_allowed_values(argv, option, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _inputs(tmp_path)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv] + (["--out", str(tmp_path / "out")] if argv[0] != "bench" else [])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert re.match(rf"error: {re.escape(option)}[ :]", err) and "; allowed: " in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+# -- bad input is exit 2 wherever it is given: a file, a number, the environment ---------------------------------------
+
+@pytest.mark.parametrize("case", ["manifest-latin1", "seed-2**64", "seed-huge", "kernel-backend", "c-kernels"])
+def test_bad_input_in_files_numbers_and_the_environment_is_exit_2(case, tmp_path, capsys, monkeypatch):
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "manifest.json").write_bytes('{"study": "group-tracking", "preset": "smoke", "run_ids": [], "é": 1}'
+                                          .encode("latin-1"))
+    argv, line = {
+        "manifest-latin1": (["analyze", str(study)], f"error: unreadable study manifest {study / 'manifest.json'} "
+                                                     "(not UTF-8 text); allowed: "),
+        "seed-2**64": (["lm", "post-train", "--checkpoint", str(tmp_path), "--seed", str(2**64)],
+                       f"error: --seed {2**64} is out of range; allowed: 0 to {2**63 - 1}"),
+        "seed-huge": (["lm", "post-train", "--checkpoint", str(tmp_path), "--seed", "9" * 23],
+                      f"error: --seed {'9' * 23} is out of range; allowed: 0 to {2**63 - 1}"),
+        "kernel-backend": (["study", "list"], "error: environment variable DYNLAB_KERNEL_BACKEND='bogus' is not a setting "
+                                              "dynlab knows; allowed: auto, torch, triton, mamba_ssm (or unset)"),
+        "c-kernels": (["study", "list"], "error: environment variable DYNLAB_C_KERNELS='off' is not a setting dynlab "
+                                         "knows; allowed: 1, 0 (or unset)"),
+    }[case]
+    monkeypatch.setenv("DYNLAB_KERNEL_BACKEND", "bogus" if case == "kernel-backend" else "auto")
+    monkeypatch.setenv("DYNLAB_C_KERNELS", "off" if case == "c-kernels" else "1")
+    before = sorted(p.name for p in study.iterdir())
+    assert main([*argv, *(["--out", str(tmp_path / "out")] if argv[0] == "lm" else [])]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(line) and err.count("\n") == 1, err
+    assert sorted(p.name for p in study.iterdir()) == before and not (tmp_path / "out").exists()
+
+
+def test_the_environment_switches_are_those_dynlab_reads():
+    from dynlab.errors import ENV_SWITCHES
+    from dynlab.kernels import compiled, dispatch
+    from dynlab.runtime import ALLOCATOR_ENV
+
+    assert ENV_SWITCHES[dispatch.ENV_VAR] == ("auto", *dispatch.BACKENDS)
+    assert {compiled.C_KERNELS_ENV, ALLOCATOR_ENV, "DYNLAB_DEBUG"} < set(ENV_SWITCHES)
+
+
+# -- no command writes into a run folder, or into a folder of other files ------------------------------------------
+
+@pytest.mark.parametrize("argv, line", [
+    (["lm", "export", "{run}", "{run}"], "error: OUT {run} is a dynlab run folder: writing there would replace its files"),
+    (["lm", "export", "{run}", "{notes}"], "error: OUT {notes} holds files this command did not write (notes.txt)"),
+    (["figures", "{tmp}/study", "--out", "{run}"], "error: --out {run} is a dynlab run folder"),
+    (["figures", "{tmp}/study", "--out", "{notes}"], "error: --out {notes} holds files this command did not write"),
+    (["bench", "train", "--json", "{run}/model.safetensors"], "error: --json {run} is a dynlab run folder"),
+    (["bench", "train", "--json", "{notes}/notes.txt"],
+     "error: --json {notes}/notes.txt exists and is not a benchmark file dynlab wrote"),
+    (["study", "group-tracking", "--preset", "smoke", "--out", "{run}"], "error: --out {run} is a dynlab run folder"),
+    (["study", "copying", "--out", "{tmp}/study"], "error: --out {tmp}/study is a dynlab study folder"),
+    (["lm", "post-train", "--checkpoint", "{run}", "--out", "{run}"], "error: --out {run} is a dynlab run folder"),
+], ids=["export-into-its-run", "export-into-notes", "figures-into-a-run", "figures-into-notes", "bench-json-in-a-run",
+        "bench-json-over-notes", "study-into-a-run", "study-into-a-study", "post-train-into-a-run"])
+def test_no_command_writes_into_a_run_or_a_folder_of_other_files(argv, line, tmp_path, capsys):
+    """A command refuses, before it writes anything, to write into a dynlab run or study
+    folder or into a folder holding files it did not write (one line, exit 2): `lm export
+    RUN RUN` once replaced the run's weights."""
+    from dynlab.lm.export import export_hf
+
+    run, notes, study = tmp_path / "run", tmp_path / "notes", tmp_path / "study"
+    for folder in (run, notes, study):
+        folder.mkdir()
+    (run / "spec.json").write_text('{"fields": {}, "spec": "LMRunSpec"}')
+    (run / "checksums.json").write_text('{"files": {}}')
+    (run / "model.safetensors").write_bytes(b"weights" * 100)
+    (notes / "notes.txt").write_text("mine")
+    (study / "manifest.json").write_text('{"study": "copying", "preset": "quick", "run_ids": []}')
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    subs = {"{run}": str(run), "{notes}": str(notes), "{tmp}": str(tmp_path)}
+
+    def fill(text: str) -> str:
+        for key, value in subs.items():
+            text = text.replace(key, value)
+        return text
+
+    assert main([fill(a) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(fill(line)) and "; allowed: " in err and err.count("\n") == 1, err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    with pytest.raises(DynlabInputError, match="is a dynlab run folder"):
+        export_hf(run, run)  # the Python API refuses it too

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import need_transformers
 import torch
 
 from dynlab.cli import main
@@ -34,7 +35,7 @@ def test_report_refuses_a_folder_without_a_dataset(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_export_a_trained_run_and_load_it_back(tmp_path, capsys):
-    transformers = pytest.importorskip("transformers")
+    transformers = need_transformers()
     from dynlab.lm.posttrain import load_checkpoint
     from dynlab.runner import run_study
     from dynlab.studies.length_generalization import STUDY
@@ -48,7 +49,20 @@ def test_export_a_trained_run_and_load_it_back(tmp_path, capsys):
     options = StudyOptions(preset="quick", extra=tiny)
     run_study(STUDY, options, out=tmp_path, device="cpu")
     run = tmp_path / "length-generalization" / "runs" / STUDY.make_specs(options)[0].spec_hash()
-    assert main(["lm", "export", str(run), str(tmp_path / "hf")]) == 0
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        assert main(["lm", "export", str(run), str(tmp_path / "hf")]) == 0
+    finally:
+        os.umask(mask)
+    # every file of the export has the umask's mode, as its siblings (safetensors writes 0600 by itself)
+    assert {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "hf").iterdir()} == {
+        "config.json": 0o644, "generation_config.json": 0o644, "model.safetensors": 0o644}
+    weights = (run / "model.safetensors").read_bytes()
+    assert main(["lm", "export", str(run), str(run)]) == 2  # never into the run folder: its weights stay
+    assert (run / "model.safetensors").read_bytes() == weights
+    assert main(["lm", "export", str(run), str(tmp_path / "hf")]) == 0  # an earlier export is replaced
     hf = transformers.Mamba2ForCausalLM.from_pretrained(str(tmp_path / "hf"), local_files_only=True).eval()
     model, _ = load_checkpoint(run)
     tokens = torch.randint(0, 256, (2, 20), generator=torch.Generator().manual_seed(0))

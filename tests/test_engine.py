@@ -164,6 +164,7 @@ def test_runs_generic_loop_only_where_no_kernel_applies():
     assert runs_generic_loop(Tracker("state-gated-rnn", 4, 4, hidden=8, nonlinearity="relu"))
 
 
+@pytest.mark.slow
 def test_keep_freed_memory_sets_the_allocator_once_and_can_be_turned_off():
     """glibc's mallopt accepts the settings (Linux); the environment variable turns them off."""
     import subprocess

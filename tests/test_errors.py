@@ -44,14 +44,24 @@ def test_anything_else_is_a_bug_exit_1_with_a_hint(monkeypatch, tmp_path, capsys
     assert err.rstrip().endswith("(set DYNLAB_DEBUG=1 for the traceback)") and err.count("\n") == 1
 
 
-def test_debug_shows_the_traceback(monkeypatch, tmp_path):
+def test_debug_1_shows_the_traceback_of_a_failure_only_and_0_means_off(monkeypatch, tmp_path, capsys):
+    """DYNLAB_DEBUG=1: a failure (exit 1) propagates with its traceback, bad input stays
+    one line and exit 2; DYNLAB_DEBUG=0 is off; any other value is refused at start-up."""
+    argv = ["figures", str(tmp_path), "--out", str(tmp_path / "f")]
     monkeypatch.setenv("DYNLAB_DEBUG", "1")
     _fail_with(monkeypatch, OSError(errno.ENOSPC, "No space left on device"))
     with pytest.raises(OSError, match="No space left"):
-        main(["figures", str(tmp_path), "--out", str(tmp_path / "f")])
+        main(argv)
     _fail_with(monkeypatch, DynlabInputError("bad"))
-    with pytest.raises(DynlabInputError):
-        main(["figures", str(tmp_path), "--out", str(tmp_path / "f")])
+    assert main(argv) == 2 and capsys.readouterr().err == "error: bad\n"
+    monkeypatch.setenv("DYNLAB_DEBUG", "0")
+    _fail_with(monkeypatch, OSError(errno.ENOSPC, "No space left on device"))
+    assert main(argv) == 1
+    assert capsys.readouterr().err.startswith("internal error (a bug in dynlab, or the machine failed): OSError: ")
+    monkeypatch.setenv("DYNLAB_DEBUG", "yes")
+    assert main(argv) == 2
+    assert capsys.readouterr().err == ("error: environment variable DYNLAB_DEBUG='yes' is not a setting dynlab knows; "
+                                       "allowed: 0, 1 (or unset)\n")
 
 
 def test_a_full_disk_during_a_study_is_one_line_exit_1_and_the_store_stays_intact(monkeypatch, tmp_path, capfd):

@@ -331,6 +331,7 @@ def test_cli_figures_command(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert str(tmp_path / "figs" / "group-tracking.pdf") in out and str(tmp_path / "figs" / "accuracy_C2.png") in out
     assert "skipped q_curves: q(t) curves needs q, t (absent from the dataset)" in out
+    assert main(["figures", str(tmp_path / "study"), "--out", str(tmp_path / "figs")]) == 0  # again: its own files
     assert main(["figures", str(tmp_path / "nowhere"), "--out", str(tmp_path / "f2")]) == 2
 
 
@@ -374,6 +375,7 @@ def test_panels_declare_what_they_read():
         Panel(lambda ds, ax: ax)
 
 
+@pytest.mark.slow
 def test_driver_skips_only_declared_absences_and_lets_bugs_through(tmp_path):
     from dynlab.figures import NothingToDraw, Panel, Table, needs
 

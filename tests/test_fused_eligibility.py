@@ -225,6 +225,7 @@ def _groups(specs, key):
     return sorted(out.values())
 
 
+@pytest.mark.slow
 def test_ensemble_group_key_groups_as_building_the_tracker_did(user_archs):
     """The spec-only key against the key that built a tracker to ask its fused kernel (the
     rule before it was read from the spec), on specs that must and must not share an

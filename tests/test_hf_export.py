@@ -28,10 +28,11 @@ import json
 from contextlib import contextmanager
 
 import pytest
+from conftest import need_transformers
 import torch
 import torch.nn.functional as F
 
-transformers = pytest.importorskip("transformers")
+transformers = need_transformers()
 
 from transformers.models.mamba import modeling_mamba as hf_mamba  # noqa: E402
 from transformers.models.mamba2 import modeling_mamba2 as hf_mamba2  # noqa: E402

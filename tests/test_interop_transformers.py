@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import need_transformers
 import torch
 
 from dynlab.analysis.lm_metrics import distribution_distance, effective_remembrance, position_ppl, state_statistics
 
-transformers = pytest.importorskip("transformers")
+transformers = need_transformers()
 
 
 @pytest.fixture(scope="module")

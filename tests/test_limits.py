@@ -258,6 +258,7 @@ def test_bench_json_path_is_refused_before_anything_runs(no_benchmark, tmp_path)
     assert (tmp_path / "b.json").read_text().startswith("{")
 
 
+@pytest.mark.slow
 def test_a_group_too_large_for_the_analyses_is_refused_before_anything_is_written(tmp_path):
     """S7 trains (order 5040 ≤ MAX_ORDER) but its analyses would not fit: refused up front,
     naming the limit, unless the study runs without analyses."""
@@ -294,3 +295,41 @@ def test_lm_specs_refuse_sizes_beyond_the_stated_limits():
         LMTaskSpec(kind="copying", train_min=1, train_max=2, eval_lengths=(60_000,))
     with pytest.raises(ValidationError, match="evaluation length"):
         LMRunSpec(train=LMTrainSpec(seq_len=50_000), eval=LMEvalSpec(length_multiple=4))
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["lm", "post-train", "--checkpoint", "{run}", "--seq-len", "8", "--eval-multiple", "20000"],
+     "error: --eval-multiple 20000 × seq_len 8 = 160000 tokens is too long; allowed: an evaluation length "
+     f"(length_multiple × seq_len) up to {MAX_LENGTH}"),
+    (["lm", "post-train", "--checkpoint", "{run}", "--samples", str(MAX_SAMPLES)],
+     f"error: --samples {MAX_SAMPLES} windows × 256 tokens is too much to evaluate; allowed: at most 16777216 tokens "
+     "(here 65536 windows)"),
+    (["study", "group-tracking", "--executor", "dask", "--workers", str(10**30)], f"error: --workers {10**30} is out "
+     "of range; allowed: 1 to {most} worker processes (this machine's CPU cores, at least 4)"),
+    (["study", "copying", "--executor", "dask", "--workers", "100000"], "error: --workers 100000 is out of range; "
+     "allowed: 1 to {most} worker processes (this machine's CPU cores, at least 4)"),
+], ids=["eval-multiple", "samples", "workers-10**30", "workers-100000"])
+def test_every_size_has_its_limit_on_every_path(argv, line, tmp_path, capsys, monkeypatch):
+    """The evaluation of a post-training (length × windows) and a local cluster's workers
+    are bounded, in the command line as in the Python API, before anything starts."""
+    import shutil
+    from pathlib import Path
+
+    import dynlab.executors
+    from dynlab.cli import main
+    from dynlab.config import max_local_workers
+    from dynlab.lm.spec import check_eval_size
+
+    monkeypatch.setattr(dynlab.executors, "make_executor", lambda *a, **k: pytest.fail("an executor was started"))
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "data" / "legacy_lm_runs" / "mamba2", run)
+    argv = [a.replace("{run}", str(run)) for a in argv]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == line.replace("{most}", str(max_local_workers())) + "\n"
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(DynlabInputError, match="is too long"):
+        check_eval_size(8, 20_000, 1)
+    with pytest.raises(DynlabInputError, match="too much to evaluate"):
+        check_eval_size(64, 16, MAX_SAMPLES)
+    with pytest.raises(DynlabInputError, match="--workers|workers"):
+        dynlab.executors.DaskExecutor(workers=100_000)

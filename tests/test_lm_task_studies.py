@@ -376,3 +376,26 @@ def test_confirm_rejects_a_check_its_confirmation_does_not_repeat(monkeypatch):
     assert result["train_steps"] == 5  # checks at 2 and 4 passed but were not confirmed: trained to the cap
     unset = _attempt_spec(1, 0.9)
     assert "confirm" not in unset.hashed_fields()["train"]  # off: the run id of the rule before it
+
+
+@pytest.mark.parametrize("preset", ["quick", "kinds", "paper"])
+def test_every_advertised_babi_kind_runs_in_every_preset(preset, tmp_path, capsys, monkeypatch):
+    """--kinds takes each kind it lists: a preset with too few facts for one (qa3 needs 4)
+    runs it with the facts it needs, in the command line as in the Python API."""
+    import dynlab.runner
+    from dynlab.cli import main
+    from dynlab.lm.tasks import BABI_KINDS, MIN_FACTS
+    from dynlab.studies import CATALOG, get_study
+    from dynlab.study import StudyOptions
+
+    assert CATALOG["babilong"].kinds == BABI_KINDS
+    for kind in BABI_KINDS:
+        specs = get_study("babilong").make_specs(StudyOptions(preset=preset, extra={"task": {"babi_kinds": [kind]}}))
+        assert {s.task.babi_kinds for s in specs} == {(kind,)}
+        assert all(s.task.n_facts >= MIN_FACTS.get(kind, 1) for s in specs)
+    made = {}
+    monkeypatch.setattr(dynlab.runner, "run_study",
+                        lambda study, options, **kw: made.setdefault("specs", study.make_specs(options)) and tmp_path)
+    assert main(["study", "babilong", "--kinds", ",".join(BABI_KINDS), "--preset", preset, "-q", "--device", "cpu",
+                 "--out", str(tmp_path / "out")]) == 0, capsys.readouterr().err
+    assert made["specs"][0].task.n_facts >= MIN_FACTS["qa3"]

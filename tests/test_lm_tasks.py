@@ -280,6 +280,7 @@ def test_babi_options_stay_out_of_the_run_id_at_their_defaults():
         LMTaskSpec(kind="babi", babi_tokens="bpe", train_min=200, train_max=200, eval_lengths=(200,))
 
 
+@pytest.mark.slow
 def test_babi_chance_is_the_share_of_the_most_common_answer_in_the_samples():
     """babi_chance (from the generated stories) against the answers read back from sampled
     word-token samples (the scored tokens, decoded): the same distribution, and qa6's is 1/2."""

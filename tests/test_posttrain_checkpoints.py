@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import need_transformers
 
 from dynlab.cli import main
 from dynlab.lm.posttrain import load_checkpoint
@@ -74,7 +75,7 @@ def test_infinite_learning_rate_is_refused(run_folder, tmp_path, capsys):
 
 
 def test_a_truncated_hf_checkpoint_is_bad_input(tmp_path, capsys):
-    transformers = pytest.importorskip("transformers")
+    transformers = need_transformers()
     cfg = transformers.Mamba2Config(vocab_size=256, hidden_size=16, num_hidden_layers=1, num_heads=2, head_dim=16,
                                     state_size=4, n_groups=1, expand=2, chunk_size=8)
     transformers.Mamba2ForCausalLM(cfg).save_pretrained(str(tmp_path / "hf"))
@@ -87,7 +88,7 @@ def test_a_truncated_hf_checkpoint_is_bad_input(tmp_path, capsys):
 
 
 def test_an_hf_checkpoint_with_too_small_a_vocabulary_is_one_line(tmp_path, capsys):
-    transformers = pytest.importorskip("transformers")
+    transformers = need_transformers()
     cfg = transformers.Mamba2Config(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_heads=2, head_dim=16,
                                     state_size=4, n_groups=1, expand=2, chunk_size=8)
     transformers.Mamba2ForCausalLM(cfg).save_pretrained(str(tmp_path / "hf"))

@@ -207,6 +207,7 @@ def _killed_writer(target: Path) -> Path:
     return Path(res.stdout.strip())
 
 
+@pytest.mark.slow
 def test_a_finished_study_removes_the_temp_files_of_killed_writers(tmp_path):
     study = _tiny_study()
     run_study(study, StudyOptions(preset="smoke"), out=tmp_path, device="cpu")

@@ -25,11 +25,13 @@ def readme_text() -> str:
     return (ROOT / "README.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_results_document_is_generated_from_the_committed_datasets(make_results):
     assert (ROOT / "docs" / "results.md").read_text() == make_results.document(), \
         "docs/results.md is stale: run python benchmarks/make_results.py"
 
 
+@pytest.mark.slow
 def test_readme_tables_are_generated_from_the_committed_datasets(make_results, readme_text):
     assert set(make_results.README_SECTIONS) >= {"paper-a", "paper-b", "paper-a-reproduction", "paper-b-notes"}
     for name in make_results.README_SECTIONS:
@@ -47,6 +49,7 @@ def _section(text: str, name: str) -> str:
                                               ("paper-a-reproduction", "117 of 120"),
                                               ("paper-a-reproduction", "median 112 → 157"),
                                               ("paper-b-notes", "within 6 %")])
+@pytest.mark.slow
 def test_a_hand_edited_number_in_a_readme_table_is_stale(make_results, readme_text, name, number):
     """Each number is one the datasets give (found in the section); changing a digit of it
     makes exactly that section stale."""
@@ -167,6 +170,7 @@ def test_wall_times_come_from_the_runner_attribute_or_say_not_recorded(make_resu
     assert "shared with another job" not in readme_text and "4.4 min" not in readme_text
 
 
+@pytest.mark.slow
 def test_an_empty_readme_section_is_filled(make_results, readme_text):
     body = _section(readme_text, "paper-b-notes")
     emptied = readme_text.replace(body, "", 1)

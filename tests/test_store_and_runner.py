@@ -217,6 +217,7 @@ def test_run_status_rule_and_summary_counts(tmp_path):
     assert sum("not-learned: curriculum stopped at length" in m for m in logged) == 2
 
 
+@pytest.mark.slow
 def test_the_dataset_records_the_invocations_wall_time_runs_trained_and_workers(tmp_path):
     """study_wall_time_s lies within the time measured around the call; study_runs_trained
     counts the runs that invocation trained (all on a fresh study, the missing ones on a

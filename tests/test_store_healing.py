@@ -132,6 +132,65 @@ def test_analyze_on_a_damaged_run_names_the_file_and_the_way_out(finished_study,
         analyze_study(root, get_study, device="cpu")
 
 
+@pytest.mark.slow
+def test_analyze_says_in_one_line_which_analysis_it_quarantines(finished_study, tmp_path, capsys):
+    """A damaged analysis.nc alone: analyze moves it to quarantine/, says so in one line
+    (as `dynlab study` does) and recomputes it."""
+    from dynlab.cli import main
+
+    out = tmp_path / "out"
+    shutil.copytree(finished_study, out)
+    root = out / "group-tracking"
+    rid = get_study("group-tracking").make_specs(SMOKE)[0].spec_hash()
+    _truncate(root / "runs" / rid / "analysis.nc")
+    capsys.readouterr()
+    assert main(["analyze", str(root), "--device", "cpu", "-q"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"run {rid} damaged (analysis.nc: "), err
+    assert err[0].endswith("; recomputing its analyses") and f"moved to {root / QUARANTINE}" in err[0]
+    assert (root / "runs" / rid / "analysis.nc").is_file()
+
+
+@pytest.mark.slow
+def test_an_output_the_system_refuses_is_refused_before_any_work(finished_study, tmp_path, capsys, monkeypatch):
+    """What only a write can tell (a file system that takes no files, a name too long, an
+    immutable file) is found by a probe before the work: exit 2, one line, nothing made."""
+    import subprocess
+
+    import dynlab.bench
+    import dynlab.runner
+    from dynlab.cli import main
+
+    monkeypatch.setattr(dynlab.bench, "bench_train", lambda *a, **k: pytest.fail("the benchmark ran"))
+    monkeypatch.setattr(dynlab.runner, "run_study", lambda *a, **k: pytest.fail("the study ran"))
+    assert main(["bench", "train", "--quick", "--models", "tanh-rnn", "--json", "/proc/b.json"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --json /proc/b.json cannot be written (") and err.count("\n") == 1, err
+    for out in (tmp_path / ("x" * 300), tmp_path.joinpath(*["d" * 200] * 21)):  # a name, a path too long
+        assert main(["study", "group-tracking", "--models", "tanh-rnn", "--groups", "C2", "--preset", "smoke",
+                     "--out", str(out), "-q"]) == 2
+        err = capsys.readouterr().err
+        assert "cannot be written (a name in the path, or the whole path, is longer than this system allows)" in err
+        assert err.count("\n") == 1
+    assert sorted(tmp_path.iterdir()) == []
+    # analyze on a study whose dataset.nc cannot be replaced (immutable): refused before any analysis
+    out = tmp_path / "out"
+    shutil.copytree(finished_study, out)
+    root = out / "group-tracking"
+    if subprocess.run(["chattr", "+i", str(root / "dataset.nc")], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i needs root and a file system that keeps the flag")
+    try:
+        study, _, analysed = _counting_study()
+        monkeypatch.setattr("dynlab.studies.get_study", lambda name: study)
+        assert main(["analyze", str(root), "--device", "cpu", "-q"]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"error: cannot analyse the study: {root / 'dataset.nc'} cannot be replaced (it is immutable or "
+                       "append-only); allowed: a study folder whose files can be rewritten\n")
+        assert analysed == []
+    finally:
+        subprocess.run(["chattr", "-i", str(root / "dataset.nc")], capture_output=True)
+
+
 def _spec(seed=0):
     return get_study("group-tracking").make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",), seeds=(seed,)))[0]
 

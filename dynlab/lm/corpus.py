@@ -55,15 +55,21 @@ def shakespeare_text() -> str:
     return "\n\n".join(Path(str(dist.locate_file(p))).read_text(encoding="utf-8") for p in plays)
 
 
+#: What a text source may be, as the refusals say it.
+_ALLOWED_SOURCES = f"{', '.join(SOURCES)} or a path to a non-empty UTF-8 text file"
+
+
 def read_text_file(path: str | Path) -> str:
     """Read a UTF-8 text file; a missing, unreadable, non-UTF-8 or empty file raises ValueError."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise DynlabInputError(f"text file {str(p)!r} cannot be read as UTF-8 text ({type(err).__name__}); give a readable UTF-8 file") from err
+        why = "not UTF-8 text" if isinstance(err, UnicodeDecodeError) else (err.strerror or type(err).__name__)
+        raise DynlabInputError(f"source {str(p)!r}: the file cannot be read as UTF-8 text ({why}); "
+                               f"allowed: {_ALLOWED_SOURCES}") from None
     if not text:
-        raise DynlabInputError(f"text file {str(p)!r} is empty; give a non-empty UTF-8 text file")
+        raise DynlabInputError(f"source {str(p)!r}: the file is empty; allowed: {_ALLOWED_SOURCES}")
     return text
 
 
@@ -80,11 +86,13 @@ def load_corpus(source: str | Path = "shakespeare", val_fraction: float = 0.1, m
     if str(source) in SOURCES:
         name, text = str(source), shakespeare_text()
     elif not Path(source).exists():
-        raise DynlabInputError(f"corpus {str(source)!r} is neither a known name {SOURCES} nor an existing text file")
+        raise DynlabInputError(f"source {str(source)!r} is neither a known name nor an existing text file; "
+                               f"allowed: {_ALLOWED_SOURCES}")
     else:
         name, text = Path(source).name, read_text_file(source)
     data = encode(text)
     n_val = int(round(len(data) * val_fraction))
     if n_val < min_val_bytes or len(data) - n_val < min_val_bytes:
-        raise DynlabInputError(f"text {name!r} has {len(data)} bytes: too short to split with val_fraction={val_fraction}")
+        raise DynlabInputError(f"source {str(source)!r} has {len(data)} bytes: too short to split with "
+                               f"val_fraction={val_fraction}; allowed: {_ALLOWED_SOURCES} of more bytes")
     return Corpus(name=name, train=data[: len(data) - n_val], val=data[len(data) - n_val:])

@@ -37,12 +37,18 @@ from torch import nn
 
 from dynlab.errors import DynlabInputError
 from dynlab.lm.hf import require_transformers
+from dynlab.outputs import current_umask, probe_folder, refuse_foreign_folder
+from dynlab.results.files import make_dir
 from dynlab.lm.mixers import Mamba1Mixer, Mamba2Mixer
 from dynlab.lm.model import VOCAB_SIZE, RecurrentLM
 
-__all__ = ["EXPORTABLE_MIXERS", "check_exportable", "export_hf", "hf_config", "hf_state_dict", "to_hf"]
+__all__ = ["EXPORTABLE_MIXERS", "HF_EXPORT_ALLOWED", "HF_EXPORT_FILES", "check_exportable", "export_hf", "hf_config", "hf_state_dict", "to_hf"]
 
 EXPORTABLE_MIXERS = ("mamba2", "mamba1")
+#: The files an export writes (``save_pretrained``); a folder holding others is not replaced.
+HF_EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
+                   "model.safetensors.index.json")
+HF_EXPORT_ALLOWED = "a new or empty folder, or one holding only an earlier export (config.json, model.safetensors)"
 
 
 def _refuse(problem: str, allowed: str) -> DynlabInputError:
@@ -148,6 +154,10 @@ def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path
     :func:`dynlab.lm.posttrain.load_checkpoint`). ``dtype`` casts the weights (None: kept).
     Returns ``out_dir``.
     """
+    out = Path(out_dir).expanduser()
+    if out.exists() and not out.is_dir():
+        raise DynlabInputError(f"export folder {str(out)!r} is a file; allowed: a folder (new or existing)")
+    refuse_foreign_folder(out, "export folder", own=HF_EXPORT_FILES, allowed=HF_EXPORT_ALLOWED)
     model = model_or_run_folder
     if isinstance(model, (str, Path)):
         from dynlab.lm.posttrain import load_checkpoint
@@ -156,13 +166,16 @@ def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path
             raise _refuse(f"{str(model)!r} is not a dynlab LM run folder (no spec.json)",
                           "a dynlab RecurrentLM or its run folder (spec.json + model.safetensors)")
         model, _ = load_checkpoint(model)
-    out = Path(out_dir).expanduser()
-    if out.exists() and not out.is_dir():
-        raise DynlabInputError(f"export folder {str(out)!r} is a file; allowed: a folder (new or existing)")
     hf = to_hf(model)
     if dtype is not None:
         hf = hf.to(dtype)
         hf.config.dtype = dtype
-    out.mkdir(parents=True, exist_ok=True)
+    problem = probe_folder(out)
+    if problem is not None:
+        raise DynlabInputError(f"export folder {str(out)!r} {problem}; allowed: a writable folder (made when missing)")
+    make_dir(out)
     hf.save_pretrained(str(out), safe_serialization=True)
+    for path in out.iterdir():  # save_pretrained makes some files 0600 (temporary files renamed): the umask's mode
+        if path.is_file() and not path.name.startswith("."):
+            path.chmod(0o666 & ~current_umask())
     return out

@@ -64,7 +64,7 @@ def is_hf_checkpoint(path: str | Path) -> bool:
         return False
     try:
         return json.loads(cfg.read_text()).get("model_type") in HF_MODEL_TYPES
-    except (OSError, json.JSONDecodeError, AttributeError):
+    except (OSError, ValueError, AttributeError):  # ValueError: not JSON or not UTF-8
         return False
 
 
@@ -78,7 +78,8 @@ def load_hf_checkpoint(path: str | Path) -> HFRecurrentLM:
         model = cls.from_pretrained(str(path), local_files_only=True)
     except Exception as exc:  # noqa: BLE001 — torch, safetensors and transformers each raise their own types
         raise DynlabInputError(f"checkpoint {str(path)!r} is not a loadable {cls.__name__} ({type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+                               f"{str(exc).splitlines()[0] if str(exc) else ''}); allowed: a Hugging Face Mamba/Mamba2 "
+                               "folder (config.json + weights) that from_pretrained loads") from None
     return HFRecurrentLM(model)
 
 

@@ -32,17 +32,17 @@ from typing import Any
 import numpy as np
 import torch
 import xarray as xr
-from pydantic import Field
+from pydantic import Field, model_validator
 from safetensors.torch import load_file
 
-from dynlab.config import MAX_LENGTH, Batch, Spec, StepsOrZero, load_spec
+from dynlab.config import MAX_LENGTH, Batch, Seed, Spec, StepsOrZero, load_spec
 from dynlab.errors import DynlabInputError
 from dynlab.lm.hf import HFRecurrentLM, hf_config_summary, is_hf_checkpoint, load_hf_checkpoint
 from dynlab.lm.interventions import make_intervention
 from dynlab.lm.run import build_model, corpus_for, evaluate_lm, result_to_dataset
 from dynlab.lm.spec import (
     InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMRunSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec,
-    TaskTrainSpec,
+    TaskTrainSpec, check_eval_size,
 )
 from dynlab.lm.task_run import evaluate_task, task_result_to_dataset, train_task
 from dynlab.lm.train import train_lm, train_summary
@@ -94,6 +94,8 @@ def load_checkpoint(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
     if (p / "config.json").is_file():
         if not is_hf_checkpoint(p):
             raise _not_a_model(p, "config.json names no mamba2 or mamba model_type")
+        if not any(p.glob("*.safetensors")) and not any(p.glob("pytorch_model*.bin")):
+            raise _not_a_model(p, "a Hugging Face config.json without weights: no *.safetensors or pytorch_model.bin")
         model = load_hf_checkpoint(p)
         if model.vocab_size < 256:
             raise _not_a_model(p, f"vocabulary of {model.vocab_size} ids; byte tokens need >= 256")
@@ -171,7 +173,13 @@ class PostTrainSpec(Spec):
     eval: LMEvalSpec = LMEvalSpec()
     task: LMTaskSpec | None = None
     task_eval: TaskEvalSpec = TaskEvalSpec()
-    seed: int = Field(0, ge=0)
+    seed: Seed = 0
+
+    @model_validator(mode="after")
+    def _eval_fits(self) -> PostTrainSpec:
+        if self.task is None:  # a task run is scored on its task lengths, not on a stream
+            check_eval_size(self.train.seq_len, self.eval.length_multiple, self.eval.n_samples)
+        return self
 
     def task_spec(self) -> LMTaskRunSpec:
         """The task run spec used to train on and score ``task`` (its model fields are unused)."""

@@ -14,15 +14,16 @@ import torch
 from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from dynlab.config import (
-    MAX_EVAL_LENGTHS, MAX_LENGTH, MAX_STEPS, Batch, Length, Lengths, Samples, Spec, Steps, StepsOrZero, Width, check_limit,
-    check_state_bytes,
+    MAX_EVAL_LENGTHS, MAX_EVAL_TOKENS, MAX_LENGTH, MAX_STEPS, Batch, Length, Lengths, Samples, Seed, Spec, Steps,
+    StepsOrZero, Width, check_limit, check_state_bytes,
 )
+from dynlab.errors import DynlabInputError
 from dynlab.runtime import MAX_THREADS
 from dynlab.lm.corpus import SOURCES
 
 __all__ = [
     "ANCHOR_MLP_RATIO", "CHINCHILLA_TOKENS_PER_PARAM", "LMDataSpec", "LMModelSpec", "InterventionSpec", "LMTrainSpec",
-    "LMEvalSpec", "LMPostSpec", "LMRunSpec", "anchor_model_fields",
+    "LMEvalSpec", "LMPostSpec", "LMRunSpec", "anchor_model_fields", "check_eval_size",
     "LMTaskSpec", "TaskTrainSpec", "TaskEvalSpec", "TaskPostSpec", "WarmStartSpec", "LMTaskRunSpec", "LEGACY_MODEL_FIELDS",
 ]
 
@@ -213,6 +214,20 @@ class LMEvalSpec(Spec):
         return tuple(dict.fromkeys(v))
 
 
+def check_eval_size(seq_len: int, length_multiple: int, n_samples: int) -> None:
+    """Refuse an LM evaluation longer than :data:`~dynlab.config.MAX_LENGTH` tokens
+    (``length_multiple × seq_len``) or streaming more than
+    :data:`~dynlab.config.MAX_EVAL_TOKENS` tokens (``n_samples`` windows of that length):
+    one line that starts with the field to change."""
+    length = length_multiple * seq_len
+    if length > MAX_LENGTH:
+        raise DynlabInputError(f"length_multiple {length_multiple} × seq_len {seq_len} = {length} tokens is too long; "
+                               f"allowed: an evaluation length (length_multiple × seq_len) up to {MAX_LENGTH}")
+    if n_samples * length > MAX_EVAL_TOKENS:
+        raise DynlabInputError(f"n_samples {n_samples} windows × {length} tokens is too much to evaluate; allowed: at "
+                               f"most {MAX_EVAL_TOKENS} tokens (here {MAX_EVAL_TOKENS // length} windows)")
+
+
 class LMPostSpec(Spec):
     """Post-training arms of a trained LM (paper B's Fig. 5 protocol).
 
@@ -247,7 +262,7 @@ class LMRunSpec(Spec):
     intervention: InterventionSpec = InterventionSpec()
     train: LMTrainSpec = LMTrainSpec()
     eval: LMEvalSpec = LMEvalSpec()
-    seed: int = Field(0, ge=0)
+    seed: Seed = 0
     post: LMPostSpec | None = None
 
     @model_validator(mode="after")
@@ -255,6 +270,7 @@ class LMRunSpec(Spec):
         if self.eval.bin_width > self.train.seq_len:
             raise ValueError(f"eval.bin_width={self.eval.bin_width} must not exceed train.seq_len={self.train.seq_len}")
         check_limit("evaluation length (eval.length_multiple × train.seq_len)", self.eval_length, MAX_LENGTH)
+        check_eval_size(self.train.seq_len, self.eval.length_multiple, self.eval.n_samples)
         check_state_bytes("train.batch_size × train.seq_len × d_model × n_layers × 4 bytes", self.train.batch_size,
                           self.train.seq_len, self.model.d_model * self.model.n_layers * 4)
         return self
@@ -318,8 +334,12 @@ class LMTaskSpec(Spec):
             raise ValueError("eval_lengths must hold at least one length")
         task = make_task(self.kind, torch.zeros(1, dtype=torch.uint8), tuple(self.babi_kinds), self.n_facts,
                          self.babi_tokens, self.babi_questions)
-        for length in (self.train_min, *self.eval_lengths):
-            task.check_length(length)
+        task.check_length(self.train_min)
+        for length in self.eval_lengths:
+            try:
+                task.check_length(length)
+            except ValueError as exc:  # said as the field's, so that a command names its option (--lengths)
+                raise ValueError(f"eval_lengths: {exc}") from None
         return self
 
 
@@ -444,7 +464,7 @@ class LMTaskRunSpec(Spec):
     eval: TaskEvalSpec = TaskEvalSpec()
     post: TaskPostSpec | None = None
     warm_start: WarmStartSpec | None = None
-    seed: int = Field(0, ge=0)
+    seed: Seed = 0
 
     @model_validator(mode="after")
     def _attempts_rule(self) -> LMTaskRunSpec:

@@ -1,0 +1,209 @@
+"""Where a command writes, checked before any work: probed, and never a folder it does not own.
+
+A command that would fail to write its output only after minutes of work (a file system
+that refuses new files, such as ``/proc``; a name longer than the system allows; a file
+that cannot be replaced, such as an immutable ``dataset.nc``) is refused before it starts,
+in one line (:class:`~dynlab.errors.DynlabInputError`, exit code 2), by trying what the
+write will do:
+
+- :func:`probe_folder` makes the folder when it is missing, creates and removes in it a
+  temporary file named as the real writes name theirs (with ``deep``: inside a temporary
+  folder named as a run's), then removes every folder it made: nothing is left behind;
+- :func:`probe_file` creates and removes a temporary file beside the file and, when the
+  file exists, checks that it can be replaced (an immutable or append-only file cannot:
+  not even a hard link to it can be made).
+
+A command never writes into a folder it did not make for its kind of output
+(:func:`refuse_foreign_folder`): a dynlab run folder or study folder, or a folder that
+holds other files than the command's own (a previous export may be replaced; a run's
+weights may not).
+
+This module imports nothing heavy: the command line calls it before loading torch.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+import socket
+from collections.abc import Iterable
+from pathlib import Path
+
+from dynlab.errors import DynlabInputError
+
+__all__ = ["RUN_FILES", "STUDY_FILES", "check_json_path", "current_umask", "probe_file", "probe_folder", "refuse_foreign_folder"]
+
+#: Files that make a folder a dynlab run folder (any one of them).
+RUN_FILES = ("spec.json", "checksums.json")
+#: Files that make a folder a dynlab study folder.
+STUDY_FILES = ("manifest.json",)
+
+
+def current_umask() -> int:
+    """The process's umask (read from /proc when it can be; else set and set back)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _tag() -> str:
+    host = "".join(c if c.isalnum() or c in "-." else "_" for c in (socket.gethostname() or "localhost"))
+    return f"{secrets.token_hex(4)}~{host}~{os.getpid()}"
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno == errno.ENAMETOOLONG:
+        return "a name in the path, or the whole path, is longer than this system allows"
+    return exc.strerror or type(exc).__name__
+
+
+def probe_folder(folder: str | Path, deep: bool = False) -> str | None:
+    """Why files cannot be written in ``folder`` (None when they can), found by writing:
+    the folder is made when missing, a temporary file is created in it (with ``deep``, in
+    a temporary folder named as a run's, ``.tmp-<64 characters>-<writer>``) and everything
+    made is removed again."""
+    folder = Path(folder).expanduser().absolute()
+    made: list[Path] = []
+    probe_dir: Path | None = None
+    probe: Path | None = None
+    try:
+        missing = []
+        here = folder
+        while not os.path.lexists(here) and here.parent != here:
+            missing.append(here)
+            here = here.parent
+        for d in reversed(missing):
+            os.mkdir(d, 0o777)
+            made.append(d)
+        if not folder.is_dir():
+            return "is not a folder"
+        where = folder
+        if deep:
+            probe_dir = folder / f".tmp-{'0' * 64}-{_tag()}"
+            os.mkdir(probe_dir, 0o777)
+            where = probe_dir
+        probe = where / f".model.safetensors.{_tag()}.tmp"
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except OSError as exc:
+        return f"cannot be written ({_why(exc)})"
+    finally:
+        for path, remove in ((probe, os.unlink), (probe_dir, os.rmdir), *((d, os.rmdir) for d in reversed(made))):
+            if path is not None:
+                try:
+                    remove(path)
+                except OSError:
+                    pass
+    return None
+
+
+def probe_file(path: str | Path) -> str | None:
+    """Why file ``path`` cannot be written or replaced (None when it can): a temporary file
+    named as the atomic write names its own is created and removed beside it; an existing
+    ``path`` must also be replaceable (not immutable or append-only: a hard link to it is
+    made and removed, which such a file refuses, as it refuses to be replaced)."""
+    path = Path(path).expanduser().absolute()
+    if not path.parent.is_dir():
+        above = path.parent
+        while not os.path.lexists(above) and above.parent != above:
+            above = above.parent
+        return f"cannot be written ({above} is a file)" if above.is_file() else f"cannot be written ({path.parent} does not exist)"
+    tmp = path.parent / f".{path.name}.{_tag()}.tmp"
+    try:
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        os.unlink(tmp)
+    except OSError as exc:
+        return f"cannot be written ({_why(exc)})"
+    if path.is_file() and not os.access(path, os.W_OK):
+        link = path.parent / f".{path.name}.{_tag()}.link"
+        try:
+            os.link(path, link)
+            os.unlink(link)
+        except OSError as exc:
+            if exc.errno == errno.EPERM:
+                return "cannot be replaced (it is immutable or append-only)"
+    return None
+
+
+def refuse_foreign_folder(folder: str | Path, what: str, own: Iterable[str] | None = None, allowed: str = "") -> None:
+    """Refuse to write into ``folder`` when it is a dynlab run or study folder or, with
+    ``own`` (the names the command writes there, ``*.png`` patterns allowed), when it holds
+    anything else (hidden temporary files aside): one line naming ``what`` (the option as
+    typed) and what is allowed.  A missing or empty folder is fine."""
+    folder = Path(folder).expanduser()
+    try:
+        names = {p.name for p in folder.iterdir()} if os.path.isdir(folder) else set()
+    except OSError:  # a folder that cannot be listed or named: the probe of the write says why
+        return
+    where = f"{what} {folder}"
+    allowed = allowed or "a new or empty folder"
+    if names & set(RUN_FILES):
+        raise DynlabInputError(f"{where} is a dynlab run folder: writing there would replace its files; allowed: {allowed}")
+    if names & set(STUDY_FILES):
+        raise DynlabInputError(f"{where} is a dynlab study folder: writing there would mix with its files; "
+                               f"allowed: {allowed}")
+    if own is None:
+        return
+    from fnmatch import fnmatch
+
+    patterns = tuple(own)
+    foreign = sorted(n for n in names if not n.startswith(".") and not any(fnmatch(n, p) for p in patterns))
+    if foreign:
+        listed = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise DynlabInputError(f"{where} holds files this command did not write ({listed}); allowed: {allowed}")
+
+
+def check_json_path(path: str | Path) -> Path:
+    """Refuse a ``--json`` path the results could not be written to, before any benchmark
+    runs: a folder, a file in a folder that does not exist, a place that is not writable
+    (permissions, a read-only file system, or a file system that takes no files: a file is
+    created and removed beside it, :func:`dynlab.outputs.probe_file`), a file in a run or
+    study folder, and an existing file that is not a benchmark result dynlab wrote (it
+    would be replaced).  Returns the path."""
+    path = Path(path).expanduser()
+    allowed = "allowed: a file path in an existing, writable folder"
+    if path.is_dir():
+        raise DynlabInputError(f"--json {path} is a folder; {allowed}")
+    folder = path.parent
+    if not folder.is_dir():
+        above = folder
+        while not (above.exists() or above.is_symlink()) and above.parent != above:
+            above = above.parent
+        if above.exists() and not above.is_dir():
+            raise DynlabInputError(f"--json {path}: {above} is a file, not a folder; {allowed}")
+        raise DynlabInputError(f"--json {path}: folder {folder} does not exist; {allowed}")
+    refuse_foreign_folder(folder, "--json", allowed="a file outside dynlab's run and study folders")
+    if path.exists() and not _is_bench_json(path):
+        raise DynlabInputError(f"--json {path} exists and is not a benchmark file dynlab wrote; allowed: a new file, "
+                               "or one that `dynlab bench` wrote (it is replaced)")
+    effective = os.access in os.supports_effective_ids
+    target = path if path.exists() else folder
+    need = os.W_OK if target is path else os.W_OK | os.X_OK
+    try:
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    if read_only or not os.access(target, need, effective_ids=effective):
+        why = "read-only file system" if read_only else "permission denied"
+        raise DynlabInputError(f"--json {path} is not writable ({why}); {allowed}")
+    problem = probe_file(path)  # what the system says when the file is really written (e.g. /proc takes no files)
+    if problem is not None:
+        raise DynlabInputError(f"--json {path} {problem}; {allowed}")
+    return path
+
+
+def _is_bench_json(path: Path) -> bool:
+    """Whether ``path`` holds a benchmark result dynlab wrote (:func:`write_bench_json`: a
+    JSON object with the ``machine`` it ran on)."""
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(payload, dict) and "machine" in payload
