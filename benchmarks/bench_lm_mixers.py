@@ -86,7 +86,17 @@ def conv1d_causal_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 
 
 class _NoMixer(torch.nn.Module):
-    """Stands in for a mixer in the floor row: output 0, state and window passed through."""
+    """Stands in for ``mixer`` in the floor row: output 0, state and window passed through."""
+
+    def __init__(self, mixer: torch.nn.Module) -> None:
+        super().__init__()
+        self.shapes = mixer.state_shape(), mixer.conv_shape()
+
+    def state_shape(self) -> tuple[int, int, int]:
+        return self.shapes[0]
+
+    def conv_shape(self) -> tuple[int, int] | None:
+        return self.shapes[1]
 
     def forward(self, x: torch.Tensor, state: torch.Tensor | None, window: torch.Tensor | None = None):
         return x * 0.0, state, window
@@ -128,7 +138,7 @@ def layer_variant(name: str, mixer: str, c_kernel: bool = True, strong: bool = F
     w = torch.randn(BATCH, SEQ_LEN, QUICK["model"]["d_model"], generator=gen)
 
     def run() -> None:
-        y, _ = layer(x)
+        y = layer(x)[0]
         (y * w).sum().backward()
 
     return Variant("layer", name, run, c_kernel)
@@ -144,7 +154,7 @@ def step_variant(name: str, mixer: str, data: torch.Tensor, steps: int, c_kernel
         strengthen_gates(model)
     if floor:
         for block in model.blocks:
-            block.mixer = _NoMixer()
+            block.mixer = _NoMixer(block.mixer)
 
     def run() -> None:
         fast = lm_mixers.causal_conv

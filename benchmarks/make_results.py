@@ -53,7 +53,7 @@ DATASETS = [
      "one model per seed trained to 32× its Chinchilla budget (20 tokens per parameter, every parameter counted), "
      "evaluated at 16× T_train from checkpoints inside the run; far/in > 1 means PPL rises beyond T_train"),
     ("length-generalization-context", "PPL rise against the training context (preset context)",
-     "dynlab study length-generalization --preset context",
+     "dynlab study length-generalization --preset context --executor dask --workers 2",
      "T_train 16–128 at two model sizes, the same training tokens for every run, each evaluated at 16× its T_train"),
     ("length-generalization-interventions", "Interventions where the PPL rises (preset interventions)",
      "dynlab study length-generalization --preset interventions --executor dask --workers 2",
