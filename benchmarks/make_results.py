@@ -24,7 +24,7 @@ import numpy as np
 import xarray as xr
 
 from dynlab.report import _headline, _headline_contrasts, _learned_mp, arm_in_range, far_in_ratio, first_rise, \
-    open_report_dataset, report, reproduction_tables
+    last_rise, open_report_dataset, report, reproduction_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "results" / "datasets"
@@ -226,16 +226,19 @@ def budget_cell(ds: xr.Dataset) -> str:
     ok = ds["status"].values.astype(str) == "ok"
     ratio = ds["far_in_ratio"].values[ok].astype(float)  # [run, budget]
     per = ", ".join(f"{float(b):g}× {ratio[:, i].mean():.3f}" for i, b in enumerate(ds["budget"].values))
-    above = int((ratio > 1).any(axis=1).sum())
     mean, lo, hi, rose, n = first_rise(ds)
     spec = _first_spec(ds)["model"]
     params = int(ds["n_params"].values[ok][0])
-    first = (f"first budget above 1: {mean:.2g}×" + (f" [{lo:.2g}, {hi:.2g}]" if np.isfinite(lo) else "")
-             + f" ({rose} of {n} seeds)" if rose else f"above 1 at no budget in {n} of {n} seeds")
+    last = last_rise(ds)
+    late = ratio[:, -1]
+    first = (f"first budget above 1 {mean:.2g}×" + (f" [{lo:.2g}, {hi:.2g}]" if np.isfinite(lo) else "")
+             + f" ({rose} of {n} seeds), last {_and([f'{x:g}×' for x in last if np.isfinite(x)] or ['none'])}"
+             if rose else f"above 1 at no budget in {n} of {n} seeds")
     pin = ds["ppl_in"].values[ok].astype(float)
-    return (f"{params:,}-parameter Mamba-2 (width {spec['d_model']}), T_train {int(ds['train_length'].values[0])}, "
-            f"{n} seeds: far/in ratio at {per}; {first}; above 1 at some budget in {above} of {n}; in-range PPL "
-            f"{pin[:, 0].mean():.2f} → {pin[:, -1].mean():.2f}")
+    return (f"{params:,}-parameter Mamba-2 (width {spec['d_model']}, no MLP), T_train "
+            f"{int(ds['train_length'].values[0])}, {n} seeds: mean far/in ratio at {per}; {first}; at "
+            f"{float(ds['budget'].values[-1]):g}× above 1 in {int((late > 1).sum())} of {n}; in-range PPL "
+            f"{pin[:, 0].mean():.1f} → {pin[:, -1].mean():.2f}")
 
 
 def context_cell(ds: xr.Dataset) -> str:

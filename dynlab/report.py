@@ -258,9 +258,10 @@ def _ratio_cell(r: np.ndarray, digits: int = 3) -> str:
 
 
 def first_rise(ds: xr.Dataset) -> tuple[float, float, float, int, int]:
-    """Of a budget dataset's ok runs: the mean first budget at which far/in exceeds 1
-    (``first_rise_budget``) with its 95 % t-interval over the seeds that rose, how many
-    rose and how many ran (``(nan, nan, nan, 0, n)`` when none rose)."""
+    """Of a budget dataset's ok runs: the geometric mean over the seeds that rose of the first
+    budget at which far/in exceeds 1 (``first_rise_budget``), with its 95 % t-interval taken
+    on log2 of the budget (the checkpoints form a doubling ladder), how many rose and how
+    many ran (``(nan, nan, nan, 0, n)`` when none rose)."""
     ok = ds["status"].values.astype(str) == "ok"
     b = ds["first_rise_budget"].values[ok].astype(float)
     rose = b[np.isfinite(b)]
@@ -268,8 +269,16 @@ def first_rise(ds: xr.Dataset) -> tuple[float, float, float, int, int]:
         return math.nan, math.nan, math.nan, 0, int(ok.sum())
     from dynlab.analysis.contrasts import paired_summary
 
-    mean, lo, hi, _ = paired_summary(rose)
+    mean, lo, hi, _ = (2.0 ** np.asarray(x) for x in paired_summary(np.log2(rose)))
     return float(mean), float(lo), float(hi), int(rose.size), int(ok.sum())
+
+
+def last_rise(ds: xr.Dataset) -> np.ndarray:
+    """Per ok run of a budget dataset: the largest budget whose far/in ratio exceeds 1 (NaN: none)."""
+    ok = ds["status"].values.astype(str) == "ok"
+    ratio = ds["far_in_ratio"].values[ok].astype(float)  # [run, budget]
+    budgets = ds["budget"].values.astype(float)
+    return np.array([budgets[np.flatnonzero(r > 1)[-1]] if (r > 1).any() else np.nan for r in ratio])
 
 
 def budget_tables(ds: xr.Dataset) -> str:
@@ -287,8 +296,11 @@ def budget_tables(ds: xr.Dataset) -> str:
                    f"{int(np.nansum(passed))} of {int(np.isfinite(passed).sum())} |")
     mean, lo, hi, rose, n = first_rise(ds)
     ci = f" [{lo:.2g}, {hi:.2g}]" if np.isfinite(lo) else ""
-    line = (f"First budget with far/in > 1: {mean:.2g}×{ci} (mean and 95 % t-interval over the {rose} of {n} "
-            "seeds that rose)." if rose else f"No seed's far/in ratio exceeded 1 at any budget (0 of {n}).")
+    last = last_rise(ds)
+    line = (f"First budget with far/in > 1: {mean:.2g}×{ci} (geometric mean and 95 % t-interval over the {rose} "
+            f"of {n} seeds that rose); the last budget above 1 per seed: "
+            + ", ".join("none" if not np.isfinite(x) else f"{x:g}×" for x in last) + "."
+            if rose else f"No seed's far/in ratio exceeded 1 at any budget (0 of {n}).")
     return "\n".join(out + ["", line]) + "\n"
 
 
