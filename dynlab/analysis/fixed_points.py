@@ -33,7 +33,8 @@ Golub & Sussillo (2018) and computation-thru-dynamics:
 **Affine maps** (:func:`affine_part`): when DF is the same at every start (to ``affine_tol``)
 the map is F(h) = A h + b, and its fixed set {h : (A − I) h = −b} is solved in closed
 form: empty when b is not in the range of A − I (no fixed point: ``count`` 0), otherwise an
-affine subspace of dimension nullity(A − I).  A subspace of dimension > 0 is reported by
+affine subspace of dimension nullity(A − I).  Its point is kept under the residual rule of
+step 3, like a solve (round-off in a nearly singular A − I can defeat it: then none).  A subspace of dimension > 0 is reported by
 its dimension (``fixed_dim``) and ``count`` NaN: it holds infinitely many fixed points;
 its representative point is the projection of the mean start onto it.
 
@@ -408,6 +409,10 @@ def find_fixed_points(
         if null.shape[1]:
             p = p + null @ (null.T @ (x0.mean(0) - p))  # the fixed point nearest the mean start
         res = np.asarray([float(np.linalg.norm(f(p) - p))])
+        if not res[0] <= tol * max(1.0, float(np.linalg.norm(p))):  # the point does not evaluate as fixed (round-off
+            # of a nearly singular A − I, or overflow): the same acceptance rule as the solves
+            empty = _with_spectra(fn, np.zeros((0, s)), np.zeros(0), np.zeros(0, dtype=np.int64), basis, rank_tol)
+            return FixedPoints(**empty, count=0.0, best_residual=float(res[0]), affine=True, n_starts=x0.shape[0])
         parts = _with_spectra(fn, p[None], res, np.asarray([x0.shape[0]]), basis, rank_tol, jacs=[a])
         parts["fixed_dim"] = np.asarray([null.shape[1]], dtype=np.int64)
         count = 1.0 if null.shape[1] == 0 else float("nan")
