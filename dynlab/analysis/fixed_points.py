@@ -58,7 +58,11 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 import torch
+import xarray as xr
 from torch.func import jacrev
+
+from dynlab.analysis.jacobian import analysis_copy
+from dynlab.results.vocabulary import annotate
 
 __all__ = [
     "FixedPoints",
@@ -517,6 +521,33 @@ def _embed_basis(basis: Any | None, state_size: int, sl: slice) -> np.ndarray | 
     return full
 
 
+def _state_summary(maps: Sequence[Map], words: Sequence[Sequence[int]], x0: np.ndarray, s: int,
+                   basis: np.ndarray | None, tol: float, dedup_tol: float,
+                   rank_tol: float) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """The ``fp_*`` summaries of one symbolic state from its starts ``x0`` (:func:`tracker_fixed_points`),
+    and the eigenvalues (real, imaginary parts ``[W·S]``) at its principal fixed points."""
+    eig_re = np.full(len(words) * s, np.nan)
+    eig_im = np.full(len(words) * s, np.nan)
+    res, cnt, dim, rperp, rpar, stab = [], [], [], [], [], []
+    for j, (w, fn) in enumerate(zip(words, maps)):
+        fp = find_fixed_points(fn, x0, basis=basis, tol=tol, dedup_tol=dedup_tol, rank_tol=rank_tol)
+        res.append(fp.best_residual)
+        cnt.append(fp.count)
+        if fp.found:
+            dim.append(fp.fixed_dim[0])
+            rperp.append(fp.rho_perp[0] ** (1.0 / len(w)))
+            rpar.append(fp.rho_par[0] ** (1.0 / len(w)))
+            stab.append(bool(fp.stable[0]))
+            eig_re[j * s:(j + 1) * s] = fp.eig[0].real
+            eig_im[j * s:(j + 1) * s] = fp.eig[0].imag
+    row = {"fp_residual": max(res), "fp_count": max(cnt) if not np.isnan(cnt).any() else np.nan}
+    if dim:
+        row.update(fp_dim=max(dim), fp_stable=float(all(stab)),
+                   fp_rho_perp=np.nanmax(rperp) if np.isfinite(rperp).any() else np.nan,
+                   fp_rho_par=np.nanmax(rpar) if np.isfinite(rpar).any() else np.nan)
+    return row, eig_re, eig_im
+
+
 def tracker_fixed_points(
     model: Any,
     words: Sequence[Sequence[int]],
@@ -530,7 +561,7 @@ def tracker_fixed_points(
     tol: float = 1e-8,
     dedup_tol: float = 1e-6,
     rank_tol: float = 1e-8,
-) -> Any:
+) -> xr.Dataset:
     """Fixed points of the return maps F_w of state-preserving ``words`` per symbolic state.
 
     For every class g present in ``labels`` ``[N]`` and every word w, the fixed points of F_w
@@ -559,11 +590,6 @@ def tracker_fixed_points(
     Returns an ``xarray.Dataset`` (vocabulary-annotated) with attrs ``fp_words`` (the words)
     and ``fp_starts``.
     """
-    import xarray as xr
-
-    from dynlab.analysis.jacobian import analysis_copy
-    from dynlab.results.vocabulary import annotate
-
     m = analysis_copy(model, torch.float64).cpu()
     h = np.asarray(states, dtype=np.float64)
     y = np.asarray(labels, dtype=np.int64).reshape(-1)
@@ -583,27 +609,10 @@ def tracker_fixed_points(
         own = h[y == g]
         if own.shape[0] == 0:
             continue
-        x0 = initial_points(own, starts)
-        res, cnt, dim, rperp, rpar, stab = [], [], [], [], [], []
-        for j, (w, fn) in enumerate(zip(words, maps)):
-            fp = find_fixed_points(fn, x0, basis=b_full, tol=tol, dedup_tol=dedup_tol, rank_tol=rank_tol)
-            res.append(fp.best_residual)
-            cnt.append(fp.count)
-            if fp.found:
-                length = len(w)
-                dim.append(fp.fixed_dim[0])
-                rperp.append(fp.rho_perp[0] ** (1.0 / length))
-                rpar.append(fp.rho_par[0] ** (1.0 / length))
-                stab.append(bool(fp.stable[0]))
-                eig_re[g, j * s:(j + 1) * s] = fp.eig[0].real
-                eig_im[g, j * s:(j + 1) * s] = fp.eig[0].imag
-        summ["fp_residual"][g] = max(res)
-        summ["fp_count"][g] = max(cnt) if not np.isnan(cnt).any() else np.nan
-        if dim:
-            summ["fp_dim"][g] = max(dim)
-            summ["fp_rho_perp"][g] = np.nanmax(rperp) if np.isfinite(rperp).any() else np.nan
-            summ["fp_rho_par"][g] = np.nanmax(rpar) if np.isfinite(rpar).any() else np.nan
-            summ["fp_stable"][g] = float(all(stab))
+        row, eig_re[g], eig_im[g] = _state_summary(maps, words, initial_points(own, starts), s, b_full, tol, dedup_tol,
+                                                   rank_tol)
+        for k, v in row.items():
+            summ[k][g] = v
     data = {k: ("state", v) for k, v in summ.items()}
     data["fp_eig_real"] = (("state", "k_fp"), eig_re)
     data["fp_eig_imag"] = (("state", "k_fp"), eig_im)
