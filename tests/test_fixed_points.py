@@ -287,6 +287,13 @@ def test_tracker_fixed_points_of_an_exact_affine_tracker_are_a_subspace():
     np.testing.assert_array_equal(ds["fp_stable"].values, 0.0)
 
 
+def test_max_states_leaves_the_rest_nan():
+    tr = S3Tracker("smooth")
+    tokens, labels = s3_batch(40, 6, seed=1)
+    ds = tracker_fixed_points(tr, [[2, 2]], _reach(tr, tokens), labels[:, -1], n_classes=6, starts=1, max_states=2)
+    assert (ds["fp_residual"].values[:2] < 1e-12).all() and np.isnan(ds["fp_residual"].values[2:]).all()
+
+
 def test_absent_class_is_nan():
     tr = S3Tracker("smooth")
     tokens, labels = s3_batch(40, 6, seed=1)

@@ -561,6 +561,7 @@ def tracker_fixed_points(
     tol: float = 1e-8,
     dedup_tol: float = 1e-6,
     rank_tol: float = 1e-8,
+    max_states: int | None = None,
 ) -> xr.Dataset:
     """Fixed points of the return maps F_w of state-preserving ``words`` per symbolic state.
 
@@ -570,6 +571,9 @@ def tracker_fixed_points(
     k]`` is an orthonormal basis of U in the coordinates of ``model.layer_slice(layer)``
     (embedded in the full state, zero elsewhere; U⊥ is its complement in the full state).
     The model is copied to float64 (:func:`dynlab.analysis.jacobian.analysis_copy`).
+
+    With ``max_states``, only the states g < ``max_states`` are solved (the others are NaN):
+    the work grows as states × words × starts.
 
     The *principal* fixed point of (g, w) is the one reached from most of g's starts.
     Summaries per state g (dim ``state``; NaN for an absent class):
@@ -605,7 +609,7 @@ def tracker_fixed_points(
     eig_re = np.full((n_classes, n_w * s), np.nan)
     eig_im = np.full((n_classes, n_w * s), np.nan)
     maps = [word_map(m, w) for w in words]
-    for g in range(n_classes):
+    for g in range(n_classes if max_states is None else min(n_classes, int(max_states))):
         own = h[y == g]
         if own.shape[0] == 0:
             continue

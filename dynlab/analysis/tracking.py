@@ -60,7 +60,8 @@
    ``word_length`` tokens, solved from ``fp_starts`` states of each class after t_ref
    tokens (fresh sequences from their own generator, seed ``seed + 2``), with the
    residual, the number of distinct fixed points, the fixed set's dimension, ρ⊥ and ρ∥ per
-   token on U(t_ref) and U⊥, stability and the spectra (``fp_*`` variables, dim ``state``).
+   token on U(t_ref) and U⊥, stability and the spectra (``fp_*`` variables, dim ``state``);
+   for the first ``fp_max_states`` (24) states only (NaN beyond: A5, S5).
 
 Where the logits are a linear map of the tracked state (dense RNN cells), the trained
 readout's own threshold ``tau_readout(t)`` = (smallest centroid-to-boundary distance)/M
@@ -139,6 +140,7 @@ class AnalysisSpec(Spec):
     fp_starts: int = Field(8, ge=1)
     fp_random_words: int = Field(1, ge=0)
     fp_tol: float = Field(1e-8, gt=0)
+    fp_max_states: int = Field(24, ge=1)
     seed: int = 20_000
 
     def samples_for(self, n_classes: int) -> int:
@@ -470,7 +472,7 @@ def _add_fixed_points(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec,
     finite = np.isfinite(h).all(axis=1)  # an overflowed state is no start
     fp = tracker_fixed_points(m, words, h[finite], y[finite], n_classes=task.n_classes,
                               basis=basis if basis.shape[1] > 0 else None, layer=layer, starts=spec.fp_starts,
-                              tol=spec.fp_tol)
+                              tol=spec.fp_tol, max_states=spec.fp_max_states)
     for name in fp.data_vars:
         out[name] = fp[name]
     out["fp_residual"].attrs["fp_words"] = fp.attrs["fp_words"]
