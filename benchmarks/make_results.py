@@ -106,6 +106,8 @@ def document() -> str:
             a, b = (open_report_dataset(DATA / f"{x}.nc") for x in REPRODUCTION[:2])
             parts.append(f"### What reproduces: C loops against torch loops\n\n{REPRODUCTION_NOTE}\n\n"
                          f"{reproduction_tables(a, b, *REPRODUCTION[2:])}")
+    if (DATA / f"{FRESH_LABEL}.nc").is_file():
+        parts.append(f"## {FRESH_HEADING}\n\n`{FRESH_COMMAND}` — {FRESH_NOTE}.\n\n{fixed_points_section()}\n")
     return "\n".join(parts)
 
 
@@ -440,6 +442,58 @@ NO_WALL_TIME = "wall time not recorded"
 _NUMBER_WORDS = {0: "zero", 1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
 
 
+#: The sweep recipe on fresh seeds, trained after the pre-registered forecast was defined:
+#: the fixed-point mechanism and the forecast's score (the last section of docs/results.md).
+FRESH_LABEL = "group-tracking-sweep-seeds5-9"
+FRESH_HEADING = "Fixed points of the return map, and the pre-registered horizon forecast"
+FRESH_COMMAND = "dynlab study group-tracking --models all --preset sweep --seeds 5,6,7,8,9"
+FRESH_NOTE = ("the sweep recipe on seeds 5–9, trained once after the forecast `T_prereg` was defined "
+              "(docs/error-control.md); ρ⊥, ρ∥ and the fixed points are the `fp_*` variables")
+
+
+def _r_ci(c: dict, key: str = "r") -> str:
+    lo, hi = c[f"{key}_ci"]
+    return f"{_paired(c[key])} [{_paired(lo)}, {_paired(hi)}]"
+
+
+def fixed_points_section() -> str:
+    """docs/results.md's fixed-point section, from :data:`FRESH_LABEL`: how many learned runs have
+    fixed points, the mechanism correlations (:func:`dynlab.analysis.mechanism.mechanism_correlations`)
+    and the pre-registered forecast's score (:func:`dynlab.analysis.preregistered.preregistered_scores`)."""
+    from dynlab.analysis.mechanism import mechanism_correlations
+    from dynlab.analysis.preregistered import PREREGISTERED_DEFINITION, preregistered_scores
+
+    ds = _dataset(FRESH_LABEL)
+    m = mechanism_correlations(ds)
+    p = preregistered_scores(ds)
+    sd = m["state_dependent"]
+    out = [_prose(f"Preset `{ds.attrs['preset']}` on seeds {_seeds(ds['seed'].values)}, {ds.sizes['run']} runs, "
+                  f"{m['n_ok']} learned, trained after the forecast below was defined. Fixed points of the return "
+                  f"maps (`fp_*`, docs/error-control.md): {sd['found']} of {sd['n']} learned state-dependent runs, "
+                  f"and {m['found']} of {m['n_ok']} learned runs in all, have one for every symbolic state and "
+                  "word with residual ≤ 1e-8. Across the learned runs, Pearson r and Spearman ρ with 95 % "
+                  "bootstrap CIs (ρ⊥, ρ∥: spectral radius per token on U⊥ and U at the fixed points, median "
+                  "over states):"), "",
+           "| at the fixed points | against | r | ρ | n |", "| --- | --- | --- | --- | --- |"]
+    rows = [("log ρ⊥", "recovery rate along U⊥", m["recovery_perp"]),
+            ("log ρ∥", "recovery rate along U", m["recovery_par"]),
+            ("ρ⊥", "mp, replace", m["mp_rho_perp_replace"]), ("ρ⊥", "mp, drop", m["mp_rho_perp_drop"]),
+            ("abs(ρ∥ − 1)", "mp, replace", m["mp_par_dev_replace"]),
+            ("abs(ρ∥ − 1)", "mp, drop", m["mp_par_dev_drop"])]
+    for x, y, c in rows:
+        out.append(f"| {x} | {y} | {_r_ci(c)} | {_r_ci(c, 'rho')} | {c['n']} |")
+    modes = "; ".join(f"{mode}: {v['n']} runs, median ρ⊥ {v['rho_perp']:.3f}, abs(ρ∥ − 1) {v['par_dev']:.3f}"
+                      for mode, v in m.get("modes", {}).items() if v["n"])
+    drop, rep = p["drop"], p["replace"]
+    verdict = "at least" if drop["r"] >= FORECAST_GOAL else "short of"
+    out += ["", _prose(f"By failure mode of `q_dec`: {modes}. The pre-registered horizon forecast "
+                       f"`{PREREGISTERED_DEFINITION}` (docs/error-control.md) gives on these seeds under 'drop' "
+                       f"r = {_r_ci(drop)}, ρ = {_r_ci(drop, 'rho')} over {drop['n']} runs ({verdict} "
+                       f"{FORECAST_GOAL}); under 'replace' r = {_r_ci(rep)}, ρ = {_r_ci(rep, 'rho')} over "
+                       f"{rep['n']} runs.")]
+    return "\n".join(out)
+
+
 def wall_time(ds: xr.Dataset) -> str:
     """``6.4 min (9 of 9 runs trained, 1 worker, AMD EPYC)`` (seconds under a minute) from
     the dataset's ``study_*`` attributes and the CPU its ``provenance_json`` names, or
@@ -629,16 +683,20 @@ def stale_sections(text: str) -> list[str]:
 
 
 def slim(study_dataset: Path, label: str) -> Path:
-    """Copy the variables the tables read (run record, mp, correlations, and the crossing times
-    and forecasts they correlate, to recompute them) of a group-tracking
+    """Copy the variables the tables read (run record, mp, correlations, the crossing times
+    and forecasts they correlate, to recompute them, and the per-state fixed-point summaries
+    with the recovery rates and failure modes) of a group-tracking
     ``dataset.nc`` to ``DATA/<label>.nc`` (a whole sweep dataset holds every curve of every run)."""
     from dynlab.analysis.correlation import CROSSING_VARIANTS, FORECAST_VARIANTS
     from dynlab.results.schema import write_dataset
 
     ds = open_report_dataset(study_dataset)
     crossings = {var for var, _ in (*CROSSING_VARIANTS.values(), *FORECAST_VARIANTS.values())}
+    fixed_points = ("fp_residual", "fp_count", "fp_dim", "fp_rho_perp", "fp_rho_par", "fp_stable", "recovery_rate",
+                    "failure_mode_dec")  # the fixed-point section's variables, where the study has them
     keep = [v for v in ds.data_vars
-            if v in ("mp", "mp_censored", "status", "horizon") or v in crossings or v.startswith("corr_")]
+            if v in ("mp", "mp_censored", "status", "horizon") or v in crossings or v.startswith("corr_")
+            or v in fixed_points]
     return write_dataset(ds[keep], DATA / f"{label}.nc")
 
 

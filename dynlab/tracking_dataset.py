@@ -91,5 +91,5 @@ def assemble_tracking(specs: list[RunSpec], store: RunStore) -> xr.Dataset:
                        result_coords=("family", "family_measured"), coords=SPEC_COORDS)
     ds["mp"].attrs["threshold"] = float(specs[0].eval.threshold) if specs else float("nan")
     ds["mp"].attrs["window"] = float(specs[0].eval.mp_window) if specs else float("nan")
-    table = stack_run_files(specs, store, "analysis.nc", [r.evaluated for r in results], positional=("k",))
+    table = stack_run_files(specs, store, "analysis.nc", [r.evaluated for r in results], positional=("k", "k_fp"))
     return ds if table is None else _with_analyses(ds, table, specs)

@@ -132,7 +132,8 @@ PRESETS: dict[str, dict] = {
 #: analysis preset; a study preset names its analysis preset (``PRESETS[p]["analysis"]``)
 #: and ``extra={"analysis": ...}`` picks another.
 ANALYSIS_PRESETS: dict[str, AnalysisSpec] = {
-    "smoke": AnalysisSpec(n_samples=32, perturb_samples=16, perturb_steps=10, lyap_samples=2, lyap_steps=10, n_words=2),
+    "smoke": AnalysisSpec(n_samples=32, perturb_samples=16, perturb_steps=10, lyap_samples=2, lyap_steps=10, n_words=2,
+                          fp_starts=2),
     "quick": AnalysisSpec(n_samples=128, perturb_samples=128, lyap_samples=8),
     "paper": AnalysisSpec(),
 }

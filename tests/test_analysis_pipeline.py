@@ -40,6 +40,14 @@ def test_exact_affine_tracker_is_robust_and_neutral():
     # permutations are orthogonal: perturbations neither grow nor decay, exponents are 0
     np.testing.assert_allclose(ds.recovery_rate.values, 0.0, atol=1e-10)
     np.testing.assert_allclose(ds.lyapunov.values, 0.0, atol=1e-10)
+    # every return map is the identity on the one-hot states: each class sits in a fixed
+    # subspace of dimension 6 (no isolated count), neutral along U and U⊥, not stable
+    np.testing.assert_array_equal(ds.fp_residual.values, 0.0)
+    assert np.isnan(ds.fp_count.values).all()
+    np.testing.assert_array_equal(ds.fp_dim.values, 6)
+    np.testing.assert_allclose(ds.fp_rho_par.values, 1.0, atol=1e-12)
+    np.testing.assert_array_equal(ds.fp_stable.values, 0.0)
+    assert ds.fp_residual.attrs["fp_words"].startswith("3 3 3; 2 2; ")  # a^ord(a) per generator, then a random word
 
 
 def test_contracting_tracker_return_map_below_one():
@@ -68,6 +76,12 @@ def test_contracting_tracker_return_map_below_one():
     np.testing.assert_allclose(ds.recovery_rate.values, np.log(lam), rtol=1e-6)
     np.testing.assert_allclose(ds.lyapunov.values, np.log(lam), rtol=1e-6)
     assert str(ds.failure_mode.values) == "robust"
+    # each vertex is the one fixed point of its class, contracting by λ per token everywhere
+    assert (ds.fp_residual.values < 1e-12).all()
+    np.testing.assert_array_equal(ds.fp_count.values, 1.0)
+    np.testing.assert_allclose(ds.fp_rho_par.values, lam, rtol=1e-12)
+    np.testing.assert_allclose(ds.fp_rho_perp.values, lam, rtol=1e-12)
+    np.testing.assert_array_equal(ds.fp_stable.values, 1.0)
 
 
 def test_trained_like_random_tracker_produces_complete_dataset():

@@ -16,6 +16,7 @@ from dynlab.figures import (  # noqa: E402
     MissingData,
     accuracy_heatmap,
     failure_modes,
+    fixed_point_spectra,
     group_tracking_panels,
     margin_panel,
     mp_by_nonlinearity,
@@ -42,7 +43,8 @@ def synthetic() -> xr.Dataset:
     accuracy(run, L) = a_arch - 0.1·seed (so the seed mean is a_arch - 0.05); q(t) = t/(20·k) with
     k = run + 1 crosses 0.5 at t = 10·k (runs 5–7 never cross within T = 50); eigenvalues on
     circles of radius rho_family; perturbation
-    size decays as exp(-rate·s); R_par = c·t·M, R_perp = 2c·t·M.
+    size decays as exp(-rate·s); R_par = c·t·M, R_perp = 2c·t·M; fixed-point eigenvalues at
+    angles 0 and π/2 on circles of radius 1 (affine) or 0.3, none (NaN) for the last run.
     """
     rows = [(a, f, g, o, s) for g, o in GROUPS for a, f in ARCHS for s in SEEDS]
     n = len(rows)
@@ -59,9 +61,13 @@ def synthetic() -> xr.Dataset:
     steps = np.arange(60, 71)
     rate = np.array([0.0 if f == "affine" else 0.2 for _, f, _, _, _ in rows])
     delta = np.stack([np.exp(-rate[:, None] * (steps - 60)), np.exp(-2 * rate[:, None] * (steps - 60))], axis=1)
+    fp_rho = np.where(rho == 1.0, 1.0, 0.3)[:, None, None] * np.ones((1, 2, 1))  # [run, state, 1]
+    fp_rho[-1] = np.nan
     ds = xr.Dataset(
         {
             "accuracy": (("run", "length"), acc),
+            "fp_eig_real": (("run", "state", "k_fp"), fp_rho * np.array([1.0, 0.0])),
+            "fp_eig_imag": (("run", "state", "k_fp"), fp_rho * np.array([0.0, 1.0])),
             "mp": ("run", np.array([1000.0, 200, 60, 0, 1000, 1000, 10, 60])),
             "mp_censored": ("run", np.array([True, False, False, False, True, True, False, False])),
             "status": ("run", np.array(["ok"] * n)),
@@ -222,6 +228,22 @@ def test_return_map_eigs_mark_non_learners_and_clip_far_eigenvalues():
     assert ax.get_xlim() == (-1.6, 1.6)
 
 
+def test_fixed_point_spectra_per_architecture_on_the_unit_circle():
+    ds = synthetic()
+    ax = fixed_point_spectra(ds, _ax())
+    circles = [p for p in ax.patches if isinstance(p, Circle)]
+    assert len(circles) == 1 and circles[0].get_radius() == 1.0
+    pts = {c.get_label(): c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)}
+    fam = dict(zip(ds["arch"].values, ds["family"].values))
+    assert set(pts) == set(fam)
+    for arch, xy in pts.items():
+        n_runs = int((ds["arch"] == arch).sum()) - (1 if arch == str(ds["arch"].values[-1]) else 0)
+        assert len(xy) == n_runs * 2 * 2  # 2 states × 2 eigenvalues per run
+        np.testing.assert_allclose(np.hypot(*xy.T), 1.0 if fam[arch] == "affine" else 0.3)
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "1 learned runs without a fixed point" in texts
+
+
 def test_tcross_mp_scatter_of_another_variant_reads_its_row():
     ds = synthetic()
     ax = tcross_mp_scatter(ds, _ax(), variant="q_dec")
@@ -302,7 +324,7 @@ def test_write_figures_png_pdf_composite_and_notes(tmp_path):
     figs = write_figures(ds, tmp_path / "all", group_tracking_panels)
     names = {p.name for p in figs.written}
     for stem in ("accuracy_S3", "accuracy_C2", "q_curves", "q_dec_curves", "tcross_mp", "tcross_q_mp",
-                 "horizon_forecast", "r_par_perp", "return_map_eigs",
+                 "horizon_forecast", "r_par_perp", "return_map_eigs", "fixed_point_spectra",
                  "perturbation_recovery", "failure_modes", "failure_modes_dec", "margin", "group-tracking"):
         assert {f"{stem}.png", f"{stem}.pdf"} <= names
         assert (tmp_path / "all" / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -314,8 +336,8 @@ def test_write_figures_png_pdf_composite_and_notes(tmp_path):
     assert {p.name for p in figs.written} == {f"{s}.{e}" for s in ("accuracy_S3", "accuracy_C2", "group-tracking")
                                               for e in ("png", "pdf")}
     assert set(figs.skipped) == {"q_curves", "q_dec_curves", "tcross_mp", "tcross_q_mp", "horizon_forecast", "r_par_perp",
-                                 "return_map_eigs", "perturbation_recovery", "failure_modes", "failure_modes_dec",
-                                 "margin"}
+                                 "return_map_eigs", "fixed_point_spectra", "perturbation_recovery", "failure_modes",
+                                 "failure_modes_dec", "margin"}
     assert "q_curves: skipped (q(t) curves needs q, t" in (tmp_path / "bare" / "NOTES.txt").read_text()
 
 

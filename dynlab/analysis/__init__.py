@@ -4,6 +4,13 @@
 """
 
 from dynlab.analysis.correlation import CorrelationResult, tcross_mp_correlation
+from dynlab.analysis.fixed_points import (
+    FixedPoints,
+    SlowPoints,
+    find_fixed_points,
+    find_slow_points,
+    tracker_fixed_points,
+)
 from dynlab.analysis.geometry import (
     class_centroids,
     crossing_time,
@@ -26,6 +33,8 @@ from dynlab.analysis.tracking import AnalysisSpec, analyze_tracker, stream_state
 __all__ = [
     "AnalysisSpec",
     "CorrelationResult",
+    "FixedPoints",
+    "SlowPoints",
     "analyze_tracker",
     "stream_states",
     "analysis_copy",
@@ -33,6 +42,8 @@ __all__ = [
     "class_centroids",
     "crossing_time",
     "decision_margin",
+    "find_fixed_points",
+    "find_slow_points",
     "geometry_over_time",
     "lyapunov_exponents",
     "margin_vs_group_order",
@@ -43,5 +54,6 @@ __all__ = [
     "step_jacobians",
     "symbolic_basis",
     "tcross_mp_correlation",
+    "tracker_fixed_points",
     "trajectory_jacobians",
 ]

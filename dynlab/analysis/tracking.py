@@ -53,7 +53,15 @@
    (:func:`dynlab.analysis.perturbation.perturbation_response`);
 4. **finite-time Lyapunov exponents** along trajectories (QR method);
 5. for two-class groups (C2), the **signed error along U** that shows neutral
-   oscillation (:func:`dynlab.analysis.margin.binary_signed_error`).
+   oscillation (:func:`dynlab.analysis.margin.binary_signed_error`);
+6. **fixed points of the return maps** per symbolic state
+   (:func:`dynlab.analysis.fixed_points.tracker_fixed_points`): for each generator a the
+   word a^{ord(a)} and ``fp_random_words`` random state-preserving words of
+   ``word_length`` tokens, solved from ``fp_starts`` states of each class after t_ref
+   tokens (fresh sequences from their own generator, seed ``seed + 2``), with the
+   residual, the number of distinct fixed points, the fixed set's dimension, ρ⊥ and ρ∥ per
+   token on U(t_ref) and U⊥, stability and the spectra (``fp_*`` variables, dim ``state``);
+   for the first ``fp_max_states`` (24) states only (NaN beyond: A5, S5).
 
 Where the logits are a linear map of the tracked state (dense RNN cells), the trained
 readout's own threshold ``tau_readout(t)`` = (smallest centroid-to-boundary distance)/M
@@ -79,6 +87,7 @@ import torch
 import xarray as xr
 from pydantic import Field
 
+from dynlab.analysis.fixed_points import generator_power_words, tracker_fixed_points
 from dynlab.analysis.geometry import class_centroids, crossing_time, failure_mode, geometry_over_time, symbolic_basis
 from dynlab.analysis.horizon import horizon_forecast, margin_statistics
 from dynlab.analysis.jacobian import analysis_copy, lyapunov_exponents, return_map_on_U
@@ -128,6 +137,10 @@ class AnalysisSpec(Spec):
     probe_threshold: float = Field(0.9, gt=0, le=1)
     horizon_samples: int = Field(1024, ge=8)
     horizon_threshold: float = Field(0.9, gt=0, lt=1)
+    fp_starts: int = Field(8, ge=1)
+    fp_random_words: int = Field(1, ge=0)
+    fp_tol: float = Field(1e-8, gt=0)
+    fp_max_states: int = Field(24, ge=1)
     seed: int = 20_000
 
     def samples_for(self, n_classes: int) -> int:
@@ -439,6 +452,32 @@ def _add_horizon(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, t_re
                                              persist=spec.persist))
 
 
+def _add_fixed_points(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, t_ref: int, layer: int,
+                      basis: np.ndarray) -> None:
+    """Into ``out``: the ``fp_*`` variables of
+    :func:`~dynlab.analysis.fixed_points.tracker_fixed_points` (module docstring, item 6),
+    from ``samples_for(G)`` fresh sequences of length t_ref drawn from their own generator
+    (seed ``spec.seed + 2``), so every other analysis reads the sequences it read before.
+    ρ∥ and ρ⊥ are NaN when U(t_ref) is empty."""
+    gen = torch.Generator().manual_seed(spec.seed + 2)
+    tokens, labels = task.sample(gen, spec.samples_for(task.n_classes), t_ref)
+    with torch.no_grad():
+        h = m(tokens, return_states=False).final_state.double().cpu().numpy()  # [N, S]
+    y = labels[:, -1].numpy()
+    words = generator_power_words(task.group)
+    if spec.fp_random_words:
+        words += [list(map(int, w)) for w in task.sample_identity_words(gen, spec.fp_random_words, spec.word_length)]
+    for w in words:
+        _check_state_preserving(task, torch.tensor([w]))
+    finite = np.isfinite(h).all(axis=1)  # an overflowed state is no start
+    fp = tracker_fixed_points(m, words, h[finite], y[finite], n_classes=task.n_classes,
+                              basis=basis if basis.shape[1] > 0 else None, layer=layer, starts=spec.fp_starts,
+                              tol=spec.fp_tol, max_states=spec.fp_max_states)
+    for name in fp.data_vars:
+        out[name] = fp[name]
+    out["fp_residual"].attrs["fp_words"] = fp.attrs["fp_words"]
+
+
 def analyze_tracker(
     model: torch.nn.Module,
     task: WordProblem,
@@ -479,6 +518,7 @@ def analyze_tracker(
     _add_perturbation(out, m, task, spec, gen, layer, t_ref, basis.shape[1])
     _add_lyapunov_and_sign(out, m, task, spec, gen, horizon, layer)
     _add_horizon(out, m, task, spec, t_ref, horizon)
+    _add_fixed_points(out, m, task, spec, t_ref, layer, basis)
     out.attrs.update(
         analysis_spec=spec.canonical_json(), horizon=horizon, t_ref=t_ref, layer=layer, tau=spec.tau, n_samples=n
     )

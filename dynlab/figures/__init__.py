@@ -35,6 +35,7 @@ from dynlab.figures.style import COLUMN_WIDTH, PAGE_WIDTH, PANEL_HEIGHT, publica
 from dynlab.figures.tracking import (
     accuracy_heatmap,
     failure_modes,
+    fixed_point_spectra,
     horizon_forecast_scatter,
     margin_panel,
     mp_by_nonlinearity,
@@ -56,6 +57,7 @@ __all__ = [
     "accuracy_heatmap",
     "draw_empty",
     "failure_modes",
+    "fixed_point_spectra",
     "group_tracking_panels",
     "margin_panel",
     "mp_by_nonlinearity",
@@ -99,8 +101,8 @@ def _groups(ds: xr.Dataset) -> list[str]:
 
 def group_tracking_panels(ds: xr.Dataset) -> dict[str, Panel | Table]:
     """The panels of a group-tracking dataset: an accuracy heatmap per group, q(t) and
-    q_dec(t), T_cross vs mp (default variant and q), the horizon forecast vs mp, R∥/R⊥, return-map eigenvalues,
-    perturbation recovery, failure modes (from q and q_dec) and the margin per group."""
+    q_dec(t), T_cross vs mp (default variant and q), the horizon forecast vs mp, R∥/R⊥, return-map eigenvalues
+    at the centroids and at the fixed points, perturbation recovery, failure modes (from q and q_dec) and the margin per group."""
     panels: dict[str, Panel | Table] = {f"accuracy_{g}": Panel(accuracy_heatmap, {"group": g}) for g in _groups(ds)}
     if not panels:
         panels["accuracy"] = Panel(accuracy_heatmap)
@@ -112,6 +114,7 @@ def group_tracking_panels(ds: xr.Dataset) -> dict[str, Panel | Table]:
         horizon_forecast=Panel(horizon_forecast_scatter),
         r_par_perp=Panel(r_par_perp),
         return_map_eigs=Panel(return_map_eigs),
+        fixed_point_spectra=Panel(fixed_point_spectra),
         perturbation_recovery=Panel(perturbation_recovery),
         failure_modes=Panel(failure_modes),
         failure_modes_dec=Panel(failure_modes, {"variable": "failure_mode_dec"}),

@@ -35,6 +35,7 @@ __all__ = [
     "MissingData",
     "accuracy_heatmap",
     "failure_modes",
+    "fixed_point_spectra",
     "margin_panel",
     "mp_failure_table",
     "mp_by_nonlinearity",
@@ -481,6 +482,50 @@ def return_map_eigs(ds: xr.Dataset, ax: Axes, color_by: str = "family") -> Axes:
     ax.set_ylabel("Im λ")
     ax.legend(loc="upper left", markerscale=2, handletextpad=0.2, fontsize=6)
     ax.set_title("Return map on U: eigenvalues")
+    return ax
+
+
+@needs("fp_eig_real", "fp_eig_imag", "arch", what="fixed-point spectra")
+def fixed_point_spectra(ds: xr.Dataset, ax: Axes) -> Axes:
+    """Eigenvalues of DF_w at the fixed points of the return maps (the principal fixed point
+    of every symbolic state and word; :mod:`dynlab.analysis.fixed_points`) of the learned
+    runs in the complex plane, one colour per architecture, with the unit circle: inside
+    it the fixed point attracts along that eigenvector, on it the map is neutral
+    (Theorem 1's affine trackers along U).  The view is clipped to |Re λ|, |Im λ| ≤
+    :data:`EIG_VIEW`; the legend counts the eigenvalues outside it and the runs with no
+    fixed point."""
+    panel = "fixed-point spectra"
+    ds = _nonempty(_ok(ds), panel)
+    re = np.asarray(ds["fp_eig_real"].values, dtype=np.float64).reshape(ds.sizes["run"], -1)  # [run, state·k_fp]
+    im = np.asarray(ds["fp_eig_imag"].values, dtype=np.float64).reshape(ds.sizes["run"], -1)
+    archs = _strs(ds, "arch")
+    ax.add_patch(Circle((0, 0), 1.0, fill=False, color="#777777", linewidth=0.7, linestyle="--"))
+    ax.axhline(0, color="#cccccc", linewidth=0.5, zorder=0)
+    ax.axvline(0, color="#cccccc", linewidth=0.5, zorder=0)
+    fin = np.isfinite(re) & np.isfinite(im)
+    inside = fin & (np.abs(re) <= EIG_VIEW) & (np.abs(im) <= EIG_VIEW)
+    drawn = False
+    for arch in _arch_order(ds):
+        sel = archs == arch
+        ok = inside[sel]
+        if ok.any():
+            ax.scatter(re[sel][ok], im[sel][ok], s=5, color=arch_color(arch), alpha=0.45, linewidths=0, label=arch)
+            drawn = True
+    if not drawn:
+        raise NothingToDraw(f"{panel}: no learned run has a fixed point inside the view")
+    n_out = int((fin & ~inside).sum())
+    if n_out:
+        ax.plot([], [], linestyle="none", label=f"{n_out} with |Re|, |Im| > {EIG_VIEW:g} not shown")
+    n_none = int((~fin.any(axis=1)).sum())
+    if n_none:
+        ax.plot([], [], linestyle="none", label=f"{n_none} learned runs without a fixed point")
+    ax.set_xlim(-EIG_VIEW, EIG_VIEW)
+    ax.set_ylim(-EIG_VIEW, EIG_VIEW)
+    ax.set_aspect("equal")
+    ax.set_xlabel("Re λ")
+    ax.set_ylabel("Im λ")
+    ax.legend(loc="upper left", markerscale=2, handletextpad=0.2, fontsize=6)
+    ax.set_title("Return map at its fixed points: eigenvalues")
     return ax
 
 

@@ -19,6 +19,8 @@ Dimension names (one meaning each):
 - ``depth`` (passkey needle depth), ``kind`` (bAbI task kind);
 - ``k`` — index of a return-map eigenvalue; ``k_lyap`` — index of a Lyapunov exponent
   (0 = largest); ``k2`` — column of the return-map matrix on U;
+- ``state`` — a symbolic state (group element) of the fixed-point analysis; ``k_fp`` — index
+  of an eigenvalue at a fixed point;
 - ``direction`` (U or U_perp), ``word``, ``point``, ``sample``, ``variant``, ``censoring``.
 
 Units: ``"1"`` = dimensionless; ``""`` = not a quantity (labels, flags of text);
@@ -66,6 +68,9 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "k2": ("column index on U", "", "column of the return-map matrix restricted to U"),
     "k_lyap": ("Lyapunov exponent index", "", "0 = the largest finite-time Lyapunov exponent, then decreasing"),
     "direction": ("perturbation direction", "", "U (symbolic subspace) or U_perp"),
+    "state": ("symbolic state", "", "group element (class index) whose states the fixed points are sought from"),
+    "k_fp": ("fixed-point eigenvalue index", "",
+             "eigenvalues of DF_w at the principal fixed point, word after word (state size per word)"),
     "word": ("state-preserving word", "", "tokens of a word that multiplies to the identity"),
     "word_length": ("word length", "tokens", "tokens in the state-preserving word"),
     "point": ("evaluation point (class)", "", "class whose centroid the return map is evaluated at"),
@@ -191,6 +196,19 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "perturb_delta_norm": ("perturbation size ‖h_pert − h_clean‖", "state units", "RMS over sequences"),
     "perturb_dist_excess": ("extra distance to the correct centroid", "state units", "perturbed minus clean"),
     "perturb_q_pert": ("q of perturbed states", "1", "R/M of the perturbed population"),
+    # -- fixed points of the return maps (dynlab.analysis.fixed_points) -------------------------
+    "fp_residual": ("fixed-point residual ‖F_w(h*) − h*‖", "state units",
+                    "worst word's smallest residual from the class's states; ≤ 1e-8 = a fixed point was found"),
+    "fp_count": ("distinct fixed points of the return map", "1",
+                 "max over words; NaN = the fixed set of an affine F_w is a subspace (see fp_dim)"),
+    "fp_dim": ("dimension of the fixed set", "1", "nullity of DF_w(h*) − I, max over words; 0 = isolated point"),
+    "fp_rho_perp": ("spectral radius on U⊥ per token at the fixed point", "1",
+                    "ρ(B⊥ᵀ DF_w B⊥)^(1/|w|), max over words; < 1 = contracting off U"),
+    "fp_rho_par": ("spectral radius on U per token at the fixed point", "1",
+                   "ρ(Bᵀ DF_w B)^(1/|w|), max over words; 1 = neutral along U (Theorem 1)"),
+    "fp_stable": ("fixed point stable", "1", "1 = ρ(DF_w(h*)) < 1 for every word, 0 = not; NaN = none found"),
+    "fp_eig_real": ("eigenvalue of DF_w at the fixed point, real part", "1", "all words, principal fixed point"),
+    "fp_eig_imag": ("eigenvalue of DF_w at the fixed point, imaginary part", "1", "all words, principal fixed point"),
     # -- margins (dynlab.analysis.margin) --------------------------------------------------------
     "margin_min": ("smallest nearest-centroid margin", "state units", "over the analysed states at t"),
     "margin_min_rel": ("smallest margin relative to M/2", "1", "margin_min / half_M"),

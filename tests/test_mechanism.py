@@ -1,0 +1,53 @@
+"""The fixed-point mechanism statistics across runs (dynlab.analysis.mechanism)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from dynlab.analysis.mechanism import mechanism_correlations, run_fixed_point_summary
+
+
+def _ds() -> xr.Dataset:
+    """10 runs, 3 states: ρ⊥ = exp(rate⊥) and ρ∥ = exp(rate∥) exactly at every state (so the
+    recovery correlations are 1); run 9 has no fixed point (NaN) and status not-learned."""
+    rng = np.random.default_rng(0)
+    n, g = 10, 3
+    rate = -rng.uniform(0.01, 1.5, (n, 2))  # [run, (U, U_perp)]
+    rho_par = np.repeat(np.exp(rate[:, :1]), g, 1)
+    rho_perp = np.repeat(np.exp(rate[:, 1:]), g, 1)
+    res = np.full((n, g), 1e-14)
+    rho_par[8, 1] = np.nan  # an absent state: left out of the median
+    res[8, 1] = np.nan
+    rho_par[9], rho_perp[9], res[9] = np.nan, np.nan, 0.3
+    mp = 100 + 900 * (1 - np.exp(rate[:, 0]))
+    return xr.Dataset(
+        {"fp_rho_par": (("run", "state"), rho_par), "fp_rho_perp": (("run", "state"), rho_perp),
+         "fp_residual": (("run", "state"), res), "recovery_rate": (("run", "direction"), rate),
+         "mp": ("run", mp), "mp_censored": ("run", mp > 900), "status": ("run", np.array(["ok"] * 9 + ["not-learned"])),
+         "failure_mode_dec": ("run", np.array(["robust", "climb"] * 5))},
+        coords={"run": np.arange(n), "state": np.arange(g), "direction": ["U", "U_perp"],
+                "family": ("run", np.array(["state-dependent"] * 4 + ["affine"] * 6))},
+    )
+
+
+def test_summary_is_the_median_over_present_states():
+    ds = _ds()
+    s = run_fixed_point_summary(ds)
+    np.testing.assert_allclose(s["rho_par"].values[:9], np.exp(ds["recovery_rate"].values[:9, 0]))
+    np.testing.assert_allclose(s["par_dev"].values[:9], 1 - np.exp(ds["recovery_rate"].values[:9, 0]))
+    assert s["found"].values[:9].all() and not s["found"].values[9] and np.isnan(s["rho_perp"].values[9])
+
+
+def test_log_rho_equals_the_recovery_rate_gives_r_one():
+    ds = _ds()
+    out = mechanism_correlations(ds)
+    assert out["n_ok"] == 9 and out["found"] == 9
+    assert out["recovery_perp"]["r"] == pytest.approx(1.0) and out["recovery_perp"]["n"] == 9
+    assert out["recovery_par"]["rho"] == pytest.approx(1.0)
+    # mp = 100 + 900·|ρ∥ − 1| by construction: r = 1 under 'replace'; 'drop' leaves out mp > 900
+    assert out["mp_par_dev_replace"]["r"] == pytest.approx(1.0)
+    assert out["mp_par_dev_drop"]["n"] == int((ds["mp"].values[:9] <= 900).sum())
+    assert out["modes"]["robust"]["n"] == 5 and out["modes"]["climb"]["n"] == 4
+    assert out["state_dependent"] == {"n": 4, "found": 4}
