@@ -472,16 +472,23 @@ def return_map_eigs(ds: xr.Dataset, ax: Axes, color_by: str = "family") -> Axes:
         present.append("not learned")
     if not present:
         raise NothingToDraw(f"{panel}: every eigenvalue is NaN or outside the view (U empty for every run)")
-    n_out = int((fin & ~inside).sum())
+    return _eigen_view(ax, int((fin & ~inside).sum()), "Return map on U: eigenvalues")
+
+
+def _eigen_view(ax: Axes, n_out: int, title: str, extra: str | None = None) -> Axes:
+    """Finish an eigenvalue panel: the legend (with the count of eigenvalues outside the
+    clipped view, and ``extra``), the square view of :data:`EIG_VIEW`, the labels, ``title``."""
     if n_out:
         ax.plot([], [], linestyle="none", label=f"{n_out} with |Re|, |Im| > {EIG_VIEW:g} not shown")
+    if extra:
+        ax.plot([], [], linestyle="none", label=extra)
     ax.set_xlim(-EIG_VIEW, EIG_VIEW)
     ax.set_ylim(-EIG_VIEW, EIG_VIEW)
     ax.set_aspect("equal")
     ax.set_xlabel("Re λ")
     ax.set_ylabel("Im λ")
     ax.legend(loc="upper left", markerscale=2, handletextpad=0.2, fontsize=6)
-    ax.set_title("Return map on U: eigenvalues")
+    ax.set_title(title)
     return ax
 
 
@@ -513,20 +520,9 @@ def fixed_point_spectra(ds: xr.Dataset, ax: Axes) -> Axes:
             drawn = True
     if not drawn:
         raise NothingToDraw(f"{panel}: no learned run has a fixed point inside the view")
-    n_out = int((fin & ~inside).sum())
-    if n_out:
-        ax.plot([], [], linestyle="none", label=f"{n_out} with |Re|, |Im| > {EIG_VIEW:g} not shown")
     n_none = int((~fin.any(axis=1)).sum())
-    if n_none:
-        ax.plot([], [], linestyle="none", label=f"{n_none} learned runs without a fixed point")
-    ax.set_xlim(-EIG_VIEW, EIG_VIEW)
-    ax.set_ylim(-EIG_VIEW, EIG_VIEW)
-    ax.set_aspect("equal")
-    ax.set_xlabel("Re λ")
-    ax.set_ylabel("Im λ")
-    ax.legend(loc="upper left", markerscale=2, handletextpad=0.2, fontsize=6)
-    ax.set_title("Return map at its fixed points: eigenvalues")
-    return ax
+    return _eigen_view(ax, int((fin & ~inside).sum()), "Return map at its fixed points: eigenvalues",
+                       f"{n_none} learned runs without a fixed point" if n_none else None)
 
 
 @needs("perturb_delta_norm", what="perturbation recovery")
