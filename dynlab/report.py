@@ -408,7 +408,7 @@ def report(path: str | Path) -> str:
             return budget_tables(ds)
         if "phase" in ds.coords:
             return intervention_tables(ds)
-        if np.unique(ds["train_length"].values).size > 1:
+        if "train_length" in ds.coords and np.unique(ds["train_length"].values).size > 1:
             return context_tables(ds)
         return lm_tables(ds)
     if study == "group-tracking":
