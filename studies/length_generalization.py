@@ -34,7 +34,8 @@ Presets:
   ``post.steps`` steps against a zero-state control on the same batches
   (:class:`~dynlab.lm.spec.LMPostSpec`). Rows: the trained model (``phase = "base"``)
   and each arm (``phase = "post"``); the paired contrasts of ``ppl_far`` and ``ppl_in``
-  (arm − control, over seeds) are ``far_contrast_*`` and ``in_contrast_*``.
+  (arm − control, over seeds) are ``far_contrast_*`` and ``in_contrast_*``. Here
+  ``interventions`` names the arms (the control is always added), as in the task studies.
 - ``paper`` — 4 layers, width 256, 8 heads × 32, N = 64, T_train = 256, batch 32, 20 000
   steps; evaluation at 4096 tokens on 256 windows (a GPU box).
 
@@ -210,6 +211,11 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
     mixers = select_names(options.models, preset["mixers"], MIXER_NAMES, "mixer")
     interventions = select_names(extra.interventions, preset.get("interventions", INTERVENTION_NAMES),
                                  INTERVENTION_NAMES, "intervention")
+    post_kw = dict(preset.get("post", {}))
+    if "post" in preset:  # --interventions names the post-training arms (as in the task studies); the base is zero
+        if extra.interventions is not None:
+            post_kw["interventions"] = interventions
+        interventions = ("zero",)
     seeds = options.seeds if options.seeds is not None else preset["seeds"]
     if any(s < 0 for s in seeds):
         raise DynlabInputError(f"seeds must be >= 0, got {list(seeds)}")
@@ -220,7 +226,7 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
     # the preset's training lengths, unless the user sets one (train.seq_len)
     seq_lens = (None,) if "seq_len" in extra.train else preset.get("seq_lens", (None,))
     evals = LMEvalSpec(**{**preset["eval"], **extra.eval})
-    post = LMPostSpec(**{**preset["post"], **extra.post}) if "post" in preset else None
+    post = LMPostSpec(**{**post_kw, **extra.post}) if "post" in preset else None
     iv_kw = {**preset["intervention"], **extra.intervention}
     longest = max(extra.train.get("seq_len", preset["train"].get("seq_len", 0)), *(x or 0 for x in seq_lens))
     batch = extra.train.get("batch_size", preset["train"]["batch_size"])
