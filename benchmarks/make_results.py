@@ -60,6 +60,10 @@ DATASETS = [
      "dynlab study length-generalization --preset interventions --executor dask --workers 2",
      "a convolution-free baseline (it fails beyond T_train) post-trained per intervention against a zero-state "
      "control on the same batches; contrasts of the far and of the in-range PPL, arm minus control"),
+    ("length-generalization-interventions-conv", "Interventions from the quick model with its convolution",
+     "the same, Python API: seeds (5, 6, 7, 8, 9), extra={'model': {'conv_kernel': 4}}, executor DaskExecutor(workers=2)",
+     "the protocol of the interventions preset from the quick model with its short convolution, whose PPL also "
+     "rises beyond T_train, on seeds never used to decide that"),
     ("copying", "Copying", "dynlab study copying",
      "per-character accuracy; trained on 1–16 letters, so 48 is 3× the longest training string"),
     ("copying-state128", "Copying with a 4× larger state (capacity check)",
@@ -264,6 +268,14 @@ def _train_tokens_of(ds: xr.Dataset) -> int:
     return int(train["steps"] * train["batch_size"] * train["seq_len"])
 
 
+def _baseline_text(ds: xr.Dataset, what: str) -> str:
+    """``300 steps from WHAT (far/in …, above 1 in k of n seeds s–t) …: `` of an interventions dataset."""
+    base = ds["far_in_ratio"].values[(ds["phase"].values.astype(str) == "base")].astype(float)
+    steps = _first_spec(ds)["post"]["steps"]
+    return (f"{steps} steps from {what} (seeds {_seeds(ds['seed'].values)}; far/in {base.mean():.3f}, above 1 in "
+            f"{int((base > 1).sum())} of {base.size}) against a zero-state control on the same batches: ")
+
+
 def intervention_cell(ds: xr.Dataset, arm: str) -> str:
     """README's cell for one arm of the interventions dataset: its far/in ratio, in how many
     seeds it lowered the far PPL below the control's, and the far and in-range PPL contrasts."""
@@ -414,18 +426,21 @@ def paper_b_section() -> str:
     rows.append(("state passing removes the rise", "yes", removes))
     if (DATA / "length-generalization-interventions.nc").is_file():
         arms = _dataset("length-generalization-interventions")
-        base = arms["far_in_ratio"].values[(arms["phase"].values.astype(str) == "base")].astype(float)
-        where = (f"{int(arms['post_steps'].values[0]) if 'post_steps' in arms else _first_spec(arms)['post']['steps']} "
-                 f"steps from a convolution-free baseline (far/in {base.mean():.3f}, above 1 in {int((base > 1).sum())} "
-                 f"of {base.size} seeds) against a zero-state control on the same batches: ")
+        conv = (_dataset("length-generalization-interventions-conv")
+                if (DATA / "length-generalization-interventions-conv.nc").is_file() else None)
+        where, where_conv = _baseline_text(arms, "a convolution-free baseline"), (
+            _baseline_text(conv, "the quick model with its convolution") if conv is not None else "")
         for arm, paper in (("state-passing", "much stabler far PPL (370M–1.3B, its Fig. 5)"),
                            ("tbtt", "close to state passing"),
                            ("fitted-noise", "clear gain at 370M and 780M, not at 1.3B"),
                            ("random-noise", "limited gain at 370M, none at 780M and 1.3B")):
             if arm in arms["contrast"].values.astype(str):
+                cell = f"{where}{intervention_cell(arms, arm)}"
+                if conv is not None and arm in conv["contrast"].values.astype(str):
+                    cell += f"; {where_conv or 'with the convolution: '}{intervention_cell(conv, arm)}"
                 rows.append((f"{arm.replace('-', ' ')}, post-trained where the PPL rises (preset `interventions`)",
-                             paper, f"{where}{intervention_cell(arms, arm)}"))
-                where = ""
+                             paper, cell))
+                where = where_conv = ""
     rows += [
         ("state passing improves copying at 3× the training length", "0.27 → 0.47 per character", copying),
         ("fitted noise extends passkey retrieval", "yes (heatmap)", passkey_cell),
@@ -649,7 +664,8 @@ def paper_a_reproduction_section() -> str:
 
 #: The paper-B datasets whose wall times README gives (labels in :data:`DATASETS`).
 PAPER_B_WALL_TIMES = ("length-generalization", "length-generalization-no-conv", "length-generalization-budget",
-                      "length-generalization-context", "length-generalization-interventions", "copying",
+                      "length-generalization-context", "length-generalization-interventions",
+                      "length-generalization-interventions-conv", "copying",
                       "copying-state128", "passkey", "babilong", "babilong-kinds")
 
 

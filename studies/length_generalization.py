@@ -28,8 +28,9 @@ Presets:
   sizes (:data:`CONTEXT_SIZES`), every run trained on the same number of tokens
   (:data:`CONTEXT_TOKENS`), evaluated at 16 × T_train.
 - ``interventions`` — paper B's Fig. 5 protocol where the PPL rises: the baseline (zero
-  initial state) is trained as ``quick`` without the convolution (the quick model with its
-  convolution does not fail beyond T_train at this scale; see docs/length-generalization.md),
+  initial state) is trained as ``quick`` without the convolution (its PPL rises beyond
+  T_train in most seeds; ``model={"conv_kernel": 4}`` runs the protocol from the quick
+  model with its convolution, which rises too; see docs/length-generalization.md),
   then post-trained from its trained weights once per intervention for
   ``post.steps`` steps against a zero-state control on the same batches
   (:class:`~dynlab.lm.spec.LMPostSpec`). Rows: the trained model (``phase = "base"``)
