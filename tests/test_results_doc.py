@@ -45,10 +45,10 @@ def _section(text: str, name: str) -> str:
 
 
 @pytest.mark.parametrize(("name", "number"), [("paper-a", "+0.93 [+0.85, +0.97]"), ("paper-a", "4/5, 1000"),
-                                              ("paper-b", "1.146 ± 0.081"), ("paper-b", "0.56 / 0.29"),
+                                              ("paper-b", "1.127 ± 0.176"), ("paper-b", "0.56 / 0.29"),
                                               ("paper-a-reproduction", "117 of 120"),
                                               ("paper-a-reproduction", "median 112 → 157"),
-                                              ("paper-b-notes", "within 6 %")])
+                                              ("paper-b-notes", "within 14 %")])
 @pytest.mark.slow
 def test_a_hand_edited_number_in_a_readme_table_is_stale(make_results, readme_text, name, number):
     """Each number is one the datasets give (found in the section); changing a digit of it
