@@ -129,6 +129,12 @@ def train_and_evaluate(spec: LMRunSpec, device: torch.device | str = "cpu",
     A run whose training loss or gradient becomes non-finite stops there and is returned
     with ``status = "diverged"`` (the step in ``reason``) and no weights.  Training and
     evaluation run on ``spec.train.threads`` CPU threads (None: the engine's fixed count).
+    The result also holds ``n_params`` (:func:`count_parameters`); with
+    ``eval.checkpoints``, ``checkpoints``: per budget its ``budget``, ``step`` and
+    ``tokens`` and the evaluation of the model after that step (:func:`checkpoint_steps`;
+    a budget at the last step is the trained model's own); with ``post``, ``post``: per arm
+    its training summary and evaluation (:func:`post_train_arms`), the arms' weights added
+    to the state dict under ``post.<arm>.``.
     """
     corpus = corpus_for(spec.data.source, spec.data.val_fraction)
     model = build_model(spec)
