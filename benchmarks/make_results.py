@@ -539,10 +539,10 @@ def fresh_seeds_section() -> str:
         f"and ρ⊥ predicts mp (r = {_r_ci(mp_r)} replace, {_r_ci(mp_d)} drop); `docs/results.md` has the table.")
 
 
-def wall_time(ds: xr.Dataset) -> str:
+def wall_time(ds: xr.Dataset, cpu: bool = True) -> str:
     """``6.4 min (9 of 9 runs trained, 1 worker, AMD EPYC)`` (seconds under a minute) from
-    the dataset's ``study_*`` attributes and the CPU its ``provenance_json`` names, or
-    :data:`NO_WALL_TIME` when it has none."""
+    the dataset's ``study_*`` attributes and (``cpu``) the CPU its ``provenance_json``
+    names, or :data:`NO_WALL_TIME` when it has none."""
     a = ds.attrs
     if "study_wall_time_s" not in a:
         return NO_WALL_TIME
@@ -553,12 +553,16 @@ def wall_time(ds: xr.Dataset) -> str:
     if "study_workers" in a:
         workers = int(a["study_workers"])
         parts.append(f"{workers} worker{'s' if workers != 1 else ''}")
-    cpu = ((_provenance_of(ds).get("written_by") or {}).get("cpu_model"))
-    if cpu:
-        parts.append(str(cpu))
+    if cpu and _cpu_of(ds):
+        parts.append(_cpu_of(ds))
     seconds = float(a["study_wall_time_s"])
     took = f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
     return f"{took} ({', '.join(parts)})"
+
+
+def _cpu_of(ds: xr.Dataset) -> str:
+    """The CPU model that the dataset's provenance names ('' when none)."""
+    return str((_provenance_of(ds).get("written_by") or {}).get("cpu_model") or "")
 
 
 def _provenance_of(ds: xr.Dataset) -> dict:
@@ -688,9 +692,44 @@ def paper_b_notes_section() -> str:
     state = (f"From t = {t0} to {t1} the zero-state baseline's state std (`state_std`, mean over layers and heads) "
              f"still grows {zero.min():.1f}–{zero.max():.1f}× ({zero.size} seeds); state passing keeps it within "
              f"{within:.0f} % ({sp.min():.2f}–{sp.max():.2f}×).")
-    walls = "; ".join(f"{label}: {wall_time(_dataset(label))}" for label in PAPER_B_WALL_TIMES
-                      if (DATA / f"{label}.nc").is_file())
-    return _prose(f"{state} Wall times, from each dataset's `study_wall_time_s`: {walls}.")
+    timed = [(label, _dataset(label)) for label in PAPER_B_WALL_TIMES if (DATA / f"{label}.nc").is_file()]
+    cpus = {_cpu_of(ds) for _, ds in timed if "study_wall_time_s" in ds.attrs}
+    one_cpu = len(cpus) == 1 and "" not in cpus
+    walls = "; ".join(f"{label}: {wall_time(ds, cpu=not one_cpu)}" for label, ds in timed)
+    where = f", all on an {cpus.pop()}" if one_cpu else ""
+    learn = learnability_text()
+    return _prose(f"{state}{' ' + learn if learn else ''} Wall times, from each dataset's `study_wall_time_s`"
+                  f"{where}: {walls}.")
+
+
+#: The task presets' learnability on seeds never used to choose their rules: (what, dataset label).
+LEARNABILITY = (("copying", "copying-seeds20-24"), ("passkey", "passkey-learnability"),
+                ("babilong", "babilong-learnability"), ("babilong `kinds`", "babilong-kinds-learnability"))
+
+
+def learnability_text() -> str:
+    """README's sentence on how many models each task preset's own rules train to its
+    learned threshold (in-range test accuracy ≥ ``learned_at``) on seeds that played no part
+    in choosing those rules, with each seed's in-range accuracy and, where a preset draws a
+    fresh model after a failure, how many it drew."""
+    parts, seeds, at = [], set(), set()
+    for what, label in LEARNABILITY:
+        if not (DATA / f"{label}.nc").is_file():
+            continue
+        ds = _dataset(label)
+        learned, trained = _learned(ds)
+        base = ds["phase"].values.astype(str) == "base"
+        seeds |= {int(x) for x in ds["seed"].values[base]}
+        at.add(float(ds.attrs["learned_at"]))
+        detail = ", ".join(f"{x:.2f}" for x in ds["in_range_accuracy"].values[base])
+        if _first_spec(ds)["train"].get("attempts", 1) > 1 and "train_attempts" in ds:
+            detail += "; models drawn " + ", ".join(str(int(x)) for x in ds["train_attempts"].values[base])
+        parts.append(f"{what} {learned} of {trained} ({detail})")
+    if not parts:
+        return ""
+    return (f"Learned on seeds {_seeds(sorted(seeds))}, never used to choose the task presets' rules (each "
+            f"preset's own rules; learned: in-range test accuracy ≥ {'/'.join(f'{x:g}' for x in sorted(at))}): "
+            + "; ".join(parts) + ".")
 
 
 #: README.md's generated sections, by marker name.
