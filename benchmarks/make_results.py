@@ -73,6 +73,22 @@ DATASETS = [
      "whole-key accuracy, mean over the 5 depths; trained on 112–160 tokens, tested to 16×"),
     ("babilong", "bAbI-style questions", "dynlab study babilong",
      "whole-answer accuracy per kind; qa1 decides whether a model learned"),
+    ("copying-seeds20-24", "Copying on seeds never used to choose its rules",
+     "dynlab study copying --seeds 20,21,22,23,24 --executor dask --workers 2",
+     "the quick preset at the current code (the real Mamba block, no MLP) on fresh seeds: its learned fraction"),
+    ("passkey-learnability", "Passkey: does the preset's recipe learn on fresh seeds?",
+     "dynlab study passkey --seeds 20,21,22,23,24 --lengths 128 --interventions zero --executor dask --workers 2",
+     "the quick preset's training rules (warm start, early stop with its confirming check) on seeds never used to "
+     "choose them, tested in range only (128 tokens); the zero-state control is its only post-training arm"),
+    ("babilong-learnability", "bAbI qa1: does the preset's recipe learn on fresh seeds?",
+     "dynlab study babilong --seeds 20,21,22,23,24 --lengths 64 --interventions zero --executor dask --workers 2",
+     "the quick preset's rules (up to 3 models per seed, early stop with its confirming check) on seeds never used "
+     "to choose them, tested in range only (64 tokens)"),
+    ("babilong-kinds-learnability", "bAbI kinds: does the preset's recipe learn on fresh seeds?",
+     "dynlab study babilong --preset kinds --seeds 20,21,22,23,24 --lengths 64 --interventions zero --executor dask "
+     "--workers 2",
+     "the kinds preset's rules (qa1 first, then qa1, qa6, qa7 together) on seeds never used to choose them, tested in "
+     "range only"),
     ("babilong-kinds", "bAbI-style questions of three kinds (preset kinds)", "dynlab study babilong --preset kinds",
      "whole-answer accuracy per kind; the mean over qa1, qa6, qa7 decides whether a model learned"),
 ]
