@@ -7,18 +7,7 @@ from dynlab import _start
 if _start.is_the_executable():  # Ctrl-C from the first moment: exit code 130 and one line (dynlab._start)
     _start.guard_start()
 
-from pathlib import Path as _Path  # noqa: E402
-
 __version__ = "0.1.0"
-
-# In a source checkout the sibling folders ``kernels/``, ``studies/`` and ``cli.py`` are
-# installed as ``dynlab.kernels``, ``dynlab.studies`` and ``dynlab.cli`` (see
-# pyproject.toml).  When dynlab is imported straight from the checkout (``python -m
-# pytest`` at the repository root, or an editable install), make those names resolve the
-# same way by letting the package search the repository root too.
-_src_root = _Path(__file__).resolve().parent.parent
-if not (_Path(__file__).resolve().parent / "kernels").is_dir() and (_src_root / "kernels").is_dir():
-    __path__.append(str(_src_root))  # type: ignore[name-defined]  # noqa: F821
 
 # The public API, imported on first use so that light submodules (dynlab.figures,
 # dynlab.groups) do not pull in torch.

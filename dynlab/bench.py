@@ -86,9 +86,8 @@ from dynlab.config import (
     TaskSpec,
     TrainSpec,
     check_limit,
-    format_validation_error,
 )
-from dynlab.errors import DynlabInputError
+from dynlab.errors import DynlabInputError, format_validation_error
 from dynlab.outputs import check_json_path
 from dynlab.groups import get_group
 from dynlab.models import Tracker, get_cell

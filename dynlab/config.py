@@ -15,7 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from dynlab.errors import DynlabInputError
+from dynlab.errors import DynlabInputError, format_validation_error
 
 __all__ = [
     "CurriculumSpec",
@@ -402,16 +402,6 @@ class RunSpec(Spec):
     @property
     def run_id(self) -> str:
         return self.spec_hash()
-
-
-def format_validation_error(exc: ValidationError) -> str:
-    """One line naming each bad field and why."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "spec"
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        parts.append(f"{loc}: {msg}")
-    return "; ".join(parts)
 
 
 def load_spec(data: dict[str, Any] | str, cls: type[Spec] = RunSpec) -> Spec:

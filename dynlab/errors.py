@@ -36,9 +36,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["ENV_SWITCHES", "EXIT_BAD_INPUT", "EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "DynlabInputError",
-           "DynlabMachineError", "check_environment", "debug_enabled", "exit_status", "is_usage_error"]
+           "DynlabMachineError", "check_environment", "debug_enabled", "exit_status", "format_validation_error",
+           "is_usage_error"]
 
 #: The command did what it was asked.
 EXIT_OK = 0
@@ -108,8 +110,6 @@ def exit_status(exc: BaseException) -> tuple[int, str | None]:
         return EXIT_FAILURE, f"error: {first_line(exc)}"
     pydantic = sys.modules.get("pydantic")  # an exception of a library not loaded cannot be this one
     if pydantic is not None and isinstance(exc, pydantic.ValidationError):
-        from dynlab.config import format_validation_error
-
         return EXIT_BAD_INPUT, f"error: invalid {exc.title}: {format_validation_error(exc)}"
     exits, aborts, usage = _framework_exceptions()
     if isinstance(exc, exits):
@@ -156,3 +156,14 @@ def first_line(exc: BaseException) -> str:
 def first_line_of(text: str) -> str:
     text = text.strip()
     return text.splitlines()[0] if text else ""
+
+
+def format_validation_error(exc: Any) -> str:
+    """A pydantic ``ValidationError`` as one line naming each bad field and why
+    (``loc: message; …``; ``spec`` where the error is about the whole model)."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "spec"
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}")
+    return "; ".join(parts)

@@ -131,7 +131,7 @@ def _status_line(ds: xr.Dataset) -> str:
     return "\n".join(lines)
 
 
-def _headline(ds: xr.Dataset) -> xr.DataArray:
+def headline(ds: xr.Dataset) -> xr.DataArray:
     """The accuracy as (run, length): passkey averaged over depths, babi kept per kind."""
     acc = ds["accuracy"]
     return acc.mean("depth") if "depth" in acc.dims else acc
@@ -143,7 +143,7 @@ def task_tables(ds: xr.Dataset) -> str:
         raise DynlabInputError("dataset has no 'phase' coordinate: it was made before the post-training protocol; "
                                "allowed: a task dataset of this dynlab version (rerun the study)")
     out = [machine_line(ds), "", _status_line(ds), ""]
-    acc = _headline(ds)
+    acc = headline(ds)
     post = np.flatnonzero((ds["phase"].values.astype(str) == "post") & (ds["status"].values.astype(str) == "ok"))
     kinds = [str(k) for k in ds["kind"].values] if "kind" in acc.dims else [None]
     if post.size == 0:
@@ -155,14 +155,14 @@ def task_tables(ds: xr.Dataset) -> str:
             for kind in kinds:
                 out += _task_table(ds, acc, base, arch, kind, xr.Dataset())
         return "\n".join(out) + "\n"
-    contrasts = _headline_contrasts(ds)
+    contrasts = headline_contrasts(ds)
     for arch in dict.fromkeys(ds["arch"].values.astype(str)[post]):
         for kind in kinds:
             out += _task_table(ds, acc, post, arch, kind, contrasts)
     return "\n".join(out) + "\n"
 
 
-def _headline_contrasts(ds: xr.Dataset) -> xr.Dataset:
+def headline_contrasts(ds: xr.Dataset) -> xr.Dataset:
     """The paired contrasts of the headline accuracy: the dataset's own, or for passkey
     those of the depth-averaged accuracy (the table's columns), computed once."""
     if "contrast" not in ds.coords:
@@ -171,7 +171,7 @@ def _headline_contrasts(ds: xr.Dataset) -> xr.Dataset:
         return ds
     from dynlab.analysis.contrasts import paired_contrasts
 
-    return paired_contrasts(ds[["accuracy", "status"]].assign(accuracy=_headline(ds)), "accuracy")
+    return paired_contrasts(ds[["accuracy", "status"]].assign(accuracy=headline(ds)), "accuracy")
 
 
 def _task_table(ds: xr.Dataset, acc: xr.DataArray, post: np.ndarray, arch: str, kind: str | None,
@@ -428,7 +428,7 @@ def open_report_dataset(path: str | Path) -> xr.Dataset:
         raise DynlabInputError(f"{str(p)!r} is not a readable study dataset ({type(exc).__name__})") from None
 
 
-def _learned_mp(ds: xr.Dataset) -> dict[tuple[str, str], tuple[int, int, np.ndarray]]:
+def learned_mp(ds: xr.Dataset) -> dict[tuple[str, str], tuple[int, int, np.ndarray]]:
     """Per (arch, group): (learned runs, runs, mp of the learned runs)."""
     arch, group = ds["arch"].values.astype(str), ds["group"].values.astype(str)
     ok = ds["status"].values.astype(str) == "ok"
@@ -450,7 +450,7 @@ def tracking_tables(ds: xr.Dataset) -> str:
 
     out = [machine_line(ds), "", "| architecture | group | learned | mp median (min–max) of the learned runs | theory: tracks it |",
            "| --- | --- | --- | --- | --- |"]
-    for (arch, group), (n_ok, n, mp) in _learned_mp(ds).items():
+    for (arch, group), (n_ok, n, mp) in learned_mp(ds).items():
         spread = f"{np.median(mp):.0f} ({mp.min():.0f}–{mp.max():.0f})" if mp.size else "—"
         theory = {True: "yes", False: "no", None: "—"}[theory_learns(arch, group)]
         out.append(f"| {arch} | {group} | {n_ok} of {n} | {spread} | {theory} |")
@@ -475,7 +475,7 @@ def reproduction_tables(a: xr.Dataset, b: xr.Dataset, label_a: str, label_b: str
                                            f"max {np.max(np.abs(np.log2(mp_a / mp_b))):.2f}" if both.any() else "") + ".", "",
            f"| architecture | group | learned ({label_a} / {label_b}) | mp median ({label_a} / {label_b}) | per-seed mp equal |",
            "| --- | --- | --- | --- | --- |"]
-    la, lb = _learned_mp(a), _learned_mp(b)
+    la, lb = learned_mp(a), learned_mp(b)
     arch, group = a["arch"].values.astype(str), a["group"].values.astype(str)
     for key in la:
         rows = both & (arch == key[0]) & (group == key[1])

@@ -31,7 +31,7 @@ __all__ = ["gla_ref", "gla_chunked"]
 _FACTOR_LIMIT = {torch.float32: 60.0, torch.float64: 400.0, torch.float16: 0.0, torch.bfloat16: 0.0}
 
 
-def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gk: torch.Tensor) -> None:
+def check_gla_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gk: torch.Tensor) -> None:
     if q.dim() != 4:
         raise ValueError(f"q must be [B, T, H, K], got shape {tuple(q.shape)}")
     if k.shape != q.shape or gk.shape != q.shape:
@@ -60,7 +60,7 @@ def gla_ref(
     Returns:
         ``o [B, T, H, V]`` and, if asked, ``final_state [B, H, K, V]``.
     """
-    _check(q, k, v, gk)
+    check_gla_inputs(q, k, v, gk)
     b, t, h, dk = q.shape
     dv = v.shape[-1]
     scale = dk**-0.5 if scale is None else scale
@@ -102,7 +102,7 @@ def gla_chunked(
     model: ≈ 1.4).  float16/bfloat16 take the masked form (pairwise exponents set to −inf
     for s > t before ``exp``) on fixed chunks.
     """
-    _check(q, k, v, gk)
+    check_gla_inputs(q, k, v, gk)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
     b, t, h, dk = q.shape

@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 
-def _check(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> None:
+def check_selective_scan_inputs(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> None:
     if u.dim() != 3:
         raise ValueError(f"u must be [B, T, D], got shape {tuple(u.shape)}")
     b, t, d = u.shape
@@ -77,7 +77,7 @@ def selective_scan_ref(
     Returns:
         ``y [B, T, D]`` and, if asked, ``final_state [B, D, N]``.
     """
-    _check(u, delta, A, B, C)
+    check_selective_scan_inputs(u, delta, A, B, C)
     b, t, d = u.shape
     state = u.new_zeros(b, d, A.shape[1]) if initial_state is None else initial_state
     ys = []
@@ -175,7 +175,7 @@ def selective_scan_fused(
     runs on one thread whatever torch's thread count, as the LM presets train);
     otherwise, and on other devices, the torch loop of cache-sized steps, which holds the
     states ``[B, T, D, N]`` for the backward pass."""
-    _check(u, delta, A, B, C)
+    check_selective_scan_inputs(u, delta, A, B, C)
     b, t, d = u.shape
     n = A.shape[1]
     h0 = u.new_zeros(b, d, n) if initial_state is None else initial_state  # [B, D, N]

@@ -25,7 +25,7 @@ import torch
 __all__ = ["ssd_ref", "ssd_chunked"]
 
 
-def _check(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> None:
+def check_ssd_inputs(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> None:
     if x.dim() != 4:
         raise ValueError(f"x must be [B, T, H, P], got shape {tuple(x.shape)}")
     b, t, h, _ = x.shape
@@ -59,7 +59,7 @@ def ssd_ref(
     Returns:
         ``y [B, T, H, P]`` and, if asked, ``final_state [B, H, P, N]``.
     """
-    _check(x, dt, A, B, C)
+    check_ssd_inputs(x, dt, A, B, C)
     b, t, h, p = x.shape
     n = B.shape[-1]
     state = x.new_zeros(b, h, p, n) if initial_state is None else initial_state
@@ -92,7 +92,7 @@ def ssd_chunked(
 
     Exponents of masked (s > t) pairs are set to −inf *before* ``exp`` so nothing overflows.
     """
-    _check(x, dt, A, B, C)
+    check_ssd_inputs(x, dt, A, B, C)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
     b, t, h, p = x.shape

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import torch
 
-from .gla import _check, gla_chunked
-from .selective_scan import _check as _check_selective
+from .gla import check_gla_inputs, gla_chunked
+from .selective_scan import check_selective_scan_inputs
 
 try:  # triton is optional: the package works without it
     import triton
@@ -156,7 +156,7 @@ def gla_triton(
     """
     if not HAS_TRITON:
         raise RuntimeError("gla_triton needs the triton package (pip install 'dynlab[triton]')")
-    _check(q, k, v, gk)
+    check_gla_inputs(q, k, v, gk)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -185,7 +185,7 @@ def selective_scan_triton(
     Returns:
         ``y [B, T, D]`` and, if asked, ``final_state [B, D, N]``.
     """
-    _check_selective(u, delta, A, B, C)
+    check_selective_scan_inputs(u, delta, A, B, C)
     b, t, d = u.shape
     n = A.shape[1]
     q = C[:, :, None, :].expand(b, t, d, n)  # [B, T, D(heads), N(keys)]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from .ssd import _check, ssd_chunked
+from .ssd import check_ssd_inputs, ssd_chunked
 
 try:  # triton is optional: the package works without it
     import triton
@@ -150,7 +150,7 @@ def ssd_triton(
     """
     if not HAS_TRITON:
         raise RuntimeError("ssd_triton needs the triton package (pip install 'dynlab[triton]')")
-    _check(x, dt, A, B, C)
+    check_ssd_inputs(x, dt, A, B, C)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
     has_init = initial_state is not None

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
-import pytest
-import torch
+# The tests import the installed dynlab (editable or not), never the checkout's ``dynlab/``
+# folder by accident: ``python -m pytest`` puts the repository root first on sys.path, where
+# ``dynlab/`` lacks ``kernels``, ``studies`` and ``cli`` (the wheel, or an editable install's
+# import finder, places them inside the package; pyproject.toml).
+_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != _ROOT]
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 if not torch.cuda.is_available():
     # Triton kernels run on the CPU through Triton's interpreter, which triton picks when

@@ -50,10 +50,10 @@ def test_figures_import_no_torch():
 
 
 @pytest.mark.slow
-def test_importing_dynlab_figures_does_not_load_torch():
+def test_importing_dynlab_figures_does_not_load_torch(tmp_path):
     import subprocess
     import sys
 
     code = "import sys, dynlab.figures, dynlab.groups; print('torch' in sys.modules)"
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
     assert res.stdout.strip() == "False"

@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from dynlab.study import Study
 from dynlab.studies import CATALOG, CELL_NAMES, MIXER_NAMES, SOURCES, STUDIES, get_study
 
-ROOT = Path(__file__).resolve().parent.parent
 
 #: Commands that must end without loading torch or matplotlib: (argv, exit code).
 LIGHT = [
@@ -145,10 +143,10 @@ def test_studies_mapping_reads_the_catalog_and_loads_on_use():
     assert STUDIES["babilong"] is get_study("babilong")
 
 
-def test_importing_the_cli_and_the_registry_loads_no_study_module():
+def test_importing_the_cli_and_the_registry_loads_no_study_module(tmp_path):
     code = ("import sys, dynlab.cli, dynlab.study; "
             "print(sorted(m for m in sys.modules if m.startswith('dynlab.studies.') or m in ('torch', 'matplotlib')))")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
     assert res.stdout.strip() == "[]"
 
 

@@ -64,3 +64,157 @@ def test_the_long_function_check_can_fail(tmp_path):
     path = tmp_path / "probe.py"
     path.write_text(f"def too_long():\n{body}\n\n\ndef short():\n    return 1\n")
     assert _long_functions(path, MAX_FUNCTION_LINES, tmp_path) == [f"probe.py:1 too_long ({MAX_FUNCTION_LINES + 1} lines)"]
+
+
+#: Where each importable name of the package lives in the checkout (pyproject.toml's wheel mapping).
+SOURCES = {"dynlab": ROOT / "dynlab", "dynlab.kernels": ROOT / "kernels", "dynlab.studies": ROOT / "studies",
+           "dynlab.cli": ROOT / "cli.py"}
+
+
+def _package_modules(sources: dict[str, Path] = SOURCES) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the installed package."""
+    out = {}
+    for name, path in sources.items():
+        files = [path] if path.is_file() else sorted(path.rglob("*.py"))
+        for file in files:
+            parts = [] if file == path else list(file.relative_to(path).with_suffix("").parts)
+            if parts and parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([name, *parts])] = file
+    return out
+
+
+def _resolved_imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, str, int]]:
+    """``(module, imported name or "", line)`` for every import in ``path`` (function bodies
+    too), relative imports resolved; ``from m import x`` names module ``m.x`` when that is one."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, "", node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                out.append((sub, "", node.lineno) if sub in modules else (base, alias.name, node.lineno))
+    return out
+
+
+def _is_private(part: str) -> bool:
+    return part.startswith("_") and not part.startswith("__")
+
+
+def _private_imports(modules: dict[str, Path], root: Path = ROOT) -> list[str]:
+    """Imports of another module's private name (``from m import _x``, ``import m._x``,
+    ``m._x`` on an imported module).  A package may use its own private submodules
+    (``dynlab`` and ``dynlab.cli`` use ``dynlab._start``)."""
+    bad = []
+    for name, path in modules.items():
+        aliases: dict[str, str] = {}
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for module, attr, line in _resolved_imports(name, path, modules):
+            parts = module.split(".")
+            where = f"{path.relative_to(root)}:{line}"
+            if attr and _is_private(attr) and module != name:
+                bad.append(f"{where} {module}.{attr}")
+            for i, part in enumerate(parts):
+                owner = ".".join(parts[:i])
+                if _is_private(part) and not (name == owner or name.startswith(owner + ".")):
+                    bad.append(f"{where} {module}")
+                    break
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                # ``import a.b`` binds ``a``; ``import a.b as x`` binds ``x`` to ``a.b``
+                aliases.update({a.asname or a.name.split(".")[0]: a.name if a.asname else a.name.split(".")[0]
+                                for a in node.names})
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+                aliases.update({a.asname or a.name: f"{base}.{a.name}" for a in node.names
+                                if f"{base}.{a.name}" in modules})
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _is_private(node.attr):
+                chain, value = [], node.value
+                while isinstance(value, ast.Attribute):
+                    chain.insert(0, value.attr)
+                    value = value.value
+                if isinstance(value, ast.Name) and value.id in aliases:
+                    owner = ".".join([aliases[value.id], *chain])
+                    if owner in modules and owner != name:
+                        bad.append(f"{path.relative_to(root)}:{node.lineno} {owner}.{node.attr}")
+    return bad
+
+
+def test_no_module_imports_another_modules_private_name():
+    modules = _package_modules()
+    scripts = {f"benchmarks.{p.stem}": p for p in sorted((ROOT / "benchmarks").glob("*.py"))}
+    bad = _private_imports({**modules, **scripts}) if not set(scripts) & set(modules) else ["name clash"]
+    assert not bad, "give these names a public name in the module that owns them: " + "; ".join(bad)
+
+
+def test_the_private_import_check_can_fail(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from pkg import _own\n")
+    (pkg / "_own.py").write_text("X = 1\n")
+    (pkg / "a.py").write_text("_helper = 1\n")
+    (pkg / "b.py").write_text("from pkg.a import _helper\nfrom pkg._own import X\n")
+    (pkg / "c.py").write_text("import pkg.a\n\ndef f():\n    return pkg.a._helper\n")
+    (pkg / "d.py").write_text("from . import a\n\nY = a._helper\n")
+    modules = _package_modules({"pkg": pkg})
+    assert sorted(_private_imports(modules, tmp_path)) == [
+        "pkg/b.py:1 pkg.a._helper", "pkg/c.py:4 pkg.a._helper", "pkg/d.py:3 pkg.a._helper"]
+
+
+def _import_cycles(modules: dict[str, Path]) -> list[list[str]]:
+    """The strongly connected components of more than one module in the import graph
+    (every import counts, those in function bodies too: a cycle deferred is a cycle)."""
+    graph = {name: sorted({m for m, _, _ in _resolved_imports(name, path, modules) if m in modules and m != name})
+             for name, path in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_cycle_inside_the_package():
+    cycles = _import_cycles(_package_modules())
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_can_fail(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from pkg.b import g\n")
+    (pkg / "b.py").write_text("from pkg import c\n")
+    (pkg / "c.py").write_text("from .a import f\n")
+    (pkg / "d.py").write_text("from pkg.a import f\n")
+    assert _import_cycles(_package_modules({"pkg": pkg})) == [["pkg.a", "pkg.b", "pkg.c"]]

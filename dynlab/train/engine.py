@@ -157,10 +157,10 @@ def tracker_loss(model: Tracker, tokens: torch.Tensor, labels: torch.Tensor) -> 
     gradients); for the models of :func:`fused_kind` it runs a fused kernel
     (:func:`fused_loss`), otherwise that expression.
     """
-    return _loss(model, fused_kind(model), tokens, labels)
+    return loss_of_kind(model, fused_kind(model), tokens, labels)
 
 
-def _loss(model: Tracker, kind: str | None, tokens: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def loss_of_kind(model: Tracker, kind: str | None, tokens: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`tracker_loss` with ``fused_kind(model)`` already known (a training loop asks once)."""
     valid = labels >= 0  # −100 (cross_entropy's ignore_index) marks padding
     n = valid.sum().clamp(min=1)

@@ -47,7 +47,7 @@ from dynlab.kernels.dense_tracker import BUFFERS
 from dynlab.models import Tracker
 from dynlab.tasks import WordProblem
 from dynlab.runtime import NullProgress, train_threads
-from dynlab.train.engine import TrainResult, _loss, build_tracker, fused_kind, fused_loss, lr_at
+from dynlab.train.engine import TrainResult, loss_of_kind, build_tracker, fused_kind, fused_loss, lr_at
 
 __all__ = ["MAX_STACK", "check_ensemble", "ensemble_key", "train_ensemble", "train_tracker"]
 
@@ -133,7 +133,7 @@ class _Loss(nn.Module):
         self.kind = fused_kind(model)  # decided once: the structure does not change while it trains
 
     def forward(self, tokens: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return _loss(self.model, self.kind, tokens, labels)
+        return loss_of_kind(self.model, self.kind, tokens, labels)
 
 
 def _train(specs, tasks, models, template: _Loss, device, progress) -> list[TrainResult]:
