@@ -14,7 +14,7 @@ Ctrl-C gives exit code 130 and one line from the first moment of start-up.
 Building the command line, ``--help``, ``dynlab study list`` and the refusal of a bad
 option load neither torch nor matplotlib: the studies are described by the static
 :data:`dynlab.studies.CATALOG`, the options are checked here against it and against the
-stated limits (``dynlab.config.MAX_*``), and a study's module is imported only to run it.
+stated limits (``dynlab.spec.MAX_*``), and a study's module is imported only to run it.
 A list option given a name twice (``--groups C2,c2``, ``--seeds 0,0``) uses it once and,
 once the input is accepted, says so in one ``note:`` line on stderr.
 """
@@ -140,16 +140,16 @@ def _names(text: str, option: str, allowed: tuple[str, ...], what: str) -> tuple
 
 
 def _cells() -> tuple[str, ...]:
-    """The cells ``--models`` accepts: the registry's when dynlab.models is loaded (it may
+    """The cells ``--models`` accepts: the registry's when dynlab.tracking.models is loaded (it may
     hold cells registered at run time), else the built-in ones."""
-    models = sys.modules.get("dynlab.models")
+    models = sys.modules.get("dynlab.tracking.models")
     return tuple(models.available_cells()) if models is not None else CELL_NAMES
 
 
 def _groups(text: str | None) -> tuple[str, ...] | None:
     """Groups in canonical spelling (``c2`` is ``C2``), each checked from its name by
-    :func:`dynlab.groups.group_name` (unknown or too large: one line), repeats collapsed."""
-    from dynlab.groups import group_name
+    :func:`dynlab.tracking.groups.group_name` (unknown or too large: one line), repeats collapsed."""
+    from dynlab.tracking.groups import group_name
 
     items = _csv(text, "--groups", key=group_name)  # from the names: no group is built to refuse one
     return None if items is None else tuple(group_name(g) for g in items)
@@ -355,7 +355,7 @@ def _add_study_command(entry: StudyEntry) -> None:
         options = StudyOptions(preset=_preset(entry, preset), models=_names(models, "--models", _cells(), "model"),
                                groups=_groups(groups), seeds=_seeds(seeds))
         if not no_analysis:  # a group too large for the analyses, told by its name (no torch)
-            from dynlab.config import check_analysable
+            from dynlab.spec import check_analysable
 
             for group in options.groups or ():
                 check_analysable(group, entry.name)
@@ -398,7 +398,7 @@ def _task_options(entry: StudyEntry, lengths: str | None, depths: str | None, ki
     """``--lengths``, ``--depths``, ``--kinds`` as overrides of the study's task spec
     (``extra["task"]``), each checked here: whole lengths within the stated limit, depths
     in [0, 1], kinds among the study's."""
-    from dynlab.config import MAX_LENGTH
+    from dynlab.spec import MAX_LENGTH
 
     task: dict = {}
     for flag, text in (("--lengths", lengths), ("--depths", depths), ("--kinds", kinds)):
@@ -527,7 +527,7 @@ def lm_post_train(
     device: DeviceOpt = "auto",
 ) -> None:
     """Post-train a checkpoint with an initial-state intervention, then evaluate PPL(t), EffRem, state statistics (and the task)."""
-    from dynlab.config import MAX_BATCH, MAX_LENGTH, MAX_SAMPLES, MAX_SEED, MAX_STEPS
+    from dynlab.spec import MAX_BATCH, MAX_LENGTH, MAX_SAMPLES, MAX_SEED, MAX_STEPS
 
     if task is not None and task not in POST_TRAIN_TASKS:
         raise DynlabInputError(f"unknown task kind {task!r}; allowed: {', '.join(POST_TRAIN_TASKS)}")
@@ -594,7 +594,7 @@ def study_list() -> None:
 @app.command()
 def models() -> None:
     """List registered architectures with declared and measured family."""
-    from dynlab.models import Tracker, available_cells, measure_family
+    from dynlab.tracking.models import Tracker, available_cells, measure_family
 
     typer.echo(f"{'name':18s} {'declared':16s} {'measured':16s}")
     for name in available_cells():
@@ -741,7 +741,7 @@ def bench_train_cmd(
     ] = None,
 ) -> None:
     """Training throughput: user baseline vs dynlab (one model, ensembles) vs the floor (GEMM or bandwidth)."""
-    from dynlab.config import MAX_BATCH, MAX_ENSEMBLE, MAX_LENGTH, MAX_STEPS, MAX_WIDTH
+    from dynlab.spec import MAX_BATCH, MAX_ENSEMBLE, MAX_LENGTH, MAX_STEPS, MAX_WIDTH
 
     json_path = None if json_out is None else _path(json_out, "--json", "a file path, e.g. --json bench.json")
     if json_path is not None:

@@ -9,18 +9,22 @@ if _start.is_the_executable():  # Ctrl-C from the first moment: exit code 130 an
 
 __version__ = "0.1.0"
 
+from dynlab import _moved  # noqa: E402  (old import paths of paper A's modules, with a DeprecationWarning)
+
+_moved.install()
+
 # The public API, imported on first use so that light submodules (dynlab.figures,
-# dynlab.groups) do not pull in torch.
+# dynlab.tracking.groups) do not pull in torch.
 _EXPORTS = {
-    "Group": "dynlab.groups",
-    "RunSpec": "dynlab.config",
+    "Group": "dynlab.tracking.groups",
+    "RunSpec": "dynlab.tracking.spec",
     "Study": "dynlab.study",
     "StudyOptions": "dynlab.study",
-    "Tracker": "dynlab.models",
+    "Tracker": "dynlab.tracking.models",
     "analyze_study": "dynlab.runner",
-    "get_group": "dynlab.groups",
+    "get_group": "dynlab.tracking.groups",
     "open_study": "dynlab.runner",
-    "register_cell": "dynlab.models",
+    "register_cell": "dynlab.tracking.models",
     "run_study": "dynlab.runner",
 }
 

@@ -57,9 +57,9 @@ THEORY: dict[str, str] = {
 
 
 def theory_learns(arch: str, group: str) -> bool | None:
-    """Whether :data:`THEORY` says ``arch`` can track ``group`` (a name :func:`dynlab.groups.get_group`
+    """Whether :data:`THEORY` says ``arch`` can track ``group`` (a name :func:`dynlab.tracking.groups.get_group`
     parses) at every length; None for an architecture it does not cover (a user's cell)."""
-    from dynlab.groups import get_group
+    from dynlab.tracking.groups import get_group
 
     kind = THEORY.get(arch)
     if kind is None:

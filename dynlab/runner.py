@@ -17,7 +17,7 @@ from pathlib import Path
 
 import xarray as xr
 
-from dynlab.config import Spec, check_analysable, load_spec
+from dynlab.spec import Spec, check_analysable, load_spec
 from dynlab.errors import DynlabInputError
 from dynlab.executors import Executor, InProcessExecutor
 from dynlab.results.schema import annotate, open_dataset, provenance_attrs, write_dataset
@@ -40,7 +40,7 @@ def study_dir(out: str | Path, study: Study) -> Path:
 
 def check_analyses_fit(study: Study, specs: list[Spec], analyze: bool) -> None:
     """Refuse, before anything runs, a study whose per-run analyses would be asked of a
-    group larger than :data:`~dynlab.config.MAX_ANALYSIS_ORDER` (the specs' ``task.group``;
+    group larger than :data:`~dynlab.spec.MAX_ANALYSIS_ORDER` (the specs' ``task.group``;
     one line naming the group, its order and the limit)."""
     if not analyze or study.analyze_one is None:
         return

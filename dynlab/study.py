@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from dynlab.config import Spec
+from dynlab.spec import Spec
 from dynlab.errors import DynlabInputError
 
 if TYPE_CHECKING:  # the protocol's types only: importing this module loads neither torch nor xarray
@@ -78,10 +78,10 @@ def collapse_repeats(values: Sequence[T], key: Callable[[T], Hashable] | None = 
 
 
 def canonical_groups(names: Sequence[str]) -> tuple[str, ...]:
-    """Group names in canonical spelling (:func:`dynlab.groups.group_name`, from the name
+    """Group names in canonical spelling (:func:`dynlab.tracking.groups.group_name`, from the name
     alone: ``c2`` -> ``C2``), repeats of one group dropped.  A name that is no group is kept
     as given, for the study to refuse with the allowed names."""
-    from dynlab.groups import group_name
+    from dynlab.tracking.groups import group_name
 
     def canonical(name: str) -> str:
         try:

@@ -18,8 +18,8 @@ and in both::
     loss = Σ_{b,t valid} ( logsumexp(z_{b,t}) − z_{b,t}[y_{b,t}] )
 
 The tables are the cell's own precomputed terms over the vocabulary, formed by the caller
-under autograd (:meth:`dynlab.models.MambaCell.diagonal_tables` and its twins, called by
-:func:`dynlab.train.engine.fused_loss`), so their gradients flow on to the cell's
+under autograd (:meth:`dynlab.tracking.models.MambaCell.diagonal_tables` and its twins, called by
+:func:`dynlab.tracking.train.engine.fused_loss`), so their gradients flow on to the cell's
 parameters.  For mamba: a = exp(Δ·A) (negative-mamba: 2·exp(Δ·A) − 1), b = Δ·x·B,
 C = W_C x̃, g = silu(z), e = D·x·silu(z), so y_t is the cell's readout
 (C_t·h_t + D·x_t)·silu(z_t).

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CATALOG", "CELL_NAMES", "MIXER_NAMES", "SOURCES", "STUDIES", "StudyEntry", "get_study", "register_study"]
 
-#: The built-in recurrent cells, in registry order (``dynlab.models.BUILTIN_ARCHS``).
+#: The built-in recurrent cells, in registry order (``dynlab.tracking.models.BUILTIN_ARCHS``).
 CELL_NAMES = ("mamba", "negative-mamba", "mamba3", "aussm", "linear-rnn", "token-gated-rnn", "tanh-rnn",
               "state-gated-rnn")
 #: The LM mixers (``dynlab.studies.long_context.MIXER_NAMES``).

@@ -21,8 +21,8 @@ if not torch.cuda.is_available():
     # it is first imported (tests/test_triton_kernels.py); on a GPU they run for real.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from dynlab.groups import get_group
-from dynlab.models import Cell, Tracker, register_cell
+from dynlab.tracking.groups import get_group
+from dynlab.tracking.models import Cell, Tracker, register_cell
 
 #: Set to 1 (CI does, .ci/run) to make a test that needs ``transformers`` fail when it does
 #: not import, instead of skipping: CI must run those tests.

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 import dynlab
-import dynlab.models
+import dynlab.tracking.models
 import dynlab.results
-import dynlab.train
+import dynlab.tracking.train
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,7 +19,7 @@ def test_public_api_is_pinned():
     )
     for name in dynlab.__all__:
         assert hasattr(dynlab, name), name
-    assert "Tracker" in dynlab.models.__all__ and "RunStore" in dynlab.results.__all__
+    assert "Tracker" in dynlab.tracking.models.__all__ and "RunStore" in dynlab.results.__all__
 
 
 def _imports(path: Path) -> set[str]:
@@ -54,6 +54,6 @@ def test_importing_dynlab_figures_does_not_load_torch(tmp_path):
     import subprocess
     import sys
 
-    code = "import sys, dynlab.figures, dynlab.groups; print('torch' in sys.modules)"
+    code = "import sys, dynlab.figures, dynlab.tracking.groups; print('torch' in sys.modules)"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
     assert res.stdout.strip() == "False"

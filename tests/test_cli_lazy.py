@@ -90,7 +90,7 @@ def test_help_listing_and_refusals_load_neither_torch_nor_matplotlib(tmp_path):
 def test_catalog_says_what_each_study_module_says():
     from dynlab.lm.corpus import SOURCES as CORPUS_SOURCES
     from dynlab.lm.tasks import BABI_KINDS
-    from dynlab.models import BUILTIN_ARCHS
+    from dynlab.tracking.models import BUILTIN_ARCHS
     from dynlab.studies import length_generalization, long_context
 
     assert CELL_NAMES == BUILTIN_ARCHS and SOURCES == CORPUS_SOURCES
@@ -152,18 +152,18 @@ def test_importing_the_cli_and_the_registry_loads_no_study_module(tmp_path):
 
 def test_a_group_too_large_for_the_analyses_is_refused_without_building_it(tmp_path, capsys, monkeypatch):
     """S7 (order 5040), C512 and S3xS3xS3xS3 are refused from their names: no group is built."""
-    import dynlab.groups
+    import dynlab.tracking.groups
     from dynlab.cli import main
 
-    monkeypatch.setattr(dynlab.groups, "from_generators", lambda *a, **k: pytest.fail("a group was built"))
-    dynlab.groups.get_group.cache_clear()
+    monkeypatch.setattr(dynlab.tracking.groups, "from_generators", lambda *a, **k: pytest.fail("a group was built"))
+    dynlab.tracking.groups.get_group.cache_clear()
     try:
         for groups, order in (("S7", 5040), ("c512", 512), ("S3xS3xS3xS3", 1296), ("C2," * 511 + "C512", 512)):
             assert main(["study", "group-tracking", "--groups", groups, "--out", str(tmp_path / "out")]) == 2
             err = capsys.readouterr().err
             assert err.startswith("error: group ") and f"(order {order}) is too large for the per-run analyses" in err
     finally:
-        dynlab.groups.get_group.cache_clear()
+        dynlab.tracking.groups.get_group.cache_clear()
     assert not (tmp_path / "out").exists()
 
 

@@ -62,7 +62,7 @@ REFUSALS = [
 def test_refusal_names_the_option_and_the_allowed_values(argv, line, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv] + (["--out", str(tmp_path / "out")] if argv[0] != "bench" else [])
-    from dynlab.models import available_cells
+    from dynlab.tracking.models import available_cells
 
     assert main(argv) == 2
     assert capsys.readouterr().err == line.replace("{cells}", ", ".join(available_cells())) + "\n"

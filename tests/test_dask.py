@@ -17,7 +17,7 @@ import xarray as xr
 pytest.importorskip("distributed")
 import cloudpickle  # noqa: E402  (a dependency of distributed)
 
-from dynlab.config import ModelSpec, RunSpec, TaskSpec  # noqa: E402
+from dynlab.tracking.spec import ModelSpec, RunSpec, TaskSpec  # noqa: E402
 from dynlab.executors import (  # noqa: E402
     DaskExecutor,
     InProcessExecutor,

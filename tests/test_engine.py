@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from dynlab.config import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
-from dynlab.train import lr_at, resolve_device, train_tracker
-from dynlab.train.engine import runs_generic_loop
+from dynlab.tracking.spec import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from dynlab.tracking.train import lr_at, resolve_device, train_tracker
+from dynlab.tracking.train.engine import runs_generic_loop
 
 
 def _spec(**train):
@@ -137,7 +137,7 @@ def test_same_code_runs_on_cuda():
 def test_compiled_cell_steps_train_to_the_same_numbers():
     """``compile=True`` (torch.compile'd per-step transition) matches eager on a cell trained
     through the generic loop (relu: no fused kernel)."""
-    from dynlab.config import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+    from dynlab.tracking.spec import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 
     cur = CurriculumSpec(min_length=3, max_length=5)
     spec = RunSpec(
@@ -155,7 +155,7 @@ def test_compiled_cell_steps_train_to_the_same_numbers():
 
 
 def test_runs_generic_loop_only_where_no_kernel_applies():
-    from dynlab.models import Tracker
+    from dynlab.tracking.models import Tracker
 
     assert not runs_generic_loop(Tracker("tanh-rnn", 4, 4, hidden=8))  # fused kernel
     assert not runs_generic_loop(Tracker("mamba", 4, 4, hidden=8))  # diagonal scan

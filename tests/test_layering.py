@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -29,11 +30,12 @@ def _files(*parts: str) -> list[Path]:
     return out
 
 
-@pytest.mark.parametrize("path", _files("dynlab/analysis", "dynlab/evaluate.py", "dynlab/models", "dynlab/runtime.py",
+@pytest.mark.parametrize("path", _files("dynlab/analysis", "dynlab/tracking/evaluate.py", "dynlab/tracking/models",
+                                        "dynlab/runtime.py",
                                         "dynlab/results", "dynlab/figures"),
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_analysis_evaluation_models_and_runtime_import_nothing_from_training(path):
-    bad = sorted(m for m in _imports(path) if m == "dynlab.train" or m.startswith("dynlab.train."))
+    bad = sorted(m for m in _imports(path) if m == "dynlab.tracking.train" or m.startswith("dynlab.tracking.train."))
     assert not bad, f"{path.relative_to(ROOT)} imports the training engine: {bad}"
 
 
@@ -218,3 +220,45 @@ def test_the_cycle_check_can_fail(tmp_path):
     (pkg / "c.py").write_text("from .a import f\n")
     (pkg / "d.py").write_text("from pkg.a import f\n")
     assert _import_cycles(_package_modules({"pkg": pkg})) == [["pkg.a", "pkg.b", "pkg.c"]]
+
+
+@pytest.mark.parametrize(("paper", "other"), [("dynlab.tracking", "dynlab.lm"), ("dynlab.lm", "dynlab.tracking")])
+def test_the_two_papers_never_import_each_other(paper, other):
+    modules = _package_modules()
+    bad = sorted(f"{name} <- {module}" for name, path in modules.items() if name == paper or name.startswith(paper + ".")
+                 for module, _, _ in _resolved_imports(name, path, modules)
+                 if module == other or module.startswith(other + "."))
+    assert not bad, bad
+
+
+def test_the_old_paths_of_paper_a_still_import_with_a_warning():
+    import dynlab.spec
+    import dynlab.tracking.models
+    import dynlab.tracking.spec
+    import dynlab.training
+    from dynlab.tracking.task import WordProblem
+
+    with pytest.warns(DeprecationWarning, match="dynlab.models moved to dynlab.tracking.models"):
+        from dynlab.models import Tracker
+    assert Tracker is dynlab.tracking.models.Tracker
+    with pytest.warns(DeprecationWarning, match="dynlab.config moved"):
+        from dynlab.config import MAX_LENGTH, RunSpec, load_spec
+    assert RunSpec is dynlab.tracking.spec.RunSpec and MAX_LENGTH == dynlab.spec.MAX_LENGTH
+    spec = RunSpec.model_validate({"task": {"group": "C2"}, "model": {"arch": "tanh-rnn"}})
+    assert load_spec(spec.canonical_json()) == spec  # the old default class: RunSpec
+    with pytest.warns(DeprecationWarning, match="dynlab.tasks.word_problem moved to dynlab.tracking.task"):
+        from dynlab.tasks.word_problem import WordProblem as Old
+    assert Old is WordProblem
+    with pytest.warns(DeprecationWarning):
+        from dynlab.train.engine import TrainResult
+    assert TrainResult is dynlab.training.TrainResult
+
+
+def test_import_dynlab_dynlab_fails():
+    """No copy of the package under itself: nothing adds the repository root to ``dynlab.__path__``."""
+    import dynlab
+
+    assert len(dynlab.__path__) == 1, dynlab.__path__
+    for name in ("dynlab.dynlab", "dynlab.tests", "dynlab.docs", "dynlab.benchmarks"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(name)

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from dynlab.config import ModelSpec, RunSpec, TaskSpec
+from dynlab.tracking.spec import ModelSpec, RunSpec, TaskSpec
 from dynlab.results import RunStore
 from dynlab.results.provenance import provenance, recording
 from dynlab.runner import open_study, run_study

@@ -26,7 +26,7 @@ import torch
 import xarray as xr
 
 import dynlab.results.files as files
-from dynlab.config import ModelSpec, RunSpec, TaskSpec
+from dynlab.tracking.spec import ModelSpec, RunSpec, TaskSpec
 from dynlab.results import RunStore, write_dataset
 from dynlab.results.files import STALE_AFTER_S, temp_name, writer_gone
 from dynlab.runner import open_study, run_study

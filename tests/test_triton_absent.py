@@ -25,7 +25,7 @@ def test_triton_absent_package_still_trains_on_the_torch_path():
             assert "triton" in str(e)
         else:
             raise AssertionError("expected a RuntimeError without triton")
-        from dynlab.models import Tracker
+        from dynlab.tracking.models import Tracker
         m = Tracker("mamba", 3, 3, hidden=4)
         m(torch.zeros(2, 5, dtype=torch.long)).logits.sum().backward()
         print("ok")

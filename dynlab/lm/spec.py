@@ -1,4 +1,4 @@
-"""Frozen run specifications for the LM length-generalization study (subclasses of :class:`dynlab.config.Spec`).
+"""Frozen run specifications for the LM length-generalization study (subclasses of :class:`dynlab.spec.Spec`).
 
 The hash of an :class:`LMRunSpec` is the run id. A user text file is named by its
 absolute path and the SHA-256 of its content, so an edited file gets new runs.
@@ -13,9 +13,22 @@ from typing import Any, ClassVar, Literal
 import torch
 from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
 
-from dynlab.config import (
-    MAX_EVAL_LENGTHS, MAX_EVAL_TOKENS, MAX_LENGTH, MAX_STEPS, Batch, Length, Lengths, Samples, Seed, Spec, Steps,
-    StepsOrZero, Width, check_limit, check_state_bytes,
+from dynlab.spec import (
+    MAX_EVAL_LENGTHS,
+    MAX_EVAL_TOKENS,
+    MAX_LENGTH,
+    MAX_STEPS,
+    Batch,
+    Length,
+    Lengths,
+    Samples,
+    Seed,
+    Spec,
+    Steps,
+    StepsOrZero,
+    Width,
+    check_limit,
+    check_state_bytes,
 )
 from dynlab.errors import DynlabInputError
 from dynlab.runtime import MAX_THREADS
@@ -215,9 +228,9 @@ class LMEvalSpec(Spec):
 
 
 def check_eval_size(seq_len: int, length_multiple: int, n_samples: int) -> None:
-    """Refuse an LM evaluation longer than :data:`~dynlab.config.MAX_LENGTH` tokens
+    """Refuse an LM evaluation longer than :data:`~dynlab.spec.MAX_LENGTH` tokens
     (``length_multiple × seq_len``) or streaming more than
-    :data:`~dynlab.config.MAX_EVAL_TOKENS` tokens (``n_samples`` windows of that length):
+    :data:`~dynlab.spec.MAX_EVAL_TOKENS` tokens (``n_samples`` windows of that length):
     one line that starts with the field to change."""
     length = length_multiple * seq_len
     if length > MAX_LENGTH:

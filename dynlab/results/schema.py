@@ -17,7 +17,7 @@ from pathlib import Path
 import xarray as xr
 
 import dynlab
-from dynlab.config import Spec
+from dynlab.spec import Spec
 from dynlab.results.files import float_where_padded, make_dir, write_netcdf  # noqa: F401 (re-exported)
 from dynlab.results.vocabulary import VARIABLES, annotate
 

@@ -28,7 +28,7 @@ Definitions (docs/error-control.md, "Accuracy and max-pass length"):
 
 Sequences are streamed in chunks with the recurrent state carried, so memory depends on
 the chunk and batch sizes, not on the length.  Each chunk runs through
-:func:`dynlab.models.streams.tracker_stream`: the model's forward, or for the one-layer
+:func:`dynlab.tracking.models.streams.tracker_stream`: the model's forward, or for the one-layer
 Mamba-family trackers on the CPU a compiled loop that computes the same logits without
 forming the ``[B, T, S]`` states (about 20× faster at the paper preset's sizes).
 """
@@ -41,9 +41,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from dynlab.models import Tracker
-from dynlab.tasks import WordProblem
-from dynlab.models.streams import tracker_stream
+from dynlab.tracking.models import Tracker
+from dynlab.tracking.task import WordProblem
+from dynlab.tracking.models.streams import tracker_stream
 
 __all__ = ["LengthEval", "evaluate_lengths", "max_pass_length", "max_pass_length_dense", "pooled_accuracy"]
 

@@ -8,15 +8,15 @@ and class count: :func:`check_ensemble`) are trained as one stacked model, param
   curriculum length L_i.  The members at one length run as one stack of exactly that
   length (no padding), so every sum over positions or over the batch adds the same terms
   in the same order as for the member trained alone;
-- loss: :func:`dynlab.train.engine.tracker_loss` (mean cross-entropy, nats per token).
+- loss: :func:`dynlab.tracking.train.engine.tracker_loss` (mean cross-entropy, nats per token).
   A stack of K > 1 members runs the fused kernel on the stacked parameters
-  (:func:`dynlab.train.engine.fused_loss`, one batched GEMM per step for all of them) or
-  :func:`dynlab.train.engine.tracker_logits` under :func:`torch.func.vmap`; a stack of one
+  (:func:`dynlab.tracking.train.engine.fused_loss`, one batched GEMM per step for all of them) or
+  :func:`dynlab.tracking.train.engine.tracker_logits` under :func:`torch.func.vmap`; a stack of one
   runs unbatched, as the model alone;
 - gradient: of the sum of the member losses (members share no parameters, so each gets its
   own), clipped to the member's ``clip`` by its own global norm (``clip_grad_norm_``);
 - update: ``torch.optim.AdamW`` with one parameter group per member (the member's slices of
-  the stacked tensors, its learning rate :func:`dynlab.train.engine.lr_at` and weight
+  the stacked tensors, its learning rate :func:`dynlab.tracking.train.engine.lr_at` and weight
   decay).  AdamW is elementwise, so this is one optimiser per member;
 - divergence: a member whose loss or gradient becomes non-finite stops with
   ``status="diverged"`` (step and reason in ``reason``) and keeps its parameters from
@@ -41,13 +41,14 @@ import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from dynlab.config import RunSpec
-from dynlab.groups import get_group
+from dynlab.tracking.spec import RunSpec
+from dynlab.tracking.groups import get_group
 from dynlab.kernels.dense_tracker import BUFFERS
-from dynlab.models import Tracker
-from dynlab.tasks import WordProblem
+from dynlab.tracking.models import Tracker
+from dynlab.tracking.task import WordProblem
 from dynlab.runtime import NullProgress, train_threads
-from dynlab.train.engine import TrainResult, loss_of_kind, build_tracker, fused_kind, fused_loss, lr_at
+from dynlab.tracking.train.engine import loss_of_kind, build_tracker, fused_kind, fused_loss, lr_at
+from dynlab.training import TrainResult
 
 __all__ = ["MAX_STACK", "check_ensemble", "ensemble_key", "train_ensemble", "train_tracker"]
 
@@ -86,7 +87,7 @@ def train_tracker(
 
     ``compile``: train with each cell's per-step ``transition`` compiled by
     ``torch.compile`` (fixed shapes: the step sees ``[B, S]`` whatever T is).  It only
-    changes what runs when :func:`dynlab.train.engine.runs_generic_loop` is true (user
+    changes what runs when :func:`dynlab.tracking.train.engine.runs_generic_loop` is true (user
     cells, nonlinearities without a kernel); the fused kernels and scans do not call
     ``transition``.  Same numbers up to rounding (tested).  Off by default because it was
     slower than eager on the CPU (``docs/performance.md``); it is meant for GPUs, where it
@@ -124,7 +125,7 @@ def train_ensemble(
 
 class _Loss(nn.Module):
     """``(loss, accuracy)`` of one tracker on ``tokens, labels [B, L]`` (the engine's
-    :func:`~dynlab.train.engine.tracker_loss`), as a module so that ``functional_call``
+    :func:`~dynlab.tracking.train.engine.tracker_loss`), as a module so that ``functional_call``
     can run it on a member's parameters."""
 
     def __init__(self, model: Tracker):

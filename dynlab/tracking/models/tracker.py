@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from dynlab.errors import DynlabInputError
-from dynlab.models.cells import FUSED_KERNEL_PHIS, overridden_methods
-from dynlab.models.registry import get_cell
+from dynlab.tracking.models.cells import FUSED_KERNEL_PHIS, overridden_methods
+from dynlab.tracking.models.registry import get_cell
 
 __all__ = ["Tracker", "TrackerOutput", "declared_fused_kind"]
 
@@ -29,7 +29,7 @@ class Tracker(nn.Module):
     layer's output to ``n_classes`` logits (linear, or a one-hidden-layer MLP).
 
     Args:
-        arch: registered cell name (see :func:`dynlab.models.available_cells`).
+        arch: registered cell name (see :func:`dynlab.tracking.models.available_cells`).
         n_tokens: vocabulary size (group order for word problems).
         n_classes: readout classes.
         hidden: cell width.
@@ -42,9 +42,9 @@ class Tracker(nn.Module):
     Class attribute ``fused_ok``: the fused training kernels may compute this tracker's
     loss (:meth:`fused_kind`).  A subclass that overrides any method loses it (False)
     unless its class body declares it again, as cells lose ``fused``
-    (:mod:`dynlab.models.cells`).
+    (:mod:`dynlab.tracking.models.cells`).
 
-    Return order (:mod:`dynlab.models.cells`): outputs first, state second.
+    Return order (:mod:`dynlab.tracking.models.cells`): outputs first, state second.
     """
 
     fused_ok: ClassVar[bool] = True
@@ -126,11 +126,11 @@ class Tracker(nn.Module):
         return self.readout(u), torch.cat(new, dim=-1)
 
     def fused_kind(self) -> str | None:
-        """The fused training kernel (a key of :data:`dynlab.models.cells.FUSED_KERNELS`)
+        """The fused training kernel (a key of :data:`dynlab.tracking.models.cells.FUSED_KERNELS`)
         that computes exactly this tracker's loss from a zero initial state, or None.
 
         It needs the class attribute ``fused_ok`` (not lost by an override), one cell
-        whose :meth:`~dynlab.models.Cell.fused_kind` names a kernel, a plain
+        whose :meth:`~dynlab.tracking.models.Cell.fused_kind` names a kernel, a plain
         ``nn.Embedding`` (no ``max_norm``, ``padding_idx``, frequency scaling or sparse
         gradient), a linear readout with bias, and no parameters beyond the embedding, the
         cell and the readout.
@@ -193,12 +193,12 @@ def declared_fused_kind(arch: str, *, layers: int = 1, nonlinearity: str | None 
                         readout: str = "linear") -> str | None:
     """The fused training kernel of a :class:`Tracker` built with these arguments, read
     from the declarations alone (nothing is built): a key of
-    :data:`dynlab.models.cells.FUSED_KERNELS`, or None.
+    :data:`dynlab.tracking.models.cells.FUSED_KERNELS`, or None.
 
     The conditions are those of :meth:`Tracker.fused_kind` that the arguments decide: one
     layer, a linear readout (with bias), ``Tracker.fused_ok``, the cell class's declared
     ``fused``, and a phi (``nonlinearity``, else the class's ``default_phi``) in
-    :data:`~dynlab.models.cells.FUSED_KERNEL_PHIS` of that kernel.  The instance checks of
+    :data:`~dynlab.tracking.models.cells.FUSED_KERNEL_PHIS` of that kernel.  The instance checks of
     :meth:`Cell.fused_kind` (exactly the kernel's parameters, plain ``nn.Linear`` layers)
     are what a class declaring ``fused`` promises; on the built-in cells both agree
     (tests/test_fused_eligibility.py).

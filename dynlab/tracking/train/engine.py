@@ -1,7 +1,7 @@
 """What training is made of: the result, the model, the loss, the schedule.
 
-The training loop itself is :func:`dynlab.train.ensemble.train_ensemble` (N trackers as one
-stack; :func:`dynlab.train.ensemble.train_tracker` is an ensemble of one); the LM loop
+The training loop itself is :func:`dynlab.tracking.train.ensemble.train_ensemble` (N trackers as one
+stack; :func:`dynlab.tracking.train.ensemble.train_tracker` is an ensemble of one); the LM loop
 (:func:`dynlab.lm.train.fit`) uses the same :class:`TrainResult`, :func:`cosine_lr`,
 :func:`dynlab.runtime.train_threads` and divergence rule.  One code path for the CPU and CUDA.  Reruns
 with the same spec are bit-identical on the CPU: the model is initialised inside a forked
@@ -13,21 +13,19 @@ A run whose loss or gradient becomes non-finite is stopped and reported as
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dynlab.config import ModelSpec, TrainSpec
+from dynlab.tracking.spec import ModelSpec, TrainSpec
 from dynlab.kernels.dense_tracker import dense_tracker_loss
 from dynlab.kernels.diagonal_tracker import diagonal_tracker_loss
 from dynlab.kernels.gated_tracker import gated_tracker_loss
-from dynlab.models import Tracker
-from dynlab.models.cells import FUSED_KERNELS
-from dynlab.models.streams import diagonal_tables
+from dynlab.tracking.models import Tracker
+from dynlab.tracking.models.cells import FUSED_KERNELS
+from dynlab.tracking.models.streams import diagonal_tables
 from dynlab.runtime import train_threads
+from dynlab.training import TrainResult, cosine_lr
 
 __all__ = [
     "TrainResult",
@@ -40,38 +38,6 @@ __all__ = [
     "tracker_logits",
     "tracker_loss",
 ]
-
-@dataclass
-class TrainResult:
-    """Outcome of training one model (a tracker, or an LM in :func:`dynlab.lm.train.fit`).
-
-    Attributes:
-        model: the trained model (on the training device).
-        status: ``"ok"`` or ``"diverged"``.
-        reason: why a run failed (empty when ok), e.g. ``"non-finite loss at step 3 (length 9)"``.
-        losses: mean cross-entropy of each completed step (nats per token); a diverged
-            run stops before recording the failing step, so every entry is finite.
-        lengths: sequence length of each completed step (for trackers the curriculum
-            length; ``lengths[-1]`` is the length reached, ``curriculum_length`` in datasets).
-        final_train_accuracy: per-token accuracy of the last training batch (NaN when the
-            loop does not measure it, as the LM loop).
-        seconds: wall time of the training loop (for an ensemble, of the whole stack).
-    """
-
-    model: nn.Module
-    status: str = "ok"
-    reason: str = ""
-    losses: list[float] = field(default_factory=list)
-    lengths: list[int] = field(default_factory=list)
-    final_train_accuracy: float = float("nan")
-    seconds: float = 0.0
-
-    def diverge(self, what: str, step: int, length: int) -> None:
-        """Mark the run diverged: its ``what`` (``"loss"`` or ``"gradient"``) became
-        non-finite at ``step`` (0-based), on a batch of sequence length ``length``.  The
-        loop then stops the run without applying that step."""
-        self.status, self.reason = "diverged", f"non-finite {what} at step {step} (length {length})"
-
 
 def build_tracker(model: ModelSpec, n_tokens: int, n_classes: int, seed: int) -> Tracker:
     """Build a tracker (on the CPU) with parameters drawn from ``seed`` only (global RNG
@@ -95,7 +61,7 @@ def build_tracker(model: ModelSpec, n_tokens: int, n_classes: int, seed: int) ->
 
 def fused_kind(model: Tracker) -> str | None:
     """The fused training kernel for ``model`` (``"dense"``, ``"token-gated"``,
-    ``"state-gated"``), or None: :meth:`dynlab.models.Tracker.fused_kind`, decided by the
+    ``"state-gated"``), or None: :meth:`dynlab.tracking.models.Tracker.fused_kind`, decided by the
     class attributes ``Tracker.fused_ok`` and ``Cell.fused`` (which a subclass that
     overrides a method loses) and the instance's phi and parameters."""
     return model.fused_kind()
@@ -202,24 +168,12 @@ def tracker_logits(model: Tracker, tokens: torch.Tensor) -> torch.Tensor:
     return model.readout(u.transpose(0, 1)).transpose(0, 1)  # [B, T, C]
 
 
-def cosine_lr(lr: float, step: int, steps: int, warmup: int, *, start: int | None = None, floor: float = 0.0) -> float:
-    """Learning rate of ``step`` (0-based) of a run of ``steps``: linear warm-up
-    ``lr·(step + 1)/warmup`` over the first ``warmup`` steps, then cosine decay from ``lr``
-    at ``start`` (None: ``warmup``) to ``floor·lr`` at ``steps``.  The tracker schedules
-    (:func:`lr_at`) decay to 0; the LM loop to ``floor = 0.1``."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    start = warmup if start is None else start
-    cos = math.cos(math.pi * (step - start) / max(1, steps - start))
-    return floor * lr + (1 - floor) * 0.5 * lr * (1 + cos)  # floor 0: 0.5·lr·(1 + cos), rounded as before
-
-
 def lr_at(train: TrainSpec, step: int, reached: int | None = None, length: int | None = None) -> float:
     """Learning rate of ``step``: :func:`cosine_lr` with ``warmup_steps``, decaying to 0 at
     ``steps`` from the end of the warm-up (``schedule="cosine"``) or, with
     ``schedule="curriculum"``, from ``reached``, the first step whose batch had the
     curriculum's ``max_length`` (None = not reached yet: after the warm-up the rate stays at ``lr``).
-    With ``tail_steps`` the decay ends at :meth:`~dynlab.config.TrainSpec.end_step`, where the run stops.
+    With ``tail_steps`` the decay ends at :meth:`~dynlab.tracking.spec.TrainSpec.end_step`, where the run stops.
     With ``lr_length`` and the step's batch ``length`` > ``lr_length``, times ``lr_length / length``."""
     return _base_lr(train, step, reached) * length_factor(train, length)
 

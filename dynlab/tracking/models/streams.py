@@ -1,7 +1,7 @@
 """Inference streams of the trackers: a model run forward from a carried state, without
 gradients, one piece of an evaluation or an analysis at a time.
 
-- :func:`tracker_stream` — logits and final state (what :func:`dynlab.evaluate.evaluate_lengths`
+- :func:`tracker_stream` — logits and final state (what :func:`dynlab.tracking.evaluate.evaluate_lengths`
   streams);
 - :func:`tracker_states` — states, readout features and final state (what the analyses stream);
 - :func:`diagonal_tables` — a Mamba-family cell's per-token tables over the vocabulary, the
@@ -19,13 +19,13 @@ from torch import nn
 from torch.func import functional_call
 
 from dynlab.kernels.diagonal_tracker import compiled_loops_apply, diagonal_tracker_stream
-from dynlab.models.tracker import Tracker
+from dynlab.tracking.models.tracker import Tracker
 
 __all__ = ["diagonal_tables", "tracker_states", "tracker_stream"]
 
 
 class _Precompute(nn.Module):
-    """A cell's :meth:`~dynlab.models.Cell.precompute` as ``forward`` (for ``functional_call``)."""
+    """A cell's :meth:`~dynlab.tracking.models.Cell.precompute` as ``forward`` (for ``functional_call``)."""
 
     def __init__(self, cell: nn.Module):
         super().__init__()
@@ -38,7 +38,7 @@ class _Precompute(nn.Module):
 def diagonal_tables(cell: nn.Module, params: dict[str, torch.Tensor], emb: torch.Tensor) -> tuple:
     """The tables of :func:`~dynlab.kernels.diagonal_tracker.diagonal_tracker_loss`: the
     cell's ``precompute`` over the vocabulary (``emb [V, D]``), turned into tables by its
-    ``diagonal_tables`` (e.g. :meth:`dynlab.models.MambaCell.diagonal_tables`).
+    ``diagonal_tables`` (e.g. :meth:`dynlab.tracking.models.MambaCell.diagonal_tables`).
 
     Stacked ``params`` (``emb [N, V, D]``) run the unbatched functions on each member's
     slices (``unbind``, whose backward stacks the members' gradients): the same operations

@@ -2,7 +2,7 @@
 
 Register your own cell in a few lines::
 
-    from dynlab.models import Cell, register_cell
+    from dynlab.tracking.models import Cell, register_cell
 
     @register_cell("my-rnn")
     class MyRNN(Cell):
@@ -24,7 +24,7 @@ registered the same way.  Overriding any method drops the kernel class attribute
 ``fused`` and ``fast_scan`` it would inherit, so it trains through the generic loop over
 ``transition``, never through a kernel that computes the parent's recurrence; declare
 them again in the class body only when the override keeps what the kernel computes
-(:mod:`dynlab.models.cells`).
+(:mod:`dynlab.tracking.models.cells`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dynlab.errors import DynlabInputError
-from dynlab.models.cells import (
+from dynlab.tracking.models.cells import (
     AUSSMCell,
     Cell,
     LinearRNNCell,

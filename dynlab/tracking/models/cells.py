@@ -15,8 +15,8 @@ as real ``[…, 2]`` (real, imaginary) pairs so every analysis sees a real vecto
 Return order, the one convention of the whole code base: **outputs first, state
 second** (as ``torch.nn.RNN``'s ``(output, h_n)`` and Mamba's ``(out, last_state)``).
 ``Cell.forward`` returns ``(y [B, T, O], hs [B, T, S])``, ``Cell.step`` ``(y [B, O],
-h [B, S])``, :meth:`dynlab.models.Tracker.step` ``(logits [B, C], state [B, S])``,
-``Tracker.forward`` a :class:`~dynlab.models.TrackerOutput` (logits, final state, …), the
+h [B, S])``, :meth:`dynlab.tracking.models.Tracker.step` ``(logits [B, C], state [B, S])``,
+``Tracker.forward`` a :class:`~dynlab.tracking.models.TrackerOutput` (logits, final state, …), the
 scan kernels ``(y, final_state)`` and the LM mixers and models ``(y, state)``.
 
 Kernels a cell runs on are declared by two class attributes, never inferred:
@@ -43,8 +43,8 @@ computation the kernel implements.
 
 To add a cell: subclass :class:`Cell`, set ``family`` (``"affine"`` if ∂h_t/∂h_{t-1}
 does not depend on h_{t-1}, else ``"state-dependent"``), implement the three methods and
-decorate with :func:`dynlab.models.register_cell`.  The family probe
-(:func:`dynlab.models.measure_family`) then checks the declaration.
+decorate with :func:`dynlab.tracking.models.register_cell`.  The family probe
+(:func:`dynlab.tracking.models.measure_family`) then checks the declaration.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from torch import nn
 from dynlab.kernels.dispatch import linear_scan  # Triton on CUDA, the chunked torch scan on the CPU
 from dynlab.kernels.scan import dense_rnn_scan
 from dynlab.kernels.tracker_common import PHIS as FUSED_PHIS
-from dynlab.models.nonlinearity import apply_phi, check_phi
+from dynlab.tracking.models.nonlinearity import apply_phi, check_phi
 
 __all__ = [
     "AUSSMCell",
@@ -144,7 +144,7 @@ class Cell(nn.Module):
     fused: ClassVar[str | None] = None
     #: True when :meth:`precompute` acts on every time step separately (term t depends on
     #: u_t only).  Trainers may then precompute the terms once per vocabulary entry and
-    #: gather them by token (:func:`dynlab.train.engine.tracker_logits`).  The built-in
+    #: gather them by token (:func:`dynlab.tracking.train.engine.tracker_logits`).  The built-in
     #: cells set it; a subclass whose precompute mixes time steps must set it False.
     pointwise_precompute: ClassVar[bool] = False
 
@@ -203,7 +203,7 @@ class Cell(nn.Module):
         identity and tanh, identity only for ``"diagonal"``), and the parameters are
         exactly those the kernel reads (:data:`FUSED_KERNELS`), its linear layers plain
         ``nn.Linear``.  The tracker around the cell
-        has its own conditions (:meth:`dynlab.models.Tracker.fused_kind`)."""
+        has its own conditions (:meth:`dynlab.tracking.models.Tracker.fused_kind`)."""
         kind = type(self).fused
         if kind is None or self.phi not in FUSED_KERNEL_PHIS[kind]:
             return None

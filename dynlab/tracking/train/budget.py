@@ -27,7 +27,7 @@ length 4.  Two things stop it, seen in the curriculum length over steps (pilot s
   solution at 27 (state-gated-rnn, lr 3e-3: loss 0.6 → 2.6 within 150 steps, length 27
   for the remaining 2300 steps; tanh-rnn at width 256: the same at 27, at 12 000 steps of
   width 128: at 22).  Scaling the rate as 10 / L above length 10
-  (:attr:`dynlab.config.TrainSpec.lr_length`) removed it: state-gated-rnn reached 60 at
+  (:attr:`dynlab.tracking.spec.TrainSpec.lr_length`) removed it: state-gated-rnn reached 60 at
   step 2501, tanh-rnn with batch 512 climbed to 41 without collapsing.
 
 Together (width 256, batch 512, ``lr_length = 10``) tanh-rnn and state-gated-rnn learned S4
@@ -46,7 +46,7 @@ largest default group S3) and a base budget of width w, steps s, batch b:
   :data:`LARGE_ORDER` (12): order 13 … 24: 4w, 25 … 96: 8w;
 - steps: a cap of ``ceil(s · 2n / 6)`` (A4: 4s, S4: 8s, A5: 20s);
 - ``tail_steps = s // 2``: training stops that many steps after the curriculum first
-  reaches its training length (:class:`dynlab.config.TrainSpec`), the cosine decay running
+  reaches its training length (:class:`dynlab.tracking.spec.TrainSpec`), the cosine decay running
   over them.  A cell that learns the group fast stops early; only a run whose curriculum
   never completes (an affine cell on a group it cannot represent, at short lengths) uses
   the whole cap;
@@ -63,7 +63,7 @@ import math
 from typing import Any
 
 from dynlab.errors import DynlabInputError
-from dynlab.groups import group_order
+from dynlab.tracking.groups import group_order
 
 __all__ = ["BASE_ORDER", "LARGE_ORDER", "LR_LENGTH", "group_budget", "width_factor"]
 
@@ -90,8 +90,8 @@ def width_factor(order: int) -> int:
 
 
 def group_budget(group: str, model: dict[str, Any], train: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(model, train)``: the spec fields of a preset (:class:`~dynlab.config.ModelSpec`
-    fields with ``hidden``, :class:`~dynlab.config.TrainSpec` fields with ``steps``) scaled
+    """``(model, train)``: the spec fields of a preset (:class:`~dynlab.tracking.spec.ModelSpec`
+    fields with ``hidden``, :class:`~dynlab.tracking.spec.TrainSpec` fields with ``steps``) scaled
     for ``group`` by the rule of this module; the same dicts for order ≤ :data:`BASE_ORDER`.
 
     Raises :class:`~dynlab.errors.DynlabInputError` (one line) for an unknown group name or

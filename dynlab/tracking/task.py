@@ -2,7 +2,7 @@
 
 Tokens ``x_1 … x_T`` are group-element indices drawn uniformly from the whole group.
 The label at step t is the running product ``g_t = x_t · g_{t-1}`` with ``g_0 = e``
-(left multiplication; ``a · b`` applies ``b`` first, see :mod:`dynlab.groups`), so
+(left multiplication; ``a · b`` applies ``b`` first, see :mod:`dynlab.tracking.groups`), so
 ``g_T = x_T · … · x_1``.  On a non-abelian group (S3) the order of the tokens matters.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dynlab.groups import Group
+from dynlab.tracking.groups import Group
 
 __all__ = ["WordProblem"]
 

@@ -1,7 +1,7 @@
 """One tracker run on a group word problem: train, evaluate, analyse, reload.
 
 The work of a run of the word-problem studies (``group-tracking``, ``nonlinearity``):
-:func:`run_one` trains a tracker (:func:`dynlab.train.train_tracker`) and evaluates it,
+:func:`run_one` trains a tracker (:func:`dynlab.tracking.train.train_tracker`) and evaluates it,
 :func:`run_many` does the same for an ensemble (:func:`ensemble_group_key` says which
 specs share one), the stored result is a :class:`TrackerResult` whose status follows
 :func:`run_status`, and :func:`analyze_run` is the error-control analysis of a finished
@@ -19,17 +19,17 @@ import xarray as xr
 from pydantic import model_validator
 
 from dynlab.analysis.tracking import AnalysisSpec, analyze_tracker
-from dynlab.config import RunSpec
-from dynlab.evaluate import evaluate_lengths, max_pass_length, max_pass_length_dense
-from dynlab.groups import get_group
-from dynlab.models import measure_family
-from dynlab.models.tracker import Tracker, declared_fused_kind
+from dynlab.tracking.spec import RunSpec
+from dynlab.tracking.evaluate import evaluate_lengths, max_pass_length, max_pass_length_dense
+from dynlab.tracking.groups import get_group
+from dynlab.tracking.models import measure_family
+from dynlab.tracking.models.tracker import Tracker, declared_fused_kind
 from dynlab.results.store import RunStore
 from dynlab.runtime import NullProgress, train_threads
 from dynlab.study import RunOutcome, RunResult, read_result
-from dynlab.tasks import WordProblem
-from dynlab.train import TrainResult, build_tracker, train_tracker
-from dynlab.train.ensemble import train_ensemble
+from dynlab.tracking.task import WordProblem
+from dynlab.tracking.train import TrainResult, build_tracker, train_tracker
+from dynlab.tracking.train.ensemble import train_ensemble
 
 __all__ = [
     "TrackerResult",
@@ -49,13 +49,13 @@ class TrackerResult(RunResult):
     Training (every run): ``train_steps``, ``train_loss`` (last batch's cross-entropy,
     nat/token), ``curriculum_length`` (length reached), ``final_train_accuracy`` (last
     batch's per-token accuracy), ``family`` (declared) and ``family_measured``
-    (:func:`dynlab.models.measure_family`), ``ensemble_size`` (members trained together,
+    (:func:`dynlab.tracking.models.measure_family`), ``ensemble_size`` (members trained together,
     absent for a run trained alone).
 
     Evaluation (``ok`` and ``not-learned`` runs): ``lengths`` evaluated, ``accuracy`` at the
     final position and ``accuracy_all`` over all positions at each of them,
     ``accuracy_dense`` at every length 1 … max(lengths), ``mp`` (dense max-pass length,
-    :func:`dynlab.evaluate.max_pass_length_dense`) with ``mp_censored``, ``mp_grid`` on the
+    :func:`dynlab.tracking.evaluate.max_pass_length_dense`) with ``mp_censored``, ``mp_grid`` on the
     evaluated lengths with ``mp_grid_censored``, and the ``threshold`` and ``mp_window``
     they used.  Results stored before ``mp_grid_censored`` existed take ``mp_censored``.
     """
@@ -171,7 +171,7 @@ def run_one(spec: RunSpec, device: torch.device, progress: NullProgress) -> RunO
 
 def run_many(specs: list[RunSpec], device: torch.device, progress: NullProgress) -> list[RunOutcome]:
     """Train ``specs`` (equal model, batch size and group order) as one ensemble
-    (:func:`dynlab.train.ensemble.train_ensemble`), then finish each run as :func:`run_one`
+    (:func:`dynlab.tracking.train.ensemble.train_ensemble`), then finish each run as :func:`run_one`
     does (family, evaluation, mp).  ``train_time`` is the ensemble's training wall time
     divided by the number of members; ``ensemble_size`` records the number of members."""
     t0 = time.perf_counter()
@@ -182,11 +182,11 @@ def run_many(specs: list[RunSpec], device: torch.device, progress: NullProgress)
 
 def ensemble_group_key(spec: RunSpec) -> Hashable:
     """Specs with equal keys share an ensemble: same model, batch size and group order
-    (what :func:`dynlab.train.ensemble.check_ensemble` needs); other specs get a unique key
+    (what :func:`dynlab.tracking.train.ensemble.check_ensemble` needs); other specs get a unique key
     (the spec hash).
 
     Stacked are the models a fused training kernel computes, decided from the spec
-    (:func:`dynlab.models.tracker.declared_fused_kind`: one layer, a linear readout, a cell
+    (:func:`dynlab.tracking.models.tracker.declared_fused_kind`: one layer, a linear readout, a cell
     class that declares a kernel and a nonlinearity that kernel implements): the dense
     RNNs, whose per-step GEMMs batch into one bmm for all members on every device, and the
     Mamba family (mamba, negative-mamba, mamba3, aussm), whose diagonal kernel runs the

@@ -2,8 +2,8 @@
 
 Dim ``run`` (+ ``length``, ``length_dense``, ``t`` …) with the names of dynlab's dataset
 vocabulary (:mod:`dynlab.results.vocabulary`): the training and evaluation record of
-every run (:class:`~dynlab.tracking_runs.TrackerResult`), the per-run analyses where they
-exist (``analysis.nc``, :func:`~dynlab.tracking_runs.analyze_run`), summaries derived
+every run (:class:`~dynlab.tracking.run.TrackerResult`), the per-run analyses where they
+exist (``analysis.nc``, :func:`~dynlab.tracking.run.analyze_run`), summaries derived
 from them, and the T_cross–mp correlations across runs
 (:func:`dynlab.analysis.correlation.study_correlations`).
 """
@@ -14,12 +14,12 @@ import numpy as np
 import xarray as xr
 
 from dynlab.analysis.correlation import study_correlations
-from dynlab.config import RunSpec
-from dynlab.groups import get_group
+from dynlab.tracking.spec import RunSpec
+from dynlab.tracking.groups import get_group
 from dynlab.results.assemble import assemble_runs, stack_run_files
 from dynlab.results.store import RunStore
 from dynlab.study import read_result
-from dynlab.tracking_runs import TrackerResult
+from dynlab.tracking.run import TrackerResult
 
 __all__ = ["assemble_tracking", "run_curves"]
 
