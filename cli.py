@@ -42,7 +42,8 @@ import typer  # noqa: E402
 
 from dynlab.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, DynlabInputError,  # noqa: E402
                            check_environment, debug_enabled, exit_status, is_usage_error)
-from dynlab.studies import CATALOG, CELL_NAMES, SOURCES, StudyEntry  # noqa: E402
+from dynlab.names import CELL_NAMES, EXECUTORS, INTERVENTION_NAMES, SOURCES  # noqa: E402
+from dynlab.studies import CATALOG, StudyEntry  # noqa: E402
 
 app = typer.Typer(
     add_completion=False,
@@ -68,8 +69,6 @@ SchedulerOpt = Annotated[
 WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Start a local Dask cluster of N worker processes.")]
 
 DEFAULT_OUT = "dynlab-runs"
-EXECUTORS = ("inprocess", "dask")  # dynlab.executors.EXECUTORS
-LM_INTERVENTIONS = ("zero", "random-noise", "fitted-noise", "state-passing", "tbtt")
 #: ``lm post-train --task``: the task kind and the study whose quick preset gives its grid.
 POST_TRAIN_TASKS = {"copying": "copying", "passkey": "passkey", "babi": "babilong"}
 
@@ -531,8 +530,8 @@ def lm_post_train(
 
     if task is not None and task not in POST_TRAIN_TASKS:
         raise DynlabInputError(f"unknown task kind {task!r}; allowed: {', '.join(POST_TRAIN_TASKS)}")
-    if intervention not in LM_INTERVENTIONS:
-        raise DynlabInputError(f"unknown --intervention {intervention!r}; allowed: {', '.join(LM_INTERVENTIONS)}")
+    if intervention not in INTERVENTION_NAMES:
+        raise DynlabInputError(f"unknown --intervention {intervention!r}; allowed: {', '.join(INTERVENTION_NAMES)}")
     if task is not None and intervention == "tbtt":
         raise DynlabInputError("intervention 'tbtt' needs one long document, not task samples; "
                                "allowed with --task: zero, random-noise, fitted-noise, state-passing")

@@ -77,6 +77,7 @@ from torch import nn
 from dynlab.spec import MAX_BATCH, MAX_ENSEMBLE, MAX_LENGTH, MAX_STEPS, MAX_WIDTH, check_limit
 from dynlab.tracking.spec import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 from dynlab.errors import DynlabInputError, format_validation_error
+from dynlab.names import CELLS
 from dynlab.outputs import check_json_path
 from dynlab.tracking.groups import get_group
 from dynlab.tracking.models import Tracker, get_cell
@@ -105,7 +106,7 @@ __all__ = [
 #: Most rounds over the methods (``--repeats``).
 MAX_REPEATS = 100
 
-_DENSE = ("tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn")
+_DENSE = tuple(c.name for c in CELLS if c.dense)
 _LIVE_COPIES = 8  # [N, B, T, S] tensors alive at the peak of a training step under autograd (estimate)
 _LIVE_COPIES_FUSED = 2  # the fused kernels: one state buffer (plus [N, B, T, H]-sized readout buffers)
 

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from dynlab.errors import DynlabInputError, DynlabMachineError
+from dynlab.names import EXECUTORS
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -54,7 +55,6 @@ __all__ = [
     "parse_scheduler_address",
 ]
 
-EXECUTORS = ("inprocess", "dask")
 
 #: Protocols of a scheduler address (``tcp://host:port``; no protocol means tcp).
 SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from dynlab import names
 from dynlab.errors import DynlabInputError
 
 __all__ = ["THEORY", "bench_machine_line", "bench_tables", "far_in_ratio", "lm_tables", "machine_line", "open_report_dataset",
@@ -44,16 +45,8 @@ __all__ = ["THEORY", "bench_machine_line", "bench_tables", "far_in_ratio", "lm_t
 TASK_STUDIES = ("copying", "passkey", "babilong")
 
 #: The groups each built-in tracker can track at every length, by its transition's theory
-#: (paper A): input-independent or positive-diagonal transitions (mamba, linear-rnn) track
-#: none; a real diagonal in (−1, 1) (negative-mamba) the elementary abelian 2-groups (C2,
-#: C2xC2, …); a complex diagonal (mamba3, aussm) the abelian groups; a token-dependent
-#: dense transition (token-gated-rnn) and the state-dependent cells (tanh-rnn,
-#: state-gated-rnn) any finite group.
-THEORY: dict[str, str] = {
-    "mamba": "none", "linear-rnn": "none", "negative-mamba": "elementary abelian 2-groups",
-    "mamba3": "abelian groups", "aussm": "abelian groups",
-    "token-gated-rnn": "any group", "tanh-rnn": "any group", "state-gated-rnn": "any group",
-}
+#: (paper A; :attr:`dynlab.names.CellEntry.theory`).
+THEORY: dict[str, str] = dict(names.THEORY)
 
 
 def theory_learns(arch: str, group: str) -> bool | None:

@@ -9,9 +9,14 @@ from pathlib import Path
 # The tests import the installed dynlab (editable or not), never the checkout's ``dynlab/``
 # folder by accident: ``python -m pytest`` puts the repository root first on sys.path, where
 # ``dynlab/`` lacks ``kernels``, ``studies`` and ``cli`` (the wheel, or an editable install's
-# import finder, places them inside the package; pyproject.toml).
+# import finder, places them inside the package; pyproject.toml).  Once the package is
+# imported its submodules come from it; the root goes back on the path for ``tests.*``.
 _ROOT = Path(__file__).resolve().parent.parent
+_PATH = sys.path[:]
 sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != _ROOT]
+import dynlab  # noqa: E402, F401
+
+sys.path[:] = _PATH
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -120,13 +120,12 @@ def test_catalog_says_what_each_study_module_says():
 
 
 def test_cli_constants_match_the_library():
-    from dynlab import cli
-    from dynlab.executors import EXECUTORS
+    from dynlab import cli, executors, names
     from dynlab.lm.tasks import TASK_KINDS
     from dynlab.studies import length_generalization
 
-    assert cli.EXECUTORS == EXECUTORS
-    assert cli.LM_INTERVENTIONS == length_generalization.INTERVENTION_NAMES
+    assert cli.EXECUTORS is executors.EXECUTORS is names.EXECUTORS
+    assert cli.INTERVENTION_NAMES is length_generalization.INTERVENTION_NAMES is names.INTERVENTION_NAMES
     assert tuple(cli.POST_TRAIN_TASKS) == TASK_KINDS and set(cli.POST_TRAIN_TASKS.values()) <= set(CATALOG)
     from dynlab.lm import export
 

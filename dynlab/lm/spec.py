@@ -32,7 +32,7 @@ from dynlab.spec import (
 )
 from dynlab.errors import DynlabInputError
 from dynlab.runtime import MAX_THREADS
-from dynlab.lm.corpus import SOURCES
+from dynlab.names import INTERVENTION_NAMES, MIXER_NAMES, SOURCES, TASK_INTERVENTION_NAMES
 
 __all__ = [
     "ANCHOR_MLP_RATIO", "CHINCHILLA_TOKENS_PER_PARAM", "LMDataSpec", "LMModelSpec", "InterventionSpec", "LMTrainSpec",
@@ -40,8 +40,8 @@ __all__ = [
     "LMTaskSpec", "TaskTrainSpec", "TaskEvalSpec", "TaskPostSpec", "WarmStartSpec", "LMTaskRunSpec", "LEGACY_MODEL_FIELDS",
 ]
 
-MixerName = Literal["mamba2", "mamba1", "gla"]
-InterventionName = Literal["zero", "random-noise", "fitted-noise", "state-passing", "tbtt"]
+MixerName = Literal[MIXER_NAMES]
+InterventionName = Literal[INTERVENTION_NAMES]
 DistanceName = Literal["tv", "js", "cos"]
 
 #: The block layout of each mixer's anchor model, used by every study preset: Mamba-1 and
@@ -251,7 +251,7 @@ class LMPostSpec(Spec):
     ``warmup_frac`` warm-up and cosine decay; the training batch size and length.
     """
 
-    interventions: tuple[InterventionName, ...] = ("zero", "random-noise", "fitted-noise", "state-passing", "tbtt")
+    interventions: tuple[InterventionName, ...] = INTERVENTION_NAMES
     steps: Steps = 500
     lr: float = Field(1e-3, gt=0.0, le=10.0, allow_inf_nan=False)
     warmup_frac: float = Field(0.1, ge=0.0, le=1.0)
@@ -423,7 +423,7 @@ class TaskEvalSpec(Spec):
     learn_kinds: tuple[BabiKind, ...] = ("qa1",)
 
 
-TaskInterventionName = Literal["zero", "random-noise", "fitted-noise", "state-passing"]
+TaskInterventionName = Literal[TASK_INTERVENTION_NAMES]
 
 
 class TaskPostSpec(Spec):

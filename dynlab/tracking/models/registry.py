@@ -32,21 +32,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dynlab.errors import DynlabInputError
-from dynlab.tracking.models.cells import (
-    AUSSMCell,
-    Cell,
-    LinearRNNCell,
-    Mamba3Cell,
-    MambaCell,
-    NegativeMambaCell,
-    StateGatedRNNCell,
-    TanhRNNCell,
-    TokenGatedRNNCell,
-)
+from dynlab.names import CELLS, FAMILIES
+from dynlab.tracking.models import cells
+from dynlab.tracking.models.cells import Cell
 
 __all__ = ["BUILTIN_ARCHS", "available_cells", "get_cell", "register_cell"]
-
-FAMILIES = ("affine", "state-dependent")
 
 _REGISTRY: dict[str, type[Cell]] = {}
 
@@ -76,16 +66,7 @@ def available_cells() -> list[str]:
     return list(_REGISTRY)
 
 
-for _name, _cls in [
-    ("mamba", MambaCell),
-    ("negative-mamba", NegativeMambaCell),
-    ("mamba3", Mamba3Cell),
-    ("aussm", AUSSMCell),
-    ("linear-rnn", LinearRNNCell),
-    ("token-gated-rnn", TokenGatedRNNCell),
-    ("tanh-rnn", TanhRNNCell),
-    ("state-gated-rnn", StateGatedRNNCell),
-]:
-    register_cell(_name)(_cls)
+for _entry in CELLS:  # the built-in cells, from their one registration (dynlab.names.CELLS)
+    register_cell(_entry.name)(getattr(cells, _entry.cls))
 
 BUILTIN_ARCHS: tuple[str, ...] = tuple(_REGISTRY)
