@@ -1,7 +1,9 @@
-"""The import paths of modules that moved into :mod:`dynlab.tracking`, kept working.
+"""The import paths of modules that moved, kept working.
 
 Paper A's modules moved from the top of the package into ``dynlab/tracking/`` (and the
-shared spec base into :mod:`dynlab.spec`).  Code, pickles and notebooks that name an old
+shared spec base into :mod:`dynlab.spec`); the kernels into one folder per op
+(``dynlab.kernels.triton_scan`` is ``dynlab.kernels.scan.triton``; ``dynlab.kernels.scan``,
+``ssd``, ``gla`` and ``selective_scan`` kept their names as packages).  Code, pickles and notebooks that name an old
 path still work: ``import dynlab.models`` gives a small module whose attributes are those
 of the new module (the same objects: ``dynlab.models.Tracker is
 dynlab.tracking.models.Tracker``), and reading one warns with a ``DeprecationWarning``
@@ -35,6 +37,11 @@ MOVED: dict[str, tuple[str, ...]] = {
     "dynlab.evaluate": ("dynlab.tracking.evaluate",),
     "dynlab.tracking_runs": ("dynlab.tracking.run",),
     "dynlab.tracking_dataset": ("dynlab.tracking.dataset",),
+    # kernels/ by op
+    **{f"dynlab.kernels.{old}": (f"dynlab.kernels.{new}",) for old, new in (
+        ("triton_scan", "scan.triton"), ("triton_ssd", "ssd.triton"), ("triton_gla", "gla.triton"),
+        ("dense_tracker", "tracker_loss.dense"), ("gated_tracker", "tracker_loss.gated"),
+        ("diagonal_tracker", "tracker_loss.diagonal"), ("tracker_common", "tracker_loss.common"))},
 }
 
 

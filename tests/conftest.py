@@ -111,7 +111,7 @@ def nan_buffers(monkeypatch):
     ``Tensor.new_empty``) and to empty the fused kernels' reuse cache, so that an entry a
     kernel forgets to write shows up in its outputs (docs/choices.md, "Poisoned buffers").  The cache
     is emptied again afterwards, so no NaN buffer outlives the test."""
-    from dynlab.kernels.tracker_common import BUFFERS
+    from dynlab.kernels.tracker_loss.common import BUFFERS
 
     def poison() -> None:
         empty, new_empty = torch.empty, torch.Tensor.new_empty

@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from dynlab.tracking.spec import ModelSpec
-from dynlab.kernels import diagonal_tracker
-from dynlab.kernels.diagonal_tracker import diagonal_tracker_loss, diagonal_tracker_loss_ref
-from dynlab.kernels.tracker_common import BUFFERS
+from dynlab.kernels.tracker_loss import diagonal as diagonal_tracker
+from dynlab.kernels.tracker_loss.diagonal import diagonal_tracker_loss, diagonal_tracker_loss_ref
+from dynlab.kernels.tracker_loss.common import BUFFERS
 from dynlab.tracking.train.engine import build_tracker, fused_kind, tracker_logits, tracker_loss
 
 D = torch.float64

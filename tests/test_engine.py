@@ -165,15 +165,15 @@ def test_runs_generic_loop_only_where_no_kernel_applies():
 
 
 @pytest.mark.slow
-def test_keep_freed_memory_sets_the_allocator_once_and_can_be_turned_off():
+def test_keep_freed_memory_sets_the_allocator_once_and_can_be_turned_off(tmp_path):
     """glibc's mallopt accepts the settings (Linux); the environment variable turns them off."""
     import subprocess
     import sys
 
     code = "from dynlab.runtime import keep_freed_memory as k; print(k(), k())"
-    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path).stdout.split()
     env = {**__import__("os").environ, "DYNLAB_KEEP_FREED_MEMORY": "0"}
-    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout.split()
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path, env=env).stdout.split()
     assert off == ["False", "False"]
     if sys.platform.startswith("linux") and __import__("platform").libc_ver()[0] == "glibc":
         assert on == ["True", "True"]

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from dynlab.tracking.spec import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
-from dynlab.kernels import dense_tracker
+from dynlab.kernels.tracker_loss import dense as dense_tracker
 from dynlab.tracking.models import Tracker, registry
 from dynlab.tracking.models.cells import (
     AUSSMCell,

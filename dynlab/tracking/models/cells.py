@@ -22,13 +22,13 @@ scan kernels ``(y, final_state)`` and the LM mixers and models ``(y, state)``.
 Kernels a cell runs on are declared by two class attributes, never inferred:
 
 - ``fast_scan`` (bool): :meth:`Cell.scan` runs a dedicated kernel instead of the per-step
-  loop over :meth:`Cell.transition` (:mod:`dynlab.kernels.scan`): the dense RNNs with
+  loop over :meth:`Cell.transition` (:mod:`dynlab.kernels.scan.chunked`): the dense RNNs with
   phi ∈ {identity, tanh} a reverse-time hand-written backward, the diagonal affine cells
   with phi = identity a chunked scan.  Every other case runs the generic loop,
   ``Cell.scan``, which is also the reference the fast scans are tested against.
 - ``fused`` (``"dense"``, ``"token-gated"``, ``"state-gated"``, ``"diagonal"`` or None):
-  the fused training kernel (:mod:`dynlab.kernels.dense_tracker`,
-  :mod:`dynlab.kernels.gated_tracker`, :mod:`dynlab.kernels.diagonal_tracker`) that
+  the fused training kernel (:mod:`dynlab.kernels.tracker_loss.dense`,
+  :mod:`dynlab.kernels.tracker_loss.gated`, :mod:`dynlab.kernels.tracker_loss.diagonal`) that
   computes exactly this cell's loss in a one-layer tracker; :meth:`Cell.fused_kind` adds
   the checks on the instance (phi, parameters).  The studies train the architectures
   whose cell class declares one as stacked ensembles (the dense kernels: one batched GEMM
@@ -58,8 +58,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from dynlab.kernels.dispatch import linear_scan  # Triton on CUDA, the chunked torch scan on the CPU
-from dynlab.kernels.scan import dense_rnn_scan
-from dynlab.kernels.tracker_common import PHIS as FUSED_PHIS
+from dynlab.kernels.scan.chunked import dense_rnn_scan
+from dynlab.kernels.tracker_loss.common import PHIS as FUSED_PHIS
 from dynlab.tracking.models.nonlinearity import apply_phi, check_phi
 
 __all__ = [
@@ -84,7 +84,7 @@ Terms = dict[str, torch.Tensor]
 #: Dense kernels: the recurrence ``A [S, S]``, the drive ``B`` and gate input ``W_g``
 #: (``nn.Linear`` with bias, applied to the token embedding) and the state-to-gate matrix
 #: ``U_g [S, S]``.  ``"diagonal"``, ``"diagonal-mamba3"``, ``"diagonal-aussm"``
-#: (:mod:`dynlab.kernels.diagonal_tracker`): the parameters of :class:`MambaCell`,
+#: (:mod:`dynlab.kernels.tracker_loss.diagonal`): the parameters of :class:`MambaCell`,
 #: :class:`Mamba3Cell`, :class:`AUSSMCell`; the kernel reads the tables the cell's own
 #: ``diagonal_tables`` forms from its :meth:`Cell.precompute` over the vocabulary (so a
 #: subclass may change the decay, as negative-mamba does) and computes the cell's readout.
@@ -430,7 +430,7 @@ class MambaCell(Cell):
         return y * F.silu(p["z"])
 
     def diagonal_tables(self, p: Terms, params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        """Tables of the fused kernel (:mod:`dynlab.kernels.diagonal_tracker`) from the terms
+        """Tables of the fused kernel (:mod:`dynlab.kernels.tracker_loss.diagonal`) from the terms
         ``p`` over the vocabulary (``[V, …]``) and the cell's parameters ``params`` (by
         name): a = decay, b = drive ``[V, H, N]``, C ``[V, N]``, g = silu(z) and
         e = D·x·silu(z) ``[V, H]``, so that g·(C·h) + e is :meth:`readout`."""

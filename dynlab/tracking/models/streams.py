@@ -9,7 +9,7 @@ gradients, one piece of an evaluation or an analysis at a time.
 
 Both streams equal the module's own forward (tested); for a one-layer Mamba-family tracker
 on the CPU they run the compiled forward-only loop of
-:func:`dynlab.kernels.diagonal_tracker.diagonal_tracker_stream`.
+:func:`dynlab.kernels.tracker_loss.diagonal.diagonal_tracker_stream`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from dynlab.kernels.diagonal_tracker import compiled_loops_apply, diagonal_tracker_stream
+from dynlab.kernels.tracker_loss.diagonal import compiled_loops_apply, diagonal_tracker_stream
 from dynlab.tracking.models.tracker import Tracker
 
 __all__ = ["diagonal_tables", "tracker_states", "tracker_stream"]
@@ -36,7 +36,7 @@ class _Precompute(nn.Module):
 
 
 def diagonal_tables(cell: nn.Module, params: dict[str, torch.Tensor], emb: torch.Tensor) -> tuple:
-    """The tables of :func:`~dynlab.kernels.diagonal_tracker.diagonal_tracker_loss`: the
+    """The tables of :func:`~dynlab.kernels.tracker_loss.diagonal.diagonal_tracker_loss`: the
     cell's ``precompute`` over the vocabulary (``emb [V, D]``), turned into tables by its
     ``diagonal_tables`` (e.g. :meth:`dynlab.tracking.models.MambaCell.diagonal_tables`).
 
@@ -91,7 +91,7 @@ def tracker_stream(model: Tracker, tokens: torch.Tensor, state: torch.Tensor | N
     For a one-layer Mamba-family tracker (:meth:`Tracker.fused_kind` ``diagonal…``) on the CPU with
     the compiled loops available, the cell's per-token tables (its own ``precompute``
     over the vocabulary) are run by
-    :func:`dynlab.kernels.diagonal_tracker.diagonal_tracker_stream`, one sequence at a time
+    :func:`dynlab.kernels.tracker_loss.diagonal.diagonal_tracker_stream`, one sequence at a time
     with its state in cache: no ``[B, T, S]`` states, gates or decays are formed.  The
     same function as the module's forward (a test compares logits and final states); every
     other model runs its forward.

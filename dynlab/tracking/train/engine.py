@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from dynlab.tracking.spec import ModelSpec, TrainSpec
-from dynlab.kernels.dense_tracker import dense_tracker_loss
-from dynlab.kernels.diagonal_tracker import diagonal_tracker_loss
-from dynlab.kernels.gated_tracker import gated_tracker_loss
+from dynlab.kernels.tracker_loss.dense import dense_tracker_loss
+from dynlab.kernels.tracker_loss.diagonal import diagonal_tracker_loss
+from dynlab.kernels.tracker_loss.gated import gated_tracker_loss
 from dynlab.tracking.models import Tracker
 from dynlab.tracking.models.cells import FUSED_KERNELS
 from dynlab.tracking.models.streams import diagonal_tables
@@ -88,9 +88,9 @@ def fused_loss(
 
     The per-token tables (embedding through the input projections) are formed here under
     autograd; the recurrence, readout and loss run in
-    :func:`dynlab.kernels.dense_tracker.dense_tracker_loss` (``kind == "dense"``),
-    :func:`dynlab.kernels.gated_tracker.gated_tracker_loss` (the gated kinds) or
-    :func:`dynlab.kernels.diagonal_tracker.diagonal_tracker_loss` (``"diagonal"``, whose
+    :func:`dynlab.kernels.tracker_loss.dense.dense_tracker_loss` (``kind == "dense"``),
+    :func:`dynlab.kernels.tracker_loss.gated.gated_tracker_loss` (the gated kinds) or
+    :func:`dynlab.kernels.tracker_loss.diagonal.diagonal_tracker_loss` (``"diagonal"``, whose
     tables are the terms of ``cell``'s own ``precompute`` over the vocabulary: ``cell``,
     the tracker's first cell, is required for it and only its structure is used).
     """

@@ -43,7 +43,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from dynlab.tracking.spec import RunSpec
 from dynlab.tracking.groups import get_group
-from dynlab.kernels.dense_tracker import BUFFERS
+from dynlab.kernels.tracker_loss.dense import BUFFERS
 from dynlab.tracking.models import Tracker
 from dynlab.tracking.task import WordProblem
 from dynlab.runtime import NullProgress, train_threads

@@ -12,7 +12,7 @@ contribution is added to the zero-state output (docs/errata.md).
 
 :func:`gla_ref` is the plain-torch reference (one step at a time under autograd);
 :func:`gla_chunked`, the fast torch path, computes the same thing with an attention-like
-quadratic form inside chunks and states carried between chunks.  :mod:`kernels.triton_gla`
+quadratic form inside chunks and states carried between chunks.  :mod:`kernels.gla.triton`
 is the CUDA backend (:mod:`kernels.dispatch`).
 """
 

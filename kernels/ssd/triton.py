@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from .ssd import check_ssd_inputs, ssd_chunked
+from .chunked import check_ssd_inputs, ssd_chunked
 
 try:  # triton is optional: the package works without it
     import triton

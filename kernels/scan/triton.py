@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from .scan import linear_scan
+from .chunked import linear_scan
 
 try:  # triton is optional: the package works without it (CPU paths are pure torch)
     import triton

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import torch
 
-from .gla import check_gla_inputs, gla_chunked
-from .selective_scan import check_selective_scan_inputs
+from .chunked import check_gla_inputs, gla_chunked
+from ..selective_scan.chunked import check_selective_scan_inputs
 
 try:  # triton is optional: the package works without it
     import triton

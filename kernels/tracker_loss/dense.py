@@ -40,15 +40,15 @@ intra-op thread count (``torch.set_num_threads``) is the only parallel setting.
 :func:`dense_tracker_loss_ref` is the same model as a plain loop under autograd;
 the tests compare the two (``tests/test_dense_tracker.py``).  The front, readout,
 cross-entropy, buffer cache and reference loop shared with the gated kernel are in
-:mod:`.tracker_common`.
+:mod:`.common`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .fast_tanh import tanh_
-from .tracker_common import BUFFERS, fused_call, readout_ce, readout_ce_grad, tracker_loss_ref, table_grad, token_rows
+from ..fast_tanh import tanh_
+from .common import BUFFERS, fused_call, readout_ce, readout_ce_grad, tracker_loss_ref, table_grad, token_rows
 
 __all__ = ["dense_tracker_loss", "dense_tracker_loss_ref"]
 

@@ -14,7 +14,7 @@ The initial state's contribution is *added* to the zero-state output (docs/errat
 Two implementations that must agree: :func:`ssd_ref` (the plain-torch reference, one step
 at a time under autograd) and :func:`ssd_chunked` (the fast torch path: a quadratic
 attention-like form inside chunks of ``chunk_size`` steps, states carried between chunks
-in log space).  :mod:`kernels.triton_ssd` and mamba-ssm are the CUDA backends
+in log space).  :mod:`kernels.ssd.triton` and mamba-ssm are the CUDA backends
 (:mod:`kernels.dispatch`).
 """
 

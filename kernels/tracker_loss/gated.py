@@ -11,9 +11,9 @@ readout, zero initial state)::
 
 ``E, G [V, S]`` are the per-token drive and gate input (computed by the caller under
 autograd).  Returns the summed cross-entropy over valid positions (labels ≥ 0; −100 is
-padding) and the argmax hit count, as :func:`dynlab.kernels.dense_tracker.dense_tracker_loss`,
+padding) and the argmax hit count, as :func:`dynlab.kernels.tracker_loss.dense.dense_tracker_loss`,
 whose layout, readout, loss and batching of many models this kernel shares
-(:mod:`.tracker_common`).
+(:mod:`.common`).
 
 Per step, forward: one GEMM ``h_{t−1} [Aᵀ | Uᵀ]`` into a buffer ``P_t = [a_t | u_t]``
 already holding ``[0 | G[x_t]]``, an in-place sigmoid on its gate half, one ``addcmul``
@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import torch
 
-from .fast_tanh import tanh_
-from .tracker_common import BUFFERS, fused_call, readout_ce, readout_ce_grad, tracker_loss_ref, table_grad, token_rows
+from ..fast_tanh import tanh_
+from .common import BUFFERS, fused_call, readout_ce, readout_ce_grad, tracker_loss_ref, table_grad, token_rows
 
 __all__ = ["gated_tracker_loss", "gated_tracker_loss_ref"]
 
