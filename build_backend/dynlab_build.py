@@ -46,10 +46,14 @@ __all__ = [
 
 FINDER = "_dynlab_editable"
 
-_FINDER_SOURCE = '''"""dynlab's editable install: maps dynlab's modules to their sources in the checkout."""
+_FINDER_SOURCE = '''"""dynlab's editable install: maps dynlab's modules to their sources in the checkout.
+
+Loaded by a .pth file at every start of Python: it imports only what the interpreter has
+already loaded (no pathlib), so that dynlab's start-up guard sees the same modules as in a
+regular install.
+"""
+import os
 import sys
-from importlib.util import spec_from_file_location
-from pathlib import Path
 
 MAPPING = {mapping!r}
 
@@ -60,10 +64,11 @@ class DynlabEditableFinder:
         source = MAPPING.get(fullname)
         if source is None:
             return None
-        source = Path(source)
-        if source.is_dir():
-            return spec_from_file_location(fullname, source / "__init__.py",
-                                           submodule_search_locations=[str(source)])
+        from importlib.util import spec_from_file_location
+
+        if os.path.isdir(source):
+            return spec_from_file_location(fullname, os.path.join(source, "__init__.py"),
+                                           submodule_search_locations=[source])
         return spec_from_file_location(fullname, source)
 
     @classmethod

@@ -262,3 +262,15 @@ def test_import_dynlab_dynlab_fails():
     for name in ("dynlab.dynlab", "dynlab.tests", "dynlab.docs", "dynlab.benchmarks"):
         with pytest.raises(ModuleNotFoundError):
             importlib.import_module(name)
+
+
+def test_the_command_line_only_wires_and_kernels_are_by_op():
+    """cli.py stays wiring (at most 300 lines; the checks live in dynlab.options); kernels/
+    holds one folder per op and at most three modules beside them."""
+    assert len((ROOT / "cli.py").read_text().splitlines()) <= 300
+    loose = sorted(p.name for p in (ROOT / "kernels").glob("*.py") if p.name != "__init__.py")
+    ops = sorted(p.name for p in (ROOT / "kernels").iterdir() if (p / "__init__.py").is_file())
+    assert len(loose) <= 3, loose
+    assert ops == ["gla", "scan", "selective_scan", "ssd", "tracker_loss"], ops
+    assert sorted(p.relative_to(ROOT / "kernels").as_posix() for p in (ROOT / "kernels").rglob("*.c")) == [
+        "fast_tanh.c", "selective_scan/selective_scan.c", "tracker_loss/diagonal.c"]
