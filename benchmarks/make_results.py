@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from dynlab.results.provenance import read_provenance
 from dynlab.report import headline, headline_contrasts, learned_mp, arm_in_range, far_in_ratio, first_rise, \
     last_rise, open_report_dataset, report, reproduction_tables
 
@@ -553,19 +554,12 @@ def wall_time(ds: xr.Dataset) -> str:
     if "study_workers" in a:
         workers = int(a["study_workers"])
         parts.append(f"{workers} worker{'s' if workers != 1 else ''}")
-    cpu = ((_provenance_of(ds).get("written_by") or {}).get("cpu_model"))
+    cpu = ((read_provenance(ds.attrs).get("written_by") or {}).get("cpu_model"))
     if cpu:
         parts.append(str(cpu))
     seconds = float(a["study_wall_time_s"])
     took = f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
     return f"{took} ({', '.join(parts)})"
-
-
-def _provenance_of(ds: xr.Dataset) -> dict:
-    try:
-        return json.loads(ds.attrs.get("provenance_json", "{}")) or {}
-    except (TypeError, ValueError):
-        return {}
 
 
 def _matched(a: xr.Dataset, b: xr.Dataset) -> tuple[xr.Dataset, xr.Dataset]:

@@ -7,7 +7,7 @@ mapping is written).  Regular wheels and sdists are hatchling's own.  hatchling'
 wheel would put the repository root on ``sys.path`` (so ``kernels``, ``studies`` and ``cli``
 import as top-level names) and copy the force-included files (stale after an edit), so
 :func:`build_editable` rewrites it: no root on the path, no copies, and a small import
-finder, ``_dynlab_editable``, that maps ``dynlab`` and each force-included name to its
+finder, ``_dynlab_tree``, that maps ``dynlab`` and each force-included name to its
 source in the checkout.  Nothing in ``dynlab`` edits its own ``__path__``.
 """
 
@@ -44,7 +44,9 @@ __all__ = [
     "get_requires_for_build_wheel",
 ]
 
-FINDER = "_dynlab_editable"
+#: The editable install's finder module and .pth file ("tree": the checkout's source tree); the
+#: name sorts after _dynlab_start.pth, which must run first (dynlab/_start.py).
+FINDER = "_dynlab_tree"
 
 _FINDER_SOURCE = '''"""dynlab's editable install: maps dynlab's modules to their sources in the checkout.
 
@@ -83,13 +85,15 @@ def install():
 
 
 def source_mapping(root: Path) -> dict[str, str]:
-    """Module name -> absolute source path: ``dynlab`` and every force-included name."""
+    """Module name -> absolute source path: ``dynlab`` and every force-included module or
+    package (a force-included data file, such as a ``.pth``, is no module: the editable
+    wheel keeps hatchling's copy of it)."""
     config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
     wheel = config["tool"]["hatch"]["build"]["targets"]["wheel"]
     mapping = {pkg: str(root / pkg) for pkg in wheel["packages"]}
     for source, target in wheel.get("force-include", {}).items():
-        name = target.removesuffix(".py").replace("/", ".")
-        mapping[name] = str(root / source)
+        if target.endswith(".py") or (root / source).is_dir():
+            mapping[target.removesuffix(".py").replace("/", ".")] = str(root / source)
     return mapping
 
 
@@ -106,13 +110,19 @@ def build_editable(
     """PEP 660: hatchling's editable wheel, with its path entry and copies replaced by the finder."""
     root = Path(os.getcwd())
     mapping = source_mapping(root)
+    packages = set(tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+                   ["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"])
     with tempfile.TemporaryDirectory() as tmp:
         name = _hatchling_build_editable(tmp, config_settings, metadata_directory)
         with zipfile.ZipFile(Path(tmp) / name) as src:
+            copies = tuple(f"{n.replace('.', '/')}/" for n in mapping if n not in packages) + tuple(
+                f"{n.replace('.', '/')}.py" for n in mapping if n not in packages)
             kept = {
                 info.filename: src.read(info)
                 for info in src.infolist()
-                if not info.filename.endswith(".pth") and not info.filename.startswith(tuple(f"{p}/" for p in wheel_packages(mapping)))
+                # hatchling's path entry (the repository root on sys.path) and its copies of the mapped sources
+                if not (info.filename.startswith("_editable_impl_") and info.filename.endswith(".pth"))
+                and not info.filename.startswith(copies)
             }
     record = next(n for n in kept if n.endswith(".dist-info/RECORD"))
     files = {n: d for n, d in kept.items() if n != record}
@@ -125,8 +135,3 @@ def build_editable(
         for n, d in files.items():
             out.writestr(n, d)
     return name
-
-
-def wheel_packages(mapping: dict[str, str]) -> set[str]:
-    """The top-level package folders of the wheel (``dynlab``): their copies are left out."""
-    return {n.split(".")[0] for n in mapping}

@@ -40,7 +40,7 @@ from typing import Any
 
 __all__ = ["ENV_SWITCHES", "EXIT_BAD_INPUT", "EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "DynlabInputError",
            "DynlabMachineError", "check_environment", "debug_enabled", "exit_status", "format_validation_error",
-           "is_usage_error"]
+           "is_usage_error", "validation_errors"]
 
 #: The command did what it was asked.
 EXIT_OK = 0
@@ -158,12 +158,15 @@ def first_line_of(text: str) -> str:
     return text.splitlines()[0] if text else ""
 
 
+def validation_errors(exc: Any) -> list[tuple[list[str], str, dict[str, Any]]]:
+    """The errors of a pydantic ``ValidationError``: ``(loc, message, error)`` for each, the
+    location as strings and the message without pydantic's ``Value error, `` prefix.  Every
+    way dynlab says a validation error (:func:`format_validation_error`, a study's options,
+    the command line's options) reads them here."""
+    return [([str(x) for x in err["loc"]], str(err["msg"]).removeprefix("Value error, "), err) for err in exc.errors()]
+
+
 def format_validation_error(exc: Any) -> str:
     """A pydantic ``ValidationError`` as one line naming each bad field and why
     (``loc: message; …``; ``spec`` where the error is about the whole model)."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "spec"
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        parts.append(f"{loc}: {msg}")
-    return "; ".join(parts)
+    return "; ".join(f"{'.'.join(loc) or 'spec'}: {msg}" for loc, msg, _ in validation_errors(exc))

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dynlab.errors import DynlabInputError
+from dynlab.errors import DynlabInputError, validation_errors
 from dynlab.names import CELL_NAMES, EXECUTORS, INTERVENTION_NAMES, SOURCES
 
 #: The output folder of the commands that write runs (``--out``).
@@ -172,10 +172,8 @@ def in_option_words(fields: Mapping[str, str]) -> Iterator[None]:
         yield
     except ValidationError as exc:
         parts: list[str] = []
-        for err in exc.errors():
-            loc = [str(x) for x in err["loc"]]
+        for loc, msg, err in validation_errors(exc):
             field = next((x for x in loc if x in fields), None)
-            msg = str(err["msg"]).removeprefix("Value error, ")
             said = next((f for f in fields if msg.startswith((f"{f} ", f"{f}:")) and fields[f].startswith("--")), None)
             if field is None and said is not None:  # the spec as a whole, about a field an option sets
                 part = fields[said] + msg[len(said):]

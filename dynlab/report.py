@@ -38,6 +38,7 @@ import xarray as xr
 
 from dynlab import names
 from dynlab.errors import DynlabInputError
+from dynlab.results.provenance import read_provenance
 
 __all__ = ["THEORY", "bench_machine_line", "bench_tables", "far_in_ratio", "lm_tables", "machine_line", "open_report_dataset",
            "report", "reproduction_tables", "task_tables", "theory_learns", "tracking_tables"]
@@ -88,7 +89,7 @@ def machine_line(ds: xr.Dataset) -> str:
     parts = [f"study `{a.get('study', '?')}`, preset `{a.get('preset', '?')}`"]
     if a.get("created_utc"):
         parts.append(f"made {a['created_utc']}")
-    written_by = _provenance(a).get("written_by") or {}
+    written_by = read_provenance(a).get("written_by") or {}
     if written_by.get("cpu_model"):
         parts.append(f"on {written_by['cpu_model']} ({written_by.get('torch_cpu_capability') or 'CPU'})")
     if written_by.get("torch"):
@@ -96,16 +97,6 @@ def machine_line(ds: xr.Dataset) -> str:
     if a.get("git_sha"):
         parts.append(f"dynlab {a.get('dynlab_version', '')} @ {str(a['git_sha'])[:10]}")
     return "; ".join(parts)
-
-
-def _provenance(attrs: dict) -> dict:
-    """The dataset's recorded execution path (attribute ``provenance_json``), or {}."""
-    import json
-
-    try:
-        return json.loads(attrs.get("provenance_json", "{}")) or {}
-    except (TypeError, ValueError):
-        return {}
 
 
 def _status_line(ds: xr.Dataset) -> str:

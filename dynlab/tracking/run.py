@@ -29,7 +29,7 @@ from dynlab.runtime import NullProgress, train_threads
 from dynlab.study import RunOutcome, RunResult, read_result
 from dynlab.tracking.task import WordProblem
 from dynlab.tracking.train import TrainResult, build_tracker, train_tracker
-from dynlab.tracking.train.ensemble import train_ensemble
+from dynlab.tracking.train.ensemble import ensemble_key, train_ensemble
 
 __all__ = [
     "TrackerResult",
@@ -195,11 +195,10 @@ def ensemble_group_key(spec: RunSpec) -> Hashable:
     φ ≠ identity in the nonlinearity study, a user's cell that overrides a method) run alone.
     """
     model = spec.model
-    order = get_group(spec.task.group).order
     if declared_fused_kind(model.arch, layers=model.layers, nonlinearity=model.nonlinearity,
                            readout=model.readout) is None:
         return spec.spec_hash()
-    return (model, spec.train.batch_size, order)
+    return ensemble_key(spec)  # the one rule of what may share an ensemble
 
 
 def load_model(spec: RunSpec, store: RunStore, device: torch.device) -> Tracker:
