@@ -28,9 +28,9 @@ Presets:
   sizes (:data:`CONTEXT_SIZES`), every run trained on the same number of tokens
   (:data:`CONTEXT_TOKENS`), evaluated at 16 × T_train.
 - ``interventions`` — paper B's Fig. 5 protocol where the PPL rises: the baseline (zero
-  initial state) is trained as ``quick`` without the convolution (its PPL rises beyond
-  T_train in most seeds; ``model={"conv_kernel": 4}`` runs the protocol from the quick
-  model with its convolution, which rises too; see docs/length-generalization.md),
+  initial state) is trained as ``quick``, whose PPL rises beyond T_train, on seeds 5–9
+  (:data:`INTERVENTION_SEEDS`; ``model={"conv_kernel": 0}`` runs the protocol from the
+  quick model without its convolution; see docs/length-generalization.md),
   then post-trained from its trained weights once per intervention for
   ``post.steps`` steps against a zero-state control on the same batches
   (:class:`~dynlab.lm.spec.LMPostSpec`). Rows: the trained model (``phase = "base"``)
@@ -77,7 +77,7 @@ from dynlab.study import RunOutcome, RunResult, Study, StudyOptions, override_fi
 from dynlab.studies.long_context import LMOptions, check_source
 from dynlab.runtime import NullProgress
 
-__all__ = ["BUDGET_MODEL", "CONTEXT_SIZES", "CONTEXT_TOKENS", "INTERVENTION_NAMES", "MIXER_NAMES", "PRESETS", "STUDY",
+__all__ = ["BUDGET_MODEL", "CONTEXT_SIZES", "CONTEXT_TOKENS", "INTERVENTION_NAMES", "INTERVENTION_SEEDS", "MIXER_NAMES", "PRESETS", "STUDY",
            "LGOptions", "LMResult", "assemble", "make_specs", "run_one", "steps_for_budget"]
 
 
@@ -97,6 +97,12 @@ CONTEXT_SIZES = (BUDGET_MODEL, {**BUDGET_MODEL, "d_model": 32})
 
 #: Training tokens of every ``context`` run.
 CONTEXT_TOKENS = 1_048_576
+
+INTERVENTION_SEEDS = (5, 6, 7, 8, 9)
+"""Seeds of the ``interventions`` preset: the quick preset's seeds 0–2 showed that its model
+(with the short convolution) rises beyond T_train, so the protocol is reported on seeds
+that played no part in choosing the baseline; the post-training recipe (300 steps, lr 1e-3)
+was fixed on pilot seed 100."""
 
 PRESETS: dict[str, dict[str, Any]] = {
     "quick": {
@@ -132,9 +138,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "interventions": {
         "mixers": ("mamba2",),
-        "seeds": (0, 1, 2, 3, 4),
+        "seeds": INTERVENTION_SEEDS,
         "interventions": ("zero",),
-        "model": {**_QUICK_MODEL, "conv_kernel": 0},
+        "model": _QUICK_MODEL,
         "train": {"steps": 1500, "batch_size": 16, "seq_len": 32, "lr": 5e-3, "threads": 1},
         "eval": _QUICK_EVAL,
         "intervention": {"sigma": 0.1},
