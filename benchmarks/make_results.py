@@ -41,7 +41,7 @@ DATASETS = [
     ("group-tracking-groups", "State tracking on more groups (preset groups)",
      "dynlab study group-tracking --models all --preset groups --executor dask --workers 2",
      "8 architectures × C2xC2, C4, C2xC4, D4, C12, A4, D6, C2xS3 × seeds 0–2, the budget scaled by the group "
-     "(dynlab.tracking.train.budget); 'theory' says whether the architecture can track the group at every length"),
+     "(dynlab.train.budget); 'theory' says whether the architecture can track the group at every length"),
     ("length-generalization", "Length generalization: PPL beyond the training length",
      "dynlab study length-generalization --seeds 0,1,2 --interventions zero,state-passing,tbtt --executor dask "
      "--workers 2",

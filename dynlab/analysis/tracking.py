@@ -505,7 +505,7 @@ def analyze_tracker(
     if task.n_classes > MAX_ANALYSIS_ORDER:
         raise DynlabInputError(
             f"group {task.group.name} (order {task.n_classes}) is too large for the error-control analysis; "
-            f"allowed: order at most {MAX_ANALYSIS_ORDER} (dynlab.spec.MAX_ANALYSIS_ORDER)"
+            f"allowed: order at most {MAX_ANALYSIS_ORDER} (dynlab.config.MAX_ANALYSIS_ORDER)"
         )
     m = analysis_copy(model, torch.float64).cpu()
     gen = torch.Generator().manual_seed(spec.seed)  # one generator, drawn from in this order
