@@ -47,3 +47,11 @@ def test_the_names_load_nothing_heavy(tmp_path):
     code = "import sys, dynlab.names; print(sorted(m for m in ('torch', 'matplotlib', 'numpy', 'pydantic') if m in sys.modules))"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
     assert res.stdout.strip() == "[]"
+
+
+def test_the_report_and_the_provenance_reader_load_no_torch(tmp_path):
+    """``dynlab report`` reads datasets without torch: the one provenance reader lives in the
+    torch-free dynlab.results.provenance, whose package imports the run store on use only."""
+    code = "import sys, dynlab.report, dynlab.results.provenance; print('torch' in sys.modules)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert res.stdout.strip() == "False"
