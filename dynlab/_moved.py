@@ -62,6 +62,8 @@ class _MovedModule(ModuleType):
     """An old module path: its attributes are read from the new modules, with a warning."""
 
     def __getattr__(self, name: str) -> Any:
+        if name == "__all__":  # ``from dynlab.config import *``: the public names of the new modules
+            return sorted({n for t in MOVED[self.__name__] for n in getattr(importlib.import_module(t), "__all__", ())})
         if name.startswith("__"):
             raise AttributeError(name)
         targets = MOVED[self.__name__]
