@@ -74,6 +74,22 @@ DATASETS = [
      "whole-key accuracy, mean over the 5 depths; trained on 112–160 tokens, tested to 16×"),
     ("babilong", "bAbI-style questions", "dynlab study babilong",
      "whole-answer accuracy per kind; qa1 decides whether a model learned"),
+    ("copying-seeds20-24", "Copying on seeds never used to choose its rules",
+     "dynlab study copying --seeds 20,21,22,23,24 --executor dask --workers 2",
+     "the quick preset at the current code (the real Mamba block, no MLP) on fresh seeds: its learned fraction"),
+    ("passkey-learnability", "Passkey: does the preset's recipe learn on fresh seeds?",
+     "dynlab study passkey --seeds 20,21,22,23,24 --lengths 128 --interventions zero --executor dask --workers 2",
+     "the quick preset's training rules (warm start, early stop with its confirming check) on seeds never used to "
+     "choose them, tested in range only (128 tokens); the zero-state control is its only post-training arm"),
+    ("babilong-learnability", "bAbI qa1: does the preset's recipe learn on fresh seeds?",
+     "dynlab study babilong --seeds 20,21,22,23,24 --lengths 64 --interventions zero --executor dask --workers 2",
+     "the quick preset's rules (up to 3 models per seed, early stop with its confirming check) on seeds never used "
+     "to choose them, tested in range only (64 tokens)"),
+    ("babilong-kinds-learnability", "bAbI kinds: does the preset's recipe learn on fresh seeds?",
+     "dynlab study babilong --preset kinds --seeds 20,21,22,23,24 --lengths 64 --interventions zero --executor dask "
+     "--workers 2",
+     "the kinds preset's rules (qa1 first, then qa1, qa6, qa7 together) on seeds never used to choose them, tested in "
+     "range only"),
     ("babilong-kinds", "bAbI-style questions of three kinds (preset kinds)", "dynlab study babilong --preset kinds",
      "whole-answer accuracy per kind; the mean over qa1, qa6, qa7 decides whether a model learned"),
 ]
@@ -540,10 +556,10 @@ def fresh_seeds_section() -> str:
         f"and ρ⊥ predicts mp (r = {_r_ci(mp_r)} replace, {_r_ci(mp_d)} drop); `docs/results.md` has the table.")
 
 
-def wall_time(ds: xr.Dataset) -> str:
+def wall_time(ds: xr.Dataset, cpu: bool = True) -> str:
     """``6.4 min (9 of 9 runs trained, 1 worker, AMD EPYC)`` (seconds under a minute) from
-    the dataset's ``study_*`` attributes and the CPU its ``provenance_json`` names, or
-    :data:`NO_WALL_TIME` when it has none."""
+    the dataset's ``study_*`` attributes and (``cpu``) the CPU its ``provenance_json``
+    names, or :data:`NO_WALL_TIME` when it has none."""
     a = ds.attrs
     if "study_wall_time_s" not in a:
         return NO_WALL_TIME
@@ -554,12 +570,16 @@ def wall_time(ds: xr.Dataset) -> str:
     if "study_workers" in a:
         workers = int(a["study_workers"])
         parts.append(f"{workers} worker{'s' if workers != 1 else ''}")
-    cpu = ((read_provenance(ds.attrs).get("written_by") or {}).get("cpu_model"))
-    if cpu:
-        parts.append(str(cpu))
+    if cpu and _cpu_of(ds):
+        parts.append(_cpu_of(ds))
     seconds = float(a["study_wall_time_s"])
     took = f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
     return f"{took} ({', '.join(parts)})"
+
+
+def _cpu_of(ds: xr.Dataset) -> str:
+    """The CPU model that the dataset's provenance names ('' when none)."""
+    return str((read_provenance(ds.attrs).get("written_by") or {}).get("cpu_model") or "")
 
 
 def _matched(a: xr.Dataset, b: xr.Dataset) -> tuple[xr.Dataset, xr.Dataset]:
@@ -682,9 +702,44 @@ def paper_b_notes_section() -> str:
     state = (f"From t = {t0} to {t1} the zero-state baseline's state std (`state_std`, mean over layers and heads) "
              f"still grows {zero.min():.1f}–{zero.max():.1f}× ({zero.size} seeds); state passing keeps it within "
              f"{within:.0f} % ({sp.min():.2f}–{sp.max():.2f}×).")
-    walls = "; ".join(f"{label}: {wall_time(_dataset(label))}" for label in PAPER_B_WALL_TIMES
-                      if (DATA / f"{label}.nc").is_file())
-    return _prose(f"{state} Wall times, from each dataset's `study_wall_time_s`: {walls}.")
+    timed = [(label, _dataset(label)) for label in PAPER_B_WALL_TIMES if (DATA / f"{label}.nc").is_file()]
+    cpus = {_cpu_of(ds) for _, ds in timed if "study_wall_time_s" in ds.attrs}
+    one_cpu = len(cpus) == 1 and "" not in cpus
+    walls = "; ".join(f"{label}: {wall_time(ds, cpu=not one_cpu)}" for label, ds in timed)
+    where = f", all on an {cpus.pop()}" if one_cpu else ""
+    learn = learnability_text()
+    return _prose(f"{state}{' ' + learn if learn else ''} Wall times, from each dataset's `study_wall_time_s`"
+                  f"{where}: {walls}.")
+
+
+#: The task presets' learnability on seeds never used to choose their rules: (what, dataset label).
+LEARNABILITY = (("copying", "copying-seeds20-24"), ("passkey", "passkey-learnability"),
+                ("babilong", "babilong-learnability"), ("babilong `kinds`", "babilong-kinds-learnability"))
+
+
+def learnability_text() -> str:
+    """README's sentence on how many models each task preset's own rules train to its
+    learned threshold (in-range test accuracy ≥ ``learned_at``) on seeds that played no part
+    in choosing those rules, with each seed's in-range accuracy and, where a preset draws a
+    fresh model after a failure, how many it drew."""
+    parts, seeds, at = [], set(), set()
+    for what, label in LEARNABILITY:
+        if not (DATA / f"{label}.nc").is_file():
+            continue
+        ds = _dataset(label)
+        learned, trained = _learned(ds)
+        base = ds["phase"].values.astype(str) == "base"
+        seeds |= {int(x) for x in ds["seed"].values[base]}
+        at.add(float(ds.attrs["learned_at"]))
+        detail = ", ".join(f"{x:.2f}" for x in ds["in_range_accuracy"].values[base])
+        if _first_spec(ds)["train"].get("attempts", 1) > 1 and "train_attempts" in ds:
+            detail += "; models drawn " + ", ".join(str(int(x)) for x in ds["train_attempts"].values[base])
+        parts.append(f"{what} {learned} of {trained} ({detail})")
+    if not parts:
+        return ""
+    return (f"Learned on seeds {_seeds(sorted(seeds))}, never used to choose the task presets' rules (each "
+            f"preset's own rules; learned: in-range test accuracy ≥ {'/'.join(f'{x:g}' for x in sorted(at))}): "
+            + "; ".join(parts) + ".")
 
 
 #: README.md's generated sections, by marker name.
