@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from dynlab.kernels.selective_scan import compiled_kernel_status
+from dynlab.kernels.selective_scan.chunked import compiled_kernel_status
 from dynlab.lm.corpus import load_corpus
 from dynlab.lm.interventions import ZeroInit
 from dynlab.lm.model import RecurrentLM

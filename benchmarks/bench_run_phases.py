@@ -5,12 +5,12 @@ For each architecture, one run of the chosen preset (one group, one seed) in thi
 - ``step_s`` — seconds per training step and model at the curriculum's full length (60):
   the median of ``--steps`` timed steps with the curriculum held at 60 (the first step is
   not timed), trained as the study trains them: the preset's seeds as one ensemble
-  (:func:`dynlab.train.ensemble.train_ensemble`, the step time divided by the members)
+  (:func:`dynlab.tracking.train.ensemble.train_ensemble`, the step time divided by the members)
   where the study stacks them (a fused kernel computes the model), alone otherwise.  Early
   curriculum steps are shorter, so ``train_s = preset steps × step_s`` is an upper bound on
   a run's training time;
 - ``eval_s`` — accuracy at every evaluation length and mp, as the study does it
-  (:func:`dynlab.evaluate.evaluate_lengths` with the preset's sequences and lengths);
+  (:func:`dynlab.tracking.evaluate.evaluate_lengths` with the preset's sequences and lengths);
 - ``analysis_s`` — the error-control analysis at the preset's analysis settings
   (:func:`dynlab.analysis.tracking.analyze_tracker`: U, R, M, q to the longest evaluated
   length, return map, perturbation, Lyapunov spectrum).
@@ -21,7 +21,7 @@ finished one.  ``ratio = (eval_s + analysis_s) / train_s``.
 
 A run that never learned (status ``not-learned``) trains every step at the short length
 where its curriculum stopped and its q(t) is followed only to
-:func:`~dynlab.tracking_runs.not_learned_horizon` (2 × the training length):
+:func:`~dynlab.tracking.run.not_learned_horizon` (2 × the training length):
 ``step_s_short`` is timed with the curriculum held at ``--short-length`` (default 4),
 ``train_s_short = preset steps × step_s_short``, ``analysis_s_not_learned`` is the
 analysis at that horizon, and ``ratio_not_learned = (eval_s + analysis_s_not_learned) /
@@ -47,16 +47,16 @@ import torch
 
 from dynlab.analysis.tracking import analyze_tracker
 from dynlab.bench import write_bench_json
-from dynlab.config import CurriculumSpec
-from dynlab.evaluate import evaluate_lengths
-from dynlab.groups import get_group
-from dynlab.models import BUILTIN_ARCHS
+from dynlab.tracking.spec import CurriculumSpec
+from dynlab.tracking.evaluate import evaluate_lengths
+from dynlab.tracking.groups import get_group
+from dynlab.tracking.models import BUILTIN_ARCHS
 from dynlab.studies.group_tracking import ANALYSIS_PRESETS, PRESETS, STUDY
 from dynlab.study import StudyOptions
-from dynlab.tasks import WordProblem
-from dynlab.tracking_runs import ensemble_group_key, not_learned_horizon
+from dynlab.tracking.task import WordProblem
+from dynlab.tracking.run import ensemble_group_key, not_learned_horizon
 from dynlab.runtime import train_threads
-from dynlab.train.ensemble import train_ensemble
+from dynlab.tracking.train.ensemble import train_ensemble
 
 
 class _Clock:

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from dynlab.report import _headline, _headline_contrasts, _learned_mp, arm_in_range, far_in_ratio, first_rise, \
+from dynlab.results.provenance import read_provenance
+from dynlab.report import headline, headline_contrasts, learned_mp, arm_in_range, far_in_ratio, first_rise, \
     last_rise, open_report_dataset, report, reproduction_tables
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,7 +180,7 @@ def paper_a_section() -> str:
     """README's paper-A tables: learned runs and mp per architecture and group, the T_cross–mp
     correlations of :data:`README_VARIANTS`, and the held-out r of the default variant."""
     ds = _dataset("group-tracking-sweep")
-    cells = _learned_mp(ds)
+    cells = learned_mp(ds)
     archs, groups = list(dict.fromkeys(a for a, _ in cells)), list(dict.fromkeys(g for _, g in cells))
     per_cell = max(n for _, n, _ in cells.values())
     horizon = max(_first_spec(ds)["eval"]["lengths"])
@@ -316,14 +317,14 @@ def intervention_cell(ds: xr.Dataset, arm: str) -> str:
 
 def _arm_mean(ds: xr.Dataset, intervention: str, length: int) -> float:
     """Mean over seeds of the post-trained arm's headline accuracy at ``length``."""
-    acc = _headline(ds).sel(length=length)
+    acc = headline(ds).sel(length=length)
     post = (ds["phase"].values.astype(str) == "post") & (ds["intervention"].values.astype(str) == intervention)
     return float(acc.values[post].mean())
 
 
 def _contrast(ds: xr.Dataset, contrast: str, length: int) -> str:
     """``−0.10 [−0.19, 0.00], p 0.05``: the paired contrast against the zero-state control."""
-    c = _headline_contrasts(ds).sel(mixer=ds["arch"].values[0], contrast=contrast, length=length)
+    c = headline_contrasts(ds).sel(mixer=ds["arch"].values[0], contrast=contrast, length=length)
     mean, lo, hi, p = (float(c[f"contrast_{k}"]) for k in ("mean", "lo", "hi", "p"))
     p_text = f"{p:.2f}" if np.isfinite(p) else "— (no spread)"
     return f"{_minus(mean, sign=True) if mean > 0 else _minus(mean)} [{_minus(lo)}, {_minus(hi)}], p {p_text}"
@@ -427,7 +428,7 @@ def paper_b_section() -> str:
                f"{_arm_mean(copy4, 'state-passing', far):.2f}{copy4_where}")
     near, farthest = (int(x) for x in passkey["length"].values[-2:])
     train_max = int(passkey["train_max"].max())
-    acc = _headline(passkey).sel(length=near)
+    acc = headline(passkey).sel(length=near)
     post, iv = passkey["phase"].values.astype(str) == "post", passkey["intervention"].values.astype(str)
     fitted, control = acc.values[post & (iv == "fitted-noise")], acc.values[post & (iv == "zero")]
     order = np.argsort(passkey["seed"].values[post & (iv == "fitted-noise")])
@@ -586,14 +587,7 @@ def wall_time(ds: xr.Dataset, cpu: bool = True, short: bool = False) -> str:
 
 def _cpu_of(ds: xr.Dataset) -> str:
     """The CPU model that the dataset's provenance names ('' when none)."""
-    return str((_provenance_of(ds).get("written_by") or {}).get("cpu_model") or "")
-
-
-def _provenance_of(ds: xr.Dataset) -> dict:
-    try:
-        return json.loads(ds.attrs.get("provenance_json", "{}")) or {}
-    except (TypeError, ValueError):
-        return {}
+    return str((read_provenance(ds.attrs).get("written_by") or {}).get("cpu_model") or "")
 
 
 def _matched(a: xr.Dataset, b: xr.Dataset) -> tuple[xr.Dataset, xr.Dataset]:
@@ -614,7 +608,7 @@ def reproduction_summary(a: xr.Dataset, b: xr.Dataset) -> dict:
     ``a``, median in ``b``)."""
     a, b = _matched(a, b)
     both = (a["status"].values.astype(str) == "ok") & (b["status"].values.astype(str) == "ok")
-    la, lb = _learned_mp(a), _learned_mp(b)
+    la, lb = learned_mp(a), learned_mp(b)
     arch, group = a["arch"].values.astype(str), a["group"].values.astype(str)
     moved_archs, moved, moved_of, example, worst = [], 0, 0, None, -1.0
     for key in la:

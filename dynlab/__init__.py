@@ -7,31 +7,24 @@ from dynlab import _start
 if _start.is_the_executable():  # Ctrl-C from the first moment: exit code 130 and one line (dynlab._start)
     _start.guard_start()
 
-from pathlib import Path as _Path  # noqa: E402
-
 __version__ = "0.1.0"
 
-# In a source checkout the sibling folders ``kernels/``, ``studies/`` and ``cli.py`` are
-# installed as ``dynlab.kernels``, ``dynlab.studies`` and ``dynlab.cli`` (see
-# pyproject.toml).  When dynlab is imported straight from the checkout (``python -m
-# pytest`` at the repository root, or an editable install), make those names resolve the
-# same way by letting the package search the repository root too.
-_src_root = _Path(__file__).resolve().parent.parent
-if not (_Path(__file__).resolve().parent / "kernels").is_dir() and (_src_root / "kernels").is_dir():
-    __path__.append(str(_src_root))  # type: ignore[name-defined]  # noqa: F821
+from dynlab import _moved  # noqa: E402  (old import paths of paper A's modules, with a DeprecationWarning)
+
+_moved.install()
 
 # The public API, imported on first use so that light submodules (dynlab.figures,
-# dynlab.groups) do not pull in torch.
+# dynlab.tracking.groups) do not pull in torch.
 _EXPORTS = {
-    "Group": "dynlab.groups",
-    "RunSpec": "dynlab.config",
+    "Group": "dynlab.tracking.groups",
+    "RunSpec": "dynlab.tracking.spec",
     "Study": "dynlab.study",
     "StudyOptions": "dynlab.study",
-    "Tracker": "dynlab.models",
+    "Tracker": "dynlab.tracking.models",
     "analyze_study": "dynlab.runner",
-    "get_group": "dynlab.groups",
+    "get_group": "dynlab.tracking.groups",
     "open_study": "dynlab.runner",
-    "register_cell": "dynlab.models",
+    "register_cell": "dynlab.tracking.models",
     "run_study": "dynlab.runner",
 }
 

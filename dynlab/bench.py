@@ -8,8 +8,8 @@ gradient clipping, AdamW) of:
   tanh-rnn; every other architecture (no ``torch.nn`` module computes them) a
   straightforward per-step loop over the cell's transition (``Cell.scan``, the generic
   loop) under autograd, with the tracker's embedding and readout;
-- ``dynlab`` — :func:`dynlab.train.train_tracker`, one model;
-- ``ensemble-N`` — :func:`dynlab.train.ensemble.train_ensemble` with N members;
+- ``dynlab`` — :func:`dynlab.tracking.train.train_tracker`, one model;
+- ``ensemble-N`` — :func:`dynlab.tracking.train.ensemble.train_ensemble` with N members;
 - ``floor`` — what the machine allows, measured in the same run: for dense cells FLOPs per
   token over the GEMM rate (``floor_kind`` ``gemm``); for diagonal cells (the Mamba family),
   whose training is bound by memory traffic, bytes per token over the memory bandwidth
@@ -74,29 +74,18 @@ import torch.nn.functional as F
 from pydantic import ValidationError
 from torch import nn
 
-from dynlab.config import (
-    MAX_BATCH,
-    MAX_ENSEMBLE,
-    MAX_LENGTH,
-    MAX_STEPS,
-    MAX_WIDTH,
-    CurriculumSpec,
-    ModelSpec,
-    RunSpec,
-    TaskSpec,
-    TrainSpec,
-    check_limit,
-    format_validation_error,
-)
-from dynlab.errors import DynlabInputError
+from dynlab.spec import MAX_BATCH, MAX_ENSEMBLE, MAX_LENGTH, MAX_STEPS, MAX_WIDTH, check_limit
+from dynlab.tracking.spec import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from dynlab.errors import DynlabInputError, format_validation_error
+from dynlab.names import CELLS
 from dynlab.outputs import check_json_path
-from dynlab.groups import get_group
-from dynlab.models import Tracker, get_cell
-from dynlab.models.cells import Cell
-from dynlab.tasks import WordProblem
+from dynlab.tracking.groups import get_group
+from dynlab.tracking.models import Tracker, get_cell
+from dynlab.tracking.models.cells import Cell
+from dynlab.tracking.task import WordProblem
 from dynlab.runtime import NullProgress, resolve_device
-from dynlab.train.engine import build_tracker, runs_generic_loop
-from dynlab.train.ensemble import train_ensemble, train_tracker
+from dynlab.tracking.train.engine import build_tracker, runs_generic_loop
+from dynlab.tracking.train.ensemble import train_ensemble, train_tracker
 
 __all__ = [
     "BenchRow",
@@ -117,7 +106,7 @@ __all__ = [
 #: Most rounds over the methods (``--repeats``).
 MAX_REPEATS = 100
 
-_DENSE = ("tanh-rnn", "linear-rnn", "token-gated-rnn", "state-gated-rnn")
+_DENSE = tuple(c.name for c in CELLS if c.dense)
 _LIVE_COPIES = 8  # [N, B, T, S] tensors alive at the peak of a training step under autograd (estimate)
 _LIVE_COPIES_FUSED = 2  # the fused kernels: one state buffer (plus [N, B, T, H]-sized readout buffers)
 
@@ -414,7 +403,7 @@ def bench_train(
     """Measure one setting; return a JSON-able dict (rows, rates, speedup, fraction).
 
     Every size is checked before anything runs (:func:`check_bench_sizes`: the limits of
-    :mod:`dynlab.config`), and so is ``json_out``, the file the caller will write the
+    :mod:`dynlab.spec`), and so is ``json_out``, the file the caller will write the
     results to (:func:`check_json_path`; not written here): a bad one is a one-line
     :class:`~dynlab.errors.DynlabInputError`.
 
@@ -423,7 +412,7 @@ def bench_train(
     machine a second thread can make small-GEMM code many times slower).  Ensembles whose
     activations would need more than ``max_memory_gb`` (estimated as N·B·T·S·4 bytes ×
     8 live copies under autograd, × 2 for the fused kernels) are skipped and listed under ``skipped``.  ``compile``: also time one
-    model trained with ``compile=True`` (:func:`dynlab.train.train_tracker`; the first,
+    model trained with ``compile=True`` (:func:`dynlab.tracking.train.train_tracker`; the first,
     compiling step is the untimed warm-up; it counts towards the best dynlab row).  ``repeats``:
     rounds over all the methods, every other round in reverse order, each method reported
     at its fastest round (a burst of load on a shared machine then spoils one round, not the
@@ -487,11 +476,11 @@ def check_bench_sizes(
     repeats: int = 1,
 ) -> None:
     """Refuse sizes outside the stated limits (one line naming the option and the allowed
-    range): ``hidden`` ≤ :data:`~dynlab.config.MAX_WIDTH`, ``batch`` ≤
-    :data:`~dynlab.config.MAX_BATCH`, ``length`` ≤ :data:`~dynlab.config.MAX_LENGTH`, each
-    ensemble size ≤ :data:`~dynlab.config.MAX_ENSEMBLE`, ``warmup`` < ``steps`` ≤
-    :data:`~dynlab.config.MAX_STEPS`, ``repeats`` ≤ :data:`MAX_REPEATS`, and the states of
-    one batch within :data:`~dynlab.config.MAX_STATE_BYTES` (as :class:`~dynlab.config.RunSpec`
+    range): ``hidden`` ≤ :data:`~dynlab.spec.MAX_WIDTH`, ``batch`` ≤
+    :data:`~dynlab.spec.MAX_BATCH`, ``length`` ≤ :data:`~dynlab.spec.MAX_LENGTH`, each
+    ensemble size ≤ :data:`~dynlab.spec.MAX_ENSEMBLE`, ``warmup`` < ``steps`` ≤
+    :data:`~dynlab.spec.MAX_STEPS`, ``repeats`` ≤ :data:`MAX_REPEATS`, and the states of
+    one batch within :data:`~dynlab.spec.MAX_STATE_BYTES` (as :class:`~dynlab.tracking.spec.RunSpec`
     estimates them)."""
     get_cell(arch)
     check_limit("hidden (--hidden)", hidden, MAX_WIDTH)

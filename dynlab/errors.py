@@ -36,9 +36,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["ENV_SWITCHES", "EXIT_BAD_INPUT", "EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "DynlabInputError",
-           "DynlabMachineError", "check_environment", "debug_enabled", "exit_status", "is_usage_error"]
+           "DynlabMachineError", "check_environment", "debug_enabled", "exit_status", "format_validation_error",
+           "is_usage_error", "validation_errors"]
 
 #: The command did what it was asked.
 EXIT_OK = 0
@@ -108,8 +110,6 @@ def exit_status(exc: BaseException) -> tuple[int, str | None]:
         return EXIT_FAILURE, f"error: {first_line(exc)}"
     pydantic = sys.modules.get("pydantic")  # an exception of a library not loaded cannot be this one
     if pydantic is not None and isinstance(exc, pydantic.ValidationError):
-        from dynlab.config import format_validation_error
-
         return EXIT_BAD_INPUT, f"error: invalid {exc.title}: {format_validation_error(exc)}"
     exits, aborts, usage = _framework_exceptions()
     if isinstance(exc, exits):
@@ -156,3 +156,17 @@ def first_line(exc: BaseException) -> str:
 def first_line_of(text: str) -> str:
     text = text.strip()
     return text.splitlines()[0] if text else ""
+
+
+def validation_errors(exc: Any) -> list[tuple[list[str], str, dict[str, Any]]]:
+    """The errors of a pydantic ``ValidationError``: ``(loc, message, error)`` for each, the
+    location as strings and the message without pydantic's ``Value error, `` prefix.  Every
+    way dynlab says a validation error (:func:`format_validation_error`, a study's options,
+    the command line's options) reads them here."""
+    return [([str(x) for x in err["loc"]], str(err["msg"]).removeprefix("Value error, "), err) for err in exc.errors()]
+
+
+def format_validation_error(exc: Any) -> str:
+    """A pydantic ``ValidationError`` as one line naming each bad field and why
+    (``loc: message; …``; ``spec`` where the error is about the whole model)."""
+    return "; ".join(f"{'.'.join(loc) or 'spec'}: {msg}" for loc, msg, _ in validation_errors(exc))

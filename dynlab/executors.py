@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from dynlab.errors import DynlabInputError, DynlabMachineError
+from dynlab.names import EXECUTORS
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -54,7 +55,6 @@ __all__ = [
     "parse_scheduler_address",
 ]
 
-EXECUTORS = ("inprocess", "dask")
 
 #: Protocols of a scheduler address (``tcp://host:port``; no protocol means tcp).
 SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
@@ -71,8 +71,8 @@ _ADDRESS = re.compile(
 
 def check_workers(workers: int, what: str = "--workers") -> int:
     """``workers`` when a local cluster may start that many processes here: 1 to
-    :func:`dynlab.config.max_local_workers`; else one line naming ``what`` and the range."""
-    from dynlab.config import max_local_workers
+    :func:`dynlab.spec.max_local_workers`; else one line naming ``what`` and the range."""
+    from dynlab.spec import max_local_workers
 
     most = max_local_workers()
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= most:

@@ -36,7 +36,9 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from dynlab import names
 from dynlab.errors import DynlabInputError
+from dynlab.results.provenance import read_provenance
 
 __all__ = ["THEORY", "bench_machine_line", "bench_tables", "far_in_ratio", "lm_tables", "machine_line", "open_report_dataset",
            "report", "reproduction_tables", "task_tables", "theory_learns", "tracking_tables"]
@@ -44,22 +46,14 @@ __all__ = ["THEORY", "bench_machine_line", "bench_tables", "far_in_ratio", "lm_t
 TASK_STUDIES = ("copying", "passkey", "babilong")
 
 #: The groups each built-in tracker can track at every length, by its transition's theory
-#: (paper A): input-independent or positive-diagonal transitions (mamba, linear-rnn) track
-#: none; a real diagonal in (−1, 1) (negative-mamba) the elementary abelian 2-groups (C2,
-#: C2xC2, …); a complex diagonal (mamba3, aussm) the abelian groups; a token-dependent
-#: dense transition (token-gated-rnn) and the state-dependent cells (tanh-rnn,
-#: state-gated-rnn) any finite group.
-THEORY: dict[str, str] = {
-    "mamba": "none", "linear-rnn": "none", "negative-mamba": "elementary abelian 2-groups",
-    "mamba3": "abelian groups", "aussm": "abelian groups",
-    "token-gated-rnn": "any group", "tanh-rnn": "any group", "state-gated-rnn": "any group",
-}
+#: (paper A; :attr:`dynlab.names.CellEntry.theory`).
+THEORY: dict[str, str] = dict(names.THEORY)
 
 
 def theory_learns(arch: str, group: str) -> bool | None:
-    """Whether :data:`THEORY` says ``arch`` can track ``group`` (a name :func:`dynlab.groups.get_group`
+    """Whether :data:`THEORY` says ``arch`` can track ``group`` (a name :func:`dynlab.tracking.groups.get_group`
     parses) at every length; None for an architecture it does not cover (a user's cell)."""
-    from dynlab.groups import get_group
+    from dynlab.tracking.groups import get_group
 
     kind = THEORY.get(arch)
     if kind is None:
@@ -95,7 +89,7 @@ def machine_line(ds: xr.Dataset) -> str:
     parts = [f"study `{a.get('study', '?')}`, preset `{a.get('preset', '?')}`"]
     if a.get("created_utc"):
         parts.append(f"made {a['created_utc']}")
-    written_by = _provenance(a).get("written_by") or {}
+    written_by = read_provenance(a).get("written_by") or {}
     if written_by.get("cpu_model"):
         parts.append(f"on {written_by['cpu_model']} ({written_by.get('torch_cpu_capability') or 'CPU'})")
     if written_by.get("torch"):
@@ -103,16 +97,6 @@ def machine_line(ds: xr.Dataset) -> str:
     if a.get("git_sha"):
         parts.append(f"dynlab {a.get('dynlab_version', '')} @ {str(a['git_sha'])[:10]}")
     return "; ".join(parts)
-
-
-def _provenance(attrs: dict) -> dict:
-    """The dataset's recorded execution path (attribute ``provenance_json``), or {}."""
-    import json
-
-    try:
-        return json.loads(attrs.get("provenance_json", "{}")) or {}
-    except (TypeError, ValueError):
-        return {}
 
 
 def _status_line(ds: xr.Dataset) -> str:
@@ -131,7 +115,7 @@ def _status_line(ds: xr.Dataset) -> str:
     return "\n".join(lines)
 
 
-def _headline(ds: xr.Dataset) -> xr.DataArray:
+def headline(ds: xr.Dataset) -> xr.DataArray:
     """The accuracy as (run, length): passkey averaged over depths, babi kept per kind."""
     acc = ds["accuracy"]
     return acc.mean("depth") if "depth" in acc.dims else acc
@@ -143,7 +127,7 @@ def task_tables(ds: xr.Dataset) -> str:
         raise DynlabInputError("dataset has no 'phase' coordinate: it was made before the post-training protocol; "
                                "allowed: a task dataset of this dynlab version (rerun the study)")
     out = [machine_line(ds), "", _status_line(ds), ""]
-    acc = _headline(ds)
+    acc = headline(ds)
     post = np.flatnonzero((ds["phase"].values.astype(str) == "post") & (ds["status"].values.astype(str) == "ok"))
     kinds = [str(k) for k in ds["kind"].values] if "kind" in acc.dims else [None]
     if post.size == 0:
@@ -155,14 +139,14 @@ def task_tables(ds: xr.Dataset) -> str:
             for kind in kinds:
                 out += _task_table(ds, acc, base, arch, kind, xr.Dataset())
         return "\n".join(out) + "\n"
-    contrasts = _headline_contrasts(ds)
+    contrasts = headline_contrasts(ds)
     for arch in dict.fromkeys(ds["arch"].values.astype(str)[post]):
         for kind in kinds:
             out += _task_table(ds, acc, post, arch, kind, contrasts)
     return "\n".join(out) + "\n"
 
 
-def _headline_contrasts(ds: xr.Dataset) -> xr.Dataset:
+def headline_contrasts(ds: xr.Dataset) -> xr.Dataset:
     """The paired contrasts of the headline accuracy: the dataset's own, or for passkey
     those of the depth-averaged accuracy (the table's columns), computed once."""
     if "contrast" not in ds.coords:
@@ -171,7 +155,7 @@ def _headline_contrasts(ds: xr.Dataset) -> xr.Dataset:
         return ds
     from dynlab.analysis.contrasts import paired_contrasts
 
-    return paired_contrasts(ds[["accuracy", "status"]].assign(accuracy=_headline(ds)), "accuracy")
+    return paired_contrasts(ds[["accuracy", "status"]].assign(accuracy=headline(ds)), "accuracy")
 
 
 def _task_table(ds: xr.Dataset, acc: xr.DataArray, post: np.ndarray, arch: str, kind: str | None,
@@ -428,7 +412,7 @@ def open_report_dataset(path: str | Path) -> xr.Dataset:
         raise DynlabInputError(f"{str(p)!r} is not a readable study dataset ({type(exc).__name__})") from None
 
 
-def _learned_mp(ds: xr.Dataset) -> dict[tuple[str, str], tuple[int, int, np.ndarray]]:
+def learned_mp(ds: xr.Dataset) -> dict[tuple[str, str], tuple[int, int, np.ndarray]]:
     """Per (arch, group): (learned runs, runs, mp of the learned runs)."""
     arch, group = ds["arch"].values.astype(str), ds["group"].values.astype(str)
     ok = ds["status"].values.astype(str) == "ok"
@@ -450,7 +434,7 @@ def tracking_tables(ds: xr.Dataset) -> str:
 
     out = [machine_line(ds), "", "| architecture | group | learned | mp median (min–max) of the learned runs | theory: tracks it |",
            "| --- | --- | --- | --- | --- |"]
-    for (arch, group), (n_ok, n, mp) in _learned_mp(ds).items():
+    for (arch, group), (n_ok, n, mp) in learned_mp(ds).items():
         spread = f"{np.median(mp):.0f} ({mp.min():.0f}–{mp.max():.0f})" if mp.size else "—"
         theory = {True: "yes", False: "no", None: "—"}[theory_learns(arch, group)]
         out.append(f"| {arch} | {group} | {n_ok} of {n} | {spread} | {theory} |")
@@ -475,7 +459,7 @@ def reproduction_tables(a: xr.Dataset, b: xr.Dataset, label_a: str, label_b: str
                                            f"max {np.max(np.abs(np.log2(mp_a / mp_b))):.2f}" if both.any() else "") + ".", "",
            f"| architecture | group | learned ({label_a} / {label_b}) | mp median ({label_a} / {label_b}) | per-seed mp equal |",
            "| --- | --- | --- | --- | --- |"]
-    la, lb = _learned_mp(a), _learned_mp(b)
+    la, lb = learned_mp(a), learned_mp(b)
     arch, group = a["arch"].values.astype(str), a["group"].values.astype(str)
     for key in la:
         rows = both & (arch == key[0]) & (group == key[1])

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import xarray as xr
 
-from dynlab.config import Spec, check_analysable, load_spec
+from dynlab.spec import Spec, check_analysable, load_spec
 from dynlab.errors import DynlabInputError
 from dynlab.executors import Executor, InProcessExecutor
 from dynlab.results.schema import annotate, open_dataset, provenance_attrs, write_dataset
@@ -40,7 +41,7 @@ def study_dir(out: str | Path, study: Study) -> Path:
 
 def check_analyses_fit(study: Study, specs: list[Spec], analyze: bool) -> None:
     """Refuse, before anything runs, a study whose per-run analyses would be asked of a
-    group larger than :data:`~dynlab.config.MAX_ANALYSIS_ORDER` (the specs' ``task.group``;
+    group larger than :data:`~dynlab.spec.MAX_ANALYSIS_ORDER` (the specs' ``task.group``;
     one line naming the group, its order and the limit)."""
     if not analyze or study.analyze_one is None:
         return
@@ -479,3 +480,24 @@ def open_study(path: str | Path) -> xr.Dataset:
         return open_dataset(p)
     except (OSError, ValueError) as exc:
         raise DynlabInputError(f"unreadable study dataset {p} ({type(exc).__name__}: {exc})".splitlines()[0]) from None
+
+
+def draw_study_figures(study_dir: str | Path, out_dir: Path, studies: Mapping[str, Study]) -> Any:
+    """Draw every panel of the study dataset at ``study_dir`` into ``out_dir`` (made when
+    missing) with its study's panels (``studies``: name -> Study, as
+    ``dynlab.studies.STUDIES``); the :func:`dynlab.figures.write_figures` result.  A dataset
+    of a study without figures, or a folder that cannot be made, is one line of bad input."""
+    from dynlab.figures import write_figures
+
+    ds = open_study(study_dir)
+    name = str(ds.attrs.get("study", ""))
+    study = studies.get(name)
+    if study is None or study.panels is None:
+        drawable = ", ".join(n for n, s in studies.items() if s.panels is not None)
+        raise DynlabInputError(f"{study_dir} holds a dataset of study {name!r}, which has no figures; "
+                               f"allowed: a dataset of {drawable}")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DynlabInputError(f"--out {out_dir} cannot be made ({exc.strerror or exc}); allowed: a writable folder") from None
+    return write_figures(ds, out_dir, study.panels)

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from dynlab.config import Spec
-from dynlab.errors import DynlabInputError
+from dynlab.spec import Spec
+from dynlab.errors import DynlabInputError, validation_errors
 
 if TYPE_CHECKING:  # the protocol's types only: importing this module loads neither torch nor xarray
     import torch
@@ -78,10 +78,10 @@ def collapse_repeats(values: Sequence[T], key: Callable[[T], Hashable] | None = 
 
 
 def canonical_groups(names: Sequence[str]) -> tuple[str, ...]:
-    """Group names in canonical spelling (:func:`dynlab.groups.group_name`, from the name
+    """Group names in canonical spelling (:func:`dynlab.tracking.groups.group_name`, from the name
     alone: ``c2`` -> ``C2``), repeats of one group dropped.  A name that is no group is kept
     as given, for the study to refuse with the allowed names."""
-    from dynlab.groups import group_name
+    from dynlab.tracking.groups import group_name
 
     def canonical(name: str) -> str:
         try:
@@ -142,11 +142,10 @@ class StudyExtra(BaseModel):
 
 def _one_line(exc: ValidationError, cls: type[BaseModel], study: str) -> str:
     allowed = ", ".join(cls.model_fields) or "none"
-    err = exc.errors()[0]
-    key = ".".join(str(x) for x in err["loc"])
+    loc, msg, err = validation_errors(exc)[0]
+    key = ".".join(loc)
     if err["type"] == "extra_forbidden":
         return f"study {study}: unknown option {key!r}; allowed: {allowed}"
-    msg = str(err["msg"]).removeprefix("Value error, ")
     return f"study {study}: bad option {key!r} ({msg}); allowed options: {allowed}"
 
 
@@ -276,8 +275,8 @@ def read_result(result_type: type[R], store: RunStore, spec: Spec) -> R:
     try:
         return result_type.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "result"
+        loc, _, err = validation_errors(exc)[0]
+        where = ".".join(loc) or "result"  # pydantic's own message, as result.json's reader always said it
         raise DynlabInputError(
             f"run {spec.spec_hash()}: result.json does not fit {result_type.__name__} ({where}: {err['msg']}); "
             "rerun the study to redo it"

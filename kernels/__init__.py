@@ -1,0 +1,14 @@
+"""dynlab's kernels, one folder per op; they import torch (and Triton on use), never dynlab.
+
+- ``scan/`` — the linear (diagonal) scan and the dense RNN scan;
+- ``ssd/`` — Mamba-2's state-space duality scan;
+- ``gla/`` — gated linear attention (and the Triton selective scan, which shares its kernel);
+- ``selective_scan/`` — Mamba-1's selective scan, with its C loops (``selective_scan.c``);
+- ``tracker_loss/`` — the fused tracker losses (dense, gated, diagonal; ``diagonal.c``).
+
+Each op folder holds its pure-torch reference (``*_ref``) and torch path (``chunked.py``, or
+one module per kind), its Triton kernel (``triton.py``) and its C loop (a ``.c`` file).
+Beside them: :mod:`.dispatch` (the backend of each op by device), :mod:`.compiled` (builds
+the C sources on first use) and :mod:`.fast_tanh` (the float32 tanh of the dense kernels,
+``fast_tanh.c``).
+"""

@@ -112,12 +112,12 @@ def _selective_scan_mamba(u, delta, A, B, C, initial_state=None, return_final_st
 
 # "module:function" inside this package, imported on first use (triton only when asked for)
 TABLE: dict[str, dict[str, str]] = {
-    "linear_scan": {"torch": "scan:linear_scan", "triton": "triton_scan:linear_scan_triton"},
-    "ssd": {"torch": "ssd:ssd_chunked", "triton": "triton_ssd:ssd_triton", "mamba_ssm": "dispatch:_ssd_mamba"},
-    "gla": {"torch": "gla:gla_chunked", "triton": "triton_gla:gla_triton"},
+    "linear_scan": {"torch": "scan.chunked:linear_scan", "triton": "scan.triton:linear_scan_triton"},
+    "ssd": {"torch": "ssd.chunked:ssd_chunked", "triton": "ssd.triton:ssd_triton", "mamba_ssm": "dispatch:_ssd_mamba"},
+    "gla": {"torch": "gla.chunked:gla_chunked", "triton": "gla.triton:gla_triton"},
     "selective_scan": {
-        "torch": "selective_scan:selective_scan_fused",
-        "triton": "triton_gla:selective_scan_triton",
+        "torch": "selective_scan.chunked:selective_scan_fused",
+        "triton": "gla.triton:selective_scan_triton",
         "mamba_ssm": "dispatch:_selective_scan_mamba",
     },
 }

@@ -19,20 +19,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from dynlab.errors import DynlabInputError
+from dynlab.names import CELL_NAMES, MIXER_NAMES, SOURCES, TASK_INTERVENTION_NAMES, TBTT
 
 if TYPE_CHECKING:
     from dynlab.study import Study
 
 __all__ = ["CATALOG", "CELL_NAMES", "MIXER_NAMES", "SOURCES", "STUDIES", "StudyEntry", "get_study", "register_study"]
 
-#: The built-in recurrent cells, in registry order (``dynlab.models.BUILTIN_ARCHS``).
-CELL_NAMES = ("mamba", "negative-mamba", "mamba3", "aussm", "linear-rnn", "token-gated-rnn", "tanh-rnn",
-              "state-gated-rnn")
-#: The LM mixers (``dynlab.studies.long_context.MIXER_NAMES``).
-MIXER_NAMES = ("mamba2", "mamba1", "gla")
-#: The built-in texts of the LM studies (``dynlab.lm.corpus.SOURCES``); any UTF-8 file also works.
-SOURCES = ("shakespeare",)
-_TASK_INTERVENTIONS = ("zero", "random-noise", "fitted-noise", "state-passing")
+# CELL_NAMES, MIXER_NAMES and SOURCES: the lists of dynlab.names, re-exported here for the command line.
 
 
 @dataclass(frozen=True)
@@ -74,7 +68,7 @@ CATALOG: dict[str, StudyEntry] = {e.name: e for e in (
         "Byte-level recurrent LMs (Mamba-2, Mamba-1, GLA) trained short with initial-state interventions, "
         "evaluated at 16x the training length: PPL(t), EffRem, state statistics; presets budget and context "
         "map the PPL rise over training tokens and context, interventions post-trains where it rises.",
-        ("quick", "budget", "context", "interventions", "paper"), "lm", MIXER_NAMES, (*_TASK_INTERVENTIONS, "tbtt")),
+        ("quick", "budget", "context", "interventions", "paper"), "lm", MIXER_NAMES, (*TASK_INTERVENTION_NAMES, TBTT)),
     StudyEntry(
         "nonlinearity", "dynlab.studies.nonlinearity",
         "Ablation of the state nonlinearity φ (tanh, ReLU, max/min, GroupSort, LayerNorm, sphere) on C6, S3.",
@@ -83,17 +77,17 @@ CATALOG: dict[str, StudyEntry] = {e.name: e for e in (
         "copying", "dynlab.studies.copying",
         "Synthetic copying $<s>|<s>. : LMs (Mamba-2, Mamba-1, GLA) trained on short strings from the zero state, post-trained "
         "with state passing / fitted noise vs a zero-state control; accuracy at longer strings (3x).",
-        ("quick", "paper"), "lm", MIXER_NAMES, _TASK_INTERVENTIONS, ("--lengths",)),
+        ("quick", "paper"), "lm", MIXER_NAMES, TASK_INTERVENTION_NAMES, ("--lengths",)),
     StudyEntry(
         "passkey", "dynlab.studies.passkey",
         "Passkey retrieval in Shakespeare filler: LMs trained short from the zero state, post-trained with fitted "
         "noise / state passing vs a zero-state control; accuracy over (length, depth) to 16x the training length.",
-        ("quick", "paper"), "lm", MIXER_NAMES, _TASK_INTERVENTIONS, ("--lengths", "--depths")),
+        ("quick", "paper"), "lm", MIXER_NAMES, TASK_INTERVENTION_NAMES, ("--lengths", "--depths")),
     StudyEntry(
         "babilong", "dynlab.studies.babilong",
         "bAbI-style questions (qa1, qa2, qa3, qa6, qa7) in long Shakespeare filler: LMs trained short from the zero state, "
         "post-trained with state passing / fitted noise vs a zero-state control; accuracy vs length per kind.",
-        ("quick", "kinds", "paper"), "lm", MIXER_NAMES, _TASK_INTERVENTIONS, ("--lengths", "--kinds"),
+        ("quick", "kinds", "paper"), "lm", MIXER_NAMES, TASK_INTERVENTION_NAMES, ("--lengths", "--kinds"),
         ("qa1", "qa2", "qa3", "qa6", "qa7")),
 )}
 

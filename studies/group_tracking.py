@@ -12,7 +12,7 @@ Presets:
   C2xS3: abelian and not, orders 4–12) × 8 architectures × seeds 0–2 = 192 models.
 
 ``quick``, ``sweep`` and ``groups`` scale the budget by the group
-(:func:`dynlab.train.budget.group_budget`): for order n > 6, width 64·m (m the least power
+(:func:`dynlab.tracking.train.budget.group_budget`): for order n > 6, width 64·m (m the least power
 of two with m² ≥ n/6), a cap of ceil(600·2n/6) steps, and a stop 300 steps after the
 curriculum first reaches length 60; above order 12 (S4, A5) twice that width, batch 512
 and a learning rate times 10/L above curriculum length L = 10 (``TrainSpec.lr_length``).
@@ -31,7 +31,7 @@ ids.  Without it tanh-rnn and state-gated-rnn stall at length 3–5 on A4 in eve
   a GPU machine or a cluster (``--executor dask``).
 
 This module is the recipe (presets, specs, analysis settings, figures); the work of a
-run is :mod:`dynlab.tracking_runs` and the dataset :mod:`dynlab.tracking_dataset`.
+run is :mod:`dynlab.tracking.run` and the dataset :mod:`dynlab.tracking.dataset`.
 """
 
 from __future__ import annotations
@@ -43,15 +43,15 @@ import xarray as xr
 from pydantic import AfterValidator, model_validator
 
 from dynlab.analysis.tracking import AnalysisSpec
-from dynlab.config import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from dynlab.tracking.spec import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 from dynlab.errors import DynlabInputError
-from dynlab.groups import get_group
-from dynlab.models import BUILTIN_ARCHS, available_cells
+from dynlab.tracking.groups import get_group
+from dynlab.tracking.models import BUILTIN_ARCHS, available_cells
 from dynlab.results.store import RunStore
 from dynlab.runtime import NullProgress
 from dynlab.study import Study, StudyExtra, StudyOptions, override_field, select_names
-from dynlab.tracking_dataset import assemble_tracking
-from dynlab.tracking_runs import (
+from dynlab.tracking.dataset import assemble_tracking
+from dynlab.tracking.run import (
     TrackerResult,
     analyze_run,
     ensemble_group_key,
@@ -61,7 +61,7 @@ from dynlab.tracking_runs import (
     run_one,
     run_status,
 )
-from dynlab.train.budget import group_budget
+from dynlab.tracking.train.budget import group_budget
 
 __all__ = [
     "ANALYSIS_PRESETS",
@@ -143,9 +143,9 @@ class TrackingOptions(StudyExtra):
     """Options of group-tracking beyond the common selections (``StudyOptions.extra``).
 
     Attributes:
-        model: overrides of the preset's :class:`~dynlab.config.ModelSpec` fields (not ``arch``).
-        train: overrides of the preset's :class:`~dynlab.config.TrainSpec` fields.
-        eval: overrides of the preset's :class:`~dynlab.config.EvalSpec` fields.
+        model: overrides of the preset's :class:`~dynlab.tracking.spec.ModelSpec` fields (not ``arch``).
+        train: overrides of the preset's :class:`~dynlab.tracking.spec.TrainSpec` fields.
+        eval: overrides of the preset's :class:`~dynlab.tracking.spec.EvalSpec` fields.
         analysis: analysis preset of the per-run analyses (a key of :data:`ANALYSIS_PRESETS`);
             default: the study preset's (``smoke`` for smoke, ``quick`` for quick and sweep,
             ``paper`` for paper), written into the manifest.
@@ -178,7 +178,7 @@ def make_specs(options: StudyOptions) -> list[RunSpec]:
         raise DynlabInputError(f"seeds must be ≥ 0, got {list(seeds)}")
     evals = EvalSpec(**{**preset["eval"], **extra.eval})
     budgets = {g: group_budget(g, preset["model"], preset["train"]) if preset.get("group_budget") else
-               (preset["model"], preset["train"]) for g in groups}  # the preset's budget scaled by group (dynlab.train.budget)
+               (preset["model"], preset["train"]) for g in groups}  # the preset's budget scaled by group (dynlab.tracking.train.budget)
     return [
         RunSpec(task=TaskSpec(group=g), model=ModelSpec(arch=a, **{**budgets[g][0], **extra.model}),
                 train=TrainSpec(**{**budgets[g][1], **extra.train}), eval=evals, seed=s)
@@ -191,7 +191,7 @@ def make_specs(options: StudyOptions) -> list[RunSpec]:
 def analyze_one(
     spec: RunSpec, store: RunStore, device: torch.device, progress: NullProgress, extra: TrackingOptions
 ) -> xr.Dataset:
-    """Error-control analysis of a finished run (:func:`dynlab.tracking_runs.analyze_run`:
+    """Error-control analysis of a finished run (:func:`dynlab.tracking.run.analyze_run`:
     q(t) to the longest evaluated length, ``max(2·t_ref, 2·mp)`` at most for a
     ``not-learned`` run, t_ref = the training length) with the settings of the analysis
     preset ``extra.analysis`` (:data:`ANALYSIS_PRESETS`); always on the CPU."""
@@ -201,7 +201,7 @@ def analyze_one(
 
 
 def assemble(specs: list[RunSpec], store: RunStore, options: StudyOptions) -> xr.Dataset:
-    """The study dataset (:func:`dynlab.tracking_dataset.assemble_tracking`): the training
+    """The study dataset (:func:`dynlab.tracking.dataset.assemble_tracking`): the training
     and evaluation record of every run, its analyses where they exist, the margin summary
     per run and the T_cross–mp correlations across runs (``corr_*`` variables)."""
     return assemble_tracking(specs, store)

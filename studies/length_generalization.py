@@ -65,6 +65,7 @@ from dynlab.analysis.contrasts import paired_contrasts
 from dynlab.analysis.lm_metrics import ppl_ranges
 from dynlab.errors import DynlabInputError
 from dynlab.lm.run import build_model, count_parameters, result_to_dataset, train_and_evaluate
+from dynlab.names import INTERVENTION_NAMES, MIXER_NAMES
 from dynlab.lm.spec import (
     CHINCHILLA_TOKENS_PER_PARAM, InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMPostSpec, LMRunSpec,
     LMTrainSpec, anchor_model_fields,
@@ -79,8 +80,6 @@ from dynlab.runtime import NullProgress
 __all__ = ["BUDGET_MODEL", "CONTEXT_SIZES", "CONTEXT_TOKENS", "INTERVENTION_NAMES", "INTERVENTION_SEEDS", "MIXER_NAMES", "PRESETS", "STUDY",
            "LGOptions", "LMResult", "assemble", "make_specs", "run_one", "steps_for_budget"]
 
-MIXER_NAMES = ("mamba2", "mamba1", "gla")
-INTERVENTION_NAMES = ("zero", "random-noise", "fitted-noise", "state-passing", "tbtt")
 
 _QUICK_MODEL = {"d_model": 64, "n_layers": 2, "n_heads": 4, "head_dim": 32, "d_state": 64, "chunk_size": 32,
                 "dt_min": 1e-5, "dt_max": 1e-3}

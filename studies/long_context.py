@@ -61,6 +61,7 @@ from dynlab.lm.spec import (
 )
 from dynlab.lm.task_run import in_range_accuracy, task_result_to_dataset, train_and_evaluate_task
 from dynlab.lm.tasks import babi_chance
+from dynlab.names import MIXER_NAMES, TASK_INTERVENTION_NAMES
 from dynlab.results.assemble import result_columns, stack_runs
 from dynlab.results.store import RunStore
 from dynlab.results.vocabulary import annotate
@@ -70,8 +71,7 @@ from dynlab.runtime import NullProgress
 __all__ = ["MIXER_NAMES", "TASK_INTERVENTIONS", "LMOptions", "TaskOptions", "TaskResult", "assemble_task_runs", "make_task_study",
            "check_source"]
 
-MIXER_NAMES = ("mamba2", "mamba1", "gla")
-TASK_INTERVENTIONS = ("zero", "random-noise", "fitted-noise", "state-passing")
+TASK_INTERVENTIONS = TASK_INTERVENTION_NAMES
 
 
 class LMOptions(StudyExtra):

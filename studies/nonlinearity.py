@@ -2,7 +2,7 @@
 
 One cell, the token-gated RNN h_t = φ(σ(W_g x̃_t + b_g) ⊙ (A h_{t-1}) + B x̃_t + b), is
 trained with φ in tanh, ReLU, pairwise max/min, GroupSort (blocks of 4), LayerNorm and
-the spherical projection h ↦ √S·h/‖h‖ (:mod:`dynlab.models.nonlinearity`), on C6 and S3
+the spherical projection h ↦ √S·h/‖h‖ (:mod:`dynlab.tracking.models.nonlinearity`), on C6 and S3
 (``--groups`` selects others).  Why this cell: its gate depends on the token only, so with
 φ = identity it is affine and φ is the *only* source of state dependence (the ablation
 isolates φ); and its transition depends on the input, so every φ can express the group.
@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import xarray as xr
 
-from dynlab.config import RunSpec
+from dynlab.tracking.spec import RunSpec
 from dynlab.errors import DynlabInputError
 from dynlab.figures.tracking import mp_failure_table
-from dynlab.models import available_cells
+from dynlab.tracking.models import available_cells
 from dynlab.studies import group_tracking as gt
 from dynlab.study import Study, StudyOptions
 

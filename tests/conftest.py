@@ -3,17 +3,31 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
-import pytest
-import torch
+# The tests import the installed dynlab (editable or not), never the checkout's ``dynlab/``
+# folder by accident: ``python -m pytest`` puts the repository root first on sys.path, where
+# ``dynlab/`` lacks ``kernels``, ``studies`` and ``cli`` (the wheel, or an editable install's
+# import finder, places them inside the package; pyproject.toml).  Once the package is
+# imported its submodules come from it; the root goes back on the path for ``tests.*``.
+_ROOT = Path(__file__).resolve().parent.parent
+_PATH = sys.path[:]
+sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != _ROOT]
+import dynlab  # noqa: E402, F401
+
+sys.path[:] = _PATH
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 if not torch.cuda.is_available():
     # Triton kernels run on the CPU through Triton's interpreter, which triton picks when
     # it is first imported (tests/test_triton_kernels.py); on a GPU they run for real.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from dynlab.groups import get_group
-from dynlab.models import Cell, Tracker, register_cell
+from dynlab.tracking.groups import get_group
+from dynlab.tracking.models import Cell, Tracker, register_cell
 
 #: Set to 1 (CI does, .ci/run) to make a test that needs ``transformers`` fail when it does
 #: not import, instead of skipping: CI must run those tests.
@@ -97,7 +111,7 @@ def nan_buffers(monkeypatch):
     ``Tensor.new_empty``) and to empty the fused kernels' reuse cache, so that an entry a
     kernel forgets to write shows up in its outputs (docs/choices.md, "Poisoned buffers").  The cache
     is emptied again afterwards, so no NaN buffer outlives the test."""
-    from dynlab.kernels.tracker_common import BUFFERS
+    from dynlab.kernels.tracker_loss.common import BUFFERS
 
     def poison() -> None:
         empty, new_empty = torch.empty, torch.Tensor.new_empty

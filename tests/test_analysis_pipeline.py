@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from dynlab.analysis import AnalysisSpec, analyze_tracker
-from dynlab.groups import get_group
-from dynlab.models import Tracker
-from dynlab.tasks import WordProblem
+from dynlab.tracking.groups import get_group
+from dynlab.tracking.models import Tracker
+from dynlab.tracking.task import WordProblem
 
 from conftest import exact_tracker
 

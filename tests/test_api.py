@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 import dynlab
-import dynlab.models
+import dynlab.tracking.models
 import dynlab.results
-import dynlab.train
+import dynlab.tracking.train
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,7 +19,7 @@ def test_public_api_is_pinned():
     )
     for name in dynlab.__all__:
         assert hasattr(dynlab, name), name
-    assert "Tracker" in dynlab.models.__all__ and "RunStore" in dynlab.results.__all__
+    assert "Tracker" in dynlab.tracking.models.__all__ and "RunStore" in dynlab.results.__all__
 
 
 def _imports(path: Path) -> set[str]:
@@ -34,7 +34,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_kernels_import_torch_only_never_dynlab():
-    for path in (ROOT / "kernels").glob("*.py"):
+    for path in (ROOT / "kernels").rglob("*.py"):
         assert not any(m.startswith("dynlab") for m in _imports(path)), path
 
 
@@ -50,10 +50,10 @@ def test_figures_import_no_torch():
 
 
 @pytest.mark.slow
-def test_importing_dynlab_figures_does_not_load_torch():
+def test_importing_dynlab_figures_does_not_load_torch(tmp_path):
     import subprocess
     import sys
 
-    code = "import sys, dynlab.figures, dynlab.groups; print('torch' in sys.modules)"
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    code = "import sys, dynlab.figures, dynlab.tracking.groups; print('torch' in sys.modules)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
     assert res.stdout.strip() == "False"

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-import dynlab
 from dynlab import _start
 from dynlab.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, DynlabInputError, exit_status
 
@@ -46,8 +45,8 @@ def test_sigint_to_a_running_study_exits_130_with_one_line(tmp_path):
     assert stderr.splitlines() == ["interrupted"] and stdout == ""
 
 
-#: A SIGINT that arrives while the executable imports dynlab (``pathlib``, in
-#: dynlab/__init__.py) or the command line (``typer``): what a Ctrl-C 0.03-0.15 s after
+#: A SIGINT that arrives while the executable imports dynlab (``importlib.abc``, in
+#: dynlab/_moved.py, imported by dynlab/__init__.py) or the command line (``typer``): what a Ctrl-C 0.03-0.15 s after
 #: launch meets.
 _SIGINT_DURING_START = r"""
 import os, signal, sys
@@ -66,7 +65,7 @@ entry()
 """
 
 
-@pytest.mark.parametrize("module, argv", [("pathlib", ["study", "list"]), ("typer", ["study", "list"]),
+@pytest.mark.parametrize("module, argv", [("importlib.abc", ["study", "list"]), ("typer", ["study", "list"]),
                                           ("typer", ["study", "group-tracking", "--help"])],
                          ids=["importing-dynlab", "importing-the-cli", "help"])
 def test_sigint_during_start_up_exits_130_with_one_line(tmp_path, module, argv):
@@ -74,6 +73,10 @@ def test_sigint_during_start_up_exits_130_with_one_line(tmp_path, module, argv):
                           capture_output=True, text=True, timeout=120, preexec_fn=_default_sigint)
     assert (proc.returncode, proc.stderr, proc.stdout) == (EXIT_INTERRUPTED, "interrupted\n", "")
 
+
+#: The ``.pth`` file dynlab ships, in the checkout (a wheel installs it at the top of
+#: site-packages only, not inside the package).
+SHIPPED_PTH = Path(__file__).resolve().parents[1] / "dynlab" / "_dynlab_start.pth"
 
 #: Python's ``site`` module running the ``.pth`` files of a site-packages folder as the
 #: ``dynlab`` executable (or another program) starts; ``zz_sigint.pth`` stands for a later
@@ -93,7 +96,7 @@ def test_sigint_while_site_runs_the_pth_files(tmp_path, program, expected):
     """The ``.pth`` file that an installed dynlab ships (dynlab/_start.py) turns a Ctrl-C in
     the dynlab executable's ``site`` start-up into 130 and one line; any other program keeps
     Python's own KeyboardInterrupt."""
-    shipped = Path(dynlab.__file__).parent / "_dynlab_start.pth"
+    shipped = SHIPPED_PTH
     (tmp_path / "_dynlab_start.pth").write_text(shipped.read_text())
     (tmp_path / "zz_sigint.pth").write_text("import os, signal; os.kill(os.getpid(), signal.SIGINT)\n")
     code = _SITE_START.replace("SITEDIR", repr(str(tmp_path)))
@@ -112,7 +115,7 @@ def test_an_installed_dynlab_ships_its_start_pth_at_the_top_of_site_packages():
         pytest.skip("dynlab is not installed (pip install -e .): no site-packages to check")
     assert "_dynlab_start.pth" in {str(f) for f in dist.files or ()}
     installed = Path(dist.locate_file("_dynlab_start.pth"))
-    assert installed.read_text() == (Path(dynlab.__file__).parent / "_dynlab_start.pth").read_text()
+    assert installed.read_text() == SHIPPED_PTH.read_text()
     assert sorted(p.name for p in installed.parent.glob("*.pth"))[0] == "_dynlab_start.pth"  # it runs first
 
 

@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from dynlab.study import Study
 from dynlab.studies import CATALOG, CELL_NAMES, MIXER_NAMES, SOURCES, STUDIES, get_study
 
-ROOT = Path(__file__).resolve().parent.parent
 
 #: Commands that must end without loading torch or matplotlib: (argv, exit code).
 LIGHT = [
@@ -92,7 +90,7 @@ def test_help_listing_and_refusals_load_neither_torch_nor_matplotlib(tmp_path):
 def test_catalog_says_what_each_study_module_says():
     from dynlab.lm.corpus import SOURCES as CORPUS_SOURCES
     from dynlab.lm.tasks import BABI_KINDS
-    from dynlab.models import BUILTIN_ARCHS
+    from dynlab.tracking.models import BUILTIN_ARCHS
     from dynlab.studies import length_generalization, long_context
 
     assert CELL_NAMES == BUILTIN_ARCHS and SOURCES == CORPUS_SOURCES
@@ -122,13 +120,12 @@ def test_catalog_says_what_each_study_module_says():
 
 
 def test_cli_constants_match_the_library():
-    from dynlab import cli
-    from dynlab.executors import EXECUTORS
+    from dynlab import cli, executors, names
     from dynlab.lm.tasks import TASK_KINDS
     from dynlab.studies import length_generalization
 
-    assert cli.EXECUTORS == EXECUTORS
-    assert cli.LM_INTERVENTIONS == length_generalization.INTERVENTION_NAMES
+    assert cli.EXECUTORS is executors.EXECUTORS is names.EXECUTORS
+    assert cli.INTERVENTION_NAMES is length_generalization.INTERVENTION_NAMES is names.INTERVENTION_NAMES
     assert tuple(cli.POST_TRAIN_TASKS) == TASK_KINDS and set(cli.POST_TRAIN_TASKS.values()) <= set(CATALOG)
     from dynlab.lm import export
 
@@ -145,27 +142,27 @@ def test_studies_mapping_reads_the_catalog_and_loads_on_use():
     assert STUDIES["babilong"] is get_study("babilong")
 
 
-def test_importing_the_cli_and_the_registry_loads_no_study_module():
+def test_importing_the_cli_and_the_registry_loads_no_study_module(tmp_path):
     code = ("import sys, dynlab.cli, dynlab.study; "
             "print(sorted(m for m in sys.modules if m.startswith('dynlab.studies.') or m in ('torch', 'matplotlib')))")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
     assert res.stdout.strip() == "[]"
 
 
 def test_a_group_too_large_for_the_analyses_is_refused_without_building_it(tmp_path, capsys, monkeypatch):
     """S7 (order 5040), C512 and S3xS3xS3xS3 are refused from their names: no group is built."""
-    import dynlab.groups
+    import dynlab.tracking.groups
     from dynlab.cli import main
 
-    monkeypatch.setattr(dynlab.groups, "from_generators", lambda *a, **k: pytest.fail("a group was built"))
-    dynlab.groups.get_group.cache_clear()
+    monkeypatch.setattr(dynlab.tracking.groups, "from_generators", lambda *a, **k: pytest.fail("a group was built"))
+    dynlab.tracking.groups.get_group.cache_clear()
     try:
         for groups, order in (("S7", 5040), ("c512", 512), ("S3xS3xS3xS3", 1296), ("C2," * 511 + "C512", 512)):
             assert main(["study", "group-tracking", "--groups", groups, "--out", str(tmp_path / "out")]) == 2
             err = capsys.readouterr().err
             assert err.startswith("error: group ") and f"(order {order}) is too large for the per-run analyses" in err
     finally:
-        dynlab.groups.get_group.cache_clear()
+        dynlab.tracking.groups.get_group.cache_clear()
     assert not (tmp_path / "out").exists()
 
 

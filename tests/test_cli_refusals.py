@@ -62,7 +62,7 @@ REFUSALS = [
 def test_refusal_names_the_option_and_the_allowed_values(argv, line, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv] + (["--out", str(tmp_path / "out")] if argv[0] != "bench" else [])
-    from dynlab.models import available_cells
+    from dynlab.tracking.models import available_cells
 
     assert main(argv) == 2
     assert capsys.readouterr().err == line.replace("{cells}", ", ".join(available_cells())) + "\n"
@@ -94,7 +94,7 @@ def test_an_empty_json_path_is_refused(tmp_path, capsys, monkeypatch):
 def test_a_spec_error_is_said_in_option_words(tmp_path):
     from pydantic import BaseModel, Field
 
-    from dynlab.cli import _in_option_words
+    from dynlab.options import in_option_words as _in_option_words
 
     class EvalSpec(BaseModel):
         chunk_len: int = Field(ge=1)

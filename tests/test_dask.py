@@ -17,7 +17,7 @@ import xarray as xr
 pytest.importorskip("distributed")
 import cloudpickle  # noqa: E402  (a dependency of distributed)
 
-from dynlab.config import ModelSpec, RunSpec, TaskSpec  # noqa: E402
+from dynlab.tracking.spec import ModelSpec, RunSpec, TaskSpec  # noqa: E402
 from dynlab.executors import (  # noqa: E402
     DaskExecutor,
     InProcessExecutor,
@@ -216,7 +216,7 @@ def test_bad_executor_options_raise_one_line():
 
 @pytest.mark.parametrize("address", ["notaurl", "tcp://", "tcp://127.0.0.1", "127.0.0.1:0", "tcp://127.0.0.1:65536",
                                      "http://127.0.0.1:8786", "tcp://a b:1", "", "tcp://127.0.0.1:8786/x"])
-def test_a_malformed_scheduler_address_is_bad_input_refused_before_dask_is_imported(address):
+def test_a_malformed_scheduler_address_is_bad_input_refused_before_dask_is_imported(address, tmp_path):
     import subprocess
     import textwrap
 
@@ -232,7 +232,7 @@ def test_a_malformed_scheduler_address_is_bad_input_refused_before_dask_is_impor
         else:
             raise SystemExit("accepted")
     """)
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     line = res.stdout.strip()
     assert "\n" not in line and repr(address) in line and "allowed: PROTOCOL://HOST:PORT" in line

@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dynlab.kernels.dense_tracker import dense_tracker_loss, dense_tracker_loss_ref
-from dynlab.kernels.tracker_common import BUFFERS
-from dynlab.models import Tracker
-from dynlab.models.cells import StateGatedRNNCell, TanhRNNCell
-from dynlab.train.engine import fused_kind, tracker_logits, tracker_loss
+from dynlab.kernels.tracker_loss.dense import dense_tracker_loss, dense_tracker_loss_ref
+from dynlab.kernels.tracker_loss.common import BUFFERS
+from dynlab.tracking.models import Tracker
+from dynlab.tracking.models.cells import StateGatedRNNCell, TanhRNNCell
+from dynlab.tracking.train.engine import fused_kind, tracker_logits, tracker_loss
 
 D = torch.float64
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dynlab.config import ModelSpec
-from dynlab.kernels import diagonal_tracker
-from dynlab.kernels.diagonal_tracker import diagonal_tracker_loss, diagonal_tracker_loss_ref
-from dynlab.kernels.tracker_common import BUFFERS
-from dynlab.train.engine import build_tracker, fused_kind, tracker_logits, tracker_loss
+from dynlab.tracking.spec import ModelSpec
+from dynlab.kernels.tracker_loss import diagonal as diagonal_tracker
+from dynlab.kernels.tracker_loss.diagonal import diagonal_tracker_loss, diagonal_tracker_loss_ref
+from dynlab.kernels.tracker_loss.common import BUFFERS
+from dynlab.tracking.train.engine import build_tracker, fused_kind, tracker_logits, tracker_loss
 
 D = torch.float64
 
@@ -296,8 +296,8 @@ def test_tracker_stream_equals_the_models_forward(arch, hidden, d_state, loops):
     cell's own layout, from a nonzero state (what evaluation carries from chunk to chunk);
     ``tracker_states`` gives its states and readout features (what the analyses stream);
     the caller's state is left as it was."""
-    from dynlab.models import streams
-    from dynlab.models.streams import tracker_states, tracker_stream
+    from dynlab.tracking.models import streams
+    from dynlab.tracking.models.streams import tracker_states, tracker_stream
 
     model = build_tracker(ModelSpec(arch=arch, hidden=hidden, d_state=d_state), 5, 5, seed=1).double()
     gen = torch.Generator().manual_seed(0)
@@ -322,10 +322,10 @@ def test_tracker_stream_equals_the_models_forward(arch, hidden, d_state, loops):
 def test_evaluation_is_the_same_through_the_stream_kernel(monkeypatch):
     """``evaluate_lengths`` of a Mamba tracker gives the same accuracies through the
     compiled stream as through the model's forward (float64, so no argmax tie can differ)."""
-    from dynlab.evaluate import evaluate_lengths
-    from dynlab.groups import get_group
-    from dynlab.models import streams
-    from dynlab.tasks import WordProblem
+    from dynlab.tracking.evaluate import evaluate_lengths
+    from dynlab.tracking.groups import get_group
+    from dynlab.tracking.models import streams
+    from dynlab.tracking.task import WordProblem
 
     task = WordProblem(get_group("S3"))
     model = build_tracker(ModelSpec(arch="mamba", hidden=8), task.n_tokens, task.n_classes, seed=2).double()
@@ -338,7 +338,7 @@ def test_evaluation_is_the_same_through_the_stream_kernel(monkeypatch):
         return out.logits, out.final_state
 
     monkeypatch.setattr(streams, "tracker_stream", forward_only)
-    import dynlab.evaluate as ev
+    import dynlab.tracking.evaluate as ev
 
     monkeypatch.setattr(ev, "tracker_stream", forward_only)
     slow = evaluate_lengths(model, task, [3, 10, 40], n_samples=20, batch_size=8, chunk=7, seed=0)

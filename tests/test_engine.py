@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from dynlab.config import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
-from dynlab.train import lr_at, resolve_device, train_tracker
-from dynlab.train.engine import runs_generic_loop
+from dynlab.tracking.spec import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from dynlab.tracking.train import lr_at, resolve_device, train_tracker
+from dynlab.tracking.train.engine import runs_generic_loop
 
 
 def _spec(**train):
@@ -137,7 +137,7 @@ def test_same_code_runs_on_cuda():
 def test_compiled_cell_steps_train_to_the_same_numbers():
     """``compile=True`` (torch.compile'd per-step transition) matches eager on a cell trained
     through the generic loop (relu: no fused kernel)."""
-    from dynlab.config import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+    from dynlab.tracking.spec import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 
     cur = CurriculumSpec(min_length=3, max_length=5)
     spec = RunSpec(
@@ -155,7 +155,7 @@ def test_compiled_cell_steps_train_to_the_same_numbers():
 
 
 def test_runs_generic_loop_only_where_no_kernel_applies():
-    from dynlab.models import Tracker
+    from dynlab.tracking.models import Tracker
 
     assert not runs_generic_loop(Tracker("tanh-rnn", 4, 4, hidden=8))  # fused kernel
     assert not runs_generic_loop(Tracker("mamba", 4, 4, hidden=8))  # diagonal scan
@@ -165,15 +165,15 @@ def test_runs_generic_loop_only_where_no_kernel_applies():
 
 
 @pytest.mark.slow
-def test_keep_freed_memory_sets_the_allocator_once_and_can_be_turned_off():
+def test_keep_freed_memory_sets_the_allocator_once_and_can_be_turned_off(tmp_path):
     """glibc's mallopt accepts the settings (Linux); the environment variable turns them off."""
     import subprocess
     import sys
 
     code = "from dynlab.runtime import keep_freed_memory as k; print(k(), k())"
-    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path).stdout.split()
     env = {**__import__("os").environ, "DYNLAB_KEEP_FREED_MEMORY": "0"}
-    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout.split()
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path, env=env).stdout.split()
     assert off == ["False", "False"]
     if sys.platform.startswith("linux") and __import__("platform").libc_ver()[0] == "glibc":
         assert on == ["True", "True"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dynlab.config import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
-from dynlab.train import train_tracker
-from dynlab.train.ensemble import check_ensemble, train_ensemble
+from dynlab.tracking.spec import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from dynlab.tracking.train import train_tracker
+from dynlab.tracking.train.ensemble import check_ensemble, train_ensemble
 
 CPU = torch.device("cpu")
 
@@ -210,7 +210,7 @@ def test_readme_ensemble_of_16_equals_solo_whatever_the_machine_thread_count(mac
 
 def test_build_tracker_does_not_depend_on_the_thread_count(machine_threads):
     """The orthogonal initialisation (a QR factorisation) rounds by thread count unless fixed."""
-    from dynlab.train import build_tracker
+    from dynlab.tracking.train import build_tracker
 
     built = []
     for n in (1, 2):
@@ -240,7 +240,7 @@ def test_train_threads_is_fixed_by_the_spec_not_the_machine(machine_threads):
 def test_a_stack_cut_into_calls_keeps_every_member_bit_identical(arch, monkeypatch):
     """With MAX_STACK = 2 the members run through the fused kernel two at a time (and the
     length groups split unevenly): each member's run is still exactly its solo run."""
-    from dynlab.train import ensemble
+    from dynlab.tracking.train import ensemble
 
     monkeypatch.setattr(ensemble, "MAX_STACK", 2)
     specs = _specs(arch)

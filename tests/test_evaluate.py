@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from dynlab.evaluate import evaluate_lengths, max_pass_length
-from dynlab.groups import get_group
-from dynlab.models import Tracker
-from dynlab.tasks import WordProblem
+from dynlab.tracking.evaluate import evaluate_lengths, max_pass_length
+from dynlab.tracking.groups import get_group
+from dynlab.tracking.models import Tracker
+from dynlab.tracking.task import WordProblem
 
 
 def test_max_pass_length_cases():

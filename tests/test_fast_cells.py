@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch.func import jacrev
 
-from dynlab.models import BUILTIN_ARCHS, Tracker
-from dynlab.models.cells import Cell, TanhRNNCell
-from dynlab.train.engine import tracker_logits
+from dynlab.tracking.models import BUILTIN_ARCHS, Tracker
+from dynlab.tracking.models.cells import Cell, TanhRNNCell
+from dynlab.tracking.train.engine import tracker_logits
 
 FAST = [
     ("tanh-rnn", None),
@@ -135,7 +135,7 @@ def test_user_subclass_with_own_transition_uses_its_transition():
 def test_complex_cells_take_any_memory_layout(arch):
     """Inputs at odd storage offsets or with odd strides (which cannot be viewed as complex
     numbers) give the same states as contiguous copies."""
-    from dynlab.models import get_cell
+    from dynlab.tracking.models import get_cell
 
     torch.manual_seed(0)
     cell = get_cell(arch)(5, 3)

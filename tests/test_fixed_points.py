@@ -22,8 +22,8 @@ from dynlab.analysis.fixed_points import (
     tracker_fixed_points,
     word_map,
 )
-from dynlab.groups import get_group
-from dynlab.models import Cell, Tracker, register_cell
+from dynlab.tracking.groups import get_group
+from dynlab.tracking.models import Cell, Tracker, register_cell
 from tests.test_analysis_jacobian import E, INV, MUL, S3Tracker, s3_batch
 
 

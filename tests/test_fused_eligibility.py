@@ -5,10 +5,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dynlab.config import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
-from dynlab.kernels import dense_tracker
-from dynlab.models import Tracker, registry
-from dynlab.models.cells import (
+from dynlab.tracking.spec import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from dynlab.kernels.tracker_loss import dense as dense_tracker
+from dynlab.tracking.models import Tracker, registry
+from dynlab.tracking.models.cells import (
     AUSSMCell,
     Cell,
     LinearRNNCell,
@@ -19,8 +19,8 @@ from dynlab.models.cells import (
     TanhRNNCell,
     TokenGatedRNNCell,
 )
-from dynlab.train import train_tracker
-from dynlab.train.engine import fused_kind, runs_generic_loop, tracker_loss
+from dynlab.tracking.train import train_tracker
+from dynlab.tracking.train.engine import fused_kind, runs_generic_loop, tracker_loss
 
 
 class DoubledTanh(TanhRNNCell):
@@ -197,15 +197,15 @@ def user_archs(monkeypatch, doubled_arch):
 
 def _model_specs(archs):
     """Every architecture × φ (default and each nonlinearity) × layers × readout, width 8."""
-    from dynlab.models import NONLINEARITIES
+    from dynlab.tracking.models import NONLINEARITIES
 
     return [ModelSpec(arch=a, hidden=8, nonlinearity=phi, layers=n, readout=r)
             for a in archs for phi in (None, *NONLINEARITIES) for n in (1, 2) for r in ("linear", "mlp")]
 
 
 def test_declared_fused_kind_agrees_with_the_built_tracker(user_archs):
-    from dynlab.models import BUILTIN_ARCHS
-    from dynlab.models.tracker import declared_fused_kind
+    from dynlab.tracking.models import BUILTIN_ARCHS
+    from dynlab.tracking.models.tracker import declared_fused_kind
 
     seen = set()
     for m in _model_specs([*BUILTIN_ARCHS, *user_archs]):
@@ -231,8 +231,8 @@ def test_ensemble_group_key_groups_as_building_the_tracker_did(user_archs):
     rule before it was read from the spec), on specs that must and must not share an
     ensemble: over groups of equal and different order, batch sizes, seeds, widths, φ,
     depth, readout and user cells."""
-    from dynlab.groups import get_group
-    from dynlab.models import BUILTIN_ARCHS
+    from dynlab.tracking.groups import get_group
+    from dynlab.tracking.models import BUILTIN_ARCHS
     from dynlab.studies.group_tracking import ensemble_group_key
 
     def built_key(spec):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dynlab.kernels.gated_tracker import gated_tracker_loss, gated_tracker_loss_ref
+from dynlab.kernels.tracker_loss.gated import gated_tracker_loss, gated_tracker_loss_ref
 
 D = torch.float64
 

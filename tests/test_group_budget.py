@@ -1,4 +1,4 @@
-"""The training budget scaled by group (dynlab.train.budget) and TrainSpec.tail_steps."""
+"""The training budget scaled by group (dynlab.tracking.train.budget) and TrainSpec.tail_steps."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from dynlab.config import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from dynlab.tracking.spec import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 from dynlab.errors import DynlabInputError
 from dynlab.studies.group_tracking import make_specs
 from dynlab.study import StudyOptions
-from dynlab.train import train_tracker
-from dynlab.train.budget import group_budget, width_factor
-from dynlab.train.engine import lr_at
+from dynlab.tracking.train import train_tracker
+from dynlab.tracking.train.budget import group_budget, width_factor
+from dynlab.tracking.train.engine import lr_at
 
 import torch
 
@@ -72,8 +72,8 @@ def test_budget_reaches_the_quick_preset_specs():
 
 
 def test_groups_preset():
-    from dynlab.groups import get_group
-    from dynlab.models import BUILTIN_ARCHS
+    from dynlab.tracking.groups import get_group
+    from dynlab.tracking.models import BUILTIN_ARCHS
 
     specs = make_specs(StudyOptions(preset="groups"))
     groups = {s.task.group for s in specs}

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from dynlab.groups import alternating, cyclic, dihedral, direct_product, from_generators, get_group, symmetric
+from dynlab.tracking.groups import alternating, cyclic, dihedral, direct_product, from_generators, get_group, symmetric
 
 KNOWN_ORDERS = {"C2": 2, "C6": 6, "S3": 6, "A4": 12, "S4": 24, "D4": 8, "A5": 60, "S5": 120, "C2xS3": 12, "C2xC3": 6}
 

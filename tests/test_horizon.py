@@ -9,9 +9,9 @@ from scipy.stats import norm
 
 from dynlab.analysis import AnalysisSpec, analyze_tracker
 from dynlab.analysis.horizon import horizon_forecast, margin_statistics, predicted_accuracy
-from dynlab.groups import get_group
-from dynlab.models import Cell, Tracker, register_cell
-from dynlab.tasks import WordProblem
+from dynlab.tracking.groups import get_group
+from dynlab.tracking.models import Cell, Tracker, register_cell
+from dynlab.tracking.task import WordProblem
 
 
 def _stats(m: np.ndarray, s: np.ndarray, n_classes: int, scale: np.ndarray | None = None) -> dict:

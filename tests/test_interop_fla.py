@@ -12,7 +12,7 @@ import importlib.util
 import pytest
 import torch
 
-from dynlab.kernels.gla import gla_chunked, gla_ref
+from dynlab.kernels.gla.chunked import gla_chunked, gla_ref
 
 
 def _naive_recurrent_gla():

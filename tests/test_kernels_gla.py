@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from dynlab.kernels.gla import _FACTOR_LIMIT, _chunk_bounds, gla_chunked, gla_ref
+from dynlab.kernels.gla.chunked import _FACTOR_LIMIT, _chunk_bounds, gla_chunked, gla_ref
 
 TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=2e-4, atol=2e-5)}
 
@@ -82,7 +82,7 @@ def test_bad_shape_raises():
 @pytest.mark.parametrize("path", ["factored", "masked"])
 def test_both_intra_chunk_forms_match_ref(dtype, path, monkeypatch):
     """The GEMM form (exp(c_t)·exp(−c_s)) and the masked pairwise form, each forced, with gradients."""
-    import dynlab.kernels.gla as gla_module
+    import dynlab.kernels.gla.chunked as gla_module
 
     limit = float("inf") if path == "factored" else -1.0
     monkeypatch.setattr(gla_module, "_FACTOR_LIMIT", {dtype: limit})

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from dynlab.kernels import selective_scan as ss
-from dynlab.kernels.selective_scan import selective_scan_fused, selective_scan_ref
+from dynlab.kernels.selective_scan import chunked as ss
+from dynlab.kernels.selective_scan.chunked import selective_scan_fused, selective_scan_ref
 
 TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=2e-4, atol=2e-5)}
 

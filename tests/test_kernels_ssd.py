@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from dynlab.kernels.ssd import ssd_chunked, ssd_ref
+from dynlab.kernels.ssd.chunked import ssd_chunked, ssd_ref
 
 TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=2e-4, atol=2e-5)}
 

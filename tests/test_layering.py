@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -29,11 +30,12 @@ def _files(*parts: str) -> list[Path]:
     return out
 
 
-@pytest.mark.parametrize("path", _files("dynlab/analysis", "dynlab/evaluate.py", "dynlab/models", "dynlab/runtime.py",
+@pytest.mark.parametrize("path", _files("dynlab/analysis", "dynlab/tracking/evaluate.py", "dynlab/tracking/models",
+                                        "dynlab/runtime.py",
                                         "dynlab/results", "dynlab/figures"),
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_analysis_evaluation_models_and_runtime_import_nothing_from_training(path):
-    bad = sorted(m for m in _imports(path) if m == "dynlab.train" or m.startswith("dynlab.train."))
+    bad = sorted(m for m in _imports(path) if m == "dynlab.tracking.train" or m.startswith("dynlab.tracking.train."))
     assert not bad, f"{path.relative_to(ROOT)} imports the training engine: {bad}"
 
 
@@ -64,3 +66,211 @@ def test_the_long_function_check_can_fail(tmp_path):
     path = tmp_path / "probe.py"
     path.write_text(f"def too_long():\n{body}\n\n\ndef short():\n    return 1\n")
     assert _long_functions(path, MAX_FUNCTION_LINES, tmp_path) == [f"probe.py:1 too_long ({MAX_FUNCTION_LINES + 1} lines)"]
+
+
+#: Where each importable name of the package lives in the checkout (pyproject.toml's wheel mapping).
+SOURCES = {"dynlab": ROOT / "dynlab", "dynlab.kernels": ROOT / "kernels", "dynlab.studies": ROOT / "studies",
+           "dynlab.cli": ROOT / "cli.py"}
+
+
+def _package_modules(sources: dict[str, Path] = SOURCES) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the installed package."""
+    out = {}
+    for name, path in sources.items():
+        files = [path] if path.is_file() else sorted(path.rglob("*.py"))
+        for file in files:
+            parts = [] if file == path else list(file.relative_to(path).with_suffix("").parts)
+            if parts and parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([name, *parts])] = file
+    return out
+
+
+def _resolved_imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, str, int]]:
+    """``(module, imported name or "", line)`` for every import in ``path`` (function bodies
+    too), relative imports resolved; ``from m import x`` names module ``m.x`` when that is one."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, "", node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                out.append((sub, "", node.lineno) if sub in modules else (base, alias.name, node.lineno))
+    return out
+
+
+def _is_private(part: str) -> bool:
+    return part.startswith("_") and not part.startswith("__")
+
+
+def _private_imports(modules: dict[str, Path], root: Path = ROOT) -> list[str]:
+    """Imports of another module's private name (``from m import _x``, ``import m._x``,
+    ``m._x`` on an imported module).  A package may use its own private submodules
+    (``dynlab`` and ``dynlab.cli`` use ``dynlab._start``)."""
+    bad = []
+    for name, path in modules.items():
+        aliases: dict[str, str] = {}
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for module, attr, line in _resolved_imports(name, path, modules):
+            parts = module.split(".")
+            where = f"{path.relative_to(root)}:{line}"
+            if attr and _is_private(attr) and module != name:
+                bad.append(f"{where} {module}.{attr}")
+            for i, part in enumerate(parts):
+                owner = ".".join(parts[:i])
+                if _is_private(part) and not (name == owner or name.startswith(owner + ".")):
+                    bad.append(f"{where} {module}")
+                    break
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                # ``import a.b`` binds ``a``; ``import a.b as x`` binds ``x`` to ``a.b``
+                aliases.update({a.asname or a.name.split(".")[0]: a.name if a.asname else a.name.split(".")[0]
+                                for a in node.names})
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+                aliases.update({a.asname or a.name: f"{base}.{a.name}" for a in node.names
+                                if f"{base}.{a.name}" in modules})
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _is_private(node.attr):
+                chain, value = [], node.value
+                while isinstance(value, ast.Attribute):
+                    chain.insert(0, value.attr)
+                    value = value.value
+                if isinstance(value, ast.Name) and value.id in aliases:
+                    owner = ".".join([aliases[value.id], *chain])
+                    if owner in modules and owner != name:
+                        bad.append(f"{path.relative_to(root)}:{node.lineno} {owner}.{node.attr}")
+    return bad
+
+
+def test_no_module_imports_another_modules_private_name():
+    modules = _package_modules()
+    scripts = {f"benchmarks.{p.stem}": p for p in sorted((ROOT / "benchmarks").glob("*.py"))}
+    bad = _private_imports({**modules, **scripts}) if not set(scripts) & set(modules) else ["name clash"]
+    assert not bad, "give these names a public name in the module that owns them: " + "; ".join(bad)
+
+
+def test_the_private_import_check_can_fail(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from pkg import _own\n")
+    (pkg / "_own.py").write_text("X = 1\n")
+    (pkg / "a.py").write_text("_helper = 1\n")
+    (pkg / "b.py").write_text("from pkg.a import _helper\nfrom pkg._own import X\n")
+    (pkg / "c.py").write_text("import pkg.a\n\ndef f():\n    return pkg.a._helper\n")
+    (pkg / "d.py").write_text("from . import a\n\nY = a._helper\n")
+    modules = _package_modules({"pkg": pkg})
+    assert sorted(_private_imports(modules, tmp_path)) == [
+        "pkg/b.py:1 pkg.a._helper", "pkg/c.py:4 pkg.a._helper", "pkg/d.py:3 pkg.a._helper"]
+
+
+def _import_cycles(modules: dict[str, Path]) -> list[list[str]]:
+    """The strongly connected components of more than one module in the import graph
+    (every import counts, those in function bodies too: a cycle deferred is a cycle)."""
+    graph = {name: sorted({m for m, _, _ in _resolved_imports(name, path, modules) if m in modules and m != name})
+             for name, path in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_cycle_inside_the_package():
+    cycles = _import_cycles(_package_modules())
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_can_fail(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from pkg.b import g\n")
+    (pkg / "b.py").write_text("from pkg import c\n")
+    (pkg / "c.py").write_text("from .a import f\n")
+    (pkg / "d.py").write_text("from pkg.a import f\n")
+    assert _import_cycles(_package_modules({"pkg": pkg})) == [["pkg.a", "pkg.b", "pkg.c"]]
+
+
+@pytest.mark.parametrize(("paper", "other"), [("dynlab.tracking", "dynlab.lm"), ("dynlab.lm", "dynlab.tracking")])
+def test_the_two_papers_never_import_each_other(paper, other):
+    modules = _package_modules()
+    bad = sorted(f"{name} <- {module}" for name, path in modules.items() if name == paper or name.startswith(paper + ".")
+                 for module, _, _ in _resolved_imports(name, path, modules)
+                 if module == other or module.startswith(other + "."))
+    assert not bad, bad
+
+
+def test_the_old_paths_of_paper_a_still_import_with_a_warning():
+    import dynlab.spec
+    import dynlab.tracking.models
+    import dynlab.tracking.spec
+    import dynlab.training
+    from dynlab.tracking.task import WordProblem
+
+    with pytest.warns(DeprecationWarning, match="dynlab.models moved to dynlab.tracking.models"):
+        from dynlab.models import Tracker
+    assert Tracker is dynlab.tracking.models.Tracker
+    with pytest.warns(DeprecationWarning, match="dynlab.config moved"):
+        from dynlab.config import MAX_LENGTH, RunSpec, load_spec
+    assert RunSpec is dynlab.tracking.spec.RunSpec and MAX_LENGTH == dynlab.spec.MAX_LENGTH
+    spec = RunSpec.model_validate({"task": {"group": "C2"}, "model": {"arch": "tanh-rnn"}})
+    assert load_spec(spec.canonical_json()) == spec  # the old default class: RunSpec
+    with pytest.warns(DeprecationWarning, match="dynlab.tasks.word_problem moved to dynlab.tracking.task"):
+        from dynlab.tasks.word_problem import WordProblem as Old
+    assert Old is WordProblem
+    with pytest.warns(DeprecationWarning):
+        from dynlab.train.engine import TrainResult
+    assert TrainResult is dynlab.training.TrainResult
+
+
+def test_import_dynlab_dynlab_fails():
+    """No copy of the package under itself: nothing adds the repository root to ``dynlab.__path__``."""
+    import dynlab
+
+    assert len(dynlab.__path__) == 1, dynlab.__path__
+    for name in ("dynlab.dynlab", "dynlab.tests", "dynlab.docs", "dynlab.benchmarks"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(name)
+
+
+def test_the_command_line_only_wires_and_kernels_are_by_op():
+    """cli.py stays wiring (at most 300 lines; the checks live in dynlab.options); kernels/
+    holds one folder per op and at most three modules beside them."""
+    assert len((ROOT / "cli.py").read_text().splitlines()) <= 300
+    loose = sorted(p.name for p in (ROOT / "kernels").glob("*.py") if p.name != "__init__.py")
+    ops = sorted(p.name for p in (ROOT / "kernels").iterdir() if (p / "__init__.py").is_file())
+    assert len(loose) <= 3, loose
+    assert ops == ["gla", "scan", "selective_scan", "ssd", "tracker_loss"], ops
+    assert sorted(p.relative_to(ROOT / "kernels").as_posix() for p in (ROOT / "kernels").rglob("*.c")) == [
+        "fast_tanh.c", "selective_scan/selective_scan.c", "tracker_loss/diagonal.c"]

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-import dynlab.groups as groups_mod
-from dynlab.config import (
+import dynlab.tracking.groups as groups_mod
+from dynlab.spec import (
     MAX_BATCH,
     MAX_EVAL_LENGTHS,
     MAX_LENGTH,
@@ -18,14 +18,9 @@ from dynlab.config import (
     MAX_STATE_BYTES,
     MAX_STEPS,
     MAX_WIDTH,
-    CurriculumSpec,
-    EvalSpec,
-    ModelSpec,
-    RunSpec,
-    TaskSpec,
-    TrainSpec,
 )
-from dynlab.groups import MAX_DEGREE, MAX_ORDER, get_group, group_order
+from dynlab.tracking.spec import CurriculumSpec, EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from dynlab.tracking.groups import MAX_DEGREE, MAX_ORDER, get_group, group_order
 
 
 @pytest.fixture
@@ -130,11 +125,11 @@ def test_a_batch_whose_states_exceed_the_memory_limit_is_refused():
     RunSpec(task=TaskSpec(group="C2"), model=ModelSpec(arch="tanh-rnn", hidden=128), train=TrainSpec(batch_size=256))
 
 
-# -- the bounded field types and helpers of dynlab.config, and where they are applied ----------
+# -- the bounded field types and helpers of dynlab.spec, and where they are applied ----------
 from pydantic import BaseModel, ValidationError  # noqa: E402
 
-from dynlab.config import (  # noqa: E402
-    MAX_ANALYSIS_ORDER,
+from dynlab.spec import (
+    # noqa: E402     MAX_ANALYSIS_ORDER,
     MAX_ENSEMBLE,
     Batch,
     EnsembleSize,
@@ -266,7 +261,7 @@ def test_a_group_too_large_for_the_analyses_is_refused_before_anything_is_writte
     from dynlab.runner import run_study
     from dynlab.studies import get_study
     from dynlab.study import StudyOptions
-    from dynlab.tasks import WordProblem
+    from dynlab.tracking.task import WordProblem
 
     study = get_study("group-tracking")
     options = StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("S7",))
@@ -279,10 +274,10 @@ def test_a_group_too_large_for_the_analyses_is_refused_before_anything_is_writte
 
 
 def test_lm_specs_refuse_sizes_beyond_the_stated_limits():
-    """Every LM size field is bounded by dynlab.config's limits, in the Python API as on the command line."""
+    """Every LM size field is bounded by dynlab.spec's limits, in the Python API as on the command line."""
     from pydantic import ValidationError
 
-    from dynlab.config import MAX_BATCH, MAX_LENGTH, MAX_STEPS
+    from dynlab.spec import MAX_BATCH, MAX_LENGTH, MAX_STEPS
     from dynlab.lm.spec import LMEvalSpec, LMRunSpec, LMTaskSpec, LMTrainSpec, TaskTrainSpec
 
     with pytest.raises(ValidationError, match="less than or equal to 65536"):
@@ -317,7 +312,7 @@ def test_every_size_has_its_limit_on_every_path(argv, line, tmp_path, capsys, mo
 
     import dynlab.executors
     from dynlab.cli import main
-    from dynlab.config import max_local_workers
+    from dynlab.spec import max_local_workers
     from dynlab.lm.spec import check_eval_size
 
     monkeypatch.setattr(dynlab.executors, "make_executor", lambda *a, **k: pytest.fail("an executor was started"))

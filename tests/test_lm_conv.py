@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from dynlab.config import load_spec
+from dynlab.spec import load_spec
 from dynlab.lm.interventions import make_intervention
 from dynlab.lm.mixers import MIXERS, causal_conv, causal_conv_ref
 from dynlab.lm.model import RecurrentLM

@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from dynlab.kernels import dispatch
-from dynlab.kernels.selective_scan import selective_scan_fused, selective_scan_ref
-from dynlab.kernels.ssd import ssd_chunked, ssd_ref
+from dynlab.kernels.selective_scan.chunked import selective_scan_fused, selective_scan_ref
+from dynlab.kernels.ssd.chunked import ssd_chunked, ssd_ref
 
 FILES = {
     "selective_scan_ref": "mamba_ssm/ops/selective_scan_interface.py",

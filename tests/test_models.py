@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.func import jacrev
 
-from dynlab.models import (
+from dynlab.tracking.models import (
     BUILTIN_ARCHS,
     NONLINEARITIES,
     Cell,
@@ -15,7 +15,7 @@ from dynlab.models import (
     probe_jacobian_variation,
     register_cell,
 )
-from dynlab.models.nonlinearity import apply_phi
+from dynlab.tracking.models.nonlinearity import apply_phi
 
 EXPECTED_FAMILY = {
     "mamba": "affine",

@@ -16,7 +16,7 @@ from dynlab.study import StudyOptions
 @pytest.mark.parametrize("name, order", [("A4", 12), ("D4", 8), ("S4", 24), ("A5", 60), ("S5", 120),
                                          ("C2xS3", 12), ("C3xC3", 9)])
 def test_more_groups_make_specs(name, order):
-    from dynlab.groups import get_group
+    from dynlab.tracking.groups import get_group
 
     (spec,) = make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), groups=(name,)))
     assert spec.task.group == name and get_group(name).order == order
@@ -43,7 +43,7 @@ def test_a4_and_c2xs3_end_to_end_with_analyses(tmp_path, capsys):
 
 
 def test_paper_preset_has_at_least_113_models_to_length_1000():
-    from dynlab.models import BUILTIN_ARCHS
+    from dynlab.tracking.models import BUILTIN_ARCHS
 
     specs = make_specs(StudyOptions(preset="paper"))
     assert len(specs) >= 113 and len({s.spec_hash() for s in specs}) == len(specs)

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
 from dynlab.figures import mp_by_nonlinearity  # noqa: E402
-from dynlab.models import Tracker  # noqa: E402
+from dynlab.tracking.models import Tracker  # noqa: E402
 from dynlab.runner import open_study, run_study  # noqa: E402
 from dynlab.studies import get_study  # noqa: E402
 from dynlab.studies.nonlinearity import NONLINEARITIES, STUDY, make_specs, table  # noqa: E402

@@ -7,7 +7,7 @@ import pytest
 
 from dynlab.analysis.geometry import geometry_over_time
 from dynlab.analysis.readability import decoder_ratio, fit_probe, pairwise_ratio, probe_accuracy
-from dynlab.evaluate import max_pass_length_dense, pooled_accuracy
+from dynlab.tracking.evaluate import max_pass_length_dense, pooled_accuracy
 
 
 def _two_gaussians(n: int, d: float, sd: tuple[float, float, float], seed: int, t: int = 1):

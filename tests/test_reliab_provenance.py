@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from dynlab.config import ModelSpec, RunSpec, TaskSpec
+from dynlab.tracking.spec import ModelSpec, RunSpec, TaskSpec
 from dynlab.results import RunStore
 from dynlab.results.provenance import provenance, recording
 from dynlab.runner import open_study, run_study
@@ -117,7 +117,7 @@ def test_a_broken_compiler_warns_once_with_its_message(tmp_path):
     """)
     env = {**os.environ, "CC": "false", "XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
     env.pop("DYNLAB_C_KERNELS", None)
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     message, status = res.stdout.strip().splitlines()
     assert "'reliab_a' could not be built" in message and "false failed (exit 1)" in message
@@ -132,7 +132,7 @@ def test_switched_off_kernels_do_not_warn(tmp_path):
         assert c_library("reliab_c", "int h(void) { return 3; }") is None
     """)
     env = {**os.environ, "CC": "false", "DYNLAB_C_KERNELS": "0", "XDG_CACHE_HOME": str(tmp_path)}
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
 
 

@@ -26,7 +26,7 @@ import torch
 import xarray as xr
 
 import dynlab.results.files as files
-from dynlab.config import ModelSpec, RunSpec, TaskSpec
+from dynlab.tracking.spec import ModelSpec, RunSpec, TaskSpec
 from dynlab.results import RunStore, write_dataset
 from dynlab.results.files import STALE_AFTER_S, temp_name, writer_gone
 from dynlab.runner import open_study, run_study
@@ -166,7 +166,7 @@ def test_a_study_on_a_really_full_disk_is_one_line_and_exit_1(tmp_path):
             [sys.executable, "-c", "import sys; from dynlab.cli import main; sys.exit(main(sys.argv[1:]))",
              "study", "group-tracking", "--preset", "smoke", "--models", "tanh-rnn", "--groups", "C2",
              "--out", str(mnt), "-q", "--device", "cpu"],
-            capture_output=True, text=True, env=env, timeout=600,
+            capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path,
         )
         assert res.returncode == 1, res.stderr[-2000:]
         assert res.stderr.count("\n") == 1 and "No space left on device" in res.stderr
@@ -202,7 +202,7 @@ def _killed_writer(target: Path) -> Path:
         print(tmp, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=target.parent)
     assert res.returncode == -signal.SIGKILL
     return Path(res.stdout.strip())
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.func import vmap
 
-from dynlab.kernels.scan import dense_rnn_ref, dense_rnn_scan, linear_scan, linear_scan_ref
+from dynlab.kernels.scan.chunked import dense_rnn_ref, dense_rnn_scan, linear_scan, linear_scan_ref
 
 TOL = {torch.float64: 1e-12, torch.float32: 2e-5, torch.complex128: 1e-12}
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from dynlab.config import RunSpec
+from dynlab.tracking.spec import RunSpec
 from dynlab.results import RunStore
 from dynlab.results.store import STALE_AFTER_S
 from dynlab.runner import open_study, run_study
@@ -74,9 +74,9 @@ def test_run_folder_contents_and_weights_round_trip(tmp_path):
     model = load_model(spec, store, torch.device("cpu"))
     ds = open_study(path)
     # re-evaluating the reloaded weights reproduces the stored accuracy
-    from dynlab.evaluate import evaluate_lengths
-    from dynlab.groups import get_group
-    from dynlab.tasks import WordProblem
+    from dynlab.tracking.evaluate import evaluate_lengths
+    from dynlab.tracking.groups import get_group
+    from dynlab.tracking.task import WordProblem
 
     ev = spec.eval
     le = evaluate_lengths(model, WordProblem(get_group("C6")), ev.lengths, ev.n_samples, ev.batch_size, ev.chunk, spec.seed + ev.seed_offset)
@@ -164,7 +164,7 @@ def test_dataset_vocabulary_units_and_provenance(tmp_path):
     specs = json.loads(ds.attrs["specs_json"])
     assert [RunSpec.model_validate(s["fields"]).spec_hash() for s in specs] == list(ds.run_id.values)
     # mp is consistent with the accuracy table and the stored threshold
-    from dynlab.evaluate import max_pass_length
+    from dynlab.tracking.evaluate import max_pass_length
 
     for r in range(ds.sizes["run"]):
         mp, cens = max_pass_length(ds.length.values, ds.accuracy.isel(run=r).values, ds.mp.attrs["threshold"])
@@ -186,7 +186,7 @@ def test_run_status_rule_and_summary_counts(tmp_path):
     length), diverged = the engine's verdict; the summary line counts each, and
     not-learned runs are evaluated but stay out of the correlations."""
     from dynlab.studies.group_tracking import run_status
-    from dynlab.train import TrainResult
+    from dynlab.tracking.train import TrainResult
     from dynlab.runtime import NullProgress
 
     res = TrainResult(model=None, lengths=[2, 3, 60])  # type: ignore[arg-type]

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from dynlab.config import SPEC_VERSION, RunSpec, load_spec
+from dynlab.spec import SPEC_VERSION, load_spec
+from dynlab.tracking.spec import RunSpec
 from dynlab.lm.spec import LMRunSpec
 from dynlab.results.assemble import assemble_runs, result_columns, spec_coords, stack_runs
 from dynlab.results.store import RunStore
@@ -256,11 +257,11 @@ def test_result_columns_and_coords_of_typed_results():
 
 
 def test_group_tracking_keeps_its_names_and_is_a_recipe():
-    """Every name group-tracking exported before the run work moved to dynlab.tracking_runs
+    """Every name group-tracking exported before the run work moved to dynlab.tracking.run
     still imports from it, and is the library's object (one definition)."""
     import inspect
 
-    import dynlab.tracking_runs as runs
+    import dynlab.tracking.run as runs
     from dynlab.studies import group_tracking as gt
 
     before = {"ANALYSIS_PRESETS", "PRESETS", "STUDY", "TrackerResult", "TrackingOptions", "analyze_one", "assemble",

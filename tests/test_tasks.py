@@ -2,8 +2,8 @@
 
 import torch
 
-from dynlab.groups import get_group
-from dynlab.tasks import WordProblem
+from dynlab.tracking.groups import get_group
+from dynlab.tracking.task import WordProblem
 
 
 def _brute_force_running_products(group, tokens):

@@ -14,11 +14,11 @@ import math
 import pytest
 import torch
 
-from dynlab.config import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
-from dynlab.groups import get_group
-from dynlab.tasks import WordProblem
-from dynlab.train import build_tracker, train_ensemble, train_tracker
-from dynlab.train.engine import tracker_loss
+from dynlab.tracking.spec import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from dynlab.tracking.groups import get_group
+from dynlab.tracking.task import WordProblem
+from dynlab.tracking.train import build_tracker, train_ensemble, train_tracker
+from dynlab.tracking.train.engine import tracker_loss
 
 CPU = torch.device("cpu")
 

@@ -15,17 +15,19 @@ import torch
 from torch.func import vmap
 
 from dynlab.kernels import dispatch
-from dynlab.kernels.gla import gla_ref
-from dynlab.kernels.scan import linear_scan, linear_scan_ref
-from dynlab.kernels.selective_scan import selective_scan_ref
-from dynlab.kernels.ssd import ssd_chunked, ssd_ref
+from dynlab.kernels.gla.chunked import gla_ref
+from dynlab.kernels.scan.chunked import linear_scan, linear_scan_ref
+from dynlab.kernels.selective_scan.chunked import selective_scan_ref
+from dynlab.kernels.ssd.chunked import ssd_chunked, ssd_ref
 
 DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 if DEV.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("Triton on the CPU needs TRITON_INTERPRET=1 before triton is imported", allow_module_level=True)
 triton = pytest.importorskip("triton", reason="triton is not installed (pip install 'dynlab[triton]')")
 
-from dynlab.kernels import triton_gla, triton_scan, triton_ssd  # noqa: E402
+from dynlab.kernels.gla import triton as triton_gla  # noqa: E402
+from dynlab.kernels.scan import triton as triton_scan  # noqa: E402
+from dynlab.kernels.ssd import triton as triton_ssd  # noqa: E402
 
 TOL = {
     torch.float64: dict(rtol=1e-10, atol=1e-10),

@@ -17,13 +17,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
-def test_registry_is_read_only_and_complete_on_import():
+def test_registry_is_read_only_and_complete_on_import(tmp_path):
     with pytest.raises(TypeError):
         VARIABLES["new"] = ("x", "1", "")  # type: ignore[index]
     # importing every study adds nothing (the old registry grew when a study was imported)
     code = ("from dynlab.results.vocabulary import VARIABLES; n = len(VARIABLES); "
             "import dynlab.studies; print(n == len(VARIABLES))")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
     assert res.stdout.strip() == "True"
 
 

@@ -11,7 +11,7 @@ Censoring rule (stated, and counted in the output):
   ``censoring='replace'`` (default) it is replaced by the horizon (a lower bound on the true
   crossing); ``horizon`` must then be given (scalar or one per run).
 - mp is censored when the run passed every evaluated length (``mp_censored`` True, or, when
-  only ``max_length`` is given, mp >= max_length).  By construction (:mod:`dynlab.evaluate`) mp already
+  only ``max_length`` is given, mp >= max_length).  By construction (:mod:`dynlab.tracking.evaluate`) mp already
   equals the largest evaluated length then; with 'replace' it is kept at that value.
 - With ``censoring='drop'`` every run with either value censored is left out.
 Runs with NaN mp are always left out (counted in ``n_dropped``).

@@ -3,9 +3,9 @@
 A *map* is any function F: h ``[S]`` -> ``[S]`` written in torch operations (so that
 ``torch.func.jacrev`` differentiates it): a plain function, the return map F_w of a word w
 of a tracker (:func:`word_map`: any model with the tracker protocol ``step(state [B, S],
-tokens [B]) -> (logits, state)``, e.g. a :class:`dynlab.models.Tracker` of any registered
+tokens [B]) -> (logits, state)``, e.g. a :class:`dynlab.tracking.models.Tracker` of any registered
 cell), or one step of a bare cell at a fixed input (:func:`cell_map`: any
-:class:`dynlab.models.Cell`, built-in or registered with ``register_cell``).
+:class:`dynlab.tracking.models.Cell`, built-in or registered with ``register_cell``).
 
 The finder is a pipeline of small pure steps, in the manner of the fixed-point finders of
 Golub & Sussillo (2018) and computation-thru-dynamics:
@@ -501,7 +501,7 @@ def find_slow_points(
 
 
 def generator_power_words(group: Any) -> list[list[int]]:
-    """For each generator a of ``group`` (a :class:`dynlab.groups.Group`), the
+    """For each generator a of ``group`` (a :class:`dynlab.tracking.groups.Group`), the
     state-preserving word a^{ord(a)} as token indices (tokens are element indices)."""
     out = []
     for perm in group.generators:

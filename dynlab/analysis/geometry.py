@@ -75,7 +75,7 @@ __all__ = [
     "failure_mode",
 ]
 
-_DEFAULT_ELEMENTS_PER_CHUNK = 4_000_000
+DEFAULT_ELEMENTS_PER_CHUNK = 4_000_000
 
 
 def _to_numpy(x: Any, dtype: Any = np.float64) -> np.ndarray:
@@ -103,7 +103,7 @@ def class_centroids(
     if h.ndim != 2 or y.shape != h.shape[:1]:
         raise ValueError(f"states must be [N, S] and labels [N]; got {h.shape} and {y.shape}")
     g = int(y.max()) + 1 if n_classes is None else int(n_classes)
-    _check_labels(y, g)
+    check_labels(y, g)
     counts = np.bincount(y, minlength=g).astype(np.int64)  # [G]
     sums = np.zeros((g, h.shape[1]))
     np.add.at(sums, y, h)
@@ -156,7 +156,7 @@ def readout_tau(centroids: Any, weight: Any, bias: Any | None = None) -> float:
     return float(m[0] / big_m[0])
 
 
-def _check_labels(y: np.ndarray, n_classes: int) -> None:
+def check_labels(y: np.ndarray, n_classes: int) -> None:
     if y.size and (y.min() < 0 or y.max() >= n_classes):
         raise ValueError(
             f"labels range [{y.min()}, {y.max()}]; allowed: integers in [0, {n_classes - 1}]"
@@ -244,7 +244,7 @@ def _chunk_geometry(
     return out
 
 
-def _iter_chunks(
+def iter_chunks(
     states: Any, labels: Any, elements_per_chunk: int
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield ``(states [N, Tc, S], labels [N, Tc])`` float64/int64 chunks in time order."""
@@ -354,7 +354,7 @@ def _accumulate(
     """:func:`_chunk_geometry` of every chunk, checked and concatenated in time: name -> ``[T]``."""
     parts: dict[str, list[np.ndarray]] = {}
     n_seen = None
-    for h, y in _iter_chunks(states, labels, elements_per_chunk):
+    for h, y in iter_chunks(states, labels, elements_per_chunk):
         if h.ndim != 3 or y.shape != h.shape[:2]:
             raise ValueError(f"chunk states must be [N, Tc, S] and labels [N, Tc]; got {h.shape}, {y.shape}")
         if n_seen is not None and h.shape[0] != n_seen:
@@ -362,7 +362,7 @@ def _accumulate(
         if readout is not None and readout[0].shape[1] != h.shape[2]:
             raise ValueError(f"readout_weight has S={readout[0].shape[1]}; allowed: S={h.shape[2]}")
         n_seen = h.shape[0]
-        _check_labels(y, n_classes)
+        check_labels(y, n_classes)
         for key, val in _chunk_geometry(h, y, n_classes, rank_tol, readout).items():
             parts.setdefault(key, []).append(val)
     if not parts:
@@ -408,7 +408,7 @@ def geometry_over_time(
     saturation_t: int = 3,
     rank_tol: float = 1e-6,
     fit_window: tuple[int, int] | None = None,
-    elements_per_chunk: int = _DEFAULT_ELEMENTS_PER_CHUNK,
+    elements_per_chunk: int = DEFAULT_ELEMENTS_PER_CHUNK,
 ) -> xr.Dataset:
     """q(t), R(t), M(t), R_par(t), R_perp(t), T_cross and Corollary-1 fit (module docstring).
 

@@ -43,7 +43,7 @@ import numpy as np
 from scipy.special import ndtr
 
 from dynlab.analysis.geometry import crossing_time
-from dynlab.analysis.readability import _class_stats, _class_sums, readout_margins
+from dynlab.analysis.readability import class_stats, class_sums, readout_margins
 
 __all__ = ["MarginStats", "margin_statistics", "predicted_accuracy", "horizon_forecast"]
 
@@ -72,9 +72,9 @@ def margin_statistics(f: Any, y: Any, weight: Any, bias: Any) -> MarginStats:
     g = w.shape[0]
     with np.errstate(invalid="ignore", over="ignore"):
         mu = readout_margins(f, y, w, b)  # [N, T, G]
-        counts, mean, onehot = _class_stats(mu, y, g)  # [T, A], [T, A, G] class means of μ, [N, T, A]
+        counts, mean, onehot = class_stats(mu, y, g)  # [T, A], [T, A, G] class means of μ, [N, T, A]
         dev = mu - mean[np.arange(y.shape[1])[None, :], y]  # [N, T, G] μ minus its class mean
-        var = _class_sums(onehot, dev**2) / np.maximum(counts - 1.0, 1.0)[..., None]
+        var = class_sums(onehot, dev**2) / np.maximum(counts - 1.0, 1.0)[..., None]
         scale = np.sqrt((f**2).sum(-1).mean(0))  # [T]
         others = np.where(np.arange(g) == y[..., None], np.inf, mu)  # [N, T, G]
         accuracy = (np.isfinite(f).all(-1) & (others.min(-1) > 0)).mean(0)  # [T]

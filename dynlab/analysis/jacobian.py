@@ -68,7 +68,7 @@ def analysis_copy(model: nn.Module, dtype: torch.dtype = torch.float64) -> nn.Mo
     return m.eval()
 
 
-def _device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
+def device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
     for p in list(model.parameters()) + list(model.buffers()):
         if p.is_floating_point():
             return p.device, p.dtype
@@ -108,7 +108,7 @@ def step_jacobians(
         ``[B, S, S]`` with ``[b, i, j] = d h'_i / d h_j`` for sample b.
     """
     m = analysis_copy(model, dtype)
-    device, dt = _device_dtype(m)
+    device, dt = device_dtype(m)
     h = torch.as_tensor(states, device=device, dtype=dt)
     x = torch.as_tensor(tokens, device=device, dtype=torch.long)
     _check_state(m, h, "states")
@@ -134,7 +134,7 @@ def trajectory_jacobians(
         ``[B, T, S, S]`` (memory B·T·S²: call on short windows for long runs).
     """
     m = analysis_copy(model, dtype)
-    device, dt = _device_dtype(m)
+    device, dt = device_dtype(m)
     x = torch.as_tensor(tokens, device=device, dtype=torch.long)
     if x.ndim != 2:
         raise ValueError(f"tokens has shape {tuple(x.shape)}; allowed: [B, T]")
@@ -182,7 +182,7 @@ def return_map_jacobian(
         ``[P, S, S]``.
     """
     m = analysis_copy(model, dtype)
-    device, dt = _device_dtype(m)
+    device, dt = device_dtype(m)
     p = torch.as_tensor(points, device=device, dtype=dt)
     _check_state(m, p, "points")
     return _return_map_jac(m, _word_tensor(word, device), p)
@@ -218,7 +218,7 @@ def return_map_on_U(
     if len(words) == 0:
         raise ValueError("words is empty; allowed: at least one state-preserving word")
     m = analysis_copy(model, dtype)
-    device, dt = _device_dtype(m)
+    device, dt = device_dtype(m)
     p = torch.as_tensor(points, device=device, dtype=dt)
     _check_state(m, p, "points")
     if not torch.isfinite(p).all():
@@ -281,7 +281,7 @@ def lyapunov_exponents(
         over samples); attr ``steps`` = T.
     """
     m = analysis_copy(model, dtype)
-    device, dt = _device_dtype(m)
+    device, dt = device_dtype(m)
     x = torch.as_tensor(tokens, device=device, dtype=torch.long)
     if x.ndim != 2 or x.shape[1] < 1:
         raise ValueError(f"tokens has shape {tuple(x.shape)}; allowed: [B, T>=1]")

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from dynlab.analysis.geometry import _check_labels, _iter_chunks, _DEFAULT_ELEMENTS_PER_CHUNK
+from dynlab.analysis.geometry import check_labels, iter_chunks, DEFAULT_ELEMENTS_PER_CHUNK
 from dynlab.results.vocabulary import annotate
 
 __all__ = ["decision_margin", "binary_signed_error", "margin_vs_group_order"]
@@ -55,7 +55,7 @@ def decision_margin(
     labels: Any | None = None,
     *,
     n_classes: int,
-    elements_per_chunk: int = _DEFAULT_ELEMENTS_PER_CHUNK,
+    elements_per_chunk: int = DEFAULT_ELEMENTS_PER_CHUNK,
 ) -> xr.Dataset:
     """Nearest-centroid margins per step (module docstring); streams over time like geometry.
 
@@ -71,10 +71,10 @@ def decision_margin(
         raise ValueError(f"n_classes={n_classes}; allowed: an integer >= 2")
     g = int(n_classes)
     parts: dict[str, list[np.ndarray]] = {}
-    for h, y in _iter_chunks(states, labels, elements_per_chunk):
+    for h, y in iter_chunks(states, labels, elements_per_chunk):
         if h.ndim != 3 or y.shape != h.shape[:2]:
             raise ValueError(f"states must be [N, Tc, S] and labels [N, Tc]; got {h.shape}, {y.shape}")
-        _check_labels(y, g)
+        check_labels(y, g)
         n, tc, _ = h.shape
         c, present = _centroids_chunk(h, y, g)
         cbar = (c * present[..., None]).sum(1) / np.maximum(present.sum(1), 1)[:, None]  # [Tc, S]
@@ -115,7 +115,7 @@ def binary_signed_error(
     labels: Any | None = None,
     *,
     n_keep: int = 8,
-    elements_per_chunk: int = _DEFAULT_ELEMENTS_PER_CHUNK,
+    elements_per_chunk: int = DEFAULT_ELEMENTS_PER_CHUNK,
 ) -> xr.Dataset:
     """Signed error along U for a two-class (C2) run (module docstring).
 
@@ -131,10 +131,10 @@ def binary_signed_error(
     """
     parts: dict[str, list[np.ndarray]] = {}
     prev: np.ndarray | None = None
-    for h, y in _iter_chunks(states, labels, elements_per_chunk):
+    for h, y in iter_chunks(states, labels, elements_per_chunk):
         if h.ndim != 3 or y.shape != h.shape[:2]:
             raise ValueError(f"states must be [N, Tc, S] and labels [N, Tc]; got {h.shape}, {y.shape}")
-        _check_labels(y, 2)
+        check_labels(y, 2)
         c, present = _centroids_chunk(h, y, 2)  # [Tc, 2, S]
         diff = c[:, 1] - c[:, 0]  # [Tc, S]
         sep = np.linalg.norm(diff, axis=-1)  # [Tc]

@@ -34,7 +34,7 @@ import xarray as xr
 from torch import nn
 
 from dynlab.analysis.geometry import class_centroids, symbolic_basis
-from dynlab.analysis.jacobian import _device_dtype, analysis_copy
+from dynlab.analysis.jacobian import device_dtype, analysis_copy
 from dynlab.results.vocabulary import annotate
 
 __all__ = ["perturbation_response"]
@@ -180,7 +180,7 @@ def perturbation_response(
         ``recovery_rate (direction)``, scalars ``M_t0``, ``k_U``; attrs t0, eps, layer.
     """
     m = analysis_copy(model, dtype)
-    device, dt = _device_dtype(m)
+    device, dt = device_dtype(m)
     x = torch.as_tensor(tokens, device=device, dtype=torch.long)
     y = np.asarray(labels.detach().cpu() if hasattr(labels, "detach") else labels, dtype=np.int64)
     _check_response_args(x, y, t0, eps, fit_steps)

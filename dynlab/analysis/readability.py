@@ -56,15 +56,15 @@ import numpy as np
 __all__ = ["decoder_ratio", "fit_probe", "pair_distances", "pairwise_ratio", "probe_accuracy", "readout_margins"]
 
 
-def _class_stats(h: np.ndarray, y: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def class_stats(h: np.ndarray, y: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Counts ``[Tc, G]``, centroids ``[Tc, G, F]`` (zero rows when absent), one-hot ``[N, Tc, G]``."""
     onehot = (y[..., None] == np.arange(n_classes)).astype(np.float64)  # [N, Tc, G]
     counts = onehot.sum(0)  # [Tc, G]
-    cent = _class_sums(onehot, h) / np.maximum(counts, 1.0)[..., None]  # [Tc, G, F]
+    cent = class_sums(onehot, h) / np.maximum(counts, 1.0)[..., None]  # [Tc, G, F]
     return counts, cent, onehot
 
 
-def _class_sums(onehot: np.ndarray, x: np.ndarray) -> np.ndarray:
+def class_sums(onehot: np.ndarray, x: np.ndarray) -> np.ndarray:
     """``[Tc, G, K]`` sums of ``x [N, Tc, K]`` over the samples of each class
     (``onehot [N, Tc, G]``): one batched matrix product per chunk."""
     return np.matmul(onehot.transpose(1, 2, 0), x.transpose(1, 0, 2))
@@ -91,13 +91,13 @@ def pairwise_ratio(
         ``q_pair [Tc]`` (NaN when fewer than two classes are present), ``min_count [Tc]``
         (smallest count of a present class) and, with ``ref_dist``, ``q_pair_ref [Tc]``.
     """
-    counts, cent, onehot = _class_stats(h, y, n_classes)
+    counts, cent, onehot = class_stats(h, y, n_classes)
     tc = h.shape[1]
     resid = h - cent[np.arange(tc)[None, :], y]  # [N, Tc, F]
     dots = np.matmul(resid.transpose(1, 0, 2), cent.transpose(0, 2, 1)).transpose(1, 0, 2)  # [N, Tc, G]  <r_i, c_g>
     own = np.take_along_axis(dots, y[..., None], axis=-1)  # [N, Tc, 1]  <r_i, c_{y_i}>
     proj2 = (own - dots) ** 2  # [N, Tc, G]  <r_i, c_{y_i} - c_g>² = d² <r_i, u>²
-    s2 = _class_sums(onehot, proj2)  # [Tc, G, G]  sum over class a toward g
+    s2 = class_sums(onehot, proj2)  # [Tc, G, G]  sum over class a toward g
     pooled = s2 + np.swapaxes(s2, 1, 2)  # [Tc, G, G] both classes of the pair
     present = counts > 0
     dof = counts[:, :, None] + counts[:, None, :] - 2.0  # [Tc, G, G]
@@ -164,11 +164,11 @@ def decoder_ratio(
     mu = readout_margins(f, y, weight, bias)  # [N, Tc, G]
     onehot = (y[..., None] == np.arange(n_classes)).astype(np.float64)  # [N, Tc, G]
     counts = onehot.sum(0)  # [Tc, A]
-    s1 = _class_sums(onehot, mu)  # [Tc, A, G]
+    s1 = class_sums(onehot, mu)  # [Tc, A, G]
     m = s1 / np.maximum(counts, 1.0)[..., None]  # [Tc, A, G]  class mean of μ
     # unbiased variance, two-pass for accuracy: Σ (μ - m_a)² over class a
     dev = mu - m[np.arange(y.shape[1])[None, :], y]  # [N, Tc, G]  μ minus its class mean
-    var = _class_sums(onehot, dev**2) / np.maximum(counts - 1.0, 1.0)[..., None]
+    var = class_sums(onehot, dev**2) / np.maximum(counts - 1.0, 1.0)[..., None]
     wn = np.linalg.norm(weight[:, None, :] - weight[None, :, :], axis=-1)  # [G, G]
     valid = (counts >= 2)[:, :, None] & ~np.eye(n_classes, dtype=bool)[None] & (wn > 0)[None]  # [Tc, A, G]
     spread = np.sqrt(var)

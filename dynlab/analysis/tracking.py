@@ -101,11 +101,11 @@ from dynlab.analysis.readability import (
     probe_accuracy,
     readout_margins,
 )
-from dynlab.config import MAX_ANALYSIS_ORDER, Spec
+from dynlab.spec import MAX_ANALYSIS_ORDER, Spec
 from dynlab.errors import DynlabInputError
 from dynlab.results.vocabulary import annotate
-from dynlab.tasks import WordProblem
-from dynlab.models.streams import tracker_states
+from dynlab.tracking.task import WordProblem
+from dynlab.tracking.models.streams import tracker_states
 
 __all__ = ["AnalysisSpec", "analyze_tracker", "stream_representations", "stream_states"]
 
@@ -179,8 +179,8 @@ def stream_representations(
     """Yield ``(states [N, Tc, S_layer], features [N, Tc, F], labels [N, Tc])`` chunks.
 
     ``features`` is what the final linear readout layer reads
-    (:meth:`dynlab.models.Tracker.readout_features`).  The state is carried between chunks.
-    Each chunk is :func:`dynlab.models.streams.tracker_states` (for the Mamba family on the
+    (:meth:`dynlab.tracking.models.Tracker.readout_features`).  The state is carried between chunks.
+    Each chunk is :func:`dynlab.tracking.models.streams.tracker_states` (for the Mamba family on the
     CPU a compiled loop, much faster than the module's forward; ``docs/performance.md``).
     """
     sl = model.layer_slice(layer)
@@ -261,11 +261,11 @@ def _decoder(model: torch.nn.Module, n_classes: int) -> tuple[np.ndarray, np.nda
 def _linear_readout_of_state(model: torch.nn.Module, layer: int) -> tuple[np.ndarray, np.ndarray] | None:
     """``(W [C, S], b [C])`` when the logits are a linear map of the tracked layer's state.
 
-    True for a :class:`~dynlab.models.Tracker` whose linear readout reads the last cell
+    True for a :class:`~dynlab.tracking.models.Tracker` whose linear readout reads the last cell
     and whose last cell outputs its state (the dense RNN cells); None otherwise (Mamba-style
     cells read out C_t·h_t, an input-dependent map, so no fixed margin exists).
     """
-    from dynlab.models.cells import Cell
+    from dynlab.tracking.models.cells import Cell
 
     cells = getattr(model, "cells", None)
     head = getattr(model, "readout", None)
@@ -489,7 +489,7 @@ def analyze_tracker(
     """Run every analysis of the module docstring on ``model`` (a tracker, any device).
 
     Args:
-        model: a tracker (:class:`dynlab.models.Tracker` or the same protocol, with
+        model: a tracker (:class:`dynlab.tracking.models.Tracker` or the same protocol, with
             ``final_linear`` and ``return_features``).
         task: its word problem.
         spec: analysis settings.
@@ -498,7 +498,7 @@ def analyze_tracker(
             and the perturbation (e.g. the training length).
         layer: tracked layer.
 
-    A group of order above :data:`~dynlab.config.MAX_ANALYSIS_ORDER` is refused at once
+    A group of order above :data:`~dynlab.spec.MAX_ANALYSIS_ORDER` is refused at once
     (one-line :class:`~dynlab.errors.DynlabInputError`): the work per step grows as
     samples × order² and the chunks as samples × steps × order.
     """

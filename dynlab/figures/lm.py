@@ -14,6 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter
 
 from dynlab.figures.panel import Panel, needs
+from dynlab.figures.style import axis_label
 
 __all__ = ["EFFREM_NAMES", "PANELS", "effrem_panel", "length_generalization_panels", "ppl_panel", "state_std_panel"]
 
@@ -31,12 +32,6 @@ def _label(ds: xr.Dataset, run: int) -> str:
     if "seed" in ds.coords and len(np.unique(ds["seed"].values)) > 1:
         parts.append(f"seed {int(r['seed'])}")
     return " / ".join(parts) or f"run {run}"
-
-
-def _axis_label(da: xr.DataArray, fallback: str) -> str:
-    name = da.attrs.get("long_name", fallback)
-    units = da.attrs.get("units", "")
-    return f"{name} [{units}]" if units not in ("", "1") else name
 
 
 def _mark_training_length(ds: xr.Dataset, ax: Axes) -> None:
@@ -75,7 +70,7 @@ def ppl_panel(ds: xr.Dataset, ax: Axes, binned: bool = True) -> Axes:
     name = "ppl_binned" if binned and "ppl_binned" in ds else "ppl"
     _lines(ds, ds[name], ax)
     _log2_positions(ax, ds[name].dropna("t", how="all")["t"].values.astype(float))
-    ax.set_ylabel(_axis_label(ds[name], "perplexity"))
+    ax.set_ylabel(axis_label(ds[name], "perplexity"))
     ax.set_title("PPL(t) from the zero state")
     return ax
 
@@ -93,7 +88,7 @@ def effrem_panel(ds: xr.Dataset, ax: Axes, distance: str = "tv") -> Axes:
     name = EFFREM_NAMES[distance]
     _lines(ds, ds[name], ax, mark_training=False)
     ax.set_xlabel("truncation start t [tokens]")
-    ax.set_ylabel(_axis_label(ds[name], "EffRem"))
+    ax.set_ylabel(axis_label(ds[name], "EffRem"))
     ax.set_title("EffRem_T(t), T = evaluation length")
     return ax
 
@@ -107,7 +102,7 @@ def state_std_panel(ds: xr.Dataset, ax: Axes, layer: int | None = None) -> Axes:
     _lines(ds, da, ax)
     _log2_positions(ax, da.dropna("t", how="all")["t"].values.astype(float))
     ax.set_yscale("log")
-    ax.set_ylabel(_axis_label(ds["state_std"], "state std"))
+    ax.set_ylabel(axis_label(ds["state_std"], "state std"))
     ax.set_title("State std vs position" + (f" (layer {layer})" if layer is not None else ""))
     return ax
 

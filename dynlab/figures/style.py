@@ -19,6 +19,8 @@ import matplotlib as mpl
 import numpy as np
 import xarray as xr
 
+from dynlab.names import CELLS
+
 __all__ = [
     "COLUMN_WIDTH",
     "FAMILY_COLORS",
@@ -41,16 +43,7 @@ FAMILY_COLORS = {"affine": "#1f5fa8", "state-dependent": "#c8412b"}
 _OTHER = "#555555"
 
 # Known architectures, ordered affine first; each gets a colour from its family's ramp.
-_ARCH_COLORS = {
-    "mamba": "#08306b",
-    "negative-mamba": "#2171b5",
-    "mamba3": "#6baed6",
-    "aussm": "#41ab5d",
-    "linear-rnn": "#006d2c",
-    "token-gated-rnn": "#807dba",
-    "tanh-rnn": "#cb181d",
-    "state-gated-rnn": "#fd8d3c",
-}
+_ARCH_COLORS = {c.name: c.color for c in CELLS}
 _FALLBACK = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#9467bd")
 
 RC: dict[str, Any] = {

@@ -17,6 +17,7 @@ import xarray as xr
 from matplotlib.axes import Axes
 
 from dynlab.figures.panel import NothingToDraw, Panel, needs
+from dynlab.figures.style import axis_label
 
 __all__ = ["babi_panel", "babilong_panels", "copying_panel", "copying_panels", "passkey_difference", "passkey_heatmap",
            "passkey_panels"]
@@ -55,12 +56,6 @@ def _shade_training(ds: xr.Dataset, ax: Axes) -> None:
                    label="training lengths")
 
 
-def _axis(da: xr.DataArray, fallback: str) -> str:
-    units = da.attrs.get("units", "")
-    name = da.attrs.get("long_name", fallback)
-    return f"{name} [{units}]" if units not in ("", "1") else name
-
-
 def _mean_band(ds: xr.Dataset, ax: Axes, da: xr.DataArray, label: str) -> None:
     mean = da.mean("run")
     line, = ax.plot(ds["length"].values, mean.values, marker="o", markersize=3, label=label)
@@ -79,8 +74,8 @@ def copying_panel(ds: xr.Dataset, ax: Axes, variable: str = "accuracy") -> Axes:
         _mean_band(ds, ax, runs[variable], _label(ds, arch, iv, runs.sizes["run"]))
     if "train_max" in ds.coords:
         ax.axvline(3 * float(ds["train_max"].max()), color="0.5", linestyle=":", linewidth=1)
-    ax.set_xlabel(_axis(ds["length"], "string length"))
-    ax.set_ylabel(_axis(ds[variable], variable))
+    ax.set_xlabel(axis_label(ds["length"], "string length"))
+    ax.set_ylabel(axis_label(ds[variable], variable))
     ax.set_ylim(0, 1.02)
     what = "per-character accuracy" if variable == "accuracy" else ds[variable].attrs.get("long_name", variable)
     ax.set_title(f"Copying: {what} vs length (dotted: 3x training)")
@@ -104,9 +99,9 @@ def passkey_heatmap(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -
     for (i, j), v in np.ndenumerate(mean.values):
         if np.isfinite(v):
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize="x-small", color="w" if v < 0.6 else "k")
-    ax.figure.colorbar(im, ax=ax, label=_axis(ds["accuracy"], "accuracy"))
-    ax.set_xlabel(_axis(ds["length"], "length"))
-    ax.set_ylabel(_axis(ds["depth"], "depth"))
+    ax.figure.colorbar(im, ax=ax, label=axis_label(ds["accuracy"], "accuracy"))
+    ax.set_xlabel(axis_label(ds["length"], "length"))
+    ax.set_ylabel(axis_label(ds["depth"], "depth"))
     n = acc.sizes["run"]
     ax.set_title(f"Passkey accuracy, {iv} ({n} run{'s' if n != 1 else ''}; trained ≤ {int(ds['train_max'].max())})")
     return ax
@@ -132,8 +127,8 @@ def babi_panel(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -> Axe
     if chance and len(runs["kind"]) > 1:
         ax.plot([], [], color="0.4", linestyle=":", linewidth=1, label="chance (dotted)")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel(_axis(ds["length"], "length"))
-    ax.set_ylabel(_axis(ds["accuracy"], "accuracy"))
+    ax.set_xlabel(axis_label(ds["length"], "length"))
+    ax.set_ylabel(axis_label(ds["accuracy"], "accuracy"))
     ax.set_ylim(0, 1.02)
     ax.set_title(f"bAbI-style accuracy per kind, {iv} ({runs.sizes['run']} runs)")
     ax.legend(fontsize="small", ncols=2)
@@ -161,8 +156,8 @@ def passkey_difference(ds: xr.Dataset, ax: Axes, contrast: str | None = None, ar
             star = "*" if np.isfinite(p[i, j]) and p[i, j] < 0.05 else ""
             ax.text(j, i, f"{v:+.2f}{star}", ha="center", va="center", fontsize="x-small")
     ax.figure.colorbar(im, ax=ax, label="accuracy difference (arm − zero)")
-    ax.set_xlabel(_axis(ds["length"], "length"))
-    ax.set_ylabel(_axis(ds["depth"], "depth"))
+    ax.set_xlabel(axis_label(ds["length"], "length"))
+    ax.set_ylabel(axis_label(ds["depth"], "depth"))
     ax.set_title(f"Passkey: {c} − zero, paired over {n} seed{'s' if n != 1 else ''} (* p < 0.05)")
     return ax
 

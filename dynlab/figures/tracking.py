@@ -608,7 +608,7 @@ def margin_panel(ds: xr.Dataset, ax: Axes, variable: str = "half_margin_rel") ->
     if "group_order" in ds:
         order_of = dict(zip(groups, np.asarray(ds["group_order"].values).astype(int)))
     else:
-        from dynlab.groups import get_group
+        from dynlab.tracking.groups import get_group
 
         order_of = {g: get_group(g).order for g in set(groups)}
     cols = sorted(set(groups), key=lambda g: (order_of[g], g))

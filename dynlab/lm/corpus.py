@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 
 from dynlab.errors import DynlabInputError
+from dynlab.names import SOURCES
 
 __all__ = ["Corpus", "load_corpus", "shakespeare_text", "read_text_file", "encode", "decode", "SOURCES"]
 
-SOURCES = ("shakespeare",)
 
 
 @dataclass(frozen=True)

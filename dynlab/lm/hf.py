@@ -17,7 +17,7 @@ How the initial state gets in (measured on transformers 5.x; the tests pin each 
 - **Mamba-1**: the HF prefill (``seq_len > 1``) ignores a carried SSM state (its scan
   always starts from zero; only single-token decoding reads the cache). dynlab therefore
   runs the Mamba-1 mixer itself on the HF layer's own weights (in_proj, causal conv1d,
-  x_proj, dt_proj, A_log, D, out_proj) with :func:`dynlab.kernels.selective_scan.selective_scan_ref`,
+  x_proj, dt_proj, A_log, D, out_proj) with :func:`dynlab.kernels.selective_scan.chunked.selective_scan_ref`,
   which takes an initial state; embeddings, norms, residuals and the LM head are HF's.
   The tests check it equal to HF's own forward from the zero state and to HF's
   token-by-token decoding from a carried cache.
@@ -145,7 +145,7 @@ class HFRecurrentLM(nn.Module):
         return out.logits, CarriedStates(finals, convs)
 
     def _forward_mamba1(self, tokens: torch.Tensor, ssm: list[torch.Tensor], conv: list[torch.Tensor]) -> tuple[torch.Tensor, CarriedStates]:
-        from dynlab.kernels.selective_scan import selective_scan_ref
+        from dynlab.kernels.selective_scan.chunked import selective_scan_ref
 
         backbone = self.hf.backbone
         hidden = backbone.embeddings(tokens)  # [B, T, D]

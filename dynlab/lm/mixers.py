@@ -42,9 +42,9 @@ from torch import nn
 
 from dynlab.errors import DynlabInputError
 from dynlab.kernels import dispatch
-from dynlab.kernels.gla import gla_ref
-from dynlab.kernels.selective_scan import selective_scan_ref
-from dynlab.kernels.ssd import ssd_ref
+from dynlab.kernels.gla.chunked import gla_ref
+from dynlab.kernels.selective_scan.chunked import selective_scan_ref
+from dynlab.kernels.ssd.chunked import ssd_ref
 
 __all__ = ["Mamba2Mixer", "Mamba1Mixer", "GLAMixer", "MIXERS", "IMPLS", "causal_conv", "causal_conv_ref"]
 
@@ -165,7 +165,7 @@ class Mamba2Mixer(_ShortConv):
         d_state: state size N.
         chunk_size: chunk length of the chunked scan.
         impl: ``"dispatch"`` (``dispatch.ssd``: the chunked torch scan on the CPU, Triton or
-            mamba-ssm on CUDA) or ``"ref"`` (:func:`dynlab.kernels.ssd.ssd_ref`, the reference).
+            mamba-ssm on CUDA) or ``"ref"`` (:func:`dynlab.kernels.ssd.chunked.ssd_ref`, the reference).
         dt_min, dt_max: range of the initial step sizes (log-uniform); small values give
             slowly decaying heads whose state keeps growing past the training length.
         conv_kernel: width K of the causal depthwise convolution over ``xBC`` (0: none).
@@ -242,9 +242,9 @@ class Mamba1Mixer(_ShortConv):
         dt_rank: rank of the Δ projection (default ``ceil(d_model / 16)``).
         chunk_size, impl: ``"dispatch"`` (default) runs ``dispatch.selective_scan``: on the
             CPU the fused scan with a hand-written backward (a compiled C kernel when a C
-            compiler is available, see :func:`dynlab.kernels.selective_scan.selective_scan_fused`;
+            compiler is available, see :func:`dynlab.kernels.selective_scan.chunked.selective_scan_fused`;
             ``chunk_size`` is unused there), Triton or mamba-ssm on CUDA. ``"ref"`` is
-            :func:`dynlab.kernels.selective_scan.selective_scan_ref`, the step-by-step reference
+            :func:`dynlab.kernels.selective_scan.chunked.selective_scan_ref`, the step-by-step reference
             scan under autograd.
         conv_kernel: width K of the causal depthwise convolution over ``x`` (0: none).
         inner_norm: RMS-normalise the gated output before ``out_proj`` (not in mamba-ssm
@@ -311,7 +311,7 @@ class GLAMixer(_ShortConv):
     ``silu(W_o x)``, per-head keys of size ``key_dim`` and values of size ``value_dim``.
     ``conv_kernel`` > 0 puts a causal depthwise convolution (no bias) and SiLU on q, k and v
     (fla's ``use_short_conv``); 0 leaves them linear, as fla's default.  ``impl``:
-    ``"dispatch"`` (``dispatch.gla``) or ``"ref"`` (:func:`dynlab.kernels.gla.gla_ref`).
+    ``"dispatch"`` (``dispatch.gla``) or ``"ref"`` (:func:`dynlab.kernels.gla.chunked.gla_ref`).
     """
 
     gate_normalizer = 16.0

@@ -35,7 +35,7 @@ import xarray as xr
 from pydantic import Field, model_validator
 from safetensors.torch import load_file
 
-from dynlab.config import MAX_LENGTH, Batch, Seed, Spec, StepsOrZero, load_spec
+from dynlab.spec import MAX_LENGTH, Batch, Seed, Spec, StepsOrZero, load_spec
 from dynlab.errors import DynlabInputError
 from dynlab.lm.hf import HFRecurrentLM, hf_config_summary, is_hf_checkpoint, load_hf_checkpoint
 from dynlab.lm.interventions import make_intervention

@@ -1,4 +1,4 @@
-"""Frozen run specifications for the LM length-generalization study (subclasses of :class:`dynlab.config.Spec`).
+"""Frozen run specifications for the LM length-generalization study (subclasses of :class:`dynlab.spec.Spec`).
 
 The hash of an :class:`LMRunSpec` is the run id. A user text file is named by its
 absolute path and the SHA-256 of its content, so an edited file gets new runs.
@@ -13,13 +13,26 @@ from typing import Any, ClassVar, Literal
 import torch
 from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
 
-from dynlab.config import (
-    MAX_EVAL_LENGTHS, MAX_EVAL_TOKENS, MAX_LENGTH, MAX_STEPS, Batch, Length, Lengths, Samples, Seed, Spec, Steps,
-    StepsOrZero, Width, check_limit, check_state_bytes,
+from dynlab.spec import (
+    MAX_EVAL_LENGTHS,
+    MAX_EVAL_TOKENS,
+    MAX_LENGTH,
+    MAX_STEPS,
+    Batch,
+    Length,
+    Lengths,
+    Samples,
+    Seed,
+    Spec,
+    Steps,
+    StepsOrZero,
+    Width,
+    check_limit,
+    check_state_bytes,
 )
 from dynlab.errors import DynlabInputError
 from dynlab.runtime import MAX_THREADS
-from dynlab.lm.corpus import SOURCES
+from dynlab.names import INTERVENTION_NAMES, MIXER_NAMES, SOURCES, TASK_INTERVENTION_NAMES
 
 __all__ = [
     "ANCHOR_MLP_RATIO", "CHINCHILLA_TOKENS_PER_PARAM", "LMDataSpec", "LMModelSpec", "InterventionSpec", "LMTrainSpec",
@@ -27,8 +40,8 @@ __all__ = [
     "LMTaskSpec", "TaskTrainSpec", "TaskEvalSpec", "TaskPostSpec", "WarmStartSpec", "LMTaskRunSpec", "LEGACY_MODEL_FIELDS",
 ]
 
-MixerName = Literal["mamba2", "mamba1", "gla"]
-InterventionName = Literal["zero", "random-noise", "fitted-noise", "state-passing", "tbtt"]
+MixerName = Literal[MIXER_NAMES]
+InterventionName = Literal[INTERVENTION_NAMES]
 DistanceName = Literal["tv", "js", "cos"]
 
 #: The block layout of each mixer's anchor model, used by every study preset: Mamba-1 and
@@ -215,9 +228,9 @@ class LMEvalSpec(Spec):
 
 
 def check_eval_size(seq_len: int, length_multiple: int, n_samples: int) -> None:
-    """Refuse an LM evaluation longer than :data:`~dynlab.config.MAX_LENGTH` tokens
+    """Refuse an LM evaluation longer than :data:`~dynlab.spec.MAX_LENGTH` tokens
     (``length_multiple × seq_len``) or streaming more than
-    :data:`~dynlab.config.MAX_EVAL_TOKENS` tokens (``n_samples`` windows of that length):
+    :data:`~dynlab.spec.MAX_EVAL_TOKENS` tokens (``n_samples`` windows of that length):
     one line that starts with the field to change."""
     length = length_multiple * seq_len
     if length > MAX_LENGTH:
@@ -238,7 +251,7 @@ class LMPostSpec(Spec):
     ``warmup_frac`` warm-up and cosine decay; the training batch size and length.
     """
 
-    interventions: tuple[InterventionName, ...] = ("zero", "random-noise", "fitted-noise", "state-passing", "tbtt")
+    interventions: tuple[InterventionName, ...] = INTERVENTION_NAMES
     steps: Steps = 500
     lr: float = Field(1e-3, gt=0.0, le=10.0, allow_inf_nan=False)
     warmup_frac: float = Field(0.1, ge=0.0, le=1.0)
@@ -410,7 +423,7 @@ class TaskEvalSpec(Spec):
     learn_kinds: tuple[BabiKind, ...] = ("qa1",)
 
 
-TaskInterventionName = Literal["zero", "random-noise", "fitted-noise", "state-passing"]
+TaskInterventionName = Literal[TASK_INTERVENTION_NAMES]
 
 
 class TaskPostSpec(Spec):

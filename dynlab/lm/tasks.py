@@ -171,7 +171,7 @@ class CopyingTask:
     def check_length(self, length: int) -> None:
         if length < 1:
             raise DynlabInputError(f"copying length {length} is too short; allowed: a string length >= 1")
-        from dynlab.config import MAX_LENGTH
+        from dynlab.spec import MAX_LENGTH
 
         if 2 * length + 3 > MAX_LENGTH:  # the sample holds the string twice
             raise DynlabInputError(f"copying length {length} makes samples of {2 * length + 3} tokens; "

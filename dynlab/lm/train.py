@@ -2,12 +2,12 @@
 
 Loss: mean next-byte cross-entropy over all positions of the batch (over the scored
 targets for task batches). Optimiser: AdamW (betas 0.9, 0.95; weight decay on matrices
-only) with the tracker engine's schedule (:func:`dynlab.train.engine.cosine_lr`): linear
+only) with the tracker engine's schedule (:func:`dynlab.training.cosine_lr`): linear
 warm-up over ``warmup_frac`` of the steps (at least one step), then cosine decay to 10 %
 of ``lr``; gradients clipped to global norm ``grad_clip``. As the tracker engine, the loop
 runs on a fixed CPU thread count (:func:`dynlab.runtime.train_threads`) and stops a
 run whose loss or gradient becomes non-finite, reporting ``status="diverged"`` in its
-:class:`~dynlab.train.engine.TrainResult`. Batches and intervention noise come from one
+:class:`~dynlab.training.TrainResult`. Batches and intervention noise come from one
 explicit ``torch.Generator`` seeded with ``seed``; parameters are initialised by the
 caller (``RecurrentLM(generator=...)``).
 """
@@ -29,7 +29,7 @@ from dynlab.lm.loaders import RandomWindowLoader, SequentialChunkLoader
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.states import detach_states, states_to
 from dynlab.runtime import resolve_device, train_threads
-from dynlab.train.engine import TrainResult, cosine_lr
+from dynlab.training import TrainResult, cosine_lr
 
 __all__ = ["LR_FLOOR", "TrainResult", "fit", "resolve_device", "make_loader", "train_lm", "train_summary"]
 

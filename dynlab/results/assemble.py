@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from dynlab.config import Spec
+from dynlab.spec import Spec
 from dynlab.results.store import RunStore
 
 __all__ = ["assemble_runs", "missing_like", "result_columns", "spec_coords", "stack_run_files", "stack_runs"]

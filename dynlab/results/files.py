@@ -200,7 +200,7 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return write_bytes_atomic(path, text.encode())
 
 
-def _float_where_padded(ds: xr.Dataset) -> xr.Dataset:
+def float_where_padded(ds: xr.Dataset) -> xr.Dataset:
     """A shallow copy of ``ds`` in which a variable read from an integer file (encoding
     ``dtype`` int) but now holding floats (e.g. padded with NaN by a join of runs with
     different lengths) is written as float: otherwise netCDF casts NaN to a huge
@@ -215,8 +215,8 @@ def _float_where_padded(ds: xr.Dataset) -> xr.Dataset:
 
 def netcdf_bytes(ds: xr.Dataset) -> memoryview:
     """``ds`` as a netCDF (h5netcdf) file in memory, integer variables that now hold NaN
-    padding written as float (:func:`_float_where_padded`)."""
-    return _float_where_padded(ds).to_netcdf(engine="h5netcdf")
+    padding written as float (:func:`float_where_padded`)."""
+    return float_where_padded(ds).to_netcdf(engine="h5netcdf")
 
 
 def write_netcdf(ds: xr.Dataset, path: str | Path, before_replace: Callable[[], None] | None = None) -> Path:

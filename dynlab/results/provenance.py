@@ -31,16 +31,17 @@ in threads of one process (a local Dask cluster of threads) each see the kernels
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import platform
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KERNEL_ENV", "Recording", "cpu_features", "machine_record", "provenance", "recording"]
+__all__ = ["KERNEL_ENV", "Recording", "cpu_features", "machine_record", "provenance", "read_provenance", "recording"]
 
 #: Environment variables besides ``DYNLAB_*`` that change which kernels run.
 KERNEL_ENV = ("CC", "TRITON_INTERPRET", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
@@ -155,3 +156,12 @@ def machine_record() -> dict[str, Any]:
         "cuda_devices": torch_part["cuda_devices"],
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def read_provenance(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The execution path a dataset recorded (its attribute ``provenance_json``, as
+    :func:`provenance` made it), or ``{}`` when it has none or it does not parse."""
+    try:
+        return json.loads(attrs.get("provenance_json", "{}")) or {}
+    except (TypeError, ValueError):
+        return {}

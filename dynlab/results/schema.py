@@ -17,8 +17,8 @@ from pathlib import Path
 import xarray as xr
 
 import dynlab
-from dynlab.config import Spec
-from dynlab.results.files import _float_where_padded, make_dir, write_netcdf  # noqa: F401 (re-exported)
+from dynlab.spec import Spec
+from dynlab.results.files import float_where_padded, make_dir, write_netcdf  # noqa: F401 (re-exported)
 from dynlab.results.vocabulary import VARIABLES, annotate
 
 __all__ = ["VARIABLES", "annotate", "git_sha", "open_dataset", "provenance_attrs", "write_dataset"]

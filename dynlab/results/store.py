@@ -55,7 +55,7 @@ import xarray as xr
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
-from dynlab.config import Spec
+from dynlab.spec import Spec
 from dynlab.errors import DynlabInputError
 from dynlab.results.files import (
     STALE_AFTER_S,

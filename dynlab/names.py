@@ -1,0 +1,97 @@
+"""Every list of names dynlab knows, in one torch-free module at the bottom of the package.
+
+The command line, the studies, the figures, the report and the benchmark read their
+names here; a registry that maps a name to code (:func:`dynlab.tracking.models.get_cell`,
+:data:`dynlab.lm.mixers.MIXERS`, :data:`dynlab.lm.interventions.INTERVENTIONS`) registers
+its built-ins from these lists, and tests/test_names.py checks that they agree.
+
+A new built-in cell is one :class:`CellEntry` in :data:`CELLS` (its class in
+:mod:`dynlab.tracking.models.cells`): the registry, the studies' ``--models``, the theory
+table, the benchmark's kernel kind and the figures' colour all read it.  A user's cell
+registered at run time with :func:`~dynlab.tracking.models.register_cell` needs none of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "CELLS",
+    "CELL_NAMES",
+    "CellEntry",
+    "EXECUTORS",
+    "FAMILIES",
+    "INTERVENTION_NAMES",
+    "MIXER_NAMES",
+    "SOURCES",
+    "TASK_INTERVENTION_NAMES",
+    "TBTT",
+    "THEORY",
+    "THEORY_KINDS",
+]
+
+#: The two families of cells: the transition's Jacobian does not depend on the state
+#: (affine) or does (state-dependent).
+FAMILIES = ("affine", "state-dependent")
+
+#: What theory says a cell can track at every length (paper A), from the narrowest.
+THEORY_KINDS = ("none", "elementary abelian 2-groups", "abelian groups", "any group")
+
+
+@dataclass(frozen=True)
+class CellEntry:
+    """A built-in recurrent cell.
+
+    Attributes:
+        name: its name (``--models``, ``ModelSpec.arch``).
+        cls: its class's name in :mod:`dynlab.tracking.models.cells`.
+        family: one of :data:`FAMILIES` (the family probe checks the class's declaration).
+        theory: the groups it can track at every length, one of :data:`THEORY_KINDS`:
+            input-independent or positive-diagonal transitions (mamba, linear-rnn) track
+            none; a real diagonal in (−1, 1) (negative-mamba) the elementary abelian
+            2-groups (C2, C2xC2, …); a complex diagonal (mamba3, aussm) the abelian groups;
+            a token-dependent dense transition (token-gated-rnn) and the state-dependent
+            cells (tanh-rnn, state-gated-rnn) any finite group.
+        dense: its state update is a dense matrix product (the benchmark's ``gemm`` kind),
+            else a diagonal one (``bandwidth``).
+        color: its colour in the figures (affine cells blue to green, state-dependent red to orange).
+    """
+
+    name: str
+    cls: str
+    family: Literal["affine", "state-dependent"]
+    theory: str
+    dense: bool
+    color: str
+
+
+#: The built-in cells, in registry order.
+CELLS: tuple[CellEntry, ...] = (
+    CellEntry("mamba", "MambaCell", "affine", "none", False, "#08306b"),
+    CellEntry("negative-mamba", "NegativeMambaCell", "affine", "elementary abelian 2-groups", False, "#2171b5"),
+    CellEntry("mamba3", "Mamba3Cell", "affine", "abelian groups", False, "#6baed6"),
+    CellEntry("aussm", "AUSSMCell", "affine", "abelian groups", False, "#41ab5d"),
+    CellEntry("linear-rnn", "LinearRNNCell", "affine", "none", True, "#006d2c"),
+    CellEntry("token-gated-rnn", "TokenGatedRNNCell", "affine", "any group", True, "#807dba"),
+    CellEntry("tanh-rnn", "TanhRNNCell", "state-dependent", "any group", True, "#cb181d"),
+    CellEntry("state-gated-rnn", "StateGatedRNNCell", "state-dependent", "any group", True, "#fd8d3c"),
+)
+#: The built-in cells' names, in registry order.
+CELL_NAMES: tuple[str, ...] = tuple(c.name for c in CELLS)
+#: Cell name -> what theory says it can track (:attr:`CellEntry.theory`).
+THEORY: dict[str, str] = {c.name: c.theory for c in CELLS}
+
+#: The LM mixers (:data:`dynlab.lm.mixers.MIXERS`).
+MIXER_NAMES = ("mamba2", "mamba1", "gla")
+#: The initial-state interventions of the task studies (each sets the state a sequence starts from).
+TASK_INTERVENTION_NAMES = ("zero", "random-noise", "fitted-noise", "state-passing")
+#: Truncated backpropagation through time: trains across windows, so it is no initial-state
+#: intervention of the task studies (their sequences are independent).
+TBTT = "tbtt"
+#: Every intervention of the LM studies (:data:`dynlab.lm.interventions.INTERVENTIONS`).
+INTERVENTION_NAMES = (*TASK_INTERVENTION_NAMES, TBTT)
+#: The built-in texts of the LM studies (:mod:`dynlab.lm.corpus`); any UTF-8 file also works.
+SOURCES = ("shakespeare",)
+#: The executors that run a study's work items (:func:`dynlab.executors.make_executor`).
+EXECUTORS = ("inprocess", "dask")
