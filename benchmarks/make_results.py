@@ -590,17 +590,17 @@ def fresh_seeds_section() -> str:
     verdict = "at least" if drop["r"] >= FORECAST_GOAL else "short of"
     perp, mp_r, mp_d = m["recovery_perp"], m["mp_rho_perp_replace"], m["mp_rho_perp_drop"]
     sd = m["state_dependent"]
-    text = (f"**Fresh seeds.** The horizon forecast `{PREREGISTERED_DEFINITION}`, committed before seeds "
-            f"{_seeds(ds['seed'].values)} were trained (docs/error-control.md), gives on them under 'drop' r = "
-            f"{_r_ci(drop)} over {drop['n']} runs ({verdict} {FORECAST_GOAL}) and under 'replace' r = {_r_ci(rep)}. "
-            f"Over seeds {seeds}, {sd['found']} of {sd['n']} learned state-dependent runs have fixed points for "
-            f"every state and word; at them log ρ⊥ predicts the recovery rate along U⊥ (r = {_r_ci(perp)}) "
-            f"and ρ⊥ predicts mp (r = {_r_ci(mp_r)} replace, {_r_ci(mp_d)} drop).")
+    text = (f"**Fresh seeds.** `{PREREGISTERED_DEFINITION}`, committed before seeds {_seeds(ds['seed'].values)} "
+            f"were trained (docs/error-control.md), gives on them r = {_r_ci(drop)} over {drop['n']} runs under "
+            f"'drop' ({verdict} {FORECAST_GOAL}), {_r_ci(rep)} under 'replace'. Seeds {seeds}: {sd['found']} of "
+            f"{sd['n']} learned state-dependent runs have fixed points for every state and word; log ρ⊥ there "
+            f"predicts the recovery rate along U⊥ (r = {_r_ci(perp)}) and ρ⊥ predicts mp (r = {_r_ci(mp_r)} "
+            f"replace, {_r_ci(mp_d)} drop)")
     if "T_cross_fp" in pooled:
         c = corollary1_correlations(pooled)
-        text += (f" Corollary 1's crossing from the return-map drift, `T_cross_fp`, against the measured q∥ "
-                 f"crossing: r = {_r_ci(c['par_drop'])} drop; against mp: {_r_ci(c['mp_drop'])} drop.")
-    return _prose(text + " `docs/results.md` has the tables.")
+        text += (f"; Corollary 1's `T_cross_fp`, from the return-map drift, gives r = {_r_ci(c['par_drop'])} "
+                 f"against the measured q∥ crossing and {_r_ci(c['mp_drop'])} against mp (drop)")
+    return _prose(text + ". Tables: `docs/results.md`.")
 
 
 def wall_time(ds: xr.Dataset) -> str:
