@@ -48,6 +48,9 @@ def test_exact_affine_tracker_is_robust_and_neutral():
     np.testing.assert_allclose(ds.fp_rho_par.values, 1.0, atol=1e-12)
     np.testing.assert_array_equal(ds.fp_stable.values, 0.0)
     assert ds.fp_residual.attrs["fp_words"].startswith("3 3 3; 2 2; ")  # a^ord(a) per generator, then a random word
+    # Corollary 1 from the return maps: every word returns each centroid exactly, so no drift
+    # along U and no predicted crossing (R∥ = 0 < τ·M)
+    assert float(ds.fp_drift) < 1e-12 and np.isnan(float(ds.T_cross_fp))
 
 
 def test_contracting_tracker_return_map_below_one():

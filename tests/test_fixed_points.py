@@ -17,6 +17,7 @@ from dynlab.analysis.fixed_points import (
     generator_power_words,
     initial_points,
     keep_converged,
+    orbit_starts,
     solve,
     spectrum,
     tracker_fixed_points,
@@ -206,6 +207,58 @@ def test_map_without_fixed_point_reports_none_and_its_slow_point():
     assert slow.points[0, 0] == pytest.approx(0.0, abs=1e-9)
     assert slow.speeds[0] == pytest.approx(0.005, rel=1e-9)
     assert slow.eig[0, 0].real == pytest.approx(1.0, abs=1e-9)
+
+
+def test_map_without_fixed_point_reports_none_with_orbit_starts_too():
+    """The orbits of F(x) = x + 0.1 + x² run off to infinity: they give no start, and still none."""
+    fp = find_fixed_points(lambda h: h + 0.1 + h**2, np.array([[-1.0], [0.4]]), iterate=200)
+    assert not fp.found and fp.count == 0 and fp.extra["orbit_starts"] == 0
+    assert fp.best_residual == pytest.approx(0.1, abs=1e-8)
+
+
+# -- orbit starts -------------------------------------------------------------------------------
+
+
+def test_orbit_starts_reach_a_fixed_point_the_solve_cannot():
+    """F(h) = h − ½·clamp(h, −1, 1): where every entry is saturated DF = I, so the solve has a
+    zero Jacobian and stays at its start (residual ½·sqrt(3)); the orbit walks to the stable
+    fixed point 0 (DF = ½ I there), which the orbit starts give exactly."""
+
+    def fn(h):
+        return h - 0.5 * torch.clamp(h, -1.0, 1.0)
+
+    starts = np.array([[3.0, -4.0, 2.5], [5.0, 2.0, -3.0]])
+    plain = find_fixed_points(fn, starts)
+    assert not plain.found and plain.best_residual == pytest.approx(0.5 * np.sqrt(3), rel=1e-12)
+    fp = find_fixed_points(fn, starts, iterate=50)
+    assert fp.found and fp.count == 1 and fp.extra["orbit_starts"] == 2
+    assert np.abs(fp.points[0]).max() < 1e-12 and fp.best_residual < 1e-12
+    assert fp.rho[0] == pytest.approx(0.5, abs=1e-12) and fp.stable[0]
+
+
+def test_orbit_mean_is_the_focus_inside_an_invariant_circle():
+    """z -> e^{iθ} z (1.2 − |z|²) in the plane (a Neimark–Sacker normal form): the orbits settle
+    on the attracting circle |z|² = 0.2, the mean of an orbit is near its centre, and the
+    fixed point there is a repelling focus (eigenvalues 1.2·e^{±iθ})."""
+    th = 0.7
+    rot = torch.tensor([[np.cos(th), -np.sin(th)], [np.sin(th), np.cos(th)]], dtype=torch.float64)
+
+    def fn(h):
+        return (rot @ h) * (1.2 - (h * h).sum())
+
+    more = orbit_starts(fn, np.array([[0.5, 0.1]]), 400)
+    assert more.shape == (2, 2)
+    assert (more[0] ** 2).sum() == pytest.approx(0.2, abs=1e-9)
+    assert np.linalg.norm(more[1]) < 0.01
+    fp = find_fixed_points(fn, more)
+    assert fp.found and np.abs(fp.points[0]).max() < 1e-12
+    assert fp.rho[0] == pytest.approx(1.2, abs=1e-12) and not fp.stable[0]
+    assert _sorted_eig(fp.eig[0]) == pytest.approx(_sorted_eig(1.2 * np.exp([-1j * th, 1j * th])), abs=1e-12)
+
+
+def test_orbit_starts_refuse_no_iterations():
+    with pytest.raises(ValueError, match="iterate"):
+        orbit_starts(lambda h: h, np.zeros((1, 2)), 0)
 
 
 def test_slow_points_of_the_flip_flop_are_its_fixed_points():

@@ -51,3 +51,27 @@ def test_log_rho_equals_the_recovery_rate_gives_r_one():
     assert out["mp_par_dev_drop"]["n"] == int((ds["mp"].values[:9] <= 900).sum())
     assert out["modes"]["robust"]["n"] == 5 and out["modes"]["climb"]["n"] == 4
     assert out["state_dependent"] == {"n": 4, "found": 4}
+
+
+def test_corollary1_correlations_censoring():
+    """T_cross_fp = T_cross_par exactly on the runs where both crossed: r = 1 under 'drop'; a run
+    whose T_cross_par never happened (NaN) is left out under 'drop' and set to its horizon under
+    'replace'; T_cross_fp NaN counts as never too."""
+    from dynlab.analysis.mechanism import corollary1_correlations
+
+    ds = _ds()
+    t = np.array([70.0, 90, 120, 200, 300, 80, 150, 400, np.nan, 60])
+    par = t.copy()
+    par[7] = np.nan  # never crossed within the horizon
+    ds["T_cross_fp"] = ("run", t)
+    ds["T_cross_par"] = ("run", par)
+    ds["T_cross_dec"] = ("run", 2 * t)
+    ds["horizon"] = ("run", np.full(10, 1000.0))
+    out = corollary1_correlations(ds)
+    assert out["n_ok"] == 9 and out["predicted"] == 8
+    assert out["par_drop"]["n"] == 7 and out["par_drop"]["r"] == pytest.approx(1.0)
+    assert out["par_replace"]["n"] == 9 and out["par_replace"]["r"] < 1.0
+    assert out["dec_drop"]["r"] == pytest.approx(1.0)
+    assert set(out) >= {"mp_replace", "mp_drop"}
+    with pytest.raises(ValueError, match="T_cross_fp"):
+        corollary1_correlations(ds.drop_vars("T_cross_fp"))

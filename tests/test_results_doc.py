@@ -179,3 +179,25 @@ def test_an_empty_readme_section_is_filled(make_results, readme_text):
     emptied = readme_text.replace(body, "", 1)
     assert make_results.stale_sections(emptied) == ["paper-b-notes"]
     assert make_results.readme(emptied) == readme_text
+
+
+def test_the_fresh_section_carries_the_fixed_point_datasets_numbers(make_results, readme_text):
+    """README's fixed-point lines: the found count over the sweep's fixed-point seeds, and Corollary 1's
+    r against the q∥ crossing recomputed from the dataset's own run variables."""
+    import numpy as np
+
+    from dynlab.analysis.correlation import tcross_mp_correlation
+
+    seeds, ds = make_results._sweep_sets()[-1]
+    text = " ".join(_section(readme_text, "paper-a-fresh").split())
+    ok = (ds["status"].values.astype(str) == "ok") & np.isfinite(ds["mp"].values)
+    sd = ok & (ds["family"].values.astype(str) == "state-dependent")
+    res = ds["fp_residual"].values[sd]
+    found = int((np.isfinite(res).any(1) & np.all(~np.isfinite(res) | (res <= 1e-8), axis=1)).sum())
+    assert f"Seeds {seeds}: {found} of {int(sd.sum())} learned state-dependent runs" in text
+    if "T_cross_fp" in ds:
+        par = ds["T_cross_par"].values[ok]
+        r = tcross_mp_correlation(ds["T_cross_fp"].values[ok], np.where(np.isfinite(par), par, ds["horizon"].values[ok]),
+                                  horizon=ds["horizon"].values[ok], mp_censored=~np.isfinite(par), censoring="drop",
+                                  n_boot=1, rng=np.random.default_rng(0))
+        assert f"gives r = {r.pearson_r:+.2f} [" in text

@@ -11,7 +11,12 @@ The finder is a pipeline of small pure steps, in the manner of the fixed-point f
 Golub & Sussillo (2018) and computation-thru-dynamics:
 
 1. **initial points** (:func:`initial_points`): states the system visits (for a tracker, the
-   states of one symbolic class), optionally subsampled and jittered;
+   states of one symbolic class), optionally subsampled and jittered; when no fixed point is
+   found from them (and ``iterate`` > 0), the **orbit starts** (:func:`orbit_starts`): the
+   states after ``iterate`` applications of F to each start (where the map's attractor is,
+   when it is a stable fixed point) and the mean of each orbit's second half (the centre
+   of an attracting invariant circle, where a repelling fixed point sits after a
+   Neimark–Sacker bifurcation), solved in turn;
 2. **solve** (:func:`solve`): from each start, a Levenberg–Marquardt solve of
    r(h) = F(h) − h = 0 (``scipy.optimize.least_squares(method='lm')``) with the exact
    Jacobian DF(h) − I from ``torch.func.jacrev``, then up to ``newton_steps`` Newton steps
@@ -77,6 +82,7 @@ __all__ = [
     "generator_power_words",
     "initial_points",
     "keep_converged",
+    "orbit_starts",
     "solve",
     "spectrum",
     "tracker_fixed_points",
@@ -159,6 +165,39 @@ def initial_points(states: Any, n: int | None = None, *, noise: float = 0.0,
         scale = float(np.sqrt((x**2).sum(-1).mean())) or 1.0
         x += noise * scale * gen.standard_normal(x.shape) / np.sqrt(x.shape[1])
     return x
+
+
+def orbit_starts(fn: Map, starts: Any, iterate: int, *, max_starts: int = 2, dedup_tol: float = 1e-6) -> np.ndarray:
+    """Starts ``[m, S]`` from the forward orbits of ``fn``: each of ``starts [n, S]`` is mapped
+    ``iterate`` times; returned are the distinct end points (the first ``max_starts``,
+    distinct within ``dedup_tol`` · max(1, RMS norm of the starts)) and the mean of the second
+    half of each kept orbit.  Orbits that leave the finite numbers give none; an empty
+    ``[0, S]`` when none stays finite.  A stable fixed point is where an orbit ends; a
+    repelling one inside an attracting invariant circle is near the orbit's mean."""
+    x0 = np.atleast_2d(np.asarray(starts, dtype=np.float64))
+    if iterate < 1:
+        raise ValueError(f"iterate={iterate}; allowed: an integer >= 1")
+    f, _ = _np_map(fn, _jacobian(fn))
+    scale = max(1.0, float(np.sqrt((x0**2).sum(-1).mean())))
+    ends: list[np.ndarray] = []
+    means: list[np.ndarray] = []
+    half = iterate // 2
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start in x0:
+            h, tail = start.copy(), np.zeros_like(start)
+            for k in range(iterate):
+                h = f(h)
+                if not np.all(np.isfinite(h)):
+                    break
+                if k >= half:
+                    tail += h
+            else:
+                if all(np.linalg.norm(h - e) > dedup_tol * scale for e in ends):
+                    ends.append(h)
+                    means.append(tail / (iterate - half))
+                if len(ends) >= max_starts:
+                    break
+    return np.asarray([*ends, *means], dtype=np.float64).reshape(-1, x0.shape[1])
 
 
 # -- 2. solve ----------------------------------------------------------------------------------
@@ -389,10 +428,14 @@ def find_fixed_points(
     rank_tol: float = 1e-8,
     affine_tol: float = 1e-10,
     newton_steps: int = 5,
+    iterate: int = 0,
 ) -> FixedPoints:
     """Fixed points of ``fn`` from ``starts [n, S]`` through the pipeline of the module
     docstring (affine maps in closed form).  ``basis`` ``[S, k]``: orthonormal basis of U for
-    ρ∥ and ρ⊥."""
+    ρ∥ and ρ⊥.  ``iterate`` > 0: when no start reaches a fixed point of a map that is not
+    affine, the :func:`orbit_starts` of ``iterate`` applications are solved instead (then
+    ``extra["orbit_starts"]`` is their number; ``best_residual`` is the smallest over both
+    sets of solves)."""
     x0 = np.atleast_2d(np.asarray(starts, dtype=np.float64))
     if x0.ndim != 2 or x0.shape[0] == 0 or not np.all(np.isfinite(x0)):
         raise ValueError(f"starts has shape {x0.shape}; allowed: finite [n >= 1, S]")
@@ -424,10 +467,19 @@ def find_fixed_points(
     sol = solve(fn, x0, newton_steps=newton_steps)
     best = float(np.min(sol.residuals)) if sol.residuals.size else float("nan")
     conv = keep_converged(sol, tol)
+    extra: dict[str, Any] = {}
+    if iterate > 0 and conv.points.shape[0] == 0:
+        more = orbit_starts(fn, x0, iterate, dedup_tol=dedup_tol)
+        extra["orbit_starts"] = int(more.shape[0])
+        if more.shape[0]:
+            sol = solve(fn, more, newton_steps=newton_steps)
+            best = float(np.nanmin([best, *sol.residuals]))
+            conv = keep_converged(sol, tol)
     pts, res, hits = deduplicate(conv.points, conv.residuals, dedup_tol * scale) if conv.points.size else (
         np.zeros((0, s)), np.zeros(0), np.zeros(0, dtype=np.int64))
     parts = _with_spectra(fn, pts.reshape(-1, s), res, hits, basis, rank_tol)
-    return FixedPoints(**parts, count=float(pts.shape[0]), best_residual=best, affine=False, n_starts=x0.shape[0])
+    return FixedPoints(**parts, count=float(pts.shape[0]), best_residual=best, affine=False, n_starts=x0.shape[0],
+                       extra=extra)
 
 
 @dataclass(frozen=True)
@@ -523,14 +575,14 @@ def _embed_basis(basis: Any | None, state_size: int, sl: slice) -> np.ndarray | 
 
 def _state_summary(maps: Sequence[Map], words: Sequence[Sequence[int]], x0: np.ndarray, s: int,
                    basis: np.ndarray | None, tol: float, dedup_tol: float,
-                   rank_tol: float) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+                   rank_tol: float, iterate: int = 0) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
     """The ``fp_*`` summaries of one symbolic state from its starts ``x0`` (:func:`tracker_fixed_points`),
     and the eigenvalues (real, imaginary parts ``[W·S]``) at its principal fixed points."""
     eig_re = np.full(len(words) * s, np.nan)
     eig_im = np.full(len(words) * s, np.nan)
     res, cnt, dim, rperp, rpar, stab = [], [], [], [], [], []
     for j, (w, fn) in enumerate(zip(words, maps)):
-        fp = find_fixed_points(fn, x0, basis=basis, tol=tol, dedup_tol=dedup_tol, rank_tol=rank_tol)
+        fp = find_fixed_points(fn, x0, basis=basis, tol=tol, dedup_tol=dedup_tol, rank_tol=rank_tol, iterate=iterate)
         res.append(fp.best_residual)
         cnt.append(fp.count)
         if fp.found:
@@ -562,6 +614,7 @@ def tracker_fixed_points(
     dedup_tol: float = 1e-6,
     rank_tol: float = 1e-8,
     max_states: int | None = None,
+    iterate: int = 500,
 ) -> xr.Dataset:
     """Fixed points of the return maps F_w of state-preserving ``words`` per symbolic state.
 
@@ -573,7 +626,10 @@ def tracker_fixed_points(
     The model is copied to float64 (:func:`dynlab.analysis.jacobian.analysis_copy`).
 
     With ``max_states``, only the states g < ``max_states`` are solved (the others are NaN):
-    the work grows as states × words × starts.
+    the work grows as states × words × starts.  Where no start of g reaches a fixed point of
+    F_w, the orbit starts after ``iterate`` applications of F_w are solved
+    (:func:`find_fixed_points`; 0 turns that off): a class's states at t_ref can lie far from
+    where F_w sends them (a long run of one generator is a word the training never showed).
 
     The *principal* fixed point of (g, w) is the one reached from most of g's starts.
     Summaries per state g (dim ``state``; NaN for an absent class):
@@ -614,7 +670,7 @@ def tracker_fixed_points(
         if own.shape[0] == 0:
             continue
         row, eig_re[g], eig_im[g] = _state_summary(maps, words, initial_points(own, starts), s, b_full, tol, dedup_tol,
-                                                   rank_tol)
+                                                   rank_tol, iterate)
         for k, v in row.items():
             summ[k][g] = v
     data = {k: ("state", v) for k, v in summ.items()}
@@ -622,5 +678,5 @@ def tracker_fixed_points(
     data["fp_eig_imag"] = (("state", "k_fp"), eig_im)
     ds = xr.Dataset(data, coords={"state": np.arange(n_classes), "k_fp": np.arange(n_w * s)},
                     attrs={"fp_words": "; ".join(" ".join(str(int(t)) for t in w) for w in words),
-                           "fp_starts": int(starts)})
+                           "fp_starts": int(starts), "fp_iterate": int(iterate)})
     return annotate(ds)

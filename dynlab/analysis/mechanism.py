@@ -22,6 +22,14 @@ Spearman ρ with 95 % percentile-bootstrap CIs (2000 resamples, ``default_rng(0)
 and, per failure mode of ``failure_mode_dec`` (robust, climb, saturation), the runs and
 the medians of ρ⊥ and |ρ∥ − 1|.  Runs whose value is NaN (no fixed point found) are left
 out of each statistic that reads it.
+
+Corollary 1 from the return maps (:func:`corollary1_correlations`, the run variables
+``fp_drift`` and ``T_cross_fp`` of :mod:`dynlab.analysis.fp_drift`): over the same ``ok``
+runs, r and ρ with the same CIs of the predicted crossing ``T_cross_fp`` against the
+measured crossing of q∥ (``T_cross_par``, the one it predicts), against the trained
+decoder's crossing ``T_cross_dec`` and against mp, each under 'replace' (a crossing that
+never happened, on either side, set to the run's horizon; a censored mp kept) and 'drop'
+(runs with either side censored left out).
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ import xarray as xr
 
 from dynlab.analysis.correlation import tcross_mp_correlation
 
-__all__ = ["mechanism_correlations", "run_fixed_point_summary"]
+__all__ = ["corollary1_correlations", "mechanism_correlations", "run_fixed_point_summary"]
 
 
 def run_fixed_point_summary(ds: xr.Dataset, tol: float = 1e-8) -> xr.Dataset:
@@ -100,4 +108,39 @@ def mechanism_correlations(ds: xr.Dataset, tol: float = 1e-8) -> dict[str, Any]:
         fam = d["family"].values.astype(str)
         sd = fam == "state-dependent"
         out["state_dependent"] = {"n": int(sd.sum()), "found": int((s["found"].values & sd).sum())}
+    return out
+
+
+def _corr_t(x: np.ndarray, y: np.ndarray, y_censored: np.ndarray, horizon: np.ndarray, censoring: str) -> dict[str, Any]:
+    """r and ρ of a crossing time ``x`` (NaN = never) against ``y`` (censored where flagged)."""
+    try:
+        c = tcross_mp_correlation(x, y, horizon=horizon, mp_censored=y_censored, censoring=censoring,
+                                  rng=np.random.default_rng(0))
+    except ValueError:  # fewer than 3 usable runs
+        return {"r": float("nan"), "r_ci": (float("nan"),) * 2, "rho": float("nan"), "rho_ci": (float("nan"),) * 2,
+                "n": 0}
+    return {"r": c.pearson_r, "r_ci": c.pearson_ci, "rho": c.spearman_rho, "rho_ci": c.spearman_ci, "n": c.n_used}
+
+
+def corollary1_correlations(ds: xr.Dataset) -> dict[str, Any]:
+    """Corollary 1's predicted crossing ``T_cross_fp`` against the measured ``T_cross_par``,
+    ``T_cross_dec`` and mp over the ``ok`` runs of ``ds`` (module docstring).  Returns
+    ``{"n_ok", "predicted": runs with a finite T_cross_fp, "<target>_<censoring>": {r, r_ci, rho,
+    rho_ci, n}}`` for target in par, dec, mp."""
+    absent = [v for v in ("T_cross_fp", "T_cross_par", "T_cross_dec") if v not in ds]
+    if absent:
+        raise ValueError(f"the Corollary-1 correlations need {', '.join(absent)} (absent from the dataset)")
+    ok = (ds["status"].values == "ok") & np.isfinite(ds["mp"].values)
+    d = ds.isel(run=np.flatnonzero(ok))
+    x = d["T_cross_fp"].values.astype(np.float64)
+    horizon = d["horizon"].values.astype(np.float64)
+    out: dict[str, Any] = {"n_ok": int(ok.sum()), "predicted": int(np.isfinite(x).sum())}
+    for name in ("par", "dec"):
+        t = d[f"T_cross_{name}"].values.astype(np.float64)
+        cens = ~np.isfinite(t)
+        for rule in ("replace", "drop"):
+            out[f"{name}_{rule}"] = _corr_t(x, np.where(cens, horizon, t), cens, horizon, rule)
+    mp, mp_cens = d["mp"].values.astype(np.float64), d["mp_censored"].values.astype(bool)
+    for rule in ("replace", "drop"):
+        out[f"mp_{rule}"] = _corr_t(x, mp, mp_cens, horizon, rule)
     return out

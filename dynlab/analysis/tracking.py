@@ -61,7 +61,9 @@
    tokens (fresh sequences from their own generator, seed ``seed + 2``), with the
    residual, the number of distinct fixed points, the fixed set's dimension, ρ⊥ and ρ∥ per
    token on U(t_ref) and U⊥, stability and the spectra (``fp_*`` variables, dim ``state``);
-   for the first ``fp_max_states`` (24) states only (NaN beyond: A5, S5).
+   for the first ``fp_max_states`` (24) states only (NaN beyond: A5, S5).  From the same
+   words, Corollary 1's drift along U at the class centroids of t_ref, ``fp_drift`` (η̄),
+   and the crossing of q∥ it predicts, ``T_cross_fp`` (:mod:`dynlab.analysis.fp_drift`).
 
 Where the logits are a linear map of the tracked state (dense RNN cells), the trained
 readout's own threshold ``tau_readout(t)`` = (smallest centroid-to-boundary distance)/M
@@ -87,7 +89,8 @@ import torch
 import xarray as xr
 from pydantic import Field
 
-from dynlab.analysis.fixed_points import generator_power_words, tracker_fixed_points
+from dynlab.analysis.fixed_points import generator_power_words, tracker_fixed_points, word_map
+from dynlab.analysis.fp_drift import corollary1_crossing, mean_drift
 from dynlab.analysis.geometry import class_centroids, crossing_time, failure_mode, geometry_over_time, symbolic_basis
 from dynlab.analysis.horizon import horizon_forecast, margin_statistics
 from dynlab.analysis.jacobian import analysis_copy, lyapunov_exponents, return_map_on_U
@@ -452,13 +455,12 @@ def _add_horizon(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, t_re
                                              persist=spec.persist))
 
 
-def _add_fixed_points(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, t_ref: int, layer: int,
-                      basis: np.ndarray) -> None:
-    """Into ``out``: the ``fp_*`` variables of
-    :func:`~dynlab.analysis.fixed_points.tracker_fixed_points` (module docstring, item 6),
-    from ``samples_for(G)`` fresh sequences of length t_ref drawn from their own generator
-    (seed ``spec.seed + 2``), so every other analysis reads the sequences it read before.
-    ρ∥ and ρ⊥ are NaN when U(t_ref) is empty."""
+def _fp_inputs(m, task: WordProblem, spec: AnalysisSpec, t_ref: int) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
+    """The starts of the fixed-point analysis: the states ``[N, S]`` after t_ref tokens of
+    ``samples_for(G)`` fresh sequences drawn from their own generator (seed ``spec.seed + 2``,
+    so every other analysis reads the sequences it read before), their classes ``[N]``
+    (overflowed states left out), and the state-preserving words (each generator's power,
+    then ``fp_random_words`` random ones from the same generator), checked."""
     gen = torch.Generator().manual_seed(spec.seed + 2)
     tokens, labels = task.sample(gen, spec.samples_for(task.n_classes), t_ref)
     with torch.no_grad():
@@ -470,12 +472,40 @@ def _add_fixed_points(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec,
     for w in words:
         _check_state_preserving(task, torch.tensor([w]))
     finite = np.isfinite(h).all(axis=1)  # an overflowed state is no start
-    fp = tracker_fixed_points(m, words, h[finite], y[finite], n_classes=task.n_classes,
+    return h[finite], y[finite], words
+
+
+def _add_fp_drift(out: xr.Dataset, m, spec: AnalysisSpec, t_ref: int, layer: int, basis: np.ndarray, ref: _Reference,
+                  horizon: int, words: list[list[int]]) -> None:
+    """Into ``out``: Corollary 1 from the return maps of ``words``
+    (:mod:`dynlab.analysis.fp_drift`): ``fp_drift`` η̄, the mean over the class centroids of
+    t_ref and the words of the per-token drift along U(t_ref), and ``T_cross_fp``, the
+    crossing of q∥ it predicts from R∥ and M at t_ref (both NaN when U is empty)."""
+    eta = t_fp = float("nan")
+    if basis.shape[1] > 0:
+        b_full = np.zeros((int(m.state_size), basis.shape[1]))
+        b_full[m.layer_slice(layer)] = basis
+        eta = mean_drift([word_map(m, w) for w in words], [len(w) for w in words], ref.points, b_full)
+        t_fp = corollary1_crossing(float(out["R_par"].sel(t=t_ref)), eta, spec.tau * float(out["M"].sel(t=t_ref)),
+                                   t_ref, horizon)
+    out["fp_drift"] = ((), eta)
+    out["T_cross_fp"] = ((), t_fp)
+
+
+def _add_fixed_points(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, t_ref: int, layer: int,
+                      basis: np.ndarray, ref: _Reference, horizon: int) -> None:
+    """Into ``out``: the ``fp_*`` variables of
+    :func:`~dynlab.analysis.fixed_points.tracker_fixed_points` (module docstring, item 6) from
+    the starts and words of :func:`_fp_inputs`; ρ∥ and ρ⊥ are NaN when U(t_ref) is empty.
+    Then ``fp_drift`` and ``T_cross_fp`` from the same words (:func:`_add_fp_drift`)."""
+    h, y, words = _fp_inputs(m, task, spec, t_ref)
+    fp = tracker_fixed_points(m, words, h, y, n_classes=task.n_classes,
                               basis=basis if basis.shape[1] > 0 else None, layer=layer, starts=spec.fp_starts,
                               tol=spec.fp_tol, max_states=spec.fp_max_states)
     for name in fp.data_vars:
         out[name] = fp[name]
     out["fp_residual"].attrs["fp_words"] = fp.attrs["fp_words"]
+    _add_fp_drift(out, m, spec, t_ref, layer, basis, ref, horizon, words)
 
 
 def analyze_tracker(
@@ -518,7 +548,7 @@ def analyze_tracker(
     _add_perturbation(out, m, task, spec, gen, layer, t_ref, basis.shape[1])
     _add_lyapunov_and_sign(out, m, task, spec, gen, horizon, layer)
     _add_horizon(out, m, task, spec, t_ref, horizon)
-    _add_fixed_points(out, m, task, spec, t_ref, layer, basis)
+    _add_fixed_points(out, m, task, spec, t_ref, layer, basis, ref, horizon)
     out.attrs.update(
         analysis_spec=spec.canonical_json(), horizon=horizon, t_ref=t_ref, layer=layer, tau=spec.tau, n_samples=n
     )

@@ -207,6 +207,10 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "fp_rho_par": ("spectral radius on U per token at the fixed point", "1",
                    "ρ(Bᵀ DF_w B)^(1/|w|), max over words; 1 = neutral along U (Theorem 1)"),
     "fp_stable": ("fixed point stable", "1", "1 = ρ(DF_w(h*)) < 1 for every word, 0 = not; NaN = none found"),
+    "fp_drift": ("Corollary 1's drift along U per token, from the return maps", "state units/step",
+                 "η̄ = mean over class centroids c and words w of ‖P_U(F_w(c) − c)‖/|w| at t_ref"),
+    "T_cross_fp": ("crossing of q∥ predicted from the return-map drift", "step",
+                   "t_ref + (τ·M − R∥)/η̄ at t_ref (Corollary 1); NaN = never within the horizon"),
     "fp_eig_real": ("eigenvalue of DF_w at the fixed point, real part", "1", "all words, principal fixed point"),
     "fp_eig_imag": ("eigenvalue of DF_w at the fixed point, imaginary part", "1", "all words, principal fixed point"),
     # -- margins (dynlab.analysis.margin) --------------------------------------------------------
