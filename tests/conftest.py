@@ -10,13 +10,14 @@ from pathlib import Path
 # folder by accident: ``python -m pytest`` puts the repository root first on sys.path, where
 # ``dynlab/`` lacks ``kernels``, ``studies`` and ``cli`` (the wheel, or an editable install's
 # import finder, places them inside the package; pyproject.toml).  Once the package is
-# imported its submodules come from it; the root goes back on the path for ``tests.*``.
+# imported its submodules come from it.  The root goes back on the path for ``tests.*``, but
+# last: worker processes (Dask, multiprocessing) start with this sys.path and import dynlab
+# afresh, so the installed package must come before the checkout's folder there too.
 _ROOT = Path(__file__).resolve().parent.parent
-_PATH = sys.path[:]
 sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != _ROOT]
 import dynlab  # noqa: E402, F401
 
-sys.path[:] = _PATH
+sys.path.append(str(_ROOT))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
