@@ -401,18 +401,16 @@ def copying_cell() -> str:
     """README's copying cell: state passing against the zero-state control at 3× the longest
     training string (on the fresh seeds 20–24 when that dataset exists), each arm's damage
     in range, and the 4×-state capacity check."""
-    copy, copy4 = _dataset("copying"), _dataset("copying-state128")
-    fresh = (DATA / "copying-seeds20-24.nc").is_file()
-    if fresh:  # the quick preset at the current block, on seeds never used to choose it
-        copy = _dataset("copying-seeds20-24")
+    fresh = (DATA / "copying-seeds20-24.nc").is_file()  # the quick preset at the current block, fresh seeds
+    copy, copy4 = _dataset("copying-seeds20-24" if fresh else "copying"), _dataset("copying-state128")
     far = 3 * int(copy["train_max"].max())
     learned, trained = _learned(copy)
-    state_x = _first_spec(copy4)["model"]["d_state"] / _first_spec(copy)["model"]["d_state"]
     score, damaged = arm_in_range(copy)
     sp_rows = (copy["phase"].values.astype(str) == "post") & (copy["intervention"].values.astype(str) == "state-passing")
-    mlp = int(_first_spec(copy4)["model"].get("mlp_ratio", 0))
+    model, model4 = _first_spec(copy)["model"], _first_spec(copy4)["model"]
+    state_x = model4["d_state"] / model["d_state"]
     copy4_where = (f" (seeds {_seeds(copy4['seed'].values)}, with an MLP after each mixer)"
-                   if mlp != int(_first_spec(copy)["model"].get("mlp_ratio", 0)) else "")
+                   if model4.get("mlp_ratio", 0) != model.get("mlp_ratio", 0) else "")
     return ((f"seeds {_seeds(copy['seed'].values)}: " if fresh else "")
             + f"{_arm_mean(copy, 'zero', far):.2f} → {_arm_mean(copy, 'state-passing', far):.2f} at {far} letters, "
             f"difference {_contrast(copy, 'state-passing', far)} ({learned} of {trained} models learned); but in "
@@ -650,8 +648,8 @@ def wall_time(ds: xr.Dataset, cpu: bool = True, short: bool = False) -> str:
     if "study_workers" in a:
         workers = int(a["study_workers"])
         parts.append(f"{workers} worker{'s' if workers != 1 else ''}")
-    if cpu and _cpu_of(ds):
-        parts.append(_cpu_of(ds))
+    if cpu and (name := _cpu_of(ds)):
+        parts.append(name)
     seconds = float(a["study_wall_time_s"])
     took = f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
     return f"{took} ({', '.join(parts)})"
