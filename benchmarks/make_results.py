@@ -117,6 +117,16 @@ what it tracks moves with rounding (a trajectory that leaves the readout's basin
 earlier or later)."""
 
 
+#: The same sweep spec trained on two CPU types: the committed sweep (written on an AVX-512
+#: CPU) and its seeds 0–4 trained again on an AVX2-only CPU, which also carries the fixed points.
+CROSS_CPU = ("group-tracking-sweep", "group-tracking-sweep-avx2", "AVX-512", "AVX2")
+
+CROSS_CPU_NOTE = """The same sweep spec trained on two CPU types (the committed sweep on an AVX-512 CPU,
+`group-tracking-sweep-avx2` on an AVX2-only one, at a later code version that adds the fixed
+points): the runs are matched by run id. AVX2 and AVX-512 round float sums differently, so
+this is the comparison a user re-running the sweep on their own machine makes."""
+
+
 def document() -> str:
     parts = [HEADER]
     for label, heading, command, note in DATASETS:
@@ -128,6 +138,10 @@ def document() -> str:
             a, b = (open_report_dataset(DATA / f"{x}.nc") for x in REPRODUCTION[:2])
             parts.append(f"### What reproduces: C loops against torch loops\n\n{REPRODUCTION_NOTE}\n\n"
                          f"{reproduction_tables(a, b, *REPRODUCTION[2:])}")
+        if label == CROSS_CPU[0] and (DATA / f"{CROSS_CPU[1]}.nc").is_file():
+            a, c = (open_report_dataset(DATA / f"{x}.nc") for x in CROSS_CPU[:2])
+            parts.append(f"### What reproduces: two CPU types\n\n{CROSS_CPU_NOTE}\n\n"
+                         f"{reproduction_tables(a, c, *CROSS_CPU[2:])}")
     if (DATA / f"{FRESH_LABEL}.nc").is_file():
         parts.append(f"## {FRESH_HEADING}\n\n`{FRESH_COMMAND}` — {FRESH_NOTE}.\n\n{fixed_points_section()}\n")
     return "\n".join(parts)
@@ -512,7 +526,8 @@ def _r_ci(c: dict, key: str = "r") -> str:
     return f"{_paired(c[key])} [{_paired(lo)}, {_paired(hi)}]"
 
 
-#: The sweep's first seeds (0–4), measured with the fixed points when its dataset has them.
+#: The sweep's first seeds (0–4); the fixed points come from their AVX2 re-run (:data:`CROSS_CPU`)
+#: when it is committed, else from this dataset when it carries them.
 SWEEP_LABEL = "group-tracking-sweep"
 
 #: The run variables the fixed-point section reads from each sweep dataset.
@@ -525,7 +540,7 @@ def _sweep_sets() -> list[tuple[str, xr.Dataset]]:
     fixed points, those and both pooled (the run variables of :data:`_POOLED_VARS`)."""
     fresh = _dataset(FRESH_LABEL)
     sets = [(_seeds(fresh["seed"].values), fresh)]
-    sweep = _dataset(SWEEP_LABEL)
+    sweep = _dataset(CROSS_CPU[1] if (DATA / f"{CROSS_CPU[1]}.nc").is_file() else SWEEP_LABEL)
     if all(v in sweep for v in _POOLED_VARS) and all(v in fresh for v in _POOLED_VARS):
         pooled = xr.concat([d[list(_POOLED_VARS)] for d in (sweep, fresh)], dim="run", coords="minimal",
                            compat="override", join="outer")
@@ -548,8 +563,8 @@ def _found_line(sets: list[tuple[str, xr.Dataset]]) -> str:
 
 
 def fixed_points_section() -> str:
-    """docs/results.md's fixed-point section, from :data:`FRESH_LABEL` (and :data:`SWEEP_LABEL` when it
-    carries the fixed points): how many learned runs have fixed points, the mechanism correlations
+    """docs/results.md's fixed-point section, from :data:`FRESH_LABEL` (and seeds 0–4, :func:`_sweep_sets`,
+    when their dataset carries the fixed points): how many learned runs have fixed points, the mechanism correlations
     (:func:`dynlab.analysis.mechanism.mechanism_correlations`), Corollary 1's predicted crossing
     (:func:`dynlab.analysis.mechanism.corollary1_correlations`) and the pre-registered forecast's score
     (:func:`dynlab.analysis.preregistered.preregistered_scores`, seeds 5–9 only)."""
@@ -749,6 +764,13 @@ def paper_a_reproduction_section() -> str:
               f"held-out r = {_paired(held)}; {moved}. Quote the counts, medians and correlations; the per-seed "
               "values are in `docs/results.md`, generated from the committed datasets. All variants, Spearman ρ, "
               "and the nonlinearity ablation are in `docs/results-paper-a.md`.")
+    if (DATA / f"{CROSS_CPU[1]}.nc").is_file():
+        cpu = reproduction_summary(a, _dataset(CROSS_CPU[1]))
+        across += (f" Trained again on an {CROSS_CPU[3]}-only CPU (the committed sweep: {CROSS_CPU[2]}), the "
+                   f"same status in {cpu['same_status']} of {cpu['runs']} runs, "
+                   + ("every per-seed mp of the runs learned on both the same" if not cpu["moved"] else
+                      f"per-seed mp moved in {cpu['moved']} of {cpu['moved_of']} runs learned on both")
+                   + " (`docs/results.md`).")
     wall = (f"Wall times, from each dataset's `study_wall_time_s`: the C-loops sweep: {wall_time(a)}; "
             f"the torch-loops sweep: {wall_time(b)}.")
     return _prose(f"{split} {literal} {across} {wall}")
