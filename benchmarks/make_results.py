@@ -386,7 +386,7 @@ def _babi_cell(babi: xr.Dataset) -> str:
     if learned >= 2:
         cell += (f"; at {lengths[-1]}: state passing {_contrast(qa1, 'state-passing', lengths[-1])}, fitted noise "
                  f"{_contrast(qa1, 'fitted-noise', lengths[-1])}")
-    return cell
+    return cell + _old_block(babi)
 
 
 def _babi_kinds_cell(ds: xr.Dataset) -> str:
@@ -408,7 +408,15 @@ def _babi_kinds_cell(ds: xr.Dataset) -> str:
         for arm in ("state-passing", "fitted-noise"):
             cell += (f"; {arm.replace('-', ' ')} − zero at {lengths[-1]}: "
                      + ", ".join(f"{k} {_contrast(ds.sel(kind=k), arm, lengths[-1])}" for k in kinds))
-    return cell
+    return cell + _old_block(ds)
+
+
+def _old_block(ds: xr.Dataset) -> str:
+    """`` (an MLP after each mixer)`` when the dataset's Mamba model predates the real Mamba
+    block (``mlp_ratio > 0``, as the task presets trained before the MLP was dropped), else ''."""
+    model = _first_spec(ds).get("model") or {}
+    old = model.get("mlp_ratio", 0) and str(model.get("mixer", "")).startswith("mamba")
+    return f" (seeds {_seeds(ds['seed'].values)}, with an MLP after each mixer)" if old else ""
 
 
 def copying_cell() -> str:
@@ -423,8 +431,6 @@ def copying_cell() -> str:
     sp_rows = (copy["phase"].values.astype(str) == "post") & (copy["intervention"].values.astype(str) == "state-passing")
     model, model4 = _first_spec(copy)["model"], _first_spec(copy4)["model"]
     state_x = model4["d_state"] / model["d_state"]
-    copy4_where = (f" (seeds {_seeds(copy4['seed'].values)}, with an MLP after each mixer)"
-                   if model4.get("mlp_ratio", 0) != model.get("mlp_ratio", 0) else "")
     return ((f"seeds {_seeds(copy['seed'].values)}: " if fresh else "")
             + f"{_arm_mean(copy, 'zero', far):.2f} → {_arm_mean(copy, 'state-passing', far):.2f} at {far} letters, "
             f"difference {_contrast(copy, 'state-passing', far)} ({learned} of {trained} models learned); but in "
@@ -432,7 +438,7 @@ def copying_cell() -> str:
             f"{np.nanmean(score[sp_rows]):.2f} and {int(np.nansum(damaged[sp_rows]))} of {int(sp_rows.sum())} of its "
             f"models fell below 0.9: damage in range, not a length effect; with a "
             f"{state_x:.0f}× larger state {_arm_mean(copy4, 'zero', far):.2f} → "
-            f"{_arm_mean(copy4, 'state-passing', far):.2f}{copy4_where}")
+            f"{_arm_mean(copy4, 'state-passing', far):.2f}{_old_block(copy4)}")
 
 
 def paper_b_section() -> str:
@@ -457,7 +463,8 @@ def paper_b_section() -> str:
             for a in ("zero", "fitted-noise", "state-passing")}
     passkey_cell = (f"at {near} / {farthest} tokens ({near / train_max:.0f}× / {farthest / train_max:.0f}×) "
                     f"{arms['zero']} → {arms['fitted-noise']}, better in {better} of {fitted.size} seeds at {near}, "
-                    f"{_contrast(passkey, 'fitted-noise', near)}; state passing {arms['state-passing']}")
+                    f"{_contrast(passkey, 'fitted-noise', near)}; state passing {arms['state-passing']}"
+                    f"{_old_block(passkey)}")
     rows = [("PPL rises beyond the training length from the zero state", "yes (370M–1.3B checkpoints)", rise)]
     if (DATA / "length-generalization-budget.nc").is_file():
         rows.append(("PPL rise vs training budget (preset `budget`)",
