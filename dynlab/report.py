@@ -39,8 +39,9 @@ import xarray as xr
 from dynlab import names
 from dynlab.errors import DynlabInputError
 from dynlab.results.provenance import read_provenance
+from dynlab.results.schema import open_dataset
 
-__all__ = ["THEORY", "bench_machine_line", "bench_tables", "far_in_ratio", "lm_tables", "machine_line", "open_report_dataset",
+__all__ = ["THEORY", "bench_machine_line", "bench_tables", "far_in_ratio", "lm_tables", "machine_line",
            "report", "reproduction_tables", "task_tables", "theory_learns", "tracking_tables"]
 
 TASK_STUDIES = ("copying", "passkey", "babilong")
@@ -378,12 +379,7 @@ def report(path: str | Path) -> str:
     p = Path(path).expanduser()
     if p.suffix.lower() == ".json" and not p.is_dir():
         return bench_tables(p)
-    if p.is_dir():
-        p = p / "dataset.nc"
-    if not p.is_file():
-        raise DynlabInputError(f"no study dataset at {str(path)!r}; allowed: a study folder with dataset.nc, "
-                               "a .nc file, or a benchmark .json file")
-    ds = open_report_dataset(p)
+    ds = open_dataset(p)
     study = ds.attrs.get("study")
     if study in TASK_STUDIES:
         return task_tables(ds)
@@ -399,17 +395,6 @@ def report(path: str | Path) -> str:
         return tracking_tables(ds)
     raise DynlabInputError(f"no report for study {study!r}; allowed: "
                            f"{', '.join((*TASK_STUDIES, 'length-generalization', 'group-tracking'))}")
-
-
-def open_report_dataset(path: str | Path) -> xr.Dataset:
-    """A study dataset (folder or ``.nc``) loaded into memory, or a one-line :class:`DynlabInputError`."""
-    p = Path(path).expanduser()
-    p = p / "dataset.nc" if p.is_dir() else p
-    try:
-        with xr.open_dataset(p, engine="h5netcdf") as ds:
-            return ds.load()
-    except Exception as exc:  # netCDF readers raise their own error types
-        raise DynlabInputError(f"{str(p)!r} is not a readable study dataset ({type(exc).__name__})") from None
 
 
 def learned_mp(ds: xr.Dataset) -> dict[tuple[str, str], tuple[int, int, np.ndarray]]:
