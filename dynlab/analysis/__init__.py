@@ -11,8 +11,8 @@ from dynlab.analysis.fixed_points import (
     find_slow_points,
     tracker_fixed_points,
 )
+from dynlab.analysis.centroids import class_centroids
 from dynlab.analysis.geometry import (
-    class_centroids,
     crossing_time,
     geometry_over_time,
     readout_tau,

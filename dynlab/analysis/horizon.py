@@ -43,7 +43,8 @@ import numpy as np
 from scipy.special import ndtr
 
 from dynlab.analysis.geometry import crossing_time
-from dynlab.analysis.readability import class_stats, class_sums, readout_margins
+from dynlab.analysis.centroids import class_stats, class_sums
+from dynlab.analysis.readability import readout_margins
 
 __all__ = ["MarginStats", "margin_statistics", "predicted_accuracy", "horizon_forecast"]
 
