@@ -65,6 +65,7 @@ import numpy as np
 import xarray as xr
 
 from dynlab.analysis.centroids import as_numpy, centre, check_labels, class_centroids, class_stats, pair_distances, separation
+from dynlab.analysis.fit import line_fit
 from dynlab.results.vocabulary import annotate
 
 __all__ = [
@@ -230,17 +231,6 @@ def failure_mode(t_cross: float, crossed: bool, saturation_t: int) -> str:
     return "saturation" if t_cross <= saturation_t else "climb"
 
 
-def _fit_line(t: np.ndarray, e: np.ndarray) -> tuple[float, float]:
-    """Least-squares ``e ≈ e0 + eta·t``; returns (e0, eta) or NaNs with fewer than 2 points."""
-    ok = np.isfinite(e)
-    t, e = t[ok], e[ok]
-    if t.size < 2 or np.ptp(t) == 0:
-        return float("nan"), float("nan")
-    design = np.stack([np.ones_like(t), t], axis=1)  # [n, 2]
-    (e0, eta), *_ = np.linalg.lstsq(design, e, rcond=None)
-    return float(e0), float(eta)
-
-
 def _nan_free_mean(values: np.ndarray) -> float:
     """Mean of the non-NaN entries of ``values``; NaN (and no warning) when there are none
     (an empty window, or M undefined at every step: a group with one class, C1)."""
@@ -326,7 +316,7 @@ def _corollary1_fit(
     """``(e_U0, eta, T_cross_par_pred)``: R_par ≈ e_U0 + eta·t on [lo, hi], crossing the
     mean of ``level_t`` = τ·M over the window (module docstring)."""
     win = (steps >= lo) & (steps <= hi)
-    e0, eta = _fit_line(steps[win].astype(np.float64), r_par[win])
+    e0, eta = line_fit(steps[win], r_par[win])
     level = _nan_free_mean(level_t[win])
     if not np.isfinite(eta) or np.isnan(level):  # no fit, or no threshold level (one class: C1)
         return e0, eta, float("nan")

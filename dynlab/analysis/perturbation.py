@@ -34,6 +34,7 @@ import xarray as xr
 from torch import nn
 
 from dynlab.analysis.centroids import class_centroids, pair_distances, separation
+from dynlab.analysis.fit import line_fit
 from dynlab.analysis.geometry import symbolic_basis
 from dynlab.analysis.jacobian import device_dtype, analysis_copy
 from dynlab.results.vocabulary import annotate
@@ -60,9 +61,9 @@ def _rms(x: np.ndarray) -> float:
 
 def _slope(t: np.ndarray, y: np.ndarray) -> float:
     ok = np.isfinite(y) & (y > _FLOOR * y[0])
-    if ok.sum() < 2:
-        return float("nan")
-    return float(np.polyfit(t[ok].astype(np.float64), np.log(y[ok]), 1)[0])
+    log_y = np.full(y.shape, np.nan)
+    log_y[ok] = np.log(y[ok])
+    return line_fit(t, log_y)[1]
 
 
 def _reference_at_t0(z0: np.ndarray, y0: np.ndarray, g: int, rank_tol: float, t0: int) -> tuple[np.ndarray, float]:

@@ -92,6 +92,7 @@ from pydantic import Field
 from dynlab.analysis.fixed_points import generator_power_words, tracker_fixed_points, word_map
 from dynlab.analysis.fp_drift import corollary1_crossing, mean_drift
 from dynlab.analysis.centroids import class_centroids, class_stats, pair_distances
+from dynlab.analysis.fit import line_fit
 from dynlab.analysis.geometry import crossing_time, failure_mode, geometry_over_time, symbolic_basis
 from dynlab.analysis.horizon import horizon_forecast, margin_statistics
 from dynlab.analysis.jacobian import analysis_copy, lyapunov_exponents, return_map_on_U
@@ -242,7 +243,7 @@ def _forecast(ratio: np.ndarray, t: np.ndarray, tau: float, t_ref: int, t_cross:
     win = (t >= lo) & (t <= t_ref) & np.isfinite(ratio)
     if win.sum() < 2:
         return float("nan")
-    slope, icpt = np.polyfit(t[win].astype(np.float64), ratio[win], 1)
+    icpt, slope = line_fit(t[win], ratio[win])
     if not slope > 0:
         return float("nan")
     pred = max(float((tau - icpt) / slope), float(t_ref))
