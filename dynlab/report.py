@@ -41,7 +41,7 @@ from dynlab.errors import DynlabInputError
 from dynlab.results.provenance import read_provenance
 from dynlab.results.schema import open_dataset
 
-__all__ = ["THEORY", "bench_machine_line", "bench_tables", "far_in_ratio", "lm_tables", "machine_line",
+__all__ = ["THEORY", "bench_machine_line", "bench_markdown", "bench_tables", "far_in_ratio", "lm_tables", "machine_line",
            "report", "reproduction_tables", "task_tables", "theory_learns", "tracking_tables"]
 
 TASK_STUDIES = ("copying", "passkey", "babilong")
@@ -522,6 +522,8 @@ def _floor_text(res: dict) -> str:
 
 
 def _train_bench_tables(data: dict) -> list[str]:
+    """The Markdown of ``dynlab bench train`` results (``data["results"]``): per setting its
+    floor, a table of the methods, then the summary facts."""
     out: list[str] = []
     for res in data["results"]:
         out += [f"**{res['setting']}** (floor {_floor_text(res)}, at {res.get('threads')} threads)", "",
@@ -588,11 +590,16 @@ def bench_tables(path: str | Path) -> str:
                                "`dynlab bench train --json` or benchmarks/bench_run_phases.py") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise DynlabInputError(f"{str(p)!r} is not a readable benchmark JSON file ({type(exc).__name__})") from None
-    if isinstance(data, dict) and isinstance(data.get("results"), list):
-        body = _train_bench_tables(data)
-    elif isinstance(data, dict) and {"preset", "rows"} <= data.keys():
-        body = _phases_tables(data)
-    else:
+    if not isinstance(data, dict) or not (isinstance(data.get("results"), list) or {"preset", "rows"} <= data.keys()):
         raise DynlabInputError(f"{str(p)!r} is not a benchmark result dynlab knows; allowed: a file written by "
                                "`dynlab bench train --json` or benchmarks/bench_run_phases.py --json")
+    return bench_markdown(data)
+
+
+def bench_markdown(data: dict) -> str:
+    """The Markdown of one benchmark result (module docstring): the machine line
+    (:func:`bench_machine_line`), then the tables of ``dynlab bench train`` results
+    (``data["results"]``, :func:`dynlab.bench.train_payload`; the command prints this) or of a
+    run-phases file (``preset`` and ``rows``)."""
+    body = _train_bench_tables(data) if isinstance(data.get("results"), list) else _phases_tables(data)
     return "\n".join([bench_machine_line(data), "", *body]).rstrip("\n") + "\n"
