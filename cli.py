@@ -239,13 +239,14 @@ def bench_train_cmd(
     names, sizes, steps, repeats, json_path = opt.bench_options(models, hidden, batch, length, ensembles, steps, repeats,
                                                                 quick, device, json_out)
     opt.say_notes(typer.echo)
-    from dynlab.bench import bench_train, format_table, write_json
+    from dynlab.bench import bench_train, train_payload, write_json
+    from dynlab.report import bench_markdown
 
     with opt.in_option_words({"hidden": "--hidden", "batch_size": "--batch", "min_length": "--length",
                               "max_length": "--length", "steps": "--steps"}):
         results = [bench_train(m, hidden, batch, length, sizes, steps=steps, device=device, compile=compile,
                                repeats=repeats) for m in names]
-    typer.echo(format_table(results))
+    typer.echo(bench_markdown(train_payload(results)), nl=False)  # the tables of `dynlab report FILE.json`
     if json_path is not None:
         typer.echo(f"json: {write_json(results, json_path)}")
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate the tables of docs/performance.md from the benchmark results in
-# benchmarks/results/*.json (dynlab report FILE.json; see dynlab/report.py, bench_tables).
+# benchmarks/results/*.json (dynlab report FILE.json; see dynlab/report/bench.py, bench_tables).
 #
 # Everything above the marker line in docs/performance.md is hand-written and kept; everything
 # below it is replaced.  tests/test_report_bench.py checks that the tables still match the JSON.

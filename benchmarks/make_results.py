@@ -24,8 +24,9 @@ import numpy as np
 import xarray as xr
 
 from dynlab.results.provenance import read_provenance
+from dynlab.results.schema import open_dataset
 from dynlab.report import headline, headline_contrasts, learned_mp, arm_in_range, far_in_ratio, first_rise, \
-    last_rise, open_report_dataset, report, reproduction_tables
+    last_rise, report, reproduction_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "results" / "datasets"
@@ -135,7 +136,7 @@ def document() -> str:
             continue
         parts.append(f"## {heading}\n\n`{command}` — {note}.\n\n{report(path)}")
         if label == REPRODUCTION[0] and (DATA / f"{REPRODUCTION[1]}.nc").is_file():
-            a, b = (open_report_dataset(DATA / f"{x}.nc") for x in REPRODUCTION[:2])
+            a, b = (open_dataset(DATA / f"{x}.nc") for x in REPRODUCTION[:2])
             parts.append(f"### What reproduces: C loops against torch loops\n\n{REPRODUCTION_NOTE}\n\n"
                          f"{reproduction_tables(a, b, *REPRODUCTION[2:])}")
         if label == CROSS_CPU[0] and (DATA / f"{CROSS_CPU[1]}.nc").is_file():
@@ -165,7 +166,7 @@ def _prose(text: str) -> str:
 
 
 def _dataset(label: str) -> xr.Dataset:
-    return open_report_dataset(DATA / f"{label}.nc")
+    return open_dataset(DATA / f"{label}.nc")
 
 
 def _first_spec(ds: xr.Dataset) -> dict:
@@ -894,7 +895,7 @@ def slim(study_dataset: Path, label: str) -> Path:
     from dynlab.analysis.correlation import CROSSING_VARIANTS, FORECAST_VARIANTS
     from dynlab.results.schema import write_dataset
 
-    ds = open_report_dataset(study_dataset)
+    ds = open_dataset(study_dataset)
     crossings = {var for var, _ in (*CROSSING_VARIANTS.values(), *FORECAST_VARIANTS.values())}
     fixed_points = ("fp_residual", "fp_count", "fp_dim", "fp_rho_perp", "fp_rho_par", "fp_stable", "recovery_rate",
                     "failure_mode_dec", "fp_drift", "T_cross_fp")  # the fixed-point section's variables, where the study has them

@@ -37,6 +37,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "dynlab.evaluate": ("dynlab.tracking.evaluate",),
     "dynlab.tracking_runs": ("dynlab.tracking.run",),
     "dynlab.tracking_dataset": ("dynlab.tracking.dataset",),
+    "dynlab.analysis.tracking": ("dynlab.tracking.analysis",),  # the shared analysis imports no paper's package
     # kernels/ by op
     **{f"dynlab.kernels.{old}": (f"dynlab.kernels.{new}",) for old, new in (
         ("triton_scan", "scan.triton"), ("triton_ssd", "ssd.triton"), ("triton_gla", "gla.triton"),

@@ -95,11 +95,11 @@ __all__ = [
     "check_json_path",
     "bytes_per_token",
     "floor_kind",
-    "format_table",
     "gemm_rate",
     "memory_bandwidth",
     "strict_json",
     "write_bench_json",
+    "train_payload",
     "write_json",
 ]
 
@@ -521,51 +521,23 @@ def _ensemble_vs_solo(rows: list[BenchRow]) -> float | None:
     return max(ens) / solo if ens else None
 
 
-def format_table(results: list[dict[str, Any]]) -> str:
-    """Plain-text table of :func:`bench_train` results."""
-    lines = [
-        f"{'setting':32s} {'method':40s} {'models':>6s} {'model-tok/s':>12s} {'s/step':>8s} {'thr':>3s} {'of floor':>9s}"
-    ]
-    for res in results:
-        for r in res["rows"]:
-            sec = r["seconds_per_step"]
-            sps = "" if sec is None or not math.isfinite(sec) else f"{sec:.3f}"
-            frac = r.get("fraction_of_floor")
-            fof = "" if frac is None else f"{frac:.2f} {r.get('floor_kind', '')}"
-            lines.append(
-                f"{r['setting']:32s} {r['method']:40s} {r['models']:6d} {r['tokens_per_s']:12.0f} {sps:>8s} "
-                f"{r['threads']:3d} {fof:>9s}"
-            )
-        lines.append(
-            f"{'':32s} speedup_vs_baseline {res['speedup_vs_baseline']:.1f}×  fraction_of_floor "
-            f"{res['fraction_of_floor']:.2f}  (threads {res['threads']}, GEMM "
-            + ", ".join(f"{t}t {v / 1e9:.0f}" for t, v in res["gemm_rate_flops"].items())
-            + " GFLOP/s"
-            + "".join(
-                f"; bandwidth {t}t {v / 1e9:.1f} GB/s"
-                for t, v in (res.get("memory_bandwidth_bytes") or {}).items()
-            )
-            + ")"
-        )
-        pair = res.get("ensemble_large_vs_small")
-        if pair:
-            lines.append(
-                f"{'':32s} ensemble-{pair['large']} vs ensemble-{pair['small']}, per model, paired by round: "
-                f"{pair['median']:.2f} (min {pair['min']:.2f}, max {pair['max']:.2f}, {pair['rounds']} rounds)"
-            )
-        for sk in res.get("skipped", []):
-            lines.append(f"{'':32s} skipped {sk['method']}: {sk['reason']}")
-    return "\n".join(lines)
+def train_payload(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`bench_train` results as one benchmark file holds them: ``{"results": [...]}``
+    plus the first setting's summary at the top level, and this machine under ``machine``
+    (:func:`dynlab.results.provenance.machine_record`).  ``dynlab bench train`` prints it with
+    :func:`dynlab.report.bench_markdown` (the tables ``dynlab report FILE.json`` prints)."""
+    from dynlab.results.provenance import machine_record
 
-
-def write_json(results: list[dict[str, Any]], path: str | Path) -> Path:
-    """Write :func:`bench_train` results (``{"results": [...]}`` plus the first setting's
-    summary at the top level) with :func:`write_bench_json`."""
-    payload: dict[str, Any] = {"results": results}
+    payload: dict[str, Any] = {"machine": machine_record(), "results": results}
     if results:
         payload["speedup_vs_baseline"] = results[0]["speedup_vs_baseline"]
         payload["fraction_of_floor"] = results[0]["fraction_of_floor"]
-    return write_bench_json(payload, path)
+    return payload
+
+
+def write_json(results: list[dict[str, Any]], path: str | Path) -> Path:
+    """Write :func:`bench_train` results (:func:`train_payload`) with :func:`write_bench_json`."""
+    return write_bench_json(train_payload(results), path)
 
 
 def write_bench_json(payload: dict[str, Any], path: str | Path) -> Path:

@@ -21,7 +21,8 @@ import xarray as xr
 from dynlab.spec import Spec, check_analysable, load_spec
 from dynlab.errors import DynlabInputError
 from dynlab.executors import Executor, InProcessExecutor
-from dynlab.results.schema import annotate, open_dataset, provenance_attrs, write_dataset
+from dynlab.results.schema import DATASET, annotate, provenance_attrs, write_dataset
+from dynlab.results.schema import open_dataset as open_study  # the public name: dynlab.open_study
 from dynlab.results.files import make_dir, write_text_atomic
 from dynlab.results.provenance import provenance, recording
 from dynlab.results.store import RunStore
@@ -30,7 +31,6 @@ from dynlab.runtime import NullProgress, make_progress, resolve_device, train_th
 
 __all__ = ["analyze_study", "check_analyses_fit", "open_study", "run_study", "study_dir"]
 
-DATASET = "dataset.nc"
 MANIFEST = "manifest.json"
 ANALYSIS = "analysis.nc"
 
@@ -467,19 +467,6 @@ def analyze_study(
         counts = _run_specs(study, specs, store, device, prog, analyze=True, force_analysis=True, extra=extra)
     timing = {"started": started, "trained": counts["trained"], "workers": 1, "invocation": "analyze"}
     return _finish(study, specs, store, options, extra, timing)
-
-
-def open_study(path: str | Path) -> xr.Dataset:
-    """Open a study's dataset: ``path`` is the study folder or the ``.nc`` file itself."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / DATASET
-    if not p.is_file():
-        raise DynlabInputError(f"no study dataset at {p}; run `dynlab study NAME --out DIR` first")
-    try:
-        return open_dataset(p)
-    except (OSError, ValueError) as exc:
-        raise DynlabInputError(f"unreadable study dataset {p} ({type(exc).__name__}: {exc})".splitlines()[0]) from None
 
 
 def draw_study_figures(study_dir: str | Path, out_dir: Path, studies: Mapping[str, Study]) -> Any:

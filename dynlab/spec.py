@@ -93,7 +93,7 @@ def max_local_workers() -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return min(MAX_WORKERS, max(4, cores))
 #: Largest group (order) whose runs get the per-run error-control analyses
-#: (:func:`dynlab.analysis.tracking.analyze_tracker`): its per-step work grows as
+#: (:func:`dynlab.tracking.analysis.analyze_tracker`): its per-step work grows as
 #: samples × order² and its chunks as samples × steps × order (order 256: about 8 GiB at
 #: the paper preset); larger groups train, but are refused the analyses before anything runs.
 MAX_ANALYSIS_ORDER = 256

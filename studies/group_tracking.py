@@ -42,7 +42,7 @@ import torch
 import xarray as xr
 from pydantic import AfterValidator, model_validator
 
-from dynlab.analysis.tracking import AnalysisSpec
+from dynlab.tracking.analysis import AnalysisSpec
 from dynlab.tracking.spec import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 from dynlab.errors import DynlabInputError
 from dynlab.tracking.groups import get_group
@@ -128,7 +128,7 @@ PRESETS: dict[str, dict] = {
 }
 
 
-#: Settings of the per-run analyses (:func:`dynlab.analysis.tracking.analyze_tracker`) by
+#: Settings of the per-run analyses (:func:`dynlab.tracking.analysis.analyze_tracker`) by
 #: analysis preset; a study preset names its analysis preset (``PRESETS[p]["analysis"]``)
 #: and ``extra={"analysis": ...}`` picks another.
 ANALYSIS_PRESETS: dict[str, AnalysisSpec] = {

@@ -94,7 +94,8 @@ def test_broken_study_folders_and_paths_give_one_line(tmp_path, capsys):
     junk.write_bytes(b"not netcdf")
     assert main(["figures", str(junk), "--out", str(tmp_path / "figs")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: unreadable study dataset") and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"error: unreadable dataset {junk} (") and len(err.strip().splitlines()) == 1
+    assert "allowed: a study folder holding dataset.nc, or a netCDF .nc file" in err
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     assert main(["study", "group-tracking", "--models", "tanh-rnn", "--groups", "C2", "--preset", "smoke", "--out", str(a_file), "-q"]) == 2

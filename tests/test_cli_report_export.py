@@ -30,7 +30,7 @@ def test_report_prints_the_tables_of_a_dataset(tmp_path, capsys):
 def test_report_refuses_a_folder_without_a_dataset(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: no study dataset") and len(err.splitlines()) == 1
+    assert err.startswith(f"error: no dataset at {tmp_path / 'dataset.nc'}; allowed: a study folder") and len(err.splitlines()) == 1
 
 
 @pytest.mark.slow

@@ -30,13 +30,33 @@ def _files(*parts: str) -> list[Path]:
     return out
 
 
-@pytest.mark.parametrize("path", _files("dynlab/analysis", "dynlab/tracking/evaluate.py", "dynlab/tracking/models",
+@pytest.mark.parametrize("path", _files("dynlab/analysis", "dynlab/tracking/analysis.py", "dynlab/tracking/evaluate.py",
+                                        "dynlab/tracking/models",
                                         "dynlab/runtime.py",
                                         "dynlab/results", "dynlab/figures"),
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_analysis_evaluation_models_and_runtime_import_nothing_from_training(path):
     bad = sorted(m for m in _imports(path) if m == "dynlab.tracking.train" or m.startswith("dynlab.tracking.train."))
     assert not bad, f"{path.relative_to(ROOT)} imports the training engine: {bad}"
+
+
+def _paper_imports(path: Path) -> list[str]:
+    """The imports of ``path`` from either paper's package (``dynlab.tracking``, ``dynlab.lm``)."""
+    return sorted(m for m in _imports(path) if m in ("dynlab.tracking", "dynlab.lm")
+                  or m.startswith(("dynlab.tracking.", "dynlab.lm.")))
+
+
+@pytest.mark.parametrize("path", _files("dynlab/analysis"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_shared_analysis_imports_neither_paper(path):
+    bad = _paper_imports(path)
+    assert not bad, f"{path.relative_to(ROOT)} imports a paper's package: {bad} (paper A's analysis: dynlab/tracking/analysis.py)"
+
+
+def test_the_paper_import_check_can_fail(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import dynlab.lm\nfrom dynlab.tracking.models.streams import tracker_states\n"
+                     "from dynlab.analysis.geometry import crossing_time\n")
+    assert _paper_imports(probe) == ["dynlab.lm", "dynlab.tracking.models.streams"]
 
 
 def test_the_runtime_module_sits_below_everything():
@@ -252,6 +272,11 @@ def test_the_old_paths_of_paper_a_still_import_with_a_warning():
     with pytest.warns(DeprecationWarning):
         from dynlab.train.engine import TrainResult
     assert TrainResult is dynlab.training.TrainResult
+    import dynlab.tracking.analysis
+
+    with pytest.warns(DeprecationWarning, match="dynlab.analysis.tracking moved to dynlab.tracking.analysis"):
+        from dynlab.analysis.tracking import analyze_tracker
+    assert analyze_tracker is dynlab.tracking.analysis.analyze_tracker
 
 
 def test_import_dynlab_dynlab_fails():

@@ -322,9 +322,9 @@ def test_babi_panel_draws_each_kinds_chance_level():
 
     from dynlab.figures.tasks import babi_panel
     from dynlab.lm.tasks import babi_chance
-    from dynlab.report import open_report_dataset
+    from dynlab.results.schema import open_dataset
 
-    ds = open_report_dataset(Path(__file__).parents[1] / "benchmarks/results/datasets/babilong-kinds.nc")
+    ds = open_dataset(Path(__file__).parents[1] / "benchmarks/results/datasets/babilong-kinds.nc")
     fig, ax = plt.subplots()
     babi_panel(ds, ax, intervention="zero")
     dotted = [line for line in ax.lines if line.get_linestyle() == ":" and len(line.get_ydata()) == 2]

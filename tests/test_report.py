@@ -49,11 +49,12 @@ def test_far_in_ratio_and_the_lm_table():
 
 
 def test_report_refuses_what_it_cannot_read(tmp_path):
-    with pytest.raises(DynlabInputError, match="no study dataset"):
+    with pytest.raises(DynlabInputError, match=f"^no dataset at {tmp_path / 'dataset.nc'}; allowed: a study folder"):
         report(tmp_path)
     (tmp_path / "dataset.nc").write_text("not netcdf")
-    with pytest.raises(DynlabInputError, match="not a readable study dataset"):
+    with pytest.raises(DynlabInputError, match=f"^unreadable dataset {tmp_path / 'dataset.nc'} \\(.*\\); allowed: a study folder") as exc:
         report(tmp_path)
+    assert len(str(exc.value).splitlines()) == 1
 
 
 def _sweep(mp: list[float], status: list[str]) -> xr.Dataset:

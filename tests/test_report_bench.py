@@ -80,3 +80,20 @@ def test_a_file_that_is_no_benchmark_result_is_a_one_line_input_error(tmp_path):
         with pytest.raises(DynlabInputError) as err:
             report(path)
         assert "\n" not in str(err.value)
+
+
+def test_bench_train_prints_the_report_tables_of_its_results(monkeypatch, capsys):
+    """``dynlab bench train`` prints the Markdown tables ``dynlab report FILE.json`` prints
+    (dynlab.report.bench_markdown), here of the committed results, with this machine's line."""
+    import dynlab.bench
+    from dynlab.cli import main
+
+    data = json.loads((RESULTS / "bench_train_cpu.json").read_text())
+    by_arch = {res["arch"]: res for res in data["results"]}
+    monkeypatch.setattr(dynlab.bench, "bench_train", lambda arch, *args, **kwargs: by_arch[arch])
+    assert main(["bench", "train", "--models", "tanh-rnn,mamba", "--quick", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    expected = bench_tables(RESULTS / "bench_train_cpu.json").splitlines()
+    assert out.splitlines()[0].startswith("Machine: ") and "not recorded" not in out.splitlines()[0]
+    assert out.splitlines()[1:] == expected[1:]  # every table line and fact, in order
+    assert "| dynlab ensemble-16 |" in out and "**tanh-rnn H=128 B=256 T=60** (floor `gemm`" in out

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 
 import numpy as np
 import pytest
 import torch
 
+from dynlab.errors import DynlabInputError
 from dynlab.results.store import CHECKSUMS, QUARANTINE, RunStore, file_digest
 from dynlab.runner import analyze_study, open_study, run_study
 from dynlab.study import StudyOptions
@@ -280,5 +282,9 @@ def test_unreadable_analysis_names_its_file(tmp_path):
     store.save(spec, {"status": "ok"}, {"w": torch.zeros(2)})
     store.write_dataset(spec, "analysis.nc", xr.Dataset({"q": ("t", np.arange(3.0))}))
     _truncate(store.path(spec) / "analysis.nc")
-    with pytest.raises(ValueError, match=f"unreadable {store.path(spec) / 'analysis.nc'}"):
+    path = re.escape(str(store.path(spec) / "analysis.nc"))
+    with pytest.raises(DynlabInputError, match=f"^run {spec.spec_hash()}: unreadable dataset {path} \\(.*; rerun the study to redo it$"):
+        store.read_dataset(spec, "analysis.nc")
+    (store.path(spec) / "analysis.nc").unlink()
+    with pytest.raises(DynlabInputError, match=f"^run {spec.spec_hash()}: no dataset at {path}; allowed: .*; rerun the study"):
         store.read_dataset(spec, "analysis.nc")

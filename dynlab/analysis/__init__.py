@@ -1,6 +1,8 @@
 """Error-control analysis: pure functions from hidden states (or protocol models) to xarray.
 
 ``lm_metrics`` (PPL(t), EffRem, state statistics) is a sibling module imported directly.
+Shared by both papers, this package imports neither (``dynlab.tracking``, ``dynlab.lm``):
+paper A's per-run tracker analysis, which runs the trackers, is :mod:`dynlab.tracking.analysis`.
 """
 
 from dynlab.analysis.correlation import CorrelationResult, tcross_mp_correlation
@@ -11,8 +13,8 @@ from dynlab.analysis.fixed_points import (
     find_slow_points,
     tracker_fixed_points,
 )
+from dynlab.analysis.centroids import class_centroids
 from dynlab.analysis.geometry import (
-    class_centroids,
     crossing_time,
     geometry_over_time,
     readout_tau,
@@ -28,15 +30,11 @@ from dynlab.analysis.jacobian import (
 )
 from dynlab.analysis.margin import binary_signed_error, decision_margin, margin_vs_group_order
 from dynlab.analysis.perturbation import perturbation_response
-from dynlab.analysis.tracking import AnalysisSpec, analyze_tracker, stream_states
 
 __all__ = [
-    "AnalysisSpec",
     "CorrelationResult",
     "FixedPoints",
     "SlowPoints",
-    "analyze_tracker",
-    "stream_states",
     "analysis_copy",
     "binary_signed_error",
     "class_centroids",

@@ -52,7 +52,7 @@ t = 1 up to T_cross when crossed, else the whole horizon).  The predicted crossi
 which the fit reaches the mean threshold level over the window, mean(tau(t)·M(t)):
 T_cross_par_pred = (mean(tau·M) - e_U(0)) / eta; +inf when eta <= 0, NaN when fewer than two
 steps lie in the window.  Because it fits R_par against tau·M, it predicts the crossing of
-q_par = R_par/M (``T_cross_par`` in :func:`dynlab.analysis.tracking.analyze_tracker`), not that
+q_par = R_par/M (``T_cross_par`` in :func:`dynlab.tracking.analysis.analyze_tracker`), not that
 of q; hence its name.
 """
 
@@ -64,10 +64,12 @@ from typing import Any, Literal
 import numpy as np
 import xarray as xr
 
+from dynlab.analysis.centroids import as_numpy, centre, check_labels, class_centroids, class_stats, pair_distances, separation
+from dynlab.analysis.fit import line_fit
 from dynlab.results.vocabulary import annotate
 
 __all__ = [
-    "class_centroids",
+    "class_centroids",  # from dynlab.analysis.centroids
     "symbolic_basis",
     "geometry_over_time",
     "readout_tau",
@@ -76,40 +78,6 @@ __all__ = [
 ]
 
 DEFAULT_ELEMENTS_PER_CHUNK = 4_000_000
-
-
-def _to_numpy(x: Any, dtype: Any = np.float64) -> np.ndarray:
-    """Array-like (numpy, torch, list) -> numpy array of ``dtype`` (no torch import needed)."""
-    if hasattr(x, "detach"):
-        x = x.detach().cpu().numpy()
-    return np.asarray(x, dtype=dtype)
-
-
-def class_centroids(
-    states: Any, labels: Any, n_classes: int | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Class means of states.
-
-    Args:
-        states: ``[N, S]`` states at one step.
-        labels: ``[N]`` integer class of each state, in ``0..n_classes-1``.
-        n_classes: number of classes G (default ``labels.max() + 1``).
-
-    Returns:
-        centroids ``[G, S]`` (float64; rows of absent classes are NaN) and counts ``[G]``.
-    """
-    h = _to_numpy(states)
-    y = _to_numpy(labels, np.int64)
-    if h.ndim != 2 or y.shape != h.shape[:1]:
-        raise ValueError(f"states must be [N, S] and labels [N]; got {h.shape} and {y.shape}")
-    g = int(y.max()) + 1 if n_classes is None else int(n_classes)
-    check_labels(y, g)
-    counts = np.bincount(y, minlength=g).astype(np.int64)  # [G]
-    sums = np.zeros((g, h.shape[1]))
-    np.add.at(sums, y, h)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        centroids = sums / counts[:, None]  # [G, S]; NaN rows for absent classes
-    return centroids, counts
 
 
 def symbolic_basis(centroids: Any, rank_tol: float = 1e-6) -> np.ndarray:
@@ -124,7 +92,7 @@ def symbolic_basis(centroids: Any, rank_tol: float = 1e-6) -> np.ndarray:
         basis ``[S, k]`` with orthonormal columns, k <= min(G - 1, S) (k = 0 when all centroids
         coincide or fewer than two are given).
     """
-    c = _to_numpy(centroids)
+    c = as_numpy(centroids)
     if c.ndim != 2:
         raise ValueError(f"centroids must be [G, S]; got shape {c.shape}")
     if not rank_tol > 0:
@@ -146,21 +114,14 @@ def readout_tau(centroids: Any, weight: Any, bias: Any | None = None) -> float:
         weight: ``[C, S]`` readout weight (C >= G; row g scores class g).
         bias: ``[C]`` readout bias (default zeros).
     """
-    c = _to_numpy(centroids)
-    w = _to_numpy(weight)
-    b = np.zeros(w.shape[0]) if bias is None else _to_numpy(bias)
+    c = as_numpy(centroids)
+    w = as_numpy(weight)
+    b = np.zeros(w.shape[0]) if bias is None else as_numpy(bias)
     if w.ndim != 2 or w.shape[1] != c.shape[1] or w.shape[0] < c.shape[0]:
         raise ValueError(f"weight must be [C>=G, S]={c.shape}; got {w.shape}")
     present = ~np.isnan(c).any(axis=1)
     m, big_m = _readout_margin(c[None], present[None], w, b)
     return float(m[0] / big_m[0])
-
-
-def check_labels(y: np.ndarray, n_classes: int) -> None:
-    if y.size and (y.min() < 0 or y.max() >= n_classes):
-        raise ValueError(
-            f"labels range [{y.min()}, {y.max()}]; allowed: integers in [0, {n_classes - 1}]"
-        )
 
 
 def _readout_margin(
@@ -178,22 +139,7 @@ def _readout_margin(
         dist = np.where(pair, score / np.where(wn > 0, wn, 1.0), np.inf)  # [T, G, G']
     m = dist.min(axis=(1, 2))
     m = np.where(np.isfinite(m), m, np.nan)
-    return m, _separation(c0, present)
-
-
-def _separation(c0: np.ndarray, present: np.ndarray) -> np.ndarray:
-    """M(t) = min pairwise distance of present centroids, ``c0 [T, G, S]`` -> ``[T]``."""
-    g = c0.shape[1]
-    n_present = np.maximum(present.sum(1), 1)  # [T]
-    cbar = np.where(present[..., None], c0, 0.0).sum(1) / n_present[:, None]  # [T, S]
-    d = np.where(present[..., None], c0 - cbar[:, None, :], 0.0)  # [T, G, S] centred
-    sq = (d**2).sum(-1)  # [T, G]
-    gram = np.einsum("tgs,ths->tgh", d, d)  # [T, G, G]
-    dist = np.sqrt(np.maximum(sq[:, :, None] + sq[:, None, :] - 2.0 * gram, 0.0))  # [T, G, G]
-    pair = present[:, :, None] & present[:, None, :] & ~np.eye(g, dtype=bool)
-    dist = np.where(pair, dist, np.inf)
-    big_m = dist.min(axis=(1, 2))
-    return np.where(np.isfinite(big_m), big_m, np.nan)
+    return m, separation(pair_distances(c0, present), present)
 
 
 def _chunk_geometry(
@@ -204,19 +150,14 @@ def _chunk_geometry(
     readout: tuple[np.ndarray, np.ndarray] | None,
 ) -> dict[str, np.ndarray]:
     """Per-step geometry for one time chunk ``h [N, Tc, S]``, ``y [N, Tc]`` -> dict of ``[Tc]``."""
-    n, tc, s = h.shape
-    g = n_classes
-    onehot = (y[..., None] == np.arange(g)).astype(np.float64)  # [N, Tc, G]
-    counts = onehot.sum(0)  # [Tc, G]
+    n, tc, _ = h.shape
+    counts, c0, _ = class_stats(h, y, n_classes)  # [Tc, G], [Tc, G, S] zero rows for absent classes
     present = counts > 0  # [Tc, G]
-    sums = np.einsum("ntg,nts->tgs", onehot, h)  # [Tc, G, S]
-    c0 = sums / np.maximum(counts, 1.0)[..., None]  # [Tc, G, S], zero rows for absent classes
     resid = h - c0[np.arange(tc)[None, :], y]  # [N, Tc, S]
     n_present = present.sum(1)  # [Tc]
     dof = np.maximum(n - n_present, 1).astype(np.float64)  # [Tc] pooled unbiased denominator
     r2 = (resid**2).sum(-1).sum(0) / dof  # [Tc]
-    cbar = c0.sum(1) / np.maximum(n_present, 1)[:, None]  # [Tc, S]
-    d = np.where(present[..., None], c0 - cbar[:, None, :], 0.0)  # [Tc, G, S]
+    d, _ = centre(c0, present)  # [Tc, G, S]
     # Steps whose states overflowed (an exploding tracker) get R = inf below; the SVD
     # sees zeros there instead of inf/NaN, which LAPACK cannot take.
     ok_t = np.isfinite(d).all((1, 2)) & (np.abs(d).max((1, 2), initial=0.0) < 1e150)  # [Tc]
@@ -226,7 +167,7 @@ def _chunk_geometry(
     resid_par = np.einsum("ntk,tks->nts", coef, vh)  # [N, Tc, S]
     r_par2 = (resid_par**2).sum(-1).sum(0) / dof  # [Tc]
     r_perp2 = ((resid - resid_par) ** 2).sum(-1).sum(0) / dof  # [Tc]
-    big_m = _separation(c0, present)  # [Tc]
+    big_m = separation(pair_distances(c0, present), present)  # [Tc]
     radius = np.sqrt((d**2).sum(-1).sum(-1) / np.maximum(n_present, 1))  # [Tc]
     out = {
         "R": np.where(ok_t, np.sqrt(r2), np.inf),
@@ -253,11 +194,11 @@ def iter_chunks(
         n, t, s = h_all.shape
         tc = max(1, elements_per_chunk // max(1, n * s))
         for t0 in range(0, t, tc):
-            yield _to_numpy(h_all[:, t0 : t0 + tc]), _to_numpy(labels[:, t0 : t0 + tc], np.int64)
+            yield as_numpy(h_all[:, t0 : t0 + tc]), as_numpy(labels[:, t0 : t0 + tc], np.int64)
         return
     for chunk in states:
         h, y = chunk
-        yield _to_numpy(h), _to_numpy(y, np.int64)
+        yield as_numpy(h), as_numpy(y, np.int64)
 
 
 def crossing_time(
@@ -288,17 +229,6 @@ def failure_mode(t_cross: float, crossed: bool, saturation_t: int) -> str:
     if not crossed:
         return "robust"
     return "saturation" if t_cross <= saturation_t else "climb"
-
-
-def _fit_line(t: np.ndarray, e: np.ndarray) -> tuple[float, float]:
-    """Least-squares ``e ≈ e0 + eta·t``; returns (e0, eta) or NaNs with fewer than 2 points."""
-    ok = np.isfinite(e)
-    t, e = t[ok], e[ok]
-    if t.size < 2 or np.ptp(t) == 0:
-        return float("nan"), float("nan")
-    design = np.stack([np.ones_like(t), t], axis=1)  # [n, 2]
-    (e0, eta), *_ = np.linalg.lstsq(design, e, rcond=None)
-    return float(e0), float(eta)
 
 
 def _nan_free_mean(values: np.ndarray) -> float:
@@ -338,8 +268,8 @@ def _readout_arrays(readout_weight: Any, readout_bias: Any, n_classes: int) -> t
     """``(W [C, S], b [C])`` float64 of a given readout (b = 0 when absent), None without one."""
     if readout_weight is None:
         return None
-    w = _to_numpy(readout_weight)
-    b = np.zeros(w.shape[0]) if readout_bias is None else _to_numpy(readout_bias)
+    w = as_numpy(readout_weight)
+    b = np.zeros(w.shape[0]) if readout_bias is None else as_numpy(readout_bias)
     if w.ndim != 2 or w.shape[0] < n_classes or b.shape != (w.shape[0],):
         raise ValueError(
             f"readout_weight {w.shape} / bias {b.shape}; allowed: [C >= {n_classes}, S] / [C]"
@@ -386,7 +316,7 @@ def _corollary1_fit(
     """``(e_U0, eta, T_cross_par_pred)``: R_par ≈ e_U0 + eta·t on [lo, hi], crossing the
     mean of ``level_t`` = τ·M over the window (module docstring)."""
     win = (steps >= lo) & (steps <= hi)
-    e0, eta = _fit_line(steps[win].astype(np.float64), r_par[win])
+    e0, eta = line_fit(steps[win], r_par[win])
     level = _nan_free_mean(level_t[win])
     if not np.isfinite(eta) or np.isnan(level):  # no fit, or no threshold level (one class: C1)
         return e0, eta, float("nan")

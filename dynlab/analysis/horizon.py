@@ -43,7 +43,9 @@ import numpy as np
 from scipy.special import ndtr
 
 from dynlab.analysis.geometry import crossing_time
-from dynlab.analysis.readability import class_stats, class_sums, readout_margins
+from dynlab.analysis.centroids import class_stats, class_sums
+from dynlab.analysis.fit import line_fit
+from dynlab.analysis.readability import readout_margins
 
 __all__ = ["MarginStats", "margin_statistics", "predicted_accuracy", "horizon_forecast"]
 
@@ -88,24 +90,6 @@ def margin_statistics(f: Any, y: Any, weight: Any, bias: Any) -> MarginStats:
     }
 
 
-def _line_fits(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Least-squares ``v ≈ a + b·t`` per column of ``v [T, K]`` over its finite entries;
-    ``(a [K], b [K])``, NaN where a column has fewer than two distinct steps."""
-    ok = np.isfinite(v)  # [T, K]
-    n = ok.sum(0)
-    tt = np.where(ok, t[:, None], 0.0)
-    vv = np.where(ok, v, 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        t_mean = tt.sum(0) / n
-        v_mean = vv.sum(0) / n
-        dt = np.where(ok, t[:, None] - t_mean, 0.0)
-        sxx = (dt**2).sum(0)
-        slope = (dt * np.where(ok, v - v_mean, 0.0)).sum(0) / sxx
-    bad = (n < 2) | ~(sxx > 0)
-    slope = np.where(bad, np.nan, slope)
-    return np.where(bad, np.nan, v_mean - slope * t_mean), slope
-
-
 def predicted_accuracy(stats: MarginStats, t_ref: int, steps: Any, fit_from: int | None = None) -> np.ndarray:
     """Accuracy A(t) ``[len(steps)]`` of the Gaussian error model with the margins and
     spreads extrapolated linearly from the fit window [fit_from, t_ref] (module docstring;
@@ -125,8 +109,8 @@ def predicted_accuracy(stats: MarginStats, t_ref: int, steps: Any, fit_from: int
         s_n = (s[win] / scale[..., None]).reshape(t.size, g * g)
     m_ok = np.where(np.isfinite(m_n) & np.isfinite(s_n), m_n, np.nan)
     s_ok = np.where(np.isfinite(m_ok), s_n, np.nan)
-    am, bm = _line_fits(t, m_ok)
-    as_, bs = _line_fits(t, s_ok)
+    am, bm = line_fit(t, m_ok)
+    as_, bs = line_fit(t, s_ok)
     fitted = np.isfinite(am) & np.isfinite(as_)  # [G·G]
     if not fitted.any():
         return np.full(np.size(steps), np.nan)

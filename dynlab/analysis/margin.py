@@ -36,18 +36,11 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from dynlab.analysis.geometry import check_labels, iter_chunks, DEFAULT_ELEMENTS_PER_CHUNK
+from dynlab.analysis.centroids import centre, check_labels, class_stats, pair_distances, separation
+from dynlab.analysis.geometry import DEFAULT_ELEMENTS_PER_CHUNK, iter_chunks
 from dynlab.results.vocabulary import annotate
 
 __all__ = ["decision_margin", "binary_signed_error", "margin_vs_group_order"]
-
-
-def _centroids_chunk(h: np.ndarray, y: np.ndarray, g: int) -> tuple[np.ndarray, np.ndarray]:
-    """Centroids ``[Tc, G, S]`` (zero rows if absent) and presence ``[Tc, G]`` of a chunk."""
-    onehot = (y[..., None] == np.arange(g)).astype(np.float64)  # [N, Tc, G]
-    counts = onehot.sum(0)  # [Tc, G]
-    c = np.einsum("ntg,nts->tgs", onehot, h) / np.maximum(counts, 1.0)[..., None]  # [Tc, G, S]
-    return c, counts > 0
 
 
 def decision_margin(
@@ -76,15 +69,14 @@ def decision_margin(
             raise ValueError(f"states must be [N, Tc, S] and labels [N, Tc]; got {h.shape}, {y.shape}")
         check_labels(y, g)
         n, tc, _ = h.shape
-        c, present = _centroids_chunk(h, y, g)
-        cbar = (c * present[..., None]).sum(1) / np.maximum(present.sum(1), 1)[:, None]  # [Tc, S]
+        counts, c, _ = class_stats(h, y, g)  # [Tc, G], [Tc, G, S] zero rows if absent
+        present = counts > 0
+        cc, cbar = centre(c, present)  # [Tc, G, S], [Tc, S]
         hc = h - cbar[None]  # [N, Tc, S] centred
-        cc = np.where(present[..., None], c - cbar[:, None], 0.0)  # [Tc, G, S]
         csq = (cc**2).sum(-1)  # [Tc, G]
         d2 = (hc**2).sum(-1)[..., None] + csq[None] - 2.0 * np.einsum("nts,tgs->ntg", hc, cc)  # [N, Tc, G]
         d2 = np.maximum(d2, 0.0)
-        gram = np.einsum("tgs,ths->tgh", cc, cc)  # [Tc, G, G]
-        pdist = np.sqrt(np.maximum(csq[:, :, None] + csq[:, None, :] - 2.0 * gram, 0.0))  # [Tc, G, G]
+        pdist = pair_distances(c, present)  # [Tc, G, G], NaN for a pair with an absent class
         tidx = np.arange(tc)[None, :]
         own = np.take_along_axis(d2, y[..., None], axis=-1)  # [N, Tc, 1]
         sep = pdist[tidx, y]  # [N, Tc, G]  ||c_{g_i} - c_g'||
@@ -92,9 +84,7 @@ def decision_margin(
         with np.errstate(invalid="ignore", divide="ignore"):
             mu = np.where(valid, (d2 - own) / (2.0 * sep), np.inf).min(-1)  # [N, Tc]
         mu = np.where(np.isfinite(mu), mu, np.nan)
-        pair = present[:, :, None] & present[:, None, :] & ~np.eye(g, dtype=bool)
-        big_m = np.where(pair, pdist, np.inf).min(axis=(1, 2))  # [Tc]
-        big_m = np.where(np.isfinite(big_m), big_m, np.nan)
+        big_m = separation(pdist, present)  # [Tc]
         with np.errstate(invalid="ignore"):
             parts.setdefault("margin_min", []).append(mu.min(0))
             parts.setdefault("frac_correct", []).append((mu > 0).mean(0))
@@ -135,9 +125,10 @@ def binary_signed_error(
         if h.ndim != 3 or y.shape != h.shape[:2]:
             raise ValueError(f"states must be [N, Tc, S] and labels [N, Tc]; got {h.shape}, {y.shape}")
         check_labels(y, 2)
-        c, present = _centroids_chunk(h, y, 2)  # [Tc, 2, S]
+        counts, c, _ = class_stats(h, y, 2)  # [Tc, 2], [Tc, 2, S]
+        present = counts > 0
         diff = c[:, 1] - c[:, 0]  # [Tc, S]
-        sep = np.linalg.norm(diff, axis=-1)  # [Tc]
+        sep = pair_distances(c, present)[:, 0, 1]  # [Tc], NaN when a class is absent
         ok = present.all(1) & (sep > 0)
         u = diff / np.where(ok, sep, 1.0)[:, None]  # [Tc, S]
         resid = h - c[np.arange(h.shape[1])[None, :], y]  # [N, Tc, S]

@@ -33,7 +33,9 @@ import torch
 import xarray as xr
 from torch import nn
 
-from dynlab.analysis.geometry import class_centroids, symbolic_basis
+from dynlab.analysis.centroids import class_centroids, pair_distances, separation
+from dynlab.analysis.fit import line_fit
+from dynlab.analysis.geometry import symbolic_basis
 from dynlab.analysis.jacobian import device_dtype, analysis_copy
 from dynlab.results.vocabulary import annotate
 
@@ -45,12 +47,11 @@ _FLOOR = 1e-12
 def _q_of(z: np.ndarray, y: np.ndarray, n_classes: int) -> float:
     """q = R/M of states ``z [N, S]`` with labels ``y [N]`` (own centroids)."""
     c, counts = class_centroids(z, y, n_classes)
-    cp = c[counts > 0]  # [G', S]
-    if cp.shape[0] < 2:
+    present = counts > 0
+    if present.sum() < 2:
         return float("nan")
     r = np.sqrt(((z - c[y]) ** 2).sum(-1).mean())
-    dist = np.linalg.norm(cp[:, None, :] - cp[None, :, :], axis=-1)  # [G', G']
-    big_m = dist[~np.eye(cp.shape[0], dtype=bool)].min()
+    big_m = separation(pair_distances(c, present), present)
     return float(r / big_m) if big_m > 0 else float("nan")
 
 
@@ -60,22 +61,21 @@ def _rms(x: np.ndarray) -> float:
 
 def _slope(t: np.ndarray, y: np.ndarray) -> float:
     ok = np.isfinite(y) & (y > _FLOOR * y[0])
-    if ok.sum() < 2:
-        return float("nan")
-    return float(np.polyfit(t[ok].astype(np.float64), np.log(y[ok]), 1)[0])
+    log_y = np.full(y.shape, np.nan)
+    log_y[ok] = np.log(y[ok])
+    return line_fit(t, log_y)[1]
 
 
 def _reference_at_t0(z0: np.ndarray, y0: np.ndarray, g: int, rank_tol: float, t0: int) -> tuple[np.ndarray, float]:
     """Basis ``[S_layer, k]`` of U(t0) and M(t0) from the clean states ``z0 [N, S_layer]``; refuses an empty U or U_perp."""
     c0, counts0 = class_centroids(z0, y0, g)
     basis = symbolic_basis(c0, rank_tol)  # [S_layer, k]
-    cp = c0[counts0 > 0]
-    if basis.shape[1] == 0 or cp.shape[0] < 2:
+    present = counts0 > 0
+    if basis.shape[1] == 0 or present.sum() < 2:
         raise ValueError(f"U(t0={t0}) is empty; allowed: a t0 with at least two distinct class centroids")
     if basis.shape[1] == z0.shape[1]:
         raise ValueError(f"U(t0={t0}) fills the tracked layer (k={basis.shape[1]}); U_perp is empty")
-    dist0 = np.linalg.norm(cp[:, None, :] - cp[None, :, :], axis=-1)
-    return basis, float(dist0[~np.eye(cp.shape[0], dtype=bool)].min())
+    return basis, float(separation(pair_distances(c0, present), present))
 
 
 def _perturbed_copies(h: torch.Tensor, sl: slice, basis: np.ndarray, scale: float, gen: np.random.Generator) -> torch.Tensor:

@@ -11,7 +11,7 @@ length t_ref only:
 - ``T_horizon`` (:mod:`dynlab.analysis.horizon`): the decoder margins and spreads drifting
   linearly on [⌈t_ref/2⌉, t_ref], Gaussian error model, first step with predicted accuracy
   below 0.9;
-- ``T_forecast_dec`` (:mod:`dynlab.analysis.tracking`): q_dec fitted by a straight line on
+- ``T_forecast_dec`` (:mod:`dynlab.tracking.analysis`): q_dec fitted by a straight line on
   the same window and extrapolated to τ = 0.5.
 
 Each is the observed failure when that lies inside the training length.  The earlier of

@@ -53,28 +53,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["decoder_ratio", "fit_probe", "pair_distances", "pairwise_ratio", "probe_accuracy", "readout_margins"]
+from dynlab.analysis.centroids import class_stats, class_sums, pair_distances
 
-
-def class_stats(h: np.ndarray, y: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Counts ``[Tc, G]``, centroids ``[Tc, G, F]`` (zero rows when absent), one-hot ``[N, Tc, G]``."""
-    onehot = (y[..., None] == np.arange(n_classes)).astype(np.float64)  # [N, Tc, G]
-    counts = onehot.sum(0)  # [Tc, G]
-    cent = class_sums(onehot, h) / np.maximum(counts, 1.0)[..., None]  # [Tc, G, F]
-    return counts, cent, onehot
-
-
-def class_sums(onehot: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``[Tc, G, K]`` sums of ``x [N, Tc, K]`` over the samples of each class
-    (``onehot [N, Tc, G]``): one batched matrix product per chunk."""
-    return np.matmul(onehot.transpose(1, 2, 0), x.transpose(1, 0, 2))
-
-
-def pair_distances(centroids: np.ndarray) -> np.ndarray:
-    """Pairwise centroid distances ``[..., G, G]`` from ``centroids [..., G, F]``."""
-    sq = (centroids**2).sum(-1)  # [..., G]
-    gram = np.einsum("...gf,...hf->...gh", centroids, centroids)
-    return np.sqrt(np.maximum(sq[..., :, None] + sq[..., None, :] - 2.0 * gram, 0.0))
+__all__ = ["decoder_ratio", "fit_probe", "pairwise_ratio", "probe_accuracy", "readout_margins"]
 
 
 def pairwise_ratio(
@@ -102,7 +83,7 @@ def pairwise_ratio(
     present = counts > 0
     dof = counts[:, :, None] + counts[:, None, :] - 2.0  # [Tc, G, G]
     pair = present[:, :, None] & present[:, None, :] & ~np.eye(n_classes, dtype=bool) & (dof > 0)
-    dist = pair_distances(cent)  # [Tc, G, G]
+    dist = pair_distances(cent, present)  # [Tc, G, G], NaN for a pair with an absent class
     proj_var = np.where(pair, pooled, 0.0) / np.where(pair, dof, 1.0)  # [Tc, G, G]  d² s²
     safe = np.where(dist > 0, dist, 1.0)
     spread = np.sqrt(proj_var) / safe  # [Tc, G, G]  s, the RMS projected residual
@@ -162,10 +143,7 @@ def decoder_ratio(
     """
     n_classes = weight.shape[0]
     mu = readout_margins(f, y, weight, bias)  # [N, Tc, G]
-    onehot = (y[..., None] == np.arange(n_classes)).astype(np.float64)  # [N, Tc, G]
-    counts = onehot.sum(0)  # [Tc, A]
-    s1 = class_sums(onehot, mu)  # [Tc, A, G]
-    m = s1 / np.maximum(counts, 1.0)[..., None]  # [Tc, A, G]  class mean of μ
+    counts, m, onehot = class_stats(mu, y, n_classes)  # [Tc, A], [Tc, A, G] class mean of μ, [N, Tc, A]
     # unbiased variance, two-pass for accuracy: Σ (μ - m_a)² over class a
     dev = mu - m[np.arange(y.shape[1])[None, :], y]  # [N, Tc, G]  μ minus its class mean
     var = class_sums(onehot, dev**2) / np.maximum(counts - 1.0, 1.0)[..., None]

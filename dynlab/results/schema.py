@@ -17,11 +17,16 @@ from pathlib import Path
 import xarray as xr
 
 import dynlab
+from dynlab.errors import DynlabInputError
 from dynlab.spec import Spec
 from dynlab.results.files import float_where_padded, make_dir, write_netcdf  # noqa: F401 (re-exported)
 from dynlab.results.vocabulary import VARIABLES, annotate
 
-__all__ = ["VARIABLES", "annotate", "git_sha", "open_dataset", "provenance_attrs", "write_dataset"]
+__all__ = ["DATASET", "VARIABLES", "annotate", "git_sha", "open_dataset", "provenance_attrs", "write_dataset"]
+
+#: The file name of a study's dataset inside its folder.
+DATASET = "dataset.nc"
+_ALLOWED = f"a study folder holding {DATASET}, or a netCDF .nc file"
 
 
 def git_sha() -> str:
@@ -64,6 +69,19 @@ def write_dataset(ds: xr.Dataset, path: str | Path) -> Path:
 
 
 def open_dataset(path: str | Path) -> xr.Dataset:
-    """Load a dataset written by :func:`write_dataset` fully into memory (file closed)."""
-    with xr.open_dataset(path, engine="h5netcdf") as ds:
-        return ds.load()
+    """The one opener of the datasets dynlab writes (:func:`write_dataset`): ``path`` is a
+    study folder (its :data:`DATASET`) or a ``.nc`` file; the dataset is loaded fully into
+    memory and the file closed.  ``dynlab.open_study`` (:mod:`dynlab.runner`) is this
+    function.  A missing or unreadable file is one line of
+    :class:`~dynlab.errors.DynlabInputError` naming the path and what is allowed."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        p = p / DATASET
+    if not p.is_file():
+        raise DynlabInputError(f"no dataset at {p}; allowed: {_ALLOWED} (`dynlab study NAME --out DIR` writes one)")
+    try:
+        with xr.open_dataset(p, engine="h5netcdf") as ds:
+            return ds.load()
+    except Exception as exc:  # netCDF/HDF5 readers raise their own error types
+        why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        raise DynlabInputError(f"unreadable dataset {p} ({why}); allowed: {_ALLOWED}, written by dynlab") from None

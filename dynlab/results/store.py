@@ -417,12 +417,10 @@ class RunStore:
         return self._install(spec, name, netcdf_bytes(ds))
 
     def read_dataset(self, spec: Spec, name: str) -> xr.Dataset:
-        path = self.path(spec) / name
         try:
-            return open_dataset(path)
-        except Exception as exc:  # netCDF/HDF5 readers raise their own error types
-            msg = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            raise DynlabInputError(f"run {spec.spec_hash()}: unreadable {path} ({msg}); rerun the study to redo it") from None
+            return open_dataset(self.path(spec) / name)
+        except DynlabInputError as exc:  # missing or unreadable: the run's id and what to do
+            raise DynlabInputError(f"run {spec.spec_hash()}: {exc}; rerun the study to redo it") from None
 
     def write_json(self, spec: Spec, name: str, payload: Any) -> Path:
         return self._install(spec, name, json.dumps(payload, indent=1, sort_keys=True).encode())

@@ -155,7 +155,7 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "horizon": ("last analysed step", "step", "q(t) followed to it: the longest evaluated length; shorter for not-learned runs"),
     "crossed": ("q crossed the threshold", "1", "persistently, within the horizon"),
     "failure_mode": ("failure mode (saturation|climb|robust)", "1", "from the crossing of q"),
-    # -- decoder-aligned readability (dynlab.analysis.tracking / readability) ------------------
+    # -- decoder-aligned readability (dynlab.tracking.analysis / readability) ------------------
     "blowup_t": ("first step with non-finite states", "step", "NaN = the states stayed finite"),
     "T_cross_readout": ("first persistent crossing of q ≥ τ_readout", "step", "τ from the trained readout's margin; " + _CENSORED),
     "q_par": ("decoder-relevant ratio q∥ = R∥/M", "1", "scatter along U over the minimum centroid separation"),

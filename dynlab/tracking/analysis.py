@@ -91,7 +91,9 @@ from pydantic import Field
 
 from dynlab.analysis.fixed_points import generator_power_words, tracker_fixed_points, word_map
 from dynlab.analysis.fp_drift import corollary1_crossing, mean_drift
-from dynlab.analysis.geometry import class_centroids, crossing_time, failure_mode, geometry_over_time, symbolic_basis
+from dynlab.analysis.centroids import class_centroids, class_stats, pair_distances
+from dynlab.analysis.fit import line_fit
+from dynlab.analysis.geometry import crossing_time, failure_mode, geometry_over_time, symbolic_basis
 from dynlab.analysis.horizon import horizon_forecast, margin_statistics
 from dynlab.analysis.jacobian import analysis_copy, lyapunov_exponents, return_map_on_U
 from dynlab.analysis.margin import binary_signed_error
@@ -99,7 +101,6 @@ from dynlab.analysis.perturbation import perturbation_response
 from dynlab.analysis.readability import (
     decoder_ratio,
     fit_probe,
-    pair_distances,
     pairwise_ratio,
     probe_accuracy,
     readout_margins,
@@ -225,13 +226,10 @@ def _reference(model, task: WordProblem, n: int, t_ref: int, gen: torch.Generato
     present = counts > 0
     sl = model.layer_slice(layer)
     layer_c = full[:, sl]  # [G, S_layer], NaN rows when absent
-    dist = pair_distances(np.nan_to_num(layer_c))
-    dist[~(present[:, None] & present[None, :])] = np.nan
+    dist = pair_distances(layer_c, present)  # NaN for a pair with an absent class
     w, b = _decoder(model, task.n_classes)
-    mu = readout_margins(feats[:, None], y[:, None], w, b)[:, 0]  # [N, G]
-    onehot = (y[:, None] == np.arange(task.n_classes)).astype(np.float64)  # [N, G]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        margin = onehot.T @ mu / counts[:, None]  # [G, G] class mean of μ
+    mu = readout_margins(feats[:, None], y[:, None], w, b)  # [N, 1, G]
+    margin = class_stats(mu, y[:, None], task.n_classes)[1][0]  # [G, G] class mean of μ
     margin[~present] = np.nan
     probe = fit_probe(h[:, sl], y, seed=seed)
     return _Reference(full[present], layer_c[present], np.flatnonzero(present), dist, margin, probe)
@@ -245,7 +243,7 @@ def _forecast(ratio: np.ndarray, t: np.ndarray, tau: float, t_ref: int, t_cross:
     win = (t >= lo) & (t <= t_ref) & np.isfinite(ratio)
     if win.sum() < 2:
         return float("nan")
-    slope, icpt = np.polyfit(t[win].astype(np.float64), ratio[win], 1)
+    icpt, slope = line_fit(t[win], ratio[win])
     if not slope > 0:
         return float("nan")
     pred = max(float((tau - icpt) / slope), float(t_ref))

@@ -1,0 +1,80 @@
+"""Markdown tables of a study dataset: the numbers a paper prints, read from what was measured.
+
+``dynlab report PATH`` (a study folder or its ``dataset.nc``) prints them, so a results
+document regenerates from the datasets instead of being retyped. Every table says which
+runs it pools and on what machine they ran (the dataset's attributes).
+
+Supported studies (``ds.attrs["study"]``):
+
+- ``copying``, ``passkey``, ``babilong`` (:func:`task_tables`): the trained models'
+  status, then per test length the accuracy of the zero-state control and of each
+  post-training arm (mean over the learned seeds, with min–max), and each arm's paired
+  difference from the control (mean, 95 % t-interval, paired-t p; see
+  :mod:`dynlab.analysis.contrasts`);
+- ``length-generalization`` (:func:`lm_tables`): per intervention the far/in PPL ratio —
+  the mean binned PPL over the last eighth of the evaluation length divided by p*, the
+  lowest binned PPL within the training length — and the Definition 3.2 verdicts.
+
+``dynlab report FILE.json`` reads a benchmark result instead (:func:`bench_tables`):
+
+- a training-throughput file written by ``dynlab bench train --json`` (a ``results``
+  list; the quantities are defined in :mod:`dynlab.bench`);
+- a run-phases file written by ``benchmarks/bench_run_phases.py --json`` (``preset`` and
+  ``rows``; defined in that script's docstring).
+
+``docs/performance.md`` holds these tables for the files in ``benchmarks/results/``
+(``benchmarks/make_docs.sh`` writes them; a test checks they still match).
+
+One module per job: :mod:`~dynlab.report.tracking` (group-tracking),
+:mod:`~dynlab.report.lm` (length-generalization), :mod:`~dynlab.report.tasks` (copying,
+passkey, babilong), :mod:`~dynlab.report.bench` (benchmark JSON),
+:mod:`~dynlab.report.theory` (what each tracker can track) and
+:mod:`~dynlab.report.format` (number formats, the machine and status lines); every public
+name is importable from ``dynlab.report``, and :func:`report` picks the tables of a path.
+
+No torch and no plotting: xarray and numpy only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from dynlab.errors import DynlabInputError
+from dynlab.report.bench import bench_machine_line, bench_markdown, bench_tables
+from dynlab.report.format import machine_line
+from dynlab.report.lm import budget_tables, context_tables, far_in_ratio, first_rise, intervention_tables, last_rise, lm_tables
+from dynlab.report.tasks import TASK_STUDIES, arm_in_range, headline, headline_contrasts, task_tables
+from dynlab.report.theory import THEORY, theory_learns
+from dynlab.report.tracking import learned_mp, reproduction_tables, tracking_tables
+from dynlab.results.schema import open_dataset
+
+__all__ = ["THEORY", "arm_in_range", "bench_machine_line", "bench_markdown", "bench_tables", "budget_tables",
+           "context_tables", "far_in_ratio", "first_rise", "headline", "headline_contrasts", "intervention_tables",
+           "last_rise", "learned_mp", "lm_tables", "machine_line", "report", "reproduction_tables", "task_tables",
+           "theory_learns", "tracking_tables"]
+
+
+def report(path: str | Path) -> str:
+    """The Markdown tables of the study dataset at ``path`` (a study folder or a ``.nc`` file),
+    or of the benchmark result at ``path`` (a ``.json`` file, :func:`bench_tables`)."""
+    p = Path(path).expanduser()
+    if p.suffix.lower() == ".json" and not p.is_dir():
+        return bench_tables(p)
+    ds = open_dataset(p)
+    study = ds.attrs.get("study")
+    if study in TASK_STUDIES:
+        return task_tables(ds)
+    if study == "length-generalization":
+        if "budget" in ds.dims:
+            return budget_tables(ds)
+        if "phase" in ds.coords:
+            return intervention_tables(ds)
+        if "train_length" in ds.coords and np.unique(ds["train_length"].values).size > 1:
+            return context_tables(ds)
+        return lm_tables(ds)
+    if study == "group-tracking":
+        return tracking_tables(ds)
+    raise DynlabInputError(f"no report for study {study!r}; allowed: "
+                           f"{', '.join((*TASK_STUDIES, 'length-generalization', 'group-tracking'))}")

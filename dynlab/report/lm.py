@@ -1,0 +1,165 @@
+"""Markdown tables of the length-generalization study: far/in PPL ratios, Definition 3.2 verdicts, budget, context and intervention presets."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import xarray as xr
+
+from dynlab.report.format import fmt_number, machine_line, spread_text
+
+__all__ = ["budget_tables", "context_tables", "far_in_ratio", "first_rise", "intervention_tables", "last_rise", "lm_tables"]
+
+
+def far_in_ratio(ds: xr.Dataset) -> xr.DataArray:
+    """Per run: mean binned PPL over the last eighth of the evaluation length, divided by
+    p* (``lg_p_star``, the lowest binned PPL within the training length). 1 = no rise.
+    The dataset's own ``far_in_ratio`` where it has one (:func:`dynlab.analysis.lm_metrics.ppl_ranges`)."""
+    if "far_in_ratio" in ds:
+        return ds["far_in_ratio"]
+    t = ds["t"].values
+    last = t.max()
+    far = ds["ppl_binned"].where((ds["t"] > last - last / 8) & (ds["t"] <= last)).mean("t")
+    return far / ds["lg_p_star"]
+
+
+def _ratio_cell(r: np.ndarray, digits: int = 3) -> str:
+    """``mean ± sd (above 1 in k of n)`` of far/in ratios over seeds."""
+    r = np.asarray(r, dtype=float)
+    r = r[np.isfinite(r)]
+    if r.size == 0:
+        return "—"
+    sd = f" ± {r.std(ddof=1):.{digits}f}" if r.size > 1 else ""
+    return f"{r.mean():.{digits}f}{sd} ({int((r > 1).sum())} of {r.size} > 1)"
+
+
+def first_rise(ds: xr.Dataset) -> tuple[float, float, float, int, int]:
+    """Of a budget dataset's ok runs: the geometric mean over the seeds that rose of the first
+    budget at which far/in exceeds 1 (``first_rise_budget``), with its 95 % t-interval taken
+    on log2 of the budget (the checkpoints form a doubling ladder), how many rose and how
+    many ran (``(nan, nan, nan, 0, n)`` when none rose)."""
+    ok = ds["status"].values.astype(str) == "ok"
+    b = ds["first_rise_budget"].values[ok].astype(float)
+    rose = b[np.isfinite(b)]
+    if rose.size == 0:
+        return math.nan, math.nan, math.nan, 0, int(ok.sum())
+    from dynlab.analysis.contrasts import paired_summary
+
+    mean, lo, hi, _ = (2.0 ** np.asarray(x) for x in paired_summary(np.log2(rose)))
+    return float(mean), float(lo), float(hi), int(rose.size), int(ok.sum())
+
+
+def last_rise(ds: xr.Dataset) -> np.ndarray:
+    """Per ok run of a budget dataset: the largest budget whose far/in ratio exceeds 1 (NaN: none)."""
+    ok = ds["status"].values.astype(str) == "ok"
+    ratio = ds["far_in_ratio"].values[ok].astype(float)  # [run, budget]
+    budgets = ds["budget"].values.astype(float)
+    return np.array([budgets[np.flatnonzero(r > 1)[-1]] if (r > 1).any() else np.nan for r in ratio])
+
+
+def budget_tables(ds: xr.Dataset) -> str:
+    """Markdown of a ``budget`` dataset: per checkpoint budget, the tokens per parameter, the
+    in-range and far PPL and the far/in ratio over seeds, then the first budget of a rise."""
+    ok = ds["status"].values.astype(str) == "ok"
+    out = [machine_line(ds), "",
+           "| budget (× Chinchilla) | tokens per parameter | in-range PPL | far PPL | far/in PPL ratio, mean ± sd | "
+           "Definition 3.2 passed |", "| --- | --- | --- | --- | --- | --- |"]
+    for i, b in enumerate(ds["budget"].values):
+        sel = ds.isel(run=np.flatnonzero(ok), budget=i)
+        passed = np.asarray(sel["lg_passed"].values, dtype=float)
+        out.append(f"| {float(b):g} | {spread_text(sel['tokens_per_param'].values, 0)} | {spread_text(sel['ppl_in'].values)} | "
+                   f"{spread_text(sel['ppl_far'].values)} | {_ratio_cell(sel['far_in_ratio'].values)} | "
+                   f"{int(np.nansum(passed))} of {int(np.isfinite(passed).sum())} |")
+    mean, lo, hi, rose, n = first_rise(ds)
+    ci = f" [{lo:.2g}, {hi:.2g}]" if np.isfinite(lo) else ""
+    last = last_rise(ds)
+    line = (f"First budget with far/in > 1: {mean:.2g}×{ci} (geometric mean and 95 % t-interval over the {rose} "
+            f"of {n} seeds that rose); the last budget above 1 per seed: "
+            + ", ".join("none" if not np.isfinite(x) else f"{x:g}×" for x in last) + "."
+            if rose else f"No seed's far/in ratio exceeded 1 at any budget (0 of {n}).")
+    return "\n".join(out + ["", line]) + "\n"
+
+
+def context_tables(ds: xr.Dataset) -> str:
+    """Markdown of a ``context`` dataset: the far/in PPL ratio per model size and training length."""
+    ok = ds["status"].values.astype(str) == "ok"
+    out = [machine_line(ds), "",
+           "| parameters | training length | training tokens | in-range PPL | far PPL | far/in PPL ratio, mean ± sd |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    sizes = sorted({int(x) for x in ds["n_params"].values[ok]})
+    for n in sizes:
+        for length in sorted({int(x) for x in ds["train_length"].values[ok]}):
+            rows = np.flatnonzero(ok & (ds["n_params"].values == n) & (ds["train_length"].values == length))
+            if rows.size == 0:
+                continue
+            sel = ds.isel(run=rows)
+            tokens = _train_tokens(ds, rows[0])
+            out.append(f"| {n:,} | {length} | {tokens:,} | {spread_text(sel['ppl_in'].values)} | "
+                       f"{spread_text(sel['ppl_far'].values)} | {_ratio_cell(sel['far_in_ratio'].values)} |")
+    return "\n".join(out) + "\n"
+
+
+def _train_tokens(ds: xr.Dataset, run: int) -> int:
+    """Training tokens of run ``run`` (its spec's steps × batch × length)."""
+    import json
+
+    train = json.loads(ds.attrs["specs_json"])[int(run)]["fields"]["train"]
+    return int(train["steps"] * train["batch_size"] * train["seq_len"])
+
+
+def intervention_tables(ds: xr.Dataset) -> str:
+    """Markdown of a dataset with post-training arms: per arm its in-range and far PPL and
+    far/in ratio over seeds, and the paired contrasts (arm − zero-state control) of the far
+    and the in-range PPL: a cure lowers the far PPL without raising the in-range one."""
+    phase, status = ds["phase"].values.astype(str), ds["status"].values.astype(str)
+    ivs = ds["intervention"].values.astype(str)
+    out = [machine_line(ds), "",
+           "| model | seeds | in-range PPL | far PPL | far/in PPL ratio, mean ± sd | far PPL − zero [95 % CI], p | "
+           "in-range PPL − zero [95 % CI], p |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    base = np.flatnonzero((phase == "base") & (status == "ok"))
+    rows = [("trained (zero state)", base)]
+    rows += [(f"post-trained: {iv}", np.flatnonzero((phase == "post") & (status == "ok") & (ivs == iv)))
+             for iv in dict.fromkeys(ivs[phase == "post"])]
+    for name, sel in rows:
+        if sel.size == 0:
+            continue
+        part = ds.isel(run=sel)
+        arm = name.split(": ")[-1]
+        far = _ppl_contrast(ds, "far_", arm) if name.startswith("post") and arm != "zero" else "—"
+        inside = _ppl_contrast(ds, "in_", arm) if name.startswith("post") and arm != "zero" else "—"
+        out.append(f"| {name} | {len(sel)} | {spread_text(part['ppl_in'].values)} | {spread_text(part['ppl_far'].values)} | "
+                   f"{_ratio_cell(part['far_in_ratio'].values)} | {far} | {inside} |")
+    return "\n".join(out) + "\n"
+
+
+def _ppl_contrast(ds: xr.Dataset, prefix: str, arm: str) -> str:
+    """``+d [lo, hi], p`` of the paired PPL contrast ``prefix`` (``far_`` or ``in_``) of ``arm``."""
+    if f"{prefix}contrast_mean" not in ds or arm not in ds["contrast"].values.astype(str):
+        return "—"
+    sel = {"contrast": arm}
+    mean, lo, hi, p = (float(ds[f"{prefix}contrast_{k}"].sel(sel).isel(mixer=0)) for k in ("mean", "lo", "hi", "p"))
+    ci = f" [{fmt_number(lo, 3)}, {fmt_number(hi, 3)}]" if np.isfinite(lo) else ""
+    return f"{mean:+.3f}{ci}, p {fmt_number(p, 3)}"
+
+
+def lm_tables(ds: xr.Dataset) -> str:
+    """Markdown of a length-generalization dataset (module docstring)."""
+    ratio = far_in_ratio(ds)
+    out = [machine_line(ds), "",
+           "| mixer | intervention | seeds | far/in PPL ratio, mean ± sd (range) | p* (in-training PPL) | Definition 3.2 passed |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    archs = ds["arch"].values.astype(str) if "arch" in ds.coords else np.array(["?"] * ds.sizes["run"])
+    ivs = ds["intervention"].values.astype(str)
+    for arch in dict.fromkeys(archs):
+        for iv in dict.fromkeys(ivs):
+            sel = np.flatnonzero((archs == arch) & (ivs == iv))
+            if sel.size == 0:
+                continue
+            r = ratio.isel(run=sel).values.astype(float)
+            seeds = ", ".join(str(int(s)) for s in ds["seed"].values[sel])
+            sd = f" ± {r.std(ddof=1):.3f}" if r.size > 1 else ""
+            passed = int(np.sum(ds["lg_passed"].values[sel].astype(bool)))
+            out.append(f"| {arch} | {iv} | {seeds} | {r.mean():.3f}{sd} ({r.min():.3f}–{r.max():.3f}) | "
+                       f"{spread_text(ds['lg_p_star'].values[sel])} | {passed} of {sel.size} |")
+    return "\n".join(out) + "\n"
