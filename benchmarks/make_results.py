@@ -140,7 +140,7 @@ def document() -> str:
             parts.append(f"### What reproduces: C loops against torch loops\n\n{REPRODUCTION_NOTE}\n\n"
                          f"{reproduction_tables(a, b, *REPRODUCTION[2:])}")
         if label == CROSS_CPU[0] and (DATA / f"{CROSS_CPU[1]}.nc").is_file():
-            a, c = (open_report_dataset(DATA / f"{x}.nc") for x in CROSS_CPU[:2])
+            a, c = (open_dataset(DATA / f"{x}.nc") for x in CROSS_CPU[:2])
             parts.append(f"### What reproduces: two CPU types\n\n{CROSS_CPU_NOTE}\n\n"
                          f"{reproduction_tables(a, c, *CROSS_CPU[2:])}")
     if (DATA / f"{FRESH_LABEL}.nc").is_file():
