@@ -21,7 +21,7 @@ import warnings
 from types import ModuleType
 from typing import Any
 
-__all__ = ["MOVED", "install"]
+__all__ = ["MOVED", "MOVED_NAMES", "install", "moved_name"]
 
 #: Old module -> the modules that now hold its names, searched in order.
 MOVED: dict[str, tuple[str, ...]] = {
@@ -44,6 +44,23 @@ MOVED: dict[str, tuple[str, ...]] = {
         ("dense_tracker", "tracker_loss.dense"), ("gated_tracker", "tracker_loss.gated"),
         ("diagonal_tracker", "tracker_loss.diagonal"), ("tracker_common", "tracker_loss.common"))},
 }
+
+
+#: Names that left a package which itself stayed: package -> {name: the module that now holds it}.
+#: Paper A's tracker analysis runs the trackers, so it moved out of the shared ``dynlab.analysis``.
+MOVED_NAMES: dict[str, dict[str, str]] = {
+    "dynlab.analysis": {n: "dynlab.tracking.analysis" for n in ("AnalysisSpec", "analyze_tracker", "stream_states")},
+}
+
+
+def moved_name(package: str, name: str) -> Any:
+    """``package.name`` for a name of :data:`MOVED_NAMES` (a package's module ``__getattr__``
+    calls this), read from its new module with a ``DeprecationWarning``; AttributeError otherwise."""
+    target = MOVED_NAMES.get(package, {}).get(name)
+    if target is None:
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    warnings.warn(f"{package}.{name} moved to {target}; import it from there", DeprecationWarning, stacklevel=3)
+    return getattr(importlib.import_module(target), name)
 
 
 def _load_run_spec(data: dict[str, Any] | str, cls: type | None = None) -> Any:

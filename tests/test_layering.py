@@ -277,6 +277,13 @@ def test_the_old_paths_of_paper_a_still_import_with_a_warning():
     with pytest.warns(DeprecationWarning, match="dynlab.analysis.tracking moved to dynlab.tracking.analysis"):
         from dynlab.analysis.tracking import analyze_tracker
     assert analyze_tracker is dynlab.tracking.analysis.analyze_tracker
+    with pytest.warns(DeprecationWarning, match=r"dynlab\.analysis\.\w+ moved to dynlab\.tracking\.analysis"):
+        from dynlab.analysis import AnalysisSpec, stream_states
+    assert (AnalysisSpec, stream_states) == (dynlab.tracking.analysis.AnalysisSpec, dynlab.tracking.analysis.stream_states)
+    import dynlab.analysis
+
+    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+        dynlab.analysis.not_a_name
 
 
 def test_import_dynlab_dynlab_fails():
