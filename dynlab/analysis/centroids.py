@@ -84,6 +84,8 @@ def pair_distances(centroids: np.ndarray, present: np.ndarray | None = None) -> 
     sq = (d**2).sum(-1)  # [..., G]
     gram = np.matmul(d, np.swapaxes(d, -1, -2))  # [..., G, G]
     dist = np.sqrt(np.maximum(sq[..., :, None] + sq[..., None, :] - 2.0 * gram, 0.0))
+    g = dist.shape[-1]
+    dist[..., np.arange(g), np.arange(g)] = 0.0  # the Gram form leaves sqrt(rounding) there
     both = present[..., :, None] & present[..., None, :]
     return np.where(both, dist, np.nan)
 
