@@ -108,13 +108,13 @@ def test_strict_json_replaces_non_finite_numbers(tmp_path):
 def test_paired_ensemble_ratio_is_per_model_and_by_round():
     """Small / large seconds per step and model, round by round (above 1: the large ensemble
     trains each model faster); a slow round for both cancels out."""
-    from dynlab.bench import _paired_ensembles
+    from dynlab.bench import paired_ensembles
 
     per_round = {"dynlab": [1.0, 1.0, 1.0], "dynlab ensemble-16": [0.50, 1.00, 0.40],
                  "dynlab ensemble-64": [0.25, 1.25, 0.40]}
-    got = _paired_ensembles(per_round)
+    got = paired_ensembles(per_round)
     assert got == {"small": 16, "large": 64, "rounds": 3, "median": 1.0, "min": 0.8, "max": 2.0}
-    assert _paired_ensembles({"dynlab ensemble-16": [1.0]}) is None
+    assert paired_ensembles({"dynlab ensemble-16": [1.0]}) is None
 
 
 def test_bench_reports_the_paired_ensemble_ratio(payload):

@@ -32,14 +32,14 @@ def test_mixers_interventions_sources_and_executors_match_their_registries():
 
 
 def test_the_theory_table_and_the_benchmark_read_the_entries():
-    from dynlab.bench import _DENSE  # noqa: PLC2701  (the test reads the module's own table)
+    from dynlab.bench import DENSE
     from dynlab.figures.style import arch_color
     from dynlab.report import THEORY, theory_learns
 
     assert THEORY == {c.name: c.theory for c in names.CELLS}
     assert theory_learns("negative-mamba", "C2") and not theory_learns("negative-mamba", "C6")
     assert theory_learns("mamba3", "C6") and not theory_learns("mamba3", "S3") and theory_learns("tanh-rnn", "S3")
-    assert set(_DENSE) == {"linear-rnn", "token-gated-rnn", "tanh-rnn", "state-gated-rnn"}
+    assert set(DENSE) == {"linear-rnn", "token-gated-rnn", "tanh-rnn", "state-gated-rnn"}
     assert {arch_color(c.name) for c in names.CELLS} == {c.color for c in names.CELLS}
 
 
