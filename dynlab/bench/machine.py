@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from dynlab.runtime import NullProgress
 
-__all__ = ["MachineSpeed", "StepClock", "gemm_rate", "memory_bandwidth", "seconds_per_step", "sync"]
+__all__ = ["MachineSpeed", "StepClock", "gemm_rate", "median_seconds", "memory_bandwidth", "seconds_per_step", "sync"]
 
 
 def sync(device: torch.device) -> None:
@@ -29,15 +30,7 @@ def gemm_rate(batch: int, size: int, device: torch.device, repeats: int = 50) ->
     out = torch.empty(batch, size, device=device)
     for _ in range(5):
         torch.mm(a, w, out=out)
-    times = []
-    for _ in range(5):
-        sync(device)
-        t0 = time.perf_counter()
-        for _ in range(repeats):
-            torch.mm(a, w, out=out)
-        sync(device)
-        times.append((time.perf_counter() - t0) / repeats)
-    return 2.0 * batch * size * size / sorted(times)[len(times) // 2]
+    return 2.0 * batch * size * size / median_seconds(lambda: torch.mm(a, w, out=out), repeats, device)
 
 
 def memory_bandwidth(device: torch.device, numel: int = 1 << 23, repeats: int = 5) -> float:
@@ -46,15 +39,20 @@ def memory_bandwidth(device: torch.device, numel: int = 1 << 23, repeats: int = 
     y = torch.ones(numel, device=device)
     z = torch.empty(numel, device=device)
     torch.add(x, y, out=z)
+    return 3.0 * 4 * numel / median_seconds(lambda: torch.add(x, y, out=z), repeats, device)
+
+
+def median_seconds(op: Callable[[], object], repeats: int, device: torch.device) -> float:
+    """Seconds per call of ``op``: the median of 5 timings of ``repeats`` calls, the device synced around each."""
     times = []
     for _ in range(5):
         sync(device)
         t0 = time.perf_counter()
         for _ in range(repeats):
-            torch.add(x, y, out=z)
+            op()
         sync(device)
         times.append((time.perf_counter() - t0) / repeats)
-    return 3.0 * 4 * numel / sorted(times)[len(times) // 2]
+    return sorted(times)[len(times) // 2]
 
 
 class MachineSpeed:
