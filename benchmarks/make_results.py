@@ -135,14 +135,11 @@ def document() -> str:
         if not path.is_file():
             continue
         parts.append(f"## {heading}\n\n`{command}` — {note}.\n\n{report(path)}")
-        if label == REPRODUCTION[0] and (DATA / f"{REPRODUCTION[1]}.nc").is_file():
-            a, b = (open_dataset(DATA / f"{x}.nc") for x in REPRODUCTION[:2])
-            parts.append(f"### What reproduces: C loops against torch loops\n\n{REPRODUCTION_NOTE}\n\n"
-                         f"{reproduction_tables(a, b, *REPRODUCTION[2:])}")
-        if label == CROSS_CPU[0] and (DATA / f"{CROSS_CPU[1]}.nc").is_file():
-            a, c = (open_dataset(DATA / f"{x}.nc") for x in CROSS_CPU[:2])
-            parts.append(f"### What reproduces: two CPU types\n\n{CROSS_CPU_NOTE}\n\n"
-                         f"{reproduction_tables(a, c, *CROSS_CPU[2:])}")
+        for pair, what, note in ((REPRODUCTION, "C loops against torch loops", REPRODUCTION_NOTE),
+                                 (CROSS_CPU, "two CPU types", CROSS_CPU_NOTE)):
+            if label == pair[0] and (DATA / f"{pair[1]}.nc").is_file():
+                a, b = (open_dataset(DATA / f"{x}.nc") for x in pair[:2])
+                parts.append(f"### What reproduces: {what}\n\n{note}\n\n{reproduction_tables(a, b, *pair[2:])}")
     if (DATA / f"{FRESH_LABEL}.nc").is_file():
         parts.append(f"## {FRESH_HEADING}\n\n`{FRESH_COMMAND}` — {FRESH_NOTE}.\n\n{fixed_points_section()}\n")
     return "\n".join(parts)
@@ -413,7 +410,7 @@ def _babi_kinds_cell(ds: xr.Dataset) -> str:
 
 
 def _old_block(ds: xr.Dataset) -> str:
-    """`` (an MLP after each mixer)`` when the dataset's Mamba model predates the real Mamba
+    """`` (seeds 0–2, with an MLP after each mixer)`` when the dataset's Mamba model predates the real Mamba
     block (``mlp_ratio > 0``, as the task presets trained before the MLP was dropped), else ''."""
     model = _first_spec(ds).get("model") or {}
     old = model.get("mlp_ratio", 0) and str(model.get("mixer", "")).startswith("mamba")
