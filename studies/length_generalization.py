@@ -64,7 +64,9 @@ from pydantic import AfterValidator
 from dynlab.analysis.contrasts import paired_contrasts
 from dynlab.analysis.lm_metrics import ppl_ranges
 from dynlab.errors import DynlabInputError
-from dynlab.lm.run import build_model, count_parameters, result_to_dataset, train_and_evaluate
+from dynlab.lm.run import (
+    build_model, count_parameters, result_to_dataset, stack_key, train_and_evaluate, train_and_evaluate_many,
+)
 from dynlab.names import INTERVENTION_NAMES, MIXER_NAMES
 from dynlab.lm.spec import (
     CHINCHILLA_TOKENS_PER_PARAM, InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMPostSpec, LMRunSpec,
@@ -94,6 +96,10 @@ BUDGET_MODEL = {**_QUICK_MODEL, "d_model": 16, "n_heads": 2, "head_dim": 16, "d_
 #: The ``context`` preset's two model sizes: the budget preset's model (14 460 parameters)
 #: and the same layout at width 32 (27 884 parameters).
 CONTEXT_SIZES = (BUDGET_MODEL, {**BUDGET_MODEL, "d_model": 32})
+
+#: At most this many runs share one stack (``train.engine = "stack"``): ensemble-16 of the
+#: quick model stays well under 1 GB (``dynlab bench lm`` measures the peak).
+STACK_MAX = 16
 
 #: Training tokens of every ``context`` run.
 CONTEXT_TOKENS = 1_048_576
@@ -182,7 +188,8 @@ class LMResult(RunResult):
     ``train_loss``: mean over the last 5 % of the steps (nat/token). ``n_params``: the
     model's parameters. ``checkpoints``: per training budget of ``eval.checkpoints``, its
     ``budget``, ``step``, ``tokens`` and the same evaluation fields. ``post``: per
-    post-training arm, its training summary and evaluation.
+    post-training arm, its training summary and evaluation. ``ensemble_size``: runs
+    trained together in its stack (``train.engine = "stack"``; absent for ``loop``).
     """
 
     ppl: list[float] | None = None
@@ -198,6 +205,7 @@ class LMResult(RunResult):
     n_params: int | None = None
     checkpoints: list[dict[str, Any]] | None = None
     post: dict[str, dict[str, Any]] | None = None
+    ensemble_size: int | None = None
 
 
 def steps_for_budget(model: LMModelSpec, chinchilla: float, batch_size: int, seq_len: int) -> int:
@@ -266,9 +274,35 @@ def run_one(spec: LMRunSpec, device: torch.device, progress: NullProgress) -> Ru
     def step(i: int, loss: float) -> None:
         progress.update(bar, 1, loss=loss)
 
+    if spec.train.engine == "stack":  # a stack of one: the same numbers as in any stack
+        progress.remove(bar)
+        return run_many([spec], device, progress)[0]
     result, weights = train_and_evaluate(spec, device, step)
     progress.remove(bar)
     return RunOutcome(LMResult.model_validate(result), weights)
+
+
+def run_many(specs: list[LMRunSpec], device: torch.device, progress: NullProgress) -> list[RunOutcome]:
+    """Train specs of one :func:`group_key` in one stack (:func:`dynlab.lm.run.train_and_evaluate_many`)
+    and evaluate each; ``ensemble_size`` records the number of runs in the stack."""
+    first = specs[0]
+    bar = progress.add(f"{first.model.mixer} x{len(specs)} (stack)", first.train.steps)
+    seen = [0]
+
+    def step(done: int, losses: list[float]) -> None:
+        progress.update(bar, done - seen[0], loss=float(np.nanmean(losses)))
+        seen[0] = done
+
+    outcomes = train_and_evaluate_many(specs, device, step)
+    progress.remove(bar)
+    return [RunOutcome(LMResult.model_validate({**result, "ensemble_size": len(specs)}), weights)
+            for result, weights in outcomes]
+
+
+def group_key(spec: LMRunSpec) -> str:
+    """Runs with ``train.engine = "stack"`` that differ only in seed and intervention share
+    a work item (:func:`dynlab.lm.run.stack_key`); every other run is its own."""
+    return stack_key(spec) if spec.train.engine == "stack" else spec.spec_hash()
 
 
 def _curves(result: dict[str, Any], train_length: int) -> xr.Dataset:
@@ -315,7 +349,12 @@ def assemble(specs: list[LMRunSpec], store: RunStore, options: StudyOptions) -> 
     if any(s.post is not None for s in specs):
         return _assemble_arms(specs, results)
     ds = assemble_runs(specs, results, _run_curves, coords=_SPEC_COORDS)
-    return ds.assign_coords(n_params=("run", [np.nan if r.n_params is None else r.n_params for r in results]))
+    ds = ds.assign_coords(n_params=("run", [np.nan if r.n_params is None else r.n_params for r in results]))
+    if any(s.train.engine != "loop" for s in specs):
+        ds = ds.assign_coords(engine=("run", np.array([s.train.engine for s in specs], dtype=str)),
+                              ensemble_size=("run", [np.nan if r.ensemble_size is None else r.ensemble_size
+                                                     for r in results]))
+    return annotate(ds)
 
 
 def _assemble_arms(specs: list[LMRunSpec], results: list[LMResult]) -> xr.Dataset:
@@ -354,6 +393,9 @@ STUDY = Study(
     presets=tuple(PRESETS),
     make_specs=make_specs,
     run_one=run_one,
+    run_many=run_many,
+    group_key=group_key,
+    max_group=STACK_MAX,
     assemble=assemble,
     spec_type=LMRunSpec,
     result_type=LMResult,

@@ -23,12 +23,14 @@ from dynlab.lm.evaluate import stream_eval, truncated_context_probs, validation_
 from dynlab.lm.interventions import make_intervention
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.spec import CHINCHILLA_TOKENS_PER_PARAM, LMEvalSpec, LMRunSpec
+from dynlab.errors import DynlabInputError
 from dynlab.lm.train import fit, make_loader, train_lm, train_summary
+from dynlab.training import TrainResult
 from dynlab.results.vocabulary import annotate
 from dynlab.runtime import resolve_device, train_threads
 
 __all__ = [
-    "POST_PREFIX", "POST_SEED_OFFSET", "build_model", "checkpoint_steps", "count_parameters", "post_train_arms", "corpus_for", "effrem_starts", "state_positions", "train_and_evaluate", "evaluate_lm", "evaluate_model", "result_to_dataset",
+    "POST_PREFIX", "POST_SEED_OFFSET", "build_model", "stack_key", "train_and_evaluate_many", "checkpoint_steps", "count_parameters", "post_train_arms", "corpus_for", "effrem_starts", "state_positions", "train_and_evaluate", "evaluate_lm", "evaluate_model", "result_to_dataset",
 ]
 
 
@@ -141,9 +143,8 @@ def train_and_evaluate(spec: LMRunSpec, device: torch.device | str = "cpu",
     iv = spec.intervention
     intervention = make_intervention(iv.kind, sigma=iv.sigma, beta=iv.beta, reset_prob=iv.reset_prob)
     tr, dev = spec.train, resolve_device(device)
-    n_params = count_parameters(model)
     budgets = spec.eval.checkpoints
-    at = checkpoint_steps(n_params, budgets, tr.batch_size, tr.seq_len, tr.steps)
+    at = checkpoint_steps(count_parameters(model), budgets, tr.batch_size, tr.seq_len, tr.steps)
     checkpoints: dict[int, dict[str, Any]] = {}
 
     def evaluate_checkpoint(done: int) -> bool:
@@ -159,23 +160,88 @@ def train_and_evaluate(spec: LMRunSpec, device: torch.device | str = "cpu",
                        lr=tr.lr, weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
                        seed=spec.seed, device=str(dev), threads=tr.threads, progress=progress,
                        stop=evaluate_checkpoint if budgets else None)
-        result = train_summary(res)
-        result["n_params"] = n_params
-        if res.status != "ok":
-            return result, None
-        result.update(evaluate_model(model, spec, corpus))
-        if budgets:
-            final = {k: result[k] for k in _EVAL_KEYS}
-            result["checkpoints"] = [
-                {"budget": c, "step": s, "tokens": s * tr.batch_size * tr.seq_len,
-                 **(checkpoints[s] if s in checkpoints else final)}
-                for c, s in zip(budgets, at)
-            ]
-        weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-        if spec.post is not None:
-            result["post"], arm_weights = post_train_arms(model, spec, corpus, dev, progress)
-            weights.update(arm_weights)
+        return _finish_run(spec, model, res, checkpoints, at, corpus, dev, progress)
+
+
+def _finish_run(spec: LMRunSpec, model: RecurrentLM, res: TrainResult, checkpoints: dict[int, dict[str, Any]],
+                at: list[int], corpus: Corpus, dev: torch.device,
+                progress: Callable[[int, float], None] | None) -> tuple[dict[str, Any], dict[str, torch.Tensor] | None]:
+    """A trained run's result and weights: its training summary, evaluation, checkpoints
+    (``checkpoints``: evaluations by step, taken in the middle of training at the steps
+    ``at``) and post-training arms (:func:`train_and_evaluate`)."""
+    tr, budgets = spec.train, spec.eval.checkpoints
+    result = train_summary(res)
+    result["n_params"] = count_parameters(model)
+    if res.status != "ok":
+        return result, None
+    result.update(evaluate_model(model, spec, corpus))
+    if budgets:
+        final = {k: result[k] for k in _EVAL_KEYS}
+        result["checkpoints"] = [
+            {"budget": c, "step": s, "tokens": s * tr.batch_size * tr.seq_len,
+             **(checkpoints[s] if s in checkpoints else final)}
+            for c, s in zip(budgets, at)
+        ]
+    weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    if spec.post is not None:
+        result["post"], arm_weights = post_train_arms(model, spec, corpus, dev, progress)
+        weights.update(arm_weights)
     return result, weights
+
+
+def stack_key(spec: LMRunSpec) -> str:
+    """What runs trained in one stack share: everything but the seed and the intervention
+    (:func:`train_and_evaluate_many`)."""
+    return spec.model_copy(update={"seed": 0, "intervention": type(spec.intervention)()}).spec_hash()
+
+
+def train_and_evaluate_many(specs: list[LMRunSpec], device: torch.device | str = "cpu",
+                            progress: Callable[[int, list[float]], None] | None = None,
+                            sync_every: int = 50) -> list[tuple[dict[str, Any], dict[str, torch.Tensor] | None]]:
+    """:func:`train_and_evaluate` for specs of one :func:`stack_key`, trained together in one
+    stack (:func:`dynlab.lm.ensemble.fit_ensemble`); evaluation, checkpoints and
+    post-training as each alone.
+
+    Each run reads the batches and noise of its own generator (seeded with its seed, as
+    alone), so which runs share a stack does not change any run's data. ``train_time`` is
+    the stack's training time divided by the number of runs. ``progress``: optional
+    ``(completed steps, latest loss per run)`` every ``sync_every`` steps.
+    """
+    if len({stack_key(s) for s in specs}) != 1:
+        raise DynlabInputError("runs trained in one stack must differ only in seed and intervention")
+    from dynlab.lm.ensemble import fit_ensemble
+
+    first = specs[0]
+    tr, dev = first.train, resolve_device(device)
+    corpus = corpus_for(first.data.source, first.data.val_fraction)
+    models = [build_model(s) for s in specs]
+    interventions = [make_intervention(s.intervention.kind, sigma=s.intervention.sigma, beta=s.intervention.beta,
+                                       reset_prob=s.intervention.reset_prob) for s in specs]
+    generators = [torch.Generator().manual_seed(s.seed) for s in specs]
+    sources = []
+    for iv, g in zip(interventions, generators):
+        loader = make_loader(iv, corpus.train, tr.batch_size, tr.seq_len, g)
+        sources.append(lambda ld=loader: (lambda b: (b.tokens, None, b.fresh))(next(ld)))
+    at = checkpoint_steps(count_parameters(models[0]), first.eval.checkpoints, tr.batch_size, tr.seq_len, tr.steps)
+    checkpoints: list[dict[int, dict[str, Any]]] = [{} for _ in specs]
+
+    def evaluate_checkpoint(done: int, alive: list[bool]) -> None:
+        for i, (spec, model) in enumerate(zip(specs, models)):
+            if alive[i]:
+                model.eval()
+                checkpoints[i][done] = evaluate_model(model, spec, corpus)
+                model.train()
+
+    with train_threads(dev, threads=tr.threads):
+        trained = fit_ensemble(models, sources, interventions, generators, steps=tr.steps, batch_size=tr.batch_size,
+                               lr=tr.lr, weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
+                               device=str(dev), threads=tr.threads, sync_every=sync_every, progress=progress,
+                               checkpoints=[s for s in at if s < tr.steps], on_checkpoint=evaluate_checkpoint)
+        out = []
+        for spec, model, res, ckpt in zip(specs, models, trained, checkpoints):
+            res.seconds /= len(specs)
+            out.append(_finish_run(spec, model, res, ckpt, at, corpus, dev, None))
+    return out
 
 
 #: The keys of :func:`evaluate_lm`'s result.

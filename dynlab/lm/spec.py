@@ -170,7 +170,16 @@ class InterventionSpec(Spec):
 
 
 class LMTrainSpec(Spec):
-    """AdamW with warm-up and cosine decay; ``seq_len`` is the training length T_train."""
+    """AdamW with warm-up and cosine decay; ``seq_len`` is the training length T_train.
+
+    ``engine``: ``"loop"`` trains each run alone (:func:`dynlab.lm.train.fit`);
+    ``"stack"`` trains the runs of a study that differ only in seed and intervention
+    together, as one stack (:func:`dynlab.lm.ensemble.fit_ensemble`: the same batches and
+    noise per run, the same update to float rounding; a run's numbers then agree to
+    rounding, not bit for bit, with its ``loop`` twin). Left out of the run id while ``loop``.
+    """
+
+    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("engine",)
 
     steps: Steps = 600
     batch_size: Batch = 16
@@ -180,6 +189,7 @@ class LMTrainSpec(Spec):
     clip: float = Field(1.0, gt=0.0)
     warmup_frac: float = Field(0.05, ge=0.0, le=1.0)
     threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="torch CPU threads while training and evaluating (None: RUN_THREADS = 1)")
+    engine: Literal["loop", "stack"] = "loop"
 
 
 class LMEvalSpec(Spec):

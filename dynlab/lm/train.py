@@ -27,7 +27,7 @@ from torch import nn
 from dynlab.lm.interventions import Intervention
 from dynlab.lm.loaders import RandomWindowLoader, SequentialChunkLoader
 from dynlab.lm.model import RecurrentLM
-from dynlab.lm.states import detach_states, states_to
+from dynlab.lm.states import detach_states, map_states
 from dynlab.runtime import resolve_device, train_threads
 from dynlab.training import TrainResult, cosine_lr
 
@@ -118,13 +118,15 @@ def fit(
     warmup = max(1, int(round(warmup_frac * steps)))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_lr(1.0, s, steps, warmup, floor=LR_FLOOR))
     shapes = model.state_shapes()
+    dtype = next(model.parameters()).dtype  # initial states are drawn in float32 and cast to the model's dtype
     result = TrainResult(model=model)
     start = time.perf_counter()
     with train_threads(dev, threads=threads):
         for step in range(steps):
             tokens, mask, fresh = next_batch()
             tokens = tokens.to(dev)  # [B, L + 1]
-            init = states_to(intervention.initial_states(batch_size, shapes, fresh, generator), dev)
+            init = map_states(intervention.initial_states(batch_size, shapes, fresh, generator),
+                              lambda s: s.to(dev, dtype))
             logits, finals = model(tokens[:, :-1], init)  # [B, L, V]
             loss = _masked_mean(logits, tokens[:, 1:], mask)
             value, length = loss.item(), tokens.shape[1] - 1

@@ -96,6 +96,8 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "budget": ("training budget", "Chinchilla", "tokens seen in training / (20 × parameters)"),
     "tokens_per_param": ("training tokens per parameter", "tokens", "tokens seen in training / parameters"),
     "n_params": ("parameters", "1", "every parameter of the LM, embedding and head included"),
+    "engine": ("training engine", "1", "loop: the run trained alone; stack: trained in a stack with other runs of one layout"),
+    "ensemble_size": ("runs in the training stack", "1", "runs trained together with this one (engine stack; NaN for loop)"),
     "d_model": ("model width", "1", "d_model of the LM"),
     "eval_length": ("evaluation length", "tokens", "length evaluated from the zero state"),
     "train_min": ("shortest training length", "tokens", "string length (copying) or sample length"),
