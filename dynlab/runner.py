@@ -35,6 +35,11 @@ MANIFEST = "manifest.json"
 ANALYSIS = "analysis.nc"
 
 
+#: The folder of a study where long runs keep their training state while they train
+#: (:attr:`dynlab.study.Study.resumable`); a file there is removed when its runs finish.
+RESUME_DIR = "resume"
+
+
 def study_dir(out: str | Path, study: Study) -> Path:
     return Path(out) / study.name
 
@@ -62,7 +67,8 @@ def _heal(specs: list[Spec], store: RunStore, progress: NullProgress) -> None:
             _say(progress, f"run {damage.run_id} damaged ({damage.why}); moved to {dest}; {then}")
 
 
-def _work(study: Study, device, progress: NullProgress) -> Callable[[list[Spec]], tuple[list[RunOutcome], dict]]:
+def _work(study: Study, device, progress: NullProgress,
+          resume_dir: Path | None = None) -> Callable[[list[Spec]], tuple[list[RunOutcome], dict]]:
     """The function an executor runs on a work item: train its specs where it runs; return
     their outcomes and the provenance of that work (what it ran on, recorded there)."""
 
@@ -72,7 +78,7 @@ def _work(study: Study, device, progress: NullProgress) -> Callable[[list[Spec]]
         t0 = time.perf_counter()
         dev = resolve_device(device)
         with recording() as rec, train_threads(dev):
-            outcomes = study.run_item(item, dev, progress)
+            outcomes = study.run_item(item, dev, progress, resume_dir=resume_dir)
         for o in outcomes:
             if o.result.wall_time_s is None:
                 o.result.wall_time_s = (time.perf_counter() - t0) / len(item)
@@ -141,7 +147,7 @@ def _run_specs(
     # RNG, which an analysis here would reseed under a training thread.
     overlap = analyze and remote and not getattr(executor, "shares_process", False)
     # work shipped to other processes must not carry the client's progress bars
-    work = _work(study, device, NullProgress() if remote else progress)
+    work = _work(study, device, NullProgress() if remote else progress, store.root / RESUME_DIR)
     for item, (outcomes, made_on) in executor.map_unordered(work, study.work_items(pending)):
         for spec, outcome in zip(item, outcomes):
             store.save(spec, outcome.result.to_json(), outcome.state_dict, provenance=made_on)

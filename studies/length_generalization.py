@@ -54,6 +54,7 @@ Selections: ``models`` = mixers (``all`` = the preset's, or a subset of mamba2, 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
@@ -282,10 +283,14 @@ def run_one(spec: LMRunSpec, device: torch.device, progress: NullProgress) -> Ru
     return RunOutcome(LMResult.model_validate(result), weights)
 
 
-def run_many(specs: list[LMRunSpec], device: torch.device, progress: NullProgress) -> list[RunOutcome]:
-    """Train specs of one :func:`group_key` in one stack (:func:`dynlab.lm.run.train_and_evaluate_many`)
-    and evaluate each; ``ensemble_size`` records the number of runs in the stack."""
+def run_many(specs: list[LMRunSpec], device: torch.device, progress: NullProgress,
+             resume_dir: Path | None = None) -> list[RunOutcome]:
+    """Train specs of one :func:`group_key` in one stack (:func:`dynlab.lm.run.train_and_evaluate_many`;
+    a stack cut off resumes from its state in ``resume_dir``) and evaluate each;
+    ``ensemble_size`` records the number of runs in the stack. A ``loop`` run is trained alone."""
     first = specs[0]
+    if first.train.engine == "loop":
+        return [run_one(s, device, progress) for s in specs]
     bar = progress.add(f"{first.model.mixer} x{len(specs)} (stack)", first.train.steps)
     seen = [0]
 
@@ -293,7 +298,7 @@ def run_many(specs: list[LMRunSpec], device: torch.device, progress: NullProgres
         progress.update(bar, done - seen[0], loss=float(np.nanmean(losses)))
         seen[0] = done
 
-    outcomes = train_and_evaluate_many(specs, device, step)
+    outcomes = train_and_evaluate_many(specs, device, step, resume_dir=resume_dir)
     progress.remove(bar)
     return [RunOutcome(LMResult.model_validate({**result, "ensemble_size": len(specs)}), weights)
             for result, weights in outcomes]
@@ -396,6 +401,7 @@ STUDY = Study(
     run_many=run_many,
     group_key=group_key,
     max_group=STACK_MAX,
+    resumable=True,
     assemble=assemble,
     spec_type=LMRunSpec,
     result_type=LMResult,

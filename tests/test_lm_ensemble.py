@@ -236,3 +236,101 @@ def test_study_stack_engine_equals_loop_and_is_one_work_item(tmp_path):
     np.testing.assert_allclose(a["train_loss"], b["train_loss"], rtol=1e-5)
     np.testing.assert_allclose(a["ppl"].sel(t=slice(1, None)), b["ppl"].sel(t=slice(1, None)), rtol=1e-4)
     assert a["budget"].size == 2 and np.isfinite(a["far_in_ratio"]).all()
+
+
+@pytest.mark.parametrize("arm", ["fitted-noise", "state-passing", "tbtt"])
+def test_a_stack_cut_off_resumes_where_it_stopped(tmp_path, arm):
+    """Stopped after 3 of 6 steps (the state saved at every step), a second call continues
+    from step 3 and ends exactly where an uninterrupted run ends."""
+    data = _text()
+
+    def setup():
+        models = [_model("mamba2", s) for s in (0, 1)]
+        srcs, ivs, gens, loaders = [], [], [], []
+        for s in (0, 1):
+            gen = torch.Generator().manual_seed(s)
+            iv = make_intervention(arm, sigma=0.3)
+            loader = make_loader(iv, data, 4, 16, gen)
+            loaders.append(loader)
+            srcs.append(lambda ld=loader: (lambda b: (b.tokens, None, b.fresh))(next(ld)))
+            ivs.append(iv)
+            gens.append(gen)
+        return models, srcs, ivs, gens, loaders
+
+    kw = dict(steps=6, batch_size=4, sync_every=1)
+    whole = fit_ensemble(*setup()[:4], **kw)
+    path = tmp_path / "state.pt"
+
+    class Cut(Exception):
+        pass
+
+    def cut(done, losses):
+        if done == 3:
+            raise Cut
+
+    models, srcs, ivs, gens, loaders = setup()
+    with pytest.raises(Cut):
+        fit_ensemble(models, srcs, ivs, gens, resume=path, save_every_s=0.0, progress=cut,
+                     save_extra=lambda: {"note": "x"}, **kw)
+    assert path.exists()
+    models, srcs, ivs, gens, loaders = setup()
+    seen = {}
+
+    def on_resume(done, extra):
+        seen.update(done=done, extra=extra)
+        for ld in loaders:
+            if hasattr(ld, "step"):
+                ld.step = done
+
+    resumed = fit_ensemble(models, srcs, ivs, gens, resume=path, on_resume=on_resume, **kw)
+    assert seen == {"done": 2, "extra": {"note": "x"}}  # the cut came before the save of step 3
+    assert not path.exists()
+    for a, b in zip(whole, resumed):
+        assert a.losses == b.losses
+        for p, q in zip(a.model.parameters(), b.model.parameters()):
+            assert torch.equal(p, q)
+
+
+def test_a_broken_resume_file_is_one_line(tmp_path):
+    path = tmp_path / "state.pt"
+    path.write_bytes(b"not a torch file")
+    gen = torch.Generator().manual_seed(0)
+    iv = make_intervention("zero")
+    loader = make_loader(iv, _text(), 4, 16, gen)
+    with pytest.raises(DynlabInputError, match="cannot resume from .*state.pt.*delete it"):
+        fit_ensemble([_model("mamba2", 0)], [lambda: (lambda b: (b.tokens, None, b.fresh))(next(loader))], [iv], [gen],
+                     steps=2, batch_size=4, resume=path)
+
+
+def test_runs_cut_off_resume_with_their_checkpoint_evaluations(tmp_path, monkeypatch):
+    """train_and_evaluate_many stopped after 3 of 5 steps continues from its saved state and
+    gives the results of the uninterrupted stack, the evaluation at the budget passed included."""
+    import dynlab.lm.run as run
+    from dynlab.studies.length_generalization import make_specs
+    from dynlab.study import StudyOptions
+
+    tiny = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 4, "d_state": 4, "chunk_size": 8},
+            "train": {"steps": 5, "batch_size": 2, "seq_len": 16, "engine": "stack"},
+            "eval": {"length_multiple": 4, "n_samples": 3, "chunk_len": 16, "bin_width": 8, "effrem_points": 3,
+                     "effrem_samples": 2}, "interventions": ["zero", "tbtt"]}
+    specs = make_specs(StudyOptions(preset="quick", seeds=(0,), extra=tiny))
+    n = run.count_parameters(run.build_model(specs[0]))
+    specs = [s.model_copy(update={"eval": s.eval.model_copy(update={"checkpoints": (2 * 2 * 16 / (20 * n),)})})
+             for s in specs]  # a budget reached after 2 steps
+    assert run.checkpoint_steps(n, specs[0].eval.checkpoints, 2, 16, 5) == [2]
+    whole = run.train_and_evaluate_many(specs, "cpu", sync_every=1)
+    monkeypatch.setattr(run, "SAVE_EVERY_S", 0.0)
+
+    def cut(done, losses):
+        if done == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run.train_and_evaluate_many(specs, "cpu", cut, sync_every=1, resume_dir=tmp_path / "resume")
+    assert len(list((tmp_path / "resume").iterdir())) == 1
+    again = run.train_and_evaluate_many(specs, "cpu", sync_every=1, resume_dir=tmp_path / "resume")
+    assert not (tmp_path / "resume").exists()
+    for (a, wa), (b, wb) in zip(whole, again):
+        assert a["train_loss"] == b["train_loss"] and a["ppl"] == b["ppl"]
+        assert a["checkpoints"] == b["checkpoints"]
+        assert all(torch.equal(wa[k], wb[k]) for k in wa)

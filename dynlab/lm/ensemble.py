@@ -18,6 +18,10 @@ every op of a step works on E models' data at once:
   every ``sync_every`` steps; a member whose loss or gradient becomes non-finite is
   frozen on the spot (its update is masked to zero) and reported as diverged at that
   step with the same reason as the one-model loop, while the others train on.
+- **Resuming**: with ``resume=path`` the training state (parameters, AdamW moments,
+  divergence flags, losses, every member's generator and intervention state) is saved
+  there atomically every few minutes of wall time; a later call with the same path
+  continues from it, and ends bit for bit where the run never stopped would have.
 - **Own streams**: each member keeps its own batch source, intervention and
   ``torch.Generator`` (the ones :func:`dynlab.lm.train.fit` would get for that model), so
   adding or removing a member never changes another's batches or noise.
@@ -34,10 +38,13 @@ and is tested against :class:`~dynlab.lm.model.RecurrentLM` for every mixer.
 
 from __future__ import annotations
 
+import io
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +59,7 @@ from dynlab.lm.mixers import GLAMixer, Mamba1Mixer, Mamba2Mixer
 from dynlab.lm.model import VOCAB_SIZE, RecurrentLM
 from dynlab.lm.states import CarriedStates, conv_windows
 from dynlab.lm.train import LR_FLOOR
+from dynlab.results.files import write_bytes_atomic
 from dynlab.runtime import resolve_device, train_threads
 from dynlab.training import TrainResult, cosine_lr
 
@@ -101,7 +109,8 @@ class LMStack:
     ``e``'s parameters into ``models[e]``.
     """
 
-    def __init__(self, models: Sequence[RecurrentLM], device: torch.device | str = "cpu") -> None:
+    def __init__(self, models: Sequence[RecurrentLM], device: torch.device | str = "cpu",
+                 noop_mixer: bool = False) -> None:
         if not models:
             raise DynlabInputError("an ensemble needs at least one model")
         sig = _signature(models[0])
@@ -119,6 +128,9 @@ class LMStack:
                               tuple(first.state_shapes()), tuple(first.conv_shapes()))
         self.blocks = list(first.blocks)  # settings only (eps, sizes); their parameters are not used
         self.final_eps = first.final_norm.eps
+        #: benchmark only (``dynlab bench lm``): every mixer outputs zeros, so a step costs
+        #: everything but the mixers (embedding, norms, MLPs, head, loss, optimiser)
+        self.noop_mixer = noop_mixer
         with torch.no_grad():
             rows = [torch.cat([p.detach().reshape(-1) for p in m.parameters()]) for m in models]
             self.flat = torch.stack(rows).to(device).requires_grad_(True)  # [E, P]
@@ -159,7 +171,7 @@ class LMStack:
         e = self.n_members
         flat_ids = tokens + (torch.arange(e, device=tokens.device) * VOCAB_SIZE)[:, None, None]
         x = p["embedding.weight"].reshape(e * VOCAB_SIZE, lay.d_model)[flat_ids]  # [E, B, T, D]
-        mixer = _MIXER_FORWARD[lay.mixer]
+        mixer = _noop if self.noop_mixer else _MIXER_FORWARD[lay.mixer]
         finals, new_windows = [], []
         for i, block in enumerate(self.blocks):
             pre = f"blocks.{i}."
@@ -312,6 +324,11 @@ def _gla(m: GLAMixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor, sta
     return _linear(y, p[pre + "out_proj.weight"]), _unfold_state(final, e), window
 
 
+def _noop(m, p, pre: str, x: torch.Tensor, state, window):
+    """A mixer that outputs zeros and passes its state through (the benchmark's no-op mixer)."""
+    return torch.zeros_like(x), state, window
+
+
 _MIXER_FORWARD: dict[str, Callable] = {"mamba2": _mamba2, "mamba1": _mamba1, "gla": _gla}
 
 
@@ -360,6 +377,11 @@ def fit_ensemble(
     progress: Callable[[int, list[float]], None] | None = None,
     checkpoints: Sequence[int] = (),
     on_checkpoint: Callable[[int, list[bool]], None] | None = None,
+    noop_mixer: bool = False,
+    resume: Path | None = None,
+    save_every_s: float = 300.0,
+    save_extra: Callable[[], dict] | None = None,
+    on_resume: Callable[[int, dict], None] | None = None,
 ) -> list[TrainResult]:
     """Train ``models`` (one layout) together; each as :func:`dynlab.lm.train.fit` alone.
 
@@ -371,42 +393,36 @@ def fit_ensemble(
     Args:
         sync_every: steps between reads of the losses (and calls of ``progress``).
         progress: optional ``(completed steps, latest loss per member)`` callback.
-        checkpoints: completed-step counts after which the members' weights are copied
-            into ``models`` and ``on_checkpoint(steps done, alive per member)`` is called (evaluation in the
-            middle of training, as ``fit``'s ``stop`` callback is used for).
+        checkpoints: step counts after which the weights are copied into ``models`` and
+            ``on_checkpoint(steps done, alive per member)`` is called (mid-training evaluation).
+        noop_mixer: benchmark only: every mixer outputs zeros (:class:`LMStack`).
+        resume, save_every_s, save_extra, on_resume: the training state's file (module
+            docstring, "Resuming"): restored when it exists, saved every ``save_every_s``
+            seconds, removed at the end; ``save_extra()`` adds a JSON-able dict to a save,
+            ``on_resume(steps done, that dict)`` is called after a restore.
 
     Returns one :class:`~dynlab.training.TrainResult` per member, its ``model`` trained in
     place (a diverged member keeps the weights before its failing step). ``seconds`` is the
     wall time of the whole stack.
     """
-    e = len(models)
-    if not (len(next_batches) == len(interventions) == len(generators) == e):
-        raise DynlabInputError(f"need one batch source, intervention and generator per model: {e} models, "
-                               f"{len(next_batches)} batch sources, {len(interventions)} interventions, "
-                               f"{len(generators)} generators")
+    e = _check_members(models, next_batches, interventions, generators)
     dev = resolve_device(device)
-    stack = LMStack(models, dev)
+    stack = LMStack(models, dev, noop_mixer=noop_mixer)
     opt = _StackAdamW(stack, weight_decay, grad_clip)
     warmup = max(1, int(round(warmup_frac * steps)))
     losses = torch.full((steps, e), math.nan, dtype=torch.float64, device=dev)
-    want = set(int(c) for c in checkpoints)
     length = done = 0
-    start = time.perf_counter()
+    if resume is not None and resume.exists():
+        done, extra = _load_state(resume, stack, opt, losses, interventions, generators)
+        if on_resume is not None:
+            on_resume(done, extra)
+    start = last_save = time.perf_counter()
     with train_threads(dev, threads=threads):
-        for step in range(steps):
-            tokens, masks, states, windows = _next_inputs(next_batches, interventions, generators, stack.layout,
-                                                          batch_size, dev)
-            length = tokens.shape[2] - 1
-            logits, finals, new_windows = stack.forward(tokens[:, :, :-1], states, windows)
-            loss = _member_losses(logits, tokens[:, :, 1:], masks)  # [E]
-            stack.flat.grad = None
-            loss.sum().backward()
-            opt.step(loss.detach(), step, lr * cosine_lr(1.0, step, steps, warmup, floor=LR_FLOOR))
-            losses[step] = loss.detach()
-            for i, iv in enumerate(interventions):
-                iv.observe(_member_states(finals, new_windows, i))
+        for step in range(done, steps):
+            length = _train_step(stack, opt, next_batches, interventions, generators, batch_size, dev, step, losses,
+                                 lr * cosine_lr(1.0, step, steps, warmup, floor=LR_FLOOR))
             done = step + 1
-            if done in want and on_checkpoint is not None:
+            if done in checkpoints and on_checkpoint is not None:
                 stack.write_back()
                 on_checkpoint(done, opt.alive.tolist())
             if done % sync_every == 0 or done == steps:
@@ -414,9 +430,101 @@ def fit_ensemble(
                     progress(done, losses[step].tolist())
                 if not bool(opt.alive.any()):
                     break
+            if resume is not None and done < steps and time.perf_counter() - last_save >= save_every_s:
+                _save_state(resume, done, stack, opt, losses, interventions, generators,
+                            save_extra() if save_extra is not None else {})
+                last_save = time.perf_counter()
     seconds = time.perf_counter() - start
+    if resume is not None:
+        resume.unlink(missing_ok=True)
     stack.write_back()
     return _member_results(models, opt, losses[:done].cpu(), length, seconds)
+
+
+def _check_members(models, next_batches, interventions, generators) -> int:
+    """The number of members; a one-line error unless every model has its batches, intervention and generator."""
+    e = len(models)
+    if not (len(next_batches) == len(interventions) == len(generators) == e):
+        raise DynlabInputError(f"need one batch source, intervention and generator per model: {e} models, "
+                               f"{len(next_batches)} batch sources, {len(interventions)} interventions, "
+                               f"{len(generators)} generators")
+    return e
+
+
+def _train_step(stack: LMStack, opt: _StackAdamW, next_batches, interventions, generators, batch_size: int,
+                dev: torch.device, step: int, losses: torch.Tensor, lr: float) -> int:
+    """One optimiser step of every member (loss into ``losses[step]``); returns the batch length L."""
+    tokens, masks, states, windows = _next_inputs(next_batches, interventions, generators, stack.layout, batch_size, dev)
+    logits, finals, new_windows = stack.forward(tokens[:, :, :-1], states, windows)
+    loss = _member_losses(logits, tokens[:, :, 1:], masks)  # [E]
+    stack.flat.grad = None
+    loss.sum().backward()
+    opt.step(loss.detach(), step, lr)
+    losses[step] = loss.detach()
+    for i, iv in enumerate(interventions):
+        iv.observe(_member_states(finals, new_windows, i))
+    return tokens.shape[2] - 1
+
+
+#: What a member's intervention carries between steps (saved with the training state).
+_INTERVENTION_FIELDS = ("mean", "var", "previous")
+
+
+def _pack_states(value):
+    """An intervention field as plain lists/tensors (CarriedStates as ``{"ssm", "conv"}``)."""
+    if isinstance(value, CarriedStates):
+        return {"ssm": list(value), "conv": list(value.conv)}
+    return value
+
+
+def _unpack_states(value):
+    if isinstance(value, dict) and set(value) == {"ssm", "conv"}:
+        return CarriedStates(value["ssm"], value["conv"])
+    return value
+
+
+def _save_state(path: Path, done: int, stack: LMStack, opt: _StackAdamW, losses: torch.Tensor,
+                interventions: Sequence[Intervention], generators: Sequence[torch.Generator], extra: dict) -> None:
+    """Write the training state after ``done`` steps to ``path`` atomically (:func:`fit_ensemble`'s ``resume``)."""
+    state = {
+        "done": done, "flat": stack.flat.detach().cpu(), "m1": opt.m1.cpu(), "m2": opt.m2.cpu(),
+        "alive": opt.alive.cpu(), "death_step": opt.death_step.cpu(), "death_why": opt.death_why.cpu(),
+        "losses": losses[:done].cpu(), "generators": [g.get_state() for g in generators],
+        "interventions": [{k: _pack_states(getattr(iv, k)) for k in _INTERVENTION_FIELDS if hasattr(iv, k)}
+                          for iv in interventions],
+        "extra": json.dumps(extra),
+    }
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    write_bytes_atomic(path, buf.getbuffer())
+
+
+def _load_state(path: Path, stack: LMStack, opt: _StackAdamW, losses: torch.Tensor,
+                interventions: Sequence[Intervention], generators: Sequence[torch.Generator]) -> tuple[int, dict]:
+    """Restore a state :func:`_save_state` wrote; returns ``(steps done, extra)``. A file that
+    does not load or does not fit this stack is a one-line DynlabInputError naming it."""
+    try:
+        state = torch.load(path, weights_only=True)
+        if tuple(state["flat"].shape) != tuple(stack.flat.shape) or len(state["generators"]) != len(generators):
+            raise ValueError(f"it holds {tuple(state['flat'].shape)} parameters, this stack {tuple(stack.flat.shape)}")
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is one clear error
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+        raise DynlabInputError(f"cannot resume from {path}: not a training state of this stack ({first}); "
+                               "delete it to train from step 0") from None
+    dev = stack.flat.device
+    with torch.no_grad():
+        stack.flat.copy_(state["flat"].to(dev))
+    opt.m1.copy_(state["m1"].to(dev))
+    opt.m2.copy_(state["m2"].to(dev))
+    opt.alive, opt.death_step, opt.death_why = (state[k].to(dev) for k in ("alive", "death_step", "death_why"))
+    done = int(state["done"])
+    losses[:done] = state["losses"].to(dev)
+    for g, gs in zip(generators, state["generators"]):
+        g.set_state(gs)
+    for iv, fields in zip(interventions, state["interventions"]):
+        for k, v in fields.items():
+            setattr(iv, k, _unpack_states(v))
+    return done, json.loads(state["extra"])
 
 
 def _member_results(models: Sequence[RecurrentLM], opt: _StackAdamW, losses: torch.Tensor, length: int,

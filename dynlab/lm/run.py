@@ -7,8 +7,10 @@ position; :func:`result_to_dataset` turns it into an xarray Dataset on one ``t``
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,9 @@ __all__ = [
 #: Post-training batches come from a generator seeded with ``seed + POST_SEED_OFFSET`` (the
 #: same batches for every arm), the arms' intervention noise from ``seed + POST_SEED_OFFSET + 1``.
 POST_SEED_OFFSET = 7_919
+
+#: Seconds of wall time between two saves of a stack's training state (``resume_dir``).
+SAVE_EVERY_S = 300.0
 
 #: An arm's weights are stored in the run's ``model.safetensors`` under ``post.<intervention>.``.
 POST_PREFIX = "post."
@@ -197,10 +202,16 @@ def stack_key(spec: LMRunSpec) -> str:
 
 def train_and_evaluate_many(specs: list[LMRunSpec], device: torch.device | str = "cpu",
                             progress: Callable[[int, list[float]], None] | None = None,
-                            sync_every: int = 50) -> list[tuple[dict[str, Any], dict[str, torch.Tensor] | None]]:
+                            sync_every: int = 50, resume_dir: Path | None = None,
+                            ) -> list[tuple[dict[str, Any], dict[str, torch.Tensor] | None]]:
     """:func:`train_and_evaluate` for specs of one :func:`stack_key`, trained together in one
     stack (:func:`dynlab.lm.ensemble.fit_ensemble`); evaluation, checkpoints and
     post-training as each alone.
+
+    ``resume_dir``: a folder for the stack's training state (:func:`dynlab.lm.ensemble.fit_ensemble`'s
+    ``resume``; one file per stack, named by its runs): a stack cut off in the middle of
+    training continues from its last saved state (every 5 minutes), with the evaluations
+    of the checkpoints it had passed.
 
     Each run reads the batches and noise of its own generator (seeded with its seed, as
     alone), so which runs share a stack does not change any run's data. ``train_time`` is
@@ -218,9 +229,10 @@ def train_and_evaluate_many(specs: list[LMRunSpec], device: torch.device | str =
     interventions = [make_intervention(s.intervention.kind, sigma=s.intervention.sigma, beta=s.intervention.beta,
                                        reset_prob=s.intervention.reset_prob) for s in specs]
     generators = [torch.Generator().manual_seed(s.seed) for s in specs]
-    sources = []
+    sources, loaders = [], []
     for iv, g in zip(interventions, generators):
         loader = make_loader(iv, corpus.train, tr.batch_size, tr.seq_len, g)
+        loaders.append(loader)
         sources.append(lambda ld=loader: (lambda b: (b.tokens, None, b.fresh))(next(ld)))
     at = checkpoint_steps(count_parameters(models[0]), first.eval.checkpoints, tr.batch_size, tr.seq_len, tr.steps)
     checkpoints: list[dict[int, dict[str, Any]]] = [{} for _ in specs]
@@ -232,11 +244,29 @@ def train_and_evaluate_many(specs: list[LMRunSpec], device: torch.device | str =
                 checkpoints[i][done] = evaluate_model(model, spec, corpus)
                 model.train()
 
+    def restore(done: int, extra: dict) -> None:
+        for i, saved in enumerate(extra.get("checkpoints", [])):
+            checkpoints[i].update({int(k): v for k, v in saved.items()})
+        for loader in loaders:
+            if hasattr(loader, "step"):  # a sequential (TBTT) loader: its next chunk
+                loader.step = done
+
+    resume = None
+    if resume_dir is not None:
+        Path(resume_dir).mkdir(parents=True, exist_ok=True)
+        resume = Path(resume_dir) / f"stack-{hashlib.sha256(' '.join(s.run_id for s in specs).encode()).hexdigest()[:16]}.pt"
     with train_threads(dev, threads=tr.threads):
         trained = fit_ensemble(models, sources, interventions, generators, steps=tr.steps, batch_size=tr.batch_size,
                                lr=tr.lr, weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
                                device=str(dev), threads=tr.threads, sync_every=sync_every, progress=progress,
-                               checkpoints=[s for s in at if s < tr.steps], on_checkpoint=evaluate_checkpoint)
+                               checkpoints=[s for s in at if s < tr.steps], on_checkpoint=evaluate_checkpoint,
+                               resume=resume, save_every_s=SAVE_EVERY_S, save_extra=lambda: {"checkpoints": checkpoints},
+                               on_resume=restore)
+        if resume is not None:
+            try:
+                resume.parent.rmdir()  # the folder goes when its last state file has gone
+            except OSError:
+                pass
         out = []
         for spec, model, res, ckpt in zip(specs, models, trained, checkpoints):
             res.seconds /= len(specs)
