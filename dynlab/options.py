@@ -355,8 +355,9 @@ def post_train_places(out: str, checkpoint: Path) -> Path:
 #: What ``lm export`` writes (``save_pretrained``), as ``dynlab.lm.export.HF_EXPORT_FILES``
 #: says (the command line knows it without importing torch; tests/test_cli_lazy.py checks both).
 HF_EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
-                   "model.safetensors.index.json")
-HF_EXPORT_ALLOWED = "a new or empty folder, or one holding only an earlier export (config.json, model.safetensors)"
+                   "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json", "README.md")
+HF_EXPORT_ALLOWED = ("a new or empty folder, or one holding only an earlier export (config.json, model.safetensors, "
+                     "tokenizer.json, README.md)")
 
 
 #: What ``dynlab figures`` writes (``dynlab.figures.write_figures``): a folder holding
