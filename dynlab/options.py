@@ -286,7 +286,7 @@ def run_selected_study(name: str, get_study: Callable[[str], Any], options: Any,
 
 #: What each common preset is for (a study lists its own in `dynlab study list`).
 PRESET_NOTES = {
-    "smoke": "seconds: checks an installation",
+    "smoke": "checks an installation: under a minute on 2 cores",
     "quick": "a 2-core laptop, minutes",
     "sweep": "quick's sizes with 5 seeds",
     "groups": "quick's sizes on 8 more groups × 3 seeds",

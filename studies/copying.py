@@ -10,7 +10,7 @@ tested at 300). ``accuracy(run, length)`` is the teacher-forced per-character ac
 ``exact_match(run, length)`` the whole-string accuracy.
 
 Presets:
-- ``smoke`` — checks an installation in seconds: one layer of width 16, one seed, 100–300
+- ``smoke`` — checks an installation in seconds: one layer of width 16, one seed, 300
   training steps and 20 post-training steps per arm on small samples; every model
   counts as learned (``eval.learned_at = 0``) so that the post-training arms run too. Its
   accuracies say nothing about the task.

@@ -12,7 +12,7 @@ sample; dynlab runs both). Dataset: ``accuracy(run, length, depth)`` = fraction 
 samples whose 5 key digits are all predicted exactly (teacher forcing).
 
 Presets:
-- ``smoke`` — checks an installation in seconds: one layer of width 16, one seed, 100–300
+- ``smoke`` — checks an installation in seconds: one layer of width 16, one seed, 100
   training steps and 20 post-training steps per arm on small samples; every model
   counts as learned (``eval.learned_at = 0``) so that the post-training arms run too. Its
   accuracies say nothing about the task.
