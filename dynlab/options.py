@@ -543,6 +543,17 @@ def lm_study_options(entry: Any, models: str, interventions: str | None, source:
 #: The common knobs of the LM study commands: option -> (section of the study's options, spec field).
 LM_KNOBS = {"--steps": ("train", "steps"), "--d-model": ("model", "d_model"), "--n-layers": ("model", "n_layers"),
             "--batch-size": ("train", "batch_size"), "--lr": ("train", "lr"), "--seq-len": ("train", "seq_len")}
+#: The knob options of the LM study commands: parameter -> (option, type, help).
+LM_KNOB_OPTIONS: dict[str, tuple[str, type, str]] = {
+    "steps": ("--steps", int, "Training steps (default: the preset's)."),
+    "d_model": ("--d-model", int, "Model width d_model (default: the preset's)."),
+    "n_layers": ("--n-layers", int, "Number of blocks (default: the preset's)."),
+    "batch_size": ("--batch-size", int, "Training batch size (default: the preset's)."),
+    "lr": ("--lr", float, "Peak learning rate (default: the preset's)."),
+    "seq_len": ("--seq-len", int, "length-generalization: training length T_train (default: the preset's)."),
+    "config": ("--config", Path, "A TOML file of study options: the knobs above by field name (steps, d_model, …) "
+               "and tables (model, train, eval, …) of spec fields; options typed here win."),
+}
 #: Fields a study sets itself, which neither a knob nor ``--config`` may set.
 _FIXED_FIELDS = {"model": ("mixer",), "intervention": ("kind",), "task": ("kind",), "post": ("interventions",)}
 
