@@ -87,3 +87,18 @@ def test_model_card_of_a_task_run(tmp_path, capsys):
     assert "| length | depth 0.0 | depth 1.0 |" in card
     for n, row in zip(result["lengths"], result["accuracy"]):
         assert f"| {n} | " + " | ".join(f"{a:.3f}" for a in row) + " |" in card
+
+
+def test_export_of_a_model_in_memory_has_a_card_without_a_run(tmp_path):
+    from dynlab.lm.export import export_hf
+    from dynlab.lm.run import build_model
+    from dynlab.lm.spec import LMModelSpec, LMRunSpec
+
+    model = build_model(LMRunSpec(model=LMModelSpec(mixer="mamba2", mlp_ratio=0, d_model=16, n_layers=1, n_heads=2,
+                                                    head_dim=16, d_state=8, chunk_size=8)))
+    out = export_hf(model, tmp_path / "hf")
+    card = (out / "README.md").read_text()
+    assert "# a dynlab model: a byte-level Mamba2ForCausalLM" in card and "| d_model | 16 |" in card
+    assert "no run record" in card and "## Training" not in card
+    tok = transformers.AutoTokenizer.from_pretrained(str(out))
+    assert tok(TEXTS[2])["input_ids"] == list(TEXTS[2].encode("utf-8"))

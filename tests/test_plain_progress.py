@@ -44,6 +44,21 @@ def test_heartbeat_at_most_every_30_s_of_silence():
     assert len(out.getvalue().splitlines()) == 4
 
 
+def test_heartbeat_thread_speaks_for_silent_work():
+    """Inside ``with``, a background thread prints the heartbeat even when no update comes
+    (an evaluation, a remote worker), and stops at the end of the block."""
+    import time
+
+    out = io.StringIO()
+    with PlainProgress(stream=out, heartbeat_s=0.2) as p:
+        p.add("evaluating", None)
+        time.sleep(1.0)
+    lines = out.getvalue().splitlines()
+    assert 1 <= len(lines) <= 6 and all(re.fullmatch(r"… evaluating 0 \(\d\.\d s\)", ln) for ln in lines), lines
+    time.sleep(0.5)
+    assert out.getvalue().splitlines() == lines  # the thread has stopped
+
+
 def test_progress_kind_follows_stderr(monkeypatch):
     monkeypatch.setattr(sys, "stderr", io.StringIO())
     assert type(make_progress(True)) is PlainProgress
