@@ -102,8 +102,10 @@ def _add_lm_study_command(entry: StudyEntry) -> None:
                 lengths: LengthsOpt = None, depths: DepthsOpt = None, kinds: KindsOpt = None, seeds: SeedsOpt = None,
                 preset: PresetOpt = "quick", out: OutOpt = DEFAULT_OUT, device: DeviceOpt = "auto",
                 quiet: QuietOpt = False, executor: ExecutorOpt = "inprocess", scheduler: SchedulerOpt = None,
-                workers: WorkersOpt = None) -> None:
-        options = opt.lm_study_options(entry, models, interventions, source, lengths, depths, kinds, seeds, preset, CATALOG)
+                workers: WorkersOpt = None, steps=None, d_model=None, n_layers=None, batch_size=None, lr=None,
+                seq_len=None, config=None) -> None:  # the knobs' annotations: opt.LM_KNOB_OPTIONS, below
+        options = opt.lm_study_options(entry, models, interventions, source, lengths, depths, kinds, seeds, preset, CATALOG,
+                                       dict(zip(opt.LM_KNOBS, (steps, d_model, n_layers, batch_size, lr, seq_len))), config)
         _run(entry, options, out, device, quiet, False, executor, scheduler, workers)
 
     # per-study help texts: real annotation objects (this module's string annotations cannot see locals)
@@ -112,6 +114,7 @@ def _add_lm_study_command(entry: StudyEntry) -> None:
         interventions=_o(Optional[str], "--interventions", "-i",
                          help=f"Comma list of: {', '.join(entry.interventions)} (default: the study's)."),
         preset=_o(str, "--preset", "-p", help=f"One of: {', '.join(entry.presets)}."),
+        **{name: _o(Optional[kind], flag, help=text) for name, (flag, kind, text) in opt.LM_KNOB_OPTIONS.items()},
     )
     study_app.command(name=entry.name, help=entry.description)(command)
 

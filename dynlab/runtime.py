@@ -5,8 +5,9 @@
 - **Threads** (:func:`train_threads`, :data:`RUN_THREADS`): every run trains, evaluates
   and is analysed on a fixed CPU thread count, so its numbers do not depend on the machine.
 - **Memory** (:func:`keep_freed_memory`): the process's CPU allocator keeps freed memory.
-- **Progress** (:func:`make_progress`, :class:`NullProgress`): rich bars on stderr for
-  long work, or silence.
+- **Progress** (:func:`make_progress`, :class:`NullProgress`): rich bars on a terminal;
+  plain lines (:class:`PlainProgress`: one per finished run, a heartbeat on long work)
+  when stderr is a pipe or a log file; or silence.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import ctypes
 import ctypes.util
 import os
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -24,7 +27,8 @@ import torch
 from dynlab.errors import DynlabInputError
 
 __all__ = [
-    "ALLOCATOR_ENV", "DEVICE_CHOICES", "MAX_THREADS", "NullProgress", "Progress", "RUN_THREADS", "keep_freed_memory",
+    "ALLOCATOR_ENV", "DEVICE_CHOICES", "HEARTBEAT_S", "MAX_THREADS", "NullProgress", "PlainProgress", "Progress",
+    "RUN_THREADS", "keep_freed_memory",
     "make_progress", "resolve_device", "train_threads",
 ]
 
@@ -146,6 +150,11 @@ class NullProgress(AbstractContextManager):
     def remove(self, task: int) -> None:
         return None
 
+    def finished(self, message: str) -> bool:
+        """A run has finished (``message``: one line about it); whether the line was printed
+        (bars show a finished run by themselves)."""
+        return False
+
     def __exit__(self, *exc: object) -> None:
         return None
 
@@ -194,5 +203,118 @@ class Progress(NullProgress):
         self._p.remove_task(task)
 
 
+#: Seconds of silence after which :class:`PlainProgress` prints a heartbeat line.
+HEARTBEAT_S = 30.0
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, s = divmod(int(round(seconds)), 60)
+    return f"{minutes} min {s:02d} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+class PlainProgress(NullProgress):
+    """Progress as plain lines on stderr, for a pipe or a log file (a SLURM log, ``| tee``),
+    where rich bars would print nothing until the end: one line per finished run
+    (:meth:`finished`), each :meth:`log` line as it comes, and, when nothing was printed for
+    ``heartbeat_s`` seconds while work goes on, one heartbeat line naming each task in
+    progress with its count and last fields (``mamba2/zero 812/1500 loss=2.31``) and the time
+    since the start (checked at every update and, inside ``with``, once a second by a
+    background thread, so an evaluation or a remote worker that reports nothing still gets
+    its heartbeat).  No escape codes, no bars; every line is flushed at once."""
+
+    def __init__(self, stream: Any = None, heartbeat_s: float = HEARTBEAT_S, clock: Any = time.monotonic) -> None:
+        self._stream = stream
+        self._heartbeat_s = heartbeat_s
+        self._clock = clock
+        self._start = self._last = clock()
+        self._tasks: dict[int, dict[str, Any]] = {}
+        self._next = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> PlainProgress:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._watch, name="dynlab-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(1.0, self._heartbeat_s)):
+            self.beat()
+
+    def beat(self) -> None:
+        """Print a heartbeat line if nothing was printed for ``heartbeat_s`` seconds while a task is in progress."""
+        with self._lock:
+            if self._tasks and self._clock() - self._last >= self._heartbeat_s:
+                self._print(self._heartbeat())
+
+    def _print(self, line: str) -> None:
+        stream = self._stream if self._stream is not None else sys.stderr
+        print(line, file=stream, flush=True)
+        self._last = self._clock()
+
+    def add(self, description: str, total: int | None) -> int:
+        with self._lock:
+            self._next += 1
+            self._tasks[self._next] = {"description": description, "total": total, "done": 0, "info": ""}
+            return self._next
+
+    def update(self, task: int, advance: int = 1, **fields: Any) -> None:
+        with self._lock:
+            state = self._tasks.get(task)
+            if state is not None:
+                state["done"] += advance
+                if fields:
+                    state["info"] = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                             for k, v in fields.items())
+        self.beat()
+
+    def _heartbeat(self) -> str:
+        parts = []
+        for state in self._tasks.values():
+            count = f"{state['done']}/{state['total']}" if state["total"] is not None else f"{state['done']}"
+            parts.append(" ".join(p for p in (state["description"], count, state["info"]) if p))
+        return f"… {'; '.join(parts) or 'working'} ({_duration(self._clock() - self._start)})"
+
+    def describe(self, task: int, description: str) -> None:
+        with self._lock:
+            if task in self._tasks:
+                self._tasks[task]["description"] = description
+
+    def log(self, message: str) -> None:
+        with self._lock:
+            self._print(message)
+
+    def finished(self, message: str) -> bool:
+        with self._lock:
+            self._print(message)
+        return True
+
+    def remove(self, task: int) -> None:
+        with self._lock:
+            self._tasks.pop(task, None)
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # a closed or replaced stream
+        return False
+
+
 def make_progress(show: bool) -> NullProgress:
-    return Progress() if show else NullProgress()
+    """Rich bars when ``show`` and stderr is a terminal, plain lines (:class:`PlainProgress`)
+    when ``show`` and it is not, else silence."""
+    if not show:
+        return NullProgress()
+    return Progress() if _is_terminal(sys.stderr) else PlainProgress()

@@ -68,7 +68,7 @@ CATALOG: dict[str, StudyEntry] = {e.name: e for e in (
         "Byte-level recurrent LMs (Mamba-2, Mamba-1, GLA) trained short with initial-state interventions, "
         "evaluated at 16x the training length: PPL(t), EffRem, state statistics; presets budget and context "
         "map the PPL rise over training tokens and context, interventions post-trains where it rises.",
-        ("quick", "budget", "context", "interventions", "paper"), "lm", MIXER_NAMES, (*TASK_INTERVENTION_NAMES, TBTT)),
+        ("smoke", "quick", "budget", "context", "interventions", "paper"), "lm", MIXER_NAMES, (*TASK_INTERVENTION_NAMES, TBTT)),
     StudyEntry(
         "nonlinearity", "dynlab.studies.nonlinearity",
         "Ablation of the state nonlinearity φ (tanh, ReLU, max/min, GroupSort, LayerNorm, sphere) on C6, S3.",
@@ -77,17 +77,17 @@ CATALOG: dict[str, StudyEntry] = {e.name: e for e in (
         "copying", "dynlab.studies.copying",
         "Synthetic copying $<s>|<s>. : LMs (Mamba-2, Mamba-1, GLA) trained on short strings from the zero state, post-trained "
         "with state passing / fitted noise vs a zero-state control; accuracy at longer strings (3x).",
-        ("quick", "paper"), "lm", MIXER_NAMES, TASK_INTERVENTION_NAMES, ("--lengths",)),
+        ("smoke", "quick", "paper"), "lm", MIXER_NAMES, TASK_INTERVENTION_NAMES, ("--lengths",)),
     StudyEntry(
         "passkey", "dynlab.studies.passkey",
         "Passkey retrieval in Shakespeare filler: LMs trained short from the zero state, post-trained with fitted "
         "noise / state passing vs a zero-state control; accuracy over (length, depth) to 16x the training length.",
-        ("quick", "paper"), "lm", MIXER_NAMES, TASK_INTERVENTION_NAMES, ("--lengths", "--depths")),
+        ("smoke", "quick", "paper"), "lm", MIXER_NAMES, TASK_INTERVENTION_NAMES, ("--lengths", "--depths")),
     StudyEntry(
         "babilong", "dynlab.studies.babilong",
         "bAbI-style questions (qa1, qa2, qa3, qa6, qa7) in long Shakespeare filler: LMs trained short from the zero state, "
         "post-trained with state passing / fitted noise vs a zero-state control; accuracy vs length per kind.",
-        ("quick", "kinds", "paper"), "lm", MIXER_NAMES, TASK_INTERVENTION_NAMES, ("--lengths", "--kinds"),
+        ("smoke", "quick", "kinds", "paper"), "lm", MIXER_NAMES, TASK_INTERVENTION_NAMES, ("--lengths", "--kinds"),
         ("qa1", "qa2", "qa3", "qa6", "qa7")),
 )}
 

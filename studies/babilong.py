@@ -74,6 +74,10 @@ intervention against a compute-matched zero-state control (paper B's protocol, s
 :mod:`dynlab.studies.long_context`).
 
 Presets:
+- ``smoke`` — checks an installation in seconds: one layer of width 16, one seed, 100
+  training steps and 20 post-training steps per arm on small samples; every model
+  counts as learned (``eval.learned_at = 0``) so that the post-training arms run too. Its
+  accuracies say nothing about the task.
 - ``quick`` — tiny Mamba-2 (2 layers, width 64, 4 heads × 16 channels, N = 64, short
   convolution of width 5), from scratch, 3 facts, kind qa1, samples of 48–64 tokens,
   batch 64, lr 1e-3, one CPU thread, trained until learned (qa1, checked every 250 steps
@@ -100,6 +104,16 @@ _QUICK_TASK = {"train_min": 48, "train_max": 64, "eval_lengths": (64, 128, 256, 
                "babi_kinds": ("qa1",), "babi_tokens": "words", "babi_questions": "all"}
 
 PRESETS = {
+    "smoke": {
+        "mixers": ("mamba2",),
+        "seeds": (0,),
+        "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 8, "d_state": 16, "chunk_size": 16},
+        "task": {**_QUICK_TASK, "train_min": 32, "train_max": 48, "eval_lengths": (48, 96)},
+        "train": {"steps": 100, "batch_size": 8, "lr": 1e-3, "threads": 1},
+        "eval": {"n_samples": 4, "chunk_len": 64, "learned_at": 0.0},
+        "intervention": {},
+        "post": {"steps": 20, "lr": 1e-3},
+    },
     "quick": {
         "mixers": ("mamba2",),
         "seeds": (0, 1, 2),

@@ -10,6 +10,10 @@ tested at 300). ``accuracy(run, length)`` is the teacher-forced per-character ac
 ``exact_match(run, length)`` the whole-string accuracy.
 
 Presets:
+- ``smoke`` — checks an installation in seconds: one layer of width 16, one seed, 300
+  training steps and 20 post-training steps per arm on small samples; every model
+  counts as learned (``eval.learned_at = 0``) so that the post-training arms run too. Its
+  accuracies say nothing about the task.
 - ``quick`` — tiny Mamba-2 (2 layers, width 64, 4 heads × 16 channels, N = 32, short
   convolution of width 4), strings of 1–16 letters (one uniform mixture of lengths, no
   curriculum), 4000 steps of batch 32 at lr 3e-3, one CPU thread; a learned model
@@ -27,6 +31,16 @@ from dynlab.studies.long_context import make_task_study
 __all__ = ["PRESETS", "STUDY"]
 
 PRESETS = {
+    "smoke": {
+        "mixers": ("mamba2",),
+        "seeds": (0,),
+        "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 8, "d_state": 16, "chunk_size": 16},
+        "task": {"train_min": 1, "train_max": 8, "eval_lengths": (4, 8, 16)},
+        "train": {"steps": 300, "batch_size": 8, "lr": 3e-3, "threads": 1},
+        "eval": {"n_samples": 8, "chunk_len": 64, "learned_at": 0.0},
+        "intervention": {},
+        "post": {"steps": 20, "lr": 1e-3},
+    },
     "quick": {
         "mixers": ("mamba2",),
         "seeds": (0, 1, 2),

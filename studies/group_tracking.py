@@ -5,7 +5,8 @@ length 60 and evaluated at lengths up to 1000; the dataset holds ``accuracy(run,
 length)``, ``accuracy_all``, ``mp(run)`` and the training record.
 
 Presets:
-- ``smoke`` — width 16, 20 steps, lengths to 60: seconds; checks an installation.
+- ``smoke`` — width 16, 20 steps, lengths to 60; checks an installation (about half a minute
+  on a 2-core CPU, analyses included).
 - ``quick`` — 8 architectures × {C2, C6, S3} × 1 seed, width 64, ≤ 600 steps of batch 128,
   evaluation on 256 sequences to length 1000.  Minutes on a laptop CPU.
 - ``groups`` — quick's recipe on :data:`GROUPS_PRESET` (C2xC2, C4, C2xC4, D4, C12, A4, D6,

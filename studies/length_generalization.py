@@ -13,6 +13,9 @@ preset's Mamba models have the real Mamba block (no MLP,
 :data:`dynlab.lm.spec.ANCHOR_MLP_RATIO`), so each trained run exports to Hugging Face.
 
 Presets:
+- ``smoke`` — checks an installation in seconds: one layer of width 16 (:data:`SMOKE_MODEL`),
+  T_train = 16, batch 8, 200 steps, the zero baseline and state passing, evaluated at
+  256 tokens on 8 windows. Its numbers say nothing about length generalization.
 - ``quick`` — tiny Mamba-2 (2 layers, width 64, 4 heads × 32 channels, N = 64, short
   convolution of width 4, initial step sizes log-uniform in [1e-5, 1e-3], i.e.
   near-integrator heads), T_train = 32, batch 16, 1500 steps of AdamW 5e-3, one CPU
@@ -80,7 +83,7 @@ from dynlab.study import RunOutcome, RunResult, Study, StudyOptions, override_fi
 from dynlab.studies.long_context import LMOptions, check_source
 from dynlab.runtime import NullProgress
 
-__all__ = ["BUDGET_MODEL", "CONTEXT_SIZES", "CONTEXT_TOKENS", "INTERVENTION_NAMES", "INTERVENTION_SEEDS", "MIXER_NAMES", "PRESETS", "STUDY",
+__all__ = ["BUDGET_MODEL", "CONTEXT_SIZES", "CONTEXT_TOKENS", "INTERVENTION_NAMES", "INTERVENTION_SEEDS", "MIXER_NAMES", "PRESETS", "SMOKE_MODEL", "STUDY",
            "LGOptions", "LMResult", "assemble", "make_specs", "run_one", "steps_for_budget"]
 
 
@@ -111,7 +114,22 @@ INTERVENTION_SEEDS = (5, 6, 7, 8, 9)
 that played no part in choosing the baseline; the post-training recipe (300 steps, lr 1e-3)
 was fixed on pilot seed 100."""
 
+#: The ``smoke`` preset's model: one layer of the quick layout at width 16 (2 heads × 16
+#: channels, N = 16, chunks of 16).
+SMOKE_MODEL = {**_QUICK_MODEL, "d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 16, "d_state": 16,
+               "chunk_size": 16}
+
 PRESETS: dict[str, dict[str, Any]] = {
+    "smoke": {
+        "mixers": ("mamba2",),
+        "seeds": (0,),
+        "interventions": ("zero", "state-passing"),
+        "model": SMOKE_MODEL,
+        "train": {"steps": 200, "batch_size": 8, "seq_len": 16, "lr": 5e-3, "threads": 1},
+        "eval": {"length_multiple": 16, "n_samples": 8, "chunk_len": 64, "bin_width": 16,
+                 "effrem_points": 4, "effrem_samples": 4, "state_points": 8},
+        "intervention": {"sigma": 0.1},
+    },
     "quick": {
         "mixers": ("mamba2",),
         "seeds": (0,),

@@ -12,6 +12,10 @@ sample; dynlab runs both). Dataset: ``accuracy(run, length, depth)`` = fraction 
 samples whose 5 key digits are all predicted exactly (teacher forcing).
 
 Presets:
+- ``smoke`` — checks an installation in seconds: one layer of width 16, one seed, 100
+  training steps and 20 post-training steps per arm on small samples; every model
+  counts as learned (``eval.learned_at = 0``) so that the post-training arms run too. Its
+  accuracies say nothing about the task.
 - ``quick`` — tiny Mamba-2 (2 layers, width 64, 4 heads × 16 channels, N = 32, short
   convolution of width 4), warm-started: the model first learns copying (strings of 1–16
   letters, 4000 steps of batch 32, as the copying study) — the small-scale stand-in for
@@ -34,6 +38,16 @@ __all__ = ["PRESETS", "STUDY"]
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 PRESETS = {
+    "smoke": {
+        "mixers": ("mamba2",),
+        "seeds": (0,),
+        "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 8, "d_state": 16, "chunk_size": 16},
+        "task": {"train_min": 112, "train_max": 128, "eval_lengths": (128, 256), "depths": (0.0, 1.0)},
+        "train": {"steps": 100, "batch_size": 8, "lr": 3e-3, "threads": 1},
+        "eval": {"n_samples": 4, "chunk_len": 64, "learned_at": 0.0},
+        "intervention": {},
+        "post": {"steps": 20, "lr": 1e-3},
+    },
     "quick": {
         "mixers": ("mamba2",),
         "seeds": (0, 1, 2),

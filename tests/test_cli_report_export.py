@@ -58,7 +58,8 @@ def test_export_a_trained_run_and_load_it_back(tmp_path, capsys):
         os.umask(mask)
     # every file of the export has the umask's mode, as its siblings (safetensors writes 0600 by itself)
     assert {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "hf").iterdir()} == {
-        "config.json": 0o644, "generation_config.json": 0o644, "model.safetensors": 0o644}
+        "config.json": 0o644, "generation_config.json": 0o644, "model.safetensors": 0o644, "tokenizer.json": 0o644,
+        "tokenizer_config.json": 0o644, "README.md": 0o644}
     weights = (run / "model.safetensors").read_bytes()
     assert main(["lm", "export", str(run), str(run)]) == 2  # never into the run folder: its weights stay
     assert (run / "model.safetensors").read_bytes() == weights

@@ -4,7 +4,9 @@
 ``MambaForCausalLM`` (mixer ``mamba1``) with every weight copied under its HF name;
 :func:`export_hf` writes it as an HF folder (``config.json`` + ``model.safetensors``,
 ``save_pretrained``) that ``from_pretrained`` loads from local files and that
-:func:`dynlab.lm.hf.load_hf_checkpoint` wraps again.
+:func:`dynlab.lm.hf.load_hf_checkpoint` wraps again, with a byte-level tokenizer that
+``AutoTokenizer`` loads (ids = the text's UTF-8 bytes, as dynlab's) and a model card
+``README.md`` (layout, training budget, data, evaluation; :mod:`dynlab.lm.card`).
 
 Only layouts HF can express export; anything else raises
 :class:`~dynlab.errors.DynlabInputError` naming the problem:
@@ -47,8 +49,9 @@ __all__ = ["EXPORTABLE_MIXERS", "HF_EXPORT_ALLOWED", "HF_EXPORT_FILES", "check_e
 EXPORTABLE_MIXERS = ("mamba2", "mamba1")
 #: The files an export writes (``save_pretrained``); a folder holding others is not replaced.
 HF_EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
-                   "model.safetensors.index.json")
-HF_EXPORT_ALLOWED = "a new or empty folder, or one holding only an earlier export (config.json, model.safetensors)"
+                   "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json", "README.md")
+HF_EXPORT_ALLOWED = ("a new or empty folder, or one holding only an earlier export (config.json, model.safetensors, "
+                     "tokenizer.json, README.md)")
 
 
 def _refuse(problem: str, allowed: str) -> DynlabInputError:
@@ -145,9 +148,37 @@ def to_hf(model: RecurrentLM) -> nn.Module:
     return hf.eval()
 
 
+def _run_record(run: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
+    """A run folder's ``spec.json``, ``result.json`` (None when unreadable) and run id (the spec's hash)."""
+    import json
+
+    from dynlab.lm.spec import LMRunSpec, LMTaskRunSpec
+    from dynlab.spec import load_spec
+
+    doc = json.loads((run / "spec.json").read_text())
+    spec = load_spec(doc, {"LMRunSpec": LMRunSpec, "LMTaskRunSpec": LMTaskRunSpec}[doc["spec"]])
+    try:
+        result = json.loads((run / "result.json").read_text())
+    except (OSError, ValueError):
+        result = None
+    return doc, result, spec.spec_hash()
+
+
+def _model_info(hf: nn.Module) -> dict[str, Any]:
+    """What the model card says of the exported model's layout (its HF config)."""
+    c = hf.config
+    return {"model_type": c.model_type, "architecture": type(hf).__name__,
+            "n_params": sum(p.numel() for p in hf.parameters()), "dtype": str(next(hf.parameters()).dtype).split(".")[-1],
+            "d_model": c.hidden_size, "n_layers": c.num_hidden_layers, "n_heads": getattr(c, "num_heads", None),
+            "head_dim": getattr(c, "head_dim", None), "d_state": c.state_size, "expand": c.expand,
+            "conv_kernel": c.conv_kernel, "chunk_size": getattr(c, "chunk_size", None)}
+
+
 def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path,
               dtype: torch.dtype | None = None) -> Path:
-    """Write ``model_or_run_folder`` as a Hugging Face folder ``out_dir`` (config.json + model.safetensors).
+    """Write ``model_or_run_folder`` as a Hugging Face folder ``out_dir``: config.json +
+    model.safetensors, the byte-level tokenizer (tokenizer.json, tokenizer_config.json) and
+    the model card README.md (:mod:`dynlab.lm.card`).
 
     ``model_or_run_folder`` is a :class:`RecurrentLM` or a dynlab LM run folder
     (``spec.json`` + ``model.safetensors``, loaded with
@@ -159,13 +190,16 @@ def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path
         raise DynlabInputError(f"export folder {str(out)!r} is a file; allowed: a folder (new or existing)")
     refuse_foreign_folder(out, "export folder", own=HF_EXPORT_FILES, allowed=HF_EXPORT_ALLOWED)
     model = model_or_run_folder
+    spec_doc = result = run_id = None
     if isinstance(model, (str, Path)):
         from dynlab.lm.posttrain import load_checkpoint
 
-        if not (Path(model).expanduser() / "spec.json").is_file():
+        run = Path(model).expanduser()
+        if not (run / "spec.json").is_file():
             raise _refuse(f"{str(model)!r} is not a dynlab LM run folder (no spec.json)",
                           "a dynlab RecurrentLM or its run folder (spec.json + model.safetensors)")
-        model, _ = load_checkpoint(model)
+        model, _ = load_checkpoint(run)
+        spec_doc, result, run_id = _run_record(run)
     hf = to_hf(model)
     if dtype is not None:
         hf = hf.to(dtype)
@@ -175,6 +209,10 @@ def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path
         raise DynlabInputError(f"export folder {str(out)!r} {problem}; allowed: a writable folder (made when missing)")
     make_dir(out)
     hf.save_pretrained(str(out), safe_serialization=True)
+    from dynlab.lm.card import model_card, write_byte_tokenizer
+
+    write_byte_tokenizer(out)
+    (out / "README.md").write_text(model_card(_model_info(hf), spec_doc, result, run_id), encoding="utf-8")
     for path in out.iterdir():  # save_pretrained makes some files 0600 (temporary files renamed): the umask's mode
         if path.is_file() and not path.name.startswith("."):
             path.chmod(0o666 & ~current_umask())
