@@ -39,7 +39,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="dynlab: train recurrent models, measure length extrapolation, explain it from state dynamics.")
 study_app = typer.Typer(no_args_is_help=True, help="Run a registered study (`dynlab study list` shows them).")
 lm_app = typer.Typer(no_args_is_help=True, help="Language-model tools (`dynlab lm post-train`).")
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (`dynlab bench train`).")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (`dynlab bench train`, `dynlab bench lm`).")
 for _sub, _name in ((study_app, "study"), (lm_app, "lm"), (bench_app, "bench")):
     app.add_typer(_sub, name=_name)
 
@@ -224,34 +224,22 @@ def lm_export(run: Annotated[Path, typer.Argument(help="A dynlab LM run folder (
     typer.echo(str(export_hf(run, out_dir, dtype=None if dtype is None else getattr(torch, dtype))))
 
 
-@bench_app.command("train")
-def bench_train_cmd(
-    models: _o(str, "--models", "-m", help="Comma list of architectures; the first is the headline.") = "tanh-rnn,mamba",
-    hidden: _o(int, "--hidden", help="Hidden width H.") = 128,
-    batch: _o(int, "--batch", help="Batch size B.") = 256,
-    length: _o(int, "--length", help="Sequence length T.") = 60,
-    ensembles: _o(str, "--ensembles", help="Comma list of ensemble sizes.") = "16,64",
-    steps: _o(int, "--steps", help="Training steps per measurement (the first is not timed).") = 4,
-    repeats: _o(int, "--repeats", help="Rounds over all methods; each is reported at its fastest round (noisy machines).") = 2,
-    quick: _o(bool, "--quick", help="About a minute: 3 steps, ensemble 16 only, one round.") = False,
-    device: DeviceOpt = "auto",
-    compile: _o(bool, "--compile", help="Also time one model with torch.compile'd cell steps (slow to start).") = False,  # noqa: A002
-    json_out: _o(Optional[str], "--json", help="Also write the results as JSON to this file.") = None,
-) -> None:
+def bench_train_cmd(models="tanh-rnn,mamba", hidden=128, batch=256, length=60, ensembles="16,64", steps=4, repeats=2,
+                    quick=False, device="auto", compile=False, json_out=None) -> None:  # noqa: A002
     """Training throughput: user baseline vs dynlab (one model, ensembles) vs the floor (GEMM or bandwidth)."""
-    names, sizes, steps, repeats, json_path = opt.bench_options(models, hidden, batch, length, ensembles, steps, repeats,
-                                                                quick, device, json_out)
-    opt.say_notes(typer.echo)
-    from dynlab.bench import bench_train, train_payload, write_json
-    from dynlab.report import bench_markdown
+    opt.run_bench_train(models, hidden, batch, length, ensembles, steps, repeats, quick, device, compile, json_out,
+                        typer.echo)
 
-    with opt.in_option_words({"hidden": "--hidden", "batch_size": "--batch", "min_length": "--length",
-                              "max_length": "--length", "steps": "--steps"}):
-        results = [bench_train(m, hidden, batch, length, sizes, steps=steps, device=device, compile=compile,
-                               repeats=repeats) for m in names]
-    typer.echo(bench_markdown(train_payload(results)), nl=False)  # the tables of `dynlab report FILE.json`
-    if json_path is not None:
-        typer.echo(f"json: {write_json(results, json_path)}")
+
+def bench_lm_cmd(widths="16,64,128,256", ensembles="8,16,32", batch=16, length=32, steps=8, memory=True,
+                 json_out=None) -> None:
+    """LM training throughput: the one-model loop vs stacks of models vs the no-op-mixer and FLOP floors."""
+    opt.run_bench_lm(widths, ensembles, batch, length, steps, memory, json_out, typer.echo)
+
+
+for _name, _fn, _table in (("train", bench_train_cmd, opt.BENCH_TRAIN_OPTIONS), ("lm", bench_lm_cmd, opt.BENCH_LM_OPTIONS)):
+    _fn.__annotations__.update({k: _o(kind, *flags, help=text) for k, (flags, kind, text) in _table.items()})
+    bench_app.command(_name)(_fn)
 
 
 for _entry in CATALOG.values():  # a command per study of the catalog (no study module is imported)

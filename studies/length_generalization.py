@@ -68,12 +68,13 @@ from pydantic import AfterValidator
 from dynlab.analysis.contrasts import paired_contrasts
 from dynlab.analysis.lm_metrics import ppl_ranges
 from dynlab.errors import DynlabInputError
+from dynlab.lm.model import VOCAB_SIZE
 from dynlab.lm.run import (
-    build_model, count_parameters, result_to_dataset, stack_key, train_and_evaluate, train_and_evaluate_many,
+    build_model, checkpoint_steps, count_parameters, result_to_dataset, stack_key, train_and_evaluate, train_and_evaluate_many,
 )
 from dynlab.names import INTERVENTION_NAMES, MIXER_NAMES
 from dynlab.lm.spec import (
-    CHINCHILLA_TOKENS_PER_PARAM, InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMPostSpec, LMRunSpec,
+    BUDGET_LM_LAYOUT, CHINCHILLA_TOKENS_PER_PARAM, QUICK_LM_LAYOUT, InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMPostSpec, LMRunSpec,
     LMTrainSpec, anchor_model_fields,
 )
 from dynlab.results.assemble import assemble_runs, result_columns, stack_runs
@@ -87,19 +88,34 @@ __all__ = ["BUDGET_MODEL", "CONTEXT_SIZES", "CONTEXT_TOKENS", "INTERVENTION_NAME
            "LGOptions", "LMResult", "assemble", "make_specs", "run_one", "steps_for_budget"]
 
 
-_QUICK_MODEL = {"d_model": 64, "n_layers": 2, "n_heads": 4, "head_dim": 32, "d_state": 64, "chunk_size": 32,
-                "dt_min": 1e-5, "dt_max": 1e-3}
+_QUICK_MODEL = QUICK_LM_LAYOUT
 _QUICK_EVAL = {"length_multiple": 16, "n_samples": 128, "chunk_len": 64, "bin_width": 16,
                "effrem_points": 10, "effrem_samples": 32, "state_points": 48}
 
 #: The ``budget`` preset's model: the quick preset's layout at width 16 with 2 heads × 16
 #: channels and N = 32: 14 460 parameters, so that 32 × its Chinchilla budget (9.3 M
 #: tokens) trains in about 7 CPU minutes a seed (one core, about 20 K tokens/s).
-BUDGET_MODEL = {**_QUICK_MODEL, "d_model": 16, "n_heads": 2, "head_dim": 16, "d_state": 32}
+BUDGET_MODEL = BUDGET_LM_LAYOUT
 
 #: The ``context`` preset's two model sizes: the budget preset's model (14 460 parameters)
 #: and the same layout at width 32 (27 884 parameters).
 CONTEXT_SIZES = (BUDGET_MODEL, {**BUDGET_MODEL, "d_model": 32})
+
+#: The ``size`` preset's model sizes: one layout (expand 2: ``n_heads = d_model / 8`` heads
+#: of 16 channels, N = 32, no MLP) at widths 8, 16, 32 and 64, whose blocks (embedding and
+#: head left out) hold 2 976, 6 268, 18 168 and 60 784 parameters (20x from the first to
+#: the last); width 16 is the ``budget`` preset's model. Per size: the largest budget
+#: trained (``chinchilla``, in multiples of the Chinchilla budget over every parameter),
+#: the in-run checkpoints up to it, and the budgets also trained as separate, annealed runs
+#: at the first training length (``annealed``).
+SIZE_LADDER = tuple(
+    {**BUDGET_MODEL, "d_model": d, "n_heads": d // 8, "head_dim": 16, "d_state": 32, "chinchilla": top,
+     "checkpoints": tuple(c for c in (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0) if c <= top), "annealed": (1.0, 4.0)}
+    for d, top in ((8, 32.0), (16, 32.0), (32, 16.0), (64, 8.0))
+)
+
+#: Tokens per optimiser step of the ``size`` preset (batch = this / T_train).
+SIZE_TOKENS_PER_STEP = 2048
 
 #: At most this many runs share one stack (``train.engine = "stack"``): ensemble-16 of the
 #: quick model stays well under 1 GB (``dynlab bench lm`` measures the peak).
@@ -159,6 +175,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         "model": {},
         "train": {"batch_size": 16, "lr": 5e-3, "threads": 1},
         "eval": {**_QUICK_EVAL, "n_samples": 64, "chunk_len": 128, "bin_width": 16, "effrem_samples": 16},
+        "intervention": {"sigma": 0.1},
+    },
+    "size": {
+        "mixers": ("mamba2",),
+        "seeds": (0, 1, 2),
+        "interventions": ("zero",),
+        "sizes": SIZE_LADDER,
+        "seq_lens": (32, 128),
+        "tokens_per_step": SIZE_TOKENS_PER_STEP,
+        "model": {},
+        "train": {"batch_size": 64, "lr": 5e-3, "threads": 1, "engine": "stack"},
+        "eval": {**_QUICK_EVAL, "n_samples": 64, "chunk_len": 128, "effrem_samples": 16},
         "intervention": {"sigma": 0.1},
     },
     "interventions": {
@@ -269,20 +297,44 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
     specs = []
     for m in mixers:
         for size in sizes:
+            size = dict(size)
+            chinchilla = size.pop("chinchilla", preset.get("chinchilla"))
+            checkpoints = size.pop("checkpoints", None)
+            annealed = size.pop("annealed", ()) if "checkpoints" not in extra.eval else ()
             model = LMModelSpec(**anchor_model_fields(m, **{**preset["model"], **size, **extra.model}))
-            for seq_len in seq_lens:
-                train_kw = {**preset["train"], **({"seq_len": seq_len} if seq_len is not None else {}), **extra.train}
-                if "steps" not in train_kw:
-                    if "chinchilla" in preset:
-                        train_kw["steps"] = steps_for_budget(model, preset["chinchilla"], train_kw["batch_size"],
-                                                             train_kw["seq_len"])
-                    else:
-                        train_kw["steps"] = max(1, preset["tokens"] // (train_kw["batch_size"] * train_kw["seq_len"]))
+            ev = evals if checkpoints is None or "checkpoints" in extra.eval else evals.model_copy(
+                update={"checkpoints": checkpoints})
+            runs = [(seq_len, chinchilla, ev) for seq_len in seq_lens]
+            # the budgets trained as separate, annealed runs: one checkpoint, at the run's end
+            runs += [(seq_lens[0], b, evals.model_copy(update={"checkpoints": (b,)})) for b in annealed]
+            for seq_len, budget, run_eval in runs:
+                train_kw = _train_fields(preset, extra, model, seq_len, budget)
+                if len(run_eval.checkpoints) == 1 and "steps" not in extra.train:  # annealed: ends exactly at its budget
+                    n = count_parameters(build_model(LMRunSpec(model=model)))
+                    train_kw["steps"] = checkpoint_steps(n, run_eval.checkpoints, train_kw["batch_size"],
+                                                         train_kw["seq_len"], 10**9)[0]
                 train = LMTrainSpec(**train_kw)
                 specs += [LMRunSpec(data=data, model=model, intervention=InterventionSpec(kind=iv, **iv_kw),
-                                    train=train, eval=evals, seed=s, post=post)
+                                    train=train, eval=run_eval, seed=s, post=post)
                           for iv in interventions for s in seeds]
     return specs
+
+
+def _train_fields(preset: dict, extra: LGOptions, model: LMModelSpec, seq_len: int | None,
+                  chinchilla: float | None) -> dict[str, Any]:
+    """A run's training fields: the preset's, its training length, the batch of the
+    preset's tokens per step, the steps of its budget (``chinchilla`` multiples, or the
+    preset's ``tokens``), then the user's overrides."""
+    kw = {**preset["train"], **({"seq_len": seq_len} if seq_len is not None else {})}
+    if "tokens_per_step" in preset and seq_len is not None:
+        kw["batch_size"] = max(1, preset["tokens_per_step"] // seq_len)
+    kw.update(extra.train)
+    if "steps" not in kw:
+        if chinchilla is not None:
+            kw["steps"] = steps_for_budget(model, chinchilla, kw["batch_size"], kw["seq_len"])
+        else:
+            kw["steps"] = max(1, preset["tokens"] // (kw["batch_size"] * kw["seq_len"]))
+    return kw
 
 
 def run_one(spec: LMRunSpec, device: torch.device, progress: NullProgress) -> RunOutcome:
@@ -348,9 +400,11 @@ def _run_curves(spec: LMRunSpec, r: LMResult) -> xr.Dataset | None:
     ds = ds.assign_coords(budget=budgets)
     ratio = ds["far_in_ratio"].values
     rise = np.flatnonzero(ratio > 1.0)
+    blocks = r.n_params - 2 * VOCAB_SIZE * spec.model.d_model  # the embedding and the (untied) head left out
     return annotate(ds.assign(
         checkpoint_step=("budget", [int(c["step"]) for c in r.checkpoints]),
         tokens_per_param=("budget", [c["tokens"] / r.n_params for c in r.checkpoints]),
+        budget_blocks=("budget", [c["tokens"] / (CHINCHILLA_TOKENS_PER_PARAM * blocks) for c in r.checkpoints]),
         first_rise_budget=((), budgets[rise[0]] if rise.size else np.nan),
     ))
 
@@ -362,6 +416,7 @@ _SPEC_COORDS = {
     "train_length": lambda s: s.train.seq_len,
     "eval_length": lambda s: s.eval_length,
     "d_model": lambda s: s.model.d_model,
+    "annealed": lambda s: len(s.eval.checkpoints) == 1,
 }
 
 

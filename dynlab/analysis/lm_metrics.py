@@ -19,6 +19,9 @@ Definitions (positions: ``t`` counts the tokens of context, so the target at ``t
   bins ending in (T_train/2, T_train], ``ppl_far`` over the bins ending in the last eighth
   (7L/8, L] of the evaluation length L, and ``far_in_ratio = ppl_far / p*`` (p* of
   Definition 3.2); a ratio above 1 means the PPL rises beyond the training length.
+  ``far_over_in = ppl_far / ppl_in`` divides by one in-range reference for every T_train
+  (p* is the lowest-PPL bin at or below T_train, which can be a bin of the first few
+  positions, with almost no context, so its position moves with T_train and the budget).
 - State statistics per layer, head and position: mean and standard deviation (population)
   of the state entries pooled over samples and the head's P·N entries, and the mean over
   samples of the head's Euclidean (Frobenius) state norm.
@@ -107,14 +110,15 @@ def length_generalization(ppl: xr.DataArray, train_length: int) -> LengthGeneral
 
 
 def ppl_ranges(ppl_binned: xr.DataArray, p_star: xr.DataArray | float, train_length: int) -> xr.Dataset:
-    """``ppl_in``, ``ppl_far`` and ``far_in_ratio`` (module docstring) of binned PPL curves
+    """``ppl_in``, ``ppl_far``, ``far_in_ratio`` and ``far_over_in`` (module docstring) of binned PPL curves
     ``ppl_binned`` (dim ``t``, NaN off the bin ends; any other dims are kept) of a model
     trained at ``train_length``; ``p_star`` broadcasts against them."""
     t = ppl_binned["t"]
     last = float(t.where(ppl_binned.notnull().any([d for d in ppl_binned.dims if d != "t"])).max())
     inside = ppl_binned.where((t > train_length / 2) & (t <= train_length)).mean("t")
     far = ppl_binned.where((t > last - last / 8) & (t <= last)).mean("t")
-    return annotate(xr.Dataset({"ppl_in": inside, "ppl_far": far, "far_in_ratio": far / p_star}))
+    return annotate(xr.Dataset({"ppl_in": inside, "ppl_far": far, "far_in_ratio": far / p_star,
+                                "far_over_in": far / inside}))
 
 
 def distribution_distance(p: np.ndarray, q: np.ndarray, kind: str = "tv") -> np.ndarray:

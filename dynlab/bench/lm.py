@@ -47,12 +47,10 @@ def lm_bench_model(d_model: int, seed: int = 0):
     """The benchmark's LM at width ``d_model``: the ``budget`` preset's model at 16, else
     the ``quick`` preset's layout at that width (Mamba-2 blocks without MLP)."""
     from dynlab.lm.run import build_model
-    from dynlab.lm.spec import LMRunSpec
-    from dynlab.studies.length_generalization import make_specs
-    from dynlab.study import StudyOptions
+    from dynlab.lm.spec import BUDGET_LM_LAYOUT, QUICK_LM_LAYOUT, LMModelSpec, LMRunSpec, anchor_model_fields
 
-    base = make_specs(StudyOptions(preset="budget" if d_model == 16 else "quick", models=("mamba2",)))[0].model
-    return build_model(LMRunSpec(model=base.model_copy(update={"d_model": d_model}), seed=seed))
+    layout = {**(BUDGET_LM_LAYOUT if d_model == 16 else QUICK_LM_LAYOUT), "d_model": d_model}
+    return build_model(LMRunSpec(model=LMModelSpec(**anchor_model_fields("mamba2", **layout)), seed=seed))
 
 
 def _sources(n: int, data: torch.Tensor, batch: int, length: int):

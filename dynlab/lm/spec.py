@@ -99,6 +99,16 @@ class LMDataSpec(Spec):
 LEGACY_MODEL_FIELDS: dict[str, Any] = {"conv_kernel": 0, "norm_eps": None, "mamba1_inner_norm": True}
 
 
+#: The length-generalization study's ``quick`` model: 2 layers, width 64, 4 heads x 32
+#: channels, N = 64, near-integrator heads (initial step sizes in [1e-5, 1e-3]); with
+#: :func:`anchor_model_fields` (no MLP) 101 848 parameters.
+QUICK_LM_LAYOUT = {"d_model": 64, "n_layers": 2, "n_heads": 4, "head_dim": 32, "d_state": 64, "chunk_size": 32,
+                   "dt_min": 1e-5, "dt_max": 1e-3}
+
+#: The ``budget`` preset's model: the quick layout at width 16, 2 heads x 16, N = 32 (14 460 parameters).
+BUDGET_LM_LAYOUT = {**QUICK_LM_LAYOUT, "d_model": 16, "n_heads": 2, "head_dim": 16, "d_state": 32}
+
+
 class LMModelSpec(Spec):
     """Byte-level LM: ``n_layers`` blocks of ``mixer`` at width ``d_model``.
 
