@@ -334,3 +334,27 @@ def test_runs_cut_off_resume_with_their_checkpoint_evaluations(tmp_path, monkeyp
         assert a["train_loss"] == b["train_loss"] and a["ppl"] == b["ppl"]
         assert a["checkpoints"] == b["checkpoints"]
         assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+@pytest.mark.slow
+def test_compiled_stack_equals_eager():
+    """``compile=True`` (torch.compile of the step's forward and loss) trains as eager, to float32 rounding."""
+    data = _text()
+
+    def run(compile_):
+        models = [_model("mamba2", s, torch.float32) for s in (0, 1)]
+        srcs, ivs, gens = [], [], []
+        for s in (0, 1):
+            gen = torch.Generator().manual_seed(s)
+            iv = make_intervention("state-passing")
+            loader = make_loader(iv, data, 4, 16, gen)
+            srcs.append(lambda ld=loader: (lambda b: (b.tokens, None, b.fresh))(next(ld)))
+            ivs.append(iv)
+            gens.append(gen)
+        return fit_ensemble(models, srcs, ivs, gens, steps=3, batch_size=4, compile=compile_)
+
+    eager, compiled = run(False), run(True)
+    for a, b in zip(eager, compiled):
+        assert max(abs(x - y) for x, y in zip(a.losses, b.losses)) < 1e-4
+        for p, q in zip(a.model.parameters(), b.model.parameters()):
+            assert _rel(p.detach(), q.detach()) < 1e-3

@@ -42,6 +42,7 @@ import io
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,7 +111,7 @@ class LMStack:
     """
 
     def __init__(self, models: Sequence[RecurrentLM], device: torch.device | str = "cpu",
-                 noop_mixer: bool = False) -> None:
+                 noop_mixer: bool = False, compile: bool = False) -> None:  # noqa: A002 - torch's word
         if not models:
             raise DynlabInputError("an ensemble needs at least one model")
         sig = _signature(models[0])
@@ -131,6 +132,8 @@ class LMStack:
         #: benchmark only (``dynlab bench lm``): every mixer outputs zeros, so a step costs
         #: everything but the mixers (embedding, norms, MLPs, head, loss, optimiser)
         self.noop_mixer = noop_mixer
+        #: the step's forward and loss (:meth:`losses`), through ``torch.compile`` when asked
+        self.step_losses = _quiet_compiled(torch.compile(self.losses)) if compile else self.losses
         with torch.no_grad():
             rows = [torch.cat([p.detach().reshape(-1) for p in m.parameters()]) for m in models]
             self.flat = torch.stack(rows).to(device).requires_grad_(True)  # [E, P]
@@ -156,6 +159,13 @@ class LMStack:
             for p, n in zip(model.parameters(), self.sizes):
                 p.copy_(self.flat[e, offset:offset + n].view_as(p).to(p.device))
                 offset += n
+
+    def losses(self, tokens: torch.Tensor, states: list[torch.Tensor], windows: list[torch.Tensor | None],
+               masks: torch.Tensor | None) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor | None]]:
+        """tokens ``[E, B, L + 1]`` -> (each member's mean next-token loss ``[E]``, final
+        states, final windows): :meth:`forward` on the inputs, scored on the targets."""
+        logits, finals, new_windows = self.forward(tokens[:, :, :-1], states, windows)
+        return _member_losses(logits, tokens[:, :, 1:], masks), finals, new_windows
 
     def forward(self, tokens: torch.Tensor, states: list[torch.Tensor] | None = None,
                 windows: list[torch.Tensor | None] | None = None
@@ -186,6 +196,19 @@ class LMStack:
             new_windows.append(window)
         logits = _linear(_rms(x, p["final_norm.weight"], self.final_eps), p["head.weight"])
         return logits, finals, new_windows
+
+
+def _quiet_compiled(fn: Callable) -> Callable:
+    """``fn`` (a torch.compile'd function) without the UserWarnings dynamo's tracing raises
+    (that it traces through the kernel table's ``lru_cache``, which is constant while a
+    stack trains, and that it reads ``.grad`` of non-leaf tensors while it inspects them)."""
+
+    def call(*args):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return fn(*args)
+
+    return call
 
 
 # ---------------------------------------------------------------------------------------
@@ -378,6 +401,7 @@ def fit_ensemble(
     checkpoints: Sequence[int] = (),
     on_checkpoint: Callable[[int, list[bool]], None] | None = None,
     noop_mixer: bool = False,
+    compile: bool = False,  # noqa: A002 - torch's word
     resume: Path | None = None,
     save_every_s: float = 300.0,
     save_extra: Callable[[], dict] | None = None,
@@ -396,6 +420,8 @@ def fit_ensemble(
         checkpoints: step counts after which the weights are copied into ``models`` and
             ``on_checkpoint(steps done, alive per member)`` is called (mid-training evaluation).
         noop_mixer: benchmark only: every mixer outputs zeros (:class:`LMStack`).
+        compile: run each step's forward and loss through ``torch.compile`` (the first
+            steps pay for the compilation, about a minute on a small CPU).
         resume, save_every_s, save_extra, on_resume: the training state's file (module
             docstring, "Resuming"): restored when it exists, saved every ``save_every_s``
             seconds, removed at the end; ``save_extra()`` adds a JSON-able dict to a save,
@@ -407,7 +433,7 @@ def fit_ensemble(
     """
     e = _check_members(models, next_batches, interventions, generators)
     dev = resolve_device(device)
-    stack = LMStack(models, dev, noop_mixer=noop_mixer)
+    stack = LMStack(models, dev, noop_mixer=noop_mixer, compile=compile)
     opt = _StackAdamW(stack, weight_decay, grad_clip)
     warmup = max(1, int(round(warmup_frac * steps)))
     losses = torch.full((steps, e), math.nan, dtype=torch.float64, device=dev)
@@ -455,8 +481,7 @@ def _train_step(stack: LMStack, opt: _StackAdamW, next_batches, interventions, g
                 dev: torch.device, step: int, losses: torch.Tensor, lr: float) -> int:
     """One optimiser step of every member (loss into ``losses[step]``); returns the batch length L."""
     tokens, masks, states, windows = _next_inputs(next_batches, interventions, generators, stack.layout, batch_size, dev)
-    logits, finals, new_windows = stack.forward(tokens[:, :, :-1], states, windows)
-    loss = _member_losses(logits, tokens[:, :, 1:], masks)  # [E]
+    loss, finals, new_windows = stack.step_losses(tokens, states, windows, masks)  # loss [E]
     stack.flat.grad = None
     loss.sum().backward()
     opt.step(loss.detach(), step, lr)
