@@ -26,7 +26,7 @@ from dynlab.executors import (  # noqa: E402
     parse_scheduler_address,
 )
 from dynlab.results.store import RunStore  # noqa: E402
-from dynlab.runner import run_study  # noqa: E402
+from dynlab.runner import open_study, run_study  # noqa: E402
 from dynlab.studies.group_tracking import STUDY as GROUP_TRACKING  # noqa: E402
 from dynlab.study import RunOutcome, RunResult, Study, StudyOptions  # noqa: E402
 
@@ -335,3 +335,24 @@ def test_a_local_cluster_reports_its_workers():
     with DaskExecutor(workers=2, processes=False) as ex:
         ex.client.wait_for_workers(2, timeout=30)
         assert ex.n_workers() == 2
+
+
+def test_an_lm_stack_is_one_dask_task_with_the_in_process_results(tmp_path):
+    """train.engine = stack: the 3 seeds x 2 arms travel as one work item to a Dask worker
+    process and come back with the results of the same stack trained in process."""
+    from dynlab.studies.length_generalization import STUDY as LG
+
+    tiny = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 4, "d_state": 4, "chunk_size": 8},
+            "train": {"steps": 3, "batch_size": 2, "seq_len": 16, "engine": "stack"},
+            "eval": {"length_multiple": 4, "n_samples": 3, "chunk_len": 16, "bin_width": 8, "effrem_points": 3,
+                     "effrem_samples": 2}, "interventions": ["zero", "state-passing"]}
+    options = StudyOptions(preset="quick", seeds=(0, 1, 2), extra=tiny)
+    from dynlab.studies.length_generalization import make_specs
+
+    assert len(LG.work_items(make_specs(options))) == 1
+    local = open_study(run_study(LG, options, out=tmp_path / "local", device="cpu"))
+    with DaskExecutor(workers=1, processes=True) as ex:
+        remote = open_study(run_study(LG, options, out=tmp_path / "dask", device="cpu", executor=ex))
+    assert (remote["ensemble_size"] == 6).all()
+    np.testing.assert_array_equal(local["train_loss"].values, remote["train_loss"].values)
+    np.testing.assert_array_equal(local["ppl"].values, remote["ppl"].values)
