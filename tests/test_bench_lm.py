@@ -36,3 +36,11 @@ def test_bad_options_exit_2_with_one_line(args, needle, capsys):
     assert main(["bench", "lm", *args]) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_peak_memory_grows_with_the_stack():
+    """Measured in a fresh child (its peak is not the parent's): 16 members need more than 1."""
+    from dynlab.bench.lm import peak_memory_mb
+
+    one, many = peak_memory_mb(16, 1, 16, 32), peak_memory_mb(16, 16, 16, 32)
+    assert 0 < one < many

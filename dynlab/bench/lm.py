@@ -22,9 +22,9 @@ Definitions (what the table prints):
   (a stack's tokens count for every member); the first ``warmup`` steps are not timed;
 - ``vs loop`` = throughput / the loop's throughput at that width, measured in the same run;
 - ``of floor`` = throughput / floor;
-- ``peak MB`` (stacks only) = the growth of the process's peak resident memory during the
-  measurement, in a fresh child process per stack (``ru_maxrss``; so earlier measurements
-  do not hide it).
+- ``peak MB`` (stacks only) = the growth of the peak resident memory (``VmHWM``) while the
+  stack trains 2 steps, in a fresh child process per stack (so earlier measurements do not
+  hide it).
 """
 
 from __future__ import annotations
@@ -97,16 +97,30 @@ def peak_memory_mb(d_model: int, members: int, batch: int, length: int, steps: i
     """Growth of peak resident memory (MB) while a stack of ``members`` trains ``steps`` steps,
     in a fresh child process (module docstring)."""
     code = (
-        "import json, resource, torch\n"
-        "from dynlab.bench.lm import _time_stack\n"
+        "import json, torch\n"
+        "from dynlab.bench.lm import _peak_rss_mb, _time_stack\n"
         "data = torch.randint(0, 256, (200_000,), generator=torch.Generator().manual_seed(0))\n"
-        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "before = _peak_rss_mb()\n"
         f"_time_stack({d_model}, {members}, data, {batch}, {length}, {steps}, 1)\n"
-        "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        "print(json.dumps((after - before) / 1024))\n"
+        "print(json.dumps(_peak_rss_mb() - before))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return float(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory in MB: ``VmHWM`` of /proc/self/status (Linux;
+    fresh at exec, unlike ``ru_maxrss``, which a child inherits from the parent that
+    forked it), else ``ru_maxrss``."""
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def bench_lm(widths: tuple[int, ...] = LM_WIDTHS, ensembles: tuple[int, ...] = (8, 16, 32), batch: int = 16,
