@@ -1,0 +1,52 @@
+"""The ``size`` preset: its specs (sizes, budgets, annealed runs, stacks) and its map."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dynlab.lm.run import build_model, checkpoint_steps, count_parameters
+from dynlab.studies.length_generalization import STUDY, make_specs, size_map
+from dynlab.study import StudyOptions
+
+
+def test_size_preset_specs():
+    specs = make_specs(StudyOptions(preset="size"))
+    assert len(specs) == 4 * (2 + 2) * 3  # 4 sizes x (2 training lengths + 2 annealed budgets) x 3 seeds
+    assert all(s.train.engine == "stack" and s.train.batch_size * s.train.seq_len == 2048 for s in specs)
+    blocks = {s.model.d_model: count_parameters(build_model(s)) - 2 * 256 * s.model.d_model for s in specs}
+    assert blocks == {8: 2670, 16: 6268, 32: 18168, 64: 60784} and blocks[64] / blocks[8] > 15
+    for s in specs:
+        n = count_parameters(build_model(s))
+        budgets = s.eval.checkpoints
+        top = max(budgets)
+        # the run ends at its largest budget: its last checkpoint is the trained model
+        assert checkpoint_steps(n, (top,), s.train.batch_size, s.train.seq_len, 10**9)[0] in (s.train.steps, s.train.steps - 1)
+        if len(budgets) == 1:  # an annealed run: trained alone to its one budget, at T_train 32
+            assert budgets[0] in (1.0, 4.0) and s.train.seq_len == 32
+            assert checkpoint_steps(n, budgets, s.train.batch_size, 32, 10**9)[0] == s.train.steps
+    tops = {s.model.d_model: max(s.eval.checkpoints) for s in specs if len(s.eval.checkpoints) > 1}
+    assert tops == {8: 32.0, 16: 32.0, 32: 16.0, 64: 8.0}
+    # one stack per (size, length or annealed budget): the 3 seeds train together
+    assert len(STUDY.work_items(specs)) == 16 and all(len(item) == 3 for item in STUDY.work_items(specs))
+
+
+@pytest.mark.slow
+def test_size_map_is_the_runs_values_on_a_grid(tmp_path):
+    from dynlab.runner import open_study, run_study
+
+    extra = {"train": {"steps": 12}, "eval": {"length_multiple": 4, "n_samples": 4, "chunk_len": 32, "bin_width": 8,
+                                             "effrem_points": 3, "effrem_samples": 2, "state_points": 4}}
+    ds = open_study(run_study(STUDY, StudyOptions(preset="size", seeds=(0, 1), extra=extra), out=tmp_path, device="cpu"))
+    m = size_map(ds)
+    assert dict(m["inrun"].sizes) == {"budget": 7, "d_model": 4, "train_length": 2, "seed": 2}
+    assert list(m["blocks"].values) == [2670, 6268, 18168, 60784]
+    for i in range(ds.sizes["run"]):
+        run = ds.isel(run=i)
+        d, seed = int(run["d_model"]), int(run["seed"])
+        values = run["far_over_in"]
+        for b in values["budget"].values[np.isfinite(values.values)]:
+            got = (m["alone"].sel(d_model=d, seed=seed, budget=b) if bool(run["annealed"])
+                   else m["inrun"].sel(d_model=d, train_length=int(run["train_length"]), seed=seed, budget=b))
+            assert float(got) == float(values.sel(budget=b))
+    assert np.isfinite(m["alone"].sel(budget=[1.0, 4.0])).all() and np.isnan(m["alone"].sel(budget=2.0)).all()
