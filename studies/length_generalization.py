@@ -465,33 +465,6 @@ def _assemble_arms(specs: list[LMRunSpec], results: list[LMResult]) -> xr.Datase
     return ds
 
 
-def size_map(ds: xr.Dataset, name: str = "far_over_in") -> xr.Dataset:
-    """The ``size`` preset's map as a grid: ``name`` (default ``far_over_in``) of the runs
-    trained with checkpoints, on dims ``d_model``, ``train_length``, ``seed`` and ``budget``
-    (``inrun``), and of the annealed runs (each trained alone to its one budget) on
-    ``d_model``, ``seed`` and ``budget`` (``alone``, at T_train 32), with ``ppl_in``
-    beside each (``inrun_ppl_in``, ``alone_ppl_in``) and the coord ``blocks``
-    (parameters of the blocks per ``d_model``). A run that diverged is NaN."""
-    keep = [name, "ppl_in"]
-    flags = ds["annealed"].values.astype(bool) if "annealed" in ds.coords else np.zeros(ds.sizes["run"], dtype=bool)
-
-    def part(sel: np.ndarray, dims: list[str]) -> xr.Dataset:
-        sub = ds[keep].isel(run=np.flatnonzero(sel))
-        return sub.reset_coords([c for c in sub.coords if c not in (*dims, "run", "budget")], drop=True)
-
-    inrun = part(~flags, ["d_model", "train_length", "seed"]).set_index(run=["d_model", "train_length", "seed"]).unstack("run")
-    out = xr.Dataset({"inrun": inrun[name], "inrun_ppl_in": inrun["ppl_in"]})
-    if flags.any():  # several annealed runs per (size, seed), each finite at its own budget only
-        sub = part(flags, ["d_model", "seed"])
-        own = sub["budget"].values[np.argmax(np.isfinite(sub[name].values), axis=1)]
-        ann = sub.assign_coords(own=("run", own)).set_index(run=["d_model", "seed", "own"]).unstack("run")
-        ann = ann.where(ann["own"] == ann["budget"]).max("own")
-        out = out.assign(alone=ann[name], alone_ppl_in=ann["ppl_in"])
-    n_params = ds["n_params"].groupby(ds["d_model"]).first()
-    blocks = n_params - 2 * VOCAB_SIZE * n_params["d_model"]
-    return out.assign_coords(blocks=("d_model", blocks.sel(d_model=out["d_model"]).values.astype(int)))
-
-
 STUDY = Study(
     name="length-generalization",
     description="Byte-level recurrent LMs (Mamba-2, Mamba-1, GLA) trained short with initial-state interventions, "

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from dynlab.lm.run import build_model, checkpoint_steps, count_parameters
-from dynlab.studies.length_generalization import STUDY, make_specs, size_map
+from dynlab.report.lm import size_grid, size_tables
+from dynlab.studies.length_generalization import STUDY, make_specs
 from dynlab.study import StudyOptions
 
 
@@ -32,13 +33,15 @@ def test_size_preset_specs():
 
 
 @pytest.mark.slow
-def test_size_map_is_the_runs_values_on_a_grid(tmp_path):
+def test_size_grid_is_the_runs_values_on_a_grid(tmp_path):
     from dynlab.runner import open_study, run_study
 
     extra = {"train": {"steps": 12}, "eval": {"length_multiple": 4, "n_samples": 4, "chunk_len": 32, "bin_width": 8,
                                              "effrem_points": 3, "effrem_samples": 2, "state_points": 4}}
     ds = open_study(run_study(STUDY, StudyOptions(preset="size", seeds=(0, 1), extra=extra), out=tmp_path, device="cpu"))
-    m = size_map(ds)
+    m = size_grid(ds)
+    text = size_tables(ds)
+    assert text.count("| 64 (60,784) |") == 2 and "| 64 | 2× |" in text
     assert dict(m["inrun"].sizes) == {"budget": 7, "d_model": 4, "train_length": 2, "seed": 2}
     assert list(m["blocks"].values) == [2670, 6268, 18168, 60784]
     for i in range(ds.sizes["run"]):

@@ -44,7 +44,9 @@ import numpy as np
 from dynlab.errors import DynlabInputError
 from dynlab.report.bench import bench_machine_line, bench_markdown, bench_tables
 from dynlab.report.format import machine_line
-from dynlab.report.lm import budget_tables, context_tables, far_in_ratio, first_rise, intervention_tables, last_rise, lm_tables
+from dynlab.report.lm import (
+    budget_tables, context_tables, far_in_ratio, first_rise, intervention_tables, last_rise, lm_tables, size_tables,
+)
 from dynlab.report.tasks import TASK_STUDIES, arm_in_range, headline, headline_contrasts, task_tables
 from dynlab.report.theory import THEORY, theory_learns
 from dynlab.report.tracking import learned_mp, reproduction_tables, tracking_tables
@@ -67,6 +69,8 @@ def report(path: str | Path) -> str:
     if study in TASK_STUDIES:
         return task_tables(ds)
     if study == "length-generalization":
+        if "budget" in ds.dims and "annealed" in ds.coords:
+            return size_tables(ds)
         if "budget" in ds.dims:
             return budget_tables(ds)
         if "phase" in ds.coords:

@@ -9,7 +9,7 @@ import xarray as xr
 
 from dynlab.report.format import fmt_number, machine_line, spread_text
 
-__all__ = ["budget_tables", "context_tables", "far_in_ratio", "first_rise", "intervention_tables", "last_rise", "lm_tables"]
+__all__ = ["RISE", "budget_tables", "context_tables", "size_grid", "size_tables", "far_in_ratio", "first_rise", "intervention_tables", "last_rise", "lm_tables"]
 
 
 def far_in_ratio(ds: xr.Dataset) -> xr.DataArray:
@@ -162,4 +162,76 @@ def lm_tables(ds: xr.Dataset) -> str:
             passed = int(np.sum(ds["lg_passed"].values[sel].astype(bool)))
             out.append(f"| {arch} | {iv} | {seeds} | {r.mean():.3f}{sd} ({r.min():.3f}–{r.max():.3f}) | "
                        f"{spread_text(ds['lg_p_star'].values[sel])} | {passed} of {sel.size} |")
+    return "\n".join(out) + "\n"
+
+
+#: A far/in ratio (``far_over_in``) above this counts as a rise in the size map (5 % above
+#: the in-range PPL); a size "rises" at a budget when every seed does.
+RISE = 1.05
+
+
+def size_grid(ds: xr.Dataset) -> xr.Dataset:
+    """A size dataset's ``far_over_in`` on a grid: ``inrun`` (d_model, train_length, seed,
+    budget) for the runs evaluated at checkpoints, ``alone`` (d_model, seed, budget) for
+    the runs trained alone to one budget (``annealed``), and ``blocks`` per d_model."""
+    flags = ds["annealed"].values.astype(bool)
+    keep = ds[["far_over_in", "n_params"]]
+
+    def part(sel: np.ndarray, dims: list[str]) -> xr.Dataset:
+        sub = keep.isel(run=np.flatnonzero(sel))
+        return sub.reset_coords([c for c in sub.coords if c not in (*dims, "run", "budget")], drop=True)
+
+    inrun = part(~flags, ["d_model", "train_length", "seed"]).set_index(run=["d_model", "train_length", "seed"]).unstack("run")
+    out = xr.Dataset({"inrun": inrun["far_over_in"]})
+    if flags.any():
+        sub = part(flags, ["d_model", "seed"])
+        own = sub["budget"].values[np.argmax(np.isfinite(sub["far_over_in"].values), axis=1)]
+        alone = sub.assign_coords(own=("run", own)).set_index(run=["d_model", "seed", "own"]).unstack("run")
+        out = out.assign(alone=alone["far_over_in"].where(alone["own"] == alone["budget"]).max("own"))
+    n = ds["n_params"].groupby(ds["d_model"]).first()
+    blocks = (n - 2 * 256 * n["d_model"]).sel(d_model=out["d_model"])
+    return out.assign_coords(blocks=("d_model", blocks.values.astype(int)))
+
+
+def _rise_cell(v: np.ndarray) -> str:
+    """``mean (k/n)``: mean far/in over seeds and how many exceed :data:`RISE`."""
+    v = np.asarray(v, dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return ""
+    return f"{v.mean():.3f} ({int((v > RISE).sum())}/{v.size})"
+
+
+def size_tables(ds: xr.Dataset) -> str:
+    """Markdown of a ``size`` dataset: far/in (``far_over_in``) per size, training length
+    and budget from the in-run checkpoints; the runs trained alone to a budget beside the
+    checkpoint at that budget; and T_train 32 against 128 (module constants: :data:`RISE`)."""
+    g = size_grid(ds)
+    budgets = [float(b) for b in g["budget"].values]
+    head = " | ".join(f"{b:g}×" for b in budgets)
+    out = [machine_line(ds), "",
+           f"far PPL / in-range PPL (`far_over_in`), mean over seeds (seeds above {RISE}), by training budget "
+           "(× Chinchilla, every parameter counted), from checkpoints inside one run per size and T_train:", "",
+           f"| width (block parameters) | T_train | {head} |", "| --- | --- |" + " --- |" * len(budgets)]
+    for d in g["d_model"].values:
+        for t in g["train_length"].values:
+            v = g["inrun"].sel(d_model=d, train_length=t)
+            if not np.isfinite(v).any():
+                continue
+            cells = " | ".join(_rise_cell(v.sel(budget=b).values) for b in budgets)
+            out.append(f"| {int(d)} ({int(g['blocks'].sel(d_model=d)):,}) | {int(t)} | {cells} |")
+    if "alone" in g:
+        out += ["", "Trained alone to the budget (its schedule ends there) against the checkpoint at that budget "
+                "inside the longer run (T_train 32; paired over seeds):", "",
+                "| width | budget | alone | in-run checkpoint | alone − checkpoint |", "| --- | --- | --- | --- | --- |"]
+        for d in g["d_model"].values:
+            for b in budgets:
+                a = g["alone"].sel(d_model=d, budget=b).values
+                c = g["inrun"].sel(d_model=d, train_length=32, budget=b).values if 32 in g["train_length"] else a * np.nan
+                ok = np.isfinite(a) & np.isfinite(c)
+                if not ok.any():
+                    continue
+                diff = a[ok] - c[ok]
+                out.append(f"| {int(d)} | {b:g}× | {_rise_cell(a)} | {_rise_cell(c)} | "
+                           f"{diff.mean():+.3f} (lower alone in {int((diff < 0).sum())} of {diff.size}) |")
     return "\n".join(out) + "\n"
