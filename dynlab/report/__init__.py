@@ -54,10 +54,10 @@ from dynlab.report.theory import THEORY, theory_learns
 from dynlab.report.tracking import learned_mp, reproduction_tables, tracking_tables
 from dynlab.results.schema import open_dataset
 
-__all__ = ["THEORY", "arm_in_range", "arm_order_lines", "bench_machine_line", "bench_markdown", "bench_tables", "budget_tables",
-           "context_tables", "far_in_ratio", "first_rise", "headline", "headline_contrasts", "holm_contrasts", "intervention_tables",
-           "last_rise", "learned_mp", "lm_tables", "machine_line", "report", "reproduction_tables", "tbtt_line",
-           "task_tables", "theory_learns", "tracking_tables"]
+__all__ = ["THEORY", "arm_in_range", "arm_order_lines", "bench_machine_line", "bench_markdown", "bench_tables",
+           "budget_tables", "context_tables", "far_in_ratio", "first_rise", "headline", "headline_contrasts",
+           "holm_contrasts", "intervention_tables", "last_rise", "learned_mp", "lm_tables", "machine_line", "report",
+           "reproduction_tables", "tbtt_line", "task_tables", "theory_learns", "tracking_tables"]
 
 
 def report(path: str | Path) -> str:

@@ -1,4 +1,5 @@
-"""Markdown tables of the length-generalization study: far/in PPL ratios, Definition 3.2 verdicts, budget, context and intervention presets (Holm-corrected contrasts, the arm order, what TBTT reads)."""
+"""Markdown tables of the length-generalization study: far/in PPL ratios, Definition 3.2 verdicts,
+budget, context and intervention presets (contrasts with Holm's p, the arms' order, what TBTT reads)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import xarray as xr
 
 from dynlab.report.format import fmt_number, machine_line, spread_text
 
-__all__ = ["arm_order_lines", "budget_tables", "context_tables", "far_in_ratio", "first_rise", "holm_contrasts", "intervention_tables",
-           "last_rise", "lm_tables", "tbtt_line"]
+__all__ = ["arm_order_lines", "budget_tables", "context_tables", "far_in_ratio", "first_rise", "holm_contrasts",
+           "intervention_tables", "last_rise", "lm_tables", "tbtt_line"]
 
 
 def far_in_ratio(ds: xr.Dataset) -> xr.DataArray:
