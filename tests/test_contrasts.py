@@ -56,6 +56,8 @@ def test_holm_by_hand():
     # capped at 1; a NaN is no test and does not count in the family (m = 2 here)
     np.testing.assert_allclose(holm([0.6, np.nan, 0.02]), [0.6, np.nan, 0.04])
     np.testing.assert_allclose(holm([[0.5, 0.7]]), [[1.0, 1.0]])
+    # R's p.adjust(c(0.01, 0.02, 0.03, 0.04, 0.05), "holm"): 0.05 0.08 0.09 0.09 0.09
+    np.testing.assert_allclose(holm([0.01, 0.02, 0.03, 0.04, 0.05]), [0.05, 0.08, 0.09, 0.09, 0.09])
     with pytest.raises(ValueError, match="p-values"):
         holm([0.1, 1.5])
 
