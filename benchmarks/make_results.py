@@ -14,6 +14,7 @@ variables of a group-tracking study as a dataset).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
@@ -25,8 +26,8 @@ import xarray as xr
 
 from dynlab.results.provenance import read_provenance
 from dynlab.results.schema import open_dataset
-from dynlab.report import headline, headline_contrasts, learned_mp, arm_in_range, far_in_ratio, first_rise, \
-    last_rise, report, reproduction_tables
+from dynlab.report import headline, headline_contrasts, holm_contrasts, learned_mp, arm_in_range, far_in_ratio, \
+    first_rise, last_rise, report, reproduction_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "results" / "datasets"
@@ -61,8 +62,8 @@ DATASETS = [
     ("length-generalization-interventions", "Interventions where the PPL rises (preset interventions)",
      "dynlab study length-generalization --preset interventions --executor dask --workers 2",
      "the quick model with its short convolution (its PPL rises beyond T_train) on seeds 5–9, never used to choose "
-     "it, post-trained per intervention against a zero-state control on the same batches; contrasts of the far and "
-     "of the in-range PPL, arm minus control"),
+     "it, post-trained per intervention against a zero-state control on the same random windows (TBTT on its own "
+     "consecutive chunks, below the table); contrasts of the far and of the in-range PPL, arm minus control"),
     ("length-generalization-interventions-no-conv", "Interventions from the convolution-free quick model",
      "the same, Python API: seeds (0, 1, 2, 3, 4), extra={'model': {'conv_kernel': 0}}, executor DaskExecutor(workers=1)",
      "the protocol of the interventions preset from the quick model without its short convolution"),
@@ -134,6 +135,8 @@ def document() -> str:
         path = DATA / f"{label}.nc"
         if not path.is_file():
             continue
+        if label in INTERVENTION_LABELS:
+            note += tbtt_coverage_text(open_dataset(path))
         parts.append(f"## {heading}\n\n`{command}` — {note}.\n\n{report(path)}")
         for pair, what, note in ((REPRODUCTION, "C loops against torch loops", REPRODUCTION_NOTE),
                                  (CROSS_CPU, "two CPU types", CROSS_CPU_NOTE)):
@@ -143,6 +146,37 @@ def document() -> str:
     if (DATA / f"{FRESH_LABEL}.nc").is_file():
         parts.append(f"## {FRESH_HEADING}\n\n`{FRESH_COMMAND}` — {FRESH_NOTE}.\n\n{fixed_points_section()}\n")
     return "\n".join(parts)
+
+
+#: The interventions datasets (their TBTT arm's coverage of the text goes in their note).
+INTERVENTION_LABELS = ("length-generalization-interventions", "length-generalization-interventions-no-conv")
+
+
+@functools.lru_cache(maxsize=None)
+def _train_tokens_of_text(source: str, val_fraction: float) -> int:
+    from dynlab.lm.corpus import load_corpus
+
+    return len(load_corpus(source, val_fraction).train)
+
+
+def tbtt_coverage(ds: xr.Dataset) -> tuple[int, int]:
+    """``(read, n)``: the distinct training-text tokens that the TBTT arm's post-training of
+    an interventions dataset reads (:func:`dynlab.lm.loaders.sequential_tokens_read`: batch ×
+    (steps × T_train + 1)) and the training text's tokens (its first spec's corpus)."""
+    from dynlab.lm.loaders import sequential_tokens_read
+
+    spec = _first_spec(ds)
+    n = _train_tokens_of_text(spec["data"]["source"], float(spec["data"]["val_fraction"]))
+    train = spec["train"]
+    return sequential_tokens_read(n, int(train["batch_size"]), int(train["seq_len"]), int(spec["post"]["steps"])), n
+
+
+def tbtt_coverage_text(ds: xr.Dataset) -> str:
+    """``; TBTT's post-training reads 153,616 of the 4,787,039 training-text tokens (3.2 %)`` ('' without TBTT)."""
+    if "tbtt" not in ds["intervention"].values.astype(str):
+        return ""
+    read, n = tbtt_coverage(ds)
+    return f"; TBTT's post-training reads {read:,} of the {n:,} tokens of the training text ({100 * read / n:.1f} %)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,16 +336,25 @@ def _baseline_text(ds: xr.Dataset, what: str) -> str:
     base = ds["far_in_ratio"].values[(ds["phase"].values.astype(str) == "base")].astype(float)
     steps = _first_spec(ds)["post"]["steps"]
     return (f"{steps} steps from {what} (seeds {_seeds(ds['seed'].values)}; far/in {base.mean():.3f}, above 1 in "
-            f"{int((base > 1).sum())} of {base.size}) against a zero-state control on the same batches: ")
+            f"{int((base > 1).sum())} of {base.size}) against a zero-state control on the same random windows "
+            f"(Holm: over the {len(holm_contrasts(ds))} far and in-range tests of its arms): ")
+
+
+def _arm_name(arm: str) -> str:
+    return "TBTT" if arm == "tbtt" else arm.replace("-", " ")
 
 
 def intervention_cell(ds: xr.Dataset, arm: str) -> str:
     """README's cell for one arm of the interventions dataset: its far/in ratio, in how many
-    seeds it lowered the far PPL below the control's, and the far and in-range PPL contrasts."""
+    seeds it lowered the far PPL below the control's, and the far and in-range PPL contrasts
+    (paired t-test p, and Holm's over every arm × {far, in-range}: :func:`holm_contrasts`)."""
+    adjusted = holm_contrasts(ds)
+
     def contrast(prefix: str) -> str:
         c = ds.sel(contrast=arm).isel(mixer=0)
         mean, lo, hi, p = (float(c[f"{prefix}contrast_{k}"]) for k in ("mean", "lo", "hi", "p"))
-        return f"{_minus(mean, 2, sign=True)} [{_minus(lo)}, {_minus(hi)}], p {p:.2g}"
+        return (f"{_minus(mean, 2, sign=True)} [{_minus(lo)}, {_minus(hi)}], p {p:.2g} "
+                f"(Holm {adjusted[(prefix, arm)]:.2g})")
 
     phase, ivs = ds["phase"].values.astype(str), ds["intervention"].values.astype(str)
     post = (phase == "post") & (ds["status"].values.astype(str) == "ok")
@@ -325,6 +368,36 @@ def intervention_cell(ds: xr.Dataset, arm: str) -> str:
     broken = f"; in-range PPL over 1.1× the control's in {worse} of {seeds.size}" if worse else ""
     return (f"far/in {ds['far_in_ratio'].values[mine].mean():.3f}; far PPL lower than the control's in {lower} of "
             f"{seeds.size} seeds, difference {contrast('far_')}; in-range PPL difference {contrast('in_')}{broken}")
+
+
+def tbtt_batches_text(ds: xr.Dataset) -> str:
+    """README's words on what TBTT's post-training reads instead of the control's batches."""
+    spec = _first_spec(ds)
+    read, n = tbtt_coverage(ds)
+    b, steps = spec["train"]["batch_size"], spec["post"]["steps"]
+    return (f"not the control's batches: {b} runs of {steps} consecutive chunks from fixed places, "
+            f"{100 * read / n:.1f} % of the training text, the same in every seed (the other arms: the control's "
+            f"random windows over the whole text, as many tokens); ")
+
+
+def order_cell(ds: xr.Dataset) -> str:
+    """README's arm-order cell: each arm's far-PPL contrast with its bootstrap interval over
+    seeds, lowest first, and every pair of arms (paired t-test, Holm over the pairs), from
+    :func:`dynlab.analysis.contrasts.arm_order`."""
+    from dynlab.analysis.contrasts import arm_order
+
+    order = arm_order(ds, "ppl_far")
+    arms = ", ".join(f"{_arm_name(r['arm'])} {_minus(r['mean'], 2, sign=True)} [{_minus(r['lo'])}, {_minus(r['hi'])}]"
+                     for r in order["arms"])
+    pairs = order["pairs"]
+    held = [x for x in pairs if x["p_holm"] < 0.05]
+    verdict = (f"{len(held)} below 0.05 (" + ", ".join(f"{_arm_name(x['a'])} < {_arm_name(x['b'])}" for x in held)
+               + ")" if held else f"none below 0.05, lowest {min(x['p_holm'] for x in pairs):.2g}")
+    each = ", ".join(f"{_arm_name(x['a'])} − {_arm_name(x['b'])} {_minus(x['mean'], 2, sign=True)} (p {x['p']:.2g})"
+                     for x in pairs)
+    return (f"far PPL − control, mean [95 % bootstrap CI over seeds, narrower than the t-interval], lowest first: "
+            f"{arms}; every pair, paired "
+            f"t-test (Holm over the {len(pairs)}: {verdict}): {each}")
 
 
 def _arm_mean(ds: xr.Dataset, intervention: str, length: int) -> float:
@@ -484,12 +557,15 @@ def paper_b_section() -> str:
                            ("fitted-noise", "clear gain at 370M and 780M, not at 1.3B"),
                            ("random-noise", "limited gain at 370M, none at 780M and 1.3B")):
             if arm in arms["contrast"].values.astype(str):
-                cell = f"{where}{intervention_cell(arms, arm)}"
+                cell = f"{where}{tbtt_batches_text(arms) if arm == 'tbtt' else ''}{intervention_cell(arms, arm)}"
                 if other is not None and arm in other["contrast"].values.astype(str):
                     cell += f"; {where_other or 'without the convolution: '}{intervention_cell(other, arm)}"
                 rows.append((f"{arm.replace('-', ' ')}, post-trained where the PPL rises (preset `interventions`)",
                              paper, cell))
                 where = where_other = ""
+        order = order_cell(arms) + (f"; without the convolution: {order_cell(other)}" if other is not None else "")
+        rows.append(("the arms' order, post-trained where the PPL rises (preset `interventions`)",
+                     "state passing ≈ TBTT > fitted noise > random noise", order))
     rows += [
         ("state passing improves copying at 3× the training length", "0.27 → 0.47 per character", copying),
         ("fitted noise extends passkey retrieval", "yes (heatmap)", passkey_cell),

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dynlab.lm.interventions import TBTT, FittedNoise, RandomNoise, StatePassing, ZeroInit, make_intervention
-from dynlab.lm.loaders import RandomWindowLoader, SequentialChunkLoader
+from dynlab.lm.loaders import RandomWindowLoader, SequentialChunkLoader, sequential_tokens_read
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.train import train_lm
 
@@ -84,6 +84,14 @@ def test_tbtt_loader_keeps_chunk_order_per_slot():
         assert batch.fresh.tolist() == [chunk == 0] * 3
     for prev, nxt in zip(batches[:3], batches[1:4]):
         assert torch.equal(prev.tokens[:, -1], nxt.tokens[:, 0])  # chunk i+1 continues chunk i in every slot
+
+
+@pytest.mark.parametrize("steps", [1, 3, 4, 9])
+def test_the_tokens_a_tbtt_run_reads_are_those_its_loader_gives(steps):
+    data = torch.arange(10 * 3 * 4 + 5)  # 4 chunks per lane: from 5 steps on, every lane wraps
+    loader = SequentialChunkLoader(data, batch_size=3, seq_len=10)
+    seen = {int(x) for _ in range(steps) for x in next(loader).tokens.flatten()}
+    assert sequential_tokens_read(len(data), 3, 10, steps) == len(seen)
 
 
 def test_tbtt_carries_state_and_resets_fresh_slots():

@@ -103,3 +103,30 @@ def test_tracking_table_names_the_theory():
 
     text = tracking_tables(_sweep([12, 30, 1000, 1000, 5], ["ok", "ok", "ok", "ok", "not-learned"]))
     assert "| mamba | C2 | 2 of 2 | 21 (12–30) | no |" in text and "| tanh-rnn | C2 | 2 of 3 | 1000 (1000–1000) | yes |" in text
+
+
+def test_intervention_table_holds_holm_p_the_arms_order_and_what_tbtt_reads():
+    from pathlib import Path
+
+    from scipy import stats
+
+    from dynlab.analysis.contrasts import holm
+    from dynlab.report import intervention_tables
+    from dynlab.results.schema import open_dataset
+
+    ds = open_dataset(Path(__file__).resolve().parents[1] / "benchmarks/results/datasets/"
+                      "length-generalization-interventions.nc")
+    text = intervention_tables(ds)
+    arms = ["random-noise", "fitted-noise", "state-passing", "tbtt"]
+    raw = [float(ds[f"{k}_contrast_p"].sel(contrast=a).isel(mixer=0)) for k in ("far", "in") for a in arms]
+    adjusted = holm(raw)
+    row = next(line for line in text.splitlines() if line.startswith("| post-trained: random-noise "))
+    assert f"p {raw[0]:.3f} (Holm {adjusted[0]:.3f})" in row and f"p {raw[4]:.3f} (Holm {adjusted[4]:.3f})" in row
+    assert "over the 8 tests of this table" in text
+    pairs = [line for line in text.splitlines() if line.startswith("| ") and " − " in line.split("|")[1]][1:]  # after the header
+    assert len(pairs) == 6  # every pair of the 4 arms
+    post = (ds["phase"].values.astype(str) == "post")
+    far = {a: ds["ppl_far"].values[post & (ds["intervention"].values.astype(str) == a)] for a in arms}
+    p = stats.ttest_rel(far["random-noise"], far["fitted-noise"]).pvalue
+    assert any(line.startswith("| random-noise − fitted-noise ") and f"| {p:.3f} |" in line for line in pairs)
+    assert "TBTT does not read the control's batches: it reads 16 runs of 300 consecutive 32-token chunks" in text

@@ -13,6 +13,12 @@ the n pairs:
 - ``contrast_n`` = the number of pairs n.
 
 Only rows whose ``status`` is ``ok`` enter (a model that learned nothing proves nothing).
+
+Over a family of tests (every arm × metric, or every pair of arms) :func:`holm` gives Holm's
+step-down adjusted p-values; :func:`arm_order` ranks the arms by their mean contrast, each
+with a percentile bootstrap interval over seeds (:func:`bootstrap_mean_ci`, scipy's
+``bootstrap``), and tests every pair of arms against each other (paired t-test of arm a −
+arm b over seeds, Holm over the pairs).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import numpy as np
 import xarray as xr
 from scipy import stats
 
-__all__ = ["paired_contrasts", "paired_summary"]
+__all__ = ["arm_order", "bootstrap_mean_ci", "holm", "paired_contrasts", "paired_summary"]
 
 
 def paired_summary(diffs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -90,3 +96,84 @@ def paired_contrasts(ds: xr.Dataset, variable: str = "accuracy", control: str = 
     data = {f"contrast_{k}": (dims, v) for k, v in out.items()}
     data["contrast_n"] = (("mixer", "contrast"), count)
     return xr.Dataset(data, coords=coords, attrs={"contrast_variable": variable, "contrast_control": control})
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm's step-down adjusted p-values of a family of tests, in the input's order and shape.
+
+    With the m finite p-values sorted, p_(1) ≤ … ≤ p_(m), the adjusted value of p_(k) is
+    max over j ≤ k of min(1, (m − j + 1) · p_(j)). NaN p-values (no test) stay NaN and do
+    not count in m. Rejecting where the adjusted p is below α keeps the family-wise error
+    rate at α.
+    """
+    p = np.asarray(pvalues, dtype=float)
+    flat = p.ravel()
+    out = np.full(flat.shape, np.nan)
+    finite = np.flatnonzero(np.isfinite(flat))
+    if finite.size:
+        if np.any((flat[finite] < 0) | (flat[finite] > 1)):
+            raise ValueError(f"p-values must lie in [0, 1], got {flat[finite].min()} to {flat[finite].max()}")
+        order = finite[np.argsort(flat[finite], kind="stable")]
+        m = order.size
+        steps = np.minimum(1.0, (m - np.arange(m)) * flat[order])
+        out[order] = np.maximum.accumulate(steps)
+    return out.reshape(p.shape)
+
+
+def bootstrap_mean_ci(diffs, level: float = 0.95, n_resamples: int = 9999, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of paired differences ``diffs [n]``
+    (scipy.stats.bootstrap, the pairs resampled with replacement, an explicit seed);
+    ``(nan, nan)`` for n < 2, ``(d, d)`` when every difference is d."""
+    d = np.asarray(diffs, dtype=float)
+    if d.size < 2:
+        return np.nan, np.nan
+    if np.all(d == d[0]):
+        return float(d[0]), float(d[0])
+    res = stats.bootstrap((d,), np.mean, n_resamples=n_resamples, confidence_level=level, method="percentile",
+                          rng=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def arm_order(ds: xr.Dataset, variable: str = "ppl_far", control: str = "zero", arms: Sequence[str] | None = None,
+              level: float = 0.95, seed: int = 0) -> dict:
+    """The arms of ``ds`` (a dataset :func:`paired_contrasts` reads, one architecture) ranked by
+    their mean contrast of the scalar ``variable`` against ``control``, lowest first, and every
+    pair of arms tested against each other.
+
+    Returns ``{"arms": [{"arm", "mean", "lo", "hi", "n"}], "pairs": [{"a", "b", "mean", "lo",
+    "hi", "p", "p_holm", "n"}]}``: per arm its mean paired difference from the control with a
+    percentile bootstrap interval over seeds (:func:`bootstrap_mean_ci`); per pair (a ranked
+    before b) the mean of a − b over the seeds where both finished, its bootstrap interval,
+    the paired t-test's p and Holm's p over all the pairs (:func:`holm`).
+    """
+    archs = list(dict.fromkeys(ds["arch"].values.astype(str)))
+    if len(archs) != 1:
+        raise ValueError(f"arm_order needs one architecture, got {archs}")
+    post = ds.isel(run=np.flatnonzero((ds["phase"].values.astype(str) == "post")
+                                      & (ds["status"].values.astype(str) == "ok")))
+    ivs = post["intervention"].values.astype(str)
+    names = [a for a in (arms if arms is not None else dict.fromkeys(ivs)) if a != control]
+    model_of = post["run_id"].values.astype(str) if "run_id" in post.coords else post["seed"].values.astype(str)
+    value = {(iv, m): float(v) for iv, m, v in zip(ivs, model_of, post[variable].values)}
+    models = list(dict.fromkeys(model_of))
+
+    def diffs(a: str, b: str) -> np.ndarray:
+        return np.array([value[(a, m)] - value[(b, m)] for m in models if (a, m) in value and (b, m) in value])
+
+    ranked = []
+    for arm in names:
+        d = diffs(arm, control)
+        lo, hi = bootstrap_mean_ci(d, level, seed=seed)
+        ranked.append({"arm": arm, "mean": float(d.mean()) if d.size else np.nan, "lo": lo, "hi": hi, "n": int(d.size)})
+    ranked.sort(key=lambda r: (not np.isfinite(r["mean"]), r["mean"]))
+    pairs = []
+    for i, first in enumerate(ranked):
+        for second in ranked[i + 1:]:
+            d = diffs(first["arm"], second["arm"])
+            mean, _, _, p = paired_summary(d)
+            lo, hi = bootstrap_mean_ci(d, level, seed=seed)
+            pairs.append({"a": first["arm"], "b": second["arm"], "mean": float(mean), "lo": lo, "hi": hi,
+                          "p": float(p), "n": int(d.size)})
+    for pair, adjusted in zip(pairs, holm([x["p"] for x in pairs])):
+        pair["p_holm"] = float(adjusted)
+    return {"arms": ranked, "pairs": pairs}

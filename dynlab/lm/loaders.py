@@ -5,6 +5,8 @@
   lanes, one per batch slot; step i gives every slot the i-th consecutive chunk of its lane,
   so chunk order is kept per batch slot and slot b's chunk i+1 continues its chunk i.
 
+:func:`sequential_tokens_read` counts the distinct tokens a TBTT run of given steps reads.
+
 Both yield :class:`Batch` with ``tokens [B, L + 1]`` (inputs ``tokens[:, :-1]``, targets
 ``tokens[:, 1:]``) and ``fresh [B]`` (True where a slot starts a new document/lane, i.e.
 where a carried state must not be used).
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Batch", "RandomWindowLoader", "SequentialChunkLoader"]
+__all__ = ["Batch", "RandomWindowLoader", "SequentialChunkLoader", "sequential_tokens_read"]
 
 
 @dataclass(frozen=True)
@@ -78,3 +80,13 @@ class SequentialChunkLoader:
         starts = torch.arange(self.batch_size) * self.lane + i * self.seq_len  # [B]
         idx = starts[:, None] + torch.arange(self.seq_len + 1)  # [B, L + 1]
         return Batch(self.data[idx], torch.full((self.batch_size,), i == 0), starts)
+
+
+def sequential_tokens_read(n_tokens: int, batch_size: int, seq_len: int, steps: int) -> int:
+    """Distinct tokens of an ``n_tokens`` stream that ``steps`` batches of a
+    :class:`SequentialChunkLoader` read: per lane min(steps, chunks per lane) chunks of
+    ``seq_len`` targets plus the first input, ``batch_size`` lanes (the lanes are disjoint;
+    after a wrap a lane repeats what it read)."""
+    lane = n_tokens // batch_size
+    chunks = min(steps, (lane - 1) // seq_len)
+    return batch_size * (chunks * seq_len + 1)

@@ -13,7 +13,10 @@ Supported studies (``ds.attrs["study"]``):
   :mod:`dynlab.analysis.contrasts`);
 - ``length-generalization`` (:func:`lm_tables`): per intervention the far/in PPL ratio —
   the mean binned PPL over the last eighth of the evaluation length divided by p*, the
-  lowest binned PPL within the training length — and the Definition 3.2 verdicts.
+  lowest binned PPL within the training length — and the Definition 3.2 verdicts; with
+  post-training arms (:func:`intervention_tables`), each arm's far and in-range PPL
+  contrasts with Holm's p over arms × {far, in-range}, the arms' order with bootstrap
+  intervals and every pair of arms tested, and what TBTT reads.
 
 ``dynlab report FILE.json`` reads a benchmark result instead (:func:`bench_tables`):
 
@@ -45,17 +48,18 @@ from dynlab.errors import DynlabInputError
 from dynlab.report.bench import bench_machine_line, bench_markdown, bench_tables
 from dynlab.report.format import machine_line
 from dynlab.report.lm import (
-    budget_tables, context_tables, far_in_ratio, first_rise, intervention_tables, last_rise, lm_tables, size_tables,
+    arm_order_lines, budget_tables, context_tables, far_in_ratio, first_rise, holm_contrasts, intervention_tables,
+    last_rise, lm_tables, size_tables, tbtt_line,
 )
 from dynlab.report.tasks import TASK_STUDIES, arm_in_range, headline, headline_contrasts, task_tables
 from dynlab.report.theory import THEORY, theory_learns
 from dynlab.report.tracking import learned_mp, reproduction_tables, tracking_tables
 from dynlab.results.schema import open_dataset
 
-__all__ = ["THEORY", "arm_in_range", "bench_machine_line", "bench_markdown", "bench_tables", "budget_tables",
-           "context_tables", "far_in_ratio", "first_rise", "headline", "headline_contrasts", "intervention_tables",
-           "last_rise", "learned_mp", "lm_tables", "machine_line", "report", "reproduction_tables", "task_tables",
-           "theory_learns", "tracking_tables"]
+__all__ = ["THEORY", "arm_in_range", "arm_order_lines", "bench_machine_line", "bench_markdown", "bench_tables",
+           "budget_tables", "context_tables", "far_in_ratio", "first_rise", "headline", "headline_contrasts",
+           "holm_contrasts", "intervention_tables", "last_rise", "learned_mp", "lm_tables", "machine_line", "report",
+           "reproduction_tables", "tbtt_line", "task_tables", "theory_learns", "tracking_tables"]
 
 
 def report(path: str | Path) -> str:

@@ -1,4 +1,5 @@
-"""Markdown tables of the length-generalization study: far/in PPL ratios, Definition 3.2 verdicts, budget, context and intervention presets."""
+"""Markdown tables of the length-generalization study: far/in PPL ratios, Definition 3.2 verdicts,
+budget, context and intervention presets (contrasts with Holm's p, the arms' order, what TBTT reads)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import xarray as xr
 
 from dynlab.report.format import fmt_number, machine_line, spread_text
 
-__all__ = ["RISE", "budget_tables", "context_tables", "size_grid", "size_tables", "far_in_ratio", "first_rise", "intervention_tables", "last_rise", "lm_tables"]
+__all__ = ["RISE", "arm_order_lines", "budget_tables", "context_tables", "far_in_ratio", "first_rise", "holm_contrasts",
+           "intervention_tables", "last_rise", "lm_tables", "size_grid", "size_tables", "tbtt_line"]
 
 
 def far_in_ratio(ds: xr.Dataset) -> xr.DataArray:
@@ -111,36 +113,96 @@ def _train_tokens(ds: xr.Dataset, run: int) -> int:
 def intervention_tables(ds: xr.Dataset) -> str:
     """Markdown of a dataset with post-training arms: per arm its in-range and far PPL and
     far/in ratio over seeds, and the paired contrasts (arm − zero-state control) of the far
-    and the in-range PPL: a cure lowers the far PPL without raising the in-range one."""
+    and the in-range PPL, with Holm's p over the family of every arm × {far, in-range}
+    (:func:`~dynlab.analysis.contrasts.holm`): a cure lowers the far PPL without raising the
+    in-range one. Then the arms ranked by their far-PPL contrast and every pair of arms
+    tested against each other (:func:`arm_order_lines`), and what TBTT reads (:func:`tbtt_line`)."""
     phase, status = ds["phase"].values.astype(str), ds["status"].values.astype(str)
     ivs = ds["intervention"].values.astype(str)
     out = [machine_line(ds), "",
-           "| model | seeds | in-range PPL | far PPL | far/in PPL ratio, mean ± sd | far PPL − zero [95 % CI], p | "
-           "in-range PPL − zero [95 % CI], p |", "| --- | --- | --- | --- | --- | --- | --- |"]
+           "| model | seeds | in-range PPL | far PPL | far/in PPL ratio, mean ± sd | far PPL − zero [95 % CI], p (Holm) | "
+           "in-range PPL − zero [95 % CI], p (Holm) |", "| --- | --- | --- | --- | --- | --- | --- |"]
     base = np.flatnonzero((phase == "base") & (status == "ok"))
     rows = [("trained (zero state)", base)]
     rows += [(f"post-trained: {iv}", np.flatnonzero((phase == "post") & (status == "ok") & (ivs == iv)))
              for iv in dict.fromkeys(ivs[phase == "post"])]
+    adjusted = holm_contrasts(ds)
     for name, sel in rows:
         if sel.size == 0:
             continue
         part = ds.isel(run=sel)
         arm = name.split(": ")[-1]
-        far = _ppl_contrast(ds, "far_", arm) if name.startswith("post") and arm != "zero" else "—"
-        inside = _ppl_contrast(ds, "in_", arm) if name.startswith("post") and arm != "zero" else "—"
+        far = _ppl_contrast(ds, "far_", arm, adjusted) if name.startswith("post") and arm != "zero" else "—"
+        inside = _ppl_contrast(ds, "in_", arm, adjusted) if name.startswith("post") and arm != "zero" else "—"
         out.append(f"| {name} | {len(sel)} | {spread_text(part['ppl_in'].values)} | {spread_text(part['ppl_far'].values)} | "
                    f"{_ratio_cell(part['far_in_ratio'].values)} | {far} | {inside} |")
+    if adjusted:
+        out += ["", f"Holm p: over the {len(adjusted)} tests of this table (every arm's far and in-range contrast)."]
+    out += arm_order_lines(ds)
+    if (line := tbtt_line(ds)):
+        out += ["", line]
     return "\n".join(out) + "\n"
 
 
-def _ppl_contrast(ds: xr.Dataset, prefix: str, arm: str) -> str:
-    """``+d [lo, hi], p`` of the paired PPL contrast ``prefix`` (``far_`` or ``in_``) of ``arm``."""
+def holm_contrasts(ds: xr.Dataset) -> dict[tuple[str, str], float]:
+    """Holm's p (:func:`~dynlab.analysis.contrasts.holm`) of every finite far and in-range
+    PPL contrast p of the dataset's first mixer, over that family: ``{(prefix, arm): p}``."""
+    from dynlab.analysis.contrasts import holm
+
+    keys = [(prefix, str(arm)) for prefix in ("far_", "in_") if f"{prefix}contrast_p" in ds
+            for arm in ds["contrast"].values]
+    raw = [float(ds[f"{prefix}contrast_p"].sel(contrast=arm).isel(mixer=0)) for prefix, arm in keys]
+    return {k: float(p) for k, p in zip(keys, holm(raw)) if np.isfinite(p)}
+
+
+def _ppl_contrast(ds: xr.Dataset, prefix: str, arm: str, adjusted: dict[tuple[str, str], float] | None = None) -> str:
+    """``+d [lo, hi], p, Holm p`` of the paired PPL contrast ``prefix`` (``far_`` or ``in_``) of ``arm``."""
     if f"{prefix}contrast_mean" not in ds or arm not in ds["contrast"].values.astype(str):
         return "—"
     sel = {"contrast": arm}
     mean, lo, hi, p = (float(ds[f"{prefix}contrast_{k}"].sel(sel).isel(mixer=0)) for k in ("mean", "lo", "hi", "p"))
     ci = f" [{fmt_number(lo, 3)}, {fmt_number(hi, 3)}]" if np.isfinite(lo) else ""
-    return f"{mean:+.3f}{ci}, p {fmt_number(p, 3)}"
+    held = (adjusted or {}).get((prefix, arm))
+    return f"{mean:+.3f}{ci}, p {fmt_number(p, 3)}" + (f" (Holm {fmt_number(held, 3)})" if held is not None else "")
+
+
+def arm_order_lines(ds: xr.Dataset) -> list[str]:
+    """The arms ranked by their far-PPL contrast with 95 % percentile bootstrap intervals over
+    seeds, and a table of every pair (paired t-test of arm a − arm b, Holm over the pairs;
+    :func:`~dynlab.analysis.contrasts.arm_order`); empty with fewer than two arms."""
+    from dynlab.analysis.contrasts import arm_order
+
+    if "ppl_far" not in ds or len(set(ds["arch"].values.astype(str))) != 1:
+        return []
+    order = arm_order(ds, "ppl_far")
+    if len(order["arms"]) < 2:
+        return []
+    ranked = "; ".join(f"{r['arm']} {r['mean']:+.3f} [{fmt_number(r['lo'], 3)}, {fmt_number(r['hi'], 3)}]"
+                       for r in order["arms"])
+    out = ["", f"Arms by far PPL − zero (mean, 95 % percentile bootstrap interval over seeds), lowest first: {ranked}. "
+               "Every pair, arm a − arm b over the seeds (paired t-test; Holm over the pairs). With few seeds a "
+               "bootstrap interval is narrower than the t-interval (it has no t quantile): the tests decide the order.",
+           "",
+           "| a − b | far PPL difference [95 % bootstrap CI] | p | Holm p |", "| --- | --- | --- | --- |"]
+    out += [f"| {x['a']} − {x['b']} | {x['mean']:+.3f} [{fmt_number(x['lo'], 3)}, {fmt_number(x['hi'], 3)}] | "
+            f"{fmt_number(x['p'], 3)} | {fmt_number(x['p_holm'], 3)} |" for x in order["pairs"]]
+    return out
+
+
+def tbtt_line(ds: xr.Dataset) -> str:
+    """What TBTT's post-training reads, beside the other arms (from the dataset's first run
+    spec; :class:`dynlab.lm.loaders.SequentialChunkLoader`); '' without a TBTT arm."""
+    import json
+
+    if "tbtt" not in ds["intervention"].values.astype(str) or "specs_json" not in ds.attrs:
+        return ""
+    fields = json.loads(ds.attrs["specs_json"])[0]["fields"]
+    train, post = fields["train"], fields.get("post") or {}
+    b, length, steps = int(train["batch_size"]), int(train["seq_len"]), int(post.get("steps", 0))
+    return (f"TBTT does not read the control's batches: it reads {b} runs of {steps} consecutive {length}-token "
+            f"chunks, each from the start of one of {b} equal lanes of the training text, the same in every seed; "
+            f"the control and the other arms read the same {steps} × {b} random windows, drawn per seed over the "
+            "whole text. TBTT and the control read the same number of tokens.")
 
 
 def lm_tables(ds: xr.Dataset) -> str:
