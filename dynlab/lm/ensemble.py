@@ -132,7 +132,8 @@ class LMStack:
         #: benchmark only (``dynlab bench lm``): every mixer outputs zeros, so a step costs
         #: everything but the mixers (embedding, norms, MLPs, head, loss, optimiser)
         self.noop_mixer = noop_mixer
-        #: the step's forward and loss (:meth:`losses`), through ``torch.compile`` when asked
+        #: the step's forward and loss (:meth:`losses`), through ``torch.compile`` with
+        #: ``compile=True`` (the first steps pay for the compilation, about a minute on a small CPU)
         self.step_losses = _quiet_compiled(torch.compile(self.losses)) if compile else self.losses
         with torch.no_grad():
             rows = [torch.cat([p.detach().reshape(-1) for p in m.parameters()]) for m in models]
@@ -407,9 +408,8 @@ def fit_ensemble(
     save_extra: Callable[[], dict] | None = None,
     on_resume: Callable[[int, dict], None] | None = None,
 ) -> list[TrainResult]:
-    """Train ``models`` (one layout) together; each as :func:`dynlab.lm.train.fit` alone.
-
-    Member ``e`` reads its batches from ``next_batches[e]()`` (``(tokens [B, L + 1], mask
+    """Train ``models`` (one layout) together, each as :func:`dynlab.lm.train.fit` alone:
+    member ``e`` reads its batches from ``next_batches[e]()`` (``(tokens [B, L + 1], mask
     [B, L] or None, fresh [B])``, all members with the same B and L), its initial states
     from ``interventions[e]`` with ``generators[e]``. The loss, AdamW, clipping (global
     norm per member), schedule and divergence rule are those of ``fit``.
@@ -419,9 +419,7 @@ def fit_ensemble(
         progress: optional ``(completed steps, latest loss per member)`` callback.
         checkpoints: step counts after which the weights are copied into ``models`` and
             ``on_checkpoint(steps done, alive per member)`` is called (mid-training evaluation).
-        noop_mixer: benchmark only: every mixer outputs zeros (:class:`LMStack`).
-        compile: run each step's forward and loss through ``torch.compile`` (the first
-            steps pay for the compilation, about a minute on a small CPU).
+        noop_mixer, compile: :class:`LMStack`'s (a benchmark's no-op mixers; ``torch.compile``).
         resume, save_every_s, save_extra, on_resume: the training state's file (module
             docstring, "Resuming"): restored when it exists, saved every ``save_every_s``
             seconds, removed at the end; ``save_extra()`` adds a JSON-able dict to a save,
