@@ -83,3 +83,43 @@ def test_bad_shape_raises():
     x, dt, A, B, C, _ = _inputs(torch.float64)
     with pytest.raises(ValueError, match="dt must be"):
         ssd_chunked(x, dt[:, :, :1], A, B, C)
+
+
+@pytest.mark.parametrize("form", ["factored", "masked"])
+def test_grouped_ssd_equals_the_reference_values_and_gradients(form, monkeypatch):
+    """ssd_grouped (B, C shared by a sequence's heads; factored decay) equals ssd_ref with B, C
+    expanded over the heads: outputs, final states and every input's gradient, float64."""
+    import dynlab.kernels.ssd.grouped as grouped
+    from dynlab.kernels.ssd.grouped import ssd_grouped
+
+    if form == "masked":  # every chunk takes the masked per-head decay matrix
+        monkeypatch.setitem(grouped._FACTOR_LIMIT, torch.float64, -1.0)
+
+    g_, t, h, p, n = 3, 37, 2, 3, 4
+    gen = torch.Generator().manual_seed(11)
+
+    def leaf(*shape, positive=False):
+        v = torch.rand(*shape, generator=gen, dtype=torch.float64) if positive else torch.randn(
+            *shape, generator=gen, dtype=torch.float64)
+        return v.requires_grad_(True)
+
+    x, dt, B, C = leaf(g_, t, h, p), leaf(g_, t, h, positive=True), leaf(g_, t, n), leaf(g_, t, n)
+    A = (-4.0 * torch.rand(g_, h, generator=gen, dtype=torch.float64)).requires_grad_(True)
+    h0 = leaf(g_, h, p, n)
+    y, s = ssd_grouped(x, dt, A, B, C, h0, chunk_size=16)
+    w = torch.randn(y.shape, generator=gen, dtype=torch.float64)
+    ws = torch.randn(s.shape, generator=gen, dtype=torch.float64)
+    grads = torch.autograd.grad((y * w).sum() + (s * ws).sum(), (x, dt, A, B, C, h0))
+    for i in range(g_):
+        args = [v[i:i + 1].detach().clone().requires_grad_(True) for v in (x, dt)]
+        a_i = A[i].detach().clone().requires_grad_(True)
+        b_i, c_i = (v[i:i + 1].detach().clone().requires_grad_(True) for v in (B, C))
+        h_i = h0[i:i + 1].detach().clone().requires_grad_(True)
+        yr, sr = ssd_ref(args[0], args[1], a_i, b_i[:, :, None].expand(1, t, h, n), c_i[:, :, None].expand(1, t, h, n),
+                         h_i, True)
+        torch.testing.assert_close(y[i:i + 1], yr, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(s[i:i + 1], sr, rtol=1e-10, atol=1e-12)
+        ref = torch.autograd.grad((yr * w[i:i + 1]).sum() + (sr * ws[i:i + 1]).sum(), (*args, a_i, b_i, c_i, h_i))
+        for got, want in zip((grads[0][i:i + 1], grads[1][i:i + 1], grads[2][i], grads[3][i:i + 1], grads[4][i:i + 1],
+                              grads[5][i:i + 1]), ref):
+            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-11)

@@ -55,6 +55,7 @@ from dynlab.kernels import dispatch
 from dynlab.kernels.gla.chunked import gla_ref
 from dynlab.kernels.selective_scan.chunked import selective_scan_ref
 from dynlab.kernels.ssd.chunked import ssd_ref
+from dynlab.kernels.ssd.grouped import ssd_grouped
 from dynlab.lm.interventions import Intervention
 from dynlab.lm.mixers import GLAMixer, Mamba1Mixer, Mamba2Mixer
 from dynlab.lm.model import VOCAB_SIZE, RecurrentLM
@@ -285,17 +286,23 @@ def _mamba2(m: Mamba2Mixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tenso
     xs = xs.reshape(e, b, t, h, hp)  # [E, B, T, H, P]
     dt = F.softplus(dt + p[pre + "dt_bias"][:, None, None, :])  # [E, B, T, H]
     A = -torch.exp(p[pre + "A_log"])  # [E, H]
-    B = B[:, :, :, None, :].expand(e, b, t, h, n)
-    C = C[:, :, :, None, :].expand(e, b, t, h, n)
-    init = _fold_state(state, x.dtype)
-    if m.impl == "dispatch":
-        y, final = dispatch.ssd(_fold(xs), _fold(dt), A.reshape(e * h), _fold(B), _fold(C), init, True,
-                                chunk_size=m.chunk_size)
-    else:
-        y, final = ssd_ref(_fold(xs), _fold(dt), A.reshape(e * h), _fold(B), _fold(C), init, True)
-    y = _unfold(y, e) + p[pre + "D"][:, None, None, :, None] * xs
+    if m.impl == "dispatch" and x.device.type == "cpu":  # B, C shared by the heads: one product per sequence
+        init = None if state is None else state.to(x.dtype).reshape(e * b, h, hp, n)
+        y, final = ssd_grouped(xs.reshape(e * b, t, h, hp), dt.reshape(e * b, t, h),
+                               A[:, None, :].expand(e, b, h).reshape(e * b, h), B.reshape(e * b, t, n),
+                               C.reshape(e * b, t, n), init, chunk_size=m.chunk_size)
+        y, final = y.view(e, b, t, h, hp), final.view(e, b, h, hp, n)
+    else:  # members become heads of one scan (the CUDA kernels, or the reference)
+        B = B[:, :, :, None, :].expand(e, b, t, h, n)
+        C = C[:, :, :, None, :].expand(e, b, t, h, n)
+        init = _fold_state(state, x.dtype)
+        scan = (lambda *a: dispatch.ssd(*a, True, chunk_size=m.chunk_size)) if m.impl == "dispatch" else (
+            lambda *a: ssd_ref(*a, True))
+        y, final = scan(_fold(xs), _fold(dt), A.reshape(e * h), _fold(B), _fold(C), init)
+        y, final = _unfold(y, e), _unfold_state(final, e)
+    y = y + p[pre + "D"][:, None, None, :, None] * xs
     y = _rms(y.reshape(e, b, t, m.d_inner) * F.silu(z), p[pre + "norm.weight"], m.norm.eps)
-    return _linear(y, p[pre + "out_proj.weight"]), _unfold_state(final, e), window
+    return _linear(y, p[pre + "out_proj.weight"]), final, window
 
 
 def _mamba1(m: Mamba1Mixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor, state, window):
