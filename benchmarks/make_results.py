@@ -9,7 +9,8 @@ reproduction, paper B's state statistics, every study's wall time from its datas
 ``study_wall_time_s``); the text around them is kept. Run from the repository root:
 ``python benchmarks/make_results.py`` (``--check`` compares instead of writing: exit 1 when
 docs/results.md or a README section is stale; ``--slim STUDY LABEL`` stores the run-level
-variables of a group-tracking study as a dataset).
+variables of a group-tracking study, or a length-generalization study without its
+per-position curves, as a dataset).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import xarray as xr
 
 from dynlab.results.provenance import read_provenance
 from dynlab.results.schema import open_dataset
+from dynlab.report.lm import RISE, size_grid
 from dynlab.report import headline, headline_contrasts, holm_contrasts, learned_mp, arm_in_range, far_in_ratio, \
     first_rise, last_rise, report, reproduction_tables
 
@@ -56,6 +58,11 @@ DATASETS = [
      "dynlab study length-generalization --preset budget --executor dask --workers 2",
      "one model per seed trained to 32× its Chinchilla budget (20 tokens per parameter, every parameter counted), "
      "evaluated at 16× T_train from checkpoints inside the run; far/in > 1 means PPL rises beyond T_train"),
+    ("length-generalization-size", "PPL rise against budget, model size and context (preset size)",
+     "dynlab study length-generalization --preset size --executor dask --workers 2",
+     "4 widths (2,670-60,784 block parameters) x T_train 32 and 128 x seeds 0-2, each trained as one stack of its "
+     "3 seeds to its largest budget with checkpoints inside the run, and trained alone to 1x and 4x (2x at width 64); "
+     "far_over_in divides the far PPL by the mean PPL over (T_train/2, T_train], one reference for every T_train"),
     ("length-generalization-context", "PPL rise against the training context (preset context)",
      "dynlab study length-generalization --preset context --executor dask --workers 2",
      "T_train 16–128 at two model sizes, the same training tokens for every run, each evaluated at 16× its T_train"),
@@ -311,6 +318,33 @@ def budget_cell(ds: xr.Dataset) -> str:
             f"{pin[:, 0].mean():.1f} → {pin[:, -1].mean():.2f}")
 
 
+def size_cell(ds: xr.Dataset) -> str:
+    """README's size-map cell: per width and T_train, the budgets at which every seed rose
+    (far_over_in > RISE) and the ratio at the largest budget; then the runs trained alone."""
+    g = size_grid(ds)
+    parts = []
+    for d in g["d_model"].values:
+        cells = []
+        for t in g["train_length"].values:
+            v = g["inrun"].sel(d_model=d, train_length=t)
+            if not np.isfinite(v).any():
+                continue
+            done = v["budget"].values[np.isfinite(v).all("seed").values]
+            rose = [f"{b:g}×" for b in done if bool((v.sel(budget=b) > RISE).all())]
+            top = float(done.max())
+            cells.append(f"T {int(t)}: all seeds rose at {_and(rose) if rose else 'no budget'}, "
+                         f"{float(v.sel(budget=top).mean()):.2f} at {top:g}×")
+        parts.append(f"width {int(d)} ({int(g['blocks'].sel(d_model=d)):,} block parameters): " + "; ".join(cells))
+    alone = ""
+    if "alone" in g and 32 in g["train_length"].values:
+        a, c = g["alone"], g["inrun"].sel(train_length=32)
+        ok = np.isfinite(a.values) & np.isfinite(c.values)
+        diff = (a.values - c.values)[ok]
+        alone = (f"; trained alone to 1×/4× (2× at width 64) against the checkpoint at that budget: lower in "
+                 f"{int((diff < 0).sum())} of {diff.size} runs, mean {diff.mean():+.3f}")
+    return f"far/in = far PPL / PPL over (T/2, T] (a rise: > {RISE}) by budget × Chinchilla: " + "; ".join(parts) + alone
+
+
 def context_cell(ds: xr.Dataset) -> str:
     """README's "PPL rise vs training context" cell: the far/in ratio per size and T_train."""
     ok = ds["status"].values.astype(str) == "ok"
@@ -541,6 +575,10 @@ def paper_b_section() -> str:
         rows.append(("PPL rise vs training budget (preset `budget`)",
                      "rises from about 7.5× the Chinchilla budget, growing with training (Mamba-2 85M, T = 1024; "
                      "its Fig. 3)", budget_cell(_dataset("length-generalization-budget"))))
+    if (DATA / "length-generalization-size.nc").is_file():
+        rows.append(("PPL rise vs budget at 4 sizes, T_train 32 and 128 (preset `size`)",
+                     "the rise grows with training; shorter contexts fail sooner (its Figs. 2-3)",
+                     size_cell(_dataset("length-generalization-size"))))
     if (DATA / "length-generalization-context.nc").is_file():
         rows.append(("PPL rise vs training context (preset `context`)",
                      "shorter training contexts fail sooner; larger models need longer ones (its Fig. 2)",
@@ -969,6 +1007,8 @@ def slim(study_dataset: Path, label: str) -> Path:
     from dynlab.results.schema import write_dataset
 
     ds = open_dataset(study_dataset)
+    if ds.attrs.get("study") == "length-generalization":
+        return write_dataset(_slim_lm(ds), DATA / f"{label}.nc")
     crossings = {var for var, _ in (*CROSSING_VARIANTS.values(), *FORECAST_VARIANTS.values())}
     fixed_points = ("fp_residual", "fp_count", "fp_dim", "fp_rho_perp", "fp_rho_par", "fp_stable", "recovery_rate",
                     "failure_mode_dec", "fp_drift", "T_cross_fp")  # the fixed-point section's variables, where the study has them
@@ -976,6 +1016,16 @@ def slim(study_dataset: Path, label: str) -> Path:
             if v in ("mp", "mp_censored", "status", "horizon") or v in crossings or v.startswith("corr_")
             or v in fixed_points]
     return write_dataset(ds[keep], DATA / f"{label}.nc")
+
+
+def _slim_lm(ds: xr.Dataset) -> xr.Dataset:
+    """A length-generalization dataset without its per-position curves (PPL(t), EffRem, state
+    statistics): the run record, the PPL ranges and ratios, the verdicts, and ``ppl_binned``
+    at its bin ends only (``t`` is then the bin ends)."""
+    drop = [v for v in ds.data_vars if v == "ppl" or v.startswith(("state_", "effrem"))]
+    ds = ds.drop_vars(drop)
+    ends = ds["t"].values[np.isfinite(ds["ppl_binned"].values).reshape(-1, ds.sizes["t"]).any(axis=0)]
+    return ds.sel(t=ends)
 
 
 def main(argv: list[str]) -> int:
