@@ -268,7 +268,10 @@ def run_selected_study(name: str, get_study: Callable[[str], Any], options: Any,
     started or a folder made) and run it; the path of its dataset."""
     from dynlab.outputs import refuse_foreign_folder
 
+    from dynlab.results.folder import check_study_folder as check_contract
+
     refuse_foreign_folder(out, "--out", allowed="a folder of studies (made when missing), not a run or study folder")
+    check_contract(out / name, name, flag="--out")  # a folder of someone else's files: refused before any write
     check_study_folder(out / name)
     from dynlab.executors import make_executor
     from dynlab.runner import check_analyses_fit, run_study
@@ -482,10 +485,24 @@ def figure_places(out: str) -> Path:
     out_dir = nonempty_path(out, "--out", "a folder (made when missing), e.g. --out figures")
     from dynlab.outputs import refuse_foreign_folder
 
-    refuse_foreign_folder(out_dir, "--out", own=FIGURE_FILES, allowed="a new or empty folder, or one holding only "
-                          "figures (*.png, *.pdf, *.md tables, NOTES.txt)")
+    from dynlab.results.folder import FIGURES_MARKER, check_owned_folder
+
+    allowed = "a new or empty folder, or one `dynlab figures` wrote"
+    refuse_foreign_folder(out_dir, "--out", own=FIGURE_FILES, allowed=allowed)
+    check_owned_folder(out_dir, FIGURES_MARKER, FIGURE_FILES, "--out", allowed, legacy=figure_notes_of_dynlab)
     check_out(out_dir)
     return out_dir
+
+
+def figure_notes_of_dynlab(folder: Path) -> bool:
+    """Whether ``folder/NOTES.txt`` reads as the notes ``dynlab figures`` writes (a figure
+    folder written before its marker existed)."""
+    try:
+        lines = (folder / "NOTES.txt").read_text(encoding="utf-8").splitlines()
+    except (OSError, ValueError):
+        return False
+    note = re.compile(r"[\w.+-]+: (drawn empty|skipped) \(.*\)")
+    return bool(lines) and (lines == ["all panels drawn"] or all(note.fullmatch(line) for line in lines))
 
 
 def study_folder_to_analyze(study_dir: Path, device: str) -> None:

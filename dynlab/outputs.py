@@ -38,7 +38,7 @@ __all__ = ["RUN_FILES", "STUDY_FILES", "check_json_path", "current_umask", "prob
 #: Files that make a folder a dynlab run folder (any one of them).
 RUN_FILES = ("spec.json", "checksums.json")
 #: Files that make a folder a dynlab study folder.
-STUDY_FILES = ("manifest.json",)
+STUDY_FILES = ("manifest.json", ".dynlab-study")  # dynlab.results.folder.MARKER
 
 
 def current_umask() -> int:
