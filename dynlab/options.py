@@ -349,7 +349,8 @@ def post_train_places(out: str, checkpoint: Path) -> Path:
     refuse_foreign_folder(out_dir, "--out", allowed="a folder of studies (made when missing), not a run or study folder")
     check_out(out_dir, "post-train", "post-train/runs")  # the run goes to OUT/post-train/runs/<id>
     if not checkpoint.expanduser().is_dir():  # the words of dynlab.lm.posttrain.load_checkpoint
-        raise DynlabInputError(f"checkpoint {str(checkpoint.expanduser())!r} is not a model (no such folder); allowed: a "
+        why = "a file, not a folder" if checkpoint.expanduser().exists() else "no such folder"
+        raise DynlabInputError(f"checkpoint {str(checkpoint.expanduser())!r} is not a model ({why}); allowed: a "
                                "dynlab LM run folder (spec.json + model.safetensors) or a Hugging Face Mamba/Mamba2 "
                                "folder (config.json + weights)")
     return out_dir
@@ -475,7 +476,10 @@ def export_places(run: Path, out: str, dtype: str | None) -> Path:
         raise DynlabInputError(f"RUN {str(run)!r} is not a folder; allowed: a dynlab LM run folder (runs/<id>)")
     from dynlab.outputs import refuse_foreign_folder
 
+    from dynlab.outputs import refuse_inside_dynlab_folder
+
     refuse_foreign_folder(out_dir, "OUT", own=HF_EXPORT_FILES, allowed=HF_EXPORT_ALLOWED)  # before anything is loaded
+    refuse_inside_dynlab_folder(out_dir, "OUT", "a folder outside dynlab's run and study folders")
     check_out(out_dir, flag="OUT")
     return out_dir
 
