@@ -57,6 +57,9 @@ def parse_list(text: str | None, option: str, key: Callable[[str], object] | Non
     items = tuple(x.strip() for x in text.split(",") if x.strip())
     if not items:
         raise DynlabInputError(f"{option} got an empty list ({text!r}); allowed: a comma list of one or more values")
+    if len(items) != text.count(",") + 1:  # 'a,,b' or 'a,': an item left out by mistake is not dropped silently
+        raise DynlabInputError(f"{option} {text!r} has an empty item; allowed: a comma list of one or more values, "
+                               "none empty")
     kept, counts = collapse_repeats(items, key)
     note_repeats(option, text, counts)
     return kept
@@ -366,6 +369,15 @@ HF_EXPORT_ALLOWED = "a new or empty folder, or one holding only an earlier expor
 #: What ``dynlab figures`` writes (``dynlab.figures.write_figures``): a folder holding
 #: only these takes new figures.
 FIGURE_FILES = ("*.png", "*.pdf", "*.md", "NOTES.txt")
+
+
+def quiet_libraries() -> None:
+    """``-q``: the libraries dynlab calls print no notices either (transformers' notices,
+    such as its fallback from missing CUDA kernels, shown only as errors)."""
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"  # read when transformers sets up its logging
+    transformers = sys.modules.get("transformers")
+    if transformers is not None:
+        transformers.logging.set_verbosity_error()
 
 
 def tolerant_output() -> None:
