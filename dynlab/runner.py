@@ -25,7 +25,7 @@ from dynlab.results.schema import DATASET, annotate, provenance_attrs, write_dat
 from dynlab.results.schema import open_dataset as open_study  # the public name: dynlab.open_study
 from dynlab.results.files import make_dir, write_text_atomic
 from dynlab.results.provenance import provenance, recording
-from dynlab.results.folder import LOCK, MARKER, check_run_id, check_study_folder, claim, study_lock
+from dynlab.results.folder import LOCK, MARKER, check_run_id, check_study_folder, claim, run_folder, study_lock
 from dynlab.results.store import RunStore
 from dynlab.study import RunOutcome, Study, StudyExtra, StudyOptions
 from dynlab.runtime import NullProgress, make_progress, resolve_device, train_threads
@@ -489,8 +489,9 @@ def _probe_study_files(path: Path, run_ids: list[str]) -> None:
 
     targets = [path / DATASET, path / MANIFEST]
     for rid in run_ids:
-        if (path / "runs" / rid).is_dir():
-            targets += [path / "runs" / rid / "analysis.nc", path / "runs" / rid / "checksums.json"]
+        folder = run_folder(path, rid)  # the id checked; a link is refused, never probed through
+        if folder.is_dir():
+            targets += [folder / "analysis.nc", folder / "checksums.json"]
     for target in targets:
         problem = probe_file(target)
         if problem is not None:

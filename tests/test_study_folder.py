@@ -170,6 +170,11 @@ def test_links_are_never_followed_out_of_a_study(tmp_path):
     (root / "runs" / rid).symlink_to(outside / rid)
     with pytest.raises(DynlabInputError, match="is a symbolic link; dynlab does not follow links"):
         RunStore(root).inspect(rid)
+    before, stamp = _tree(outside), os.stat(outside / rid).st_mtime_ns
+    with pytest.raises(DynlabInputError, match=rf"holds a symbolic link runs/{rid}; dynlab does not follow links"):
+        analyze_study(root, lambda name: _tiny_study(), device="cpu")
+    assert _tree(outside) == before and os.stat(outside / rid).st_mtime_ns == stamp  # not even probed through
+    (root / "runs" / rid).unlink()
     os.rename(root / "runs", outside / "runs")
     (root / "runs").symlink_to(outside / "runs")
     before = _tree(outside)

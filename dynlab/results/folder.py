@@ -152,6 +152,11 @@ def check_study_folder(root: str | Path, name: str | None = None, flag: str = ""
             raise _refuse(root, flag, f"holds a symbolic link {n}; dynlab does not follow links in a study folder")
         if (n in _DIRS) != p.is_dir():
             raise _refuse(root, flag, f"holds files dynlab did not write ({n})")
+    if "runs" in names:  # a run folder that is a link would be read, probed and written through
+        links = sorted(n for n in os.listdir(root / "runs") if (root / "runs" / n).is_symlink())
+        if links:
+            raise _refuse(root, flag, f"holds a symbolic link runs/{links[0]}; dynlab does not follow links in a "
+                                      "study folder")
     if MARKER in names:
         if name is not None:
             _read_marker(root, name, flag)
