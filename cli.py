@@ -73,8 +73,7 @@ def _run(entry: StudyEntry, options, out: str, device: str, quiet: bool, analyze
     out_dir = opt.out_folder(out)
     opt.check_device(device)
     opt.check_executor(executor, scheduler, workers)
-    if quiet:
-        opt.quiet_libraries()
+    opt.quiet_libraries(quiet)
     from dynlab.studies import get_study
 
     path = opt.run_selected_study(entry.name, get_study, options, out_dir, device, quiet, analyze, executor, scheduler,
@@ -173,10 +172,7 @@ def models() -> None:
 def analyze(study_dir: Annotated[str, typer.Argument(help="A study folder written by `dynlab study`.")],
             device: DeviceOpt = "auto", quiet: QuietOpt = False) -> None:
     """Recompute the analyses of an existing study without retraining."""
-    study_dir = opt.nonempty_path(study_dir, "STUDY_DIR", "a study folder written by `dynlab study`")
-    opt.study_folder_to_analyze(study_dir, device)
-    if quiet:
-        opt.quiet_libraries()
+    study_dir = opt.study_folder_to_analyze(study_dir, device, quiet)
     from dynlab.analysis.correlation import format_correlation_report
     from dynlab.runner import analyze_study, open_study
     from dynlab.studies import get_study
@@ -192,8 +188,7 @@ def analyze(study_dir: Annotated[str, typer.Argument(help="A study folder writte
 def figures(study_dir: Annotated[str, typer.Argument(help="A study folder written by `dynlab study` (or its dataset.nc).")],
             out: _o(str, "--out", "-o", help="Folder for the PNG and PDF files.") = "figures") -> None:
     """Draw every panel of a study (PNG + PDF) and one composite figure (a panel with nothing to draw: empty, saying why)."""
-    study_dir = opt.nonempty_path(study_dir, "STUDY_DIR", "a study folder written by `dynlab study`, or its dataset.nc")
-    out_dir = opt.figure_places(out)
+    out_dir, study_dir = opt.figure_places(out, study_dir)
     from dynlab.runner import draw_study_figures
     from dynlab.studies import STUDIES
 
@@ -207,8 +202,7 @@ def figures(study_dir: Annotated[str, typer.Argument(help="A study folder writte
 @app.command()
 def report(datasets: Annotated[list[str], typer.Argument(help="Study folders or dataset.nc files (copying, passkey, babilong, length-generalization), or benchmark .json files.")]) -> None:
     """Print a study's paper tables as Markdown, read from its dataset (e.g. `dynlab report runs/passkey > results.md`)."""
-    datasets = [opt.nonempty_path(d, "DATASETS", "study folders, dataset.nc files or benchmark .json files")
-                for d in datasets]
+    datasets = [opt.nonempty_path(d, "DATASETS", "study folders, dataset.nc files or benchmark .json files") for d in datasets]
     from dynlab.report import report as make_report
 
     texts = [make_report(path) for path in datasets]  # every dataset is read before anything is printed
@@ -283,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                 typer.echo(text)
             return EXIT_OK
         code, line = exit_status(exc)
-        line = _option_of_other_studies(exc, args) or line
+        line = opt.option_of_other_studies(exc, args, lambda: typer.main.get_command(app)) or line
         if isinstance(exc, BrokenPipeError):  # nothing more reaches the reader, not even at exit
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         if code == EXIT_FAILURE and line is not None and debug_enabled() and not is_usage_error(exc):
@@ -292,19 +286,6 @@ def main(argv: list[str] | None = None) -> int:
             typer.echo(line, err=True)
         return code
     return EXIT_OK
-
-
-def _option_of_other_studies(exc: BaseException, args: list[str]) -> str | None:
-    """``dynlab study NAME --opt`` where ``--opt`` is an option of other studies, not of
-    NAME: the line says which studies take it (the framework would suggest a look-alike)."""
-    name = getattr(exc, "option_name", None)
-    if type(exc).__name__ != "NoSuchOption" or len(args) < 2 or args[0] != "study" or not name:
-        return None
-    group = typer.main.get_command(app).commands["study"]  # type: ignore[attr-defined]
-    takers = [n for n, c in group.commands.items() if n != args[1] and any(name in p.opts for p in c.params)]
-    if not takers or args[1] not in group.commands:
-        return None
-    return f"error: study {args[1]} takes no {name}; allowed: {name} with {', '.join(takers)} (`dynlab study {args[1]} --help`)"
 
 
 def entry() -> None:

@@ -371,9 +371,25 @@ HF_EXPORT_ALLOWED = "a new or empty folder, or one holding only an earlier expor
 FIGURE_FILES = ("*.png", "*.pdf", "*.md", "NOTES.txt")
 
 
-def quiet_libraries() -> None:
+def option_of_other_studies(exc: BaseException, args: list[str], command: Callable[[], Any]) -> str | None:
+    """The error line of ``dynlab study NAME --opt`` where ``--opt`` is an option of other
+    studies, not of NAME: which studies take it (the framework would suggest a look-alike
+    option); None for any other error.  ``command``: the command line's Click command."""
+    name = getattr(exc, "option_name", None)
+    if type(exc).__name__ != "NoSuchOption" or len(args) < 2 or args[0] != "study" or not name:
+        return None
+    group = command().commands["study"]
+    takers = [n for n, c in group.commands.items() if n != args[1] and any(name in p.opts for p in c.params)]
+    if not takers or args[1] not in group.commands:
+        return None
+    return f"error: study {args[1]} takes no {name}; allowed: {name} with {', '.join(takers)} (`dynlab study {args[1]} --help`)"
+
+
+def quiet_libraries(quiet: bool = True) -> None:
     """``-q``: the libraries dynlab calls print no notices either (transformers' notices,
     such as its fallback from missing CUDA kernels, shown only as errors)."""
+    if not quiet:
+        return
     os.environ["TRANSFORMERS_VERBOSITY"] = "error"  # read when transformers sets up its logging
     transformers = sys.modules.get("transformers")
     if transformers is not None:
@@ -496,8 +512,10 @@ def export_places(run: Path, out: str, dtype: str | None) -> Path:
     return out_dir
 
 
-def figure_places(out: str) -> Path:
-    """``dynlab figures``'s output folder, checked: not a folder of other files, writable."""
+def figure_places(out: str, study_dir: str) -> tuple[Path, Path]:
+    """``dynlab figures``'s output folder, checked (not a folder of other files, writable),
+    and its STUDY_DIR (not an empty path)."""
+    study = nonempty_path(study_dir, "STUDY_DIR", "a study folder written by `dynlab study`, or its dataset.nc")
     out_dir = nonempty_path(out, "--out", "a folder (made when missing), e.g. --out figures")
     from dynlab.outputs import refuse_foreign_folder
 
@@ -507,7 +525,7 @@ def figure_places(out: str) -> Path:
     refuse_foreign_folder(out_dir, "--out", own=FIGURE_FILES, allowed=allowed)
     check_owned_folder(out_dir, FIGURES_MARKER, FIGURE_FILES, "--out", allowed, legacy=figure_notes_of_dynlab)
     check_out(out_dir)
-    return out_dir
+    return out_dir, study
 
 
 def figure_notes_of_dynlab(folder: Path) -> bool:
@@ -521,13 +539,17 @@ def figure_notes_of_dynlab(folder: Path) -> bool:
     return bool(lines) and (lines == ["all panels drawn"] or all(note.fullmatch(line) for line in lines))
 
 
-def study_folder_to_analyze(study_dir: Path, device: str) -> None:
-    """Refuse ``dynlab analyze``'s folder when it is no study folder, or cannot be written."""
+def study_folder_to_analyze(text: str, device: str, quiet: bool = False) -> Path:
+    """``dynlab analyze``'s folder, refused when it is an empty path, no study folder, or
+    cannot be written (``quiet``: :func:`quiet_libraries`)."""
+    study_dir = nonempty_path(text, "STUDY_DIR", "a study folder written by `dynlab study`")
     check_device(device)
+    quiet_libraries(quiet)
     if not (study_dir / "manifest.json").exists():  # the words of dynlab.runner.analyze_study
         raise DynlabInputError(f"{study_dir} is not a dynlab study folder (no manifest.json); run `dynlab study ...` first")
     if (study_dir / "manifest.json").is_file():  # else analyze_study says why it cannot read it
         check_study_folder(study_dir, probe=False)  # analyze_study probes its files once the manifest is checked
+    return study_dir
 
 
 def tracking_study_options(entry: Any, models: str, groups: str | None, seeds: str | None, preset: str,
