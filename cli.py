@@ -73,6 +73,7 @@ def _run(entry: StudyEntry, options, out: str, device: str, quiet: bool, analyze
     out_dir = opt.out_folder(out)
     opt.check_device(device)
     opt.check_executor(executor, scheduler, workers)
+    opt.quiet_libraries(quiet)
     from dynlab.studies import get_study
 
     path = opt.run_selected_study(entry.name, get_study, options, out_dir, device, quiet, analyze, executor, scheduler,
@@ -171,10 +172,10 @@ def models() -> None:
 
 
 @app.command()
-def analyze(study_dir: Annotated[Path, typer.Argument(help="A study folder written by `dynlab study`.")],
+def analyze(study_dir: Annotated[str, typer.Argument(help="A study folder written by `dynlab study`.")],
             device: DeviceOpt = "auto", quiet: QuietOpt = False) -> None:
     """Recompute the analyses of an existing study without retraining."""
-    opt.study_folder_to_analyze(study_dir, device)
+    study_dir = opt.study_folder_to_analyze(study_dir, device, quiet)
     from dynlab.analysis.correlation import format_correlation_report
     from dynlab.runner import analyze_study, open_study
     from dynlab.studies import get_study
@@ -187,10 +188,10 @@ def analyze(study_dir: Annotated[Path, typer.Argument(help="A study folder writt
 
 
 @app.command()
-def figures(study_dir: Annotated[Path, typer.Argument(help="A study folder written by `dynlab study` (or its dataset.nc).")],
+def figures(study_dir: Annotated[str, typer.Argument(help="A study folder written by `dynlab study` (or its dataset.nc).")],
             out: _o(str, "--out", "-o", help="Folder for the PNG and PDF files.") = "figures") -> None:
     """Draw every panel of a study (PNG + PDF) and one composite figure (a panel with nothing to draw: empty, saying why)."""
-    out_dir = opt.figure_places(out)
+    out_dir, study_dir = opt.figure_places(out, study_dir)
     from dynlab.runner import draw_study_figures
     from dynlab.studies import STUDIES
 
@@ -202,8 +203,9 @@ def figures(study_dir: Annotated[Path, typer.Argument(help="A study folder writt
 
 
 @app.command()
-def report(datasets: Annotated[list[Path], typer.Argument(help="Study folders or dataset.nc files (copying, passkey, babilong, length-generalization), or benchmark .json files.")]) -> None:
+def report(datasets: Annotated[list[str], typer.Argument(help="Study folders or dataset.nc files (copying, passkey, babilong, length-generalization), or benchmark .json files.")]) -> None:
     """Print a study's paper tables as Markdown, read from its dataset (e.g. `dynlab report runs/passkey > results.md`)."""
+    datasets = [opt.nonempty_path(d, "DATASETS", "study folders, dataset.nc files or benchmark .json files") for d in datasets]
     from dynlab.report import report as make_report
 
     texts = [make_report(path) for path in datasets]  # every dataset is read before anything is printed
@@ -266,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                 typer.echo(text)
             return EXIT_OK
         code, line = exit_status(exc)
+        line = opt.option_of_other_studies(exc, args, lambda: typer.main.get_command(app)) or line
         if isinstance(exc, BrokenPipeError):  # nothing more reaches the reader, not even at exit
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         if code == EXIT_FAILURE and line is not None and debug_enabled() and not is_usage_error(exc):

@@ -57,6 +57,9 @@ def parse_list(text: str | None, option: str, key: Callable[[str], object] | Non
     items = tuple(x.strip() for x in text.split(",") if x.strip())
     if not items:
         raise DynlabInputError(f"{option} got an empty list ({text!r}); allowed: a comma list of one or more values")
+    if len(items) != text.count(",") + 1:  # 'a,,b' or 'a,': an item left out by mistake is not dropped silently
+        raise DynlabInputError(f"{option} {text!r} has an empty item; allowed: a comma list of one or more values, "
+                               "none empty")
     kept, counts = collapse_repeats(items, key)
     note_repeats(option, text, counts)
     return kept
@@ -268,7 +271,10 @@ def run_selected_study(name: str, get_study: Callable[[str], Any], options: Any,
     started or a folder made) and run it; the path of its dataset."""
     from dynlab.outputs import refuse_foreign_folder
 
+    from dynlab.results.folder import check_study_folder as check_contract
+
     refuse_foreign_folder(out, "--out", allowed="a folder of studies (made when missing), not a run or study folder")
+    check_contract(out / name, name, flag="--out")  # a folder of someone else's files: refused before any write
     check_study_folder(out / name)
     from dynlab.executors import make_executor
     from dynlab.runner import check_analyses_fit, run_study
@@ -346,7 +352,8 @@ def post_train_places(out: str, checkpoint: Path) -> Path:
     refuse_foreign_folder(out_dir, "--out", allowed="a folder of studies (made when missing), not a run or study folder")
     check_out(out_dir, "post-train", "post-train/runs")  # the run goes to OUT/post-train/runs/<id>
     if not checkpoint.expanduser().is_dir():  # the words of dynlab.lm.posttrain.load_checkpoint
-        raise DynlabInputError(f"checkpoint {str(checkpoint.expanduser())!r} is not a model (no such folder); allowed: a "
+        why = "a file, not a folder" if checkpoint.expanduser().exists() else "no such folder"
+        raise DynlabInputError(f"checkpoint {str(checkpoint.expanduser())!r} is not a model ({why}); allowed: a "
                                "dynlab LM run folder (spec.json + model.safetensors) or a Hugging Face Mamba/Mamba2 "
                                "folder (config.json + weights)")
     return out_dir
@@ -363,6 +370,31 @@ HF_EXPORT_ALLOWED = ("a new or empty folder, or one holding only an earlier expo
 #: What ``dynlab figures`` writes (``dynlab.figures.write_figures``): a folder holding
 #: only these takes new figures.
 FIGURE_FILES = ("*.png", "*.pdf", "*.md", "NOTES.txt")
+
+
+def option_of_other_studies(exc: BaseException, args: list[str], command: Callable[[], Any]) -> str | None:
+    """The error line of ``dynlab study NAME --opt`` where ``--opt`` is an option of other
+    studies, not of NAME: which studies take it (the framework would suggest a look-alike
+    option); None for any other error.  ``command``: the command line's Click command."""
+    name = getattr(exc, "option_name", None)
+    if type(exc).__name__ != "NoSuchOption" or len(args) < 2 or args[0] != "study" or not name:
+        return None
+    group = command().commands["study"]
+    takers = [n for n, c in group.commands.items() if n != args[1] and any(name in p.opts for p in c.params)]
+    if not takers or args[1] not in group.commands:
+        return None
+    return f"error: study {args[1]} takes no {name}; allowed: {name} with {', '.join(takers)} (`dynlab study {args[1]} --help`)"
+
+
+def quiet_libraries(quiet: bool = True) -> None:
+    """``-q``: the libraries dynlab calls print no notices either (transformers' notices,
+    such as its fallback from missing CUDA kernels, shown only as errors)."""
+    if not quiet:
+        return
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"  # read when transformers sets up its logging
+    transformers = sys.modules.get("transformers")
+    if transformers is not None:
+        transformers.logging.set_verbosity_error()
 
 
 def tolerant_output() -> None:
@@ -473,29 +505,52 @@ def export_places(run: Path, out: str, dtype: str | None) -> Path:
         raise DynlabInputError(f"RUN {str(run)!r} is not a folder; allowed: a dynlab LM run folder (runs/<id>)")
     from dynlab.outputs import refuse_foreign_folder
 
+    from dynlab.outputs import refuse_inside_dynlab_folder
+
     refuse_foreign_folder(out_dir, "OUT", own=HF_EXPORT_FILES, allowed=HF_EXPORT_ALLOWED)  # before anything is loaded
+    refuse_inside_dynlab_folder(out_dir, "OUT", "a folder outside dynlab's run and study folders")
     check_out(out_dir, flag="OUT")
     return out_dir
 
 
-def figure_places(out: str) -> Path:
-    """``dynlab figures``'s output folder, checked: not a folder of other files, writable."""
+def figure_places(out: str, study_dir: str) -> tuple[Path, Path]:
+    """``dynlab figures``'s output folder, checked (not a folder of other files, writable),
+    and its STUDY_DIR (not an empty path)."""
+    study = nonempty_path(study_dir, "STUDY_DIR", "a study folder written by `dynlab study`, or its dataset.nc")
     out_dir = nonempty_path(out, "--out", "a folder (made when missing), e.g. --out figures")
     from dynlab.outputs import refuse_foreign_folder
 
-    refuse_foreign_folder(out_dir, "--out", own=FIGURE_FILES, allowed="a new or empty folder, or one holding only "
-                          "figures (*.png, *.pdf, *.md tables, NOTES.txt)")
+    from dynlab.results.folder import FIGURES_MARKER, check_owned_folder
+
+    allowed = "a new or empty folder, or one `dynlab figures` wrote"
+    refuse_foreign_folder(out_dir, "--out", own=FIGURE_FILES, allowed=allowed)
+    check_owned_folder(out_dir, FIGURES_MARKER, FIGURE_FILES, "--out", allowed, legacy=figure_notes_of_dynlab)
     check_out(out_dir)
-    return out_dir
+    return out_dir, study
 
 
-def study_folder_to_analyze(study_dir: Path, device: str) -> None:
-    """Refuse ``dynlab analyze``'s folder when it is no study folder, or cannot be written."""
+def figure_notes_of_dynlab(folder: Path) -> bool:
+    """Whether ``folder/NOTES.txt`` reads as the notes ``dynlab figures`` writes (a figure
+    folder written before its marker existed)."""
+    try:
+        lines = (folder / "NOTES.txt").read_text(encoding="utf-8").splitlines()
+    except (OSError, ValueError):
+        return False
+    note = re.compile(r"[\w.+-]+: (drawn empty|skipped) \(.*\)")
+    return bool(lines) and (lines == ["all panels drawn"] or all(note.fullmatch(line) for line in lines))
+
+
+def study_folder_to_analyze(text: str, device: str, quiet: bool = False) -> Path:
+    """``dynlab analyze``'s folder, refused when it is an empty path, no study folder, or
+    cannot be written (``quiet``: :func:`quiet_libraries`)."""
+    study_dir = nonempty_path(text, "STUDY_DIR", "a study folder written by `dynlab study`")
     check_device(device)
+    quiet_libraries(quiet)
     if not (study_dir / "manifest.json").exists():  # the words of dynlab.runner.analyze_study
         raise DynlabInputError(f"{study_dir} is not a dynlab study folder (no manifest.json); run `dynlab study ...` first")
     if (study_dir / "manifest.json").is_file():  # else analyze_study says why it cannot read it
         check_study_folder(study_dir, probe=False)  # analyze_study probes its files once the manifest is checked
+    return study_dir
 
 
 def tracking_study_options(entry: Any, models: str, groups: str | None, seeds: str | None, preset: str,

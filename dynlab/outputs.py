@@ -33,12 +33,13 @@ from pathlib import Path
 
 from dynlab.errors import DynlabInputError
 
-__all__ = ["RUN_FILES", "STUDY_FILES", "check_json_path", "current_umask", "probe_file", "probe_folder", "refuse_foreign_folder"]
+__all__ = ["RUN_FILES", "STUDY_FILES", "check_json_path", "current_umask", "probe_file", "probe_folder", "refuse_foreign_folder",
+           "refuse_inside_dynlab_folder"]
 
 #: Files that make a folder a dynlab run folder (any one of them).
 RUN_FILES = ("spec.json", "checksums.json")
 #: Files that make a folder a dynlab study folder.
-STUDY_FILES = ("manifest.json",)
+STUDY_FILES = ("manifest.json", ".dynlab-study")  # dynlab.results.folder.MARKER
 
 
 def current_umask() -> int:
@@ -158,6 +159,22 @@ def refuse_foreign_folder(folder: str | Path, what: str, own: Iterable[str] | No
     if foreign:
         listed = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         raise DynlabInputError(f"{where} holds files this command did not write ({listed}); allowed: {allowed}")
+
+
+def refuse_inside_dynlab_folder(folder: str | Path, what: str, allowed: str) -> None:
+    """Refuse a target ``folder`` that lies inside a dynlab run or study folder (a folder
+    above it holds a run's or a study's files): a study would take it for damage or
+    someone else's files.  One line naming ``what`` (the option as typed) and the folder."""
+    here = Path(os.path.realpath(Path(folder).expanduser()))  # '..' and links resolved
+    for above in here.parents:
+        try:
+            names = set(os.listdir(above))
+        except OSError:
+            continue
+        kind = "run" if names & set(RUN_FILES) else "study" if names & set(STUDY_FILES) else None
+        if kind is not None:
+            raise DynlabInputError(f"{what} {folder} is inside the dynlab {kind} folder {above}: a study would take it "
+                                   f"for damage or someone else's files; allowed: {allowed}")
 
 
 def check_json_path(path: str | Path) -> Path:

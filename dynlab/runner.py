@@ -25,6 +25,7 @@ from dynlab.results.schema import DATASET, annotate, provenance_attrs, write_dat
 from dynlab.results.schema import open_dataset as open_study  # the public name: dynlab.open_study
 from dynlab.results.files import make_dir, write_text_atomic
 from dynlab.results.provenance import provenance, recording
+from dynlab.results.folder import LOCK, MARKER, check_run_id, check_study_folder, claim, run_folder, study_lock
 from dynlab.results.store import RunStore
 from dynlab.study import RunOutcome, Study, StudyExtra, StudyOptions
 from dynlab.runtime import NullProgress, make_progress, resolve_device, train_threads
@@ -320,24 +321,116 @@ def run_study(
     if not getattr(executor, "remote", False):
         resolve_device(device)  # refuse an unknown or unavailable device before writing
     store = RunStore(study_dir(out, study))
+    check_study_folder(store.root, study.name, flag="--out")  # someone else's folder: refused before any write
+    check_same_runs(store.root, study, options, extra, specs)
     made = _missing_folders(store.runs)
     try:
-        make_dir(store.runs)
+        make_dir(store.root)
     except OSError as exc:
         raise DynlabInputError(f"cannot write the study to {store.root} ({exc.strerror or exc}); allowed: a writable folder") from None
     workers = _executor_workers(executor)
     try:
-        with make_progress(progress) as prog:
-            counts = _run_specs(study, specs, store, device, prog, analyze, executor, extra=extra)
-            prog.log(
-                f"{study.name}: {counts['trained']} trained, {counts['reused']} reused, "
-                f"{counts['analyzed']} analysed, {counts['not_learned']} not learned, {counts['failed']} failed"
-            )
+        with study_lock(store.root, flag="--out"):
+            # checked again under the lock: another process may have written meanwhile
+            check_study_folder(store.root, study.name, flag="--out")
+            check_same_runs(store.root, study, options, extra, specs, note=True)
+            claim(store.root, study.name)  # the marker first
+            try:
+                make_dir(store.runs)
+            except OSError as exc:
+                raise DynlabInputError(f"cannot write the study to {store.root} ({exc.strerror or exc}); "
+                                       "allowed: a writable folder") from None
+            with make_progress(progress) as prog:
+                counts = _run_specs(study, specs, store, device, prog, analyze, executor, extra=extra)
+                prog.log(
+                    f"{study.name}: {counts['trained']} trained, {counts['reused']} reused, "
+                    f"{counts['analyzed']} analysed, {counts['not_learned']} not learned, {counts['failed']} failed"
+                )
+            timing = {"started": started, "trained": counts["trained"], "workers": workers, "invocation": "study"}
+            return _finish(study, specs, store, options, extra, timing)
     except BaseException:
-        _remove_if_empty(made)  # a study that stored nothing leaves no folders behind
+        if store.root in made:  # a study that stored nothing leaves no folders behind (nor its marker and lock)
+            _remove_own_files(store.root)
+        _remove_if_empty(made)
         raise
-    timing = {"started": started, "trained": counts["trained"], "workers": workers, "invocation": "study"}
-    return _finish(study, specs, store, options, extra, timing)
+
+
+def _remove_own_files(root: Path) -> None:
+    """Remove the marker and the lock of a study folder this invocation made, when it stored
+    nothing there (``runs/`` empty, no manifest)."""
+    if (root / MANIFEST).exists() or (root / "runs").is_dir() and any((root / "runs").iterdir()):
+        return
+    for name in (MARKER, LOCK):
+        try:
+            (root / name).unlink()
+        except OSError:
+            pass
+
+
+#: The option each field of a manifest is set by (the study commands' words).
+OPTION_OF = {"preset": "--preset", "models": "--models", "groups": "--groups", "seeds": "--seeds",
+             "interventions": "--interventions", "source": "--source", "eval_lengths": "--lengths",
+             "depths": "--depths", "babi_kinds": "--kinds", "analysis": "the analysis preset"}
+
+
+def _said(value: Any) -> str:
+    if value is None:
+        return "the preset's default"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _options_record(options: StudyOptions, extra: StudyExtra) -> dict[str, Any]:
+    """The manifest's record of the options (the fields :func:`_finish` writes)."""
+    return {"preset": options.preset, "models": list(options.models) if options.models else None,
+            "groups": list(options.groups) if options.groups else None,
+            "seeds": list(options.seeds) if options.seeds is not None else None, "extra": extra.recorded()}
+
+
+def _first_difference(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, Any, Any] | None:
+    """The first option whose recorded value differs between manifests ``old`` and ``new``:
+    (option as the command line names it, old value, new value); None when none does."""
+    for key in ("preset", "models", "groups", "seeds"):
+        if key in old and old[key] != new[key]:
+            return OPTION_OF[key], old[key], new[key]
+    old_extra, new_extra = old.get("extra"), new.get("extra") or {}
+    if not isinstance(old_extra, dict):
+        return None
+    flat_old = {**{k: v for k, v in old_extra.items() if k != "task"}, **(old_extra.get("task") or {})}
+    flat_new = {**{k: v for k, v in new_extra.items() if k != "task"}, **(new_extra.get("task") or {})}
+    for key in sorted(set(flat_old) | set(flat_new)):
+        if flat_old.get(key) != flat_new.get(key):
+            return OPTION_OF.get(key, f"option {key!r}"), flat_old.get(key), flat_new.get(key)
+    return None
+
+
+def check_same_runs(root: Path, study: Study, options: StudyOptions, extra: StudyExtra, specs: list[Spec],
+                    note: bool = False) -> None:
+    """Refuse a rerun into a study folder whose manifest records runs that ``specs`` lack
+    (other options): it would replace that study's dataset and manifest and orphan those
+    runs.  One line naming the option that differs, with both values.  The same runs
+    (asked in other words too: ``--models all`` or the list) are a resume; more runs (more
+    seeds, models, groups) extend the study (with ``note``, one ``note:`` line says so);
+    another analysis preset only redoes the analyses.  A folder without a readable manifest
+    has nothing to keep."""
+    try:
+        old = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(old, dict) or not isinstance(old.get("run_ids"), list):
+        return
+    kept, new = set(map(str, old["run_ids"])), {s.spec_hash() for s in specs}
+    if kept <= new:  # the same runs (a resume), or more (an extension): every earlier run stays in the dataset
+        if note and new - kept and kept:
+            _say(NullProgress(), f"note: {root} holds a study of {len(kept)} runs; these options add "
+                                 f"{len(new - kept)} runs to it")
+        return
+    diff = _first_difference(old, _options_record(options, extra))
+    what = (f"was run with {diff[0]} {_said(diff[1])}, this run asks {diff[0]} {_said(diff[2])}" if diff is not None
+            else "holds other runs than these options make (written by another dynlab version?)")
+    raise DynlabInputError(f"--out {root} {what}: rerunning would replace its dataset and manifest; allowed: the "
+                           "same options (resumes the study), or another --out")
 
 
 def _missing_folders(folder: Path) -> list[Path]:
@@ -378,7 +471,31 @@ def _load_manifest(path: Path) -> dict:
     )
     if not ok:
         raise DynlabInputError(f"broken study manifest {mpath}: needs 'study', 'preset' and a list of 'run_ids'")
-    return manifest
+    for rid in manifest["run_ids"]:  # before any path is formed from one
+        check_run_id(rid, f"broken study manifest {mpath}")
+    from dynlab.study import collapse_repeats
+
+    kept, counts = collapse_repeats(tuple(manifest["run_ids"]))
+    if counts:
+        said = " and ".join(f"{rid} {n} times" for rid, n in counts.items())
+        _say(NullProgress(), f"note: study manifest {mpath} lists run {said}; each is used once")
+    return {**manifest, "run_ids": list(kept)}
+
+
+def _check_manifest_runs(path: Path, study: Study, options: StudyOptions, run_ids: list[str]) -> None:
+    """Refuse a manifest whose options (preset, selections) do not make the runs it lists:
+    the dataset would record options the runs were not trained with.  A manifest whose
+    options cannot make specs here (e.g. a text file that moved) is not checked."""
+    try:
+        made = {s.spec_hash() for s in study.make_specs(options)}
+    except (DynlabInputError, ValueError, OSError):
+        return
+    if made != set(run_ids):
+        alien = sorted(set(run_ids) - made)
+        which = f"run {alien[0]} was not made by them" if alien else f"they make {len(made - set(run_ids))} runs it lacks"
+        raise DynlabInputError(f"broken study manifest {path / MANIFEST}: its options (preset {options.preset!r}, "
+                               f"models, groups, seeds, extra) do not match its runs ({which}); allowed: the manifest "
+                               f"the study wrote (rerun `dynlab study {study.name}` with the runs' options)")
 
 
 def _spec_of(store: RunStore, run_id: str, study: Study) -> Spec | None:
@@ -399,8 +516,9 @@ def _probe_study_files(path: Path, run_ids: list[str]) -> None:
 
     targets = [path / DATASET, path / MANIFEST]
     for rid in run_ids:
-        if (path / "runs" / rid).is_dir():
-            targets += [path / "runs" / rid / "analysis.nc", path / "runs" / rid / "checksums.json"]
+        folder = run_folder(path, rid)  # the id checked; a link is refused, never probed through
+        if folder.is_dir():
+            targets += [folder / "analysis.nc", folder / "checksums.json"]
     for target in targets:
         problem = probe_file(target)
         if problem is not None:
@@ -486,14 +604,18 @@ def analyze_study(
     study.check_preset(options.preset)
     extra = study.parse_options(options)
     resolve_device(device)
+    check_study_folder(path, study.name)  # someone else's folder: refused before any write
+    _check_manifest_runs(path, study, options, manifest["run_ids"])
     store = RunStore(path)
     check_analyses_fit(study, [_spec_of(store, rid, study) for rid in manifest["run_ids"]], analyze=True)
     _probe_study_files(path, manifest["run_ids"])
-    specs = _manifest_specs(path, manifest, study, store)  # heals (quarantines) damaged runs
-    with make_progress(progress) as prog:
-        counts = _run_specs(study, specs, store, device, prog, analyze=True, force_analysis=True, extra=extra)
-    timing = {"started": started, "trained": counts["trained"], "workers": 1, "invocation": "analyze"}
-    return _finish(study, specs, store, options, extra, timing)
+    with study_lock(path):
+        claim(path, study.name)  # a folder from before the marker: adopted
+        specs = _manifest_specs(path, manifest, study, store)  # heals (quarantines) damaged runs
+        with make_progress(progress) as prog:
+            counts = _run_specs(study, specs, store, device, prog, analyze=True, force_analysis=True, extra=extra)
+        timing = {"started": started, "trained": counts["trained"], "workers": 1, "invocation": "analyze"}
+        return _finish(study, specs, store, options, extra, timing)
 
 
 def draw_study_figures(study_dir: str | Path, out_dir: Path, studies: Mapping[str, Study]) -> Any:
@@ -510,8 +632,10 @@ def draw_study_figures(study_dir: str | Path, out_dir: Path, studies: Mapping[st
         drawable = ", ".join(n for n, s in studies.items() if s.panels is not None)
         raise DynlabInputError(f"{study_dir} holds a dataset of study {name!r}, which has no figures; "
                                f"allowed: a dataset of {drawable}")
+    from dynlab.results.folder import FIGURES_MARKER, claim_owned_folder
+
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        claim_owned_folder(out_dir, FIGURES_MARKER)  # the marker first: a later `figures --out` knows the folder
     except OSError as exc:
         raise DynlabInputError(f"--out {out_dir} cannot be made ({exc.strerror or exc}); allowed: a writable folder") from None
     return write_figures(ds, out_dir, study.panels)

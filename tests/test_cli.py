@@ -84,11 +84,12 @@ def test_broken_study_folders_and_paths_give_one_line(tmp_path, capsys):
     assert main(["analyze", str(study)]) == 2
     assert "broken study manifest" in capsys.readouterr().err
     (study / "manifest.json").write_text('{"study": "group-tracking", "preset": "smoke", "run_ids": ["abc"]}')
-    (study / "runs" / "abc").mkdir(parents=True)
-    (study / "runs" / "abc" / "spec.json").write_text('{"no": "fields"}')
+    assert main(["analyze", str(study)]) == 2
+    assert "'abc' is not a run id; allowed: 16 lowercase hex digits" in capsys.readouterr().err
+    _damaged_study(tmp_path)
     assert main(["analyze", str(study)]) == 2
     err = capsys.readouterr().err
-    assert "run abc damaged (result.json: missing or unreadable; spec.json: does not hash to the run id)" in err
+    assert f"run {RID} damaged (result.json: missing or unreadable; spec.json: does not hash to the run id)" in err
     assert len(err.strip().splitlines()) == 1
     junk = tmp_path / "junk.nc"
     junk.write_bytes(b"not netcdf")
@@ -201,17 +202,29 @@ def _snapshot(folder: Path) -> dict[str, tuple[bytes | None, int]]:
             for p in sorted(folder.rglob("*"))}
 
 
+#: The one run of the manifest of :func:`_damaged_study` (its options make it).
+SOUND = {"study": "group-tracking", "preset": "smoke", "models": ["tanh-rnn"], "groups": ["C2"], "seeds": [0]}
+RID = "6f20a8bc8e64ed1c"
+
+
 def _damaged_study(tmp_path: Path, **manifest) -> Path:
     """A study folder whose one run is damaged (analyze would quarantine it) and whose
     manifest holds ``manifest`` on top of valid study/preset/run_ids."""
     import json
 
     study = tmp_path / "study"
-    (study / "runs" / "abc").mkdir(parents=True, exist_ok=True)
-    (study / "runs" / "abc" / "spec.json").write_text('{"no": "fields"}')
-    (study / "manifest.json").write_text(json.dumps({"study": "group-tracking", "preset": "smoke",
-                                                     "run_ids": ["abc"], **manifest}))
+    (study / "runs" / RID).mkdir(parents=True, exist_ok=True)
+    (study / "runs" / RID / "spec.json").write_text('{"no": "fields"}')
+    (study / "manifest.json").write_text(json.dumps({**SOUND, "run_ids": [RID], **manifest}))
     return study
+
+
+def test_the_sound_manifest_makes_its_run():
+    from dynlab.studies import get_study
+    from dynlab.study import StudyOptions
+
+    options = StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",), seeds=(0,))
+    assert [s.spec_hash() for s in get_study("group-tracking").make_specs(options)] == [RID]
 
 
 @pytest.mark.parametrize("manifest,argv,message", [
@@ -234,5 +247,5 @@ def test_analyze_refuses_a_broken_manifest_before_it_heals_a_run(tmp_path, capsy
     # with a sound manifest and device the same folder is healed (the run moved to quarantine/)
     _damaged_study(tmp_path)
     assert main(["analyze", str(study), "-q"]) == 2
-    assert "run abc damaged" in capsys.readouterr().err
-    assert not (study / "runs" / "abc").exists() and len(list((study / "quarantine").iterdir())) == 1
+    assert f"run {RID} damaged" in capsys.readouterr().err
+    assert not (study / "runs" / RID).exists() and len(list((study / "quarantine").iterdir())) == 1

@@ -139,10 +139,19 @@ def nonlinearity_panels(ds: xr.Dataset) -> dict[str, Panel | Table]:
     return panels
 
 
+#: matplotlib's notice that a figure too crowded for its size keeps its plain layout: the
+#: figure is written all the same, and the notice (which names a line of dynlab's source) is not shown.
+LAYOUT_NOTICE = "constrained_layout not applied"
+
+
 def _save(fig, stem: Path, written: list[Path]) -> None:
+    import warnings
+
     for ext in ("png", "pdf"):
         path = stem.with_suffix(f".{ext}")
-        fig.savefig(path)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=LAYOUT_NOTICE, category=UserWarning)
+            fig.savefig(path)
         written.append(path)
 
 

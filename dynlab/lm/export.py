@@ -39,7 +39,7 @@ from torch import nn
 
 from dynlab.errors import DynlabInputError
 from dynlab.lm.hf import require_transformers
-from dynlab.outputs import current_umask, probe_folder, refuse_foreign_folder
+from dynlab.outputs import current_umask, probe_folder, refuse_foreign_folder, refuse_inside_dynlab_folder
 from dynlab.results.files import make_dir
 from dynlab.lm.mixers import Mamba1Mixer, Mamba2Mixer
 from dynlab.lm.model import VOCAB_SIZE, RecurrentLM
@@ -189,6 +189,7 @@ def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path
     if out.exists() and not out.is_dir():
         raise DynlabInputError(f"export folder {str(out)!r} is a file; allowed: a folder (new or existing)")
     refuse_foreign_folder(out, "export folder", own=HF_EXPORT_FILES, allowed=HF_EXPORT_ALLOWED)
+    refuse_inside_dynlab_folder(out, "export folder", "a folder outside dynlab's run and study folders")
     model = model_or_run_folder
     spec_doc = result = run_id = None
     if isinstance(model, (str, Path)):

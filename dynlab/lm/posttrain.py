@@ -68,13 +68,15 @@ def load_checkpoint(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
     """
     p = Path(path).expanduser()
     if not p.is_dir():
-        raise _not_a_model(p, "no such folder")
+        raise _not_a_model(p, "a file, not a folder" if p.exists() else "no such folder")
     if (p / "spec.json").is_file():
         if not (p / "model.safetensors").is_file():
             raise _not_a_model(p, "a dynlab run without model.safetensors: it did not finish or diverged")
         _check_run_folder(p)
         try:
             doc = json.loads((p / "spec.json").read_text())
+            if isinstance(doc, dict) and doc.get("spec") == "PostTrainSpec":
+                return _load_post_trained(p, doc)
             cls = {"LMRunSpec": LMRunSpec, "LMTaskRunSpec": LMTaskRunSpec}[doc["spec"]]
             spec = load_spec(doc, cls)
         except KeyError:
@@ -101,6 +103,37 @@ def load_checkpoint(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
             raise _not_a_model(p, f"vocabulary of {model.vocab_size} ids; byte tokens need >= 256")
         return model.eval(), {"kind": "hf", "mixer": model.mixer_name, "config": hf_config_summary(model)}
     raise _not_a_model(p, "neither spec.json nor config.json in it")
+
+
+def _load_post_trained(p: Path, doc: dict[str, Any]) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """A run written by ``lm post-train`` (its spec.json a ``PostTrainSpec``), as a model:
+    a post-trained Hugging Face model from the ``hf/`` folder saved with it; a post-trained
+    dynlab model built from its original run's spec (``checkpoint_meta`` in result.json)
+    with the post-trained weights.  The training length is the post-training's."""
+    if (p / "hf").is_dir():
+        model, meta = load_checkpoint(p / "hf")
+        return model, {**meta, "post_trained": True, "seq_len": doc["fields"]["train"]["seq_len"]}
+    try:
+        meta = json.loads((p / "result.json").read_text())["checkpoint_meta"]
+        fields, seq_len = meta["spec"], int(doc["fields"]["train"]["seq_len"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise _not_a_model(p, "a post-train run whose result.json does not name its model's spec") from None
+    spec = None
+    for cls in (LMRunSpec, LMTaskRunSpec):
+        try:
+            spec = load_spec(fields, cls)
+            break
+        except ValueError:
+            continue
+    if meta.get("kind") != "dynlab" or spec is None:
+        raise _not_a_model(p, "a post-train run whose model spec does not read")
+    model = build_model(spec)  # type: ignore[arg-type]
+    try:
+        model.load_state_dict(load_file(str(p / "model.safetensors")))
+    except Exception as exc:  # safetensors and load_state_dict raise their own error types
+        raise _not_a_model(p, f"weights do not load: {type(exc).__name__}") from None
+    return model.eval(), {"kind": "dynlab", "mixer": spec.model.mixer, "spec": fields, "seq_len": seq_len,
+                          "post_trained": True}
 
 
 def _check_run_folder(p: Path) -> None:

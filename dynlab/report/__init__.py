@@ -84,5 +84,9 @@ def report(path: str | Path) -> str:
         return lm_tables(ds)
     if study == "group-tracking":
         return tracking_tables(ds)
+    if study is None:
+        raise DynlabInputError(f"{p} is not a dataset a dynlab study wrote (it has no 'study' attribute); allowed: a "
+                               "study folder or the dataset.nc of copying, passkey, babilong, length-generalization or "
+                               "group-tracking, or a benchmark .json file")
     raise DynlabInputError(f"no report for study {study!r}; allowed: "
                            f"{', '.join((*TASK_STUDIES, 'length-generalization', 'group-tracking'))}")

@@ -68,6 +68,7 @@ from dynlab.results.files import (
     write_bytes_new,
     write_text_atomic,
 )
+from dynlab.results.folder import run_folder
 from dynlab.results.schema import open_dataset
 
 __all__ = ["CHECKSUMS", "QUARANTINE", "STALE_AFTER_S", "Damage", "RunStore", "atomic_write_text", "bytes_digest",
@@ -191,10 +192,13 @@ class RunStore:
         """The damage of run folder ``run_id`` (module docstring), or None when it is
         intact or absent.  Reads every file once; changes nothing (except that an intact
         folder from before checksums gets its ``checksums.json``)."""
-        folder = self.runs / run_id
+        folder = run_folder(self.root, run_id)  # the id checked, no link followed out of the study
         if not folder.is_dir():
             return None
         present = {p.name for p in folder.iterdir() if not p.name.startswith(".")}
+        links = sorted(n for n in present if (folder / n).is_symlink())
+        if links:  # never read through a link: the run is damaged
+            return self._damage(run_id, {n: "a symbolic link" for n in links})
         if CHECKSUMS not in present:
             return self._inspect_legacy(run_id, folder, present)
         try:
@@ -262,7 +266,7 @@ class RunStore:
         """Move what ``damage`` names out of the way, into ``quarantine/<run_id>-<UTC
         time>/`` with a ``WHY.txt``: the whole run folder when ``damage.core``, else only
         the damaged files (and their checksums entries).  Returns the quarantine folder."""
-        folder = self.runs / damage.run_id
+        folder = run_folder(self.root, damage.run_id)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         make_dir(self.quarantine_dir)
         dest = self.quarantine_dir / f"{damage.run_id}-{stamp}"
@@ -407,7 +411,10 @@ class RunStore:
             raise DynlabInputError(f"run {spec.spec_hash()}: broken checkpoint {path} ({exc})") from None
 
     def load_spec_json(self, run_id: str) -> str:
-        return (self.runs / run_id / "spec.json").read_text()
+        path = run_folder(self.root, run_id) / "spec.json"
+        if path.is_symlink():
+            raise OSError(f"{path} is a symbolic link")
+        return path.read_text()
 
     # -- per-run extras written after the run (analyses) ---------------------------
     def has_file(self, spec: Spec, name: str) -> bool:

@@ -1,0 +1,243 @@
+"""A study folder's contract: what dynlab writes there, and what it accepts reading back.
+
+A study folder (``OUT/<study>``) is dynlab's own.  It holds only these names::
+
+    .dynlab-study      the marker, written first: {"dynlab": "study folder", "study": <name>}
+    .dynlab.lock       the lock held while a study or ``dynlab analyze`` writes (:func:`study_lock`)
+    manifest.json      what the study ran (options, run ids)
+    dataset.nc         the study dataset
+    runs/<run id>/     one folder per run (:mod:`dynlab.results.store`)
+    quarantine/        damaged runs moved aside
+    .<name>.<writer>.tmp, runs/.tmp-<run id>-<writer>   writes in progress
+
+The rules, enforced here and nowhere else:
+
+- **A folder dynlab did not make is refused** before anything is written
+  (:func:`check_study_folder`): one that holds any other name (hidden names other than
+  dynlab's aside: ``.DS_Store``, ``.nfs…``) is refused naming the first such file (in
+  sorted order).  A missing or empty folder is fine; so is one with dynlab's marker for the
+  same study.
+- **Folders written before the marker existed** (no ``.dynlab-study``) are accepted when
+  they hold only dynlab's names, their ``manifest.json`` (when there is one) is a dynlab
+  manifest of the same study whose run ids are run ids, a ``dataset.nc`` comes with such a
+  manifest, and ``runs/`` holds only run folders; the marker is then written
+  (:func:`claim`).  Anything else is refused as a folder of someone else's files.
+- **Run ids are checked before any path is formed** (:func:`check_run_id`: 16 lowercase
+  hex digits, :meth:`dynlab.spec.Spec.spec_hash`); a manifest entry such as
+  ``../../victim/runs/x`` is one line of bad input.
+- **No path leaves the study**: every path formed from a name read back is resolved and
+  checked to lie inside the study folder (:func:`inside`); dynlab's own names in the
+  study folder, ``runs/<id>`` folders and the files in them are never symbolic links
+  (a link is refused, or is damage of the run, and is never followed).
+
+The same kind of marker guards the output folder of ``dynlab figures``
+(:data:`FIGURES_MARKER`, :func:`check_owned_folder`).
+
+This module imports nothing heavy: the command line calls it before loading torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from fnmatch import fnmatch
+from pathlib import Path
+
+from dynlab.errors import DynlabInputError
+
+__all__ = ["FIGURES_MARKER", "LOCK", "MARKER", "RUN_ID", "STUDY_NAMES", "check_owned_folder", "check_run_id",
+           "check_study_folder", "claim", "claim_owned_folder", "inside", "run_folder", "study_lock"]
+
+#: The marker file dynlab writes first in a study folder.
+MARKER = ".dynlab-study"
+#: The lock file of a study folder (:func:`study_lock`).
+LOCK = ".dynlab.lock"
+#: The marker file of a folder written by ``dynlab figures``.
+FIGURES_MARKER = ".dynlab-figures"
+#: What a run id is: 16 lowercase hex digits (a spec hash).
+RUN_ID = re.compile(r"[0-9a-f]{16}")
+#: Every name dynlab writes at the top of a study folder (besides its temporary files).
+STUDY_NAMES = (MARKER, LOCK, "manifest.json", "dataset.nc", "runs", "quarantine")
+_DIRS = ("runs", "quarantine")
+_ALLOWED = "a new or empty folder, or a study folder dynlab wrote"
+
+
+def check_run_id(run_id: object, where: str = "") -> str:
+    """``run_id`` when it is a run id (16 lowercase hex digits); else one line of bad input
+    naming ``where`` it was read (e.g. the manifest's path)."""
+    if isinstance(run_id, str) and RUN_ID.fullmatch(run_id):
+        return run_id
+    place = f"{where}: " if where else ""
+    raise DynlabInputError(f"{place}{run_id!r} is not a run id; allowed: 16 lowercase hex digits (the run folders' names)")
+
+
+def inside(root: str | Path, path: str | Path) -> Path:
+    """``path`` when, resolved (links followed), it lies inside the resolved ``root``; else
+    one line of bad input."""
+    base = Path(root).resolve()
+    target = Path(path).resolve()
+    if target != base and base not in target.parents:
+        raise DynlabInputError(f"{path} leads outside the study folder {root}; dynlab reads and writes only inside it")
+    return Path(path)
+
+
+def run_folder(root: str | Path, run_id: str, where: str = "") -> Path:
+    """``root/runs/<run_id>``: the id checked (:func:`check_run_id`), the folder neither a
+    link nor, resolved, outside ``root``."""
+    check_run_id(run_id, where)
+    folder = Path(root) / "runs" / run_id
+    for p in (folder.parent, folder):
+        if p.is_symlink():
+            raise DynlabInputError(f"{p} is a symbolic link; dynlab does not follow links in a study folder")
+    return inside(root, folder)
+
+
+def _is_temporary(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def _foreign_names(root: Path) -> list[str]:
+    """The names at the top of ``root`` that dynlab does not write (hidden names aside,
+    except dynlab's own, which are checked), sorted."""
+    return sorted(n for n in os.listdir(root) if not n.startswith(".") and n not in STUDY_NAMES)
+
+
+def _refuse(root: Path, flag: str, what: str) -> DynlabInputError:
+    where = f"{flag} {root}" if flag else str(root)
+    return DynlabInputError(f"{where} {what}; allowed: {_ALLOWED}")
+
+
+def _read_marker(root: Path, name: str, flag: str) -> None:
+    path = root / MARKER
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise _refuse(root, flag, f"has an unreadable {MARKER}") from None
+    if not isinstance(doc, dict) or doc.get("study") != name:
+        said = doc.get("study") if isinstance(doc, dict) else None
+        raise _refuse(root, flag, f"is the folder of study {said!r}, not of {name!r} ({MARKER})")
+
+
+def _dynlab_manifest(root: Path, name: str | None) -> bool:
+    """Whether ``root/manifest.json`` reads as a manifest a study named ``name`` (None: any) wrote."""
+    try:
+        doc = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(doc, dict) and isinstance(doc.get("study"), str) and (name is None or doc["study"] == name)
+            and isinstance(doc.get("preset"), str) and isinstance(doc.get("run_ids"), list)
+            and all(isinstance(r, str) and RUN_ID.fullmatch(r) for r in doc["run_ids"]))
+
+
+def check_study_folder(root: str | Path, name: str | None = None, flag: str = "") -> bool:
+    """Refuse, before anything is written, a study folder ``root`` (of study ``name``;
+    None: the one its manifest names) that is not dynlab's (module docstring); one line
+    naming the first file dynlab did not write, or the link.  Reads only.  Returns True
+    when the folder exists and holds something (a study to resume or analyse)."""
+    root = Path(root).expanduser()
+    if not os.path.lexists(root):
+        return False
+    if not root.is_dir():
+        raise _refuse(root, flag, "is a file")
+    try:
+        names = set(os.listdir(root))
+    except OSError:  # a folder that cannot be listed: the probe of the write says why
+        return False
+    for n in sorted(names & set(STUDY_NAMES)):
+        p = root / n
+        if p.is_symlink():
+            raise _refuse(root, flag, f"holds a symbolic link {n}; dynlab does not follow links in a study folder")
+        if (n in _DIRS) != p.is_dir():
+            raise _refuse(root, flag, f"holds files dynlab did not write ({n})")
+    if "runs" in names:  # a run folder that is a link would be read, probed and written through
+        links = sorted(n for n in os.listdir(root / "runs") if (root / "runs" / n).is_symlink())
+        if links:
+            raise _refuse(root, flag, f"holds a symbolic link runs/{links[0]}; dynlab does not follow links in a "
+                                      "study folder")
+    if MARKER in names:
+        if name is not None:
+            _read_marker(root, name, flag)
+        return True
+    foreign = _foreign_names(root)
+    if not foreign and "manifest.json" in names and not _dynlab_manifest(root, name):
+        foreign = ["manifest.json"]
+    if not foreign and "dataset.nc" in names and "manifest.json" not in names:
+        foreign = ["dataset.nc"]
+    if not foreign and "runs" in names:
+        foreign = [f"runs/{n}" for n in sorted(os.listdir(root / "runs"))
+                   if not (RUN_ID.fullmatch(n) or n.startswith("."))
+                   or (RUN_ID.fullmatch(n) and not (root / "runs" / n).is_dir())][:1]
+    if foreign:
+        raise _refuse(root, flag, f"holds files dynlab did not write ({foreign[0]})")
+    return any(not n.startswith(".") for n in names)
+
+
+def claim(root: str | Path, name: str) -> Path:
+    """Make the study folder ``root`` (and its parents) and write its marker first, when
+    missing (a legacy folder, already checked by :func:`check_study_folder`, is adopted so).
+    Returns the marker's path."""
+    from dynlab.results.files import make_dir, write_text_atomic
+
+    root = make_dir(Path(root))
+    marker = root / MARKER
+    if not marker.is_file():
+        write_text_atomic(marker, json.dumps({"dynlab": "study folder", "study": name}) + "\n")
+    return marker
+
+
+@contextmanager
+def study_lock(root: str | Path, flag: str = "") -> Iterator[None]:
+    """Hold the lock of study folder ``root`` (``.dynlab.lock``, the ``filelock`` package)
+    while a study or an analysis writes there; a folder another process holds is refused
+    at once, in one line (its writes would mix with that process's)."""
+    from filelock import FileLock, Timeout
+
+    root = Path(root)
+    lock = FileLock(str(root / LOCK), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        where = f"{flag} {root}" if flag else str(root)
+        raise DynlabInputError(f"{where} is being written by another dynlab process (it holds {root / LOCK}); "
+                               "allowed: wait until it finishes, or another --out") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+# -- output folders of other commands (dynlab figures) ---------------------------------
+
+def check_owned_folder(folder: str | Path, marker: str, own: Iterable[str], flag: str, allowed: str,
+                       legacy: Callable[[Path], bool] | None = None) -> None:
+    """Refuse an output folder that is not empty and holds no ``marker`` (written by
+    :func:`claim_owned_folder` when the command first writes there), unless it holds only
+    names matching ``own`` and ``legacy(folder)`` says the command wrote it (a folder from
+    before the marker existed: e.g. its ``NOTES.txt`` reads as the command's); one line naming the
+    first file the command did not write.  A missing or empty folder is fine."""
+    folder = Path(folder).expanduser()
+    try:
+        names = sorted(os.listdir(folder)) if folder.is_dir() else []
+    except OSError:
+        return
+    if marker in names:
+        return
+    visible = [n for n in names if not n.startswith(".")]
+    foreign = [n for n in visible if not any(fnmatch(n, p) for p in own)]
+    if not foreign and visible and (legacy is None or not legacy(folder)):
+        foreign = visible
+    if foreign:
+        listed = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise DynlabInputError(f"{flag} {folder} holds files this command did not write ({listed}); allowed: {allowed}")
+
+
+def claim_owned_folder(folder: str | Path, marker: str) -> None:
+    """Make ``folder`` and write its ``marker`` (first, before the command's files)."""
+    from dynlab.results.files import make_dir, write_text_atomic
+
+    folder = make_dir(Path(folder))
+    if not (folder / marker).is_file():
+        write_text_atomic(folder / marker, "written by dynlab\n")
