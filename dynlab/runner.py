@@ -25,7 +25,7 @@ from dynlab.results.schema import DATASET, annotate, provenance_attrs, write_dat
 from dynlab.results.schema import open_dataset as open_study  # the public name: dynlab.open_study
 from dynlab.results.files import make_dir, write_text_atomic
 from dynlab.results.provenance import provenance, recording
-from dynlab.results.folder import LOCK, MARKER, check_run_id, check_study_folder, claim, run_folder, study_lock
+from dynlab.results.folder import LOCK, MARKER, RESUME, check_run_id, check_study_folder, claim, run_folder, study_lock
 from dynlab.results.store import RunStore
 from dynlab.study import RunOutcome, Study, StudyExtra, StudyOptions
 from dynlab.runtime import NullProgress, make_progress, resolve_device, train_threads
@@ -38,7 +38,7 @@ ANALYSIS = "analysis.nc"
 
 #: The folder of a study where long runs keep their training state while they train
 #: (:attr:`dynlab.study.Study.resumable`); a file there is removed when its runs finish.
-RESUME_DIR = "resume"
+RESUME_DIR = RESUME
 
 
 def study_dir(out: str | Path, study: Study) -> Path:

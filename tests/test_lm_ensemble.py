@@ -363,3 +363,22 @@ def test_compiled_stack_equals_eager():
         assert max(abs(x - y) for x, y in zip(a.losses, b.losses)) < 1e-4
         for p, q in zip(a.model.parameters(), b.model.parameters()):
             assert _rel(p.detach(), q.detach()) < 1e-3
+
+
+def test_a_study_with_a_stack_state_in_resume_is_dynlabs_own(tmp_path):
+    """The study folder's contract accepts resume/, where a stack cut off leaves its state."""
+    from dynlab.results.folder import check_study_folder
+    from dynlab.runner import run_study
+    from dynlab.studies.length_generalization import STUDY
+    from dynlab.study import StudyOptions
+
+    tiny = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 4, "d_state": 4, "chunk_size": 8},
+            "train": {"steps": 3, "batch_size": 2, "seq_len": 16, "engine": "stack"},
+            "eval": {"length_multiple": 4, "n_samples": 3, "chunk_len": 16, "bin_width": 8, "effrem_points": 3,
+                     "effrem_samples": 2}, "interventions": ["zero"]}
+    options = StudyOptions(preset="quick", seeds=(0, 1), extra=tiny)
+    path = run_study(STUDY, options, out=tmp_path, device="cpu")
+    study = path.parent
+    (study / "resume").mkdir()
+    (study / "resume" / "stack-0123456789abcdef.pt").write_bytes(b"")
+    check_study_folder(study, STUDY.name, "--out")  # accepted as dynlab's own

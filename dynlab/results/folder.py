@@ -8,6 +8,8 @@ A study folder (``OUT/<study>``) is dynlab's own.  It holds only these names::
     dataset.nc         the study dataset
     runs/<run id>/     one folder per run (:mod:`dynlab.results.store`)
     quarantine/        damaged runs moved aside
+    resume/            the training state of long runs while they train (one file per stack;
+                       removed when its runs finish; :attr:`dynlab.study.Study.resumable`)
     .<name>.<writer>.tmp, runs/.tmp-<run id>-<writer>   writes in progress
 
 The rules, enforced here and nowhere else:
@@ -48,7 +50,7 @@ from pathlib import Path
 
 from dynlab.errors import DynlabInputError
 
-__all__ = ["FIGURES_MARKER", "LOCK", "MARKER", "RUN_ID", "STUDY_NAMES", "check_owned_folder", "check_run_id",
+__all__ = ["FIGURES_MARKER", "LOCK", "MARKER", "RESUME", "RUN_ID", "STUDY_NAMES", "check_owned_folder", "check_run_id",
            "check_study_folder", "claim", "claim_owned_folder", "inside", "run_folder", "study_lock"]
 
 #: The marker file dynlab writes first in a study folder.
@@ -60,8 +62,10 @@ FIGURES_MARKER = ".dynlab-figures"
 #: What a run id is: 16 lowercase hex digits (a spec hash).
 RUN_ID = re.compile(r"[0-9a-f]{16}")
 #: Every name dynlab writes at the top of a study folder (besides its temporary files).
-STUDY_NAMES = (MARKER, LOCK, "manifest.json", "dataset.nc", "runs", "quarantine")
-_DIRS = ("runs", "quarantine")
+#: The folder of a study where long runs keep their training state while they train.
+RESUME = "resume"
+STUDY_NAMES = (MARKER, LOCK, "manifest.json", "dataset.nc", "runs", "quarantine", RESUME)
+_DIRS = ("runs", "quarantine", RESUME)
 _ALLOWED = "a new or empty folder, or a study folder dynlab wrote"
 
 
