@@ -149,14 +149,17 @@ def to_hf(model: RecurrentLM) -> nn.Module:
 
 
 def _run_record(run: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
-    """A run folder's ``spec.json``, ``result.json`` (None when unreadable) and run id (the spec's hash)."""
+    """A run folder's ``spec.json``, ``result.json`` (None when unreadable) and run id (the
+    spec's hash): a study's LM or task run, or a run ``dynlab lm post-train`` wrote."""
     import json
 
+    from dynlab.lm.posttrain import PostTrainSpec
     from dynlab.lm.spec import LMRunSpec, LMTaskRunSpec
     from dynlab.spec import load_spec
 
     doc = json.loads((run / "spec.json").read_text())
-    spec = load_spec(doc, {"LMRunSpec": LMRunSpec, "LMTaskRunSpec": LMTaskRunSpec}[doc["spec"]])
+    kinds = {"LMRunSpec": LMRunSpec, "LMTaskRunSpec": LMTaskRunSpec, "PostTrainSpec": PostTrainSpec}  # every LM run kind
+    spec = load_spec(doc, kinds[doc["spec"]])
     try:
         result = json.loads((run / "result.json").read_text())
     except (OSError, ValueError):
