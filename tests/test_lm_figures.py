@@ -1,0 +1,98 @@
+"""Length-generalization figures: far/in vs budget (the size preset, run tiny), the context
+ladder, the intervention forest plot, and every committed LM dataset through `dynlab figures`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pytest
+import xarray as xr
+
+matplotlib.use("Agg")
+from matplotlib.collections import PolyCollection  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from dynlab.figures.lm import far_in_budget_panel, length_generalization_panels  # noqa: E402
+
+DATASETS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "datasets"
+SIZE_EXTRA = {"train": {"steps": 30}, "eval": {"length_multiple": 4, "n_samples": 4, "chunk_len": 32, "bin_width": 8,
+                                              "effrem_points": 3, "effrem_samples": 2, "state_points": 4}}
+
+
+def _ax():
+    return Figure(figsize=(3.4, 2.5)).add_subplot()
+
+
+def _bands(ax) -> list[PolyCollection]:
+    return [c for c in ax.collections if isinstance(c, PolyCollection)]
+
+
+@pytest.fixture(scope="module")
+def size_ds(tmp_path_factory):
+    """The size preset, tiny (30 steps, seeds 0 and 1): dims run × budget (about a minute)."""
+    from dynlab.runner import open_study, run_study
+    from dynlab.studies.length_generalization import STUDY
+    from dynlab.study import StudyOptions
+
+    out = tmp_path_factory.mktemp("size")
+    path = run_study(STUDY, StudyOptions(preset="size", seeds=(0, 1), extra=SIZE_EXTRA), out=out, device="cpu")
+    return open_study(path).load()
+
+
+@pytest.mark.slow
+def test_far_in_budget_on_the_size_preset(size_ds, tmp_path):
+    ds = size_ds
+    assert "budget" in ds.dims and {"d_model", "train_length", "seed", "annealed"} <= set(ds.coords)
+    ax = far_in_budget_panel(ds, _ax())
+    assert ax.get_ylabel() == "far PPL / PPL in (T_train/2, T_train]"  # far_over_in is the one read
+    assert ax.get_xscale() == "log"
+    ladder = ~ds["annealed"].values.astype(bool)
+    combos = sorted({(int(d), int(t)) for d, t in zip(ds["d_model"].values[ladder], ds["train_length"].values[ladder])})
+    assert len(combos) == 8  # 4 sizes x 2 training lengths
+    lines = {ln.get_label(): ln for ln in ax.get_lines() if not ln.get_label().startswith("_")}
+    assert sorted(lines) == sorted(f"d_model {d}, T_train {t}" for d, t in combos)
+    # each line is the mean over seeds of far_over_in at the budgets it was checkpointed at
+    for d, t in combos:
+        runs = np.flatnonzero(ladder & (ds["d_model"].values == d) & (ds["train_length"].values == t))
+        assert len(runs) == 2
+        expected = ds["far_over_in"].values[runs].mean(axis=0)
+        keep = np.isfinite(expected)
+        x, y = lines[f"d_model {d}, T_train {t}"].get_data()
+        np.testing.assert_allclose(x, ds["budget"].values[keep])
+        np.testing.assert_allclose(y, expected[keep])
+    assert len(_bands(ax)) == 8  # one min-max band per line (2 seeds each)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "band: min–max over seeds" in labels and any(lab.startswith("annealed run") for lab in labels)
+    # every annealed run is a marker at its own budget, at its value
+    marks = [ln for ln in ax.get_lines() if ln.get_label() == "_annealed"]
+    annealed = np.flatnonzero(~ladder)
+    assert len(marks) == len(annealed) == 16
+    got = sorted((float(m.get_xdata()[0]), float(m.get_ydata()[0])) for m in marks)
+    want = []
+    for i in annealed:
+        v = ds["far_over_in"].values[i]
+        (j,) = np.flatnonzero(np.isfinite(v))
+        want.append((float(ds["budget"].values[j]), float(v[j])))
+    np.testing.assert_allclose(got, sorted(want))
+    # the whole figure set draws, the new panel among it
+    from dynlab.figures import write_figures
+
+    figs = write_figures(ds, tmp_path, length_generalization_panels)
+    assert figs.skipped == {} and (tmp_path / "far_in_budget.png").exists()
+
+
+@pytest.mark.slow
+def test_the_committed_budget_dataset_reads_far_in_ratio_and_draws(tmp_path):
+    from dynlab.cli import main
+
+    path = DATASETS / "length-generalization-budget.nc"
+    ds = xr.open_dataset(path)
+    assert "far_over_in" not in ds and "annealed" not in ds.coords
+    ax = far_in_budget_panel(ds, _ax())
+    assert ax.get_ylabel() == "far PPL / p*"
+    (line,) = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+    np.testing.assert_allclose(line.get_ydata(), ds["far_in_ratio"].mean("run").values)
+    assert main(["figures", str(path), "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "far_in_budget.png").exists() and (tmp_path / "ppl.png").exists()
