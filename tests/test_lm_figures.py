@@ -96,3 +96,26 @@ def test_the_committed_budget_dataset_reads_far_in_ratio_and_draws(tmp_path):
     np.testing.assert_allclose(line.get_ydata(), ds["far_in_ratio"].mean("run").values)
     assert main(["figures", str(path), "--out", str(tmp_path)]) == 0
     assert (tmp_path / "far_in_budget.png").exists() and (tmp_path / "ppl.png").exists()
+
+
+def test_context_ladder_one_line_per_size_at_the_seed_means():
+    from dynlab.figures.lm import context_ladder_panel
+
+    ds = xr.open_dataset(DATASETS / "length-generalization-context.nc")
+    panels = length_generalization_panels(ds)
+    assert "context_ladder" in panels and "far_in_budget" not in panels
+    ax = context_ladder_panel(ds, _ax())
+    lines = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+    assert [ln.get_label() for ln in lines] == ["d_model 16 (14.5k params)", "d_model 32 (27.9k params)"]
+    assert ax.get_xscale() == "log" and ax.get_xlabel() == "training length T_train [tokens]"
+    assert ax.get_ylabel() == "far PPL / p*"
+    for line, d in zip(lines, (16, 32)):
+        x, y = line.get_data()
+        np.testing.assert_array_equal(x, [16, 32, 64, 128])
+        for t, v in zip(x, y):
+            runs = (ds["d_model"].values == d) & (ds["train_length"].values == t)
+            assert runs.sum() == 3
+            assert v == pytest.approx(ds["far_in_ratio"].values[runs].mean())
+    assert len(_bands(ax)) == 2
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "band: min–max over seeds" in labels and "one seed" in labels

@@ -137,8 +137,8 @@ def _log2_axis(ax: Axes, values: np.ndarray, fmt=None, which: str = "x") -> None
     (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=2)
     if v.size:
         ticks = 2.0 ** np.arange(np.floor(np.log2(v.min())), np.ceil(np.log2(v.max())) + 1)
-        if ticks.size > 8:
-            ticks = ticks[:: int(np.ceil(ticks.size / 8))]
+        if ticks.size > 6:  # every other power of two (or sparser): labels stay apart on a narrow axis
+            ticks = ticks[:: int(np.ceil(ticks.size / 6))]
         axis.set_major_locator(FixedLocator(ticks))
         axis.set_major_formatter(FuncFormatter(fmt) if fmt else ScalarFormatter())
         axis.set_minor_locator(NullLocator())
@@ -168,12 +168,12 @@ def _factored(ds: xr.Dataset, arms: list[tuple[str, dict, np.ndarray]], styles: 
 
 
 def _legend(ax: Axes, handles: list, band: bool, **kw) -> None:
-    """The legend; beside the axes when it has more than four entries."""
+    """The legend; beside the axes when it has more than three entries."""
     if band:
         handles = [*handles, Patch(facecolor="0.6", alpha=0.3, label=BAND)]
     if not handles:
         return
-    if len(handles) > 4:
+    if len(handles) > 3:
         kw = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, **kw}
     ax.legend(handles=handles, fontsize="small", **kw)
 
@@ -364,7 +364,7 @@ def context_ladder_panel(ds: xr.Dataset, ax: Axes) -> Axes:
         hi = np.array([np.nanmax(r[t == x]) for x in ts])
         label = ", ".join(f"{_SHORT.get(k, k)} {v}" if k in _SHORT else str(v) for k, v in values.items()) or "all runs"
         if "d_model" in values and "n_params" in ds.coords:
-            label += f" ({int(ds['n_params'].values[idx[0]]):,} params)"
+            label += f" ({int(ds['n_params'].values[idx[0]]) / 1000:.1f}k params)"
         (line,) = ax.plot(ts, mean, marker="o", markersize=3, color=color, label=label)
         handles.append(line)
         ax.plot(t, r, linestyle="none", marker=".", markersize=2.5, color=color, alpha=0.6, label="_seed")
@@ -448,8 +448,9 @@ def contrast_forest_panel(ds: xr.Dataset, ax: Axes, mixer: str | None = None) ->
     seeds = f", n = {int(np.nanmax(n))} seeds" if n is not None and np.isfinite(n).any() else ""
     ax.set_xlabel("paired difference arm − zero control [PPL]")
     ax.set_title("Intervention contrasts (arm − control)")
-    ax.legend(handles=handles, fontsize="small", loc="lower right",
-              title=f"mean, 95 % CI{seeds}; p Holm-corrected over {n_tests}", title_fontsize=5.5)
+    ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+              title=f"mean, 95 % CI{seeds}\np Holm-corrected\nover {n_tests} contrasts", title_fontsize=5.5,
+              alignment="left")
     return ax
 
 
