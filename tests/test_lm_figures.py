@@ -119,3 +119,42 @@ def test_context_ladder_one_line_per_size_at_the_seed_means():
     assert len(_bands(ax)) == 2
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "band: min–max over seeds" in labels and "one seed" in labels
+
+
+def test_holm_matches_a_hand_computation():
+    from dynlab.figures.lm import holm
+
+    # sorted 0.01, 0.03, 0.04 -> 3*0.01, max(2*0.03, .03), max(1*0.04, .06); NaN untouched, not counted
+    np.testing.assert_allclose(holm(np.array([0.04, 0.01, np.nan, 0.03])), [0.06, 0.03, np.nan, 0.06])
+    np.testing.assert_allclose(holm(np.array([[0.5, 0.9]])), [[1.0, 1.0]])
+
+
+@pytest.mark.parametrize("name", ["length-generalization-interventions.nc", "length-generalization-interventions-no-conv.nc"])
+def test_interventions_one_colour_per_arm_and_a_forest_plot(name, tmp_path):
+    from dynlab.figures.lm import contrast_forest_panel, holm, ppl_panel
+
+    ds = xr.open_dataset(DATASETS / name)
+    ax = ppl_panel(ds, _ax())
+    lines = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+    arms = list(dict.fromkeys(f"{i} ({p})" for i, p in zip(ds["intervention"].values, ds["phase"].values)))
+    assert [ln.get_label() for ln in lines] == arms and len(arms) == 6  # 30 runs = 6 arms x 5 seeds
+    assert len({ln.get_color() for ln in lines}) == 6
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert len(labels) == len(set(labels)) == 7  # the arms and the band
+    # the forest plot: a row per contrast, far and in-range means at the dataset's values
+    ax = contrast_forest_panel(ds, _ax())
+    arms = list(ds["contrast"].values.astype(str))
+    assert [t.get_text() for t in ax.get_yticklabels()] == arms
+    far, inside = ax.containers  # two errorbar containers, in legend order
+    np.testing.assert_allclose(far.lines[0].get_xdata(), ds["far_contrast_mean"].isel(mixer=0).values)
+    np.testing.assert_allclose(inside.lines[0].get_xdata(), ds["in_contrast_mean"].isel(mixer=0).values)
+    segments = far.lines[2][0].get_segments()
+    np.testing.assert_allclose([s[0][0] for s in segments], ds["far_contrast_lo"].isel(mixer=0).values)
+    np.testing.assert_allclose([s[1][0] for s in segments], ds["far_contrast_hi"].isel(mixer=0).values)
+    p = np.stack([ds["far_contrast_p"].isel(mixer=0).values, ds["in_contrast_p"].isel(mixer=0).values])
+    adjusted = holm(p)
+    assert (adjusted >= p).all()
+    texts = [t.get_text() for t in ax.texts]
+    assert texts == [("p < 0.001" if q < 0.001 else f"p = {q:.3f}") for q in adjusted.ravel()]
+    assert "Holm-corrected" in ax.get_legend().get_title().get_text()
+    assert "contrasts" in length_generalization_panels(ds)
