@@ -435,22 +435,20 @@ def contrast_forest_panel(ds: xr.Dataset, ax: Axes, mixer: str | None = None) ->
         h = ax.errorbar(s["mean"], y + dy, xerr=np.where(np.isfinite(err), err, 0), fmt=marker, color=color,
                         markersize=3.5, capsize=2, elinewidth=1, label=label)
         handles.append(h)
-        for xi, yi, hi, pi in zip(s["mean"], y + dy, s["hi"], padj):
-            if np.isfinite(xi):
-                ax.annotate(_fmt_p(pi), (hi if np.isfinite(hi) else xi, yi), xytext=(3, 0),
-                            textcoords="offset points", va="center", fontsize=5.5, color=color)
+        for xi, yi, pi in zip(s["mean"], y + dy, padj):
+            if np.isfinite(xi):  # a column of p-values right of the axes: never on a bar
+                ax.annotate(_fmt_p(pi), (1.0, yi), xycoords=("axes fraction", "data"), xytext=(3, 0),
+                            textcoords="offset points", va="center", fontsize=5.5, color=color,
+                            annotation_clip=False)
     ax.axvline(0.0, color="0.4", linewidth=0.8, zorder=0)
     ax.set_yticks(y, arms)
     ax.set_ylim(-0.6, len(arms) - 0.4)
-    lo, hi = ax.get_xlim()
-    ax.set_xlim(lo, hi + 0.25 * (hi - lo))  # room for the p-values
     n = ds["far_contrast_n"].sel(sel).values if "far_contrast_n" in ds else None
     seeds = f", n = {int(np.nanmax(n))} seeds" if n is not None and np.isfinite(n).any() else ""
     ax.set_xlabel("paired difference arm − zero control [PPL]")
     ax.set_title("Intervention contrasts (arm − control)")
-    ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
-              title=f"mean, 95 % CI{seeds}\np Holm-corrected\nover {n_tests} contrasts", title_fontsize=5.5,
-              alignment="left")
+    ax.legend(handles=handles, fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.3), ncols=2,
+              title=f"mean, 95 % CI{seeds}; p Holm-corrected over {n_tests} contrasts", title_fontsize=5.5)
     return ax
 
 
