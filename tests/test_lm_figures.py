@@ -229,3 +229,50 @@ def test_every_committed_dataset_draws_with_no_title_clipped(path):
         comp = composite_figure(ds, drawn)
         assert _clipped_titles(comp) == []
         assert comp.get_figwidth() == pytest.approx(7.0 if len(drawn) > 1 else 3.4)
+
+
+def test_task_panels_count_left_out_runs_correct_stars_and_label_bands():
+    from dynlab.figures.lm import BAND, holm
+    from dynlab.figures.tasks import babi_panel, copying_panel, passkey_difference, passkey_heatmap
+
+    ds = xr.open_dataset(DATASETS / "passkey.nc").load()
+    post = ds["phase"].values.astype(str) == "post"  # the heatmaps draw the post-trained arms
+    row = int(np.flatnonzero(post)[0])
+    first = str(ds["intervention"].values[row])
+    status = ds["status"].values.astype(object)
+    status[row] = "not-learned"
+    ds["status"] = ("run", status.astype(str))
+    n = int(((ds["intervention"].values == first) & post & (ds["status"].values == "ok")).sum())
+    title = passkey_heatmap(ds, _ax(), first).get_title()
+    assert f"({n} learned runs, 1 not learned (left out);" in title
+    # stars: cells whose p, Holm-adjusted over every cell of every contrast, is below 0.05
+    c = str(ds["contrast"].values[0])
+    ax = passkey_difference(ds, _ax(), c)
+    every = ds["contrast_p"].isel(mixer=0)
+    adjusted = every.copy(data=holm(every.values)).sel(contrast=c).values
+    assert sum(t.get_text().endswith("*") for t in ax.texts) == int((adjusted < 0.05).sum())
+    assert f"Holm-adjusted p < 0.05, {int(np.isfinite(every.values).sum())} tests" in ax.get_title()
+    # the min-max band is named, last in the legend
+    ax = copying_panel(xr.open_dataset(DATASETS / "copying.nc"), _ax())
+    assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == BAND
+    babi = xr.open_dataset(DATASETS / "babilong.nc")
+    failed = babi["status"].values.astype(str) != "ok"
+    iv = str(babi["intervention"].values[failed][0])
+    assert "1 not learned (left out)" in babi_panel(babi, _ax(), iv).get_title()
+
+
+def test_effrem_on_a_log_axis_of_the_context_kept():
+    from dynlab.figures.lm import effrem_panel
+
+    ds = xr.open_dataset(DATASETS / "length-generalization.nc")
+    ax = effrem_panel(ds, _ax())
+    assert ax.get_xscale() == "log" and ax.get_xlabel() == "context kept T − t [tokens]"
+    line = next(ln for ln in ax.get_lines() if not ln.get_label().startswith("_"))
+    runs = np.flatnonzero(ds["intervention"].values == ds["intervention"].values[0])
+    mean = ds["effrem"].isel(run=runs).mean("run").dropna("t")
+    kept = int(ds["eval_length"].values[runs[0]]) - mean["t"].values
+    order = np.argsort(kept)
+    order = order[kept[order] >= 1]
+    np.testing.assert_allclose(line.get_xdata(), kept[order])
+    np.testing.assert_allclose(line.get_ydata(), mean.values[order])
+    assert line.get_xdata().min() == 1  # EffRem of the last token alone is drawn

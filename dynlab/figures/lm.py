@@ -137,8 +137,8 @@ def _log2_axis(ax: Axes, values: np.ndarray, fmt=None, which: str = "x") -> None
     (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=2)
     if v.size:
         ticks = 2.0 ** np.arange(np.floor(np.log2(v.min())), np.ceil(np.log2(v.max())) + 1)
-        if ticks.size > 6:  # every other power of two (or sparser): labels stay apart on a narrow axis
-            ticks = ticks[:: int(np.ceil(ticks.size / 6))]
+        if ticks.size > 5:  # every other power of two (or sparser): labels stay apart on a narrow axis
+            ticks = ticks[:: int(np.ceil(ticks.size / 5))]
         axis.set_major_locator(FixedLocator(ticks))
         axis.set_major_formatter(FuncFormatter(fmt) if fmt else ScalarFormatter())
         axis.set_minor_locator(NullLocator())
@@ -178,8 +178,9 @@ def _legend(ax: Axes, handles: list, band: bool, **kw) -> None:
     ax.legend(handles=handles, fontsize="small", **kw)
 
 
-def _arm_lines(ds: xr.Dataset, da: xr.DataArray, ax: Axes, mark_training: bool = True) -> Axes:
-    """Mean over seeds per arm with a min–max band (see the module docstring)."""
+def _arm_lines(ds: xr.Dataset, da: xr.DataArray, ax: Axes, mark_training: bool = True, kept: bool = False) -> Axes:
+    """Mean over seeds per arm with a min–max band (see the module docstring); with ``kept``
+    the x axis is the context kept, eval_length − t (points with at least one token)."""
     da = _final_checkpoint(da)
     arms = run_arms(ds, _position_runs(ds))
     styles = _arm_styles(ds, arms)
@@ -189,13 +190,18 @@ def _arm_lines(ds: xr.Dataset, da: xr.DataArray, ax: Axes, mark_training: bool =
         mean = part.mean("run", skipna=True).dropna("t")
         if not mean.size:
             continue
-        (line,) = ax.plot(mean["t"].values, mean.values, label=label, **style)
+        x = mean["t"].values.astype(float)
+        if kept:
+            x = float(ds["eval_length"].values[idx[0]]) - x
+        order = np.argsort(x)
+        order = order[x[order] >= 1] if kept else order
+        (line,) = ax.plot(x[order], mean.values[order], label=label, **style)
         handles.append(line)
         drawn.append((label, values, idx, style))
         if len(idx) > 1:
-            lo = part.min("run", skipna=True).sel(t=mean["t"])
-            hi = part.max("run", skipna=True).sel(t=mean["t"])
-            ax.fill_between(mean["t"].values, lo.values, hi.values, color=style["color"], alpha=0.2, linewidth=0)
+            lo = part.min("run", skipna=True).sel(t=mean["t"]).values
+            hi = part.max("run", skipna=True).sel(t=mean["t"]).values
+            ax.fill_between(x[order], lo[order], hi[order], color=style["color"], alpha=0.2, linewidth=0)
             banded = True
     if not handles:
         raise NothingToDraw(f"{da.name or 'the variable'} holds no finite value")
@@ -230,10 +236,17 @@ def _effrem_name(ds: xr.Dataset, options: dict) -> str:
 
 @needs(_effrem_name, "t", what="EffRem")
 def effrem_panel(ds: xr.Dataset, ax: Axes, distance: str = "tv") -> Axes:
-    """EffRem_T(t) per arm for ``distance`` in tv, js, cos, against the truncation start t (T = evaluation length)."""
+    """EffRem_T(t) per arm for ``distance`` in tv, js, cos (T = evaluation length), against
+    the context kept T − t on a log axis (T_train dotted), or, without ``eval_length``, the
+    truncation start t."""
     name = EFFREM_NAMES[distance]
-    _arm_lines(ds, ds[name], ax, mark_training=False)
-    ax.set_xlabel("truncation start t [tokens]")
+    if "eval_length" in ds.coords:  # on a log axis of the context kept, T − t (T_train dotted)
+        _arm_lines(ds, ds[name], ax, kept=True)
+        _log2_positions(ax, np.asarray([x for ln in ax.get_lines() for x in ln.get_xdata()], dtype=float))
+        ax.set_xlabel("context kept T − t [tokens]")
+    else:
+        _arm_lines(ds, ds[name], ax, mark_training=False)
+        ax.set_xlabel("truncation start t [tokens]")
     ax.set_ylabel(axis_label(ds[name], "EffRem"))
     ax.set_title("EffRem_T(t), T = evaluation length" + _checkpoint_note(ds))
     return ax
