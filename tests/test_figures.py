@@ -135,6 +135,25 @@ def test_accuracy_heatmap_shows_seed_mean_per_arch_affine_first():
     assert ax.get_xlabel() == "sequence length [tokens]" and "C2" in ax.get_title()
 
 
+def test_accuracy_heatmap_marks_rows_that_did_not_learn():
+    from matplotlib.patches import Rectangle
+
+    ds = synthetic()
+    group, arch, seed = ds["group"].values.astype(str), ds["arch"].values.astype(str), ds["seed"].values
+    status = np.where((group == "C2") & (arch == "mamba"), "not-learned", "ok")
+    status = np.where((group == "C2") & (arch == "tanh-rnn") & (seed == seed.max()), "not-learned", status)
+    ds["status"] = ("run", status)
+    ax = accuracy_heatmap(ds, _ax(), group="C2")
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["mamba (0/2)", "tanh-rnn (1/2)"]
+    img = np.ma.filled(np.asarray(ax.get_images()[0].get_array(), dtype=float), np.nan)
+    assert np.isnan(img[0]).all()  # no learned mamba seed: no colour, a hatched row
+    expected = ds["accuracy"].values[(group == "C2") & (status == "ok")].mean(axis=0)
+    np.testing.assert_allclose(img[1], expected)  # the learned seed only
+    hatched = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_hatch()]
+    assert len(hatched) == 1 and hatched[0].get_y() == pytest.approx(-0.5)
+    assert "not learned (2 seeds)" in [t.get_text() for t in ax.texts]
+
+
 def test_q_curves_mark_tau_and_tcross():
     ds = synthetic()
     ax = q_curves(ds, _ax(), group="S3")

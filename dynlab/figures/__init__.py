@@ -9,8 +9,9 @@ the builders are :func:`group_tracking_panels`, :func:`nonlinearity_panels`,
 
 ``write_figures(ds, out_dir, panels)`` draws each panel as ``<panel>.png`` and
 ``<panel>.pdf`` at column width in the house style (:mod:`dynlab.figures.style`), one
-composite ``<study>.png/.pdf`` of all drawn panels at page width, and each table as
-``<name>.md``.  A panel is skipped (no file, a note) only when a variable it declared is
+composite ``<study>.png/.pdf`` of all drawn panels at page width (7 in, two columns), and
+each table as ``<name>.md``; a title wider than its axes is wrapped
+(:func:`~dynlab.figures.style.fit_titles`), never clipped.  A panel is skipped (no file, a note) only when a variable it declared is
 absent (e.g. a study run without analyses).  A panel that finds nothing to draw in its
 variables (:class:`~dynlab.figures.panel.NothingToDraw`, e.g. no run of the study
 learned) is still written, as an empty panel whose text says why
@@ -22,16 +23,17 @@ panel is a bug and propagates.  Panels never import torch and never touch files.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import xarray as xr
 
 from dynlab.figures.panel import (
     MissingData, MissingVariables, NothingToDraw, Panel, Table, draw_empty, empty_table, needs,
 )
-from dynlab.figures.style import COLUMN_WIDTH, PAGE_WIDTH, PANEL_HEIGHT, publication_style
+from dynlab.figures.style import COLUMN_WIDTH, PAGE_WIDTH, PANEL_HEIGHT, fit_titles, publication_style
 from dynlab.figures.tracking import (
     accuracy_heatmap,
     failure_modes,
@@ -55,6 +57,7 @@ __all__ = [
     "Panel",
     "Table",
     "accuracy_heatmap",
+    "composite_figure",
     "draw_empty",
     "failure_modes",
     "fixed_point_spectra",
@@ -64,6 +67,7 @@ __all__ = [
     "mp_failure_table",
     "needs",
     "nonlinearity_panels",
+    "panel_figure",
     "perturbation_recovery",
     "q_curves",
     "r_par_perp",
@@ -155,14 +159,52 @@ def _save(fig, stem: Path, written: list[Path]) -> None:
         written.append(path)
 
 
+def panel_figure(ds: xr.Dataset, item: Panel) -> tuple[Any, str | None]:
+    """One panel on its own figure (column width, titles fitted): ``(figure, None)``, or,
+    when it has nothing to draw, ``(its empty version, why)``."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(COLUMN_WIDTH, PANEL_HEIGHT), layout="constrained")
+    why = None
+    try:
+        item(ds, fig.add_subplot())
+    except NothingToDraw as exc:
+        why = str(exc)
+        # a fresh figure: the panel may have drawn something before it gave up
+        fig = Figure(figsize=(COLUMN_WIDTH, PANEL_HEIGHT), layout="constrained")
+        draw_empty(fig.add_subplot(), item.label, why)
+    return fit_titles(fig), why
+
+
+def composite_figure(ds: xr.Dataset, drawn: Sequence[tuple[str, Panel, str | None]]) -> Any:
+    """The composite of ``drawn`` (``(name, panel, why it is empty or None)``): two columns at
+    page width (:data:`PAGE_WIDTH`, one column for a single panel), panels lettered (a), (b),
+    ... in their titles, titles fitted to their axes."""
+    from matplotlib.figure import Figure
+
+    ncols = 2 if len(drawn) > 1 else 1
+    nrows = math.ceil(len(drawn) / ncols)
+    fig = Figure(figsize=(PAGE_WIDTH if ncols == 2 else COLUMN_WIDTH, PANEL_HEIGHT * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, (_, panel, why), letter in zip(axes, drawn, "abcdefghijklmnopqrstuvwxyz"):
+        if why is None:
+            panel(ds, ax)
+        else:
+            draw_empty(ax, panel.label, why)
+        title = ax.get_title()
+        ax.set_title("")
+        ax.set_title(f"({letter}) {title}", loc="left")
+    for ax in axes[len(drawn):]:
+        ax.set_visible(False)
+    return fit_titles(fig)
+
+
 def write_figures(ds: xr.Dataset, out_dir: str | Path,
                   panels: FigureItems | Callable[[xr.Dataset], FigureItems]) -> FigureSet:
     """Write every panel of ``panels`` (PNG + PDF), one composite figure and every table
     (Markdown) to ``out_dir``; ``panels`` is a study's ``Study.panels`` (a function of the
     dataset) or its result.  A panel or table with nothing to draw is written empty,
     saying why.  Also writes ``NOTES.txt`` listing the skipped and the empty ones."""
-    from matplotlib.figure import Figure
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     result = FigureSet()
@@ -191,35 +233,14 @@ def write_figures(ds: xr.Dataset, out_dir: str | Path,
                 path.write_text(text)
                 result.written.append(path)
                 continue
-            fig = Figure(figsize=(COLUMN_WIDTH, PANEL_HEIGHT), layout="constrained")
-            why = None
-            try:
-                item(ds, fig.add_subplot())
-            except NothingToDraw as exc:
-                why = nothing(name, str(exc))
-                # a fresh figure: the panel may have drawn something before it gave up
-                fig = Figure(figsize=(COLUMN_WIDTH, PANEL_HEIGHT), layout="constrained")
-                draw_empty(fig.add_subplot(), item.label, why)
+            fig, why = panel_figure(ds, item)
+            if why is not None:
+                nothing(name, why)
             _save(fig, out / name, result.written)
             drawn.append((name, item, why))
         if drawn:
-            ncols = 2 if len(drawn) > 1 else 1
-            nrows = math.ceil(len(drawn) / ncols)
-            fig = Figure(figsize=(PAGE_WIDTH if ncols == 2 else COLUMN_WIDTH, PANEL_HEIGHT * nrows),
-                         layout="constrained")
-            axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-            for ax, (name, panel, why), letter in zip(axes, drawn, "abcdefghijklmnopqrstuvwxyz"):
-                if why is None:
-                    panel(ds, ax)
-                else:
-                    draw_empty(ax, panel.label, why)
-                title = ax.get_title()
-                ax.set_title("")
-                ax.set_title(f"({letter}) {title}", loc="left")
-            for ax in axes[len(drawn):]:
-                ax.set_visible(False)
             study = str(ds.attrs.get("study", "")) or "study"
-            _save(fig, out / study, result.written)
+            _save(composite_figure(ds, drawn), out / study, result.written)
     notes = [f"{k}: {'drawn empty' if k in result.empty else 'skipped'} ({v})" for k, v in result.skipped.items()]
     (out / "NOTES.txt").write_text("\n".join(notes) + ("\n" if notes else "all panels drawn\n"))
     return result

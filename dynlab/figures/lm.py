@@ -1,77 +1,229 @@
 """Figure panels for the length-generalization study: pure ``(ds, ax) -> ax`` functions.
 
-Each panel draws one line per run of a study dataset (dims ``run``, ``t``; coords
-``intervention``, ``arch``, ``train_length``), labels itself from the variables'
-``long_name``/``units`` and marks the training length with a dotted vertical line.
-No torch, no file I/O.
+A study dataset has dims ``run`` and ``t`` (a ``budget`` preset adds ``budget``: one
+checkpoint per training budget) and run coords such as ``intervention``, ``phase``,
+``arch``, ``d_model``, ``train_length``, ``seed`` and ``annealed``.
+
+Position panels (PPL(t), EffRem, state std) draw one line per *arm*: the runs that share
+every run coord but the seed (the coords that differ between arms name the line, e.g.
+``d_model 16, T_train 32`` or ``tbtt (post)``), the mean over seeds with a band from the
+seeds' minimum to their maximum (the legend says so).  One colour per arm, or per model
+size with a line style per training length when both vary.  On a dataset with a
+``budget`` dimension they read each run's last checkpoint and leave out the separately
+trained (annealed) runs, which :func:`far_in_budget_panel` draws.
+
+Summary panels: :func:`far_in_budget_panel` (far/in against the training budget),
+:func:`context_ladder_panel` (far/in against T_train) and :func:`contrast_forest_panel`
+(the paired intervention contrasts, Holm-corrected).  Each labels itself from the
+variables' ``long_name``/``units``.  No torch, no file I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import xarray as xr
 from matplotlib.axes import Axes
-from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator, ScalarFormatter
 
-from dynlab.figures.panel import Panel, needs
+from dynlab.figures.panel import NothingToDraw, Panel, needs
 from dynlab.figures.style import axis_label
 
-__all__ = ["EFFREM_NAMES", "PANELS", "effrem_panel", "length_generalization_panels", "ppl_panel", "state_std_panel"]
+__all__ = ["EFFREM_NAMES", "PANELS", "context_ladder_panel", "contrast_forest_panel", "effrem_panel",
+           "far_in_budget_panel", "holm", "length_generalization_panels", "ppl_panel", "ratio_name",
+           "run_arms", "size_colors", "state_std_panel"]
 
 #: Dataset variable of EffRem under each distance.
 EFFREM_NAMES = {"tv": "effrem", "js": "effrem_js", "cos": "effrem_cos"}
 
+#: Run coords that tell arms apart, in the order a label names them (the seed never does).
+ARM_COORDS = ("arch", "intervention", "phase", "d_model", "train_length")
+_SHORT = {"d_model": "d_model", "train_length": "T_train"}
+#: One colour per arm (colour-blind-safe, Okabe–Ito order), and a ramp for model sizes.
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+LINESTYLES = ("-", "--", ":", "-.")
+BAND = "band: min–max over seeds"
 
-def _label(ds: xr.Dataset, run: int) -> str:
-    r = ds.sel(run=run)
-    parts = []
-    if "arch" in ds.coords and len(np.unique(ds["arch"].values)) > 1:
-        parts.append(str(r["arch"].values))
-    if "intervention" in ds.coords:
-        parts.append(str(r["intervention"].values))
-    if "seed" in ds.coords and len(np.unique(ds["seed"].values)) > 1:
-        parts.append(f"seed {int(r['seed'])}")
-    return " / ".join(parts) or f"run {run}"
+
+def _varying(ds: xr.Dataset, runs: np.ndarray, keys: Sequence[str] = ARM_COORDS) -> list[str]:
+    return [k for k in keys if k in ds.coords and ds[k].dims == ("run",)
+            and len(np.unique(ds[k].values[runs].astype(str))) > 1]
+
+
+def _value(ds: xr.Dataset, key: str, i: int):
+    v = ds[key].values[i]
+    return v.item() if hasattr(v, "item") else v
+
+
+def run_arms(ds: xr.Dataset, runs: np.ndarray | None = None) -> list[tuple[str, dict, np.ndarray]]:
+    """The arms among ``runs`` (default: all): ``(label, {coord: value}, run positions)`` per
+    distinct combination of the varying :data:`ARM_COORDS`, in order of first appearance."""
+    runs = np.arange(ds.sizes["run"]) if runs is None else np.asarray(runs)
+    keys = _varying(ds, runs)
+    arms: dict[tuple, list[int]] = {}
+    for i in runs:
+        arms.setdefault(tuple(_value(ds, k, int(i)) for k in keys), []).append(int(i))
+    out = []
+    for combo, idx in arms.items():
+        values = dict(zip(keys, combo))
+        parts = []
+        for k, v in values.items():
+            if k == "phase" and "intervention" in values:
+                continue
+            if k == "intervention" and "phase" in values:
+                parts.append(f"{v} ({values['phase']})")
+            elif k in _SHORT:
+                parts.append(f"{_SHORT[k]} {v}")
+            else:
+                parts.append(str(v))
+        fallback = str(_value(ds, "arch", int(idx[0]))) if "arch" in ds.coords else "all runs"
+        out.append((", ".join(parts) or fallback, values, np.array(idx)))
+    return out
+
+
+def size_colors(n: int) -> list[str]:
+    """``n`` colours from small to large on the viridis ramp (light yellow-green left out)."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    return [to_hex(colormaps["viridis"](x)) for x in np.linspace(0.05, 0.8, n)] if n > 1 else [PALETTE[0]]
+
+
+def _arm_styles(ds: xr.Dataset, arms: list[tuple[str, dict, np.ndarray]]) -> list[dict]:
+    """Colour (and line style) per arm: per size and T_train when those vary, else one colour per arm."""
+    values = [a[1] for a in arms]
+    if any("d_model" in v for v in values):
+        sizes = sorted({v["d_model"] for v in values if "d_model" in v})
+        lengths = sorted({v.get("train_length") for v in values}, key=lambda x: (x is None, x))
+        ramp = size_colors(len(sizes))
+        return [{"color": ramp[sizes.index(v["d_model"])],
+                 "linestyle": LINESTYLES[lengths.index(v.get("train_length")) % len(LINESTYLES)]} for v in values]
+    return [{"color": PALETTE[i % len(PALETTE)], "linestyle": "-"} for i in range(len(arms))]
+
+
+def _final_checkpoint(da: xr.DataArray) -> xr.DataArray:
+    """Per run, the last budget at which ``da`` holds a finite value (``da`` without ``budget``)."""
+    if "budget" not in da.dims:
+        return da
+    other = [d for d in da.dims if d not in ("run", "budget")]
+    has = da.notnull().any(other) if other else da.notnull()
+    last = (has * np.arange(da.sizes["budget"])).max("budget")
+    out = da.isel(budget=last.astype(int))
+    return out.drop_vars("budget", errors="ignore")
+
+
+def _position_runs(ds: xr.Dataset) -> np.ndarray:
+    """Runs drawn by the position panels: all, less the annealed runs of a budget dataset."""
+    runs = np.arange(ds.sizes["run"])
+    if "budget" in ds.dims and "annealed" in ds.coords:
+        runs = runs[~ds["annealed"].values.astype(bool)]
+    return runs
 
 
 def _mark_training_length(ds: xr.Dataset, ax: Axes) -> None:
     if "train_length" in ds.coords:
         for length in np.unique(ds["train_length"].values):
-            ax.axvline(float(length), color="0.5", linestyle=":", linewidth=1)
+            ax.axvline(float(length), color="0.5", linestyle=":", linewidth=0.8, zorder=0)
+
+
+def _log2_axis(ax: Axes, values: np.ndarray, fmt=None, which: str = "x") -> None:
+    """Log-scaled axis with ticks at the powers of two spanned by ``values``."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & (v > 0)]
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=2)
+    if v.size:
+        ticks = 2.0 ** np.arange(np.floor(np.log2(v.min())), np.ceil(np.log2(v.max())) + 1)
+        if ticks.size > 5:  # every other power of two (or sparser): labels stay apart on a narrow axis
+            ticks = ticks[:: int(np.ceil(ticks.size / 5))]
+        axis.set_major_locator(FixedLocator(ticks))
+        axis.set_major_formatter(FuncFormatter(fmt) if fmt else ScalarFormatter())
+        axis.set_minor_locator(NullLocator())
+        axis.set_minor_formatter(NullFormatter())
 
 
 def _log2_positions(ax: Axes, t: np.ndarray) -> None:
-    """Log-scaled position axis with plain-number ticks at powers of two."""
-    t = t[np.isfinite(t) & (t > 0)]
-    ax.set_xscale("log")
-    if t.size:
-        ticks = 2.0 ** np.arange(np.floor(np.log2(t.min())), np.ceil(np.log2(t.max())) + 1)
-        ax.xaxis.set_major_locator(FixedLocator(ticks))
-        ax.xaxis.set_major_formatter(ScalarFormatter())
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.xaxis.set_minor_formatter(NullFormatter())
+    _log2_axis(ax, t, lambda v, _: f"{v:g}")
 
 
-def _lines(ds: xr.Dataset, da: xr.DataArray, ax: Axes, mark_training: bool = True) -> Axes:
-    for run in ds["run"].values:
-        line = da.sel(run=run).dropna("t")
-        if line.size:
-            ax.plot(line["t"].values, line.values, label=_label(ds, int(run)))
+def _factored(ds: xr.Dataset, arms: list[tuple[str, dict, np.ndarray]], styles: list[dict], lines: list) -> list:
+    """Legend handles: one per arm, or, when arms differ by size (colour) and T_train (line
+    style), one per size and one per T_train."""
+    values = [a[1] for a in arms]
+    if not (any("d_model" in v for v in values) and any("train_length" in v for v in values)):
+        return lines
+    handles, seen = [], set()
+    for v, style in zip(values, styles):
+        if ("d", v["d_model"]) not in seen:
+            seen.add(("d", v["d_model"]))
+            handles.append(Line2D([], [], color=style["color"], label=f"d_model {v['d_model']}"))
+    for v, style in zip(values, styles):
+        if ("T", v["train_length"]) not in seen:
+            seen.add(("T", v["train_length"]))
+            handles.append(Line2D([], [], color="0.3", linestyle=style["linestyle"], label=f"T_train {v['train_length']}"))
+    return handles
+
+
+def _legend(ax: Axes, handles: list, band: bool, **kw) -> None:
+    """The legend; beside the axes when it has more than three entries."""
+    if band:
+        handles = [*handles, Patch(facecolor="0.6", alpha=0.3, label=BAND)]
+    if not handles:
+        return
+    if len(handles) > 3:
+        kw = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, **kw}
+    ax.legend(handles=handles, fontsize="small", **kw)
+
+
+def _arm_lines(ds: xr.Dataset, da: xr.DataArray, ax: Axes, mark_training: bool = True, kept: bool = False) -> Axes:
+    """Mean over seeds per arm with a min–max band (see the module docstring); with ``kept``
+    the x axis is the context kept, eval_length − t (points with at least one token)."""
+    da = _final_checkpoint(da)
+    arms = run_arms(ds, _position_runs(ds))
+    styles = _arm_styles(ds, arms)
+    handles, banded, drawn = [], False, []
+    for (label, values, idx), style in zip(arms, styles):
+        part = da.isel(run=idx)
+        mean = part.mean("run", skipna=True).dropna("t")
+        if not mean.size:
+            continue
+        x = mean["t"].values.astype(float)
+        if kept:
+            x = float(ds["eval_length"].values[idx[0]]) - x
+        order = np.argsort(x)
+        order = order[x[order] >= 1] if kept else order
+        (line,) = ax.plot(x[order], mean.values[order], label=label, **style)
+        handles.append(line)
+        drawn.append((label, values, idx, style))
+        if len(idx) > 1:
+            lo = part.min("run", skipna=True).sel(t=mean["t"]).values
+            hi = part.max("run", skipna=True).sel(t=mean["t"]).values
+            ax.fill_between(x[order], lo[order], hi[order], color=style["color"], alpha=0.2, linewidth=0)
+            banded = True
+    if not handles:
+        raise NothingToDraw(f"{da.name or 'the variable'} holds no finite value")
     ax.set_xlabel("position t [tokens]")
     if mark_training:
         _mark_training_length(ds, ax)
-    ax.legend(fontsize="small")
+    _legend(ax, _factored(ds, [d[:3] for d in drawn], [d[3] for d in drawn], handles), banded)
     return ax
+
+
+def _checkpoint_note(ds: xr.Dataset) -> str:
+    return ", last checkpoint" if "budget" in ds.dims else ""
 
 
 @needs(lambda ds, o: "ppl_binned" if o["binned"] and "ppl_binned" in ds else "ppl", "t", what="PPL(t)")
 def ppl_panel(ds: xr.Dataset, ax: Axes, binned: bool = True) -> Axes:
-    """PPL(t) per run (binned by default), log-scaled position axis."""
+    """PPL(t) per arm (binned by default), log-scaled position axis."""
     name = "ppl_binned" if binned and "ppl_binned" in ds else "ppl"
-    _lines(ds, ds[name], ax)
+    _arm_lines(ds, ds[name], ax)
     _log2_positions(ax, ds[name].dropna("t", how="all")["t"].values.astype(float))
     ax.set_ylabel(axis_label(ds[name], "perplexity"))
-    ax.set_title("PPL(t) from the zero state")
+    ax.set_title("PPL(t) from the zero state" + _checkpoint_note(ds))
     return ax
 
 
@@ -84,26 +236,232 @@ def _effrem_name(ds: xr.Dataset, options: dict) -> str:
 
 @needs(_effrem_name, "t", what="EffRem")
 def effrem_panel(ds: xr.Dataset, ax: Axes, distance: str = "tv") -> Axes:
-    """EffRem_T(t) per run for ``distance`` in tv, js, cos, against the truncation start t (T = evaluation length)."""
+    """EffRem_T(t) per arm for ``distance`` in tv, js, cos (T = evaluation length), against
+    the context kept T − t on a log axis (T_train dotted), or, without ``eval_length``, the
+    truncation start t."""
     name = EFFREM_NAMES[distance]
-    _lines(ds, ds[name], ax, mark_training=False)
-    ax.set_xlabel("truncation start t [tokens]")
+    if "eval_length" in ds.coords:  # on a log axis of the context kept, T − t (T_train dotted)
+        _arm_lines(ds, ds[name], ax, kept=True)
+        _log2_positions(ax, np.asarray([x for ln in ax.get_lines() for x in ln.get_xdata()], dtype=float))
+        ax.set_xlabel("context kept T − t [tokens]")
+    else:
+        _arm_lines(ds, ds[name], ax, mark_training=False)
+        ax.set_xlabel("truncation start t [tokens]")
     ax.set_ylabel(axis_label(ds[name], "EffRem"))
-    ax.set_title("EffRem_T(t), T = evaluation length")
+    ax.set_title("EffRem_T(t), T = evaluation length" + _checkpoint_note(ds))
     return ax
 
 
 @needs("state_std", "t", what="state std")
 def state_std_panel(ds: xr.Dataset, ax: Axes, layer: int | None = None) -> Axes:
-    """State std per run over position (log scale), averaged over heads (and layers unless ``layer`` is given)."""
+    """State std per arm over position (log scale), averaged over heads (and layers unless ``layer`` is given)."""
     da = ds["state_std"]
     da = da.sel(layer=layer).mean("head") if layer is not None else da.mean(("layer", "head"))
     da.attrs = ds["state_std"].attrs
-    _lines(ds, da, ax)
+    _arm_lines(ds, da, ax)
     _log2_positions(ax, da.dropna("t", how="all")["t"].values.astype(float))
     ax.set_yscale("log")
     ax.set_ylabel(axis_label(ds["state_std"], "state std"))
-    ax.set_title("State std vs position" + (f" (layer {layer})" if layer is not None else ""))
+    ax.set_title("State std vs position" + (f" (layer {layer})" if layer is not None else "") + _checkpoint_note(ds))
+    return ax
+
+
+def ratio_name(ds: xr.Dataset) -> str:
+    """The far/in ratio a summary panel reads: ``far_over_in`` (far PPL over the mean PPL in
+    (T_train/2, T_train]) when present, else ``far_in_ratio`` (far PPL over p*)."""
+    return "far_over_in" if "far_over_in" in ds else "far_in_ratio"
+
+
+def _ratio_label(ds: xr.Dataset, name: str) -> str:
+    what = {"far_over_in": "far PPL / PPL in (T_train/2, T_train]", "far_in_ratio": "far PPL / p*"}[name]
+    return what
+
+
+def _ok(ds: xr.Dataset) -> np.ndarray:
+    if "status" in ds:
+        return ds["status"].values.astype(str) == "ok"
+    return np.ones(ds.sizes["run"], bool)
+
+
+def _chinchilla(v: float, _=None) -> str:
+    return f"{v:g}"
+
+
+@needs(lambda ds, o: ratio_name(ds), "budget", what="far/in vs budget")
+def far_in_budget_panel(ds: xr.Dataset, ax: Axes) -> Axes:
+    """far/in against the training budget (log2 axis, Chinchilla multiples): one line per
+    model size and T_train (mean over seeds of the in-run checkpoints, min–max band over
+    seeds), the separately trained (``annealed``) runs as open markers at their budget."""
+    name = ratio_name(ds)
+    da = ds[name]
+    budget = ds["budget"].values.astype(float)
+    annealed = ds["annealed"].values.astype(bool) if "annealed" in ds.coords else np.zeros(ds.sizes["run"], bool)
+    ok = _ok(ds)
+    ladder = np.flatnonzero(~annealed & ok)
+    arms = run_arms(ds, ladder) if ladder.size else []
+    styles = _arm_styles(ds, arms)
+    handles, banded, drawn, lined = [], False, [], []
+    by_key = {}
+    for (label, values, idx), style in zip(arms, styles):
+        part = da.isel(run=idx)
+        mean = part.mean("run", skipna=True).values
+        keep = np.isfinite(mean)
+        if not keep.any():
+            continue
+        (line,) = ax.plot(budget[keep], mean[keep], marker="o", markersize=2.5, label=label, **style)
+        handles.append(line)
+        lined.append((label, values, idx, style))
+        drawn.extend(budget[keep])
+        by_key[(values.get("d_model"), values.get("train_length"), values.get("arch"))] = style
+        if len(idx) > 1:
+            lo, hi = part.min("run", skipna=True).values, part.max("run", skipna=True).values
+            ax.fill_between(budget[keep], lo[keep], hi[keep], color=style["color"], alpha=0.2, linewidth=0)
+            banded = True
+    marked = False
+    for i in np.flatnonzero(annealed & ok):
+        values = da.isel(run=i).values
+        keep = np.isfinite(values)
+        if not keep.any():
+            continue
+        key = tuple(_value(ds, k, int(i)) if k in ds.coords else None for k in ("d_model", "train_length", "arch"))
+        style = by_key.get(key) or next((s for k, s in by_key.items() if k[0] == key[0]), {"color": "0.3"})
+        ax.plot(budget[keep], values[keep], linestyle="none", marker="D", markersize=4, markerfacecolor="white",
+                markeredgecolor=style["color"], markeredgewidth=1.0, label="_annealed")
+        drawn.extend(budget[keep])
+        marked = True
+    if not drawn:
+        raise NothingToDraw(f"{name} holds no finite value of a run with status ok")
+    handles = _factored(ds, [x[:3] for x in lined], [x[3] for x in lined], handles)
+    if marked:
+        handles.append(Line2D([], [], linestyle="none", marker="D", markersize=4, markerfacecolor="white",
+                              markeredgecolor="0.3", label="annealed run\n(trained to that budget)"))
+    ax.axhline(1.0, color="0.5", linestyle=":", linewidth=0.8, zorder=0)
+    _log2_axis(ax, np.asarray(drawn), _chinchilla)
+    ax.set_xlabel("training budget [× Chinchilla]")
+    ax.set_ylabel(_ratio_label(ds, name))
+    ax.set_title("Far/in PPL vs training budget")
+    _legend(ax, handles, banded)
+    return ax
+
+
+@needs(lambda ds, o: ratio_name(ds), "train_length", what="context ladder")
+def context_ladder_panel(ds: xr.Dataset, ax: Axes) -> Axes:
+    """far/in against T_train (log2 axis): one line per model size (``d_model``, else per
+    arm), mean over seeds with a min–max band, each seed as a dot."""
+    name = ratio_name(ds)
+    da = _final_checkpoint(ds[name])
+    runs = np.flatnonzero(_ok(ds))
+    if "budget" in ds.dims and "annealed" in ds.coords:
+        runs = runs[~ds["annealed"].values.astype(bool)[runs]]
+    keys = [k for k in ARM_COORDS if k != "train_length"]
+    groups: dict[tuple, list[int]] = {}
+    varying = _varying(ds, runs, keys)
+    for i in runs:
+        groups.setdefault(tuple(_value(ds, k, int(i)) for k in varying), []).append(int(i))
+    lengths_all = ds["train_length"].values.astype(float)
+    sizes = sorted({c[varying.index("d_model")] for c in groups}) if "d_model" in varying else []
+    handles, banded, xs = [], False, []
+    for n, (combo, idx) in enumerate(groups.items()):
+        values = dict(zip(varying, combo))
+        if "d_model" in values:
+            color = size_colors(len(sizes))[sizes.index(values["d_model"])]
+        else:
+            color = PALETTE[n % len(PALETTE)]
+        r = da.values[idx].astype(float)
+        t = lengths_all[idx]
+        ts = np.unique(t[np.isfinite(r)])
+        if not ts.size:
+            continue
+        mean = np.array([np.nanmean(r[t == x]) for x in ts])
+        lo = np.array([np.nanmin(r[t == x]) for x in ts])
+        hi = np.array([np.nanmax(r[t == x]) for x in ts])
+        label = ", ".join(f"{_SHORT.get(k, k)} {v}" if k in _SHORT else str(v) for k, v in values.items()) or "all runs"
+        if "d_model" in values and "n_params" in ds.coords:
+            label += f" ({int(ds['n_params'].values[idx[0]]) / 1000:.1f}k params)"
+        (line,) = ax.plot(ts, mean, marker="o", markersize=3, color=color, label=label)
+        handles.append(line)
+        ax.plot(t, r, linestyle="none", marker=".", markersize=2.5, color=color, alpha=0.6, label="_seed")
+        if len(idx) > len(ts):
+            ax.fill_between(ts, lo, hi, color=color, alpha=0.2, linewidth=0)
+            banded = True
+        xs.extend(ts)
+    if not xs:
+        raise NothingToDraw(f"{name} holds no finite value of a run with status ok")
+    ax.axhline(1.0, color="0.5", linestyle=":", linewidth=0.8, zorder=0)
+    _log2_axis(ax, np.asarray(xs), lambda v, _: f"{v:g}")
+    ax.set_xlabel("training length T_train [tokens]")
+    ax.set_ylabel(_ratio_label(ds, name))
+    ax.set_title("Far/in PPL vs training length")
+    handles.append(Line2D([], [], linestyle="none", marker=".", color="0.4", label="one seed"))
+    _legend(ax, handles, banded)
+    return ax
+
+
+def holm(p: np.ndarray) -> np.ndarray:
+    """Holm–Bonferroni adjusted p-values of ``p`` (NaN entries stay NaN and are not counted)."""
+    p = np.asarray(p, dtype=float)
+    out = np.full(p.shape, np.nan)
+    flat = p.ravel()
+    finite = np.flatnonzero(np.isfinite(flat))
+    m = finite.size
+    order = finite[np.argsort(flat[finite], kind="stable")]
+    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * flat[order])) if m else []
+    res = out.ravel()
+    res[order] = adjusted
+    return res.reshape(p.shape)
+
+
+def _fmt_p(p: float) -> str:
+    if not np.isfinite(p):
+        return "p n/a"
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+@needs("far_contrast_mean", "far_contrast_lo", "far_contrast_hi", "far_contrast_p", "contrast",
+       what="intervention contrasts")
+def contrast_forest_panel(ds: xr.Dataset, ax: Axes, mixer: str | None = None) -> Axes:
+    """Forest plot of the paired contrasts arm − zero control (same trained model, over
+    seeds): far PPL and, when stored, in-range PPL, each mean with its 95 % t-interval; the
+    p-values are Holm-corrected over every contrast drawn (far and in-range together)."""
+    sel = {}
+    if "mixer" in ds["far_contrast_mean"].dims:
+        mixers = ds["mixer"].values.astype(str)
+        if mixer is not None and mixer not in mixers:
+            raise NothingToDraw(f"mixer {mixer!r} is not in the dataset (it has {', '.join(mixers)})")
+        sel = {"mixer": mixer if mixer is not None else mixers[0]}
+    kinds = [("far", "far PPL", "#D55E00", "o")]
+    if all(f"in_contrast_{k}" in ds for k in ("mean", "lo", "hi", "p")):
+        kinds.append(("in", "in-range PPL", "#0072B2", "s"))
+    arms = ds["contrast"].values.astype(str)
+    stats = {k: {s: ds[f"{k}_contrast_{s}"].sel(sel).values.astype(float) for s in ("mean", "lo", "hi", "p")}
+             for k, *_ in kinds}
+    if not any(np.isfinite(stats[k]["mean"]).any() for k, *_ in kinds):
+        raise NothingToDraw("no contrast holds a finite mean")
+    adjusted = holm(np.stack([stats[k]["p"] for k, *_ in kinds]))
+    n_tests = int(np.isfinite(adjusted).sum())
+    offsets = np.linspace(-0.15, 0.15, len(kinds)) if len(kinds) > 1 else [0.0]
+    y = np.arange(len(arms))[::-1].astype(float)
+    handles = []
+    for (k, label, color, marker), dy, padj in zip(kinds, offsets, adjusted):
+        s = stats[k]
+        err = np.vstack([s["mean"] - s["lo"], s["hi"] - s["mean"]])
+        h = ax.errorbar(s["mean"], y + dy, xerr=np.where(np.isfinite(err), err, 0), fmt=marker, color=color,
+                        markersize=3.5, capsize=2, elinewidth=1, label=label)
+        handles.append(h)
+        for xi, yi, pi in zip(s["mean"], y + dy, padj):
+            if np.isfinite(xi):  # a column of p-values right of the axes: never on a bar
+                ax.annotate(_fmt_p(pi), (1.0, yi), xycoords=("axes fraction", "data"), xytext=(3, 0),
+                            textcoords="offset points", va="center", fontsize=5.5, color=color,
+                            annotation_clip=False)
+    ax.axvline(0.0, color="0.4", linewidth=0.8, zorder=0)
+    ax.set_yticks(y, arms)
+    ax.set_ylim(-0.6, len(arms) - 0.4)
+    n = ds["far_contrast_n"].sel(sel).values if "far_contrast_n" in ds else None
+    seeds = f", n = {int(np.nanmax(n))} seeds" if n is not None and np.isfinite(n).any() else ""
+    ax.set_xlabel("paired difference arm − zero control [PPL]")
+    ax.set_title("Intervention contrasts (arm − control)")
+    ax.legend(handles=handles, fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.3), ncols=2,
+              title=f"mean, 95 % CI{seeds}; p Holm-corrected over {n_tests} contrasts", title_fontsize=5.5)
     return ax
 
 
@@ -111,5 +469,15 @@ PANELS = {"ppl": ppl_panel, "effrem": effrem_panel, "state_std": state_std_panel
 
 
 def length_generalization_panels(ds: xr.Dataset) -> dict[str, Panel]:
-    """The panels of a length-generalization dataset: PPL(t), EffRem (TV) and the state std."""
-    return {name: Panel(fn) for name, fn in PANELS.items()}
+    """The panels of a length-generalization dataset: PPL(t), EffRem (TV) and the state std;
+    far/in vs budget when the dataset has a ``budget`` dimension; the context ladder when
+    T_train varies (without ``budget``); the contrast forest plot when the dataset holds
+    intervention contrasts."""
+    panels = {name: Panel(fn) for name, fn in PANELS.items()}
+    if "budget" in ds.dims:
+        panels["far_in_budget"] = Panel(far_in_budget_panel)
+    elif "train_length" in ds.coords and len(np.unique(ds["train_length"].values)) > 1:
+        panels["context_ladder"] = Panel(context_ladder_panel)
+    if "far_contrast_mean" in ds:
+        panels["contrasts"] = Panel(contrast_forest_panel)
+    return panels

@@ -31,8 +31,11 @@ __all__ = [
     "axis_label",
     "family_color",
     "finite",
+    "fit_titles",
     "log_axis",
+    "titles",
     "publication_style",
+    "renderer_of",
 ]
 
 COLUMN_WIDTH = 3.4  # inches, one column of a two-column paper
@@ -116,3 +119,66 @@ def finite(values: Any) -> np.ndarray:
     """Float array of ``values`` with non-finite entries removed."""
     a = np.asarray(values, dtype=np.float64).ravel()
     return a[np.isfinite(a)]
+
+
+def titles(ax: Any) -> list[Any]:
+    """The title texts of ``ax`` that hold text (centre, left, right)."""
+    return [t for t in (ax.title, ax._left_title, ax._right_title) if t.get_text()]
+
+
+def _width(text: Any, renderer: Any) -> float:
+    return float(text.get_window_extent(renderer).width)
+
+
+def _wrap_title(text: Any, width: float, renderer: Any) -> None:
+    """Break ``text`` at spaces so each line is at most ``width`` pixels; a word alone wider
+    than that shrinks the font (down to 5 pt)."""
+    words = text.get_text().split()
+    lines: list[str] = []
+    for word in words:
+        candidate = f"{lines[-1]} {word}" if lines else word
+        text.set_text(candidate)
+        if lines and _width(text, renderer) <= width:
+            lines[-1] = candidate
+        elif lines:
+            lines.append(word)
+        else:
+            lines = [word]
+    text.set_text("\n".join(lines))
+    while _width(text, renderer) > width and text.get_fontsize() > 5:
+        text.set_fontsize(text.get_fontsize() - 0.5)
+
+
+def renderer_of(fig: Any) -> Any:
+    """The renderer that measures ``fig``'s text (an Agg canvas is attached to a figure made
+    without pyplot; saving to PDF still picks its own)."""
+    if not hasattr(fig.canvas, "get_renderer"):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        FigureCanvasAgg(fig)
+    return fig.canvas.get_renderer()
+
+
+def fit_titles(fig: Any, tries: int = 3) -> Any:
+    """Wrap every axes title of ``fig`` that is wider than its axes (measured with the
+    figure's renderer after a layout pass), so none is clipped or runs over a neighbour."""
+    renderer = renderer_of(fig)
+    engine = fig.get_layout_engine()
+    if engine is not None:  # a first pass without the layout: a too-wide title makes it collapse
+        fig.set_layout_engine("none")
+    for n in range(tries + 1):
+        if n == 1 and engine is not None:
+            fig.set_layout_engine(engine)
+        fig.draw_without_rendering()
+        changed = False
+        for ax in fig.axes:
+            if not ax.get_visible():
+                continue
+            width = ax.get_window_extent(renderer).width
+            for text in titles(ax):
+                if _width(text, renderer) > width + 0.5:
+                    _wrap_title(text, width, renderer)
+                    changed = True
+        if not changed and n > 0:
+            break
+    return fig

@@ -2,11 +2,12 @@
 
 Runs are pooled by (``arch``, ``intervention``): a line or cell is the mean over the
 seeds of that pair, and the shaded band (line panels) spans the seeds' minimum to
-maximum. The training lengths ``[train_min, train_max]`` are shaded grey. Only learned
-models are drawn (``status == "ok"``), and in a dataset with post-training arms only
+maximum (a legend entry says so). The training lengths ``[train_min, train_max]`` are shaded grey. Only learned
+models are drawn (``status == "ok"``; a heatmap's title counts the runs left out), and in a dataset with post-training arms only
 the arms (``phase == "post"``: each intervention and its compute-matched ``zero``
 control). The difference panels show the paired contrasts (arm − control, mean over
-seeds, with the paired-t p-value; :mod:`dynlab.analysis.contrasts`). No torch, no
+seeds, starred where the paired-t p-value, Holm-corrected, is below 0.05;
+:mod:`dynlab.analysis.contrasts`). No torch, no
 file I/O.
 """
 
@@ -16,6 +17,7 @@ import numpy as np
 import xarray as xr
 from matplotlib.axes import Axes
 
+from dynlab.figures.lm import BAND, holm
 from dynlab.figures.panel import NothingToDraw, Panel, needs
 from dynlab.figures.style import axis_label
 
@@ -33,6 +35,22 @@ def _tested(ds: xr.Dataset) -> xr.Dataset:
     if not keep.any():
         raise NothingToDraw("no learned model (status ok) in the dataset")
     return ds.isel(run=np.flatnonzero(keep))
+
+
+def _left_out(ds: xr.Dataset, intervention: str) -> str:
+    """``", k not learned (left out)"`` for the rows of ``intervention`` that :func:`_tested`
+    drops as not learned (``""`` when none)."""
+    if "status" not in ds:
+        return ""
+    bad = ds["status"].values.astype(str) != "ok"
+    rows = ds["intervention"].values.astype(str) == intervention
+    if "phase" in ds.coords and (ds["phase"].values.astype(str) == "post").any():
+        phase = ds["phase"].values.astype(str)
+        # an arm's row not learned, or a base model not learned (no arm was trained from it)
+        failed = int((rows & (phase == "post") & bad).sum() + ((phase == "base") & bad).sum())
+    else:
+        failed = int((rows & bad).sum())
+    return f", {failed} not learned (left out)" if failed else ""
 
 
 def _pairs(ds: xr.Dataset) -> list[tuple[str, str]]:
@@ -56,12 +74,22 @@ def _shade_training(ds: xr.Dataset, ax: Axes) -> None:
                    label="training lengths")
 
 
+def _legend(ax: Axes, **kw) -> None:
+    """The axes' legend, the band's entry last."""
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: labels[i] == BAND)
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize="small", **kw)
+
+
 def _mean_band(ds: xr.Dataset, ax: Axes, da: xr.DataArray, label: str) -> None:
     mean = da.mean("run")
     line, = ax.plot(ds["length"].values, mean.values, marker="o", markersize=3, label=label)
     if da.sizes["run"] > 1:
         ax.fill_between(ds["length"].values, da.min("run").values, da.max("run").values, color=line.get_color(),
                         alpha=0.2, linewidth=0)
+        if not getattr(ax, "_dynlab_band_labelled", False):  # one legend entry says what the bands are
+            ax.fill_between([], [], [], color="0.45", alpha=0.35, linewidth=0, label=BAND)
+            ax._dynlab_band_labelled = True
 
 
 @needs("{variable}", "length", "arch", "intervention", what="copying accuracy")
@@ -79,13 +107,15 @@ def copying_panel(ds: xr.Dataset, ax: Axes, variable: str = "accuracy") -> Axes:
     ax.set_ylim(0, 1.02)
     what = "per-character accuracy" if variable == "accuracy" else ds[variable].attrs.get("long_name", variable)
     ax.set_title(f"Copying: {what} vs length (dotted: 3x training)")
-    ax.legend(fontsize="small")
+    _legend(ax)
     return ax
 
 
 @needs("accuracy", "length", "depth", "intervention", "train_max", what="passkey heatmap")
 def passkey_heatmap(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -> Axes:
-    """Passkey: mean accuracy over (length, depth) for the runs of ``intervention`` (default: the first)."""
+    """Passkey: mean accuracy over (length, depth) for the learned runs of ``intervention``
+    (default: the first); the title counts the runs left out because they did not learn."""
+    everyone = ds
     ds = _tested(ds)
     interventions = list(dict.fromkeys(ds["intervention"].values.astype(str)))
     iv = intervention if intervention is not None else interventions[0]
@@ -103,14 +133,18 @@ def passkey_heatmap(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -
     ax.set_xlabel(axis_label(ds["length"], "length"))
     ax.set_ylabel(axis_label(ds["depth"], "depth"))
     n = acc.sizes["run"]
-    ax.set_title(f"Passkey accuracy, {iv} ({n} run{'s' if n != 1 else ''}; trained ≤ {int(ds['train_max'].max())})")
+    left_out = _left_out(everyone, iv)
+    ax.set_title(f"Passkey accuracy, {iv} ({n} learned run{'s' if n != 1 else ''}{left_out}; "
+                 f"trained ≤ {int(ds['train_max'].max())})")
     return ax
 
 
 @needs("accuracy", "length", "kind", "intervention", what="bAbI accuracy")
 def babi_panel(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -> Axes:
     """bAbI-style: accuracy vs length, one line per task kind (mean over the runs of ``intervention``),
-    and each kind's ``chance`` level dotted (when the dataset has it)."""
+    and each kind's ``chance`` level dotted (when the dataset has it); the title counts the
+    runs left out because they did not learn."""
+    everyone = ds
     ds = _tested(ds)
     interventions = list(dict.fromkeys(ds["intervention"].values.astype(str)))
     iv = intervention if intervention is not None else interventions[0]
@@ -130,15 +164,16 @@ def babi_panel(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -> Axe
     ax.set_xlabel(axis_label(ds["length"], "length"))
     ax.set_ylabel(axis_label(ds["accuracy"], "accuracy"))
     ax.set_ylim(0, 1.02)
-    ax.set_title(f"bAbI-style accuracy per kind, {iv} ({runs.sizes['run']} runs)")
-    ax.legend(fontsize="small", ncols=2)
+    ax.set_title(f"bAbI-style accuracy per kind, {iv} ({runs.sizes['run']} learned runs{_left_out(everyone, iv)})")
+    _legend(ax, ncols=2)
     return ax
 
 
 @needs("contrast_mean", "contrast_p", "length", "depth", what="passkey difference")
 def passkey_difference(ds: xr.Dataset, ax: Axes, contrast: str | None = None, arch: str | None = None) -> Axes:
     """Passkey: paired difference arm − zero control over (length, depth), mean over seeds;
-    cells with p < 0.05 (paired t) are marked with ``*``."""
+    cells with a Holm-adjusted p < 0.05 (paired t, corrected over every cell of every
+    contrast of the mixer) are marked with ``*``."""
     names = [str(c) for c in ds["contrast"].values]
     c = contrast if contrast is not None else names[0]
     if c not in names:
@@ -146,7 +181,10 @@ def passkey_difference(ds: xr.Dataset, ax: Axes, contrast: str | None = None, ar
     a = arch if arch is not None else str(ds["mixer"].values[0])
     sel = {"contrast": c, "mixer": a}
     mean = ds["contrast_mean"].sel(sel).transpose("depth", "length")
-    p = ds["contrast_p"].sel(sel).transpose("depth", "length").values
+    every = ds["contrast_p"].sel(mixer=a)  # Holm over every cell of every contrast of this mixer
+    adjusted = every.copy(data=holm(every.values))
+    n_tests = int(np.isfinite(every.values).sum())
+    p = adjusted.sel(contrast=c).transpose("depth", "length").values
     n = int(ds["contrast_n"].sel(sel))
     im = ax.imshow(mean.values, origin="lower", aspect="auto", vmin=-1, vmax=1, cmap="RdBu")
     ax.set_xticks(range(ds.sizes["length"]), [str(int(v)) for v in ds["length"].values])
@@ -158,7 +196,8 @@ def passkey_difference(ds: xr.Dataset, ax: Axes, contrast: str | None = None, ar
     ax.figure.colorbar(im, ax=ax, label="accuracy difference (arm − zero)")
     ax.set_xlabel(axis_label(ds["length"], "length"))
     ax.set_ylabel(axis_label(ds["depth"], "depth"))
-    ax.set_title(f"Passkey: {c} − zero, paired over {n} seed{'s' if n != 1 else ''} (* p < 0.05)")
+    ax.set_title(f"Passkey: {c} − zero, {n} paired seed{'s' if n != 1 else ''} "
+                 f"(* Holm-adjusted p < 0.05, {n_tests} tests)")
     return ax
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import xarray as xr
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
-from matplotlib.patches import Circle, Patch
+from matplotlib.patches import Circle, Patch, Rectangle
 
 from dynlab.figures.panel import MissingData, NothingToDraw, needs
 from dynlab.figures.style import FAMILY_COLORS, arch_color, axis_label, family_color, finite, log_axis
@@ -170,14 +170,21 @@ def accuracy_heatmap(
     ds: xr.Dataset, ax: Axes, group: str | None = None, variable: str = "accuracy", by: str = "arch"
 ) -> Axes:
     """Accuracy vs length as a heatmap: rows = ``by`` (architecture), columns = evaluated
-    lengths, colour = mean over seeds of ``variable`` for one group (default: the first)."""
+    lengths, colour = mean over the learned seeds (status ok) of ``variable`` for one group
+    (default: the first).  A row with seeds that did not learn is labelled ``arch (k/n)``
+    (k of n learned); a row none of whose seeds learned is hatched grey, "not learned"."""
     panel = "accuracy heatmap"
+    everyone = ds
     ds = _ok(ds)
     if group is None and "group" in ds.coords and ds.sizes["run"]:
         group = _ordered(_strs(ds, "group"))[0]
     ds = _nonempty(_in_group(ds, group), panel)
-    rows = _arch_order(ds) if by == "arch" else _ordered(_strs(ds, by), PHI_ORDER)
+    everyone = _in_group(everyone, group)
+    rows = _arch_order(everyone) if by == "arch" else _ordered(_strs(everyone, by), PHI_ORDER)
     keys = _strs(ds, by)
+    all_keys = _strs(everyone, by)
+    learned = {r: int((keys == r).sum()) for r in rows}
+    trained = {r: int((all_keys == r).sum()) for r in rows}
     acc = np.asarray(ds[variable].values, dtype=np.float64)  # [run, length]
     mat = np.full((len(rows), acc.shape[1]), np.nan)
     for i, r in enumerate(rows):
@@ -189,9 +196,17 @@ def accuracy_heatmap(
     ax.set_xticks(np.arange(lengths.size))
     ax.set_xticklabels([str(int(L)) for L in lengths], rotation=45, ha="right", rotation_mode="anchor")
     ax.set_yticks(np.arange(len(rows)))
-    ax.set_yticklabels(rows)
+    # a row with seeds that did not learn says how many learned; a row with none is hatched
+    ax.set_yticklabels([r if learned[r] == trained[r] else f"{r} ({learned[r]}/{trained[r]})" for r in rows])
+    for i, r in enumerate(rows):
+        if learned[r] == 0:
+            ax.add_patch(Rectangle((-0.5, i - 0.5), lengths.size, 1.0, facecolor="0.92", edgecolor="0.6",
+                                   hatch="////", linewidth=0))
+            ax.text((lengths.size - 1) / 2, i, f"not learned ({trained[r]} seed{'s' if trained[r] != 1 else ''})",
+                    ha="center", va="center", fontsize=6, color="0.3",
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0})
     if by == "arch":
-        fam_of = dict(zip(_strs(ds, "arch"), _strs(ds, "family")))
+        fam_of = dict(zip(_strs(everyone, "arch"), _strs(everyone, "family")))
         for tick, r in zip(ax.get_yticklabels(), rows):
             tick.set_color(family_color(fam_of.get(r, "")))
     for side in ("top", "right", "left", "bottom"):
