@@ -29,6 +29,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator, ScalarFormatter
 
+from dynlab.analysis.contrasts import holm  # one home for the correction (re-exported for the task panels)
 from dynlab.figures.panel import NothingToDraw, Panel, needs
 from dynlab.figures.style import axis_label
 
@@ -395,20 +396,6 @@ def context_ladder_panel(ds: xr.Dataset, ax: Axes) -> Axes:
     handles.append(Line2D([], [], linestyle="none", marker=".", color="0.4", label="one seed"))
     _legend(ax, handles, banded)
     return ax
-
-
-def holm(p: np.ndarray) -> np.ndarray:
-    """Holm–Bonferroni adjusted p-values of ``p`` (NaN entries stay NaN and are not counted)."""
-    p = np.asarray(p, dtype=float)
-    out = np.full(p.shape, np.nan)
-    flat = p.ravel()
-    finite = np.flatnonzero(np.isfinite(flat))
-    m = finite.size
-    order = finite[np.argsort(flat[finite], kind="stable")]
-    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * flat[order])) if m else []
-    res = out.ravel()
-    res[order] = adjusted
-    return res.reshape(p.shape)
 
 
 def _fmt_p(p: float) -> str:
