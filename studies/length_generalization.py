@@ -30,6 +30,13 @@ Presets:
 - ``context`` — paper B's Fig. 2 at CPU scale: T_train ∈ {16, 32, 64, 128} at two model
   sizes (:data:`CONTEXT_SIZES`), every run trained on the same number of tokens
   (:data:`CONTEXT_TOKENS`), evaluated at 16 × T_train.
+- ``size`` — paper B's Figs. 2-3 together: 4 widths (:data:`SIZE_LADDER`) x T_train 32
+  and 128 x seeds 0-2, each trained as one stack of its seeds (``train.engine = "stack"``)
+  to its largest budget with in-run checkpoints, and trained alone to two budgets
+  (coordinate ``annealed``); ``far_over_in`` and ``budget_blocks`` beside the budget.
+  ``dynlab report`` prints the map (:func:`dynlab.report.lm.size_tables`).
+- ``size-interventions`` — the ``interventions`` protocol, recipe unchanged, on fresh
+  seeds (:data:`SIZE_INTERVENTION_SEEDS`) where the size map rises in every seed.
 - ``interventions`` — paper B's Fig. 5 protocol where the PPL rises: the baseline (zero
   initial state) is trained as ``quick``, whose PPL rises beyond T_train, on seeds 5–9
   (:data:`INTERVENTION_SEEDS`; ``model={"conv_kernel": 0}`` runs the protocol from the
