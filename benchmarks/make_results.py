@@ -63,6 +63,11 @@ DATASETS = [
      "4 widths (2,670-60,784 block parameters) x T_train 32 and 128 x seeds 0-2, each trained as one stack of its "
      "3 seeds to its largest budget with checkpoints inside the run, and trained alone to 1x and 4x (2x at width 64); "
      "far_over_in divides the far PPL by the mean PPL over (T_train/2, T_train], one reference for every T_train"),
+    ("length-generalization-size-interventions", "Interventions where the size map rises (preset size-interventions)",
+     "dynlab study length-generalization --preset size-interventions",
+     "width 16 (14,460 parameters) trained alone to 4x its Chinchilla budget at T_train 32, where seeds 0-2 of the "
+     "size map rose in every seed, on fresh seeds 40-44, then post-trained per intervention with the interventions "
+     "preset's recipe unchanged (300 steps, lr 1e-3) against a zero-state control"),
     ("length-generalization-context", "PPL rise against the training context (preset context)",
      "dynlab study length-generalization --preset context --executor dask --workers 2",
      "T_train 16–128 at two model sizes, the same training tokens for every run, each evaluated at 16× its T_train"),
@@ -156,7 +161,8 @@ def document() -> str:
 
 
 #: The interventions datasets (their TBTT arm's coverage of the text goes in their note).
-INTERVENTION_LABELS = ("length-generalization-interventions", "length-generalization-interventions-no-conv")
+INTERVENTION_LABELS = ("length-generalization-interventions", "length-generalization-interventions-no-conv",
+                       "length-generalization-size-interventions")
 
 
 @functools.lru_cache(maxsize=None)
