@@ -68,7 +68,7 @@ CATALOG: dict[str, StudyEntry] = {e.name: e for e in (
         "Byte-level recurrent LMs (Mamba-2, Mamba-1, GLA) trained short with initial-state interventions, "
         "evaluated at 16x the training length: PPL(t), EffRem, state statistics; presets budget and context "
         "map the PPL rise over training tokens and context, interventions post-trains where it rises.",
-        ("smoke", "quick", "budget", "context", "size", "size-interventions", "interventions", "paper"), "lm", MIXER_NAMES, (*TASK_INTERVENTION_NAMES, TBTT)),
+        ("smoke", "quick", "budget", "context", "size", "interventions", "size-interventions", "paper"), "lm", MIXER_NAMES, (*TASK_INTERVENTION_NAMES, TBTT)),
     StudyEntry(
         "nonlinearity", "dynlab.studies.nonlinearity",
         "Ablation of the state nonlinearity φ (tanh, ReLU, max/min, GroupSort, LayerNorm, sphere) on C6, S3.",

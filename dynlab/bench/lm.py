@@ -37,7 +37,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["LM_WIDTHS", "bench_lm", "lm_bench_model", "peak_memory_mb"]
+from dynlab.report.bench import lm_bench_markdown  # one renderer for every benchmark
+
+__all__ = ["LM_WIDTHS", "bench_lm", "lm_bench_markdown", "lm_bench_model", "peak_memory_mb"]
 
 #: The widths ``dynlab bench lm`` measures by default.
 LM_WIDTHS = (16, 64, 128, 256)
@@ -161,19 +163,3 @@ def bench_lm(widths: tuple[int, ...] = LM_WIDTHS, ensembles: tuple[int, ...] = (
             results.append({"d_model": d, "n_params": n_params, "gemm_flops_per_s": rate, "rows": rows})
     return {"setting": {"mixer": "mamba2", "batch": batch, "length": length, "steps": steps, "warmup": warmup,
                         "threads": 1}, "results": results}
-
-
-def lm_bench_markdown(payload: dict[str, Any]) -> str:
-    """The benchmark as Markdown: one table per width (``dynlab bench lm`` prints it)."""
-    s = payload["setting"]
-    lines = [f"LM training throughput: mamba2, batch {s['batch']} x length {s['length']}, {s['threads']} thread, "
-             f"{s['steps']} timed steps after {s['warmup']}", ""]
-    for r in payload["results"]:
-        lines += [f"### d_model {r['d_model']} ({r['n_params']:,} parameters; GEMM {r['gemm_flops_per_s'] / 1e9:.1f} GFLOP/s)", "",
-                  "| method | model-tokens/s | vs loop | of floor | peak MB |", "|---|---:|---:|---:|---:|"]
-        for row in r["rows"]:
-            peak = row.get("peak_mb")
-            lines.append(f"| {row['method']} | {row['model_tokens_per_s']:,.0f} | {row['vs_loop']:.2f} | "
-                         f"{row['of_floor']:.3f} | {'' if peak is None else f'{peak:,.0f}'} |")
-        lines.append("")
-    return "\n".join(lines)

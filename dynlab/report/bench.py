@@ -9,7 +9,7 @@ import numpy as np
 from dynlab.errors import DynlabInputError
 from dynlab.report.format import fmt_number
 
-__all__ = ["bench_machine_line", "bench_markdown", "bench_tables"]
+__all__ = ["bench_machine_line", "bench_markdown", "bench_tables", "lm_bench_markdown"]
 
 
 _MACHINE_KEYS = (("cpu_model", "CPU {}"), ("cores", "{} cores"), ("torch", "torch {}"),
@@ -132,12 +132,12 @@ def bench_tables(path: str | Path) -> str:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DynlabInputError(f"no benchmark file at {str(path)!r}; allowed: a JSON file written by "
-                               "`dynlab bench train --json` or benchmarks/bench_run_phases.py") from None
+                               "`dynlab bench train --json`, `dynlab bench lm --json` or benchmarks/bench_run_phases.py") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise DynlabInputError(f"{str(p)!r} is not a readable benchmark JSON file ({type(exc).__name__})") from None
     if not isinstance(data, dict) or not (isinstance(data.get("results"), list) or {"preset", "rows"} <= data.keys()):
         raise DynlabInputError(f"{str(p)!r} is not a benchmark result dynlab knows; allowed: a file written by "
-                               "`dynlab bench train --json` or benchmarks/bench_run_phases.py --json")
+                               "`dynlab bench train --json`, `dynlab bench lm --json` or benchmarks/bench_run_phases.py --json")
     return bench_markdown(data)
 
 
@@ -146,5 +146,25 @@ def bench_markdown(data: dict) -> str:
     (:func:`bench_machine_line`), then the tables of ``dynlab bench train`` results
     (``data["results"]``, :func:`dynlab.bench.train_payload`; the command prints this) or of a
     run-phases file (``preset`` and ``rows``)."""
-    body = _train_bench_tables(data) if isinstance(data.get("results"), list) else _phases_tables(data)
+    if isinstance(data.get("setting"), dict) and "mixer" in data["setting"]:  # dynlab bench lm
+        body = lm_bench_markdown(data).splitlines()
+    else:
+        body = _train_bench_tables(data) if isinstance(data.get("results"), list) else _phases_tables(data)
     return "\n".join([bench_machine_line(data), "", *body]).rstrip("\n") + "\n"
+
+
+def lm_bench_markdown(payload: dict) -> str:
+    """A ``dynlab bench lm`` result as Markdown: its setting, then one table per width
+    (the command prints it; ``dynlab report FILE.json`` prints it after the machine line)."""
+    s = payload["setting"]
+    lines = [f"LM training throughput: mamba2, batch {s['batch']} x length {s['length']}, {s['threads']} thread, "
+             f"{s['steps']} timed steps after {s['warmup']}", ""]
+    for r in payload["results"]:
+        lines += [f"### d_model {r['d_model']} ({r['n_params']:,} parameters; GEMM {r['gemm_flops_per_s'] / 1e9:.1f} GFLOP/s)", "",
+                  "| method | model-tokens/s | vs loop | of floor | peak MB |", "|---|---:|---:|---:|---:|"]
+        for row in r["rows"]:
+            peak = row.get("peak_mb")
+            lines.append(f"| {row['method']} | {row['model_tokens_per_s']:,.0f} | {row['vs_loop']:.2f} | "
+                         f"{row['of_floor']:.3f} | {'' if peak is None else f'{peak:,.0f}'} |")
+        lines.append("")
+    return "\n".join(lines)
