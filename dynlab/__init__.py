@@ -9,10 +9,6 @@ if _start.is_the_executable():  # Ctrl-C from the first moment: exit code 130 an
 
 __version__ = "0.1.0"
 
-from dynlab import _moved  # noqa: E402  (old import paths of paper A's modules, with a DeprecationWarning)
-
-_moved.install()
-
 # The public API, imported on first use so that light submodules (dynlab.figures,
 # dynlab.tracking.groups) do not pull in torch.
 _EXPORTS = {

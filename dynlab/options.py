@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from dynlab.errors import DynlabInputError, validation_errors
-from dynlab.names import CELL_NAMES, EXECUTORS, INTERVENTION_NAMES, SOURCES
+from dynlab.names import (CELL_NAMES, EXECUTORS, HF_EXPORT_ALLOWED, HF_EXPORT_FILES, INTERVENTION_NAMES, SOURCES, TBTT,
+                          TBTT_ON_TASKS)
 
 #: The output folder of the commands that write runs (``--out``).
 DEFAULT_OUT = "dynlab-runs"
@@ -359,12 +360,6 @@ def post_train_places(out: str, checkpoint: Path) -> Path:
     return out_dir
 
 
-#: What ``lm export`` writes (``save_pretrained``), as ``dynlab.lm.export.HF_EXPORT_FILES``
-#: says (the command line knows it without importing torch; tests/test_cli_lazy.py checks both).
-HF_EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
-                   "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json", "README.md")
-HF_EXPORT_ALLOWED = ("a new or empty folder, or one holding only an earlier export (config.json, model.safetensors, "
-                     "tokenizer.json, README.md)")
 
 
 #: What ``dynlab figures`` writes (``dynlab.figures.write_figures``): a folder holding
@@ -418,9 +413,8 @@ def post_train_options(intervention: str, task: str | None, source: str, seq_len
         raise DynlabInputError(f"unknown task kind {task!r}; allowed: {', '.join(POST_TRAIN_TASKS)}")
     if intervention not in INTERVENTION_NAMES:
         raise DynlabInputError(f"unknown --intervention {intervention!r}; allowed: {', '.join(INTERVENTION_NAMES)}")
-    if task is not None and intervention == "tbtt":
-        raise DynlabInputError("intervention 'tbtt' needs one long document, not task samples; "
-                               "allowed with --task: zero, random-noise, fitted-noise, state-passing")
+    if task is not None and intervention == TBTT:
+        raise DynlabInputError(TBTT_ON_TASKS)
     check_source_option(source)
     if seq_len is not None:
         in_range("--seq-len", seq_len, 2, MAX_LENGTH, "tokens")

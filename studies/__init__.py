@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from dynlab.errors import DynlabInputError
-from dynlab.names import CELL_NAMES, MIXER_NAMES, SOURCES, TASK_INTERVENTION_NAMES, TBTT
+from dynlab.names import BABI_KINDS, CELL_NAMES, MIXER_NAMES, SOURCES, TASK_INTERVENTION_NAMES, TBTT
 
 if TYPE_CHECKING:
     from dynlab.study import Study
@@ -85,10 +85,10 @@ CATALOG: dict[str, StudyEntry] = {e.name: e for e in (
         ("smoke", "quick", "paper"), "lm", MIXER_NAMES, TASK_INTERVENTION_NAMES, ("--lengths", "--depths")),
     StudyEntry(
         "babilong", "dynlab.studies.babilong",
-        "bAbI-style questions (qa1, qa2, qa3, qa6, qa7) in long Shakespeare filler: LMs trained short from the zero state, "
+        f"bAbI-style questions ({', '.join(BABI_KINDS)}) in long Shakespeare filler: LMs trained short from the zero state, "
         "post-trained with state passing / fitted noise vs a zero-state control; accuracy vs length per kind.",
         ("smoke", "quick", "kinds", "paper"), "lm", MIXER_NAMES, TASK_INTERVENTION_NAMES, ("--lengths", "--kinds"),
-        ("qa1", "qa2", "qa3", "qa6", "qa7")),
+        BABI_KINDS),
 )}
 
 #: Studies registered at run time (:func:`register_study`), and the built-in ones once imported.

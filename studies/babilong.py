@@ -94,6 +94,7 @@ Presets:
 
 from __future__ import annotations
 
+from dynlab.studies import CATALOG
 from dynlab.studies.long_context import make_task_study
 
 __all__ = ["PRESETS", "STUDY"]
@@ -154,7 +155,6 @@ PRESETS = {
 
 STUDY = make_task_study(
     "babilong", "babi",
-    "bAbI-style questions (qa1, qa2, qa3, qa6, qa7) in long Shakespeare filler: LMs trained short from the zero "
-    "state, post-trained with state passing / fitted noise vs a zero-state control; accuracy vs length per kind.",
+    CATALOG["babilong"].description,
     PRESETS, ("state-passing", "fitted-noise"),
 )

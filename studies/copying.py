@@ -26,6 +26,7 @@ Presets:
 
 from __future__ import annotations
 
+from dynlab.studies import CATALOG
 from dynlab.studies.long_context import make_task_study
 
 __all__ = ["PRESETS", "STUDY"]
@@ -65,7 +66,6 @@ PRESETS = {
 
 STUDY = make_task_study(
     "copying", "copying",
-    "Synthetic copying $<s>|<s>. : LMs (Mamba-2, Mamba-1, GLA) trained on short strings from the zero state, "
-    "post-trained with state passing / fitted noise vs a zero-state control; accuracy at longer strings (3x).",
+    CATALOG["copying"].description,
     PRESETS, ("state-passing", "fitted-noise"),
 )

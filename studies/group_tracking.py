@@ -50,6 +50,7 @@ from dynlab.tracking.groups import get_group
 from dynlab.tracking.models import BUILTIN_ARCHS, available_cells
 from dynlab.results.store import RunStore
 from dynlab.runtime import NullProgress
+from dynlab.studies import CATALOG
 from dynlab.study import Study, StudyExtra, StudyOptions, override_field, select_names
 from dynlab.tracking.dataset import assemble_tracking
 from dynlab.tracking.run import (
@@ -155,7 +156,7 @@ class TrackingOptions(StudyExtra):
     model: Annotated[dict[str, Any], AfterValidator(override_field(ModelSpec, "arch"))] = {}
     train: Annotated[dict[str, Any], AfterValidator(override_field(TrainSpec))] = {}
     eval: Annotated[dict[str, Any], AfterValidator(override_field(EvalSpec))] = {}
-    analysis: Literal["smoke", "quick", "paper"] | None = None
+    analysis: Literal[tuple(ANALYSIS_PRESETS)] | None = None  # type: ignore[valid-type]  (its keys)
 
     @model_validator(mode="before")
     @classmethod
@@ -218,7 +219,7 @@ def _panels(ds: xr.Dataset) -> dict:
 STUDY = Study(
     name="group-tracking",
     analyze_one=analyze_one,
-    description="Trackers on group word problems (C2, C6, S3, …): accuracy vs length to 1000, max-pass length.",
+    description=CATALOG["group-tracking"].description,
     presets=tuple(PRESETS),
     make_specs=make_specs,
     run_one=run_one,

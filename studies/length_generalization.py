@@ -87,6 +87,7 @@ from dynlab.lm.spec import (
 from dynlab.results.assemble import assemble_runs, result_columns, stack_runs
 from dynlab.results.store import RunStore
 from dynlab.results.vocabulary import annotate
+from dynlab.studies import CATALOG
 from dynlab.study import RunOutcome, RunResult, Study, StudyOptions, override_field, read_result, select_names
 from dynlab.studies.long_context import LMOptions, check_source
 from dynlab.runtime import NullProgress
@@ -491,9 +492,7 @@ def _assemble_arms(specs: list[LMRunSpec], results: list[LMResult]) -> xr.Datase
 
 STUDY = Study(
     name="length-generalization",
-    description="Byte-level recurrent LMs (Mamba-2, Mamba-1, GLA) trained short with initial-state interventions, "
-                "evaluated at 16x the training length: PPL(t), EffRem, state statistics; presets budget and context "
-                "map the PPL rise over training tokens and context, interventions post-trains where it rises.",
+    description=CATALOG["length-generalization"].description,
     presets=tuple(PRESETS),
     make_specs=make_specs,
     run_one=run_one,

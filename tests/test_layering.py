@@ -88,7 +88,7 @@ def test_the_long_function_check_can_fail(tmp_path):
     assert _long_functions(path, MAX_FUNCTION_LINES, tmp_path) == [f"probe.py:1 too_long ({MAX_FUNCTION_LINES + 1} lines)"]
 
 
-#: Where each importable name of the package lives in the checkout (pyproject.toml's wheel mapping).
+#: Where each importable name of the package lives in the checkout (pyproject.toml's package-dir).
 SOURCES = {"dynlab": ROOT / "dynlab", "dynlab.kernels": ROOT / "kernels", "dynlab.studies": ROOT / "studies",
            "dynlab.cli": ROOT / "cli.py"}
 
@@ -249,41 +249,6 @@ def test_the_two_papers_never_import_each_other(paper, other):
                  for module, _, _ in _resolved_imports(name, path, modules)
                  if module == other or module.startswith(other + "."))
     assert not bad, bad
-
-
-def test_the_old_paths_of_paper_a_still_import_with_a_warning():
-    import dynlab.spec
-    import dynlab.tracking.models
-    import dynlab.tracking.spec
-    import dynlab.training
-    from dynlab.tracking.task import WordProblem
-
-    with pytest.warns(DeprecationWarning, match="dynlab.models moved to dynlab.tracking.models"):
-        from dynlab.models import Tracker
-    assert Tracker is dynlab.tracking.models.Tracker
-    with pytest.warns(DeprecationWarning, match="dynlab.config moved"):
-        from dynlab.config import MAX_LENGTH, RunSpec, load_spec
-    assert RunSpec is dynlab.tracking.spec.RunSpec and MAX_LENGTH == dynlab.spec.MAX_LENGTH
-    spec = RunSpec.model_validate({"task": {"group": "C2"}, "model": {"arch": "tanh-rnn"}})
-    assert load_spec(spec.canonical_json()) == spec  # the old default class: RunSpec
-    with pytest.warns(DeprecationWarning, match="dynlab.tasks.word_problem moved to dynlab.tracking.task"):
-        from dynlab.tasks.word_problem import WordProblem as Old
-    assert Old is WordProblem
-    with pytest.warns(DeprecationWarning):
-        from dynlab.train.engine import TrainResult
-    assert TrainResult is dynlab.training.TrainResult
-    import dynlab.tracking.analysis
-
-    with pytest.warns(DeprecationWarning, match="dynlab.analysis.tracking moved to dynlab.tracking.analysis"):
-        from dynlab.analysis.tracking import analyze_tracker
-    assert analyze_tracker is dynlab.tracking.analysis.analyze_tracker
-    with pytest.warns(DeprecationWarning, match=r"dynlab\.analysis\.\w+ moved to dynlab\.tracking\.analysis"):
-        from dynlab.analysis import AnalysisSpec, stream_states
-    assert (AnalysisSpec, stream_states) == (dynlab.tracking.analysis.AnalysisSpec, dynlab.tracking.analysis.stream_states)
-    import dynlab.analysis
-
-    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
-        dynlab.analysis.not_a_name
 
 
 def test_import_dynlab_dynlab_fails():

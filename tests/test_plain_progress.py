@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from dynlab.runtime import HEARTBEAT_S, NullProgress, PlainProgress, Progress, make_progress
 
@@ -75,7 +76,7 @@ def test_progress_kind_follows_stderr(monkeypatch):
 def _dynlab(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "100"}
     return subprocess.run([sys.executable, "-m", "dynlab.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+                          timeout=600, cwd=Path(__file__).parent)  # not the checkout's root (its dynlab/ folder)
 
 
 def test_piped_study_prints_a_line_per_run_and_the_summary_once(tmp_path):

@@ -56,10 +56,3 @@ __all__ = [
     "trajectory_jacobians",
 ]
 
-
-def __getattr__(name: str):
-    """Paper A's tracker analysis (``AnalysisSpec``, ``analyze_tracker``, ``stream_states``) moved to
-    :mod:`dynlab.tracking.analysis`; the old names still work, with a ``DeprecationWarning``."""
-    from dynlab._moved import moved_name
-
-    return moved_name(__name__, name)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -106,7 +107,8 @@ def peak_memory_mb(d_model: int, members: int, batch: int, length: int, steps: i
         f"_time_stack({d_model}, {members}, data, {batch}, {length}, {steps}, 1)\n"
         "print(json.dumps(_peak_rss_mb() - before))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=tempfile.gettempdir())  # not a checkout, whose dynlab/ folder would come first
     return float(json.loads(out.stdout.strip().splitlines()[-1]))
 
 

@@ -29,6 +29,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Circle, Patch, Rectangle
 
 from dynlab.figures.panel import MissingData, NothingToDraw, needs
+from dynlab.names import ABLATION_NONLINEARITIES
 from dynlab.figures.style import FAMILY_COLORS, arch_color, axis_label, family_color, finite, log_axis
 
 __all__ = [
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 #: Order of the nonlinearities in the ablation (state-dependent first, normalisations last).
-PHI_ORDER = ("tanh", "relu", "maxmin", "groupsort", "layernorm", "sphere", "identity", "default")
+PHI_ORDER = (*ABLATION_NONLINEARITIES, "identity", "default")
 FAILURE_MODES = ("robust", "climb", "saturation")
 _ORDER = ("affine", "state-dependent", *PHI_ORDER)
 _MODE_COLORS = {"robust": "#2b8a3e", "climb": "#f08c00", "saturation": "#c92a2a", "not analysed": "#adb5bd"}

@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from dynlab.errors import DynlabInputError
+from dynlab.names import HF_EXPORT_ALLOWED, HF_EXPORT_FILES
 from dynlab.lm.hf import require_transformers
 from dynlab.outputs import current_umask, probe_folder, refuse_foreign_folder, refuse_inside_dynlab_folder
 from dynlab.results.files import make_dir
@@ -47,11 +48,8 @@ from dynlab.lm.model import VOCAB_SIZE, RecurrentLM
 __all__ = ["EXPORTABLE_MIXERS", "HF_EXPORT_ALLOWED", "HF_EXPORT_FILES", "check_exportable", "export_hf", "hf_config", "hf_state_dict", "to_hf"]
 
 EXPORTABLE_MIXERS = ("mamba2", "mamba1")
-#: The files an export writes (``save_pretrained``); a folder holding others is not replaced.
-HF_EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
-                   "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json", "README.md")
-HF_EXPORT_ALLOWED = ("a new or empty folder, or one holding only an earlier export (config.json, model.safetensors, "
-                     "tokenizer.json, README.md)")
+# HF_EXPORT_FILES (what an export writes; a folder holding others is not replaced) and
+# HF_EXPORT_ALLOWED: dynlab.names, re-exported
 
 
 def _refuse(problem: str, allowed: str) -> DynlabInputError:

@@ -37,6 +37,7 @@ from safetensors.torch import load_file
 
 from dynlab.spec import MAX_LENGTH, Batch, Seed, Spec, StepsOrZero, load_spec
 from dynlab.errors import DynlabInputError
+from dynlab.names import TBTT, TBTT_ON_TASKS
 from dynlab.lm.hf import HFRecurrentLM, hf_config_summary, is_hf_checkpoint, load_hf_checkpoint
 from dynlab.lm.interventions import make_intervention
 from dynlab.lm.run import build_model, corpus_for, evaluate_lm, result_to_dataset
@@ -236,9 +237,8 @@ def post_train(spec: PostTrainSpec, device: torch.device | str = "cpu",
     (and ``task`` accuracies when ``spec.task`` is set). ``model`` may pass the already
     loaded checkpoint.
     """
-    if spec.task is not None and spec.intervention.kind == "tbtt":
-        raise DynlabInputError("intervention 'tbtt' needs consecutive chunks of one document, not task samples; "
-                         "allowed with --task: zero, random-noise, fitted-noise, state-passing")
+    if spec.task is not None and spec.intervention.kind == TBTT:
+        raise DynlabInputError(TBTT_ON_TASKS)
     if model is None:
         model, _ = load_checkpoint(spec.checkpoint)
     corpus = corpus_for(spec.data.source, spec.data.val_fraction)

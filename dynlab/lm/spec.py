@@ -32,7 +32,7 @@ from dynlab.spec import (
 )
 from dynlab.errors import DynlabInputError
 from dynlab.runtime import MAX_THREADS
-from dynlab.names import INTERVENTION_NAMES, MIXER_NAMES, SOURCES, TASK_INTERVENTION_NAMES
+from dynlab.names import BABI_KINDS, INTERVENTION_NAMES, MIXER_NAMES, SOURCES, TASK_INTERVENTION_NAMES, TBTT, TBTT_ON_TASKS
 
 __all__ = [
     "ANCHOR_MLP_RATIO", "CHINCHILLA_TOKENS_PER_PARAM", "LMDataSpec", "LMModelSpec", "InterventionSpec", "LMTrainSpec",
@@ -318,7 +318,7 @@ class LMRunSpec(Spec):
 
 
 TaskKind = Literal["copying", "passkey", "babi"]
-BabiKind = Literal["qa1", "qa2", "qa3", "qa6", "qa7"]
+BabiKind = Literal[BABI_KINDS]
 
 
 class LMTaskSpec(Spec):
@@ -342,7 +342,7 @@ class LMTaskSpec(Spec):
     train_max: Length = 100
     eval_lengths: Lengths = (50, 100, 150, 200, 300)
     depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
-    babi_kinds: tuple[BabiKind, ...] = ("qa1", "qa2", "qa3", "qa6", "qa7")
+    babi_kinds: tuple[BabiKind, ...] = BABI_KINDS
     n_facts: int = Field(4, ge=1, le=64)
     babi_tokens: Literal["bytes", "words"] = "bytes"
     babi_questions: Literal["one", "all"] = "one"
@@ -528,9 +528,8 @@ class LMTaskRunSpec(Spec):
     @field_validator("intervention")
     @classmethod
     def _no_tbtt(cls, v: InterventionSpec) -> InterventionSpec:
-        if v.kind == "tbtt":
-            raise ValueError("intervention 'tbtt' needs consecutive chunks of one document; task samples are "
-                             "independent; allowed: zero, random-noise, fitted-noise, state-passing")
+        if v.kind == TBTT:
+            raise ValueError(TBTT_ON_TASKS)
         return v
 
     @property

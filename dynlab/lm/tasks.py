@@ -71,6 +71,7 @@ from dataclasses import dataclass
 import torch
 
 from dynlab.errors import DynlabInputError
+from dynlab.names import BABI_KINDS
 
 __all__ = [
     "TaskBatch", "CopyingTask", "PasskeyTask", "BabiTask", "BABI_KINDS", "TASK_KINDS",
@@ -78,7 +79,6 @@ __all__ = [
     "babi_encode", "babi_decode", "babi_chance",
 ]
 
-BABI_KINDS = ("qa1", "qa2", "qa3", "qa6", "qa7")
 #: Fewest facts per kind: qa2 plants 2 supporting facts; qa3 plants 3 and needs one more,
 #: else every fact supports the answer and it is always the room of the first fact.
 MIN_FACTS = {"qa2": 2, "qa3": 4}

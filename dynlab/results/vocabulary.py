@@ -35,6 +35,8 @@ from typing import Any, NamedTuple
 
 import xarray as xr
 
+from dynlab.names import BABI_KINDS, INTERVENTION_NAMES
+
 __all__ = ["VARIABLES", "Variable", "annotate", "attrs_of", "check_dataset", "unregistered", "var"]
 
 
@@ -63,7 +65,7 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "layer": ("layer", "", "block index"),
     "head": ("head", "", "head index within the layer"),
     "depth": ("key depth", "1", "position of the passkey needle as a fraction of the filler"),
-    "kind": ("bAbI task kind", "", "qa1 | qa2 | qa3 | qa6 | qa7"),
+    "kind": ("bAbI task kind", "", " | ".join(BABI_KINDS)),
     "k": ("eigenvalue index", "", "index of a return-map eigenvalue on U (all words and centroids in a study)"),
     "k2": ("column index on U", "", "column of the return-map matrix restricted to U"),
     "k_lyap": ("Lyapunov exponent index", "", "0 = the largest finite-time Lyapunov exponent, then decreasing"),
@@ -88,7 +90,7 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "hidden": ("hidden size", "units", "cell width"),
     "layers": ("layers", "", "number of stacked cells"),
     "nonlinearity": ("nonlinearity φ", "", "state nonlinearity ('default' = the cell's own)"),
-    "intervention": ("initial-state intervention", "", "zero | random-noise | fitted-noise | state-passing | tbtt"),
+    "intervention": ("initial-state intervention", "", " | ".join(INTERVENTION_NAMES)),
     "phase": ("training phase", "", "base (trained on the task from the zero state) | post (a post-training arm of it)"),
     "contrast": ("contrast", "", "post-training arm compared with the compute-matched zero-state control"),
     "mixer": ("sequence mixer", "", "the LM's mixer (arch of its runs), as a dimension of the contrasts"),

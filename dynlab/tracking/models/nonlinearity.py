@@ -12,10 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from dynlab.errors import DynlabInputError
+from dynlab.names import NONLINEARITIES
 
 __all__ = ["NONLINEARITIES", "apply_phi", "check_phi"]
-
-NONLINEARITIES = ("identity", "tanh", "relu", "maxmin", "groupsort", "layernorm", "sphere")
 
 _GROUPSORT_SIZE = 4
 
