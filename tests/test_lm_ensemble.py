@@ -50,6 +50,19 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp(min=1e-30))
 
 
+def _streams(arms, seeds, data, batch: int = 4, seq_len: int = 16):
+    """Each member's batch source, intervention and generator, as ``fit`` would get them alone."""
+    sources, ivs, gens = [], [], []
+    for arm, seed in zip(arms, seeds):
+        gen = torch.Generator().manual_seed(seed)
+        iv = make_intervention(arm, sigma=0.3)
+        loader = make_loader(iv, data, batch, seq_len, gen)
+        sources.append(lambda ld=loader: (lambda b: (b.tokens, None, b.fresh))(next(ld)))
+        ivs.append(iv)
+        gens.append(gen)
+    return sources, ivs, gens
+
+
 @pytest.mark.parametrize("mixer", sorted(KW))
 @pytest.mark.parametrize("impl", ["dispatch", "ref"])
 def test_forward_equals_each_model(mixer, impl):
@@ -89,23 +102,11 @@ def _solo_and_stack(mixer: str, arms: list[str], seeds: list[int], steps: int, d
     batch, seq_len = 4, 16
     kw = dict(steps=steps, batch_size=batch, lr=3e-3, weight_decay=0.1, grad_clip=0.5, warmup_frac=0.25)
     solo = []
-    for arm, seed in zip(arms, seeds):
-        model = _model(mixer, seed, dtype, **model_kw)
-        gen = torch.Generator().manual_seed(seed)
-        iv = make_intervention(arm, sigma=0.3)
-        loader = make_loader(iv, data, batch, seq_len, gen)
-        res = fit(model, lambda ld=loader: (lambda b: (b.tokens, None, b.fresh))(next(ld)), iv, gen, **kw)
-        solo.append(res)
-    models, sources, ivs, gens = [], [], [], []
-    for arm, seed in zip(arms, seeds):
-        models.append(_model(mixer, seed, dtype, **model_kw))
-        gen = torch.Generator().manual_seed(seed)
-        iv = make_intervention(arm, sigma=0.3)
-        loader = make_loader(iv, data, batch, seq_len, gen)
-        sources.append(lambda ld=loader: (lambda b: (b.tokens, None, b.fresh))(next(ld)))
-        ivs.append(iv)
-        gens.append(gen)
-    ens = fit_ensemble(models, sources, ivs, gens, sync_every=2, **kw)
+    for arm, seed in zip(arms, seeds):  # each model alone, with fresh streams of its own
+        (source,), (iv,), (gen,) = _streams([arm], [seed], data, batch, seq_len)
+        solo.append(fit(_model(mixer, seed, dtype, **model_kw), source, iv, gen, **kw))
+    models = [_model(mixer, seed, dtype, **model_kw) for seed in seeds]
+    ens = fit_ensemble(models, *_streams(arms, seeds, data, batch, seq_len), sync_every=2, **kw)
     return solo, ens
 
 
@@ -149,14 +150,7 @@ def test_divergence_is_per_member(mixer):
             if name.endswith(("in_proj.weight", "qkvg_proj.weight")):
                 p.fill_(math.nan)  # NaN inside the scans too
     before = [p.detach().clone() for p in models[1].parameters()]
-    sources, ivs, gens = [], [], []
-    for s in (0, 1):
-        gen = torch.Generator().manual_seed(s)
-        iv = make_intervention("zero")
-        loader = make_loader(iv, data, 4, 16, gen)
-        sources.append(lambda ld=loader: (lambda b: (b.tokens, None, b.fresh))(next(ld)))
-        ivs.append(iv)
-        gens.append(gen)
+    sources, ivs, gens = _streams(["zero", "zero"], [0, 1], data)
     res = fit_ensemble(models, sources, ivs, gens, steps=6, batch_size=4, sync_every=3)
     assert res[0].status == "ok" and len(res[0].losses) == 6 and all(math.isfinite(v) for v in res[0].losses)
     assert res[1].status == "diverged" and res[1].reason == "non-finite loss at step 0 (length 16)"
@@ -348,14 +342,7 @@ def test_compiled_stack_equals_eager():
 
     def run(compile_):
         models = [_model("mamba2", s, torch.float32) for s in (0, 1)]
-        srcs, ivs, gens = [], [], []
-        for s in (0, 1):
-            gen = torch.Generator().manual_seed(s)
-            iv = make_intervention("state-passing")
-            loader = make_loader(iv, data, 4, 16, gen)
-            srcs.append(lambda ld=loader: (lambda b: (b.tokens, None, b.fresh))(next(ld)))
-            ivs.append(iv)
-            gens.append(gen)
+        srcs, ivs, gens = _streams(["state-passing"] * 2, [0, 1], data)
         return fit_ensemble(models, srcs, ivs, gens, steps=3, batch_size=4, compile=compile_)
 
     eager, compiled = run(False), run(True)
