@@ -58,14 +58,13 @@ def lm_bench_model(d_model: int, seed: int = 0):
 
 def _sources(n: int, data: torch.Tensor, batch: int, length: int):
     from dynlab.lm.interventions import make_intervention
-    from dynlab.lm.train import make_loader
+    from dynlab.lm.train import batch_source, make_loader
 
     out = []
     for seed in range(n):
         g = torch.Generator().manual_seed(seed)
         iv = make_intervention("zero")
-        loader = make_loader(iv, data, batch, length, g)
-        out.append(((lambda ld=loader: (lambda b: (b.tokens, None, b.fresh))(next(ld))), iv, g))
+        out.append((batch_source(make_loader(iv, data, batch, length, g)), iv, g))
     return out
 
 
@@ -117,9 +116,10 @@ def _peak_rss_mb() -> float:
     fresh at exec, unlike ``ru_maxrss``, which a child inherits from the parent that
     forked it), else ``ru_maxrss``."""
     try:
-        for line in open("/proc/self/status"):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
     except OSError:
         pass
     import resource

@@ -60,16 +60,12 @@ from dynlab.lm.interventions import Intervention
 from dynlab.lm.mixers import GLAMixer, Mamba1Mixer, Mamba2Mixer
 from dynlab.lm.model import VOCAB_SIZE, RecurrentLM
 from dynlab.lm.states import CarriedStates, conv_windows
-from dynlab.lm.train import LR_FLOOR
+from dynlab.lm.train import ADAM_BETAS, ADAM_EPS, LR_FLOOR
 from dynlab.results.files import write_bytes_atomic
 from dynlab.runtime import resolve_device, train_threads
 from dynlab.training import TrainResult, cosine_lr
 
-__all__ = ["ADAM_BETAS", "ADAM_EPS", "LMStack", "fit_ensemble"]
-
-#: AdamW's betas and epsilon, as :func:`dynlab.lm.train.fit` (torch's AdamW, betas 0.9/0.95).
-ADAM_BETAS = (0.9, 0.95)
-ADAM_EPS = 1e-8
+__all__ = ["LMStack", "fit_ensemble"]
 
 #: torch's ``clip_grad_norm_`` adds this to the norm before dividing.
 _CLIP_EPS = 1e-6
@@ -143,11 +139,6 @@ class LMStack:
         self.decay_mask = torch.cat([torch.full((n,), 1.0 if len(s) >= 2 else 0.0, dtype=self.flat.dtype)
                                      for n, s in zip(self.sizes, self.shapes)]).to(device)
 
-    @property
-    def n_params(self) -> int:
-        """Parameters of one member."""
-        return int(self.flat.shape[1])
-
     def params(self) -> dict[str, torch.Tensor]:
         """``[E, *shape]`` views of ``flat``, by parameter name (a split: its backward is one cat)."""
         e = self.n_members
@@ -157,10 +148,8 @@ class LMStack:
     def write_back(self) -> None:
         """Copy each member's parameters from the stack into its model."""
         for e, model in enumerate(self.models):
-            offset = 0
-            for p, n in zip(model.parameters(), self.sizes):
-                p.copy_(self.flat[e, offset:offset + n].view_as(p).to(p.device))
-                offset += n
+            for p, chunk in zip(model.parameters(), self.flat[e].split(self.sizes)):
+                p.copy_(chunk.view_as(p).to(p.device))
 
     def losses(self, tokens: torch.Tensor, states: list[torch.Tensor], windows: list[torch.Tensor | None],
                masks: torch.Tensor | None) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor | None]]:
@@ -248,6 +237,14 @@ def _conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     return F.silu(y), full[:, :, t:].transpose(2, 3)
 
 
+def _short_conv(m, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor,
+                window: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A Mamba mixer's ``_ShortConv._conv`` per member: :func:`_conv` with its weights, or SiLU alone without a convolution."""
+    if m.conv1d is None:
+        return F.silu(x), None
+    return _conv(x, p[pre + "conv1d.weight"], p[pre + "conv1d.bias"], window)
+
+
 def _fold(x: torch.Tensor) -> torch.Tensor:
     """``[E, B, T, H, ...]`` -> ``[B, T, E·H, ...]``: members become heads of one scan."""
     e, b, t, h = x.shape[:4]
@@ -274,14 +271,12 @@ def _unfold_state(s: torch.Tensor, e: int) -> torch.Tensor:
 
 
 def _mamba2(m: Mamba2Mixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor, state, window):
-    """:meth:`Mamba2Mixer.forward` per member (one SSD scan over E·H heads)."""
+    """:meth:`Mamba2Mixer.forward` per member: on the CPU one grouped SSD scan over the E·B
+    sequences (:func:`kernels.ssd.grouped.ssd_grouped`), elsewhere one scan over E·H heads."""
     e, b, t, _ = x.shape
     h, hp, n = m.state_shape()
     z, xbc, dt = torch.split(_linear(x, p[pre + "in_proj.weight"]), [m.d_inner, m.d_inner + 2 * n, h], dim=-1)
-    if m.conv1d is not None:
-        xbc, window = _conv(xbc, p[pre + "conv1d.weight"], p[pre + "conv1d.bias"], window)
-    else:
-        xbc, window = F.silu(xbc), None
+    xbc, window = _short_conv(m, p, pre, xbc, window)
     xs, B, C = torch.split(xbc, [m.d_inner, n, n], dim=-1)
     xs = xs.reshape(e, b, t, h, hp)  # [E, B, T, H, P]
     dt = F.softplus(dt + p[pre + "dt_bias"][:, None, None, :])  # [E, B, T, H]
@@ -310,10 +305,7 @@ def _mamba1(m: Mamba1Mixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tenso
     so the selective scan runs once per member)."""
     e, b, t, _ = x.shape
     xs, z = _linear(x, p[pre + "in_proj.weight"]).chunk(2, dim=-1)
-    if m.conv1d is not None:
-        xs, window = _conv(xs, p[pre + "conv1d.weight"], p[pre + "conv1d.bias"], window)
-    else:
-        xs, window = F.silu(xs), None
+    xs, window = _short_conv(m, p, pre, xs, window)
     dt_raw, B, C = torch.split(_linear(xs, p[pre + "x_proj.weight"]), [m.dt_rank, m.d_state, m.d_state], dim=-1)
     delta = F.softplus(_linear(dt_raw, p[pre + "dt_proj.weight"], p[pre + "dt_proj.bias"]))  # [E, B, T, D_inner]
     A = -torch.exp(p[pre + "A_log"])  # [E, D_inner, N]

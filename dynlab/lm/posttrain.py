@@ -39,7 +39,6 @@ from dynlab.spec import MAX_LENGTH, Batch, Seed, Spec, StepsOrZero, load_spec
 from dynlab.errors import DynlabInputError
 from dynlab.names import TBTT, TBTT_ON_TASKS
 from dynlab.lm.hf import HFRecurrentLM, hf_config_summary, is_hf_checkpoint, load_hf_checkpoint
-from dynlab.lm.interventions import make_intervention
 from dynlab.lm.run import build_model, corpus_for, evaluate_lm, result_to_dataset
 from dynlab.lm.spec import (
     InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMRunSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec,
@@ -247,9 +246,7 @@ def post_train(spec: PostTrainSpec, device: torch.device | str = "cpu",
         if spec.task is not None:
             res = train_task(model, spec.task_spec(), dev, progress)
         else:
-            iv = spec.intervention
-            res = train_lm(model, corpus.train, make_intervention(iv.kind, sigma=iv.sigma, beta=iv.beta,
-                                                                    reset_prob=iv.reset_prob),
+            res = train_lm(model, corpus.train, spec.intervention.make(),
                            steps=tr.steps, batch_size=tr.batch_size, seq_len=tr.seq_len, lr=tr.lr,
                            weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
                            seed=spec.seed, device=str(dev), threads=tr.threads, progress=progress)

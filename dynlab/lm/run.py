@@ -22,11 +22,10 @@ from dynlab.analysis.lm_metrics import (
 )
 from dynlab.lm.corpus import Corpus, load_corpus
 from dynlab.lm.evaluate import stream_eval, truncated_context_probs, validation_windows
-from dynlab.lm.interventions import make_intervention
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.spec import CHINCHILLA_TOKENS_PER_PARAM, LMEvalSpec, LMRunSpec
 from dynlab.errors import DynlabInputError
-from dynlab.lm.train import fit, make_loader, train_lm, train_summary
+from dynlab.lm.train import batch_source, fit, make_loader, train_lm, train_summary
 from dynlab.training import TrainResult
 from dynlab.results.vocabulary import annotate
 from dynlab.runtime import resolve_device, train_threads
@@ -145,8 +144,7 @@ def train_and_evaluate(spec: LMRunSpec, device: torch.device | str = "cpu",
     """
     corpus = corpus_for(spec.data.source, spec.data.val_fraction)
     model = build_model(spec)
-    iv = spec.intervention
-    intervention = make_intervention(iv.kind, sigma=iv.sigma, beta=iv.beta, reset_prob=iv.reset_prob)
+    intervention = spec.intervention.make()
     tr, dev = spec.train, resolve_device(device)
     budgets = spec.eval.checkpoints
     at = checkpoint_steps(count_parameters(model), budgets, tr.batch_size, tr.seq_len, tr.steps)
@@ -226,14 +224,13 @@ def train_and_evaluate_many(specs: list[LMRunSpec], device: torch.device | str =
     tr, dev = first.train, resolve_device(device)
     corpus = corpus_for(first.data.source, first.data.val_fraction)
     models = [build_model(s) for s in specs]
-    interventions = [make_intervention(s.intervention.kind, sigma=s.intervention.sigma, beta=s.intervention.beta,
-                                       reset_prob=s.intervention.reset_prob) for s in specs]
+    interventions = [s.intervention.make() for s in specs]
     generators = [torch.Generator().manual_seed(s.seed) for s in specs]
     sources, loaders = [], []
     for iv, g in zip(interventions, generators):
         loader = make_loader(iv, corpus.train, tr.batch_size, tr.seq_len, g)
         loaders.append(loader)
-        sources.append(lambda ld=loader: (lambda b: (b.tokens, None, b.fresh))(next(ld)))
+        sources.append(batch_source(loader))
     at = checkpoint_steps(count_parameters(models[0]), first.eval.checkpoints, tr.batch_size, tr.seq_len, tr.steps)
     checkpoints: list[dict[int, dict[str, Any]]] = [{} for _ in specs]
 
@@ -293,21 +290,15 @@ def post_train_arms(model: torch.nn.Module, spec: LMRunSpec, corpus: Corpus, dev
     """
     post, tr = spec.post, spec.train
     assert post is not None
-    iv = spec.intervention
     base = {k: v.detach().clone() for k, v in model.state_dict().items()}
     out: dict[str, dict[str, Any]] = {}
     weights: dict[str, torch.Tensor] = {}
     for kind in post.interventions:
         model.load_state_dict(base)
-        intervention = make_intervention(kind, sigma=iv.sigma, beta=iv.beta, reset_prob=iv.reset_prob)
+        intervention = spec.intervention.make(kind)
         loader = make_loader(intervention, corpus.train, tr.batch_size, tr.seq_len,
                              torch.Generator().manual_seed(spec.seed + POST_SEED_OFFSET))
-
-        def next_batch() -> tuple[torch.Tensor, None, torch.Tensor]:
-            batch = next(loader)
-            return batch.tokens, None, batch.fresh
-
-        res = fit(model, next_batch, intervention, torch.Generator().manual_seed(spec.seed + POST_SEED_OFFSET + 1),
+        res = fit(model, batch_source(loader), intervention, torch.Generator().manual_seed(spec.seed + POST_SEED_OFFSET + 1),
                   steps=post.steps, batch_size=tr.batch_size, lr=post.lr, weight_decay=tr.weight_decay,
                   grad_clip=tr.clip, warmup_frac=post.warmup_frac, device=str(device), threads=tr.threads,
                   progress=progress)

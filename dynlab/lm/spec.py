@@ -178,6 +178,14 @@ class InterventionSpec(Spec):
     beta: float = Field(0.1, ge=0.0, lt=1.0)
     reset_prob: float = Field(0.1, ge=0.0, le=1.0)
 
+    def make(self, kind: str | None = None):
+        """The :class:`~dynlab.lm.interventions.Intervention` of this spec's knobs, of kind
+        ``kind`` (None: the spec's own), e.g. a post-training arm of the same knobs."""
+        from dynlab.lm.interventions import make_intervention
+
+        return make_intervention(self.kind if kind is None else kind, sigma=self.sigma, beta=self.beta,
+                                 reset_prob=self.reset_prob)
+
 
 class LMTrainSpec(Spec):
     """AdamW with warm-up and cosine decay; ``seq_len`` is the training length T_train.

@@ -33,7 +33,6 @@ import numpy as np
 import torch
 import xarray as xr
 
-from dynlab.lm.interventions import make_intervention
 from dynlab.lm.run import build_model, corpus_for
 from dynlab.lm.spec import LMTaskRunSpec
 from dynlab.lm.tasks import BabiTask, TaskBatch, make_task
@@ -130,8 +129,8 @@ def train_task(model: torch.nn.Module, spec: LMTaskRunSpec, device: torch.device
 
 def _fit_task(model: torch.nn.Module, spec: LMTaskRunSpec, generator: torch.Generator, device: torch.device | str,
               progress: Callable[[int, float], None] | None, stop: Callable[[int], bool] | None) -> TrainResult:
-    iv, tr = spec.intervention, spec.train
-    intervention = make_intervention(iv.kind, sigma=iv.sigma, beta=iv.beta, reset_prob=iv.reset_prob)
+    tr = spec.train
+    intervention = spec.intervention.make()
     return fit(model, _batches(spec, generator), intervention, generator, steps=tr.steps, batch_size=tr.batch_size,
                lr=tr.lr, weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
                device=str(device), threads=tr.threads, progress=progress, stop=stop)
@@ -255,9 +254,9 @@ def post_train_arm(model: torch.nn.Module, spec: LMTaskRunSpec, kind: str, devic
                    progress: Callable[[int, float], None] | None = None) -> TrainResult:
     """Post-train ``model`` (the trained weights, changed in place) with intervention ``kind``
     for ``spec.post.steps`` steps (see :class:`~dynlab.lm.spec.TaskPostSpec`)."""
-    post, tr, iv = spec.post, spec.train, spec.intervention
+    post, tr = spec.post, spec.train
     assert post is not None
-    intervention = make_intervention(kind, sigma=iv.sigma, beta=iv.beta, reset_prob=iv.reset_prob)
+    intervention = spec.intervention.make(kind)
     batches = torch.Generator().manual_seed(spec.seed + POST_SEED_OFFSET)
     noise = torch.Generator().manual_seed(spec.seed + POST_SEED_OFFSET + 1)
     return fit(model, _batches(spec, batches), intervention, noise, steps=post.steps, batch_size=tr.batch_size,

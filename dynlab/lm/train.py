@@ -31,10 +31,14 @@ from dynlab.lm.states import detach_states, map_states
 from dynlab.runtime import resolve_device, train_threads
 from dynlab.training import TrainResult, cosine_lr
 
-__all__ = ["LR_FLOOR", "TrainResult", "fit", "resolve_device", "make_loader", "train_lm", "train_summary"]
+__all__ = ["ADAM_BETAS", "ADAM_EPS", "LR_FLOOR", "batch_source", "TrainResult", "fit", "resolve_device", "make_loader", "train_lm", "train_summary"]
 
 #: The LM schedule decays to this fraction of ``lr`` (the tracker schedule to 0).
 LR_FLOOR = 0.1
+
+#: AdamW's betas and epsilon (torch's default epsilon), here and in the stacks (:mod:`dynlab.lm.ensemble`).
+ADAM_BETAS = (0.9, 0.95)
+ADAM_EPS = 1e-8
 
 
 def make_loader(intervention: Intervention, data: torch.Tensor, batch_size: int, seq_len: int,
@@ -43,6 +47,17 @@ def make_loader(intervention: Intervention, data: torch.Tensor, batch_size: int,
     if intervention.loader == "sequential":
         return SequentialChunkLoader(data, batch_size, seq_len)
     return RandomWindowLoader(data, batch_size, seq_len, generator)
+
+
+def batch_source(loader: RandomWindowLoader | SequentialChunkLoader
+                 ) -> Callable[[], tuple[torch.Tensor, None, torch.Tensor]]:
+    """``fit``'s ``next_batch`` over a text loader: ``(tokens [B, L + 1], None, fresh [B])`` of its next batch."""
+
+    def next_batch() -> tuple[torch.Tensor, None, torch.Tensor]:
+        batch = next(loader)
+        return batch.tokens, None, batch.fresh
+
+    return next_batch
 
 
 def train_lm(
@@ -73,12 +88,7 @@ def train_lm(
     """
     generator = torch.Generator().manual_seed(seed)
     loader = make_loader(intervention, data, batch_size, seq_len, generator)
-
-    def next_batch() -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        batch = next(loader)
-        return batch.tokens, None, batch.fresh
-
-    return fit(model, next_batch, intervention, generator, steps=steps, batch_size=batch_size, lr=lr,
+    return fit(model, batch_source(loader), intervention, generator, steps=steps, batch_size=batch_size, lr=lr,
                weight_decay=weight_decay, grad_clip=grad_clip, warmup_frac=warmup_frac, device=device,
                threads=threads, progress=progress, stop=stop)
 
@@ -166,7 +176,7 @@ def _adamw(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.Adam
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
                               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-                             lr=lr, betas=(0.9, 0.95))
+                             lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS)
 
 
 def _masked_mean(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

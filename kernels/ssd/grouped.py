@@ -46,7 +46,7 @@ def ssd_grouped(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
         raise ValueError(f"ssd_grouped: need x [G, T, H, P], dt [G, T, H], A [G, H], B and C [G, T, N]; got "
                          f"{tuple(x.shape)}, {tuple(dt.shape)}, {tuple(A.shape)}, {tuple(B.shape)}, {tuple(C.shape)}")
     state = x.new_zeros(g, h, p, n) if initial_state is None else initial_state.to(x.dtype)
-    limit = _FACTOR_LIMIT[x.dtype] if x.dtype in _FACTOR_LIMIT else _FACTOR_LIMIT[torch.float32]
+    limit = _FACTOR_LIMIT.get(x.dtype, _FACTOR_LIMIT[torch.float32])
     ys = []
     for start in range(0, t, chunk_size):
         stop = min(start + chunk_size, t)
