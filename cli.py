@@ -1,5 +1,5 @@
-"""The ``dynlab`` command line: Typer wiring only; :mod:`dynlab.options` checks the options
-and every command calls a library function.
+"""The ``dynlab`` command line: Typer wiring only; every command calls its function of the
+application layer (:mod:`dynlab.app`), which checks the options and does the work.
 
 Bad input (an unknown name, an impossible value, a broken study folder, an output folder
 that cannot be written) prints one line ``error: …`` naming the option as typed and the
@@ -28,11 +28,19 @@ from typing import Annotated, Optional  # noqa: E402
 
 import typer  # noqa: E402
 
-from dynlab import options as opt  # noqa: E402
+from dynlab.app import analyze as app_analyze  # noqa: E402
+from dynlab.app import bench as app_bench  # noqa: E402
+from dynlab.app import checks, console  # noqa: E402
+from dynlab.app import export as app_export  # noqa: E402
+from dynlab.app import figures as app_figures  # noqa: E402
+from dynlab.app import lm_config, posttrain  # noqa: E402
+from dynlab.app import models as app_models  # noqa: E402
+from dynlab.app import report as app_report  # noqa: E402
+from dynlab.app import study as app_study  # noqa: E402
+from dynlab.app.checks import DEFAULT_OUT  # noqa: E402
 from dynlab.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, check_environment, debug_enabled,  # noqa: E402
                            exit_status, is_usage_error)
-from dynlab.names import BABI_KINDS, EXECUTORS, HF_EXPORT_ALLOWED, HF_EXPORT_FILES, INTERVENTION_NAMES  # noqa: E402, F401
-from dynlab.options import DEFAULT_OUT, POST_TRAIN_TASKS  # noqa: E402, F401
+from dynlab.names import BABI_KINDS, INTERVENTION_NAMES  # noqa: E402
 from dynlab.studies import CATALOG, StudyEntry  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -67,20 +75,6 @@ DepthsOpt = _o(Optional[str], "--depths", help="passkey: comma list of needle de
 KindsOpt = _o(Optional[str], "--kinds", help=f"babilong: comma list of {', '.join(BABI_KINDS)}.")
 
 
-def _run(entry: StudyEntry, options, out: str, device: str, quiet: bool, analyze: bool, executor: str,
-         scheduler: str | None, workers: int | None) -> None:
-    """Run study ``entry`` with checked ``options`` and print its dataset's path."""
-    out_dir = opt.out_folder(out)
-    opt.check_device(device)
-    opt.check_executor(executor, scheduler, workers)
-    opt.quiet_libraries(quiet)
-    from dynlab.studies import get_study
-
-    path = opt.run_selected_study(entry.name, get_study, options, out_dir, device, quiet, analyze, executor, scheduler,
-                                  workers, typer.echo)
-    typer.echo(f"dataset: {path}")
-
-
 def _add_study_command(entry: StudyEntry) -> None:
     """Study commands of the tracking studies: cells, groups, seeds."""
 
@@ -88,11 +82,12 @@ def _add_study_command(entry: StudyEntry) -> None:
                 out: OutOpt = DEFAULT_OUT, device: DeviceOpt = "auto", no_analysis: NoAnalysisOpt = False,
                 quiet: QuietOpt = False, executor: ExecutorOpt = "inprocess", scheduler: SchedulerOpt = None,
                 workers: WorkersOpt = None) -> None:
-        options = opt.tracking_study_options(entry, models, groups, seeds, preset, analyze=not no_analysis)
-        _run(entry, options, out, device, quiet, not no_analysis, executor, scheduler, workers)
+        path = app_study.run_tracking_study(entry.name, models, groups, seeds, preset, out, device, not no_analysis,
+                                            quiet, executor, scheduler, workers, echo=typer.echo)
+        typer.echo(f"dataset: {path}")
 
     # the study's own presets (a real annotation object: string annotations cannot see locals)
-    command.__annotations__["preset"] = _o(str, "--preset", "-p", help=opt.preset_help(entry.presets))
+    command.__annotations__["preset"] = _o(str, "--preset", "-p", help=app_study.preset_help(entry.presets))
     study_app.command(name=entry.name, help=entry.description)(command)
 
 
@@ -104,10 +99,11 @@ def _add_lm_study_command(entry: StudyEntry) -> None:
                 preset: PresetOpt = "quick", out: OutOpt = DEFAULT_OUT, device: DeviceOpt = "auto",
                 quiet: QuietOpt = False, executor: ExecutorOpt = "inprocess", scheduler: SchedulerOpt = None,
                 workers: WorkersOpt = None, steps=None, d_model=None, n_layers=None, batch_size=None, lr=None,
-                seq_len=None, config=None) -> None:  # the knobs' annotations: opt.LM_KNOB_OPTIONS, below
-        options = opt.lm_study_options(entry, models, interventions, source, lengths, depths, kinds, seeds, preset, CATALOG,
-                                       dict(zip(opt.LM_KNOBS, (steps, d_model, n_layers, batch_size, lr, seq_len))), config)
-        _run(entry, options, out, device, quiet, False, executor, scheduler, workers)
+                seq_len=None, config=None) -> None:  # the knobs' annotations: lm_config.LM_KNOB_OPTIONS, below
+        knobs = dict(zip(lm_config.LM_KNOBS, (steps, d_model, n_layers, batch_size, lr, seq_len)))
+        path = app_study.run_lm_study(entry.name, models, interventions, source, lengths, depths, kinds, seeds, preset,
+                                      out, device, quiet, executor, scheduler, workers, knobs, config, echo=typer.echo)
+        typer.echo(f"dataset: {path}")
 
     # per-study help texts: real annotation objects (this module's string annotations cannot see locals)
     command.__annotations__.update(
@@ -115,7 +111,7 @@ def _add_lm_study_command(entry: StudyEntry) -> None:
         interventions=_o(Optional[str], "--interventions", "-i",
                          help=f"Comma list of: {', '.join(entry.interventions)} (default: the study's)."),
         preset=_o(str, "--preset", "-p", help=f"One of: {', '.join(entry.presets)}."),
-        **{name: _o(Optional[kind], flag, help=text) for name, (flag, kind, text) in opt.LM_KNOB_OPTIONS.items()},
+        **{name: _o(Optional[kind], flag, help=text) for name, (flag, kind, text) in lm_config.LM_KNOB_OPTIONS.items()},
     )
     study_app.command(name=entry.name, help=entry.description)(command)
 
@@ -137,52 +133,31 @@ def lm_post_train(
     device: DeviceOpt = "auto",
 ) -> None:
     """Post-train a checkpoint with an initial-state intervention, then evaluate PPL(t), EffRem, state statistics (and the task)."""
-    opt.post_train_options(intervention, task, source, seq_len, steps, batch_size, lr, length_multiple, samples, seed,
-                           device)
-    out_dir = opt.post_train_places(out, checkpoint)
-    from importlib import import_module
-
-    from dynlab.lm.posttrain import run_post_train
-    from dynlab.studies.long_context import check_source
-
-    grid = None if task is None else import_module(f"dynlab.studies.{POST_TRAIN_TASKS[task]}").PRESETS["quick"]["task"]
-    spec = opt.post_train_spec(checkpoint, intervention, task, grid, source, check_source, seq_len, steps, batch_size,
-                               lr, length_multiple, samples, seed)
-    typer.echo(f"run: {run_post_train(spec, out_dir, device=device)}")
+    run = posttrain.post_train(checkpoint, intervention, steps, task, source, seq_len, batch_size, lr, length_multiple,
+                               samples, seed, out, device)
+    typer.echo(f"run: {run}")
 
 
 @study_app.command("list")
 def study_list() -> None:
     """List the registered studies and their presets."""
-    rows = [(e.name, ", ".join(e.presets), e.description) for e in CATALOG.values()]
-    w_name, w_presets = max(len("study"), *(len(r[0]) for r in rows)), max(len("presets"), *(len(r[1]) for r in rows))
-    for name, presets, description in [("study", "presets", "description"), *rows]:
-        typer.echo(f"{name:{w_name}s}  {presets:{w_presets}s}  {description}")
+    for line in app_study.study_table():
+        typer.echo(line)
 
 
 @app.command()
 def models() -> None:
     """List registered architectures with declared and measured family."""
-    from dynlab.tracking.models import Tracker, available_cells, measure_family
-
-    typer.echo(f"{'name':18s} {'declared':16s} {'measured':16s}")
-    for name in available_cells():
-        cell = Tracker(name, 4, 4, hidden=8).cells[0]
-        typer.echo(f"{name:18s} {cell.declared_family:16s} {measure_family(cell):16s}")
+    for line in app_models.model_table():
+        typer.echo(line)
 
 
 @app.command()
 def analyze(study_dir: Annotated[str, typer.Argument(help="A study folder written by `dynlab study`.")],
             device: DeviceOpt = "auto", quiet: QuietOpt = False) -> None:
     """Recompute the analyses of an existing study without retraining."""
-    study_dir = opt.study_folder_to_analyze(study_dir, device, quiet)
-    from dynlab.analysis.correlation import format_correlation_report
-    from dynlab.runner import analyze_study, open_study
-    from dynlab.studies import get_study
-
-    path = analyze_study(study_dir, get_study, device=device, progress=not quiet)
-    correlations = format_correlation_report(open_study(path))  # the T_cross–mp table, when the study has one
-    if correlations:
+    path, correlations = app_analyze.analyze(study_dir, device, quiet)
+    if correlations:  # the T_cross–mp table, when the study has one
         typer.echo(correlations)
     typer.echo(f"dataset: {path}")
 
@@ -191,11 +166,7 @@ def analyze(study_dir: Annotated[str, typer.Argument(help="A study folder writte
 def figures(study_dir: Annotated[str, typer.Argument(help="A study folder written by `dynlab study` (or its dataset.nc).")],
             out: _o(str, "--out", "-o", help="Folder for the PNG and PDF files.") = "figures") -> None:
     """Draw every panel of a study (PNG + PDF) and one composite figure (a panel with nothing to draw: empty, saying why)."""
-    out_dir, study_dir = opt.figure_places(out, study_dir)
-    from dynlab.runner import draw_study_figures
-    from dynlab.studies import STUDIES
-
-    figs = draw_study_figures(study_dir, out_dir, STUDIES)
+    figs = app_figures.figures(study_dir, out)
     for path in figs.written:
         typer.echo(str(path))
     for name, why in figs.skipped.items():  # an empty panel is written, saying why; a skipped one is not
@@ -205,11 +176,7 @@ def figures(study_dir: Annotated[str, typer.Argument(help="A study folder writte
 @app.command()
 def report(datasets: Annotated[list[str], typer.Argument(help="Study folders or dataset.nc files (copying, passkey, babilong, length-generalization), or benchmark .json files.")]) -> None:
     """Print a study's paper tables as Markdown, read from its dataset (e.g. `dynlab report runs/passkey > results.md`)."""
-    datasets = [opt.nonempty_path(d, "DATASETS", "study folders, dataset.nc files or benchmark .json files") for d in datasets]
-    from dynlab.report import report as make_report
-
-    texts = [make_report(path) for path in datasets]  # every dataset is read before anything is printed
-    for path, text in zip(datasets, texts):
+    for path, text in app_report.report(datasets):  # every dataset is read before anything is printed
         typer.echo(f"## {path}\n\n{text}")
 
 
@@ -218,28 +185,24 @@ def lm_export(run: Annotated[Path, typer.Argument(help="A dynlab LM run folder (
               out: Annotated[str, typer.Argument(help="Folder for the Hugging Face model (config.json + model.safetensors).")],
               dtype: _o(Optional[str], "--dtype", help="float32, float64 or bfloat16 (default: the run's).") = None) -> None:
     """Export a dynlab LM run as a Hugging Face Mamba2ForCausalLM / MambaForCausalLM folder (from_pretrained loads it)."""
-    out_dir = opt.export_places(run, out, dtype)
-    import torch
-
-    from dynlab.lm.export import export_hf
-
-    typer.echo(str(export_hf(run, out_dir, dtype=None if dtype is None else getattr(torch, dtype))))
+    typer.echo(str(app_export.export(run, out, dtype)))
 
 
 def bench_train_cmd(models="tanh-rnn,mamba", hidden=128, batch=256, length=60, ensembles="16,64", steps=4, repeats=2,
                     quick=False, device="auto", compile=False, json_out=None) -> None:  # noqa: A002
     """Training throughput: user baseline vs dynlab (one model, ensembles) vs the floor (GEMM or bandwidth)."""
-    opt.run_bench_train(models, hidden, batch, length, ensembles, steps, repeats, quick, device, compile, json_out,
-                        typer.echo)
+    app_bench.run_bench_train(models, hidden, batch, length, ensembles, steps, repeats, quick, device, compile, json_out,
+                              typer.echo)
 
 
 def bench_lm_cmd(widths="16,64,128,256", ensembles="8,16,32", batch=16, length=32, steps=8, memory=True,
                  json_out=None) -> None:
     """LM training throughput: the one-model loop vs stacks of models vs the no-op-mixer and FLOP floors."""
-    opt.run_bench_lm(widths, ensembles, batch, length, steps, memory, json_out, typer.echo)
+    app_bench.run_bench_lm(widths, ensembles, batch, length, steps, memory, json_out, typer.echo)
 
 
-for _name, _fn, _table in (("train", bench_train_cmd, opt.BENCH_TRAIN_OPTIONS), ("lm", bench_lm_cmd, opt.BENCH_LM_OPTIONS)):
+for _name, _fn, _table in (("train", bench_train_cmd, app_bench.BENCH_TRAIN_OPTIONS),
+                           ("lm", bench_lm_cmd, app_bench.BENCH_LM_OPTIONS)):
     _fn.__annotations__.update({k: _o(kind, *flags, help=text) for k, (flags, kind, text) in _table.items()})
     bench_app.command(_name)(_fn)
 
@@ -252,11 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command; its exit code (:func:`dynlab.errors.exit_status`: bad input 2, Ctrl-C 130, else 1;
     ``DYNLAB_DEBUG=1``: a failure's traceback). A group called without a command prints its help (0)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    opt.NOTES.clear()
+    checks.NOTES.clear()
     try:
         if signal.getsignal(signal.SIGINT) is _interrupted_at_start:  # from here on Ctrl-C is a KeyboardInterrupt
             signal.signal(signal.SIGINT, signal.default_int_handler)
-        opt.tolerant_output()
+        console.tolerant_output()
         check_environment()  # every DYNLAB_* switch, before any work
         command = typer.main.get_command(app)
         with command.make_context("dynlab", args) as ctx:
@@ -268,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                 typer.echo(text)
             return EXIT_OK
         code, line = exit_status(exc)
-        line = opt.option_of_other_studies(exc, args, lambda: typer.main.get_command(app)) or line
+        line = console.option_of_other_studies(exc, args, lambda: typer.main.get_command(app)) or line
         if isinstance(exc, BrokenPipeError):  # nothing more reaches the reader, not even at exit
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         if code == EXIT_FAILURE and line is not None and debug_enabled() and not is_usage_error(exc):

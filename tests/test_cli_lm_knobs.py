@@ -141,7 +141,7 @@ def test_config_reader_falls_back_to_tomli(tmp_path, monkeypatch):
     import tomllib
 
     from dynlab.errors import DynlabInputError
-    from dynlab.options import read_config
+    from dynlab.app.lm_config import read_config
 
     cfg = tmp_path / "c.toml"
     cfg.write_text("steps = 3\n[model]\nd_model = 8\n")

@@ -49,7 +49,7 @@ def test_quiet_silences_transformers_notices(monkeypatch):
     from conftest import need_transformers
 
     transformers = need_transformers()
-    from dynlab.options import quiet_libraries
+    from dynlab.app.checks import quiet_libraries
 
     monkeypatch.delenv("TRANSFORMERS_VERBOSITY", raising=False)
     before = transformers.logging.get_verbosity()

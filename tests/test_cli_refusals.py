@@ -94,7 +94,7 @@ def test_an_empty_json_path_is_refused(tmp_path, capsys, monkeypatch):
 def test_a_spec_error_is_said_in_option_words(tmp_path):
     from pydantic import BaseModel, Field
 
-    from dynlab.options import in_option_words as _in_option_words
+    from dynlab.app.checks import in_option_words as _in_option_words
 
     class EvalSpec(BaseModel):
         chunk_len: int = Field(ge=1)

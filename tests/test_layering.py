@@ -261,8 +261,58 @@ def test_import_dynlab_dynlab_fails():
             importlib.import_module(name)
 
 
+#: What cli.py may import of the package: the start-up guard, the exit codes, the name lists
+#: and the study catalog it declares commands from, and the application layer it calls.
+CLI_MAY_IMPORT = ("dynlab._start", "dynlab.errors", "dynlab.names", "dynlab.studies", "dynlab.app")
+
+
+def _cli_imports_beyond_the_app(path: Path) -> list[str]:
+    """The package modules ``path`` (the command line) imports besides :data:`CLI_MAY_IMPORT`
+    (``dynlab.app`` and its modules; the catalog, not a study module)."""
+    return sorted(m for m in _imports(path) if (m == "dynlab" or m.startswith("dynlab."))
+                  and not (m in CLI_MAY_IMPORT or m.startswith("dynlab.app.")))
+
+
+def test_the_command_line_calls_only_the_application_layer():
+    bad = _cli_imports_beyond_the_app(ROOT / "cli.py")
+    assert not bad, f"cli.py imports {bad}: a command calls its function in dynlab/app/, which imports the library"
+
+
+def _app_importers(paths: list[Path], root: Path = ROOT) -> list[str]:
+    return sorted(f"{p.relative_to(root)}: {m}" for p in paths for m in _imports(p)
+                  if m == "dynlab.app" or m.startswith("dynlab.app."))
+
+
+def test_nothing_below_the_application_layer_imports_it():
+    below = [p for p in _files("dynlab", "studies", "kernels")
+             if not p.is_symlink() and (ROOT / "dynlab" / "app") not in p.parents]
+    bad = _app_importers(below)
+    assert not bad, f"the library, the studies and the kernels sit below dynlab.app: {bad}"
+
+
+def test_the_application_layer_checks_can_fail(tmp_path):
+    cli = tmp_path / "cli.py"
+    cli.write_text("from dynlab.app import study\nfrom dynlab.app.checks import NOTES\nimport dynlab.errors\n"
+                   "from dynlab.runner import run_study\nfrom dynlab.studies.copying import STUDY\nimport typer\n")
+    assert _cli_imports_beyond_the_app(cli) == ["dynlab.runner", "dynlab.studies.copying"]
+    below = tmp_path / "runner.py"
+    below.write_text("def f():\n    from dynlab.app.checks import parse_list\n")
+    assert _app_importers([below, cli], tmp_path) == ["cli.py: dynlab.app", "cli.py: dynlab.app.checks",
+                                                      "runner.py: dynlab.app.checks"]
+
+
+#: The longest module of the application layer (one module per concern).
+MAX_APP_MODULE_LINES = 400
+
+
+def test_the_application_layer_has_one_module_per_concern():
+    long = {p.name: n for p in _files("dynlab/app") if (n := len(p.read_text().splitlines())) > MAX_APP_MODULE_LINES}
+    assert not long, long
+    assert not (ROOT / "dynlab" / "options.py").exists()
+
+
 def test_the_command_line_only_wires_and_kernels_are_by_op():
-    """cli.py stays wiring (at most 300 lines; the checks live in dynlab.options); kernels/
+    """cli.py stays wiring (at most 300 lines; the checks live in dynlab.app); kernels/
     holds one folder per op and at most three modules beside them."""
     assert len((ROOT / "cli.py").read_text().splitlines()) <= 300
     loose = sorted(p.name for p in (ROOT / "kernels").glob("*.py") if p.name != "__init__.py")

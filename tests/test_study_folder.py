@@ -186,7 +186,7 @@ def test_links_are_never_followed_out_of_a_study(tmp_path):
 # -- dynlab figures --out ----------------------------------------------------------------
 
 def test_figures_never_overwrite_a_users_files(tmp_path, capsys):
-    from dynlab.options import FIGURE_FILES, figure_notes_of_dynlab
+    from dynlab.app.figures import FIGURE_FILES, figure_notes_of_dynlab
 
     pics = tmp_path / "mypics"
     pics.mkdir()

@@ -1,0 +1,40 @@
+"""``dynlab lm export``: a dynlab LM run as a Hugging Face model folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dynlab.app.checks import nonempty_path
+from dynlab.app.folders import check_out
+from dynlab.errors import DynlabInputError
+from dynlab.names import HF_EXPORT_ALLOWED, HF_EXPORT_FILES
+
+
+def export_places(run: Path, out: str, dtype: str | None) -> Path:
+    """``dynlab lm export``'s output folder, checked with its run folder and ``--dtype``."""
+    dtypes = ("float32", "float64", "bfloat16")
+    if dtype is not None and dtype not in dtypes:
+        raise DynlabInputError(f"--dtype {dtype!r} is not a dtype dynlab exports; allowed: {', '.join(dtypes)}")
+    out_dir = nonempty_path(out, "OUT", "a folder (made when missing)")
+    if not run.is_dir():
+        raise DynlabInputError(f"RUN {str(run)!r} is not a folder; allowed: a dynlab LM run folder (runs/<id>)")
+    from dynlab.outputs import refuse_foreign_folder
+
+    from dynlab.outputs import refuse_inside_dynlab_folder
+
+    refuse_foreign_folder(out_dir, "OUT", own=HF_EXPORT_FILES, allowed=HF_EXPORT_ALLOWED)  # before anything is loaded
+    refuse_inside_dynlab_folder(out_dir, "OUT", "a folder outside dynlab's run and study folders")
+    check_out(out_dir, flag="OUT")
+    return out_dir
+
+
+def export(run: str | Path, out: str, dtype: str | None = None) -> Path:
+    """Export the LM run in ``run`` to the folder ``out`` (``dtype``: float32, float64 or
+    bfloat16; None: the run's), after ``dynlab lm export``'s checks; the folder written."""
+    run = Path(run)
+    out_dir = export_places(run, out, dtype)
+    import torch
+
+    from dynlab.lm.export import export_hf
+
+    return export_hf(run, out_dir, dtype=None if dtype is None else getattr(torch, dtype))

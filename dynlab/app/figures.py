@@ -1,0 +1,52 @@
+"""``dynlab figures``: every panel of a study, drawn into a folder that only figures are written to."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from dynlab.app.checks import nonempty_path
+from dynlab.app.folders import check_out
+
+
+#: What ``dynlab figures`` writes (``dynlab.figures.write_figures``): a folder holding
+#: only these takes new figures.
+FIGURE_FILES = ("*.png", "*.pdf", "*.md", "NOTES.txt")
+
+def figure_places(out: str, study_dir: str) -> tuple[Path, Path]:
+    """``dynlab figures``'s output folder, checked (not a folder of other files, writable),
+    and its STUDY_DIR (not an empty path)."""
+    study = nonempty_path(study_dir, "STUDY_DIR", "a study folder written by `dynlab study`, or its dataset.nc")
+    out_dir = nonempty_path(out, "--out", "a folder (made when missing), e.g. --out figures")
+    from dynlab.outputs import refuse_foreign_folder
+
+    from dynlab.results.folder import FIGURES_MARKER, check_owned_folder
+
+    allowed = "a new or empty folder, or one `dynlab figures` wrote"
+    refuse_foreign_folder(out_dir, "--out", own=FIGURE_FILES, allowed=allowed)
+    check_owned_folder(out_dir, FIGURES_MARKER, FIGURE_FILES, "--out", allowed, legacy=figure_notes_of_dynlab)
+    check_out(out_dir)
+    return out_dir, study
+
+
+def figure_notes_of_dynlab(folder: Path) -> bool:
+    """Whether ``folder/NOTES.txt`` reads as the notes ``dynlab figures`` writes (a figure
+    folder written before its marker existed)."""
+    try:
+        lines = (folder / "NOTES.txt").read_text(encoding="utf-8").splitlines()
+    except (OSError, ValueError):
+        return False
+    note = re.compile(r"[\w.+-]+: (drawn empty|skipped) \(.*\)")
+    return bool(lines) and (lines == ["all panels drawn"] or all(note.fullmatch(line) for line in lines))
+
+
+def figures(study_dir: str | Path, out: str = "figures") -> Any:
+    """Draw every panel of the study in ``study_dir`` (a study folder or its dataset.nc) into
+    ``out``, after ``dynlab figures``' checks: what :func:`dynlab.runner.draw_study_figures`
+    returns (``written``, ``skipped``, ``empty``)."""
+    out_dir, study = figure_places(out, str(study_dir))
+    from dynlab.runner import draw_study_figures
+    from dynlab.studies import STUDIES
+
+    return draw_study_figures(study, out_dir, STUDIES)

@@ -1,0 +1,109 @@
+"""``dynlab lm post-train``: a checkpoint post-trained with an initial-state intervention,
+then evaluated; its options checked before anything is loaded, its output folder probed,
+its :class:`~dynlab.lm.posttrain.PostTrainSpec` built with errors in the options' words."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from dynlab.app.checks import DEFAULT_OUT, check_device, check_source_option, in_option_words, in_range, out_folder
+from dynlab.app.folders import check_out
+from dynlab.errors import DynlabInputError
+from dynlab.names import INTERVENTION_NAMES, TBTT, TBTT_ON_TASKS
+
+#: ``lm post-train --task`` kind -> the study whose quick preset gives its task grid.
+POST_TRAIN_TASKS = {"copying": "copying", "passkey": "passkey", "babi": "babilong"}
+
+
+def post_train_places(out: str, checkpoint: Path) -> Path:
+    """The output folder of ``lm post-train``, checked (not a run or study folder;
+    ``OUT/post-train/runs`` probed), after checking that ``--checkpoint`` is a folder."""
+    out_dir = out_folder(out)
+    from dynlab.outputs import refuse_foreign_folder
+
+    refuse_foreign_folder(out_dir, "--out", allowed="a folder of studies (made when missing), not a run or study folder")
+    check_out(out_dir, "post-train", "post-train/runs")  # the run goes to OUT/post-train/runs/<id>
+    if not checkpoint.expanduser().is_dir():  # the words of dynlab.lm.posttrain.load_checkpoint
+        why = "a file, not a folder" if checkpoint.expanduser().exists() else "no such folder"
+        raise DynlabInputError(f"checkpoint {str(checkpoint.expanduser())!r} is not a model ({why}); allowed: a "
+                               "dynlab LM run folder (spec.json + model.safetensors) or a Hugging Face Mamba/Mamba2 "
+                               "folder (config.json + weights)")
+    return out_dir
+
+
+def post_train_options(intervention: str, task: str | None, source: str, seq_len: int | None, steps: int,
+                       batch_size: int, lr: float, length_multiple: int, samples: int, seed: int, device: str) -> None:
+    """Refuse a bad option of ``dynlab lm post-train`` before anything is loaded."""
+    from dynlab.spec import MAX_BATCH, MAX_LENGTH, MAX_SAMPLES, MAX_SEED, MAX_STEPS
+
+    if task is not None and task not in POST_TRAIN_TASKS:
+        raise DynlabInputError(f"unknown task kind {task!r}; allowed: {', '.join(POST_TRAIN_TASKS)}")
+    if intervention not in INTERVENTION_NAMES:
+        raise DynlabInputError(f"unknown --intervention {intervention!r}; allowed: {', '.join(INTERVENTION_NAMES)}")
+    if task is not None and intervention == TBTT:
+        raise DynlabInputError(TBTT_ON_TASKS)
+    check_source_option(source)
+    if seq_len is not None:
+        in_range("--seq-len", seq_len, 2, MAX_LENGTH, "tokens")
+    in_range("--steps", steps, 0, MAX_STEPS)
+    in_range("--batch-size", batch_size, 1, MAX_BATCH)
+    in_range("--eval-multiple", length_multiple, 2, None, "(times --seq-len)")
+    in_range("--samples", samples, 1, MAX_SAMPLES, "windows")
+    in_range("--seed", seed, 0, MAX_SEED)
+    if not lr > 0:
+        raise DynlabInputError(f"--lr {lr} is out of range; allowed: a number above 0")
+    check_device(device)
+
+
+def post_train_spec(checkpoint: Path, intervention: str, task: str | None, task_grid: Mapping[str, Any] | None,
+                    source: str, check_source: Callable[..., Any], seq_len: int | None, steps: int, batch_size: int,
+                    lr: float, length_multiple: int, samples: int, seed: int) -> Any:
+    """The :class:`~dynlab.lm.posttrain.PostTrainSpec` of ``dynlab lm post-train``'s options
+    (``task_grid``: the task study's quick preset; ``check_source``: the LM studies' check
+    that the text holds the evaluation), a validation error said in the options' words."""
+    from dynlab.lm.posttrain import PostTrainSpec, PostTrainTrainSpec, checkpoint_digest, load_checkpoint
+    from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMEvalSpec, LMTaskSpec, check_eval_size
+
+    _, meta = load_checkpoint(checkpoint)  # one line naming the path when it is not a model
+    length = seq_len if seq_len is not None else int(meta.get("seq_len", 64))
+    length_flag = "--seq-len" if seq_len is not None else f"the checkpoint's training length {length} (--seq-len)"
+    with in_option_words({"chunk_len": length_flag, "bin_width": length_flag, "seq_len": length_flag,
+                          "n_samples": "--samples", "effrem_samples": "--samples", "length_multiple": "--eval-multiple",
+                          "steps": "--steps", "batch_size": "--batch-size", "lr": "--lr", "seed": "--seed",
+                          "source": "--source", "kind": "--intervention"}):
+        task_spec = None if task is None else LMTaskSpec(kind=task, **task_grid)
+        evals = LMEvalSpec(length_multiple=length_multiple, n_samples=samples, chunk_len=min(256, length),
+                           bin_width=min(16, length), effrem_samples=min(16, samples))
+        if task_spec is None:  # the evaluation's size, before the text is read for it
+            check_eval_size(length, evals.length_multiple, evals.n_samples)
+        need = max([evals.length_multiple * length, *(task_spec.eval_lengths if task_spec else ())]) + 1
+        data = check_source(source, LMDataSpec().val_fraction, need)
+        return PostTrainSpec(
+            checkpoint=str(checkpoint.expanduser().resolve()), checkpoint_sha256=checkpoint_digest(checkpoint),
+            data=data, intervention=InterventionSpec(kind=intervention), task=task_spec,
+            train=PostTrainTrainSpec(steps=steps, batch_size=batch_size, seq_len=length, lr=lr), eval=evals, seed=seed,
+        )
+
+
+def post_train(checkpoint: str | Path, intervention: str = "state-passing", steps: int = 100, task: str | None = None,
+               source: str = "shakespeare", seq_len: int | None = None, batch_size: int = 16, lr: float = 3e-4,
+               length_multiple: int = 16, samples: int = 64, seed: int = 0, out: str = DEFAULT_OUT,
+               device: str = "auto") -> Path:
+    """``dynlab lm post-train``: post-train ``checkpoint`` (a dynlab LM run folder or a
+    Hugging Face Mamba/Mamba2 folder) with ``intervention``, then evaluate it (on ``task``
+    when given); the options checked as the command line checks them; the run's folder."""
+    checkpoint = Path(checkpoint)
+    post_train_options(intervention, task, source, seq_len, steps, batch_size, lr, length_multiple, samples, seed,
+                       device)
+    out_dir = post_train_places(out, checkpoint)
+    from importlib import import_module
+
+    from dynlab.lm.posttrain import run_post_train
+    from dynlab.studies.long_context import check_source
+
+    grid = None if task is None else import_module(f"dynlab.studies.{POST_TRAIN_TASKS[task]}").PRESETS["quick"]["task"]
+    spec = post_train_spec(checkpoint, intervention, task, grid, source, check_source, seq_len, steps, batch_size,
+                           lr, length_multiple, samples, seed)
+    return run_post_train(spec, out_dir, device=device)
