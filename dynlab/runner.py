@@ -18,7 +18,7 @@ from typing import Any
 
 import xarray as xr
 
-from dynlab.spec import Spec, check_analysable, load_spec
+from dynlab.spec import Spec, load_spec
 from dynlab.errors import DynlabInputError
 from dynlab.executors import Executor, InProcessExecutor
 from dynlab.results.schema import DATASET, annotate, provenance_attrs, write_dataset
@@ -46,15 +46,10 @@ def study_dir(out: str | Path, study: Study) -> Path:
 
 
 def check_analyses_fit(study: Study, specs: list[Spec], analyze: bool) -> None:
-    """Refuse, before anything runs, a study whose per-run analyses would be asked of a
-    group larger than :data:`~dynlab.spec.MAX_ANALYSIS_ORDER` (the specs' ``task.group``;
-    one line naming the group, its order and the limit)."""
-    if not analyze or study.analyze_one is None:
-        return
-    for spec in specs:
-        group = getattr(getattr(spec, "task", None), "group", None)
-        if isinstance(group, str):
-            check_analysable(group, study.name)
+    """Refuse, before anything runs, a study whose per-run analyses cannot be done for
+    ``specs`` (the study's :attr:`~dynlab.study.Study.check_analyses`, one line)."""
+    if analyze and study.analyze_one is not None and study.check_analyses is not None:
+        study.check_analyses(study.name, specs)
 
 
 def _heal(specs: list[Spec], store: RunStore, progress: NullProgress) -> None:
@@ -314,6 +309,7 @@ def run_study(
     as such; a crash, e.g. out of memory in the first run, leaves no empty ``runs/``).
     """
     started = time.perf_counter()
+    options = study.prepared(options)  # the study's reading of the selections (group names: canonical)
     study.check_preset(options.preset)
     extra = study.parse_options(options)  # an unknown option is refused in every study
     specs = study.make_specs(options)  # validates everything before anything is written
@@ -600,7 +596,7 @@ def analyze_study(
     path = Path(path)
     manifest = _load_manifest(path)
     study = get_study(manifest["study"])
-    options = _manifest_options(path, manifest)
+    options = study.prepared(_manifest_options(path, manifest))
     study.check_preset(options.preset)
     extra = study.parse_options(options)
     resolve_device(device)

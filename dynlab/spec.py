@@ -33,10 +33,8 @@ __all__ = [
     "Steps",
     "StepsOrZero",
     "Width",
-    "check_analysable",
     "check_limit",
     "check_state_bytes",
-    "MAX_ANALYSIS_ORDER",
     "MAX_BATCH",
     "MAX_ENSEMBLE",
     "MAX_EVAL_LENGTHS",
@@ -92,27 +90,6 @@ def max_local_workers() -> int:
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return min(MAX_WORKERS, max(4, cores))
-#: Largest group (order) whose runs get the per-run error-control analyses
-#: (:func:`dynlab.tracking.analysis.analyze_tracker`): its per-step work grows as
-#: samples × order² and its chunks as samples × steps × order (order 256: about 8 GiB at
-#: the paper preset); larger groups train, but are refused the analyses before anything runs.
-MAX_ANALYSIS_ORDER = 256
-
-
-def check_analysable(group: str, study: str) -> None:
-    """Refuse the per-run analyses of ``group`` (a group name; its order is read from the
-    name, nothing is built) when its order is above :data:`MAX_ANALYSIS_ORDER`: one line
-    naming the group, its order, the limit and ``--no-analysis``."""
-    from dynlab.tracking.groups import group_order
-
-    order = group_order(group)
-    if order > MAX_ANALYSIS_ORDER:
-        raise DynlabInputError(
-            f"group {group} (order {order}) is too large for the per-run analyses of study {study}; "
-            f"allowed: groups of order at most {MAX_ANALYSIS_ORDER} (dynlab.config.MAX_ANALYSIS_ORDER), "
-            "or the study without analyses (--no-analysis)"
-        )
-
 # Bounded field types of the limits above, for every spec (``steps: Steps = 600``): a value
 # outside is refused when the spec is made, with a message naming the bound.
 #: A sequence length (training, evaluation, chunk): 1 … :data:`MAX_LENGTH`.

@@ -52,7 +52,6 @@ __all__ = [
     "Study",
     "StudyExtra",
     "StudyOptions",
-    "canonical_groups",
     "collapse_repeats",
     "override_field",
     "read_result",
@@ -82,21 +81,6 @@ def collapse_repeats(values: Sequence[T], key: Callable[[T], Hashable] | None = 
     return tuple(kept.values()), {kept[k]: n for k, n in counts.items() if n > 1}
 
 
-def canonical_groups(names: Sequence[str]) -> tuple[str, ...]:
-    """Group names in canonical spelling (:func:`dynlab.tracking.groups.group_name`, from the name
-    alone: ``c2`` -> ``C2``), repeats of one group dropped.  A name that is no group is kept
-    as given, for the study to refuse with the allowed names."""
-    from dynlab.tracking.groups import group_name
-
-    def canonical(name: str) -> str:
-        try:
-            return group_name(name)
-        except (ValueError, TypeError):  # DynlabInputError is a ValueError
-            return name
-
-    return collapse_repeats(tuple(canonical(n) for n in names))[0]
-
-
 @dataclass(frozen=True)
 class StudyOptions:
     """The user's selections for one study invocation (None = the preset's default).
@@ -113,12 +97,12 @@ class StudyOptions:
 
     def __post_init__(self) -> None:
         """Selections as tuples with repeats collapsed, so that each run is made once:
-        models and seeds by value, groups by canonical name (:func:`canonical_groups`:
-        ``C2``, ``c2`` and ``C2`` are one group)."""
+        models, groups and seeds by value (a study may read names further, before it makes
+        its specs: :attr:`Study.prepare_options`)."""
         if self.models is not None:
             object.__setattr__(self, "models", collapse_repeats(tuple(self.models))[0])
         if self.groups is not None:
-            object.__setattr__(self, "groups", canonical_groups(tuple(self.groups)))
+            object.__setattr__(self, "groups", collapse_repeats(tuple(self.groups))[0])
         if self.seeds is not None:
             object.__setattr__(self, "seeds", collapse_repeats(tuple(self.seeds))[0])
 
@@ -236,6 +220,16 @@ class Study:
     options_type: type[StudyExtra] = StudyExtra
     #: The study's figures: dataset -> {name: dynlab.figures Panel or Table} (None: no figures).
     panels: Callable[[xr.Dataset], Mapping[str, Any]] | None = None
+    #: The study's own reading of the selections, applied before its specs are made and its
+    #: options recorded (the word-problem studies: group names in canonical spelling); None: as given.
+    prepare_options: Callable[[StudyOptions], StudyOptions] | None = None
+    #: ``(study name, specs)`` -> None, refusing in one line, before anything runs, specs whose
+    #: per-run analyses cannot be done (the word-problem studies: groups too large); None: no check.
+    check_analyses: Callable[[str, list[Spec]], None] | None = None
+
+    def prepared(self, options: StudyOptions) -> StudyOptions:
+        """``options`` as the study reads them (:attr:`prepare_options`)."""
+        return options if self.prepare_options is None else self.prepare_options(options)
 
     def work_items(self, specs: list[Spec]) -> list[list[Spec]]:
         """Split ``specs`` into work items: groups of equal ``group_key`` of at most

@@ -47,6 +47,7 @@ from dynlab.tracking.analysis import AnalysisSpec
 from dynlab.tracking.spec import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 from dynlab.errors import DynlabInputError
 from dynlab.tracking.groups import get_group
+from dynlab.tracking.selection import canonical_groups, canonical_options, check_specs_analysable
 from dynlab.tracking.models import BUILTIN_ARCHS, available_cells
 from dynlab.results.store import RunStore
 from dynlab.runtime import NullProgress
@@ -174,7 +175,7 @@ def make_specs(options: StudyOptions) -> list[RunSpec]:
     extra = TrackingOptions.parse(options, "group-tracking")
     preset = PRESETS[options.preset]
     archs = select_names(options.models, BUILTIN_ARCHS, available_cells(), "model")
-    groups = tuple(get_group(g).name for g in (options.groups or preset.get("groups", DEFAULT_GROUPS)))
+    groups = tuple(get_group(g).name for g in canonical_groups(options.groups or preset.get("groups", DEFAULT_GROUPS)))
     seeds = options.seeds if options.seeds is not None else preset["seeds"]
     if any(s < 0 for s in seeds):
         raise DynlabInputError(f"seeds must be ≥ 0, got {list(seeds)}")
@@ -231,4 +232,6 @@ STUDY = Study(
     group_key=ensemble_group_key,
     max_group=64,
     panels=_panels,
+    prepare_options=canonical_options,
+    check_analyses=check_specs_analysable,
 )

@@ -76,8 +76,9 @@ from dynlab.analysis.contrasts import paired_contrasts
 from dynlab.analysis.lm_metrics import ppl_ranges
 from dynlab.errors import DynlabInputError
 from dynlab.lm.model import VOCAB_SIZE
+from dynlab.lm.results import LMResult
 from dynlab.lm.run import (
-    build_model, checkpoint_steps, count_parameters, result_to_dataset, stack_key, train_and_evaluate, train_and_evaluate_many,
+    build_model, check_source, checkpoint_steps, count_parameters, result_to_dataset, stack_key, train_and_evaluate, train_and_evaluate_many,
 )
 from dynlab.names import INTERVENTION_NAMES, MIXER_NAMES
 from dynlab.lm.spec import (
@@ -88,12 +89,12 @@ from dynlab.results.assemble import assemble_runs, result_columns, stack_runs
 from dynlab.results.store import RunStore
 from dynlab.results.vocabulary import annotate
 from dynlab.studies import CATALOG
-from dynlab.study import RunOutcome, RunResult, Study, StudyOptions, override_field, read_result, select_names
-from dynlab.studies.long_context import LMOptions, check_source
+from dynlab.study import RunOutcome, Study, StudyOptions, override_field, read_result, select_names
+from dynlab.studies.long_context import LMOptions
 from dynlab.runtime import NullProgress
 
 __all__ = ["BUDGET_MODEL", "CONTEXT_SIZES", "CONTEXT_TOKENS", "INTERVENTION_NAMES", "INTERVENTION_SEEDS", "MIXER_NAMES", "PRESETS", "SMOKE_MODEL", "STUDY",
-           "LGOptions", "LMResult", "assemble", "make_specs", "run_one", "steps_for_budget"]
+           "LGOptions", "assemble", "make_specs", "run_one", "steps_for_budget"]
 
 
 _QUICK_MODEL = QUICK_LM_LAYOUT
@@ -248,38 +249,6 @@ class LGOptions(LMOptions):
     train: Annotated[dict[str, Any], AfterValidator(override_field(LMTrainSpec))] = {}
     eval: Annotated[dict[str, Any], AfterValidator(override_field(LMEvalSpec))] = {}
     post: Annotated[dict[str, Any], AfterValidator(override_field(LMPostSpec))] = {}
-
-
-class LMResult(RunResult):
-    """An LM run's ``result.json`` (:func:`dynlab.lm.run.train_and_evaluate`); the
-    evaluation fields are absent for a diverged run.
-
-    ``ppl`` at positions t = 1 … eval length; ``ppl_binned`` at the bin ends
-    ``ppl_binned_t``; ``verdict``: the length-generalization verdict (passed, p_star,
-    t_star, worst_violation, worst_t, max_t; stored as ``lg_*``); ``effrem``: effective
-    remembrance per distance (tv, js, cos) at the starts ``effrem_t``; ``state_mean``,
-    ``state_std``, ``state_norm`` as [layer][head][position] at the positions ``state_t``.
-    ``train_loss``: mean over the last 5 % of the steps (nat/token). ``n_params``: the
-    model's parameters. ``checkpoints``: per training budget of ``eval.checkpoints``, its
-    ``budget``, ``step``, ``tokens`` and the same evaluation fields. ``post``: per
-    post-training arm, its training summary and evaluation. ``ensemble_size``: runs
-    trained together in its stack (``train.engine = "stack"``; absent for ``loop``).
-    """
-
-    ppl: list[float] | None = None
-    ppl_binned_t: list[int] | None = None
-    ppl_binned: list[float] | None = None
-    verdict: dict[str, float | int | bool | None] | None = None
-    effrem_t: list[int] | None = None
-    effrem: dict[str, list[float]] | None = None
-    state_t: list[int] | None = None
-    state_mean: list[list[list[float]]] | None = None
-    state_std: list[list[list[float]]] | None = None
-    state_norm: list[list[list[float]]] | None = None
-    n_params: int | None = None
-    checkpoints: list[dict[str, Any]] | None = None
-    post: dict[str, dict[str, Any]] | None = None
-    ensemble_size: int | None = None
 
 
 def steps_for_budget(model: LMModelSpec, chinchilla: float, batch_size: int, seq_len: int) -> int:

@@ -54,7 +54,8 @@ import numpy as np
 
 from dynlab.analysis.contrasts import paired_contrasts
 from dynlab.errors import DynlabInputError
-from dynlab.lm.run import corpus_for
+from dynlab.lm.results import TaskResult
+from dynlab.lm.run import check_source
 from dynlab.lm.spec import (
     InterventionSpec, LMDataSpec, LMModelSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec, TaskPostSpec, TaskTrainSpec,
     WarmStartSpec, anchor_model_fields,
@@ -65,11 +66,10 @@ from dynlab.names import MIXER_NAMES, TASK_INTERVENTION_NAMES
 from dynlab.results.assemble import result_columns, stack_runs
 from dynlab.results.store import RunStore
 from dynlab.results.vocabulary import annotate
-from dynlab.study import RunOutcome, RunResult, Study, StudyExtra, StudyOptions, override_field, read_result, select_names
+from dynlab.study import RunOutcome, Study, StudyExtra, StudyOptions, override_field, read_result, select_names
 from dynlab.runtime import NullProgress
 
-__all__ = ["MIXER_NAMES", "TASK_INTERVENTIONS", "LMOptions", "TaskOptions", "TaskResult", "assemble_task_runs", "make_task_study",
-           "check_source"]
+__all__ = ["MIXER_NAMES", "TASK_INTERVENTIONS", "LMOptions", "TaskOptions", "assemble_task_runs", "make_task_study"]
 
 TASK_INTERVENTIONS = TASK_INTERVENTION_NAMES
 
@@ -100,45 +100,6 @@ class TaskOptions(LMOptions):
     train: Annotated[dict[str, Any], AfterValidator(override_field(TaskTrainSpec))] = {}
     eval: Annotated[dict[str, Any], AfterValidator(override_field(TaskEvalSpec))] = {}
     post: Annotated[dict[str, Any], AfterValidator(override_field(TaskPostSpec, "interventions"))] = {}
-
-
-class TaskResult(RunResult):
-    """A task run's ``result.json`` (:func:`dynlab.lm.task_run.train_and_evaluate_task`);
-    the evaluation fields are absent for a diverged run.
-
-    ``accuracy``, ``token_accuracy``, ``exact_match``: fractions in [0, 1] per test length
-    in ``lengths`` (× ``depths`` for passkey, × ``kinds`` for babi); see the module
-    docstring.  ``train_loss``: mean masked cross-entropy over the last 5 % of the steps.
-    ``in_range_accuracy``: the mean accuracy inside the training lengths that decides the
-    status.  ``post``: per post-training arm, its ``status``, ``reason``, ``train_steps``,
-    ``train_loss``, ``train_time`` and accuracies (absent without post-training).
-    ``warm_start``: the warm start's training summary and its in-range accuracy on its own
-    task (absent without one).  ``train_attempts``: how many freshly drawn models training
-    took under ``train.attempts`` (1: the first learned), ``attempts`` one record per attempt
-    (:func:`dynlab.lm.task_run.train_attempts`); both absent when ``train.attempts`` is 1.
-    """
-
-    lengths: list[int] | None = None
-    depths: list[float] | None = None
-    kinds: list[str] | None = None
-    accuracy: list[float] | list[list[float]] | None = None
-    token_accuracy: list[float] | list[list[float]] | None = None
-    exact_match: list[float] | list[list[float]] | None = None
-    in_range_accuracy: float | None = None
-    post: dict[str, dict[str, Any]] | None = None
-    warm_start: dict[str, Any] | None = None
-    train_attempts: int | None = None
-    attempts: list[dict[str, Any]] | None = None
-
-
-def check_source(source: str, val_fraction: float, need: int) -> LMDataSpec:
-    """Validate a filler/text source before anything is written: it must load and its validation part hold ``need`` bytes."""
-    data = LMDataSpec(source=source, val_fraction=val_fraction)
-    corpus = corpus_for(data.source, data.val_fraction)
-    if len(corpus.val) < need or len(corpus.train) < need:
-        raise DynlabInputError(f"source {source!r} is too short: its train and validation parts need >= {need} bytes, "
-                         f"have {len(corpus.train)} and {len(corpus.val)}; allowed: a longer text")
-    return data
 
 
 def _with_enough_facts(task: dict[str, Any], chosen: Mapping[str, Any]) -> dict[str, Any]:

@@ -113,6 +113,8 @@ STUDY = Study(
     spec_type=RunSpec,
     result_type=gt.STUDY.result_type,
     options_type=NonlinearityOptions,
+    prepare_options=gt.STUDY.prepare_options,
+    check_analyses=gt.STUDY.check_analyses,
     panels=lambda ds: _panels(ds),
 )
 

@@ -9,7 +9,8 @@ import pytest
 
 from dynlab.cli import main
 from dynlab.errors import DynlabInputError
-from dynlab.study import StudyOptions, canonical_groups, collapse_repeats, select_names
+from dynlab.study import StudyOptions, collapse_repeats, select_names
+from dynlab.tracking.selection import canonical_groups, canonical_options
 
 #: The registered cells, as the refusals list them (those registered at run time included).
 CELLS = "{cells}"
@@ -148,10 +149,14 @@ def test_the_python_api_collapses_repeats_too():
     from dynlab.studies import get_study
 
     options = StudyOptions(preset="smoke", models=["tanh-rnn", "tanh-rnn"], groups=["C2", "C2", "c2"], seeds=[0, 0])
-    assert (options.models, options.groups, options.seeds) == (("tanh-rnn",), ("C2",), (0,))
+    assert (options.models, options.groups, options.seeds) == (("tanh-rnn",), ("C2", "c2"), (0,))
+    assert get_study("group-tracking").prepared(options).groups == ("C2",)  # the study reads c2 as C2
     assert len(get_study("group-tracking").make_specs(options)) == 1
     assert len(get_study("nonlinearity").make_specs(StudyOptions(preset="smoke", groups=("s3", "S3"), seeds=(1, 1)))) == 6
-    assert StudyOptions(groups=("C2xS3", "c2xs3", "Q8")).groups == ("C2xS3", "Q8")  # Q8 is left for the study to refuse
+    options = StudyOptions(groups=("C2xS3", "c2xs3", "Q8", "Q8"))  # the shared base collapses by value only
+    assert options.groups == ("C2xS3", "c2xs3", "Q8")
+    assert canonical_options(options).groups == ("C2xS3", "Q8")  # Q8 is left for the study to refuse
+    assert get_study("group-tracking").prepared(options).groups == ("C2xS3", "Q8")
 
 
 def test_select_names_and_collapse_repeats():

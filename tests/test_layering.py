@@ -52,6 +52,36 @@ def test_the_shared_analysis_imports_neither_paper(path):
     assert not bad, f"{path.relative_to(ROOT)} imports a paper's package: {bad} (paper A's analysis: dynlab/tracking/analysis.py)"
 
 
+#: The machinery both papers' studies share: it names neither paper's package nor its fields.
+SHARED_BASE = ("dynlab/spec.py", "dynlab/study.py", "dynlab/runner.py")
+
+
+def _paper_fields(path: Path) -> list[str]:
+    """Reads of paper A's fields in ``path``: ``x.group``/``x.groups`` of a spec's task, or
+    ``getattr(x, "group")``."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    reads = [f"{path.name}:{n.lineno} .{n.attr}" for n in ast.walk(tree)
+             if isinstance(n, ast.Attribute) and n.attr == "group"]
+    reads += [f"{path.name}:{n.lineno} getattr {n.args[1].value!r}" for n in ast.walk(tree)
+              if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "getattr" and len(n.args) > 1
+              and isinstance(n.args[1], ast.Constant) and n.args[1].value == "group"]
+    return reads
+
+
+@pytest.mark.parametrize("path", _files(*SHARED_BASE), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_shared_base_names_neither_paper(path):
+    bad = _paper_imports(path) + _paper_fields(path)
+    assert not bad, (f"{path.relative_to(ROOT)} knows a paper: {bad}; a paper's own reading goes behind a "
+                     "Study hook (prepare_options, check_analyses)")
+
+
+def test_the_paper_field_check_can_fail(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f(spec):\n    g = getattr(getattr(spec, 'task', None), 'group', None)\n"
+                     "    return spec.task.group, spec.groups\n")
+    assert _paper_fields(probe) == ["probe.py:3 .group", "probe.py:2 getattr 'group'"]
+
+
 def test_the_paper_import_check_can_fail(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("import dynlab.lm\nfrom dynlab.tracking.models.streams import tracker_states\n"

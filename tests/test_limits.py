@@ -128,8 +128,9 @@ def test_a_batch_whose_states_exceed_the_memory_limit_is_refused():
 # -- the bounded field types and helpers of dynlab.spec, and where they are applied ----------
 from pydantic import BaseModel, ValidationError  # noqa: E402
 
+from dynlab.tracking.selection import MAX_ANALYSIS_ORDER  # noqa: E402
+
 from dynlab.spec import (  # noqa: E402
-    MAX_ANALYSIS_ORDER,
     MAX_ENSEMBLE,
     Batch,
     EnsembleSize,

@@ -22,8 +22,7 @@ from dynlab.results.store import RunStore
 from dynlab.runner import analyze_study, open_study, run_study
 from dynlab.studies import STUDIES, get_study
 from dynlab.studies.group_tracking import ANALYSIS_PRESETS, TrackerResult
-from dynlab.studies.length_generalization import LMResult
-from dynlab.studies.long_context import TaskResult
+from dynlab.lm.results import LMResult, TaskResult
 from dynlab.study import RunResult, StudyOptions
 
 LEGACY = Path(__file__).parent / "data" / "legacy"

@@ -4,7 +4,7 @@ its :class:`~dynlab.lm.posttrain.PostTrainSpec` built with errors in the options
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +58,13 @@ def post_train_options(intervention: str, task: str | None, source: str, seq_len
 
 
 def post_train_spec(checkpoint: Path, intervention: str, task: str | None, task_grid: Mapping[str, Any] | None,
-                    source: str, check_source: Callable[..., Any], seq_len: int | None, steps: int, batch_size: int,
+                    source: str, seq_len: int | None, steps: int, batch_size: int,
                     lr: float, length_multiple: int, samples: int, seed: int) -> Any:
     """The :class:`~dynlab.lm.posttrain.PostTrainSpec` of ``dynlab lm post-train``'s options
-    (``task_grid``: the task study's quick preset; ``check_source``: the LM studies' check
-    that the text holds the evaluation), a validation error said in the options' words."""
+    (``task_grid``: the task study's quick preset), the text checked to hold the evaluation
+    (:func:`dynlab.lm.run.check_source`), a validation error said in the options' words."""
     from dynlab.lm.posttrain import PostTrainSpec, PostTrainTrainSpec, checkpoint_digest, load_checkpoint
+    from dynlab.lm.run import check_source
     from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMEvalSpec, LMTaskSpec, check_eval_size
 
     _, meta = load_checkpoint(checkpoint)  # one line naming the path when it is not a model
@@ -101,9 +102,8 @@ def post_train(checkpoint: str | Path, intervention: str = "state-passing", step
     from importlib import import_module
 
     from dynlab.lm.posttrain import run_post_train
-    from dynlab.studies.long_context import check_source
 
     grid = None if task is None else import_module(f"dynlab.studies.{POST_TRAIN_TASKS[task]}").PRESETS["quick"]["task"]
-    spec = post_train_spec(checkpoint, intervention, task, grid, source, check_source, seq_len, steps, batch_size,
+    spec = post_train_spec(checkpoint, intervention, task, grid, source, seq_len, steps, batch_size,
                            lr, length_multiple, samples, seed)
     return run_post_train(spec, out_dir, device=device)

@@ -173,7 +173,7 @@ def tracking_study_options(entry: StudyEntry, models: str, groups: str | None, s
     options = StudyOptions(preset=check_preset(entry, preset), models=parse_names(models, "--models", cell_names(), "model"),
                            groups=parse_groups(groups), seeds=parse_seeds(seeds))
     if analyze:
-        from dynlab.spec import check_analysable
+        from dynlab.tracking.selection import check_analysable
 
         for group in options.groups or ():
             check_analysable(group, entry.name)

@@ -23,7 +23,7 @@ from dynlab.analysis.lm_metrics import (
 from dynlab.lm.corpus import Corpus, load_corpus
 from dynlab.lm.evaluate import stream_eval, truncated_context_probs, validation_windows
 from dynlab.lm.model import RecurrentLM
-from dynlab.lm.spec import CHINCHILLA_TOKENS_PER_PARAM, LMEvalSpec, LMRunSpec
+from dynlab.lm.spec import CHINCHILLA_TOKENS_PER_PARAM, LMDataSpec, LMEvalSpec, LMRunSpec
 from dynlab.errors import DynlabInputError
 from dynlab.lm.train import batch_source, fit, make_loader, train_lm, train_summary
 from dynlab.training import TrainResult
@@ -31,7 +31,7 @@ from dynlab.results.vocabulary import annotate
 from dynlab.runtime import resolve_device, train_threads
 
 __all__ = [
-    "POST_PREFIX", "POST_SEED_OFFSET", "build_model", "stack_key", "train_and_evaluate_many", "checkpoint_steps", "count_parameters", "post_train_arms", "corpus_for", "effrem_starts", "state_positions", "train_and_evaluate", "evaluate_lm", "evaluate_model", "result_to_dataset",
+    "POST_PREFIX", "POST_SEED_OFFSET", "build_model", "check_source", "stack_key", "train_and_evaluate_many", "checkpoint_steps", "count_parameters", "post_train_arms", "corpus_for", "effrem_starts", "state_positions", "train_and_evaluate", "evaluate_lm", "evaluate_model", "result_to_dataset",
 ]
 
 
@@ -50,6 +50,16 @@ POST_PREFIX = "post."
 def corpus_for(source: str, val_fraction: float) -> Corpus:
     """Cached :func:`load_corpus` (the Shakespeare text is read once per process)."""
     return load_corpus(source, val_fraction)
+
+
+def check_source(source: str, val_fraction: float, need: int) -> LMDataSpec:
+    """Validate a filler/text source before anything is written: it must load and its validation part hold ``need`` bytes."""
+    data = LMDataSpec(source=source, val_fraction=val_fraction)
+    corpus = corpus_for(data.source, data.val_fraction)
+    if len(corpus.val) < need or len(corpus.train) < need:
+        raise DynlabInputError(f"source {source!r} is too short: its train and validation parts need >= {need} bytes, "
+                         f"have {len(corpus.train)} and {len(corpus.val)}; allowed: a longer text")
+    return data
 
 
 def build_model(spec: LMRunSpec, init_seed: int | None = None) -> RecurrentLM:

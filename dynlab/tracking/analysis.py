@@ -105,7 +105,8 @@ from dynlab.analysis.readability import (
     probe_accuracy,
     readout_margins,
 )
-from dynlab.spec import MAX_ANALYSIS_ORDER, Spec
+from dynlab.spec import Spec
+from dynlab.tracking.selection import MAX_ANALYSIS_ORDER
 from dynlab.errors import DynlabInputError
 from dynlab.results.vocabulary import annotate
 from dynlab.tracking.task import WordProblem
@@ -526,14 +527,14 @@ def analyze_tracker(
             and the perturbation (e.g. the training length).
         layer: tracked layer.
 
-    A group of order above :data:`~dynlab.spec.MAX_ANALYSIS_ORDER` is refused at once
+    A group of order above :data:`~dynlab.tracking.selection.MAX_ANALYSIS_ORDER` is refused at once
     (one-line :class:`~dynlab.errors.DynlabInputError`): the work per step grows as
     samples × order² and the chunks as samples × steps × order.
     """
     if task.n_classes > MAX_ANALYSIS_ORDER:
         raise DynlabInputError(
             f"group {task.group.name} (order {task.n_classes}) is too large for the error-control analysis; "
-            f"allowed: order at most {MAX_ANALYSIS_ORDER} (dynlab.config.MAX_ANALYSIS_ORDER)"
+            f"allowed: order at most {MAX_ANALYSIS_ORDER} (dynlab.tracking.selection.MAX_ANALYSIS_ORDER)"
         )
     m = analysis_copy(model, torch.float64).cpu()
     gen = torch.Generator().manual_seed(spec.seed)  # one generator, drawn from in this order

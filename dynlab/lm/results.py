@@ -1,0 +1,72 @@
+"""The stored results of paper B's runs: what a language-model run's and a task run's
+``result.json`` hold, as typed :class:`~dynlab.study.RunResult` models (the studies read
+them back with :meth:`dynlab.study.Study.load_result`).  Torch-free."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dynlab.study import RunResult
+
+__all__ = ["LMResult", "TaskResult"]
+
+
+class LMResult(RunResult):
+    """An LM run's ``result.json`` (:func:`dynlab.lm.run.train_and_evaluate`); the
+    evaluation fields are absent for a diverged run.
+
+    ``ppl`` at positions t = 1 … eval length; ``ppl_binned`` at the bin ends
+    ``ppl_binned_t``; ``verdict``: the length-generalization verdict (passed, p_star,
+    t_star, worst_violation, worst_t, max_t; stored as ``lg_*``); ``effrem``: effective
+    remembrance per distance (tv, js, cos) at the starts ``effrem_t``; ``state_mean``,
+    ``state_std``, ``state_norm`` as [layer][head][position] at the positions ``state_t``.
+    ``train_loss``: mean over the last 5 % of the steps (nat/token). ``n_params``: the
+    model's parameters. ``checkpoints``: per training budget of ``eval.checkpoints``, its
+    ``budget``, ``step``, ``tokens`` and the same evaluation fields. ``post``: per
+    post-training arm, its training summary and evaluation. ``ensemble_size``: runs
+    trained together in its stack (``train.engine = "stack"``; absent for ``loop``).
+    """
+
+    ppl: list[float] | None = None
+    ppl_binned_t: list[int] | None = None
+    ppl_binned: list[float] | None = None
+    verdict: dict[str, float | int | bool | None] | None = None
+    effrem_t: list[int] | None = None
+    effrem: dict[str, list[float]] | None = None
+    state_t: list[int] | None = None
+    state_mean: list[list[list[float]]] | None = None
+    state_std: list[list[list[float]]] | None = None
+    state_norm: list[list[list[float]]] | None = None
+    n_params: int | None = None
+    checkpoints: list[dict[str, Any]] | None = None
+    post: dict[str, dict[str, Any]] | None = None
+    ensemble_size: int | None = None
+
+
+class TaskResult(RunResult):
+    """A task run's ``result.json`` (:func:`dynlab.lm.task_run.train_and_evaluate_task`);
+    the evaluation fields are absent for a diverged run.
+
+    ``accuracy``, ``token_accuracy``, ``exact_match``: fractions in [0, 1] per test length
+    in ``lengths`` (× ``depths`` for passkey, × ``kinds`` for babi); see the module
+    docstring.  ``train_loss``: mean masked cross-entropy over the last 5 % of the steps.
+    ``in_range_accuracy``: the mean accuracy inside the training lengths that decides the
+    status.  ``post``: per post-training arm, its ``status``, ``reason``, ``train_steps``,
+    ``train_loss``, ``train_time`` and accuracies (absent without post-training).
+    ``warm_start``: the warm start's training summary and its in-range accuracy on its own
+    task (absent without one).  ``train_attempts``: how many freshly drawn models training
+    took under ``train.attempts`` (1: the first learned), ``attempts`` one record per attempt
+    (:func:`dynlab.lm.task_run.train_attempts`); both absent when ``train.attempts`` is 1.
+    """
+
+    lengths: list[int] | None = None
+    depths: list[float] | None = None
+    kinds: list[str] | None = None
+    accuracy: list[float] | list[list[float]] | None = None
+    token_accuracy: list[float] | list[list[float]] | None = None
+    exact_match: list[float] | list[list[float]] | None = None
+    in_range_accuracy: float | None = None
+    post: dict[str, dict[str, Any]] | None = None
+    warm_start: dict[str, Any] | None = None
+    train_attempts: int | None = None
+    attempts: list[dict[str, Any]] | None = None
