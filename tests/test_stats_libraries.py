@@ -6,6 +6,8 @@ computing itself for the reasons its module states; here it is checked against s
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -43,7 +45,8 @@ def _cases() -> list[np.ndarray]:
     tied[:, 1] = 0.25  # every difference equal: a zero-width interval, no p
     tied[:, 2] = 0.0
     tied[2, 3] = np.nan  # a missing difference: NaN throughout, as before
-    cases += [tied, g.normal(size=8), np.array([0.5]), np.zeros((0, 3)), np.array([1.0, 1.0, 1.0])]
+    cases += [tied, g.normal(size=8), np.array([0.5]), np.zeros((0, 3)), np.array([1.0, 1.0, 1.0]),
+              np.array([0.1 + 0.2, 0.3, 0.3, 0.1 + 0.2])]  # equal but for rounding: one ulp apart
     return cases
 
 
@@ -102,3 +105,8 @@ def test_the_correlation_bootstrap_leaves_out_degenerate_resamples_which_scipy_c
     res = tcross_mp_correlation(a, b, n_boot=500, rng=np.random.default_rng(0))
     assert res.n_boot_degenerate > 0 and np.all(np.isfinite(res.pearson_ci))
     assert -1 <= res.pearson_ci[0] <= res.pearson_r <= res.pearson_ci[1] <= 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy's notices of the constant resamples
+        ci = stats.pearsonr(a, b).confidence_interval(0.95, method=stats.BootstrapMethod(
+            method="percentile", n_resamples=500, rng=np.random.default_rng(0)))
+    assert np.isnan(ci.low) and np.isnan(ci.high)

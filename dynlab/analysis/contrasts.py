@@ -23,6 +23,7 @@ arm b over seeds, Holm over the pairs).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -33,9 +34,12 @@ __all__ = ["arm_order", "bootstrap_mean_ci", "holm", "paired_contrasts", "paired
 
 
 def paired_summary(diffs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Mean, 95 % t-interval and paired-t p-value of ``diffs [n, ...]`` along axis 0.
+    """Mean, 95 % t-interval and paired-t p-value of ``diffs [n, ...]`` along axis 0
+    (``scipy.stats.ttest_rel`` of the pairs, i.e. of the differences against 0).
 
-    Returns ``(mean, lo, hi, p)``, each of shape ``diffs.shape[1:]`` (see the module docstring).
+    Returns ``(mean, lo, hi, p)``, each of shape ``diffs.shape[1:]`` (see the module
+    docstring): where every difference is equal (sd 0) the interval has zero width and p is
+    NaN, as scipy would give no finite t there.
     """
     d = np.asarray(diffs, dtype=float)
     n = d.shape[0]
@@ -46,12 +50,18 @@ def paired_summary(diffs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
     if n < 2:
         nan = np.full(d.shape[1:], np.nan)
         return mean, nan, nan, nan
-    sd = d.std(axis=0, ddof=1)
-    half = stats.t.ppf(0.975, n - 1) * sd / np.sqrt(n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = mean / (sd / np.sqrt(n))
-        p = np.where(sd > 0, 2 * stats.t.sf(np.abs(t), n - 1), np.nan)
-    return mean, mean - half, mean + half, p
+    flat = d.reshape(n, -1)
+    spread = flat.std(axis=0, ddof=1) > 0  # NaN (a missing difference) is no spread: its mean, NaN, throughout
+    lo, hi = flat.mean(axis=0), flat.mean(axis=0)  # zero width where there is no spread
+    p = np.full(flat.shape[1], np.nan)
+    if spread.any():
+        with warnings.catch_warnings():  # differences equal but for rounding: the t-test as written, no notice
+            warnings.filterwarnings("ignore", "Precision loss occurred in moment calculation", RuntimeWarning)
+            res = stats.ttest_rel(flat[:, spread], np.zeros_like(flat[:, spread]), axis=0)
+            ci = res.confidence_interval(0.95)
+        lo[spread], hi[spread], p[spread] = ci.low, ci.high, res.pvalue
+    shape = d.shape[1:]
+    return mean, lo.reshape(shape), hi.reshape(shape), p.reshape(shape)
 
 
 def paired_contrasts(ds: xr.Dataset, variable: str = "accuracy", control: str = "zero",

@@ -6,6 +6,12 @@ with replacement, ``n_boot`` resamples from an explicit numpy Generator); resamp
 either variable is constant give no correlation and are left out (counted in
 ``n_boot_degenerate``).
 
+The bootstrap is written here, not taken from ``scipy.stats.pearsonr(...).confidence_interval``
+(tests/test_stats_libraries.py shows the two agree, to rounding, on the same Generator when
+no resample is degenerate): scipy's interval is NaN as soon as one resample repeats a single
+value, which a study of a few runs meets often, whereas here such resamples are left out and
+counted, and Spearman's interval uses the very same resamples (scipy has none for rho).
+
 Censoring rule (stated, and counted in the output):
 - T_cross is censored when the run never crossed within its horizon (T_cross is NaN).  With
   ``censoring='replace'`` (default) it is replaced by the horizon (a lower bound on the true
