@@ -45,7 +45,6 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +70,7 @@ from dynlab.results.files import (
 from dynlab.results.folder import run_folder
 from dynlab.results.schema import open_dataset
 
-__all__ = ["CHECKSUMS", "QUARANTINE", "STALE_AFTER_S", "Damage", "RunStore", "atomic_write_text", "bytes_digest",
+__all__ = ["CHECKSUMS", "QUARANTINE", "STALE_AFTER_S", "Damage", "RunStore", "bytes_digest",
            "file_digest", "file_problem"]
 
 _TMP_PREFIX = TMP_DIR_PREFIX
@@ -431,9 +430,3 @@ class RunStore:
 
     def write_json(self, spec: Spec, name: str, payload: Any) -> Path:
         return self._install(spec, name, json.dumps(payload, indent=1, sort_keys=True).encode())
-
-
-def atomic_write_text(path: Path, make: Callable[[], str]) -> Path:
-    """Replace ``path`` by the text ``make()`` atomically
-    (:func:`dynlab.results.files.write_text_atomic`)."""
-    return write_text_atomic(path, make())
