@@ -138,3 +138,37 @@ def test_report_from_python_is_the_commands(capsys):
     assert main(["report", str(path)]) == 0
     ((where, text),) = report.report([path])
     assert capsys.readouterr().out == f"## {where}\n\n{text}\n" and "| " in text
+
+
+def _cli_defaults(*path: str) -> dict[str, object]:
+    import typer
+
+    from dynlab.cli import app
+
+    command = typer.main.get_command(app)
+    for name in path:
+        command = command.commands[name]
+    return {p.name: p.default for p in command.params}
+
+
+@pytest.mark.parametrize("path, function, skip", [
+    (("study", "group-tracking"), study.run_tracking_study, {"analyze": "no_analysis"}),
+    (("study", "copying"), study.run_lm_study, {}),
+    (("lm", "post-train"), posttrain.post_train, {}),
+    (("bench", "train"), bench.run_bench_train, {}),
+    (("bench", "lm"), bench.run_bench_lm, {}),
+    (("figures",), figures.figures, {}),
+    (("analyze",), analyze.analyze, {}),
+], ids=lambda x: " ".join(x) if isinstance(x, tuple) else None)
+def test_the_python_defaults_are_the_commands(path, function, skip):
+    """A keyword left out means what the option left out means."""
+    import inspect
+
+    cli = _cli_defaults(*path)
+    python = {k: v.default for k, v in inspect.signature(function).parameters.items()
+              if v.default is not inspect.Parameter.empty}
+    shared = set(cli) & set(python)
+    assert shared and shared >= set(python) - {"echo", "knobs"} - set(skip), (cli, python)  # knobs: the --steps, … options
+    assert {k: python[k] for k in shared} == {k: cli[k] for k in shared}
+    for ours, theirs in skip.items():  # an option said the other way round (--no-analysis)
+        assert python[ours] is (not cli[theirs])
