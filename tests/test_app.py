@@ -172,3 +172,17 @@ def test_the_python_defaults_are_the_commands(path, function, skip):
     assert {k: python[k] for k in shared} == {k: cli[k] for k in shared}
     for ours, theirs in skip.items():  # an option said the other way round (--no-analysis)
         assert python[ours] is (not cli[theirs])
+
+
+def test_the_notes_of_a_refused_call_are_not_said_by_the_next(made, tmp_path):
+    said: list[str] = []
+
+    def echo(text, err=False):
+        said.append(text)
+
+    with pytest.raises(DynlabInputError, match="unknown device 'tpu'"):
+        study.run_tracking_study("group-tracking", models="tanh-rnn,tanh-rnn", device="tpu", out=str(tmp_path / "o"),
+                                 echo=echo)
+    study.run_tracking_study("group-tracking", models="tanh-rnn", groups="C2", preset="smoke", out=str(tmp_path / "o"),
+                             echo=echo)
+    assert said == [] and len(made) == 1

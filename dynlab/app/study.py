@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dynlab.app.checks import (DEFAULT_OUT, check_device, check_executor, check_preset, check_source_option,
+from dynlab.app.checks import (DEFAULT_OUT, NOTES, check_device, check_executor, check_preset, check_source_option,
                                in_option_words, out_folder, parse_groups, parse_list, parse_names, parse_numbers,
                                parse_seeds, quiet_libraries, say_notes, cell_names)
 from dynlab.app.checks import echo as plain_echo
@@ -41,7 +41,7 @@ def run_tracking_study(name: str, models: str = "all", groups: str | None = None
     """``dynlab study NAME`` of a word-problem study (group-tracking, nonlinearity): the
     options as typed (``models``, ``groups``, ``seeds``: comma lists), checked as the
     command line checks them; the path of the study's dataset (``note:`` lines: ``echo``)."""
-    say_notes(lambda *a, **k: None)  # the notes of an earlier refusal are not this call's
+    NOTES.clear()  # the notes of an earlier refusal are not this call's
     entry = entry_of(name, "tracking")
     options = tracking_study_options(entry, models, groups, seeds, preset, analyze=analyze)
     return run_entry(entry, options, out, device, quiet, analyze, executor, scheduler, workers, echo)
@@ -57,7 +57,7 @@ def run_lm_study(name: str, models: str = "all", interventions: str | None = Non
     passkey, babilong): the options as typed, ``knobs`` the common knobs by option
     (``{"--steps": 20}``, :data:`dynlab.app.lm_config.LM_KNOBS`) and ``config`` a
     ``--config`` TOML file, checked as the command line checks them; the dataset's path."""
-    say_notes(lambda *a, **k: None)
+    NOTES.clear()
     entry = entry_of(name, "lm")
     options = lm_study_options(entry, models, interventions, source, lengths, depths, kinds, seeds, preset, knobs,
                                config)
