@@ -16,7 +16,8 @@ def study_folder_to_analyze(text: str, device: str, quiet: bool = False) -> Path
     check_device(device)
     quiet_libraries(quiet)
     if not (study_dir / "manifest.json").exists():  # the words of dynlab.runner.analyze_study
-        raise DynlabInputError(f"{study_dir} is not a dynlab study folder (no manifest.json); run `dynlab study ...` first")
+        raise DynlabInputError(f"{study_dir} is not a dynlab study folder (no manifest.json); "
+                               "run `dynlab study ...` first")
     if (study_dir / "manifest.json").is_file():  # else analyze_study says why it cannot read it
         check_study_folder(study_dir, probe=False)  # analyze_study probes its files once the manifest is checked
     return study_dir

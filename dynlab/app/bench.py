@@ -15,7 +15,8 @@ from dynlab.errors import DynlabInputError
 
 
 def bench_options(models: str, hidden: int, batch: int, length: int, ensembles: str, steps: int, repeats: int,
-                  quick: bool, device: str, json_out: str | None) -> tuple[tuple[str, ...], tuple[int, ...], int, int, Path | None]:
+                  quick: bool, device: str,
+                  json_out: str | None) -> tuple[tuple[str, ...], tuple[int, ...], int, int, Path | None]:
     """``dynlab bench train``'s options checked: ``(models, ensemble sizes, steps, repeats,
     JSON path)``, ``--quick`` applied, the JSON path probed before the benchmark runs."""
     from dynlab.spec import MAX_BATCH, MAX_ENSEMBLE, MAX_LENGTH, MAX_STEPS, MAX_WIDTH
@@ -80,7 +81,8 @@ BENCH_TRAIN_OPTIONS: dict[str, tuple[tuple[str, ...], type, str]] = {
     "length": (("--length",), int, "Sequence length T."),
     "ensembles": (("--ensembles",), str, "Comma list of ensemble sizes."),
     "steps": (("--steps",), int, "Training steps per measurement (the first is not timed)."),
-    "repeats": (("--repeats",), int, "Rounds over all methods; each is reported at its fastest round (noisy machines)."),
+    "repeats": (("--repeats",), int,
+                "Rounds over all methods; each is reported at its fastest round (noisy machines)."),
     "quick": (("--quick",), bool, "About a minute: 3 steps, ensemble 16 only, one round."),
     "device": (("--device",), str, "auto (CUDA if present), cpu, cuda or cuda:N."),
     "compile": (("--compile",), bool, "Also time one model with torch.compile'd cell steps (slow to start)."),
@@ -89,7 +91,8 @@ BENCH_TRAIN_OPTIONS: dict[str, tuple[tuple[str, ...], type, str]] = {
 
 #: ``dynlab bench lm``'s options: parameter -> (flags, type, help).
 BENCH_LM_OPTIONS: dict[str, tuple[tuple[str, ...], type, str]] = {
-    "widths": (("--widths",), str, "Comma list of model widths d_model (16: the budget preset's model, else the quick layout)."),
+    "widths": (("--widths",), str,
+               "Comma list of model widths d_model (16: the budget preset's model, else the quick layout)."),
     "ensembles": (("--ensembles",), str, "Comma list of stack sizes."),
     "batch": (("--batch",), int, "Batch size B."),
     "length": (("--length",), int, "Sequence length T."),

@@ -19,7 +19,8 @@ def option_of_other_studies(exc: BaseException, args: list[str], command: Callab
     takers = [n for n, c in group.commands.items() if n != args[1] and any(name in p.opts for p in c.params)]
     if not takers or args[1] not in group.commands:
         return None
-    return f"error: study {args[1]} takes no {name}; allowed: {name} with {', '.join(takers)} (`dynlab study {args[1]} --help`)"
+    return (f"error: study {args[1]} takes no {name}; allowed: {name} with {', '.join(takers)} "
+            f"(`dynlab study {args[1]} --help`)")
 
 
 def tolerant_output() -> None:

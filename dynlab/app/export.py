@@ -18,9 +18,7 @@ def export_places(run: Path, out: str, dtype: str | None) -> Path:
     out_dir = nonempty_path(out, "OUT", "a folder (made when missing)")
     if not run.is_dir():
         raise DynlabInputError(f"RUN {str(run)!r} is not a folder; allowed: a dynlab LM run folder (runs/<id>)")
-    from dynlab.outputs import refuse_foreign_folder
-
-    from dynlab.outputs import refuse_inside_dynlab_folder
+    from dynlab.outputs import refuse_foreign_folder, refuse_inside_dynlab_folder
 
     refuse_foreign_folder(out_dir, "OUT", own=HF_EXPORT_FILES, allowed=HF_EXPORT_ALLOWED)  # before anything is loaded
     refuse_inside_dynlab_folder(out_dir, "OUT", "a folder outside dynlab's run and study folders")

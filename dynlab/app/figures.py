@@ -20,7 +20,6 @@ def figure_places(out: str, study_dir: str) -> tuple[Path, Path]:
     study = nonempty_path(study_dir, "STUDY_DIR", "a study folder written by `dynlab study`, or its dataset.nc")
     out_dir = nonempty_path(out, "--out", "a folder (made when missing), e.g. --out figures")
     from dynlab.outputs import refuse_foreign_folder
-
     from dynlab.results.folder import FIGURES_MARKER, check_owned_folder
 
     allowed = "a new or empty folder, or one `dynlab figures` wrote"

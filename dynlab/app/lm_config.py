@@ -42,7 +42,8 @@ def lm_config_specs(entry: Any) -> dict[str, type]:
 
     common = {"model": s.LMModelSpec, "intervention": s.InterventionSpec}
     if _is_task_study(entry):
-        return {**common, "task": s.LMTaskSpec, "train": s.TaskTrainSpec, "eval": s.TaskEvalSpec, "post": s.TaskPostSpec}
+        return {**common, "task": s.LMTaskSpec, "train": s.TaskTrainSpec, "eval": s.TaskEvalSpec,
+                "post": s.TaskPostSpec}
     return {**common, "train": s.LMTrainSpec, "eval": s.LMEvalSpec, "post": s.LMPostSpec}
 
 

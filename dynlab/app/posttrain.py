@@ -23,7 +23,8 @@ def post_train_places(out: str, checkpoint: Path) -> Path:
     out_dir = out_folder(out)
     from dynlab.outputs import refuse_foreign_folder
 
-    refuse_foreign_folder(out_dir, "--out", allowed="a folder of studies (made when missing), not a run or study folder")
+    refuse_foreign_folder(out_dir, "--out",
+                          allowed="a folder of studies (made when missing), not a run or study folder")
     check_out(out_dir, "post-train", "post-train/runs")  # the run goes to OUT/post-train/runs/<id>
     if not checkpoint.expanduser().is_dir():  # the words of dynlab.lm.posttrain.load_checkpoint
         why = "a file, not a folder" if checkpoint.expanduser().exists() else "no such folder"

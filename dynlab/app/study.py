@@ -90,10 +90,10 @@ def run_selected_study(name: str, options: Any, out: Path, device: str, quiet: b
     (refusing bad selections, and groups too large for the analyses, before a cluster is
     started or a folder made) and run it; the path of its dataset."""
     from dynlab.outputs import refuse_foreign_folder
-
     from dynlab.results.folder import check_study_folder as check_contract
 
-    refuse_foreign_folder(out, "--out", allowed="a folder of studies (made when missing), not a run or study folder")
+    refuse_foreign_folder(out, "--out",
+                          allowed="a folder of studies (made when missing), not a run or study folder")
     check_contract(out / name, name, flag="--out")  # a folder of someone else's files: refused before any write
     check_study_folder(out / name)
     from dynlab.executors import make_executor
@@ -170,7 +170,8 @@ def tracking_study_options(entry: StudyEntry, models: str, groups: str | None, s
     is refused from its name (no torch)."""
     from dynlab.study import StudyOptions
 
-    options = StudyOptions(preset=check_preset(entry, preset), models=parse_names(models, "--models", cell_names(), "model"),
+    options = StudyOptions(preset=check_preset(entry, preset),
+                           models=parse_names(models, "--models", cell_names(), "model"),
                            groups=parse_groups(groups), seeds=parse_seeds(seeds))
     if analyze:
         from dynlab.tracking.selection import check_analysable
@@ -191,14 +192,16 @@ def lm_study_options(entry: StudyEntry, models: str, interventions: str | None, 
 
     extra: dict = {}
     if interventions is not None:
-        extra["interventions"] = list(parse_names(interventions, "--interventions", entry.interventions, "intervention"))
+        extra["interventions"] = list(parse_names(interventions, "--interventions", entry.interventions,
+                                                  "intervention"))
     if source is not None:
         extra["source"] = check_source_option(source)
     task = task_options(entry, lengths, depths, kinds)
     if task:
         extra["task"] = task
     extra = merge_extra(lm_knob_options(entry, knobs or {}, config), extra)
-    return StudyOptions(preset=check_preset(entry, preset), models=parse_names(models, "--models", entry.models, "mixer"),
+    return StudyOptions(preset=check_preset(entry, preset),
+                        models=parse_names(models, "--models", entry.models, "mixer"),
                         seeds=parse_seeds(seeds), extra=extra)
 
 
