@@ -1,0 +1,146 @@
+"""dynlab.lm.geometry: the LM recurrence's Jacobian (analytic and finite differences),
+the per-distance geometry against an independent computation, probes and censoring."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from dynlab.lm.geometry import (LMRecurrence, censored_first_below, distance_geometry, model_task_geometry,  # noqa: F401
+                                probe_accuracy, recurrence_spectra, filler_fixed_points, state_jacobians)
+from dynlab.lm.model import RecurrentLM
+from dynlab.lm.states import CarriedStates
+from dynlab.lm.tasks import make_task
+
+
+class DecayLM(nn.Module):
+    """A linear 'LM' whose recurrence is h_t = a ⊙ h_{t-1} + E[x_t]: Jacobian diag(a)."""
+
+    def __init__(self, a: torch.Tensor) -> None:
+        super().__init__()
+        self.a = nn.Parameter(a.reshape(1, 1, -1, 1), requires_grad=False)
+        self.emb = nn.Embedding(256, a.numel())
+
+    def state_shapes(self):
+        return [(1, self.a.numel(), 1)]
+
+    def conv_shapes(self):
+        return [None]
+
+    def forward(self, tokens, states=None):
+        b = tokens.shape[0]
+        h = torch.zeros(b, 1, self.a.numel(), 1, dtype=self.a.dtype) if states is None else states[0]
+        outs = []
+        for t in range(tokens.shape[1]):
+            h = self.a * h + self.emb(tokens[:, t]).reshape(b, 1, -1, 1).to(h.dtype)
+            outs.append(h.reshape(b, -1))
+        logits = torch.stack(outs, 1) @ torch.ones(self.a.numel(), 256, dtype=h.dtype)
+        return logits, CarriedStates([h], [None])
+
+
+def test_jacobian_of_a_diagonal_decay_recurrence_is_diag_a():
+    a = torch.tensor([0.9, 0.5, -0.3, 0.99], dtype=torch.float64)
+    rec = LMRecurrence(DecayLM(a).double())
+    h = torch.randn(3, 4, dtype=torch.float64)
+    jac = state_jacobians(rec, h, torch.tensor([1, 2, 3]))
+    np.testing.assert_allclose(jac, np.broadcast_to(np.diag(a.numpy()), (3, 4, 4)), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("mixer", ["mamba2", "mamba1", "gla"])
+def test_lm_jacobian_matches_finite_differences(mixer):
+    kw = {"n_heads": 2, "head_dim": 8, "d_state": 8} if mixer == "mamba2" else {}
+    lm = RecurrentLM(mixer, d_model=16, n_layers=2, generator=torch.Generator().manual_seed(1), **kw).double()
+    rec = LMRecurrence(lm)
+    tokens = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        _, st = lm(tokens[:, :-1])
+        h = rec.flatten(st)
+    # the flat step equals the LM run on the whole sequence
+    _, whole = lm(tokens)
+    np.testing.assert_allclose(rec.step(h, tokens[:, -1])[1].detach().numpy(), rec.flatten(whole).detach().numpy(),
+                               rtol=1e-10, atol=1e-12)
+    jac = state_jacobians(rec, h, tokens[:, -1])
+    rng = np.random.default_rng(0)
+    eps = 1e-6
+    for _ in range(3):
+        v = torch.as_tensor(rng.standard_normal(h.shape[1]))
+        with torch.no_grad():
+            plus = rec.step(h + eps * v, tokens[:, -1])[1]
+            minus = rec.step(h - eps * v, tokens[:, -1])[1]
+        fd = ((plus - minus) / (2 * eps)).numpy()
+        np.testing.assert_allclose(np.einsum("bij,j->bi", jac, v.numpy()), fd, rtol=1e-5, atol=1e-7)
+
+
+def test_spectra_split_on_the_decay_recurrence():
+    """U spans the first two coordinates (class means differ there only): rho_par = max|a| on them."""
+    a = torch.tensor([0.9, 0.5, -0.3, 0.2], dtype=torch.float64)
+    lm = DecayLM(a).double()
+    with torch.no_grad():
+        lm.emb.weight.zero_()
+        lm.emb.weight[1, 0] = 1.0
+        lm.emb.weight[2, 1] = 1.0
+    tokens = torch.tensor([[0, 1, 0], [0, 2, 0], [0, 1, 0], [0, 2, 0], [0, 0, 0], [0, 0, 0]])
+    labels = np.array([0, 1, 0, 1, 2, 2])
+    out = recurrence_spectra(lm, tokens, labels, 3, n_jac=2)
+    assert out["rho"] == pytest.approx(0.9, rel=1e-12, abs=1e-12)
+    assert out["rho_par"] == pytest.approx(0.9, rel=1e-12, abs=1e-12)
+    assert out["rho_perp"] == pytest.approx(0.3, rel=1e-12, abs=1e-12)
+    fp = filler_fixed_points(lm, tokens, labels, 3, filler=0)
+    assert fp["fp_count"] == 1 and fp["fp_residual"] <= 1e-12  # h* = 0 under a zero input
+    assert fp["fp_rho_perp"] == pytest.approx(0.3, rel=1e-12, abs=1e-12)
+
+
+def test_distance_geometry_against_a_direct_computation():
+    rng = np.random.default_rng(3)
+    n, s, dist = 60, 5, (2, 4, 8)
+    y = rng.integers(0, 3, size=(n, len(dist)))
+    means = np.eye(3, s) * 2.0
+    spread = np.array([0.2, 1.0, 4.0])
+    h = means[y] + rng.standard_normal((n, len(dist), s)) * spread[None, :, None]
+    ds = distance_geometry(h, y, [0.9, 0.6, 0.4], dist, 3, probe=False)
+    for j in range(len(dist)):
+        c = np.stack([h[y[:, j] == g, j].mean(0) for g in range(3)])
+        r = np.sqrt(((h[:, j] - c[y[:, j]]) ** 2).sum() / (n - 3))
+        m = min(np.linalg.norm(c[g] - c[k]) for g in range(3) for k in range(3) if g != k)
+        assert ds.q.values[j] == pytest.approx(r / m, rel=1e-10, abs=0)
+    q = ds.q.values
+    first = next(d for d, v in zip(dist, q) if v >= 1.0)
+    assert ds.T_cross.item() == first and bool(ds.crossed)
+    assert ds.horizon.item() == 8 and bool(ds.horizon_reached)
+
+
+def test_censoring_at_the_largest_distance():
+    assert censored_first_below([0.9, 0.8], [4, 8], 0.5) == (8.0, False)
+    assert censored_first_below([0.9, 0.4, 0.1], [4, 8, 16], 0.5) == (8.0, True)
+    h = np.zeros((20, 2, 3))
+    y = np.tile(np.arange(2), 10)[:, None].repeat(2, 1)
+    h[..., 0] = y * 10.0 + np.random.default_rng(0).standard_normal((20, 2)) * 0.1
+    ds = distance_geometry(h, y, [1.0, 1.0], (4, 8), 2, probe=False)
+    assert not bool(ds.crossed) and ds.T_cross.item() == 8.0
+
+
+def test_probe_reads_a_separable_variable_and_not_noise():
+    rng = np.random.default_rng(4)
+    y = rng.integers(0, 4, 200)
+    sep = np.eye(4, 6)[y] * 5 + rng.standard_normal((200, 6))
+    assert probe_accuracy(sep, y) > 0.95
+    assert probe_accuracy(rng.standard_normal((200, 6)), y) < 0.45
+
+
+@pytest.mark.parametrize("kind", ["passkey", "copying"])
+def test_model_task_geometry_labels_are_the_carried_variable(kind):
+    """An oracle 'state' (the one-hot of the label itself) gives q = 0 and a perfect probe."""
+    from dynlab.lm.geometry import task_probes
+    task = make_task("copying") if kind == "copying" else make_task("passkey", torch.randint(97, 123, (5000,)))
+    tokens, position, batch, labels = task_probes(kind, task, torch.Generator().manual_seed(0), 40, 8)
+    if kind == "copying":
+        assert (tokens[:, position - 1] == ord("|")).all()
+        np.testing.assert_array_equal(labels, (batch.tokens[:, position] - ord("a")).numpy())
+    else:
+        text = [bytes(r).decode() for r in tokens[:, :position].tolist()]
+        assert all(t.split("The pass key is ")[1][4] == str(l) for t, l in zip(text, labels))
+    lm = RecurrentLM("mamba2", d_model=16, n_layers=1, n_heads=2, head_dim=8, d_state=8)
+    ds, _ = model_task_geometry(lm, kind, task, 0, n=40, distances=(4, 8), probe=False)
+    assert ds.q.dims == ("distance",) and np.isfinite(ds.q).all()
