@@ -144,3 +144,41 @@ def test_model_task_geometry_labels_are_the_carried_variable(kind):
     lm = RecurrentLM("mamba2", d_model=16, n_layers=1, n_heads=2, head_dim=8, d_state=8)
     ds, _ = model_task_geometry(lm, kind, task, 0, n=40, distances=(4, 8), probe=False)
     assert ds.q.dims == ("distance",) and np.isfinite(ds.q).all()
+
+
+@pytest.fixture(scope="module")
+def smoke_passkey(tmp_path_factory):
+    """A real smoke passkey study, analysed by `dynlab analyze` with few probe samples."""
+    from typer.testing import CliRunner
+    import dynlab.lm.geometry as geo
+    from dynlab.cli import app
+
+    out = tmp_path_factory.mktemp("pk")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(geo, "PROBE_SAMPLES", 40)
+    mp.setitem(geo.DISTANCES, "passkey", (8, 32))
+    runner = CliRunner()
+    res = runner.invoke(app, ["study", "passkey", "--preset", "smoke", "--out", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["analyze", str(out / "passkey"), "-q"])
+    mp.undo()
+    assert res.exit_code == 0, res.output
+    return out / "passkey"
+
+
+@pytest.mark.slow
+def test_dynlab_analyze_puts_the_geometry_in_the_task_dataset(smoke_passkey):
+    import xarray as xr
+
+    from dynlab.results.vocabulary import check_dataset
+    ds = xr.load_dataset(smoke_passkey / "dataset.nc")
+    assert ds.geo_q.dims == ("run", "distance") and list(ds.distance.values) == [8, 32]
+    assert ds.geo_q.attrs["units"] == "1" and ds.geo_T_cross.attrs["units"] == "tokens"
+    assert check_dataset(ds) == []
+    for i in range(ds.sizes["run"]):  # the stored T_cross and horizon follow the pre-registered rule
+        q, acc, d = ds.geo_q.values[i], ds.geo_accuracy.values[i], ds.distance.values
+        want = next((x for x, v in zip(d, q) if v >= 1.0), d[-1])
+        assert ds.geo_T_cross.values[i] == want
+        assert ds.geo_horizon.values[i] == next((x for x, v in zip(d, acc) if v < 0.5), d[-1])
+    assert set(ds.intervention.values) >= {"zero", "fitted-noise", "state-passing"}
+    assert np.isfinite(ds.geo_rho_perp).all() and (ds.geo_fp_residual <= 1e-8).all()

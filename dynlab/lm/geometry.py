@@ -31,6 +31,7 @@ spectra split along and across U (ρ∥, ρ⊥) and fixed-point finder apply unc
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,15 +44,18 @@ from dynlab.analysis.fixed_points import find_fixed_points, spectrum, word_map
 from dynlab.analysis.geometry import crossing_time, geometry_over_time
 from dynlab.analysis.jacobian import analysis_copy, step_jacobians
 from dynlab.lm.states import CarriedStates
+from dynlab.results.vocabulary import annotate
 from dynlab.lm.tasks import PASSKEY_NEEDLE, CopyingTask, PasskeyTask
 
 __all__ = ["DISTANCES", "LMRecurrence", "probe_accuracy", "distance_geometry", "task_probes",
-           "model_task_geometry", "state_jacobians", "recurrence_spectra", "filler_fixed_points", "censored_first_below"]
+           "model_task_geometry", "geometry_row", "task_probes_labels", "state_jacobians", "recurrence_spectra", "filler_fixed_points", "censored_first_below"]
 
 #: Pre-registered distance bins (tokens for passkey, letters for copying).
 DISTANCES = {"passkey": (8, 16, 32, 64, 128, 256, 512), "copying": (4, 8, 16, 32, 64)}
 N_CLASSES = {"passkey": 10, "copying": 26}
 PROBE_SEED_OFFSET = 1_000_003 + 7
+#: Probe samples per distance bin (pre-registered).
+PROBE_SAMPLES = 256
 
 
 class LMRecurrence(nn.Module):
@@ -110,15 +114,18 @@ def probe_accuracy(states: np.ndarray, labels: np.ndarray, folds: int = 5, seed:
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold, cross_val_score
     from sklearn.pipeline import make_pipeline
+    from sklearn.exceptions import ConvergenceWarning
     from sklearn.preprocessing import StandardScaler
 
     _, counts = np.unique(labels, return_counts=True)
     k = min(folds, int(counts.min()))
     if counts.size < 2 or k < 2:
         return float("nan")
-    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
+    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=300))
     cv = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
-    return float(cross_val_score(clf, np.asarray(states, np.float64), labels, cv=cv).mean())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # 300 lbfgs iterations: a probe, not a fit to the last digit
+        return float(cross_val_score(clf, np.asarray(states, np.float64), labels, cv=cv).mean())
 
 
 def censored_first_below(values: Sequence[float], distances: Sequence[int], level: float) -> tuple[float, bool]:
@@ -272,3 +279,38 @@ def filler_fixed_points(model: nn.Module, tokens: torch.Tensor, labels: np.ndarr
             "fp_residual": float(fp.residuals.max()) if found else float(fp.best_residual),
             "fp_rho_par": float(fp.rho_par[0]) if found else float("nan"),
             "fp_rho_perp": float(fp.rho_perp[0]) if found else float("nan")}
+
+
+#: The largest flat state whose filler fixed points are searched (the solver's dense
+#: Levenberg–Marquardt steps cost O(S³)); larger models get NaN fixed-point rows.
+FP_MAX_STATE = 2048
+
+
+def geometry_row(model: nn.Module, kind: str, task: Any, seed: int, *, n: int | None = None,
+                 distances: Sequence[int] | None = None, n_jac: int = 4) -> xr.Dataset:
+    """Everything :func:`dynlab.lm.geometry` measures on one tested model, under the
+    dataset names ``geo_*`` on dim ``distance`` (scalars for T_cross, the horizon, the
+    Jacobian spectra at the largest distance and the filler fixed points; passkey only:
+    copying has no filler)."""
+    ds, tokens_at = model_task_geometry(model, kind, task, seed, n=PROBE_SAMPLES if n is None else n,
+                                        distances=distances)
+    far = int(ds.distance.values[-1])
+    labels = task_probes_labels(kind, tokens_at[far])
+    spectra = recurrence_spectra(model, tokens_at[far], labels, N_CLASSES[kind], n_jac=n_jac)
+    fp = {"fp_count": float("nan"), "fp_residual": float("nan"), "fp_rho_par": float("nan"),
+          "fp_rho_perp": float("nan")}
+    if kind == "passkey" and LMRecurrence(model).state_size <= FP_MAX_STATE:
+        fp = filler_fixed_points(model, tokens_at[far], labels, N_CLASSES[kind])
+    for k, v in {**spectra, **fp}.items():
+        ds[k] = ((), v)
+    out = ds.rename({k: f"geo_{k}" for k in ds.data_vars})
+    out.attrs = {"geo_tau": ds.attrs["tau"], "geo_accuracy_level": 0.5}
+    return annotate(out)
+
+
+def task_probes_labels(kind: str, tokens: torch.Tensor) -> np.ndarray:
+    """The class of each probe prefix ``tokens [B, position]`` (:func:`task_probes`)."""
+    if kind == "copying":
+        return (tokens[:, 1] - ord("a")).numpy()
+    key_end = len(PASSKEY_NEEDLE.split("{key}")[0]) + 5  # the first copy of the key
+    return (tokens[:, key_end - 1] - ord("0")).numpy()
