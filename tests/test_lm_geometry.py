@@ -182,3 +182,38 @@ def test_dynlab_analyze_puts_the_geometry_in_the_task_dataset(smoke_passkey):
         assert ds.geo_horizon.values[i] == next((x for x, v in zip(d, acc) if v < 0.5), d[-1])
     assert set(ds.intervention.values) >= {"zero", "fitted-noise", "state-passing"}
     assert np.isfinite(ds.geo_rho_perp).all() and (ds.geo_fp_residual <= 1e-8).all()
+
+
+@pytest.mark.slow
+def test_geometry_figures_draw_the_dataset_of_a_real_run(smoke_passkey, tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import xarray as xr
+
+    from dynlab.cli import main
+    from dynlab.figures.tasks import geometry_q_panel, geometry_tcross_panel
+    ds = xr.load_dataset(smoke_passkey / "dataset.nc")
+    fig, ax = plt.subplots()
+    geometry_q_panel(ds, ax)
+    arms = ds.isel(run=np.flatnonzero(ds.phase.values.astype(str) == "post"))
+    zero = arms.isel(run=np.flatnonzero(arms.intervention.values.astype(str) == "zero"))
+    line = next(l for l in ax.get_lines() if l.get_label().startswith("zero"))
+    np.testing.assert_allclose(line.get_ydata(), zero.geo_q.mean("run").values, rtol=1e-12, atol=0)
+    twin = [a for a in fig.axes if a is not ax][0]
+    assert any(np.allclose(l.get_ydata(), zero.geo_accuracy.mean("run").values) for l in twin.get_lines())
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    geometry_tcross_panel(ds, ax)
+    pts = np.concatenate([c.get_offsets() for c in ax.collections])
+    want = np.stack([ds.geo_T_cross.values, ds.geo_horizon.values], 1)
+    assert sorted(map(tuple, pts.tolist())) == sorted(map(tuple, want.tolist()))
+    censored = ~ds.geo_crossed.values.astype(bool) | ~ds.geo_horizon_reached.values.astype(bool)
+    drawn_censored = sum(len(c.get_offsets()) for c in ax.collections if "censored" in str(c.get_gid()))
+    assert drawn_censored == int(censored.sum())
+    both = ~ds.geo_crossed.values.astype(bool) & ~ds.geo_horizon_reached.values.astype(bool)
+    assert sum(len(c.get_offsets()) for c in ax.collections if c.get_gid() == "both censored") == int(both.sum())
+    plt.close(fig)
+    assert main(["figures", str(smoke_passkey), "--out", str(tmp_path / "figs")]) == 0
+    assert (tmp_path / "figs" / "passkey_geometry_q.png").is_file()
+    assert (tmp_path / "figs" / "passkey_geometry_tcross.png").is_file()
