@@ -217,3 +217,24 @@ def test_geometry_figures_draw_the_dataset_of_a_real_run(smoke_passkey, tmp_path
     assert main(["figures", str(smoke_passkey), "--out", str(tmp_path / "figs")]) == 0
     assert (tmp_path / "figs" / "passkey_geometry_q.png").is_file()
     assert (tmp_path / "figs" / "passkey_geometry_tcross.png").is_file()
+
+
+def test_preregistered_test_on_a_known_relation():
+    """Horizon = T_cross exactly on observed runs: r = 1; the censored ones enter at the bound."""
+    import xarray as xr
+
+    from dynlab.lm.geometry import preregistered_test
+    t = np.array([8, 16, 32, 64, 64, 128])
+    crossed = np.array([True, True, True, True, True, False])
+    h = np.array([8, 16, 32, 64, 64, 128])
+    ds = xr.Dataset({"geo_T_cross": ("run", t.astype(float)), "geo_crossed": ("run", crossed),
+                     "geo_horizon": ("run", h.astype(float)), "geo_horizon_reached": ("run", crossed),
+                     "status": ("run", ["ok"] * 6)},
+                    coords={"distance": [8, 16, 32, 64, 128], "intervention": ("run", ["zero", "sp"] * 3),
+                            "phase": ("run", ["post"] * 6)})
+    out = preregistered_test({"a": ds, "b": ds.assign(geo_horizon=("run", h[::-1].astype(float)))}, n_boot=200)
+    assert out["a"]["pearson_r"] == pytest.approx(1.0, rel=1e-12, abs=1e-12)
+    assert out["a"]["n_tcross_censored"] == 1 and out["a"]["n"] == 6
+    assert out["b"]["pearson_r"] < -0.9
+    assert out["a"]["arms"]["zero"]["log2_T_cross"] == pytest.approx(np.log2([8, 32, 64]).mean(), rel=1e-12, abs=0)
+    assert out["pooled"]["n"] == 12

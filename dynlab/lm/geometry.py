@@ -48,7 +48,7 @@ from dynlab.results.vocabulary import annotate
 from dynlab.lm.tasks import PASSKEY_NEEDLE, CopyingTask, PasskeyTask
 
 __all__ = ["DISTANCES", "LMRecurrence", "probe_accuracy", "distance_geometry", "task_probes",
-           "model_task_geometry", "geometry_row", "task_probes_labels", "state_jacobians", "recurrence_spectra", "filler_fixed_points", "censored_first_below"]
+           "model_task_geometry", "preregistered_test", "geometry_row", "task_probes_labels", "state_jacobians", "recurrence_spectra", "filler_fixed_points", "censored_first_below"]
 
 #: Pre-registered distance bins (tokens for passkey, letters for copying).
 DISTANCES = {"passkey": (8, 16, 32, 64, 128, 256, 512), "copying": (4, 8, 16, 32, 64)}
@@ -314,3 +314,39 @@ def task_probes_labels(kind: str, tokens: torch.Tensor) -> np.ndarray:
         return (tokens[:, 1] - ord("a")).numpy()
     key_end = len(PASSKEY_NEEDLE.split("{key}")[0]) + 5  # the first copy of the key
     return (tokens[:, key_end - 1] - ord("0")).numpy()
+
+
+def _log2_pairs(ds: xr.Dataset) -> dict[str, np.ndarray]:
+    """log2 T_cross (NaN when censored), log2 horizon, its censoring and log2 of the largest distance, ok rows."""
+    ok = ds["status"].values.astype(str) == "ok" if "status" in ds else np.ones(ds.sizes["run"], bool)
+    ok &= np.isfinite(ds["geo_T_cross"].values.astype(float))
+    sel = ds.isel(run=np.flatnonzero(ok))
+    t = np.log2(sel["geo_T_cross"].values.astype(float))
+    return {"t": np.where(sel["geo_crossed"].values.astype(bool), t, np.nan),
+            "h": np.log2(sel["geo_horizon"].values.astype(float)),
+            "h_cens": ~sel["geo_horizon_reached"].values.astype(bool),
+            "far": np.full(t.size, np.log2(float(sel["distance"].values[-1]))),
+            "iv": sel["intervention"].values.astype(str), "phase": sel["phase"].values.astype(str)}
+
+
+def preregistered_test(datasets: dict[str, xr.Dataset], *, n_boot: int = 2000) -> dict[str, Any]:
+    """The statistic of ``docs/preregistration-task-geometry.md`` on analysed task datasets
+    (name -> dataset): per task and pooled, Pearson r (95 % bootstrap CI, seed 0) and
+    Spearman ρ of log2 T_cross vs log2 horizon, censored values at their bound
+    (:func:`dynlab.analysis.correlation.tcross_mp_correlation`, ``censoring="replace"``);
+    per task and arm the mean log2 T_cross and horizon."""
+    from dynlab.analysis.correlation import tcross_mp_correlation
+
+    pairs = {k: _log2_pairs(ds) for k, ds in datasets.items()}
+    pairs["pooled"] = {f: np.concatenate([p[f] for p in pairs.values()]) for f in next(iter(pairs.values()))}
+    out: dict[str, Any] = {}
+    for name, p in pairs.items():
+        c = tcross_mp_correlation(p["t"], p["h"], horizon=p["far"], mp_censored=p["h_cens"], censoring="replace",
+                                  n_boot=n_boot, rng=np.random.default_rng(0))
+        arms = {iv: {"log2_T_cross": float(np.nanmean(np.where(np.isnan(p["t"]), p["far"], p["t"])[m])),
+                     "log2_horizon": float(p["h"][m].mean()), "n": int(m.sum())}
+                for iv in dict.fromkeys(p["iv"]) for m in [(p["iv"] == iv) & (p["phase"] == "post")] if m.any()}
+        out[name] = {"pearson_r": c.pearson_r, "pearson_ci": c.pearson_ci, "spearman_rho": c.spearman_rho,
+                     "n": c.n_used, "n_tcross_censored": c.n_tcross_censored, "n_horizon_censored": c.n_mp_censored,
+                     "arms": arms}
+    return out
