@@ -238,3 +238,17 @@ def test_preregistered_test_on_a_known_relation():
     assert out["b"]["pearson_r"] < -0.9
     assert out["a"]["arms"]["zero"]["log2_T_cross"] == pytest.approx(np.log2([8, 32, 64]).mean(), rel=1e-12, abs=0)
     assert out["pooled"]["n"] == 12
+
+
+@pytest.mark.parametrize("mixer", ["mamba2", "gla"])
+def test_layer_jacobian_is_the_block_of_the_full_one(mixer):
+    from dynlab.lm.geometry import layer_jacobians
+    kw = {"n_heads": 2, "head_dim": 4, "d_state": 4} if mixer == "mamba2" else {}
+    lm = RecurrentLM(mixer, d_model=8, n_layers=2, generator=torch.Generator().manual_seed(3), **kw).double()
+    rec = LMRecurrence(lm)
+    tokens = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        h = rec.flatten(lm(tokens[:, :-1])[1])
+    full = state_jacobians(rec, h, tokens[:, -1])
+    sl = rec.layer_slice(-1)
+    np.testing.assert_allclose(layer_jacobians(rec, h, tokens[:, -1]), full[:, sl, sl], rtol=1e-10, atol=1e-12)

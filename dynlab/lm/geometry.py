@@ -48,7 +48,7 @@ from dynlab.results.vocabulary import annotate
 from dynlab.lm.tasks import PASSKEY_NEEDLE, CopyingTask, PasskeyTask
 
 __all__ = ["DISTANCES", "LMRecurrence", "probe_accuracy", "distance_geometry", "task_probes",
-           "model_task_geometry", "preregistered_test", "geometry_row", "task_probes_labels", "state_jacobians", "recurrence_spectra", "filler_fixed_points", "censored_first_below"]
+           "model_task_geometry", "preregistered_test", "geometry_row", "task_probes_labels", "state_jacobians", "layer_jacobians", "recurrence_spectra", "filler_fixed_points", "censored_first_below"]
 
 #: Pre-registered distance bins (tokens for passkey, letters for copying).
 DISTANCES = {"passkey": (8, 16, 32, 64, 128, 256, 512), "copying": (4, 8, 16, 32, 64)}
@@ -248,17 +248,43 @@ def state_jacobians(rec: LMRecurrence, h: torch.Tensor, x: torch.Tensor) -> np.n
         return np.stack([one(i) for i in range(h.shape[0])])
 
 
+def layer_jacobians(rec: LMRecurrence, h: torch.Tensor, x: torch.Tensor, layer: int = -1) -> np.ndarray:
+    """``[B, s, s]``: the block ∂h^L_t/∂h^L_{t-1} of the step Jacobian for layer ``layer``'s
+    SSM state (the other layers' states and the windows held at ``h [B, S]``; tokens
+    ``x [B]``): the tracked layer's own recurrence, as paper A analyses its tracked layer."""
+    sl = rec.layer_slice(layer)
+    out = []
+    for i in range(h.shape[0]):
+        base = h[i].detach()
+
+        def f(v: torch.Tensor, base=base, i=i) -> torch.Tensor:
+            full = torch.cat([base[:sl.start], v, base[sl.stop:]])
+            return rec.step(full.unsqueeze(0), x[i:i + 1])[1][0, sl]
+
+        try:
+            jac = torch.func.jacrev(f)(base[sl])
+        except RuntimeError:  # kernels without a vmap rule (selective scan, GLA)
+            jac = torch.autograd.functional.jacobian(f, base[sl])
+        out.append(jac.detach().cpu().numpy())
+    return np.stack(out)
+
+
 def recurrence_spectra(model: nn.Module, tokens: torch.Tensor, labels: np.ndarray, n_classes: int,
                        *, layer: int = -1, n_jac: int = 4) -> dict[str, float]:
-    """State-update Jacobians J = dh_t/dh_{t-1} of the whole LM (float64, torch.func) at the
+    """The tracked layer's step Jacobian (:func:`layer_jacobians`, float64, torch.func) at the
     last step of ``n_jac`` of the trajectories ``tokens [B, L]``, split along and across U
-    of ``layer`` (U from the class centroids of all B states): median ρ, ρ∥, ρ⊥ over them."""
+    of that layer (U from the class centroids of all B states, ``labels [B]``): median of
+    ρ, ρ∥ = ρ(Bᵀ J B) and ρ⊥ (J on U⊥) over them (:func:`dynlab.analysis.fixed_points.spectrum`)."""
+    from dynlab.analysis.centroids import class_centroids
+    from dynlab.analysis.geometry import symbolic_basis
+
     rec = LMRecurrence(analysis_copy(model)).double()
     h_prev, x = _flat_states(rec, tokens.to(next(rec.parameters()).device))
     with torch.no_grad():
         _, h = rec.step(h_prev, x)
-    basis = _embedded_basis(rec, h[:, rec.layer_slice(layer)].numpy(), labels, n_classes, layer)
-    jac = state_jacobians(rec, h_prev[:n_jac], x[:n_jac])
+    cent, _ = class_centroids(h[:, rec.layer_slice(layer)].numpy(), labels, n_classes)
+    basis = symbolic_basis(cent)
+    jac = layer_jacobians(rec, h_prev[:n_jac], x[:n_jac], layer)
     sp = [spectrum(j, basis) for j in jac]
     return {k: float(np.nanmedian([s[k] for s in sp])) for k in ("rho", "rho_par", "rho_perp")}
 
