@@ -336,7 +336,7 @@ _ENTRIES.update({
     "geo_horizon": ("first distance with retrieval accuracy < 0.5", "tokens",
                     "censored at the largest distance (geo_horizon_reached False)"),
     "geo_horizon_reached": ("retrieval accuracy fell below 0.5", "", "False: geo_horizon is censored"),
-    "geo_rho": ("spectral radius of the state-update Jacobian", "1", "whole LM state, median over trajectories"),
+    "geo_rho": ("spectral radius of the state-update Jacobian", "1", "last layer's own block, median over trajectories"),
     "geo_rho_par": ("spectral radius of the Jacobian on U, ρ∥", "1", "Bᵀ J B, U of the last layer"),
     "geo_rho_perp": ("spectral radius of the Jacobian on U⊥, ρ⊥", "1", "J restricted to the complement of U"),
     "geo_fp_count": ("fixed points under the filler token", "1", "distinct solutions of F(h) = h; NaN: not searched"),
