@@ -43,6 +43,7 @@ text: ``shakespeare`` or a UTF-8 file; passkey and babilong only) and ``model`` 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -60,7 +61,7 @@ from dynlab.lm.spec import (
     InterventionSpec, LMDataSpec, LMModelSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec, TaskPostSpec, TaskTrainSpec,
     WarmStartSpec, anchor_model_fields,
 )
-from dynlab.lm.task_run import in_range_accuracy, task_result_to_dataset, train_and_evaluate_task
+from dynlab.lm.task_run import POST_PREFIX, in_range_accuracy, task_result_to_dataset, train_and_evaluate_task
 from dynlab.lm.tasks import babi_chance
 from dynlab.names import MIXER_NAMES, TASK_INTERVENTION_NAMES
 from dynlab.results.assemble import result_columns, stack_runs
@@ -170,9 +171,78 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
     def assemble(specs: list[LMTaskRunSpec], store: RunStore, options: StudyOptions) -> xr.Dataset:
         return assemble_task_runs(kind, specs, store)
 
+    def analyze_one(spec: LMTaskRunSpec, store: RunStore, device: torch.device, progress: NullProgress,
+                    extra: StudyExtra) -> xr.Dataset:
+        return analyze_task_run(kind, spec, store)
+
     return Study(name=name, description=description, presets=tuple(presets), make_specs=make_specs,
                  run_one=run_one, assemble=assemble, spec_type=LMTaskRunSpec, result_type=TaskResult,
-                 options_type=TaskOptions, panels=_task_panels(kind))
+                 options_type=TaskOptions, panels=_task_panels(kind),
+                 analyze_one=analyze_one if kind in GEOMETRY_KINDS else None)
+
+
+#: Task kinds whose models' state geometry ``dynlab analyze`` measures (:mod:`dynlab.lm.geometry`).
+GEOMETRY_KINDS = ("passkey", "copying")
+
+
+def _tested_weights(spec: LMTaskRunSpec, store: RunStore) -> list[tuple[str, dict[str, torch.Tensor] | None]]:
+    """``("iv:phase", weights or None)`` of every model a stored run tested, in :func:`_tested_models` order."""
+    r = read_result(TaskResult, store, spec)
+    weights = store.load_state_dict(spec) if r.evaluated else {}
+    out = []
+    for iv, phase, res in _tested_models(spec, r):
+        prefix = "" if phase == "base" else f"{POST_PREFIX}{iv}."
+        w = {k[len(prefix):]: v for k, v in weights.items()
+             if (k.startswith(prefix) if prefix else not k.startswith(POST_PREFIX))}
+        out.append((f"{iv}:{phase}", w if w and res.evaluated and res.status != "diverged" else None))
+    return out
+
+
+def analyze_task_run(kind: str, spec: LMTaskRunSpec, store: RunStore) -> xr.Dataset:
+    """The state geometry of every model a run tested (:func:`dynlab.lm.geometry.geometry_row`,
+    on the CPU in float32 for the states, float64 for Jacobians and fixed points): dims
+    ``tested`` (attr ``tested``: ``intervention:phase`` of each, in the dataset's row
+    order) and ``distance``; a model without usable weights is a NaN row."""
+    from dynlab.lm.geometry import geometry_row
+    from dynlab.lm.run import build_model
+    from dynlab.lm.task_run import task_for
+
+    rows, names = [], []
+    for name, weights in _tested_weights(spec, store):
+        names.append(name)
+        if weights is None:
+            rows.append(None)
+            continue
+        model = build_model(spec)
+        model.load_state_dict(weights)
+        rows.append(geometry_row(model, kind, task_for(spec, "val"), spec.seed))
+    template = next((r for r in rows if r is not None), None)
+    if template is None:
+        return xr.Dataset(attrs={"tested": json.dumps(names)})
+    filled = [r if r is not None else xr.full_like(template, np.nan) for r in rows]
+    ds = xr.concat(filled, dim="tested")
+    ds.attrs = {**template.attrs, "tested": json.dumps(names)}
+    return ds
+
+
+def _geometry_rows(tested: list[tuple[LMTaskRunSpec, str, str, TaskResult]], store: RunStore) -> xr.Dataset | None:
+    """The runs' ``analysis.nc`` geometry (:func:`analyze_task_run`) on the dataset's ``run`` rows; None without any."""
+    parts, cache = [], {}
+    for spec, iv, phase, _ in tested:
+        key = spec.run_id
+        if key not in cache:
+            cache[key] = store.read_dataset(spec, "analysis.nc") if store.has_file(spec, "analysis.nc") else None
+        a = cache[key]
+        names = json.loads(a.attrs.get("tested", "[]")) if a is not None else []
+        hit = f"{iv}:{phase}"
+        parts.append(a.isel(tested=names.index(hit)).drop_vars("tested", errors="ignore")
+                     if a is not None and hit in names and "tested" in a.dims else None)
+    template = next((p for p in parts if p is not None), None)
+    if template is None:
+        return None
+    out = xr.concat([p if p is not None else xr.full_like(template, np.nan) for p in parts], dim="run")
+    out.attrs = {"geo_tau": template.attrs.get("geo_tau"), "geo_accuracy_level": template.attrs.get("geo_accuracy_level")}
+    return annotate(out)
 
 
 def _tested_models(spec: LMTaskRunSpec, r: TaskResult) -> list[tuple[str, str, TaskResult]]:
@@ -207,6 +277,10 @@ def assemble_task_runs(kind: str, specs: list[LMTaskRunSpec], store: RunStore) -
         "train_max": ("run", [t[0].task.train_max for t in tested]),
     })
     ds = ds.assign(_in_range_rows(tested))
+    geo = _geometry_rows(tested, store)
+    if geo is not None:
+        ds = ds.merge(geo.assign_coords(run=ds["run"].values), combine_attrs="drop_conflicts")
+        ds.attrs.update(geo.attrs)
     if kind == "babi" and "kind" in ds.coords and specs:
         ds = ds.assign(chance=babi_chance_levels(ds["kind"].values, specs[0].task.n_facts))
     if "accuracy" in ds and (ds["phase"] == "post").any():

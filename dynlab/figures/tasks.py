@@ -21,7 +21,7 @@ from dynlab.figures.lm import BAND, holm
 from dynlab.figures.panel import NothingToDraw, Panel, needs
 from dynlab.figures.style import axis_label
 
-__all__ = ["babi_panel", "babilong_panels", "copying_panel", "copying_panels", "passkey_difference", "passkey_heatmap",
+__all__ = ["geometry_q_panel", "geometry_tcross_panel", "babi_panel", "babilong_panels", "copying_panel", "copying_panels", "passkey_difference", "passkey_heatmap",
            "passkey_panels"]
 
 
@@ -211,16 +211,93 @@ def _interventions(ds: xr.Dataset) -> list[str]:
     return list(dict.fromkeys(ds["intervention"].values.astype(str)))
 
 
+@needs("geo_q", "geo_accuracy", "distance", "arch", "intervention", what="q of the task variable vs distance")
+def geometry_q_panel(ds: xr.Dataset, ax: Axes) -> Axes:
+    """q = R/M of the task variable against the distance since it was written, per arm
+    (mean over seeds, band: min–max), with the retrieval accuracy on a second axis
+    (dashed, same colour); dotted lines: q = τ and accuracy 0.5 (``dynlab analyze``)."""
+    ds = _tested(ds)
+    tau = float(ds.attrs.get("geo_tau", 1.0))
+    twin = ax.twinx()
+    for arch, iv in _pairs(ds):
+        runs = _runs(ds, arch, iv)
+        x = runs["distance"].values
+        q = runs["geo_q"]
+        line, = ax.plot(x, q.mean("run").values, marker="o", markersize=3, label=_label(ds, arch, iv, runs.sizes["run"]))
+        if runs.sizes["run"] > 1:
+            ax.fill_between(x, q.min("run").values, q.max("run").values, color=line.get_color(), alpha=0.2, linewidth=0)
+        twin.plot(x, runs["geo_accuracy"].mean("run").values, linestyle="--", color=line.get_color(), linewidth=1)
+    ax.axhline(tau, color="0.4", linestyle=":", linewidth=1)
+    twin.axhline(0.5, color="0.7", linestyle=":", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(axis_label(ds["distance"], "distance"))
+    ax.set_ylabel(axis_label(ds["geo_q"], "q"))
+    twin.set_ylabel("retrieval accuracy (dashed)")
+    twin.set_ylim(0, 1.02)
+    ax.set_title(f"q of the task variable vs distance (dotted: q = {tau:g}; band: seeds min-max)")
+    _legend(ax)
+    return ax
+
+
+@needs("geo_T_cross", "geo_crossed", "geo_horizon", "geo_horizon_reached", "intervention", what="T_cross vs horizon")
+def geometry_tcross_panel(ds: xr.Dataset, ax: Axes) -> Axes:
+    """T_cross from the states against the retrieval horizon (first distance with accuracy
+    < 0.5), one point per learned tested model.  Filled: both observed; ``>``: T_cross
+    censored (q never reached τ: at least that far); ``^``: horizon censored; open
+    diamond: both; dashed: T_cross = horizon.  Title: Pearson r of log2 values, censored at their bound."""
+    ok = ds.isel(run=np.flatnonzero(ds["status"].values.astype(str) == "ok")) if "status" in ds else ds
+    t, h = ok["geo_T_cross"].values.astype(float), ok["geo_horizon"].values.astype(float)
+    ct, ch = ~ok["geo_crossed"].values.astype(bool), ~ok["geo_horizon_reached"].values.astype(bool)
+    good = np.isfinite(t) & np.isfinite(h)
+    if not good.any():
+        raise NothingToDraw("no model with a measured T_cross and horizon")
+    ivs = ok["intervention"].values.astype(str)
+    for j, iv in enumerate(dict.fromkeys(ivs[good])):
+        color = f"C{j}"
+        labelled = False
+        for mask, marker, fill, what in ((~ct & ~ch, "o", color, "observed"), (ct & ~ch, ">", color, "T_cross censored"),
+                                         (~ct & ch, "^", color, "horizon censored"), (ct & ch, "D", "none", "both censored")):
+            sel = good & (ivs == iv) & mask
+            if sel.any():
+                sc = ax.scatter(t[sel], h[sel], marker=marker, facecolors=fill, edgecolors=color,
+                                label=None if labelled else iv)
+                sc.set_gid(what)  # which censoring the points carry (read by the tests)
+                labelled = True
+    lo, hi = float(np.nanmin([t[good], h[good]])), float(np.nanmax([t[good], h[good]]))
+    ax.plot([lo, hi], [lo, hi], color="0.5", linestyle="--", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel(axis_label(ds["geo_T_cross"], "T_cross"))
+    ax.set_ylabel(axis_label(ds["geo_horizon"], "retrieval horizon"))
+    x, y = np.log2(t[good]), np.log2(h[good])
+    r = float(np.corrcoef(x, y)[0, 1]) if good.sum() > 2 and x.std() > 0 and y.std() > 0 else float("nan")
+    ax.set_title(f"T_cross vs retrieval horizon: r = {r:.2f} (n = {int(good.sum())}; "
+                 f"{int((ct & good).sum())} / {int((ch & good).sum())} censored)")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def _geometry_panels(ds: xr.Dataset, kind: str) -> dict[str, Panel]:
+    if "geo_q" not in ds:
+        return {}
+    return {f"{kind}_geometry_q": Panel(geometry_q_panel), f"{kind}_geometry_tcross": Panel(geometry_tcross_panel)}
+
+
 def copying_panels(ds: xr.Dataset) -> dict[str, Panel]:
-    """The panels of a copying dataset: per-character accuracy and exact match vs length."""
-    return {"copying_accuracy": Panel(copying_panel), "copying_exact_match": Panel(copying_panel, {"variable": "exact_match"})}
+    """The panels of a copying dataset: per-character accuracy and exact match vs length
+    (and, once analysed, the state geometry's two panels)."""
+    return {"copying_accuracy": Panel(copying_panel), "copying_exact_match": Panel(copying_panel, {"variable": "exact_match"}),
+            **_geometry_panels(ds, "copying")}
 
 
 def passkey_panels(ds: xr.Dataset) -> dict[str, Panel]:
-    """The panels of a passkey dataset: one accuracy heatmap per intervention, one difference panel per contrast."""
+    """The panels of a passkey dataset: one accuracy heatmap per intervention, one difference panel per contrast
+    (and, once analysed, the state geometry's two panels)."""
     panels = {f"passkey_{iv}": Panel(passkey_heatmap, {"intervention": iv}) for iv in _interventions(ds)}
     if "contrast" in ds.coords:
         panels.update({f"passkey_diff_{c}": Panel(passkey_difference, {"contrast": str(c)}) for c in ds["contrast"].values})
+    panels.update(_geometry_panels(ds, "passkey"))
     return panels
 
 

@@ -42,7 +42,7 @@ from dynlab.runtime import resolve_device, train_threads
 
 __all__ = ["CONFIRM_SEED_OFFSET", "EVAL_SEED_OFFSET", "POST_SEED_OFFSET", "score_batch", "evaluate_task", "in_range_accuracy", "train_task",
            "train_attempts", "ATTEMPT_SEED_OFFSET",
-           "post_train_arm", "train_and_evaluate_task", "task_result_to_dataset", "POST_PREFIX"]
+           "post_train_arm", "task_for", "train_and_evaluate_task", "task_result_to_dataset", "POST_PREFIX"]
 
 EVAL_SEED_OFFSET = 1_000_003
 #: Post-training batches come from a generator seeded with ``seed + POST_SEED_OFFSET``
@@ -50,6 +50,11 @@ EVAL_SEED_OFFSET = 1_000_003
 POST_SEED_OFFSET = 2_000_003
 #: Prefix of a post-training arm's weights in a run's ``model.safetensors``.
 POST_PREFIX = "post."
+
+
+def task_for(spec: LMTaskRunSpec, part: str = "val"):
+    """The task object of ``spec`` with its filler from text ``part`` (``"val"``: the test's)."""
+    return _task(spec, part)
 
 
 def _task(spec: LMTaskRunSpec, part: str):

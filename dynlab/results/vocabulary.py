@@ -316,6 +316,35 @@ for _name, (_long, _desc) in {
     _ENTRIES[f"corr_{_name}"] = (_long.replace("T_cross", "T_cross of the default variant"), "1",
                                  "ok runs; the variant is the attr variant" + (f"; {_desc}" if _desc else ""))
 
+# -- state geometry of the long-context task models (dynlab.lm.geometry) ------------------------
+_T = "the task's symbolic variable (passkey: the key's last digit; copying: the first letter)"
+_ENTRIES.update({
+    "distance": ("distance since the variable was written", "tokens",
+                 "passkey: filler tokens after the needle; copying: letters in the string"),
+    "geo_q": ("distinguishability ratio q = R/M of the task variable", "1", "per distance bin; classes: " + _T),
+    "geo_R": ("RMS within-class scatter R of the task variable", "state units", "last layer's flat SSM state"),
+    "geo_M": ("minimum centroid separation M of the task variable", "state units", "last layer's flat SSM state"),
+    "geo_R_par": ("RMS scatter along U, R∥, of the task variable", "state units", "residual projected on U"),
+    "geo_R_perp": ("RMS scatter orthogonal to U, R⊥, of the task variable", "state units", "residual projected on U⊥"),
+    "geo_k_U": ("dim U of the task variable", "1", "rank of the centred class centroids"),
+    "geo_probe_accuracy": ("cross-validated linear-probe accuracy of the task variable", "1",
+                           "standardised states, logistic regression, 5-fold stratified cross-validation"),
+    "geo_accuracy": ("retrieval accuracy at the distance", "1",
+                     "passkey: whole key exact; copying: per character; on the probe samples"),
+    "geo_T_cross": ("first distance with q ≥ τ", "tokens", "τ: attr geo_tau; censored at the largest distance (geo_crossed False)"),
+    "geo_crossed": ("q reached τ within the distances", "", "False: geo_T_cross is censored"),
+    "geo_horizon": ("first distance with retrieval accuracy < 0.5", "tokens",
+                    "censored at the largest distance (geo_horizon_reached False)"),
+    "geo_horizon_reached": ("retrieval accuracy fell below 0.5", "", "False: geo_horizon is censored"),
+    "geo_rho": ("spectral radius of the state-update Jacobian", "1", "last layer's own block, median over trajectories"),
+    "geo_rho_par": ("spectral radius of the Jacobian on U, ρ∥", "1", "Bᵀ J B, U of the last layer"),
+    "geo_rho_perp": ("spectral radius of the Jacobian on U⊥, ρ⊥", "1", "J restricted to the complement of U"),
+    "geo_fp_count": ("fixed points under the filler token", "1", "distinct solutions of F(h) = h; NaN: not searched"),
+    "geo_fp_residual": ("fixed-point residual ‖F(h*) − h*‖", "state units", "largest over those found, else the best solve"),
+    "geo_fp_rho_par": ("ρ∥ at the filler fixed point", "1", "first fixed point found"),
+    "geo_fp_rho_perp": ("ρ⊥ at the filler fixed point", "1", "first fixed point found"),
+})
+
 #: name -> :class:`Variable`; read-only: the vocabulary is complete at import time.
 VARIABLES = MappingProxyType({k: Variable(*v) for k, v in _ENTRIES.items()})
 del _ENTRIES

@@ -1,0 +1,381 @@
+"""Paper A's geometry of the state on paper B's tasks: U, R, M, q, a probe, T_cross, Jacobians, fixed points.
+
+The symbolic variable a task model's state must carry, and the distance since it was
+written, per task (``docs/preregistration-task-geometry.md`` fixes the rule):
+
+- **passkey**: the key's last digit (10 classes); a probe sample is the needle followed by
+  ``d`` filler tokens and the question (a passkey sample at depth 0 with ``d`` filler
+  tokens); the state read is the one after the last filler token, ``d`` tokens after the
+  needle ends; its accuracy is the whole key predicted exactly;
+- **copying**: the first letter of the string (26 classes); a probe sample is a string of
+  ``d`` letters; the state read is the one after the separator ``|``; its accuracy is the
+  per-character accuracy of the copy;
+- **babi**: the location (room) of the entity asked about, at the question; not built yet.
+
+Per distance bin, the states of one layer (the flat ``[H·P·N]`` SSM state, last layer by
+default) go through :func:`dynlab.analysis.geometry.geometry_over_time` with the bins in the
+place of the steps: class centroids, U (rank tolerance 1e-6), R (pooled unbiased scatter),
+M, q = R/M, R_par, R_perp; beside them a cross-validated linear probe (standardised states,
+``LogisticRegression``, 5-fold ``cross_val_score``).  T_cross is the first distance whose q
+reaches ``tau`` (default 1, persistence 1 bin); never crossed: censored at the largest
+distance (``T_cross`` = that distance, ``crossed`` False).  The retrieval horizon is the
+first distance whose accuracy is below 0.5, censored the same way.
+
+The recurrence (:class:`LMRecurrence`): one token step of the whole LM on a flat state
+(every layer's SSM state, then every layer's convolution window), with the tracker
+protocol of :mod:`dynlab.analysis.jacobian` and :mod:`dynlab.analysis.fixed_points`
+(``step(state [B, S], tokens [B]) -> (logits [B, V], state [B, S])``), so their Jacobians,
+spectra split along and across U (ρ∥, ρ⊥) and fixed-point finder apply unchanged.  The
+spectra the study records are those of the tracked (last) layer's own block of the step
+Jacobian (:func:`layer_jacobians`): the eigenproblem of the whole flat state costs about
+95 s a sample at the quick presets' size (4864 numbers), the block's 3 s.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import xarray as xr
+from torch import nn
+
+from dynlab.analysis.fixed_points import find_fixed_points, spectrum, word_map
+from dynlab.analysis.geometry import crossing_time, geometry_over_time
+from dynlab.analysis.jacobian import analysis_copy, step_jacobians
+from dynlab.lm.states import CarriedStates
+from dynlab.results.vocabulary import annotate
+from dynlab.lm.tasks import PASSKEY_NEEDLE, CopyingTask, PasskeyTask
+
+__all__ = ["DISTANCES", "LMRecurrence", "probe_accuracy", "distance_geometry", "task_probes",
+           "model_task_geometry", "preregistered_test", "geometry_row", "task_probes_labels", "state_jacobians", "layer_jacobians", "recurrence_spectra", "filler_fixed_points", "censored_first_below"]
+
+#: Pre-registered distance bins (tokens for passkey, letters for copying).
+DISTANCES = {"passkey": (8, 16, 32, 64, 128, 256, 512), "copying": (4, 8, 16, 32, 64)}
+N_CLASSES = {"passkey": 10, "copying": 26}
+PROBE_SEED_OFFSET = 1_000_003 + 7
+#: Probe samples per distance bin (pre-registered).
+PROBE_SAMPLES = 256
+
+
+class LMRecurrence(nn.Module):
+    """The per-token recurrence of a :class:`~dynlab.lm.model.RecurrentLM` on a flat state.
+
+    Flat layout: every layer's SSM state ``[H, P, N]`` flattened, in layer order, then every
+    layer's convolution window ``[C, K - 1]`` (layers without one add nothing).
+    """
+
+    def __init__(self, lm: nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+        self.ssm_shapes = [tuple(s) for s in lm.state_shapes()]
+        self.conv_shapes = [None if c is None else tuple(c) for c in lm.conv_shapes()]
+        sizes = [math.prod(s) for s in self.ssm_shapes] + [math.prod(c) for c in self.conv_shapes if c is not None]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
+        self.state_size = int(self.offsets[-1])
+        self.n_classes = 256
+
+    def layer_slice(self, layer: int) -> slice:
+        """The flat positions of layer ``layer``'s SSM state (negative: from the last)."""
+        i = layer % len(self.ssm_shapes)
+        return slice(self.offsets[i], self.offsets[i + 1])
+
+    def init_state(self, batch: int) -> torch.Tensor:
+        p = next(self.lm.parameters())
+        return torch.zeros(batch, self.state_size, device=p.device, dtype=p.dtype)
+
+    def unflatten(self, h: torch.Tensor) -> CarriedStates:
+        n = len(self.ssm_shapes)
+        ssm = [h[:, self.offsets[i]:self.offsets[i + 1]].reshape(-1, *s) for i, s in enumerate(self.ssm_shapes)]
+        conv, j = [], n
+        for c in self.conv_shapes:
+            if c is None:
+                conv.append(None)
+                continue
+            conv.append(h[:, self.offsets[j]:self.offsets[j + 1]].reshape(-1, *c))
+            j += 1
+        return CarriedStates(ssm, conv)
+
+    @staticmethod
+    def flatten(states: CarriedStates) -> torch.Tensor:
+        parts = [s.reshape(s.shape[0], -1) for s in states]
+        parts += [w.reshape(w.shape[0], -1) for w in getattr(states, "conv", []) if w is not None]
+        return torch.cat(parts, dim=1)
+
+    def step(self, state: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, new = self.lm(tokens.reshape(-1, 1), self.unflatten(state))
+        return logits[:, -1], self.flatten(new)
+
+
+def probe_accuracy(states: np.ndarray, labels: np.ndarray, folds: int = 5, seed: int = 0) -> float:
+    """Mean ``folds``-fold cross-validated accuracy of a logistic-regression probe of
+    ``labels [N]`` from standardised ``states [N, S]`` (stratified folds, shuffled with
+    ``seed``); NaN when a class has fewer members than ``folds`` allows or only one class."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.preprocessing import StandardScaler
+
+    _, counts = np.unique(labels, return_counts=True)
+    k = min(folds, int(counts.min()))
+    if counts.size < 2 or k < 2:
+        return float("nan")
+    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=300))
+    cv = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # 300 lbfgs iterations: a probe, not a fit to the last digit
+        return float(cross_val_score(clf, np.asarray(states, np.float64), labels, cv=cv).mean())
+
+
+def censored_first_below(values: Sequence[float], distances: Sequence[int], level: float) -> tuple[float, bool]:
+    """``(first distance with value < level, True)``; ``(largest distance, False)`` when none."""
+    for v, d in zip(values, distances):
+        if v < level:
+            return float(d), True
+    return float(distances[-1]), False
+
+
+def distance_geometry(states: Any, labels: Any, accuracy: Sequence[float], distances: Sequence[int], n_classes: int,
+                      *, tau: float = 1.0, probe: bool = True) -> xr.Dataset:
+    """Geometry per distance bin of ``states [N, D, S]`` with ``labels [N, D]`` (bin j = ``distances[j]``).
+
+    Returns a dataset on dim ``distance``: ``q, R, M, R_par, R_perp, k_U, probe_accuracy,
+    accuracy`` and scalars ``T_cross, crossed, horizon, horizon_reached`` (module docstring).
+    """
+    h = np.asarray(states, np.float64)
+    y = np.asarray(labels, np.int64)
+    dist = np.asarray(distances, np.int64)
+    g = geometry_over_time(h, y, n_classes=n_classes, tau=tau, persist=1, saturation_t=0)
+    t_idx, crossed = crossing_time(g["q"].values, tau, np.arange(dist.size), persist=1)
+    t_cross = float(dist[int(t_idx)]) if crossed else float(dist[-1])
+    horizon, reached = censored_first_below(accuracy, dist, 0.5)
+    probes = [probe_accuracy(h[:, j], y[:, j]) if probe else float("nan") for j in range(dist.size)]
+    keep = ["q", "R", "M", "R_par", "R_perp", "k_U"]
+    ds = xr.Dataset({k: ("distance", g[k].values) for k in keep}, coords={"distance": dist})
+    ds["probe_accuracy"] = ("distance", np.asarray(probes))
+    ds["accuracy"] = ("distance", np.asarray(accuracy, np.float64))
+    ds["T_cross"] = ((), t_cross)
+    ds["crossed"] = ((), bool(crossed))
+    ds["horizon"] = ((), horizon)
+    ds["horizon_reached"] = ((), bool(reached))
+    ds.attrs.update(tau=float(tau), persist=1, accuracy_level=0.5)
+    return ds
+
+
+def task_probes(kind: str, task: Any, generator: torch.Generator, n: int, d: int) -> tuple[torch.Tensor, int, Any, np.ndarray]:
+    """``(tokens [n, L], read position, TaskBatch, labels [n])`` of one distance bin ``d``.
+
+    The state read is the one after ``tokens[:, :position]`` (module docstring)."""
+    if kind == "passkey":
+        assert isinstance(task, PasskeyTask)
+        batch = task.sample(generator, n, task.min_length() + d, depth=0.0)
+        position = len(PASSKEY_NEEDLE.format(key="00000").encode()) + d  # ASCII: one byte a character
+        start = int(batch.mask[0].nonzero()[0]) + 1  # first key digit of the answer
+        labels = (batch.tokens[:, start + 4] - ord("0")).numpy()
+    elif kind == "copying":
+        assert isinstance(task, CopyingTask)
+        batch = task.sample(generator, n, d)
+        position = d + 2  # "$" + d letters + "|"
+        labels = (batch.tokens[:, 1] - ord("a")).numpy()
+    else:
+        raise ValueError(f"task kind {kind!r} has no symbolic variable yet; allowed: passkey, copying")
+    return batch.tokens, position, batch, labels
+
+
+@torch.no_grad()
+def _states_at(model: nn.Module, tokens: torch.Tensor, position: int, layer: int) -> np.ndarray:
+    """The flat SSM state of ``layer`` after ``tokens[:, :position]`` -> ``[B, H·P·N]`` float64."""
+    dev = next(model.parameters()).device
+    _, states = model(tokens[:, :position].to(dev), None)
+    s = states[layer]
+    return s.reshape(s.shape[0], -1).double().cpu().numpy()
+
+
+def model_task_geometry(model: nn.Module, kind: str, task: Any, seed: int, *, n: int = 256,
+                        distances: Sequence[int] | None = None, layer: int = -1, tau: float = 1.0,
+                        probe: bool = True) -> tuple[xr.Dataset, dict[int, np.ndarray]]:
+    """:func:`distance_geometry` of one model on fresh probe samples (seed ``seed + PROBE_SEED_OFFSET``).
+
+    Returns the dataset and the states per distance (for the Jacobian and fixed points)."""
+    from dynlab.lm.task_run import score_batch
+
+    dist = tuple(DISTANCES[kind] if distances is None else distances)
+    generator = torch.Generator().manual_seed(seed + PROBE_SEED_OFFSET)
+    model.eval()
+    hs, ys, acc, tokens_at = [], [], [], {}
+    for d in dist:
+        tokens, position, batch, labels = task_probes(kind, task, generator, n, d)
+        hs.append(_states_at(model, tokens, position, layer))
+        ys.append(labels)
+        tokens_at[d] = tokens[:, :position]
+        hits, mask = score_batch(model, batch)
+        acc.append(float(hits[mask].mean()) if kind == "copying" else
+                   float(np.mean([hits[b][mask[b]].all() for b in range(len(hits))])))
+    ds = distance_geometry(np.stack(hs, 1), np.stack(ys, 1), acc, dist, N_CLASSES[kind], tau=tau, probe=probe)
+    return ds, tokens_at
+
+
+def _embedded_basis(rec: LMRecurrence, states: np.ndarray, labels: np.ndarray, n_classes: int, layer: int) -> np.ndarray:
+    """Orthonormal basis of U (from the class centroids of ``states [N, s]`` of ``layer``) in the flat state."""
+    from dynlab.analysis.centroids import class_centroids
+    from dynlab.analysis.geometry import symbolic_basis
+
+    cent, _ = class_centroids(states, labels, n_classes)
+    b = symbolic_basis(cent)
+    full = np.zeros((rec.state_size, b.shape[1]))
+    full[rec.layer_slice(layer)] = b
+    return full
+
+
+@torch.no_grad()
+def _flat_states(rec: LMRecurrence, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(flat state before the last token ``[B, S]``, last token ``[B]``) of ``tokens [B, L]``."""
+    _, states = rec.lm(tokens[:, :-1], None)
+    return rec.flatten(states), tokens[:, -1]
+
+
+def state_jacobians(rec: LMRecurrence, h: torch.Tensor, x: torch.Tensor) -> np.ndarray:
+    """``[B, S, S]`` step Jacobians: ``torch.func`` (jacrev under vmap) where the mixer's
+    operators can be batched (Mamba-2), else one reverse-mode Jacobian per sample (the
+    selective-scan and GLA kernels have no vmap rule)."""
+    try:
+        return step_jacobians(rec, h, x).numpy()
+    except RuntimeError:
+        def one(i: int) -> np.ndarray:
+            fn = lambda s: rec.step(s.unsqueeze(0), x[i:i + 1])[1].squeeze(0)  # noqa: E731
+            return torch.autograd.functional.jacobian(fn, h[i]).numpy()
+        return np.stack([one(i) for i in range(h.shape[0])])
+
+
+def layer_jacobians(rec: LMRecurrence, h: torch.Tensor, x: torch.Tensor, layer: int = -1) -> np.ndarray:
+    """``[B, s, s]``: the block ∂h^L_t/∂h^L_{t-1} of the step Jacobian for layer ``layer``'s
+    SSM state (the other layers' states and the windows held at ``h [B, S]``; tokens
+    ``x [B]``): the tracked layer's own recurrence, as paper A analyses its tracked layer."""
+    sl = rec.layer_slice(layer)
+    out = []
+    for i in range(h.shape[0]):
+        base = h[i].detach()
+
+        def f(v: torch.Tensor, base=base, i=i) -> torch.Tensor:
+            full = torch.cat([base[:sl.start], v, base[sl.stop:]])
+            return rec.step(full.unsqueeze(0), x[i:i + 1])[1][0, sl]
+
+        try:
+            jac = torch.func.jacrev(f)(base[sl])
+        except RuntimeError:  # kernels without a vmap rule (selective scan, GLA)
+            jac = torch.autograd.functional.jacobian(f, base[sl])
+        out.append(jac.detach().cpu().numpy())
+    return np.stack(out)
+
+
+def recurrence_spectra(model: nn.Module, tokens: torch.Tensor, labels: np.ndarray, n_classes: int,
+                       *, layer: int = -1, n_jac: int = 4) -> dict[str, float]:
+    """The tracked layer's step Jacobian (:func:`layer_jacobians`, float64, torch.func) at the
+    last step of ``n_jac`` of the trajectories ``tokens [B, L]``, split along and across U
+    of that layer (U from the class centroids of all B states, ``labels [B]``): median of
+    ρ, ρ∥ = ρ(Bᵀ J B) and ρ⊥ (J on U⊥) over them (:func:`dynlab.analysis.fixed_points.spectrum`)."""
+    from dynlab.analysis.centroids import class_centroids
+    from dynlab.analysis.geometry import symbolic_basis
+
+    rec = LMRecurrence(analysis_copy(model)).double()
+    h_prev, x = _flat_states(rec, tokens.to(next(rec.parameters()).device))
+    with torch.no_grad():
+        _, h = rec.step(h_prev, x)
+    cent, _ = class_centroids(h[:, rec.layer_slice(layer)].numpy(), labels, n_classes)
+    basis = symbolic_basis(cent)
+    jac = layer_jacobians(rec, h_prev[:n_jac], x[:n_jac], layer)
+    sp = [spectrum(j, basis) for j in jac]
+    return {k: float(np.nanmedian([s[k] for s in sp])) for k in ("rho", "rho_par", "rho_perp")}
+
+
+def filler_fixed_points(model: nn.Module, tokens: torch.Tensor, labels: np.ndarray, n_classes: int,
+                        *, filler: int = ord(" "), layer: int = -1, n_starts: int = 4) -> dict[str, float]:
+    """Fixed points of one step under the filler token ``filler`` (whole LM, float64),
+    solved from ``n_starts`` of the states after ``tokens [B, L]``: count, largest residual,
+    ρ∥ and ρ⊥ (U of ``layer``) at the first one found (NaN when none)."""
+    rec = LMRecurrence(analysis_copy(model)).double()
+    with torch.no_grad():
+        _, states = rec.lm(tokens.to(next(rec.parameters()).device), None)
+    h = rec.flatten(states)
+    basis = _embedded_basis(rec, h[:, rec.layer_slice(layer)].numpy(), labels, n_classes, layer)
+    fp = find_fixed_points(word_map(rec, [filler]), h[:n_starts].numpy(), basis=basis, iterate=200)
+    found = fp.points.shape[0] > 0
+    return {"fp_count": float(fp.points.shape[0]),
+            "fp_residual": float(fp.residuals.max()) if found else float(fp.best_residual),
+            "fp_rho_par": float(fp.rho_par[0]) if found else float("nan"),
+            "fp_rho_perp": float(fp.rho_perp[0]) if found else float("nan")}
+
+
+#: The largest flat state whose filler fixed points are searched (the solver's dense
+#: Levenberg–Marquardt steps cost O(S³)); larger models get NaN fixed-point rows.
+FP_MAX_STATE = 2048
+
+
+def geometry_row(model: nn.Module, kind: str, task: Any, seed: int, *, n: int | None = None,
+                 distances: Sequence[int] | None = None, n_jac: int = 4) -> xr.Dataset:
+    """Everything :func:`dynlab.lm.geometry` measures on one tested model, under the
+    dataset names ``geo_*`` on dim ``distance`` (scalars for T_cross, the horizon, the
+    Jacobian spectra at the largest distance and the filler fixed points; passkey only:
+    copying has no filler)."""
+    ds, tokens_at = model_task_geometry(model, kind, task, seed, n=PROBE_SAMPLES if n is None else n,
+                                        distances=distances)
+    far = int(ds.distance.values[-1])
+    labels = task_probes_labels(kind, tokens_at[far])
+    spectra = recurrence_spectra(model, tokens_at[far], labels, N_CLASSES[kind], n_jac=n_jac)
+    fp = {"fp_count": float("nan"), "fp_residual": float("nan"), "fp_rho_par": float("nan"),
+          "fp_rho_perp": float("nan")}
+    if kind == "passkey" and LMRecurrence(model).state_size <= FP_MAX_STATE:
+        fp = filler_fixed_points(model, tokens_at[far], labels, N_CLASSES[kind])
+    for k, v in {**spectra, **fp}.items():
+        ds[k] = ((), v)
+    out = ds.rename({k: f"geo_{k}" for k in ds.data_vars})
+    out.attrs = {"geo_tau": ds.attrs["tau"], "geo_accuracy_level": 0.5}
+    return annotate(out)
+
+
+def task_probes_labels(kind: str, tokens: torch.Tensor) -> np.ndarray:
+    """The class of each probe prefix ``tokens [B, position]`` (:func:`task_probes`)."""
+    if kind == "copying":
+        return (tokens[:, 1] - ord("a")).numpy()
+    key_end = len(PASSKEY_NEEDLE.split("{key}")[0]) + 5  # the first copy of the key
+    return (tokens[:, key_end - 1] - ord("0")).numpy()
+
+
+def _log2_pairs(ds: xr.Dataset) -> dict[str, np.ndarray]:
+    """log2 T_cross (NaN when censored), log2 horizon, its censoring and log2 of the largest distance, ok rows."""
+    ok = ds["status"].values.astype(str) == "ok" if "status" in ds else np.ones(ds.sizes["run"], bool)
+    ok &= np.isfinite(ds["geo_T_cross"].values.astype(float))
+    sel = ds.isel(run=np.flatnonzero(ok))
+    t = np.log2(sel["geo_T_cross"].values.astype(float))
+    return {"t": np.where(sel["geo_crossed"].values.astype(bool), t, np.nan),
+            "h": np.log2(sel["geo_horizon"].values.astype(float)),
+            "h_cens": ~sel["geo_horizon_reached"].values.astype(bool),
+            "far": np.full(t.size, np.log2(float(sel["distance"].values[-1]))),
+            "iv": sel["intervention"].values.astype(str), "phase": sel["phase"].values.astype(str)}
+
+
+def preregistered_test(datasets: dict[str, xr.Dataset], *, n_boot: int = 2000) -> dict[str, Any]:
+    """The statistic of ``docs/preregistration-task-geometry.md`` on analysed task datasets
+    (name -> dataset): per task and pooled, Pearson r (95 % bootstrap CI, seed 0) and
+    Spearman ρ of log2 T_cross vs log2 horizon, censored values at their bound
+    (:func:`dynlab.analysis.correlation.tcross_mp_correlation`, ``censoring="replace"``);
+    per task and arm the mean log2 T_cross and horizon."""
+    from dynlab.analysis.correlation import tcross_mp_correlation
+
+    pairs = {k: _log2_pairs(ds) for k, ds in datasets.items()}
+    pairs["pooled"] = {f: np.concatenate([p[f] for p in pairs.values()]) for f in next(iter(pairs.values()))}
+    out: dict[str, Any] = {}
+    for name, p in pairs.items():
+        c = tcross_mp_correlation(p["t"], p["h"], horizon=p["far"], mp_censored=p["h_cens"], censoring="replace",
+                                  n_boot=n_boot, rng=np.random.default_rng(0))
+        arms = {iv: {"log2_T_cross": float(np.nanmean(np.where(np.isnan(p["t"]), p["far"], p["t"])[m])),
+                     "log2_horizon": float(p["h"][m].mean()), "n": int(m.sum())}
+                for iv in dict.fromkeys(p["iv"]) for m in [(p["iv"] == iv) & (p["phase"] == "post")] if m.any()}
+        out[name] = {"pearson_r": c.pearson_r, "pearson_ci": c.pearson_ci, "spearman_rho": c.spearman_rho,
+                     "n": c.n_used, "n_tcross_censored": c.n_tcross_censored, "n_horizon_censored": c.n_mp_censored,
+                     "arms": arms}
+    return out
