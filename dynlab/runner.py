@@ -114,12 +114,15 @@ def _run_specs(
     executor: Executor | None = None,
     force_analysis: bool = False,
     extra: StudyExtra | None = None,
-) -> dict[str, int]:
+) -> dict[str, Any]:
     """Train the unfinished runs of ``specs`` (healing damaged ones first), store each as it
     arrives, then analyse the evaluated runs that lack an analysis (all of them with
     ``force_analysis``).  ``extra``: the study's parsed options, handed to ``analyze_one``
-    (needed when ``analyze``).  Returns counts: trained, reused, analyzed, failed, not_learned."""
-    counts = {"trained": 0, "reused": 0, "analyzed": 0, "failed": 0, "not_learned": 0}
+    (needed when ``analyze``).  Returns counts: trained, reused, analyzed, failed, not_learned,
+    and the seconds (``time.perf_counter``) spent training (``train_s``: the training loop,
+    less the analyses run inside it) and analysing (``analysis_s``)."""
+    counts = {"trained": 0, "reused": 0, "analyzed": 0, "failed": 0, "not_learned": 0,
+              "train_s": 0.0, "analysis_s": 0.0}
     executor = executor or InProcessExecutor()
     remote = getattr(executor, "remote", False)
     _heal(specs, store, progress)
@@ -136,12 +139,14 @@ def _run_specs(
     announced: set[str] = set()  # runs whose status a finished-run line has said
 
     def analyse(spec: Spec) -> None:
+        t0 = time.perf_counter()
         with recording() as rec, train_threads(local_device):  # same numbers whatever this machine's core count
             ds = study.analyze_one(spec, store, local_device, progress, extra)
         ds.attrs["provenance_json"] = json.dumps(provenance(rec, device=local_device), sort_keys=True)
         store.write_dataset(spec, ANALYSIS, ds)
         counts["analyzed"] += 1
         analysed.add(spec.spec_hash())
+        counts["analysis_s"] += time.perf_counter() - t0
 
     # With workers in other processes the analyses of finished runs run here while the
     # workers train the next ones (the same calls per run, so the same numbers).  Not with
@@ -150,6 +155,7 @@ def _run_specs(
     overlap = analyze and remote and not getattr(executor, "shares_process", False)
     # work shipped to other processes must not carry the client's progress bars
     work = _work(study, device, NullProgress() if remote else progress, store.root / RESUME_DIR)
+    loop_started = time.perf_counter()
     for item, (outcomes, made_on) in executor.map_unordered(work, study.work_items(pending)):
         for spec, outcome in zip(item, outcomes):
             store.save(spec, outcome.result.to_json(), outcome.state_dict, provenance=made_on)
@@ -160,6 +166,7 @@ def _run_specs(
         for spec, outcome in zip(item, outcomes):
             if overlap and outcome.result.evaluated:
                 analyse(spec)
+    counts["train_s"] = time.perf_counter() - loop_started - counts["analysis_s"]  # overlapped analyses left out
     to_analyze = [
         s for s in _tally(study, specs, store, progress, counts, announced)
         if analyze and s.spec_hash() not in analysed
@@ -222,7 +229,8 @@ def _executor_workers(executor: Executor | None) -> int | None:
     return int(n) if n is not None else None
 
 
-def _timing_attrs(started: float, trained: int, workers: int | None, invocation: str) -> dict:
+def _timing_attrs(started: float, trained: int, workers: int | None, invocation: str,
+                  train_s: float | None = None, analysis_s: float | None = None) -> dict:
     """The dataset attributes that say how long the invocation that writes it took:
 
     - ``study_wall_time_s``: seconds (``time.perf_counter``) from the start of that
@@ -232,13 +240,28 @@ def _timing_attrs(started: float, trained: int, workers: int | None, invocation:
       fewer than its specs, ``dynlab analyze`` none);
     - ``study_workers``: the executor's workers when the work started (1 in process;
       absent when the executor could not say);
-    - ``study_invocation``: ``study`` or ``analyze``.
+    - ``study_invocation``: ``study`` or ``analyze``;
+    - ``study_train_s``, ``study_analysis_s``: the seconds of that wall time spent training
+      and analysing (:func:`_run_specs`), measured in the same invocation, so their ratio
+      compares the two phases on one machine under one load.
     """
     attrs = {"study_wall_time_s": round(float(time.perf_counter() - started), 3),
              "study_runs_trained": int(trained), "study_invocation": invocation}
     if workers is not None:
         attrs["study_workers"] = int(workers)
+    for name, seconds in (("study_train_s", train_s), ("study_analysis_s", analysis_s)):
+        if seconds is not None:
+            attrs[name] = round(float(seconds), 3)
     return attrs
+
+
+def phase_line(study_name: str, train_s: float, analysis_s: float) -> str:
+    """``group-tracking: training 5 min 49 s, analyses 2 min 10 s (0.37 of training)``."""
+    def took(s: float) -> str:
+        return f"{s:.1f} s" if s < 60 else f"{int(s // 60)} min {s % 60:.0f} s"
+
+    ratio = f" ({analysis_s / train_s:.2f} of training)" if train_s > 0 else ""
+    return f"{study_name}: training {took(train_s)}, analyses {took(analysis_s)}{ratio}"
 
 
 def _finish(study: Study, specs: list[Spec], store: RunStore, options: StudyOptions, extra: StudyExtra,
@@ -267,6 +290,8 @@ def _finish(study: Study, specs: list[Spec], store: RunStore, options: StudyOpti
         "run_ids": [s.spec_hash() for s in specs],
         "provenance": made,
     }
+    if timing is not None and timing.get("analysis_s") is not None:
+        manifest["timing"] = {k: ds.attrs[k] for k in ("study_wall_time_s", "study_train_s", "study_analysis_s")}
     write_text_atomic(store.root / MANIFEST, json.dumps(manifest, indent=1))
     store.sweep([s.spec_hash() for s in specs])  # leftovers of killed writes to these runs
     return path
@@ -342,7 +367,9 @@ def run_study(
                     f"{study.name}: {counts['trained']} trained, {counts['reused']} reused, "
                     f"{counts['analyzed']} analysed, {counts['not_learned']} not learned, {counts['failed']} failed"
                 )
-            timing = {"started": started, "trained": counts["trained"], "workers": workers, "invocation": "study"}
+                prog.log(phase_line(study.name, counts["train_s"], counts["analysis_s"]))
+            timing = {"started": started, "trained": counts["trained"], "workers": workers, "invocation": "study",
+                      "train_s": counts["train_s"], "analysis_s": counts["analysis_s"]}
             return _finish(study, specs, store, options, extra, timing)
     except BaseException:
         if store.root in made:  # a study that stored nothing leaves no folders behind (nor its marker and lock)
@@ -610,7 +637,9 @@ def analyze_study(
         specs = _manifest_specs(path, manifest, study, store)  # heals (quarantines) damaged runs
         with make_progress(progress) as prog:
             counts = _run_specs(study, specs, store, device, prog, analyze=True, force_analysis=True, extra=extra)
-        timing = {"started": started, "trained": counts["trained"], "workers": 1, "invocation": "analyze"}
+            prog.log(phase_line(study.name, counts["train_s"], counts["analysis_s"]))
+        timing = {"started": started, "trained": counts["trained"], "workers": 1, "invocation": "analyze",
+                  "train_s": counts["train_s"], "analysis_s": counts["analysis_s"]}
         return _finish(study, specs, store, options, extra, timing)
 
 

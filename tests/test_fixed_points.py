@@ -355,3 +355,39 @@ def test_absent_class_is_nan():
     ds = tracker_fixed_points(tr, [[2, 2]], _reach(tr, tokens)[keep], y[keep], n_classes=6, starts=2)
     assert np.isnan(ds["fp_residual"].sel(state=2)) and np.isnan(ds["fp_rho_par"]).all()
     assert (ds["fp_residual"].drop_sel(state=2).values < 1e-12).all()
+
+
+@pytest.mark.parametrize("arch", ["mamba", "tanh-rnn"])
+def test_memoised_spectra_give_the_numbers_of_solving_again(arch):
+    """tracker_fixed_points with its memo (each distinct Jacobian's spectrum and SVD solved
+    once) equals the path that solves them again for every state; the affine mamba maps share
+    A_w across states, so there the memo is used."""
+    import dynlab.analysis.fixed_points as fpm
+    from dynlab.tracking.groups import get_group
+    from dynlab.tracking.train import build_tracker
+    from dynlab.tracking.spec import ModelSpec
+    from dynlab.tracking.task import WordProblem
+
+    task = WordProblem(get_group("S3"))
+    tr = build_tracker(ModelSpec(arch=arch, hidden=8), task.n_tokens, task.n_classes, 0).double()
+    tokens, labels = task.sample(torch.Generator().manual_seed(0), 96, 12)
+    with torch.no_grad():
+        h = tr(tokens, return_states=False).final_state.double().numpy()
+    words = fpm.generator_power_words(task.group)  # a³, b² of S3: two maps per state
+    basis = np.linalg.qr(np.random.default_rng(0).normal(size=(tr.layer_slice(-1).stop - tr.layer_slice(-1).start, 3)))[0]
+    kw = dict(n_classes=6, basis=basis, starts=3)
+    calls = []
+    real = fpm._spectrum
+    fpm._spectrum = lambda *a: calls.append(1) or real(*a)
+    try:
+        new = fpm.tracker_fixed_points(tr, words, h, labels[:, -1].numpy(), **kw)
+        n_new = len(calls)
+        old = fpm.tracker_fixed_points(tr, words, h, labels[:, -1].numpy(), memo=False, **kw)
+    finally:
+        fpm._spectrum = real
+    for name in old.data_vars:
+        np.testing.assert_allclose(new[name].values, old[name].values, rtol=1e-12, atol=1e-12, equal_nan=True,
+                                   err_msg=name)
+    if arch == "mamba":
+        assert n_new < len(calls) - n_new  # solved once per word, not once per state
+    assert np.isfinite(old["fp_rho_perp"].values).all() and np.isfinite(old["fp_rho_par"].values).all()

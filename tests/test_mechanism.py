@@ -75,3 +75,40 @@ def test_corollary1_correlations_censoring():
     assert set(out) >= {"mp_replace", "mp_drop"}
     with pytest.raises(ValueError, match="T_cross_fp"):
         corollary1_correlations(ds.drop_vars("T_cross_fp"))
+
+
+def test_within_family_correlations_match_scipy_on_each_family():
+    """Beside every pooled correlation, the same one within each family: equal to scipy's
+    Pearson r and Spearman ρ on that family's runs alone (an independent computation)."""
+    from scipy import stats
+
+    ds = _ds()
+    rng = np.random.default_rng(3)
+    ds["recovery_rate"].values[:, 1] += rng.normal(0, 0.3, 10)  # break the exact pooled r = 1
+    out = mechanism_correlations(ds)
+    fam = ds["family"].values[:9]
+    s = run_fixed_point_summary(ds.isel(run=slice(0, 9)))
+    for family in ("affine", "state-dependent"):
+        sel = fam == family
+        x, y = np.log(s["rho_perp"].values[sel]), ds["recovery_rate"].values[:9, 1][sel]
+        got = out["by_family"][family]["recovery_perp"]
+        np.testing.assert_allclose(got["r"], stats.pearsonr(x, y).statistic, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got["rho"], stats.spearmanr(x, y).statistic, rtol=1e-12, atol=1e-12)
+        assert got["n"] == int(sel.sum())
+        mp = ds["mp"].values[:9][sel]
+        np.testing.assert_allclose(out["by_family"][family]["mp_rho_perp_replace"]["r"],
+                                   stats.pearsonr(s["rho_perp"].values[sel], mp).statistic, rtol=1e-12, atol=1e-12)
+    # the pooled value is not any family's
+    assert out["recovery_perp"]["r"] != pytest.approx(out["by_family"]["affine"]["recovery_perp"]["r"])
+
+
+def test_pooled_r_is_called_the_family_split_when_one_family_is_all_censored():
+    ds = _ds()
+    out = mechanism_correlations(ds)
+    assert out["censored_families"] == []  # some state-dependent runs have mp <= 900
+    ds["mp"].values[:4] = 1000.0
+    ds["mp_censored"].values[:4] = True
+    out = mechanism_correlations(ds)
+    assert out["censored_families"] == ["state-dependent"]
+    # under 'drop' nothing of that family is left: its within-family r is NaN, n 0
+    assert out["by_family"]["state-dependent"]["mp_rho_perp_drop"]["n"] == 0

@@ -243,3 +243,30 @@ def test_the_dataset_records_the_invocations_wall_time_runs_trained_and_workers(
     rerun = open_study(run_study(study, SMOKE, out=tmp_path, device="cpu", analyze=False))
     assert rerun.attrs["study_runs_trained"] == 0 and len(calls) == 4
     assert 0 < rerun.attrs["study_wall_time_s"] <= time.perf_counter() - t0
+
+
+def test_the_study_records_its_training_and_analysis_seconds(tmp_path, capsys):
+    """study_train_s and study_analysis_s split the invocation's wall time: each analysis's
+    own analysis_seconds (timed inside analyze_run) fits inside study_analysis_s, the two
+    phases fit inside study_wall_time_s, the manifest repeats them and the summary says them."""
+    from dynlab.runner import phase_line
+
+    opts = StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",))
+    ds = open_study(run_study(get_study("group-tracking"), opts, out=tmp_path, device="cpu", progress=True))
+    a = ds.attrs
+    per_run = sum(float(xr_open(p).attrs["analysis_seconds"])
+                  for p in (tmp_path / "group-tracking" / "runs").glob("*/analysis.nc"))
+    assert 0 < per_run <= a["study_analysis_s"] + 1e-3
+    assert 0 < a["study_train_s"] and a["study_train_s"] + a["study_analysis_s"] <= a["study_wall_time_s"] + 1e-3
+    manifest = json.loads((tmp_path / "group-tracking" / "manifest.json").read_text())
+    assert manifest["timing"] == {k: a[k] for k in ("study_wall_time_s", "study_train_s", "study_analysis_s")}
+    said = capsys.readouterr()
+    assert "group-tracking: training " in said.err + said.out
+    assert phase_line("g", 349.0, 130.0) == "g: training 5 min 49 s, analyses 2 min 10 s (0.37 of training)"
+
+
+def xr_open(path):
+    import xarray as xr
+
+    with xr.open_dataset(path, engine="h5netcdf") as d:
+        return d.load()

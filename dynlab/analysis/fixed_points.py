@@ -55,7 +55,9 @@ Results are typed (:class:`FixedPoints`, :class:`SlowPoints`), all in float64.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import hashlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -282,6 +284,41 @@ def deduplicate(points: Any, residuals: Any, tol: float) -> tuple[np.ndarray, np
     return p[idx], r[idx], np.asarray([hits[j] for j in order], dtype=np.int64)
 
 
+# -- memo ----------------------------------------------------------------------------------------
+
+#: Results of :func:`spectrum` and of the SVD in :func:`affine_fixed_set`, keyed by the bytes
+#: of their inputs; active only inside :func:`_memoised` (one :func:`tracker_fixed_points`
+#: call).  An affine return map F_w has the same Jacobian A_w for every symbolic state (the
+#: classes differ only in their starts), so without it the same eigenvalue problems and
+#: SVDs are solved once per state; with it, once per word.  Equal inputs give the very
+#: same numbers, so the results are bit-identical to solving again.
+_MEMO: dict | None = None
+
+
+@contextmanager
+def _memoised(on: bool = True) -> Iterator[None]:
+    global _MEMO
+    outer = _MEMO
+    _MEMO = (outer if outer is not None else {}) if on else None
+    try:
+        yield
+    finally:
+        _MEMO = outer
+
+
+def _cached(kind: str, arrays: Sequence[np.ndarray | None], extra: tuple, compute: Callable[[], Any]) -> Any:
+    """``compute()``, or its earlier result for byte-identical ``arrays`` and equal ``extra``."""
+    if _MEMO is None:
+        return compute()
+    h = hashlib.sha1(kind.encode())
+    for a in arrays:
+        h.update(b"none" if a is None else repr((a.shape, a.dtype.str)).encode() + np.ascontiguousarray(a).tobytes())
+    key = (h.hexdigest(), extra)
+    if key not in _MEMO:
+        _MEMO[key] = compute()
+    return _MEMO[key]
+
+
 # -- 5. spectrum -------------------------------------------------------------------------------
 
 
@@ -300,12 +337,17 @@ def spectrum(jac: Any, basis: Any | None = None, *, rank_tol: float = 1e-8) -> d
     basis, or when the subspace is empty), ``stable`` (ρ < 1) and ``fixed_dim`` (nullity of
     DF − I; module docstring)."""
     a = np.asarray(jac, dtype=np.float64)
+    b = None if basis is None else np.asarray(basis, dtype=np.float64)
+    out = _cached("spectrum", (a, b), (float(rank_tol),), lambda: _spectrum(a, b, rank_tol))
+    return {**out, "eig": out["eig"].copy()}
+
+
+def _spectrum(a: np.ndarray, b: np.ndarray | None, rank_tol: float) -> dict[str, Any]:
     eig = np.linalg.eigvals(a)
     eig = eig[np.argsort(-np.abs(eig), kind="stable")]
     rho = float(np.abs(eig).max())
     rho_par = rho_perp = float("nan")
-    if basis is not None:
-        b = np.asarray(basis, dtype=np.float64)
+    if b is not None:
         if b.ndim != 2 or b.shape[0] != a.shape[0]:
             raise ValueError(f"basis has shape {b.shape}; allowed: [{a.shape[0]}, k]")
         if b.shape[1]:
@@ -347,7 +389,7 @@ def affine_fixed_set(a: Any, b: Any, *, rank_tol: float = 1e-8) -> tuple[np.ndar
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     m = a - np.eye(a.shape[0])
-    u, sv, vt = np.linalg.svd(m)
+    u, sv, vt = _cached("svd", (m,), (), lambda: np.linalg.svd(m))
     cut = rank_tol * max(1.0, float(sv.max(initial=0.0)))
     rank = int((sv > cut).sum())
     # least-squares solution of m p = -b on the range
@@ -615,6 +657,7 @@ def tracker_fixed_points(
     rank_tol: float = 1e-8,
     max_states: int | None = None,
     iterate: int = 500,
+    memo: bool = True,
 ) -> xr.Dataset:
     """Fixed points of the return maps F_w of state-preserving ``words`` per symbolic state.
 
@@ -648,8 +691,17 @@ def tracker_fixed_points(
       none).
 
     Returns an ``xarray.Dataset`` (vocabulary-annotated) with attrs ``fp_words`` (the words)
-    and ``fp_starts``.
+    and ``fp_starts``.  ``memo`` (default) solves each distinct Jacobian's spectrum and SVD
+    once (:data:`_MEMO`; the same numbers); False solves them again per state.
     """
+    with _memoised(memo):
+        return _tracker_fixed_points(model, words, states, labels, n_classes, basis, layer, starts, tol, dedup_tol,
+                                     rank_tol, max_states, iterate)
+
+
+def _tracker_fixed_points(model: Any, words: Sequence[Sequence[int]], states: Any, labels: Any, n_classes: int,
+                          basis: Any | None, layer: int, starts: int, tol: float, dedup_tol: float, rank_tol: float,
+                          max_states: int | None, iterate: int) -> xr.Dataset:
     m = analysis_copy(model, torch.float64).cpu()
     h = np.asarray(states, dtype=np.float64)
     y = np.asarray(labels, dtype=np.int64).reshape(-1)

@@ -76,38 +76,62 @@ def _corr(x: np.ndarray, y: np.ndarray, mp_censored: np.ndarray | None, censorin
     return {"r": c.pearson_r, "r_ci": c.pearson_ci, "rho": c.spearman_rho, "rho_ci": c.spearman_ci, "n": c.n_used}
 
 
-def mechanism_correlations(ds: xr.Dataset, tol: float = 1e-8) -> dict[str, Any]:
-    """The statistics of the module docstring over the ``ok`` runs of ``ds``."""
-    ok = (ds["status"].values == "ok") & np.isfinite(ds["mp"].values)
-    d = ds.isel(run=np.flatnonzero(ok))
-    s = run_fixed_point_summary(d, tol)
+def _pair_correlations(s: xr.Dataset, d: xr.Dataset) -> dict[str, Any]:
+    """The correlations of the module docstring over the runs of ``d`` (summary ``s``)."""
     rate = d["recovery_rate"]
     with np.errstate(divide="ignore", invalid="ignore"):
         log_perp, log_par = np.log(s["rho_perp"].values), np.log(s["rho_par"].values)
     mp, cens = d["mp"].values.astype(np.float64), d["mp_censored"].values.astype(bool)
     out: dict[str, Any] = {
-        "n_ok": int(ok.sum()),
-        "found": int(s["found"].sum()),
         "recovery_perp": _corr(log_perp, rate.sel(direction="U_perp").values, None, "replace"),
         "recovery_par": _corr(log_par, rate.sel(direction="U").values, None, "replace"),
     }
     for name, x in (("rho_perp", s["rho_perp"].values), ("par_dev", s["par_dev"].values)):
         for rule in ("replace", "drop"):
             out[f"mp_{name}_{rule}"] = _corr(x, mp, cens, rule)
+    return out
+
+
+def _failure_modes(s: xr.Dataset, d: xr.Dataset) -> dict[str, dict[str, Any]]:
+    """Per failure mode of ``failure_mode_dec``: the runs and the medians of ρ⊥ and |ρ∥ − 1|."""
+    modes = d["failure_mode_dec"].values.astype(str)
+    out = {}
+    for mode in ("robust", "climb", "saturation"):
+        sel = modes == mode
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            out[mode] = {"n": int(sel.sum()),
+                         "rho_perp": float(np.nanmedian(s["rho_perp"].values[sel])) if sel.any() else float("nan"),
+                         "par_dev": float(np.nanmedian(s["par_dev"].values[sel])) if sel.any() else float("nan")}
+    return out
+
+
+def mechanism_correlations(ds: xr.Dataset, tol: float = 1e-8) -> dict[str, Any]:
+    """The statistics of the module docstring over the ``ok`` runs of ``ds``.
+
+    With a ``family`` variable, also ``by_family``: ``{family: the same correlations over
+    that family's ok runs alone}`` (affine, state-dependent), and ``censored_families``: the
+    families whose every ok run has a censored mp.  When one is, a pooled r against mp under
+    'replace' mostly measures the split between the families (that family sits at the
+    longest length), and under 'drop' it is the other family's r."""
+    ok = (ds["status"].values == "ok") & np.isfinite(ds["mp"].values)
+    d = ds.isel(run=np.flatnonzero(ok))
+    s = run_fixed_point_summary(d, tol)
+    out: dict[str, Any] = {"n_ok": int(ok.sum()), "found": int(s["found"].sum()), **_pair_correlations(s, d)}
     if "failure_mode_dec" in d:
-        modes = d["failure_mode_dec"].values.astype(str)
-        out["modes"] = {}
-        for mode in ("robust", "climb", "saturation"):
-            sel = modes == mode
-            with np.errstate(invalid="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                out["modes"][mode] = {"n": int(sel.sum()),
-                                      "rho_perp": float(np.nanmedian(s["rho_perp"].values[sel])) if sel.any() else float("nan"),
-                                      "par_dev": float(np.nanmedian(s["par_dev"].values[sel])) if sel.any() else float("nan")}
+        out["modes"] = _failure_modes(s, d)
     if "family" in d.coords or "family" in d:
         fam = d["family"].values.astype(str)
         sd = fam == "state-dependent"
         out["state_dependent"] = {"n": int(sd.sum()), "found": int((s["found"].values & sd).sum())}
+        cens = d["mp_censored"].values.astype(bool)
+        out["by_family"] = {}
+        out["censored_families"] = []
+        for family in ("affine", "state-dependent"):
+            sel = np.flatnonzero(fam == family)
+            out["by_family"][family] = {"n_ok": int(sel.size), **_pair_correlations(s.isel(run=sel), d.isel(run=sel))}
+            if sel.size and cens[sel].all():
+                out["censored_families"].append(family)
     return out
 
 
