@@ -363,11 +363,12 @@ def run_study(
                                        "allowed: a writable folder") from None
             with make_progress(progress) as prog:
                 counts = _run_specs(study, specs, store, device, prog, analyze, executor, extra=extra)
+                if counts["trained"] or counts["analyzed"]:  # a rerun that reuses every run: the summary alone
+                    prog.log(phase_line(study.name, counts["train_s"], counts["analysis_s"]))
                 prog.log(
                     f"{study.name}: {counts['trained']} trained, {counts['reused']} reused, "
                     f"{counts['analyzed']} analysed, {counts['not_learned']} not learned, {counts['failed']} failed"
                 )
-                prog.log(phase_line(study.name, counts["train_s"], counts["analysis_s"]))
             timing = {"started": started, "trained": counts["trained"], "workers": workers, "invocation": "study",
                       "train_s": counts["train_s"], "analysis_s": counts["analysis_s"]}
             return _finish(study, specs, store, options, extra, timing)

@@ -91,7 +91,10 @@ def test_piped_study_prints_a_line_per_run_and_the_summary_once(tmp_path):
     assert [r.split()[2] for r in runs] == ["1/2", "2/2"]
     summary = "length-generalization: 2 trained, 0 reused, 0 analysed, 0 not learned, 0 failed"
     assert lines.count(summary) == 1 and lines[-1] == summary
-    assert all(ln in runs or ln == summary or ln.startswith("… ") for ln in lines), lines
+    phase = [ln for ln in lines if re.fullmatch(r"length-generalization: training [\d.]+ s, analyses [\d.]+ s"
+                                                r"( \([\d.]+ of training\))?", ln)]
+    assert len(phase) == 1 and lines[-2] == phase[0], lines  # the two phases' times, once, before the summary
+    assert all(ln in runs or ln == summary or ln in phase or ln.startswith("… ") for ln in lines), lines
     assert res.stdout.splitlines() == [f"dataset: {tmp_path / 'length-generalization' / 'dataset.nc'}"]
     again = _dynlab(*argv)
     assert again.returncode == 0, again.stderr
