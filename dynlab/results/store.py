@@ -68,7 +68,7 @@ from dynlab.results.files import (
     write_text_atomic,
 )
 from dynlab.results.folder import run_folder
-from dynlab.results.schema import open_dataset
+from dynlab.results.schema import CONVENTIONS, open_dataset
 
 __all__ = ["CHECKSUMS", "QUARANTINE", "STALE_AFTER_S", "Damage", "RunStore", "bytes_digest",
            "file_digest", "file_problem"]
@@ -420,6 +420,8 @@ class RunStore:
         return (self.path(spec) / name).is_file()
 
     def write_dataset(self, spec: Spec, name: str, ds: xr.Dataset) -> Path:
+        ds = ds.copy(deep=False)
+        ds.attrs["Conventions"] = CONVENTIONS
         return self._install(spec, name, netcdf_bytes(ds))
 
     def read_dataset(self, spec: Spec, name: str) -> xr.Dataset:
