@@ -184,7 +184,7 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
 
 
 #: Task kinds whose models' state geometry ``dynlab analyze`` measures (:mod:`dynlab.lm.geometry`).
-GEOMETRY_KINDS = ("passkey", "copying")
+GEOMETRY_KINDS = ("passkey", "copying", "babi")
 
 
 def _tested_weights(spec: LMTaskRunSpec, store: RunStore) -> list[tuple[str, dict[str, torch.Tensor] | None]]:
