@@ -55,7 +55,7 @@
 5. for two-class groups (C2), the **signed error along U** that shows neutral
    oscillation (:func:`dynlab.analysis.margin.binary_signed_error`);
 6. **fixed points of the return maps** per symbolic state
-   (:func:`dynlab.analysis.fixed_points.tracker_fixed_points`): for each generator a the
+   (:func:`dynlab.analysis.fixed_points_per_state.tracker_fixed_points`): for each generator a the
    word a^{ord(a)} and ``fp_random_words`` random state-preserving words of
    ``word_length`` tokens, solved from ``fp_starts`` states of each class after t_ref
    tokens (fresh sequences from their own generator, seed ``seed + 2``), with the
@@ -89,7 +89,8 @@ import torch
 import xarray as xr
 from pydantic import Field
 
-from dynlab.analysis.fixed_points import generator_power_words, tracker_fixed_points, word_map
+from dynlab.analysis.fixed_points import word_map
+from dynlab.analysis.fixed_points_per_state import generator_power_words, tracker_fixed_points
 from dynlab.analysis.fp_drift import corollary1_crossing, mean_drift
 from dynlab.analysis.centroids import class_centroids, class_stats, pair_distances
 from dynlab.analysis.fit import line_fit
@@ -494,7 +495,7 @@ def _add_fp_drift(out: xr.Dataset, m, spec: AnalysisSpec, t_ref: int, layer: int
 def _add_fixed_points(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, t_ref: int, layer: int,
                       basis: np.ndarray, ref: _Reference, horizon: int) -> None:
     """Into ``out``: the ``fp_*`` variables of
-    :func:`~dynlab.analysis.fixed_points.tracker_fixed_points` (module docstring, item 6) from
+    :func:`~dynlab.analysis.fixed_points_per_state.tracker_fixed_points` (module docstring, item 6) from
     the starts and words of :func:`_fp_inputs`; ρ∥ and ρ⊥ are NaN when U(t_ref) is empty.
     Then ``fp_drift`` and ``T_cross_fp`` from the same words (:func:`_add_fp_drift`)."""
     h, y, words = _fp_inputs(m, task, spec, t_ref)
