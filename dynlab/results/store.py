@@ -36,6 +36,9 @@ weights, checksums; the run must be trained again), only the analysis files when
 those are (they are recomputed), and returns a one-line report.  Folders written before
 checksums existed are checked by reading every file instead, and adopted (their
 ``checksums.json`` written) when they pass.
+
+Long module: it is one class, RunStore, whose methods share the layout, the atomic-write
+protocol and the damage check described above; splitting the class would split that contract.
 """
 
 from __future__ import annotations
