@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import xarray as xr
 
 from dynlab.results.schema import open_dataset
@@ -34,9 +33,11 @@ def slim(study_dataset: Path, label: str) -> Path:
 
 def _slim_lm(ds: xr.Dataset) -> xr.Dataset:
     """A length-generalization dataset without its per-position curves (PPL(t), EffRem, state
-    statistics): the run record, the PPL ranges and ratios, the verdicts, and ``ppl_binned``
-    at its bin ends only (``t`` is then the bin ends)."""
+    statistics): the run record, the PPL ranges and ratios, the verdicts, ``ppl_binned`` on
+    its bin ends ``t_bin`` and the training-loss curves (a dataset in the older layout, every
+    curve on one ``t``, is first split, :func:`dynlab.lm.dataset.split_positions`)."""
+    from dynlab.lm.dataset import split_positions
+
+    ds = split_positions(ds)
     drop = [v for v in ds.data_vars if v == "ppl" or v.startswith(("state_", "effrem"))]
-    ds = ds.drop_vars(drop)
-    ends = ds["t"].values[np.isfinite(ds["ppl_binned"].values).reshape(-1, ds.sizes["t"]).any(axis=0)]
-    return ds.sel(t=ends)
+    return ds.drop_vars(drop).drop_dims([d for d in ("t", "t_effrem", "t_state") if d in ds.dims], errors="ignore")

@@ -60,9 +60,13 @@ def split_positions(ds: xr.Dataset) -> xr.Dataset:
     """A length-generalization dataset with every curve on one shared ``t`` (NaN off each
     quantity's own grid), relaid out as :func:`result_to_dataset` writes it: each curve of
     :data:`POSITION_AXES` on its own positions, those where any of its values is finite.
-    The values are unchanged; a dataset already split is returned as it is."""
-    if "t" not in ds.dims or not any(v in ds and "t" in ds[v].dims and axis != "t" for v, axis in POSITION_AXES.items()):
+    The values are unchanged; a ``t`` no variable uses is dropped; a dataset already split
+    is returned as it is."""
+    on_t = [v for v in ds.data_vars if "t" in ds[v].dims]
+    if "t" not in ds.dims or (on_t and not any(v in on_t and axis != "t" for v, axis in POSITION_AXES.items())):
         return ds
+    if not on_t:  # a cut-down dataset whose curves are gone: the bare axis goes too
+        return ds.drop_dims("t")
     out = ds.copy()
     for axis in ("t_bin", "t_effrem", "t_state"):
         names = [v for v, a in POSITION_AXES.items() if a == axis and v in ds and "t" in ds[v].dims]
