@@ -25,7 +25,7 @@ from dynlab.analysis.fixed_points import (
 )
 from dynlab.tracking.groups import get_group
 from dynlab.tracking.models import Cell, Tracker, register_cell
-from test_analysis_jacobian import E, INV, MUL, S3Tracker, s3_batch
+from helpers.s3 import E, INV, MUL, S3Tracker, s3_batch
 
 
 def _sorted_eig(e: np.ndarray) -> np.ndarray:

@@ -133,8 +133,8 @@ def test_the_tables_are_the_commands(capsys):
     assert capsys.readouterr().out.splitlines() == models.model_table()
 
 
-def test_report_from_python_is_the_commands(capsys):
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "bench_train_cpu.json"
+def test_report_from_python_is_the_commands(capsys, repo_root):
+    path = repo_root / "benchmarks" / "results" / "bench_train_cpu.json"
     assert main(["report", str(path)]) == 0
     ((where, text),) = report.report([path])
     assert capsys.readouterr().out == f"## {where}\n\n{text}\n" and "| " in text

@@ -46,7 +46,7 @@ def test_report_on_a_dataset_dynlab_did_not_write_says_so(tmp_path, capsys):
 
 
 def test_quiet_silences_transformers_notices(monkeypatch):
-    from conftest import need_transformers
+    from helpers.optional import need_transformers
 
     transformers = need_transformers()
     from dynlab.app.checks import quiet_libraries

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import need_transformers
+from helpers.optional import need_transformers
 import torch
 
 from dynlab.cli import main

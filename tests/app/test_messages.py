@@ -5,7 +5,6 @@ labels without repeats, and README's plotting example draws curves."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -82,7 +81,7 @@ def test_time_axis_labels_do_not_repeat_the_unit():
     assert axis_label(xr.DataArray(0, attrs={"long_name": "training steps", "units": "steps"})) == "training steps [steps]"
 
 
-def test_readme_accuracy_example_draws_one_curve_per_run():
+def test_readme_accuracy_example_draws_one_curve_per_run(repo_root):
     """README: ds.accuracy.sel(run=ds.group == "S3").plot.line(x="length", hue="run")."""
     import matplotlib.pyplot as plt
 
@@ -90,7 +89,7 @@ def test_readme_accuracy_example_draws_one_curve_per_run():
         {"accuracy": (("run", "length"), np.linspace(1, 0.5, 12).reshape(3, 4))},
         coords={"run": np.arange(3), "length": [10, 20, 40, 60], "group": ("run", ["S3", "C2", "S3"])},
     )
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    readme = (repo_root / "README.md").read_text(encoding="utf-8")
     line = next(x for x in readme.splitlines() if "ds.accuracy.sel(" in x)
     expr = line.split("#")[0].strip()
     assert expr == 'ds.accuracy.sel(run=ds.group == "S3").plot.line(x="length", hue="run")'

@@ -7,7 +7,6 @@ import json
 import math
 import os
 import re
-from pathlib import Path
 
 import pytest
 
@@ -68,10 +67,10 @@ def test_bench_json_records_the_machine(payload):
     assert "not recorded" not in line
 
 
-def test_every_benchmark_script_writes_its_json_through_write_bench_json():
+def test_every_benchmark_script_writes_its_json_through_write_bench_json(repo_root):
     """A script with a ``--json`` option writes the file with write_bench_json (so it records
     the machine), never with a bare json.dump or write_text."""
-    scripts = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py"))
+    scripts = sorted((repo_root / "benchmarks").glob("*.py"))
     writers = [p for p in scripts if re.search(r"""add_argument\(\s*["']--json""", p.read_text())]
     assert {p.name for p in writers} >= {"bench_run_phases.py", "bench_lm_mixers.py", "bench_refusals.py"}
     for path in writers:

@@ -3,7 +3,6 @@ ladder, the intervention forest plot, and every committed LM dataset through `dy
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -16,7 +15,9 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from dynlab.figures.lm import far_in_budget_panel, length_generalization_panels  # noqa: E402
 
-DATASETS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "datasets"
+from helpers.paths import REPO  # noqa: E402
+
+DATASETS = REPO / "benchmarks" / "results" / "datasets"
 SIZE_EXTRA = {"train": {"steps": 30}, "eval": {"length_multiple": 4, "n_samples": 4, "chunk_len": 32, "bin_width": 8,
                                               "effrem_points": 3, "effrem_samples": 2, "state_points": 4}}
 

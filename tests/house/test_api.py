@@ -10,7 +10,7 @@ import dynlab.tracking.models
 import dynlab.results
 import dynlab.tracking.train
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers.paths import REPO as ROOT
 
 
 def test_public_api_is_pinned():

@@ -5,13 +5,12 @@ from __future__ import annotations
 import re
 import shlex
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import REQUIRE_TRANSFORMERS_ENV, need_transformers
+from helpers.optional import REQUIRE_TRANSFORMERS_ENV, need_transformers
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers.paths import REPO as ROOT
 
 
 def test_without_transformers_its_tests_skip_but_fail_when_ci_requires_it(monkeypatch):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers.paths import REPO as ROOT
 
 
 def _imports(path: Path) -> set[str]:

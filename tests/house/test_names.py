@@ -63,7 +63,7 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers.paths import REPO as ROOT
 #: The lists a copy of which is looked for (names.SOURCES and EXECUTORS are too short to tell).
 LISTS = {"BABI_KINDS": names.BABI_KINDS, "NONLINEARITIES": names.NONLINEARITIES,
          "ABLATION_NONLINEARITIES": names.ABLATION_NONLINEARITIES, "INTERVENTION_NAMES": names.INTERVENTION_NAMES,

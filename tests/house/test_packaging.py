@@ -18,7 +18,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers.paths import REPO as ROOT
 #: Where each name of the package lives in the checkout.
 TREES = {"dynlab": ROOT / "dynlab", "dynlab.kernels": ROOT / "kernels", "dynlab.studies": ROOT / "studies"}
 

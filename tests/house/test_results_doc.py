@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers.paths import REPO as ROOT
 
 
 @pytest.fixture(scope="module")

@@ -309,11 +309,10 @@ def test_lm_specs_refuse_sizes_beyond_the_stated_limits():
     (["study", "copying", "--executor", "dask", "--workers", "100000"], "error: --workers 100000 is out of range; "
      "allowed: 1 to {most} worker processes (this machine's CPU cores, at least 4)"),
 ], ids=["eval-multiple", "samples", "workers-10**30", "workers-100000"])
-def test_every_size_has_its_limit_on_every_path(argv, line, tmp_path, capsys, monkeypatch):
+def test_every_size_has_its_limit_on_every_path(argv, line, tmp_path, capsys, monkeypatch, data_dir):
     """The evaluation of a post-training (length × windows) and a local cluster's workers
     are bounded, in the command line as in the Python API, before anything starts."""
     import shutil
-    from pathlib import Path
 
     import dynlab.executors
     from dynlab.cli import main
@@ -322,7 +321,7 @@ def test_every_size_has_its_limit_on_every_path(argv, line, tmp_path, capsys, mo
 
     monkeypatch.setattr(dynlab.executors, "make_executor", lambda *a, **k: pytest.fail("an executor was started"))
     run = tmp_path / "run"
-    shutil.copytree(Path(__file__).parent / "data" / "legacy_lm_runs" / "mamba2", run)
+    shutil.copytree(data_dir / "legacy_lm_runs" / "mamba2", run)
     argv = [a.replace("{run}", str(run)) for a in argv]
     assert main([*argv, "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == line.replace("{most}", str(max_local_workers())) + "\n"

@@ -5,7 +5,6 @@ the convolution existed) loading with their own layout and run ids."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,13 +16,14 @@ from dynlab.lm.mixers import MIXERS, causal_conv, causal_conv_ref
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.spec import LEGACY_MODEL_FIELDS, LMModelSpec, LMRunSpec
 from dynlab.lm.states import CarriedStates
+from helpers.paths import DATA
 
 SMALL = {
     "mamba2": dict(n_heads=2, head_dim=4, d_state=3, chunk_size=5),
     "mamba1": dict(d_inner=8, d_state=3, n_heads=2, chunk_size=5),
     "gla": dict(n_heads=2, key_dim=4, value_dim=3, chunk_size=5),
 }
-LEGACY = Path(__file__).parent / "data" / "legacy_lm_runs"
+LEGACY = DATA / "legacy_lm_runs"
 
 
 def _model(name: str, conv_kernel: int = 4, seed: int = 0) -> RecurrentLM:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from conftest import need_transformers
+from helpers.optional import need_transformers
 
 transformers = need_transformers()
 

@@ -28,7 +28,7 @@ import json
 from contextlib import contextmanager
 
 import pytest
-from conftest import need_transformers
+from helpers.optional import need_transformers
 import torch
 import torch.nn.functional as F
 

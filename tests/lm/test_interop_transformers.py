@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import need_transformers
+from helpers.optional import need_transformers
 import torch
 
 from dynlab.analysis.lm_metrics import distribution_distance, effective_remembrance, position_ppl, state_statistics

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import need_transformers
+from helpers.optional import need_transformers
 
 from dynlab.cli import main
 from dynlab.lm.posttrain import load_checkpoint

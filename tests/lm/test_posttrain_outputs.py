@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import need_transformers
+from helpers.optional import need_transformers
 from safetensors.torch import load_file
 
 from dynlab.cli import main

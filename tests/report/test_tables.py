@@ -105,16 +105,14 @@ def test_tracking_table_names_the_theory():
     assert "| mamba | C2 | 2 of 2 | 21 (12–30) | no |" in text and "| tanh-rnn | C2 | 2 of 3 | 1000 (1000–1000) | yes |" in text
 
 
-def test_intervention_table_holds_holm_p_the_arms_order_and_what_tbtt_reads():
-    from pathlib import Path
-
+def test_intervention_table_holds_holm_p_the_arms_order_and_what_tbtt_reads(repo_root):
     from scipy import stats
 
     from dynlab.analysis.contrasts import holm
     from dynlab.report import intervention_tables
     from dynlab.results.schema import open_dataset
 
-    ds = open_dataset(Path(__file__).resolve().parents[1] / "benchmarks/results/datasets/"
+    ds = open_dataset(repo_root / "benchmarks/results/datasets/"
                       "length-generalization-interventions.nc")
     text = intervention_tables(ds)
     arms = ["random-noise", "fitted-noise", "state-passing", "tbtt"]

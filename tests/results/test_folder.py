@@ -26,7 +26,7 @@ from dynlab.runner import analyze_study, open_study, run_study
 from dynlab.study import RunOutcome, RunResult, Study, StudyOptions
 from dynlab.tracking.spec import ModelSpec, RunSpec, TaskSpec
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers.paths import REPO as ROOT
 
 
 def _spec(seed: int) -> RunSpec:

@@ -32,7 +32,7 @@ from dynlab.results.files import STALE_AFTER_S, temp_name, writer_gone
 from dynlab.runner import open_study, run_study
 from dynlab.study import RunOutcome, RunResult, Study, StudyOptions
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers.paths import REPO as ROOT
 
 
 def _spec(seed: int = 0) -> RunSpec:

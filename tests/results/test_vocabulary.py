@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ import xarray as xr
 
 from dynlab.results.vocabulary import VARIABLES, annotate, attrs_of, check_dataset, unregistered, var
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers.paths import REPO as ROOT
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,7 +24,9 @@ from dynlab.studies.group_tracking import ANALYSIS_PRESETS, TrackerResult
 from dynlab.lm.results import LMResult, TaskResult
 from dynlab.study import RunResult, StudyOptions
 
-LEGACY = Path(__file__).parent / "data" / "legacy"
+from helpers.paths import DATA
+
+LEGACY = DATA / "legacy"
 TINY = {
     "model": {"hidden": 8},
     "train": {"steps": 4, "batch_size": 8, "warmup_steps": 1},

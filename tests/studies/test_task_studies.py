@@ -316,15 +316,13 @@ def test_a_warm_start_trains_the_same_model_on_its_task_first():
     assert cold["train_loss"] != result["train_loss"]
 
 
-def test_babi_panel_draws_each_kinds_chance_level():
+def test_babi_panel_draws_each_kinds_chance_level(repo_root):
     """The dotted lines of the bAbI panel sit at babi_chance(kind, n_facts) of the dataset's runs, in the kind's colour."""
-    from pathlib import Path
-
     from dynlab.figures.tasks import babi_panel
     from dynlab.lm.tasks import babi_chance
     from dynlab.results.schema import open_dataset
 
-    ds = open_dataset(Path(__file__).parents[1] / "benchmarks/results/datasets/babilong-kinds.nc")
+    ds = open_dataset(repo_root / "benchmarks/results/datasets/babilong-kinds.nc")
     fig, ax = plt.subplots()
     babi_panel(ds, ax, intervention="zero")
     dotted = [line for line in ax.lines if line.get_linestyle() == ":" and len(line.get_ydata()) == 2]

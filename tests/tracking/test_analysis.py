@@ -9,7 +9,7 @@ from dynlab.tracking.groups import get_group
 from dynlab.tracking.models import Tracker
 from dynlab.tracking.task import WordProblem
 
-from conftest import exact_tracker
+from helpers.trackers import exact_tracker
 
 SPEC = AnalysisSpec(n_samples=64, perturb_samples=32, perturb_steps=20, lyap_samples=4, lyap_steps=20, n_words=3)
 
