@@ -32,7 +32,7 @@ def test_centroids_distances_and_separation_match_a_loop_and_cdist(offset):
         np.testing.assert_allclose(dist[np.ix_(present, present)], want, rtol=1e-9, atol=1e-9)
         assert np.isnan(dist[g - 1]).all() and np.isnan(dist[:, g - 1]).all()
         m = separation(dist[None], (counts[t] > 0)[None])[0]
-        assert m == pytest.approx(want[~np.eye(len(present), dtype=bool)].min(), rel=1e-9)
+        assert m == pytest.approx(want[~np.eye(len(present), dtype=bool)].min(), rel=1e-9, abs=1e-12)
 
 
 def test_separation_is_nan_with_fewer_than_two_classes_and_class_centroids_marks_absent_rows():

@@ -20,8 +20,8 @@ def test_known_correlation_inside_ci_and_matches_scipy():
     rho = 0.7
     t_cross, mp = _bivariate(300, rho, seed=0)
     res = tcross_mp_correlation(t_cross, mp, n_boot=2000, rng=np.random.default_rng(1))
-    assert res.pearson_r == pytest.approx(stats.pearsonr(t_cross, mp).statistic, abs=1e-12)
-    assert res.spearman_rho == pytest.approx(stats.spearmanr(t_cross, mp).statistic, abs=1e-12)
+    assert res.pearson_r == pytest.approx(stats.pearsonr(t_cross, mp).statistic, rel=0, abs=1e-12)
+    assert res.spearman_rho == pytest.approx(stats.spearmanr(t_cross, mp).statistic, rel=0, abs=1e-12)
     lo, hi = res.pearson_ci
     assert lo < res.pearson_r < hi and lo < rho < hi
     assert 0.05 < hi - lo < 0.25  # about 4 standard errors (1 - r^2)/sqrt(n) ~ 0.03
@@ -36,15 +36,15 @@ def test_bootstrap_ci_matches_explicit_resampling():
     idx = np.random.default_rng(3).integers(0, 40, size=(300, 40))
     r = [np.corrcoef(t_cross[i], mp[i])[0, 1] for i in idx]
     rho = [stats.spearmanr(t_cross[i], mp[i]).statistic for i in idx]
-    np.testing.assert_allclose(res.pearson_ci, np.percentile(r, [5, 95]), rtol=1e-10)
-    np.testing.assert_allclose(res.spearman_ci, np.percentile(rho, [5, 95]), rtol=1e-10)
+    np.testing.assert_allclose(res.pearson_ci, np.percentile(r, [5, 95]), rtol=1e-10, atol=0)
+    np.testing.assert_allclose(res.spearman_ci, np.percentile(rho, [5, 95]), rtol=1e-10, atol=0)
 
 
 def test_spearman_with_ties_matches_scipy():
     t_cross, mp = _bivariate(60, 0.4, seed=4)
     t_cross, mp = np.round(t_cross / 10), np.round(mp / 40)  # many ties
     res = tcross_mp_correlation(t_cross, mp, n_boot=10, rng=np.random.default_rng(5))
-    assert res.spearman_rho == pytest.approx(stats.spearmanr(t_cross, mp).statistic, abs=1e-12)
+    assert res.spearman_rho == pytest.approx(stats.spearmanr(t_cross, mp).statistic, rel=0, abs=1e-12)
 
 
 def test_censoring_replace_and_drop():
@@ -56,7 +56,7 @@ def test_censoring_replace_and_drop():
     n_mp = int((mp >= max_len).sum())
     rep = tcross_mp_correlation(t_cross, mp, horizon=horizon, max_length=max_len, n_boot=10, rng=np.random.default_rng(7))
     filled = np.where(np.isnan(t_cross), horizon, t_cross)
-    assert rep.pearson_r == pytest.approx(stats.pearsonr(filled, mp).statistic, abs=1e-12)
+    assert rep.pearson_r == pytest.approx(stats.pearsonr(filled, mp).statistic, rel=0, abs=1e-12)
     assert (rep.n_tcross_censored, rep.n_mp_censored, rep.n_both_censored) == (3, n_mp, 1)
     assert rep.n_used == 50 and rep.n_dropped == 0
     drop = tcross_mp_correlation(
@@ -65,7 +65,7 @@ def test_censoring_replace_and_drop():
     keep = ~np.isnan(t_cross) & (mp < max_len)
     assert drop.n_used == int(keep.sum()) == 50 - 3 - n_mp + 1
     assert drop.n_dropped == 50 - drop.n_used
-    assert drop.spearman_rho == pytest.approx(stats.spearmanr(t_cross[keep], mp[keep]).statistic, abs=1e-12)
+    assert drop.spearman_rho == pytest.approx(stats.spearmanr(t_cross[keep], mp[keep]).statistic, rel=0, abs=1e-12)
 
 
 def test_bad_input_raises():
@@ -96,7 +96,7 @@ def test_correlation_table_and_heldout_choice_never_see_the_heldout_half():
     assert choice["variant"] == "sly"  # chosen on the selection half (r = 1 there) ...
     held = seeds >= 2
     expect = np.corrcoef(sly[held], mp[held])[0, 1]  # ... and reported honestly on the other half
-    assert choice["pearson_r"] == pytest.approx(expect, abs=1e-12) and choice["n_used"] == 60
+    assert choice["pearson_r"] == pytest.approx(expect, rel=0, abs=1e-12) and choice["n_used"] == 60
     assert choice["pearson_r_lo"] < expect < choice["pearson_r_hi"]
     one = heldout_choice({"good": good}, mp, np.zeros(seeds.size), horizon=1000.0, mp_censored=cens)
     assert one["variant"] == "q_dec" and np.isnan(one["pearson_r"])  # one seed: no split, a-priori default
@@ -109,8 +109,8 @@ def test_correlation_table_and_heldout_choice_never_see_the_heldout_half():
     replaced = np.where(np.isnan(tc), horizon, tc)
     r_rep = float(tab.corr_r.sel(variant="good", censoring="replace"))
     r_drop = float(tab.corr_r.sel(variant="good", censoring="drop"))
-    assert r_rep == pytest.approx(np.corrcoef(replaced, mp)[0, 1], abs=1e-12)
-    assert r_drop == pytest.approx(np.corrcoef(tc[10:], mp[10:])[0, 1], abs=1e-12)
+    assert r_rep == pytest.approx(np.corrcoef(replaced, mp)[0, 1], rel=0, abs=1e-12)
+    assert r_drop == pytest.approx(np.corrcoef(tc[10:], mp[10:])[0, 1], rel=0, abs=1e-12)
     assert int(tab.corr_n.sel(variant="good", censoring="drop")) == seeds.size - 10
 
 
@@ -146,7 +146,7 @@ def test_study_correlations_merge_table_heldout_and_default_scalars():
     assert out["corr_heldout_pearson_r"].attrs["variant"] == "q_dec"
     held = (ds.seed.values >= 2) & (status == "ok")
     expect = np.corrcoef(np.where(np.isnan(t_dec), 1000.0, t_dec)[held], mp[held])[0, 1]
-    assert float(out["corr_heldout_pearson_r"]) == pytest.approx(expect, abs=1e-12)
+    assert float(out["corr_heldout_pearson_r"]) == pytest.approx(expect, rel=0, abs=1e-12)
     assert float(out["corr_pearson_r"]) == pytest.approx(float(out["corr_r"].sel(variant="q_dec", censoring="replace")))
     merged = ds.merge(out)
     merged.attrs.update(out.attrs)

@@ -57,7 +57,7 @@ def test_spread_growing_linearly_and_the_union_bound_over_classes():
     expected = _first_step_above(m / (norm.ppf(1 - 0.1 / 5) * delta))
     assert horizon_forecast(stats, 60, 5000) == expected
     steps = np.array([60.0, 300.0])
-    np.testing.assert_allclose(predicted_accuracy(stats, 60, steps), 1 - 5 * norm.cdf(-m / (delta * steps)), rtol=1e-12)
+    np.testing.assert_allclose(predicted_accuracy(stats, 60, steps), 1 - 5 * norm.cdf(-m / (delta * steps)), rtol=1e-12, atol=0)
 
 
 def test_no_drift_is_censored_and_an_observed_failure_is_its_own_step():
@@ -90,9 +90,9 @@ def test_margin_statistics_against_a_direct_count():
     t, a, g = 2, 1, 2
     rows = f[y[:, t] == a, t]
     mu = (rows @ (w[a] - w[g]) + b[a] - b[g]) / np.linalg.norm(w[a] - w[g])
-    np.testing.assert_allclose(st["m"][t, a, g], mu.mean(), rtol=1e-12)
-    np.testing.assert_allclose(st["s"][t, a, g], mu.std(ddof=1), rtol=1e-12)
-    np.testing.assert_allclose(st["scale"][t], np.sqrt((f[:, t] ** 2).sum(-1).mean()), rtol=1e-12)
+    np.testing.assert_allclose(st["m"][t, a, g], mu.mean(), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(st["s"][t, a, g], mu.std(ddof=1), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(st["scale"][t], np.sqrt((f[:, t] ** 2).sum(-1).mean()), rtol=1e-12, atol=0)
     np.testing.assert_allclose(st["accuracy"][t], ((f[:, t] @ w.T + b).argmax(-1) == y[:, t]).mean())
     assert np.isnan(st["m"][t, a, a])
 

@@ -63,15 +63,15 @@ def _random_probs(shape, seed):
 def test_total_variation_against_brute_force():
     p, q = _random_probs((3, 7), 0), _random_probs((3, 7), 1)
     brute = [0.5 * sum(abs(p[i, v] - q[i, v]) for v in range(7)) for i in range(3)]
-    assert distribution_distance(p, q, "tv").tolist() == pytest.approx(brute, rel=1e-12)
+    assert distribution_distance(p, q, "tv").tolist() == pytest.approx(brute, rel=1e-12, abs=1e-12)
 
 
 def test_js_and_cos_against_scipy():
     p, q = _random_probs((4, 9), 2), _random_probs((4, 9), 3)
     js = [jensenshannon(p[i], q[i], base=2) ** 2 for i in range(4)]
     cos = [cosine(p[i], q[i]) for i in range(4)]
-    assert distribution_distance(p, q, "js").tolist() == pytest.approx(js, rel=1e-9)
-    assert distribution_distance(p, q, "cos").tolist() == pytest.approx(cos, rel=1e-9)
+    assert distribution_distance(p, q, "js").tolist() == pytest.approx(js, rel=1e-9, abs=1e-12)
+    assert distribution_distance(p, q, "cos").tolist() == pytest.approx(cos, rel=1e-9, abs=1e-12)
 
 
 def test_js_handles_zero_probabilities():

@@ -25,7 +25,7 @@ def test_pairwise_ratio_equals_projected_spread_over_distance():
     # of the across spread; at N = 100 000 that is below 0.1 % of the answer)
     h, y = _two_gaussians(100_000, 2.0, (0.3, 2.0, 1.0), seed=0)
     out = pairwise_ratio(h, y, 2)
-    assert out["q_pair"][0] == pytest.approx(0.3 / 2.0, rel=0.02)
+    assert out["q_pair"][0] == pytest.approx(0.3 / 2.0, rel=0.02, abs=1e-12)
     geo = geometry_over_time(h, y, n_classes=2)
     assert float(geo.q[0]) > 1.0  # the literal ratio calls it unreadable
 
@@ -42,7 +42,7 @@ def test_pairwise_ratio_worst_pair_with_hand_set_spreads():
     h[..., 1] = 0.5 * rng.standard_normal((n, 1))  # orthogonal to every pair direction
     # pair (0,1): pooled sd sqrt((.01+.04)/2) over distance 1; the other pairs are far smaller
     expect = np.sqrt((0.1**2 + 0.2**2) / 2) / 1.0
-    assert pairwise_ratio(h, y, 3)["q_pair"][0] == pytest.approx(expect, rel=0.02)
+    assert pairwise_ratio(h, y, 3)["q_pair"][0] == pytest.approx(expect, rel=0.02, abs=1e-12)
 
 
 def test_elongated_clusters_never_cross_but_q_does():
@@ -77,11 +77,11 @@ def test_decoder_ratio_of_nearest_centroid_readout_equals_pairwise_ratio():
     b = -0.5 * (cent**2).sum(1)
     q_dec = decoder_ratio(h, y, w, b)["q_dec"][0]
     q_pair = pairwise_ratio(h, y, 2)["q_pair"][0]
-    assert q_dec == pytest.approx(q_pair, rel=1e-10)
+    assert q_dec == pytest.approx(q_pair, rel=1e-10, abs=1e-12)
     # and both equal the sample sd along the centroid direction over the distance
     d = np.linalg.norm(cent[0] - cent[1])
     u = (cent[0] - cent[1]) / d
-    assert q_pair == pytest.approx(((h[:500, 0] - cent[0]) @ u).std(ddof=1) / d, rel=1e-10)
+    assert q_pair == pytest.approx(((h[:500, 0] - cent[0]) @ u).std(ddof=1) / d, rel=1e-10, abs=1e-12)
 
 
 def test_decoder_ratio_reads_the_boundary_not_the_centroids():
@@ -91,8 +91,8 @@ def test_decoder_ratio_reads_the_boundary_not_the_centroids():
     b = np.array([0.0, 1.0])  # boundary where -x = x + 1, i.e. x = -1/2
     out = decoder_ratio(h, y, w, b)
     # class 0 (at x = -1) is 0.5 from the boundary; class 1 (at x = 1) is 1.5: worst = 0.2 / (2·0.5)
-    assert out["q_dec"][0] == pytest.approx(0.2 / (2 * 0.5), rel=0.02)
-    assert out["dec_margin"][0] == pytest.approx(0.5, rel=0.02)
+    assert out["q_dec"][0] == pytest.approx(0.2 / (2 * 0.5), rel=0.02, abs=1e-12)
+    assert out["dec_margin"][0] == pytest.approx(0.5, rel=0.02, abs=1e-12)
     # a boundary beyond a centroid: that class's centroid is misread, ratio +inf
     assert np.isinf(decoder_ratio(h, y, w, np.array([0.0, 3.0]))["q_dec"][0])
 
@@ -101,7 +101,7 @@ def test_reference_separation_holds_the_denominator():
     h, y = _two_gaussians(20_000, 2.0, (0.3, 0.0, 0.0), seed=5)
     ref = np.array([[np.nan, 4.0], [4.0, np.nan]])
     out = pairwise_ratio(h, y, 2, ref_dist=ref)
-    assert out["q_pair_ref"][0] == pytest.approx(0.3 / 4.0, rel=0.03)
+    assert out["q_pair_ref"][0] == pytest.approx(0.3 / 4.0, rel=0.03, abs=1e-12)
 
 
 def test_collapsed_tracker_fails_under_every_ratio():
@@ -125,7 +125,7 @@ def test_scatter_is_unbiased_with_thin_classes():
     cent = 50.0 * rng.standard_normal((g, s))
     h = cent[y] + rng.standard_normal((g * per, 20, s))
     geo = geometry_over_time(h, y, n_classes=g)
-    assert float(geo.R.mean()) == pytest.approx(np.sqrt(s), rel=0.03)
+    assert float(geo.R.mean()) == pytest.approx(np.sqrt(s), rel=0.03, abs=1e-12)
     # the plain mean over samples would be sqrt(s·(1 - 1/3)) = 0.82 of it
     resid = h - h.reshape(g, per, 20, s).mean(1).repeat(per, axis=0)
     assert np.sqrt((resid**2).sum(-1).mean(0)).mean() < 0.85 * np.sqrt(s)

@@ -64,7 +64,7 @@ def test_the_paired_summary_is_scipys_paired_t_test():
     mean, lo, hi, p = paired_summary(arm - control)
     res = stats.ttest_rel(arm, control)
     ci = res.confidence_interval(0.95)
-    np.testing.assert_allclose([mean, lo, hi, p], [np.mean(arm - control), ci.low, ci.high, res.pvalue], rtol=RTOL)
+    np.testing.assert_allclose([mean, lo, hi, p], [np.mean(arm - control), ci.low, ci.high, res.pvalue], rtol=RTOL, atol=0)
 
 
 def test_the_reference_can_fail():
@@ -80,7 +80,7 @@ def test_the_mean_bootstrap_is_the_percentile_bootstrap_of_its_seed():
     d = np.random.default_rng(3).normal(0.2, 1.0, size=9)
     lo, hi = bootstrap_mean_ci(d, level=0.9, n_resamples=4999, seed=5)
     idx = np.random.default_rng(5).integers(0, d.size, size=(4999, d.size))
-    np.testing.assert_allclose((lo, hi), np.percentile(d[idx].mean(axis=1), [5, 95]), rtol=RTOL)
+    np.testing.assert_allclose((lo, hi), np.percentile(d[idx].mean(axis=1), [5, 95]), rtol=RTOL, atol=0)
     assert bootstrap_mean_ci(d, seed=6) != bootstrap_mean_ci(d, seed=5)  # the seed is used
 
 
@@ -93,8 +93,8 @@ def test_the_correlation_bootstrap_is_scipys_pearson_interval_when_no_resample_i
     ci = scipy_r.confidence_interval(0.95, method=stats.BootstrapMethod(method="percentile", n_resamples=2000,
                                                                         rng=np.random.default_rng(7)))
     assert res.n_boot_degenerate == 0
-    np.testing.assert_allclose(res.pearson_r, scipy_r.statistic, rtol=RTOL)
-    np.testing.assert_allclose(res.pearson_ci, (ci.low, ci.high), rtol=RTOL)
+    np.testing.assert_allclose(res.pearson_r, scipy_r.statistic, rtol=RTOL, atol=0)
+    np.testing.assert_allclose(res.pearson_ci, (ci.low, ci.high), rtol=RTOL, atol=0)
 
 
 def test_the_correlation_bootstrap_leaves_out_degenerate_resamples_which_scipy_cannot():

@@ -62,8 +62,8 @@ def test_closed_form_constant_input(impl):
     one = torch.ones(1, T, 1, 1, dtype=torch.float64)
     o, s = impl(one, one, c * one, math.log(a) * one, scale=1.0,
                 initial_state=torch.full((1, 1, 1, 1), s0, dtype=torch.float64), return_final_state=True)
-    assert s.item() == pytest.approx(a**T * s0 + c * (1 - a**T) / (1 - a), rel=1e-12)
-    assert o[0, -1, 0, 0].item() == pytest.approx(s.item(), rel=1e-12)
+    assert s.item() == pytest.approx(a**T * s0 + c * (1 - a**T) / (1 - a), rel=1e-12, abs=1e-12)
+    assert o[0, -1, 0, 0].item() == pytest.approx(s.item(), rel=1e-12, abs=1e-12)
 
 
 def test_default_scale_is_inverse_sqrt_key_dim():

@@ -182,4 +182,4 @@ def test_mamba_ref_ssd_closed_form_sanity(ssd_minimal_discrete):
     A = torch.tensor([math.log(a)], dtype=torch.float64)
     ones = torch.ones(1, t, 1, 1, dtype=torch.float64)
     _, final = _ref_ssd(ssd_minimal_discrete, x, dt, A, ones, ones, torch.full((1, 1, 1, 1), h0, dtype=torch.float64), 4)
-    assert final.item() == pytest.approx(a**t * h0 + c * (1 - a**t) / (1 - a), rel=1e-12)
+    assert final.item() == pytest.approx(a**t * h0 + c * (1 - a**t) / (1 - a), rel=1e-12, abs=1e-12)

@@ -66,8 +66,8 @@ def test_closed_form_constant_input(impl):
     ones = torch.ones(1, T, 1, 1, dtype=torch.float64)
     y, s = impl(x, dt, A, ones, ones, initial_state=torch.full((1, 1, 1, 1), h0, dtype=torch.float64), return_final_state=True)
     expected = a**T * h0 + c * (1 - a**T) / (1 - a)
-    assert s.item() == pytest.approx(expected, rel=1e-12)
-    assert y[0, 9, 0, 0].item() == pytest.approx(a**10 * h0 + c * (1 - a**10) / (1 - a), rel=1e-12)
+    assert s.item() == pytest.approx(expected, rel=1e-12, abs=1e-12)
+    assert y[0, 9, 0, 0].item() == pytest.approx(a**10 * h0 + c * (1 - a**10) / (1 - a), rel=1e-12, abs=1e-12)
 
 
 def test_initial_state_increment_is_added_to_zero_state_output():

@@ -44,7 +44,7 @@ def test_lm_schedule_warms_up_then_decays_to_a_tenth(monkeypatch, steps, warmup_
               else lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (s - warmup) / (steps - warmup))))
               for s in range(steps)]
     for s, (decay, no_decay) in enumerate(used):  # both parameter groups follow the schedule
-        assert decay == pytest.approx(expect[s], rel=1e-12) and no_decay == decay, s
+        assert decay == pytest.approx(expect[s], rel=1e-12, abs=1e-12) and no_decay == decay, s
 
 
 def test_lm_training_runs_on_the_engines_thread_count():

@@ -69,7 +69,7 @@ def test_lr_schedule_warmup_then_cosine():
     assert lr_at(tr, 0) == pytest.approx(0.1) and lr_at(tr, 9) == pytest.approx(1.0)
     assert lr_at(tr, 10) == pytest.approx(1.0)
     assert lr_at(tr, 60) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
-    assert lr_at(tr, 110) == pytest.approx(0.0, abs=1e-12)
+    assert lr_at(tr, 110) == pytest.approx(0.0, rel=0, abs=1e-12)
 
 
 def test_lr_schedule_holds_until_the_curriculum_reaches_its_length():
@@ -79,7 +79,7 @@ def test_lr_schedule_holds_until_the_curriculum_reaches_its_length():
     # reached at step 30: cosine over the 80 remaining steps
     assert lr_at(tr, 30, reached=30) == pytest.approx(1.0)
     assert lr_at(tr, 70, reached=30) == pytest.approx(0.5 * (1 + math.cos(math.pi * 40 / 80)))
-    assert lr_at(tr, 110, reached=30) == pytest.approx(0.0, abs=1e-12)
+    assert lr_at(tr, 110, reached=30) == pytest.approx(0.0, rel=0, abs=1e-12)
     # reached during the warm-up: the decay starts after it, as with "cosine"
     assert lr_at(tr, 60, reached=3) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
 
@@ -100,7 +100,7 @@ def test_training_decays_from_the_step_the_curriculum_reached_its_length(used_lr
     assert 2 < reached < 30  # the curriculum got there during training, after the warm-up
     expect = [1e-2 * (s + 1) / 2 if s < 2 else 1e-2 if s < reached
               else 0.5e-2 * (1 + math.cos(math.pi * (s - reached) / (40 - reached))) for s in range(40)]
-    np.testing.assert_allclose(used, expect, rtol=1e-12)
+    np.testing.assert_allclose(used, expect, rtol=1e-12, atol=0)
 
 
 def test_diverging_run_is_stopped_and_reported():
