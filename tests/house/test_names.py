@@ -126,7 +126,7 @@ def _copied_in_code(files: list[Path]) -> list[str]:
 def test_the_code_and_the_command_line_read_the_lists_from_names():
     """No module but dynlab.names writes out a list of names (a tuple of all of them, or a
     help text or message that spells them out; a docstring may name a list whole, as the
-    docs do): they import it (tests/test_cli_lazy.py and
+    docs do): they import it (tests/app/test_cli_lazy.py and
     the registry tests above check that the registries agree)."""
     assert not (bad := _copied_in_code(_code_files())), bad
 

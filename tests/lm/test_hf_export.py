@@ -227,7 +227,7 @@ def test_mamba2_mixer_equals_hf_float64(start):
 @pytest.mark.parametrize("start", ["zero", "carried-decode"])
 def test_mamba1_mixer_equals_hf_float64(start):
     """From a carried state through HF's decoding step (its multi-token prefill restarts at zero,
-    see tests/test_interop_transformers.py); HF's Mamba-1 conv cache also holds ``K`` inputs."""
+    see tests/lm/test_interop_transformers.py); HF's Mamba-1 conv cache also holds ``K`` inputs."""
     lm, hf, ours, theirs = _mixer_pair("mamba1")
     x = torch.randn(2, 11, 16, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     init = None if start == "zero" else random_states(lm, 2)

@@ -134,7 +134,7 @@ def test_bench_train_reports_consistent_ratios(tmp_path):
         assert {"dynlab", "dynlab ensemble-3"} <= set(rows)
         assert rows["dynlab ensemble-3"]["models"] == 3
         assert res["speedup_vs_baseline"] == pytest.approx(best / base["tokens_per_s"])
-        floor = res["floor_tokens_per_s"]  # how each kind of floor is made: tests/test_bench.py
+        floor = res["floor_tokens_per_s"]  # how each kind of floor is made: tests/bench/test_bench_train.py
         assert res["fraction_of_floor"] == pytest.approx(best / floor)
     assert payload["results"][0]["flops_per_token"] == 6 * (8 * 8 + 8 * 6)  # dense: 6·(S² + H·C), S3 has 6 classes
     assert payload["speedup_vs_baseline"] == payload["results"][0]["speedup_vs_baseline"]

@@ -4,7 +4,7 @@ The reference is what a newcomer would write: the model from ``build_tracker``, 
 ``torch.optim.AdamW`` per model, ``clip_grad_norm_`` every step, the member's own batches
 (``WordProblem.sample`` from a generator seeded with the seed), the curriculum rule and the
 learning-rate schedule written out below.  The loss is the engine's ``tracker_loss`` (itself
-tested against ``F.cross_entropy(model(tokens).logits, …)`` in test_dense_tracker.py).
+tested against ``F.cross_entropy(model(tokens).logits, …)`` in tests/kernels/test_tracker_loss_dense.py).
 """
 
 from __future__ import annotations
