@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetch mamba-ssm's source distribution from PyPI and unpack it (nothing is built or
-# installed), so that tests/test_mamba_ref.py can read mamba-ssm's pure-torch reference
+# installed), so that tests/kernels/test_mamba_ref.py can read mamba-ssm's pure-torch reference
 # functions on a CPU-only machine.  Prints the folder to export as DYNLAB_MAMBA_REF.
 #
 #   export DYNLAB_MAMBA_REF="$(bash benchmarks/fetch_mamba_ref.sh)"

@@ -45,7 +45,7 @@ fi
 # 2. CUDA-marked tests and the Triton kernel tests, compiled for the GPU
 timeout 80 python -m pytest -q -p no:cacheprovider -m cuda tests > "$out/tests_cuda.log" 2>&1
 rc_cuda=$?
-timeout 60 python -m pytest -q -p no:cacheprovider tests/test_triton_kernels.py tests/test_mamba_ref.py > "$out/tests_triton.log" 2>&1
+timeout 60 python -m pytest -q -p no:cacheprovider tests/kernels/test_triton.py tests/kernels/test_mamba_ref.py > "$out/tests_triton.log" 2>&1
 rc_triton=$?
 count() { grep -Eo "[0-9]+ $1" "$out"/tests_*.log | awk -F: '{split($2, a, " "); s += a[1]} END {print s + 0}'; }
 passed=$(count passed)

@@ -3,7 +3,7 @@
 # benchmarks/results/*.json (dynlab report FILE.json; see dynlab/report/bench.py, bench_tables).
 #
 # Everything above the marker line in docs/performance.md is hand-written and kept; everything
-# below it is replaced.  tests/test_report_bench.py checks that the tables still match the JSON.
+# below it is replaced.  tests/report/test_bench_tables.py checks that the tables still match the JSON.
 #
 #     bash benchmarks/make_docs.sh
 set -euo pipefail

@@ -3,7 +3,7 @@
 The command line, the studies, the figures, the report and the benchmark read their
 names here; a registry that maps a name to code (:func:`dynlab.tracking.models.get_cell`,
 :data:`dynlab.lm.mixers.MIXERS`, :data:`dynlab.lm.interventions.INTERVENTIONS`) registers
-its built-ins from these lists, and tests/test_names.py checks that they agree.
+its built-ins from these lists, and tests/house/test_names.py checks that they agree.
 
 A new built-in cell is one :class:`CellEntry` in :data:`CELLS` (its class in
 :mod:`dynlab.tracking.models.cells`): the registry, the studies' ``--models``, the theory

@@ -13,7 +13,7 @@ loop (:data:`_C_SOURCE`, built by :mod:`.compiled`):
 
 Its largest error against float64 tanh is 1.5 float32 ulp (1.5e-7 relative; torch's own
 is 0.5 ulp), measured on 2 M points in [−12, 12], 10 k in [1e-8, 0.3] and every float32
-magnitude by ``tests/test_fast_tanh.py``, which holds it to 2 ulp.  Elementwise, so a stack of members and each member alone get the same
+magnitude by ``tests/kernels/test_fast_tanh.py``, which holds it to 2 ulp.  Elementwise, so a stack of members and each member alone get the same
 bits.  float64 tensors, other devices, other layouts than contiguous blocks, no C compiler or
 ``DYNLAB_C_KERNELS=0``: ``Tensor.tanh_``.
 

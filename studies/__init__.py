@@ -7,7 +7,7 @@ selections accept.  Listing the studies, building the command line and refusing 
 selection read the catalog and import no study module (hence neither torch nor
 matplotlib).  A study's module is imported when its :class:`~dynlab.study.Study` is first
 asked for: :func:`get_study`, or a value of :data:`STUDIES` (a read-only mapping of name
--> Study in catalog order).  tests/test_cli_registry.py imports every study and checks
+-> Study in catalog order).  tests/app/test_cli_lazy.py imports every study and checks
 that the catalog says what the modules say.
 """
 

@@ -7,7 +7,7 @@ either variable is constant give no correlation and are left out (counted in
 ``n_boot_degenerate``).
 
 The bootstrap is written here, not taken from ``scipy.stats.pearsonr(...).confidence_interval``
-(tests/test_stats_libraries.py shows the two agree, to rounding, on the same Generator when
+(tests/analysis/test_stats_libraries.py shows the two agree, to rounding, on the same Generator when
 no resample is degenerate): scipy's interval is NaN as soon as one resample repeats a single
 value, which a study of a few runs meets often, whereas here such resamples are left out and
 counted, and Spearman's interval uses the very same resamples (scipy has none for rho).

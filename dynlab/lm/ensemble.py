@@ -25,7 +25,7 @@ batches, initial states, loss, per-member clipping, AdamW (betas 0.9/0.95, eps 1
 weight decay on matrices only), schedule and divergence rule. Only the order of
 floating-point reductions differs (batched GEMMs instead of per-model ones), so in
 float64 a member equals its solo run to ~1e-12 after a few steps, and in float32 to the
-rounding that chaotic training then amplifies (``tests/test_lm_ensemble.py`` states the
+rounding that chaotic training then amplifies (``tests/lm/test_ensemble.py`` states the
 tolerances). The stack's forward is in :mod:`dynlab.lm.stack`.
 """
 

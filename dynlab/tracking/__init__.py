@@ -11,5 +11,5 @@
 
 Nothing is imported here, so that ``dynlab.tracking.groups`` and ``dynlab.tracking.spec``
 load without torch.  This package never imports :mod:`dynlab.lm`, nor the reverse
-(tests/test_layering.py).
+(tests/house/test_layering.py).
 """

@@ -38,7 +38,7 @@ small members, since the per-op overhead is paid once for all members
 intra-op thread count (``torch.set_num_threads``) is the only parallel setting.
 
 :func:`dense_tracker_loss_ref` is the same model as a plain loop under autograd;
-the tests compare the two (``tests/test_dense_tracker.py``).  The front, readout,
+the tests compare the two (``tests/kernels/test_tracker_loss_dense.py``).  The front, readout,
 cross-entropy, buffer cache and reference loop shared with the gated kernel are in
 :mod:`.common`.
 """

@@ -51,7 +51,7 @@ devices.  On the CPU each member's numbers are therefore bit-identical to the me
 alone on one thread (tested).
 
 :func:`diagonal_tracker_loss_ref` is the same model as a plain loop under autograd;
-the tests compare the two (``tests/test_diagonal_tracker.py``).
+the tests compare the two (``tests/kernels/test_tracker_loss_diagonal.py``).
 
 Long module: the forward scan and its hand-written reverse-time backward read and write the
 same saved buffers (time-major states, gathered table rows) under the conventions above, and

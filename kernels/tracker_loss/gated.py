@@ -24,7 +24,7 @@ written over ``P_t``, and ``∂[A; U] += [∂a_t | ∂u_t]ᵀ h_{t−1}`` while 
 cache; ∂E and ∂G as one ``index_add_`` each at the end.
 
 :func:`gated_tracker_loss_ref` is the same model as a plain loop under autograd;
-the tests compare the two (``tests/test_gated_tracker.py``).
+the tests compare the two (``tests/kernels/test_tracker_loss_gated.py``).
 """
 
 from __future__ import annotations

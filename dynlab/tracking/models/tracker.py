@@ -201,7 +201,7 @@ def declared_fused_kind(arch: str, *, layers: int = 1, nonlinearity: str | None 
     :data:`~dynlab.tracking.models.cell_base.FUSED_KERNEL_PHIS` of that kernel.  The instance checks of
     :meth:`Cell.fused_kind` (exactly the kernel's parameters, plain ``nn.Linear`` layers)
     are what a class declaring ``fused`` promises; on the built-in cells both agree
-    (tests/test_fused_eligibility.py).
+    (tests/tracking/test_fused_eligibility.py).
     """
     if not Tracker.fused_ok or layers != 1 or readout != "linear":
         return None

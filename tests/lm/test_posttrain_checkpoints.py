@@ -1,0 +1,110 @@
+"""`lm post-train` refuses damaged or unfinished dynlab runs and broken HF folders in one line (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers.optional import need_transformers
+
+from dynlab.cli import main
+from dynlab.lm.posttrain import load_checkpoint
+
+TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 4, "d_state": 4, "chunk_size": 8},
+        "train": {"steps": 2, "batch_size": 2, "seq_len": 16},
+        "eval": {"length_multiple": 2, "n_samples": 2, "chunk_len": 16, "bin_width": 8, "effrem_points": 2,
+                 "effrem_samples": 2, "state_points": 2}, "interventions": ["zero"]}
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory):
+    from dynlab.runner import run_study
+    from dynlab.studies.length_generalization import STUDY
+    from dynlab.study import StudyOptions
+
+    out = tmp_path_factory.mktemp("lg")
+    options = StudyOptions(preset="quick", extra=TINY)
+    run_study(STUDY, options, out=out, device="cpu")
+    return out / "length-generalization" / "runs" / STUDY.make_specs(options)[0].spec_hash()
+
+
+def _copy(run, tmp_path):
+    import shutil
+
+    dest = tmp_path / run.name
+    shutil.copytree(run, dest)
+    return dest
+
+
+def _flip_a_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage, match", [
+    (lambda r: _flip_a_byte(r / "model.safetensors"), "checksum mismatch"),
+    (lambda r: (r / "checksums.json").write_text("{"), "checksums.json unreadable"),
+    (lambda r: (r / "result.json").unlink(), "result.json: missing"),
+])
+def test_a_damaged_run_is_not_post_trained(run_folder, tmp_path, capsys, damage, match):
+    load_checkpoint(run_folder)  # intact: loads
+    broken = _copy(run_folder, tmp_path)
+    damage(broken)
+    with pytest.raises(ValueError, match=match):
+        load_checkpoint(broken)
+    assert main(["lm", "post-train", "--checkpoint", str(broken), "--steps", "1", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: checkpoint") and match in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_diverged_run_is_not_a_checkpoint(run_folder, tmp_path):
+    broken = _copy(run_folder, tmp_path)
+    result = json.loads((broken / "result.json").read_text())
+    (broken / "result.json").write_text(json.dumps({**result, "status": "diverged"}))
+    with pytest.raises(ValueError):  # the edit itself is damage (checksum), and the status is refused too
+        load_checkpoint(broken)
+
+
+def test_infinite_learning_rate_is_refused(run_folder, tmp_path, capsys):
+    assert main(["lm", "post-train", "--checkpoint", str(run_folder), "--lr", "inf", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "lr" in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_truncated_hf_checkpoint_is_bad_input(tmp_path, capsys):
+    transformers = need_transformers()
+    cfg = transformers.Mamba2Config(vocab_size=256, hidden_size=16, num_hidden_layers=1, num_heads=2, head_dim=16,
+                                    state_size=4, n_groups=1, expand=2, chunk_size=8)
+    transformers.Mamba2ForCausalLM(cfg).save_pretrained(str(tmp_path / "hf"))
+    weights = tmp_path / "hf" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    capsys.readouterr()  # the save's own progress bars
+    assert main(["lm", "post-train", "--checkpoint", str(tmp_path / "hf"), "--steps", "1", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: checkpoint"), err
+
+
+def test_an_hf_checkpoint_with_too_small_a_vocabulary_is_one_line(tmp_path, capsys):
+    transformers = need_transformers()
+    cfg = transformers.Mamba2Config(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_heads=2, head_dim=16,
+                                    state_size=4, n_groups=1, expand=2, chunk_size=8)
+    transformers.Mamba2ForCausalLM(cfg).save_pretrained(str(tmp_path / "hf"))
+    capsys.readouterr()  # the save's own progress bars
+    assert main(["lm", "post-train", "--checkpoint", str(tmp_path / "hf"), "--steps", "1", "--out", str(tmp_path / "o")]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "vocabulary of 100 ids" in err[0] and not captured.out.strip(), (err, captured.out)
+
+
+def test_an_intact_run_loads_from_any_folder_name_and_is_only_read(run_folder, tmp_path):
+    import shutil
+
+    dest = tmp_path / "my-checkpoint"
+    shutil.copytree(run_folder, dest)
+    (dest / "analysis.nc").unlink(missing_ok=True)  # a later file gone: not the checkpoint's business
+    before = {f.name: f.read_bytes() for f in dest.iterdir()}
+    load_checkpoint(dest)
+    assert {f.name: f.read_bytes() for f in dest.iterdir()} == before
