@@ -52,6 +52,7 @@ import torch.nn.functional as F
 
 from dynlab.errors import DynlabInputError
 from dynlab.kernels import dispatch
+from dynlab.kernels.cross_entropy import token_nll
 from dynlab.kernels.gated_norm import gated_rms_norm
 from dynlab.kernels.gla.chunked import gla_ref
 from dynlab.kernels.selective_scan.chunked import selective_scan_ref
@@ -618,7 +619,7 @@ def _member_losses(logits: torch.Tensor, targets: torch.Tensor, masks: torch.Ten
     """Mean next-token cross-entropy per member: logits ``[E, B, L, V]``, targets ``[E, B, L]``,
     masks ``[E, B, L]`` or None -> ``[E]`` (``fit``'s ``_masked_mean`` for each member)."""
     e = logits.shape[0]
-    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none").view(e, -1)
+    nll = token_nll(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).view(e, -1)  # F.cross_entropy, fused
     if masks is None:
         return nll.mean(dim=1)
     m = masks.reshape(e, -1).to(nll.dtype)
