@@ -109,3 +109,21 @@ def test_c_kernel_is_built_where_a_compiler_exists(monkeypatch):
         assert sc.compiled_kernel_status().startswith("compiled: ")
     monkeypatch.setenv(C_KERNELS_ENV, "0")
     assert sc._c_library() is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_slice_of_a_wider_tensor_is_read_in_place_and_matches(backend, dtype):
+    """x as the stack passes it (a split of a linear layer's output, rows spaced wider than C):
+    values and gradients, the wider tensor's included, equal the reference's."""
+    g = torch.Generator().manual_seed(3)
+    wide = torch.randn(3, 2, 6, 12, generator=g, dtype=dtype).requires_grad_(True)
+    x = torch.split(wide, [4, 5, 3], dim=-1)[1]  # [3, 2, 6, 5], row stride 12
+    _, w, bs, ps = _inputs(dtype)
+    go = torch.randn(x.shape, generator=g, dtype=dtype)
+    out, ref = causal_conv_silu(x, w, bs, ps), causal_conv_silu_ref(x, w, bs, ps)
+    tol = TOL32 if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out, ref, **tol)
+    for got, want in zip(torch.autograd.grad(out, (wide, w, bs, ps), go), torch.autograd.grad(ref, (wide, w, bs, ps), go)):
+        torch.testing.assert_close(got, want, **tol)
+    if dtype == torch.float64:
+        assert torch.autograd.gradcheck(lambda v: causal_conv_silu(v[..., 4:9], w, bs, ps), (wide,))

@@ -291,8 +291,8 @@ def _mamba2(m: Mamba2Mixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tenso
             lambda *a: ssd_ref(*a, True))
         y, final = scan(_fold(xs), _fold(dt), A.reshape(e * h), _fold(B), _fold(C), init)
         y, final = _unfold(y, e), _unfold_state(final, e)
-    y = y + p[pre + "D"][:, None, None, :, None] * xs
-    y = gated_rms_norm(y.reshape(e, b, t, m.d_inner), z, p[pre + "norm.weight"], m.norm.eps)
+    y = gated_rms_norm(y.reshape(e, b, t, m.d_inner), z, p[pre + "norm.weight"], m.norm.eps,  # norm(y + D·x, z)
+                       xs.reshape(e, b, t, m.d_inner), p[pre + "D"].repeat_interleave(hp, dim=1))
     return _linear(y, p[pre + "out_proj.weight"]), final, window
 
 

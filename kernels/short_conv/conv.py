@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from ..compiled import c_library, c_library_status
+from ..rows import as_rows
 
 __all__ = ["causal_conv_silu", "causal_conv_silu_ref", "compiled_kernel_status", "last_window"]
 
@@ -89,7 +90,7 @@ def causal_conv_silu(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
     bias = None if bias is None else bias.to(x.dtype)
     past = None if past is None else past.to(x.dtype)
     if x.device.type == "cpu" and x.dtype in _C_SUFFIX and _c_library() is not None:
-        return _ConvSiluC.apply(x.contiguous(), w.contiguous(), bias if bias is None else bias.contiguous(),
+        return _ConvSiluC.apply(x, w.contiguous(), bias if bias is None else bias.contiguous(),
                                 past if past is None else past.contiguous())
     return _ConvSiluTorch.apply(x, w, bias, past)
 
@@ -152,8 +153,8 @@ def _c_library() -> ctypes.CDLL | None:
         i64, ptr = ctypes.c_int64, ctypes.c_void_p
         for suf in _C_SUFFIX.values():
             fwd, bwd = getattr(lib, f"dl_sc_fwd_{suf}"), getattr(lib, f"dl_sc_bwd_{suf}")
-            fwd.argtypes, fwd.restype = [i64] * 5 + [ptr] * 5, ctypes.c_int
-            bwd.argtypes, bwd.restype = [i64] * 5 + [ptr] * 9, ctypes.c_int
+            fwd.argtypes, fwd.restype = [i64] * 6 + [ptr] * 5, ctypes.c_int
+            bwd.argtypes, bwd.restype = [i64] * 6 + [ptr] * 9, ctypes.c_int
         _CONFIGURED.add(id(lib))
     return lib
 
@@ -170,9 +171,11 @@ class _ConvSiluC(torch.autograd.Function):
     def forward(ctx, x, w, bias, past):
         e, b, t, c = x.shape
         k = w.shape[1]
-        out = torch.empty_like(x)
-        getattr(_c_library(), f"dl_sc_fwd_{_C_SUFFIX[x.dtype]}")(e, b, t, c, k, *map(_ptr, (x, past, w, bias, out)))
-        ctx.save_for_backward(x, w, bias, past)
+        xr, ld = as_rows(x)  # a slice of a linear layer's output is read in place
+        out = torch.empty(e, b, t, c, dtype=x.dtype)
+        getattr(_c_library(), f"dl_sc_fwd_{_C_SUFFIX[x.dtype]}")(e, b, t, c, k, ld, *map(_ptr, (xr, past, w, bias, out)))
+        ctx.save_for_backward(xr, w, bias, past)
+        ctx.ld = ld
         return out
 
     @staticmethod
@@ -180,11 +183,11 @@ class _ConvSiluC(torch.autograd.Function):
         x, w, bias, past = ctx.saved_tensors
         e, b, t, c = x.shape
         k = w.shape[1]
-        gx = torch.empty_like(x)
+        gx = torch.empty(e, b, t, c, dtype=x.dtype)
         gw = torch.zeros_like(w)
         gb = None if bias is None else torch.zeros_like(bias)
         gpast = torch.empty_like(past) if past is not None and ctx.needs_input_grad[3] else None
         fn = getattr(_c_library(), f"dl_sc_bwd_{_C_SUFFIX[x.dtype]}")
-        if fn(e, b, t, c, k, *map(_ptr, (x, past, w, bias, grad_out.contiguous(), gx, gpast, gw, gb))):
+        if fn(e, b, t, c, k, ctx.ld, *map(_ptr, (x, past, w, bias, grad_out.contiguous(), gx, gpast, gw, gb))):
             raise MemoryError(f"short conv backward: out of memory for a [{t}, {c}] buffer")
         return gx, gw, gb, gpast

@@ -1,5 +1,6 @@
 /* dynlab short causal depthwise convolution + SiLU, CPU (the LM stacks' Mamba/GLA short conv).
-   Layouts (all contiguous): x, out, gout, gx [E, B, T, C]; past, gpast [E, B, K - 1, C] (null:
+   Layouts: x [E, B, T, C] with row stride ldx (the step of t; channels contiguous, rows
+   evenly spaced: a slice of a wider last dim); all others contiguous: out, gout, gx [E, B, T, C]; past, gpast [E, B, K - 1, C] (null:
    zeros / not wanted); w, gw [E, K, C] (tap K - 1 multiplies the current input); bias, gb [E, C]
    (null: none).  Forward, per member e, sequence b, step t, channel c, with in(s) = x[s] for
    s >= 0 and past[K - 1 + s] for s < 0:
@@ -47,13 +48,13 @@ static inline double dl_exp(double x) { return exp(x); }
 
 /* the pre-activations a [T, C] of one sequence: x [T, C], past [K - 1, C] or null */
 #define CONV_PRE(T, SUF)                                                                           \
-static void dl_sc_pre_##SUF(int64_t nt, int64_t nc, int64_t nk, const T *x, const T *past,         \
+static void dl_sc_pre_##SUF(int64_t nt, int64_t nc, int64_t nk, int64_t ldx, const T *x, const T *past,         \
                             const T *w, const T *bias, T *a) {                                     \
     for (int64_t t = 0; t < nt; t++) {                                                             \
         T *at = a + t * nc;                                                                        \
         for (int64_t j = 0; j < nk; j++) {                                                         \
             int64_t s = t - nk + 1 + j;                                                            \
-            const T *in = s >= 0 ? x + s * nc : (past ? past + (nk - 1 + s) * nc : NULL);          \
+            const T *in = s >= 0 ? x + s * ldx : (past ? past + (nk - 1 + s) * nc : NULL);         \
             const T *wj = w + j * nc;                                                              \
             if (j == 0) {                                                                          \
                 if (in) { _Pragma("omp simd") for (int64_t c = 0; c < nc; c++) at[c] = in[c] * wj[c]; } \
@@ -70,13 +71,13 @@ static void dl_sc_pre_##SUF(int64_t nt, int64_t nc, int64_t nk, const T *x, cons
 
 #define CONV_KERNELS(T, SUF, EXP)                                                                  \
 CONV_PRE(T, SUF)                                                                                   \
-int dl_sc_fwd_##SUF(int64_t ne, int64_t nb, int64_t nt, int64_t nc, int64_t nk, const T *x,        \
+int dl_sc_fwd_##SUF(int64_t ne, int64_t nb, int64_t nt, int64_t nc, int64_t nk, int64_t ldx, const T *x,        \
                     const T *past, const T *w, const T *bias, T *out) {                            \
     for (int64_t e = 0; e < ne; e++)                                                               \
         for (int64_t b = 0; b < nb; b++) {                                                         \
             int64_t seq = e * nb + b;                                                              \
             T *o = out + seq * nt * nc;                                                            \
-            dl_sc_pre_##SUF(nt, nc, nk, x + seq * nt * nc, past ? past + seq * (nk - 1) * nc : NULL, \
+            dl_sc_pre_##SUF(nt, nc, nk, ldx, x + seq * nt * ldx, past ? past + seq * (nk - 1) * nc : NULL, \
                             w + e * nk * nc, bias ? bias + e * nc : NULL, o);                      \
             _Pragma("omp simd")                                                                    \
             for (int64_t i = 0; i < nt * nc; i++) o[i] = o[i] / ((T)1 + EXP(-o[i]));               \
@@ -84,7 +85,7 @@ int dl_sc_fwd_##SUF(int64_t ne, int64_t nb, int64_t nt, int64_t nc, int64_t nk, 
     return 0;                                                                                      \
 }                                                                                                  \
                                                                                                    \
-int dl_sc_bwd_##SUF(int64_t ne, int64_t nb, int64_t nt, int64_t nc, int64_t nk, const T *x,        \
+int dl_sc_bwd_##SUF(int64_t ne, int64_t nb, int64_t nt, int64_t nc, int64_t nk, int64_t ldx, const T *x,        \
                     const T *past, const T *w, const T *bias, const T *gout, T *gx, T *gpast,      \
                     T *gw, T *gb) {                                                                \
     T *g = (T *)malloc(sizeof(T) * (size_t)(nt * nc + 1));                                         \
@@ -92,10 +93,10 @@ int dl_sc_bwd_##SUF(int64_t ne, int64_t nb, int64_t nt, int64_t nc, int64_t nk, 
     for (int64_t e = 0; e < ne; e++)                                                               \
         for (int64_t b = 0; b < nb; b++) {                                                         \
             int64_t seq = e * nb + b;                                                              \
-            const T *xs = x + seq * nt * nc, *ps = past ? past + seq * (nk - 1) * nc : NULL;       \
+            const T *xs = x + seq * nt * ldx, *ps = past ? past + seq * (nk - 1) * nc : NULL;       \
             const T *we = w + e * nk * nc, *go = gout + seq * nt * nc;                             \
             T *gwe = gw + e * nk * nc;                                                             \
-            dl_sc_pre_##SUF(nt, nc, nk, xs, ps, we, bias ? bias + e * nc : NULL, g);               \
+            dl_sc_pre_##SUF(nt, nc, nk, ldx, xs, ps, we, bias ? bias + e * nc : NULL, g);               \
             _Pragma("omp simd")                                                                    \
             for (int64_t i = 0; i < nt * nc; i++) {                                                \
                 T a = g[i], sg = (T)1 / ((T)1 + EXP(-a));                                          \
@@ -109,7 +110,7 @@ int dl_sc_bwd_##SUF(int64_t ne, int64_t nb, int64_t nt, int64_t nc, int64_t nk, 
             }                                                                                      \
             /* inputs s in [-(K - 1), T): gx / gpast and the taps' gradients */                    \
             for (int64_t s = -(nk - 1); s < nt; s++) {                                             \
-                const T *in = s >= 0 ? xs + s * nc : (ps ? ps + (nk - 1 + s) * nc : NULL);         \
+                const T *in = s >= 0 ? xs + s * ldx : (ps ? ps + (nk - 1 + s) * nc : NULL);        \
                 T *gi = s >= 0 ? gx + seq * nt * nc + s * nc                                       \
                                : (gpast ? gpast + (seq * (nk - 1) + nk - 1 + s) * nc : NULL);      \
                 if (gi) memset(gi, 0, sizeof(T) * (size_t)nc);                                     \
