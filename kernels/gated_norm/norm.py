@@ -26,8 +26,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..compiled import c_library, c_library_status
-from ..rows import as_rows
+from ..compiled import as_rows, c_library, c_library_status
 
 __all__ = ["compiled_kernel_status", "gated_rms_norm", "gated_rms_norm_ref"]
 

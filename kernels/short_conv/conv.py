@@ -35,8 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..compiled import c_library, c_library_status
-from ..rows import as_rows
+from ..compiled import as_rows, c_library, c_library_status
 
 __all__ = ["causal_conv_silu", "causal_conv_silu_ref", "compiled_kernel_status", "last_window"]
 
