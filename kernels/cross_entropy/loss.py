@@ -40,7 +40,7 @@ def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         t = targets.to(torch.int64).contiguous()
         if t.numel() and not (0 <= int(t.min()) and int(t.max()) < logits.shape[1]):
             raise ValueError(f"token_nll: targets must lie in [0, {logits.shape[1]})")
-        return _TokenNllC.apply(logits.contiguous(), t)
+        return _token_nll_c(logits.contiguous(), t)
     return token_nll_ref(logits, targets)
 
 
@@ -67,6 +67,11 @@ def _c_library() -> ctypes.CDLL | None:
             bwd.argtypes, bwd.restype = [i64] * 2 + [ptr] * 5, None
         _CONFIGURED.add(id(lib))
     return lib
+
+
+@torch.compiler.disable  # torch.compile runs the C loops as they are (it cannot trace a ctypes call)
+def _token_nll_c(logits, targets):
+    return _TokenNllC.apply(logits, targets)
 
 
 class _TokenNllC(torch.autograd.Function):

@@ -65,8 +65,7 @@ def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, w: torch.Tensor, eps: float
     same = all(v is None or v.dtype == y.dtype for v in (z, w, skip, skip_weight))
     if y.device.type == "cpu" and y.dtype in _C_SUFFIX and same and _c_library() is not None:
         e = torch.finfo(y.dtype).eps if eps is None else float(eps)
-        return _GatedNormC.apply(y, z, w.contiguous(), e, skip,
-                                 None if skip_weight is None else skip_weight.contiguous())
+        return _gated_norm_c(y, z, w.contiguous(), e, skip, None if skip_weight is None else skip_weight.contiguous())
     return gated_rms_norm_ref(y, z, w, eps, skip, skip_weight)
 
 
@@ -97,6 +96,11 @@ def _c_library() -> ctypes.CDLL | None:
 
 def _ptr(x: torch.Tensor | None) -> int | None:
     return None if x is None else x.data_ptr()
+
+
+@torch.compiler.disable  # torch.compile runs the C loops as they are (it cannot trace a ctypes call)
+def _gated_norm_c(y, z, w, eps, skip, skip_weight):
+    return _GatedNormC.apply(y, z, w, eps, skip, skip_weight)
 
 
 class _GatedNormC(torch.autograd.Function):

@@ -89,8 +89,8 @@ def causal_conv_silu(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
     bias = None if bias is None else bias.to(x.dtype)
     past = None if past is None else past.to(x.dtype)
     if x.device.type == "cpu" and x.dtype in _C_SUFFIX and _c_library() is not None:
-        return _ConvSiluC.apply(x, w.contiguous(), bias if bias is None else bias.contiguous(),
-                                past if past is None else past.contiguous())
+        return _conv_silu_c(x, w.contiguous(), bias if bias is None else bias.contiguous(),
+                            past if past is None else past.contiguous())
     return _ConvSiluTorch.apply(x, w, bias, past)
 
 
@@ -160,6 +160,11 @@ def _c_library() -> ctypes.CDLL | None:
 
 def _ptr(x: torch.Tensor | None) -> int | None:
     return None if x is None else x.data_ptr()
+
+
+@torch.compiler.disable  # torch.compile runs the C loops as they are (it cannot trace a ctypes call)
+def _conv_silu_c(x, w, bias, past):
+    return _ConvSiluC.apply(x, w, bias, past)
 
 
 class _ConvSiluC(torch.autograd.Function):
