@@ -12,7 +12,7 @@ For each architecture, one run of the chosen preset (one group, one seed) in thi
 - ``eval_s`` — accuracy at every evaluation length and mp, as the study does it
   (:func:`dynlab.tracking.evaluate.evaluate_lengths` with the preset's sequences and lengths);
 - ``analysis_s`` — the error-control analysis at the preset's analysis settings
-  (:func:`dynlab.tracking.analysis.analyze_tracker`: U, R, M, q to the longest evaluated
+  (:func:`dynlab.tracking.analyze.analyze_tracker`: U, R, M, q to the longest evaluated
   length, return map, perturbation, Lyapunov spectrum).
 
 Evaluation and analysis cost about the same whether or not the model learned (they run the
@@ -45,7 +45,7 @@ import time
 
 import torch
 
-from dynlab.tracking.analysis import analyze_tracker
+from dynlab.tracking.analyze import analyze_tracker
 from dynlab.bench import write_bench_json
 from dynlab.tracking.spec import CurriculumSpec
 from dynlab.tracking.evaluate import evaluate_lengths

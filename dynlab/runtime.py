@@ -29,7 +29,7 @@ from dynlab.errors import DynlabInputError
 __all__ = [
     "ALLOCATOR_ENV", "DEVICE_CHOICES", "HEARTBEAT_S", "MAX_THREADS", "NullProgress", "PlainProgress", "Progress",
     "RUN_THREADS", "keep_freed_memory",
-    "make_progress", "resolve_device", "train_threads",
+    "make_progress", "resolve_device", "say", "train_threads",
 ]
 
 #: Environment variable that turns :func:`keep_freed_memory` off (``0``).
@@ -158,6 +158,14 @@ class NullProgress(AbstractContextManager):
     def __exit__(self, *exc: object) -> None:
         return None
 
+
+
+def say(progress: NullProgress, message: str) -> None:
+    """One line for the user: through the progress display when there is one, else on stderr."""
+    if type(progress) is NullProgress:
+        print(message, file=sys.stderr)
+    else:
+        progress.log(message)
 
 class Progress(NullProgress):
     """Rich progress bars on stderr: one bar per task (e.g. runs, steps of the current run)."""

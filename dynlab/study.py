@@ -166,6 +166,11 @@ class RunResult(BaseModel):
         train_loss: training loss at the end (the study says how it is averaged).
         train_time: wall time of training in seconds (machine-dependent).
         wall_time_s: wall time of the whole work item per run in seconds, set by the runner.
+        loss_curve_step, loss_curve: the training loss subsampled to at most 64 points
+            (:func:`dynlab.training.loss_curve`: the mean over windows of steps, at each
+            window's last step); absent where a study does not store it.
+        converged: whether the training loss converged (:func:`dynlab.training.converged`,
+            its rule in :data:`dynlab.training.CONVERGED_RULE`); absent with the curve.
 
     Subclasses add the study's measurements; every added field is optional (a diverged
     run has none).  ``extra="forbid"``: a result with an undeclared key does not load.
@@ -179,6 +184,9 @@ class RunResult(BaseModel):
     train_loss: float | None = None
     train_time: float | None = None
     wall_time_s: float | None = None
+    loss_curve_step: list[int] | None = None
+    loss_curve: list[float] | None = None
+    converged: bool | None = None
 
     @property
     def evaluated(self) -> bool:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from torch import nn
 
-__all__ = ["TrainResult", "cosine_lr"]
+__all__ = ["CONVERGED_RULE", "LOSS_CURVE_POINTS", "TrainResult", "converged", "cosine_lr", "loss_curve"]
 
 
 @dataclass
@@ -56,3 +58,48 @@ def cosine_lr(lr: float, step: int, steps: int, warmup: int, *, start: int | Non
     start = warmup if start is None else start
     cos = math.cos(math.pi * (step - start) / max(1, steps - start))
     return floor * lr + (1 - floor) * 0.5 * lr * (1 + cos)  # floor 0: 0.5·lr·(1 + cos), rounded as before
+
+
+#: Points of a stored training-loss curve (:func:`loss_curve`).
+LOSS_CURVE_POINTS = 64
+
+#: The rule of :func:`converged`, in words (stored as the ``converged`` variable's ``rule`` attribute).
+CONVERGED_RULE = ("the loss fell: mean of the last 10 % of the steps <= 0.9 x mean of the first 5 %; "
+                  "and it levelled off: the last 10 % differ from the 10 % before them by at most "
+                  "10 % of that fall")
+
+
+def loss_curve(losses: list[float], points: int = LOSS_CURVE_POINTS) -> tuple[list[int], list[float]]:
+    """A run's per-step training losses subsampled to at most ``points`` values: the steps
+    are cut into ``points`` consecutive windows of (nearly) equal size and each window is
+    stored as its mean loss at its last step (1-based, so the last value sits at the run's
+    step count).  Every step's loss counts once.  Empty for a run with no step."""
+    n = len(losses)
+    if n == 0:
+        return [], []
+    ends = np.unique(np.ceil(np.linspace(0, n, min(points, n) + 1)[1:]).astype(int))
+    starts = np.concatenate([[0], ends[:-1]])
+    values = np.asarray(losses, dtype=float)
+    return ends.tolist(), [float(values[a:b].mean()) for a, b in zip(starts, ends)]
+
+
+def converged(losses: list[float]) -> bool:
+    """Whether a run's training loss converged, by :data:`CONVERGED_RULE`.
+
+    With ``first`` the mean loss over the first 5 % of the steps, ``last`` over the last
+    10 % and ``before`` over the 10 % before those: converged when ``last <= 0.9 · first``
+    (the loss fell by at least a tenth) and ``|before − last| <= 0.1 · (first − last)``
+    (the last tenth of training moved the loss by at most a tenth of its total fall).
+    False for fewer than 20 steps or a non-finite loss.  A run whose loss never moved
+    fails the first condition; one still falling steeply at its end fails the second.
+    """
+    n = len(losses)
+    if n < 20:
+        return False
+    x = np.asarray(losses, dtype=float)
+    if not np.isfinite(x).all():
+        return False
+    k5, k10 = max(1, n // 20), max(1, n // 10)
+    first, last, before = x[:k5].mean(), x[n - k10:].mean(), x[n - 2 * k10:n - k10].mean()
+    fall = first - last
+    return bool(last <= 0.9 * first and abs(before - last) <= 0.1 * fall)

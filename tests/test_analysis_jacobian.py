@@ -240,7 +240,7 @@ def test_lyapunov_of_linear_map():
     ds = lyapunov_exponents(LinearMap(a), torch.zeros(4, 400, dtype=torch.long), k=3, generator=gen)
     expect = np.sort(np.log(np.abs(eig.numpy())))[::-1][:3]
     np.testing.assert_allclose(ds["lyap"].values, np.broadcast_to(expect, (4, 3)), atol=0.02)
-    assert ds["lyap"].attrs["units"] == "1/step"
+    assert ds["lyap"].attrs["units"] == "1/token"
 
 
 @pytest.mark.slow

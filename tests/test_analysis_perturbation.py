@@ -89,7 +89,7 @@ def test_pull_tracker_recovery_rates_are_analytic():
     np.testing.assert_allclose(ds["dist_pert"].values, expect, rtol=1e-9)
     np.testing.assert_allclose(ds["q_clean"].values, 0.0, atol=1e-12)
     assert list(ds["direction"].values) == ["U", "U_perp"]
-    assert ds["recovery_rate"].attrs["units"] == "1/step"
+    assert ds["recovery_rate"].attrs["units"] == "1/token"
 
 
 def test_smooth_tracker_rate_and_neutral_affine():

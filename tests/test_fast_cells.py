@@ -7,7 +7,8 @@ import torch
 from torch.func import jacrev
 
 from dynlab.tracking.models import BUILTIN_ARCHS, Tracker
-from dynlab.tracking.models.cells import Cell, TanhRNNCell
+from dynlab.tracking.models.cell_base import Cell
+from dynlab.tracking.models.cells import TanhRNNCell
 from dynlab.tracking.train.engine import tracker_logits
 
 FAST = [

@@ -8,21 +8,10 @@ import pytest
 import scipy.optimize
 import torch
 
-from dynlab.analysis.fixed_points import (
-    affine_fixed_set,
-    cell_map,
-    deduplicate,
-    find_fixed_points,
-    find_slow_points,
-    generator_power_words,
-    initial_points,
-    keep_converged,
-    orbit_starts,
-    solve,
-    spectrum,
-    tracker_fixed_points,
-    word_map,
-)
+from dynlab.analysis.fixed_point_solve import deduplicate, initial_points, keep_converged, orbit_starts, solve
+from dynlab.analysis.fixed_points import affine_fixed_set, cell_map, find_fixed_points, spectrum, word_map
+from dynlab.analysis.slow_points import find_slow_points
+from dynlab.analysis.fixed_points_per_state import generator_power_words, tracker_fixed_points
 from dynlab.tracking.groups import get_group
 from dynlab.tracking.models import Cell, Tracker, register_cell
 from test_analysis_jacobian import E, INV, MUL, S3Tracker, s3_batch
@@ -363,6 +352,7 @@ def test_memoised_spectra_give_the_numbers_of_solving_again(arch):
     once) equals the path that solves them again for every state; the affine mamba maps share
     A_w across states, so there the memo is used."""
     import dynlab.analysis.fixed_points as fpm
+    import dynlab.analysis.fixed_points_per_state as tfp
     from dynlab.tracking.groups import get_group
     from dynlab.tracking.train import build_tracker
     from dynlab.tracking.spec import ModelSpec
@@ -373,16 +363,16 @@ def test_memoised_spectra_give_the_numbers_of_solving_again(arch):
     tokens, labels = task.sample(torch.Generator().manual_seed(0), 96, 12)
     with torch.no_grad():
         h = tr(tokens, return_states=False).final_state.double().numpy()
-    words = fpm.generator_power_words(task.group)  # a³, b² of S3: two maps per state
+    words = tfp.generator_power_words(task.group)  # a³, b² of S3: two maps per state
     basis = np.linalg.qr(np.random.default_rng(0).normal(size=(tr.layer_slice(-1).stop - tr.layer_slice(-1).start, 3)))[0]
     kw = dict(n_classes=6, basis=basis, starts=3)
     calls = []
     real = fpm._spectrum
     fpm._spectrum = lambda *a: calls.append(1) or real(*a)
     try:
-        new = fpm.tracker_fixed_points(tr, words, h, labels[:, -1].numpy(), **kw)
+        new = tfp.tracker_fixed_points(tr, words, h, labels[:, -1].numpy(), **kw)
         n_new = len(calls)
-        old = fpm.tracker_fixed_points(tr, words, h, labels[:, -1].numpy(), memo=False, **kw)
+        old = tfp.tracker_fixed_points(tr, words, h, labels[:, -1].numpy(), memo=False, **kw)
     finally:
         fpm._spectrum = real
     for name in old.data_vars:

@@ -8,9 +8,9 @@ import torch.nn.functional as F
 from dynlab.tracking.spec import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 from dynlab.kernels.tracker_loss import dense as dense_tracker
 from dynlab.tracking.models import Tracker, registry
+from dynlab.tracking.models.cell_base import Cell
 from dynlab.tracking.models.cells import (
     AUSSMCell,
-    Cell,
     LinearRNNCell,
     Mamba3Cell,
     MambaCell,

@@ -7,7 +7,8 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from dynlab.tracking.analysis import AnalysisSpec, analyze_tracker
+from dynlab.tracking.analysis import AnalysisSpec
+from dynlab.tracking.analyze import analyze_tracker
 from dynlab.analysis.horizon import horizon_forecast, margin_statistics, predicted_accuracy
 from dynlab.tracking.groups import get_group
 from dynlab.tracking.models import Cell, Tracker, register_cell
@@ -167,7 +168,7 @@ def test_tracker_with_a_set_drift_gets_the_closed_form_horizon():
     expected = _first_step_above((1 - norm.ppf(0.9) * ke) / c)  # 75; the q_dec = τ rule would give 80
     assert expected == 75
     assert abs(float(ds["T_horizon"]) - expected) <= 1, float(ds["T_horizon"])
-    assert ds["T_horizon"].attrs["units"] == "step"
+    assert ds["T_horizon"].attrs["units"] == "tokens"
     # a drift four times slower: four times the distance to cover
     ds = analyze_tracker(_drift_tracker(c / 4), task, SPEC, horizon=400, t_ref=60)
     assert abs(float(ds["T_horizon"]) - _first_step_above((1 - norm.ppf(0.9) * ke) / (c / 4))) <= 3

@@ -262,7 +262,8 @@ def test_bench_json_path_is_refused_before_anything_runs(no_benchmark, tmp_path)
 def test_a_group_too_large_for_the_analyses_is_refused_before_anything_is_written(tmp_path):
     """S7 trains (order 5040 ≤ MAX_ORDER) but its analyses would not fit: refused up front,
     naming the limit, unless the study runs without analyses."""
-    from dynlab.tracking.analysis import AnalysisSpec, analyze_tracker
+    from dynlab.tracking.analysis import AnalysisSpec
+    from dynlab.tracking.analyze import analyze_tracker
     from dynlab.runner import run_study
     from dynlab.studies import get_study
     from dynlab.study import StudyOptions

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from dynlab.errors import DynlabInputError
-from dynlab.lm.ensemble import LMStack, fit_ensemble
+from dynlab.lm.ensemble import fit_ensemble
+from dynlab.lm.stack import LMStack
 from dynlab.lm.interventions import make_intervention
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.states import CarriedStates

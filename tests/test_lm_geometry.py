@@ -3,6 +3,8 @@ the per-distance geometry against an independent computation, probes and censori
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -252,3 +254,42 @@ def test_layer_jacobian_is_the_block_of_the_full_one(mixer):
     full = state_jacobians(rec, h, tokens[:, -1])
     sl = rec.layer_slice(-1)
     np.testing.assert_allclose(layer_jacobians(rec, h, tokens[:, -1]), full[:, sl, sl], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("tokens", ["bytes", "words"])
+def test_babi_probes_carry_the_room_of_the_last_mover(tokens):
+    """The label is the room the asked person last went to, read back from the text itself;
+    the state read sits right after the filler, d tokens after that last move; the scored
+    tokens are the answer, which spells the labelled room."""
+    from dynlab.lm.geometry import babi_probes
+    from dynlab.lm.tasks import ROOMS, BabiTask, babi_decode
+
+    stream = torch.tensor(list(b"the quick brown fox jumps over the lazy dog " * 200))
+    task = BabiTask(stream, kinds=("qa1",), n_facts=3, tokens=tokens)
+    d = 16
+    batch, position, labels = babi_probes(task, torch.Generator().manual_seed(0), 30, d)
+    assert labels.min() >= 0 and labels.max() < len(ROOMS) and len(set(labels.tolist())) > 1
+    def text(ids) -> str:  # words mode decodes each word token as ⟨word⟩: back to plain words
+        plain = " ".join(re.sub(r"⟨([^⟩]*)⟩", r" \1 ", babi_decode(ids)).split())
+        return plain.replace(" .", ".").replace(" ?", "?")
+
+    for row, mask, label in zip(batch.tokens, batch.mask, labels):
+        before = text(row[:position - d].tolist())
+        ask = text(row[position:].tolist())
+        person = ask.split("Where is ")[1].split("?")[0]
+        moves = [s for s in before.split(".") if " went to the " in s]
+        assert moves[-1].strip().startswith(person)  # the person asked about moved last
+        assert moves[-1].strip().endswith(ROOMS[label])  # to the labelled room
+        assert text(row[1:][mask].tolist()).strip() == ROOMS[label]
+
+
+def test_babi_geometry_of_a_small_model_runs_end_to_end():
+    from dynlab.lm.geometry import geometry_row
+    from dynlab.lm.tasks import BabiTask
+
+    stream = torch.tensor(list(b"the quick brown fox jumps over the lazy dog " * 200))
+    task = BabiTask(stream, kinds=("qa1",), n_facts=3)
+    lm = RecurrentLM("mamba2", d_model=16, n_layers=1, n_heads=2, head_dim=8, d_state=8)
+    ds = geometry_row(lm, "babi", task, 0, n=36, distances=(8, 16), n_jac=2)
+    assert ds.geo_q.dims == ("distance",) and np.isfinite(ds.geo_q).all()
+    assert np.isfinite(ds.geo_rho).all() and "geo_fp_count" in ds  # the filler fixed points were searched

@@ -59,23 +59,31 @@ def test_tiny_study_end_to_end_dataset_resume_and_panels(tmp_path):
     path = run_study(STUDY, options, out=tmp_path, device="cpu")
     ds = open_study(path)
     assert list(ds["intervention"].values) == ["zero", "random-noise", "fitted-noise", "state-passing", "tbtt"]
-    assert ds["ppl"].dims == ("run", "t") and ds["effrem"].dims == ("run", "t")
-    assert ds["state_std"].dims == ("run", "layer", "head", "t")
-    assert int(ds["t"].max()) == 16 * 16
+    # each quantity on its own positions, none padded: ppl at every t, the others at their grids
+    assert ds["ppl"].dims == ("run", "t") and ds["effrem"].dims == ("run", "t_effrem")
+    assert ds["ppl_binned"].dims == ("run", "t_bin") and ds["state_std"].dims == ("run", "layer", "head", "t_state")
+    assert ds["t"].values.tolist() == list(range(1, 16 * 16 + 1))
+    assert ds["t_bin"].values.tolist() == list(range(8, 257, 8)) and ds["t_bin_start"].values.tolist() == list(range(1, 250, 8))
+    for name in ("ppl", "ppl_binned", "effrem", "state_std"):
+        assert np.isfinite(ds[name]).all(), name
+    # the loss curve: at most 64 points per run, the mean over windows of steps, ending at the last step
+    assert ds["train_loss_curve"].dims == ("run", "loss_point") and ds["train_step"].dims == ("run", "loss_point")
+    assert (ds["train_step"].isel(loss_point=-1) == 3).all() and ds["converged"].dtype == bool
+    assert "levelled off" in ds["converged"].attrs["rule"] and ds.attrs["Conventions"] == "CF-1.11"
     for name in ("ppl", "ppl_binned", "effrem", "effrem_js", "effrem_cos", "state_mean", "state_std", "state_norm",
                  "lg_passed", "lg_worst_violation"):
         assert ds[name].attrs["long_name"] and "units" in ds[name].attrs, name
-    assert (ds["effrem"].sel(t=0) == 0).all()
+    assert (ds["effrem"].sel(t_effrem=0) == 0).all()
     from dynlab.figures import write_figures
     from dynlab.results.vocabulary import check_dataset
 
     assert check_dataset(ds) == []  # every variable is in the one vocabulary, with its units
     figs = write_figures(ds, tmp_path / "figs", STUDY.panels)
-    assert figs.skipped == {} and len(figs.written) == 2 * 4  # ppl, effrem, state_std and the composite
+    assert figs.skipped == {} and len(figs.written) == 2 * 5  # ppl, effrem, state_std, training loss and the composite
     assert np.isfinite(ds["ppl"].sel(t=slice(1, None))).all()
     # the stored per-position PPL reproduces the binned value of the first bin: exp(mean log PPL(t) over the bin)
     first = ds["ppl"].sel(t=slice(1, 8))
-    np.testing.assert_allclose(np.exp(np.log(first).mean("t")), ds["ppl_binned"].sel(t=8), rtol=1e-10)
+    np.testing.assert_allclose(np.exp(np.log(first).mean("t")), ds["ppl_binned"].sel(t_bin=8), rtol=1e-10, atol=0)
     manifest = json.loads((path.parent / "manifest.json").read_text())
     assert len(manifest["run_ids"]) == 5
     before = {p.name: p.stat().st_mtime_ns for p in (path.parent / "runs").iterdir()}

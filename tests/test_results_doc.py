@@ -9,6 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from results_tables.common import DATA, dataset, minus, wall_time
+from results_tables.fixed_points import sweep_sets
+from results_tables.lm_interventions import tbtt_coverage
+from results_tables.paper_b import PAPER_B_WALL_TIMES
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -65,14 +70,14 @@ def test_the_readme_sections_carry_the_datasets_numbers(make_results, readme_tex
     """Numbers read from the datasets independently of the table code (xarray directly)."""
     import numpy as np
 
-    ds = make_results._dataset("group-tracking-sweep")
+    ds = dataset("group-tracking-sweep")
     rows = (ds["arch"] == "token-gated-rnn") & (ds["group"] == "S3") & (ds["status"] == "ok")
     mp = ds["mp"].values[rows.values]
     cell = f"{mp.size}/5, {np.median(mp):.0f} ({mp.min():.0f}–{mp.max():.0f})"
     assert "| token-gated-rnn | " in _section(readme_text, "paper-a") and cell in _section(readme_text, "paper-a")
     r = float(ds["corr_r"].sel(variant="q_dec", censoring="drop"))
     assert "| `q_dec` (trained decoder; the default) | " in readme_text and f"{r:+.2f} [" in readme_text
-    lg = make_results._dataset("length-generalization-no-conv")
+    lg = dataset("length-generalization-no-conv")
     last = lg["t"].values.max()
     far = lg["ppl_binned"].where(lg["t"] > last - last / 8).mean("t") / lg["lg_p_star"]
     zero = far.values[lg["intervention"].values.astype(str) == "zero"]
@@ -85,7 +90,7 @@ def test_the_held_out_forecast_is_the_datasets_and_recomputes(make_results, read
 
     from dynlab.analysis.correlation import tcross_mp_correlation
 
-    ds = make_results._dataset("group-tracking-sweep")
+    ds = dataset("group-tracking-sweep")
     r = float(ds["corr_forecast_heldout_r"].sel(forecast="forecast_horizon", censoring="drop"))
     assert f"under 'drop' r = {r:+.2f} [" in _section(readme_text, "paper-a")
     ok = (ds["status"].values.astype(str) == "ok") & np.isfinite(ds["mp"].values) & (ds["seed"].values >= 2)
@@ -110,7 +115,7 @@ def test_the_reproduction_paragraph_carries_the_two_sweeps_numbers(make_results,
     """Counted from the two datasets directly (runs matched by run_id), not by the generator."""
     import numpy as np
 
-    a, b = make_results._dataset("group-tracking-sweep"), make_results._dataset("group-tracking-sweep-torch-loops")
+    a, b = dataset("group-tracking-sweep"), dataset("group-tracking-sweep-torch-loops")
     status_b = dict(zip(b["run_id"].values.astype(str), b["status"].values.astype(str)))
     mp_b = dict(zip(b["run_id"].values.astype(str), b["mp"].values))
     ids, status_a = a["run_id"].values.astype(str), a["status"].values.astype(str)
@@ -138,7 +143,7 @@ def test_the_state_statistics_are_the_datasets(make_results, readme_text):
     """The state-std growth recomputed from the raw array with numpy."""
     import numpy as np
 
-    lg = make_results._dataset("length-generalization")
+    lg = dataset("length-generalization")
     t = list(lg["t"].values)
     std = lg["state_std"].transpose("run", "layer", "head", "t").values.mean(axis=(1, 2))  # [run, t]
     growth = std[:, t.index(512)] / std[:, t.index(32)]
@@ -157,18 +162,18 @@ def test_wall_times_come_from_the_runner_attribute_or_say_not_recorded(make_resu
     ds = xr.Dataset(coords={"run": [0, 1, 2]}, attrs={
         "study_wall_time_s": 384.0, "study_runs_trained": 2, "study_workers": 2, "study_invocation": "study",
         "specs_json": "[{}, {}, {}]", "provenance_json": '{"written_by": {"cpu_model": "Some CPU"}}'})
-    assert make_results.wall_time(ds) == "6.4 min (2 of 3 runs trained, 2 workers, Some CPU)"
+    assert wall_time(ds) == "6.4 min (2 of 3 runs trained, 2 workers, Some CPU)"
     ds.attrs.update(study_invocation="analyze", study_runs_trained=0, study_workers=1)
-    assert make_results.wall_time(ds) == "6.4 min (analyses of 3 runs, none trained, 1 worker, Some CPU)"
+    assert wall_time(ds) == "6.4 min (analyses of 3 runs, none trained, 1 worker, Some CPU)"
     ds.attrs.update(study_wall_time_s=42.4)
-    assert make_results.wall_time(ds).startswith("42 s (")
-    assert make_results.wall_time(xr.Dataset(coords={"run": [0]})) == "wall time not recorded"
+    assert wall_time(ds).startswith("42 s (")
+    assert wall_time(xr.Dataset(coords={"run": [0]})) == "wall time not recorded"
     notes = " ".join(_section(readme_text, "paper-b-notes").split())
-    for label in make_results.PAPER_B_WALL_TIMES:
-        if not (make_results.DATA / f"{label}.nc").is_file():  # a preset whose dataset is not committed yet
+    for label in PAPER_B_WALL_TIMES:
+        if not (DATA / f"{label}.nc").is_file():  # a preset whose dataset is not committed yet
             assert f"{label} " not in notes, label
             continue
-        recorded = "study_wall_time_s" in make_results._dataset(label).attrs
+        recorded = "study_wall_time_s" in dataset(label).attrs
         assert (f"{label} wall time not recorded" in notes) != recorded, label
         assert f"{label} " in notes, label
     assert "shared with another job" not in readme_text and "4.4 min" not in readme_text
@@ -189,7 +194,7 @@ def test_the_fresh_section_carries_the_fixed_point_datasets_numbers(make_results
 
     from dynlab.analysis.correlation import tcross_mp_correlation
 
-    seeds, ds = make_results._sweep_sets()[-1]
+    seeds, ds = sweep_sets()[-1]
     text = " ".join(_section(readme_text, "paper-a-fresh").split())
     ok = (ds["status"].values.astype(str) == "ok") & np.isfinite(ds["mp"].values)
     sd = ok & (ds["family"].values.astype(str) == "state-dependent")
@@ -230,7 +235,7 @@ def test_the_interventions_rows_carry_holm_p_recomputed_from_the_runs(make_resul
     {far, in-range}, as README's interventions rows print them; and the prose verdict holds."""
     from scipy import stats
 
-    ds = make_results._dataset(label)
+    ds = dataset(label)
     tests = [(v, arm) for v in ("ppl_far", "ppl_in") for arm in ARMS]
     raw = [stats.ttest_rel(_per_seed(ds, v, arm), _per_seed(ds, v, "zero")).pvalue for v, arm in tests]
     held = dict(zip(tests, _step_down_holm(raw)))
@@ -258,14 +263,14 @@ def test_the_tbtt_row_states_the_text_its_loader_reads(make_results, readme_text
     from dynlab.lm.corpus import load_corpus
     from dynlab.lm.loaders import SequentialChunkLoader
 
-    ds = make_results._dataset("length-generalization-interventions")
+    ds = dataset("length-generalization-interventions")
     spec = json.loads(ds.attrs["specs_json"])[0]["fields"]
     text = load_corpus(spec["data"]["source"], spec["data"]["val_fraction"]).train
     loader = SequentialChunkLoader(text, spec["train"]["batch_size"], spec["train"]["seq_len"])
     seen = set()
     for _ in range(spec["post"]["steps"]):
         seen.update(int(i) for start in next(loader).offsets for i in range(start, start + spec["train"]["seq_len"] + 1))
-    assert make_results.tbtt_coverage(ds) == (len(seen), len(text))
+    assert tbtt_coverage(ds) == (len(seen), len(text))
     row = next(line for line in _section(readme_text, "paper-b").splitlines() if line.startswith("| tbtt,"))
     assert f"{100 * len(seen) / len(text):.1f} % of the training text, the same in every seed" in row
     assert "on the same batches" not in _section(readme_text, "paper-b")
@@ -276,12 +281,12 @@ def test_the_order_row_is_arm_order_of_the_dataset(make_results, readme_text):
     import numpy as np
     from scipy import stats
 
-    ds = make_results._dataset("length-generalization-interventions")
+    ds = dataset("length-generalization-interventions")
     row = next(line for line in _section(readme_text, "paper-b").splitlines() if line.startswith("| the arms' order"))
     zero = _per_seed(ds, "ppl_far", "zero")
     sp = _per_seed(ds, "ppl_far", "state-passing") - zero
     ci = stats.bootstrap((sp,), np.mean, method="percentile", rng=np.random.default_rng(0)).confidence_interval
-    cell = make_results._minus
+    cell = minus
     assert f"state passing {cell(sp.mean(), 2, sign=True)} [{cell(ci.low)}, {cell(ci.high)}]" in row
     rn, fn = _per_seed(ds, "ppl_far", "random-noise"), _per_seed(ds, "ppl_far", "fitted-noise")
     assert f"random noise − fitted noise {cell((rn - fn).mean(), 2, sign=True)} (p {stats.ttest_rel(rn, fn).pvalue:.2g})" in row

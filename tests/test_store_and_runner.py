@@ -208,11 +208,11 @@ def test_run_status_rule_and_summary_counts(tmp_path):
             return RunOutcome(RunResult(status="diverged", reason="non-finite loss at step 3"), None)
         return base.run_one(spec, device, progress)
 
-    from dynlab.runner import _run_specs
+    from dynlab.run_loop import run_specs
 
     study = dataclasses.replace(base, run_one=run_one, analyze_one=None)
     specs = study.make_specs(SMOKE)
-    counts = _run_specs(study, specs, RunStore(tmp_path / "s"), "cpu", Log(), analyze=False)
+    counts = run_specs(study, specs, RunStore(tmp_path / "s"), "cpu", Log(), analyze=False)
     assert counts["not_learned"] == 2 and counts["failed"] == 2 and counts["trained"] == 4
     assert sum("not-learned: curriculum stopped at length" in m for m in logged) == 2
 
@@ -249,7 +249,7 @@ def test_the_study_records_its_training_and_analysis_seconds(tmp_path, capsys):
     """study_train_s and study_analysis_s split the invocation's wall time: each analysis's
     own analysis_seconds (timed inside analyze_run) fits inside study_analysis_s, the two
     phases fit inside study_wall_time_s, the manifest repeats them and the summary says them."""
-    from dynlab.runner import phase_line
+    from dynlab.run_loop import phase_line
 
     opts = StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",))
     ds = open_study(run_study(get_study("group-tracking"), opts, out=tmp_path, device="cpu", progress=True))

@@ -3,7 +3,7 @@ generated manifests, run-folder trees and option strings, ``dynlab analyze`` and
 study`` end with exit 0 or 2 and no traceback, touch no path outside the study folder (the
 parent folder listed before and after) and change no file dynlab did not write.
 
-No run is trained: the step that would train (``dynlab.runner._run_specs``) is replaced by
+No run is trained: the step that would train (``dynlab.runner.run_specs``) is replaced by
 one that stops the command, so a case that gets that far only shows that the checks before
 it let it through."""
 
@@ -131,7 +131,7 @@ def _check(base: Path, study: Path, code: int, err: str, outside: dict, foreign:
 @example(manifest=TRAVERSAL, extras=[])  # issue 44: such an entry once renamed a folder outside the study
 @example(manifest={**TRAVERSAL, "run_ids": [REAL_ID, REAL_ID]}, extras=[f"runs/{REAL_ID}"])
 def test_analyze_on_any_folder_is_exit_0_or_2_and_stays_inside(manifest, extras, capsys, monkeypatch):
-    monkeypatch.setattr(runner, "_run_specs", lambda *a, **k: (_ for _ in ()).throw(WouldTrain()))
+    monkeypatch.setattr(runner, "run_specs", lambda *a, **k: (_ for _ in ()).throw(WouldTrain()))
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         study = _make(base, manifest, extras)
@@ -147,7 +147,7 @@ def test_analyze_on_any_folder_is_exit_0_or_2_and_stays_inside(manifest, extras,
        models=OPTION_TEXT, groups=st.one_of(st.none(), st.sampled_from(["C2", "C2,,S3", "c2", "", "Z9"])))
 def test_study_on_any_folder_and_options_is_exit_0_or_2_and_stays_inside(manifest, extras, models, groups, capsys,
                                                                           monkeypatch):
-    monkeypatch.setattr(runner, "_run_specs", lambda *a, **k: (_ for _ in ()).throw(WouldTrain()))
+    monkeypatch.setattr(runner, "run_specs", lambda *a, **k: (_ for _ in ()).throw(WouldTrain()))
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         study = _make(base, manifest, extras)

@@ -6,13 +6,9 @@ paper A's per-run tracker analysis, which runs the trackers, is :mod:`dynlab.tra
 """
 
 from dynlab.analysis.correlation import CorrelationResult, tcross_mp_correlation
-from dynlab.analysis.fixed_points import (
-    FixedPoints,
-    SlowPoints,
-    find_fixed_points,
-    find_slow_points,
-    tracker_fixed_points,
-)
+from dynlab.analysis.fixed_points import FixedPoints, find_fixed_points
+from dynlab.analysis.slow_points import SlowPoints, find_slow_points
+from dynlab.analysis.fixed_points_per_state import tracker_fixed_points
 from dynlab.analysis.centroids import class_centroids
 from dynlab.analysis.geometry import (
     crossing_time,

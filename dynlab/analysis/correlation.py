@@ -21,6 +21,10 @@ Censoring rule (stated, and counted in the output):
   equals the largest evaluated length then; with 'replace' it is kept at that value.
 - With ``censoring='drop'`` every run with either value censored is left out.
 Runs with NaN mp are always left out (counted in ``n_dropped``).
+
+Long module: the statistic, its bootstrap and the censoring rule above are one definition that
+the held-out choice, the held-out forecasts and the study-level table apply as written; kept
+together, a change to the rule reaches every one of them.
 """
 
 from __future__ import annotations

@@ -43,14 +43,10 @@ step 3, like a solve (round-off in a nearly singular A − I can defeat it: then
 its dimension (``fixed_dim``) and ``count`` NaN: it holds infinitely many fixed points;
 its representative point is the projection of the mean start onto it.
 
-**Slow points** (:func:`find_slow_points`; Sussillo & Barak 2013): local minima of the
-speed q(h) = ½‖F(h) − h‖², found by an exact-Hessian trust-region Newton minimisation
-(``scipy.optimize.minimize(method='trust-exact')``, gradient and Hessian of q from
-``torch.func``), kept when the gradient norm is ≤ ``gtol`` · max(1, ‖F(h) − h‖) and
-deduplicated.  A fixed point is a slow point of speed 0; a slow point of speed > 0 is
-where the map moves least (the ghost of a fixed point).
-
-Results are typed (:class:`FixedPoints`, :class:`SlowPoints`), all in float64.
+Steps 1–4 live in :mod:`dynlab.analysis.fixed_point_solve`; slow points (local minima of the
+speed, :func:`find_slow_points`) in :mod:`dynlab.analysis.slow_points`; the per-state summaries
+of a tracker's return maps in :mod:`dynlab.analysis.fixed_points_per_state`.  Results are typed
+(:class:`FixedPoints`), all in float64.
 """
 
 from __future__ import annotations
@@ -63,35 +59,20 @@ from typing import Any
 
 import numpy as np
 import scipy.linalg
-import scipy.optimize
 import torch
-import xarray as xr
-from torch.func import jacrev
 
-from dynlab.analysis.jacobian import analysis_copy
-from dynlab.results.vocabulary import annotate
+from dynlab.analysis.fixed_point_solve import Map, deduplicate, keep_converged, numpy_map, orbit_starts, solve
 
 __all__ = [
     "FixedPoints",
-    "SlowPoints",
-    "Solutions",
     "affine_fixed_set",
     "affine_part",
     "cell_map",
-    "deduplicate",
     "find_fixed_points",
-    "find_slow_points",
-    "generator_power_words",
-    "initial_points",
-    "keep_converged",
-    "orbit_starts",
-    "solve",
+    "memoised_spectra",
     "spectrum",
-    "tracker_fixed_points",
     "word_map",
 ]
-
-Map = Callable[[torch.Tensor], torch.Tensor]
 
 
 # -- maps ---------------------------------------------------------------------------------------
@@ -130,173 +111,22 @@ def cell_map(cell: Any, u: Any) -> Map:
     return f
 
 
-def _np_map(fn: Map, jac: Map) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
-    """numpy wrappers ``h -> F(h)`` and ``h -> DF(h)`` of a torch map (float64, CPU)."""
-
-    def f(h: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return fn(torch.as_tensor(h, dtype=torch.float64)).detach().cpu().numpy().astype(np.float64)
-
-    def df(h: np.ndarray) -> np.ndarray:
-        return jac(torch.as_tensor(h, dtype=torch.float64)).detach().cpu().numpy().astype(np.float64)
-
-    return f, df
-
-
-def _jacobian(fn: Map) -> Map:
-    return jacrev(fn)
-
-
-# -- 1. initial points -------------------------------------------------------------------------
-
-
-def initial_points(states: Any, n: int | None = None, *, noise: float = 0.0,
-                   rng: np.random.Generator | None = None) -> np.ndarray:
-    """Starts ``[n, S]``: ``n`` of ``states`` ``[N, S]`` (the first ``n``; all when None),
-    each moved by ``noise`` × (RMS state norm) × a standard normal vector / sqrt(S)."""
-    x = np.asarray(states, dtype=np.float64)
-    if x.ndim != 2 or x.shape[0] == 0:
-        raise ValueError(f"states has shape {x.shape}; allowed: [N >= 1, S]")
-    if n is not None:
-        if n < 1:
-            raise ValueError(f"n={n}; allowed: None or an integer >= 1")
-        x = x[:n]
-    x = x.copy()
-    if noise > 0:
-        gen = rng if rng is not None else np.random.default_rng(0)
-        scale = float(np.sqrt((x**2).sum(-1).mean())) or 1.0
-        x += noise * scale * gen.standard_normal(x.shape) / np.sqrt(x.shape[1])
-    return x
-
-
-def orbit_starts(fn: Map, starts: Any, iterate: int, *, max_starts: int = 2, dedup_tol: float = 1e-6) -> np.ndarray:
-    """Starts ``[m, S]`` from the forward orbits of ``fn``: each of ``starts [n, S]`` is mapped
-    ``iterate`` times; returned are the distinct end points (the first ``max_starts``,
-    distinct within ``dedup_tol`` · max(1, RMS norm of the starts)) and the mean of the second
-    half of each kept orbit.  Orbits that leave the finite numbers give none; an empty
-    ``[0, S]`` when none stays finite.  A stable fixed point is where an orbit ends; a
-    repelling one inside an attracting invariant circle is near the orbit's mean."""
-    x0 = np.atleast_2d(np.asarray(starts, dtype=np.float64))
-    if iterate < 1:
-        raise ValueError(f"iterate={iterate}; allowed: an integer >= 1")
-    f, _ = _np_map(fn, _jacobian(fn))
-    scale = max(1.0, float(np.sqrt((x0**2).sum(-1).mean())))
-    ends: list[np.ndarray] = []
-    means: list[np.ndarray] = []
-    half = iterate // 2
-    with np.errstate(over="ignore", invalid="ignore"):
-        for start in x0:
-            h, tail = start.copy(), np.zeros_like(start)
-            for k in range(iterate):
-                h = f(h)
-                if not np.all(np.isfinite(h)):
-                    break
-                if k >= half:
-                    tail += h
-            else:
-                if all(np.linalg.norm(h - e) > dedup_tol * scale for e in ends):
-                    ends.append(h)
-                    means.append(tail / (iterate - half))
-                if len(ends) >= max_starts:
-                    break
-    return np.asarray([*ends, *means], dtype=np.float64).reshape(-1, x0.shape[1])
-
-
-# -- 2. solve ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Solutions:
-    """Raw solves, one row per start: end points ``[n, S]``, their residuals ‖F(h) − h‖
-    ``[n]`` and the starts ``[n, S]``."""
-
-    points: np.ndarray
-    residuals: np.ndarray
-    starts: np.ndarray
-
-
-def solve(fn: Map, starts: Any, *, newton_steps: int = 5, max_nfev: int | None = None) -> Solutions:
-    """Step 2: Levenberg–Marquardt on r(h) = F(h) − h from each start, then Newton polishing
-    (module docstring)."""
-    x0 = np.atleast_2d(np.asarray(starts, dtype=np.float64))
-    f, df = _np_map(fn, _jacobian(fn))
-    s = x0.shape[1]
-    eye = np.eye(s)
-    pts, res = [], []
-    for start in x0:
-        try:
-            sol = scipy.optimize.least_squares(
-                lambda h: f(h) - h, start, jac=lambda h: df(h) - eye, method="lm",
-                xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=max_nfev or 200 * (s + 1),
-            )
-            h = sol.x
-        except (np.linalg.LinAlgError, ValueError, FloatingPointError):
-            h = start.copy()
-        r = f(h) - h
-        for _ in range(newton_steps):
-            if not np.all(np.isfinite(r)):
-                break
-            try:
-                step = np.linalg.lstsq(df(h) - eye, -r, rcond=None)[0]
-            except np.linalg.LinAlgError:
-                break
-            h_new = h + step
-            r_new = f(h_new) - h_new
-            if not np.linalg.norm(r_new) < np.linalg.norm(r):
-                break
-            h, r = h_new, r_new
-        pts.append(h)
-        res.append(float(np.linalg.norm(r)) if np.all(np.isfinite(r)) else float("inf"))
-    return Solutions(np.asarray(pts).reshape(-1, s), np.asarray(res, dtype=np.float64), x0)
-
-
-# -- 3. filter and 4. deduplicate ----------------------------------------------------------------
-
-
-def keep_converged(sol: Solutions, tol: float = 1e-8) -> Solutions:
-    """Step 3: the solutions with residual ≤ ``tol`` · max(1, ‖h*‖)."""
-    norms = np.linalg.norm(sol.points, axis=1) if sol.points.size else np.zeros(0)
-    ok = np.isfinite(sol.residuals) & (sol.residuals <= tol * np.maximum(1.0, norms))
-    return Solutions(sol.points[ok], sol.residuals[ok], sol.starts[ok])
-
-
-def deduplicate(points: Any, residuals: Any, tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Step 4: greedy clustering of ``points [n, S]`` in order of increasing residual: a point
-    within distance ``tol`` of a kept one joins it.  Returns ``(unique [u, S], their residuals
-    [u], hits [u])``, hits = how many points each kept one absorbed (itself included),
-    ordered by hits (descending), then residual."""
-    p = np.asarray(points, dtype=np.float64)
-    r = np.asarray(residuals, dtype=np.float64).reshape(-1)
-    if p.ndim != 2 or p.shape[0] != r.size:
-        raise ValueError(f"points {p.shape} and residuals {r.shape}; allowed: [n, S] and [n]")
-    kept: list[int] = []
-    hits: list[int] = []
-    for i in np.argsort(r, kind="stable"):
-        for j, k in enumerate(kept):
-            if np.linalg.norm(p[i] - p[k]) <= tol:
-                hits[j] += 1
-                break
-        else:
-            kept.append(int(i))
-            hits.append(1)
-    order = sorted(range(len(kept)), key=lambda j: (-hits[j], r[kept[j]]))
-    idx = np.asarray([kept[j] for j in order], dtype=np.int64)
-    return p[idx], r[idx], np.asarray([hits[j] for j in order], dtype=np.int64)
-
-
 # -- memo ----------------------------------------------------------------------------------------
 
 #: Results of :func:`spectrum` and of the SVD in :func:`affine_fixed_set`, keyed by the bytes
-#: of their inputs; active only inside :func:`_memoised` (one :func:`tracker_fixed_points`
-#: call).  An affine return map F_w has the same Jacobian A_w for every symbolic state (the
-#: classes differ only in their starts), so without it the same eigenvalue problems and
-#: SVDs are solved once per state; with it, once per word.  Equal inputs give the very
-#: same numbers, so the results are bit-identical to solving again.
+#: of their inputs; active only inside :func:`memoised_spectra` (one call of
+#: :func:`dynlab.analysis.fixed_points_per_state.tracker_fixed_points`).  An affine return map
+#: F_w has the same Jacobian A_w for every symbolic state (the classes differ only in their
+#: starts), so without it the same eigenvalue problems and SVDs are solved once per state;
+#: with it, once per word.  Equal inputs give the very same numbers, so the results are
+#: bit-identical to solving again.
 _MEMO: dict | None = None
 
 
 @contextmanager
-def _memoised(on: bool = True) -> Iterator[None]:
+def memoised_spectra(on: bool = True) -> Iterator[None]:
+    """Inside it (``on``), :func:`spectrum` and the SVD of :func:`affine_fixed_set` reuse their
+    results for byte-identical inputs (:data:`_MEMO`); ``on=False`` solves them again."""
     global _MEMO
     outer = _MEMO
     _MEMO = (outer if outer is not None else {}) if on else None
@@ -368,7 +198,7 @@ def affine_part(fn: Map, points: Any, *, tol: float = 1e-10) -> tuple[np.ndarray
     """``(A [S, S], b [S])`` when DF is the same at every one of ``points [n, S]`` (largest
     entry difference ≤ ``tol`` · max(1, max |A|)) and at the origin, so that F(h) = A h + b;
     None otherwise.  With one point only the origin is compared."""
-    f, df = _np_map(fn, _jacobian(fn))
+    f, df = numpy_map(fn)
     p = np.atleast_2d(np.asarray(points, dtype=np.float64))
     a0 = df(p[0])
     if not np.all(np.isfinite(a0)):
@@ -446,7 +276,7 @@ class FixedPoints:
 
 def _with_spectra(fn: Map, points: np.ndarray, residuals: np.ndarray, hits: np.ndarray, basis: Any | None,
                   rank_tol: float, jacs: Sequence[np.ndarray] | None = None) -> dict[str, np.ndarray]:
-    _, df = _np_map(fn, _jacobian(fn))
+    _, df = numpy_map(fn)
     specs = [spectrum(jacs[i] if jacs is not None else df(p), basis, rank_tol=rank_tol) for i, p in enumerate(points)]
     s = points.shape[1]
     return {
@@ -487,7 +317,7 @@ def find_fixed_points(
     if aff is not None:
         a, b = aff
         fixed = affine_fixed_set(a, b, rank_tol=rank_tol)
-        f, _ = _np_map(fn, _jacobian(fn))
+        f, _ = numpy_map(fn)
         if fixed is None:
             # no fixed point: the smallest residual is that of the least-squares point
             lsq = np.linalg.lstsq(a - np.eye(s), -b, rcond=None)[0]
@@ -522,213 +352,3 @@ def find_fixed_points(
     parts = _with_spectra(fn, pts.reshape(-1, s), res, hits, basis, rank_tol)
     return FixedPoints(**parts, count=float(pts.shape[0]), best_residual=best, affine=False, n_starts=x0.shape[0],
                        extra=extra)
-
-
-@dataclass(frozen=True)
-class SlowPoints:
-    """Distinct local minima of the speed q(h) = ½‖F(h) − h‖².
-
-    Attributes:
-        points: ``[u, S]``; speeds: ``[u]`` q at each; grad_norms: ``[u]`` ‖∇q‖;
-        hits: ``[u]`` starts that ended at each; eig: ``[u, S]`` eigenvalues of DF there.
-    """
-
-    points: np.ndarray
-    speeds: np.ndarray
-    grad_norms: np.ndarray
-    hits: np.ndarray
-    eig: np.ndarray
-
-
-def find_slow_points(
-    fn: Map,
-    starts: Any,
-    *,
-    gtol: float = 1e-8,
-    max_speed: float | None = None,
-    dedup_tol: float = 1e-6,
-    maxiter: int = 500,
-) -> SlowPoints:
-    """Slow points of ``fn`` from ``starts [n, S]`` (module docstring): trust-region Newton
-    minimisation of q, kept when ‖∇q‖ ≤ ``gtol`` · max(1, ‖F(h) − h‖) (and q ≤
-    ``max_speed`` when given), deduplicated within ``dedup_tol`` · max(1, scale)."""
-    x0 = np.atleast_2d(np.asarray(starts, dtype=np.float64))
-    if x0.ndim != 2 or x0.shape[0] == 0 or not np.all(np.isfinite(x0)):
-        raise ValueError(f"starts has shape {x0.shape}; allowed: finite [n >= 1, S]")
-    s = x0.shape[1]
-
-    def q_t(h: torch.Tensor) -> torch.Tensor:
-        r = fn(h) - h
-        return 0.5 * (r * r).sum()
-
-    grad_t = jacrev(q_t)
-    hess_t = jacrev(grad_t)  # reverse over reverse: forward mode is not needed (nor all ops support it)
-
-    def as_np(g: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[np.ndarray], Any]:
-        return lambda h: g(torch.as_tensor(h, dtype=torch.float64)).detach().cpu().numpy().astype(np.float64)
-
-    q, grad, hess = as_np(q_t), as_np(grad_t), as_np(hess_t)
-    pts, speeds, gnorms = [], [], []
-    for start in x0:
-        opt = scipy.optimize.minimize(lambda h: float(q(h)), start, jac=grad, hess=hess, method="trust-exact",
-                                      options={"gtol": 1e-14, "maxiter": maxiter})
-        h = opt.x
-        qv, gn = float(q(h)), float(np.linalg.norm(grad(h)))
-        if gn <= gtol * max(1.0, np.sqrt(2 * qv)) and (max_speed is None or qv <= max_speed):
-            pts.append(h)
-            speeds.append(qv)
-            gnorms.append(gn)
-    scale = max(1.0, float(np.sqrt((x0**2).sum(-1).mean())))
-    if not pts:
-        z = np.zeros(0)
-        return SlowPoints(np.zeros((0, s)), z, z, np.zeros(0, dtype=np.int64), np.zeros((0, s), dtype=np.complex128))
-    p = np.asarray(pts)
-    sp = np.asarray(speeds)
-    u, _, hits = deduplicate(p, sp, dedup_tol * scale)
-    pick = [int(np.argmin(np.linalg.norm(p - v, axis=1))) for v in u]
-    _, df = _np_map(fn, _jacobian(fn))
-    eig = np.asarray([spectrum(df(v))["eig"] for v in u], dtype=np.complex128).reshape(-1, s)
-    return SlowPoints(u, sp[pick], np.asarray(gnorms)[pick], hits, eig)
-
-
-# -- trackers: per symbolic state -------------------------------------------------------------
-
-
-def generator_power_words(group: Any) -> list[list[int]]:
-    """For each generator a of ``group`` (a :class:`dynlab.tracking.groups.Group`), the
-    state-preserving word a^{ord(a)} as token indices (tokens are element indices)."""
-    out = []
-    for perm in group.generators:
-        a = group.elements.index(tuple(perm))
-        if a == group.identity:
-            continue
-        out.append([a] * group.element_order(a))
-    return out
-
-
-def _embed_basis(basis: Any | None, state_size: int, sl: slice) -> np.ndarray | None:
-    if basis is None:
-        return None
-    b = np.asarray(basis, dtype=np.float64)
-    full = np.zeros((state_size, b.shape[1]))
-    full[sl] = b
-    return full
-
-
-def _state_summary(maps: Sequence[Map], words: Sequence[Sequence[int]], x0: np.ndarray, s: int,
-                   basis: np.ndarray | None, tol: float, dedup_tol: float,
-                   rank_tol: float, iterate: int = 0) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
-    """The ``fp_*`` summaries of one symbolic state from its starts ``x0`` (:func:`tracker_fixed_points`),
-    and the eigenvalues (real, imaginary parts ``[W·S]``) at its principal fixed points."""
-    eig_re = np.full(len(words) * s, np.nan)
-    eig_im = np.full(len(words) * s, np.nan)
-    res, cnt, dim, rperp, rpar, stab = [], [], [], [], [], []
-    for j, (w, fn) in enumerate(zip(words, maps)):
-        fp = find_fixed_points(fn, x0, basis=basis, tol=tol, dedup_tol=dedup_tol, rank_tol=rank_tol, iterate=iterate)
-        res.append(fp.best_residual)
-        cnt.append(fp.count)
-        if fp.found:
-            dim.append(fp.fixed_dim[0])
-            rperp.append(fp.rho_perp[0] ** (1.0 / len(w)))
-            rpar.append(fp.rho_par[0] ** (1.0 / len(w)))
-            stab.append(bool(fp.stable[0]))
-            eig_re[j * s:(j + 1) * s] = fp.eig[0].real
-            eig_im[j * s:(j + 1) * s] = fp.eig[0].imag
-    row = {"fp_residual": max(res), "fp_count": max(cnt) if not np.isnan(cnt).any() else np.nan}
-    if dim:
-        row.update(fp_dim=max(dim), fp_stable=float(all(stab)),
-                   fp_rho_perp=np.nanmax(rperp) if np.isfinite(rperp).any() else np.nan,
-                   fp_rho_par=np.nanmax(rpar) if np.isfinite(rpar).any() else np.nan)
-    return row, eig_re, eig_im
-
-
-def tracker_fixed_points(
-    model: Any,
-    words: Sequence[Sequence[int]],
-    states: Any,
-    labels: Any,
-    *,
-    n_classes: int,
-    basis: Any | None = None,
-    layer: int = -1,
-    starts: int = 8,
-    tol: float = 1e-8,
-    dedup_tol: float = 1e-6,
-    rank_tol: float = 1e-8,
-    max_states: int | None = None,
-    iterate: int = 500,
-    memo: bool = True,
-) -> xr.Dataset:
-    """Fixed points of the return maps F_w of state-preserving ``words`` per symbolic state.
-
-    For every class g present in ``labels`` ``[N]`` and every word w, the fixed points of F_w
-    are sought from the first ``starts`` states of class g in ``states`` ``[N, S]`` (full flat
-    states, e.g. after t_ref tokens) with :func:`find_fixed_points`; ``basis`` ``[S_layer,
-    k]`` is an orthonormal basis of U in the coordinates of ``model.layer_slice(layer)``
-    (embedded in the full state, zero elsewhere; U⊥ is its complement in the full state).
-    The model is copied to float64 (:func:`dynlab.analysis.jacobian.analysis_copy`).
-
-    With ``max_states``, only the states g < ``max_states`` are solved (the others are NaN):
-    the work grows as states × words × starts.  Where no start of g reaches a fixed point of
-    F_w, the orbit starts after ``iterate`` applications of F_w are solved
-    (:func:`find_fixed_points`; 0 turns that off): a class's states at t_ref can lie far from
-    where F_w sends them (a long run of one generator is a word the training never showed).
-
-    The *principal* fixed point of (g, w) is the one reached from most of g's starts.
-    Summaries per state g (dim ``state``; NaN for an absent class):
-
-    - ``fp_residual``: max over words of the smallest residual ‖F_w(h) − h‖ reached (that of
-      the principal fixed point when one was found);
-    - ``fp_count``: max over words of the number of distinct fixed points (NaN when the fixed
-      set of an affine F_w is a subspace of dimension > 0);
-    - ``fp_dim``: max over words of the fixed set's dimension at the principal fixed point;
-    - ``fp_rho_perp``, ``fp_rho_par``: max over words of ρ⊥^{1/|w|} and ρ∥^{1/|w|} at the
-      principal fixed point (spectral radius per token, so words of different lengths
-      compare; 1 = neutral, < 1 = contracting);
-    - ``fp_stable``: 1 when every word's principal fixed point is stable, else 0;
-    - ``fp_eig_real``, ``fp_eig_imag`` (``state, k_fp``): the eigenvalues of DF_w at the
-      principal fixed points, all words one after another (S per word; NaN where a word has
-      none).
-
-    Returns an ``xarray.Dataset`` (vocabulary-annotated) with attrs ``fp_words`` (the words)
-    and ``fp_starts``.  ``memo`` (default) solves each distinct Jacobian's spectrum and SVD
-    once (:data:`_MEMO`; the same numbers); False solves them again per state.
-    """
-    with _memoised(memo):
-        return _tracker_fixed_points(model, words, states, labels, n_classes, basis, layer, starts, tol, dedup_tol,
-                                     rank_tol, max_states, iterate)
-
-
-def _tracker_fixed_points(model: Any, words: Sequence[Sequence[int]], states: Any, labels: Any, n_classes: int,
-                          basis: Any | None, layer: int, starts: int, tol: float, dedup_tol: float, rank_tol: float,
-                          max_states: int | None, iterate: int) -> xr.Dataset:
-    m = analysis_copy(model, torch.float64).cpu()
-    h = np.asarray(states, dtype=np.float64)
-    y = np.asarray(labels, dtype=np.int64).reshape(-1)
-    s = int(m.state_size)
-    if h.ndim != 2 or h.shape != (y.size, s):
-        raise ValueError(f"states {h.shape} and labels {y.shape}; allowed: [N, {s}] and [N]")
-    if len(words) == 0:
-        raise ValueError("words is empty; allowed: at least one state-preserving word")
-    b_full = _embed_basis(basis, s, m.layer_slice(layer))
-    n_w = len(words)
-    summ = {k: np.full(n_classes, np.nan) for k in
-            ("fp_residual", "fp_count", "fp_dim", "fp_rho_perp", "fp_rho_par", "fp_stable")}
-    eig_re = np.full((n_classes, n_w * s), np.nan)
-    eig_im = np.full((n_classes, n_w * s), np.nan)
-    maps = [word_map(m, w) for w in words]
-    for g in range(n_classes if max_states is None else min(n_classes, int(max_states))):
-        own = h[y == g]
-        if own.shape[0] == 0:
-            continue
-        row, eig_re[g], eig_im[g] = _state_summary(maps, words, initial_points(own, starts), s, b_full, tol, dedup_tol,
-                                                   rank_tol, iterate)
-        for k, v in row.items():
-            summ[k][g] = v
-    data = {k: ("state", v) for k, v in summ.items()}
-    data["fp_eig_real"] = (("state", "k_fp"), eig_re)
-    data["fp_eig_imag"] = (("state", "k_fp"), eig_im)
-    ds = xr.Dataset(data, coords={"state": np.arange(n_classes), "k_fp": np.arange(n_w * s)},
-                    attrs={"fp_words": "; ".join(" ".join(str(int(t)) for t in w) for w in words),
-                           "fp_starts": int(starts), "fp_iterate": int(iterate)})
-    return annotate(ds)

@@ -111,12 +111,14 @@ def length_generalization(ppl: xr.DataArray, train_length: int) -> LengthGeneral
 
 def ppl_ranges(ppl_binned: xr.DataArray, p_star: xr.DataArray | float, train_length: int) -> xr.Dataset:
     """``ppl_in``, ``ppl_far``, ``far_in_ratio`` and ``far_over_in`` (module docstring) of binned PPL curves
-    ``ppl_binned`` (dim ``t``, NaN off the bin ends; any other dims are kept) of a model
-    trained at ``train_length``; ``p_star`` broadcasts against them."""
-    t = ppl_binned["t"]
-    last = float(t.where(ppl_binned.notnull().any([d for d in ppl_binned.dims if d != "t"])).max())
-    inside = ppl_binned.where((t > train_length / 2) & (t <= train_length)).mean("t")
-    far = ppl_binned.where((t > last - last / 8) & (t <= last)).mean("t")
+    ``ppl_binned`` (on the bin ends: dim ``t_bin`` as in a study dataset, or ``t`` as
+    :func:`binned_ppl` gives; NaN where a curve has no bin; any other dims are kept) of a
+    model trained at ``train_length``; ``p_star`` broadcasts against them."""
+    dim = "t_bin" if "t_bin" in ppl_binned.dims else "t"
+    t = ppl_binned[dim]
+    last = float(t.where(ppl_binned.notnull().any([d for d in ppl_binned.dims if d != dim])).max())
+    inside = ppl_binned.where((t > train_length / 2) & (t <= train_length)).mean(dim)
+    far = ppl_binned.where((t > last - last / 8) & (t <= last)).mean(dim)
     return annotate(xr.Dataset({"ppl_in": inside, "ppl_far": far, "far_in_ratio": far / p_star,
                                 "far_over_in": far / inside}))
 

@@ -1,7 +1,7 @@
 """Does the geometry at the fixed points predict error control?  Correlations across runs.
 
 Per run of a group-tracking study dataset (the ``fp_*`` variables of
-:func:`dynlab.analysis.fixed_points.tracker_fixed_points`, dim ``state``):
+:func:`dynlab.analysis.fixed_points_per_state.tracker_fixed_points`, dim ``state``):
 
 - ``rho_perp``, ``rho_par``: the median over the run's symbolic states of ``fp_rho_perp``
   and ``fp_rho_par`` (spectral radius per token on U⊥ and on U at the fixed points);

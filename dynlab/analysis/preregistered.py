@@ -49,7 +49,7 @@ def preregistered_forecast(ds: xr.Dataset) -> xr.DataArray:
         raise ValueError(f"the pre-registered forecast needs {', '.join(absent)} (absent from the dataset)")
     out = xr.DataArray(np.fmin(ds["T_horizon"].values.astype(np.float64), ds["T_forecast_dec"].values.astype(np.float64)),
                        dims=("run",), coords=ds["T_horizon"].coords, name="T_prereg")
-    out.attrs.update(long_name="pre-registered horizon forecast", units="step", definition=PREREGISTERED_DEFINITION)
+    out.attrs.update(long_name="pre-registered horizon forecast", units="tokens", definition=PREREGISTERED_DEFINITION)
     return out
 
 

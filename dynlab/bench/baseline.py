@@ -12,7 +12,7 @@ from torch import nn
 from dynlab.bench.machine import StepClock, seconds_per_step, sync
 from dynlab.tracking.groups import get_group
 from dynlab.tracking.models import Tracker
-from dynlab.tracking.models.cells import Cell
+from dynlab.tracking.models.cell_base import Cell
 from dynlab.tracking.spec import RunSpec
 from dynlab.tracking.task import WordProblem
 from dynlab.tracking.train.engine import build_tracker

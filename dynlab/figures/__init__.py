@@ -203,12 +203,16 @@ def write_figures(ds: xr.Dataset, out_dir: str | Path,
                   panels: FigureItems | Callable[[xr.Dataset], FigureItems]) -> FigureSet:
     """Write every panel of ``panels`` (PNG + PDF), one composite figure and every table
     (Markdown) to ``out_dir``; ``panels`` is a study's ``Study.panels`` (a function of the
-    dataset) or its result.  A panel or table with nothing to draw is written empty,
+    dataset) or its result, joined by the training-loss panel wherever the runs stored their
+    loss curves (:func:`dynlab.figures.training.training_panels`).  A panel or table with nothing to draw is written empty,
     saying why.  Also writes ``NOTES.txt`` listing the skipped and the empty ones."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     result = FigureSet()
     items = panels(ds) if callable(panels) else panels
+    from dynlab.figures.training import training_panels
+
+    items = {**items, **{k: v for k, v in training_panels(ds).items() if k not in items}}  # every study's loss curves
     drawn: list[tuple[str, Panel, str | None]] = []  # (name, panel, why it is empty or None)
 
     def nothing(name: str, why: str) -> str:

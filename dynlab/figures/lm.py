@@ -34,7 +34,7 @@ from dynlab.figures.panel import NothingToDraw, Panel, needs
 from dynlab.figures.style import axis_label
 
 __all__ = ["EFFREM_NAMES", "PANELS", "context_ladder_panel", "contrast_forest_panel", "effrem_panel",
-           "far_in_budget_panel", "holm", "length_generalization_panels", "ppl_panel", "ratio_name",
+           "far_in_budget_panel", "holm", "length_generalization_panels", "position_dim", "ppl_panel", "ratio_name",
            "run_arms", "size_colors", "state_std_panel"]
 
 #: Dataset variable of EffRem under each distance.
@@ -179,19 +179,34 @@ def _legend(ax: Axes, handles: list, band: bool, **kw) -> None:
     ax.legend(handles=handles, fontsize="small", **kw)
 
 
+#: The position dims of a language model's curves: each quantity on its own (a dataset
+#: written before they were split keeps them all on ``t``).
+POSITION_DIMS = ("t", "t_bin", "t_effrem", "t_state")
+
+
+def position_dim(da: xr.DataArray) -> str:
+    """The position dim of an LM curve ``da`` (one of :data:`POSITION_DIMS`)."""
+    found = [d for d in da.dims if d in POSITION_DIMS]
+    if len(found) != 1:
+        raise ValueError(f"{da.name or 'the curve'} needs exactly one position dim of {', '.join(POSITION_DIMS)}; "
+                         f"its dims are {', '.join(map(str, da.dims))}")
+    return str(found[0])
+
+
 def _arm_lines(ds: xr.Dataset, da: xr.DataArray, ax: Axes, mark_training: bool = True, kept: bool = False) -> Axes:
     """Mean over seeds per arm with a min–max band (see the module docstring); with ``kept``
     the x axis is the context kept, eval_length − t (points with at least one token)."""
     da = _final_checkpoint(da)
+    pos = position_dim(da)
     arms = run_arms(ds, _position_runs(ds))
     styles = _arm_styles(ds, arms)
     handles, banded, drawn = [], False, []
     for (label, values, idx), style in zip(arms, styles):
         part = da.isel(run=idx)
-        mean = part.mean("run", skipna=True).dropna("t")
+        mean = part.mean("run", skipna=True).dropna(pos)
         if not mean.size:
             continue
-        x = mean["t"].values.astype(float)
+        x = mean[pos].values.astype(float)
         if kept:
             x = float(ds["eval_length"].values[idx[0]]) - x
         order = np.argsort(x)
@@ -200,8 +215,8 @@ def _arm_lines(ds: xr.Dataset, da: xr.DataArray, ax: Axes, mark_training: bool =
         handles.append(line)
         drawn.append((label, values, idx, style))
         if len(idx) > 1:
-            lo = part.min("run", skipna=True).sel(t=mean["t"]).values
-            hi = part.max("run", skipna=True).sel(t=mean["t"]).values
+            lo = part.min("run", skipna=True).sel({pos: mean[pos]}).values
+            hi = part.max("run", skipna=True).sel({pos: mean[pos]}).values
             ax.fill_between(x[order], lo[order], hi[order], color=style["color"], alpha=0.2, linewidth=0)
             banded = True
     if not handles:
@@ -217,12 +232,13 @@ def _checkpoint_note(ds: xr.Dataset) -> str:
     return ", last checkpoint" if "budget" in ds.dims else ""
 
 
-@needs(lambda ds, o: "ppl_binned" if o["binned"] and "ppl_binned" in ds else "ppl", "t", what="PPL(t)")
+@needs(lambda ds, o: "ppl_binned" if o["binned"] and "ppl_binned" in ds else "ppl", what="PPL(t)")
 def ppl_panel(ds: xr.Dataset, ax: Axes, binned: bool = True) -> Axes:
     """PPL(t) per arm (binned by default), log-scaled position axis."""
     name = "ppl_binned" if binned and "ppl_binned" in ds else "ppl"
     _arm_lines(ds, ds[name], ax)
-    _log2_positions(ax, ds[name].dropna("t", how="all")["t"].values.astype(float))
+    pos = position_dim(ds[name])
+    _log2_positions(ax, ds[name].dropna(pos, how="all")[pos].values.astype(float))
     ax.set_ylabel(axis_label(ds[name], "perplexity"))
     ax.set_title("PPL(t) from the zero state" + _checkpoint_note(ds))
     return ax
@@ -235,7 +251,7 @@ def _effrem_name(ds: xr.Dataset, options: dict) -> str:
     return EFFREM_NAMES[distance]
 
 
-@needs(_effrem_name, "t", what="EffRem")
+@needs(_effrem_name, what="EffRem")
 def effrem_panel(ds: xr.Dataset, ax: Axes, distance: str = "tv") -> Axes:
     """EffRem_T(t) per arm for ``distance`` in tv, js, cos (T = evaluation length), against
     the context kept T − t on a log axis (T_train dotted), or, without ``eval_length``, the
@@ -253,14 +269,15 @@ def effrem_panel(ds: xr.Dataset, ax: Axes, distance: str = "tv") -> Axes:
     return ax
 
 
-@needs("state_std", "t", what="state std")
+@needs("state_std", what="state std")
 def state_std_panel(ds: xr.Dataset, ax: Axes, layer: int | None = None) -> Axes:
     """State std per arm over position (log scale), averaged over heads (and layers unless ``layer`` is given)."""
     da = ds["state_std"]
     da = da.sel(layer=layer).mean("head") if layer is not None else da.mean(("layer", "head"))
     da.attrs = ds["state_std"].attrs
     _arm_lines(ds, da, ax)
-    _log2_positions(ax, da.dropna("t", how="all")["t"].values.astype(float))
+    pos = position_dim(da)
+    _log2_positions(ax, da.dropna(pos, how="all")[pos].values.astype(float))
     ax.set_yscale("log")
     ax.set_ylabel(axis_label(ds["state_std"], "state std"))
     ax.set_title("State std vs position" + (f" (layer {layer})" if layer is not None else "") + _checkpoint_note(ds))
@@ -459,7 +476,8 @@ def length_generalization_panels(ds: xr.Dataset) -> dict[str, Panel]:
     """The panels of a length-generalization dataset: PPL(t), EffRem (TV) and the state std;
     far/in vs budget when the dataset has a ``budget`` dimension; the context ladder when
     T_train varies (without ``budget``); the contrast forest plot when the dataset holds
-    intervention contrasts."""
+    intervention contrasts (the study adds the training loss,
+    :func:`dynlab.figures.training.training_panels`)."""
     panels = {name: Panel(fn) for name, fn in PANELS.items()}
     if "budget" in ds.dims:
         panels["far_in_budget"] = Panel(far_in_budget_panel)

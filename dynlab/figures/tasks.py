@@ -302,5 +302,7 @@ def passkey_panels(ds: xr.Dataset) -> dict[str, Panel]:
 
 
 def babilong_panels(ds: xr.Dataset) -> dict[str, Panel]:
-    """The panels of a babilong dataset: accuracy per task kind, one panel per intervention."""
-    return {f"babi_{iv}": Panel(babi_panel, {"intervention": iv}) for iv in _interventions(ds)}
+    """The panels of a babilong dataset: accuracy per task kind, one panel per intervention
+    (and, once analysed, the state geometry's two panels)."""
+    return {**{f"babi_{iv}": Panel(babi_panel, {"intervention": iv}) for iv in _interventions(ds)},
+            **_geometry_panels(ds, "babi")}

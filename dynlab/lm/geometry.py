@@ -10,7 +10,11 @@ written, per task (``docs/preregistration-task-geometry.md`` fixes the rule):
 - **copying**: the first letter of the string (26 classes); a probe sample is a string of
   ``d`` letters; the state read is the one after the separator ``|``; its accuracy is the
   per-character accuracy of the copy;
-- **babi**: the location (room) of the entity asked about, at the question; not built yet.
+- **babi**: the room of the person asked about (6 classes); a probe sample is a qa1
+  story of the task's ``n_facts`` moves, the asked person the one who moved last, then
+  ``d`` filler tokens and the question "Where is <person>?"; the state read is the one
+  after the last filler token, ``d`` tokens after that last move; its accuracy is the
+  room answered exactly (teacher forcing).
 
 Per distance bin, the states of one layer (the flat ``[H·P·N]`` SSM state, last layer by
 default) go through :func:`dynlab.analysis.geometry.geometry_over_time` with the bins in the
@@ -48,14 +52,15 @@ from dynlab.analysis.geometry import crossing_time, geometry_over_time
 from dynlab.analysis.jacobian import analysis_copy, step_jacobians
 from dynlab.lm.states import CarriedStates
 from dynlab.results.vocabulary import annotate
-from dynlab.lm.tasks import PASSKEY_NEEDLE, CopyingTask, PasskeyTask
+from dynlab.lm.tasks import PASSKEY_NEEDLE, ROOMS, BabiTask, CopyingTask, PasskeyTask, TaskBatch, _filler, _World, _batch
 
-__all__ = ["DISTANCES", "LMRecurrence", "probe_accuracy", "distance_geometry", "task_probes",
-           "model_task_geometry", "preregistered_test", "geometry_row", "task_probes_labels", "state_jacobians", "layer_jacobians", "recurrence_spectra", "filler_fixed_points", "censored_first_below"]
+__all__ = ["DISTANCES", "LMRecurrence", "babi_probes", "probe_accuracy", "distance_geometry", "task_probes",
+           "model_task_geometry", "preregistered_test", "geometry_row", "state_jacobians", "layer_jacobians", "recurrence_spectra", "filler_fixed_points", "censored_first_below"]
 
-#: Pre-registered distance bins (tokens for passkey, letters for copying).
-DISTANCES = {"passkey": (8, 16, 32, 64, 128, 256, 512), "copying": (4, 8, 16, 32, 64)}
-N_CLASSES = {"passkey": 10, "copying": 26}
+#: Distance bins: pre-registered for passkey (tokens) and copying (letters); babi (tokens) came after the pre-registration.
+DISTANCES = {"passkey": (8, 16, 32, 64, 128, 256, 512), "copying": (4, 8, 16, 32, 64),
+             "babi": (8, 16, 32, 64, 128, 256, 512)}
+N_CLASSES = {"passkey": 10, "copying": 26, "babi": len(ROOMS)}
 PROBE_SEED_OFFSET = 1_000_003 + 7
 #: Probe samples per distance bin (pre-registered).
 PROBE_SAMPLES = 256
@@ -181,9 +186,39 @@ def task_probes(kind: str, task: Any, generator: torch.Generator, n: int, d: int
         batch = task.sample(generator, n, d)
         position = d + 2  # "$" + d letters + "|"
         labels = (batch.tokens[:, 1] - ord("a")).numpy()
+    elif kind == "babi":
+        assert isinstance(task, BabiTask)
+        batch, position, labels = babi_probes(task, generator, n, d)
     else:
-        raise ValueError(f"task kind {kind!r} has no symbolic variable yet; allowed: passkey, copying")
+        raise ValueError(f"task kind {kind!r} has no symbolic variable; allowed: {', '.join(DISTANCES)}")
     return batch.tokens, position, batch, labels
+
+
+def babi_probes(task: BabiTask, generator: torch.Generator, n: int, d: int) -> tuple[TaskBatch, int, np.ndarray]:
+    """``n`` bAbI probe samples at distance ``d`` (module docstring): the task's ``n_facts``
+    random moves side by side, ``d`` filler tokens, "Where is <person>?" about the person
+    who moved last, and the answer (scored).  Returns the batch, the read position (after
+    the last filler token, the same in every row: the facts are padded on the left with
+    filler to one length) and each row's room index into :data:`ROOMS`."""
+    rows, scored, labels, stories = [], [], [], []
+    for _ in range(n):
+        world = _World()
+        facts = [world.step(generator, moves_only=True) for _ in range(task.n_facts)]
+        person = facts[-1].split(" ", 1)[0]
+        stories.append((sum((task._fact(f) for f in facts), []), person, world.where[person]))
+    width = max(len(s[0]) for s in stories)
+    for story, person, room in stories:
+        row = _filler(task.stream, width - len(story), generator) + story + _filler(task.stream, d, generator)
+        row += task._ask(f"Where is {person}?")
+        start = len(row)
+        answer = task._encode(room + ".")
+        row += answer
+        rows.append(row)
+        scored.append(list(range(start, start + len(answer) - len(task._encode(".")))))
+        labels.append(ROOMS.index(room))
+    longest = max(map(len, rows))  # names and rooms differ in length: filler after the answer, never scored
+    rows = [r + _filler(task.stream, longest - len(r), generator) for r in rows]
+    return _batch(rows, scored), width + d, np.asarray(labels)
 
 
 @torch.no_grad()
@@ -197,10 +232,11 @@ def _states_at(model: nn.Module, tokens: torch.Tensor, position: int, layer: int
 
 def model_task_geometry(model: nn.Module, kind: str, task: Any, seed: int, *, n: int = 256,
                         distances: Sequence[int] | None = None, layer: int = -1, tau: float = 1.0,
-                        probe: bool = True) -> tuple[xr.Dataset, dict[int, np.ndarray]]:
+                        probe: bool = True) -> tuple[xr.Dataset, dict[int, tuple[torch.Tensor, np.ndarray]]]:
     """:func:`distance_geometry` of one model on fresh probe samples (seed ``seed + PROBE_SEED_OFFSET``).
 
-    Returns the dataset and the states per distance (for the Jacobian and fixed points)."""
+    Returns the dataset and, per distance, the probe prefixes (the tokens up to the state
+    read) with their labels, for the Jacobians and fixed points."""
     from dynlab.lm.task_run import score_batch
 
     dist = tuple(DISTANCES[kind] if distances is None else distances)
@@ -211,7 +247,7 @@ def model_task_geometry(model: nn.Module, kind: str, task: Any, seed: int, *, n:
         tokens, position, batch, labels = task_probes(kind, task, generator, n, d)
         hs.append(_states_at(model, tokens, position, layer))
         ys.append(labels)
-        tokens_at[d] = tokens[:, :position]
+        tokens_at[d] = (tokens[:, :position], labels)
         hits, mask = score_batch(model, batch)
         acc.append(float(hits[mask].mean()) if kind == "copying" else
                    float(np.mean([hits[b][mask[b]].all() for b in range(len(hits))])))
@@ -319,30 +355,21 @@ def geometry_row(model: nn.Module, kind: str, task: Any, seed: int, *, n: int | 
                  distances: Sequence[int] | None = None, n_jac: int = 4) -> xr.Dataset:
     """Everything :func:`dynlab.lm.geometry` measures on one tested model, under the
     dataset names ``geo_*`` on dim ``distance`` (scalars for T_cross, the horizon, the
-    Jacobian spectra at the largest distance and the filler fixed points; passkey only:
-    copying has no filler)."""
+    Jacobian spectra at the largest distance and the filler fixed points; passkey and
+    babi only: copying has no filler)."""
     ds, tokens_at = model_task_geometry(model, kind, task, seed, n=PROBE_SAMPLES if n is None else n,
                                         distances=distances)
-    far = int(ds.distance.values[-1])
-    labels = task_probes_labels(kind, tokens_at[far])
-    spectra = recurrence_spectra(model, tokens_at[far], labels, N_CLASSES[kind], n_jac=n_jac)
+    prefix, labels = tokens_at[int(ds.distance.values[-1])]
+    spectra = recurrence_spectra(model, prefix, labels, N_CLASSES[kind], n_jac=n_jac)
     fp = {"fp_count": float("nan"), "fp_residual": float("nan"), "fp_rho_par": float("nan"),
           "fp_rho_perp": float("nan")}
-    if kind == "passkey" and LMRecurrence(model).state_size <= FP_MAX_STATE:
-        fp = filler_fixed_points(model, tokens_at[far], labels, N_CLASSES[kind])
+    if kind in ("passkey", "babi") and LMRecurrence(model).state_size <= FP_MAX_STATE:
+        fp = filler_fixed_points(model, prefix, labels, N_CLASSES[kind])
     for k, v in {**spectra, **fp}.items():
         ds[k] = ((), v)
     out = ds.rename({k: f"geo_{k}" for k in ds.data_vars})
     out.attrs = {"geo_tau": ds.attrs["tau"], "geo_accuracy_level": 0.5}
     return annotate(out)
-
-
-def task_probes_labels(kind: str, tokens: torch.Tensor) -> np.ndarray:
-    """The class of each probe prefix ``tokens [B, position]`` (:func:`task_probes`)."""
-    if kind == "copying":
-        return (tokens[:, 1] - ord("a")).numpy()
-    key_end = len(PASSKEY_NEEDLE.split("{key}")[0]) + 5  # the first copy of the key
-    return (tokens[:, key_end - 1] - ord("0")).numpy()
 
 
 def _log2_pairs(ds: xr.Dataset) -> dict[str, np.ndarray]:

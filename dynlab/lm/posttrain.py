@@ -39,7 +39,8 @@ from dynlab.spec import MAX_LENGTH, Batch, Seed, Spec, StepsOrZero, load_spec
 from dynlab.errors import DynlabInputError
 from dynlab.names import TBTT, TBTT_ON_TASKS
 from dynlab.lm.hf import HFRecurrentLM, hf_config_summary, is_hf_checkpoint, load_hf_checkpoint
-from dynlab.lm.run import build_model, corpus_for, evaluate_lm, result_to_dataset
+from dynlab.lm.dataset import result_to_dataset
+from dynlab.lm.run import build_model, corpus_for, evaluate_lm
 from dynlab.lm.spec import (
     InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMRunSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec,
     TaskTrainSpec, check_eval_size,

@@ -2,7 +2,8 @@
 
 The result is a JSON-able dict (lists of floats) holding PPL(t), binned PPL, the
 Definition 3.2 verdict, EffRem_T(t) per distance and state statistics per layer, head and
-position; :func:`result_to_dataset` turns it into an xarray Dataset on one ``t`` axis.
+position; :func:`dynlab.lm.dataset.result_to_dataset` turns it into an xarray Dataset, each
+curve on its own positions.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import xarray as xr
 
 from dynlab.analysis.lm_metrics import (
     binned_ppl, effective_remembrance, length_generalization, position_ppl,
@@ -27,11 +27,10 @@ from dynlab.lm.spec import CHINCHILLA_TOKENS_PER_PARAM, LMDataSpec, LMEvalSpec, 
 from dynlab.errors import DynlabInputError
 from dynlab.lm.train import batch_source, fit, make_loader, train_lm, train_summary
 from dynlab.training import TrainResult
-from dynlab.results.vocabulary import annotate
 from dynlab.runtime import resolve_device, train_threads
 
 __all__ = [
-    "POST_PREFIX", "POST_SEED_OFFSET", "build_model", "check_source", "stack_key", "train_and_evaluate_many", "checkpoint_steps", "count_parameters", "post_train_arms", "corpus_for", "effrem_starts", "state_positions", "train_and_evaluate", "evaluate_lm", "evaluate_model", "result_to_dataset",
+    "POST_PREFIX", "POST_SEED_OFFSET", "build_model", "check_source", "stack_key", "train_and_evaluate_many", "checkpoint_steps", "count_parameters", "post_train_arms", "corpus_for", "effrem_starts", "state_positions", "train_and_evaluate", "evaluate_lm", "evaluate_model",
 ]
 
 
@@ -321,31 +320,3 @@ def post_train_arms(model: torch.nn.Module, spec: LMRunSpec, corpus: Corpus, dev
     model.load_state_dict(base)
     model.eval()
     return out, weights
-
-
-def result_to_dataset(result: dict[str, Any]) -> xr.Dataset:
-    """One run's result as a Dataset on a shared ``t`` axis (0..eval length); variables are NaN off their grid.
-
-    ``ppl`` is defined for t ≥ 1, ``ppl_binned`` at bin ends, ``effrem*`` at the EffRem starts
-    (t = 0 included), ``state_*`` at the recorded positions (:func:`state_positions`).
-    """
-    n = len(result["ppl"])
-    t = np.arange(n + 1)
-
-    def on_t(values: np.ndarray, at: list[int]) -> np.ndarray:
-        out = np.full(values.shape[:-1] + (n + 1,), np.nan)
-        out[..., np.asarray(at, dtype=np.int64)] = values
-        return out
-
-    data: dict[str, Any] = {
-        "ppl": ("t", on_t(np.asarray(result["ppl"]), list(range(1, n + 1)))),
-        "ppl_binned": ("t", on_t(np.asarray(result["ppl_binned"]), result["ppl_binned_t"])),
-    }
-    for d, values in result["effrem"].items():
-        data["effrem" if d == "tv" else f"effrem_{d}"] = ("t", on_t(np.asarray(values), result["effrem_t"]))
-    for name in ("state_mean", "state_std", "state_norm"):
-        data[name] = (("layer", "head", "t"), on_t(np.asarray(result[name]), result["state_t"]))
-    for key, value in result["verdict"].items():
-        data[f"lg_{key}"] = ((), value)
-    n_layers, n_heads = np.asarray(result["state_std"]).shape[:2]
-    return annotate(xr.Dataset(data, coords={"t": t, "layer": np.arange(n_layers), "head": np.arange(n_heads)}))

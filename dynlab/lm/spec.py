@@ -2,6 +2,10 @@
 
 The hash of an :class:`LMRunSpec` is the run id. A user text file is named by its
 absolute path and the SHA-256 of its content, so an edited file gets new runs.
+
+Long module: the LM run specs and the task run specs are built from the same data, model and
+intervention parts and the same size limits, and they are the spec vocabulary that the
+studies and the command line import from this one path.
 """
 
 from __future__ import annotations

@@ -61,6 +61,10 @@ Accuracies (teacher forcing, arg-max prediction at each scored target):
 per-token accuracy = fraction of scored targets predicted exactly; exact match = fraction
 of samples whose scored targets are all predicted exactly (for passkey and bAbI this is the
 task accuracy; for copying it is whole-string accuracy).
+
+Long module: the three generators share the byte format, the loss-mask convention and the
+filler stream described above, and bAbI's simulated world (most of the lines) is used only
+by its generator; the formats are documented once, here, for all of them.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from dynlab.lm.loaders import RandomWindowLoader, SequentialChunkLoader
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.states import detach_states, map_states
 from dynlab.runtime import resolve_device, train_threads
-from dynlab.training import TrainResult, cosine_lr
+from dynlab.training import TrainResult, converged, cosine_lr, loss_curve
 
 __all__ = ["ADAM_BETAS", "ADAM_EPS", "LR_FLOOR", "batch_source", "TrainResult", "fit", "resolve_device", "make_loader", "train_lm", "train_summary"]
 
@@ -165,10 +165,14 @@ def fit(
 def train_summary(res: TrainResult) -> dict[str, Any]:
     """The training part of a run's result: ``status`` and ``reason`` (as the engine's),
     ``train_steps`` (completed steps), ``train_loss`` (mean loss of the last 5 % of them,
-    nats per token; NaN for none) and ``train_time`` (seconds)."""
+    nats per token; NaN for none), ``train_time`` (seconds), the loss curve subsampled by
+    :func:`dynlab.training.loss_curve` (``loss_curve_step``, ``loss_curve``) and ``converged``
+    (:func:`dynlab.training.converged`)."""
     tail = res.losses[-max(1, len(res.losses) // 20):]
+    steps, curve = loss_curve(res.losses)
     return {"status": res.status, "reason": res.reason, "train_steps": len(res.losses),
-            "train_loss": float(np.mean(tail)) if tail else math.nan, "train_time": res.seconds}
+            "train_loss": float(np.mean(tail)) if tail else math.nan, "train_time": res.seconds,
+            "loss_curve_step": steps, "loss_curve": curve, "converged": converged(res.losses)}
 
 
 def _adamw(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:

@@ -7,12 +7,21 @@ import xarray as xr
 
 from dynlab.results.provenance import read_provenance
 
-__all__ = ["fmt_number", "machine_line", "spread_text", "status_line"]
+__all__ = ["fmt_number", "fmt_p", "machine_line", "spread_text", "status_line"]
 
 
 def fmt_number(x: float, digits: int = 2) -> str:
     """``x`` with ``digits`` decimals; "—" for None or a number that is not finite."""
     return "—" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"
+
+
+def fmt_p(p: float, digits: int = 3) -> str:
+    """A p-value for a table: ``digits`` decimals, ``< 0.001`` (for 3 digits) below the
+    smallest one they show, never ``0.000``; "—" when not finite."""
+    if p is None or not np.isfinite(p):
+        return "—"
+    floor = 10.0 ** -digits
+    return f"< {floor:.{digits}f}" if p < floor else f"{p:.{digits}f}"
 
 
 def spread_text(values: np.ndarray, digits: int = 2) -> str:

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import xarray as xr
 
-from dynlab.report.format import fmt_number, machine_line, spread_text
+from dynlab.report.format import fmt_number, fmt_p, machine_line, spread_text
 
 __all__ = ["RISE", "arm_order_lines", "budget_tables", "context_tables", "far_in_ratio", "first_rise", "holm_contrasts",
            "intervention_tables", "last_rise", "lm_tables", "size_grid", "size_tables", "tbtt_line"]
@@ -20,9 +20,10 @@ def far_in_ratio(ds: xr.Dataset) -> xr.DataArray:
     The dataset's own ``far_in_ratio`` where it has one (:func:`dynlab.analysis.lm_metrics.ppl_ranges`)."""
     if "far_in_ratio" in ds:
         return ds["far_in_ratio"]
-    t = ds["t"].values
-    last = t.max()
-    far = ds["ppl_binned"].where((ds["t"] > last - last / 8) & (ds["t"] <= last)).mean("t")
+    dim = "t_bin" if "t_bin" in ds["ppl_binned"].dims else "t"  # a dataset written before the split: on t
+    t = ds[dim]
+    last = t.values.max()
+    far = ds["ppl_binned"].where((t > last - last / 8) & (t <= last)).mean(dim)
     return far / ds["lg_p_star"]
 
 
@@ -163,7 +164,7 @@ def _ppl_contrast(ds: xr.Dataset, prefix: str, arm: str, adjusted: dict[tuple[st
     mean, lo, hi, p = (float(ds[f"{prefix}contrast_{k}"].sel(sel).isel(mixer=0)) for k in ("mean", "lo", "hi", "p"))
     ci = f" [{fmt_number(lo, 3)}, {fmt_number(hi, 3)}]" if np.isfinite(lo) else ""
     held = (adjusted or {}).get((prefix, arm))
-    return f"{mean:+.3f}{ci}, p {fmt_number(p, 3)}" + (f" (Holm {fmt_number(held, 3)})" if held is not None else "")
+    return f"{mean:+.3f}{ci}, p {fmt_p(p)}" + (f" (Holm {fmt_p(held)})" if held is not None else "")
 
 
 def arm_order_lines(ds: xr.Dataset) -> list[str]:
@@ -185,7 +186,7 @@ def arm_order_lines(ds: xr.Dataset) -> list[str]:
            "",
            "| a − b | far PPL difference [95 % bootstrap CI] | p | Holm p |", "| --- | --- | --- | --- |"]
     out += [f"| {x['a']} − {x['b']} | {x['mean']:+.3f} [{fmt_number(x['lo'], 3)}, {fmt_number(x['hi'], 3)}] | "
-            f"{fmt_number(x['p'], 3)} | {fmt_number(x['p_holm'], 3)} |" for x in order["pairs"]]
+            f"{fmt_p(x['p'])} | {fmt_p(x['p_holm'])} |" for x in order["pairs"]]
     return out
 
 

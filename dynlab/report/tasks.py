@@ -6,7 +6,7 @@ import numpy as np
 import xarray as xr
 
 from dynlab.errors import DynlabInputError
-from dynlab.report.format import fmt_number, machine_line, spread_text, status_line
+from dynlab.report.format import fmt_number, fmt_p, machine_line, spread_text, status_line
 
 __all__ = ["TASK_STUDIES", "arm_in_range", "headline", "headline_contrasts", "task_tables"]
 
@@ -115,4 +115,4 @@ def _contrast_cell(contrasts: xr.Dataset, arch: str, contrast: str, li: int, kin
     sel: dict = {"mixer": arch, "contrast": contrast, **({"kind": kind} if kind is not None else {})}
     mean, lo, hi, p = (float(contrasts[f"contrast_{k}"].sel(sel).isel(length=li)) for k in ("mean", "lo", "hi", "p"))
     ci = f" [{fmt_number(lo)}, {fmt_number(hi)}]" if np.isfinite(lo) else ""
-    return f"{mean:+.2f}{ci}, p {fmt_number(p, 3)}" if np.isfinite(mean) else "—"
+    return f"{mean:+.2f}{ci}, p {fmt_p(p)}" if np.isfinite(mean) else "—"

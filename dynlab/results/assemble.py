@@ -9,6 +9,8 @@ specs).  Its parts, built here:
   concatenated along ``run``, with runs that have none filled with missing values;
 - :func:`stack_run_files` — :func:`stack_runs` over a per-run file of the run store
   (``analysis.nc``) for the runs that have it;
+- :func:`training_curves` — the runs' subsampled training-loss curves and their
+  ``converged`` flags, where the results hold them;
 - :func:`assemble_runs` — all of the above for the usual study layout.
 
 What a study adds (which variables, which summaries and correlations) stays in the study.
@@ -28,7 +30,8 @@ import xarray as xr
 from dynlab.spec import Spec
 from dynlab.results.store import RunStore
 
-__all__ = ["assemble_runs", "missing_like", "result_columns", "spec_coords", "stack_run_files", "stack_runs"]
+__all__ = ["assemble_runs", "missing_like", "result_columns", "spec_coords", "stack_run_files", "stack_runs",
+           "training_curves"]
 
 RUN = "run"
 
@@ -142,6 +145,31 @@ def result_columns(results: Sequence[Any], names: Sequence[str]) -> dict[str, tu
     return out
 
 
+def training_curves(results: Sequence[Any]) -> xr.Dataset:
+    """The training-loss curves of typed results (fields ``loss_curve_step``,
+    ``loss_curve``, ``converged`` of :class:`dynlab.study.RunResult`) as variables:
+    ``train_loss_curve(run, loss_point)`` with its steps as the coordinate ``train_step(run, loss_point)``
+    (each run its own steps, so runs of different lengths share no padded step axis; a
+    run with fewer points is NaN after its last one) and ``converged(run)`` (False where
+    a run has no curve).  An empty Dataset when no result has a curve."""
+    from dynlab.results.vocabulary import attrs_of
+    from dynlab.training import CONVERGED_RULE
+
+    curves = [getattr(r, "loss_curve", None) or [] for r in results]
+    width = max((len(c) for c in curves), default=0)
+    if width == 0:
+        return xr.Dataset()
+    loss = np.full((len(results), width), np.nan)
+    step = np.full((len(results), width), np.nan)
+    for i, (r, c) in enumerate(zip(results, curves)):
+        loss[i, :len(c)] = c
+        step[i, :len(c)] = (getattr(r, "loss_curve_step", None) or [])[:len(c)]
+    flags = np.array([bool(getattr(r, "converged", None)) for r in results], dtype=bool)
+    return xr.Dataset({"train_loss_curve": ((RUN, "loss_point"), loss, attrs_of("train_loss_curve")),
+                       "converged": ((RUN,), flags, attrs_of("converged", rule=CONVERGED_RULE))},
+                      coords={"train_step": ((RUN, "loss_point"), step, attrs_of("train_step"))})
+
+
 def spec_coords(specs: Sequence[Spec], **columns: Callable[[Spec], Any]) -> dict[str, Any]:
     """Coordinates on ``run``: ``run`` = 0 … n-1, ``run_id`` = each spec's hash, and one
     coordinate per keyword (a function of the spec; strings stored as str)."""
@@ -167,10 +195,11 @@ def assemble_runs(
     """The usual study dataset: ``per_run(spec, result)`` datasets stacked on ``run``
     (:func:`stack_runs`; None for a run without one), the scalar result fields
     ``columns`` as variables and ``result_coords`` as coordinates
-    (:func:`result_columns`), and the spec coordinates ``coords`` (:func:`spec_coords`).
+    (:func:`result_columns`), the training curves (:func:`training_curves`) and the
+    spec coordinates ``coords`` (:func:`spec_coords`).
     """
     stacked = stack_runs([per_run(s, r) for s, r in zip(specs, results)], missing)
     ds = stacked if stacked is not None else xr.Dataset()
-    ds = ds.assign(result_columns(results, columns))
+    ds = ds.assign(result_columns(results, columns)).merge(training_curves(results))
     ds = ds.assign_coords({k: v for k, v in result_columns(results, result_coords).items()})
     return ds.assign_coords(spec_coords(specs, **dict(coords or {})))

@@ -22,7 +22,11 @@ from dynlab.spec import Spec
 from dynlab.results.files import float_where_padded, make_dir, write_netcdf  # noqa: F401 (re-exported)
 from dynlab.results.vocabulary import VARIABLES, annotate
 
-__all__ = ["DATASET", "VARIABLES", "annotate", "git_sha", "open_dataset", "provenance_attrs", "write_dataset"]
+__all__ = ["CONVENTIONS", "DATASET", "VARIABLES", "annotate", "git_sha", "open_dataset", "provenance_attrs", "write_dataset"]
+
+#: The ``Conventions`` attribute of every dataset dynlab writes (CF metadata: ``long_name`` and
+#: ``units`` on every variable, see :mod:`dynlab.results.vocabulary`).
+CONVENTIONS = "CF-1.11"
 
 #: The file name of a study's dataset inside its folder.
 DATASET = "dataset.nc"
@@ -57,13 +61,15 @@ def write_dataset(ds: xr.Dataset, path: str | Path) -> Path:
     netCDF writer (:func:`dynlab.results.files.write_netcdf`: serialised in memory, then
     written and renamed into place; a full disk raises one ``OSError`` naming ``path`` and
     leaves any previous file unchanged).  The attrs get ``provenance_json`` (this process's
-    :func:`dynlab.results.provenance.provenance`) unless they have one."""
+    :func:`dynlab.results.provenance.provenance`) unless they have one, and ``Conventions``
+    (:data:`CONVENTIONS`)."""
     path = Path(path)
     make_dir(path.parent)
+    ds = ds.copy(deep=False)
+    ds.attrs["Conventions"] = CONVENTIONS
     if "provenance_json" not in ds.attrs:  # the execution path of the process that made it
         from dynlab.results.provenance import provenance
 
-        ds = ds.copy(deep=False)
         ds.attrs["provenance_json"] = json.dumps(provenance(), sort_keys=True)
     return write_netcdf(ds, path)
 

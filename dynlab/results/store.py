@@ -36,6 +36,9 @@ weights, checksums; the run must be trained again), only the analysis files when
 those are (they are recomputed), and returns a one-line report.  Folders written before
 checksums existed are checked by reading every file instead, and adopted (their
 ``checksums.json`` written) when they pass.
+
+Long module: it is one class, RunStore, whose methods share the layout, the atomic-write
+protocol and the damage check described above; splitting the class would split that contract.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ from dynlab.results.files import (
     write_text_atomic,
 )
 from dynlab.results.folder import run_folder
-from dynlab.results.schema import open_dataset
+from dynlab.results.schema import CONVENTIONS, open_dataset
 
 __all__ = ["CHECKSUMS", "QUARANTINE", "STALE_AFTER_S", "Damage", "RunStore", "bytes_digest",
            "file_digest", "file_problem"]
@@ -420,6 +423,8 @@ class RunStore:
         return (self.path(spec) / name).is_file()
 
     def write_dataset(self, spec: Spec, name: str, ds: xr.Dataset) -> Path:
+        ds = ds.copy(deep=False)
+        ds.attrs["Conventions"] = CONVENTIONS
         return self._install(spec, name, netcdf_bytes(ds))
 
     def read_dataset(self, spec: Spec, name: str) -> xr.Dataset:

@@ -23,9 +23,19 @@ Dimension names (one meaning each):
   of an eigenvalue at a fixed point;
 - ``direction`` (U or U_perp), ``word``, ``point``, ``sample``, ``variant``, ``censoring``.
 
-Units: ``"1"`` = dimensionless; ``""`` = not a quantity (labels, flags of text);
-``tokens`` = a count of sequence positions; ``step`` = a position used as a time
-(crossing steps; 1 step = 1 token read); ``state units`` = the scale of the hidden state.
+- ``t_bin`` (with ``t_bin_start``), ``t_effrem``, ``t_state`` — the positions of a language
+  model's binned perplexity, effective remembrance and state statistics: each quantity on
+  its own grid, so none is padded onto the positions of another;
+- ``loss_point`` — a point of a run's subsampled training-loss curve (its step is the
+  coordinate ``train_step``, one per run).
+
+Units, one spelling per kind of quantity (CF/UDUNITS names where one exists): ``"1"`` =
+dimensionless, counts included (parameters, optimiser steps, classes) and quantities in the
+hidden state's own scale (R, M, distances, residuals); ``"s"`` = seconds; ``"bit"``;
+``"tokens"`` = sequence positions and lengths, crossing times included (the state after t
+tokens; 1 time step = 1 token read); ``"1/token"`` = a rate per token read;
+``"nats/token"`` = a cross-entropy; ``""`` = not a quantity (labels, text, flags).  Every
+dataset dynlab writes carries ``Conventions = "CF-1.11"``.
 """
 
 from __future__ import annotations
@@ -61,6 +71,13 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "t": ("position t", "tokens",
           "tokens read: the state after t tokens, the prediction of token t from the t before it, "
           "or the start of the truncated context (EffRem)"),
+    "t_bin": ("position t (bin end)", "tokens", "last position of a perplexity bin; the bin holds t_bin_start … t_bin"),
+    "t_bin_start": ("first position of the bin", "tokens", "the bin of ppl_binned holds t_bin_start … t_bin"),
+    "t_effrem": ("start t of the truncated context", "tokens",
+                 "EffRem_T(t) compares the prediction from x_0:T with the one from x_t:T"),
+    "t_state": ("position t (state statistics)", "tokens", "the state after t tokens"),
+    "loss_point": ("training-loss curve point", "", "index of a window of training steps (train_step is its last step)"),
+    "train_step": ("training step", "1", "last optimiser step (1-based) of the window a loss-curve point averages"),
     "t_pert": ("position t (perturbation)", "tokens", "position of the perturbation runs; injection at t_ref"),
     "layer": ("layer", "", "block index"),
     "head": ("head", "", "head index within the layer"),
@@ -79,15 +96,16 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "sample": ("sample index", "", "index of an analysed sequence"),
     "variant": ("crossing-time variant", "", "which readability ratio defines T_cross"),
     "censoring": ("censoring rule", "", "replace: censored T_cross = own horizon; drop: leave the run out"),
+    "forecast": ("forecast variant", "", "which forecast of the crossing time is correlated with mp"),
     # -- coordinates on run ------------------------------------------------------------------
     "run_id": ("run id", "", "hash of the full run spec"),
     "arch": ("architecture", "", "registered recurrent cell, or the language model's sequence mixer"),
     "family": ("family", "", "declared family: affine | state-dependent"),
     "family_measured": ("measured family", "", "family measured by the Jacobian probe"),
     "group": ("group", "", "finite group of the word problem"),
-    "group_order": ("group order |G|", "elements", "number of elements of the group"),
+    "group_order": ("group order |G|", "1", "number of elements of the group"),
     "seed": ("seed", "", "training seed"),
-    "hidden": ("hidden size", "units", "cell width"),
+    "hidden": ("hidden size", "1", "cell width"),
     "layers": ("layers", "", "number of stacked cells"),
     "nonlinearity": ("nonlinearity φ", "", "state nonlinearity ('default' = the cell's own)"),
     "intervention": ("initial-state intervention", "", " | ".join(INTERVENTION_NAMES)),
@@ -95,7 +113,7 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "contrast": ("contrast", "", "post-training arm compared with the compute-matched zero-state control"),
     "mixer": ("sequence mixer", "", "the LM's mixer (arch of its runs), as a dimension of the contrasts"),
     "train_length": ("training length", "tokens", "T_train: context length in training"),
-    "budget": ("training budget", "Chinchilla", "tokens seen in training / (20 × parameters)"),
+    "budget": ("training budget", "1", "tokens seen in training / (20 × parameters)"),
     "tokens_per_param": ("training tokens per parameter", "tokens", "tokens seen in training / parameters"),
     "n_params": ("parameters", "1", "every parameter of the LM, embedding and head included"),
     "engine": ("training engine", "1", "loop: the run trained alone; stack: trained in a stack with other runs of one layout"),
@@ -110,7 +128,11 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "curriculum_length": ("curriculum length reached", "tokens", "training length at the last step"),
     "train_loss": ("final training loss", "nats/token",
                    "cross-entropy at the end of training (trackers: last batch; LMs: mean over the last 5 % of steps)"),
-    "train_steps": ("training steps run", "steps", "optimizer steps taken"),
+    "train_steps": ("training steps run", "1", "optimizer steps taken"),
+    "train_loss_curve": ("training loss", "nats/token",
+                         "mean training loss over a window of steps, at most 64 windows per run (dynlab.training.loss_curve)"),
+    "converged": ("training converged", "",
+                  "the loss fell by >= 10 % and levelled off; the rule is the variable's rule attribute (dynlab.training.converged)"),
     "train_time": ("training wall time", "s", "wall-clock seconds of training (machine-dependent)"),
     # -- accuracy and max-pass length ----------------------------------------------------------
     "accuracy": ("accuracy", "1",
@@ -144,24 +166,24 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "mp_grid_censored": ("grid max-pass length censored", "", "True when every grid length passed"),
     # -- geometry over time (dynlab.analysis.geometry) -----------------------------------------
     "q": ("distinguishability ratio q = R/M", "1", "within-class scatter over the minimum centroid separation"),
-    "R": ("RMS within-class scatter R", "state units", "RMS distance of a state to its class centroid"),
-    "M": ("minimum centroid separation M", "state units", "smallest distance between two class centroids"),
-    "R_par": ("RMS scatter along U, R∥", "state units", "residual projected on the symbolic subspace U"),
-    "R_perp": ("RMS scatter orthogonal to U, R⊥", "state units", "residual projected on the complement of U"),
-    "centroid_radius": ("centroid radius", "state units", "RMS distance of the class centroids from their mean"),
+    "R": ("RMS within-class scatter R", "1", "RMS distance of a state to its class centroid"),
+    "M": ("minimum centroid separation M", "1", "smallest distance between two class centroids"),
+    "R_par": ("RMS scatter along U, R∥", "1", "residual projected on the symbolic subspace U"),
+    "R_perp": ("RMS scatter orthogonal to U, R⊥", "1", "residual projected on the complement of U"),
+    "centroid_radius": ("centroid radius", "1", "RMS distance of the class centroids from their mean"),
     "k_U": ("dim U", "1", "dimension of the symbolic subspace U"),
     "n_present": ("classes present", "1", "number of classes with at least one sequence at t"),
     "tau_readout": ("readout threshold m/M", "1", "smallest centroid-to-boundary distance of the readout over M"),
-    "T_cross": ("first persistent crossing of q ≥ τ", "step", _CENSORED),
-    "T_cross_par_pred": ("crossing of q∥ predicted by Corollary 1", "step", "linear fit of R∥ against τ·M"),
-    "eta": ("growth rate of the error along U", "state units/step", "slope of the linear fit of R∥(t)"),
-    "e_U0": ("intercept of the error along U", "state units", "intercept of the linear fit of R∥(t)"),
-    "horizon": ("last analysed step", "step", "q(t) followed to it: the longest evaluated length; shorter for not-learned runs"),
+    "T_cross": ("first persistent crossing of q ≥ τ", "tokens", _CENSORED),
+    "T_cross_par_pred": ("crossing of q∥ predicted by Corollary 1", "tokens", "linear fit of R∥ against τ·M"),
+    "eta": ("growth rate of the error along U", "1/token", "slope of the linear fit of R∥(t)"),
+    "e_U0": ("intercept of the error along U", "1", "intercept of the linear fit of R∥(t)"),
+    "horizon": ("last analysed step", "tokens", "q(t) followed to it: the longest evaluated length; shorter for not-learned runs"),
     "crossed": ("q crossed the threshold", "1", "persistently, within the horizon"),
     "failure_mode": ("failure mode (saturation|climb|robust)", "1", "from the crossing of q"),
     # -- decoder-aligned readability (dynlab.tracking.analysis / readability) ------------------
-    "blowup_t": ("first step with non-finite states", "step", "NaN = the states stayed finite"),
-    "T_cross_readout": ("first persistent crossing of q ≥ τ_readout", "step", "τ from the trained readout's margin; " + _CENSORED),
+    "blowup_t": ("first step with non-finite states", "tokens", "NaN = the states stayed finite"),
+    "T_cross_readout": ("first persistent crossing of q ≥ τ_readout", "tokens", "τ from the trained readout's margin; " + _CENSORED),
     "q_par": ("decoder-relevant ratio q∥ = R∥/M", "1", "scatter along U over the minimum centroid separation"),
     "q_pair": ("worst-pair projected ratio, state", "1", "pooled spread along the pair direction / pair distance; τ = 0.5"),
     "q_pair_out": ("worst-pair projected ratio, readout features", "1", "q_pair on the input of the final linear readout"),
@@ -170,13 +192,13 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "q_pair_ref": ("q_pair with separations at the training length", "1", "pair spreads at t over pair distances at t_ref"),
     "q_dec_ref": ("q_dec with margins at the training length", "1", "boundary spreads at t over 2 · margins at t_ref"),
     "probe_accuracy": ("linear-probe accuracy", "1", "logistic regression fitted on states at t_ref, applied at t"),
-    "T_probe": ("first persistent step t ≥ t_ref with probe accuracy < 0.9", "step", "NaN = never (censored)"),
-    "T_horizon": ("horizon forecast from t ≤ t_ref", "step",
+    "T_probe": ("first persistent step t ≥ t_ref with probe accuracy < 0.9", "tokens", "NaN = never (censored)"),
+    "T_horizon": ("horizon forecast from t ≤ t_ref", "tokens",
                   "first t ≥ t_ref where the Gaussian error model of the decoder margins, drifting linearly as fitted on "
                   "[t_ref/2, t_ref], predicts accuracy < 0.9; NaN = beyond the horizon (censored)"),
-    "dec_margin": ("smallest centroid-to-boundary distance of the readout", "feature units", "min over pairs of m_ag"),
-    "min_class_count": ("smallest class count", "sequences", "fewest analysed sequences in a present class at t"),
-    "thin_classes": ("steps with a class of < 4 sequences", "steps", "0 = every class well sampled"),
+    "dec_margin": ("smallest centroid-to-boundary distance of the readout", "1", "min over pairs of m_ag"),
+    "min_class_count": ("smallest class count", "1", "fewest analysed sequences in a present class at t"),
+    "thin_classes": ("steps with a class of < 4 sequences", "1", "0 = every class well sampled"),
     # -- return map and Lyapunov exponents (dynlab.analysis.jacobian) --------------------------
     "DF_U": ("return-map Jacobian on U, Bᵀ DF_w B", "1", "Jacobian of a state-preserving word restricted to U"),
     "return_map_eig": ("|return-map eigenvalue| on U", "1", "moduli of the eigenvalues of Bᵀ DF_w B, largest first"),
@@ -185,23 +207,23 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "return_map_eig_max": ("largest |return-map eigenvalue| on U", "1", "median over words and centroids of the largest |λ|"),
     "return_map_dist_identity": ("‖P_U DF_w P_U − I‖ (spectral)", "1", "median over words and centroids; 0 = identity on U"),
     "k_U_ref": ("dim U at t_ref", "1", "rank of the symbolic subspace at the reference step"),
-    "lyap": ("finite-time Lyapunov exponent", "1/step", "QR method, per trajectory"),
-    "lyap_mean": ("finite-time Lyapunov exponent", "1/step", "QR method, mean over trajectories"),
-    "lyapunov": ("finite-time Lyapunov exponent", "1/step", "QR method along fresh trajectories, mean over them"),
+    "lyap": ("finite-time Lyapunov exponent", "1/token", "QR method, per trajectory"),
+    "lyap_mean": ("finite-time Lyapunov exponent", "1/token", "QR method, mean over trajectories"),
+    "lyapunov": ("finite-time Lyapunov exponent", "1/token", "QR method along fresh trajectories, mean over them"),
     # -- perturbation (dynlab.analysis.perturbation) -------------------------------------------
-    "delta_norm": ("perturbation size ‖h_pert − h_clean‖", "state units", "RMS over sequences"),
-    "dist_pert": ("distance of perturbed states to the correct centroid", "state units", "RMS over sequences"),
-    "dist_clean": ("distance of clean states to the correct centroid", "state units", "RMS over sequences"),
-    "dist_excess": ("extra distance to the correct centroid", "state units", "perturbed minus clean"),
+    "delta_norm": ("perturbation size ‖h_pert − h_clean‖", "1", "RMS over sequences"),
+    "dist_pert": ("distance of perturbed states to the correct centroid", "1", "RMS over sequences"),
+    "dist_clean": ("distance of clean states to the correct centroid", "1", "RMS over sequences"),
+    "dist_excess": ("extra distance to the correct centroid", "1", "perturbed minus clean"),
     "q_pert": ("q of perturbed states", "1", "R/M of the perturbed population"),
     "q_clean": ("q of clean states", "1", "R/M of the clean population"),
-    "M_t0": ("centroid separation M at injection", "state units", "M at the injection step"),
-    "recovery_rate": ("perturbation recovery rate", "1/step", "log-slope of the perturbation size; negative = contraction"),
-    "perturb_delta_norm": ("perturbation size ‖h_pert − h_clean‖", "state units", "RMS over sequences"),
-    "perturb_dist_excess": ("extra distance to the correct centroid", "state units", "perturbed minus clean"),
+    "M_t0": ("centroid separation M at injection", "1", "M at the injection step"),
+    "recovery_rate": ("perturbation recovery rate", "1/token", "log-slope of the perturbation size; negative = contraction"),
+    "perturb_delta_norm": ("perturbation size ‖h_pert − h_clean‖", "1", "RMS over sequences"),
+    "perturb_dist_excess": ("extra distance to the correct centroid", "1", "perturbed minus clean"),
     "perturb_q_pert": ("q of perturbed states", "1", "R/M of the perturbed population"),
     # -- fixed points of the return maps (dynlab.analysis.fixed_points) -------------------------
-    "fp_residual": ("fixed-point residual ‖F_w(h*) − h*‖", "state units",
+    "fp_residual": ("fixed-point residual ‖F_w(h*) − h*‖", "1",
                     "worst word's smallest residual from the class's states; ≤ 1e-8 = a fixed point was found"),
     "fp_count": ("distinct fixed points of the return map", "1",
                  "max over words; NaN = the fixed set of an affine F_w is a subspace (see fp_dim)"),
@@ -211,21 +233,21 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "fp_rho_par": ("spectral radius on U per token at the fixed point", "1",
                    "ρ(Bᵀ DF_w B)^(1/|w|), max over words; 1 = neutral along U (Theorem 1)"),
     "fp_stable": ("fixed point stable", "1", "1 = ρ(DF_w(h*)) < 1 for every word, 0 = not; NaN = none found"),
-    "fp_drift": ("Corollary 1's drift along U per token, from the return maps", "state units/step",
+    "fp_drift": ("Corollary 1's drift along U per token, from the return maps", "1/token",
                  "η̄ = mean over class centroids c and words w of ‖P_U(F_w(c) − c)‖/|w| at t_ref"),
-    "T_cross_fp": ("crossing of q∥ predicted from the return-map drift", "step",
+    "T_cross_fp": ("crossing of q∥ predicted from the return-map drift", "tokens",
                    "t_ref + (τ·M − R∥)/η̄ at t_ref (Corollary 1); NaN = never within the horizon"),
     "fp_eig_real": ("eigenvalue of DF_w at the fixed point, real part", "1", "all words, principal fixed point"),
     "fp_eig_imag": ("eigenvalue of DF_w at the fixed point, imaginary part", "1", "all words, principal fixed point"),
     # -- margins (dynlab.analysis.margin) --------------------------------------------------------
-    "margin_min": ("smallest nearest-centroid margin", "state units", "over the analysed states at t"),
+    "margin_min": ("smallest nearest-centroid margin", "1", "over the analysed states at t"),
     "margin_min_rel": ("smallest margin relative to M/2", "1", "margin_min / half_M"),
     "frac_correct": ("fraction decoded correctly by nearest centroid", "1", "at t"),
     "frac_in_ball": ("fraction within M/2 of the own centroid", "1", "at t"),
-    "half_M": ("half the minimum centroid separation, M/2", "state units", "NaN when fewer than two classes"),
-    "e_U": ("signed error along U (class 0 → 1)", "state units", "C2 only: kept for a few sequences"),
-    "e_U_rms": ("RMS signed error along U", "state units", "C2 only"),
-    "e_U_absmax": ("largest |signed error along U|", "state units", "C2 only"),
+    "half_M": ("half the minimum centroid separation, M/2", "1", "NaN when fewer than two classes"),
+    "e_U": ("signed error along U (class 0 → 1)", "1", "C2 only: kept for a few sequences"),
+    "e_U_rms": ("RMS signed error along U", "1", "C2 only"),
+    "e_U_absmax": ("largest |signed error along U|", "1", "C2 only"),
     "e_U_absmax_rel": ("largest |error along U| / (M/2)", "1", "C2 only: below 1 = inside the binary margin"),
     "e_U_absmax_rel_max": ("max over t of e_U_absmax_rel", "1", "C2 only"),
     "sign_flip_frac": ("sign flips of the error along U", "1",
@@ -274,26 +296,35 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "far_in_ratio": ("far/in PPL ratio", "1", "ppl_far / lg_p_star; above 1 the PPL rises beyond T_train"),
     "far_over_in": ("far / in-range PPL", "1",
                     "ppl_far / ppl_in: one in-range reference for every T_train (the bins ending in (T_train/2, T_train])"),
-    "budget_blocks": ("training budget over the blocks", "Chinchilla",
+    "budget_blocks": ("training budget over the blocks", "1",
                       "tokens seen / (20 x parameters of the blocks, embedding and head left out)"),
     "annealed": ("trained to this budget alone", "1",
                  "True: a separate run whose schedule ends at its one budget; False: checkpoints inside one run"),
-    "checkpoint_step": ("training step of the checkpoint", "step", "steps after which the model has seen the budget"),
-    "first_rise_budget": ("first budget with a PPL rise", "Chinchilla",
+    "checkpoint_step": ("training step of the checkpoint", "1", "steps after which the model has seen the budget"),
+    "first_rise_budget": ("first budget with a PPL rise", "1",
                           "smallest checkpoint budget whose far_in_ratio exceeds 1 (NaN: none)"),
     "damaged": ("damaged in range", "1",
                 "1 if a post-training arm's in-range accuracy fell below learned_at (0: kept, NaN: not tested)"),
 }
 
+# The paired contrasts of a length-generalization study's far and in-range PPL (arm − zero control).
+for _prefix, _what in (("far_", "far PPL"), ("in_", "in-range PPL")):
+    _ENTRIES[f"{_prefix}contrast_mean"] = (f"paired difference of the {_what} (arm − zero)", "1",
+                                          f"mean over seeds of {_what}(arm) − {_what}(zero control)")
+    _ENTRIES[f"{_prefix}contrast_lo"] = (f"paired difference of the {_what}, 95 % CI low", "1", _ENTRIES["contrast_lo"][2])
+    _ENTRIES[f"{_prefix}contrast_hi"] = (f"paired difference of the {_what}, 95 % CI high", "1", _ENTRIES["contrast_hi"][2])
+    _ENTRIES[f"{_prefix}contrast_p"] = (f"paired t-test p-value of the {_what}", "1", "two-sided p of the paired t-test, uncorrected")
+    _ENTRIES[f"{_prefix}contrast_n"] = ("pairs", "1", "number of (arm, control) pairs in the contrast")
+
 # The crossing time, crossed flag, failure mode and forecast of every readability ratio.
 for _name, _what in (("par", "q∥"), ("pair", "q_pair"), ("pair_out", "q_pair_out"), ("dec", "q_dec"),
                      ("pair_ref", "q_pair_ref"), ("dec_ref", "q_dec_ref")):
-    _ENTRIES[f"T_cross_{_name}"] = (f"first persistent crossing of {_what} ≥ τ", "step", _CENSORED)
+    _ENTRIES[f"T_cross_{_name}"] = (f"first persistent crossing of {_what} ≥ τ", "tokens", _CENSORED)
     _ENTRIES[f"crossed_{_name}"] = (f"{_what} crossed the threshold", "1", "persistently, within the horizon")
     _ENTRIES[f"failure_mode_{_name}"] = (f"failure mode from {_what} (saturation|climb|robust)", "1",
                                          "same rules as failure_mode")
     if _name in ("pair", "pair_out", "dec"):
-        _ENTRIES[f"T_forecast_{_name}"] = (f"forecast crossing of {_what} from the training length", "step", _FORECAST)
+        _ENTRIES[f"T_forecast_{_name}"] = (f"forecast crossing of {_what} from the training length", "tokens", _FORECAST)
 
 # One correlation of T_cross with mp (CorrelationResult.to_dataset), plain and as the study's
 # default-variant scalars ``corr_<name>``.
@@ -322,10 +353,10 @@ _ENTRIES.update({
     "distance": ("distance since the variable was written", "tokens",
                  "passkey: filler tokens after the needle; copying: letters in the string"),
     "geo_q": ("distinguishability ratio q = R/M of the task variable", "1", "per distance bin; classes: " + _T),
-    "geo_R": ("RMS within-class scatter R of the task variable", "state units", "last layer's flat SSM state"),
-    "geo_M": ("minimum centroid separation M of the task variable", "state units", "last layer's flat SSM state"),
-    "geo_R_par": ("RMS scatter along U, R∥, of the task variable", "state units", "residual projected on U"),
-    "geo_R_perp": ("RMS scatter orthogonal to U, R⊥, of the task variable", "state units", "residual projected on U⊥"),
+    "geo_R": ("RMS within-class scatter R of the task variable", "1", "last layer's flat SSM state"),
+    "geo_M": ("minimum centroid separation M of the task variable", "1", "last layer's flat SSM state"),
+    "geo_R_par": ("RMS scatter along U, R∥, of the task variable", "1", "residual projected on U"),
+    "geo_R_perp": ("RMS scatter orthogonal to U, R⊥, of the task variable", "1", "residual projected on U⊥"),
     "geo_k_U": ("dim U of the task variable", "1", "rank of the centred class centroids"),
     "geo_probe_accuracy": ("cross-validated linear-probe accuracy of the task variable", "1",
                            "standardised states, logistic regression, 5-fold stratified cross-validation"),
@@ -340,7 +371,7 @@ _ENTRIES.update({
     "geo_rho_par": ("spectral radius of the Jacobian on U, ρ∥", "1", "Bᵀ J B, U of the last layer"),
     "geo_rho_perp": ("spectral radius of the Jacobian on U⊥, ρ⊥", "1", "J restricted to the complement of U"),
     "geo_fp_count": ("fixed points under the filler token", "1", "distinct solutions of F(h) = h; NaN: not searched"),
-    "geo_fp_residual": ("fixed-point residual ‖F(h*) − h*‖", "state units", "largest over those found, else the best solve"),
+    "geo_fp_residual": ("fixed-point residual ‖F(h*) − h*‖", "1", "largest over those found, else the best solve"),
     "geo_fp_rho_par": ("ρ∥ at the filler fixed point", "1", "first fixed point found"),
     "geo_fp_rho_perp": ("ρ⊥ at the filler fixed point", "1", "first fixed point found"),
 })

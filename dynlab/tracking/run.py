@@ -18,7 +18,8 @@ import torch
 import xarray as xr
 from pydantic import model_validator
 
-from dynlab.tracking.analysis import AnalysisSpec, analyze_tracker
+from dynlab.tracking.analysis import AnalysisSpec
+from dynlab.tracking.analyze import analyze_tracker
 from dynlab.tracking.spec import RunSpec
 from dynlab.tracking.evaluate import evaluate_lengths, max_pass_length, max_pass_length_dense
 from dynlab.tracking.groups import get_group
@@ -210,7 +211,7 @@ def load_model(spec: RunSpec, store: RunStore, device: torch.device) -> Tracker:
 
 
 def analyze_run(spec: RunSpec, store: RunStore, aspec: AnalysisSpec, preset: str) -> xr.Dataset:
-    """Error-control analysis of a finished run (:func:`dynlab.tracking.analysis.analyze_tracker`)
+    """Error-control analysis of a finished run (:func:`dynlab.tracking.analyze.analyze_tracker`)
     with the settings ``aspec`` of the analysis preset named ``preset``.
 
     q(t) is followed to the longest evaluated length (``aspec.horizon`` when it sets one);

@@ -16,7 +16,7 @@ from dynlab.tracking.groups import group_name, group_order
 __all__ = ["MAX_ANALYSIS_ORDER", "canonical_groups", "canonical_options", "check_analysable", "check_specs_analysable"]
 
 #: Largest group (order) whose runs get the per-run error-control analyses
-#: (:func:`dynlab.tracking.analysis.analyze_tracker`): its per-step work grows as
+#: (:func:`dynlab.tracking.analyze.analyze_tracker`): its per-step work grows as
 #: samples × order² and its chunks as samples × steps × order (order 256: about 8 GiB at
 #: the paper preset); larger groups train, but are refused the analyses before anything runs.
 MAX_ANALYSIS_ORDER = 256

@@ -52,6 +52,11 @@ alone on one thread (tested).
 
 :func:`diagonal_tracker_loss_ref` is the same model as a plain loop under autograd;
 the tests compare the two (``tests/test_diagonal_tracker.py``).
+
+Long module: the forward scan and its hand-written reverse-time backward read and write the
+same saved buffers (time-major states, gathered table rows) under the conventions above, and
+the streaming entry points and the reference loss follow the same conventions and are tested
+against each other; split, a change to the layout would have to be made in several files at once.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import copy
 import torch
 from torch.func import jacrev, vmap
 
-from dynlab.tracking.models.cells import Cell
+from dynlab.tracking.models.cell_base import Cell
 
 __all__ = ["measure_family", "probe_jacobian_variation"]
 

@@ -24,7 +24,7 @@ registered the same way.  Overriding any method drops the kernel class attribute
 ``fused`` and ``fast_scan`` it would inherit, so it trains through the generic loop over
 ``transition``, never through a kernel that computes the parent's recurrence; declare
 them again in the class body only when the override keeps what the kernel computes
-(:mod:`dynlab.tracking.models.cells`).
+(:mod:`dynlab.tracking.models.cell_base`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dynlab.errors import DynlabInputError
 from dynlab.names import CELLS, FAMILIES
 from dynlab.tracking.models import cells
-from dynlab.tracking.models.cells import Cell
+from dynlab.tracking.models.cell_base import Cell
 
 __all__ = ["BUILTIN_ARCHS", "available_cells", "get_cell", "register_cell"]
 

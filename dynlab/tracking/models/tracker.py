@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from dynlab.errors import DynlabInputError
-from dynlab.tracking.models.cells import FUSED_KERNEL_PHIS, overridden_methods
+from dynlab.tracking.models.cell_base import FUSED_KERNEL_PHIS, overridden_methods
 from dynlab.tracking.models.registry import get_cell
 
 __all__ = ["Tracker", "TrackerOutput", "declared_fused_kind"]
@@ -42,9 +42,9 @@ class Tracker(nn.Module):
     Class attribute ``fused_ok``: the fused training kernels may compute this tracker's
     loss (:meth:`fused_kind`).  A subclass that overrides any method loses it (False)
     unless its class body declares it again, as cells lose ``fused``
-    (:mod:`dynlab.tracking.models.cells`).
+    (:mod:`dynlab.tracking.models.cell_base`).
 
-    Return order (:mod:`dynlab.tracking.models.cells`): outputs first, state second.
+    Return order (:mod:`dynlab.tracking.models.cell_base`): outputs first, state second.
     """
 
     fused_ok: ClassVar[bool] = True
@@ -126,7 +126,7 @@ class Tracker(nn.Module):
         return self.readout(u), torch.cat(new, dim=-1)
 
     def fused_kind(self) -> str | None:
-        """The fused training kernel (a key of :data:`dynlab.tracking.models.cells.FUSED_KERNELS`)
+        """The fused training kernel (a key of :data:`dynlab.tracking.models.cell_base.FUSED_KERNELS`)
         that computes exactly this tracker's loss from a zero initial state, or None.
 
         It needs the class attribute ``fused_ok`` (not lost by an override), one cell
@@ -193,12 +193,12 @@ def declared_fused_kind(arch: str, *, layers: int = 1, nonlinearity: str | None 
                         readout: str = "linear") -> str | None:
     """The fused training kernel of a :class:`Tracker` built with these arguments, read
     from the declarations alone (nothing is built): a key of
-    :data:`dynlab.tracking.models.cells.FUSED_KERNELS`, or None.
+    :data:`dynlab.tracking.models.cell_base.FUSED_KERNELS`, or None.
 
     The conditions are those of :meth:`Tracker.fused_kind` that the arguments decide: one
     layer, a linear readout (with bias), ``Tracker.fused_ok``, the cell class's declared
     ``fused``, and a phi (``nonlinearity``, else the class's ``default_phi``) in
-    :data:`~dynlab.tracking.models.cells.FUSED_KERNEL_PHIS` of that kernel.  The instance checks of
+    :data:`~dynlab.tracking.models.cell_base.FUSED_KERNEL_PHIS` of that kernel.  The instance checks of
     :meth:`Cell.fused_kind` (exactly the kernel's parameters, plain ``nn.Linear`` layers)
     are what a class declaring ``fused`` promises; on the built-in cells both agree
     (tests/test_fused_eligibility.py).

@@ -22,7 +22,7 @@ from dynlab.kernels.tracker_loss.dense import dense_tracker_loss
 from dynlab.kernels.tracker_loss.diagonal import diagonal_tracker_loss
 from dynlab.kernels.tracker_loss.gated import gated_tracker_loss
 from dynlab.tracking.models import Tracker
-from dynlab.tracking.models.cells import FUSED_KERNELS
+from dynlab.tracking.models.cell_base import FUSED_KERNELS
 from dynlab.tracking.models.streams import diagonal_tables
 from dynlab.runtime import train_threads
 from dynlab.training import TrainResult, cosine_lr

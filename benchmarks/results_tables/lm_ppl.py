@@ -1,0 +1,81 @@
+"""README's paper-B cells on the PPL rise beyond the training length: the far/in ratio per
+intervention, and against the training budget, the model size and the training context."""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+from dynlab.report import far_in_ratio
+from dynlab.report.lm import RISE, size_grid
+
+from results_tables.common import first_spec, join_and
+
+def ratio_stats(ds: xr.Dataset, intervention: str) -> tuple[str, int, int]:
+    """``("mean ± sd", seeds with ratio > 1, seeds)`` of the far/in PPL ratio of one intervention."""
+    r = far_in_ratio(ds).values[ds["intervention"].values.astype(str) == intervention].astype(float)
+    return f"{r.mean():.3f} ± {r.std(ddof=1):.3f}", int((r > 1).sum()), r.size
+
+
+def budget_cell(ds: xr.Dataset) -> str:
+    """README's "PPL rise vs training budget" cell: far PPL / in-range PPL (over (T/2, T], one
+    reference for every budget) per checkpoint budget, with the seeds above RISE."""
+    ok = ds["status"].values.astype(str) == "ok"
+    ratio = (ds["ppl_far"] / ds["ppl_in"]).values[ok].astype(float)  # [run, budget]
+    n = int(ok.sum())
+    per = ", ".join(f"{float(b):g}× {ratio[:, i].mean():.3f} ({int((ratio[:, i] > RISE).sum())}/{n})"
+                    for i, b in enumerate(ds["budget"].values))
+    spec = first_spec(ds)["model"]
+    params = int(ds["n_params"].values[ok][0])
+    pin = ds["ppl_in"].values[ok].astype(float)
+    return (f"{params:,}-parameter Mamba-2 (width {spec['d_model']}, no MLP), T_train "
+            f"{int(ds['train_length'].values[0])}, {n} seeds, checkpoints inside one 32× run: far PPL / PPL over "
+            f"(T/2, T] (seeds above {RISE}) at {per}; in-range PPL {pin[:, 0].mean():.1f} → {pin[:, -1].mean():.2f}")
+
+
+def size_cell(ds: xr.Dataset) -> str:
+    """README's size-map cell: per width and T_train, the budgets at which every seed rose
+    (far_over_in > RISE) and the ratio at the largest budget; then the runs trained alone."""
+    g = size_grid(ds)
+    parts = []
+    for d in g["d_model"].values:
+        cells = []
+        for t in g["train_length"].values:
+            v = g["inrun"].sel(d_model=d, train_length=t)
+            if not np.isfinite(v).any():
+                continue
+            done = v["budget"].values[np.isfinite(v).all("seed").values]
+            rose = [f"{b:g}×" for b in done if bool((v.sel(budget=b) > RISE).all())]
+            top = float(done.max())
+            cells.append(f"T {int(t)}: all seeds rose at {join_and(rose) if rose else 'no budget'}, "
+                         f"{float(v.sel(budget=top).mean()):.2f} at {top:g}×")
+        parts.append(f"width {int(d)} ({int(g['blocks'].sel(d_model=d)):,} block parameters): " + "; ".join(cells))
+    alone = ""
+    if "alone" in g and 32 in g["train_length"].values:
+        a, c = g["alone"], g["inrun"].sel(train_length=32)
+        ok = np.isfinite(a.values) & np.isfinite(c.values)
+        diff = (a.values - c.values)[ok]
+        alone = (f"; trained alone to 1×/4× (2× at width 64) against the checkpoint at that budget: lower in "
+                 f"{int((diff < 0).sum())} of {diff.size} runs, mean {diff.mean():+.3f}")
+    return f"far/in = far PPL / PPL over (T/2, T] (a rise: > {RISE}) by budget × Chinchilla: " + "; ".join(parts) + alone
+
+
+def context_cell(ds: xr.Dataset) -> str:
+    """README's "PPL rise vs training context" cell: the far/in ratio per size and T_train."""
+    ok = ds["status"].values.astype(str) == "ok"
+    parts = []
+    for n in sorted({int(x) for x in ds["n_params"].values[ok]}):
+        cells = []
+        for length in sorted({int(x) for x in ds["train_length"].values[ok]}):
+            sel = ok & (ds["n_params"].values == n) & (ds["train_length"].values == length)
+            r = ds["far_in_ratio"].values[sel].astype(float)
+            cells.append(f"{length}: {r.mean():.3f} ({int((r > 1).sum())}/{r.size})")
+        parts.append(f"{n:,} parameters: " + ", ".join(cells))
+    tokens = _train_tokens_of(ds)
+    return f"far/in ratio by T_train (seeds above 1), {tokens:,} training tokens each; " + "; ".join(parts)
+
+
+def _train_tokens_of(ds: xr.Dataset) -> int:
+    train = first_spec(ds)["train"]
+    return int(train["steps"] * train["batch_size"] * train["seq_len"])
+

@@ -1,0 +1,42 @@
+"""``make_results.py --slim``: a study's dataset cut to the variables the tables read, stored
+under benchmarks/results/datasets/ (a whole study dataset holds every curve of every run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from dynlab.results.schema import open_dataset
+
+from results_tables.common import DATA
+
+def slim(study_dataset: Path, label: str) -> Path:
+    """Copy the variables the tables read (run record, mp, correlations, the crossing times
+    and forecasts they correlate, to recompute them, and the per-state fixed-point summaries
+    with the recovery rates and failure modes) of a group-tracking
+    ``dataset.nc`` to ``DATA/<label>.nc`` (a whole sweep dataset holds every curve of every run)."""
+    from dynlab.analysis.correlation import CROSSING_VARIANTS, FORECAST_VARIANTS
+    from dynlab.results.schema import write_dataset
+
+    ds = open_dataset(study_dataset)
+    if ds.attrs.get("study") == "length-generalization":
+        return write_dataset(_slim_lm(ds), DATA / f"{label}.nc")
+    crossings = {var for var, _ in (*CROSSING_VARIANTS.values(), *FORECAST_VARIANTS.values())}
+    fixed_points = ("fp_residual", "fp_count", "fp_dim", "fp_rho_perp", "fp_rho_par", "fp_stable", "recovery_rate",
+                    "failure_mode_dec", "fp_drift", "T_cross_fp")  # the fixed-point section's variables, where the study has them
+    keep = [v for v in ds.data_vars
+            if v in ("mp", "mp_censored", "status", "horizon") or v in crossings or v.startswith("corr_")
+            or v in fixed_points]
+    return write_dataset(ds[keep], DATA / f"{label}.nc")
+
+
+def _slim_lm(ds: xr.Dataset) -> xr.Dataset:
+    """A length-generalization dataset without its per-position curves (PPL(t), EffRem, state
+    statistics): the run record, the PPL ranges and ratios, the verdicts, and ``ppl_binned``
+    at its bin ends only (``t`` is then the bin ends)."""
+    drop = [v for v in ds.data_vars if v == "ppl" or v.startswith(("state_", "effrem"))]
+    ds = ds.drop_vars(drop)
+    ends = ds["t"].values[np.isfinite(ds["ppl_binned"].values).reshape(-1, ds.sizes["t"]).any(axis=0)]
+    return ds.sel(t=ends)

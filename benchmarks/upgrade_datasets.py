@@ -1,0 +1,63 @@
+"""Bring the committed datasets in benchmarks/results/datasets/ to the current dataset schema,
+without retraining: the vocabulary's long names and units (``annotate``), the ``Conventions``
+attribute, and for paper B's language-model datasets each curve on its own positions
+(:func:`dynlab.lm.dataset.split_positions`).  Values are not changed; each file records
+what was done in its CF ``history`` attribute.  Run from the repository root:
+``python benchmarks/upgrade_datasets.py`` (``--check``: exit 1 when a file is not up to date).
+
+Training-loss curves and ``converged`` cannot be added this way: the runs behind these files
+did not store them.  A dataset gains them when its study is run again.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from dynlab.lm.dataset import split_positions
+from dynlab.results.schema import CONVENTIONS, annotate, open_dataset, write_dataset
+from dynlab.results.vocabulary import check_dataset
+
+DATA = Path(__file__).resolve().parent / "results" / "datasets"
+NOTE = "upgraded to the current schema by benchmarks/upgrade_datasets.py (values unchanged)"
+
+
+def upgraded(ds):
+    """``ds`` in the current schema (a new object; ``ds`` is not changed)."""
+    out = annotate(split_positions(ds.copy()))
+    if NOTE not in out.attrs.get("history", ""):
+        out.attrs["history"] = "; ".join(h for h in (out.attrs.get("history", ""), NOTE) if h)
+    out.attrs["Conventions"] = CONVENTIONS
+    return out
+
+
+def stale(ds) -> list[str]:
+    """Why ``ds`` is not in the current schema (empty when it is)."""
+    why = check_dataset(ds)
+    if ds.attrs.get("Conventions") != CONVENTIONS:
+        why.append(f"Conventions {ds.attrs.get('Conventions')!r}, want {CONVENTIONS!r}")
+    if split_positions(ds) is not ds:
+        why.append("LM curves share one padded t axis")
+    return why
+
+
+def main(argv: list[str]) -> int:
+    bad = 0
+    for path in sorted(DATA.glob("*.nc")):
+        ds = open_dataset(path)
+        why = stale(ds)
+        if "--check" in argv:
+            if why:
+                bad += 1
+                print(f"{path.name}: {why[0]}" + (f" (+{len(why) - 1} more)" if len(why) > 1 else ""))
+            continue
+        if why:
+            write_dataset(upgraded(ds), path)
+            print(f"upgraded {path.name}")
+    if "--check" in argv:
+        print("every dataset is up to date" if not bad else f"{bad} datasets are not: run python benchmarks/upgrade_datasets.py")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,196 @@
+"""The loop over a study's runs (:func:`run_specs`, what :func:`dynlab.runner.run_study` and
+:func:`dynlab.runner.analyze_study` run under the study's lock): heal damaged runs, train the
+unfinished ones where the executor runs them, store each as it arrives, then analyse the
+evaluated runs; with the one line per finished run and the phases' times."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import xarray as xr
+
+from dynlab.executors import Executor, InProcessExecutor
+from dynlab.results.folder import RESUME
+from dynlab.results.provenance import provenance, recording
+from dynlab.results.store import RunStore
+from dynlab.runtime import NullProgress, resolve_device, say, train_threads
+from dynlab.spec import Spec
+from dynlab.study import RunOutcome, Study, StudyExtra
+
+__all__ = ["ANALYSIS", "phase_line", "run_specs"]
+
+#: A run's analysis file in its folder.
+ANALYSIS = "analysis.nc"
+
+#: The folder of a study where long runs keep their training state while they train
+#: (:attr:`dynlab.study.Study.resumable`); a file there is removed when its runs finish.
+RESUME_DIR = RESUME
+
+
+def _heal(specs: list[Spec], store: RunStore, progress: NullProgress) -> None:
+    """One damage check per run: damaged runs (or analyses) are moved to quarantine and
+    redone; each is reported in one line."""
+    for spec in specs:
+        healed = store.heal(spec.spec_hash())
+        if healed is not None:
+            damage, dest = healed
+            then = "training it again" if damage.core else "recomputing its analyses"
+            say(progress, f"run {damage.run_id} damaged ({damage.why}); moved to {dest}; {then}")
+
+
+def _work(study: Study, device, progress: NullProgress,
+          resume_dir: Path | None = None) -> Callable[[list[Spec]], tuple[list[RunOutcome], dict]]:
+    """The function an executor runs on a work item: train its specs where it runs; return
+    their outcomes and the provenance of that work (what it ran on, recorded there)."""
+
+    def work(item: list[Spec]) -> tuple[list[RunOutcome], dict]:
+        # The device is resolved where the work runs (a GPU worker of a CPU-only client);
+        # the thread count is fixed (RUN_THREADS), not taken from the worker's machine.
+        t0 = time.perf_counter()
+        dev = resolve_device(device)
+        with recording() as rec, train_threads(dev):
+            outcomes = study.run_item(item, dev, progress, resume_dir=resume_dir)
+        for o in outcomes:
+            if o.result.wall_time_s is None:
+                o.result.wall_time_s = (time.perf_counter() - t0) / len(item)
+        return outcomes, provenance(rec, device=dev)
+
+    return work
+
+
+def _tally(study: Study, specs: list[Spec], store: RunStore, progress: NullProgress, counts: dict[str, int],
+           announced: set[str] = frozenset()) -> list[Spec]:
+    """Count (and log, unless ``announced`` holds their id) the not-learned and failed runs;
+    return the evaluated ones."""
+    evaluated = []
+    for spec in specs:
+        result = study.load_result(store, spec)
+        said = spec.spec_hash() in announced
+        if result.status == "not-learned":  # evaluated and analysed like ok runs; the study says how it counts them
+            counts["not_learned"] += 1
+            if not said:
+                progress.log(f"run {spec.spec_hash()} not-learned: {result.reason}")
+        elif result.status != "ok":
+            counts["failed"] += 1
+            if not said:
+                progress.log(f"run {spec.spec_hash()} {result.status}: {result.reason}")
+            continue
+        evaluated.append(spec)
+    return evaluated
+
+
+def run_specs(
+    study: Study,
+    specs: list[Spec],
+    store: RunStore,
+    device,
+    progress: NullProgress,
+    analyze: bool,
+    executor: Executor | None = None,
+    force_analysis: bool = False,
+    extra: StudyExtra | None = None,
+) -> dict[str, Any]:
+    """Train the unfinished runs of ``specs`` (healing damaged ones first), store each as it
+    arrives, then analyse the evaluated runs that lack an analysis (all of them with
+    ``force_analysis``).  ``extra``: the study's parsed options, handed to ``analyze_one``
+    (needed when ``analyze``).  Returns counts: trained, reused, analyzed, failed, not_learned,
+    and the seconds (``time.perf_counter``) spent training (``train_s``: the training loop,
+    less the analyses run inside it) and analysing (``analysis_s``)."""
+    counts = {"trained": 0, "reused": 0, "analyzed": 0, "failed": 0, "not_learned": 0,
+              "train_s": 0.0, "analysis_s": 0.0}
+    executor = executor or InProcessExecutor()
+    remote = getattr(executor, "remote", False)
+    _heal(specs, store, progress)
+    pending = [s for s in specs if not store.is_done(s, check=False)]
+    counts["reused"] = len(specs) - len(pending)
+    bar = progress.add(f"{study.name}: runs", len(specs))
+    progress.update(bar, counts["reused"])
+
+    analyze = analyze and study.analyze_one is not None
+    if analyze and extra is None:
+        raise TypeError("run_specs: analyses need the study's parsed options (extra=)")
+    local_device = resolve_device(device) if analyze else None
+    analysed: set[str] = set()
+    announced: set[str] = set()  # runs whose status a finished-run line has said
+
+    def analyse(spec: Spec) -> None:
+        t0 = time.perf_counter()
+        with recording() as rec, train_threads(local_device):  # same numbers whatever this machine's core count
+            ds = study.analyze_one(spec, store, local_device, progress, extra)
+        ds.attrs["provenance_json"] = json.dumps(provenance(rec, device=local_device), sort_keys=True)
+        store.write_dataset(spec, ANALYSIS, ds)
+        counts["analyzed"] += 1
+        analysed.add(spec.spec_hash())
+        counts["analysis_s"] += time.perf_counter() - t0
+
+    # With workers in other processes the analyses of finished runs run here while the
+    # workers train the next ones (the same calls per run, so the same numbers).  Not with
+    # workers that are threads of this process: model initialisation forks torch's global
+    # RNG, which an analysis here would reseed under a training thread.
+    overlap = analyze and remote and not getattr(executor, "shares_process", False)
+    # work shipped to other processes must not carry the client's progress bars
+    work = _work(study, device, NullProgress() if remote else progress, store.root / RESUME_DIR)
+    loop_started = time.perf_counter()
+    for item, (outcomes, made_on) in executor.map_unordered(work, study.work_items(pending)):
+        for spec, outcome in zip(item, outcomes):
+            store.save(spec, outcome.result.to_json(), outcome.state_dict, provenance=made_on)
+            counts["trained"] += 1
+            progress.update(bar, 1)
+            if progress.finished(_run_line(study, spec, outcome.result, counts["trained"] + counts["reused"], len(specs))):
+                announced.add(spec.spec_hash())
+        for spec, outcome in zip(item, outcomes):
+            if overlap and outcome.result.evaluated:
+                analyse(spec)
+    counts["train_s"] = time.perf_counter() - loop_started - counts["analysis_s"]  # overlapped analyses left out
+    to_analyze = [
+        s for s in _tally(study, specs, store, progress, counts, announced)
+        if analyze and s.spec_hash() not in analysed
+        and (force_analysis or not store.has_file(s, ANALYSIS) or _other_analysis_preset(store, s, extra))
+    ]
+    if to_analyze:
+        abar = progress.add(f"{study.name}: analyses", len(to_analyze))
+        for i, spec in enumerate(to_analyze, 1):
+            analyse(spec)
+            progress.update(abar, 1)
+            progress.finished(f"{study.name}: analysis {i}/{len(to_analyze)} {spec.spec_hash()} done")
+    return counts
+
+
+def _run_line(study: Study, spec: Spec, result: Any, done: int, total: int) -> str:
+    """One line about a finished run: ``group-tracking: run 3/12 1a2b3c4d5e6f7a8b ok, loss 0.012, 4.2 s``
+    (the status's reason when it is not ok)."""
+    parts = [result.status]
+    if result.train_loss is not None:
+        parts.append(f"loss {result.train_loss:.4g}")
+    if result.wall_time_s is not None:
+        parts.append(f"{result.wall_time_s:.1f} s")
+    why = f" ({result.reason})" if result.status != "ok" and result.reason else ""
+    return f"{study.name}: run {done}/{total} {spec.spec_hash()} {', '.join(parts)}{why}"
+
+
+def _other_analysis_preset(store: RunStore, spec: Spec, extra: StudyExtra | None) -> bool:
+    """True when the study's options name an analysis preset (``extra.analysis``) and the
+    run's stored analysis was made with another one (attr ``analysis_preset``, missing in
+    analyses written before it was recorded): that analysis is redone, so the manifest's
+    preset is the one every ``analysis.nc`` of the study was made with."""
+    want = getattr(extra, "analysis", None)
+    if want is None:
+        return False
+    try:
+        with xr.open_dataset(store.path(spec) / ANALYSIS, engine="h5netcdf") as ds:
+            return ds.attrs.get("analysis_preset") != want
+    except Exception:  # unreadable: redo it (the store's damage check reports real damage)
+        return True
+
+
+def phase_line(study_name: str, train_s: float, analysis_s: float) -> str:
+    """``group-tracking: training 5 min 49 s, analyses 2 min 10 s (0.37 of training)``."""
+    def took(s: float) -> str:
+        return f"{s:.1f} s" if s < 60 else f"{int(s // 60)} min {s % 60:.0f} s"
+
+    ratio = f" ({analysis_s / train_s:.2f} of training)" if train_s > 0 else ""
+    return f"{study_name}: training {took(train_s)}, analyses {took(analysis_s)}{ratio}"

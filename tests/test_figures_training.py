@@ -1,0 +1,47 @@
+"""The training-loss panel: one line per run at its own steps, one colour per arm, the runs
+that did not converge dashed and counted."""
+
+from __future__ import annotations
+
+import matplotlib
+import numpy as np
+import pytest
+import xarray as xr
+
+matplotlib.use("Agg")
+from matplotlib.figure import Figure  # noqa: E402
+
+from dynlab.figures.panel import MissingVariables, NothingToDraw  # noqa: E402
+from dynlab.figures.training import training_loss_panel, training_panels  # noqa: E402
+from dynlab.results.assemble import training_curves  # noqa: E402
+from dynlab.study import RunResult  # noqa: E402
+
+
+def _dataset() -> xr.Dataset:
+    runs = [RunResult(status="ok", loss_curve_step=[10, 20, 30], loss_curve=[3.0, 2.0, 1.5], converged=True),
+            RunResult(status="ok", loss_curve_step=[10, 20, 30], loss_curve=[3.1, 2.1, 1.6], converged=True),
+            RunResult(status="ok", loss_curve_step=[5, 10], loss_curve=[4.0, 3.9], converged=False)]
+    ds = training_curves(runs).assign_coords(run=[0, 1, 2], intervention=("run", ["zero", "zero", "tbtt"]))
+    return ds
+
+
+def test_lines_per_run_at_their_own_steps_not_converged_dashed():
+    ax = training_loss_panel(_dataset(), Figure().add_subplot())
+    lines = [ln for ln in ax.get_lines()]
+    assert [ln.get_xdata().tolist() for ln in lines] == [[10, 20, 30], [10, 20, 30], [5, 10]]
+    np.testing.assert_allclose(lines[2].get_ydata(), [4.0, 3.9], rtol=0, atol=0)
+    assert [ln.get_linestyle() for ln in lines] == ["-", "-", "--"]
+    assert lines[0].get_color() == lines[1].get_color() != lines[2].get_color()  # one colour per arm
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["zero", "tbtt", "not converged: 1 of 3"]
+
+
+def test_panel_only_where_curves_exist():
+    assert set(training_panels(_dataset())) == {"training_loss"}
+    assert training_panels(xr.Dataset()) == {}
+    with pytest.raises(MissingVariables, match="training loss needs"):
+        training_loss_panel(xr.Dataset(), Figure().add_subplot())
+    empty = _dataset()
+    empty["train_loss_curve"][:] = np.nan
+    with pytest.raises(NothingToDraw):
+        training_loss_panel(empty, Figure().add_subplot())

@@ -1,0 +1,104 @@
+"""An LM run's dataset layout (each curve on its own positions), the conversion of the old
+shared-``t`` layout, and the training-loss curve with its ``converged`` rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from dynlab.lm.dataset import result_to_dataset, split_positions
+from dynlab.results.assemble import training_curves
+from dynlab.study import RunResult
+from dynlab.training import converged, loss_curve
+
+
+def _result(n: int = 40, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    ends = list(range(8, n + 1, 8))
+    return {"ppl": rng.uniform(2, 9, n).tolist(), "ppl_binned_t": ends, "ppl_binned": rng.uniform(2, 9, len(ends)).tolist(),
+            "verdict": {"passed": False, "p_star": 3.0, "t_star": 8, "worst_violation": 1.0, "worst_t": 16, "max_t": n},
+            "effrem_t": [0, 20, 39], "effrem": {d: rng.uniform(0, 1, 3).tolist() for d in ("tv", "js", "cos")},
+            "state_t": [1, 4, 16, 40], **{k: rng.uniform(0, 1, (2, 3, 4)).tolist()
+                                         for k in ("state_mean", "state_std", "state_norm")}}
+
+
+def _shared_t(result: dict) -> xr.Dataset:
+    """The layout datasets had before: every curve on t = 0 … n, NaN off its own grid (written out here)."""
+    n = len(result["ppl"])
+
+    def on_t(values, at):
+        values = np.asarray(values, dtype=float)
+        out = np.full(values.shape[:-1] + (n + 1,), np.nan)
+        out[..., np.asarray(at)] = values
+        return out
+
+    data = {"ppl": ("t", on_t(result["ppl"], range(1, n + 1))),
+            "ppl_binned": ("t", on_t(result["ppl_binned"], result["ppl_binned_t"]))}
+    for d, name in (("tv", "effrem"), ("js", "effrem_js"), ("cos", "effrem_cos")):
+        data[name] = ("t", on_t(result["effrem"][d], result["effrem_t"]))
+    for name in ("state_mean", "state_std", "state_norm"):
+        data[name] = (("layer", "head", "t"), on_t(result[name], result["state_t"]))
+    return xr.Dataset(data, coords={"t": np.arange(n + 1), "layer": [0, 1], "head": [0, 1, 2]})
+
+
+def test_each_curve_on_its_own_positions_with_no_padding():
+    r = _result()
+    ds = result_to_dataset(r)
+    assert ds["ppl"].dims == ("t",) and ds["t"].values.tolist() == list(range(1, 41))
+    assert ds["ppl_binned"].dims == ("t_bin",) and ds["t_bin"].values.tolist() == [8, 16, 24, 32, 40]
+    assert ds["t_bin_start"].values.tolist() == [1, 9, 17, 25, 33]
+    assert ds["effrem_js"].dims == ("t_effrem",) and ds["t_effrem"].values.tolist() == [0, 20, 39]
+    assert ds["state_norm"].dims == ("layer", "head", "t_state") and ds["t_state"].values.tolist() == [1, 4, 16, 40]
+    for name in ("ppl", "ppl_binned", "effrem", "state_std"):
+        assert np.isfinite(ds[name]).all(), name
+    np.testing.assert_array_equal(ds["state_std"].values, np.asarray(r["state_std"]))
+    assert ds["t_bin"].attrs["units"] == "tokens" and ds["t_effrem"].attrs["long_name"]
+
+
+def test_split_positions_of_the_old_layout_equals_the_new_one():
+    rs = [_result(seed=s) for s in range(3)]
+    old = xr.concat([_shared_t(r) for r in rs], dim="run")
+    new = xr.concat([result_to_dataset(r) for r in rs], dim="run")
+    got = split_positions(old)
+    for name in ("ppl", "ppl_binned", "effrem", "effrem_js", "effrem_cos", "state_mean", "state_std", "state_norm"):
+        assert got[name].dims == new[name].dims, name
+        np.testing.assert_array_equal(got[name].values, new[name].values)
+    for c in ("t", "t_bin", "t_bin_start", "t_effrem", "t_state"):
+        np.testing.assert_array_equal(got[c].values, new[c].values)
+    assert split_positions(new) is new  # already split: unchanged
+
+
+def test_loss_curve_is_window_means_ending_at_the_last_step():
+    losses = np.arange(1.0, 201.0)  # 200 steps, loss = step number
+    steps, curve = loss_curve(losses.tolist(), points=8)
+    assert steps == [25, 50, 75, 100, 125, 150, 175, 200]
+    np.testing.assert_allclose(curve, [np.mean(losses[a - 25:a]) for a in steps], rtol=1e-12, atol=0)
+    assert loss_curve([0.5, 0.25], points=64) == ([1, 2], [0.5, 0.25])  # fewer steps than points: each step
+    assert loss_curve([]) == ([], [])
+    steps, curve = loss_curve([1.0] * 101, points=64)
+    assert len(steps) == 64 and steps[-1] == 101 and len(set(steps)) == 64
+
+
+@pytest.mark.parametrize("losses, expected, why", [
+    (4.0 * np.exp(-np.arange(400) / 40.0) + 1.0, True, "fell from 5 to ~1 and levelled off"),
+    (np.full(400, 4.2), False, "never moved"),
+    (np.linspace(5.0, 1.0, 400), False, "still falling steeply at the end"),
+    (np.r_[np.full(200, 5.0), np.full(200, 4.8)], False, "fell by 4 % only"),
+    (np.r_[4.0 * np.exp(-np.arange(399) / 40.0) + 1.0, np.nan], False, "a non-finite loss"),
+    (np.full(10, 1.0), False, "too few steps to tell"),
+])
+def test_converged_rule(losses, expected, why):
+    assert converged(list(losses)) is expected, why
+
+
+def test_training_curves_give_each_run_its_own_steps():
+    runs = [RunResult(status="ok", loss_curve_step=[10, 20, 30], loss_curve=[3.0, 2.0, 1.5], converged=True),
+            RunResult(status="ok", loss_curve_step=[5, 10], loss_curve=[4.0, 3.9], converged=False),
+            RunResult(status="diverged")]
+    ds = training_curves(runs)
+    np.testing.assert_array_equal(ds["train_step"].values, [[10, 20, 30], [5, 10, np.nan], [np.nan] * 3])
+    np.testing.assert_array_equal(ds["train_loss_curve"].values, [[3.0, 2.0, 1.5], [4.0, 3.9, np.nan], [np.nan] * 3])
+    assert ds["converged"].values.tolist() == [True, False, False]
+    assert "fell" in ds["converged"].attrs["rule"] and ds["train_loss_curve"].attrs["units"] == "nats/token"
+    assert training_curves([RunResult(status="ok")]).data_vars == {}
