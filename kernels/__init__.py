@@ -4,11 +4,14 @@
 - ``ssd/`` — Mamba-2's state-space duality scan;
 - ``gla/`` — gated linear attention (and the Triton selective scan, which shares its kernel);
 - ``selective_scan/`` — Mamba-1's selective scan, with its C loops (``selective_scan.c``);
-- ``tracker_loss/`` — the fused tracker losses (dense, gated, diagonal; ``diagonal.c``).
+- ``tracker_loss/`` — the fused tracker losses (dense, gated, diagonal; ``diagonal.c``);
+- ``short_conv/``, ``gated_norm/``, ``cross_entropy/`` — the LM stacks' fused short
+  convolution + SiLU, gated RMSNorm and per-token cross-entropy, each with its C loops
+  (``short_conv.c``, ``gated_norm.c``, ``cross_entropy.c``) and autograd reference.
 
 Each op folder holds its pure-torch reference (``*_ref``) and torch path (``chunked.py``, or
 one module per kind), its Triton kernel (``triton.py``) and its C loop (a ``.c`` file).
 Beside them: :mod:`.dispatch` (the backend of each op by device), :mod:`.compiled` (builds
-the C sources on first use) and :mod:`.fast_tanh` (the float32 tanh of the dense kernels,
+the C sources on first use; :func:`~.compiled.as_rows`, the row layouts they read in place) and :mod:`.fast_tanh` (the float32 tanh of the dense kernels,
 ``fast_tanh.c``).
 """

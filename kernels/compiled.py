@@ -32,7 +32,8 @@ library the first time a process asks for it and caches the file:
   and :func:`compiler` names the compiler and its version.
 
 Every kernel that uses this module is tested against its torch path and its autograd
-reference.  This module imports nothing beyond the standard library.
+reference.  This module imports nothing beyond the standard library (:func:`as_rows` uses
+only a tensor's own methods).
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["C_KERNELS_ENV", "CKernelWarning", "CompileError", "c_kernels_used", "c_library", "c_library_status", "compiler",
-           "record_c_kernels"]
+__all__ = ["C_KERNELS_ENV", "CKernelWarning", "CompileError", "as_rows", "c_kernels_used", "c_library", "c_library_status",
+           "compiler", "record_c_kernels"]
 
 #: Environment variable: ``0`` turns every compiled kernel off (the torch paths run).
 C_KERNELS_ENV = "DYNLAB_C_KERNELS"
@@ -225,3 +226,21 @@ def _check_private(root: Path) -> None:
         raise PermissionError(f"{root} is a symlink, not a private directory of this user")
     if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
         raise PermissionError(f"{root} is not a private directory of this user")
+
+
+def as_rows(x):
+    """``(x or a contiguous copy, row stride)`` for a C kernel that reads a tensor as rows:
+    element ``(..., d)`` of the result lies at ``data_ptr + (flat row index) · stride + d``.
+    A tensor whose last dim is contiguous and whose rows are evenly spaced (a slice of a
+    wider last dim, as ``torch.split`` of a linear layer's output gives) is passed as it is;
+    anything else is copied to a contiguous tensor (row stride = last dim)."""
+    if x.dim() >= 2 and x.stride(-1) == 1 and x.stride(-2) >= x.shape[-1]:
+        ld = want = x.stride(-2)
+        for i in range(x.dim() - 2, -1, -1):
+            if x.shape[i] > 1 and x.stride(i) != want:
+                break
+            want *= x.shape[i]
+        else:
+            return x, ld
+    x = x.contiguous()
+    return x, x.shape[-1]

@@ -28,8 +28,11 @@ import torch.nn.functional as F
 
 from dynlab.errors import DynlabInputError
 from dynlab.kernels import dispatch
+from dynlab.kernels.cross_entropy import token_nll
+from dynlab.kernels.gated_norm import gated_rms_norm
 from dynlab.kernels.gla.chunked import gla_ref
 from dynlab.kernels.selective_scan.chunked import selective_scan_ref
+from dynlab.kernels.short_conv import causal_conv_silu, last_window
 from dynlab.kernels.ssd.chunked import ssd_ref
 from dynlab.kernels.ssd.grouped import ssd_grouped
 from dynlab.lm.mixers import GLAMixer, Mamba1Mixer, Mamba2Mixer
@@ -188,18 +191,11 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float | None) -> torch.Tens
 def _conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
           window: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`dynlab.lm.mixers.causal_conv` per member: x ``[E, B, T, C]``, weight ``[E, C, 1, K]``,
-    bias ``[E, C]``, window ``[E, B, C, K − 1]`` -> (silu(conv) ``[E, B, T, C]``, new window)."""
-    e, b, t, c = x.shape
-    k = weight.shape[-1]
-    past = x.new_zeros(e, b, k - 1, c) if window is None else window.to(x.dtype).transpose(2, 3)
-    full = torch.cat([past, x], dim=2)  # [E, B, K - 1 + T, C]
-    taps = weight[:, :, 0, :].transpose(1, 2)[:, :, None, None, :]  # [E, K, 1, 1, C]
-    y = full[:, :, 0:t] * taps[:, 0]
-    for j in range(1, k):
-        y = y + full[:, :, j:j + t] * taps[:, j]
-    if bias is not None:
-        y = y + bias[:, None, None, :]
-    return F.silu(y), full[:, :, t:].transpose(2, 3)
+    bias ``[E, C]``, window ``[E, B, C, K − 1]`` -> (silu(conv) ``[E, B, T, C]``, new window);
+    one fused op with a hand-written backward (:mod:`kernels.short_conv`)."""
+    past = None if window is None else window.to(x.dtype).transpose(2, 3)
+    y = causal_conv_silu(x, weight[:, :, 0, :].transpose(1, 2), bias, past)
+    return y, last_window(x, past, weight.shape[-1]).transpose(2, 3)
 
 
 def _short_conv(m, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor,
@@ -260,8 +256,8 @@ def _mamba2(m: Mamba2Mixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tenso
             lambda *a: ssd_ref(*a, True))
         y, final = scan(_fold(xs), _fold(dt), A.reshape(e * h), _fold(B), _fold(C), init)
         y, final = _unfold(y, e), _unfold_state(final, e)
-    y = y + p[pre + "D"][:, None, None, :, None] * xs
-    y = _rms(y.reshape(e, b, t, m.d_inner) * F.silu(z), p[pre + "norm.weight"], m.norm.eps)
+    y = gated_rms_norm(y.reshape(e, b, t, m.d_inner), z, p[pre + "norm.weight"], m.norm.eps,  # norm(y + D·x, z)
+                       xs.reshape(e, b, t, m.d_inner), p[pre + "D"].repeat_interleave(hp, dim=1))
     return _linear(y, p[pre + "out_proj.weight"]), final, window
 
 
@@ -308,7 +304,7 @@ def _gla(m: GLAMixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor, sta
     else:
         y, final = gla_ref(_fold(q), _fold(k), _fold(v), _fold(gk), None, init, True)
     y = _unfold(y, e).reshape(e, b, t, h * dv)
-    y = _rms(y * F.silu(o), p[pre + "norm.weight"], m.norm.eps)
+    y = gated_rms_norm(y, o, p[pre + "norm.weight"], m.norm.eps)
     return _linear(y, p[pre + "out_proj.weight"]), _unfold_state(final, e), window
 
 
@@ -324,7 +320,7 @@ def _member_losses(logits: torch.Tensor, targets: torch.Tensor, masks: torch.Ten
     """Mean next-token cross-entropy per member: logits ``[E, B, L, V]``, targets ``[E, B, L]``,
     masks ``[E, B, L]`` or None -> ``[E]`` (``fit``'s ``_masked_mean`` for each member)."""
     e = logits.shape[0]
-    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none").view(e, -1)
+    nll = token_nll(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).view(e, -1)  # F.cross_entropy, fused
     if masks is None:
         return nll.mean(dim=1)
     m = masks.reshape(e, -1).to(nll.dtype)

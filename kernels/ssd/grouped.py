@@ -12,7 +12,9 @@ expanded over the heads; only the arrangement of the products differs:
   is formed; a chunk whose range of ``c`` exceeds :data:`_FACTOR_LIMIT` (the factors
   would leave the float range) falls back to the masked per-head decay matrix;
 - the initial state's read-out and the carried state are one product per sequence over
-  all its heads at once (``[Q, N] @ [N, H·P]`` and ``[H·P, Q] @ [Q, N]``).
+  all its heads at once (``[Q, N] @ [N, H·P]`` and ``[H·P, Q] @ [Q, N]``); a zero initial
+  state that needs no gradient (the zero intervention's) is not read out at all, which
+  changes no number (its read-out is exactly zero).
 
 On a CPU the per-head products of tiny matrices and the elementwise work on ``[H, Q, Q]``
 decay matrices dominate a small LM's step; this arrangement has neither
@@ -45,7 +47,9 @@ def ssd_grouped(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
     if dt.shape != (g, t, h) or A.shape != (g, h) or B.shape != (g, t, n) or C.shape != B.shape:
         raise ValueError(f"ssd_grouped: need x [G, T, H, P], dt [G, T, H], A [G, H], B and C [G, T, N]; got "
                          f"{tuple(x.shape)}, {tuple(dt.shape)}, {tuple(A.shape)}, {tuple(B.shape)}, {tuple(C.shape)}")
-    state = x.new_zeros(g, h, p, n) if initial_state is None else initial_state.to(x.dtype)
+    state = None if initial_state is None else initial_state.to(x.dtype)
+    if state is not None and not state.requires_grad and not bool(state.any()):
+        state = None  # a zero initial state (the common case): its read-out and decay are skipped, exactly
     limit = _FACTOR_LIMIT.get(x.dtype, _FACTOR_LIMIT[torch.float32])
     ys = []
     for start in range(0, t, chunk_size):
@@ -59,11 +63,18 @@ def ssd_grouped(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
             y = _intra_masked(cum, xdt, Bc, Cc)
         # the initial state read out at every step: C_t . S_in[h], all heads in one product
         q = stop - start
+        carried = (xdt * torch.exp(cum[:, -1:] - cum)[..., None]).reshape(g, q, h * p)  # [G, Q, H·P]
+        gathered = torch.bmm(carried.transpose(1, 2), Bc).view(g, h, p, n)
+        if state is None:
+            ys.append(y)
+            state = gathered
+            continue
         read = torch.bmm(Cc, state.reshape(g, h * p, n).transpose(1, 2)).view(g, q, h, p)  # [G, Q, H, P]
         ys.append(y + read * torch.exp(cum)[..., None])
-        carried = (xdt * torch.exp(cum[:, -1:] - cum)[..., None]).reshape(g, q, h * p)  # [G, Q, H·P]
-        state = torch.exp(cum[:, -1])[..., None, None] * state + torch.bmm(carried.transpose(1, 2), Bc).view(g, h, p, n)
-    return torch.cat(ys, dim=1), state
+        state = torch.exp(cum[:, -1])[..., None, None] * state + gathered
+    if state is None:  # no steps
+        state = x.new_zeros(g, h, p, n)
+    return ys[0] if len(ys) == 1 else torch.cat(ys, dim=1), state
 
 
 #: The largest range of log decay inside a chunk for which the factored form is used

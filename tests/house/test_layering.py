@@ -391,6 +391,7 @@ def test_the_command_line_only_wires_and_kernels_are_by_op():
     loose = sorted(p.name for p in (ROOT / "kernels").glob("*.py") if p.name != "__init__.py")
     ops = sorted(p.name for p in (ROOT / "kernels").iterdir() if (p / "__init__.py").is_file())
     assert len(loose) <= 3, loose
-    assert ops == ["gla", "scan", "selective_scan", "ssd", "tracker_loss"], ops
+    assert ops == ["cross_entropy", "gated_norm", "gla", "scan", "selective_scan", "short_conv", "ssd", "tracker_loss"], ops
     assert sorted(p.relative_to(ROOT / "kernels").as_posix() for p in (ROOT / "kernels").rglob("*.c")) == [
-        "fast_tanh.c", "selective_scan/selective_scan.c", "tracker_loss/diagonal.c"]
+        "cross_entropy/cross_entropy.c", "fast_tanh.c", "gated_norm/gated_norm.c", "selective_scan/selective_scan.c",
+        "short_conv/short_conv.c", "tracker_loss/diagonal.c"]

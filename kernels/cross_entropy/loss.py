@@ -1,0 +1,98 @@
+"""Per-token cross-entropy (``F.cross_entropy(..., reduction="none")``) as one op with a
+hand-written backward.
+
+``token_nll(logits [N, V], targets [N])`` is ``logsumexp(logits_i) − logits_i[target_i]``
+per row.  Through autograd a small LM's loss costs a ``log_softmax`` pass, and in the
+backward pass a zero-filled ``[N, V]`` gradient (``nll_loss``'s), a scatter and
+``log_softmax``'s backward: on a stack of 16 budget-size LMs that was about a fifth of a
+training step.  The C loops (``cross_entropy.c``, built on first use by
+:mod:`kernels.compiled`) read each row once forward (keeping only its log-sum-exp) and
+write its gradient ``(softmax − onehot) · g`` in one pass backward.  Without them (no
+compiler, ``DYNLAB_C_KERNELS=0``, other devices or dtypes) the op is
+:func:`token_nll_ref`, ``F.cross_entropy`` itself.  The C loop's float32 exp is its own
+(about 1 ulp), so it agrees with the reference to rounding (``tests/kernels/test_cross_entropy.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..compiled import c_library, c_library_status
+
+__all__ = ["compiled_kernel_status", "token_nll", "token_nll_ref"]
+
+
+def token_nll_ref(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The reference: ``F.cross_entropy(logits [N, V], targets [N], reduction="none")`` -> ``[N]``."""
+    return F.cross_entropy(logits, targets, reduction="none")
+
+
+def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """:func:`token_nll_ref`'s function: the C loops for float32/float64 CPU logits when they
+    are available (module docstring; targets must lie in ``[0, V)``), else the reference."""
+    if logits.dim() != 2 or targets.shape != logits.shape[:1]:
+        raise ValueError(f"token_nll: need logits [N, V] and targets [N]; got {tuple(logits.shape)}, {tuple(targets.shape)}")
+    if logits.device.type == "cpu" and logits.dtype in _C_SUFFIX and logits.shape[1] > 0 and _c_library() is not None:
+        t = targets.to(torch.int64).contiguous()
+        if t.numel() and not (0 <= int(t.min()) and int(t.max()) < logits.shape[1]):
+            raise ValueError(f"token_nll: targets must lie in [0, {logits.shape[1]})")
+        return _token_nll_c(logits.contiguous(), t)
+    return token_nll_ref(logits, targets)
+
+
+#: The C source of the loops, shipped beside this module (built by :mod:`dynlab.kernels.compiled`).
+_C_SOURCE = (Path(__file__).parent / "cross_entropy.c").read_text(encoding="utf-8")
+
+_C_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+_CONFIGURED: set[int] = set()  # ids of the loaded libraries whose argtypes are set
+
+
+def compiled_kernel_status() -> str:
+    """``"compiled: <path>"``, ``"disabled: DYNLAB_C_KERNELS=0"`` or ``"unavailable: <reason>"``
+    (then :func:`token_nll` runs the reference)."""
+    return c_library_status("cross_entropy", _C_SOURCE)
+
+
+def _c_library() -> ctypes.CDLL | None:
+    lib = c_library("cross_entropy", _C_SOURCE)
+    if lib is not None and id(lib) not in _CONFIGURED:
+        i64, ptr = ctypes.c_int64, ctypes.c_void_p
+        for suf in _C_SUFFIX.values():
+            fwd, bwd = getattr(lib, f"dl_ce_fwd_{suf}"), getattr(lib, f"dl_ce_bwd_{suf}")
+            fwd.argtypes, fwd.restype = [i64] * 2 + [ptr] * 4, None
+            bwd.argtypes, bwd.restype = [i64] * 2 + [ptr] * 5, None
+        _CONFIGURED.add(id(lib))
+    return lib
+
+
+@torch.compiler.disable  # torch.compile runs the C loops as they are (it cannot trace a ctypes call)
+def _token_nll_c(logits, targets):
+    return _TokenNllC.apply(logits, targets)
+
+
+class _TokenNllC(torch.autograd.Function):
+    """The compiled loops: forward keeps each row's log-sum-exp, backward writes ``(softmax − onehot)·g``."""
+
+    @staticmethod
+    def forward(ctx, logits, targets):
+        n, v = logits.shape
+        nll, lse = logits.new_empty(n), logits.new_empty(n)
+        getattr(_c_library(), f"dl_ce_fwd_{_C_SUFFIX[logits.dtype]}")(
+            n, v, logits.data_ptr(), targets.data_ptr(), nll.data_ptr(), lse.data_ptr())
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.mark_non_differentiable(targets)
+        return nll
+
+    @staticmethod
+    def backward(ctx, grad_nll):
+        logits, targets, lse = ctx.saved_tensors
+        n, v = logits.shape
+        g = grad_nll.contiguous()
+        gx = torch.empty_like(logits)
+        getattr(_c_library(), f"dl_ce_bwd_{_C_SUFFIX[logits.dtype]}")(
+            n, v, logits.data_ptr(), targets.data_ptr(), lse.data_ptr(), g.data_ptr(), gx.data_ptr())
+        return gx, None

@@ -1,0 +1,149 @@
+"""The fused gated RMSNorm (C loops) against its autograd reference and nn.RMSNorm."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dynlab.kernels.compiled import C_KERNELS_ENV
+from dynlab.kernels.gated_norm import gated_rms_norm, gated_rms_norm_ref
+from dynlab.kernels.gated_norm import norm as gn
+
+TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-12, atol=1e-12)}
+
+
+@pytest.fixture(params=["c", "torch"], ids=["c-kernel", "reference"])
+def backend(request, monkeypatch):
+    """Runs a test of :func:`gated_rms_norm` on the compiled loops and on its torch fallback."""
+    if request.param == "torch":
+        monkeypatch.setenv(C_KERNELS_ENV, "0")
+    else:
+        monkeypatch.delenv(C_KERNELS_ENV, raising=False)
+        if gn._c_library() is None:
+            pytest.skip(f"compiled gated norm {gn.compiled_kernel_status()}")
+    return request.param
+
+
+def _inputs(dtype, shape=(3, 2, 5, 8), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randn(*shape, generator=g, dtype=dtype).requires_grad_(True)
+    z = torch.randn(*shape, generator=g, dtype=dtype).requires_grad_(True)
+    w = torch.randn(shape[0], shape[-1], generator=g, dtype=dtype).requires_grad_(True)
+    return y, z, w
+
+
+def _skip(dtype, shape=(3, 2, 5, 8), seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g, dtype=dtype).requires_grad_(True),
+            torch.randn(shape[0], shape[-1], generator=g, dtype=dtype).requires_grad_(True))
+
+
+def _sliced(dtype, shape=(3, 2, 5, 8), seed=2):
+    """y, z and skip as slices of one wider last dim (a split of a linear layer's output), as the stack passes them."""
+    g = torch.Generator().manual_seed(seed)
+    d = shape[-1]
+    wide = torch.randn(*shape[:-1], 3 * d + 3, generator=g, dtype=dtype).requires_grad_(True)
+    y, z, s, _ = torch.split(wide, [d, d, d, 3], dim=-1)
+    w = torch.randn(shape[0], d, generator=g, dtype=dtype).requires_grad_(True)
+    sw = torch.randn(shape[0], d, generator=g, dtype=dtype).requires_grad_(True)
+    return wide, y, z, w, s, sw
+
+
+@pytest.mark.parametrize("eps", [1e-5, None])
+@pytest.mark.parametrize("shape", [(3, 2, 5, 8), (2, 7, 3), (1, 4, 1)])
+def test_gradcheck_float64(backend, eps, shape):
+    y, z, w = _inputs(torch.float64, shape)
+    assert torch.autograd.gradcheck(lambda a, b, c: gated_rms_norm(a, b, c, eps), (y, z, w))
+
+
+@pytest.mark.parametrize("eps", [1e-5, None])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_values_and_gradients_equal_the_reference(backend, dtype, eps):
+    y, z, w = _inputs(dtype)
+    go = torch.randn(y.shape, generator=torch.Generator().manual_seed(5), dtype=dtype)
+    out, ref = gated_rms_norm(y, z, w, eps), gated_rms_norm_ref(y, z, w, eps)
+    torch.testing.assert_close(out, ref, **TOL[dtype])
+    for got, want in zip(torch.autograd.grad(out, (y, z, w), go), torch.autograd.grad(ref, (y, z, w), go)):
+        torch.testing.assert_close(got, want, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_skip_and_sliced_inputs_equal_the_reference(backend, dtype):
+    """Mamba-2's form (the skip ``D·x``), with y, z and the skip read in place from slices of
+    one wider tensor, and with contiguous inputs: values and every gradient."""
+    wide, y, z, w, s, sw = _sliced(dtype)
+    go = torch.randn(y.shape, generator=torch.Generator().manual_seed(4), dtype=dtype)
+    out, ref = gated_rms_norm(y, z, w, 1e-5, s, sw), gated_rms_norm_ref(y, z, w, 1e-5, s, sw)
+    torch.testing.assert_close(out, ref, **TOL[dtype])
+    for got, want in zip(torch.autograd.grad(out, (wide, w, sw), go), torch.autograd.grad(ref, (wide, w, sw), go)):
+        torch.testing.assert_close(got, want, **TOL[dtype])
+    y, z, w = _inputs(dtype)
+    s, sw = _skip(dtype)
+    out, ref = gated_rms_norm(y, z, w, None, s, sw), gated_rms_norm_ref(y, z, w, None, s, sw)
+    torch.testing.assert_close(out, ref, **TOL[dtype])
+    for got, want in zip(torch.autograd.grad(out, (y, z, w, s, sw), go), torch.autograd.grad(ref, (y, z, w, s, sw), go)):
+        torch.testing.assert_close(got, want, **TOL[dtype])
+
+
+def test_gradcheck_float64_with_skip(backend):
+    y, z, w = _inputs(torch.float64)
+    s, sw = _skip(torch.float64)
+    assert torch.autograd.gradcheck(lambda a, b, c, d, f: gated_rms_norm(a, b, c, 1e-5, d, f), (y, z, w, s, sw))
+    wide, y, z, w, s, sw = _sliced(torch.float64)
+    assert torch.autograd.gradcheck(
+        lambda x, c, f: gated_rms_norm(x[..., :8], x[..., 8:16], c, 1e-5, x[..., 16:24], f), (wide, w, sw))
+
+
+def test_reference_with_skip_is_mamba2s_form():
+    """Independent check of the skip: ``RMSNorm((y + D_h·x) · silu(z))`` with D one value per head
+    of P channels (Mamba-2's), per member."""
+    y, z, w = _inputs(torch.float64, (2, 3, 4, 6))
+    x = torch.randn(2, 3, 4, 6, dtype=torch.float64)
+    dh = torch.randn(2, 3, dtype=torch.float64)  # 3 heads of 2 channels
+    out = gated_rms_norm_ref(y, z, w, 1e-5, x, dh.repeat_interleave(2, dim=1))
+    for e in range(2):
+        u = (y[e].view(3, 4, 3, 2) + dh[e][:, None] * x[e].view(3, 4, 3, 2)).reshape(3, 4, 6)
+        norm = torch.nn.RMSNorm(6, eps=1e-5, dtype=torch.float64)
+        with torch.no_grad():
+            norm.weight.copy_(w[e])
+        torch.testing.assert_close(out[e], norm(u * F.silu(z[e])), rtol=1e-12, atol=1e-12)
+
+
+def test_reference_is_nn_rmsnorm_of_the_gated_input_per_member():
+    """Independent check: per member, ``nn.RMSNorm`` (its weight set to the member's) of ``y · silu(z)``."""
+    y, z, w = _inputs(torch.float64)
+    for eps in (1e-5, None):
+        out = gated_rms_norm_ref(y, z, w, eps)
+        for e in range(y.shape[0]):
+            norm = torch.nn.RMSNorm(y.shape[-1], eps=eps, dtype=torch.float64)
+            with torch.no_grad():
+                norm.weight.copy_(w[e])
+            torch.testing.assert_close(out[e], norm(y[e] * F.silu(z[e])), rtol=1e-12, atol=1e-12)
+
+
+def test_float32_saturated_gates_match(backend):
+    y, z, w = _inputs(torch.float32)
+    with torch.no_grad():
+        z.mul_(40.0)
+    out, ref = gated_rms_norm(y, z, w, 1e-5), gated_rms_norm_ref(y, z, w, 1e-5)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, ref, **TOL[torch.float32])
+
+
+def test_bad_shapes_are_one_clear_error():
+    y, z, w = _inputs(torch.float32)
+    with pytest.raises(ValueError, match="gated_rms_norm: need"):
+        gated_rms_norm(y, z, w[:, :-1], 1e-5)
+    with pytest.raises(ValueError, match="gated_rms_norm: need"):
+        gated_rms_norm(y, z, w, 1e-5, y)  # a skip without its weight
+
+
+def test_c_kernel_is_built_where_a_compiler_exists(monkeypatch):
+    import shutil
+
+    monkeypatch.delenv(C_KERNELS_ENV, raising=False)
+    if shutil.which("cc") or shutil.which("gcc") or shutil.which("clang"):
+        assert gn.compiled_kernel_status().startswith("compiled: ")
+    monkeypatch.setenv(C_KERNELS_ENV, "0")
+    assert gn._c_library() is None
