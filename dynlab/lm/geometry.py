@@ -52,9 +52,9 @@ from dynlab.analysis.geometry import crossing_time, geometry_over_time
 from dynlab.analysis.jacobian import analysis_copy, step_jacobians
 from dynlab.lm.states import CarriedStates
 from dynlab.results.vocabulary import annotate
-from dynlab.lm.tasks import PASSKEY_NEEDLE, ROOMS, BabiTask, CopyingTask, PasskeyTask, TaskBatch, _filler, _World, _batch
+from dynlab.lm.tasks import PASSKEY_NEEDLE, ROOMS, BabiTask, CopyingTask, PasskeyTask
 
-__all__ = ["DISTANCES", "LMRecurrence", "babi_probes", "probe_accuracy", "distance_geometry", "task_probes",
+__all__ = ["DISTANCES", "LMRecurrence", "probe_accuracy", "distance_geometry", "task_probes",
            "model_task_geometry", "preregistered_test", "geometry_row", "state_jacobians", "layer_jacobians", "recurrence_spectra", "filler_fixed_points", "censored_first_below"]
 
 #: Distance bins: pre-registered for passkey (tokens) and copying (letters); babi (tokens) came after the pre-registration.
@@ -188,37 +188,10 @@ def task_probes(kind: str, task: Any, generator: torch.Generator, n: int, d: int
         labels = (batch.tokens[:, 1] - ord("a")).numpy()
     elif kind == "babi":
         assert isinstance(task, BabiTask)
-        batch, position, labels = babi_probes(task, generator, n, d)
+        batch, position, labels = task.probe_samples(generator, n, d)
     else:
         raise ValueError(f"task kind {kind!r} has no symbolic variable; allowed: {', '.join(DISTANCES)}")
     return batch.tokens, position, batch, labels
-
-
-def babi_probes(task: BabiTask, generator: torch.Generator, n: int, d: int) -> tuple[TaskBatch, int, np.ndarray]:
-    """``n`` bAbI probe samples at distance ``d`` (module docstring): the task's ``n_facts``
-    random moves side by side, ``d`` filler tokens, "Where is <person>?" about the person
-    who moved last, and the answer (scored).  Returns the batch, the read position (after
-    the last filler token, the same in every row: the facts are padded on the left with
-    filler to one length) and each row's room index into :data:`ROOMS`."""
-    rows, scored, labels, stories = [], [], [], []
-    for _ in range(n):
-        world = _World()
-        facts = [world.step(generator, moves_only=True) for _ in range(task.n_facts)]
-        person = facts[-1].split(" ", 1)[0]
-        stories.append((sum((task._fact(f) for f in facts), []), person, world.where[person]))
-    width = max(len(s[0]) for s in stories)
-    for story, person, room in stories:
-        row = _filler(task.stream, width - len(story), generator) + story + _filler(task.stream, d, generator)
-        row += task._ask(f"Where is {person}?")
-        start = len(row)
-        answer = task._encode(room + ".")
-        row += answer
-        rows.append(row)
-        scored.append(list(range(start, start + len(answer) - len(task._encode(".")))))
-        labels.append(ROOMS.index(room))
-    longest = max(map(len, rows))  # names and rooms differ in length: filler after the answer, never scored
-    rows = [r + _filler(task.stream, longest - len(r), generator) for r in rows]
-    return _batch(rows, scored), width + d, np.asarray(labels)
 
 
 @torch.no_grad()

@@ -72,6 +72,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from dynlab.errors import DynlabInputError
@@ -398,6 +399,31 @@ class BabiTask:
         if kind == "qa2":
             return facts, f"Where is the {obj}?", r2 if moves_on else r1
         return facts, f"Where was the {obj} before the {r2}?", r1
+
+    def probe_samples(self, generator: torch.Generator, n: int, d: int) -> tuple[TaskBatch, int, np.ndarray]:
+        """``n`` probe samples of the state geometry at distance ``d``
+        (:mod:`dynlab.lm.geometry`): the task's ``n_facts`` random moves side by side, ``d``
+        filler tokens, "Where is <person>?" about the person who moved last, and the answer
+        (scored).  Returns the batch, the read position (after the last filler token, the
+        same in every row: the facts are padded on the left with filler to one length) and
+        each row's room index into :data:`ROOMS`."""
+        rows, scored, labels, stories = [], [], [], []
+        for _ in range(n):
+            world = _World()
+            facts = [world.step(generator, moves_only=True) for _ in range(self.n_facts)]
+            person = facts[-1].split(" ", 1)[0]
+            stories.append((sum((self._fact(f) for f in facts), []), person, world.where[person]))
+        width = max(len(s[0]) for s in stories)
+        for story, person, room in stories:
+            row = _filler(self.stream, width - len(story), generator) + story + _filler(self.stream, d, generator)
+            row += self._ask(f"Where is {person}?")
+            answer = self._encode(room + ".")
+            scored.append(list(range(len(row), len(row) + len(answer) - len(self._encode(".")))))
+            rows.append(row + answer)
+            labels.append(ROOMS.index(room))
+        longest = max(map(len, rows))  # names and rooms differ in length: filler after the answer, never scored
+        rows = [r + _filler(self.stream, longest - len(r), generator) for r in rows]
+        return _batch(rows, scored), width + d, np.asarray(labels)
 
     def sample_kind(self, generator: torch.Generator, batch_size: int, length: int, kind: str) -> TaskBatch:
         """``batch_size`` samples of one ``kind``."""

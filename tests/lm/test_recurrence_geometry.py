@@ -261,13 +261,12 @@ def test_babi_probes_carry_the_room_of_the_last_mover(tokens):
     """The label is the room the asked person last went to, read back from the text itself;
     the state read sits right after the filler, d tokens after that last move; the scored
     tokens are the answer, which spells the labelled room."""
-    from dynlab.lm.geometry import babi_probes
     from dynlab.lm.tasks import ROOMS, BabiTask, babi_decode
 
     stream = torch.tensor(list(b"the quick brown fox jumps over the lazy dog " * 200))
     task = BabiTask(stream, kinds=("qa1",), n_facts=3, tokens=tokens)
     d = 16
-    batch, position, labels = babi_probes(task, torch.Generator().manual_seed(0), 30, d)
+    batch, position, labels = task.probe_samples(torch.Generator().manual_seed(0), 30, d)
     assert labels.min() >= 0 and labels.max() < len(ROOMS) and len(set(labels.tolist())) > 1
     def text(ids) -> str:  # words mode decodes each word token as ⟨word⟩: back to plain words
         plain = " ".join(re.sub(r"⟨([^⟩]*)⟩", r" \1 ", babi_decode(ids)).split())
