@@ -32,7 +32,7 @@ import xarray as xr
 from dynlab.tracking.spec import RunSpec
 from dynlab.errors import DynlabInputError
 from dynlab.names import ABLATION_NONLINEARITIES as NONLINEARITIES  # the φ of the ablation
-from dynlab.figures.tracking import mp_failure_table
+from dynlab.figures.ablation import mp_failure_table
 from dynlab.tracking.models import available_cells
 from dynlab.studies import CATALOG
 from dynlab.studies import group_tracking as gt

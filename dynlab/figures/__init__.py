@@ -33,20 +33,13 @@ import xarray as xr
 from dynlab.figures.panel import (
     MissingData, MissingVariables, NothingToDraw, Panel, Table, draw_empty, empty_table, needs,
 )
+from dynlab.figures.ablation import mp_by_nonlinearity, mp_failure_table
+from dynlab.figures.dynamics import (
+    failure_modes, fixed_point_spectra, margin_panel, perturbation_recovery, return_map_eigs,
+)
 from dynlab.figures.style import COLUMN_WIDTH, PAGE_WIDTH, PANEL_HEIGHT, fit_titles, publication_style
 from dynlab.figures.tracking import (
-    accuracy_heatmap,
-    failure_modes,
-    fixed_point_spectra,
-    horizon_forecast_scatter,
-    margin_panel,
-    mp_by_nonlinearity,
-    mp_failure_table,
-    perturbation_recovery,
-    q_curves,
-    r_par_perp,
-    return_map_eigs,
-    tcross_mp_scatter,
+    accuracy_heatmap, horizon_forecast_scatter, q_curves, r_par_perp, tcross_mp_scatter,
 )
 
 __all__ = [
@@ -130,7 +123,7 @@ def group_tracking_panels(ds: xr.Dataset) -> dict[str, Panel | Table]:
 def nonlinearity_panels(ds: xr.Dataset) -> dict[str, Panel | Table]:
     """The panels of the nonlinearity ablation: mp per φ, accuracy heatmaps (a row per φ),
     failure modes per φ, q(t) per group coloured by φ, return-map eigenvalues, and the
-    Markdown table ``mp_table`` (:func:`~dynlab.figures.tracking.mp_failure_table`)."""
+    Markdown table ``mp_table`` (:func:`~dynlab.figures.ablation.mp_failure_table`)."""
     groups = _groups(ds)
     panels: dict[str, Panel | Table] = {"mp_by_nonlinearity": Panel(mp_by_nonlinearity)}
     for g in groups:

@@ -28,7 +28,7 @@ from dynlab.figures import (  # noqa: E402
     tcross_mp_scatter,
     write_figures,
 )
-from dynlab.figures.tracking import default_mode_variable  # noqa: E402
+from dynlab.figures.ablation import default_mode_variable  # noqa: E402
 from dynlab.results.schema import annotate, write_dataset  # noqa: E402
 
 ARCHS = [("mamba", "affine"), ("tanh-rnn", "state-dependent")]
@@ -388,6 +388,7 @@ def test_figure_modules_import_no_torch():
 
     root = Path(dynlab.figures.__file__).parent
     allowed_dynlab = {"dynlab.figures", "dynlab.figures.panel", "dynlab.figures.style", "dynlab.figures.tracking",
+                      "dynlab.figures.runs", "dynlab.figures.arms", "dynlab.figures.dynamics", "dynlab.figures.ablation",
                       "dynlab.figures.lm", "dynlab.figures.training", "dynlab.tracking.groups", "dynlab.names",
                       "dynlab.analysis.contrasts"}  # torch-free: numpy, xarray, scipy (Holm)
     for path in sorted(root.glob("*.py")):
