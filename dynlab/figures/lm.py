@@ -15,21 +15,22 @@ trained (annealed) runs, which :func:`far_in_budget_panel` draws.
 Summary panels: :func:`far_in_budget_panel` (far/in against the training budget),
 :func:`context_ladder_panel` (far/in against T_train) and :func:`contrast_forest_panel`
 (the paired intervention contrasts, Holm-corrected).  Each labels itself from the
-variables' ``long_name``/``units``.  No torch, no file I/O.
+variables' ``long_name``/``units``.  The arms, their colours, legends and the powers-of-two
+axes are :mod:`dynlab.figures.arms`.  No torch, no file I/O.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import numpy as np
 import xarray as xr
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator, ScalarFormatter
 
 from dynlab.analysis.contrasts import holm  # one home for the correction (re-exported for the task panels)
+from dynlab.figures.arms import (
+    ARM_COORDS, PALETTE, SHORT_NAMES, arm_legend, arm_styles, factored_legend, final_checkpoint, log2_axis, run_arms,
+    run_value, size_colors, varying_coords,
+)
 from dynlab.figures.panel import NothingToDraw, Panel, needs
 from dynlab.figures.style import axis_label
 
@@ -39,81 +40,6 @@ __all__ = ["EFFREM_NAMES", "PANELS", "context_ladder_panel", "contrast_forest_pa
 
 #: Dataset variable of EffRem under each distance.
 EFFREM_NAMES = {"tv": "effrem", "js": "effrem_js", "cos": "effrem_cos"}
-
-#: Run coords that tell arms apart, in the order a label names them (the seed never does).
-ARM_COORDS = ("arch", "intervention", "phase", "d_model", "train_length")
-_SHORT = {"d_model": "d_model", "train_length": "T_train"}
-#: One colour per arm (colour-blind-safe, Okabe–Ito order), and a ramp for model sizes.
-PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
-LINESTYLES = ("-", "--", ":", "-.")
-BAND = "band: min–max over seeds"
-
-
-def _varying(ds: xr.Dataset, runs: np.ndarray, keys: Sequence[str] = ARM_COORDS) -> list[str]:
-    return [k for k in keys if k in ds.coords and ds[k].dims == ("run",)
-            and len(np.unique(ds[k].values[runs].astype(str))) > 1]
-
-
-def _value(ds: xr.Dataset, key: str, i: int):
-    v = ds[key].values[i]
-    return v.item() if hasattr(v, "item") else v
-
-
-def run_arms(ds: xr.Dataset, runs: np.ndarray | None = None) -> list[tuple[str, dict, np.ndarray]]:
-    """The arms among ``runs`` (default: all): ``(label, {coord: value}, run positions)`` per
-    distinct combination of the varying :data:`ARM_COORDS`, in order of first appearance."""
-    runs = np.arange(ds.sizes["run"]) if runs is None else np.asarray(runs)
-    keys = _varying(ds, runs)
-    arms: dict[tuple, list[int]] = {}
-    for i in runs:
-        arms.setdefault(tuple(_value(ds, k, int(i)) for k in keys), []).append(int(i))
-    out = []
-    for combo, idx in arms.items():
-        values = dict(zip(keys, combo))
-        parts = []
-        for k, v in values.items():
-            if k == "phase" and "intervention" in values:
-                continue
-            if k == "intervention" and "phase" in values:
-                parts.append(f"{v} ({values['phase']})")
-            elif k in _SHORT:
-                parts.append(f"{_SHORT[k]} {v}")
-            else:
-                parts.append(str(v))
-        fallback = str(_value(ds, "arch", int(idx[0]))) if "arch" in ds.coords else "all runs"
-        out.append((", ".join(parts) or fallback, values, np.array(idx)))
-    return out
-
-
-def size_colors(n: int) -> list[str]:
-    """``n`` colours from small to large on the viridis ramp (light yellow-green left out)."""
-    from matplotlib import colormaps
-    from matplotlib.colors import to_hex
-
-    return [to_hex(colormaps["viridis"](x)) for x in np.linspace(0.05, 0.8, n)] if n > 1 else [PALETTE[0]]
-
-
-def _arm_styles(ds: xr.Dataset, arms: list[tuple[str, dict, np.ndarray]]) -> list[dict]:
-    """Colour (and line style) per arm: per size and T_train when those vary, else one colour per arm."""
-    values = [a[1] for a in arms]
-    if any("d_model" in v for v in values):
-        sizes = sorted({v["d_model"] for v in values if "d_model" in v})
-        lengths = sorted({v.get("train_length") for v in values}, key=lambda x: (x is None, x))
-        ramp = size_colors(len(sizes))
-        return [{"color": ramp[sizes.index(v["d_model"])],
-                 "linestyle": LINESTYLES[lengths.index(v.get("train_length")) % len(LINESTYLES)]} for v in values]
-    return [{"color": PALETTE[i % len(PALETTE)], "linestyle": "-"} for i in range(len(arms))]
-
-
-def _final_checkpoint(da: xr.DataArray) -> xr.DataArray:
-    """Per run, the last budget at which ``da`` holds a finite value (``da`` without ``budget``)."""
-    if "budget" not in da.dims:
-        return da
-    other = [d for d in da.dims if d not in ("run", "budget")]
-    has = da.notnull().any(other) if other else da.notnull()
-    last = (has * np.arange(da.sizes["budget"])).max("budget")
-    out = da.isel(budget=last.astype(int))
-    return out.drop_vars("budget", errors="ignore")
 
 
 def _position_runs(ds: xr.Dataset) -> np.ndarray:
@@ -130,53 +56,8 @@ def _mark_training_length(ds: xr.Dataset, ax: Axes) -> None:
             ax.axvline(float(length), color="0.5", linestyle=":", linewidth=0.8, zorder=0)
 
 
-def _log2_axis(ax: Axes, values: np.ndarray, fmt=None, which: str = "x") -> None:
-    """Log-scaled axis with ticks at the powers of two spanned by ``values``."""
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v) & (v > 0)]
-    axis = ax.xaxis if which == "x" else ax.yaxis
-    (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=2)
-    if v.size:
-        ticks = 2.0 ** np.arange(np.floor(np.log2(v.min())), np.ceil(np.log2(v.max())) + 1)
-        if ticks.size > 5:  # every other power of two (or sparser): labels stay apart on a narrow axis
-            ticks = ticks[:: int(np.ceil(ticks.size / 5))]
-        axis.set_major_locator(FixedLocator(ticks))
-        axis.set_major_formatter(FuncFormatter(fmt) if fmt else ScalarFormatter())
-        axis.set_minor_locator(NullLocator())
-        axis.set_minor_formatter(NullFormatter())
-
-
 def _log2_positions(ax: Axes, t: np.ndarray) -> None:
-    _log2_axis(ax, t, lambda v, _: f"{v:g}")
-
-
-def _factored(ds: xr.Dataset, arms: list[tuple[str, dict, np.ndarray]], styles: list[dict], lines: list) -> list:
-    """Legend handles: one per arm, or, when arms differ by size (colour) and T_train (line
-    style), one per size and one per T_train."""
-    values = [a[1] for a in arms]
-    if not (any("d_model" in v for v in values) and any("train_length" in v for v in values)):
-        return lines
-    handles, seen = [], set()
-    for v, style in zip(values, styles):
-        if ("d", v["d_model"]) not in seen:
-            seen.add(("d", v["d_model"]))
-            handles.append(Line2D([], [], color=style["color"], label=f"d_model {v['d_model']}"))
-    for v, style in zip(values, styles):
-        if ("T", v["train_length"]) not in seen:
-            seen.add(("T", v["train_length"]))
-            handles.append(Line2D([], [], color="0.3", linestyle=style["linestyle"], label=f"T_train {v['train_length']}"))
-    return handles
-
-
-def _legend(ax: Axes, handles: list, band: bool, **kw) -> None:
-    """The legend; beside the axes when it has more than three entries."""
-    if band:
-        handles = [*handles, Patch(facecolor="0.6", alpha=0.3, label=BAND)]
-    if not handles:
-        return
-    if len(handles) > 3:
-        kw = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, **kw}
-    ax.legend(handles=handles, fontsize="small", **kw)
+    log2_axis(ax, t, lambda v, _: f"{v:g}")
 
 
 #: The position dims of a language model's curves: each quantity on its own (a dataset
@@ -196,10 +77,10 @@ def position_dim(da: xr.DataArray) -> str:
 def _arm_lines(ds: xr.Dataset, da: xr.DataArray, ax: Axes, mark_training: bool = True, kept: bool = False) -> Axes:
     """Mean over seeds per arm with a min–max band (see the module docstring); with ``kept``
     the x axis is the context kept, eval_length − t (points with at least one token)."""
-    da = _final_checkpoint(da)
+    da = final_checkpoint(da)
     pos = position_dim(da)
     arms = run_arms(ds, _position_runs(ds))
-    styles = _arm_styles(ds, arms)
+    styles = arm_styles(ds, arms)
     handles, banded, drawn = [], False, []
     for (label, values, idx), style in zip(arms, styles):
         part = da.isel(run=idx)
@@ -224,7 +105,7 @@ def _arm_lines(ds: xr.Dataset, da: xr.DataArray, ax: Axes, mark_training: bool =
     ax.set_xlabel("position t [tokens]")
     if mark_training:
         _mark_training_length(ds, ax)
-    _legend(ax, _factored(ds, [d[:3] for d in drawn], [d[3] for d in drawn], handles), banded)
+    arm_legend(ax, factored_legend(ds, [d[:3] for d in drawn], [d[3] for d in drawn], handles), banded)
     return ax
 
 
@@ -317,7 +198,7 @@ def far_in_budget_panel(ds: xr.Dataset, ax: Axes) -> Axes:
     ok = _ok(ds)
     ladder = np.flatnonzero(~annealed & ok)
     arms = run_arms(ds, ladder) if ladder.size else []
-    styles = _arm_styles(ds, arms)
+    styles = arm_styles(ds, arms)
     handles, banded, drawn, lined = [], False, [], []
     by_key = {}
     for (label, values, idx), style in zip(arms, styles):
@@ -341,7 +222,7 @@ def far_in_budget_panel(ds: xr.Dataset, ax: Axes) -> Axes:
         keep = np.isfinite(values)
         if not keep.any():
             continue
-        key = tuple(_value(ds, k, int(i)) if k in ds.coords else None for k in ("d_model", "train_length", "arch"))
+        key = tuple(run_value(ds, k, int(i)) if k in ds.coords else None for k in ("d_model", "train_length", "arch"))
         style = by_key.get(key) or next((s for k, s in by_key.items() if k[0] == key[0]), {"color": "0.3"})
         ax.plot(budget[keep], values[keep], linestyle="none", marker="D", markersize=4, markerfacecolor="white",
                 markeredgecolor=style["color"], markeredgewidth=1.0, label="_annealed")
@@ -349,16 +230,16 @@ def far_in_budget_panel(ds: xr.Dataset, ax: Axes) -> Axes:
         marked = True
     if not drawn:
         raise NothingToDraw(f"{name} holds no finite value of a run with status ok")
-    handles = _factored(ds, [x[:3] for x in lined], [x[3] for x in lined], handles)
+    handles = factored_legend(ds, [x[:3] for x in lined], [x[3] for x in lined], handles)
     if marked:
         handles.append(Line2D([], [], linestyle="none", marker="D", markersize=4, markerfacecolor="white",
                               markeredgecolor="0.3", label="annealed run\n(trained to that budget)"))
     ax.axhline(1.0, color="0.5", linestyle=":", linewidth=0.8, zorder=0)
-    _log2_axis(ax, np.asarray(drawn), _chinchilla)
+    log2_axis(ax, np.asarray(drawn), _chinchilla)
     ax.set_xlabel("training budget [× Chinchilla]")
     ax.set_ylabel(_ratio_label(ds, name))
     ax.set_title("Far/in PPL vs training budget")
-    _legend(ax, handles, banded)
+    arm_legend(ax, handles, banded)
     return ax
 
 
@@ -367,15 +248,15 @@ def context_ladder_panel(ds: xr.Dataset, ax: Axes) -> Axes:
     """far/in against T_train (log2 axis): one line per model size (``d_model``, else per
     arm), mean over seeds with a min–max band, each seed as a dot."""
     name = ratio_name(ds)
-    da = _final_checkpoint(ds[name])
+    da = final_checkpoint(ds[name])
     runs = np.flatnonzero(_ok(ds))
     if "budget" in ds.dims and "annealed" in ds.coords:
         runs = runs[~ds["annealed"].values.astype(bool)[runs]]
     keys = [k for k in ARM_COORDS if k != "train_length"]
     groups: dict[tuple, list[int]] = {}
-    varying = _varying(ds, runs, keys)
+    varying = varying_coords(ds, runs, keys)
     for i in runs:
-        groups.setdefault(tuple(_value(ds, k, int(i)) for k in varying), []).append(int(i))
+        groups.setdefault(tuple(run_value(ds, k, int(i)) for k in varying), []).append(int(i))
     lengths_all = ds["train_length"].values.astype(float)
     sizes = sorted({c[varying.index("d_model")] for c in groups}) if "d_model" in varying else []
     handles, banded, xs = [], False, []
@@ -393,7 +274,7 @@ def context_ladder_panel(ds: xr.Dataset, ax: Axes) -> Axes:
         mean = np.array([np.nanmean(r[t == x]) for x in ts])
         lo = np.array([np.nanmin(r[t == x]) for x in ts])
         hi = np.array([np.nanmax(r[t == x]) for x in ts])
-        label = ", ".join(f"{_SHORT.get(k, k)} {v}" if k in _SHORT else str(v) for k, v in values.items()) or "all runs"
+        label = ", ".join(f"{SHORT_NAMES.get(k, k)} {v}" if k in SHORT_NAMES else str(v) for k, v in values.items()) or "all runs"
         if "d_model" in values and "n_params" in ds.coords:
             label += f" ({int(ds['n_params'].values[idx[0]]) / 1000:.1f}k params)"
         (line,) = ax.plot(ts, mean, marker="o", markersize=3, color=color, label=label)
@@ -406,12 +287,12 @@ def context_ladder_panel(ds: xr.Dataset, ax: Axes) -> Axes:
     if not xs:
         raise NothingToDraw(f"{name} holds no finite value of a run with status ok")
     ax.axhline(1.0, color="0.5", linestyle=":", linewidth=0.8, zorder=0)
-    _log2_axis(ax, np.asarray(xs), lambda v, _: f"{v:g}")
+    log2_axis(ax, np.asarray(xs), lambda v, _: f"{v:g}")
     ax.set_xlabel("training length T_train [tokens]")
     ax.set_ylabel(_ratio_label(ds, name))
     ax.set_title("Far/in PPL vs training length")
     handles.append(Line2D([], [], linestyle="none", marker=".", color="0.4", label="one seed"))
-    _legend(ax, handles, banded)
+    arm_legend(ax, handles, banded)
     return ax
 
 

@@ -17,7 +17,8 @@ import numpy as np
 import xarray as xr
 from matplotlib.axes import Axes
 
-from dynlab.figures.lm import BAND, holm
+from dynlab.figures.arms import BAND
+from dynlab.figures.lm import holm
 from dynlab.figures.panel import NothingToDraw, Panel, needs
 from dynlab.figures.style import axis_label
 

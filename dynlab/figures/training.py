@@ -11,7 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-from dynlab.figures.lm import PALETTE, run_arms
+from dynlab.figures.arms import PALETTE, run_arms
 from dynlab.figures.panel import NothingToDraw, Panel, needs
 from dynlab.figures.style import axis_label
 

@@ -233,7 +233,8 @@ def test_every_committed_dataset_draws_with_no_title_clipped(path):
 
 
 def test_task_panels_count_left_out_runs_correct_stars_and_label_bands():
-    from dynlab.figures.lm import BAND, holm
+    from dynlab.figures.arms import BAND
+    from dynlab.figures.lm import holm
     from dynlab.figures.tasks import babi_panel, copying_panel, passkey_difference, passkey_heatmap
 
     ds = xr.open_dataset(DATASETS / "passkey.nc").load()
