@@ -62,6 +62,10 @@ verdicts of a dataset; docs/results.md holds the measured ones.
 Selections: ``models`` = mixers (``all`` = the preset's, or a subset of mamba2, mamba1, gla);
 ``seeds``; ``extra`` may hold ``interventions`` (names), ``source`` (a text file), and
 ``model`` / ``train`` / ``eval`` / ``intervention`` / ``post`` field overrides.
+
+Long module: the presets are one table (the list above, :data:`PRESETS` and the model
+layouts they share) that :func:`make_specs` reads as one; the dataset is assembled in
+:func:`dynlab.lm.dataset.assemble_lm_runs`.
 """
 
 from __future__ import annotations
@@ -75,11 +79,8 @@ import torch
 import xarray as xr
 from pydantic import AfterValidator
 
-from dynlab.analysis.contrasts import paired_contrasts
-from dynlab.analysis.lm_metrics import ppl_ranges
 from dynlab.errors import DynlabInputError
-from dynlab.lm.dataset import result_to_dataset
-from dynlab.lm.model import VOCAB_SIZE
+from dynlab.lm.dataset import assemble_lm_runs
 from dynlab.lm.results import LMResult
 from dynlab.lm.run import (
     build_model, check_source, checkpoint_steps, count_parameters, stack_key, train_and_evaluate, train_and_evaluate_many,
@@ -89,9 +90,7 @@ from dynlab.lm.spec import (
     BUDGET_LM_LAYOUT, CHINCHILLA_TOKENS_PER_PARAM, QUICK_LM_LAYOUT, InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMPostSpec, LMRunSpec,
     LMTrainSpec, anchor_model_fields,
 )
-from dynlab.results.assemble import assemble_runs, result_columns, stack_runs, training_curves
 from dynlab.results.store import RunStore
-from dynlab.results.vocabulary import annotate
 from dynlab.studies import CATALOG
 from dynlab.study import RunOutcome, Study, StudyOptions, override_field, read_result, select_names
 from dynlab.studies.long_context import LMOptions
@@ -380,88 +379,11 @@ def group_key(spec: LMRunSpec) -> str:
     return stack_key(spec) if spec.train.engine == "stack" else spec.spec_hash()
 
 
-def _curves(result: dict[str, Any], train_length: int) -> xr.Dataset:
-    """One evaluation's curves, each on its own positions (:func:`dynlab.lm.dataset.result_to_dataset`), with
-    ``lg_passed`` as 1.0/0.0 (runs without one are NaN) and its in-range and far PPL."""
-    ds = result_to_dataset(result)
-    ds = ds.assign(lg_passed=ds["lg_passed"].astype(float)) if "lg_passed" in ds else ds
-    return ds.merge(ppl_ranges(ds["ppl_binned"], ds["lg_p_star"], train_length))
-
-
-def _run_curves(spec: LMRunSpec, r: LMResult) -> xr.Dataset | None:
-    """An ``ok`` run's curves; with checkpoints, each checkpoint's on the dim ``budget``."""
-    if r.status != "ok":
-        return None
-    if not r.checkpoints:
-        return _curves(r.to_json(), spec.train.seq_len)
-    parts = [_curves(c, spec.train.seq_len) for c in r.checkpoints]
-    budgets = [float(c["budget"]) for c in r.checkpoints]
-    ds = xr.concat(parts, dim="budget", join="outer", data_vars="all", coords="minimal", compat="override")
-    ds = ds.assign_coords(budget=budgets)
-    ratio = ds["far_in_ratio"].values
-    rise = np.flatnonzero(ratio > 1.0)
-    blocks = r.n_params - 2 * VOCAB_SIZE * spec.model.d_model  # the embedding and the (untied) head left out
-    return annotate(ds.assign(
-        checkpoint_step=("budget", [int(c["step"]) for c in r.checkpoints]),
-        tokens_per_param=("budget", [c["tokens"] / r.n_params for c in r.checkpoints]),
-        budget_blocks=("budget", [c["tokens"] / (CHINCHILLA_TOKENS_PER_PARAM * blocks) for c in r.checkpoints]),
-        first_rise_budget=((), budgets[rise[0]] if rise.size else np.nan),
-    ))
-
-
-_SPEC_COORDS = {
-    "arch": lambda s: s.model.mixer,
-    "intervention": lambda s: s.intervention.kind,
-    "seed": lambda s: s.seed,
-    "train_length": lambda s: s.train.seq_len,
-    "eval_length": lambda s: s.eval_length,
-    "d_model": lambda s: s.model.d_model,
-    "annealed": lambda s: len(s.eval.checkpoints) == 1,
-}
-
-
 def assemble(specs: list[LMRunSpec], store: RunStore, options: StudyOptions) -> xr.Dataset:
-    """The study dataset: per-run Datasets stacked on ``run`` (outer join on each position axis); with
-    post-training arms, one row per tested model and the paired contrasts (module docstring)."""
-    results = [read_result(LMResult, store, s) for s in specs]
-    if any(s.post is not None for s in specs):
-        return _assemble_arms(specs, results)
-    ds = assemble_runs(specs, results, _run_curves, coords=_SPEC_COORDS)
-    ds = ds.assign_coords(n_params=("run", [np.nan if r.n_params is None else r.n_params for r in results]))
-    if any(s.train.engine != "loop" for s in specs):
-        ds = ds.assign_coords(engine=("run", np.array([s.train.engine for s in specs], dtype=str)),
-                              ensemble_size=("run", [np.nan if r.ensemble_size is None else r.ensemble_size
-                                                     for r in results]))
-    return annotate(ds)
-
-
-def _assemble_arms(specs: list[LMRunSpec], results: list[LMResult]) -> xr.Dataset:
-    """One row per tested model: each run's trained model (``phase = "base"``) and its arms
-    (``phase = "post"``), then the paired contrasts of ``ppl_far`` and ``ppl_in``."""
-    rows: list[tuple[LMRunSpec, str, str, LMResult]] = []
-    for spec, r in zip(specs, results):
-        rows.append((spec, spec.intervention.kind, "base", r))
-        for arm in spec.post.interventions if spec.post is not None else ():
-            if arm in (r.post or {}):
-                rows.append((spec, arm, "post", LMResult.model_validate({"n_params": r.n_params, **r.post[arm]})))
-    ds = stack_runs([_curves(res.to_json(), spec.train.seq_len) if res.status == "ok" and res.ppl else None
-                     for spec, _, _, res in rows])
-    ds = (ds if ds is not None else xr.Dataset()).assign_coords(run=np.arange(len(rows)))
-    ds = ds.assign(result_columns([row[3] for row in rows], ("status", "reason", "train_loss", "train_time")))
-    ds = ds.merge(training_curves([row[3] for row in rows]))
-    ds = ds.assign_coords({
-        "run_id": ("run", [row[0].run_id for row in rows]), "arch": ("run", [row[0].model.mixer for row in rows]),
-        "intervention": ("run", [row[1] for row in rows]), "phase": ("run", [row[2] for row in rows]),
-        "seed": ("run", [row[0].seed for row in rows]), "train_length": ("run", [row[0].train.seq_len for row in rows]),
-        "eval_length": ("run", [row[0].eval_length for row in rows]),
-        "d_model": ("run", [row[0].model.d_model for row in rows]),
-        "n_params": ("run", [np.nan if row[3].n_params is None else row[3].n_params for row in rows]),
-    })
-    if "ppl_far" in ds and (ds["phase"] == "post").any():
-        for name, prefix in (("ppl_far", "far_"), ("ppl_in", "in_")):
-            c = paired_contrasts(ds, name)
-            ds = ds.merge(c.rename({k: f"{prefix}{k}" for k in c.data_vars}))
-    return ds
+    """The study dataset (:func:`dynlab.lm.dataset.assemble_lm_runs`): per-run Datasets stacked on ``run``
+    (outer join on each position axis); with post-training arms, one row per tested model and the
+    paired contrasts (module docstring)."""
+    return assemble_lm_runs(specs, [read_result(LMResult, store, s) for s in specs])
 
 
 STUDY = Study(

@@ -4,19 +4,32 @@
 into a Dataset whose curves are each on their own position axis (``t``, ``t_bin``,
 ``t_effrem``, ``t_state``), so that no quantity is padded with NaN onto another's grid and
 ``ds.ppl_binned.plot()`` draws a curve.  :func:`split_positions` converts a dataset written
-with every curve on one shared ``t`` into that layout.  Torch-free.
+with every curve on one shared ``t`` into that layout.  :func:`assemble_lm_runs` stacks the
+runs of the length-generalization study (:mod:`dynlab.studies.length_generalization`) into
+its dataset: each run's curves with its in-range and far PPL (:func:`evaluation_curves`), a
+checkpointed run's on the dim ``budget`` (:func:`run_curves`), and the post-training arms
+with their paired contrasts (:func:`assemble_arms`).  Torch-free (a checkpointed run reads
+two constants of the torch-importing model and spec modules).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xarray as xr
 
+from dynlab.analysis.contrasts import paired_contrasts
+from dynlab.analysis.lm_metrics import ppl_ranges
+from dynlab.lm.results import LMResult
+from dynlab.results.assemble import assemble_runs, result_columns, stack_runs, training_curves
 from dynlab.results.vocabulary import annotate
 
-__all__ = ["POSITION_AXES", "result_to_dataset", "split_positions"]
+if TYPE_CHECKING:
+    from dynlab.lm.spec import LMRunSpec
+
+__all__ = ["POSITION_AXES", "SPEC_COORDS", "assemble_arms", "assemble_lm_runs", "evaluation_curves", "result_to_dataset",
+           "run_curves", "split_positions"]
 
 #: The position axis of each LM curve (the rest of its name's family shares it).
 POSITION_AXES = {"ppl": "t", "ppl_binned": "t_bin", "effrem": "t_effrem", "effrem_js": "t_effrem",
@@ -84,3 +97,91 @@ def split_positions(ds: xr.Dataset) -> xr.Dataset:
         ppl_t = ds["t"].values[ds["ppl"].notnull().any([d for d in ds["ppl"].dims if d != "t"]).values]
         out = out.sel(t=ppl_t)
     return annotate(out)
+
+
+def evaluation_curves(result: dict[str, Any], train_length: int) -> xr.Dataset:
+    """One evaluation's curves, each on its own positions (:func:`result_to_dataset`), with
+    ``lg_passed`` as 1.0/0.0 (runs without one are NaN) and its in-range and far PPL."""
+    ds = result_to_dataset(result)
+    ds = ds.assign(lg_passed=ds["lg_passed"].astype(float)) if "lg_passed" in ds else ds
+    return ds.merge(ppl_ranges(ds["ppl_binned"], ds["lg_p_star"], train_length))
+
+
+def run_curves(spec: LMRunSpec, r: LMResult) -> xr.Dataset | None:
+    """An ``ok`` run's curves; with checkpoints, each checkpoint's on the dim ``budget``."""
+    if r.status != "ok":
+        return None
+    if not r.checkpoints:
+        return evaluation_curves(r.to_json(), spec.train.seq_len)
+    parts = [evaluation_curves(c, spec.train.seq_len) for c in r.checkpoints]
+    budgets = [float(c["budget"]) for c in r.checkpoints]
+    ds = xr.concat(parts, dim="budget", join="outer", data_vars="all", coords="minimal", compat="override")
+    ds = ds.assign_coords(budget=budgets)
+    from dynlab.lm.model import VOCAB_SIZE  # the model and spec modules import torch: only for checkpointed runs
+    from dynlab.lm.spec import CHINCHILLA_TOKENS_PER_PARAM
+
+    ratio = ds["far_in_ratio"].values
+    rise = np.flatnonzero(ratio > 1.0)
+    blocks = r.n_params - 2 * VOCAB_SIZE * spec.model.d_model  # the embedding and the (untied) head left out
+    return annotate(ds.assign(
+        checkpoint_step=("budget", [int(c["step"]) for c in r.checkpoints]),
+        tokens_per_param=("budget", [c["tokens"] / r.n_params for c in r.checkpoints]),
+        budget_blocks=("budget", [c["tokens"] / (CHINCHILLA_TOKENS_PER_PARAM * blocks) for c in r.checkpoints]),
+        first_rise_budget=((), budgets[rise[0]] if rise.size else np.nan),
+    ))
+
+
+SPEC_COORDS = {
+    "arch": lambda s: s.model.mixer,
+    "intervention": lambda s: s.intervention.kind,
+    "seed": lambda s: s.seed,
+    "train_length": lambda s: s.train.seq_len,
+    "eval_length": lambda s: s.eval_length,
+    "d_model": lambda s: s.model.d_model,
+    "annealed": lambda s: len(s.eval.checkpoints) == 1,
+}
+
+
+def assemble_arms(specs: list[LMRunSpec], results: list[LMResult]) -> xr.Dataset:
+    """One row per tested model: each run's trained model (``phase = "base"``) and its arms
+    (``phase = "post"``), then the paired contrasts of ``ppl_far`` and ``ppl_in``."""
+    rows: list[tuple[LMRunSpec, str, str, LMResult]] = []
+    for spec, r in zip(specs, results):
+        rows.append((spec, spec.intervention.kind, "base", r))
+        for arm in spec.post.interventions if spec.post is not None else ():
+            if arm in (r.post or {}):
+                rows.append((spec, arm, "post", LMResult.model_validate({"n_params": r.n_params, **r.post[arm]})))
+    ds = stack_runs([evaluation_curves(res.to_json(), spec.train.seq_len) if res.status == "ok" and res.ppl else None
+                     for spec, _, _, res in rows])
+    ds = (ds if ds is not None else xr.Dataset()).assign_coords(run=np.arange(len(rows)))
+    ds = ds.assign(result_columns([row[3] for row in rows], ("status", "reason", "train_loss", "train_time")))
+    ds = ds.merge(training_curves([row[3] for row in rows]))
+    ds = ds.assign_coords({
+        "run_id": ("run", [row[0].run_id for row in rows]), "arch": ("run", [row[0].model.mixer for row in rows]),
+        "intervention": ("run", [row[1] for row in rows]), "phase": ("run", [row[2] for row in rows]),
+        "seed": ("run", [row[0].seed for row in rows]), "train_length": ("run", [row[0].train.seq_len for row in rows]),
+        "eval_length": ("run", [row[0].eval_length for row in rows]),
+        "d_model": ("run", [row[0].model.d_model for row in rows]),
+        "n_params": ("run", [np.nan if row[3].n_params is None else row[3].n_params for row in rows]),
+    })
+    if "ppl_far" in ds and (ds["phase"] == "post").any():
+        for name, prefix in (("ppl_far", "far_"), ("ppl_in", "in_")):
+            c = paired_contrasts(ds, name)
+            ds = ds.merge(c.rename({k: f"{prefix}{k}" for k in c.data_vars}))
+    return ds
+
+
+def assemble_lm_runs(specs: list[LMRunSpec], results: list[LMResult]) -> xr.Dataset:
+    """The length-generalization dataset of ``results`` (one per spec): per-run Datasets stacked
+    on ``run`` (outer join on each position axis), with coords :data:`SPEC_COORDS`,
+    ``n_params`` (and ``engine``, ``ensemble_size`` when a run was not trained alone); with
+    post-training arms, one row per tested model and the paired contrasts (:func:`assemble_arms`)."""
+    if any(s.post is not None for s in specs):
+        return assemble_arms(specs, results)
+    ds = assemble_runs(specs, results, run_curves, coords=SPEC_COORDS)
+    ds = ds.assign_coords(n_params=("run", [np.nan if r.n_params is None else r.n_params for r in results]))
+    if any(s.train.engine != "loop" for s in specs):
+        ds = ds.assign_coords(engine=("run", np.array([s.train.engine for s in specs], dtype=str)),
+                              ensemble_size=("run", [np.nan if r.ensemble_size is None else r.ensemble_size
+                                                     for r in results]))
+    return annotate(ds)
