@@ -36,6 +36,9 @@ hidden state's own scale (R, M, distances, residuals); ``"s"`` = seconds; ``"bit
 tokens; 1 time step = 1 token read); ``"1/token"`` = a rate per token read;
 ``"nats/token"`` = a cross-entropy; ``""`` = not a quantity (labels, text, flags).  Every
 dataset dynlab writes carries ``Conventions = "CF-1.11"``.
+
+Long module: the registry is one table, a row per name; kept in one place so that a name
+is defined once and the check that every written name is in it reads a single table.
 """
 
 from __future__ import annotations
