@@ -362,14 +362,9 @@ def _long_modules_without_a_reason(paths: list[Path], root: Path = ROOT) -> list
     return out
 
 
-#: Long modules being split on another branch now (remove each from here when it is split).
-BEING_SPLIT = ("dynlab/figures/lm.py", "dynlab/figures/tracking.py", "dynlab/results/vocabulary.py",
-               "studies/length_generalization.py")
-
-
 def test_a_module_over_400_lines_says_why_at_its_top():
     paths = [p for p in _files("dynlab", "kernels", "studies", "benchmarks") if not p.is_symlink()]
-    bad = [m for m in _long_modules_without_a_reason(paths) if m.split(" (")[0] not in BEING_SPLIT]
+    bad = _long_modules_without_a_reason(paths)
     assert not bad, (f"split these modules by what changes together, or start a paragraph of the module docstring "
                      f"with {LONG_MODULE_REASON!r} and the reason: " + "; ".join(bad))
 
