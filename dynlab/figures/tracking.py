@@ -1,5 +1,11 @@
 """Figure panels for the group-tracking studies (paper A): pure ``(ds, ax) -> ax`` functions.
 
+This module draws what the runs measure along the sequence: the accuracy heatmap, q(t),
+T_cross and the horizon forecast against mp, and R∥/R⊥; the dynamics panels (return-map
+and fixed-point eigenvalues, perturbation recovery, failure modes, margin) are
+:mod:`dynlab.figures.dynamics`, the nonlinearity ablation's :mod:`dynlab.figures.ablation`,
+and what they share (run selection, orders, colours) :mod:`dynlab.figures.runs`.
+
 Each panel reads a study dataset (dim ``run`` with coords ``arch``, ``family``, ``group``,
 ``seed``, ``nonlinearity``; see :mod:`dynlab.results.vocabulary`), labels its axes from the
 variables' ``long_name``/``units`` and draws on the given axes only: no torch, no file
