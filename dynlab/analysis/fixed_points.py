@@ -68,6 +68,7 @@ __all__ = [
     "affine_fixed_set",
     "affine_part",
     "cell_map",
+    "diagonal_spectrum",
     "find_fixed_points",
     "memoised_spectra",
     "spectrum",
@@ -187,6 +188,47 @@ def _spectrum(a: np.ndarray, b: np.ndarray | None, rank_tol: float) -> dict[str,
             rho_perp = _radius(c.T @ a @ c)
     sv = np.linalg.svd(a - np.eye(a.shape[0]), compute_uv=False)
     fixed_dim = int((sv <= rank_tol * max(1.0, float(sv.max(initial=0.0)))).sum())
+    return {"eig": eig, "rho": rho, "rho_par": rho_par, "rho_perp": rho_perp, "stable": rho < 1.0,
+            "fixed_dim": fixed_dim}
+
+
+def diagonal_spectrum(diag: Any, basis: Any | None = None, *, rank_tol: float = 1e-8) -> dict[str, Any]:
+    """:func:`spectrum` of a diagonal Jacobian ``diag(d)`` given ``d [S]``, without forming it:
+    the eigenvalues are ``d``; ρ∥ = ρ(Bᵀ diag(d) B) (k × k); ρ⊥ is the spectral radius of the
+    symmetric P⊥ diag(d) P⊥ (its nonzero eigenvalues are those of Cᵀ diag(d) C, C an
+    orthonormal basis of U⊥), found by Lanczos (``scipy.sparse.linalg.eigsh``) on products
+    with ``d`` and ``B``; ``fixed_dim`` counts the d_i within ``rank_tol`` of 1, as the
+    singular values of diag(d) − I are |d_i − 1|.  Real ``d`` only (a diagonal SSM's own-state
+    Jacobian: Mamba's and GLA's decays)."""
+    from scipy.sparse.linalg import LinearOperator, eigsh
+
+    d = np.asarray(diag, dtype=np.float64)
+    if d.ndim != 1 or np.iscomplexobj(diag):
+        raise ValueError(f"diag must be a real vector; got shape {d.shape}")
+    eig = d[np.argsort(-np.abs(d), kind="stable")]
+    rho = float(np.abs(d).max())
+    rho_par = rho_perp = float("nan")
+    b = None if basis is None else np.asarray(basis, dtype=np.float64)
+    if b is not None:
+        if b.ndim != 2 or b.shape[0] != d.size:
+            raise ValueError(f"basis has shape {b.shape}; allowed: [{d.size}, k]")
+        q = np.linalg.qr(b)[0] if b.shape[1] else b  # orthonormal, as _complement's null space is
+        if q.shape[1]:
+            rho_par = _radius((q.T * d) @ q)
+        if q.shape[1] < d.size:
+            if d.size <= 64:  # small: the dense complement is exact and cheap
+                c = _complement(q)
+                rho_perp = _radius((c.T * d) @ c)
+            else:
+                def perp(v: np.ndarray) -> np.ndarray:
+                    v = v - q @ (q.T @ v)
+                    w = d * v
+                    return w - q @ (q.T @ w)
+
+                op = LinearOperator((d.size, d.size), matvec=perp, dtype=np.float64)
+                rho_perp = float(np.abs(eigsh(op, k=1, which="LM", return_eigenvectors=False)).max())
+    dev = np.abs(d - 1.0)
+    fixed_dim = int((dev <= rank_tol * max(1.0, float(dev.max(initial=0.0)))).sum())
     return {"eig": eig, "rho": rho, "rho_par": rho_par, "rho_perp": rho_perp, "stable": rho < 1.0,
             "fixed_dim": fixed_dim}
 

@@ -47,7 +47,7 @@ import torch
 import xarray as xr
 from torch import nn
 
-from dynlab.analysis.fixed_points import find_fixed_points, spectrum, word_map
+from dynlab.analysis.fixed_points import diagonal_spectrum, find_fixed_points, spectrum, word_map
 from dynlab.analysis.geometry import crossing_time, geometry_over_time
 from dynlab.analysis.jacobian import analysis_copy, step_jacobians
 from dynlab.lm.states import CarriedStates
@@ -55,7 +55,7 @@ from dynlab.results.vocabulary import annotate
 from dynlab.lm.tasks import PASSKEY_NEEDLE, ROOMS, BabiTask, CopyingTask, PasskeyTask
 
 __all__ = ["DISTANCES", "LMRecurrence", "probe_accuracy", "distance_geometry", "task_probes",
-           "model_task_geometry", "preregistered_test", "geometry_row", "state_jacobians", "layer_jacobians", "recurrence_spectra", "filler_fixed_points", "censored_first_below"]
+           "model_task_geometry", "preregistered_test", "geometry_row", "state_jacobians", "layer_jacobians", "layer_jacobian_diagonal", "recurrence_spectra", "filler_fixed_points", "censored_first_below"]
 
 #: Distance bins: pre-registered for passkey (tokens) and copying (letters); babi (tokens) came after the pre-registration.
 DISTANCES = {"passkey": (8, 16, 32, 64, 128, 256, 512), "copying": (4, 8, 16, 32, 64),
@@ -119,6 +119,7 @@ def probe_accuracy(states: np.ndarray, labels: np.ndarray, folds: int = 5, seed:
     """Mean ``folds``-fold cross-validated accuracy of a logistic-regression probe of
     ``labels [N]`` from standardised ``states [N, S]`` (stratified folds, shuffled with
     ``seed``); NaN when a class has fewer members than ``folds`` allows or only one class."""
+    from sklearn.decomposition import PCA
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold, cross_val_score
     from sklearn.pipeline import make_pipeline
@@ -129,7 +130,10 @@ def probe_accuracy(states: np.ndarray, labels: np.ndarray, folds: int = 5, seed:
     k = min(folds, int(counts.min()))
     if counts.size < 2 or k < 2:
         return float("nan")
-    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=300))
+    # PCA (every component) before the L2-penalised regression changes no optimum: the
+    # weights lie in the span of the (centred, standardised) training states, so fitting
+    # in its coordinates is the same problem in at most N dimensions instead of S.
+    clf = make_pipeline(StandardScaler(), PCA(svd_solver="full"), LogisticRegression(max_iter=300))
     cv = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # 300 lbfgs iterations: a probe, not a fit to the last digit
@@ -281,6 +285,38 @@ def layer_jacobians(rec: LMRecurrence, h: torch.Tensor, x: torch.Tensor, layer: 
     return np.stack(out)
 
 
+def layer_jacobian_diagonal(rec: LMRecurrence, h: torch.Tensor, x: torch.Tensor, layer: int = -1,
+                            rtol: float = 1e-10) -> np.ndarray | None:
+    """``d [B, s]`` when the block of :func:`layer_jacobians` is diagonal at every sample, else
+    None.  d = Jᵀ·1 by one reverse pass; the block is taken as diagonal when Jᵀ·r equals
+    d ⊙ r for two random Gaussian r (to ``rtol`` in float64) — a non-diagonal J passes that
+    with probability zero.  A diagonal SSM's own-state step
+    (Mamba's and GLA's per-channel decays) is diagonal, so two products replace the s
+    reverse passes of the dense Jacobian."""
+    sl = rec.layer_slice(layer)
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for i in range(h.shape[0]):
+        base = h[i].detach()
+
+        def f(v: torch.Tensor, base=base, i=i) -> torch.Tensor:
+            full = torch.cat([base[:sl.start], v, base[sl.stop:]])
+            return rec.step(full.unsqueeze(0), x[i:i + 1])[1][0, sl]
+
+        v0 = base[sl].clone().requires_grad_(True)
+        with torch.enable_grad():
+            y = f(v0)
+            r = [torch.ones_like(y)] + [torch.randn(y.shape, generator=gen, dtype=y.dtype) for _ in range(2)]
+            # one reverse pass per product (the first-order backward every kernel has, the one
+            # the dense path uses); a diagonal J equals its transpose
+            jr = [torch.autograd.grad(y, v0, ri, retain_graph=True)[0] for ri in r]
+        d = jr[0]
+        if not all(torch.allclose(j, d * ri, rtol=rtol, atol=rtol * float(d.abs().max())) for j, ri in zip(jr[1:], r[1:])):
+            return None
+        out.append(d.detach().cpu().numpy())
+    return np.stack(out)
+
+
 def recurrence_spectra(model: nn.Module, tokens: torch.Tensor, labels: np.ndarray, n_classes: int,
                        *, layer: int = -1, n_jac: int = 4) -> dict[str, float]:
     """The tracked layer's step Jacobian (:func:`layer_jacobians`, float64, torch.func) at the
@@ -296,8 +332,11 @@ def recurrence_spectra(model: nn.Module, tokens: torch.Tensor, labels: np.ndarra
         _, h = rec.step(h_prev, x)
     cent, _ = class_centroids(h[:, rec.layer_slice(layer)].numpy(), labels, n_classes)
     basis = symbolic_basis(cent)
-    jac = layer_jacobians(rec, h_prev[:n_jac], x[:n_jac], layer)
-    sp = [spectrum(j, basis) for j in jac]
+    diag = layer_jacobian_diagonal(rec, h_prev[:n_jac], x[:n_jac], layer)
+    if diag is not None:  # the same numbers as the dense path, from two products per sample
+        sp = [diagonal_spectrum(d, basis) for d in diag]
+    else:
+        sp = [spectrum(j, basis) for j in layer_jacobians(rec, h_prev[:n_jac], x[:n_jac], layer)]
     return {k: float(np.nanmedian([s[k] for s in sp])) for k in ("rho", "rho_par", "rho_perp")}
 
 
