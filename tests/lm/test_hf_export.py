@@ -90,7 +90,9 @@ def assert_f32_close(a: torch.Tensor, b: torch.Tensor, tol: float = F32_TOL) -> 
 
 # -- HF in float64 -------------------------------------------------------------------------------------------
 
-HF_NORMS = (hf_mamba2.Mamba2RMSNorm, hf_mamba2.MambaRMSNormGated, hf_mamba.MambaRMSNorm)
+# the gated norm's class name changed in transformers 5.25 (MambaRMSNormGated -> Mamba2RMSNormGated)
+HF_GATED_NORM = getattr(hf_mamba2, "Mamba2RMSNormGated", None) or getattr(hf_mamba2, "MambaRMSNormGated")
+HF_NORMS = (hf_mamba2.Mamba2RMSNorm, HF_GATED_NORM, hf_mamba.MambaRMSNorm)
 
 
 def _rms64(x: torch.Tensor, weight: torch.Tensor, eps: float, group: int | None = None) -> torch.Tensor:
@@ -103,7 +105,7 @@ def _rms64(x: torch.Tensor, weight: torch.Tensor, eps: float, group: int | None 
 def _norm_input(module, args) -> torch.Tensor:
     """The tensor an HF RMSNorm normalises (the gated norm's ``y · silu(gate)``)."""
     x = args[0]
-    if isinstance(module, hf_mamba2.MambaRMSNormGated) and len(args) > 1 and args[1] is not None:
+    if isinstance(module, HF_GATED_NORM) and len(args) > 1 and args[1] is not None:
         x = x * F.silu(args[1])
     return x
 
