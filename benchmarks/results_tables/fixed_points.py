@@ -56,6 +56,28 @@ def _found_line(sets: list[tuple[str, xr.Dataset]]) -> str:
     return "; ".join(parts)
 
 
+def _family_rows(sets: list[tuple[str, xr.Dataset]]) -> list[str]:
+    """The ρ⊥–mp correlations within each family beside the pooled ones above, and which
+    family's every learned run has a censored mp (its pooled 'replace' r is then mostly the
+    split between the families; :func:`dynlab.analysis.mechanism.mechanism_correlations`)."""
+    from dynlab.analysis.mechanism import mechanism_correlations
+
+    rows = [prose("Within each family (the pooled rows above mix the two; a family whose every learned run "
+                  "passed every length has mp censored at the longest length: its own r is undefined, the "
+                  "pooled r under 'replace' then mostly measures the split between the families, and under "
+                  "'drop' it is the other family's r):"), "",
+            "| seeds | family | ρ⊥ against mp, replace | n | ρ⊥ against mp, drop | n | every mp censored |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    for seeds, d in sets:
+        m = mechanism_correlations(d)
+        for family, c in m.get("by_family", {}).items():
+            rep, drop = c["mp_rho_perp_replace"], c["mp_rho_perp_drop"]
+            cens = "yes" if family in m["censored_families"] else "no"
+            cells = [r_ci(c) if np.isfinite(c["r"]) else "undefined" for c in (rep, drop)]
+            rows.append(f"| {seeds} | {family} | {cells[0]} | {rep['n']} | {cells[1]} | {drop['n']} | {cens} |")
+    return rows
+
+
 def fixed_points_section() -> str:
     """docs/results.md's fixed-point section, from :data:`FRESH_LABEL` (and seeds 0–4, :func:`sweep_sets`,
     when their dataset carries the fixed points): how many learned runs have fixed points, the mechanism correlations
@@ -90,6 +112,7 @@ def fixed_points_section() -> str:
             f"{mode} {v['n']} runs, median ρ⊥ {v['rho_perp']:.3f}, abs(ρ∥ − 1) {v['par_dev']:.3f}"
             for mode, v in m.get("modes", {}).items() if v["n"]))
     out += ["", prose("By failure mode of `q_dec`: " + "; ".join(modes_text) + ".")]
+    out += ["", *_family_rows(sets)]
     c1 = [(seeds, corollary1_correlations(d)) for seeds, d in sets if "T_cross_fp" in d]
     if c1:
         out += ["", prose("Corollary 1 from the return maps: `T_cross_fp` = t_ref + (τ·M − R∥)/η̄ at t_ref, with "
