@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from dynlab.analysis.fixed_points import diagonal_spectrum, spectrum
-from dynlab.lm.geometry import LMRecurrence, _flat_states, layer_jacobian_diagonal, layer_jacobians, probe_accuracy
+from dynlab.lm.geometry import probe_accuracy
+from dynlab.lm.recurrence import LMRecurrence, flat_states, layer_jacobian_diagonal, layer_jacobians
 from dynlab.lm.model import RecurrentLM
 
 
@@ -32,7 +33,7 @@ def test_own_state_jacobian_is_diagonal_and_its_diagonal_is_found(mixer):
     kw = {"mamba2": {"n_heads": 2, "head_dim": 4, "d_state": 4}, "mamba1": {"d_state": 4}, "gla": {"n_heads": 2}}[mixer]
     lm = RecurrentLM(mixer, d_model=16, n_layers=2, **kw).double().eval()
     rec = LMRecurrence(lm).double()
-    h, x = _flat_states(rec, torch.randint(0, 256, (3, 12)))
+    h, x = flat_states(rec, torch.randint(0, 256, (3, 12)))
     dense = layer_jacobians(rec, h, x, -1)
     diag = layer_jacobian_diagonal(rec, h, x, -1)
     assert diag is not None
@@ -45,7 +46,7 @@ def test_a_coupled_step_is_not_taken_for_diagonal():
     torch.manual_seed(0)
     lm = RecurrentLM("mamba2", d_model=16, n_layers=1, n_heads=2, head_dim=4, d_state=4).double().eval()
     rec = LMRecurrence(lm).double()
-    h, x = _flat_states(rec, torch.randint(0, 256, (2, 6)))
+    h, x = flat_states(rec, torch.randint(0, 256, (2, 6)))
     sl = rec.layer_slice(-1)
     mix = torch.randn(sl.stop - sl.start, sl.stop - sl.start, dtype=torch.float64) * 0.1
     step = rec.step

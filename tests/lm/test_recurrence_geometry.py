@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from dynlab.lm.geometry import (LMRecurrence, censored_first_below, distance_geometry, model_task_geometry,  # noqa: F401
-                                probe_accuracy, recurrence_spectra, filler_fixed_points, state_jacobians)
+from dynlab.lm.geometry import censored_first_below, distance_geometry, model_task_geometry, probe_accuracy  # noqa: F401
+from dynlab.lm.recurrence import LMRecurrence, filler_fixed_points, recurrence_spectra, state_jacobians
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.states import CarriedStates
 from dynlab.lm.tasks import make_task
@@ -244,7 +244,7 @@ def test_preregistered_test_on_a_known_relation():
 
 @pytest.mark.parametrize("mixer", ["mamba2", "gla"])
 def test_layer_jacobian_is_the_block_of_the_full_one(mixer):
-    from dynlab.lm.geometry import layer_jacobians
+    from dynlab.lm.recurrence import layer_jacobians
     kw = {"n_heads": 2, "head_dim": 4, "d_state": 4} if mixer == "mamba2" else {}
     lm = RecurrentLM(mixer, d_model=8, n_layers=2, generator=torch.Generator().manual_seed(3), **kw).double()
     rec = LMRecurrence(lm)
