@@ -58,7 +58,7 @@ def result_to_dataset(result: dict[str, Any]) -> xr.Dataset:
         data[f"lg_{key}"] = ((), value)
     n_layers, n_heads = np.asarray(result["state_std"]).shape[:2]
     coords = {"t": np.arange(1, len(result["ppl"]) + 1), "t_bin": ends,
-              "t_bin_start": ("t_bin", np.concatenate([[1], ends[:-1] + 1]) if ends.size else ends),
+              "t_bin_start": ("t_bin", _bin_starts(ends)),
               "t_effrem": np.asarray(result["effrem_t"], dtype=np.int64),
               "t_state": np.asarray(result["state_t"], dtype=np.int64),
               "layer": np.arange(n_layers), "head": np.arange(n_heads)}
@@ -66,6 +66,7 @@ def result_to_dataset(result: dict[str, Any]) -> xr.Dataset:
 
 
 def _bin_starts(ends: np.ndarray) -> np.ndarray:
+    """The first position of each perplexity bin, from the bin ends (bins are (end_prev, end])."""
     return np.concatenate([[1], ends[:-1] + 1]) if ends.size else ends
 
 
