@@ -72,6 +72,25 @@ def reproduction_summary(a: xr.Dataset, b: xr.Dataset) -> dict:
             "moved_archs": moved_archs, "moved": moved, "moved_of": moved_of, "example": example}
 
 
+def family_correlation(ds: xr.Dataset, variant: str, family: str) -> dict[str, dict[str, float]]:
+    """Pearson r (``r``, ``lo``, ``hi``, ``n`` by censoring rule) of ``variant``'s T_cross
+    against mp over the learned runs of one ``family`` only, with the same rules and
+    bootstrap as the study's pooled table (:func:`dynlab.analysis.correlation.correlation_table`)."""
+    from dynlab.analysis.correlation import CROSSING_VARIANTS, correlation_table
+
+    keep = (ds["status"].values.astype(str) == "ok") & np.isfinite(ds["mp"].values) \
+        & (ds["family"].values.astype(str) == family)
+    s = ds.isel(run=np.flatnonzero(keep))
+    t = correlation_table({variant: s[CROSSING_VARIANTS[variant][0]].values}, s["mp"].values,
+                          horizon=s["horizon"].values, mp_censored=s["mp_censored"].values.astype(bool))
+    return {k: {c: float(t[f"corr_{name}"].sel(variant=variant, censoring=c)) for c in ("replace", "drop")}
+            for k, name in (("r", "r"), ("lo", "r_lo"), ("hi", "r_hi"), ("n", "n"))}
+
+
+def _ci(c: dict[str, dict[str, float]], censoring: str) -> str:
+    return f"{paired(c['r'][censoring])} [{paired(c['lo'][censoring])}, {paired(c['hi'][censoring])}]"
+
+
 def _r(ds: xr.Dataset, variant: str, censoring: str, part: str = "") -> float:
     return float(ds[f"corr_r{part}"].sel(variant=variant, censoring=censoring))
 
@@ -91,11 +110,14 @@ def paper_a_reproduction_section() -> str:
     uncensored = (f"among the {n_drop} uncensored runs alone `{default}` still gives "
                   f"r = {paired(_r(a, default, 'drop'))}")
     if dep.size and aff.size and np.all(dep >= horizon):
+        within = family_correlation(a, default, "affine")
         split = (f"**Caveats.** `{default}`'s r = {paired(_r(a, default, 'replace'))} under 'replace' is mostly "
-                 f"the split between the state-dependent cells (all {dep.size} of their learned runs pass every "
-                 f"length to {horizon}, so their mp is censored; {int(a['corr_n_both_censored'])} runs have "
-                 f"T_cross and mp both censored) and the {aff.size} learned runs of the affine cells (mp "
-                 f"{aff.min():.0f}–{aff.max():.0f}, median {np.median(aff):.0f}); {uncensored}.")
+                 f"the split between the families: the state-dependent cells' {dep.size} learned runs all pass "
+                 f"every length to {horizon}, so their mp is censored and their own r is undefined "
+                 f"({int(a['corr_n_both_censored'])} runs have T_cross and mp both censored). Within the "
+                 f"{aff.size} learned runs of the affine cells (mp {aff.min():.0f}–{aff.max():.0f}, median "
+                 f"{np.median(aff):.0f}) `{default}` gives r = {_ci(within, 'replace')} ('replace') and "
+                 f"{_ci(within, 'drop')} over its {int(within['n']['drop'])} uncensored runs ('drop').")
     else:
         split = f"**Caveats.** Under 'drop', {uncensored}."
     lit = [(_r(a, "q", c), _r(a, "q", c, "_lo"), _r(a, "q", c, "_hi")) for c in ("replace", "drop")]
