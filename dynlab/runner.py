@@ -146,7 +146,7 @@ def run_study(
     as such; a crash, e.g. out of memory in the first run, leaves no empty ``runs/``).
     """
     started = time.perf_counter()
-    options = study.prepared(options)  # the study's reading of the selections (group names: canonical)
+    options = study.prepared(options)  # the study's reading of the selections (e.g. names in canonical spelling)
     study.check_preset(options.preset)
     extra = study.parse_options(options)  # an unknown option is refused in every study
     specs = study.make_specs(options)  # validates everything before anything is written
@@ -240,7 +240,7 @@ def analyze_study(
     path = Path(path)
     manifest = load_manifest(path)
     study = get_study(manifest["study"])
-    options = study.prepared(manifest_options(path, manifest))
+    options = study.prepared(manifest_options(path, manifest, study))
     study.check_preset(options.preset)
     extra = study.parse_options(options)
     resolve_device(device)
