@@ -31,7 +31,7 @@ def _files(*parts: str) -> list[Path]:
 
 
 @pytest.mark.parametrize("path", _files("dynlab/analysis", "dynlab/tracking/analysis.py", "dynlab/tracking/analyze.py",
-                                        "dynlab/tracking/evaluate.py",
+                                        "dynlab/tracking/evaluate.py", "dynlab/tracking/fixed_points",
                                         "dynlab/tracking/models",
                                         "dynlab/runtime.py",
                                         "dynlab/results", "dynlab/figures"),
