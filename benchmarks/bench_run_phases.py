@@ -86,7 +86,7 @@ def _step_time(specs: list, length: int, steps: int) -> tuple[float, object]:
 
 
 def phases(arch: str, preset: str, group: str, steps: int, short: int) -> dict:
-    specs = STUDY.make_specs(StudyOptions(preset=preset, models=(arch,), groups=(group,)))  # the preset's seeds
+    specs = STUDY.make_specs(StudyOptions(preset=preset, models=(arch,), extra={"groups": (group,)}))  # the preset's seeds
     spec = specs[0]
     stacked = len({ensemble_group_key(s) for s in specs}) == 1 and len(specs) > 1
     members = specs if stacked else specs[:1]

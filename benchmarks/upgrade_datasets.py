@@ -1,7 +1,8 @@
 """Bring the committed datasets in benchmarks/results/datasets/ to the current dataset schema,
 without retraining: the vocabulary's long names and units (``annotate``), the ``Conventions``
 attribute, and for paper B's language-model datasets each curve on its own positions
-(:func:`dynlab.lm.dataset.split_positions`).  Values are not changed; each file records
+(:func:`dynlab.results.layout.split_positions`, which ``open_dataset`` also applies when it
+reads an old file).  Values are not changed; each file records
 what was done in its CF ``history`` attribute.  Run from the repository root:
 ``python benchmarks/upgrade_datasets.py`` (``--check``: exit 1 when a file is not up to date).
 
@@ -14,8 +15,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dynlab.lm.dataset import split_positions
-from dynlab.results.schema import CONVENTIONS, annotate, open_dataset, write_dataset
+import xarray as xr
+
+from dynlab.results.layout import split_positions
+from dynlab.results.schema import CONVENTIONS, annotate, write_dataset
 from dynlab.results.vocabulary import check_dataset
 
 DATA = Path(__file__).resolve().parent / "results" / "datasets"
@@ -44,7 +47,8 @@ def stale(ds) -> list[str]:
 def main(argv: list[str]) -> int:
     bad = 0
     for path in sorted(DATA.glob("*.nc")):
-        ds = open_dataset(path)
+        with xr.open_dataset(path, engine="h5netcdf") as f:  # as written (open_dataset reads the current layout)
+            ds = f.load()
         why = stale(ds)
         if "--check" in argv:
             if why:

@@ -18,15 +18,14 @@ from dynlab.spec import Spec, load_spec
 from dynlab.study import Study, StudyExtra, StudyOptions
 
 __all__ = ["MANIFEST", "check_manifest_runs", "check_same_runs", "load_manifest", "manifest_options",
-           "manifest_specs", "options_record", "probe_study_files", "spec_of"]
+           "manifest_specs", "options_record", "probe_study_files", "recorded_extra", "spec_of"]
 
 MANIFEST = "manifest.json"
 
 
-#: The option each field of a manifest is set by (the study commands' words).
-OPTION_OF = {"preset": "--preset", "models": "--models", "groups": "--groups", "seeds": "--seeds",
-             "interventions": "--interventions", "source": "--source", "eval_lengths": "--lengths",
-             "depths": "--depths", "babi_kinds": "--kinds", "analysis": "the analysis preset"}
+#: The option each common field of a manifest is set by (the study commands' words); a
+#: study's own options name theirs (:attr:`dynlab.study.StudyExtra.option_words`).
+OPTION_OF = {"preset": "--preset", "models": "--models", "seeds": "--seeds"}
 
 
 def _said(value: Any) -> str:
@@ -40,24 +39,36 @@ def _said(value: Any) -> str:
 def options_record(options: StudyOptions, extra: StudyExtra) -> dict[str, Any]:
     """The manifest's record of the options (the fields :func:`dynlab.runner.run_study` writes in it)."""
     return {"preset": options.preset, "models": list(options.models) if options.models else None,
-            "groups": list(options.groups) if options.groups else None,
             "seeds": list(options.seeds) if options.seeds is not None else None, "extra": extra.recorded()}
 
 
-def _first_difference(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, Any, Any] | None:
+def recorded_extra(manifest: dict[str, Any], options_type: type[StudyExtra]) -> Any:
+    """The study options a manifest records (its ``extra``, None when absent), with the
+    fields that manifests of earlier versions kept at the top level
+    (:attr:`~dynlab.study.StudyExtra.manifest_top_level`, a null one left out) read back
+    into it; ``extra``'s own value wins.  Not a mapping: returned as it is."""
+    extra = manifest.get("extra")
+    moved = {k: manifest[k] for k in options_type.manifest_top_level if manifest.get(k) is not None}
+    if not moved or (extra is not None and not isinstance(extra, dict)):
+        return extra
+    return {**moved, **(extra or {})}
+
+
+def _first_difference(old: dict[str, Any], new: dict[str, Any], options_type: type[StudyExtra]) -> tuple[str, Any, Any] | None:
     """The first option whose recorded value differs between manifests ``old`` and ``new``:
     (option as the command line names it, old value, new value); None when none does."""
-    for key in ("preset", "models", "groups", "seeds"):
+    for key in ("preset", "models", "seeds"):
         if key in old and old[key] != new[key]:
             return OPTION_OF[key], old[key], new[key]
-    old_extra, new_extra = old.get("extra"), new.get("extra") or {}
+    old_extra, new_extra = recorded_extra(old, options_type), new.get("extra") or {}
     if not isinstance(old_extra, dict):
         return None
     flat_old = {**{k: v for k, v in old_extra.items() if k != "task"}, **(old_extra.get("task") or {})}
     flat_new = {**{k: v for k, v in new_extra.items() if k != "task"}, **(new_extra.get("task") or {})}
+    words = {**options_type.option_words, **OPTION_OF}
     for key in sorted(set(flat_old) | set(flat_new)):
         if flat_old.get(key) != flat_new.get(key):
-            return OPTION_OF.get(key, f"option {key!r}"), flat_old.get(key), flat_new.get(key)
+            return words.get(key, f"option {key!r}"), flat_old.get(key), flat_new.get(key)
     return None
 
 
@@ -67,7 +78,7 @@ def check_same_runs(root: Path, study: Study, options: StudyOptions, extra: Stud
     (other options): it would replace that study's dataset and manifest and orphan those
     runs.  One line naming the option that differs, with both values.  The same runs
     (asked in other words too: ``--models all`` or the list) are a resume; more runs (more
-    seeds, models, groups) extend the study (with ``note``, one ``note:`` line says so);
+    seeds, models or a study's other selections) extend the study (with ``note``, one ``note:`` line says so);
     another analysis preset only redoes the analyses.  A folder without a readable manifest
     has nothing to keep."""
     try:
@@ -82,7 +93,7 @@ def check_same_runs(root: Path, study: Study, options: StudyOptions, extra: Stud
             say(NullProgress(), f"note: {root} holds a study of {len(kept)} runs; these options add "
                                  f"{len(new - kept)} runs to it")
         return
-    diff = _first_difference(old, options_record(options, extra))
+    diff = _first_difference(old, options_record(options, extra), type(extra))
     what = (f"was run with {diff[0]} {_said(diff[1])}, this run asks {diff[0]} {_said(diff[2])}" if diff is not None
             else "holds other runs than these options make (written by another dynlab version?)")
     raise DynlabInputError(f"--out {root} {what}: rerunning would replace its dataset and manifest; allowed: the "
@@ -131,7 +142,7 @@ def check_manifest_runs(path: Path, study: Study, options: StudyOptions, run_ids
         alien = sorted(set(run_ids) - made)
         which = f"run {alien[0]} was not made by them" if alien else f"they make {len(made - set(run_ids))} runs it lacks"
         raise DynlabInputError(f"broken study manifest {path / MANIFEST}: its options (preset {options.preset!r}, "
-                               f"models, groups, seeds, extra) do not match its runs ({which}); allowed: the manifest "
+                               f"models, seeds, extra) do not match its runs ({which}); allowed: the manifest "
                                f"the study wrote (rerun `dynlab study {study.name}` with the runs' options)")
 
 
@@ -193,10 +204,12 @@ def manifest_specs(path: Path, manifest: dict, study: Study, store: RunStore) ->
     return specs
 
 
-def manifest_options(path: Path, manifest: dict) -> StudyOptions:
-    """The study options a manifest records; a one-line :class:`DynlabInputError` naming
-    the field when one has the wrong type (``models``/``groups``: a list of names or null,
-    ``seeds``: a list of integers ≥ 0 or null, ``extra``: a mapping or null)."""
+def manifest_options(path: Path, manifest: dict, study: Study) -> StudyOptions:
+    """The options of ``study`` that a manifest records (:func:`recorded_extra`: a field
+    that an earlier version kept at the top level is read into ``extra``); a one-line
+    :class:`DynlabInputError` naming the field when one has the wrong type (``models``: a
+    list of names or null, ``seeds``: a list of integers ≥ 0 or null, ``extra``: a mapping
+    or null; a study's field of the top level: what ``extra`` allows)."""
 
     def listed(key: str, kind: type, what: str) -> tuple | None:
         value = manifest.get(key)
@@ -207,13 +220,12 @@ def manifest_options(path: Path, manifest: dict) -> StudyOptions:
             raise DynlabInputError(f"broken study manifest {path / MANIFEST}: {key!r} is {value!r}; allowed: {what} or null")
         return tuple(value)
 
-    extra = manifest.get("extra")
+    extra = recorded_extra(manifest, study.options_type)
     if extra is not None and not isinstance(extra, dict):
         raise DynlabInputError(f"broken study manifest {path / MANIFEST}: 'extra' is {extra!r}; allowed: a mapping or null")
     return StudyOptions(
         preset=manifest["preset"],
         models=listed("models", str, "a list of names") or None,
-        groups=listed("groups", str, "a list of names") or None,
         seeds=listed("seeds", int, "a list of integers >= 0"),
         extra=extra or {},
     )

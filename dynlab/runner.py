@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from dynlab.spec import Spec
 from dynlab.errors import DynlabInputError
@@ -146,7 +145,7 @@ def run_study(
     as such; a crash, e.g. out of memory in the first run, leaves no empty ``runs/``).
     """
     started = time.perf_counter()
-    options = study.prepared(options)  # the study's reading of the selections (group names: canonical)
+    options = study.prepared(options)  # the study's reading of the selections (e.g. names in canonical spelling)
     study.check_preset(options.preset)
     extra = study.parse_options(options)  # an unknown option is refused in every study
     specs = study.make_specs(options)  # validates everything before anything is written
@@ -240,7 +239,7 @@ def analyze_study(
     path = Path(path)
     manifest = load_manifest(path)
     study = get_study(manifest["study"])
-    options = study.prepared(manifest_options(path, manifest))
+    options = study.prepared(manifest_options(path, manifest, study))
     study.check_preset(options.preset)
     extra = study.parse_options(options)
     resolve_device(device)
@@ -258,26 +257,3 @@ def analyze_study(
         timing = {"started": started, "trained": counts["trained"], "workers": 1, "invocation": "analyze",
                   "train_s": counts["train_s"], "analysis_s": counts["analysis_s"]}
         return _finish(study, specs, store, options, extra, timing)
-
-
-def draw_study_figures(study_dir: str | Path, out_dir: Path, studies: Mapping[str, Study]) -> Any:
-    """Draw every panel of the study dataset at ``study_dir`` into ``out_dir`` (made when
-    missing) with its study's panels (``studies``: name -> Study, as
-    ``dynlab.studies.STUDIES``); the :func:`dynlab.figures.write_figures` result.  A dataset
-    of a study without figures, or a folder that cannot be made, is one line of bad input."""
-    from dynlab.figures import write_figures
-
-    ds = open_study(study_dir)
-    name = str(ds.attrs.get("study", ""))
-    study = studies.get(name)
-    if study is None or study.panels is None:
-        drawable = ", ".join(n for n, s in studies.items() if s.panels is not None)
-        raise DynlabInputError(f"{study_dir} holds a dataset of study {name!r}, which has no figures; "
-                               f"allowed: a dataset of {drawable}")
-    from dynlab.results.folder import FIGURES_MARKER, claim_owned_folder
-
-    try:
-        claim_owned_folder(out_dir, FIGURES_MARKER)  # the marker first: a later `figures --out` knows the folder
-    except OSError as exc:
-        raise DynlabInputError(f"--out {out_dir} cannot be made ({exc.strerror or exc}); allowed: a writable folder") from None
-    return write_figures(ds, out_dir, study.panels)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -83,26 +83,23 @@ def collapse_repeats(values: Sequence[T], key: Callable[[T], Hashable] | None = 
 
 @dataclass(frozen=True)
 class StudyOptions:
-    """The user's selections for one study invocation (None = the preset's default).
-
-    ``extra`` holds the study's own options, checked by its ``options_type``
+    """The user's selections for one study invocation (None = the preset's default): the
+    selections every study has (``preset``, ``models``, ``seeds``) and, in ``extra``, the
+    study's own options (its own selections too), checked by its ``options_type``
     (:meth:`Study.parse_options`); the keys each study accepts are listed in its module.
     """
 
     preset: str = "quick"
     models: tuple[str, ...] | None = None
-    groups: tuple[str, ...] | None = None
     seeds: tuple[int, ...] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Selections as tuples with repeats collapsed, so that each run is made once:
-        models, groups and seeds by value (a study may read names further, before it makes
-        its specs: :attr:`Study.prepare_options`)."""
+        models and seeds by value (a study may read names further, before it makes its
+        specs: :attr:`Study.prepare_options`)."""
         if self.models is not None:
             object.__setattr__(self, "models", collapse_repeats(tuple(self.models))[0])
-        if self.groups is not None:
-            object.__setattr__(self, "groups", collapse_repeats(tuple(self.groups))[0])
         if self.seeds is not None:
             object.__setattr__(self, "seeds", collapse_repeats(tuple(self.seeds))[0])
 
@@ -113,6 +110,13 @@ class StudyExtra(BaseModel):
     (``info.context["preset"]``) to fill preset-dependent defaults explicitly."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The option of the study command that sets each field, for messages that name it
+    #: (a field not listed is named ``option 'field'``).
+    option_words: ClassVar[Mapping[str, str]] = {}
+    #: Fields that manifests written by earlier versions recorded beside ``extra``, at their
+    #: top level (:func:`dynlab.manifest.manifest_options` reads them back into ``extra``).
+    manifest_top_level: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def parse(cls: type[E], options: StudyOptions, study: str) -> E:
@@ -229,10 +233,10 @@ class Study:
     #: The study's figures: dataset -> {name: dynlab.figures Panel or Table} (None: no figures).
     panels: Callable[[xr.Dataset], Mapping[str, Any]] | None = None
     #: The study's own reading of the selections, applied before its specs are made and its
-    #: options recorded (the word-problem studies: group names in canonical spelling); None: as given.
+    #: options recorded (e.g. names in canonical spelling); None: as given.
     prepare_options: Callable[[StudyOptions], StudyOptions] | None = None
     #: ``(study name, specs)`` -> None, refusing in one line, before anything runs, specs whose
-    #: per-run analyses cannot be done (the word-problem studies: groups too large); None: no check.
+    #: per-run analyses cannot be done (e.g. too large for them); None: no check.
     check_analyses: Callable[[str, list[Spec]], None] | None = None
 
     def prepared(self, options: StudyOptions) -> StudyOptions:
@@ -244,11 +248,11 @@ class Study:
         ``max_group`` specs (singletons when the study has no ``run_many``)."""
         if self.run_many is None or self.group_key is None or self.max_group <= 1:
             return [[s] for s in specs]
-        groups: dict[Hashable, list[Spec]] = {}
+        by_key: dict[Hashable, list[Spec]] = {}
         for s in specs:
-            groups.setdefault(self.group_key(s), []).append(s)
+            by_key.setdefault(self.group_key(s), []).append(s)
         items = []
-        for members in groups.values():
+        for members in by_key.values():
             for i in range(0, len(members), self.max_group):
                 items.append(members[i : i + self.max_group])
         return items

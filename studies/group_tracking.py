@@ -37,7 +37,8 @@ run is :mod:`dynlab.tracking.run` and the dataset :mod:`dynlab.tracking.dataset`
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
 import xarray as xr
@@ -146,6 +147,8 @@ class TrackingOptions(StudyExtra):
     """Options of group-tracking beyond the common selections (``StudyOptions.extra``).
 
     Attributes:
+        groups: the groups to train on (names :func:`dynlab.tracking.groups.get_group`
+            reads; the command's ``--groups``); default: the preset's.
         model: overrides of the preset's :class:`~dynlab.tracking.spec.ModelSpec` fields (not ``arch``).
         train: overrides of the preset's :class:`~dynlab.tracking.spec.TrainSpec` fields.
         eval: overrides of the preset's :class:`~dynlab.tracking.spec.EvalSpec` fields.
@@ -154,6 +157,11 @@ class TrackingOptions(StudyExtra):
             ``paper`` for paper), written into the manifest.
     """
 
+    option_words: ClassVar[Mapping[str, str]] = {"groups": "--groups", "analysis": "the analysis preset"}
+    #: manifests written before the groups were a study option kept them beside ``extra``
+    manifest_top_level: ClassVar[tuple[str, ...]] = ("groups",)
+
+    groups: tuple[str, ...] | None = None
     model: Annotated[dict[str, Any], AfterValidator(override_field(ModelSpec, "arch"))] = {}
     train: Annotated[dict[str, Any], AfterValidator(override_field(TrainSpec))] = {}
     eval: Annotated[dict[str, Any], AfterValidator(override_field(EvalSpec))] = {}
@@ -175,7 +183,7 @@ def make_specs(options: StudyOptions) -> list[RunSpec]:
     extra = TrackingOptions.parse(options, "group-tracking")
     preset = PRESETS[options.preset]
     archs = select_names(options.models, BUILTIN_ARCHS, available_cells(), "model")
-    groups = tuple(get_group(g).name for g in canonical_groups(options.groups or preset.get("groups", DEFAULT_GROUPS)))
+    groups = tuple(get_group(g).name for g in canonical_groups(extra.groups or preset.get("groups", DEFAULT_GROUPS)))
     seeds = options.seeds if options.seeds is not None else preset["seeds"]
     if any(s < 0 for s in seeds):
         raise DynlabInputError(f"seeds must be ≥ 0, got {list(seeds)}")

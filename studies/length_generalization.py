@@ -264,8 +264,6 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
     """One :class:`LMRunSpec` per (mixer, intervention, size, training length, seed) of the selection."""
     if options.preset not in PRESETS:
         raise DynlabInputError(f"unknown preset {options.preset!r}; allowed: {', '.join(PRESETS)}")
-    if options.groups:
-        raise DynlabInputError("study length-generalization takes no groups; allowed: none (drop --groups)")
     preset = PRESETS[options.preset]
     extra = LGOptions.parse(options, "length-generalization")
     mixers = select_names(options.models, preset["mixers"], MIXER_NAMES, "mixer")

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import torch
 import xarray as xr
@@ -86,6 +86,11 @@ class LMOptions(StudyExtra):
         model: overrides of the preset's :class:`~dynlab.lm.spec.LMModelSpec` fields (not ``mixer``).
         intervention: overrides of the preset's :class:`~dynlab.lm.spec.InterventionSpec` fields (not ``kind``).
     """
+
+    #: the study commands' options (the task's fields, ``extra["task"]``, among them)
+    option_words: ClassVar[Mapping[str, str]] = {"interventions": "--interventions", "source": "--source",
+                                                 "eval_lengths": "--lengths", "depths": "--depths",
+                                                 "babi_kinds": "--kinds"}
 
     interventions: tuple[str, ...] | None = None
     source: str | None = None
@@ -126,8 +131,6 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
     def make_specs(options: StudyOptions) -> list[LMTaskRunSpec]:
         if options.preset not in presets:
             raise DynlabInputError(f"unknown preset {options.preset!r}; allowed: {', '.join(presets)}")
-        if options.groups:
-            raise DynlabInputError(f"study {name} takes no groups; allowed: none (drop --groups)")
         preset = presets[options.preset]
         extra = TaskOptions.parse(options, name)
         mixers = select_names(options.models, preset["mixers"], MIXER_NAMES, "mixer")

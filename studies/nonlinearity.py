@@ -55,7 +55,7 @@ def _select_cells(models: tuple[str, ...] | None) -> tuple[str, ...]:
 
 
 class NonlinearityOptions(gt.TrackingOptions):
-    """group-tracking's options (``model``, ``train``, ``eval``, ``analysis``) and
+    """group-tracking's options (``groups``, ``model``, ``train``, ``eval``, ``analysis``) and
     ``nonlinearities``: the φ to train (default: all of :data:`NONLINEARITIES`)."""
 
     nonlinearities: tuple[str, ...] | None = None
@@ -86,9 +86,8 @@ def make_specs(options: StudyOptions) -> list[RunSpec]:
         sub = StudyOptions(
             preset=options.preset,
             models=cells,
-            groups=options.groups or DEFAULT_GROUPS,
             seeds=options.seeds,
-            extra={**extra, "model": model_kw},
+            extra={**extra, "groups": parsed.groups or DEFAULT_GROUPS, "model": model_kw},
         )
         specs.extend(gt.make_specs(sub))
     return specs

@@ -79,8 +79,7 @@ def state_std_growth(ds: xr.Dataset, intervention: str) -> np.ndarray:
     of the evaluation length divided by that at the training length."""
     t0, t1 = int(ds["train_length"].max()), int(ds["eval_length"].max())
     std = ds["state_std"].mean(["layer", "head"])
-    pos = "t_state" if "t_state" in std.dims else "t"  # a dataset in the older layout: on t
-    ratio = std.sel({pos: t1}) / std.sel({pos: t0})
+    ratio = std.sel(t_state=t1) / std.sel(t_state=t0)
     return ratio.values[ds["intervention"].values.astype(str) == intervention].astype(float)
 
 

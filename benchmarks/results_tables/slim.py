@@ -36,10 +36,6 @@ def slim(study_dataset: Path, label: str) -> Path:
 def _slim_lm(ds: xr.Dataset) -> xr.Dataset:
     """A length-generalization dataset without its per-position curves (PPL(t), EffRem, state
     statistics): the run record, the PPL ranges and ratios, the verdicts, ``ppl_binned`` on
-    its bin ends ``t_bin`` and the training-loss curves (a dataset in the older layout, every
-    curve on one ``t``, is first split, :func:`dynlab.lm.dataset.split_positions`)."""
-    from dynlab.lm.dataset import split_positions
-
-    ds = split_positions(ds)
+    its bin ends ``t_bin`` and the training-loss curves."""
     drop = [v for v in ds.data_vars if v == "ppl" or v.startswith(("state_", "effrem"))]
     return ds.drop_vars(drop).drop_dims([d for d in ("t", "t_effrem", "t_state") if d in ds.dims], errors="ignore")

@@ -2,13 +2,13 @@
 
 ``lm_metrics`` (PPL(t), EffRem, state statistics) is a sibling module imported directly.
 Shared by both papers, this package imports neither (``dynlab.tracking``, ``dynlab.lm``):
-paper A's per-run tracker analysis, which runs the trackers, is :mod:`dynlab.tracking.analysis`.
+paper A's per-run tracker analysis, which runs the trackers, is :mod:`dynlab.tracking.analysis`,
+its fixed-point analysis per symbolic state (on the finder here) :mod:`dynlab.tracking.fixed_points`.
 """
 
 from dynlab.analysis.correlation import CorrelationResult, tcross_mp_correlation
 from dynlab.analysis.fixed_points import FixedPoints, find_fixed_points
 from dynlab.analysis.slow_points import SlowPoints, find_slow_points
-from dynlab.analysis.fixed_points_per_state import tracker_fixed_points
 from dynlab.analysis.centroids import class_centroids
 from dynlab.analysis.geometry import (
     crossing_time,
@@ -48,7 +48,6 @@ __all__ = [
     "step_jacobians",
     "symbolic_basis",
     "tcross_mp_correlation",
-    "tracker_fixed_points",
     "trajectory_jacobians",
 ]
 

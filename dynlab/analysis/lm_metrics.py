@@ -60,7 +60,8 @@ def position_ppl(nll: np.ndarray) -> xr.DataArray:
 
 
 def binned_ppl(nll: np.ndarray, bin_width: int) -> xr.DataArray:
-    """exp(mean NLL over samples and the positions of each bin) -> DataArray over ``t`` = bin end.
+    """exp(mean NLL over samples and the positions of each bin) -> DataArray over ``t_bin`` =
+    bin end (the axis of ``ppl_binned`` in a study dataset).
 
     Bins are ``(k·w, (k+1)·w]``; a trailing partial bin is dropped.
     """
@@ -70,7 +71,7 @@ def binned_ppl(nll: np.ndarray, bin_width: int) -> xr.DataArray:
     n_bins = arr.shape[1] // bin_width
     pooled = arr[:, : n_bins * bin_width].reshape(arr.shape[0], n_bins, bin_width).mean(axis=(0, 2))
     t = (np.arange(n_bins) + 1) * bin_width
-    return xr.DataArray(np.exp(pooled), dims=("t",), coords={"t": ("t", t, attrs_of("t"))}, name="ppl_binned",
+    return xr.DataArray(np.exp(pooled), dims=("t_bin",), coords={"t_bin": ("t_bin", t, attrs_of("t_bin"))}, name="ppl_binned",
                         attrs=attrs_of("ppl_binned", bin_width=int(bin_width)))
 
 
@@ -90,11 +91,13 @@ class LengthGeneralization:
 
 
 def length_generalization(ppl: xr.DataArray, train_length: int) -> LengthGeneralization:
-    """Apply Definition 3.2 to ``ppl(t)`` with training length ``train_length``.
+    """Apply Definition 3.2 to ``ppl(t)`` (a curve on one position dim: ``t`` as
+    :func:`position_ppl` gives, ``t_bin`` as :func:`binned_ppl`) with training length ``train_length``.
 
     Needs at least one position ``t ≤ train_length`` and one beyond it.
     """
-    t = np.asarray(ppl["t"].values)
+    (dim,) = ppl.dims
+    t = np.asarray(ppl[dim].values)
     values = np.asarray(ppl.values, dtype=np.float64)
     inside = t <= train_length
     if not inside.any() or inside.all():
@@ -109,16 +112,17 @@ def length_generalization(ppl: xr.DataArray, train_length: int) -> LengthGeneral
                                 worst_violation=worst, worst_t=int(t[i_worst]), max_t=int(t.max()))
 
 
-def ppl_ranges(ppl_binned: xr.DataArray, p_star: xr.DataArray | float, train_length: int) -> xr.Dataset:
+def ppl_ranges(ppl_binned: xr.DataArray, p_star: xr.DataArray | float,
+               train_length: int | xr.DataArray) -> xr.Dataset:
     """``ppl_in``, ``ppl_far``, ``far_in_ratio`` and ``far_over_in`` (module docstring) of binned PPL curves
-    ``ppl_binned`` (on the bin ends: dim ``t_bin`` as in a study dataset, or ``t`` as
-    :func:`binned_ppl` gives; NaN where a curve has no bin; any other dims are kept) of a
-    model trained at ``train_length``; ``p_star`` broadcasts against them."""
-    dim = "t_bin" if "t_bin" in ppl_binned.dims else "t"
-    t = ppl_binned[dim]
-    last = float(t.where(ppl_binned.notnull().any([d for d in ppl_binned.dims if d != dim])).max())
-    inside = ppl_binned.where((t > train_length / 2) & (t <= train_length)).mean(dim)
-    far = ppl_binned.where((t > last - last / 8) & (t <= last)).mean(dim)
+    ``ppl_binned`` (on the bin ends, dim ``t_bin``, as :func:`binned_ppl` gives and a study
+    dataset holds; NaN where a curve has no bin; any other dims are kept) of models trained
+    at ``train_length``; ``p_star`` and ``train_length`` broadcast against them.  The far
+    range ends at the last bin any curve has."""
+    t = ppl_binned["t_bin"]
+    last = float(t.where(ppl_binned.notnull().any([d for d in ppl_binned.dims if d != "t_bin"])).max())
+    inside = ppl_binned.where((t > train_length / 2) & (t <= train_length)).mean("t_bin")
+    far = ppl_binned.where((t > last - last / 8) & (t <= last)).mean("t_bin")
     return annotate(xr.Dataset({"ppl_in": inside, "ppl_far": far, "far_in_ratio": far / p_star,
                                 "far_over_in": far / inside}))
 

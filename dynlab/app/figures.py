@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from dynlab.app.checks import nonempty_path
 from dynlab.app.folders import check_out
+from dynlab.errors import DynlabInputError
 
 
 #: What ``dynlab figures`` writes (``dynlab.figures.write_figures``): a folder holding
@@ -42,10 +44,32 @@ def figure_notes_of_dynlab(folder: Path) -> bool:
 
 def figures(study_dir: str | Path, out: str = "figures") -> Any:
     """Draw every panel of the study in ``study_dir`` (a study folder or its dataset.nc) into
-    ``out``, after ``dynlab figures``' checks: what :func:`dynlab.runner.draw_study_figures`
+    ``out``, after ``dynlab figures``' checks: what :func:`draw_study_figures`
     returns (``written``, ``skipped``, ``empty``)."""
     out_dir, study = figure_places(out, str(study_dir))
-    from dynlab.runner import draw_study_figures
     from dynlab.studies import STUDIES
 
     return draw_study_figures(study, out_dir, STUDIES)
+
+
+def draw_study_figures(study_dir: str | Path, out_dir: Path, studies: Mapping[str, Any]) -> Any:
+    """Draw every panel of the study dataset at ``study_dir`` into ``out_dir`` (made when
+    missing) with its study's panels (``studies``: name -> Study, as
+    ``dynlab.studies.STUDIES``); the :func:`dynlab.figures.write_figures` result.  A dataset
+    of a study without figures, or a folder that cannot be made, is one line of bad input."""
+    from dynlab.figures import write_figures
+    from dynlab.results.folder import FIGURES_MARKER, claim_owned_folder
+    from dynlab.results.schema import open_dataset
+
+    ds = open_dataset(study_dir)
+    name = str(ds.attrs.get("study", ""))
+    study = studies.get(name)
+    if study is None or study.panels is None:
+        drawable = ", ".join(n for n, s in studies.items() if s.panels is not None)
+        raise DynlabInputError(f"{study_dir} holds a dataset of study {name!r}, which has no figures; "
+                               f"allowed: a dataset of {drawable}")
+    try:
+        claim_owned_folder(out_dir, FIGURES_MARKER)  # the marker first: a later `figures --out` knows the folder
+    except OSError as exc:
+        raise DynlabInputError(f"--out {out_dir} cannot be made ({exc.strerror or exc}); allowed: a writable folder") from None
+    return write_figures(ds, out_dir, study.panels)

@@ -170,13 +170,15 @@ def tracking_study_options(entry: StudyEntry, models: str, groups: str | None, s
     is refused from its name (no torch)."""
     from dynlab.study import StudyOptions
 
-    options = StudyOptions(preset=check_preset(entry, preset),
-                           models=parse_names(models, "--models", cell_names(), "model"),
-                           groups=parse_groups(groups), seeds=parse_seeds(seeds))
+    preset = check_preset(entry, preset)  # the options checked in the order the command lists them
+    names = parse_names(models, "--models", cell_names(), "model")
+    chosen = parse_groups(groups)  # the word-problem studies' own selection: extra["groups"]
+    options = StudyOptions(preset=preset, models=names, seeds=parse_seeds(seeds),
+                           extra={} if chosen is None else {"groups": chosen})
     if analyze:
         from dynlab.tracking.selection import check_analysable
 
-        for group in options.groups or ():
+        for group in chosen or ():
             check_analysable(group, entry.name)
     return options
 

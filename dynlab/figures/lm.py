@@ -60,8 +60,8 @@ def _log2_positions(ax: Axes, t: np.ndarray) -> None:
     log2_axis(ax, t, lambda v, _: f"{v:g}")
 
 
-#: The position dims of a language model's curves: each quantity on its own (a dataset
-#: written before they were split keeps them all on ``t``).
+#: The position dims of a language model's curves: each quantity on its own
+#: (:data:`dynlab.results.layout.POSITION_AXES`).
 POSITION_DIMS = ("t", "t_bin", "t_effrem", "t_state")
 
 

@@ -3,8 +3,9 @@
 :func:`result_to_dataset` turns one run's ``result.json`` (:class:`dynlab.lm.results.LMResult`)
 into a Dataset whose curves are each on their own position axis (``t``, ``t_bin``,
 ``t_effrem``, ``t_state``), so that no quantity is padded with NaN onto another's grid and
-``ds.ppl_binned.plot()`` draws a curve.  :func:`split_positions` converts a dataset written
-with every curve on one shared ``t`` into that layout.  :func:`assemble_lm_runs` stacks the
+``ds.ppl_binned.plot()`` draws a curve (:data:`dynlab.results.layout.POSITION_AXES`; a
+dataset written with every curve on one shared ``t`` is read in this layout,
+:func:`dynlab.results.layout.split_positions`).  :func:`assemble_lm_runs` stacks the
 runs of the length-generalization study (:mod:`dynlab.studies.length_generalization`) into
 its dataset: each run's curves with its in-range and far PPL (:func:`evaluation_curves`), a
 checkpointed run's on the dim ``budget`` (:func:`run_curves`), and the post-training arms
@@ -23,18 +24,13 @@ from dynlab.analysis.contrasts import paired_contrasts
 from dynlab.analysis.lm_metrics import ppl_ranges
 from dynlab.lm.results import LMResult
 from dynlab.results.assemble import assemble_runs, result_columns, stack_runs, training_curves
+from dynlab.results.layout import bin_starts
 from dynlab.results.vocabulary import annotate
 
 if TYPE_CHECKING:
     from dynlab.lm.spec import LMRunSpec
 
-__all__ = ["POSITION_AXES", "SPEC_COORDS", "assemble_arms", "assemble_lm_runs", "evaluation_curves", "result_to_dataset",
-           "run_curves", "split_positions"]
-
-#: The position axis of each LM curve (the rest of its name's family shares it).
-POSITION_AXES = {"ppl": "t", "ppl_binned": "t_bin", "effrem": "t_effrem", "effrem_js": "t_effrem",
-                 "effrem_cos": "t_effrem", "state_mean": "t_state", "state_std": "t_state", "state_norm": "t_state"}
-
+__all__ = ["SPEC_COORDS", "assemble_arms", "assemble_lm_runs", "evaluation_curves", "result_to_dataset", "run_curves"]
 
 def result_to_dataset(result: dict[str, Any]) -> xr.Dataset:
     """One run's result as a Dataset, each quantity on its own positions (none padded onto another's):
@@ -58,46 +54,11 @@ def result_to_dataset(result: dict[str, Any]) -> xr.Dataset:
         data[f"lg_{key}"] = ((), value)
     n_layers, n_heads = np.asarray(result["state_std"]).shape[:2]
     coords = {"t": np.arange(1, len(result["ppl"]) + 1), "t_bin": ends,
-              "t_bin_start": ("t_bin", _bin_starts(ends)),
+              "t_bin_start": ("t_bin", bin_starts(ends)),
               "t_effrem": np.asarray(result["effrem_t"], dtype=np.int64),
               "t_state": np.asarray(result["state_t"], dtype=np.int64),
               "layer": np.arange(n_layers), "head": np.arange(n_heads)}
     return annotate(xr.Dataset(data, coords=coords))
-
-
-def _bin_starts(ends: np.ndarray) -> np.ndarray:
-    """The first position of each perplexity bin, from the bin ends (bins are (end_prev, end])."""
-    return np.concatenate([[1], ends[:-1] + 1]) if ends.size else ends
-
-
-def split_positions(ds: xr.Dataset) -> xr.Dataset:
-    """A length-generalization dataset with every curve on one shared ``t`` (NaN off each
-    quantity's own grid), relaid out as :func:`result_to_dataset` writes it: each curve of
-    :data:`POSITION_AXES` on its own positions, those where any of its values is finite.
-    The values are unchanged; a ``t`` no variable uses is dropped; a dataset already split
-    is returned as it is."""
-    on_t = [v for v in ds.data_vars if "t" in ds[v].dims]
-    if "t" not in ds.dims or (on_t and not any(v in on_t and axis != "t" for v, axis in POSITION_AXES.items())):
-        return ds
-    if not on_t:  # a cut-down dataset whose curves are gone: the bare axis goes too
-        return ds.drop_dims("t")
-    out = ds.copy()
-    for axis in ("t_bin", "t_effrem", "t_state"):
-        names = [v for v, a in POSITION_AXES.items() if a == axis and v in ds and "t" in ds[v].dims]
-        if not names:
-            continue
-        finite = np.zeros(ds.sizes["t"], dtype=bool)
-        for v in names:
-            finite |= ds[v].notnull().any([d for d in ds[v].dims if d != "t"]).values
-        keep = ds["t"].values[finite]
-        for v in names:
-            out[v] = ds[v].sel(t=keep).rename(t=axis).drop_vars("t", errors="ignore").assign_coords({axis: keep})
-        if axis == "t_bin":
-            out = out.assign_coords(t_bin_start=("t_bin", _bin_starts(np.asarray(keep, dtype=np.int64))))
-    if "ppl" in ds and "t" in ds["ppl"].dims:
-        ppl_t = ds["t"].values[ds["ppl"].notnull().any([d for d in ds["ppl"].dims if d != "t"]).values]
-        out = out.sel(t=ppl_t)
-    return annotate(out)
 
 
 def evaluation_curves(result: dict[str, Any], train_length: int) -> xr.Dataset:

@@ -125,7 +125,7 @@ def evaluate_lm(model: torch.nn.Module, ev: LMEvalSpec, train_length: int, corpu
     effrem = {d: effective_remembrance(probs[:, 0], probs, starts, d).values.tolist() for d in ev.distances}
     return {
         "ppl": ppl.values.tolist(),
-        "ppl_binned_t": binned["t"].values.tolist(),
+        "ppl_binned_t": binned["t_bin"].values.tolist(),
         "ppl_binned": binned.values.tolist(),
         "verdict": verdict.as_dict(),
         "effrem_t": starts.tolist(),

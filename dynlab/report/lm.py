@@ -17,14 +17,14 @@ __all__ = ["RISE", "arm_order_lines", "budget_tables", "context_tables", "far_in
 def far_in_ratio(ds: xr.Dataset) -> xr.DataArray:
     """Per run: mean binned PPL over the last eighth of the evaluation length, divided by
     p* (``lg_p_star``, the lowest binned PPL within the training length). 1 = no rise.
-    The dataset's own ``far_in_ratio`` where it has one (:func:`dynlab.analysis.lm_metrics.ppl_ranges`)."""
+    The dataset's own ``far_in_ratio`` where it has one, else computed by
+    :func:`dynlab.analysis.lm_metrics.ppl_ranges` (from ``ppl_binned``, ``lg_p_star`` and
+    ``train_length``, which every LM study dataset holds)."""
     if "far_in_ratio" in ds:
         return ds["far_in_ratio"]
-    dim = "t_bin" if "t_bin" in ds["ppl_binned"].dims else "t"  # a dataset written before the split: on t
-    t = ds[dim]
-    last = t.values.max()
-    far = ds["ppl_binned"].where((t > last - last / 8) & (t <= last)).mean(dim)
-    return far / ds["lg_p_star"]
+    from dynlab.analysis.lm_metrics import ppl_ranges
+
+    return ppl_ranges(ds["ppl_binned"], ds["lg_p_star"], ds["train_length"])["far_in_ratio"]
 
 
 def _ratio_cell(r: np.ndarray, digits: int = 3) -> str:

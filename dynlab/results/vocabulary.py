@@ -225,7 +225,7 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "perturb_delta_norm": ("perturbation size ‖h_pert − h_clean‖", "1", "RMS over sequences"),
     "perturb_dist_excess": ("extra distance to the correct centroid", "1", "perturbed minus clean"),
     "perturb_q_pert": ("q of perturbed states", "1", "R/M of the perturbed population"),
-    # -- fixed points of the return maps (dynlab.analysis.fixed_points) -------------------------
+    # -- fixed points of the return maps (dynlab.tracking.fixed_points) -------------------------
     "fp_residual": ("fixed-point residual ‖F_w(h*) − h*‖", "1",
                     "worst word's smallest residual from the class's states; ≤ 1e-8 = a fixed point was found"),
     "fp_count": ("distinct fixed points of the return map", "1",

@@ -55,7 +55,7 @@
 5. for two-class groups (C2), the **signed error along U** that shows neutral
    oscillation (:func:`dynlab.analysis.margin.binary_signed_error`);
 6. **fixed points of the return maps** per symbolic state
-   (:func:`dynlab.analysis.fixed_points_per_state.tracker_fixed_points`): for each generator a the
+   (:func:`dynlab.tracking.fixed_points.per_state.tracker_fixed_points`): for each generator a the
    word a^{ord(a)} and ``fp_random_words`` random state-preserving words of
    ``word_length`` tokens, solved from ``fp_starts`` states of each class after t_ref
    tokens (fresh sequences from their own generator, seed ``seed + 2``), with the
@@ -63,7 +63,7 @@
    token on U(t_ref) and U⊥, stability and the spectra (``fp_*`` variables, dim ``state``);
    for the first ``fp_max_states`` (24) states only (NaN beyond: A5, S5).  From the same
    words, Corollary 1's drift along U at the class centroids of t_ref, ``fp_drift`` (η̄),
-   and the crossing of q∥ it predicts, ``T_cross_fp`` (:mod:`dynlab.analysis.fp_drift`).
+   and the crossing of q∥ it predicts, ``T_cross_fp`` (:mod:`dynlab.tracking.fixed_points.drift`).
 
 Where the logits are a linear map of the tracked state (dense RNN cells), the trained
 readout's own threshold ``tau_readout(t)`` = (smallest centroid-to-boundary distance)/M

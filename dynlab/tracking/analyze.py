@@ -12,8 +12,8 @@ import torch
 import xarray as xr
 
 from dynlab.analysis.fixed_points import word_map
-from dynlab.analysis.fixed_points_per_state import generator_power_words, tracker_fixed_points
-from dynlab.analysis.fp_drift import corollary1_crossing, mean_drift
+from dynlab.tracking.fixed_points.per_state import generator_power_words, tracker_fixed_points
+from dynlab.tracking.fixed_points.drift import corollary1_crossing, mean_drift
 from dynlab.analysis.centroids import class_centroids, class_stats, pair_distances
 from dynlab.analysis.fit import line_fit
 from dynlab.analysis.geometry import crossing_time, failure_mode, geometry_over_time, symbolic_basis
@@ -311,7 +311,7 @@ def _fp_inputs(m, task: WordProblem, spec: AnalysisSpec, t_ref: int) -> tuple[np
 def _add_fp_drift(out: xr.Dataset, m, spec: AnalysisSpec, t_ref: int, layer: int, basis: np.ndarray, ref: _Reference,
                   horizon: int, words: list[list[int]]) -> None:
     """Into ``out``: Corollary 1 from the return maps of ``words``
-    (:mod:`dynlab.analysis.fp_drift`): ``fp_drift`` η̄, the mean over the class centroids of
+    (:mod:`dynlab.tracking.fixed_points.drift`): ``fp_drift`` η̄, the mean over the class centroids of
     t_ref and the words of the per-token drift along U(t_ref), and ``T_cross_fp``, the
     crossing of q∥ it predicts from R∥ and M at t_ref (both NaN when U is empty)."""
     eta = t_fp = float("nan")
@@ -328,7 +328,7 @@ def _add_fp_drift(out: xr.Dataset, m, spec: AnalysisSpec, t_ref: int, layer: int
 def _add_fixed_points(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, t_ref: int, layer: int,
                       basis: np.ndarray, ref: _Reference, horizon: int) -> None:
     """Into ``out``: the ``fp_*`` variables of
-    :func:`~dynlab.analysis.fixed_points_per_state.tracker_fixed_points` (module docstring, item 6) from
+    :func:`~dynlab.tracking.fixed_points.per_state.tracker_fixed_points` (module docstring, item 6) from
     the starts and words of :func:`_fp_inputs`; ρ∥ and ρ⊥ are NaN when U(t_ref) is empty.
     Then ``fp_drift`` and ``T_cross_fp`` from the same words (:func:`_add_fp_drift`)."""
     h, y, words = _fp_inputs(m, task, spec, t_ref)

@@ -36,11 +36,14 @@ def canonical_groups(names: Sequence[str]) -> tuple[str, ...]:
 
 
 def canonical_options(options: Any) -> Any:
-    """``options`` (a :class:`dynlab.study.StudyOptions`) with its groups in canonical spelling,
-    repeats of one group dropped (``C2``, ``c2`` and ``C2`` are one group)."""
-    if options.groups is None:
+    """``options`` (a :class:`dynlab.study.StudyOptions`) with its groups (``extra["groups"]``,
+    the word-problem studies' own selection) in canonical spelling, repeats of one group
+    dropped (``C2``, ``c2`` and ``C2`` are one group).  Groups that are not a list of names
+    are left as given, for the study's options to refuse."""
+    groups = options.extra.get("groups")
+    if groups is None or isinstance(groups, str) or not isinstance(groups, Sequence):
         return options
-    return dataclasses.replace(options, groups=canonical_groups(tuple(options.groups)))
+    return dataclasses.replace(options, extra={**options.extra, "groups": canonical_groups(tuple(groups))})
 
 
 def check_analysable(group: str, study: str) -> None:

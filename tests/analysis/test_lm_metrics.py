@@ -28,7 +28,7 @@ def test_ppl_averages_nll_before_exponentiating():
 def test_binned_ppl_pools_samples_and_positions():
     nll = np.array([[0.0, 2.0, 1.0, 1.0, 9.0], [4.0, 2.0, 3.0, 1.0, 9.0]])
     b = binned_ppl(nll, 2)
-    assert b["t"].values.tolist() == [2, 4]
+    assert b.dims == ("t_bin",) and b["t_bin"].values.tolist() == [2, 4]
     assert b.values.tolist() == pytest.approx([math.exp(2.0), math.exp(1.5)])
 
 

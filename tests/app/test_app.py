@@ -102,7 +102,7 @@ def test_a_tracking_study_from_python_gets_the_options_specs_and_notes_of_the_co
                                     echo=lambda text, err=False: said.append((text, err)))
     assert cli.out == f"dataset: {path}\n"
     assert made[0] == made[1] and len(made[0][1]) == 2 * 2  # groups C2, S3 x seeds 1, 2
-    assert made[0][0].groups == ("C2", "S3") and made[0][2] is False
+    assert made[0][0].extra["groups"] == ("C2", "S3") and made[0][2] is False
     assert [line for line, err in said if err] == cli.err.splitlines() == [
         "note: --models tanh-rnn,tanh-rnn names tanh-rnn 2 times; it runs once",
         "note: --groups C2,c2,S3 names C2 2 times; it runs once"]

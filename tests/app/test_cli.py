@@ -202,7 +202,8 @@ def _snapshot(folder: Path) -> dict[str, tuple[bytes | None, int]]:
             for p in sorted(folder.rglob("*"))}
 
 
-#: The one run of the manifest of :func:`_damaged_study` (its options make it).
+#: The one run of the manifest of :func:`_damaged_study` (its options make it); its groups sit
+#: beside ``extra``, as manifests were written before they were the study's own option.
 SOUND = {"study": "group-tracking", "preset": "smoke", "models": ["tanh-rnn"], "groups": ["C2"], "seeds": [0]}
 RID = "6f20a8bc8e64ed1c"
 
@@ -228,7 +229,7 @@ def test_the_sound_manifest_makes_its_run():
     from dynlab.studies import get_study
     from dynlab.study import StudyOptions
 
-    options = StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",), seeds=(0,))
+    options = StudyOptions(preset="smoke", models=("tanh-rnn",), seeds=(0,), extra={"groups": ("C2",)})
     assert [s.spec_hash() for s in get_study("group-tracking").make_specs(options)] == [RID]
 
 
@@ -237,10 +238,11 @@ def test_the_sound_manifest_makes_its_run():
     ({"extra": {"analysis": "huge"}}, [], "study group-tracking: bad option 'analysis'"),
     ({"extra": [1]}, [], "'extra' is [1]; allowed: a mapping or null"),
     ({"models": "tanh-rnn"}, [], "'models' is 'tanh-rnn'; allowed: a list of names or null"),
+    ({"groups": "C2"}, [], "study group-tracking: bad option 'groups'"),
     ({"seeds": [0, -1]}, [], "'seeds' is [0, -1]; allowed: a list of integers >= 0 or null"),
     ({"preset": "huge"}, [], "unknown preset 'huge' for study group-tracking"),
     ({}, ["--device", "tpu"], "unknown device 'tpu'"),
-], ids=["unknown-option", "bad-option", "extra-not-a-mapping", "models-not-a-list", "negative-seed", "preset",
+], ids=["unknown-option", "bad-option", "extra-not-a-mapping", "models-not-a-list", "groups-not-a-list", "negative-seed", "preset",
         "device"])
 def test_analyze_refuses_a_broken_manifest_before_it_heals_a_run(tmp_path, capsys, manifest, argv, message):
     study = _damaged_study(tmp_path, **manifest)

@@ -128,7 +128,7 @@ def test_repeated_names_run_once_with_a_one_line_note(tmp_path, capsys, monkeypa
                    "note: --groups C2,C2,c2 names C2 3 times; it runs once",
                    "note: --seeds 0,0,00 names 0 3 times; it runs once"]
     options = made["options"]
-    assert (options.models, options.groups, options.seeds) == (("tanh-rnn",), ("C2",), (0,))
+    assert (options.models, options.extra["groups"], options.seeds) == (("tanh-rnn",), ("C2",), (0,))
     assert len(made["specs"]) == 1
 
 
@@ -148,15 +148,18 @@ def test_repeats_in_two_names_of_one_list_are_one_note(tmp_path, capsys, monkeyp
 def test_the_python_api_collapses_repeats_too():
     from dynlab.studies import get_study
 
-    options = StudyOptions(preset="smoke", models=["tanh-rnn", "tanh-rnn"], groups=["C2", "C2", "c2"], seeds=[0, 0])
-    assert (options.models, options.groups, options.seeds) == (("tanh-rnn",), ("C2", "c2"), (0,))
-    assert get_study("group-tracking").prepared(options).groups == ("C2",)  # the study reads c2 as C2
+    options = StudyOptions(preset="smoke", models=["tanh-rnn", "tanh-rnn"], seeds=[0, 0],
+                           extra={"groups": ["C2", "C2", "c2"]})
+    assert (options.models, options.seeds) == (("tanh-rnn",), (0,))
+    assert get_study("group-tracking").prepared(options).extra["groups"] == ("C2",)  # the study reads c2 as C2
     assert len(get_study("group-tracking").make_specs(options)) == 1
-    assert len(get_study("nonlinearity").make_specs(StudyOptions(preset="smoke", groups=("s3", "S3"), seeds=(1, 1)))) == 6
-    options = StudyOptions(groups=("C2xS3", "c2xs3", "Q8", "Q8"))  # the shared base collapses by value only
-    assert options.groups == ("C2xS3", "c2xs3", "Q8")
-    assert canonical_options(options).groups == ("C2xS3", "Q8")  # Q8 is left for the study to refuse
-    assert get_study("group-tracking").prepared(options).groups == ("C2xS3", "Q8")
+    sixes = StudyOptions(preset="smoke", seeds=(1, 1), extra={"groups": ("s3", "S3")})
+    assert len(get_study("nonlinearity").make_specs(sixes)) == 6
+    options = StudyOptions(extra={"groups": ("C2xS3", "c2xs3", "Q8", "Q8")})  # the study's own selection
+    assert canonical_options(options).extra["groups"] == ("C2xS3", "Q8")  # Q8 is left for the study to refuse
+    assert get_study("group-tracking").prepared(options).extra["groups"] == ("C2xS3", "Q8")
+    for odd in ("C2", 3, None):  # not a list of names: left as given, for the options to refuse (None: the preset's)
+        assert canonical_options(StudyOptions(extra={"groups": odd})).extra["groups"] == odd
 
 
 def test_select_names_and_collapse_repeats():

@@ -19,9 +19,10 @@ def test_report_prints_the_tables_of_a_dataset(tmp_path, capsys):
     ppl = np.full((1, t.size), np.nan)
     ppl[0, 8::8] = [4.0, 4.0, 4.0, 6.0]
     ds = xr.Dataset({"ppl_binned": (("run", "t"), ppl), "lg_p_star": ("run", [4.0]), "lg_passed": ("run", [False])},
-                    coords={"t": t, "intervention": ("run", ["zero"]), "seed": ("run", [0]), "arch": ("run", ["gla"])},
+                    coords={"t": t, "intervention": ("run", ["zero"]), "seed": ("run", [0]), "arch": ("run", ["gla"]),
+                            "train_length": ("run", [16])},
                     attrs={"study": "length-generalization", "preset": "quick"})
-    write_dataset(ds, tmp_path / "lg" / "dataset.nc")
+    write_dataset(ds, tmp_path / "lg" / "dataset.nc")  # every curve on one t, as earlier versions wrote it
     assert main(["report", str(tmp_path / "lg")]) == 0
     out = capsys.readouterr().out
     assert "| gla | zero | 0 | 1.500 (1.500–1.500)" in out  # (28, 32] holds t = 32: 6 / 4

@@ -15,12 +15,13 @@ def test_input_error_is_a_value_error():
 
 
 def _fail_with(monkeypatch, exc: BaseException) -> None:
-    import dynlab.runner
+    """``exc`` raised where ``dynlab figures`` opens the study's dataset."""
+    import dynlab.results.schema
 
-    def open_study(path):
+    def open_dataset(path):
         raise exc
 
-    monkeypatch.setattr(dynlab.runner, "open_study", open_study)
+    monkeypatch.setattr(dynlab.results.schema, "open_dataset", open_dataset)
 
 
 def test_bad_input_is_exit_2_and_one_line(monkeypatch, tmp_path, capsys):

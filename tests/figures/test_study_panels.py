@@ -17,8 +17,8 @@ from dynlab.study import StudyOptions  # noqa: E402
 
 #: The smoke preset, with a linear curriculum so that the 20 steps reach the training
 #: length (status ok): the panels draw ok runs only.
-SMOKE_OK = StudyOptions(preset="smoke", models=("tanh-rnn", "mamba"), groups=("C2", "S3"),
-                        extra={"train": {"curriculum": {"mode": "linear", "ramp_fraction": 0.5}}})
+SMOKE_OK = StudyOptions(preset="smoke", models=("tanh-rnn", "mamba"),
+                        extra={"groups": ("C2", "S3"), "train": {"curriculum": {"mode": "linear", "ramp_fraction": 0.5}}})
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ def _files(*parts: str) -> list[Path]:
 
 
 @pytest.mark.parametrize("path", _files("dynlab/analysis", "dynlab/tracking/analysis.py", "dynlab/tracking/analyze.py",
-                                        "dynlab/tracking/evaluate.py",
+                                        "dynlab/tracking/evaluate.py", "dynlab/tracking/fixed_points",
                                         "dynlab/tracking/models",
                                         "dynlab/runtime.py",
                                         "dynlab/results", "dynlab/figures"),
@@ -54,18 +54,23 @@ def test_the_shared_analysis_imports_neither_paper(path):
 
 
 #: The machinery both papers' studies share: it names neither paper's package nor its fields.
-SHARED_BASE = ("dynlab/spec.py", "dynlab/study.py", "dynlab/runner.py", "dynlab/run_loop.py", "dynlab/manifest.py")
+SHARED_BASE = ("dynlab/spec.py", "dynlab/study.py", "dynlab/runner.py", "dynlab/run_loop.py", "dynlab/manifest.py",
+               "dynlab/training.py")
+
+
+#: Paper A's names: the task's group, the studies' group selection (``extra["groups"]``, ``--groups``).
+PAPER_A_NAMES = ("group", "groups", "--groups")
 
 
 def _paper_fields(path: Path) -> list[str]:
-    """Reads of paper A's fields in ``path``: ``x.group``/``x.groups`` of a spec's task, or
-    ``getattr(x, "group")``."""
+    """Reads of paper A's fields in ``path``: ``x.group``/``x.groups`` (a spec's task, the
+    group selection), ``getattr(x, "group")``, or one of :data:`PAPER_A_NAMES` as a string
+    (a key, an option)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     reads = [f"{path.name}:{n.lineno} .{n.attr}" for n in ast.walk(tree)
-             if isinstance(n, ast.Attribute) and n.attr == "group"]
-    reads += [f"{path.name}:{n.lineno} getattr {n.args[1].value!r}" for n in ast.walk(tree)
-              if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "getattr" and len(n.args) > 1
-              and isinstance(n.args[1], ast.Constant) and n.args[1].value == "group"]
+             if isinstance(n, ast.Attribute) and n.attr in PAPER_A_NAMES]
+    reads += [f"{path.name}:{n.lineno} {n.value!r}" for n in ast.walk(tree)
+              if isinstance(n, ast.Constant) and n.value in PAPER_A_NAMES]
     return reads
 
 
@@ -73,14 +78,15 @@ def _paper_fields(path: Path) -> list[str]:
 def test_the_shared_base_names_neither_paper(path):
     bad = _paper_imports(path) + _paper_fields(path)
     assert not bad, (f"{path.relative_to(ROOT)} knows a paper: {bad}; a paper's own reading goes behind a "
-                     "Study hook (prepare_options, check_analyses)")
+                     "Study hook (prepare_options, check_analyses) or in its options (a StudyExtra)")
 
 
 def test_the_paper_field_check_can_fail(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text("def f(spec):\n    g = getattr(getattr(spec, 'task', None), 'group', None)\n"
-                     "    return spec.task.group, spec.groups\n")
-    assert _paper_fields(probe) == ["probe.py:3 .group", "probe.py:2 getattr 'group'"]
+    probe.write_text("def f(spec, options):\n    g = getattr(getattr(spec, 'task', None), 'group', None)\n"
+                     "    return spec.task.group, options.groups, options.extra['groups'], {'--groups': 1}\n")
+    assert sorted(_paper_fields(probe)) == ["probe.py:2 'group'", "probe.py:3 '--groups'", "probe.py:3 'groups'",
+                                            "probe.py:3 .group", "probe.py:3 .groups"]
 
 
 def test_the_paper_import_check_can_fail(tmp_path):

@@ -270,7 +270,7 @@ def test_a_group_too_large_for_the_analyses_is_refused_before_anything_is_writte
     from dynlab.tracking.task import WordProblem
 
     study = get_study("group-tracking")
-    options = StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("S7",))
+    options = StudyOptions(preset="smoke", models=("tanh-rnn",), extra={"groups": ("S7",)})
     with pytest.raises(DynlabInputError, match=rf"group S7 \(order 5040\) .* at most {MAX_ANALYSIS_ORDER}") as info:
         run_study(study, options, out=tmp_path / "out", device="cpu")
     assert "--no-analysis" in str(info.value) and not (tmp_path / "out").exists()

@@ -1,49 +1,21 @@
-"""An LM run's dataset layout (each curve on its own positions), the conversion of the old
-shared-``t`` layout, and the training-loss curve with its ``converged`` rule."""
+"""An LM run's dataset layout (each curve on its own positions; the old shared-``t`` layout:
+tests/results/test_layout.py), and the training-loss curve with its ``converged`` rule."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import xarray as xr
 
-from dynlab.lm.dataset import result_to_dataset, split_positions
+from dynlab.lm.dataset import result_to_dataset
 from dynlab.results.assemble import training_curves
 from dynlab.study import RunResult
 from dynlab.training import converged, loss_curve
 
-
-def _result(n: int = 40, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
-    ends = list(range(8, n + 1, 8))
-    return {"ppl": rng.uniform(2, 9, n).tolist(), "ppl_binned_t": ends, "ppl_binned": rng.uniform(2, 9, len(ends)).tolist(),
-            "verdict": {"passed": False, "p_star": 3.0, "t_star": 8, "worst_violation": 1.0, "worst_t": 16, "max_t": n},
-            "effrem_t": [0, 20, 39], "effrem": {d: rng.uniform(0, 1, 3).tolist() for d in ("tv", "js", "cos")},
-            "state_t": [1, 4, 16, 40], **{k: rng.uniform(0, 1, (2, 3, 4)).tolist()
-                                         for k in ("state_mean", "state_std", "state_norm")}}
-
-
-def _shared_t(result: dict) -> xr.Dataset:
-    """The layout datasets had before: every curve on t = 0 … n, NaN off its own grid (written out here)."""
-    n = len(result["ppl"])
-
-    def on_t(values, at):
-        values = np.asarray(values, dtype=float)
-        out = np.full(values.shape[:-1] + (n + 1,), np.nan)
-        out[..., np.asarray(at)] = values
-        return out
-
-    data = {"ppl": ("t", on_t(result["ppl"], range(1, n + 1))),
-            "ppl_binned": ("t", on_t(result["ppl_binned"], result["ppl_binned_t"]))}
-    for d, name in (("tv", "effrem"), ("js", "effrem_js"), ("cos", "effrem_cos")):
-        data[name] = ("t", on_t(result["effrem"][d], result["effrem_t"]))
-    for name in ("state_mean", "state_std", "state_norm"):
-        data[name] = (("layer", "head", "t"), on_t(result[name], result["state_t"]))
-    return xr.Dataset(data, coords={"t": np.arange(n + 1), "layer": [0, 1], "head": [0, 1, 2]})
+from helpers.lm_results import lm_result
 
 
 def test_each_curve_on_its_own_positions_with_no_padding():
-    r = _result()
+    r = lm_result()
     ds = result_to_dataset(r)
     assert ds["ppl"].dims == ("t",) and ds["t"].values.tolist() == list(range(1, 41))
     assert ds["ppl_binned"].dims == ("t_bin",) and ds["t_bin"].values.tolist() == [8, 16, 24, 32, 40]
@@ -54,19 +26,6 @@ def test_each_curve_on_its_own_positions_with_no_padding():
         assert np.isfinite(ds[name]).all(), name
     np.testing.assert_array_equal(ds["state_std"].values, np.asarray(r["state_std"]))
     assert ds["t_bin"].attrs["units"] == "tokens" and ds["t_effrem"].attrs["long_name"]
-
-
-def test_split_positions_of_the_old_layout_equals_the_new_one():
-    rs = [_result(seed=s) for s in range(3)]
-    old = xr.concat([_shared_t(r) for r in rs], dim="run")
-    new = xr.concat([result_to_dataset(r) for r in rs], dim="run")
-    got = split_positions(old)
-    for name in ("ppl", "ppl_binned", "effrem", "effrem_js", "effrem_cos", "state_mean", "state_std", "state_norm"):
-        assert got[name].dims == new[name].dims, name
-        np.testing.assert_array_equal(got[name].values, new[name].values)
-    for c in ("t", "t_bin", "t_bin_start", "t_effrem", "t_state"):
-        np.testing.assert_array_equal(got[c].values, new[c].values)
-    assert split_positions(new) is new  # already split: unchanged
 
 
 def test_loss_curve_is_window_means_ending_at_the_last_step():

@@ -35,15 +35,15 @@ def test_task_table_holds_means_ranges_and_the_paired_difference():
 
 
 def test_far_in_ratio_and_the_lm_table():
-    t = np.arange(0, 65)
-    ppl = np.full((2, t.size), np.nan)
-    ppl[:, 8::8] = [[5.0] * 8, [4.0] * 8]
-    ppl[0, 64], ppl[1, 64] = 10.0, 4.0  # the last eighth (56, 64] holds one bin end: t = 64
-    ds = xr.Dataset({"ppl_binned": (("run", "t"), ppl), "lg_p_star": ("run", [5.0, 4.0]),
+    t_bin = np.arange(8, 65, 8)
+    ppl = np.array([[5.0] * 8, [4.0] * 8])
+    ppl[0, -1], ppl[1, -1] = 10.0, 4.0  # the last eighth (56, 64] holds one bin end: t = 64
+    ds = xr.Dataset({"ppl_binned": (("run", "t_bin"), ppl), "lg_p_star": ("run", [5.0, 4.0]),
                      "lg_passed": ("run", [False, True])},
-                    coords={"t": t, "intervention": ("run", ["zero", "state-passing"]), "seed": ("run", [0, 0]),
-                            "arch": ("run", ["mamba2", "mamba2"])}, attrs={"study": "length-generalization"})
-    np.testing.assert_allclose(far_in_ratio(ds).values, [2.0, 1.0])
+                    coords={"t_bin": t_bin, "intervention": ("run", ["zero", "state-passing"]), "seed": ("run", [0, 0]),
+                            "arch": ("run", ["mamba2", "mamba2"]), "train_length": ("run", [16, 16])},
+                    attrs={"study": "length-generalization"})
+    np.testing.assert_allclose(far_in_ratio(ds).values, [2.0, 1.0], rtol=1e-12, atol=0)  # 10/5 and 4/4
     text = lm_tables(ds)
     assert "| mamba2 | zero | 0 | 2.000 (2.000–2.000)" in text and "| 1 of 1 |" in text
 

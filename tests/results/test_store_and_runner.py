@@ -16,7 +16,7 @@ from dynlab.runner import open_study, run_study
 from dynlab.study import RunOutcome, RunResult, StudyOptions
 from dynlab.studies import get_study
 
-SMOKE = StudyOptions(preset="smoke", models=("tanh-rnn", "linear-rnn"), groups=("C2", "S3"))
+SMOKE = StudyOptions(preset="smoke", models=("tanh-rnn", "linear-rnn"), extra={"groups": ("C2", "S3")})
 
 
 class Killed(BaseException):
@@ -63,8 +63,8 @@ def test_killed_study_resumes_without_redoing_finished_runs(tmp_path):
 
 def test_run_folder_contents_and_weights_round_trip(tmp_path):
     study = get_study("group-tracking")
-    path = run_study(study, StudyOptions(preset="smoke", models=("mamba",), groups=("C6",)), out=tmp_path, device="cpu", analyze=False)
-    spec = study.make_specs(StudyOptions(preset="smoke", models=("mamba",), groups=("C6",)))[0]
+    path = run_study(study, StudyOptions(preset="smoke", models=("mamba",), extra={"groups": ("C6",)}), out=tmp_path, device="cpu", analyze=False)
+    spec = study.make_specs(StudyOptions(preset="smoke", models=("mamba",), extra={"groups": ("C6",)}))[0]
     store = RunStore(path.parent)
     run = store.path(spec)
     assert sorted(p.name for p in run.iterdir()) == ["checksums.json", "model.safetensors", "result.json", "spec.json"]
@@ -85,7 +85,7 @@ def test_run_folder_contents_and_weights_round_trip(tmp_path):
 
 def test_stale_temporary_folders_are_removed_and_never_count(tmp_path):
     study = get_study("group-tracking")
-    spec = study.make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",)))[0]
+    spec = study.make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), extra={"groups": ("C2",)}))[0]
     store = RunStore(tmp_path)
     stale = store.runs / f".tmp-{spec.spec_hash()}-dead"
     stale.mkdir(parents=True)
@@ -104,7 +104,7 @@ def test_kill_during_save_leaves_no_finished_run(tmp_path, monkeypatch):
     import dynlab.results.store as store_mod
 
     study = get_study("group-tracking")
-    spec = study.make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",)))[0]
+    spec = study.make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), extra={"groups": ("C2",)}))[0]
     store = RunStore(tmp_path)
 
     write = store_mod.write_bytes_new
@@ -123,7 +123,7 @@ def test_kill_during_save_leaves_no_finished_run(tmp_path, monkeypatch):
 
 def test_broken_checkpoint_gives_clear_error(tmp_path):
     study = get_study("group-tracking")
-    spec = study.make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",)))[0]
+    spec = study.make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), extra={"groups": ("C2",)}))[0]
     store = RunStore(tmp_path)
     store.save(spec, {"status": "ok"}, {"w": torch.zeros(2)})
     (store.path(spec) / "model.safetensors").write_bytes(b"not a checkpoint")
@@ -223,7 +223,7 @@ def test_the_dataset_records_the_invocations_wall_time_runs_trained_and_workers(
     counts the runs that invocation trained (all on a fresh study, the missing ones on a
     resumed one, none on a rerun), whatever the study's size."""
     study, calls = _counting_study()
-    first = StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2", "S3"))
+    first = StudyOptions(preset="smoke", models=("tanh-rnn",), extra={"groups": ("C2", "S3")})
     t0 = time.perf_counter()
     ds = open_study(run_study(study, first, out=tmp_path, device="cpu", analyze=False))
     elapsed = time.perf_counter() - t0
@@ -251,7 +251,7 @@ def test_the_study_records_its_training_and_analysis_seconds(tmp_path, capsys):
     phases fit inside study_wall_time_s, the manifest repeats them and the summary says them."""
     from dynlab.run_loop import phase_line
 
-    opts = StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",))
+    opts = StudyOptions(preset="smoke", models=("tanh-rnn",), extra={"groups": ("C2",)})
     ds = open_study(run_study(get_study("group-tracking"), opts, out=tmp_path, device="cpu", progress=True))
     a = ds.attrs
     per_run = sum(float(xr_open(p).attrs["analysis_seconds"])

@@ -18,7 +18,7 @@ from dynlab.runner import analyze_study, open_study, run_study
 from dynlab.study import StudyOptions
 from dynlab.studies import get_study
 
-SMOKE = StudyOptions(preset="smoke", models=("tanh-rnn", "linear-rnn"), groups=("C2", "S3"))
+SMOKE = StudyOptions(preset="smoke", models=("tanh-rnn", "linear-rnn"), extra={"groups": ("C2", "S3")})
 
 
 def _counting_study():
@@ -194,7 +194,7 @@ def test_an_output_the_system_refuses_is_refused_before_any_work(finished_study,
 
 
 def _spec(seed=0):
-    return get_study("group-tracking").make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",), seeds=(seed,)))[0]
+    return get_study("group-tracking").make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), seeds=(seed,), extra={"groups": ("C2",)}))[0]
 
 
 def test_checksums_list_every_file_with_size_and_sha256(tmp_path):

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from dynlab.errors import DynlabInputError
+from dynlab.manifest import manifest_options
 from dynlab.spec import SPEC_VERSION, load_spec
 from dynlab.tracking.spec import RunSpec
 from dynlab.lm.spec import LMRunSpec
@@ -80,7 +82,7 @@ def test_analysis_preset_recorded_in_the_manifest_and_used(tmp_path):
     """quick preset with 8 evaluation samples: the old rule guessed 'smoke' from the sample
     count; the recorded preset decides, and dynlab analyze reuses it."""
     study = get_study("group-tracking")
-    options = StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",), extra={**TINY, "analysis": "quick"})
+    options = StudyOptions(preset="smoke", models=("tanh-rnn",), extra={"groups": ("C2",), **TINY, "analysis": "quick"})
     path = run_study(study, options, out=tmp_path, device="cpu")
     manifest = json.loads((path.parent / "manifest.json").read_text())
     assert manifest["extra"]["analysis"] == "quick"
@@ -97,18 +99,51 @@ def test_rerun_with_another_analysis_preset_redoes_the_analyses(tmp_path):
     another preset reuses the training but redoes each analysis, so the manifest's preset is
     the one every analysis.nc was made with."""
     study = get_study("group-tracking")
-    base = dict(preset="smoke", models=("tanh-rnn",), groups=("C2",))
-    path = run_study(study, StudyOptions(**base, extra={**TINY, "analysis": "smoke"}), out=tmp_path, device="cpu")
+    base = dict(preset="smoke", models=("tanh-rnn",))
+    path = run_study(study, StudyOptions(**base, extra={**TINY, "groups": ("C2",), "analysis": "smoke"}), out=tmp_path,
+                     device="cpu")
     runs = sorted((path.parent / "runs").iterdir())
     weights = {r: (r / "model.safetensors").read_bytes() for r in runs}
     for r in runs:
         assert xr.open_dataset(r / "analysis.nc", engine="h5netcdf").attrs["analysis_preset"] == "smoke"
-    path = run_study(study, StudyOptions(**base, extra={**TINY, "analysis": "quick"}), out=tmp_path, device="cpu")
+    path = run_study(study, StudyOptions(**base, extra={**TINY, "groups": ("C2",), "analysis": "quick"}), out=tmp_path,
+                     device="cpu")
     for r in runs:
         with xr.open_dataset(r / "analysis.nc", engine="h5netcdf") as ds:
             assert ds.attrs["analysis_preset"] == "quick"
         assert (r / "model.safetensors").read_bytes() == weights[r]  # training reused
     assert open_study(path).attrs["analysis_n_samples"] == ANALYSIS_PRESETS["quick"].n_samples
+
+
+def test_a_manifest_with_the_groups_beside_extra_still_reads_and_resumes(tmp_path):
+    """Manifests written before the groups were the word-problem studies' own option
+    (``extra["groups"]``) kept them at their top level: such a manifest reads back to the
+    options that make its runs, a rerun into its folder trains nothing and records the
+    groups in ``extra``, and a rerun with fewer groups is refused naming ``--groups``."""
+    study = get_study("group-tracking")
+    options = StudyOptions(preset="smoke", models=("tanh-rnn",), extra={**TINY, "groups": ("c2", "S3")})
+    root = run_study(study, options, out=tmp_path, device="cpu", analyze=False).parent
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert manifest["extra"]["groups"] == ["C2", "S3"] and "groups" not in manifest  # canonical spelling
+    extra = {k: v for k, v in manifest["extra"].items() if k != "groups"}
+    legacy = {**manifest, "groups": ["C2", "S3"], "extra": extra}  # as dynlab wrote it before
+    (root / "manifest.json").write_text(json.dumps(legacy))
+    read = study.prepared(manifest_options(root, legacy, study))
+    assert read.extra["groups"] == ("C2", "S3")
+    assert [s.spec_hash() for s in study.make_specs(read)] == manifest["run_ids"]
+    weights = {p: p.read_bytes() for p in (root / "runs").glob("*/model.safetensors")}
+    assert len(weights) == 2
+    rerun = open_study(run_study(study, options, out=tmp_path, device="cpu", analyze=False))
+    assert rerun.attrs["study_runs_trained"] == 0
+    assert {p: p.read_bytes() for p in weights} == weights
+    assert json.loads((root / "manifest.json").read_text())["extra"]["groups"] == ["C2", "S3"]
+    (root / "manifest.json").write_text(json.dumps(legacy))
+    fewer = StudyOptions(preset="smoke", models=("tanh-rnn",), extra={**TINY, "groups": ("C2",)})
+    with pytest.raises(DynlabInputError, match=r"was run with --groups C2,S3, this run asks --groups C2: "):
+        run_study(study, fewer, out=tmp_path, device="cpu", analyze=False)
+    broken = {**legacy, "groups": "C2"}  # not a list: refused as the option is, in one line
+    with pytest.raises(DynlabInputError, match=r"^study group-tracking: bad option 'groups'"):
+        study.parse_options(manifest_options(root, broken, study))
 
 
 # -- typed results -----------------------------------------------------------------------
@@ -177,7 +212,7 @@ def test_old_study_folder_is_reused_assembled_and_reanalysed(tmp_path):
         return base.run_one(spec, device, progress)
 
     study = dataclasses.replace(base, run_one=run_one, run_many=None)
-    options = StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",), extra=TINY)
+    options = StudyOptions(preset="smoke", models=("tanh-rnn",), extra={"groups": ("C2",), **TINY})
     ds = open_study(run_study(study, options, out=tmp_path, device="cpu"))
     assert trained == []
     raw = json.loads((root / "runs" / "59b9bfcd5475deae" / "result.json").read_text())
@@ -197,7 +232,7 @@ def test_old_study_folder_is_reused_assembled_and_reanalysed(tmp_path):
 
 def test_load_spec_reads_a_written_run(tmp_path):
     study = get_study("group-tracking")
-    options = StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C2",), extra=TINY)
+    options = StudyOptions(preset="smoke", models=("tanh-rnn",), extra={"groups": ("C2",), **TINY})
     run_study(study, options, out=tmp_path, device="cpu", analyze=False)
     (spec,) = study.make_specs(options)
     store = RunStore(tmp_path / "group-tracking")
@@ -296,11 +331,11 @@ def test_not_learned_horizon_rule():
 def test_a_not_learned_runs_q_stops_at_its_shorter_horizon(tmp_path):
     """A not-learned run's q(t) is followed to 2 × the training length, a learned run's to
     the longest evaluated length; the run variable ``horizon`` says which."""
-    common = dict(preset="smoke", models=("mamba",), groups=("C2",))
+    common = dict(preset="smoke", models=("mamba",))
     study = get_study("group-tracking")
     runs = {}
     for name, curriculum in (("stuck", {"min_length": 2, "max_length": 40}), ("reached", {"min_length": 2, "max_length": 2})):
-        extra = {"eval": {"lengths": [5, 20, 200]}, "train": {"steps": 3, "curriculum": curriculum}}
+        extra = {"groups": ("C2",), "eval": {"lengths": [5, 20, 200]}, "train": {"steps": 3, "curriculum": curriculum}}
         path = run_study(study, StudyOptions(**common, extra=extra), out=tmp_path / name, device="cpu")
         runs[name] = xr.open_dataset(path, engine="h5netcdf").load()
     stuck, reached = runs["stuck"].isel(run=0), runs["reached"].isel(run=0)
@@ -313,7 +348,7 @@ def test_a_not_learned_runs_q_stops_at_its_shorter_horizon(tmp_path):
     with xr.open_dataset(afile, engine="h5netcdf") as old:
         legacy = old.load().drop_vars("horizon")
     legacy.to_netcdf(afile, engine="h5netcdf")
-    options = StudyOptions(**common, extra={"eval": {"lengths": [5, 20, 200]},
+    options = StudyOptions(**common, extra={"groups": ("C2",), "eval": {"lengths": [5, 20, 200]},
                                             "train": {"steps": 3, "curriculum": {"min_length": 2, "max_length": 40}}})
     ds = study.assemble(study.make_specs(options), RunStore(tmp_path / "stuck" / "group-tracking"), options)
     assert float(ds["horizon"].isel(run=0)) == 200.0

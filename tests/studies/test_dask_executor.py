@@ -57,7 +57,7 @@ def _weights(root: Path) -> dict[str, dict[str, torch.Tensor]]:
 
 
 def test_local_cluster_gives_identical_results_to_in_process(tmp_path):
-    options = StudyOptions(preset="quick", models=("tanh-rnn", "linear-rnn"), groups=("C2",), extra=TINY)
+    options = StudyOptions(preset="quick", models=("tanh-rnn", "linear-rnn"), extra={"groups": ("C2",), **TINY})
     run_study(GROUP_TRACKING, options, out=tmp_path / "inproc", device="cpu", analyze=False)
     with DaskExecutor(workers=1, processes=False) as ex:
         # progress=True: the client-side bars must not be shipped to the worker
@@ -88,7 +88,7 @@ def test_process_workers_give_bit_identical_results_to_in_process(tmp_path):
         "train": {"steps": 6, "batch_size": 32, "warmup_steps": 1},
         "eval": {"lengths": (5, 30), "n_samples": 32, "batch_size": 32, "chunk": 16},
     }
-    options = StudyOptions(preset="quick", models=("tanh-rnn", "mamba"), groups=("C6", "S3"), extra=extra)
+    options = StudyOptions(preset="quick", models=("tanh-rnn", "mamba"), extra={"groups": ("C6", "S3"), **extra})
     old = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -315,7 +315,7 @@ def test_analyses_overlapping_remote_training_equal_in_process_analyses(tmp_path
     the next; the stored analyses must equal those of an in-process study.  (With worker
     threads of the same process it must not overlap: an analysis reseeding torch's global
     RNG under a training thread changed that run's initial weights, and this test failed.)"""
-    options = StudyOptions(preset="smoke", models=("tanh-rnn", "mamba"), groups=("C2",), extra=TINY)
+    options = StudyOptions(preset="smoke", models=("tanh-rnn", "mamba"), extra={"groups": ("C2",), **TINY})
     run_study(GROUP_TRACKING, options, out=tmp_path / "inproc", device="cpu", analyze=True)
     with DaskExecutor(workers=1, processes=True) as ex:
         assert not ex.shares_process

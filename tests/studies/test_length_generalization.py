@@ -39,7 +39,7 @@ def test_registered_and_quick_preset_specs():
 @pytest.mark.parametrize("options, match", [
     (StudyOptions(preset="quick", models=("lstm",)), "unknown mixer 'lstm'"),
     (StudyOptions(preset="quick", extra={"interventions": ["dropout"]}), "unknown intervention"),
-    (StudyOptions(preset="quick", groups=("S3",)), "takes no groups"),
+    (StudyOptions(preset="quick", extra={"groups": ["S3"]}), "unknown option 'groups'"),
     (StudyOptions(preset="huge"), "unknown preset"),
     (StudyOptions(preset="quick", extra={"source": "/no/such/file.txt"}), "neither one of"),
 ])

@@ -92,7 +92,7 @@ def test_ppl_ranges_of_a_known_curve():
     binned = binned_ppl(nll, 4)
     verdict = length_generalization(binned, 16)
     got = ppl_ranges(binned, verdict.p_star, 16)
-    t = binned["t"].values
+    t = binned["t_bin"].values
     b = binned.values
     assert got["ppl_in"] == pytest.approx(b[(t > 8) & (t <= 16)].mean())
     assert got["ppl_far"] == pytest.approx(b[t > 56].mean())

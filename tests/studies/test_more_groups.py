@@ -18,7 +18,7 @@ from dynlab.study import StudyOptions
 def test_more_groups_make_specs(name, order):
     from dynlab.tracking.groups import get_group
 
-    (spec,) = make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), groups=(name,)))
+    (spec,) = make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), extra={"groups": (name,)}))
     assert spec.task.group == name and get_group(name).order == order
 
 
@@ -50,5 +50,5 @@ def test_paper_preset_has_at_least_113_models_to_length_1000():
     assert {s.model.arch for s in specs} == set(BUILTIN_ARCHS) and {s.task.group for s in specs} == {"C2", "C6", "S3"}
     assert {s.seed for s in specs} == {0, 1, 2, 3, 4}
     assert {max(s.eval.lengths) for s in specs} == {1000} and {s.train.curriculum.max_length for s in specs} == {60}
-    more = make_specs(StudyOptions(preset="paper", groups=("A5", "S5")))
+    more = make_specs(StudyOptions(preset="paper", extra={"groups": ("A5", "S5")}))
     assert len(more) == len(BUILTIN_ARCHS) * 2 * 5

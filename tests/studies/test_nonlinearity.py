@@ -37,8 +37,8 @@ def test_registered_and_specs_cover_every_phi_on_c6_and_s3():
 
 
 def test_selections_and_bad_input():
-    specs = make_specs(StudyOptions(preset="quick", models=("state-gated-rnn",), groups=("A4",), seeds=(3, 4),
-                                    extra={"nonlinearities": ["sphere", "relu"]}))
+    specs = make_specs(StudyOptions(preset="quick", models=("state-gated-rnn",), seeds=(3, 4),
+                                    extra={"groups": ("A4",), "nonlinearities": ["sphere", "relu"]}))
     assert [(s.model.arch, s.model.nonlinearity, s.task.group, s.seed) for s in specs] == [
         ("state-gated-rnn", "sphere", "A4", 3), ("state-gated-rnn", "sphere", "A4", 4),
         ("state-gated-rnn", "relu", "A4", 3), ("state-gated-rnn", "relu", "A4", 4),
@@ -75,7 +75,7 @@ def test_the_cell_applies_phi_after_the_affine_map(phi):
 
 
 def test_tiny_end_to_end_dataset_table_and_panel(tmp_path):
-    options = StudyOptions(preset="smoke", groups=("C6",), extra={**TINY, "nonlinearities": ["tanh", "sphere"]})
+    options = StudyOptions(preset="smoke", extra={"groups": ("C6",), **TINY, "nonlinearities": ["tanh", "sphere"]})
     path = run_study(STUDY, options, out=tmp_path, device="cpu", analyze=False)
     ds = open_study(path)
     assert ds.attrs["study"] == "nonlinearity"

@@ -66,16 +66,16 @@ def test_budget_scales_as_documented(group):
 
 
 def test_budget_reaches_the_quick_preset_specs():
-    specs = make_specs(StudyOptions(preset="quick", models=("tanh-rnn", "mamba"), groups=("S3", "A4", "A5")))
+    specs = make_specs(StudyOptions(preset="quick", models=("tanh-rnn", "mamba"), extra={"groups": ("S3", "A4", "A5")}))
     got = {(s.task.group, s.model.arch): (s.model.hidden, s.train.steps, s.train.tail_steps, s.train.batch_size,
                                           s.train.lr_length) for s in specs}
     assert got == {(g, a): EXPECTED[g] for g in ("S3", "A4", "A5") for a in ("tanh-rnn", "mamba")}
     # a user's override still wins over the scaled budget; paper and smoke are not scaled
-    (spec,) = make_specs(StudyOptions(preset="quick", models=("tanh-rnn",), groups=("A4",),
-                                      extra={"train": {"steps": 50}, "model": {"hidden": 32}}))
+    (spec,) = make_specs(StudyOptions(preset="quick", models=("tanh-rnn",),
+                                      extra={"groups": ("A4",), "train": {"steps": 50}, "model": {"hidden": 32}}))
     assert (spec.model.hidden, spec.train.steps, spec.train.tail_steps) == (32, 50, 300)
     for preset, hidden in (("paper", 128), ("smoke", 16)):
-        (spec,) = make_specs(StudyOptions(preset=preset, models=("tanh-rnn",), groups=("A4",), seeds=(0,)))
+        (spec,) = make_specs(StudyOptions(preset=preset, models=("tanh-rnn",), seeds=(0,), extra={"groups": ("A4",)}))
         assert spec.model.hidden == hidden and spec.train.tail_steps is None
 
 

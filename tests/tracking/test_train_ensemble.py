@@ -93,13 +93,13 @@ def test_group_tracking_run_many_matches_run_one():
     from dynlab.study import StudyOptions
 
     extra = {"train": {"steps": 6}, "eval": {"n_samples": 8, "batch_size": 8, "lengths": (5, 10), "chunk": 10}}
-    specs = STUDY.make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), groups=("C6", "S3"), extra=extra))
+    specs = STUDY.make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), extra={"groups": ("C6", "S3"), **extra}))
     items = STUDY.work_items(specs)
     assert [len(i) for i in items] == [2]
     tanh_mamba = {**extra, "model": {"nonlinearity": "tanh"}}
-    alone = STUDY.make_specs(StudyOptions(preset="smoke", models=("mamba",), groups=("C6", "S3"), extra=tanh_mamba))
+    alone = STUDY.make_specs(StudyOptions(preset="smoke", models=("mamba",), extra={"groups": ("C6", "S3"), **tanh_mamba}))
     assert [len(i) for i in STUDY.work_items(alone)] == [1, 1]  # no fused kernel for this φ: they train alone
-    diagonal = STUDY.make_specs(StudyOptions(preset="smoke", models=("mamba",), groups=("C6", "S3"), extra=extra))
+    diagonal = STUDY.make_specs(StudyOptions(preset="smoke", models=("mamba",), extra={"groups": ("C6", "S3"), **extra}))
     assert [len(i) for i in STUDY.work_items(diagonal)] == [2]  # the fused diagonal kernel stacks
     many = STUDY.run_item(items[0], CPU, None)
     for spec, out in zip(specs, many):

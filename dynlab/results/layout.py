@@ -1,0 +1,63 @@
+"""The dataset layout of earlier versions, read as the current one: the one place that
+knows it (:func:`dynlab.results.schema.open_dataset` applies :func:`current_layout` to
+every dataset it opens, so no reader carries a branch for an older file).
+
+Language-model datasets were once written with every curve on one shared ``t`` (NaN off
+each quantity's own grid); now each curve of :data:`POSITION_AXES` has its own position
+axis (:func:`dynlab.lm.dataset.result_to_dataset`), and :func:`split_positions` converts the
+old layout.  ``benchmarks/upgrade_datasets.py`` rewrites committed files with it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+from dynlab.results.vocabulary import annotate
+
+__all__ = ["POSITION_AXES", "bin_starts", "current_layout", "split_positions"]
+
+#: The position axis of each LM curve (the rest of its name's family shares it).
+POSITION_AXES = {"ppl": "t", "ppl_binned": "t_bin", "effrem": "t_effrem", "effrem_js": "t_effrem",
+                 "effrem_cos": "t_effrem", "state_mean": "t_state", "state_std": "t_state", "state_norm": "t_state"}
+
+
+def bin_starts(ends: np.ndarray) -> np.ndarray:
+    """The first position of each perplexity bin, from the bin ends (bins are (end_prev, end])."""
+    return np.concatenate([[1], ends[:-1] + 1]) if ends.size else ends
+
+
+def split_positions(ds: xr.Dataset) -> xr.Dataset:
+    """A language-model dataset with every curve on one shared ``t`` (NaN off each
+    quantity's own grid), relaid out as :func:`dynlab.lm.dataset.result_to_dataset` writes
+    it: each curve of :data:`POSITION_AXES` on its own positions, those where any of its
+    values is finite.  The values are unchanged; a ``t`` no variable uses is dropped; a
+    dataset already split is returned as it is."""
+    on_t = [v for v in ds.data_vars if "t" in ds[v].dims]
+    if "t" not in ds.dims or (on_t and not any(v in on_t and axis != "t" for v, axis in POSITION_AXES.items())):
+        return ds
+    if not on_t:  # a cut-down dataset whose curves are gone: the bare axis goes too
+        return ds.drop_dims("t")
+    out = ds.copy()
+    for axis in ("t_bin", "t_effrem", "t_state"):
+        names = [v for v, a in POSITION_AXES.items() if a == axis and v in ds and "t" in ds[v].dims]
+        if not names:
+            continue
+        finite = np.zeros(ds.sizes["t"], dtype=bool)
+        for v in names:
+            finite |= ds[v].notnull().any([d for d in ds[v].dims if d != "t"]).values
+        keep = ds["t"].values[finite]
+        for v in names:
+            out[v] = ds[v].sel(t=keep).rename(t=axis).drop_vars("t", errors="ignore").assign_coords({axis: keep})
+        if axis == "t_bin":
+            out = out.assign_coords(t_bin_start=("t_bin", bin_starts(np.asarray(keep, dtype=np.int64))))
+    if "ppl" in ds and "t" in ds["ppl"].dims:
+        ppl_t = ds["t"].values[ds["ppl"].notnull().any([d for d in ds["ppl"].dims if d != "t"]).values]
+        out = out.sel(t=ppl_t)
+    return annotate(out)
+
+
+def current_layout(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` in the current layout: a dataset holding a language model's curves (a variable
+    of :data:`POSITION_AXES`) through :func:`split_positions`, any other as it is."""
+    return split_positions(ds) if any(v in ds for v in POSITION_AXES) else ds
