@@ -16,6 +16,10 @@ library the first time a process asks for it and caches the file:
 - where: ``$XDG_CACHE_HOME/dynlab/kernels`` (default ``~/.cache``), else a private
   directory under the system temp directory; a directory that another user owns or
   others can write to is refused (a library planted there would be loaded);
+- shared code: a source line ``#include "dl_prelude.h"`` is replaced by the text of
+  ``kernels/prelude.h`` (:data:`PRELUDE_SOURCE`: the float32 ``dl_expf`` and friends that
+  several kernels use) before the source is hashed and compiled (:func:`kernel_source`), so
+  the build needs no include path and a changed prelude rebuilds every kernel that uses it;
 - the file name carries a hash of the source, the flags, the compiler and the CPU model,
   so a changed kernel or machine builds anew; the build writes to a temporary name and
   renames it (atomic), so concurrent processes (Dask workers) never load a half file;
@@ -53,11 +57,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["C_KERNELS_ENV", "CKernelWarning", "CompileError", "as_rows", "c_kernels_used", "c_library", "c_library_status",
-           "compiler", "record_c_kernels"]
+__all__ = ["C_KERNELS_ENV", "PRELUDE_INCLUDE", "PRELUDE_SOURCE", "CKernelWarning", "CompileError", "as_rows",
+           "c_kernels_used", "c_library", "c_library_status", "compiler", "kernel_source", "library_file_name",
+           "record_c_kernels"]
 
 #: Environment variable: ``0`` turns every compiled kernel off (the torch paths run).
 C_KERNELS_ENV = "DYNLAB_C_KERNELS"
+
+#: The line of a kernel source that :func:`kernel_source` replaces by :data:`PRELUDE_SOURCE`.
+PRELUDE_INCLUDE = '#include "dl_prelude.h"'
+
+#: The shared prelude of the kernels (``kernels/prelude.h``), read once at import.
+PRELUDE_SOURCE = (Path(__file__).parent / "prelude.h").read_text(encoding="utf-8")
 
 FLAGS = ("-O3", "-fno-trapping-math", "-fopenmp-simd", "-std=c99", "-fPIC", "-shared")
 
@@ -99,14 +110,30 @@ def record_c_kernels() -> Iterator[dict[str, str]]:
         _USED[:] = [d for d in _USED if d is not seen]  # by identity: two recordings may hold equal dicts
 
 
+def kernel_source(source: str) -> str:
+    """``source`` with each line that is exactly :data:`PRELUDE_INCLUDE` (after stripping
+    spaces and a trailing comment) replaced by :data:`PRELUDE_SOURCE`: the text that is
+    hashed and compiled."""
+    lines = source.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.split("/*", 1)[0].strip() == PRELUDE_INCLUDE:
+            lines[i] = PRELUDE_SOURCE if PRELUDE_SOURCE.endswith("\n") else PRELUDE_SOURCE + "\n"
+    return "".join(lines)
+
+
+def _process_key(name: str, source: str) -> str:
+    return f"{name}:{hashlib.sha256(kernel_source(source).encode()).hexdigest()}"
+
+
 def c_library(name: str, source: str) -> ctypes.CDLL | None:
     """The library built from C ``source`` (cached per process and on disk), or None when
     compiled kernels are off or it cannot be built (:func:`c_library_status` says why; the
-    first failed build of the process warns, :class:`CKernelWarning`)."""
+    first failed build of the process warns, :class:`CKernelWarning`).  ``source`` may
+    include the shared prelude (:func:`kernel_source`)."""
     if os.environ.get(C_KERNELS_ENV, "1") == "0":
         _note(name, "disabled")
         return None
-    key = f"{name}:{hashlib.sha256(source.encode()).hexdigest()}"
+    key = _process_key(name, source)
     if key not in _LOADED:
         with _LOCK:
             if key not in _LOADED:
@@ -152,7 +179,7 @@ def c_library_status(name: str, source: str) -> str:
     if os.environ.get(C_KERNELS_ENV, "1") == "0":
         return f"disabled: {C_KERNELS_ENV}=0"
     c_library(name, source)
-    return _LOADED[f"{name}:{hashlib.sha256(source.encode()).hexdigest()}"][1]
+    return _LOADED[_process_key(name, source)][1]
 
 
 #: /proc/cpuinfo lines that identify what ``-march=native`` compiles for (x86: model and
@@ -187,12 +214,20 @@ def _roots() -> list[Path]:
     return [*roots, Path(tempfile.gettempdir()) / f"dynlab-kernels-{uid}"]
 
 
+def library_file_name(name: str, source: str, cc: str | None = None) -> str:
+    """The cache file name of the library built from ``source`` (prelude included) with
+    compiler ``cc`` (None: the one :func:`c_library` would use) on this machine."""
+    cc = cc or _compiler_command() or ""
+    key = hashlib.sha256("\0".join([kernel_source(source), *FLAGS, cc, platform.machine(), _cpu_model()]).encode())
+    return f"{name}_{key.hexdigest()[:20]}.so"
+
+
 def _build(name: str, source: str) -> Path:
+    """Build ``source`` (its prelude put in, :func:`kernel_source`) into the cache, or find it there."""
     cc = _compiler_command()
     if cc is None:
         raise RuntimeError("no C compiler found (CC, cc, gcc, clang)")
-    key = hashlib.sha256("\0".join([source, *FLAGS, cc, platform.machine(), _cpu_model()]).encode()).hexdigest()
-    lib = f"{name}_{key[:20]}.so"
+    lib = library_file_name(name, source, cc)
     errors = []
     for root in _roots():
         try:
@@ -202,7 +237,7 @@ def _build(name: str, source: str) -> Path:
                 return root / lib
             with tempfile.TemporaryDirectory(dir=root) as tmp:
                 src, out = Path(tmp) / f"{name}.c", Path(tmp) / lib
-                src.write_text(source)
+                src.write_text(kernel_source(source))
                 for arch in (["-march=native"], []):  # some compilers and targets lack -march=native
                     res = subprocess.run([*shlex.split(cc), *FLAGS, *arch, "-o", str(out), str(src), "-lm"],
                                          capture_output=True, text=True, timeout=300)

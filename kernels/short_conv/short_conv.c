@@ -20,31 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* exp for float32 that the compiler can vectorise (the one of selective_scan.c: about 1 ulp). */
-static inline float dl_expf(float x) {
-    float xc = x < -87.33654475f ? -87.33654475f : x;
-    xc = xc > 88.72283935546875f ? 88.72283935546875f : xc;
-    float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = xc - k * 0.693359375f;
-    r = r + k * 2.12194440054690583e-4f;
-    float p = 1.383684561759668e-3f;
-    p = p * r + 8.374815802238297e-3f;
-    p = p * r + 4.166822557617618e-2f;
-    p = p * r + 1.666642016988013e-1f;
-    p = p * r + 4.999999207978722e-1f;
-    p = p * r + 1.0000000363231898f;
-    p = p * r + 1.0000000005541678f;
-    int32_t ki = (int32_t)k;
-    int32_t k1 = ki >> 1, k2 = ki - (ki >> 1);
-    union { int32_t i; float f; } s1, s2;
-    s1.i = (k1 + 127) << 23;
-    s2.i = (k2 + 127) << 23;
-    float e = p * s1.f * s2.f;
-    e = x < -87.33654475f ? 0.0f : e;
-    return x > 88.72283935546875f ? INFINITY : e;
-}
-
-static inline double dl_exp(double x) { return exp(x); }
+#include "dl_prelude.h"  /* dl_expf (float32 exp, about 1 ulp), dl_exp */
 
 /* the pre-activations a [T, C] of one sequence: x [T, C], past [K - 1, C] or null */
 #define CONV_PRE(T, SUF)                                                                           \

@@ -1,0 +1,36 @@
+"""The C kernels' shared prelude (kernels/prelude.h): put into each source that includes it,
+hashed with it (a changed prelude builds every kernel anew), and the one home of dl_expf."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dynlab.kernels.compiled as compiled
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_include_line_is_replaced_by_the_prelude_and_nothing_else_changes():
+    src = 'int a;\n#include "dl_prelude.h"  /* shared */\nint b;\n'
+    out = compiled.kernel_source(src)
+    assert out == "int a;\n" + compiled.PRELUDE_SOURCE.rstrip("\n") + "\nint b;\n"
+    assert compiled.kernel_source("int a;\n") == "int a;\n"  # no include: unchanged
+
+
+def test_a_changed_prelude_changes_the_library_file_name(monkeypatch):
+    src = '#include "dl_prelude.h"\nfloat f(float x) { return dl_expf(x); }\n'
+    before = compiled.library_file_name("probe", src, cc="cc")
+    monkeypatch.setattr(compiled, "PRELUDE_SOURCE", compiled.PRELUDE_SOURCE + "/* changed */\n")
+    assert compiled.library_file_name("probe", src, cc="cc") != before
+    plain = "float f(float x) { return x; }\n"  # a kernel without the prelude keeps its name
+    name = compiled.library_file_name("probe", plain, cc="cc")
+    monkeypatch.undo()
+    assert compiled.library_file_name("probe", plain, cc="cc") == name
+
+
+def test_dl_expf_has_one_home():
+    sources = sorted(p for p in (ROOT / "kernels").rglob("*.c"))
+    defining = [p.name for p in sources if "static inline float dl_expf" in p.read_text()]
+    users = [p.name for p in sources if compiled.PRELUDE_INCLUDE in p.read_text()]
+    assert defining == [] and len(users) >= 4, (defining, users)
+    assert "static inline float dl_expf" in (ROOT / "kernels" / "prelude.h").read_text()
