@@ -106,9 +106,6 @@ def paper_a_reproduction_section() -> str:
     mp = a["mp"].values.astype(float)
     horizon = max(first_spec(a)["eval"]["lengths"])
     dep, aff = mp[ok & (fam == "state-dependent")], mp[ok & (fam == "affine")]
-    n_drop = int(a["corr_n"].sel(variant=default, censoring="drop"))
-    uncensored = (f"among the {n_drop} uncensored runs alone `{default}` still gives "
-                  f"r = {paired(_r(a, default, 'drop'))}")
     if dep.size and aff.size and np.all(dep >= horizon):
         within = family_correlation(a, default, "affine")
         split = (f"**Caveats.** `{default}`'s r = {paired(_r(a, default, 'replace'))} under 'replace' is mostly "
@@ -119,7 +116,9 @@ def paper_a_reproduction_section() -> str:
                  f"{np.median(aff):.0f}) `{default}` gives r = {_ci(within, 'replace')} ('replace') and "
                  f"{_ci(within, 'drop')} over its {int(within['n']['drop'])} uncensored runs ('drop').")
     else:
-        split = f"**Caveats.** Under 'drop', {uncensored}."
+        n_drop = int(a["corr_n"].sel(variant=default, censoring="drop"))
+        split = (f"**Caveats.** Under 'drop', among the {n_drop} uncensored runs alone `{default}` still gives "
+                 f"r = {paired(_r(a, default, 'drop'))}.")
     lit = [(_r(a, "q", c), _r(a, "q", c, "_lo"), _r(a, "q", c, "_hi")) for c in ("replace", "drop")]
     literal = (f"The paper's literal q gives r = {paired(lit[0][0])} / {paired(lit[1][0])} (replace / drop)"
                + (", both CIs containing 0: it predicts nothing here." if all(lo <= 0 <= hi for _, lo, hi in lit)
