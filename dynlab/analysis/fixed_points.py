@@ -61,7 +61,9 @@ import numpy as np
 import scipy.linalg
 import torch
 
-from dynlab.analysis.fixed_point_solve import Map, deduplicate, keep_converged, numpy_map, orbit_starts, solve
+from dynlab.analysis.fixed_point_solve import (
+    Map, deduplicate, jacobians, keep_converged, numpy_map, orbit_starts, solve,
+)
 
 __all__ = [
     "FixedPoints",
@@ -240,15 +242,15 @@ def affine_part(fn: Map, points: Any, *, tol: float = 1e-10) -> tuple[np.ndarray
     """``(A [S, S], b [S])`` when DF is the same at every one of ``points [n, S]`` (largest
     entry difference ≤ ``tol`` · max(1, max |A|)) and at the origin, so that F(h) = A h + b;
     None otherwise.  With one point only the origin is compared."""
-    f, df = numpy_map(fn)
+    f, _ = numpy_map(fn)
     p = np.atleast_2d(np.asarray(points, dtype=np.float64))
-    a0 = df(p[0])
+    jacs = jacobians(fn, np.concatenate([p, np.zeros_like(p[:1])]))  # the points, then the origin
+    a0 = jacs[0]
     if not np.all(np.isfinite(a0)):
         return None
     scale = max(1.0, float(np.abs(a0).max()))
-    for q in [*p[1:], np.zeros_like(p[0])]:
-        if not np.abs(df(q) - a0).max() <= tol * scale:
-            return None
+    if not np.all(np.abs(jacs[1:] - a0).reshape(len(jacs) - 1, -1).max(axis=1) <= tol * scale):
+        return None
     b = f(p[0]) - a0 @ p[0]
     return a0, b
 

@@ -167,7 +167,8 @@ def perturbation_recovery(ds: xr.Dataset, ax: Axes) -> Axes:
 def failure_modes(ds: xr.Dataset, ax: Axes, by: str = "arch", variable: str = "failure_mode") -> Axes:
     """Number of runs in each failure mode (robust, climb, saturation) per ``by`` (horizontal
     stacked bars); runs without an analysis are counted as 'not analysed'.  ``variable``
-    picks the classification: ``failure_mode`` (from q) or ``failure_mode_par`` (from q∥)."""
+    picks the classification: ``failure_mode`` (from q), ``failure_mode_par`` (from q∥) or
+    ``failure_mode_dec`` (from q_dec); the title names which."""
     panel = "failure modes"
     ds = nonempty(ok_runs(ds), panel)
     modes = strs(ds, variable)
@@ -191,7 +192,8 @@ def failure_modes(ds: xr.Dataset, ax: Axes, by: str = "arch", variable: str = "f
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(loc="center right")  # in the empty right part reserved by the x limit
     ax.set_xlim(0, max(1.0, float(left.max())) * 1.75)
-    ax.set_title("Failure modes" + (" (from q∥)" if variable.endswith("_par") else ""))
+    source = {"_par": "q∥", "_dec": "q_dec"}.get(variable[len("failure_mode"):], "q")
+    ax.set_title(f"Failure modes (from {source})")
     return ax
 
 

@@ -159,9 +159,29 @@ def renderer_of(fig: Any) -> Any:
     return fig.canvas.get_renderer()
 
 
+def inner_text_out_of_layout(fig: Any) -> None:
+    """Leave the legends and texts placed inside an axes out of ``fig``'s constrained
+    layout: they are drawn on the axes and take no margin.  A legend or a statistics line
+    that is wider than a narrow axes would otherwise count as a margin, which grows as the
+    axes shrinks until the layout gives up ("axes sizes collapsed to zero").  Legends
+    anchored outside their axes (``bbox_to_anchor``) and texts outside ``[0, 1]²`` in
+    axes coordinates keep their place in the layout."""
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is not None and legend.get_bbox_to_anchor() is ax.bbox:
+            legend.set_in_layout(False)
+        for text in ax.texts:
+            x, y = text.get_position()
+            if text.get_transform() == ax.transAxes and 0 <= x <= 1 and 0 <= y <= 1:
+                text.set_in_layout(False)
+
+
 def fit_titles(fig: Any, tries: int = 3) -> Any:
     """Wrap every axes title of ``fig`` that is wider than its axes (measured with the
-    figure's renderer after a layout pass), so none is clipped or runs over a neighbour."""
+    figure's renderer after a layout pass), so none is clipped or runs over a neighbour.
+    Legends and texts inside an axes are first left out of the layout
+    (:func:`inner_text_out_of_layout`)."""
+    inner_text_out_of_layout(fig)
     renderer = renderer_of(fig)
     engine = fig.get_layout_engine()
     if engine is not None:  # a first pass without the layout: a too-wide title makes it collapse

@@ -8,7 +8,9 @@ import pytest
 import scipy.optimize
 import torch
 
-from dynlab.analysis.fixed_point_solve import deduplicate, initial_points, keep_converged, orbit_starts, solve
+from dynlab.analysis.fixed_point_solve import (
+    deduplicate, initial_points, jacobians, keep_converged, numpy_map, orbit_starts, solve,
+)
 from dynlab.analysis.fixed_points import affine_fixed_set, cell_map, find_fixed_points, spectrum, word_map
 from dynlab.analysis.slow_points import find_slow_points
 from dynlab.tracking.models import Cell, Tracker, register_cell
@@ -41,6 +43,23 @@ def test_affine_map_fixed_point_and_spectrum_in_closed_form():
     assert fp.rho[0] == pytest.approx(1.2, rel=0, abs=1e-12)
     assert not fp.stable[0]
     assert fp.fixed_dim[0] == 0
+
+
+def test_batched_jacobians_are_the_analytic_ones_and_those_point_by_point():
+    """An affine map's DF is A at every point; a tanh map's DF is diag(1 − tanh²(W h + c)) W,
+    and the batched call gives what ``numpy_map``'s df gives one point at a time."""
+    a, _, _, fn = _affine(2)
+    pts = np.random.default_rng(4).standard_normal((6, 3))
+    np.testing.assert_allclose(jacobians(fn, pts), np.broadcast_to(a, (6, 3, 3)), rtol=1e-13, atol=1e-13)
+    rng = np.random.default_rng(5)
+    w, c = rng.standard_normal((4, 4)), rng.standard_normal(4)
+    wt, ct = torch.as_tensor(w), torch.as_tensor(c)
+    pts = rng.standard_normal((5, 4))
+    got = jacobians(lambda h: torch.tanh(wt @ h + ct), pts)
+    want = np.stack([np.diag(1 - np.tanh(w @ h + c) ** 2) @ w for h in pts])
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    _, df = numpy_map(lambda h: torch.tanh(wt @ h + ct))
+    np.testing.assert_allclose(got, np.stack([df(h) for h in pts]), rtol=1e-14, atol=1e-14)
 
 
 def test_affine_map_through_the_nonlinear_path_agrees():

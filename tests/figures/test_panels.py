@@ -177,7 +177,7 @@ def test_tcross_mp_scatter_places_censored_runs_at_their_bound_and_prints_r():
     expected = sorted(zip(tc.tolist(), mp.tolist()))
     assert sorted(map(tuple, pts.tolist())) == expected
     texts = [t.get_text() for t in ax.texts]  # the r of all runs and of the uncensored ones, beside the points
-    assert any("r = 0.87 (95% CI [0.80, 0.92])" in t and "ρ = 0.81" in t and "n = 8" in t for t in texts), texts
+    assert any("r = 0.87 [0.80, 0.92]" in t and "ρ = 0.81" in t and "n = 8" in t for t in texts), texts
     assert ax.get_xlabel() == "first persistent crossing step [step]"
 
 
@@ -267,7 +267,7 @@ def test_tcross_mp_scatter_of_another_variant_reads_its_row():
     ds = synthetic()
     ax = tcross_mp_scatter(ds, _ax(), variant="q_dec")
     texts = [t.get_text() for t in ax.texts]
-    assert any("r = 0.67 (95% CI [0.60, 0.72])" in t for t in texts), texts
+    assert any("r = 0.67 [0.60, 0.72]" in t for t in texts), texts
     pts = np.concatenate([c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)])
     tc = np.where(np.isfinite(ds["T_cross_dec"].values), ds["T_cross_dec"].values, T)
     assert sorted(pts[:, 0].tolist()) == sorted(tc.tolist())
