@@ -15,8 +15,8 @@ import torch
 from torch.func import jacrev, vmap
 
 __all__ = [
-    "Map", "Solutions", "deduplicate", "initial_points", "jacobians", "keep_converged", "numpy_map", "orbit_starts",
-    "solve",
+    "Map", "NEWTON_ACCEPT", "Solutions", "deduplicate", "initial_points", "jacobians", "keep_converged", "newton_all",
+    "numpy_map", "orbit_starts", "solve",
 ]
 
 #: A map F: h ``[S]`` -> ``[S]`` in torch operations (``torch.func.jacrev`` differentiates it).
@@ -114,15 +114,70 @@ class Solutions:
     starts: np.ndarray
 
 
+#: A start that plain Newton steps bring to ‖r‖ ≤ NEWTON_ACCEPT · max(1, ‖h‖) (far below any
+#: acceptance ``tol`` of :func:`keep_converged`) is taken as solved, without the LM solve.
+NEWTON_ACCEPT = 1e-12
+
+
+def newton_all(fn: Map, starts: Any, steps: int = 12) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Plain Newton steps h ← h − (DF(h) − I)⁻¹ r(h) on r(h) = F(h) − h from every start at
+    once (F and DF batched over the starts with ``torch.func.vmap``), a start's step kept
+    only while it lowers its ‖r‖ (a start stops at its first step that does not).  Returns
+    ``(points [n, S], residuals [n], accepted [n])``, accepted where ‖r‖ ≤
+    :data:`NEWTON_ACCEPT` · max(1, ‖h‖).  Near a fixed point (a tracker's states at the
+    reference step lie on its attractors) this is where the LM solve ends too, for a
+    fraction of its cost; the starts it does not bring there go to the LM solve."""
+    x = np.atleast_2d(np.asarray(starts, dtype=np.float64)).copy()
+    n, s = x.shape
+    batched = vmap(fn)
+
+    def residual(h: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return batched(torch.as_tensor(h)).detach().cpu().numpy().astype(np.float64) - h
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = residual(x)
+        norm = np.linalg.norm(r, axis=1)
+        moving = np.isfinite(norm)
+        for _ in range(steps):
+            if not moving.any():
+                break
+            idx = np.flatnonzero(moving)
+            jac = jacobians(fn, x[idx]) - np.eye(s)
+            step = np.full((idx.size, s), np.nan)
+            for k, j in enumerate(idx):  # a singular DF − I stops that start
+                try:
+                    step[k] = np.linalg.solve(jac[k], -r[j])
+                except np.linalg.LinAlgError:
+                    pass
+            trial = x[idx] + step
+            ok = np.all(np.isfinite(trial), axis=1)
+            r_t = np.full_like(trial, np.nan)
+            if ok.any():
+                r_t[ok] = residual(trial[ok])
+            n_t = np.linalg.norm(r_t, axis=1)
+            better = ok & (n_t < norm[idx])
+            x[idx[better]], r[idx[better]], norm[idx[better]] = trial[better], r_t[better], n_t[better]
+            moving[idx[~better]] = False
+    accepted = np.isfinite(norm) & (norm <= NEWTON_ACCEPT * np.maximum(1.0, np.linalg.norm(x, axis=1)))
+    return x, norm, accepted
+
+
 def solve(fn: Map, starts: Any, *, newton_steps: int = 5, max_nfev: int | None = None) -> Solutions:
-    """Step 2: Levenberg–Marquardt on r(h) = F(h) − h from each start, then Newton polishing
-    (module docstring)."""
+    """Step 2: from every start, plain Newton steps first (:func:`newton_all`, all starts at
+    once); a start they do not bring to a fixed point gets the Levenberg–Marquardt solve on
+    r(h) = F(h) − h, then Newton polishing (module docstring)."""
     x0 = np.atleast_2d(np.asarray(starts, dtype=np.float64))
     f, df = numpy_map(fn)
     s = x0.shape[1]
     eye = np.eye(s)
     pts, res = [], []
-    for start in x0:
+    quick, quick_res, accepted = newton_all(fn, x0)
+    for i, start in enumerate(x0):
+        if accepted[i]:
+            pts.append(quick[i])
+            res.append(float(quick_res[i]))
+            continue
         try:
             sol = scipy.optimize.least_squares(
                 lambda h: f(h) - h, start, jac=lambda h: df(h) - eye, method="lm",

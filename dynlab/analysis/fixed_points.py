@@ -17,7 +17,9 @@ Golub & Sussillo (2018) and computation-thru-dynamics:
    when it is a stable fixed point) and the mean of each orbit's second half (the centre
    of an attracting invariant circle, where a repelling fixed point sits after a
    Neimark–Sacker bifurcation), solved in turn;
-2. **solve** (:func:`solve`): from each start, a Levenberg–Marquardt solve of
+2. **solve** (:func:`solve`): plain Newton steps from every start at once (batched; a
+   start they bring to ‖r‖ ≤ 1e-12 · max(1, ‖h‖) is solved, :func:`newton_all`), and for
+   the other starts a Levenberg–Marquardt solve of
    r(h) = F(h) − h = 0 (``scipy.optimize.least_squares(method='lm')``) with the exact
    Jacobian DF(h) − I from ``torch.func.jacrev``, then up to ``newton_steps`` Newton steps
    (each kept only when it lowers ‖r‖).  LM minimises ½‖r‖², so where no root is near a

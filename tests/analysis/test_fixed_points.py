@@ -9,7 +9,7 @@ import scipy.optimize
 import torch
 
 from dynlab.analysis.fixed_point_solve import (
-    deduplicate, initial_points, jacobians, keep_converged, numpy_map, orbit_starts, solve,
+    NEWTON_ACCEPT, deduplicate, initial_points, jacobians, keep_converged, newton_all, numpy_map, orbit_starts, solve,
 )
 from dynlab.analysis.fixed_points import affine_fixed_set, cell_map, find_fixed_points, spectrum, word_map
 from dynlab.analysis.slow_points import find_slow_points
@@ -191,6 +191,33 @@ def test_saddle_and_nodes_of_a_2d_map():
         np.testing.assert_allclose(fp.points[i], [k, 0.0], rtol=1e-7, atol=1e-12)
         np.testing.assert_allclose(np.sort(fp.eig[i].real), [0.8, 0.9], rtol=1e-7, atol=1e-12)
         assert fp.stable[i]
+
+
+def test_newton_first_ends_where_the_lm_solve_ends_and_leaves_it_the_rest():
+    """Near the saddle and the nodes of the map above, the batched Newton steps accept every
+    start and end where scipy's LM (method 'lm', run here on its own) ends; on a map without
+    a fixed point they accept none, and solve() reports the LM's residual."""
+    dt = 0.1
+
+    def fn(h):
+        return torch.stack([h[0] + dt * (h[0] - h[0] ** 3), h[1] - dt * h[1]])
+
+    starts = np.array([[0.03, -0.02], [1.04, 0.03], [-0.97, -0.04], [0.96, 0.0]])
+    pts, res, ok = newton_all(fn, starts)
+    assert ok.all() and (res <= NEWTON_ACCEPT).all()
+    f, df = numpy_map(fn)
+    for start, p in zip(starts, pts):
+        lm = scipy.optimize.least_squares(lambda h: f(h) - h, start, jac=lambda h: df(h) - np.eye(2), method="lm",
+                                          xtol=1e-15, ftol=1e-15, gtol=1e-15)
+        np.testing.assert_allclose(p, lm.x, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(solve(fn, starts).points, pts, rtol=0, atol=0)
+
+    def ghost(h):
+        return h + 0.1 + h**2
+
+    x0 = np.array([[-1.0], [0.4]])
+    assert not newton_all(ghost, x0)[2].any()
+    np.testing.assert_allclose(solve(ghost, x0).residuals, [0.1, 0.1], rtol=0, atol=1e-8)
 
 
 # -- no fixed point; slow points --------------------------------------------------------------------
