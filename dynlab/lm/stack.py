@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from dynlab.errors import DynlabInputError
 from dynlab.kernels import dispatch
-from dynlab.kernels.cross_entropy import token_nll
+from dynlab.kernels.cross_entropy import head_nll
 from dynlab.kernels.gated_norm import gated_rms_norm
 from dynlab.kernels.gla.chunked import gla_ref
 from dynlab.kernels.selective_scan.chunked import selective_scan_ref
@@ -123,8 +123,9 @@ class LMStack:
                masks: torch.Tensor | None) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor | None]]:
         """tokens ``[E, B, L + 1]`` -> (each member's mean next-token loss ``[E]``, final
         states, final windows): :meth:`forward` on the inputs, scored on the targets."""
-        logits, finals, new_windows = self.forward(tokens[:, :, :-1], states, windows)
-        return _member_losses(logits, tokens[:, :, 1:], masks), finals, new_windows
+        p = self.params()
+        h, finals, new_windows = self._hidden(p, tokens[:, :, :-1], states, windows)
+        return _member_losses(h, p["head.weight"], tokens[:, :, 1:], masks), finals, new_windows
 
     def forward(self, tokens: torch.Tensor, states: list[torch.Tensor] | None = None,
                 windows: list[torch.Tensor | None] | None = None
@@ -136,6 +137,14 @@ class LMStack:
         for each member what :meth:`RecurrentLM.forward` returns for that member alone.
         """
         p = self.params()
+        h, finals, new_windows = self._hidden(p, tokens, states, windows)
+        return _linear(h, p["head.weight"]), finals, new_windows
+
+    def _hidden(self, p: dict[str, torch.Tensor], tokens: torch.Tensor, states: list[torch.Tensor] | None,
+                windows: list[torch.Tensor | None] | None
+                ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor | None]]:
+        """:meth:`forward` up to the head, on the parameter views ``p``: ``(the final norm's
+        output [E, B, T, D], final states, final windows)``."""
         lay = self.layout
         e = self.n_members
         flat_ids = tokens + (torch.arange(e, device=tokens.device) * VOCAB_SIZE)[:, None, None]
@@ -153,8 +162,7 @@ class LMStack:
                 x = x + _linear(F.gelu(_linear(h, p[pre + "mlp_in.weight"])), p[pre + "mlp_out.weight"])
             finals.append(state)
             new_windows.append(window)
-        logits = _linear(_rms(x, p["final_norm.weight"], self.final_eps), p["head.weight"])
-        return logits, finals, new_windows
+        return _rms(x, p["final_norm.weight"], self.final_eps), finals, new_windows
 
 
 def _quiet_compiled(fn: Callable) -> Callable:
@@ -316,11 +324,13 @@ def _noop(m, p, pre: str, x: torch.Tensor, state, window):
 _MIXER_FORWARD: dict[str, Callable] = {"mamba2": _mamba2, "mamba1": _mamba1, "gla": _gla}
 
 
-def _member_losses(logits: torch.Tensor, targets: torch.Tensor, masks: torch.Tensor | None) -> torch.Tensor:
-    """Mean next-token cross-entropy per member: logits ``[E, B, L, V]``, targets ``[E, B, L]``,
-    masks ``[E, B, L]`` or None -> ``[E]`` (``fit``'s ``_masked_mean`` for each member)."""
-    e = logits.shape[0]
-    nll = token_nll(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).view(e, -1)  # F.cross_entropy, fused
+def _member_losses(h: torch.Tensor, head: torch.Tensor, targets: torch.Tensor, masks: torch.Tensor | None) -> torch.Tensor:
+    """Mean next-token cross-entropy per member of the head ``[E, V, D]`` on the final
+    norm's output ``h [E, B, L, D]``: targets ``[E, B, L]``, masks ``[E, B, L]`` or None ->
+    ``[E]`` (``fit``'s ``_masked_mean`` for each member).  The head and the loss are one op
+    (:func:`kernels.cross_entropy.head_nll`: the ``[E, B·L, V]`` logits are never held whole)."""
+    e, b, t, d = h.shape
+    nll = head_nll(h.reshape(e, b * t, d), head, targets.reshape(e, b * t))  # [E, B·L]
     if masks is None:
         return nll.mean(dim=1)
     m = masks.reshape(e, -1).to(nll.dtype)
