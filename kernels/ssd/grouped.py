@@ -34,7 +34,8 @@ __all__ = ["ssd_grouped"]
 
 
 def ssd_grouped(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-                initial_state: torch.Tensor | None = None, chunk_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+                initial_state: torch.Tensor | None = None, chunk_size: int = 64,
+                need_final: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Chunked SSD whose B and C are shared by all heads of a sequence.
 
     Args:
@@ -42,6 +43,8 @@ def ssd_grouped(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
             stack repeats a member's rates over its sequences).
         B, C: ``[G, T, N]``, one per sequence (shared by its heads).
         initial_state: ``[G, H, P, N]`` or None (zeros).
+        need_final: False: the caller does not read the final state, which the single-chunk
+            C loops then skip (and return None for); every other path computes it anyway.
 
     Returns ``(y [G, T, H, P], final state [G, H, P, N])``, equal to
     ``ssd_ref(x, dt, A_h, B_h, C_h, initial_state, True)`` with ``B_h``, ``C_h`` the
@@ -56,7 +59,7 @@ def ssd_grouped(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
     if state is not None and not state.requires_grad and not bool(state.any()):
         state = None  # a zero initial state (the common case): its read-out and decay are skipped, exactly
     if state is None and t <= chunk_size and single_chunk_applies(x, dt, A, B, C):
-        return ssd_single_chunk(x, dt, A, B, C)  # one chunk: the fused C loops
+        return ssd_single_chunk(x, dt, A, B, C, need_final)  # one chunk: the fused C loops
     limit = _FACTOR_LIMIT.get(x.dtype, _FACTOR_LIMIT[torch.float32])
     ys = []
     for start in range(0, t, chunk_size):

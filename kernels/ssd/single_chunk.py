@@ -71,12 +71,14 @@ def single_chunk_applies(x: torch.Tensor, *others: torch.Tensor) -> bool:
 
 
 def ssd_single_chunk(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
-                     C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                     C: torch.Tensor, need_final: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`ssd_single_chunk_ref`'s function: the C loops where :func:`single_chunk_applies`,
-    else the reference itself."""
+    else the reference itself.  With ``need_final=False`` the C loops skip the final state
+    (most of a forward pass's products when the state is wider than the chunk is long) and
+    return None for it; y is the same, bit for bit."""
     _check(x, dt, A, B, C)
     if single_chunk_applies(x, dt, A, B, C):
-        return _ssd_single_chunk_c(x, dt, A, B, C)
+        return _ssd_single_chunk_c(x, dt, A, B, C, need_final)
     return ssd_single_chunk_ref(x, dt, A, B, C)
 
 
@@ -110,8 +112,8 @@ def _ptr(x: torch.Tensor | None) -> int | None:
 
 
 @torch.compiler.disable  # torch.compile runs the C loops as they are (it cannot trace a ctypes call)
-def _ssd_single_chunk_c(x, dt, A, B, C):
-    return _SSDSingleChunkC.apply(x, dt, A, B, C)
+def _ssd_single_chunk_c(x, dt, A, B, C, need_final=True):
+    return _SSDSingleChunkC.apply(x, dt, A, B, C, need_final)
 
 
 class _SSDSingleChunkC(torch.autograd.Function):
@@ -119,13 +121,13 @@ class _SSDSingleChunkC(torch.autograd.Function):
     and ``dt·x`` recomputed; the output y kept for the mask's gradient)."""
 
     @staticmethod
-    def forward(ctx, x, dt, A, B, C):
+    def forward(ctx, x, dt, A, B, C, need_final):
         g, t, h, p = x.shape
         n = B.shape[-1]
         (xr, ldx), (br, ldb), (cr, ldc) = as_rows(x.reshape(g, t, h * p)), as_rows(B), as_rows(C)
         dt, A = dt.contiguous(), A.contiguous()
         y = torch.empty(g, t, h, p, dtype=x.dtype)
-        final = torch.empty(g, h, p, n, dtype=x.dtype)
+        final = torch.empty(g, h, p, n, dtype=x.dtype) if need_final else None
         fn = getattr(_c_library(), f"dl_ssd1_fwd_{_C_SUFFIX[x.dtype]}")
         if fn(g, t, h, p, n, ldx, ldb, ldc, *map(_ptr, (xr, dt, A, br, cr, y, final))):
             raise MemoryError(f"single-chunk SSD: out of memory for [{t}, {t}] buffers")
@@ -145,4 +147,4 @@ class _SSDSingleChunkC(torch.autograd.Function):
         fn = getattr(_c_library(), f"dl_ssd1_bwd_{_C_SUFFIX[x.dtype]}")
         if fn(g, t, h, p, n, ldx, ldb, ldc, *map(_ptr, (x, dt, A, B, C, y, gy, gf, gx, gdt, gA, gB, gC))):
             raise MemoryError(f"single-chunk SSD backward: out of memory for [{t}, {t}] buffers")
-        return gx, gdt, gA, gB, gC
+        return gx, gdt, gA, gB, gC, None

@@ -3,7 +3,7 @@
    heads), the initial state is zero.  Layouts: x [G, Q, H·P] with row stride ldx (the step of t;
    heads and channels contiguous); B, C [G, Q, N] with row strides ldb, ldc (slices of a wider
    last dim); dt [G, Q, H], A [G, H] contiguous; outputs and gradients contiguous: y, gy, gx
-   [G, Q, H, P]; final, gfinal [G, H, P, N]; gdt [G, Q, H]; gA [G, H]; gB, gC [G, Q, N].
+   [G, Q, H, P]; final, gfinal [G, H, P, N] (final null: not computed); gdt [G, Q, H]; gA [G, H]; gB, gC [G, Q, N].
    Per sequence, with c_t = sum_{s<=t} dt_s A (per head; summed in double, as torch's CPU
    cumsum does), u_s = dt_s x_s, S_ts = C_t . B_s and L_ts = exp(c_t - c_s):
        y_t = sum_{s<=t} L_ts S_ts u_s,      final = sum_s exp(c_{Q-1} - c_s) u_s B_s^T.
@@ -126,11 +126,12 @@ int dl_ssd1_fwd_##SUF(int64_t ng, int64_t nq, int64_t nh, int64_t np, int64_t nn
     if (!buf) return 1;                                                                            \
     for (int64_t g = 0; g < ng; g++) {                                                             \
         const T *xg = x + g * nq * ldx, *Bg = B + g * nq * ldb, *Cg = C + g * nq * ldc;            \
-        T *yg = y + g * nq * hp, *fg = fin + g * hp * nn;                                          \
+        T *yg = y + g * nq * hp, *fg = fin ? fin + g * hp * nn : NULL;                             \
         dl_ssd_prep_##SUF(nq, nh, np, nn, ldx, ldb, ldc, xg, dt + g * nq * nh, A + g * nh, Bg, Cg, &w); \
         for (int64_t h = 0; h < nh; h++) {                                                         \
             dl_ssd_mask_##SUF(nq, h, &w);                                                          \
             dl_ssd_mm_##SUF(nq, np, nq, w.W, nq, 1, w.u + h * np, hp, yg + h * np, hp, 0, DL_LOWER);         \
+            if (!fg) continue; /* the final state is not wanted */                                 \
             const T *chh = w.ch + h * nq, clast = chh[nq - 1];                                     \
             for (int64_t s = 0; s < nq; s++) { /* v_s = exp(c_{Q-1} - c_s) u_s */                  \
                 const T e = EXP(clast - chh[s]), *us = w.u + s * hp + h * np;                      \

@@ -96,3 +96,21 @@ def test_the_grouped_scan_runs_the_c_loops_for_one_chunk_only(monkeypatch):
     assert type(y.grad_fn).__name__ == "_SSDSingleChunkCBackward"
     y, _ = ssd_grouped(x, dt, A, B, C, None, chunk_size=4)  # several chunks: the torch form
     assert type(y.grad_fn).__name__ != "_SSDSingleChunkCBackward"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_without_the_final_state_y_and_its_gradients_are_the_same_bit_for_bit(dtype):
+    """need_final=False: the C loops skip the final state (None); y and the gradients of a
+    loss on y alone are those of the full call exactly."""
+    if sc._c_library() is None:
+        pytest.skip(f"compiled single-chunk SSD {sc.compiled_kernel_status()}")
+    runs = []
+    for need in (True, False):
+        wide, dt, A, sizes = _inputs(dtype, t=12, h=3, p=4, n=7)
+        x, B, C = _split(wide, sizes)
+        y, fin = ssd_single_chunk(x, dt, A, B, C, need_final=need)
+        assert (fin is None) == (not need)
+        (y * torch.randn(y.shape, generator=torch.Generator().manual_seed(2), dtype=dtype)).sum().backward()
+        runs.append([y.detach(), wide.grad, dt.grad, A.grad])
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
