@@ -181,13 +181,14 @@ def _train_step(stack: LMStack, opt: _StackAdamW, next_batches, interventions, g
                 dev: torch.device, step: int, losses: torch.Tensor, lr: float) -> int:
     """One optimiser step of every member (loss into ``losses[step]``); returns the batch length L."""
     tokens, masks, states, windows = _next_inputs(next_batches, interventions, generators, stack.layout, batch_size, dev)
-    loss, finals, new_windows = stack.step_losses(tokens, states, windows, masks)  # loss [E]
+    observed = [i for i, iv in enumerate(interventions) if type(iv).observe is not Intervention.observe]
+    loss, finals, new_windows = stack.step_losses(tokens, states, windows, masks, bool(observed))  # loss [E]
     stack.flat.grad = None
     loss.sum().backward()
     opt.step(loss.detach(), step, lr)
     losses[step] = loss.detach()
-    for i, iv in enumerate(interventions):
-        iv.observe(_member_states(finals, new_windows, i))
+    for i in observed:  # the others' observe is the base class's, which reads nothing
+        interventions[i].observe(_member_states(finals, new_windows, i))
     return tokens.shape[2] - 1
 
 

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from dynlab.errors import DynlabInputError
 from dynlab.kernels import dispatch
-from dynlab.kernels.cross_entropy import token_nll
+from dynlab.kernels.cross_entropy import head_nll
 from dynlab.kernels.gated_norm import gated_rms_norm
 from dynlab.kernels.gla.chunked import gla_ref
 from dynlab.kernels.selective_scan.chunked import selective_scan_ref
@@ -120,11 +120,15 @@ class LMStack:
                 p.copy_(chunk.view_as(p).to(p.device))
 
     def losses(self, tokens: torch.Tensor, states: list[torch.Tensor], windows: list[torch.Tensor | None],
-               masks: torch.Tensor | None) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor | None]]:
+               masks: torch.Tensor | None, need_finals: bool = True
+               ) -> tuple[torch.Tensor, list[torch.Tensor | None], list[torch.Tensor | None]]:
         """tokens ``[E, B, L + 1]`` -> (each member's mean next-token loss ``[E]``, final
-        states, final windows): :meth:`forward` on the inputs, scored on the targets."""
-        logits, finals, new_windows = self.forward(tokens[:, :, :-1], states, windows)
-        return _member_losses(logits, tokens[:, :, 1:], masks), finals, new_windows
+        states, final windows): :meth:`forward` on the inputs, scored on the targets.
+        ``need_finals=False``: nobody reads the final states, and a layer may return None
+        for its state where skipping it saves work (the single-chunk SSD)."""
+        p = self.params()
+        h, finals, new_windows = self._hidden(p, tokens[:, :, :-1], states, windows, need_finals)
+        return _member_losses(h, p["head.weight"], tokens[:, :, 1:], masks), finals, new_windows
 
     def forward(self, tokens: torch.Tensor, states: list[torch.Tensor] | None = None,
                 windows: list[torch.Tensor | None] | None = None
@@ -136,6 +140,14 @@ class LMStack:
         for each member what :meth:`RecurrentLM.forward` returns for that member alone.
         """
         p = self.params()
+        h, finals, new_windows = self._hidden(p, tokens, states, windows)
+        return _linear(h, p["head.weight"]), finals, new_windows
+
+    def _hidden(self, p: dict[str, torch.Tensor], tokens: torch.Tensor, states: list[torch.Tensor] | None,
+                windows: list[torch.Tensor | None] | None, need_finals: bool = True
+                ) -> tuple[torch.Tensor, list[torch.Tensor | None], list[torch.Tensor | None]]:
+        """:meth:`forward` up to the head, on the parameter views ``p``: ``(the final norm's
+        output [E, B, T, D], final states, final windows)``."""
         lay = self.layout
         e = self.n_members
         flat_ids = tokens + (torch.arange(e, device=tokens.device) * VOCAB_SIZE)[:, None, None]
@@ -145,16 +157,15 @@ class LMStack:
         for i, block in enumerate(self.blocks):
             pre = f"blocks.{i}."
             h = _rms(x, p[pre + "mixer_norm.weight"], block.mixer_norm.eps)
-            y, state, window = mixer(block.mixer, p, pre + "mixer.", h,
-                                     None if states is None else states[i], None if windows is None else windows[i])
+            y, state, window = mixer(block.mixer, p, pre + "mixer.", h, None if states is None else states[i],
+                                     None if windows is None else windows[i], need_finals)
             x = x + y
             if lay.has_mlp:
                 h = _rms(x, p[pre + "mlp_norm.weight"], block.mlp_norm.eps)
                 x = x + _linear(F.gelu(_linear(h, p[pre + "mlp_in.weight"])), p[pre + "mlp_out.weight"])
             finals.append(state)
             new_windows.append(window)
-        logits = _linear(_rms(x, p["final_norm.weight"], self.final_eps), p["head.weight"])
-        return logits, finals, new_windows
+        return _rms(x, p["final_norm.weight"], self.final_eps), finals, new_windows
 
 
 def _quiet_compiled(fn: Callable) -> Callable:
@@ -231,9 +242,11 @@ def _unfold_state(s: torch.Tensor, e: int) -> torch.Tensor:
     return s.reshape(b, e, eh // e, *s.shape[2:]).movedim(1, 0)
 
 
-def _mamba2(m: Mamba2Mixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor, state, window):
+def _mamba2(m: Mamba2Mixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor, state, window,
+            need_final: bool = True):
     """:meth:`Mamba2Mixer.forward` per member: on the CPU one grouped SSD scan over the E·B
-    sequences (:func:`kernels.ssd.grouped.ssd_grouped`), elsewhere one scan over E·H heads."""
+    sequences (:func:`kernels.ssd.grouped.ssd_grouped`; without ``need_final`` its final
+    state may be None), elsewhere one scan over E·H heads."""
     e, b, t, _ = x.shape
     h, hp, n = m.state_shape()
     z, xbc, dt = torch.split(_linear(x, p[pre + "in_proj.weight"]), [m.d_inner, m.d_inner + 2 * n, h], dim=-1)
@@ -246,8 +259,8 @@ def _mamba2(m: Mamba2Mixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tenso
         init = None if state is None else state.to(x.dtype).reshape(e * b, h, hp, n)
         y, final = ssd_grouped(xs.reshape(e * b, t, h, hp), dt.reshape(e * b, t, h),
                                A[:, None, :].expand(e, b, h).reshape(e * b, h), B.reshape(e * b, t, n),
-                               C.reshape(e * b, t, n), init, chunk_size=m.chunk_size)
-        y, final = y.view(e, b, t, h, hp), final.view(e, b, h, hp, n)
+                               C.reshape(e * b, t, n), init, chunk_size=m.chunk_size, need_final=need_final)
+        y, final = y.view(e, b, t, h, hp), None if final is None else final.view(e, b, h, hp, n)
     else:  # members become heads of one scan (the CUDA kernels, or the reference)
         B = B[:, :, :, None, :].expand(e, b, t, h, n)
         C = C[:, :, :, None, :].expand(e, b, t, h, n)
@@ -261,7 +274,7 @@ def _mamba2(m: Mamba2Mixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tenso
     return _linear(y, p[pre + "out_proj.weight"]), final, window
 
 
-def _mamba1(m: Mamba1Mixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor, state, window):
+def _mamba1(m: Mamba1Mixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor, state, window, need_final=True):
     """:meth:`Mamba1Mixer.forward` per member (B and C are shared by a member's channels,
     so the selective scan runs once per member)."""
     e, b, t, _ = x.shape
@@ -285,7 +298,7 @@ def _mamba1(m: Mamba1Mixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tenso
     return _linear(y, p[pre + "out_proj.weight"]), torch.stack(finals), window
 
 
-def _gla(m: GLAMixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor, state, window):
+def _gla(m: GLAMixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor, state, window, need_final=True):
     """:meth:`GLAMixer.forward` per member (one chunked GLA over E·H heads)."""
     e, b, t, _ = x.shape
     h, dk, dv = m.state_shape()
@@ -308,7 +321,7 @@ def _gla(m: GLAMixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor, sta
     return _linear(y, p[pre + "out_proj.weight"]), _unfold_state(final, e), window
 
 
-def _noop(m, p, pre: str, x: torch.Tensor, state, window):
+def _noop(m, p, pre: str, x: torch.Tensor, state, window, need_final=True):
     """A mixer that outputs zeros and passes its state through (the benchmark's no-op mixer)."""
     return torch.zeros_like(x), state, window
 
@@ -316,11 +329,13 @@ def _noop(m, p, pre: str, x: torch.Tensor, state, window):
 _MIXER_FORWARD: dict[str, Callable] = {"mamba2": _mamba2, "mamba1": _mamba1, "gla": _gla}
 
 
-def _member_losses(logits: torch.Tensor, targets: torch.Tensor, masks: torch.Tensor | None) -> torch.Tensor:
-    """Mean next-token cross-entropy per member: logits ``[E, B, L, V]``, targets ``[E, B, L]``,
-    masks ``[E, B, L]`` or None -> ``[E]`` (``fit``'s ``_masked_mean`` for each member)."""
-    e = logits.shape[0]
-    nll = token_nll(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).view(e, -1)  # F.cross_entropy, fused
+def _member_losses(h: torch.Tensor, head: torch.Tensor, targets: torch.Tensor, masks: torch.Tensor | None) -> torch.Tensor:
+    """Mean next-token cross-entropy per member of the head ``[E, V, D]`` on the final
+    norm's output ``h [E, B, L, D]``: targets ``[E, B, L]``, masks ``[E, B, L]`` or None ->
+    ``[E]`` (``fit``'s ``_masked_mean`` for each member).  The head and the loss are one op
+    (:func:`kernels.cross_entropy.head_nll`: the ``[E, B·L, V]`` logits are never held whole)."""
+    e, b, t, d = h.shape
+    nll = head_nll(h.reshape(e, b * t, d), head, targets.reshape(e, b * t))  # [E, B·L]
     if masks is None:
         return nll.mean(dim=1)
     m = masks.reshape(e, -1).to(nll.dtype)

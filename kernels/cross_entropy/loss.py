@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from ..compiled import c_library, c_library_status
 
-__all__ = ["compiled_kernel_status", "token_nll", "token_nll_ref"]
+__all__ = ["compiled_kernel_status", "probs_grad_", "probs_nll_", "token_nll", "token_nll_ref"]
 
 
 def token_nll_ref(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -42,6 +42,36 @@ def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
             raise ValueError(f"token_nll: targets must lie in [0, {logits.shape[1]})")
         return _token_nll_c(logits.contiguous(), t)
     return token_nll_ref(logits, targets)
+
+
+def probs_nll_(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """No autograd, in place: contiguous logits ``[N, V]`` (int64 targets ``[N]`` in ``[0, V)``)
+    are overwritten with their softmax; returns ``(nll [N], logsumexp [N])``.  The C loops
+    where :func:`token_nll` would run them, else torch."""
+    if _c_applies(logits):
+        nll, lse = logits.new_empty(logits.shape[0]), logits.new_empty(logits.shape[0])
+        getattr(_c_library(), f"dl_ce_probs_{_C_SUFFIX[logits.dtype]}")(
+            *logits.shape, logits.data_ptr(), targets.data_ptr(), nll.data_ptr(), lse.data_ptr())
+        return nll, lse
+    lse = torch.logsumexp(logits, dim=1)
+    nll = lse - logits.gather(1, targets[:, None])[:, 0]
+    logits.sub_(lse[:, None]).exp_()
+    return nll, lse
+
+
+def probs_grad_(probs: torch.Tensor, targets: torch.Tensor, grad_nll: torch.Tensor) -> torch.Tensor:
+    """No autograd, in place: :func:`probs_nll_`'s probabilities ``[N, V]`` become the logits'
+    gradient ``(softmax − onehot) · grad_nll`` (grad_nll contiguous ``[N]``); returns them."""
+    if _c_applies(probs):
+        getattr(_c_library(), f"dl_ce_probs_grad_{_C_SUFFIX[probs.dtype]}")(
+            *probs.shape, probs.data_ptr(), targets.data_ptr(), grad_nll.data_ptr())
+        return probs
+    probs.scatter_add_(1, targets[:, None], torch.full_like(grad_nll[:, None], -1.0))
+    return probs.mul_(grad_nll[:, None])
+
+
+def _c_applies(logits: torch.Tensor) -> bool:
+    return logits.device.type == "cpu" and logits.dtype in _C_SUFFIX and logits.shape[1] > 0 and _c_library() is not None
 
 
 #: The C source of the loops, shipped beside this module (built by :mod:`dynlab.kernels.compiled`).
@@ -65,6 +95,9 @@ def _c_library() -> ctypes.CDLL | None:
             fwd, bwd = getattr(lib, f"dl_ce_fwd_{suf}"), getattr(lib, f"dl_ce_bwd_{suf}")
             fwd.argtypes, fwd.restype = [i64] * 2 + [ptr] * 4, None
             bwd.argtypes, bwd.restype = [i64] * 2 + [ptr] * 5, None
+            probs, grad = getattr(lib, f"dl_ce_probs_{suf}"), getattr(lib, f"dl_ce_probs_grad_{suf}")
+            probs.argtypes, probs.restype = [i64] * 2 + [ptr] * 4, None
+            grad.argtypes, grad.restype = [i64] * 2 + [ptr] * 3, None
         _CONFIGURED.add(id(lib))
     return lib
 

@@ -14,7 +14,10 @@ expanded over the heads; only the arrangement of the products differs:
 - the initial state's read-out and the carried state are one product per sequence over
   all its heads at once (``[Q, N] @ [N, H·P]`` and ``[H·P, Q] @ [Q, N]``); a zero initial
   state that needs no gradient (the zero intervention's) is not read out at all, which
-  changes no number (its read-out is exactly zero).
+  changes no number (its read-out is exactly zero);
+- a sequence that fits one chunk with a zero initial state (an LM trained on windows no
+  longer than the chunk) runs :func:`kernels.ssd.single_chunk.ssd_single_chunk`'s C loops
+  where they apply (CPU, float32/float64, a C compiler): one pass per sequence each way.
 
 On a CPU the per-head products of tiny matrices and the elementwise work on ``[H, Q, Q]``
 decay matrices dominate a small LM's step; this arrangement has neither
@@ -25,11 +28,14 @@ from __future__ import annotations
 
 import torch
 
+from .single_chunk import single_chunk_applies, ssd_single_chunk
+
 __all__ = ["ssd_grouped"]
 
 
 def ssd_grouped(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-                initial_state: torch.Tensor | None = None, chunk_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+                initial_state: torch.Tensor | None = None, chunk_size: int = 64,
+                need_final: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Chunked SSD whose B and C are shared by all heads of a sequence.
 
     Args:
@@ -37,6 +43,8 @@ def ssd_grouped(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
             stack repeats a member's rates over its sequences).
         B, C: ``[G, T, N]``, one per sequence (shared by its heads).
         initial_state: ``[G, H, P, N]`` or None (zeros).
+        need_final: False: the caller does not read the final state, which the single-chunk
+            C loops then skip (and return None for); every other path computes it anyway.
 
     Returns ``(y [G, T, H, P], final state [G, H, P, N])``, equal to
     ``ssd_ref(x, dt, A_h, B_h, C_h, initial_state, True)`` with ``B_h``, ``C_h`` the
@@ -50,6 +58,8 @@ def ssd_grouped(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
     state = None if initial_state is None else initial_state.to(x.dtype)
     if state is not None and not state.requires_grad and not bool(state.any()):
         state = None  # a zero initial state (the common case): its read-out and decay are skipped, exactly
+    if state is None and t <= chunk_size and single_chunk_applies(x, dt, A, B, C):
+        return ssd_single_chunk(x, dt, A, B, C, need_final)  # one chunk: the fused C loops
     limit = _FACTOR_LIMIT.get(x.dtype, _FACTOR_LIMIT[torch.float32])
     ys = []
     for start in range(0, t, chunk_size):
