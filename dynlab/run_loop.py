@@ -98,8 +98,12 @@ def run_specs(
     arrives, then analyse the evaluated runs that lack an analysis (all of them with
     ``force_analysis``).  ``extra``: the study's parsed options, handed to ``analyze_one``
     (needed when ``analyze``).  Returns counts: trained, reused, analyzed, failed, not_learned,
-    and the seconds (``time.perf_counter``) spent training (``train_s``: the training loop,
-    less the analyses run inside it) and analysing (``analysis_s``)."""
+    and the seconds (``time.perf_counter``) spent training (``train_s``) and analysing
+    (``analysis_s``).  ``train_s`` is the wall time from the start of the training loop to
+    the storing of its last run.  With workers in other processes the analyses of finished
+    runs run here while the workers train (``overlap``): the two phases then overlap and
+    ``train_s`` counts the time until the workers' last run arrived, analyses included;
+    otherwise no analysis runs inside the loop and the two add up."""
     counts = {"trained": 0, "reused": 0, "analyzed": 0, "failed": 0, "not_learned": 0,
               "train_s": 0.0, "analysis_s": 0.0}
     executor = executor or InProcessExecutor()
@@ -134,7 +138,7 @@ def run_specs(
     overlap = analyze and remote and not getattr(executor, "shares_process", False)
     # work shipped to other processes must not carry the client's progress bars
     work = _work(study, device, NullProgress() if remote else progress, store.root / RESUME_DIR)
-    loop_started = time.perf_counter()
+    loop_started = trained_until = time.perf_counter()
     for item, (outcomes, made_on) in executor.map_unordered(work, study.work_items(pending)):
         for spec, outcome in zip(item, outcomes):
             store.save(spec, outcome.result.to_json(), outcome.state_dict, provenance=made_on)
@@ -142,10 +146,11 @@ def run_specs(
             progress.update(bar, 1)
             if progress.finished(_run_line(study, spec, outcome.result, counts["trained"] + counts["reused"], len(specs))):
                 announced.add(spec.spec_hash())
+        trained_until = time.perf_counter()
         for spec, outcome in zip(item, outcomes):
             if overlap and outcome.result.evaluated:
                 analyse(spec)
-    counts["train_s"] = time.perf_counter() - loop_started - counts["analysis_s"]  # overlapped analyses left out
+    counts["train_s"] = trained_until - loop_started  # the analyses after the last arrival are not training
     to_analyze = [
         s for s in _tally(study, specs, store, progress, counts, announced)
         if analyze and s.spec_hash() not in analysed

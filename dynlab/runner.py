@@ -71,7 +71,9 @@ def _timing_attrs(started: float, trained: int, workers: int | None, invocation:
     - ``study_invocation``: ``study`` or ``analyze``;
     - ``study_train_s``, ``study_analysis_s``: the seconds of that wall time spent training
       and analysing (:func:`dynlab.run_loop.run_specs`), measured in the same invocation, so their ratio
-      compares the two phases on one machine under one load.
+      compares the two phases on one machine under one load (with Dask workers in other
+      processes the analyses run while the workers train: the phases overlap, and
+      ``study_train_s`` is the wall time until the last trained run arrived).
     """
     attrs = {"study_wall_time_s": round(float(time.perf_counter() - started), 3),
              "study_runs_trained": int(trained), "study_invocation": invocation}

@@ -271,3 +271,41 @@ def xr_open(path):
 
     with xr.open_dataset(path, engine="h5netcdf") as d:
         return d.load()
+
+
+def test_training_seconds_with_analyses_overlapping_it_are_the_time_to_the_last_run(tmp_path):
+    """With an executor whose workers are other processes, the client analyses finished runs
+    while the next ones train: train_s is the wall time until the last run arrived (the
+    analyses that overlapped training inside it), not that time less the analyses."""
+    from dynlab.run_loop import run_specs
+    from dynlab.runtime import NullProgress
+
+    base = get_study("group-tracking")
+    train_wait, analysis_wait = 0.05, 0.3
+
+    class Remote:
+        remote, shares_process, workers = True, False, 2
+
+        def map_unordered(self, fn, items):
+            for item in items:
+                time.sleep(train_wait)  # the workers' training, elsewhere
+                yield item, fn(item)
+
+    def run_one(spec, device, progress):
+        return RunOutcome(RunResult(status="ok"), {"w": torch.zeros(1)})
+
+    def analyze_one(spec, store, device, progress, extra):
+        time.sleep(analysis_wait)
+        import xarray as xr
+        return xr.Dataset({"x": ((), 1.0)})
+
+    study = dataclasses.replace(base, run_one=run_one, run_many=None, analyze_one=analyze_one, result_type=RunResult)
+    specs = study.make_specs(SMOKE)[:3]
+    t0 = time.perf_counter()
+    counts = run_specs(study, specs, RunStore(tmp_path / "s"), "cpu", NullProgress(), analyze=True,
+                       executor=Remote(), extra=study.parse_options(SMOKE))
+    wall = time.perf_counter() - t0
+    # two analyses ran before the last run arrived: the loop's wall until then holds them
+    assert counts["train_s"] >= 3 * train_wait + 2 * analysis_wait - 0.02
+    assert counts["train_s"] <= wall - analysis_wait + 0.02  # the last run's analysis came after
+    assert counts["analysis_s"] >= 3 * analysis_wait
