@@ -93,9 +93,9 @@ def fixed_points_section() -> str:
     when their dataset carries the fixed points): how many learned runs have fixed points, the mechanism correlations
     (:func:`dynlab.tracking.fixed_points.mechanism.mechanism_correlations`), Corollary 1's predicted crossing
     (:func:`dynlab.tracking.fixed_points.mechanism.corollary1_correlations`) and the pre-registered forecast's score
-    (:func:`dynlab.analysis.preregistered.preregistered_scores`, seeds 5–9 only)."""
+    (:func:`dynlab.tracking.preregistered.preregistered_scores`, seeds 5–9 only)."""
     from dynlab.tracking.fixed_points.mechanism import corollary1_correlations, mechanism_correlations
-    from dynlab.analysis.preregistered import PREREGISTERED_DEFINITION, preregistered_scores
+    from dynlab.tracking.preregistered import PREREGISTERED_DEFINITION, preregistered_scores
 
     ds = dataset(FRESH_LABEL)
     sets = sweep_sets()
@@ -152,7 +152,7 @@ def fresh_seeds_section() -> str:
     """README's lines on the fresh seeds 5–9 (the pre-registered forecast's score) and on the
     fixed-point mechanism over every sweep seed that carries it (docs/results.md has the tables)."""
     from dynlab.tracking.fixed_points.mechanism import corollary1_correlations, mechanism_correlations
-    from dynlab.analysis.preregistered import PREREGISTERED_DEFINITION, preregistered_scores
+    from dynlab.tracking.preregistered import PREREGISTERED_DEFINITION, preregistered_scores
 
     ds = dataset(FRESH_LABEL)
     p = preregistered_scores(ds)

@@ -17,7 +17,7 @@ from dynlab.tracking.fixed_points.drift import corollary1_crossing, mean_drift
 from dynlab.analysis.centroids import class_centroids, class_stats, pair_distances
 from dynlab.analysis.fit import line_fit
 from dynlab.analysis.geometry import crossing_time, failure_mode, geometry_over_time, symbolic_basis
-from dynlab.analysis.horizon import horizon_forecast, margin_statistics
+from dynlab.tracking.horizon import horizon_forecast, margin_statistics
 from dynlab.analysis.jacobian import analysis_copy, lyapunov_exponents, return_map_on_U
 from dynlab.analysis.margin import binary_signed_error
 from dynlab.analysis.perturbation import perturbation_response
@@ -275,7 +275,7 @@ def _add_lyapunov_and_sign(out: xr.Dataset, m, task: WordProblem, spec: Analysis
 
 
 def _add_horizon(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, t_ref: int, horizon: int) -> None:
-    """Into ``out``: ``T_horizon`` (:func:`dynlab.analysis.horizon.horizon_forecast`) from
+    """Into ``out``: ``T_horizon`` (:func:`dynlab.tracking.horizon.horizon_forecast`) from
     ``horizon_samples`` fresh sequences of length t_ref, drawn from their own generator
     (seed ``spec.seed + 1``) so that every other analysis reads the sequences it read before."""
     g = task.n_classes
