@@ -43,7 +43,18 @@ def jacobians(fn: Map, points: Any) -> np.ndarray:
     point by point (to round-off; bit for bit where DF does not depend on h), at a fraction
     of the cost for the small states of the analyses."""
     x = torch.as_tensor(np.atleast_2d(np.asarray(points, dtype=np.float64)))
-    return vmap(jacrev(fn))(x).detach().cpu().numpy().astype(np.float64)
+    return _rows(jacrev(fn), x)
+
+
+def _rows(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> np.ndarray:
+    """``fn`` of every row of ``x``, stacked, as float64 numpy: one ``vmap`` call, or row by
+    row for a map ``vmap`` cannot batch (data-dependent Python control flow, an op without
+    a batching rule): the same numbers either way, only slower."""
+    try:
+        out = vmap(fn)(x)
+    except (RuntimeError, NotImplementedError):
+        out = torch.stack([fn(row) for row in x])
+    return out.detach().cpu().numpy().astype(np.float64)
 
 
 # -- 1. initial points -------------------------------------------------------------------------
@@ -129,11 +140,10 @@ def newton_all(fn: Map, starts: Any, steps: int = 12) -> tuple[np.ndarray, np.nd
     fraction of its cost; the starts it does not bring there go to the LM solve."""
     x = np.atleast_2d(np.asarray(starts, dtype=np.float64)).copy()
     n, s = x.shape
-    batched = vmap(fn)
 
     def residual(h: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            return batched(torch.as_tensor(h)).detach().cpu().numpy().astype(np.float64) - h
+            return _rows(fn, torch.as_tensor(h)) - h
 
     with np.errstate(over="ignore", invalid="ignore"):
         r = residual(x)

@@ -212,6 +212,12 @@ def test_newton_first_ends_where_the_lm_solve_ends_and_leaves_it_the_rest():
         np.testing.assert_allclose(p, lm.x, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(solve(fn, starts).points, pts, rtol=0, atol=0)
 
+    def branching(h):  # Python control flow on a value: vmap cannot batch it, the rows are solved one by one
+        return fn(h) if float(h[0]) > -10.0 else h
+
+    np.testing.assert_allclose(newton_all(branching, starts)[0], pts, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(jacobians(branching, starts), jacobians(fn, starts), rtol=0, atol=1e-15)
+
     def ghost(h):
         return h + 0.1 + h**2
 
