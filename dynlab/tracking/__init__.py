@@ -6,6 +6,8 @@
 - :mod:`~dynlab.tracking.models` — recurrent cells, their registry, the tracker, its streams;
 - :mod:`~dynlab.tracking.train` — the training engine (curriculum, ensembles, budget);
 - :mod:`~dynlab.tracking.evaluate` — accuracy against length, max-pass length;
+- :mod:`~dynlab.tracking.horizon` — T_horizon, the forecast of mp from the training length;
+- :mod:`~dynlab.tracking.preregistered` — the pre-registered forecast of mp and its score;
 - :mod:`~dynlab.tracking.run` — one run: train, evaluate, analyse, reload;
 - :mod:`~dynlab.tracking.dataset` — the study dataset of the stored runs.
 
