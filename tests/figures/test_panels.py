@@ -499,3 +499,38 @@ def test_a_study_where_no_run_learned_still_writes_every_panel(tmp_path, capsys)
     out = capsys.readouterr().out.splitlines()
     assert str(tmp_path / "figs" / "q_curves.pdf") in out
     assert "drawn empty q_curves: q(t) curves has no finished runs to draw" in out
+
+
+def test_inner_legends_and_texts_leave_the_layout_and_a_wide_one_no_longer_collapses_it():
+    """A legend wider than its narrow axes collapsed a constrained layout (the warning the
+    tests make an error); left out of the layout (inner_text_out_of_layout) it does not,
+    while a legend anchored below its axes and a text outside it keep their place."""
+    import warnings
+
+    from dynlab.figures.style import fit_titles, inner_text_out_of_layout
+
+    def crowded():
+        fig = Figure(figsize=(3.0, 2.0), layout="constrained")
+        axes = fig.subplots(1, 3).ravel()
+        for ax in axes:
+            ax.plot([0, 1], [0, 1], label="a very long legend entry that is wider than this narrow axes by far")
+            ax.legend(loc="upper left")
+        axes[0].text(0.98, 0.02, "a statistics line far wider than its axes: r = 0.99", transform=axes[0].transAxes)
+        return fig, axes
+
+    fig, _ = crowded()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="collapsed"):
+            fig.draw_without_rendering()
+    fig, axes = crowded()
+    below = axes[1].legend(loc="upper center", bbox_to_anchor=(0.5, -0.3))
+    outside = axes[2].text(1.2, 0.5, "outside", transform=axes[2].transAxes)
+    inner_text_out_of_layout(fig)
+    assert not axes[0].get_legend().get_in_layout() and not axes[0].texts[0].get_in_layout()
+    assert below.get_in_layout() and outside.get_in_layout()
+    below.remove()
+    outside.remove()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit_titles(crowded()[0])  # calls inner_text_out_of_layout first: lays out without the warning
