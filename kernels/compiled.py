@@ -59,7 +59,7 @@ from pathlib import Path
 
 __all__ = ["C_KERNELS_ENV", "PRELUDE_INCLUDE", "PRELUDE_SOURCE", "CKernelWarning", "CompileError", "as_rows",
            "c_kernels_used", "c_library", "c_library_status", "compiler", "kernel_source", "library_file_name",
-           "record_c_kernels"]
+           "record_c_kernels", "typed_library"]
 
 #: Environment variable: ``0`` turns every compiled kernel off (the torch paths run).
 C_KERNELS_ENV = "DYNLAB_C_KERNELS"
@@ -148,6 +148,25 @@ def c_library(name: str, source: str) -> ctypes.CDLL | None:
                                       f"(same numbers, slower): {err}", CKernelWarning, stacklevel=2)
     lib, status = _LOADED[key]
     _note(name, "compiled" if lib is not None else status)
+    return lib
+
+
+_TYPED: set[int] = set()  # ids of the loaded libraries whose function signatures are set
+
+
+def typed_library(name: str, source: str, signatures: dict[str, tuple[list, object]],
+                  suffixes: tuple[str, ...] = ("f32", "f64")) -> ctypes.CDLL | None:
+    """:func:`c_library` with the ctypes signature of each of its functions set, once per
+    loaded library: ``signatures`` maps a function name holding ``{suf}`` to
+    ``(argtypes, restype)``, set for every dtype suffix in ``suffixes``."""
+    lib = c_library(name, source)
+    if lib is not None and id(lib) not in _TYPED:
+        with _LOCK:
+            for template, (argtypes, restype) in signatures.items():
+                for suf in suffixes:
+                    fn = getattr(lib, template.format(suf=suf))
+                    fn.argtypes, fn.restype = list(argtypes), restype
+            _TYPED.add(id(lib))
     return lib
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..compiled import c_library, c_library_status
+from ..compiled import c_library_status, typed_library
 
 __all__ = ["compiled_kernel_status", "probs_grad_", "probs_nll_", "token_nll", "token_nll_ref"]
 
@@ -78,7 +78,6 @@ def _c_applies(logits: torch.Tensor) -> bool:
 _C_SOURCE = (Path(__file__).parent / "cross_entropy.c").read_text(encoding="utf-8")
 
 _C_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
-_CONFIGURED: set[int] = set()  # ids of the loaded libraries whose argtypes are set
 
 
 def compiled_kernel_status() -> str:
@@ -87,19 +86,17 @@ def compiled_kernel_status() -> str:
     return c_library_status("cross_entropy", _C_SOURCE)
 
 
+_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+_SIGNATURES = {
+    "dl_ce_fwd_{suf}": ([_I64] * 2 + [_PTR] * 4, None),
+    "dl_ce_bwd_{suf}": ([_I64] * 2 + [_PTR] * 5, None),
+    "dl_ce_probs_{suf}": ([_I64] * 2 + [_PTR] * 4, None),
+    "dl_ce_probs_grad_{suf}": ([_I64] * 2 + [_PTR] * 3, None),
+}
+
+
 def _c_library() -> ctypes.CDLL | None:
-    lib = c_library("cross_entropy", _C_SOURCE)
-    if lib is not None and id(lib) not in _CONFIGURED:
-        i64, ptr = ctypes.c_int64, ctypes.c_void_p
-        for suf in _C_SUFFIX.values():
-            fwd, bwd = getattr(lib, f"dl_ce_fwd_{suf}"), getattr(lib, f"dl_ce_bwd_{suf}")
-            fwd.argtypes, fwd.restype = [i64] * 2 + [ptr] * 4, None
-            bwd.argtypes, bwd.restype = [i64] * 2 + [ptr] * 5, None
-            probs, grad = getattr(lib, f"dl_ce_probs_{suf}"), getattr(lib, f"dl_ce_probs_grad_{suf}")
-            probs.argtypes, probs.restype = [i64] * 2 + [ptr] * 4, None
-            grad.argtypes, grad.restype = [i64] * 2 + [ptr] * 3, None
-        _CONFIGURED.add(id(lib))
-    return lib
+    return typed_library("cross_entropy", _C_SOURCE, _SIGNATURES)
 
 
 @torch.compiler.disable  # torch.compile runs the C loops as they are (it cannot trace a ctypes call)

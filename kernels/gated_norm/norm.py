@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..compiled import as_rows, c_library, c_library_status
+from ..compiled import as_rows, c_library_status, typed_library
 
 __all__ = ["compiled_kernel_status", "gated_rms_norm", "gated_rms_norm_ref"]
 
@@ -73,7 +73,6 @@ def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, w: torch.Tensor, eps: float
 _C_SOURCE = (Path(__file__).parent / "gated_norm.c").read_text(encoding="utf-8")
 
 _C_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
-_CONFIGURED: set[int] = set()  # ids of the loaded libraries whose argtypes are set
 
 
 def compiled_kernel_status() -> str:
@@ -82,16 +81,15 @@ def compiled_kernel_status() -> str:
     return c_library_status("gated_norm", _C_SOURCE)
 
 
+_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+_SIGNATURES = {
+    "dl_gn_fwd_{suf}": ([_I64] * 6 + [ctypes.c_double] + [_PTR] * 6, ctypes.c_int),
+    "dl_gn_bwd_{suf}": ([_I64] * 6 + [ctypes.c_double] + [_PTR] * 11, ctypes.c_int),
+}
+
+
 def _c_library() -> ctypes.CDLL | None:
-    lib = c_library("gated_norm", _C_SOURCE)
-    if lib is not None and id(lib) not in _CONFIGURED:
-        i64, ptr = ctypes.c_int64, ctypes.c_void_p
-        for suf in _C_SUFFIX.values():
-            fwd, bwd = getattr(lib, f"dl_gn_fwd_{suf}"), getattr(lib, f"dl_gn_bwd_{suf}")
-            fwd.argtypes, fwd.restype = [i64] * 6 + [ctypes.c_double] + [ptr] * 6, ctypes.c_int
-            bwd.argtypes, bwd.restype = [i64] * 6 + [ctypes.c_double] + [ptr] * 11, ctypes.c_int
-        _CONFIGURED.add(id(lib))
-    return lib
+    return typed_library("gated_norm", _C_SOURCE, _SIGNATURES)
 
 
 def _ptr(x: torch.Tensor | None) -> int | None:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from ..compiled import C_KERNELS_ENV, c_library, c_library_status
+from ..compiled import C_KERNELS_ENV, c_library_status, typed_library
 
 __all__ = [
     "selective_scan_ref",
@@ -209,7 +209,6 @@ SAVE_DECAYS_MAX_BYTES = 64 * 2**20
 _C_SOURCE = (Path(__file__).parent / "selective_scan.c").read_text(encoding="utf-8")
 
 _C_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
-_CONFIGURED: set[int] = set()  # ids of the loaded libraries whose argtypes are set
 
 
 def compiled_kernel_status() -> str:
@@ -219,17 +218,16 @@ def compiled_kernel_status() -> str:
     return c_library_status("selective_scan", _C_SOURCE)
 
 
+_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+_SIGNATURES = {
+    "dl_ss_fwd_{suf}": ([_I64] * 4 + [_PTR] * 9, ctypes.c_int),
+    "dl_ss_bwd_{suf}": ([_I64] * 4 + [_PTR] * 15, ctypes.c_int),
+}
+
+
 def _c_library() -> ctypes.CDLL | None:
     """The compiled kernel, built on first use; None when turned off or it cannot be built."""
-    lib = c_library("selective_scan", _C_SOURCE)
-    if lib is not None and id(lib) not in _CONFIGURED:
-        i64, ptr = ctypes.c_int64, ctypes.c_void_p
-        for suf in _C_SUFFIX.values():
-            fwd, bwd = getattr(lib, f"dl_ss_fwd_{suf}"), getattr(lib, f"dl_ss_bwd_{suf}")
-            fwd.argtypes, fwd.restype = [i64] * 4 + [ptr] * 9, ctypes.c_int
-            bwd.argtypes, bwd.restype = [i64] * 4 + [ptr] * 15, ctypes.c_int
-        _CONFIGURED.add(id(lib))
-    return lib
+    return typed_library("selective_scan", _C_SOURCE, _SIGNATURES)
 
 
 def _ptr(x: torch.Tensor | None) -> int | None:

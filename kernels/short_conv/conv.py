@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..compiled import as_rows, c_library, c_library_status
+from ..compiled import as_rows, c_library_status, typed_library
 
 __all__ = ["causal_conv_silu", "causal_conv_silu_ref", "compiled_kernel_status", "last_window"]
 
@@ -137,7 +137,6 @@ class _ConvSiluTorch(torch.autograd.Function):
 _C_SOURCE = (Path(__file__).parent / "short_conv.c").read_text(encoding="utf-8")
 
 _C_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
-_CONFIGURED: set[int] = set()  # ids of the loaded libraries whose argtypes are set
 
 
 def compiled_kernel_status() -> str:
@@ -146,16 +145,15 @@ def compiled_kernel_status() -> str:
     return c_library_status("short_conv", _C_SOURCE)
 
 
+_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+_SIGNATURES = {
+    "dl_sc_fwd_{suf}": ([_I64] * 6 + [_PTR] * 5, ctypes.c_int),
+    "dl_sc_bwd_{suf}": ([_I64] * 6 + [_PTR] * 9, ctypes.c_int),
+}
+
+
 def _c_library() -> ctypes.CDLL | None:
-    lib = c_library("short_conv", _C_SOURCE)
-    if lib is not None and id(lib) not in _CONFIGURED:
-        i64, ptr = ctypes.c_int64, ctypes.c_void_p
-        for suf in _C_SUFFIX.values():
-            fwd, bwd = getattr(lib, f"dl_sc_fwd_{suf}"), getattr(lib, f"dl_sc_bwd_{suf}")
-            fwd.argtypes, fwd.restype = [i64] * 6 + [ptr] * 5, ctypes.c_int
-            bwd.argtypes, bwd.restype = [i64] * 6 + [ptr] * 9, ctypes.c_int
-        _CONFIGURED.add(id(lib))
-    return lib
+    return typed_library("short_conv", _C_SOURCE, _SIGNATURES)
 
 
 def _ptr(x: torch.Tensor | None) -> int | None:

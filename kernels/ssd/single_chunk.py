@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from ..compiled import as_rows, c_library, c_library_status
+from ..compiled import as_rows, c_library_status, typed_library
 
 __all__ = ["compiled_kernel_status", "single_chunk_applies", "ssd_single_chunk", "ssd_single_chunk_ref"]
 
@@ -86,7 +86,6 @@ def ssd_single_chunk(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torc
 _C_SOURCE = (Path(__file__).parent / "ssd_chunk.c").read_text(encoding="utf-8")
 
 _C_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
-_CONFIGURED: set[int] = set()  # ids of the loaded libraries whose argtypes are set
 
 
 def compiled_kernel_status() -> str:
@@ -95,16 +94,15 @@ def compiled_kernel_status() -> str:
     return c_library_status("ssd_chunk", _C_SOURCE)
 
 
+_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+_SIGNATURES = {
+    "dl_ssd1_fwd_{suf}": ([_I64] * 8 + [_PTR] * 7, ctypes.c_int),
+    "dl_ssd1_bwd_{suf}": ([_I64] * 8 + [_PTR] * 13, ctypes.c_int),
+}
+
+
 def _c_library() -> ctypes.CDLL | None:
-    lib = c_library("ssd_chunk", _C_SOURCE)
-    if lib is not None and id(lib) not in _CONFIGURED:
-        i64, ptr = ctypes.c_int64, ctypes.c_void_p
-        for suf in _C_SUFFIX.values():
-            fwd, bwd = getattr(lib, f"dl_ssd1_fwd_{suf}"), getattr(lib, f"dl_ssd1_bwd_{suf}")
-            fwd.argtypes, fwd.restype = [i64] * 8 + [ptr] * 7, ctypes.c_int
-            bwd.argtypes, bwd.restype = [i64] * 8 + [ptr] * 13, ctypes.c_int
-        _CONFIGURED.add(id(lib))
-    return lib
+    return typed_library("ssd_chunk", _C_SOURCE, _SIGNATURES)
 
 
 def _ptr(x: torch.Tensor | None) -> int | None:

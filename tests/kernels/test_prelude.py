@@ -3,7 +3,10 @@ hashed with it (a changed prelude builds every kernel anew), and the one home of
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
+
+import pytest
 
 import dynlab.kernels.compiled as compiled
 
@@ -34,3 +37,17 @@ def test_dl_expf_has_one_home():
     users = [p.name for p in sources if compiled.PRELUDE_INCLUDE in p.read_text()]
     assert defining == [] and len(users) >= 4, (defining, users)
     assert "static inline float dl_expf" in (ROOT / "kernels" / "prelude.h").read_text()
+
+
+def test_typed_library_sets_each_signature_for_every_suffix(tmp_path, monkeypatch):
+    if compiled.compiler() is None:
+        pytest.skip("no C compiler")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    src = ("double dl_probe_f32(long long n, double x) { return n * x; }\n"
+           "double dl_probe_f64(long long n, double x) { return n + x; }\n")
+    sig = {"dl_probe_{suf}": ([ctypes.c_int64, ctypes.c_double], ctypes.c_double)}
+    lib = compiled.typed_library("typed_probe", src, sig)
+    assert lib is not None
+    # without the signature ctypes would pass 2.5 as an int and read the result as an int
+    assert lib.dl_probe_f32(3, 2.5) == 7.5 and lib.dl_probe_f64(3, 2.5) == 5.5
+    assert compiled.typed_library("typed_probe", src, sig) is lib  # loaded and typed once
