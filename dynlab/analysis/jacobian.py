@@ -259,6 +259,14 @@ def return_map_on_U(
     ))
 
 
+#: Most Jacobian entries :func:`lyapunov_exponents` finds in one call (8 MB in float64),
+#: which sets how many steps' Jacobians that call covers: on the 2-core CPU, 1 thread, the
+#: 100-step exponents of a 16-sample batch took 0.13 s for a Mamba tracker (S = 128) and
+#: 0.04 s for a tanh RNN (S = 32) against 0.26 s and 0.17 s one step at a time, and more
+#: again with windows 8× larger (memory traffic).
+_JAC_WINDOW_NUMBERS = 2**20
+
+
 def lyapunov_exponents(
     model: nn.Module,
     tokens: Any,
@@ -296,12 +304,22 @@ def lyapunov_exponents(
     q0, _ = torch.linalg.qr(torch.randn(s, k, generator=gen, dtype=torch.float64))  # [S, k]
     q = q0.to(device=device, dtype=dt).expand(b, s, k).clone()  # [B, S, k]
     log_sum = torch.zeros(b, k, device=device, dtype=dt)
-    for i in range(t):
-        jac = _step_jac(m, h, x[:, i])  # [B, S, S]
-        q, r = torch.linalg.qr(jac @ q)  # [B, S, k], [B, k, k]
-        log_sum += torch.log(torch.diagonal(r, dim1=-2, dim2=-1).abs())
+    # The Jacobians do not depend on the frames: those of a window of steps are found in one
+    # vmap call over its B·W (state, token) pairs, the window sized to hold at most
+    # _JAC_WINDOW_NUMBERS Jacobian entries; then the QR steps run through the window.
+    window = max(1, min(t, _JAC_WINDOW_NUMBERS // max(1, b * s * s)))
+    for w0 in range(0, t, window):
+        xs = x[:, w0:w0 + window]  # [B, W]
+        prev = []
         with torch.no_grad():
-            _, h = m.step(h, x[:, i])
+            for i in range(xs.shape[1]):
+                prev.append(h)
+                _, h = m.step(h, xs[:, i])
+        h_prev = torch.stack(prev, dim=1)  # [B, W, S]
+        jac = _step_jac(m, h_prev.reshape(-1, s), xs.reshape(-1)).reshape(b, xs.shape[1], s, s)
+        for i in range(xs.shape[1]):
+            q, r = torch.linalg.qr(jac[:, i] @ q)  # [B, S, k], [B, k, k]
+            log_sum += torch.log(torch.diagonal(r, dim1=-2, dim2=-1).abs())
     lyap = (log_sum / t).detach().cpu().numpy().astype(np.float64)  # [B, k]
     lyap = -np.sort(-lyap, axis=-1)
     return annotate(xr.Dataset(

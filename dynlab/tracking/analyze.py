@@ -29,6 +29,7 @@ from dynlab.analysis.readability import (
     readout_margins,
 )
 from dynlab.tracking.analysis import AnalysisSpec, stream_representations, stream_states
+from dynlab.tracking.models.streams import tracker_features, tracker_stream
 from dynlab.tracking.selection import MAX_ANALYSIS_ORDER
 from dynlab.errors import DynlabInputError
 from dynlab.results.vocabulary import annotate
@@ -52,10 +53,9 @@ class _Reference:
 def _reference(model, task: WordProblem, n: int, t_ref: int, gen: torch.Generator, layer: int, seed: int) -> _Reference:
     """Centroids, separations, readout margins and the probe at step ``t_ref``."""
     tokens, labels = task.sample(gen, n, t_ref)
-    with torch.no_grad():
-        out = model(tokens, return_states=False, return_features=True)
-    h = out.final_state.double().cpu().numpy()  # [N, S]
-    feats = out.features[:, -1].double().cpu().numpy()  # [N, F]
+    features, final = tracker_features(model, tokens)
+    h = final.double().cpu().numpy()  # [N, S]
+    feats = features[:, -1].double().cpu().numpy()  # [N, F]
     y = labels[:, -1].numpy()  # [N]
     full, counts = class_centroids(h, y, task.n_classes)
     present = counts > 0
@@ -281,7 +281,7 @@ def _add_horizon(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, t_re
     g = task.n_classes
     tokens, labels = task.sample(torch.Generator().manual_seed(spec.seed + 1), spec.horizon_samples, t_ref)
     with torch.no_grad(), np.errstate(over="ignore", invalid="ignore"):
-        feats = m(tokens, return_states=False, return_features=True).features.double().numpy()  # [N, t_ref, F]
+        feats = tracker_features(m, tokens)[0].double().numpy()  # [N, t_ref, F]
     w, b = _decoder(m, g)
     stats = margin_statistics(feats, labels.numpy(), w, b)
     out["T_horizon"] = ((), horizon_forecast(stats, t_ref, max(horizon, t_ref), threshold=spec.horizon_threshold,
@@ -296,8 +296,7 @@ def _fp_inputs(m, task: WordProblem, spec: AnalysisSpec, t_ref: int) -> tuple[np
     then ``fp_random_words`` random ones from the same generator), checked."""
     gen = torch.Generator().manual_seed(spec.seed + 2)
     tokens, labels = task.sample(gen, spec.samples_for(task.n_classes), t_ref)
-    with torch.no_grad():
-        h = m(tokens, return_states=False).final_state.double().cpu().numpy()  # [N, S]
+    h = tracker_stream(m, tokens)[1].double().cpu().numpy()  # [N, S]
     y = labels[:, -1].numpy()
     words = generator_power_words(task.group)
     if spec.fp_random_words:

@@ -178,3 +178,24 @@ def test_bad_input_raises():
         return_map_on_U(model, [[0, 1]], torch.zeros(2, 4), np.zeros((3, 2)))
     with pytest.raises(ValueError, match="k="):
         lyapunov_exponents(model, torch.zeros(2, 3, dtype=torch.long), k=9)
+
+
+@pytest.mark.parametrize("window_numbers", [1, 3 * 4 * 5 * 5, 10**9])  # one step, 4 steps (T = 10 is no multiple), all
+def test_lyapunov_windows_equal_the_step_by_step_qr(monkeypatch, window_numbers):
+    """The exponents found from windows of step Jacobians (one vmap call per window) are the
+    QR method run step by step on :func:`trajectory_jacobians` of a state-dependent RNN, whatever
+    the window."""
+    import dynlab.analysis.jacobian as jacobian
+
+    monkeypatch.setattr(jacobian, "_JAC_WINDOW_NUMBERS", window_numbers)
+    model = tanh_rnn(5, seed=5)
+    tokens = torch.randint(0, 4, (3, 10), generator=torch.Generator().manual_seed(6))
+    ds = lyapunov_exponents(model, tokens, k=2, generator=torch.Generator().manual_seed(2))
+    jac = trajectory_jacobians(model, tokens)  # [B, T, S, S]
+    q0, _ = torch.linalg.qr(torch.randn(5, 2, generator=torch.Generator().manual_seed(2), dtype=torch.float64))
+    q, logs = q0.expand(3, 5, 2), torch.zeros(3, 2, dtype=torch.float64)
+    for i in range(10):
+        q, r = torch.linalg.qr(jac[:, i] @ q)
+        logs += torch.log(torch.diagonal(r, dim1=-2, dim2=-1).abs())
+    expect = -np.sort(-(logs / 10).numpy(), axis=-1)
+    np.testing.assert_allclose(ds["lyap"].values, expect, rtol=1e-12, atol=1e-14)

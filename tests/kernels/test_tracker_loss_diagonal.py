@@ -294,10 +294,10 @@ def test_logits_kernel_equals_the_plain_loop_and_carries_state(form, k):
 def test_tracker_stream_equals_the_models_forward(arch, hidden, d_state, loops):
     """``tracker_stream`` is ``model(tokens, state)``: logits and the final state in the
     cell's own layout, from a nonzero state (what evaluation carries from chunk to chunk);
-    ``tracker_states`` gives its states and readout features (what the analyses stream);
-    the caller's state is left as it was."""
+    ``tracker_states`` gives its states and readout features (what the analyses stream),
+    ``tracker_features`` the features without the states; the caller's state is left as it was."""
     from dynlab.tracking.models import streams
-    from dynlab.tracking.models.streams import tracker_states, tracker_stream
+    from dynlab.tracking.models.streams import tracker_features, tracker_states, tracker_stream
 
     model = build_tracker(ModelSpec(arch=arch, hidden=hidden, d_state=d_state), 5, 5, seed=1).double()
     gen = torch.Generator().manual_seed(0)
@@ -312,6 +312,9 @@ def test_tracker_stream_equals_the_models_forward(arch, hidden, d_state, loops):
     torch.testing.assert_close(final, out.final_state, rtol=1e-10, atol=1e-10)
     states, feats, final = tracker_states(model, tok, s0)
     torch.testing.assert_close(states, out.states, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(feats, out.features, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(final, out.final_state, rtol=1e-10, atol=1e-10)
+    feats, final = tracker_features(model, tok, s0)
     torch.testing.assert_close(feats, out.features, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(final, out.final_state, rtol=1e-10, atol=1e-10)
     assert torch.equal(s0, keep)  # also where the state's transpose is already contiguous (H or K = 1)

@@ -4,10 +4,12 @@ gradients, one piece of an evaluation or an analysis at a time.
 - :func:`tracker_stream` — logits and final state (what :func:`dynlab.tracking.evaluate.evaluate_lengths`
   streams);
 - :func:`tracker_states` — states, readout features and final state (what the analyses stream);
+- :func:`tracker_features` — readout features and final state, no per-step states (the
+  analyses' reference, horizon and fixed-point starts);
 - :func:`diagonal_tables` — a Mamba-family cell's per-token tables over the vocabulary, the
   input of the diagonal kernels (shared with the fused training loss).
 
-Both streams equal the module's own forward (tested); for a one-layer Mamba-family tracker
+The streams equal the module's own forward (tested); for a one-layer Mamba-family tracker
 on the CPU they run the compiled forward-only loop of
 :func:`dynlab.kernels.tracker_loss.diagonal.diagonal_tracker_stream`.
 """
@@ -21,7 +23,7 @@ from torch.func import functional_call
 from dynlab.kernels.tracker_loss.diagonal import compiled_loops_apply, diagonal_tracker_stream
 from dynlab.tracking.models.tracker import Tracker
 
-__all__ = ["diagonal_tables", "tracker_states", "tracker_stream"]
+__all__ = ["diagonal_tables", "tracker_features", "tracker_states", "tracker_stream"]
 
 
 class _Precompute(nn.Module):
@@ -121,3 +123,20 @@ def tracker_states(
         res = model(tokens, state, return_states=True, return_features=True)
         return res.states, res.features, res.final_state
     return out.states, out.features, out.final
+
+
+@torch.no_grad()
+def tracker_features(
+    model: Tracker, tokens: torch.Tensor, state: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(features [B, T, F], final [B, S])`` of ``model`` on ``tokens`` from ``state``,
+    without gradients: ``model(tokens, state, return_states=False, return_features=True)``'s
+    readout features and final state.  The Mamba-family trackers on the CPU run the compiled
+    stream of :func:`tracker_stream` (no per-step states or logits formed)."""
+    if state is None:
+        state = model.init_state(tokens.shape[0], device=tokens.device)
+    out = _diagonal_stream(model, tokens, state, logits=False, states=False, features=True)
+    if out is None:
+        res = model(tokens, state, return_states=False, return_features=True)
+        return res.features, res.final_state
+    return out.features, out.final
