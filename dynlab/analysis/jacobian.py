@@ -141,15 +141,21 @@ def trajectory_jacobians(
     b, t = x.shape
     h = m.init_state(b).to(device=device, dtype=dt) if state is None else torch.as_tensor(state, device=device, dtype=dt)
     _check_state(m, h, "state")
+    return _jacobians_along(m, h, x)[0]  # [B, T, S, S]
+
+
+def _jacobians_along(model: nn.Module, h: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(J [B, T, S, S], h_T [B, S])``: the step Jacobians along the trajectories from ``h``
+    driven by ``x [B, T]`` (one vmap call over the B·T (state, token) pairs) and the last state."""
+    b, t = x.shape
     prev = []
     with torch.no_grad():
         for i in range(t):
             prev.append(h)
-            _, h = m.step(h, x[:, i])
+            _, h = model.step(h, x[:, i])
+    s = h.shape[-1]
     h_prev = torch.stack(prev, dim=1)  # [B, T, S]
-    s = h_prev.shape[-1]
-    jac = _step_jac(m, h_prev.reshape(b * t, s), x.reshape(b * t))  # [B*T, S, S]
-    return jac.reshape(b, t, s, s)  # [B, T, S, S]
+    return _step_jac(model, h_prev.reshape(b * t, s), x.reshape(b * t)).reshape(b, t, s, s), h
 
 
 def _word_tensor(word: Any, device: torch.device) -> torch.Tensor:
@@ -309,15 +315,8 @@ def lyapunov_exponents(
     # _JAC_WINDOW_NUMBERS Jacobian entries; then the QR steps run through the window.
     window = max(1, min(t, _JAC_WINDOW_NUMBERS // max(1, b * s * s)))
     for w0 in range(0, t, window):
-        xs = x[:, w0:w0 + window]  # [B, W]
-        prev = []
-        with torch.no_grad():
-            for i in range(xs.shape[1]):
-                prev.append(h)
-                _, h = m.step(h, xs[:, i])
-        h_prev = torch.stack(prev, dim=1)  # [B, W, S]
-        jac = _step_jac(m, h_prev.reshape(-1, s), xs.reshape(-1)).reshape(b, xs.shape[1], s, s)
-        for i in range(xs.shape[1]):
+        jac, h = _jacobians_along(m, h, x[:, w0:w0 + window])  # [B, W, S, S]
+        for i in range(jac.shape[1]):
             q, r = torch.linalg.qr(jac[:, i] @ q)  # [B, S, k], [B, k, k]
             log_sum += torch.log(torch.diagonal(r, dim1=-2, dim2=-1).abs())
     lyap = (log_sum / t).detach().cpu().numpy().astype(np.float64)  # [B, k]

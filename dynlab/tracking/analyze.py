@@ -280,7 +280,7 @@ def _add_horizon(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, t_re
     (seed ``spec.seed + 1``) so that every other analysis reads the sequences it read before."""
     g = task.n_classes
     tokens, labels = task.sample(torch.Generator().manual_seed(spec.seed + 1), spec.horizon_samples, t_ref)
-    with torch.no_grad(), np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         feats = tracker_features(m, tokens)[0].double().numpy()  # [N, t_ref, F]
     w, b = _decoder(m, g)
     stats = margin_statistics(feats, labels.numpy(), w, b)
