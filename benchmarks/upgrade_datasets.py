@@ -17,6 +17,7 @@ from pathlib import Path
 
 import xarray as xr
 
+from dynlab.results.files import NETCDF_ENGINE
 from dynlab.results.layout import split_positions
 from dynlab.results.schema import CONVENTIONS, annotate, write_dataset
 from dynlab.results.vocabulary import check_dataset
@@ -47,7 +48,7 @@ def stale(ds) -> list[str]:
 def main(argv: list[str]) -> int:
     bad = 0
     for path in sorted(DATA.glob("*.nc")):
-        with xr.open_dataset(path, engine="h5netcdf") as f:  # as written (open_dataset reads the current layout)
+        with xr.open_dataset(path, engine=NETCDF_ENGINE) as f:  # as written (open_dataset reads the current layout)
             ds = f.load()
         why = stale(ds)
         if "--check" in argv:

@@ -14,6 +14,7 @@ from typing import Any
 import xarray as xr
 
 from dynlab.executors import Executor, InProcessExecutor
+from dynlab.results.files import NETCDF_ENGINE
 from dynlab.results.folder import RESUME
 from dynlab.results.provenance import provenance, recording
 from dynlab.results.store import RunStore
@@ -186,7 +187,7 @@ def _other_analysis_preset(store: RunStore, spec: Spec, extra: StudyExtra | None
     if want is None:
         return False
     try:
-        with xr.open_dataset(store.path(spec) / ANALYSIS, engine="h5netcdf") as ds:
+        with xr.open_dataset(store.path(spec) / ANALYSIS, engine=NETCDF_ENGINE) as ds:
             return ds.attrs.get("analysis_preset") != want
     except Exception:  # unreadable: redo it (the store's damage check reports real damage)
         return True

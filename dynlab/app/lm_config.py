@@ -71,15 +71,10 @@ def check_spec_value(spec_cls: type, section: str, field: str, value: Any, where
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    """The table of a TOML file (``tomllib``; on Python < 3.11 the ``tomli`` package); a
-    file that is missing or not TOML is refused in one line."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python < 3.11
-        try:
-            import tomli as tomllib
-        except ModuleNotFoundError:
-            raise DynlabInputError("--config needs the package 'tomli' on Python < 3.11 (pip install tomli)") from None
+    """The table of a TOML file (``tomllib``); a file that is missing or not TOML is
+    refused in one line."""
+    import tomllib
+
     try:
         text = Path(path).expanduser().read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:

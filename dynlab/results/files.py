@@ -5,7 +5,7 @@ permissions of the process's umask, in temporary names that say who writes them.
   (``os.write`` until every byte is written, ``fsync``), then ``os.replace``-s it onto the
   target.  A failure (a full disk: ``OSError(ENOSPC)``) removes the temporary file and
   raises one ``OSError`` naming the target; the target is as it was before.
-- :func:`netcdf_bytes` serialises a dataset to netCDF (h5netcdf) in memory, so that the
+- :func:`netcdf_bytes` serialises a dataset to netCDF-4 (:data:`NETCDF_ENGINE`) in memory, so that the
   file itself is only ever written by :func:`write_bytes_atomic`: the HDF5 library, when
   it meets a full disk while writing a file, reports errors from object destructors and
   can crash the process; in memory it cannot meet one.  :func:`write_netcdf` is the one
@@ -200,6 +200,13 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return write_bytes_atomic(path, text.encode())
 
 
+#: The xarray engine that writes and reads every netCDF file of dynlab: netCDF4-python, the
+#: netCDF C library (format NETCDF4, an HDF5 file: any netCDF-4 reader opens it, h5netcdf
+#: too).  Its cost is per variable; on a run's ``analysis.nc`` (~70 variables) it writes and
+#: reads about 6x faster than h5netcdf (docs/performance.md).
+NETCDF_ENGINE = "netcdf4"
+
+
 def float_where_padded(ds: xr.Dataset) -> xr.Dataset:
     """A shallow copy of ``ds`` in which a variable read from an integer file (encoding
     ``dtype`` int) but now holding floats (e.g. padded with NaN by a join of runs with
@@ -214,9 +221,9 @@ def float_where_padded(ds: xr.Dataset) -> xr.Dataset:
 
 
 def netcdf_bytes(ds: xr.Dataset) -> memoryview:
-    """``ds`` as a netCDF (h5netcdf) file in memory, integer variables that now hold NaN
-    padding written as float (:func:`float_where_padded`)."""
-    return float_where_padded(ds).to_netcdf(engine="h5netcdf")
+    """``ds`` as a netCDF-4 file in memory (:data:`NETCDF_ENGINE`), integer variables that
+    now hold NaN padding written as float (:func:`float_where_padded`)."""
+    return float_where_padded(ds).to_netcdf(engine=NETCDF_ENGINE)
 
 
 def write_netcdf(ds: xr.Dataset, path: str | Path, before_replace: Callable[[], None] | None = None) -> Path:

@@ -19,7 +19,7 @@ import xarray as xr
 import dynlab
 from dynlab.errors import DynlabInputError
 from dynlab.spec import Spec
-from dynlab.results.files import float_where_padded, make_dir, write_netcdf  # noqa: F401 (re-exported)
+from dynlab.results.files import NETCDF_ENGINE, float_where_padded, make_dir, write_netcdf  # noqa: F401 (re-exported)
 from dynlab.results.layout import current_layout
 from dynlab.results.vocabulary import VARIABLES, annotate
 
@@ -58,7 +58,7 @@ def provenance_attrs(study: str, preset: str, specs: Iterable[Spec]) -> dict[str
 
 
 def write_dataset(ds: xr.Dataset, path: str | Path) -> Path:
-    """Write ``ds`` as netCDF (h5netcdf) atomically, its folder made when missing: the one
+    """Write ``ds`` as netCDF-4 atomically, its folder made when missing: the one
     netCDF writer (:func:`dynlab.results.files.write_netcdf`: serialised in memory, then
     written and renamed into place; a full disk raises one ``OSError`` naming ``path`` and
     leaves any previous file unchanged).  The attrs get ``provenance_json`` (this process's
@@ -88,7 +88,7 @@ def open_dataset(path: str | Path) -> xr.Dataset:
     if not p.is_file():
         raise DynlabInputError(f"no dataset at {p}; allowed: {_ALLOWED} (`dynlab study NAME --out DIR` writes one)")
     try:
-        with xr.open_dataset(p, engine="h5netcdf") as ds:
+        with xr.open_dataset(p, engine=NETCDF_ENGINE) as ds:
             loaded = ds.load()
     except Exception as exc:  # netCDF/HDF5 readers raise their own error types
         why = f"{type(exc).__name__}: {exc}".splitlines()[0]

@@ -132,22 +132,3 @@ def test_task_study_refuses_seq_len(tmp_path, capsys):
     code = main(["study", "passkey", "--preset", "smoke", "--out", str(tmp_path / "out"), "-q", "--seq-len", "64"])
     _one_error_line(capsys, code, tmp_path, "study passkey trains on its task's lengths, not a seq_len; allowed: "
                                             "task.train_min and task.train_max")
-
-
-def test_config_reader_falls_back_to_tomli(tmp_path, monkeypatch):
-    """Before Python 3.11 (no tomllib) --config reads TOML with the tomli package, and says
-    so in one line when it is missing."""
-    import sys
-    import tomllib
-
-    from dynlab.errors import DynlabInputError
-    from dynlab.app.lm_config import read_config
-
-    cfg = tmp_path / "c.toml"
-    cfg.write_text("steps = 3\n[model]\nd_model = 8\n")
-    monkeypatch.setitem(sys.modules, "tomllib", None)  # import tomllib fails, as before 3.11
-    monkeypatch.setitem(sys.modules, "tomli", tomllib)  # tomli has tomllib's API
-    assert read_config(cfg) == {"steps": 3, "model": {"d_model": 8}}
-    monkeypatch.setitem(sys.modules, "tomli", None)
-    with pytest.raises(DynlabInputError, match=r"^--config needs the package 'tomli' on Python < 3.11"):
-        read_config(cfg)

@@ -38,7 +38,7 @@ def test_polish_refusals_are_one_line_naming_the_input(argv, line, tmp_path, cap
 
 def test_report_on_a_dataset_dynlab_did_not_write_says_so(tmp_path, capsys):
     path = tmp_path / "foreign.nc"
-    xr.Dataset({"x": ("t", np.arange(3.0))}).to_netcdf(path, engine="h5netcdf")
+    xr.Dataset({"x": ("t", np.arange(3.0))}).to_netcdf(path, engine="netcdf4")
     assert main(["report", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {path} is not a dataset a dynlab study wrote (it has no 'study' attribute)")

@@ -13,10 +13,7 @@ from pathlib import Path
 
 import pytest
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
+import tomllib
 
 from helpers.paths import REPO as ROOT
 #: Where each name of the package lives in the checkout.

@@ -37,7 +37,7 @@ def _old_study_file(tmp_path, rs):
     old = old.assign(lg_p_star=("run", [r["verdict"]["p_star"] for r in rs]))
     old = old.assign_coords(train_length=("run", [16] * len(rs)), seed=("run", list(range(len(rs)))))
     path = tmp_path / "dataset.nc"
-    old.to_netcdf(path, engine="h5netcdf")
+    old.to_netcdf(path, engine="netcdf4")
     return path
 
 

@@ -269,7 +269,7 @@ def test_the_study_records_its_training_and_analysis_seconds(tmp_path, capsys):
 def xr_open(path):
     import xarray as xr
 
-    with xr.open_dataset(path, engine="h5netcdf") as d:
+    with xr.open_dataset(path, engine="netcdf4") as d:
         return d.load()
 
 

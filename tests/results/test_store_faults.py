@@ -180,16 +180,36 @@ def test_a_study_on_a_really_full_disk_is_one_line_and_exit_1(tmp_path):
 def test_the_store_and_the_study_writer_share_one_netcdf_writer(tmp_path):
     """An integer variable that now holds NaN padding is written as float by both."""
     write_dataset(xr.Dataset({"n": ("x", np.arange(3))}, coords={"x": np.arange(3)}), tmp_path / "ints.nc")
-    padded = xr.open_dataset(tmp_path / "ints.nc", engine="h5netcdf").load().reindex(x=np.arange(5))
+    padded = xr.open_dataset(tmp_path / "ints.nc", engine="netcdf4").load().reindex(x=np.arange(5))
     assert padded["n"].encoding["dtype"].kind == "i" and np.isnan(padded["n"].values[-1])
     store = RunStore(tmp_path / "s")
     store.save(_spec(), {"status": "ok"}, None)
     store.write_dataset(_spec(), "analysis.nc", padded)
     write_dataset(padded, tmp_path / "padded.nc")
-    for back in (store.read_dataset(_spec(), "analysis.nc"), xr.open_dataset(tmp_path / "padded.nc", engine="h5netcdf")):
+    for back in (store.read_dataset(_spec(), "analysis.nc"), xr.open_dataset(tmp_path / "padded.nc", engine="netcdf4")):
         assert np.isnan(back["n"].values[-1]) and back["n"].values[0] == 0
 
 
+
+
+def test_the_netcdf_writer_keeps_every_kind_of_value_and_writes_netcdf4(tmp_path):
+    """What a study stores comes back with its dtype: int64 beyond the int32 range (a
+    netCDF-3 file would refuse or narrow it), bools, unicode strings, NaN, and attrs; the
+    file is netCDF-4 (an HDF5 file, its signature first), which any netCDF-4 reader opens."""
+    ds = xr.Dataset(
+        {"big": ("run", np.array([2**40, -3], dtype=np.int64)), "ok": ("run", np.array([True, False])),
+         "arch": ("run", np.array(["mamba", "tanh-rnn ρ"])), "q": (("run", "t"), np.array([[0.5, np.nan], [1.0, 2.0]]))},
+        coords={"run": ["a", "b"], "t": np.array([1, 2], dtype=np.int64)},
+        attrs={"preset": "quick", "horizon": 1000, "tau": 1.0, "lengths": [1, 2, 3]},
+    )
+    write_dataset(ds, tmp_path / "d.nc")
+    assert (tmp_path / "d.nc").read_bytes()[:8] == b"\x89HDF\r\n\x1a\n"
+    back = open_study(tmp_path / "d.nc")
+    for name in ds.variables:
+        assert back[name].dtype == ds[name].dtype, name
+        np.testing.assert_array_equal(back[name].values, ds[name].values)
+    assert {k: back.attrs[k] for k in ds.attrs} == {**ds.attrs, "lengths": back.attrs["lengths"]}
+    assert list(back.attrs["lengths"]) == [1, 2, 3]
 # -- leftovers of killed writers -------------------------------------------------------------
 def _killed_writer(target: Path) -> Path:
     """Start a process that begins writing ``target`` (its temporary file) and is killed."""

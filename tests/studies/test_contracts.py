@@ -105,11 +105,11 @@ def test_rerun_with_another_analysis_preset_redoes_the_analyses(tmp_path):
     runs = sorted((path.parent / "runs").iterdir())
     weights = {r: (r / "model.safetensors").read_bytes() for r in runs}
     for r in runs:
-        assert xr.open_dataset(r / "analysis.nc", engine="h5netcdf").attrs["analysis_preset"] == "smoke"
+        assert xr.open_dataset(r / "analysis.nc", engine="netcdf4").attrs["analysis_preset"] == "smoke"
     path = run_study(study, StudyOptions(**base, extra={**TINY, "groups": ("C2",), "analysis": "quick"}), out=tmp_path,
                      device="cpu")
     for r in runs:
-        with xr.open_dataset(r / "analysis.nc", engine="h5netcdf") as ds:
+        with xr.open_dataset(r / "analysis.nc", engine="netcdf4") as ds:
             assert ds.attrs["analysis_preset"] == "quick"
         assert (r / "model.safetensors").read_bytes() == weights[r]  # training reused
     assert open_study(path).attrs["analysis_n_samples"] == ANALYSIS_PRESETS["quick"].n_samples
@@ -337,7 +337,7 @@ def test_a_not_learned_runs_q_stops_at_its_shorter_horizon(tmp_path):
     for name, curriculum in (("stuck", {"min_length": 2, "max_length": 40}), ("reached", {"min_length": 2, "max_length": 2})):
         extra = {"groups": ("C2",), "eval": {"lengths": [5, 20, 200]}, "train": {"steps": 3, "curriculum": curriculum}}
         path = run_study(study, StudyOptions(**common, extra=extra), out=tmp_path / name, device="cpu")
-        runs[name] = xr.open_dataset(path, engine="h5netcdf").load()
+        runs[name] = xr.open_dataset(path, engine="netcdf4").load()
     stuck, reached = runs["stuck"].isel(run=0), runs["reached"].isel(run=0)
     assert str(stuck["status"].values) == "not-learned" and str(reached["status"].values) == "ok"
     assert int(stuck["horizon"]) == 80 and int(reached["horizon"]) == 200
@@ -345,9 +345,9 @@ def test_a_not_learned_runs_q_stops_at_its_shorter_horizon(tmp_path):
     assert reached.sizes["t"] == 200 and np.isfinite(reached["R"].values).all()
     # an analysis written before the run variable existed followed q(t) to every length
     (afile,) = (tmp_path / "stuck" / "group-tracking" / "runs").glob("*/analysis.nc")
-    with xr.open_dataset(afile, engine="h5netcdf") as old:
+    with xr.open_dataset(afile, engine="netcdf4") as old:
         legacy = old.load().drop_vars("horizon")
-    legacy.to_netcdf(afile, engine="h5netcdf")
+    legacy.to_netcdf(afile, engine="netcdf4")
     options = StudyOptions(**common, extra={"groups": ("C2",), "eval": {"lengths": [5, 20, 200]},
                                             "train": {"steps": 3, "curriculum": {"min_length": 2, "max_length": 40}}})
     ds = study.assemble(study.make_specs(options), RunStore(tmp_path / "stuck" / "group-tracking"), options)
@@ -363,8 +363,8 @@ def test_integer_variables_padded_with_nan_are_written_as_nan(tmp_path):
     parts = []
     for i, t in enumerate((3, 5)):
         one = xr.Dataset({"k_U": ("t", np.arange(1, t + 1, dtype=np.int64))}, coords={"t": np.arange(1, t + 1)})
-        one.to_netcdf(tmp_path / f"a{i}.nc", engine="h5netcdf")
-        with xr.open_dataset(tmp_path / f"a{i}.nc", engine="h5netcdf") as back:
+        one.to_netcdf(tmp_path / f"a{i}.nc", engine="netcdf4")
+        with xr.open_dataset(tmp_path / f"a{i}.nc", engine="netcdf4") as back:
             parts.append(back.load())
     assert parts[0]["k_U"].encoding["dtype"] == np.int64  # what the runs' files hand on
     table = stack_runs(parts)

@@ -72,7 +72,7 @@ def test_local_cluster_gives_identical_results_to_in_process(tmp_path):
         assert wa[rid].keys() == wb[rid].keys()
         for name in wa[rid]:
             assert torch.equal(wa[rid][name], wb[rid][name]), (rid, name)
-    with xr.open_dataset(a / "dataset.nc", engine="h5netcdf") as da, xr.open_dataset(b / "dataset.nc") as db:
+    with xr.open_dataset(a / "dataset.nc", engine="netcdf4") as da, xr.open_dataset(b / "dataset.nc") as db:
         np.testing.assert_array_equal(da["accuracy"].values, db["accuracy"].values)
 
 
@@ -106,7 +106,7 @@ def test_process_workers_give_bit_identical_results_to_in_process(tmp_path):
     for rid in wa:
         for name in wa[rid]:
             assert torch.equal(wa[rid][name], wb[rid][name]), (rid, name)
-    with xr.open_dataset(a / "dataset.nc", engine="h5netcdf") as da, xr.open_dataset(b / "dataset.nc") as db:
+    with xr.open_dataset(a / "dataset.nc", engine="netcdf4") as da, xr.open_dataset(b / "dataset.nc") as db:
         for name in ("accuracy", "accuracy_all", "train_loss", "mp"):
             np.testing.assert_array_equal(da[name].values, db[name].values)
 
@@ -166,7 +166,7 @@ def test_killed_worker_is_retried_without_lost_or_corrupted_results(tmp_path):
         torch.testing.assert_close(w, torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0], dtype=torch.float64) / (s.seed + 3))
     assert store.load_result(specs[2])["pid"] != killed_pid  # rerun by a fresh worker process
     assert sorted(p.name for p in (store.root / "runs").iterdir()) == sorted(s.spec_hash() for s in specs)
-    with xr.open_dataset(path, engine="h5netcdf") as ds:
+    with xr.open_dataset(path, engine="netcdf4") as ds:
         np.testing.assert_allclose(ds["value"].values, [1 / 3, 1 / 4, 1 / 5, 1 / 6])
 
 
@@ -324,8 +324,8 @@ def test_analyses_overlapping_remote_training_equal_in_process_analyses(tmp_path
     names = sorted(p.parent.name for p in (a / "runs").glob("*/analysis.nc"))
     assert len(names) == 2 and names == sorted(p.parent.name for p in (b / "runs").glob("*/analysis.nc"))
     for rid in names:
-        with xr.open_dataset(a / "runs" / rid / "analysis.nc", engine="h5netcdf") as da, \
-                xr.open_dataset(b / "runs" / rid / "analysis.nc", engine="h5netcdf") as db:
+        with xr.open_dataset(a / "runs" / rid / "analysis.nc", engine="netcdf4") as da, \
+                xr.open_dataset(b / "runs" / rid / "analysis.nc", engine="netcdf4") as db:
             for v in ("q", "q_pair", "q_dec", "probe_accuracy", "return_map_eig_real", "recovery_rate"):
                 np.testing.assert_array_equal(da[v].values, db[v].values, err_msg=f"{rid} {v}")
 
