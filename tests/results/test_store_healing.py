@@ -57,7 +57,7 @@ def _truncate(path):
 def _corrupt_middle(path):
     data = bytearray(path.read_bytes())
     mid = len(data) // 2
-    data[mid : mid + 64] = bytes(64)  # same size: only the checksum can tell
+    data[mid : mid + 64] = bytes(b ^ 0xFF for b in data[mid : mid + 64])  # changed bytes, same size: only the checksum can tell
     path.write_bytes(bytes(data))
 
 
