@@ -272,9 +272,14 @@ def geometry_tcross_panel(ds: xr.Dataset, ax: Axes) -> Axes:
     ax.set_xlabel(axis_label(ds["geo_T_cross"], "T_cross"))
     ax.set_ylabel(axis_label(ds["geo_horizon"], "retrieval horizon"))
     x, y = np.log2(t[good]), np.log2(h[good])
-    r = float(np.corrcoef(x, y)[0, 1]) if good.sum() > 2 and x.std() > 0 and y.std() > 0 else float("nan")
-    ax.set_title(f"T_cross vs retrieval horizon: r = {r:.2f} (n = {int(good.sum())}; "
-                 f"{int((ct & good).sum())} / {int((ch & good).sum())} censored)")
+    if good.sum() <= 2:
+        said = "r undefined (2 models or fewer)"
+    elif x.std() == 0 or y.std() == 0:  # one side has one value for every model
+        said = f"r undefined ({'T_cross' if x.std() == 0 else 'the horizon'} is {2 ** (x if x.std() == 0 else y)[0]:g} in every model)"
+    else:
+        said = f"r = {float(np.corrcoef(x, y)[0, 1]):.2f}"
+    ax.set_title(f"T_cross vs retrieval horizon: {said}\n(n = {int(good.sum())}; censored: "
+                 f"{int((ct & good).sum())} T_cross, {int((ch & good).sum())} horizons)")
     ax.legend(fontsize="small")
     return ax
 

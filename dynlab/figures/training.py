@@ -9,11 +9,10 @@ import numpy as np
 import xarray as xr
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
-from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from dynlab.figures.arms import PALETTE, run_arms
 from dynlab.figures.panel import NothingToDraw, Panel, needs
-from dynlab.figures.style import axis_label
+from dynlab.figures.style import axis_label, log_axis
 
 __all__ = ["training_loss_panel", "training_panels"]
 
@@ -38,13 +37,11 @@ def training_loss_panel(ds: xr.Dataset, ax: Axes) -> Axes:
     n_bad = int((~flags).sum())
     if n_bad:
         handles.append(Line2D([], [], color="0.4", linestyle="--", label=f"not converged: {n_bad} of {flags.size}"))
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(ScalarFormatter())
-    ax.yaxis.set_minor_formatter(NullFormatter())
+    log_axis(ax, "y")  # a label per decade, as small as the loss goes (1e-04, not 0.00)
     ax.set_xlabel(axis_label(ds["train_step"], "training step"))
     ax.set_ylabel(axis_label(ds["train_loss_curve"], "training loss"))
     ax.set_title("Training loss per run")
-    ax.legend(handles=handles, fontsize="small", loc="upper right")
+    ax.legend(handles=handles, fontsize="small", loc="best")  # curves fall from the upper left
     return ax
 
 

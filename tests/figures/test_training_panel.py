@@ -45,3 +45,19 @@ def test_panel_only_where_curves_exist():
     empty["train_loss_curve"][:] = np.nan
     with pytest.raises(NothingToDraw):
         training_loss_panel(empty, Figure().add_subplot())
+
+
+def test_loss_axis_labels_every_decade_distinctly():
+    """A loss that falls to 1e-4 gets a distinct label per decade (fixed decimals would
+    print 0.001 and 0.0001 both as 0.00)."""
+    runs = [RunResult(status="ok", loss_curve_step=[1, 2, 3, 4], loss_curve=[5.0, 0.1, 1e-3, 1e-4], converged=True)]
+    ds = training_curves(runs).assign_coords(run=[0], intervention=("run", ["zero"]))
+    fig = Figure()
+    ax = training_loss_panel(ds, fig.add_subplot())
+    fig.canvas.draw()
+    lo, hi = ax.get_ylim()
+    shown = [(t.get_position()[1], t.get_text()) for t in ax.get_yticklabels() if lo <= t.get_position()[1] <= hi]
+    texts = [text for _, text in shown]
+    assert len(texts) >= 4 and len(set(texts)) == len(texts), texts
+    for value, text in shown:  # each label reads back as its tick's value
+        assert float(text.replace("\u2212", "-")) == pytest.approx(value, rel=1e-9)
