@@ -196,9 +196,10 @@ def _other_analysis_preset(store: RunStore, spec: Spec, extra: StudyExtra | None
 def phase_line(study_name: str, train_s: float, analysis_s: float) -> str:
     """``group-tracking: training 5 min 49 s, analyses 2 min 10 s (0.37 of training)``; the
     ratio only where this invocation trained for at least a second (``dynlab analyze``
-    trains nothing: its ratio would divide by the bookkeeping of reused runs)."""
+    trains nothing: its ratio would divide by the bookkeeping of reused runs) and analysed
+    something (a task study's state geometry is ``dynlab analyze``'s, not the study's)."""
     def took(s: float) -> str:
         return f"{s:.1f} s" if s < 60 else f"{int(s // 60)} min {s % 60:.0f} s"
 
-    ratio = f" ({analysis_s / train_s:.2f} of training)" if train_s >= 1.0 else ""
+    ratio = f" ({analysis_s / train_s:.2f} of training)" if train_s >= 1.0 and analysis_s > 0 else ""
     return f"{study_name}: training {took(train_s)}, analyses {took(analysis_s)}{ratio}"

@@ -264,6 +264,7 @@ def test_the_study_records_its_training_and_analysis_seconds(tmp_path, capsys):
     assert "group-tracking: training " in said.err + said.out
     assert phase_line("g", 349.0, 130.0) == "g: training 5 min 49 s, analyses 2 min 10 s (0.37 of training)"
     assert phase_line("g", 0.0001, 374.0) == "g: training 0.0 s, analyses 6 min 14 s"  # dynlab analyze: no ratio
+    assert phase_line("p", 677.0, 0.0) == "p: training 11 min 17 s, analyses 0.0 s"  # nothing analysed: no ratio
 
 
 def xr_open(path):
