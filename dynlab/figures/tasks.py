@@ -275,7 +275,8 @@ def geometry_tcross_panel(ds: xr.Dataset, ax: Axes) -> Axes:
     if good.sum() <= 2:
         said = "r undefined (2 models or fewer)"
     elif x.std() == 0 or y.std() == 0:  # one side has one value for every model
-        said = f"r undefined ({'T_cross' if x.std() == 0 else 'the horizon'} is {2 ** (x if x.std() == 0 else y)[0]:g} in every model)"
+        name, value = ("T_cross", t[good][0]) if x.std() == 0 else ("the horizon", h[good][0])
+        said = f"r undefined ({name} is {value:g} in every model)"
     else:
         said = f"r = {float(np.corrcoef(x, y)[0, 1]):.2f}"
     ax.set_title(f"T_cross vs retrieval horizon: {said}\n(n = {int(good.sum())}; censored: "
