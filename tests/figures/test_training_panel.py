@@ -61,3 +61,18 @@ def test_loss_axis_labels_every_decade_distinctly():
     assert len(texts) >= 4 and len(set(texts)) == len(texts), texts
     for value, text in shown:  # each label reads back as its tick's value
         assert float(text.replace("\u2212", "-")) == pytest.approx(value, rel=1e-9)
+
+
+def test_loss_axis_within_one_decade_is_labelled():
+    """A loss between 1.7 and 5.8 holds no decade: the 2, 3 and 5 ticks carry the labels."""
+    runs = [RunResult(status="ok", loss_curve_step=[1, 2, 3], loss_curve=[5.8, 3.0, 1.7], converged=True)]
+    ds = training_curves(runs).assign_coords(run=[0], intervention=("run", ["zero"]))
+    fig = Figure()
+    ax = training_loss_panel(ds, fig.add_subplot())
+    fig.canvas.draw()
+    lo, hi = ax.get_ylim()
+    shown = [(t.get_position()[1], t.get_text()) for t in (*ax.get_yticklabels(), *ax.get_yticklabels(minor=True))
+             if lo <= t.get_position()[1] <= hi and t.get_text()]
+    assert sorted(float(text) for _, text in shown) == [2.0, 3.0, 5.0]
+    for value, text in shown:
+        assert float(text) == pytest.approx(value, rel=1e-9)
