@@ -85,16 +85,19 @@ def test_far_in_budget_on_the_size_preset(size_ds, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_committed_budget_dataset_reads_far_in_ratio_and_draws(tmp_path):
+def test_the_committed_budget_dataset_draws_far_over_in_and_an_older_one_far_in_ratio(tmp_path):
+    """The budget ladder reads far_over_in (one in-range reference for every T_train); a
+    dataset written before it existed falls back to far_in_ratio (over p*)."""
     from dynlab.cli import main
 
     path = DATASETS / "length-generalization-budget.nc"
     ds = xr.open_dataset(path)
-    assert "far_over_in" not in ds and "annealed" not in ds.coords
-    ax = far_in_budget_panel(ds, _ax())
-    assert ax.get_ylabel() == "far PPL / p*"
-    (line,) = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]
-    np.testing.assert_allclose(line.get_ydata(), ds["far_in_ratio"].mean("run").values)
+    for data, name, label in ((ds, "far_over_in", "far PPL / PPL in (T_train/2, T_train]"),
+                              (ds.drop_vars("far_over_in"), "far_in_ratio", "far PPL / p*")):
+        ax = far_in_budget_panel(data, _ax())
+        assert ax.get_ylabel() == label
+        (line,) = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+        np.testing.assert_allclose(line.get_ydata(), data[name].mean("run").values, rtol=1e-12, atol=0)
     assert main(["figures", str(path), "--out", str(tmp_path)]) == 0
     assert (tmp_path / "far_in_budget.png").exists() and (tmp_path / "ppl.png").exists()
 
