@@ -37,7 +37,7 @@ def training_loss_panel(ds: xr.Dataset, ax: Axes) -> Axes:
     n_bad = int((~flags).sum())
     if n_bad:
         handles.append(Line2D([], [], color="0.4", linestyle="--", label=f"not converged: {n_bad} of {flags.size}"))
-    log_axis(ax, "y")  # a label per decade, as small as the loss goes (1e-04, not 0.00)
+    log_axis(ax, "y")  # a label per decade, as small as the loss goes (0.001, not 0.00)
     ax.set_xlabel(axis_label(ds["train_step"], "training step"))
     ax.set_ylabel(axis_label(ds["train_loss_curve"], "training loss"))
     ax.set_title("Training loss per run")
