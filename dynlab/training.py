@@ -13,7 +13,7 @@ import numpy as np
 
 from torch import nn
 
-__all__ = ["CONVERGED_RULE", "LOSS_CURVE_POINTS", "TrainResult", "converged", "cosine_lr", "loss_curve"]
+__all__ = ["CONVERGED_RULE", "LOSS_CURVE_POINTS", "TrainResult", "WARM_FLOOR", "WARM_LEVEL", "converged", "cosine_lr", "loss_curve"]
 
 
 @dataclass
@@ -64,9 +64,20 @@ def cosine_lr(lr: float, step: int, steps: int, warmup: int, *, start: int | Non
 LOSS_CURVE_POINTS = 64
 
 #: The rule of :func:`converged`, in words (stored as the ``converged`` variable's ``rule`` attribute).
-CONVERGED_RULE = ("the loss fell: mean of the last 10 % of the steps <= 0.9 x mean of the first 5 %; "
-                  "and it levelled off: the last 10 % differ from the 10 % before them by at most "
-                  "10 % of that fall")
+CONVERGED_RULE = ("on the stored loss curve (train_loss_curve): the loss fell: mean of its last 10 % "
+                  "<= 0.9 x mean of its first 5 %; and it levelled off: the last 10 % differ from the "
+                  "10 % before them by at most 10 % of that fall; a warm start (phase post: a "
+                  "post-training arm, which starts from a trained model) is also converged when its "
+                  "loss stayed level: the last 10 % differ from the 10 % before them by at most 5 % "
+                  "of the last 10 %'s mean plus 0.02 nats, and end at most that far above the first 5 %")
+
+#: A warm start's level rule: the largest change of the loss between the last two tenths of
+#: its curve, as a fraction of its level (batch noise alone moves an LM arm's loss by up to
+#: 2 % between those windows in the committed interventions dataset), plus
+#: :data:`WARM_FLOOR` nats per token (about 2 % of perplexity), so that a task's loss near
+#: zero, whose noise is large relative to its level, still counts as level.
+WARM_LEVEL = 0.05
+WARM_FLOOR = 0.02
 
 
 def loss_curve(losses: list[float], points: int = LOSS_CURVE_POINTS) -> tuple[list[int], list[float]]:
@@ -83,15 +94,26 @@ def loss_curve(losses: list[float], points: int = LOSS_CURVE_POINTS) -> tuple[li
     return ends.tolist(), [float(values[a:b].mean()) for a, b in zip(starts, ends)]
 
 
-def converged(losses: list[float]) -> bool:
+def converged(losses: list[float], warm_start: bool = False) -> bool:
     """Whether a run's training loss converged, by :data:`CONVERGED_RULE`.
 
-    With ``first`` the mean loss over the first 5 % of the steps, ``last`` over the last
-    10 % and ``before`` over the 10 % before those: converged when ``last <= 0.9 · first``
+    ``losses``: the run's stored loss curve (:func:`loss_curve`, what ``train_summary``
+    passes, so that the flag recomputes from a dataset's ``train_loss_curve``:
+    :func:`dynlab.results.assemble.converged_flags`), or any sequence of losses in step
+    order.  With ``first`` the mean of its first 5 %, ``last`` of its last
+    10 % and ``before`` of the 10 % before those: converged when ``last <= 0.9 · first``
     (the loss fell by at least a tenth) and ``|before − last| <= 0.1 · (first − last)``
     (the last tenth of training moved the loss by at most a tenth of its total fall).
-    False for fewer than 20 steps or a non-finite loss.  A run whose loss never moved
-    fails the first condition; one still falling steeply at its end fails the second.
+    A run whose loss never moved fails the first condition; one still falling steeply at
+    its end fails the second.
+
+    ``warm_start``: the run starts from a trained model (a post-training arm), whose loss
+    may hardly fall because it starts near its end. Such a run is also converged when its
+    loss stayed level: ``|before − last| <= tol`` with ``tol = WARM_LEVEL · last + WARM_FLOOR``
+    (the last tenth moved the loss by at most 5 % of its level plus 0.02 nats) and
+    ``last <= first + tol`` (it did not climb: a loss that rose and then levelled off is not
+    converged).  False for fewer than
+    20 values or a non-finite loss.
     """
     n = len(losses)
     if n < 20:
@@ -102,4 +124,7 @@ def converged(losses: list[float]) -> bool:
     k5, k10 = max(1, n // 20), max(1, n // 10)
     first, last, before = x[:k5].mean(), x[n - k10:].mean(), x[n - 2 * k10:n - k10].mean()
     fall = first - last
-    return bool(last <= 0.9 * first and abs(before - last) <= 0.1 * fall)
+    if last <= 0.9 * first and abs(before - last) <= 0.1 * fall:
+        return True
+    tol = WARM_LEVEL * abs(last) + WARM_FLOOR
+    return bool(warm_start and abs(before - last) <= tol and last <= first + tol)

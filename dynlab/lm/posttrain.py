@@ -251,14 +251,14 @@ def post_train(spec: PostTrainSpec, device: torch.device | str = "cpu",
                            steps=tr.steps, batch_size=tr.batch_size, seq_len=tr.seq_len, lr=tr.lr,
                            weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
                            seed=spec.seed, device=str(dev), threads=tr.threads, progress=progress)
-        result = train_summary(res)
+        result = train_summary(res, warm_start=True)  # it starts from a trained checkpoint
         if res.status != "ok":
             return result, model
         model.eval()
         result.update(evaluate_lm(model, spec.eval, tr.seq_len, corpus))
         if not np.all(np.isfinite(result["ppl"])):  # finite training loss, but the weights no longer evaluate
             bad = int(np.argmin(np.isfinite(result["ppl"]))) + 1
-            return {**train_summary(res), "status": "diverged",
+            return {**train_summary(res, warm_start=True), "status": "diverged",
                     "reason": f"non-finite PPL in evaluation from t = {bad}"}, model
         if spec.task is not None:
             result["task"] = evaluate_task(model, spec.task_spec())

@@ -311,7 +311,7 @@ def post_train_arms(model: torch.nn.Module, spec: LMRunSpec, corpus: Corpus, dev
                   steps=post.steps, batch_size=tr.batch_size, lr=post.lr, weight_decay=tr.weight_decay,
                   grad_clip=tr.clip, warmup_frac=post.warmup_frac, device=str(device), threads=tr.threads,
                   progress=progress)
-        summary = train_summary(res)
+        summary = train_summary(res, warm_start=True)  # from the trained base model
         if res.status == "ok":
             model.eval()
             summary.update(evaluate_model(model, spec, corpus))

@@ -309,7 +309,7 @@ def train_and_evaluate_task(spec: LMTaskRunSpec, device: torch.device | str = "c
             for kind in spec.post.interventions:
                 model.load_state_dict(base)
                 arm = post_train_arm(model, spec, kind, dev, progress)
-                summary = train_summary(arm)
+                summary = train_summary(arm, warm_start=True)  # from the learned model
                 if arm.status == "ok":
                     summary.update({k: v for k, v in evaluate_task(model, spec).items() if k not in ("lengths", "depths", "kinds")})
                     weights.update({f"{POST_PREFIX}{kind}.{k}": v.detach().cpu().clone() for k, v in model.state_dict().items()})

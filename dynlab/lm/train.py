@@ -162,17 +162,18 @@ def fit(
     return result
 
 
-def train_summary(res: TrainResult) -> dict[str, Any]:
+def train_summary(res: TrainResult, warm_start: bool = False) -> dict[str, Any]:
     """The training part of a run's result: ``status`` and ``reason`` (as the engine's),
     ``train_steps`` (completed steps), ``train_loss`` (mean loss of the last 5 % of them,
     nats per token; NaN for none), ``train_time`` (seconds), the loss curve subsampled by
     :func:`dynlab.training.loss_curve` (``loss_curve_step``, ``loss_curve``) and ``converged``
-    (:func:`dynlab.training.converged`)."""
+    (:func:`dynlab.training.converged`; ``warm_start``: the run started from a trained model,
+    a post-training arm)."""
     tail = res.losses[-max(1, len(res.losses) // 20):]
     steps, curve = loss_curve(res.losses)
     return {"status": res.status, "reason": res.reason, "train_steps": len(res.losses),
             "train_loss": float(np.mean(tail)) if tail else math.nan, "train_time": res.seconds,
-            "loss_curve_step": steps, "loss_curve": curve, "converged": converged(res.losses)}
+            "loss_curve_step": steps, "loss_curve": curve, "converged": converged(curve, warm_start)}
 
 
 def _adamw(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:

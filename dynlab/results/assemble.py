@@ -30,8 +30,8 @@ import xarray as xr
 from dynlab.spec import Spec
 from dynlab.results.store import RunStore
 
-__all__ = ["assemble_runs", "missing_like", "result_columns", "spec_coords", "stack_run_files", "stack_runs",
-           "training_curves"]
+__all__ = ["assemble_runs", "converged_flags", "missing_like", "result_columns", "spec_coords", "stack_run_files",
+           "stack_runs", "training_curves"]
 
 RUN = "run"
 
@@ -168,6 +168,20 @@ def training_curves(results: Sequence[Any]) -> xr.Dataset:
     return xr.Dataset({"train_loss_curve": ((RUN, "loss_point"), loss, attrs_of("train_loss_curve")),
                        "converged": ((RUN,), flags, attrs_of("converged", rule=CONVERGED_RULE))},
                       coords={"train_step": ((RUN, "loss_point"), step, attrs_of("train_step"))})
+
+
+def converged_flags(ds: xr.Dataset) -> np.ndarray:
+    """``converged(run)`` recomputed from a dataset's ``train_loss_curve`` by
+    :func:`dynlab.training.converged`: each run's points up to its last step (``train_step``
+    finite), judged as a warm start where the ``phase`` coordinate says ``post`` (a
+    post-training arm).  What :func:`training_curves` stores for runs trained now; for a
+    dataset whose flags came from an older rule, the flags of the current one."""
+    from dynlab.training import converged
+
+    loss, step = ds["train_loss_curve"].values, ds["train_step"].values
+    warm = (ds["phase"].values.astype(str) == "post") if "phase" in ds.coords else np.zeros(loss.shape[0], bool)
+    return np.array([converged(list(row[np.isfinite(at)]), bool(w)) for row, at, w in zip(loss, step, warm)],
+                    dtype=bool)
 
 
 def spec_coords(specs: Sequence[Spec], **columns: Callable[[Spec], Any]) -> dict[str, Any]:

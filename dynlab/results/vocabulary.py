@@ -135,7 +135,8 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "train_loss_curve": ("training loss", "nats/token",
                          "mean training loss over a window of steps, at most 64 windows per run (dynlab.training.loss_curve)"),
     "converged": ("training converged", "",
-                  "the loss fell by >= 10 % and levelled off; the rule is the variable's rule attribute (dynlab.training.converged)"),
+                  "the loss fell by >= 10 % and levelled off (a post-training arm also: stayed level); "
+                  "the rule is the variable's rule attribute (dynlab.training.converged)"),
     "train_time": ("training wall time", "s", "wall-clock seconds of training (machine-dependent)"),
     # -- accuracy and max-pass length ----------------------------------------------------------
     "accuracy": ("accuracy", "1",

@@ -51,6 +51,24 @@ def test_converged_rule(losses, expected, why):
     assert converged(list(losses)) is expected, why
 
 
+_NOISE = np.random.default_rng(0).normal(0.0, 0.01, 300)  # 1 % batch noise
+
+
+@pytest.mark.parametrize("losses, cold, warm, why", [
+    (1.66 * (1 + _NOISE), False, True, "a post-training arm that starts at its end and stays level"),
+    (np.r_[np.full(15, 3.5), 1.7 * (1 + _NOISE[15:])], True, True, "jumps at the start (noise), falls back, levels off"),
+    (np.linspace(2.0, 1.0, 300), False, False, "still falling steeply at the end"),
+    (np.linspace(1.0, 1.5, 300), False, False, "climbing all the way"),
+    (np.r_[np.linspace(1.0, 1.5, 150), np.full(150, 1.5)], False, False, "rose by half, then levelled off"),
+    (np.r_[1.66 * (1 + _NOISE[:299]), np.inf], False, False, "a non-finite loss"),
+    (np.r_[np.full(270, 0.005), np.full(30, 0.012)], False, True, "near zero: 0.007 nats is level, though 2x"),
+    (np.r_[np.full(270, 0.005), np.full(30, 0.05)], False, False, "near zero, then up by 0.045 nats"),
+])
+def test_converged_rule_of_a_warm_start(losses, cold, warm, why):
+    assert converged(list(losses)) is cold, why
+    assert converged(list(losses), warm_start=True) is warm, why
+
+
 def test_training_curves_give_each_run_its_own_steps():
     runs = [RunResult(status="ok", loss_curve_step=[10, 20, 30], loss_curve=[3.0, 2.0, 1.5], converged=True),
             RunResult(status="ok", loss_curve_step=[5, 10], loss_curve=[4.0, 3.9], converged=False),
@@ -61,3 +79,22 @@ def test_training_curves_give_each_run_its_own_steps():
     assert ds["converged"].values.tolist() == [True, False, False]
     assert "fell" in ds["converged"].attrs["rule"] and ds["train_loss_curve"].attrs["units"] == "nats/token"
     assert training_curves([RunResult(status="ok")]).data_vars == {}
+
+
+def test_converged_flags_recompute_from_the_stored_curves():
+    """converged_flags reads each run's points up to its last step and judges phase 'post'
+    runs as warm starts: the flags training_curves stores for these results."""
+    from dynlab.results.assemble import converged_flags
+
+    level = (1.66 * (1 + _NOISE[:64])).tolist()  # a warm arm's curve: level, no fall
+    fall = (4.0 * np.exp(-np.arange(40) / 5.0) + 1.0).tolist()  # a cold run: fell and levelled off
+    runs = [RunResult(status="ok", loss_curve_step=list(range(1, 65)), loss_curve=level, converged=False),
+            RunResult(status="ok", loss_curve_step=list(range(1, 65)), loss_curve=level, converged=True),
+            RunResult(status="ok", loss_curve_step=list(range(1, 41)), loss_curve=fall, converged=True)]
+    ds = training_curves(runs).assign_coords(phase=("run", ["base", "post", "base"]))
+    assert np.isnan(ds["train_step"].values[2, 40:]).all()  # the shorter run is padded
+    np.testing.assert_array_equal(converged_flags(ds), [False, True, True])
+    np.testing.assert_array_equal(converged_flags(ds.drop_vars("phase")), [False, False, True])  # no phase: cold
+    bad = ds.copy(deep=True)
+    bad["train_loss_curve"][2, 39] = np.nan  # a non-finite point before the run's end is not padding
+    assert not converged_flags(bad)[2]

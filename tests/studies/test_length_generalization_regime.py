@@ -154,3 +154,19 @@ def test_budget_and_intervention_datasets_end_to_end(tmp_path):
     assert float(iv["far_contrast_mean"].sel(contrast="state-passing").isel(mixer=0)) == pytest.approx(np.mean(diffs))
     assert int(iv["far_contrast_n"].sel(contrast="state-passing").isel(mixer=0)) == 2
     assert isinstance(iv, xr.Dataset) and "in_contrast_p" in iv
+
+
+def test_post_training_arms_are_judged_as_warm_starts():
+    """A post-training arm starts from the trained model: at a learning rate of 1e-9 its loss
+    cannot fall, only stay level, which the warm-start rule calls converged and the
+    cold-start rule does not (dynlab.training.converged)."""
+    from dynlab.training import converged
+
+    spec = _spec(post=LMPostSpec(interventions=("state-passing",), steps=40, lr=1e-9))
+    result, _ = train_and_evaluate(spec)
+    for name, arm in result["post"].items():
+        assert arm["status"] == "ok" and arm["train_steps"] == 40, name
+        assert arm["converged"] is True, name
+        curve = np.asarray(arm["loss_curve"])
+        assert np.ptp(curve) < 0.05 * curve.mean(), name  # level: no fall for the cold rule to see
+        assert not converged(list(curve)), name
