@@ -51,3 +51,19 @@ def test_typed_library_sets_each_signature_for_every_suffix(tmp_path, monkeypatc
     # without the signature ctypes would pass 2.5 as an int and read the result as an int
     assert lib.dl_probe_f32(3, 2.5) == 7.5 and lib.dl_probe_f64(3, 2.5) == 5.5
     assert compiled.typed_library("typed_probe", src, sig) is lib  # loaded and typed once
+
+
+def test_a_kernel_call_does_not_expand_and_hash_its_source_again(monkeypatch):
+    """The library of a source is looked up by a key made once per process: expanding and
+    hashing the source on every call cost a training step of a small LM stack about 7 %.
+    A changed prelude is another key (the library is built anew)."""
+    src = '#include "dl_prelude.h"\nfloat probe_key(float x) { return dl_expf(x); }\n'
+    calls = []
+    real = compiled.kernel_source
+    monkeypatch.setattr(compiled, "kernel_source", lambda s: calls.append(1) or real(s))
+    first = compiled._process_key("probe-key", src)
+    for _ in range(5):
+        assert compiled._process_key("probe-key", src) == first
+    assert len(calls) == 1
+    monkeypatch.setattr(compiled, "PRELUDE_SOURCE", compiled.PRELUDE_SOURCE + "/* changed */\n")
+    assert compiled._process_key("probe-key", src) != first and len(calls) == 2
