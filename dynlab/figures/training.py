@@ -10,7 +10,7 @@ import xarray as xr
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from dynlab.figures.arms import PALETTE, run_arms
+from dynlab.figures.arms import PALETTE, arm_legend, run_arms
 from dynlab.figures.panel import NothingToDraw, Panel, needs
 from dynlab.figures.style import axis_label, log_axis
 
@@ -41,7 +41,7 @@ def training_loss_panel(ds: xr.Dataset, ax: Axes) -> Axes:
     ax.set_xlabel(axis_label(ds["train_step"], "training step"))
     ax.set_ylabel(axis_label(ds["train_loss_curve"], "training loss"))
     ax.set_title("Training loss per run")
-    ax.legend(handles=handles, fontsize="small", loc="best")  # curves fall from the upper left
+    arm_legend(ax, handles, band=False)  # beside the axes past three entries: it never covers a curve
     return ax
 
 

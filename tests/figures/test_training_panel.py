@@ -76,3 +76,18 @@ def test_loss_axis_within_one_decade_is_labelled():
     assert sorted(float(text) for _, text in shown) == [2.0, 3.0, 5.0]
     for value, text in shown:
         assert float(text) == pytest.approx(value, rel=1e-9)
+
+
+def test_many_arms_put_the_legend_beside_the_axes_off_the_curves():
+    """Past three entries the legend is anchored right of the axes, where no curve runs
+    (inside, loc='best' covered the start of the base run's curve in a composite)."""
+    arms = ["zero", "random-noise", "fitted-noise", "state-passing", "tbtt"]
+    runs = [RunResult(status="ok", loss_curve_step=[1, 2, 3], loss_curve=[5.0 - i, 3.0, 2.0], converged=True)
+            for i, _ in enumerate(arms)]
+    ds = training_curves(runs).assign_coords(run=list(range(5)), intervention=("run", arms))
+    fig = Figure()
+    ax = training_loss_panel(ds, fig.add_subplot())
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == arms
+    fig.canvas.draw()
+    assert legend.get_window_extent().x0 >= ax.get_window_extent().x1  # wholly right of the axes
