@@ -41,7 +41,10 @@ def training_loss_panel(ds: xr.Dataset, ax: Axes) -> Axes:
     ax.set_xlabel(axis_label(ds["train_step"], "training step"))
     ax.set_ylabel(axis_label(ds["train_loss_curve"], "training loss"))
     ax.set_title("Training loss per run")
-    arm_legend(ax, handles, band=False)  # beside the axes past three entries: it never covers a curve
+    if len(handles) <= 4:  # inside, where the fewest curve points are
+        ax.legend(handles=handles, fontsize="small", loc="best")
+    else:  # beside the axes, where no curve runs
+        arm_legend(ax, handles, band=False)
     return ax
 
 

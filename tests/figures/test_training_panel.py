@@ -79,8 +79,9 @@ def test_loss_axis_within_one_decade_is_labelled():
 
 
 def test_many_arms_put_the_legend_beside_the_axes_off_the_curves():
-    """Past three entries the legend is anchored right of the axes, where no curve runs
-    (inside, loc='best' covered the start of the base run's curve in a composite)."""
+    """Past four entries the legend is anchored right of the axes, where no curve runs
+    (inside, loc='best' covered the start of the base run's curve in a composite); up to
+    four it sits inside, on no curve's points."""
     arms = ["zero", "random-noise", "fitted-noise", "state-passing", "tbtt"]
     runs = [RunResult(status="ok", loss_curve_step=[1, 2, 3], loss_curve=[5.0 - i, 3.0, 2.0], converged=True)
             for i, _ in enumerate(arms)]
@@ -91,3 +92,11 @@ def test_many_arms_put_the_legend_beside_the_axes_off_the_curves():
     assert [t.get_text() for t in legend.get_texts()] == arms
     fig.canvas.draw()
     assert legend.get_window_extent().x0 >= ax.get_window_extent().x1  # wholly right of the axes
+    fig = Figure()
+    few = training_loss_panel(_dataset(), fig.add_subplot())
+    fig.canvas.draw()
+    box, frame = few.get_legend().get_window_extent(), few.get_window_extent()
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+    points = np.vstack([few.transData.transform(ln.get_xydata()) for ln in few.get_lines()])
+    inside = (points[:, 0] >= box.x0) & (points[:, 0] <= box.x1) & (points[:, 1] >= box.y0) & (points[:, 1] <= box.y1)
+    assert not inside.any()
