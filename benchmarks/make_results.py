@@ -87,7 +87,7 @@ DATASETS = [
     ("copying", "Copying", "dynlab study copying",
      "per-character accuracy; trained on 1–16 letters, so 48 is 3× the longest training string"),
     ("copying-state128", "Copying with a 4× larger state (capacity check)",
-     "the same, Python API: extra={'model': {'d_state': 128}}",
+     "dynlab study copying --config benchmarks/configs/state128.toml",
      "does a larger state let state passing help? (same protocol and seeds)"),
     ("passkey", "Passkey retrieval", "dynlab study passkey",
      "whole-key accuracy, mean over the 5 depths; trained on 112–160 tokens, tested to 16×"),

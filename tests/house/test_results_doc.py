@@ -298,3 +298,22 @@ def test_the_order_row_is_arm_order_of_the_dataset(make_results, readme_text):
     rn, fn = _per_seed(ds, "ppl_far", "random-noise"), _per_seed(ds, "ppl_far", "fitted-noise")
     assert f"random noise − fitted noise {cell((rn - fn).mean(), 2, sign=True)} (p {stats.ttest_rel(rn, fn).pvalue:.2g})" in row
     assert "none below 0.05" in row
+
+
+def test_the_dataset_commands_configs_exist_and_validate(make_results):
+    """A committed dataset's command that reads ``--config FILE`` names a file of the
+    repository that the study's own option checks accept (so the command runs as printed)."""
+    from dynlab.app.lm_config import lm_knob_options
+    from dynlab.app.study import entry_of
+
+    seen = 0
+    for label, _, command, _ in make_results.DATASETS:
+        match = re.search(r"--config (\S+)", command)
+        if match is None:
+            continue
+        path = ROOT / match.group(1)
+        assert path.is_file(), f"{label}: {match.group(1)} is not in the repository"
+        study = command.split()[2]
+        assert lm_knob_options(entry_of(study, "lm"), {}, path), f"{label}: {path.name} sets nothing"
+        seen += 1
+    assert seen >= 1  # copying-state128
