@@ -55,7 +55,8 @@ DATASETS = [
      "far/in PPL ratio > 1 means PPL rises beyond the training length; Definition 3.2 asks PPL(t) ≤ p* "
      "for all t ≥ t* (binned), so bin-to-bin variation of the text alone can fail it"),
     ("length-generalization-no-conv", "Length generalization without the short convolution",
-     "the same, Python API: extra={'interventions': ['zero', 'state-passing'], 'model': {'conv_kernel': 0}}",
+     "dynlab study length-generalization --seeds 0,1,2 --interventions zero,state-passing --config "
+     "benchmarks/configs/no-conv.toml",
      "the mixers of dynlab before the convolution (conv_kernel = 0): the comparison that isolates it"),
     ("length-generalization-budget", "PPL rise against the training budget (preset budget)",
      "dynlab study length-generalization --preset budget --executor dask --workers 2",
