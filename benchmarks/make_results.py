@@ -83,7 +83,8 @@ DATASETS = [
      "it, post-trained per intervention against a zero-state control on the same random windows (TBTT on its own "
      "consecutive chunks, below the table); contrasts of the far and of the in-range PPL, arm minus control"),
     ("length-generalization-interventions-no-conv", "Interventions from the convolution-free quick model",
-     "the same, Python API: seeds (0, 1, 2, 3, 4), extra={'model': {'conv_kernel': 0}}, executor DaskExecutor(workers=1)",
+     "dynlab study length-generalization --preset interventions --seeds 0,1,2,3,4 --config "
+     "benchmarks/configs/no-conv.toml",
      "the protocol of the interventions preset from the quick model without its short convolution"),
     ("copying", "Copying", "dynlab study copying",
      "per-character accuracy; trained on 1–16 letters, so 48 is 3× the longest training string"),
