@@ -67,8 +67,7 @@ DATASETS = [
      "4 widths (2,670-60,784 block parameters) x T_train 32 and 128 x seeds 0-2, each trained as one stack of its "
      "3 seeds to its largest budget with checkpoints inside the run, and trained alone to 1x and 4x (2x at width 64); "
      "far_over_in divides the far PPL by the mean PPL over (T_train/2, T_train], one reference for every T_train; "
-     "widths 8 and 16 and width 32's T_train-32 run and its 1x run trained with the stack's Mamba-2 scan in the "
-     "chunked form, the rest in the grouped form (kernels.ssd.grouped: the same function, another rounding)"),
+     "every stack trained with the stack's CPU Mamba-2 scan (kernels.ssd.grouped)"),
     ("length-generalization-size-interventions", "Interventions where the size map rises (preset size-interventions)",
      "dynlab study length-generalization --preset size-interventions",
      "width 16 (14,460 parameters) trained alone to 4x its Chinchilla budget at T_train 32, where seeds 0-2 of the "
