@@ -14,8 +14,9 @@ from results_tables.common import DATA
 def slim(study_dataset: Path, label: str) -> Path:
     """Copy the variables the tables read (run record, mp, correlations, the crossing times
     and forecasts they correlate, to recompute them, and the per-state fixed-point summaries
-    with the recovery rates and failure modes, and the small variables the figures draw:
-    accuracy, perturbation sizes, margins, fixed-point eigenvalues) of a group-tracking
+    with the recovery rates and failure modes, and the variables the figures draw: accuracy,
+    perturbation sizes, margins, fixed-point and return-map eigenvalues, and the q(t), R(t)
+    and M(t) curves) of a group-tracking
     ``dataset.nc`` to ``DATA/<label>.nc`` (a whole sweep dataset holds every curve of every run)."""
     from dynlab.analysis.correlation import CROSSING_VARIANTS, FORECAST_VARIANTS
     from dynlab.results.schema import write_dataset
@@ -26,11 +27,17 @@ def slim(study_dataset: Path, label: str) -> Path:
     crossings = {var for var, _ in (*CROSSING_VARIANTS.values(), *FORECAST_VARIANTS.values())}
     fixed_points = ("fp_residual", "fp_count", "fp_dim", "fp_rho_perp", "fp_rho_par", "fp_stable", "recovery_rate",
                     "failure_mode_dec", "fp_drift", "T_cross_fp")  # the fixed-point section's variables, where the study has them
-    panels = ("perturb_delta_norm", "half_margin_rel", "fp_eig_real", "fp_eig_imag", "accuracy")  # what the figures draw
+    panels = ("perturb_delta_norm", "half_margin_rel", "fp_eig_real", "fp_eig_imag", "accuracy",  # what the figures draw
+              "q", "q_dec", "R_par", "R_perp", "M", "return_map_eig_real", "return_map_eig_imag")
     keep = [v for v in ds.data_vars
             if v in ("mp", "mp_censored", "status", "horizon") or v in crossings or v.startswith(("corr_", "failure_mode"))
             or v in fixed_points or v in panels]
-    return write_dataset(ds[keep], DATA / f"{label}.nc")
+    out = ds[keep]
+    for name in out.data_vars:  # the eigenvalue arrays are mostly NaN padding: zlib keeps the file small
+        if out[name].dtype.kind == "f":
+            kept = {k: v for k, v in out[name].encoding.items() if k in ("dtype", "_FillValue")}
+            out[name].encoding = {**kept, "zlib": True, "complevel": 4}
+    return write_dataset(out, DATA / f"{label}.nc")
 
 
 def _slim_lm(ds: xr.Dataset) -> xr.Dataset:
