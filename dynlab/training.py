@@ -112,8 +112,7 @@ def converged(losses: list[float], warm_start: bool = False) -> bool:
     loss stayed level: ``|before − last| <= tol`` with ``tol = WARM_LEVEL · last + WARM_FLOOR``
     (the last tenth moved the loss by at most 5 % of its level plus 0.02 nats) and
     ``last <= first + tol`` (it did not climb: a loss that rose and then levelled off is not
-    converged).  False for fewer than
-    20 values or a non-finite loss.
+    converged).  False for fewer than 20 values or a non-finite loss.
     """
     n = len(losses)
     if n < 20:
