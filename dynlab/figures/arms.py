@@ -141,12 +141,13 @@ def factored_legend(ds: xr.Dataset, arms: list[tuple[str, dict, np.ndarray]], st
     return handles
 
 
-def arm_legend(ax: Axes, handles: list, band: bool, **kw) -> None:
-    """The legend; beside the axes when it has more than three entries."""
+def arm_legend(ax: Axes, handles: list, band: bool, inside_up_to: int = 3, **kw) -> None:
+    """The legend: inside the axes at matplotlib's best place up to ``inside_up_to``
+    entries, beside the axes past them."""
     if band:
         handles = [*handles, Patch(facecolor="0.6", alpha=0.3, label=BAND)]
     if not handles:
         return
-    if len(handles) > 3:
+    if len(handles) > inside_up_to:
         kw = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, **kw}
     ax.legend(handles=handles, fontsize="small", **kw)

@@ -41,10 +41,9 @@ def training_loss_panel(ds: xr.Dataset, ax: Axes) -> Axes:
     ax.set_xlabel(axis_label(ds["train_step"], "training step"))
     ax.set_ylabel(axis_label(ds["train_loss_curve"], "training loss"))
     ax.set_title("Training loss per run")
-    if len(handles) <= 4:  # inside, where the fewest curve points are
-        ax.legend(handles=handles, fontsize="small", loc="best")
-    else:  # beside the axes, where no curve runs
-        arm_legend(ax, handles, band=False)
+    # up to four entries inside, on the fewest curve points (beside the axes they would push a
+    # heatmap column's colour bars off their panels in a task composite); past four beside
+    arm_legend(ax, handles, band=False, inside_up_to=4)
     return ax
 
 
