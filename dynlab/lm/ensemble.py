@@ -273,7 +273,9 @@ def _next_inputs(next_batches: Sequence[Callable[[], Batch]], interventions: Seq
                  generators: Sequence[torch.Generator], layout: StackLayout, batch_size: int, dev: torch.device):
     """One step's inputs: each member's batch and initial states, drawn in the order of the
     one-model loop (batch, then the intervention's draws from the same generator), stacked:
-    ``(tokens [E, B, L + 1], masks [E, B, L] or None, states per layer, windows per layer)``."""
+    ``(tokens [E, B, L + 1], masks [E, B, L] or None, states per layer, windows per layer)``;
+    a layer's states and windows are None when every member's are the zeros of
+    :meth:`Intervention.initial_states` (the zero intervention)."""
     batches = [nb() for nb in next_batches]
     tokens = torch.stack([bt[0] for bt in batches]).to(dev)
     length = tokens.shape[2] - 1
@@ -281,6 +283,10 @@ def _next_inputs(next_batches: Sequence[Callable[[], Batch]], interventions: Seq
     if any(bt[1] is not None for bt in batches):
         masks = torch.stack([torch.ones(tokens.shape[1], length, dtype=torch.bool) if bt[1] is None else bt[1]
                              for bt in batches]).to(dev)
+    if all(type(iv).initial_states is Intervention.initial_states for iv in interventions):
+        # every member starts from the base class's zeros (it draws nothing): None says so to the
+        # layers, which then skip the state's read-out instead of scanning a stack of zeros
+        return tokens, masks, [None] * layout.n_layers, [None] * layout.n_layers
     inits = [iv.initial_states(batch_size, list(layout.state_shapes), bt[2], g)
              for iv, bt, g in zip(interventions, batches, generators)]
     states, windows = _stack_initial_states(inits, layout, dev)

@@ -35,6 +35,7 @@ from dynlab.kernels.selective_scan.chunked import selective_scan_ref
 from dynlab.kernels.short_conv import causal_conv_silu, last_window
 from dynlab.kernels.ssd.chunked import ssd_ref
 from dynlab.kernels.ssd.grouped import ssd_grouped
+from dynlab.kernels.ssd.mixer_inner import mamba2_inner, mamba2_inner_applies
 from dynlab.lm.mixers import GLAMixer, Mamba1Mixer, Mamba2Mixer
 from dynlab.lm.model import VOCAB_SIZE, RecurrentLM
 
@@ -246,10 +247,21 @@ def _mamba2(m: Mamba2Mixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tenso
             need_final: bool = True):
     """:meth:`Mamba2Mixer.forward` per member: on the CPU one grouped SSD scan over the E·B
     sequences (:func:`kernels.ssd.grouped.ssd_grouped`; without ``need_final`` its final
-    state may be None), elsewhere one scan over E·H heads."""
+    state may be None), elsewhere one scan over E·H heads.  Training from zero states on
+    windows of one chunk with no final state read, the CPU runs everything between the two
+    projections as one op (:func:`kernels.ssd.mixer_inner.mamba2_inner`), and the final
+    state and window are None."""
     e, b, t, _ = x.shape
     h, hp, n = m.state_shape()
-    z, xbc, dt = torch.split(_linear(x, p[pre + "in_proj.weight"]), [m.d_inner, m.d_inner + 2 * n, h], dim=-1)
+    zxbcdt = _linear(x, p[pre + "in_proj.weight"])
+    if (m.impl == "dispatch" and state is None and window is None and not need_final and m.conv1d is not None
+            and t <= m.chunk_size and mamba2_inner_applies(zxbcdt, p[pre + "conv1d.weight"])):
+        # training from zero states on windows of one chunk: the layer between its projections as one op
+        y = mamba2_inner(zxbcdt, p[pre + "conv1d.weight"][:, :, 0, :].transpose(1, 2), p[pre + "conv1d.bias"],
+                         p[pre + "dt_bias"], p[pre + "A_log"], p[pre + "D"], p[pre + "norm.weight"], m.norm.eps,
+                         h, hp, n)
+        return _linear(y, p[pre + "out_proj.weight"]), None, None
+    z, xbc, dt = torch.split(zxbcdt, [m.d_inner, m.d_inner + 2 * n, h], dim=-1)
     xbc, window = _short_conv(m, p, pre, xbc, window)
     xs, B, C = torch.split(xbc, [m.d_inner, n, n], dim=-1)
     xs = xs.reshape(e, b, t, h, hp)  # [E, B, T, H, P]

@@ -1,6 +1,7 @@
 /* dynlab gated RMSNorm, CPU (the LM stacks' Mamba-2 and GLA output norm).  Layouts: y, z and
    s [E, R, D] (R rows per member) with row strides ldy, ldz, lds (last dim contiguous, rows
-   evenly spaced: slices of a wider last dim); out, gout, gy, gz, gs [E, R, D] contiguous;
+   evenly spaced: slices of a wider last dim); out, gout, gy [E, R, D] contiguous; gz and gs
+   [E, R, D] with row strides ldgz, ldgs (the backward may write them into slices of wider gradients);
    w, gw, d, gd [E, D].  s and d are the optional skip (null: none; Mamba-2's D·x).
    Forward, per row:  u = y + d s,  g = u silu(z),  r = 1 / sqrt(mean(g^2) + eps),  out = (g r) w.
    Backward (the row's u, g and r recomputed):  gg = r (gout w) - r^3 g mean(gout w g),
@@ -48,7 +49,8 @@ int dl_gn_fwd_##SUF(int64_t ne, int64_t nr, int64_t nd, int64_t ldy, int64_t ldz
 }                                                                                                  \
                                                                                                    \
 int dl_gn_bwd_##SUF(int64_t ne, int64_t nr, int64_t nd, int64_t ldy, int64_t ldz, int64_t lds,     \
-                    double eps, const T *y, const T *z, const T *s, const T *d, const T *w,        \
+                    int64_t ldgz, int64_t ldgs, double eps, const T *y, const T *z, const T *s,    \
+                    const T *d, const T *w,                                                        \
                     const T *gout, T *gy, T *gz, T *gs, T *gd, T *gw) {                            \
     T *u = (T *)malloc(sizeof(T) * (size_t)(3 * nd + 1));                                          \
     if (!u) return 1;                                                                              \
@@ -72,7 +74,7 @@ int dl_gn_bwd_##SUF(int64_t ne, int64_t nr, int64_t nd, int64_t ldy, int64_t ldz
             }                                                                                      \
             T rs = (T)1 / SQRT(ss / (T)nd + (T)eps);                                               \
             T c = rs * rs * rs * dot / (T)nd;                                                      \
-            T *gyr = gy + o, *gzr = gz + o;                                                        \
+            T *gyr = gy + o, *gzr = gz + row * ldgz;                                               \
             _Pragma("omp simd")                                                                    \
             for (int64_t i = 0; i < nd; i++) {                                                     \
                 T sgi = sg[i];                                                                     \
@@ -82,7 +84,7 @@ int dl_gn_bwd_##SUF(int64_t ne, int64_t nr, int64_t nd, int64_t ldy, int64_t ldz
                 gwe[i] += gr[i] * (g[i] * rs);                                                     \
             }                                                                                      \
             if (sr) {                                                                              \
-                T *gsr = gs + o;                                                                   \
+                T *gsr = gs + row * ldgs;                                                          \
                 _Pragma("omp simd")                                                                \
                 for (int64_t i = 0; i < nd; i++) {                                                 \
                     gsr[i] = gyr[i] * de[i];                                                       \

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from ..compiled import as_rows, c_library_status, typed_library
 
-__all__ = ["compiled_kernel_status", "gated_rms_norm", "gated_rms_norm_ref"]
+__all__ = ["c_library", "compiled_kernel_status", "gated_rms_norm", "gated_rms_norm_ref"]
 
 
 def _check(y: torch.Tensor, z: torch.Tensor, w: torch.Tensor, skip: torch.Tensor | None,
@@ -63,7 +63,7 @@ def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, w: torch.Tensor, eps: float
     they are available (module docstring), else the reference itself."""
     _check(y, z, w, skip, skip_weight)
     same = all(v is None or v.dtype == y.dtype for v in (z, w, skip, skip_weight))
-    if y.device.type == "cpu" and y.dtype in _C_SUFFIX and same and _c_library() is not None:
+    if y.device.type == "cpu" and y.dtype in _C_SUFFIX and same and c_library() is not None:
         e = torch.finfo(y.dtype).eps if eps is None else float(eps)
         return _gated_norm_c(y, z, w.contiguous(), e, skip, None if skip_weight is None else skip_weight.contiguous())
     return gated_rms_norm_ref(y, z, w, eps, skip, skip_weight)
@@ -84,11 +84,12 @@ def compiled_kernel_status() -> str:
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 _SIGNATURES = {
     "dl_gn_fwd_{suf}": ([_I64] * 6 + [ctypes.c_double] + [_PTR] * 6, ctypes.c_int),
-    "dl_gn_bwd_{suf}": ([_I64] * 6 + [ctypes.c_double] + [_PTR] * 11, ctypes.c_int),
+    "dl_gn_bwd_{suf}": ([_I64] * 8 + [ctypes.c_double] + [_PTR] * 11, ctypes.c_int),
 }
 
 
-def _c_library() -> ctypes.CDLL | None:
+def c_library() -> ctypes.CDLL | None:
+    """The gated norm's compiled library (``dl_gn_fwd_*``, ``dl_gn_bwd_*``), or None where no C compiler or ``DYNLAB_C_KERNELS=0``."""
     return typed_library("gated_norm", _C_SOURCE, _SIGNATURES)
 
 
@@ -110,7 +111,7 @@ class _GatedNormC(torch.autograd.Function):
         (yr, ldy), (zr, ldz) = as_rows(y), as_rows(z)
         sr, lds = as_rows(skip) if skip is not None else (None, d)
         out = torch.empty(y.shape, dtype=y.dtype)
-        fn = getattr(_c_library(), f"dl_gn_fwd_{_C_SUFFIX[y.dtype]}")
+        fn = getattr(c_library(), f"dl_gn_fwd_{_C_SUFFIX[y.dtype]}")
         if fn(e, y.numel() // (e * d), d, ldy, ldz, lds, eps, *map(_ptr, (yr, zr, sr, skip_weight, w, out))):
             raise MemoryError(f"gated norm: out of memory for a [{d}] buffer")
         ctx.save_for_backward(yr, zr, w, sr, skip_weight)
@@ -125,7 +126,7 @@ class _GatedNormC(torch.autograd.Function):
         gy, gz, gw = torch.empty(go.shape, dtype=y.dtype), torch.empty(go.shape, dtype=y.dtype), torch.zeros_like(w)
         gs = None if s is None else torch.empty(go.shape, dtype=y.dtype)
         gsw = None if s is None else torch.zeros_like(sw)
-        fn = getattr(_c_library(), f"dl_gn_bwd_{_C_SUFFIX[y.dtype]}")
-        if fn(e, go.numel() // (e * d), d, *ctx.lds, ctx.eps, *map(_ptr, (y, z, s, sw, w, go, gy, gz, gs, gsw, gw))):
+        fn = getattr(c_library(), f"dl_gn_bwd_{_C_SUFFIX[y.dtype]}")
+        if fn(e, go.numel() // (e * d), d, *ctx.lds, d, d, ctx.eps, *map(_ptr, (y, z, s, sw, w, go, gy, gz, gs, gsw, gw))):
             raise MemoryError(f"gated norm backward: out of memory for a [{3 * d}] buffer")
         return gy, gz, gw, None, gs, gsw

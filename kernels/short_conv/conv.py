@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from ..compiled import as_rows, c_library_status, typed_library
 
-__all__ = ["causal_conv_silu", "causal_conv_silu_ref", "compiled_kernel_status", "last_window"]
+__all__ = ["c_library", "causal_conv_silu", "causal_conv_silu_ref", "compiled_kernel_status", "last_window"]
 
 
 def _check(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, past: torch.Tensor | None) -> None:
@@ -88,7 +88,7 @@ def causal_conv_silu(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
     w = w.to(x.dtype)
     bias = None if bias is None else bias.to(x.dtype)
     past = None if past is None else past.to(x.dtype)
-    if x.device.type == "cpu" and x.dtype in _C_SUFFIX and _c_library() is not None:
+    if x.device.type == "cpu" and x.dtype in _C_SUFFIX and c_library() is not None:
         return _conv_silu_c(x, w.contiguous(), bias if bias is None else bias.contiguous(),
                             past if past is None else past.contiguous())
     return _ConvSiluTorch.apply(x, w, bias, past)
@@ -148,11 +148,12 @@ def compiled_kernel_status() -> str:
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 _SIGNATURES = {
     "dl_sc_fwd_{suf}": ([_I64] * 6 + [_PTR] * 5, ctypes.c_int),
-    "dl_sc_bwd_{suf}": ([_I64] * 6 + [_PTR] * 9, ctypes.c_int),
+    "dl_sc_bwd_{suf}": ([_I64] * 7 + [_PTR] * 9, ctypes.c_int),
 }
 
 
-def _c_library() -> ctypes.CDLL | None:
+def c_library() -> ctypes.CDLL | None:
+    """The short convolution's compiled library (``dl_sc_fwd_*``, ``dl_sc_bwd_*``), or None where no C compiler or ``DYNLAB_C_KERNELS=0``."""
     return typed_library("short_conv", _C_SOURCE, _SIGNATURES)
 
 
@@ -175,7 +176,7 @@ class _ConvSiluC(torch.autograd.Function):
         k = w.shape[1]
         xr, ld = as_rows(x)  # a slice of a linear layer's output is read in place
         out = torch.empty(e, b, t, c, dtype=x.dtype)
-        getattr(_c_library(), f"dl_sc_fwd_{_C_SUFFIX[x.dtype]}")(e, b, t, c, k, ld, *map(_ptr, (xr, past, w, bias, out)))
+        getattr(c_library(), f"dl_sc_fwd_{_C_SUFFIX[x.dtype]}")(e, b, t, c, k, ld, *map(_ptr, (xr, past, w, bias, out)))
         ctx.save_for_backward(xr, w, bias, past)
         ctx.ld = ld
         return out
@@ -189,7 +190,7 @@ class _ConvSiluC(torch.autograd.Function):
         gw = torch.zeros_like(w)
         gb = None if bias is None else torch.zeros_like(bias)
         gpast = torch.empty_like(past) if past is not None and ctx.needs_input_grad[3] else None
-        fn = getattr(_c_library(), f"dl_sc_bwd_{_C_SUFFIX[x.dtype]}")
-        if fn(e, b, t, c, k, ctx.ld, *map(_ptr, (x, past, w, bias, grad_out.contiguous(), gx, gpast, gw, gb))):
+        fn = getattr(c_library(), f"dl_sc_bwd_{_C_SUFFIX[x.dtype]}")
+        if fn(e, b, t, c, k, ctx.ld, c, *map(_ptr, (x, past, w, bias, grad_out.contiguous(), gx, gpast, gw, gb))):
             raise MemoryError(f"short conv backward: out of memory for a [{t}, {c}] buffer")
         return gx, gw, gb, gpast

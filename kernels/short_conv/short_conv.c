@@ -1,6 +1,7 @@
 /* dynlab short causal depthwise convolution + SiLU, CPU (the LM stacks' Mamba/GLA short conv).
    Layouts: x [E, B, T, C] with row stride ldx (the step of t; channels contiguous, rows
-   evenly spaced: a slice of a wider last dim); all others contiguous: out, gout, gx [E, B, T, C]; past, gpast [E, B, K - 1, C] (null:
+   evenly spaced: a slice of a wider last dim); gx [E, B, T, C] with row stride ldg (the backward
+   may write it into a slice of a wider gradient); all others contiguous: out, gout [E, B, T, C]; past, gpast [E, B, K - 1, C] (null:
    zeros / not wanted); w, gw [E, K, C] (tap K - 1 multiplies the current input); bias, gb [E, C]
    (null: none).  Forward, per member e, sequence b, step t, channel c, with in(s) = x[s] for
    s >= 0 and past[K - 1 + s] for s < 0:
@@ -61,7 +62,8 @@ int dl_sc_fwd_##SUF(int64_t ne, int64_t nb, int64_t nt, int64_t nc, int64_t nk, 
     return 0;                                                                                      \
 }                                                                                                  \
                                                                                                    \
-int dl_sc_bwd_##SUF(int64_t ne, int64_t nb, int64_t nt, int64_t nc, int64_t nk, int64_t ldx, const T *x,        \
+int dl_sc_bwd_##SUF(int64_t ne, int64_t nb, int64_t nt, int64_t nc, int64_t nk, int64_t ldx, int64_t ldg,    \
+                    const T *x,                                                                    \
                     const T *past, const T *w, const T *bias, const T *gout, T *gx, T *gpast,      \
                     T *gw, T *gb) {                                                                \
     T *g = (T *)malloc(sizeof(T) * (size_t)(nt * nc + 1));                                         \
@@ -87,7 +89,7 @@ int dl_sc_bwd_##SUF(int64_t ne, int64_t nb, int64_t nt, int64_t nc, int64_t nk, 
             /* inputs s in [-(K - 1), T): gx / gpast and the taps' gradients */                    \
             for (int64_t s = -(nk - 1); s < nt; s++) {                                             \
                 const T *in = s >= 0 ? xs + s * ldx : (ps ? ps + (nk - 1 + s) * nc : NULL);        \
-                T *gi = s >= 0 ? gx + seq * nt * nc + s * nc                                       \
+                T *gi = s >= 0 ? gx + (seq * nt + s) * ldg                                         \
                                : (gpast ? gpast + (seq * (nk - 1) + nk - 1 + s) * nc : NULL);      \
                 if (gi) memset(gi, 0, sizeof(T) * (size_t)nc);                                     \
                 for (int64_t j = 0; j < nk; j++) {                                                 \

@@ -34,7 +34,7 @@ import torch
 
 from ..compiled import as_rows, c_library_status, typed_library
 
-__all__ = ["compiled_kernel_status", "single_chunk_applies", "ssd_single_chunk", "ssd_single_chunk_ref"]
+__all__ = ["c_library", "compiled_kernel_status", "single_chunk_applies", "ssd_single_chunk", "ssd_single_chunk_ref"]
 
 
 def _check(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> None:
@@ -67,7 +67,7 @@ def single_chunk_applies(x: torch.Tensor, *others: torch.Tensor) -> bool:
     """Whether :func:`ssd_single_chunk` runs the C loops for these tensors: CPU, float32 or
     float64, one dtype, at least one step, and the library available."""
     return (x.device.type == "cpu" and x.dtype in _C_SUFFIX and x.shape[1] > 0
-            and all(o.dtype == x.dtype and o.device.type == "cpu" for o in others) and _c_library() is not None)
+            and all(o.dtype == x.dtype and o.device.type == "cpu" for o in others) and c_library() is not None)
 
 
 def ssd_single_chunk(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
@@ -97,11 +97,12 @@ def compiled_kernel_status() -> str:
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 _SIGNATURES = {
     "dl_ssd1_fwd_{suf}": ([_I64] * 8 + [_PTR] * 7, ctypes.c_int),
-    "dl_ssd1_bwd_{suf}": ([_I64] * 8 + [_PTR] * 13, ctypes.c_int),
+    "dl_ssd1_bwd_{suf}": ([_I64] * 12 + [_PTR] * 13, ctypes.c_int),
 }
 
 
-def _c_library() -> ctypes.CDLL | None:
+def c_library() -> ctypes.CDLL | None:
+    """The single-chunk SSD's compiled library (``dl_ssd1_fwd_*``, ``dl_ssd1_bwd_*``), or None where no C compiler or ``DYNLAB_C_KERNELS=0``."""
     return typed_library("ssd_chunk", _C_SOURCE, _SIGNATURES)
 
 
@@ -126,7 +127,7 @@ class _SSDSingleChunkC(torch.autograd.Function):
         dt, A = dt.contiguous(), A.contiguous()
         y = torch.empty(g, t, h, p, dtype=x.dtype)
         final = torch.empty(g, h, p, n, dtype=x.dtype) if need_final else None
-        fn = getattr(_c_library(), f"dl_ssd1_fwd_{_C_SUFFIX[x.dtype]}")
+        fn = getattr(c_library(), f"dl_ssd1_fwd_{_C_SUFFIX[x.dtype]}")
         if fn(g, t, h, p, n, ldx, ldb, ldc, *map(_ptr, (xr, dt, A, br, cr, y, final))):
             raise MemoryError(f"single-chunk SSD: out of memory for [{t}, {t}] buffers")
         ctx.save_for_backward(xr, dt, A, br, cr, y)
@@ -142,7 +143,7 @@ class _SSDSingleChunkC(torch.autograd.Function):
         gf = None if grad_final is None else grad_final.contiguous()
         gx, gdt, gA = torch.empty(g, t, h, p, dtype=x.dtype), torch.empty_like(dt), torch.empty_like(A)
         gB, gC = torch.empty(g, t, n, dtype=x.dtype), torch.empty(g, t, n, dtype=x.dtype)
-        fn = getattr(_c_library(), f"dl_ssd1_bwd_{_C_SUFFIX[x.dtype]}")
-        if fn(g, t, h, p, n, ldx, ldb, ldc, *map(_ptr, (x, dt, A, B, C, y, gy, gf, gx, gdt, gA, gB, gC))):
+        fn = getattr(c_library(), f"dl_ssd1_bwd_{_C_SUFFIX[x.dtype]}")
+        if fn(g, t, h, p, n, ldx, ldb, ldc, h * p, n, n, 0, *map(_ptr, (x, dt, A, B, C, y, gy, gf, gx, gdt, gA, gB, gC))):
             raise MemoryError(f"single-chunk SSD backward: out of memory for [{t}, {t}] buffers")
         return gx, gdt, gA, gB, gC, None

@@ -2,8 +2,10 @@
    scan when the training length fits one chunk.  B and C are one per sequence (shared by its
    heads), the initial state is zero.  Layouts: x [G, Q, H·P] with row stride ldx (the step of t;
    heads and channels contiguous); B, C [G, Q, N] with row strides ldb, ldc (slices of a wider
-   last dim); dt [G, Q, H], A [G, H] contiguous; outputs and gradients contiguous: y, gy, gx
-   [G, Q, H, P]; final, gfinal [G, H, P, N] (final null: not computed); gdt [G, Q, H]; gA [G, H]; gB, gC [G, Q, N].
+   last dim); dt [G, Q, H], A [G, H] contiguous; outputs and gradients contiguous: y, gy
+   [G, Q, H, P]; final, gfinal [G, H, P, N] (final null: not computed); gdt [G, Q, H]; gA [G, H];
+   except gx [G, Q, H·P] and gB, gC [G, Q, N], with row strides ldgx, ldgb, ldgc (the backward may
+   write them into slices of a wider gradient); with addx the backward adds its gx to what gx holds.
    Per sequence, with c_t = sum_{s<=t} dt_s A (per head; summed in double, as torch's CPU
    cumsum does), u_s = dt_s x_s, S_ts = C_t . B_s and L_ts = exp(c_t - c_s):
        y_t = sum_{s<=t} L_ts S_ts u_s,      final = sum_s exp(c_{Q-1} - c_s) u_s B_s^T.
@@ -148,14 +150,15 @@ int dl_ssd1_fwd_##SUF(int64_t ng, int64_t nq, int64_t nh, int64_t np, int64_t nn
 /* the final state's terms of one sequence and head: gu += e (gF B_s), gB_s += e u_s^T gF,           \
    gc_{Q-1} += ge e, gc_s -= ge e with ge_s = u_s . (gF B_s) */                                    \
 static void dl_ssd_final_bwd_##SUF(int64_t nq, int64_t nh, int64_t np, int64_t nn, int64_t ldb,   \
-                                   int64_t h, const dl_ssd_scr_##SUF *w, const T *Bg, const T *gf, \
+                                   int64_t ldgb, int64_t h, const dl_ssd_scr_##SUF *w, const T *Bg,   \
+                                   const T *gf,                                                    \
                                    T *gu, T *gB, T *gc) {                                          \
     const int64_t hp = nh * np;                                                                    \
     const T clast = w->ch[h * nq + nq - 1];                                                        \
     for (int64_t s = 0; s < nq; s++) {                                                             \
         const T e = EXP(clast - w->ch[h * nq + s]), *us = w->u + s * hp + h * np, *bs = Bg + s * ldb; \
         T ge = 0;                                                                                  \
-        T *gbs = gB + s * nn, *gus = gu + s * hp + h * np;                                         \
+        T *gbs = gB + s * ldgb, *gus = gu + s * hp + h * np;                                       \
         for (int64_t p = 0; p < np; p++) {                                                         \
             const T *fr = gf + (h * np + p) * nn;                                                  \
             T acc = 0;                                                                             \
@@ -171,7 +174,8 @@ static void dl_ssd_final_bwd_##SUF(int64_t nq, int64_t nh, int64_t np, int64_t n
 }                                                                                                  \
                                                                                                    \
 int dl_ssd1_bwd_##SUF(int64_t ng, int64_t nq, int64_t nh, int64_t np, int64_t nn, int64_t ldx,    \
-                      int64_t ldb, int64_t ldc, const T *x, const T *dt, const T *A, const T *B,   \
+                      int64_t ldb, int64_t ldc, int64_t ldgx, int64_t ldgb, int64_t ldgc,          \
+                      int64_t addx, const T *x, const T *dt, const T *A, const T *B,               \
                       const T *C, const T *y, const T *gy, const T *gfin, T *gx, T *gdt, T *gA,    \
                       T *gB, T *gC) {                                                              \
     const int64_t hp = nh * np;                                                                    \
@@ -182,7 +186,7 @@ int dl_ssd1_bwd_##SUF(int64_t ng, int64_t nq, int64_t nh, int64_t np, int64_t nn
     for (int64_t g = 0; g < ng; g++) {                                                             \
         const T *xg = x + g * nq * ldx, *Bg = B + g * nq * ldb, *Cg = C + g * nq * ldc;            \
         const T *dtg = dt + g * nq * nh, *Ag = A + g * nh, *gyg = gy + g * nq * hp, *yg = y + g * nq * hp; \
-        T *gBg = gB + g * nq * nn, *gCg = gC + g * nq * nn;                                        \
+        T *gBg = gB + g * nq * ldgb, *gCg = gC + g * nq * ldgc;                                    \
         dl_ssd_prep_##SUF(nq, nh, np, nn, ldx, ldb, ldc, xg, dtg, Ag, Bg, Cg, &w);                 \
         for (int64_t h = 0; h < nh; h++) {                                                         \
             dl_ssd_mask_##SUF(nq, h, &w);                                                          \
@@ -206,20 +210,21 @@ int dl_ssd1_bwd_##SUF(int64_t ng, int64_t nq, int64_t nh, int64_t np, int64_t nn
                 _Pragma("omp simd reduction(+:acc)") for (int64_t p = 0; p < np; p++) acc += gyr[p] * yr[p] - ur[p] * gur[p]; \
                 gc[t * nh + h] = acc;                                                              \
             }                                                                                      \
-        dl_ssd_mm_##SUF(nq, nn, nq, w.gS, nq, 1, Bg, ldb, gCg, nn, 0, DL_LOWER);  /* gC = gS B */            \
-        dl_ssd_mm_##SUF(nq, nn, nq, w.gS, 1, nq, Cg, ldc, gBg, nn, 0, DL_UPPER);  /* gB = gS^T C */          \
+        dl_ssd_mm_##SUF(nq, nn, nq, w.gS, nq, 1, Bg, ldb, gCg, ldgc, 0, DL_LOWER);  /* gC = gS B */          \
+        dl_ssd_mm_##SUF(nq, nn, nq, w.gS, 1, nq, Cg, ldc, gBg, ldgb, 0, DL_UPPER);  /* gB = gS^T C */        \
         if (gfin)                                                                                  \
             for (int64_t h = 0; h < nh; h++)                                                       \
-                dl_ssd_final_bwd_##SUF(nq, nh, np, nn, ldb, h, &w, Bg, gfin + g * hp * nn, gu, gBg, gc); \
-        T *gxg = gx + g * nq * hp, *gdtg = gdt + g * nq * nh, *gAg = gA + g * nh;                  \
+                dl_ssd_final_bwd_##SUF(nq, nh, np, nn, ldb, ldgb, h, &w, Bg, gfin + g * hp * nn, gu, gBg, gc); \
+        T *gxg = gx + g * nq * ldgx, *gdtg = gdt + g * nq * nh, *gAg = gA + g * nh;                \
         for (int64_t h = 0; h < nh; h++) {                                                         \
             T ga = 0, gah = 0;                                                                     \
             for (int64_t s = nq - 1; s >= 0; s--) {                                                \
                 ga += gc[s * nh + h];                                                              \
                 const T d = dtg[s * nh + h], *xr = xg + s * ldx + h * np, *gus = gu + s * hp + h * np; \
-                T *gxr = gxg + s * hp + h * np;                                                    \
+                T *gxr = gxg + s * ldgx + h * np;                                                  \
                 T acc = 0;                                                                         \
-                _Pragma("omp simd reduction(+:acc)") for (int64_t p = 0; p < np; p++) { acc += gus[p] * xr[p]; gxr[p] = gus[p] * d; } \
+                if (addx) { _Pragma("omp simd reduction(+:acc)") for (int64_t p = 0; p < np; p++) { acc += gus[p] * xr[p]; gxr[p] += gus[p] * d; } } \
+                else { _Pragma("omp simd reduction(+:acc)") for (int64_t p = 0; p < np; p++) { acc += gus[p] * xr[p]; gxr[p] = gus[p] * d; } } \
                 gdtg[s * nh + h] = acc + ga * Ag[h];                                               \
                 gah += ga * d;                                                                     \
             }                                                                                      \

@@ -20,7 +20,7 @@ def backend(request, monkeypatch):
         monkeypatch.setenv(C_KERNELS_ENV, "0")
     else:
         monkeypatch.delenv(C_KERNELS_ENV, raising=False)
-        if gn._c_library() is None:
+        if gn.c_library() is None:
             pytest.skip(f"compiled gated norm {gn.compiled_kernel_status()}")
     return request.param
 
@@ -146,4 +146,4 @@ def test_c_kernel_is_built_where_a_compiler_exists(monkeypatch):
     if shutil.which("cc") or shutil.which("gcc") or shutil.which("clang"):
         assert gn.compiled_kernel_status().startswith("compiled: ")
     monkeypatch.setenv(C_KERNELS_ENV, "0")
-    assert gn._c_library() is None
+    assert gn.c_library() is None

@@ -21,7 +21,7 @@ def backend(request, monkeypatch):
         monkeypatch.setenv(C_KERNELS_ENV, "0")
     else:
         monkeypatch.delenv(C_KERNELS_ENV, raising=False)
-        if sc._c_library() is None:
+        if sc.c_library() is None:
             pytest.skip(f"compiled short conv {sc.compiled_kernel_status()}")
     return request.param
 
@@ -108,7 +108,7 @@ def test_c_kernel_is_built_where_a_compiler_exists(monkeypatch):
     if shutil.which("cc") or shutil.which("gcc") or shutil.which("clang"):
         assert sc.compiled_kernel_status().startswith("compiled: ")
     monkeypatch.setenv(C_KERNELS_ENV, "0")
-    assert sc._c_library() is None
+    assert sc.c_library() is None
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -21,7 +21,7 @@ def backend(request, monkeypatch):
         monkeypatch.setenv(C_KERNELS_ENV, "0")
     else:
         monkeypatch.delenv(C_KERNELS_ENV, raising=False)
-        if sc._c_library() is None:
+        if sc.c_library() is None:
             pytest.skip(f"compiled single-chunk SSD {sc.compiled_kernel_status()}")
     return request.param
 
@@ -88,7 +88,7 @@ def test_gradcheck_float64(backend, final_grad):
 
 def test_the_grouped_scan_runs_the_c_loops_for_one_chunk_only(monkeypatch):
     monkeypatch.delenv(C_KERNELS_ENV, raising=False)
-    if sc._c_library() is None:
+    if sc.c_library() is None:
         pytest.skip(f"compiled single-chunk SSD {sc.compiled_kernel_status()}")
     wide, dt, A, sizes = _inputs(torch.float32)
     x, B, C = _split(wide, sizes)
@@ -102,7 +102,7 @@ def test_the_grouped_scan_runs_the_c_loops_for_one_chunk_only(monkeypatch):
 def test_without_the_final_state_y_and_its_gradients_are_the_same_bit_for_bit(dtype):
     """need_final=False: the C loops skip the final state (None); y and the gradients of a
     loss on y alone are those of the full call exactly."""
-    if sc._c_library() is None:
+    if sc.c_library() is None:
         pytest.skip(f"compiled single-chunk SSD {sc.compiled_kernel_status()}")
     runs = []
     for need in (True, False):
