@@ -117,15 +117,14 @@ CONTEXT_SIZES = (BUDGET_MODEL, {**BUDGET_MODEL, "d_model": 32})
 #: of 16 channels, N = 32, no MLP) at widths 8, 16, 32 and 64, whose blocks (embedding and
 #: head left out) hold 2 670, 6 268, 18 168 and 60 784 parameters (23x from the first to
 #: the last); width 16 is the ``budget`` preset's model. Per size: the largest budget
-#: trained (``chinchilla``, in multiples of the Chinchilla budget over every parameter),
-#: the in-run checkpoints up to it, and the budgets also trained as separate, annealed runs
-#: at the first training length (``annealed``: 1x and 4x, or 1x and 2x where 4x is the
-#: largest budget, whose in-run run is already trained to it alone).
+#: trained (``chinchilla``, in multiples of the Chinchilla budget over every parameter:
+#: 32x at every width), the in-run checkpoints up to it, and the budgets also trained as
+#: separate, annealed runs at the first training length (``annealed``: 1x and 4x).
 SIZE_LADDER = tuple(
     {**BUDGET_MODEL, "d_model": d, "n_heads": d // 8, "head_dim": 16, "d_state": 32, "chinchilla": top,
      "checkpoints": tuple(c for c in (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0) if c <= top),
      "annealed": (1.0, 4.0) if top > 4.0 else (1.0, 2.0)}
-    for d, top in ((8, 32.0), (16, 32.0), (32, 16.0), (64, 4.0))
+    for d, top in ((8, 32.0), (16, 32.0), (32, 32.0), (64, 32.0))
 )
 
 #: Tokens per optimiser step of the ``size`` preset (batch = this / T_train).
