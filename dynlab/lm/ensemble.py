@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 
 from dynlab.errors import DynlabInputError
+from dynlab.kernels.adamw import adamw_step_
 from dynlab.lm.interventions import Intervention
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.stack import LMStack, StackLayout
@@ -323,22 +324,6 @@ class _StackAdamW:
         self.death_step = torch.where(newly, step, self.death_step)
         self.death_why = torch.where(newly, torch.where(loss_ok, 2, 1), self.death_why)
         self.alive = self.alive & ok
-        coef = torch.clamp(self.grad_clip / (norm + _CLIP_EPS), max=1.0)[:, None]
-        g = torch.where(self.alive[:, None], grad * coef, 0.0)
-        _adamw_step(self.flat, g, self.m1, self.m2, self.alive[:, None].to(self.flat.dtype), lr, self.decay, step + 1,
-                    *ADAM_BETAS)
-
-
-
-@torch.no_grad()
-def _adamw_step(p: torch.Tensor, g: torch.Tensor, m1: torch.Tensor, m2: torch.Tensor, alive: torch.Tensor,
-                lr: float, decay: torch.Tensor, step: int, b1: float, b2: float) -> None:
-    """torch's AdamW update (decoupled weight decay, bias-corrected moments) on the whole
-    ``[E, P]`` stack; members with ``alive = 0`` keep their parameters exactly."""
-    m1.lerp_(g, 1 - b1)
-    m2.mul_(b2).addcmul_(g, g, value=1 - b2)
-    bc1 = 1 - b1 ** step
-    bc2_sqrt = math.sqrt(1 - b2 ** step)
-    denom = (m2.sqrt() / bc2_sqrt).add_(ADAM_EPS)
-    p.mul_(1 - lr * decay * alive)  # decay [P] x alive [E, 1]: dead members are multiplied by 1
-    p.addcdiv_(m1 * alive, denom, value=-lr / bc1)
+        coef = torch.clamp(self.grad_clip / (norm + _CLIP_EPS), max=1.0)
+        # clipping and AdamW in one pass over the stack (the torch ops where no C loop applies)
+        adamw_step_(self.flat, grad, self.m1, self.m2, coef, self.alive, lr, self.decay, step + 1, ADAM_BETAS, ADAM_EPS)
