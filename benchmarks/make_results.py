@@ -65,7 +65,7 @@ DATASETS = [
     ("length-generalization-size", "PPL rise against budget, model size and context (preset size)",
      "dynlab study length-generalization --preset size --executor dask --workers 2",
      "4 widths (2,670-60,784 block parameters) x T_train 32 and 128 x seeds 0-2, each trained as one stack of its "
-     "3 seeds to its largest budget with checkpoints inside the run, and trained alone to 1x and 4x (2x at width 64); "
+     "3 seeds to 32x its Chinchilla budget with checkpoints inside the run, and trained alone to 1x and 4x; "
      "far_over_in divides the far PPL by the mean PPL over (T_train/2, T_train], one reference for every T_train; "
      "every stack trained with the stack's CPU Mamba-2 scan (kernels.ssd.grouped)"),
     ("length-generalization-size-interventions", "Interventions where the size map rises (preset size-interventions)",

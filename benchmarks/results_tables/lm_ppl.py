@@ -55,7 +55,11 @@ def size_cell(ds: xr.Dataset) -> str:
         a, c = g["alone"], g["inrun"].sel(train_length=32)
         ok = np.isfinite(a.values) & np.isfinite(c.values)
         diff = (a.values - c.values)[ok]
-        alone = (f"; trained alone to 1×/4× (2× at width 64) against the checkpoint at that budget: lower in "
+        per_width = {int(d): "/".join(f"{b:g}×" for b in a["budget"].values if np.isfinite(a.sel(d_model=d, budget=b)).any())
+                     for d in a["d_model"].values}
+        common = set(per_width.values())
+        said = common.pop() if len(common) == 1 else ", ".join(f"{v} at width {d}" for d, v in per_width.items())
+        alone = (f"; trained alone to {said} against the checkpoint at that budget: lower in "
                  f"{int((diff < 0).sum())} of {diff.size} runs, mean {diff.mean():+.3f}")
     return f"far/in = far PPL / PPL over (T/2, T] (a rise: > {RISE}) by budget × Chinchilla: " + "; ".join(parts) + alone
 
