@@ -196,9 +196,9 @@ def bench_train_cmd(models="tanh-rnn,mamba", hidden=128, batch=256, length=60, e
 
 
 def bench_lm_cmd(widths="16,64,128,256", ensembles="8,16,32", batch=16, length=32, steps=8, memory=True,
-                 json_out=None) -> None:
+                 mixer="mamba2", json_out=None) -> None:
     """LM training throughput: the one-model loop vs stacks of models vs the no-op-mixer and FLOP floors."""
-    app_bench.run_bench_lm(widths, ensembles, batch, length, steps, memory, json_out, typer.echo)
+    app_bench.run_bench_lm(widths, ensembles, batch, length, steps, memory, json_out, typer.echo, mixer)
 
 
 for _name, _fn, _table in (("train", bench_train_cmd, app_bench.BENCH_TRAIN_OPTIONS),

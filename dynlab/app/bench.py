@@ -12,6 +12,7 @@ from dynlab.app.checks import (cell_names, check_device, in_option_words, in_ran
                                parse_numbers, say_notes)
 from dynlab.app.checks import echo as plain_echo
 from dynlab.errors import DynlabInputError
+from dynlab.names import MIXER_NAMES
 
 
 def bench_options(models: str, hidden: int, batch: int, length: int, ensembles: str, steps: int, repeats: int,
@@ -47,10 +48,13 @@ def bench_options(models: str, hidden: int, batch: int, length: int, ensembles: 
 
 
 def bench_lm_options(widths: str, ensembles: str, batch: int, length: int, steps: int,
-                     json_out: str | None) -> tuple[tuple[int, ...], tuple[int, ...], Path | None]:
+                     json_out: str | None, mixer: str = "mamba2") -> tuple[tuple[int, ...], tuple[int, ...], Path | None]:
     """``dynlab bench lm``'s options checked: ``(widths, stack sizes, JSON path)``, the JSON
     path probed before the benchmark runs."""
     from dynlab.spec import MAX_BATCH, MAX_ENSEMBLE, MAX_LENGTH, MAX_STEPS
+
+    if mixer not in MIXER_NAMES:
+        raise DynlabInputError(f"--mixer {mixer!r}: unknown mixer; allowed: {', '.join(MIXER_NAMES)}")
 
     json_path = None if json_out is None else nonempty_path(json_out, "--json", "a file path, e.g. --json bench.json")
     if json_path is not None:
@@ -98,6 +102,7 @@ BENCH_LM_OPTIONS: dict[str, tuple[tuple[str, ...], type, str]] = {
     "length": (("--length",), int, "Sequence length T."),
     "steps": (("--steps",), int, "Timed training steps per measurement (after 2 untimed ones)."),
     "memory": (("--memory/--no-memory",), bool, "Measure each stack's peak memory in a child process."),
+    "mixer": (("--mixer",), str, f"The blocks' mixer (the same layout): {', '.join(MIXER_NAMES)}."),
     "json_out": (("--json",), Optional[str], "Also write the results as JSON to this file."),
 }
 
@@ -125,13 +130,14 @@ def run_bench_train(models: str = "tanh-rnn,mamba", hidden: int = 128, batch: in
 
 def run_bench_lm(widths: str = "16,64,128,256", ensembles: str = "8,16,32", batch: int = 16, length: int = 32,
                  steps: int = 8, memory: bool = True, json_out: str | None = None,
-                 echo: Callable[..., None] = plain_echo) -> None:
+                 echo: Callable[..., None] = plain_echo, mixer: str = "mamba2") -> None:
     """``dynlab bench lm``: check the options, measure (a line per measurement on stderr), print the tables."""
-    sizes, stacks, json_path = bench_lm_options(widths, ensembles, batch, length, steps, json_out)
+    sizes, stacks, json_path = bench_lm_options(widths, ensembles, batch, length, steps, json_out, mixer)
     from dynlab.bench import write_bench_json
     from dynlab.bench.lm import bench_lm, lm_bench_markdown
 
-    payload = bench_lm(sizes, stacks, batch, length, steps, memory=memory, say=lambda line: echo(line, err=True))
+    payload = bench_lm(sizes, stacks, batch, length, steps, memory=memory, say=lambda line: echo(line, err=True),
+                       mixer=mixer)
     echo(lm_bench_markdown(payload), nl=False)
     if json_path is not None:
         echo(f"json: {write_bench_json(payload, json_path)}")

@@ -3,7 +3,7 @@ the no-op-mixer floor and the FLOP floor, per model width, measured in one proce
 
 For each width ``d_model`` (the layout of the length-generalization presets: width 16 is
 the ``budget`` preset's model, 64 the ``quick`` preset's, 128 and 256 the quick layout
-made wider) it times full training steps on a random byte stream (batch B, length T,
+made wider; Mamba-2 blocks, or with ``mixer`` the same layout with Mamba-1 or GLA blocks) it times full training steps on a random byte stream (batch B, length T,
 zero initial states; forward, cross-entropy, backward, clipping, AdamW) of:
 
 - ``loop`` — :func:`dynlab.lm.train.fit`, one model (what the studies ran before stacks);
@@ -46,14 +46,15 @@ __all__ = ["LM_WIDTHS", "bench_lm", "lm_bench_markdown", "lm_bench_model", "peak
 LM_WIDTHS = (16, 64, 128, 256)
 
 
-def lm_bench_model(d_model: int, seed: int = 0):
+def lm_bench_model(d_model: int, seed: int = 0, mixer: str = "mamba2"):
     """The benchmark's LM at width ``d_model``: the ``budget`` preset's model at 16, else
-    the ``quick`` preset's layout at that width (Mamba-2 blocks without MLP)."""
+    the ``quick`` preset's layout at that width (Mamba-2 blocks without MLP; ``mixer``: the
+    same layout with that mixer's blocks, as the studies build them)."""
     from dynlab.lm.run import build_model
     from dynlab.lm.spec import BUDGET_LM_LAYOUT, QUICK_LM_LAYOUT, LMModelSpec, LMRunSpec, anchor_model_fields
 
     layout = {**(BUDGET_LM_LAYOUT if d_model == 16 else QUICK_LM_LAYOUT), "d_model": d_model}
-    return build_model(LMRunSpec(model=LMModelSpec(**anchor_model_fields("mamba2", **layout)), seed=seed))
+    return build_model(LMRunSpec(model=LMModelSpec(**anchor_model_fields(mixer, **layout)), seed=seed))
 
 
 def _sources(n: int, data: torch.Tensor, batch: int, length: int):
@@ -68,11 +69,12 @@ def _sources(n: int, data: torch.Tensor, batch: int, length: int):
     return out
 
 
-def _time_loop(d_model: int, data: torch.Tensor, batch: int, length: int, steps: int, warmup: int) -> float:
+def _time_loop(d_model: int, data: torch.Tensor, batch: int, length: int, steps: int, warmup: int,
+               mixer: str = "mamba2") -> float:
     """Seconds per step of the one-model loop."""
     from dynlab.lm.train import fit
 
-    model = lm_bench_model(d_model)
+    model = lm_bench_model(d_model, mixer=mixer)
     (nb, iv, g), = _sources(1, data, batch, length)
     fit(model, nb, iv, g, steps=warmup, batch_size=batch, threads=1)
     t0 = time.perf_counter()
@@ -81,11 +83,11 @@ def _time_loop(d_model: int, data: torch.Tensor, batch: int, length: int, steps:
 
 
 def _time_stack(d_model: int, members: int, data: torch.Tensor, batch: int, length: int, steps: int, warmup: int,
-                noop_mixer: bool = False) -> float:
+                noop_mixer: bool = False, mixer: str = "mamba2") -> float:
     """Seconds per step of a stack of ``members`` models."""
     from dynlab.lm.ensemble import fit_ensemble
 
-    models = [lm_bench_model(d_model, seed) for seed in range(members)]
+    models = [lm_bench_model(d_model, seed, mixer) for seed in range(members)]
     src = _sources(members, data, batch, length)
     args = ([s[0] for s in src], [s[1] for s in src], [s[2] for s in src])
     kw = dict(batch_size=batch, threads=1, sync_every=max(steps, warmup), noop_mixer=noop_mixer)
@@ -95,7 +97,7 @@ def _time_stack(d_model: int, members: int, data: torch.Tensor, batch: int, leng
     return (time.perf_counter() - t0) / steps
 
 
-def peak_memory_mb(d_model: int, members: int, batch: int, length: int, steps: int = 2) -> float:
+def peak_memory_mb(d_model: int, members: int, batch: int, length: int, steps: int = 2, mixer: str = "mamba2") -> float:
     """Growth of peak resident memory (MB) while a stack of ``members`` trains ``steps`` steps,
     in a fresh child process (module docstring)."""
     code = (
@@ -103,7 +105,7 @@ def peak_memory_mb(d_model: int, members: int, batch: int, length: int, steps: i
         "from dynlab.bench.lm import _peak_rss_mb, _time_stack\n"
         "data = torch.randint(0, 256, (200_000,), generator=torch.Generator().manual_seed(0))\n"
         "before = _peak_rss_mb()\n"
-        f"_time_stack({d_model}, {members}, data, {batch}, {length}, {steps}, 1)\n"
+        f"_time_stack({d_model}, {members}, data, {batch}, {length}, {steps}, 1, mixer={mixer!r})\n"
         "print(json.dumps(_peak_rss_mb() - before))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -129,7 +131,7 @@ def _peak_rss_mb() -> float:
 
 def bench_lm(widths: tuple[int, ...] = LM_WIDTHS, ensembles: tuple[int, ...] = (8, 16, 32), batch: int = 16,
              length: int = 32, steps: int = 8, warmup: int = 2, memory: bool = True,
-             say=lambda line: None) -> dict[str, Any]:
+             say=lambda line: None, mixer: str = "mamba2") -> dict[str, Any]:
     """Measure every row of the module docstring at each width; returns the JSON payload
     ``{"setting": ..., "results": [{"d_model", "n_params", "rows": [...]}, ...]}``.
     ``say`` receives one line per finished measurement (progress)."""
@@ -141,27 +143,28 @@ def bench_lm(widths: tuple[int, ...] = LM_WIDTHS, ensembles: tuple[int, ...] = (
     results = []
     with train_threads("cpu", threads=1):
         for d in widths:
-            n_params = count_parameters(lm_bench_model(d))
+            n_params = count_parameters(lm_bench_model(d, mixer=mixer))
             rate = gemm_rate(batch * length, 256, torch.device("cpu"))
             floor = rate / (6.0 * n_params)
             tokens = batch * length
-            rows = [{"method": "loop", "members": 1, "model_tokens_per_s": tokens / _time_loop(d, data, batch, length, steps, warmup)}]
+            rows = [{"method": "loop", "members": 1, "model_tokens_per_s": tokens / _time_loop(d, data, batch, length, steps, warmup, mixer)}]
             say(f"d_model {d}: loop {rows[-1]['model_tokens_per_s']:,.0f} model-tokens/s")
             for e in ensembles:
                 row = {"method": f"stack-{e}", "members": e,
-                       "model_tokens_per_s": e * tokens / _time_stack(d, e, data, batch, length, steps, warmup)}
+                       "model_tokens_per_s": e * tokens / _time_stack(d, e, data, batch, length, steps, warmup,
+                                                                       mixer=mixer)}
                 if memory:
-                    row["peak_mb"] = peak_memory_mb(d, e, batch, length)
+                    row["peak_mb"] = peak_memory_mb(d, e, batch, length, mixer=mixer)
                 rows.append(row)
                 say(f"d_model {d}: stack-{e} {row['model_tokens_per_s']:,.0f} model-tokens/s")
             e = max(ensembles) if ensembles else 1
             rows.append({"method": "no-op mixer", "members": e, "model_tokens_per_s":
-                         e * tokens / _time_stack(d, e, data, batch, length, steps, warmup, noop_mixer=True)})
+                         e * tokens / _time_stack(d, e, data, batch, length, steps, warmup, noop_mixer=True, mixer=mixer)})
             rows.append({"method": "floor", "members": None, "model_tokens_per_s": floor})
             loop = rows[0]["model_tokens_per_s"]
             for row in rows:
                 row["vs_loop"] = row["model_tokens_per_s"] / loop
                 row["of_floor"] = row["model_tokens_per_s"] / floor
             results.append({"d_model": d, "n_params": n_params, "gemm_flops_per_s": rate, "rows": rows})
-    return {"setting": {"mixer": "mamba2", "batch": batch, "length": length, "steps": steps, "warmup": warmup,
+    return {"setting": {"mixer": mixer, "batch": batch, "length": length, "steps": steps, "warmup": warmup,
                         "threads": 1}, "results": results}

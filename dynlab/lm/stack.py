@@ -31,7 +31,8 @@ from dynlab.kernels import dispatch
 from dynlab.kernels.cross_entropy import head_nll
 from dynlab.kernels.gated_norm import gated_rms_norm
 from dynlab.kernels.gla.chunked import gla_ref
-from dynlab.kernels.selective_scan.chunked import selective_scan_ref
+from dynlab.kernels.gla.recurrent import gla_recurrent
+from dynlab.kernels.selective_scan.chunked import selective_scan_grouped, selective_scan_ref
 from dynlab.kernels.short_conv import causal_conv_silu, last_window
 from dynlab.kernels.ssd.chunked import ssd_ref
 from dynlab.kernels.ssd.grouped import ssd_grouped
@@ -288,30 +289,39 @@ def _mamba2(m: Mamba2Mixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tenso
 
 def _mamba1(m: Mamba1Mixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor, state, window, need_final=True):
     """:meth:`Mamba1Mixer.forward` per member (B and C are shared by a member's channels,
-    so the selective scan runs once per member)."""
+    so the selective scan is one per member: on the torch backend all members' scans are one
+    call, :func:`kernels.selective_scan.selective_scan_grouped`; elsewhere member by member)."""
     e, b, t, _ = x.shape
     xs, z = _linear(x, p[pre + "in_proj.weight"]).chunk(2, dim=-1)
     xs, window = _short_conv(m, p, pre, xs, window)
     dt_raw, B, C = torch.split(_linear(xs, p[pre + "x_proj.weight"]), [m.dt_rank, m.d_state, m.d_state], dim=-1)
     delta = F.softplus(_linear(dt_raw, p[pre + "dt_proj.weight"], p[pre + "dt_proj.bias"]))  # [E, B, T, D_inner]
     A = -torch.exp(p[pre + "A_log"])  # [E, D_inner, N]
-    ys, finals = [], []
-    for i in range(e):
-        init = None if state is None else state[i].to(x.dtype).reshape(b, m.d_inner, m.d_state)
-        if m.impl == "dispatch":
-            y_i, s_i = dispatch.selective_scan(xs[i], delta[i], A[i], B[i], C[i], init, True, chunk_size=m.chunk_size)
-        else:
-            y_i, s_i = selective_scan_ref(xs[i], delta[i], A[i], B[i], C[i], init, True)
-        ys.append(y_i)
-        finals.append(s_i.view(b, *m.state_shape()))
-    y = (torch.stack(ys) + p[pre + "D"][:, None, None, :] * xs) * F.silu(z)
+    if m.impl == "dispatch" and dispatch.choose_backend("selective_scan", x.device, x.dtype) == "torch":
+        init = None if state is None else state.to(x.dtype).reshape(e, b, m.d_inner, m.d_state)
+        y_scan, final = selective_scan_grouped(xs, delta, A, B, C, init)
+        finals = final.view(e, b, *m.state_shape())
+    else:
+        ys, per_member = [], []
+        for i in range(e):
+            init = None if state is None else state[i].to(x.dtype).reshape(b, m.d_inner, m.d_state)
+            if m.impl == "dispatch":
+                y_i, s_i = dispatch.selective_scan(xs[i], delta[i], A[i], B[i], C[i], init, True,
+                                                   chunk_size=m.chunk_size)
+            else:
+                y_i, s_i = selective_scan_ref(xs[i], delta[i], A[i], B[i], C[i], init, True)
+            ys.append(y_i)
+            per_member.append(s_i.view(b, *m.state_shape()))
+        y_scan, finals = torch.stack(ys), torch.stack(per_member)
+    y = (y_scan + p[pre + "D"][:, None, None, :] * xs) * F.silu(z)
     if m.norm is not None:
         y = _rms(y, p[pre + "norm.weight"], m.norm.eps)
-    return _linear(y, p[pre + "out_proj.weight"]), torch.stack(finals), window
+    return _linear(y, p[pre + "out_proj.weight"]), finals, window
 
 
 def _gla(m: GLAMixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor, state, window, need_final=True):
-    """:meth:`GLAMixer.forward` per member (one chunked GLA over E·H heads)."""
+    """:meth:`GLAMixer.forward` per member (one GLA over E·H heads: on the torch backend the C
+    recurrence, :func:`kernels.gla.recurrent.gla_recurrent`, else the backend's chunked form)."""
     e, b, t, _ = x.shape
     h, dk, dv = m.state_shape()
     q, k, g, v, o = torch.split(_linear(x, p[pre + "qkvg_proj.weight"]), [h * dk, h * dk, h * dk, h * dv, h * dv], dim=-1)
@@ -323,6 +333,13 @@ def _gla(m: GLAMixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor, sta
     q, k, g = (a.reshape(e, b, t, h, dk) for a in (q, k, g))
     v = v.reshape(e, b, t, h, dv)
     gk = F.logsigmoid(g) / m.gate_normalizer
+    if m.impl == "dispatch" and dispatch.choose_backend("gla", x.device, x.dtype) == "torch":
+        # the C recurrence over the E·B sequences, reading q, k, v in place (no fold of members into heads)
+        init = None if state is None else state.to(x.dtype).reshape(e * b, h, dk, dv)
+        y, final = gla_recurrent(*(a.reshape(e * b, t, h, -1) for a in (q, k, v, gk)), None, init, True,
+                                 chunk_size=m.chunk_size)
+        y = gated_rms_norm(y.reshape(e, b, t, h * dv), o, p[pre + "norm.weight"], m.norm.eps)
+        return _linear(y, p[pre + "out_proj.weight"]), final.reshape(e, b, h, dk, dv), window
     init = _fold_state(state, x.dtype)
     if m.impl == "dispatch":
         y, final = dispatch.gla(_fold(q), _fold(k), _fold(v), _fold(gk), None, init, True, chunk_size=m.chunk_size)

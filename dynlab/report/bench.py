@@ -157,7 +157,7 @@ def lm_bench_markdown(payload: dict) -> str:
     """A ``dynlab bench lm`` result as Markdown: its setting, then one table per width
     (the command prints it; ``dynlab report FILE.json`` prints it after the machine line)."""
     s = payload["setting"]
-    lines = [f"LM training throughput: mamba2, batch {s['batch']} x length {s['length']}, {s['threads']} thread, "
+    lines = [f"LM training throughput: {s.get('mixer', 'mamba2')}, batch {s['batch']} x length {s['length']}, {s['threads']} thread, "
              f"{s['steps']} timed steps after {s['warmup']}", ""]
     for r in payload["results"]:
         lines += [f"### d_model {r['d_model']} ({r['n_params']:,} parameters; GEMM {r['gemm_flops_per_s'] / 1e9:.1f} GFLOP/s)", "",

@@ -41,6 +41,7 @@ from ..compiled import C_KERNELS_ENV, c_library_status, typed_library
 __all__ = [
     "selective_scan_ref",
     "selective_scan_fused",
+    "selective_scan_grouped",
     "compiled_kernel_status",
     "C_KERNELS_ENV",
     "SAVE_DECAYS_MAX_BYTES",
@@ -196,6 +197,51 @@ def selective_scan_fused(
     return (y, final) if return_final_state else y
 
 
+def selective_scan_grouped(
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The selective scans of G models at once (the LM stacks' Mamba-1 layer,
+    :mod:`dynlab.lm.stack`): ``u, delta [G, B, T, D]``, ``A [G, D, N]``, ``B, C [G, B, T, N]``,
+    initial_state ``[G, B, D, N]`` or None (zeros) -> ``(y [G, B, T, D], final [G, B, D, N])``,
+    where group ``g`` is ``selective_scan_fused(u[g], delta[g], A[g], B[g], C[g],
+    initial_state[g], True)``.
+
+    With the C kernel (CPU, float32/float64) it is one call over all ``G·B`` batch rows, each
+    reading its group's A and adding to its group's gradient of A: the same loops in the same
+    order as G separate calls, so the same numbers bit for bit, without G autograd nodes and
+    the stacking of G results and gradients around them.  Otherwise it is
+    :func:`selective_scan_fused` group by group."""
+    if u.dim() != 4 or A.dim() != 3 or A.shape[0] != u.shape[0]:
+        raise ValueError(f"selective_scan_grouped: need u [G, B, T, D] and A [G, D, N]; got {tuple(u.shape)}, "
+                         f"{tuple(A.shape)}")
+    g, b, t, d = u.shape
+    n = A.shape[2]
+    if initial_state is not None and tuple(initial_state.shape) != (g, b, d, n):
+        raise ValueError(f"selective_scan_grouped: initial_state must be [G, B, D, N] = {(g, b, d, n)}, "
+                         f"got {tuple(initial_state.shape)}")
+    check_selective_scan_inputs(u.flatten(0, 1), delta.flatten(0, 1), A[0], B.flatten(0, 1), C.flatten(0, 1))
+    dtype = torch.promote_types(u.dtype, A.dtype)
+    if t == 0 or g == 0 or not (u.device.type == "cpu" and dtype in _C_SUFFIX and _c_library() is not None):
+        outs = [selective_scan_fused(u[i], delta[i], A[i], B[i], C[i],
+                                     None if initial_state is None else initial_state[i], True) for i in range(g)]
+        if not outs:
+            return u.new_zeros(0, b, t, d), u.new_zeros(0, b, d, n)
+        return torch.stack([o[0] for o in outs]), torch.stack([o[1] for o in outs])
+    h0 = u.new_zeros(g, b, d, n) if initial_state is None else initial_state
+    args = [x.to(dtype).flatten(0, 1) for x in (u, delta, B, C, h0)]
+    u_, delta_, B_, C_, h0_ = args
+    save = (torch.is_grad_enabled() and any(x.requires_grad for x in (*args, A))
+            and g * b * t * d * n * u_.element_size() <= SAVE_DECAYS_MAX_BYTES)
+    y, final, _ = _SelectiveScanC.apply(u_.contiguous(), delta_.contiguous(), A.to(dtype).contiguous(),
+                                        B_.contiguous(), C_.contiguous(), h0_.contiguous(), save)
+    return y.view(g, b, t, d), final.view(g, b, d, n)
+
+
 # --------------------------------------------------------------------------------------
 # Compiled CPU kernel
 # --------------------------------------------------------------------------------------
@@ -220,8 +266,8 @@ def compiled_kernel_status() -> str:
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 _SIGNATURES = {
-    "dl_ss_fwd_{suf}": ([_I64] * 4 + [_PTR] * 9, ctypes.c_int),
-    "dl_ss_bwd_{suf}": ([_I64] * 4 + [_PTR] * 15, ctypes.c_int),
+    "dl_ss_fwd_{suf}": ([_I64] * 5 + [_PTR] * 9, ctypes.c_int),
+    "dl_ss_bwd_{suf}": ([_I64] * 5 + [_PTR] * 15, ctypes.c_int),
 }
 
 
@@ -234,22 +280,28 @@ def _ptr(x: torch.Tensor | None) -> int | None:
     return None if x is None else x.data_ptr()
 
 
+def _rows_per_group(b: int, A: torch.Tensor) -> int:
+    """How many consecutive batch rows share one A: all ``b`` for ``[D, N]``, ``b / G`` for ``[G, D, N]``."""
+    return b if A.dim() == 2 else b // A.shape[0]
+
+
 class _SelectiveScanC(torch.autograd.Function):
     """The compiled kernel.  Forward: per (batch, channel), the ``[N]`` state stepped through
     time; with ``save_decays`` the decays go to a ``[B, D, T, N]`` buffer kept for the
     backward pass.  Backward: per (batch, channel), the row's states are recomputed into a
     ``[T + 1, N]`` scratch buffer (and its decays, when not kept), then the adjoint is
-    stepped back through time."""
+    stepped back through time.  A is ``[D, N]`` (every row) or ``[G, D, N]`` (the rows in G
+    equal groups, in order: :func:`selective_scan_grouped`)."""
 
     @staticmethod
     def forward(u, delta, A, B, C, h0, save_decays):
         b, t, d = u.shape
-        n = A.shape[1]
+        n = A.shape[-1]
         y = torch.empty(b, t, d, dtype=u.dtype)  # [B, T, D]
         final = torch.empty(b, d, n, dtype=u.dtype)  # [B, D, N]
         decays = torch.empty((b, d, t, n) if save_decays else (0,), dtype=u.dtype)  # [B, D, T, N]
         fn = getattr(_c_library(), f"dl_ss_fwd_{_C_SUFFIX[u.dtype]}")
-        if fn(b, t, d, n, *map(_ptr, (u, delta, A, B, C, h0, y, final, decays if save_decays else None))):
+        if fn(b, _rows_per_group(b, A), t, d, n, *map(_ptr, (u, delta, A, B, C, h0, y, final, decays if save_decays else None))):
             raise MemoryError("selective scan: out of memory for an [N] buffer")
         return y, final, decays
 
@@ -265,16 +317,16 @@ class _SelectiveScanC(torch.autograd.Function):
         if grad_y is None and grad_final is None:
             return None, None, None, None, None, None, None
         b, t, d = u.shape
-        n = A.shape[1]
+        n = A.shape[-1]
         gy = None if grad_y is None else grad_y.contiguous()
         gf = None if grad_final is None else grad_final.contiguous()
         grad_u, grad_delta = torch.empty(b, t, d, dtype=u.dtype), torch.empty(b, t, d, dtype=u.dtype)
-        grad_A = torch.zeros(d, n, dtype=u.dtype)  # accumulated over batch and time
+        grad_A = torch.zeros(A.shape, dtype=u.dtype)  # accumulated over (a group's) batch rows and time
         grad_B, grad_C = torch.zeros(b, t, n, dtype=u.dtype), torch.zeros(b, t, n, dtype=u.dtype)  # over channels
         grad_h0 = torch.empty(b, d, n, dtype=u.dtype)
         saved = decays if decays.numel() else None
         fn = getattr(_c_library(), f"dl_ss_bwd_{_C_SUFFIX[u.dtype]}")
-        if fn(b, t, d, n, *map(_ptr, (u, delta, A, B, C, h0, saved, gy, gf, grad_u, grad_delta, grad_A, grad_B,
+        if fn(b, _rows_per_group(b, A), t, d, n, *map(_ptr, (u, delta, A, B, C, h0, saved, gy, gf, grad_u, grad_delta, grad_A, grad_B,
                                       grad_C, grad_h0))):
             raise MemoryError(f"selective scan backward: out of memory for a [{t + 1}, {n}] buffer")
         return grad_u, grad_delta, grad_A, grad_B, grad_C, grad_h0, None

@@ -51,6 +51,7 @@ CASES = [
     (["bench", "train", "--ensembles", "16,x"], lambda t: bench.run_bench_train(ensembles="16,x")),
     (["bench", "lm", "--widths", "12"], lambda t: bench.run_bench_lm(widths="12")),
     (["bench", "lm", "--json", ""], lambda t: bench.run_bench_lm(json_out="")),
+    (["bench", "lm", "--mixer", "rwkv"], lambda t: bench.run_bench_lm(mixer="rwkv")),
     (["analyze", "{tmp}/nothing"], lambda t: analyze.analyze(f"{t}/nothing")),
     (["analyze", "{tmp}/nothing", "--device", "gpu"], lambda t: analyze.analyze(f"{t}/nothing", device="gpu")),
     (["figures", "{tmp}/study", "--out", ""], lambda t: figures.figures(f"{t}/study", out="")),

@@ -27,8 +27,22 @@ def test_the_quick_width_is_the_quick_preset_model():
     assert sum(p.numel() for p in lm_bench_model(64).parameters()) == 101_848
 
 
+def test_another_mixer_is_benchmarked_in_the_same_layout():
+    """``--mixer gla``: the same layout with GLA blocks, its stack through the stack engine; the
+    setting records the mixer and the table names it."""
+    payload = bench_lm(widths=(16,), ensembles=(2,), steps=1, warmup=1, memory=False, mixer="gla")
+    (res,) = payload["results"]
+    assert payload["setting"]["mixer"] == "gla"
+    model = lm_bench_model(16, mixer="gla")
+    assert res["n_params"] == sum(p.numel() for p in model.parameters())
+    assert type(model.blocks[0].mixer).__name__ == "GLAMixer"
+    assert {r["method"] for r in res["rows"]} == {"loop", "stack-2", "no-op mixer", "floor"}
+    assert lm_bench_markdown(payload).startswith("LM training throughput: gla,")
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--widths", "12"], "--widths '12'"), (["--ensembles", "0"], "--ensembles '0'"), (["--steps", "0"], "--steps"),
+    (["--mixer", "mamba3"], "--mixer 'mamba3': unknown mixer; allowed: mamba2, mamba1, gla"),
 ])
 def test_bad_options_exit_2_with_one_line(args, needle, capsys):
     from dynlab.cli import main

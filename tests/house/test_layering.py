@@ -394,5 +394,6 @@ def test_the_command_line_only_wires_and_kernels_are_by_op():
     assert len(loose) <= 3, loose
     assert ops == ["adamw", "cross_entropy", "gated_norm", "gla", "scan", "selective_scan", "short_conv", "ssd", "tracker_loss"], ops
     assert sorted(p.relative_to(ROOT / "kernels").as_posix() for p in (ROOT / "kernels").rglob("*.c")) == [
-        "adamw/adamw.c", "cross_entropy/cross_entropy.c", "fast_tanh.c", "gated_norm/gated_norm.c", "selective_scan/selective_scan.c",
+        "adamw/adamw.c", "cross_entropy/cross_entropy.c", "fast_tanh.c", "gated_norm/gated_norm.c", "gla/gla.c",
+        "selective_scan/selective_scan.c",
         "short_conv/short_conv.c", "ssd/ssd_chunk.c", "tracker_loss/diagonal.c"]

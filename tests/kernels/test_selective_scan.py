@@ -200,3 +200,45 @@ def test_cache_directory_writable_by_others_is_refused(tmp_path):
         compiled._check_private(shared)
     shared.chmod(0o700)
     compiled._check_private(shared)
+
+
+def _grouped_inputs(dtype: torch.dtype, g: int = 3, b: int = 2, t: int = 17, d: int = 5, n: int = 4):
+    per = [_inputs(dtype, b, t, d, n, seed=10 + i) for i in range(g)]
+    return [torch.stack([p[j] for p in per]) for j in range(6)]  # u, delta [G, B, T, D], A [G, D, N], ...
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("with_init", [False, True], ids=["zero-state", "init"])
+def test_grouped_is_each_groups_fused_scan_bit_for_bit(dtype, with_init, fused_backend):
+    """selective_scan_grouped (one C call over every group's rows, each reading its group's A)
+    gives what selective_scan_fused gives group by group: outputs, final states and every
+    gradient, A's included, bit for bit (the same loops in the same order); on the torch loop
+    it is that loop group by group.  And both agree with the reference."""
+    u, delta, A, B, C, h0 = _grouped_inputs(dtype)
+    init = h0 if with_init else None
+    leaves = [x.clone().requires_grad_() for x in (u, delta, A, B, C, h0)]
+    y, fin = ss.selective_scan_grouped(*leaves[:5], leaves[5] if with_init else None)
+    gy, gf = torch.randn_like(y), torch.randn_like(fin)
+    torch.autograd.backward([y, fin], [gy, gf])
+    for i in range(u.shape[0]):
+        one = [x[i].clone().requires_grad_() for x in (u, delta, A, B, C, h0)]
+        y_i, f_i = selective_scan_fused(*one[:5], initial_state=one[5] if with_init else None, return_final_state=True)
+        torch.autograd.backward([y_i, f_i], [gy[i], gf[i]])
+        assert torch.equal(y[i], y_i) and torch.equal(fin[i], f_i)
+        for leaf, o in zip(leaves[:5], one[:5]):
+            assert torch.equal(leaf.grad[i], o.grad)
+        if with_init:
+            assert torch.equal(leaves[5].grad[i], one[5].grad)
+        y_r, f_r = selective_scan_ref(u[i], delta[i], A[i], B[i], C[i], None if init is None else init[i], True)
+        torch.testing.assert_close(y_i, y_r, **TOL[dtype])
+        torch.testing.assert_close(f_i, f_r, **TOL[dtype])
+
+
+def test_grouped_bad_shapes_raise():
+    u, delta, A, B, C, h0 = _grouped_inputs(torch.float64)
+    with pytest.raises(ValueError, match=r"A \[G, D, N\]"):
+        ss.selective_scan_grouped(u, delta, A[0], B, C)
+    with pytest.raises(ValueError, match="initial_state"):
+        ss.selective_scan_grouped(u, delta, A, B, C, h0[:, :1])
+    with pytest.raises(ValueError, match="B and C"):
+        ss.selective_scan_grouped(u, delta, A, B[..., :2], C)

@@ -370,3 +370,37 @@ def test_a_study_with_a_stack_state_in_resume_is_dynlabs_own(tmp_path):
     (study / "resume").mkdir()
     (study / "resume" / "stack-0123456789abcdef.pt").write_bytes(b"")
     check_study_folder(study, STUDY.name, "--out")  # accepted as dynlab's own
+
+
+def test_mamba1_stack_scans_all_members_in_one_call_bit_for_bit(monkeypatch):
+    """On the CPU the Mamba-1 stack runs all members' selective scans as one grouped call, and
+    a float32 training with it (from carried states: the state-passing arm) equals one that
+    scans member by member, bit for bit."""
+    import dynlab.lm.stack as stack_module
+    from dynlab.kernels.selective_scan import chunked as ss
+
+    if ss._c_library() is None:
+        pytest.skip(f"compiled selective scan {ss.compiled_kernel_status()}")
+    grouped, calls = stack_module.selective_scan_grouped, []
+
+    def counted(*a, **k):
+        calls.append(a[0].shape[0])
+        return grouped(*a, **k)
+
+    def member_by_member(u, delta, A, B, C, init=None):
+        outs = [ss.selective_scan_fused(u[i], delta[i], A[i], B[i], C[i], None if init is None else init[i], True)
+                for i in range(u.shape[0])]
+        return torch.stack([o[0] for o in outs]), torch.stack([o[1] for o in outs])
+
+    def train(scan):
+        monkeypatch.setattr(stack_module, "selective_scan_grouped", scan)
+        _, ens = _solo_and_stack("mamba1", ["zero", "state-passing", "zero"], [3, 4, 5], steps=3, dtype=torch.float32)
+        monkeypatch.undo()
+        return [torch.cat([p.detach().reshape(-1) for p in e.model.parameters()]) for e in ens], [e.losses for e in ens]
+
+    one_call, losses = train(counted)
+    assert calls and set(calls) == {3}  # every layer's scan: the three members at once
+    per_member, losses_pm = train(member_by_member)
+    assert losses == losses_pm
+    for a, b in zip(one_call, per_member):
+        assert torch.equal(a, b)
