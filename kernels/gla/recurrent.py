@@ -79,7 +79,7 @@ def gla_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gk: torch.T
     scale = dk ** -0.5 if scale is None else float(scale)
     if t == 0 or not gla_recurrent_applies(q, k, v, gk, initial_state):
         return gla_chunked(q, k, v, gk, scale, initial_state, return_final_state, chunk_size)
-    rows = [as_rows(x.reshape(b, t, -1)) for x in (q, k, v, gk)]  # read in place where x is a slice
+    rows = [as_rows(x.reshape(b, t, x.shape[2] * x.shape[3])) for x in (q, k, v, gk)]  # read in place where x is a slice
     o, final = _gla_c(*(r[0] for r in rows), None if initial_state is None else initial_state.contiguous(), scale,
                       (h, dk, dv, *(r[1] for r in rows)))
     o = o.view(b, t, h, dv)

@@ -224,13 +224,13 @@ def selective_scan_grouped(
     if initial_state is not None and tuple(initial_state.shape) != (g, b, d, n):
         raise ValueError(f"selective_scan_grouped: initial_state must be [G, B, D, N] = {(g, b, d, n)}, "
                          f"got {tuple(initial_state.shape)}")
+    if g == 0:
+        return u.new_zeros(0, b, t, d), u.new_zeros(0, b, d, n)
     check_selective_scan_inputs(u.flatten(0, 1), delta.flatten(0, 1), A[0], B.flatten(0, 1), C.flatten(0, 1))
     dtype = torch.promote_types(u.dtype, A.dtype)
-    if t == 0 or g == 0 or not (u.device.type == "cpu" and dtype in _C_SUFFIX and _c_library() is not None):
+    if t == 0 or b == 0 or not (u.device.type == "cpu" and dtype in _C_SUFFIX and _c_library() is not None):
         outs = [selective_scan_fused(u[i], delta[i], A[i], B[i], C[i],
                                      None if initial_state is None else initial_state[i], True) for i in range(g)]
-        if not outs:
-            return u.new_zeros(0, b, t, d), u.new_zeros(0, b, d, n)
         return torch.stack([o[0] for o in outs]), torch.stack([o[1] for o in outs])
     h0 = u.new_zeros(g, b, d, n) if initial_state is None else initial_state
     args = [x.to(dtype).flatten(0, 1) for x in (u, delta, B, C, h0)]

@@ -95,3 +95,13 @@ def test_bad_initial_state_is_named():
     q, k, v, gk, h0 = _inputs(torch.float64)
     with pytest.raises(ValueError, match=r"initial_state must be \[B, H, K, V\]"):
         rc.gla_recurrent(q, k, v, gk, None, h0[:, :1])
+
+
+def test_an_empty_batch_or_sequence(backend):
+    """No sequences: empty outputs and states; no steps: the initial state comes back."""
+    q, k, v, gk, h0 = _inputs(torch.float64)
+    o, s = rc.gla_recurrent(*(x[:, :0] for x in (q, k, v, gk)), None, h0, True)
+    assert o.shape == (3, 0, 2, 5) and torch.equal(s, h0)
+    if backend == "c":  # the chunked fallback does not take an empty batch
+        o, s = rc.gla_recurrent(*(x[:0] for x in (q, k, v, gk)), None, h0[:0], True)
+        assert o.shape == (0, 11, 2, 5) and s.shape == (0, 2, 6, 5)
