@@ -109,7 +109,7 @@ def gla_chunked(
     dv = v.shape[-1]
     scale = dk**-0.5 if scale is None else scale
     state = q.new_zeros(b, h, dk, dv) if initial_state is None else initial_state  # [B, H, K, V]
-    limit = _FACTOR_LIMIT.get(gk.dtype, 0.0)
+    limit = _FACTOR_LIMIT.get(gk.dtype, 0.0) if b * h * dk else 0.0  # an empty batch: nothing to bound
     # head-major copies, made once: every chunk's products are then batched GEMMs over [B·H]
     qh, kh, gh = (x.transpose(1, 2).contiguous() for x in (q, k, gk))  # [B, H, T, K]
     vh = v.transpose(1, 2).contiguous()  # [B, H, T, V]

@@ -102,6 +102,5 @@ def test_an_empty_batch_or_sequence(backend):
     q, k, v, gk, h0 = _inputs(torch.float64)
     o, s = rc.gla_recurrent(*(x[:, :0] for x in (q, k, v, gk)), None, h0, True)
     assert o.shape == (3, 0, 2, 5) and torch.equal(s, h0)
-    if backend == "c":  # the chunked fallback does not take an empty batch
-        o, s = rc.gla_recurrent(*(x[:0] for x in (q, k, v, gk)), None, h0[:0], True)
-        assert o.shape == (0, 11, 2, 5) and s.shape == (0, 2, 6, 5)
+    o, s = rc.gla_recurrent(*(x[:0] for x in (q, k, v, gk)), None, h0[:0], True)
+    assert o.shape == (0, 11, 2, 5) and s.shape == (0, 2, 6, 5)
