@@ -37,9 +37,9 @@ int dl_gla_fwd_##SUF(int64_t nn, int64_t nt, int64_t nh, int64_t nk, int64_t nv,
             if (h0) memcpy(S, h0 + (n * nh + h) * kv, sizeof(T) * (size_t)kv);                    \
             else memset(S, 0, sizeof(T) * (size_t)kv);                                             \
             for (int64_t t = 0; t < nt; t++) {                                                     \
-                const int64_t r = n * nt + t, ik = (r * nh + h) * nk, iv = (r * nh + h) * nv;            \
-                const int64_t iq = r * ldq + h * nk, ikk = r * ldk + h * nk, ig = r * ldg + h * nk, ivv = r * ldv + h * nv; \
-                const T *g = gk + ig, *kt = k + ikk, *qt = q + iq, *vt = v + ivv;                  \
+                const int64_t r = n * nt + t, iv = (r * nh + h) * nv;                                 \
+                const T *g = gk + r * ldg + h * nk, *kt = k + r * ldk + h * nk, *qt = q + r * ldq + h * nk; \
+                const T *vt = v + r * ldv + h * nv;                                                \
                 T *ot = o + iv;                                                                    \
                 _Pragma("omp simd") for (int64_t i = 0; i < nk; i++) e[i] = EXP(g[i]);             \
                 _Pragma("omp simd") for (int64_t j = 0; j < nv; j++) ot[j] = 0;                    \
@@ -75,9 +75,8 @@ int dl_gla_bwd_##SUF(int64_t nn, int64_t nt, int64_t nh, int64_t nk, int64_t nv,
             for (int64_t j = 0; j < nv; j++)                                                       \
                 for (int64_t i = 0; i < nk; i++) Ss[j * nk + i] = h0 ? h0[row + i * nv + j] : (T)0; \
             for (int64_t t = 0; t < nt; t++) {                                                     \
-                const int64_t r = n * nt + t, ik = (r * nh + h) * nk, iv = (r * nh + h) * nv;            \
-                const int64_t iq = r * ldq + h * nk, ikk = r * ldk + h * nk, ig = r * ldg + h * nk, ivv = r * ldv + h * nv; \
-                const T *g = gk + ig, *kt = k + ikk, *vt = v + ivv;                                \
+                const int64_t r = n * nt + t;                                                          \
+                const T *g = gk + r * ldg + h * nk, *kt = k + r * ldk + h * nk, *vt = v + r * ldv + h * nv; \
                 _Pragma("omp simd") for (int64_t i = 0; i < nk; i++) e[i] = EXP(g[i]);             \
                 for (int64_t j = 0; j < nv; j++) {                                                 \
                     const T *sp = Ss + t * kv + j * nk;                                            \

@@ -12,9 +12,10 @@ of 32 steps), :func:`kernels.gla.chunked.gla_chunked` is a few dozen torch ops o
 exponentials, batched GEMMs of 32 × 32 matrices), so a GLA stack spent most of its step
 in dispatch and memory traffic.  Here the forward pass walks each ``(sequence, head)`` row
 through time with its ``[K, V]`` state in L1, and the backward pass recomputes that row's
-states into a ``[T + 1, K, V]`` scratch buffer and runs the adjoint back through time
-(``gla.c``, built on first use by :mod:`kernels.compiled`; about ``6·K·V`` multiply-adds
-per step and head, no stored activations beyond the inputs).
+states into a ``[T + 1, V, K]`` scratch buffer (transposed, so that its sums over V are
+K-wide vectors) and runs the adjoint back through time (``gla.c``, built on first use by
+:mod:`kernels.compiled`; about ``2·K·V`` multiply-adds per step and head forward and
+``7·K·V`` backward with the recomputation, no stored activations beyond the inputs).
 
 The arithmetic order differs from the chunked form, so the results agree with
 :func:`gla_ref` and :func:`gla_chunked` to rounding, not bit for bit
@@ -77,6 +78,11 @@ def gla_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gk: torch.T
         raise ValueError(f"gla_recurrent: initial_state must be [B, H, K, V] = {(b, h, dk, dv)}, "
                          f"got {tuple(initial_state.shape)}")
     scale = dk ** -0.5 if scale is None else float(scale)
+    dtype = q.dtype
+    for x in (k, v, gk, initial_state):
+        dtype = dtype if x is None else torch.promote_types(dtype, x.dtype)
+    q, k, v, gk = (x.to(dtype) for x in (q, k, v, gk))  # mixed dtypes: computed in torch's promoted dtype
+    initial_state = None if initial_state is None else initial_state.to(dtype)
     if t == 0 or not gla_recurrent_applies(q, k, v, gk, initial_state):
         return gla_chunked(q, k, v, gk, scale, initial_state, return_final_state, chunk_size)
     rows = [as_rows(x.reshape(b, t, x.shape[2] * x.shape[3])) for x in (q, k, v, gk)]  # read in place where x is a slice

@@ -214,8 +214,10 @@ def selective_scan_grouped(
     With the C kernel (CPU, float32/float64) it is one call over all ``G·B`` batch rows, each
     reading its group's A and adding to its group's gradient of A: the same loops in the same
     order as G separate calls, so the same numbers bit for bit, without G autograd nodes and
-    the stacking of G results and gradients around them.  Otherwise it is
-    :func:`selective_scan_fused` group by group."""
+    the stacking of G results and gradients around them.  The decays are kept for the
+    backward pass when all groups' together fit :data:`SAVE_DECAYS_MAX_BYTES` (G separate
+    calls would each compare their own share, holding G times as much; recomputed decays
+    are the same numbers).  Otherwise it is :func:`selective_scan_fused` group by group."""
     if u.dim() != 4 or A.dim() != 3 or A.shape[0] != u.shape[0]:
         raise ValueError(f"selective_scan_grouped: need u [G, B, T, D] and A [G, D, N]; got {tuple(u.shape)}, "
                          f"{tuple(A.shape)}")
@@ -224,6 +226,9 @@ def selective_scan_grouped(
     if initial_state is not None and tuple(initial_state.shape) != (g, b, d, n):
         raise ValueError(f"selective_scan_grouped: initial_state must be [G, B, D, N] = {(g, b, d, n)}, "
                          f"got {tuple(initial_state.shape)}")
+    if delta.shape != u.shape or B.shape != (g, b, t, n) or C.shape != B.shape:
+        raise ValueError(f"selective_scan_grouped: need delta {tuple(u.shape)} and B, C {(g, b, t, n)}; got "
+                         f"{tuple(delta.shape)}, {tuple(B.shape)}, {tuple(C.shape)}")
     if g == 0:
         return u.new_zeros(0, b, t, d), u.new_zeros(0, b, d, n)
     check_selective_scan_inputs(u.flatten(0, 1), delta.flatten(0, 1), A[0], B.flatten(0, 1), C.flatten(0, 1))

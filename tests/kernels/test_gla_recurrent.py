@@ -104,3 +104,35 @@ def test_an_empty_batch_or_sequence(backend):
     assert o.shape == (3, 0, 2, 5) and torch.equal(s, h0)
     o, s = rc.gla_recurrent(*(x[:0] for x in (q, k, v, gk)), None, h0[:0], True)
     assert o.shape == (0, 11, 2, 5) and s.shape == (0, 2, 6, 5)
+
+
+def test_each_input_read_with_its_own_row_stride(backend):
+    """q, k, v and gk as slices of four tensors of different widths (four row strides): a
+    kernel that read one input with another's stride would not match the reference."""
+    q, k, v, gk, h0 = _inputs(torch.float64)
+    b, t, h = q.shape[:3]
+    slices = []
+    for x, extra in zip((q, k, v, gk), (1, 4, 7, 10)):
+        wide = torch.cat([torch.zeros(b, t, extra, dtype=x.dtype), x.flatten(2)], dim=-1)
+        slices.append(wide[..., extra:].unflatten(-1, (h, -1)))
+    assert len({s.stride(1) for s in slices}) == 4
+    leaves = [s.detach().clone().requires_grad_() for s in slices]
+    refs = [x.clone().requires_grad_() for x in (q, k, v, gk)]
+    o, s = rc.gla_recurrent(*leaves, 0.6, h0, True)
+    o_ref, s_ref = gla_ref(*refs, 0.6, h0, True)
+    torch.testing.assert_close(o, o_ref, **TOL[torch.float64])
+    torch.testing.assert_close(s, s_ref, **TOL[torch.float64])
+    (o.square().sum() + s.sum()).backward()
+    (o_ref.square().sum() + s_ref.sum()).backward()
+    for a, r in zip(leaves, refs):
+        torch.testing.assert_close(a.grad, r.grad, **TOL[torch.float64])
+
+
+def test_mixed_dtypes_are_promoted(backend):
+    """float32 inputs with a float64 initial state: computed in float64 (torch's promotion)."""
+    q, k, v, gk, h0 = _inputs(torch.float32)
+    o, s = rc.gla_recurrent(q, k, v, gk, None, h0.double(), True)
+    o_ref, s_ref = gla_ref(*(x.double() for x in (q, k, v, gk)), None, h0.double(), True)
+    assert o.dtype == s.dtype == torch.float64
+    torch.testing.assert_close(o, o_ref, **TOL[torch.float64])
+    torch.testing.assert_close(s, s_ref, **TOL[torch.float64])

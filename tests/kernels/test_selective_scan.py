@@ -240,5 +240,7 @@ def test_grouped_bad_shapes_raise():
         ss.selective_scan_grouped(u, delta, A[0], B, C)
     with pytest.raises(ValueError, match="initial_state"):
         ss.selective_scan_grouped(u, delta, A, B, C, h0[:, :1])
-    with pytest.raises(ValueError, match="B and C"):
+    with pytest.raises(ValueError, match="B, C"):
         ss.selective_scan_grouped(u, delta, A, B[..., :2], C)
+    with pytest.raises(ValueError, match="delta"):  # the groups and the batch swapped
+        ss.selective_scan_grouped(u, delta.transpose(0, 1), A, B, C)
