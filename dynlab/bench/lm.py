@@ -3,8 +3,9 @@ the no-op-mixer floor and the FLOP floor, per model width, measured in one proce
 
 For each width ``d_model`` (the layout of the length-generalization presets: width 16 is
 the ``budget`` preset's model, 64 the ``quick`` preset's, 128 and 256 the quick layout
-made wider; Mamba-2 blocks, or with ``mixer`` the same layout with Mamba-1 or GLA blocks) it times full training steps on a random byte stream (batch B, length T,
-zero initial states; forward, cross-entropy, backward, clipping, AdamW) of:
+made wider; Mamba-2 blocks, or with ``mixer`` the same layout with Mamba-1 or GLA blocks)
+it times full training steps on a random byte stream (batch B, length T, zero initial
+states; forward, cross-entropy, backward, clipping, AdamW) of:
 
 - ``loop`` — :func:`dynlab.lm.train.fit`, one model (what the studies ran before stacks);
 - ``stack-E`` — :func:`dynlab.lm.ensemble.fit_ensemble` with E members;

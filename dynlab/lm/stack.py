@@ -338,16 +338,16 @@ def _gla(m: GLAMixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor, sta
         init = None if state is None else state.to(x.dtype).reshape(e * b, h, dk, dv)
         y, final = gla_recurrent(*(a.reshape(e * b, t, h, -1) for a in (q, k, v, gk)), None, init, True,
                                  chunk_size=m.chunk_size)
-        y = gated_rms_norm(y.reshape(e, b, t, h * dv), o, p[pre + "norm.weight"], m.norm.eps)
-        return _linear(y, p[pre + "out_proj.weight"]), final.reshape(e, b, h, dk, dv), window
-    init = _fold_state(state, x.dtype)
-    if m.impl == "dispatch":
-        y, final = dispatch.gla(_fold(q), _fold(k), _fold(v), _fold(gk), None, init, True, chunk_size=m.chunk_size)
+        y, final = y.reshape(e, b, t, h * dv), final.reshape(e, b, h, dk, dv)
     else:
-        y, final = gla_ref(_fold(q), _fold(k), _fold(v), _fold(gk), None, init, True)
-    y = _unfold(y, e).reshape(e, b, t, h * dv)
+        init = _fold_state(state, x.dtype)
+        if m.impl == "dispatch":
+            y, final = dispatch.gla(_fold(q), _fold(k), _fold(v), _fold(gk), None, init, True, chunk_size=m.chunk_size)
+        else:
+            y, final = gla_ref(_fold(q), _fold(k), _fold(v), _fold(gk), None, init, True)
+        y, final = _unfold(y, e).reshape(e, b, t, h * dv), _unfold_state(final, e)
     y = gated_rms_norm(y, o, p[pre + "norm.weight"], m.norm.eps)
-    return _linear(y, p[pre + "out_proj.weight"]), _unfold_state(final, e), window
+    return _linear(y, p[pre + "out_proj.weight"]), final, window
 
 
 def _noop(m, p, pre: str, x: torch.Tensor, state, window, need_final=True):

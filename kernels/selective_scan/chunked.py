@@ -226,12 +226,11 @@ def selective_scan_grouped(
     if initial_state is not None and tuple(initial_state.shape) != (g, b, d, n):
         raise ValueError(f"selective_scan_grouped: initial_state must be [G, B, D, N] = {(g, b, d, n)}, "
                          f"got {tuple(initial_state.shape)}")
-    if delta.shape != u.shape or B.shape != (g, b, t, n) or C.shape != B.shape:
-        raise ValueError(f"selective_scan_grouped: need delta {tuple(u.shape)} and B, C {(g, b, t, n)}; got "
-                         f"{tuple(delta.shape)}, {tuple(B.shape)}, {tuple(C.shape)}")
+    if delta.shape != u.shape or A.shape[1] != d or B.shape != (g, b, t, n) or C.shape != B.shape:
+        raise ValueError(f"selective_scan_grouped: need delta {tuple(u.shape)}, A {(g, d, n)} and B, C "
+                         f"{(g, b, t, n)}; got {tuple(delta.shape)}, {tuple(A.shape)}, {tuple(B.shape)}, {tuple(C.shape)}")
     if g == 0:
         return u.new_zeros(0, b, t, d), u.new_zeros(0, b, d, n)
-    check_selective_scan_inputs(u.flatten(0, 1), delta.flatten(0, 1), A[0], B.flatten(0, 1), C.flatten(0, 1))
     dtype = torch.promote_types(u.dtype, A.dtype)
     if t == 0 or b == 0 or not (u.device.type == "cpu" and dtype in _C_SUFFIX and _c_library() is not None):
         outs = [selective_scan_fused(u[i], delta[i], A[i], B[i], C[i],

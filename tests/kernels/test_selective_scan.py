@@ -244,3 +244,5 @@ def test_grouped_bad_shapes_raise():
         ss.selective_scan_grouped(u, delta, A, B[..., :2], C)
     with pytest.raises(ValueError, match="delta"):  # the groups and the batch swapped
         ss.selective_scan_grouped(u, delta.transpose(0, 1), A, B, C)
+    with pytest.raises(ValueError, match=r"A \(3, 5, 4\)"):  # one channel short
+        ss.selective_scan_grouped(u, delta, A[:, :-1], B, C)
