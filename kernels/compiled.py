@@ -292,6 +292,11 @@ def _check_private(root: Path) -> None:
         raise PermissionError(f"{root} is not a private directory of this user")
 
 
+def data_pointer(x):
+    """A tensor's address for a C kernel's pointer argument; None (a null pointer) for None."""
+    return None if x is None else x.data_ptr()
+
+
 def as_rows(x):
     """``(x or a contiguous copy, row stride)`` for a C kernel that reads a tensor as rows:
     element ``(..., d)`` of the result lies at ``data_ptr + (flat row index) · stride + d``.

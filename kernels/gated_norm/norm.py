@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..compiled import as_rows, c_library_status, typed_library
+from ..compiled import as_rows, c_library_status, data_pointer, typed_library
 
 __all__ = ["c_library", "compiled_kernel_status", "gated_rms_norm", "gated_rms_norm_ref"]
 
@@ -93,10 +93,6 @@ def c_library() -> ctypes.CDLL | None:
     return typed_library("gated_norm", _C_SOURCE, _SIGNATURES)
 
 
-def _ptr(x: torch.Tensor | None) -> int | None:
-    return None if x is None else x.data_ptr()
-
-
 @torch.compiler.disable  # torch.compile runs the C loops as they are (it cannot trace a ctypes call)
 def _gated_norm_c(y, z, w, eps, skip, skip_weight):
     return _GatedNormC.apply(y, z, w, eps, skip, skip_weight)
@@ -112,7 +108,7 @@ class _GatedNormC(torch.autograd.Function):
         sr, lds = as_rows(skip) if skip is not None else (None, d)
         out = torch.empty(y.shape, dtype=y.dtype)
         fn = getattr(c_library(), f"dl_gn_fwd_{_C_SUFFIX[y.dtype]}")
-        if fn(e, y.numel() // (e * d), d, ldy, ldz, lds, eps, *map(_ptr, (yr, zr, sr, skip_weight, w, out))):
+        if fn(e, y.numel() // (e * d), d, ldy, ldz, lds, eps, *map(data_pointer, (yr, zr, sr, skip_weight, w, out))):
             raise MemoryError(f"gated norm: out of memory for a [{d}] buffer")
         ctx.save_for_backward(yr, zr, w, sr, skip_weight)
         ctx.eps, ctx.lds = eps, (ldy, ldz, lds)
@@ -127,6 +123,6 @@ class _GatedNormC(torch.autograd.Function):
         gs = None if s is None else torch.empty(go.shape, dtype=y.dtype)
         gsw = None if s is None else torch.zeros_like(sw)
         fn = getattr(c_library(), f"dl_gn_bwd_{_C_SUFFIX[y.dtype]}")
-        if fn(e, go.numel() // (e * d), d, *ctx.lds, d, d, ctx.eps, *map(_ptr, (y, z, s, sw, w, go, gy, gz, gs, gsw, gw))):
+        if fn(e, go.numel() // (e * d), d, *ctx.lds, d, d, ctx.eps, *map(data_pointer, (y, z, s, sw, w, go, gy, gz, gs, gsw, gw))):
             raise MemoryError(f"gated norm backward: out of memory for a [{3 * d}] buffer")
         return gy, gz, gw, None, gs, gsw

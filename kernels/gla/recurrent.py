@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from ..compiled import as_rows, c_library_status, typed_library
+from ..compiled import as_rows, c_library_status, data_pointer, typed_library
 from .chunked import check_gla_inputs, gla_chunked
 
 __all__ = ["c_library", "compiled_kernel_status", "gla_recurrent", "gla_recurrent_applies"]
@@ -92,10 +92,6 @@ def gla_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gk: torch.T
     return (o, final) if return_final_state else o
 
 
-def _ptr(x: torch.Tensor | None) -> int | None:
-    return None if x is None else x.data_ptr()
-
-
 @torch.compiler.disable  # torch.compile runs the C loops as they are (it cannot trace a ctypes call)
 def _gla_c(q, k, v, gk, h0, scale, sizes):
     return _GLARecurrentC.apply(q, k, v, gk, h0, scale, sizes)
@@ -112,7 +108,7 @@ class _GLARecurrentC(torch.autograd.Function):
         o = torch.empty(b, t, h * dv, dtype=q.dtype)
         final = torch.empty(b, h, dk, dv, dtype=q.dtype)
         fn = getattr(c_library(), f"dl_gla_fwd_{_C_SUFFIX[q.dtype]}")
-        if fn(b, t, h, dk, dv, *lds, scale, *map(_ptr, (q, k, v, gk, h0, o, final))):
+        if fn(b, t, h, dk, dv, *lds, scale, *map(data_pointer, (q, k, v, gk, h0, o, final))):
             raise MemoryError(f"GLA recurrence: out of memory for a [{dk}, {dv}] state")
         ctx.save_for_backward(q, k, v, gk, h0)
         ctx.scale, ctx.sizes = scale, sizes
@@ -132,6 +128,6 @@ class _GLARecurrentC(torch.autograd.Function):
         gv = q.new_empty(b, t, h * dv)
         gh0 = q.new_empty(b, h, dk, dv)
         fn = getattr(c_library(), f"dl_gla_bwd_{_C_SUFFIX[q.dtype]}")
-        if fn(b, t, h, dk, dv, *lds, ctx.scale, *map(_ptr, (q, k, v, gk, h0, go, gf, gq, gk_, gv, ggk, gh0))):
+        if fn(b, t, h, dk, dv, *lds, ctx.scale, *map(data_pointer, (q, k, v, gk, h0, go, gf, gq, gk_, gv, ggk, gh0))):
             raise MemoryError(f"GLA recurrence backward: out of memory for [{t + 1}, {dk}, {dv}] states")
         return gq, gk_, gv, ggk, (gh0 if ctx.needs_input_grad[4] else None), None, None

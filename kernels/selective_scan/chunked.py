@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from ..compiled import C_KERNELS_ENV, c_library_status, typed_library
+from ..compiled import C_KERNELS_ENV, c_library_status, data_pointer, typed_library
 
 __all__ = [
     "selective_scan_ref",
@@ -280,10 +280,6 @@ def _c_library() -> ctypes.CDLL | None:
     return typed_library("selective_scan", _C_SOURCE, _SIGNATURES)
 
 
-def _ptr(x: torch.Tensor | None) -> int | None:
-    return None if x is None else x.data_ptr()
-
-
 def _rows_per_group(b: int, A: torch.Tensor) -> int:
     """How many consecutive batch rows share one A: all ``b`` for ``[D, N]``, ``b / G`` for ``[G, D, N]``."""
     return b if A.dim() == 2 else b // A.shape[0]
@@ -305,7 +301,7 @@ class _SelectiveScanC(torch.autograd.Function):
         final = torch.empty(b, d, n, dtype=u.dtype)  # [B, D, N]
         decays = torch.empty((b, d, t, n) if save_decays else (0,), dtype=u.dtype)  # [B, D, T, N]
         fn = getattr(_c_library(), f"dl_ss_fwd_{_C_SUFFIX[u.dtype]}")
-        if fn(b, _rows_per_group(b, A), t, d, n, *map(_ptr, (u, delta, A, B, C, h0, y, final, decays if save_decays else None))):
+        if fn(b, _rows_per_group(b, A), t, d, n, *map(data_pointer, (u, delta, A, B, C, h0, y, final, decays if save_decays else None))):
             raise MemoryError("selective scan: out of memory for an [N] buffer")
         return y, final, decays
 
@@ -330,7 +326,7 @@ class _SelectiveScanC(torch.autograd.Function):
         grad_h0 = torch.empty(b, d, n, dtype=u.dtype)
         saved = decays if decays.numel() else None
         fn = getattr(_c_library(), f"dl_ss_bwd_{_C_SUFFIX[u.dtype]}")
-        if fn(b, _rows_per_group(b, A), t, d, n, *map(_ptr, (u, delta, A, B, C, h0, saved, gy, gf, grad_u, grad_delta, grad_A, grad_B,
+        if fn(b, _rows_per_group(b, A), t, d, n, *map(data_pointer, (u, delta, A, B, C, h0, saved, gy, gf, grad_u, grad_delta, grad_A, grad_B,
                                       grad_C, grad_h0))):
             raise MemoryError(f"selective scan backward: out of memory for a [{t + 1}, {n}] buffer")
         return grad_u, grad_delta, grad_A, grad_B, grad_C, grad_h0, None

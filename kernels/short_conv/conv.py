@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..compiled import as_rows, c_library_status, typed_library
+from ..compiled import as_rows, c_library_status, data_pointer, typed_library
 
 __all__ = ["c_library", "causal_conv_silu", "causal_conv_silu_ref", "compiled_kernel_status", "last_window"]
 
@@ -157,10 +157,6 @@ def c_library() -> ctypes.CDLL | None:
     return typed_library("short_conv", _C_SOURCE, _SIGNATURES)
 
 
-def _ptr(x: torch.Tensor | None) -> int | None:
-    return None if x is None else x.data_ptr()
-
-
 @torch.compiler.disable  # torch.compile runs the C loops as they are (it cannot trace a ctypes call)
 def _conv_silu_c(x, w, bias, past):
     return _ConvSiluC.apply(x, w, bias, past)
@@ -176,7 +172,7 @@ class _ConvSiluC(torch.autograd.Function):
         k = w.shape[1]
         xr, ld = as_rows(x)  # a slice of a linear layer's output is read in place
         out = torch.empty(e, b, t, c, dtype=x.dtype)
-        getattr(c_library(), f"dl_sc_fwd_{_C_SUFFIX[x.dtype]}")(e, b, t, c, k, ld, *map(_ptr, (xr, past, w, bias, out)))
+        getattr(c_library(), f"dl_sc_fwd_{_C_SUFFIX[x.dtype]}")(e, b, t, c, k, ld, *map(data_pointer, (xr, past, w, bias, out)))
         ctx.save_for_backward(xr, w, bias, past)
         ctx.ld = ld
         return out
@@ -191,6 +187,6 @@ class _ConvSiluC(torch.autograd.Function):
         gb = None if bias is None else torch.zeros_like(bias)
         gpast = torch.empty_like(past) if past is not None and ctx.needs_input_grad[3] else None
         fn = getattr(c_library(), f"dl_sc_bwd_{_C_SUFFIX[x.dtype]}")
-        if fn(e, b, t, c, k, ctx.ld, c, *map(_ptr, (x, past, w, bias, grad_out.contiguous(), gx, gpast, gw, gb))):
+        if fn(e, b, t, c, k, ctx.ld, c, *map(data_pointer, (x, past, w, bias, grad_out.contiguous(), gx, gpast, gw, gb))):
             raise MemoryError(f"short conv backward: out of memory for a [{t}, {c}] buffer")
         return gx, gw, gb, gpast

@@ -39,6 +39,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..compiled import data_pointer
 from ..gated_norm import norm as _norm
 from ..short_conv import conv as _conv
 from . import single_chunk as _ssd
@@ -105,10 +106,6 @@ def mamba2_inner(zxbcdt: torch.Tensor, conv_w: torch.Tensor, conv_b: torch.Tenso
                     D.repeat_interleave(head_dim, dim=1), norm_w.contiguous(), e, (heads, head_dim, d_state))
 
 
-def _ptr(x: torch.Tensor | None) -> int | None:
-    return None if x is None else x.data_ptr()
-
-
 @torch.compiler.disable  # torch.compile runs the C loops as they are (it cannot trace a ctypes call)
 def _inner_c(zxbcdt, conv_w, conv_b, dt_bias, A_log, D_rep, norm_w, eps, sizes):
     return _Mamba2InnerC.apply(zxbcdt, conv_w, conv_b, dt_bias, A_log, D_rep, norm_w, eps, sizes)
@@ -128,18 +125,18 @@ class _Mamba2InnerC(torch.autograd.Function):
         suf = _SUFFIX[zxbcdt.dtype]
         zx = zxbcdt.contiguous()
         post = torch.empty(e, b, t, cc, dtype=zx.dtype)  # silu(conv(xBC)): x | B | C
-        getattr(_conv.c_library(), f"dl_sc_fwd_{suf}")(e, b, t, cc, k, w, *map(_ptr, (zx[..., di:], None, conv_w,
+        getattr(_conv.c_library(), f"dl_sc_fwd_{suf}")(e, b, t, cc, k, w, *map(data_pointer, (zx[..., di:], None, conv_w,
                                                                                        conv_b, post)))
         dt_in = zx[..., di + cc:] + dt_bias[:, None, None, :]  # [E, B, T, H]
         dt = F.softplus(dt_in)
         A = -torch.exp(A_log)
         a_rows = A[:, None, :].expand(e, b, h).reshape(e * b, h)
         y = torch.empty(e * b, t, h, p, dtype=zx.dtype)
-        if getattr(_ssd.c_library(), f"dl_ssd1_fwd_{suf}")(e * b, t, h, p, n, cc, cc, cc, *map(_ptr, (
+        if getattr(_ssd.c_library(), f"dl_ssd1_fwd_{suf}")(e * b, t, h, p, n, cc, cc, cc, *map(data_pointer, (
                 post, dt, a_rows, post[..., di:], post[..., di + n:], y, None))):
             raise MemoryError(f"single-chunk SSD: out of memory for [{t}, {t}] buffers")
         out = torch.empty(e, b, t, di, dtype=zx.dtype)
-        if getattr(_norm.c_library(), f"dl_gn_fwd_{suf}")(e, b * t, di, di, w, cc, eps, *map(_ptr, (
+        if getattr(_norm.c_library(), f"dl_gn_fwd_{suf}")(e, b * t, di, di, w, cc, eps, *map(data_pointer, (
                 y, zx, post, D_rep, norm_w, out))):
             raise MemoryError(f"gated norm: out of memory for a [{di}] buffer")
         ctx.save_for_backward(zx, conv_w, conv_b, post, dt_in, dt, a_rows, A, y, D_rep, norm_w)
@@ -160,12 +157,12 @@ class _Mamba2InnerC(torch.autograd.Function):
         g_y = torch.empty(e * b, t, h, p, dtype=zx.dtype)
         g_norm_w, g_d_rep = torch.zeros_like(norm_w), torch.zeros_like(D_rep)
         # gated norm: z's gradient into g_zx, the skip's (D·x) into g_post's x slice
-        if getattr(_norm.c_library(), f"dl_gn_bwd_{suf}")(e, b * t, di, di, w, cc, w, cc, ctx.eps, *map(_ptr, (
+        if getattr(_norm.c_library(), f"dl_gn_bwd_{suf}")(e, b * t, di, di, w, cc, w, cc, ctx.eps, *map(data_pointer, (
                 y, zx, post, D_rep, norm_w, go, g_y, g_zx, g_post, g_d_rep, g_norm_w))):
             raise MemoryError(f"gated norm backward: out of memory for a [{3 * di}] buffer")
         # SSD: x's gradient added to the skip's, B's and C's into their slices of g_post
         g_dt, g_a = torch.empty_like(dt), torch.empty_like(a_rows)
-        if getattr(_ssd.c_library(), f"dl_ssd1_bwd_{suf}")(e * b, t, h, p, n, cc, cc, cc, cc, cc, cc, 1, *map(_ptr, (
+        if getattr(_ssd.c_library(), f"dl_ssd1_bwd_{suf}")(e * b, t, h, p, n, cc, cc, cc, cc, cc, cc, 1, *map(data_pointer, (
                 post, dt, a_rows, post[..., di:], post[..., di + n:], y, g_y, None, g_post, g_dt, g_a,
                 g_post[..., di:], g_post[..., di + n:]))):
             raise MemoryError(f"single-chunk SSD backward: out of memory for [{t}, {t}] buffers")
@@ -174,7 +171,7 @@ class _Mamba2InnerC(torch.autograd.Function):
         # the convolution: xBC's gradient into g_zx
         g_cw = torch.zeros_like(conv_w)
         g_cb = None if conv_b is None else torch.zeros_like(conv_b)
-        if getattr(_conv.c_library(), f"dl_sc_bwd_{suf}")(e, b, t, cc, k, w, w, *map(_ptr, (
+        if getattr(_conv.c_library(), f"dl_sc_bwd_{suf}")(e, b, t, cc, k, w, w, *map(data_pointer, (
                 zx[..., di:], None, conv_w, conv_b, g_post, g_zx[..., di:], None, g_cw, g_cb))):
             raise MemoryError(f"short conv backward: out of memory for a [{t}, {cc}] buffer")
         g_a_log = g_a.view(e, b, h).sum(dim=1) * A  # d(−exp(A_log)) = A dA_log

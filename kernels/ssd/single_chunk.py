@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from ..compiled import as_rows, c_library_status, typed_library
+from ..compiled import as_rows, c_library_status, data_pointer, typed_library
 
 __all__ = ["c_library", "compiled_kernel_status", "single_chunk_applies", "ssd_single_chunk", "ssd_single_chunk_ref"]
 
@@ -106,10 +106,6 @@ def c_library() -> ctypes.CDLL | None:
     return typed_library("ssd_chunk", _C_SOURCE, _SIGNATURES)
 
 
-def _ptr(x: torch.Tensor | None) -> int | None:
-    return None if x is None else x.data_ptr()
-
-
 @torch.compiler.disable  # torch.compile runs the C loops as they are (it cannot trace a ctypes call)
 def _ssd_single_chunk_c(x, dt, A, B, C, need_final=True):
     return _SSDSingleChunkC.apply(x, dt, A, B, C, need_final)
@@ -128,7 +124,7 @@ class _SSDSingleChunkC(torch.autograd.Function):
         y = torch.empty(g, t, h, p, dtype=x.dtype)
         final = torch.empty(g, h, p, n, dtype=x.dtype) if need_final else None
         fn = getattr(c_library(), f"dl_ssd1_fwd_{_C_SUFFIX[x.dtype]}")
-        if fn(g, t, h, p, n, ldx, ldb, ldc, *map(_ptr, (xr, dt, A, br, cr, y, final))):
+        if fn(g, t, h, p, n, ldx, ldb, ldc, *map(data_pointer, (xr, dt, A, br, cr, y, final))):
             raise MemoryError(f"single-chunk SSD: out of memory for [{t}, {t}] buffers")
         ctx.save_for_backward(xr, dt, A, br, cr, y)
         ctx.set_materialize_grads(False)  # an unused final state: a null gradient, its terms skipped
@@ -144,6 +140,6 @@ class _SSDSingleChunkC(torch.autograd.Function):
         gx, gdt, gA = torch.empty(g, t, h, p, dtype=x.dtype), torch.empty_like(dt), torch.empty_like(A)
         gB, gC = torch.empty(g, t, n, dtype=x.dtype), torch.empty(g, t, n, dtype=x.dtype)
         fn = getattr(c_library(), f"dl_ssd1_bwd_{_C_SUFFIX[x.dtype]}")
-        if fn(g, t, h, p, n, ldx, ldb, ldc, h * p, n, n, 0, *map(_ptr, (x, dt, A, B, C, y, gy, gf, gx, gdt, gA, gB, gC))):
+        if fn(g, t, h, p, n, ldx, ldb, ldc, h * p, n, n, 0, *map(data_pointer, (x, dt, A, B, C, y, gy, gf, gx, gdt, gA, gB, gC))):
             raise MemoryError(f"single-chunk SSD backward: out of memory for [{t}, {t}] buffers")
         return gx, gdt, gA, gB, gC, None

@@ -68,7 +68,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..compiled import c_library
+from ..compiled import c_library, data_pointer
 from .common import BUFFERS, readout_ce, readout_ce_grad, token_rows
 
 __all__ = [
@@ -520,7 +520,7 @@ def diagonal_tracker_stream(
     ys = torch.empty(bsz, t_len, h, dtype=real, device=a.device) if features else None
     tok = tokens.to(torch.int64).contiguous()
     ge = torch.cat([g, e], dim=1)  # [V, 2H]
-    outs = [None if x is None else x.data_ptr() for x in (z, hs, ys)]
+    outs = [data_pointer(x) for x in (z, hs, ys)]
     suf = _SUFFIX[real]
     if cplx:
         st = state.clone().contiguous()  # [B, H] complex: (re, im) interleaved
