@@ -26,7 +26,8 @@
 
 #define GLA_KERNELS(T, SUF, EXP)                                                                   \
 int dl_gla_fwd_##SUF(int64_t nn, int64_t nt, int64_t nh, int64_t nk, int64_t nv, int64_t ldq,      \
-                     int64_t ldk, int64_t ldv, int64_t ldg, double sc, const T *q, const T *k, const T *v, const T *gk, const T *h0, T *o, T *fin) { \
+                     int64_t ldk, int64_t ldv, int64_t ldg, double sc, const T *q, const T *k,     \
+                     const T *v, const T *gk, const T *h0, T *o, T *fin) {                         \
     const T scale = (T)sc;                                                                         \
     const int64_t kv = nk * nv;                                                                    \
     T *S = (T *)malloc(sizeof(T) * (size_t)(kv + nk));                                             \
@@ -34,12 +35,12 @@ int dl_gla_fwd_##SUF(int64_t nn, int64_t nt, int64_t nh, int64_t nk, int64_t nv,
     T *e = S + kv;                                                                                 \
     for (int64_t n = 0; n < nn; n++)                                                               \
         for (int64_t h = 0; h < nh; h++) {                                                         \
-            if (h0) memcpy(S, h0 + (n * nh + h) * kv, sizeof(T) * (size_t)kv);                    \
+            if (h0) memcpy(S, h0 + (n * nh + h) * kv, sizeof(T) * (size_t)kv);                     \
             else memset(S, 0, sizeof(T) * (size_t)kv);                                             \
             for (int64_t t = 0; t < nt; t++) {                                                     \
-                const int64_t r = n * nt + t, iv = (r * nh + h) * nv;                                 \
-                const T *g = gk + r * ldg + h * nk, *kt = k + r * ldk + h * nk, *qt = q + r * ldq + h * nk; \
-                const T *vt = v + r * ldv + h * nv;                                                \
+                const int64_t r = n * nt + t, iv = (r * nh + h) * nv;                              \
+                const T *g = gk + r * ldg + h * nk, *kt = k + r * ldk + h * nk;                    \
+                const T *qt = q + r * ldq + h * nk, *vt = v + r * ldv + h * nv;                    \
                 T *ot = o + iv;                                                                    \
                 _Pragma("omp simd") for (int64_t i = 0; i < nk; i++) e[i] = EXP(g[i]);             \
                 _Pragma("omp simd") for (int64_t j = 0; j < nv; j++) ot[j] = 0;                    \
@@ -58,10 +59,11 @@ int dl_gla_fwd_##SUF(int64_t nn, int64_t nt, int64_t nh, int64_t nk, int64_t nv,
     return 0;                                                                                      \
 }                                                                                                  \
                                                                                                    \
-/* The backward pass keeps the states and the adjoint transposed, [V, K], so that every sum it   \
-   takes over V (gq, gk, ggk) is a K-wide vector accumulated row by row; only gv sums over K. */  \
+/* The backward pass keeps the states and the adjoint transposed, [V, K], so that every sum it     \
+   takes over V (gq, gk, ggk) is a K-wide vector accumulated row by row; only gv sums over K. */   \
 int dl_gla_bwd_##SUF(int64_t nn, int64_t nt, int64_t nh, int64_t nk, int64_t nv, int64_t ldq,      \
-                     int64_t ldk, int64_t ldv, int64_t ldg, double sc, const T *q, const T *k, const T *v, const T *gk, const T *h0, const T *go,    \
+                     int64_t ldk, int64_t ldv, int64_t ldg, double sc, const T *q, const T *k,     \
+                     const T *v, const T *gk, const T *h0, const T *go,                            \
                      const T *gfin, T *gq, T *gkk, T *gv, T *ggk, T *gh0) {                        \
     const T scale = (T)sc;                                                                         \
     const int64_t kv = nk * nv;                                                                    \
@@ -75,8 +77,9 @@ int dl_gla_bwd_##SUF(int64_t nn, int64_t nt, int64_t nh, int64_t nk, int64_t nv,
             for (int64_t j = 0; j < nv; j++)                                                       \
                 for (int64_t i = 0; i < nk; i++) Ss[j * nk + i] = h0 ? h0[row + i * nv + j] : (T)0; \
             for (int64_t t = 0; t < nt; t++) {                                                     \
-                const int64_t r = n * nt + t;                                                          \
-                const T *g = gk + r * ldg + h * nk, *kt = k + r * ldk + h * nk, *vt = v + r * ldv + h * nv; \
+                const int64_t r = n * nt + t;                                                      \
+                const T *g = gk + r * ldg + h * nk, *kt = k + r * ldk + h * nk;                    \
+                const T *vt = v + r * ldv + h * nv;                                                \
                 _Pragma("omp simd") for (int64_t i = 0; i < nk; i++) e[i] = EXP(g[i]);             \
                 for (int64_t j = 0; j < nv; j++) {                                                 \
                     const T *sp = Ss + t * kv + j * nk;                                            \
@@ -88,9 +91,9 @@ int dl_gla_bwd_##SUF(int64_t nn, int64_t nt, int64_t nh, int64_t nk, int64_t nv,
             for (int64_t j = 0; j < nv; j++)                                                       \
                 for (int64_t i = 0; i < nk; i++) L[j * nk + i] = gfin ? gfin[row + i * nv + j] : (T)0; \
             for (int64_t t = nt - 1; t >= 0; t--) {                                                \
-                const int64_t r = n * nt + t, ik = (r * nh + h) * nk, iv = (r * nh + h) * nv;            \
-                const int64_t iq = r * ldq + h * nk, ikk = r * ldk + h * nk, ig = r * ldg + h * nk, ivv = r * ldv + h * nv; \
-                const T *g = gk + ig, *kt = k + ikk, *qt = q + iq, *gt = go + iv, *vt = v + ivv;   \
+                const int64_t r = n * nt + t, ik = (r * nh + h) * nk, iv = (r * nh + h) * nv;      \
+                const T *g = gk + r * ldg + h * nk, *kt = k + r * ldk + h * nk;                    \
+                const T *qt = q + r * ldq + h * nk, *vt = v + r * ldv + h * nv, *gt = go + iv;     \
                 T *gvt = gv + iv;                                                                  \
                 _Pragma("omp simd") for (int64_t i = 0; i < nk; i++) {                             \
                     e[i] = EXP(g[i]);                                                              \

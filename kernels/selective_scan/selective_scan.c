@@ -27,13 +27,13 @@
 #include "dl_prelude.h"  /* dl_expf (float32 exp, about 1 ulp), dl_exp */
 
 #define SCAN_KERNELS(T, SUF, EXP)                                                                  \
-int dl_ss_fwd_##SUF(int64_t nb, int64_t nbg, int64_t nt, int64_t nd, int64_t nn, const T *u, const T *delta,    \
-                    const T *A, const T *B, const T *C, const T *h0, T *y, T *hT, T *dsave) {      \
+int dl_ss_fwd_##SUF(int64_t nb, int64_t nbg, int64_t nt, int64_t nd, int64_t nn, const T *u,       \
+                    const T *delta, const T *A, const T *B, const T *C, const T *h0, T *y, T *hT, T *dsave) { \
     T *h = (T *)malloc(sizeof(T) * (size_t)nn);                                                    \
     if (!h) return 1;                                                                              \
     for (int64_t b = 0; b < nb; b++)                                                               \
         for (int64_t d = 0; d < nd; d++) {                                                         \
-            const T *a = A + ((b / nbg) * nd + d) * nn;                                                               \
+            const T *a = A + ((b / nbg) * nd + d) * nn;                                            \
             memcpy(h, h0 + (b * nd + d) * nn, sizeof(T) * (size_t)nn);                             \
             for (int64_t t = 0; t < nt; t++) {                                                     \
                 int64_t i = (b * nt + t) * nd + d;                                                 \
@@ -65,8 +65,8 @@ int dl_ss_fwd_##SUF(int64_t nb, int64_t nbg, int64_t nt, int64_t nd, int64_t nn,
     return 0;                                                                                      \
 }                                                                                                  \
                                                                                                    \
-int dl_ss_bwd_##SUF(int64_t nb, int64_t nbg, int64_t nt, int64_t nd, int64_t nn, const T *u, const T *delta,    \
-                    const T *A, const T *B, const T *C, const T *h0, const T *dsave, const T *gy,  \
+int dl_ss_bwd_##SUF(int64_t nb, int64_t nbg, int64_t nt, int64_t nd, int64_t nn, const T *u,       \
+                    const T *delta, const T *A, const T *B, const T *C, const T *h0, const T *dsave, const T *gy, \
                     const T *gfinal, T *gu, T *gdelta, T *gA, T *gB, T *gC, T *gh0) {              \
     T *hs = (T *)malloc(sizeof(T) * (size_t)((nt + 1) * nn));                                      \
     T *decs = dsave ? NULL : (T *)malloc(sizeof(T) * (size_t)(nt * nn + 1));                       \
@@ -74,9 +74,9 @@ int dl_ss_bwd_##SUF(int64_t nb, int64_t nbg, int64_t nt, int64_t nd, int64_t nn,
     if (!hs || (!dsave && !decs) || !lam) { free(hs); free(decs); free(lam); return 1; }           \
     for (int64_t b = 0; b < nb; b++)                                                               \
         for (int64_t d = 0; d < nd; d++) {                                                         \
-            const T *a = A + ((b / nbg) * nd + d) * nn;                                                               \
-            T *ga = gA + ((b / nbg) * nd + d) * nn;                                                                   \
-            const T *row = dsave ? dsave + (b * nd + d) * nt * nn : decs; /* decays of the row, [T, N] */\
+            const T *a = A + ((b / nbg) * nd + d) * nn;                                            \
+            T *ga = gA + ((b / nbg) * nd + d) * nn;                                                \
+            const T *row = dsave ? dsave + (b * nd + d) * nt * nn : decs; /* decays of the row, [T, N] */ \
             memcpy(hs, h0 + (b * nd + d) * nn, sizeof(T) * (size_t)nn);                            \
             for (int64_t t = 0; t < nt; t++) {                                                     \
                 int64_t i = (b * nt + t) * nd + d;                                                 \
