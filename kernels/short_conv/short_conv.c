@@ -10,7 +10,7 @@
    torch form does.  Backward: the pre-activations are recomputed, g_t = gout_t silu'(a_t),
        gx[s] = sum_j w_j g[s + K - 1 - j] (over the steps inside [0, T)),
        gw_j += in(t - K + 1 + j) g_t, gb += g_t (accumulated over b and t; gw and gb must be zeroed).
-   Both return 0, or 1 when a [T, C] buffer cannot be allocated. */
+   Both return 0, or 1 when a scratch row or buffer cannot be allocated. */
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)
@@ -19,88 +19,135 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "dl_prelude.h"  /* dl_expf (float32 exp, about 1 ulp), dl_exp */
 
-/* the pre-activations a [T, C] of one sequence: x [T, C], past [K - 1, C] or null */
-#define CONV_PRE(T, SUF)                                                                           \
-static void dl_sc_pre_##SUF(int64_t nt, int64_t nc, int64_t nk, int64_t ldx, const T *x, const T *past,         \
-                            const T *w, const T *bias, T *a) {                                     \
-    for (int64_t t = 0; t < nt; t++) {                                                             \
-        T *at = a + t * nc;                                                                        \
-        for (int64_t j = 0; j < nk; j++) {                                                         \
-            int64_t s = t - nk + 1 + j;                                                            \
-            const T *in = s >= 0 ? x + s * ldx : (past ? past + (nk - 1 + s) * nc : NULL);         \
-            const T *wj = w + j * nc;                                                              \
-            if (j == 0) {                                                                          \
-                if (in) { _Pragma("omp simd") for (int64_t c = 0; c < nc; c++) at[c] = in[c] * wj[c]; } \
-                else { _Pragma("omp simd") for (int64_t c = 0; c < nc; c++) at[c] = (T)0 * wj[c]; } \
-            } else if (in) {                                                                       \
-                _Pragma("omp simd") for (int64_t c = 0; c < nc; c++) at[c] = at[c] + in[c] * wj[c]; \
-            } else {                                                                               \
-                _Pragma("omp simd") for (int64_t c = 0; c < nc; c++) at[c] = at[c] + (T)0 * wj[c]; \
-            }                                                                                      \
-        }                                                                                          \
-        if (bias) { _Pragma("omp simd") for (int64_t c = 0; c < nc; c++) at[c] = at[c] + bias[c]; } \
-    }                                                                                              \
-}
+#if defined(__GNUC__) || defined(__clang__)
+#define DL_SC_INLINE static inline __attribute__((always_inline))
+#else
+#define DL_SC_INLINE static inline
+#endif
 
+/* Each sequence is one pass per direction, step by step: a step's K taps are summed in
+   registers channel by channel (no partial sums written back), and the backward forms the
+   tap and bias gradients at the step it computes g_t.  The per-sequence functions are inlined
+   with K = 4 a constant (Mamba's default, the taps then unrolled) and with K at run time. */
 #define CONV_KERNELS(T, SUF, EXP)                                                                  \
-CONV_PRE(T, SUF)                                                                                   \
-int dl_sc_fwd_##SUF(int64_t ne, int64_t nb, int64_t nt, int64_t nc, int64_t nk, int64_t ldx, const T *x,        \
-                    const T *past, const T *w, const T *bias, T *out) {                            \
-    for (int64_t e = 0; e < ne; e++)                                                               \
-        for (int64_t b = 0; b < nb; b++) {                                                         \
-            int64_t seq = e * nb + b;                                                              \
-            T *o = out + seq * nt * nc;                                                            \
-            dl_sc_pre_##SUF(nt, nc, nk, ldx, x + seq * nt * ldx, past ? past + seq * (nk - 1) * nc : NULL, \
-                            w + e * nk * nc, bias ? bias + e * nc : NULL, o);                      \
-            _Pragma("omp simd")                                                                    \
-            for (int64_t i = 0; i < nt * nc; i++) o[i] = o[i] / ((T)1 + EXP(-o[i]));               \
-        }                                                                                          \
-    return 0;                                                                                      \
+/* in[j] = in(t - K + 1 + j): x's row, the past window's row, or the zero row where there is none */ \
+static inline void dl_sc_rows_##SUF(int64_t t, int64_t nc, int64_t nk, int64_t ldx, const T *x,    \
+                                    const T *past, const T *zero, const T **in) {                  \
+    for (int64_t j = 0; j < nk; j++) {                                                             \
+        int64_t s = t - nk + 1 + j;                                                                \
+        in[j] = s >= 0 ? x + s * ldx : (past ? past + (nk - 1 + s) * nc : zero);                   \
+    }                                                                                              \
 }                                                                                                  \
                                                                                                    \
-int dl_sc_bwd_##SUF(int64_t ne, int64_t nb, int64_t nt, int64_t nc, int64_t nk, int64_t ldx, int64_t ldg,    \
-                    const T *x,                                                                    \
-                    const T *past, const T *w, const T *bias, const T *gout, T *gx, T *gpast,      \
-                    T *gw, T *gb) {                                                                \
-    T *g = (T *)malloc(sizeof(T) * (size_t)(nt * nc + 1));                                         \
-    if (!g) return 1;                                                                              \
+/* one sequence: out_t = silu(a_t) */                                                              \
+DL_SC_INLINE void dl_sc_seq_fwd_##SUF(int64_t nt, int64_t nc, int64_t nk, int64_t ldx, const T *x,  \
+                                      const T *past, const T *w, const T *bias, const T *zero,     \
+                                      T *out) {                                                    \
+    const T *in[nk];                                                                               \
+    for (int64_t t = 0; t < nt; t++) {                                                             \
+        dl_sc_rows_##SUF(t, nc, nk, ldx, x, past, zero, in);                                       \
+        T *o = out + t * nc;                                                                       \
+        if (bias) {                                                                                \
+            _Pragma("omp simd") for (int64_t c = 0; c < nc; c++) {                                 \
+                T a = in[0][c] * w[c];                                                             \
+                for (int64_t j = 1; j < nk; j++) a = a + in[j][c] * w[j * nc + c];                 \
+                a = a + bias[c];                                                                   \
+                o[c] = a / ((T)1 + EXP(-a));                                                       \
+            }                                                                                      \
+        } else {                                                                                   \
+            _Pragma("omp simd") for (int64_t c = 0; c < nc; c++) {                                 \
+                T a = in[0][c] * w[c];                                                             \
+                for (int64_t j = 1; j < nk; j++) a = a + in[j][c] * w[j * nc + c];                 \
+                o[c] = a / ((T)1 + EXP(-a));                                                       \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+}                                                                                                  \
+                                                                                                   \
+/* one sequence: g_t = gout_t silu'(a_t) into g [T, C] with gb and the taps' gradients of step t  \
+   (each accumulates over t in order, as over the inputs s), then gx / gpast from g */             \
+DL_SC_INLINE void dl_sc_seq_bwd_##SUF(int64_t nt, int64_t nc, int64_t nk, int64_t ldx, int64_t ldg, \
+                                      const T *x, const T *past, const T *w, const T *bias,        \
+                                      const T *zero, const T *go, T *g, T *gx, T *gpast, T *gw,    \
+                                      T *gb) {                                                     \
+    const T *in[nk];                                                                               \
+    for (int64_t t = 0; t < nt; t++) {                                                             \
+        dl_sc_rows_##SUF(t, nc, nk, ldx, x, past, zero, in);                                       \
+        T *gt = g + t * nc;                                                                        \
+        const T *got = go + t * nc;                                                                \
+        _Pragma("omp simd") for (int64_t c = 0; c < nc; c++) {                                     \
+            T a = in[0][c] * w[c];                                                                 \
+            for (int64_t j = 1; j < nk; j++) a = a + in[j][c] * w[j * nc + c];                     \
+            if (bias) a = a + bias[c];                                                             \
+            T sg = (T)1 / ((T)1 + EXP(-a));                                                        \
+            gt[c] = got[c] * (sg * ((T)1 + a * ((T)1 - sg)));                                      \
+        }                                                                                          \
+        if (gb) { _Pragma("omp simd") for (int64_t c = 0; c < nc; c++) gb[c] += gt[c]; }           \
+        for (int64_t j = 0; j < nk; j++) {                                                         \
+            if (in[j] == zero) continue; /* no input there (no past window): no term */            \
+            T *gwj = gw + j * nc;                                                                  \
+            const T *ij = in[j];                                                                   \
+            _Pragma("omp simd") for (int64_t c = 0; c < nc; c++) gwj[c] += ij[c] * gt[c];          \
+        }                                                                                          \
+    }                                                                                              \
+    /* gx[s] = sum_j w_j g[s + K - 1 - j] over the taps whose step lies in [0, T), j in order */   \
+    for (int64_t s = -(nk - 1); s < nt; s++) {                                                     \
+        T *gi = s >= 0 ? gx + s * ldg : (gpast ? gpast + (nk - 1 + s) * nc : NULL);                \
+        if (!gi) continue;                                                                         \
+        if (s >= 0 && s + nk - 1 < nt) { /* every tap meets a step */                              \
+            const T *gs = g + (s + nk - 1) * nc;                                                   \
+            _Pragma("omp simd") for (int64_t c = 0; c < nc; c++) {                                 \
+                T acc = 0;                                                                         \
+                for (int64_t j = 0; j < nk; j++) acc = acc + w[j * nc + c] * gs[c - j * nc];       \
+                gi[c] = acc;                                                                       \
+            }                                                                                      \
+            continue;                                                                              \
+        }                                                                                          \
+        _Pragma("omp simd") for (int64_t c = 0; c < nc; c++) gi[c] = 0;                            \
+        for (int64_t j = 0; j < nk; j++) {                                                         \
+            int64_t t = s + nk - 1 - j;                                                            \
+            if (t < 0 || t >= nt) continue;                                                        \
+            const T *gt = g + t * nc, *wj = w + j * nc;                                            \
+            _Pragma("omp simd") for (int64_t c = 0; c < nc; c++) gi[c] = gi[c] + wj[c] * gt[c];    \
+        }                                                                                          \
+    }                                                                                              \
+}                                                                                                  \
+                                                                                                   \
+int dl_sc_fwd_##SUF(int64_t ne, int64_t nb, int64_t nt, int64_t nc, int64_t nk, int64_t ldx,       \
+                    const T *x, const T *past, const T *w, const T *bias, T *out) {                \
+    T *zero = (T *)calloc((size_t)nc + 1, sizeof(T));                                              \
+    if (!zero) return 1;                                                                           \
     for (int64_t e = 0; e < ne; e++)                                                               \
         for (int64_t b = 0; b < nb; b++) {                                                         \
             int64_t seq = e * nb + b;                                                              \
             const T *xs = x + seq * nt * ldx, *ps = past ? past + seq * (nk - 1) * nc : NULL;       \
-            const T *we = w + e * nk * nc, *go = gout + seq * nt * nc;                             \
-            T *gwe = gw + e * nk * nc;                                                             \
-            dl_sc_pre_##SUF(nt, nc, nk, ldx, xs, ps, we, bias ? bias + e * nc : NULL, g);               \
-            _Pragma("omp simd")                                                                    \
-            for (int64_t i = 0; i < nt * nc; i++) {                                                \
-                T a = g[i], sg = (T)1 / ((T)1 + EXP(-a));                                          \
-                g[i] = go[i] * (sg * ((T)1 + a * ((T)1 - sg)));                                    \
-            }                                                                                      \
-            if (gb) {                                                                              \
-                T *gbe = gb + e * nc;                                                              \
-                for (int64_t t = 0; t < nt; t++) {                                                 \
-                    _Pragma("omp simd") for (int64_t c = 0; c < nc; c++) gbe[c] += g[t * nc + c];  \
-                }                                                                                  \
-            }                                                                                      \
-            /* inputs s in [-(K - 1), T): gx / gpast and the taps' gradients */                    \
-            for (int64_t s = -(nk - 1); s < nt; s++) {                                             \
-                const T *in = s >= 0 ? xs + s * ldx : (ps ? ps + (nk - 1 + s) * nc : NULL);        \
-                T *gi = s >= 0 ? gx + (seq * nt + s) * ldg                                         \
-                               : (gpast ? gpast + (seq * (nk - 1) + nk - 1 + s) * nc : NULL);      \
-                if (gi) memset(gi, 0, sizeof(T) * (size_t)nc);                                     \
-                for (int64_t j = 0; j < nk; j++) {                                                 \
-                    int64_t t = s + nk - 1 - j; /* the output step this input meets tap j at */    \
-                    if (t < 0 || t >= nt) continue;                                                \
-                    const T *gt = g + t * nc, *wj = we + j * nc;                                   \
-                    T *gwj = gwe + j * nc;                                                         \
-                    if (gi) { _Pragma("omp simd") for (int64_t c = 0; c < nc; c++) gi[c] += wj[c] * gt[c]; } \
-                    if (in) { _Pragma("omp simd") for (int64_t c = 0; c < nc; c++) gwj[c] += in[c] * gt[c]; } \
-                }                                                                                  \
-            }                                                                                      \
+            const T *we = w + e * nk * nc, *be = bias ? bias + e * nc : NULL;                      \
+            T *o = out + seq * nt * nc;                                                            \
+            if (nk == 4) dl_sc_seq_fwd_##SUF(nt, nc, 4, ldx, xs, ps, we, be, zero, o);             \
+            else dl_sc_seq_fwd_##SUF(nt, nc, nk, ldx, xs, ps, we, be, zero, o);                    \
+        }                                                                                          \
+    free(zero);                                                                                    \
+    return 0;                                                                                      \
+}                                                                                                  \
+                                                                                                   \
+int dl_sc_bwd_##SUF(int64_t ne, int64_t nb, int64_t nt, int64_t nc, int64_t nk, int64_t ldx,       \
+                    int64_t ldg, const T *x, const T *past, const T *w, const T *bias,             \
+                    const T *gout, T *gx, T *gpast, T *gw, T *gb) {                                \
+    T *g = (T *)calloc((size_t)((nt + 1) * nc + 1), sizeof(T)); /* g [T, C], then the zero row */ \
+    if (!g) return 1;                                                                              \
+    const T *zero = g + nt * nc;                                                                   \
+    for (int64_t e = 0; e < ne; e++)                                                               \
+        for (int64_t b = 0; b < nb; b++) {                                                         \
+            int64_t seq = e * nb + b;                                                              \
+            const T *xs = x + seq * nt * ldx, *ps = past ? past + seq * (nk - 1) * nc : NULL;       \
+            const T *we = w + e * nk * nc, *be = bias ? bias + e * nc : NULL, *go = gout + seq * nt * nc; \
+            T *gxs = gx + seq * nt * ldg, *gps = gpast ? gpast + seq * (nk - 1) * nc : NULL;       \
+            T *gwe = gw + e * nk * nc, *gbe = gb ? gb + e * nc : NULL;                             \
+            if (nk == 4) dl_sc_seq_bwd_##SUF(nt, nc, 4, ldx, ldg, xs, ps, we, be, zero, go, g, gxs, gps, gwe, gbe); \
+            else dl_sc_seq_bwd_##SUF(nt, nc, nk, ldx, ldg, xs, ps, we, be, zero, go, g, gxs, gps, gwe, gbe); \
         }                                                                                          \
     free(g);                                                                                       \
     return 0;                                                                                      \
