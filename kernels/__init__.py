@@ -1,7 +1,10 @@
 """dynlab's kernels, one folder per op; they import torch (and Triton on use), never dynlab.
 
 - ``scan/`` — the linear (diagonal) scan and the dense RNN scan;
-- ``ssd/`` — Mamba-2's state-space duality scan;
+- ``ssd/`` — Mamba-2's state-space duality scan; for the LM stacks on the CPU also its
+  single-chunk C loops (``ssd_chunk.c``) and the mixer between its projections as one op,
+  whose ``mixer_inner.c`` runs the convolution's, the scan's and the norm's loops block by
+  block of sequences;
 - ``gla/`` — gated linear attention (and the Triton selective scan, which shares its kernel);
 - ``selective_scan/`` — Mamba-1's selective scan, with its C loops (``selective_scan.c``);
 - ``tracker_loss/`` — the fused tracker losses (dense, gated, diagonal; ``diagonal.c``);

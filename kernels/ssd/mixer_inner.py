@@ -28,25 +28,75 @@ autograd.  It computes the same function with the same loops and the same order 
 sum as the separate ops (tests/kernels/test_mixer_inner.py compares it with them and with the
 autograd reference, values and gradients).
 
+The three C loops run block by block of a member's sequences (``mixer_inner.c``, which
+calls the three libraries' functions through pointers): run one after the other over the
+whole stack, each loop streamed the activations the previous one wrote through memory, and
+the backward wrote the gradients of ``y`` and of the convolution's output to whole-stack
+tensors only to read them back.  A block holds as many sequences as fit
+:data:`CACHE_BLOCK_BYTES` of those activations (at least one), and the backward keeps the two
+gradients in a block-sized scratch.  Each loop computes per sequence what it computed over
+the stack, and the weight gradients accumulate sequence after sequence in the same order,
+so the numbers do not depend on the block size (tested bit for bit).
+
 :func:`mamba2_inner_applies` says when the C loops run it (CPU, float32/float64, one dtype,
-``1 ≤ T``, the three libraries built); the stack calls it only for a zero initial state and
+``1 ≤ T``, the four libraries built); the stack calls it only for a zero initial state and
 conv window, a window that fits one chunk, and no final state read (training with the zero
 intervention), and keeps the separate ops everywhere else.
 """
 
 from __future__ import annotations
 
+import ctypes
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 
-from ..compiled import data_pointer
+from ..compiled import data_pointer, typed_library
 from ..gated_norm import norm as _norm
 from ..short_conv import conv as _conv
 from . import single_chunk as _ssd
 
-__all__ = ["mamba2_inner", "mamba2_inner_applies", "mamba2_inner_ref"]
+__all__ = ["CACHE_BLOCK_BYTES", "mamba2_inner", "mamba2_inner_applies", "mamba2_inner_ref"]
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+
+#: Bytes of one block's activations (``in_proj``'s output rows, the convolution's output and
+#: its gradient, y and its gradient) that the C loops keep in cache between them: 128 KiB
+#: holds two sequences of the ``budget`` model's 32 steps and one of the ``quick`` model's.
+#: Measured on a 2-core Xeon (48 KiB L1, 2 MiB L2 a core), forward and backward of the three
+#: loops with cold caches: one or a few sequences a block ran 1.3x faster than the whole stack
+#: at a time, at widths 16 and 64 alike (``docs/performance.md``).
+CACHE_BLOCK_BYTES = 1 << 17
+
+#: The C source of the block loop, shipped beside this module (built by :mod:`dynlab.kernels.compiled`).
+_C_SOURCE = (Path(__file__).parent / "mixer_inner.c").read_text(encoding="utf-8")
+
+_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+_SIGNATURES = {
+    "dl_m2i_fwd_{suf}": ([_PTR] * 3 + [_I64] * 8 + [ctypes.c_double] + [_PTR] * 10, ctypes.c_int),
+    "dl_m2i_bwd_{suf}": ([_PTR] * 3 + [_I64] * 8 + [ctypes.c_double] + [_PTR] * 17, ctypes.c_int),
+}
+
+_FAILED = {1: "short conv: out of memory for a [{t}, {cc}] buffer", 2: "single-chunk SSD: out of memory for [{t}, {t}] buffers",
+           3: "gated norm: out of memory for a [{di3}] buffer", 4: "Mamba-2 mixer: out of memory for a [{blk}, {t}, {cd}] scratch"}
+
+
+def c_library() -> ctypes.CDLL | None:
+    """The block loop's compiled library (``dl_m2i_fwd_*``, ``dl_m2i_bwd_*``), or None where no C compiler or ``DYNLAB_C_KERNELS=0``."""
+    return typed_library("mixer_inner", _C_SOURCE, _SIGNATURES)
+
+
+def _address(fn) -> int:
+    """The address of a loaded C function, for the block loop's function-pointer arguments."""
+    return ctypes.cast(fn, ctypes.c_void_p).value
+
+
+def _sequences_per_block(t: int, w: int, cc: int, di: int, itemsize: int, nb: int) -> int:
+    """How many of a member's ``nb`` sequences one block holds: as many as fit
+    :data:`CACHE_BLOCK_BYTES` of ``T·(W + 2C + 2·H·P)`` elements each, at least one."""
+    per_sequence = t * (w + 2 * cc + 2 * di) * itemsize
+    return max(1, min(nb, CACHE_BLOCK_BYTES // per_sequence))
 
 
 def _check(zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, heads, head_dim, d_state) -> tuple[int, int, int]:
@@ -89,7 +139,8 @@ def mamba2_inner_applies(zxbcdt: torch.Tensor, *others: torch.Tensor | None) -> 
     float64, one dtype, at least one step, and the three libraries available."""
     return (zxbcdt.device.type == "cpu" and zxbcdt.dtype in _SUFFIX and zxbcdt.dim() == 4 and zxbcdt.shape[2] > 0
             and all(o is None or (o.dtype == zxbcdt.dtype and o.device.type == "cpu") for o in others)
-            and _conv.c_library() is not None and _ssd.c_library() is not None and _norm.c_library() is not None)
+            and _conv.c_library() is not None and _ssd.c_library() is not None and _norm.c_library() is not None
+            and c_library() is not None)
 
 
 def mamba2_inner(zxbcdt: torch.Tensor, conv_w: torch.Tensor, conv_b: torch.Tensor | None,
@@ -112,9 +163,10 @@ def _inner_c(zxbcdt, conv_w, conv_b, dt_bias, A_log, D_rep, norm_w, eps, sizes):
 
 
 class _Mamba2InnerC(torch.autograd.Function):
-    """Forward: the convolution, the SSD and the gated norm's C loops, each reading its inputs
-    in place from ``zxbcdt`` and the convolution's output; backward: the same loops' backward
-    passes in reverse, each writing into its slice of one gradient of ``zxbcdt``."""
+    """Forward: the convolution, the SSD and the gated norm's C loops, block by block of
+    sequences, each reading its inputs in place from ``zxbcdt`` and the convolution's output;
+    backward: the same loops' backward passes in reverse, each writing into its slice of one
+    gradient of ``zxbcdt`` (``mixer_inner.c``)."""
 
     @staticmethod
     def forward(ctx, zxbcdt, conv_w, conv_b, dt_bias, A_log, D_rep, norm_w, eps, sizes):
@@ -124,23 +176,21 @@ class _Mamba2InnerC(torch.autograd.Function):
         k = conv_w.shape[1]
         suf = _SUFFIX[zxbcdt.dtype]
         zx = zxbcdt.contiguous()
-        post = torch.empty(e, b, t, cc, dtype=zx.dtype)  # silu(conv(xBC)): x | B | C
-        getattr(_conv.c_library(), f"dl_sc_fwd_{suf}")(e, b, t, cc, k, w, *map(data_pointer, (zx[..., di:], None, conv_w,
-                                                                                       conv_b, post)))
         dt_in = zx[..., di + cc:] + dt_bias[:, None, None, :]  # [E, B, T, H]
         dt = F.softplus(dt_in)
         A = -torch.exp(A_log)
         a_rows = A[:, None, :].expand(e, b, h).reshape(e * b, h)
+        post = torch.empty(e, b, t, cc, dtype=zx.dtype)  # silu(conv(xBC)): x | B | C
         y = torch.empty(e * b, t, h, p, dtype=zx.dtype)
-        if getattr(_ssd.c_library(), f"dl_ssd1_fwd_{suf}")(e * b, t, h, p, n, cc, cc, cc, *map(data_pointer, (
-                post, dt, a_rows, post[..., di:], post[..., di + n:], y, None))):
-            raise MemoryError(f"single-chunk SSD: out of memory for [{t}, {t}] buffers")
         out = torch.empty(e, b, t, di, dtype=zx.dtype)
-        if getattr(_norm.c_library(), f"dl_gn_fwd_{suf}")(e, b * t, di, di, w, cc, eps, *map(data_pointer, (
-                y, zx, post, D_rep, norm_w, out))):
-            raise MemoryError(f"gated norm: out of memory for a [{di}] buffer")
+        blk = _sequences_per_block(t, w, cc, di, zx.element_size(), b)
+        status = getattr(c_library(), f"dl_m2i_fwd_{suf}")(
+            *_functions(suf, "dl_sc_fwd", "dl_ssd1_fwd", "dl_gn_fwd"), e, b, t, h, p, n, k, blk, eps,
+            *map(data_pointer, (zx, conv_w, conv_b, dt, a_rows, D_rep, norm_w, post, y, out)))
+        if status:
+            raise MemoryError(_FAILED[status].format(t=t, cc=cc, di3=3 * di, blk=blk, cd=cc + di))
         ctx.save_for_backward(zx, conv_w, conv_b, post, dt_in, dt, a_rows, A, y, D_rep, norm_w)
-        ctx.eps, ctx.sizes = eps, sizes
+        ctx.eps, ctx.sizes, ctx.blk = eps, sizes, blk
         return out
 
     @staticmethod
@@ -153,26 +203,24 @@ class _Mamba2InnerC(torch.autograd.Function):
         suf = _SUFFIX[zx.dtype]
         go = grad_out.contiguous()
         g_zx = torch.empty(e, b, t, w, dtype=zx.dtype)  # the gradient of in_proj's output, slice by slice
-        g_post = torch.empty(e, b, t, cc, dtype=zx.dtype)
-        g_y = torch.empty(e * b, t, h, p, dtype=zx.dtype)
-        g_norm_w, g_d_rep = torch.zeros_like(norm_w), torch.zeros_like(D_rep)
-        # gated norm: z's gradient into g_zx, the skip's (D·x) into g_post's x slice
-        if getattr(_norm.c_library(), f"dl_gn_bwd_{suf}")(e, b * t, di, di, w, cc, w, cc, ctx.eps, *map(data_pointer, (
-                y, zx, post, D_rep, norm_w, go, g_y, g_zx, g_post, g_d_rep, g_norm_w))):
-            raise MemoryError(f"gated norm backward: out of memory for a [{3 * di}] buffer")
-        # SSD: x's gradient added to the skip's, B's and C's into their slices of g_post
         g_dt, g_a = torch.empty_like(dt), torch.empty_like(a_rows)
-        if getattr(_ssd.c_library(), f"dl_ssd1_bwd_{suf}")(e * b, t, h, p, n, cc, cc, cc, cc, cc, cc, 1, *map(data_pointer, (
-                post, dt, a_rows, post[..., di:], post[..., di + n:], y, g_y, None, g_post, g_dt, g_a,
-                g_post[..., di:], g_post[..., di + n:]))):
-            raise MemoryError(f"single-chunk SSD backward: out of memory for [{t}, {t}] buffers")
-        g_dt_in = torch.ops.aten.softplus_backward(g_dt, dt_in, 1.0, 20.0)  # F.softplus's backward
-        g_zx[..., di + cc:] = g_dt_in
-        # the convolution: xBC's gradient into g_zx
+        g_norm_w, g_d_rep = torch.zeros_like(norm_w), torch.zeros_like(D_rep)
         g_cw = torch.zeros_like(conv_w)
         g_cb = None if conv_b is None else torch.zeros_like(conv_b)
-        if getattr(_conv.c_library(), f"dl_sc_bwd_{suf}")(e, b, t, cc, k, w, w, *map(data_pointer, (
-                zx[..., di:], None, conv_w, conv_b, g_post, g_zx[..., di:], None, g_cw, g_cb))):
-            raise MemoryError(f"short conv backward: out of memory for a [{t}, {cc}] buffer")
+        status = getattr(c_library(), f"dl_m2i_bwd_{suf}")(
+            *_functions(suf, "dl_gn_bwd", "dl_ssd1_bwd", "dl_sc_bwd"), e, b, t, h, p, n, k, ctx.blk, ctx.eps,
+            *map(data_pointer, (zx, conv_w, conv_b, post, dt, a_rows, y, D_rep, norm_w, go, g_zx, g_dt, g_a,
+                                g_d_rep, g_norm_w, g_cw, g_cb)))
+        if status:
+            raise MemoryError(f"backward: {_FAILED[status].format(t=t, cc=cc, di3=3 * di, blk=ctx.blk, cd=cc + di)}")
+        g_dt_in = torch.ops.aten.softplus_backward(g_dt, dt_in, 1.0, 20.0)  # F.softplus's backward
+        g_zx[..., di + cc:] = g_dt_in
         g_a_log = g_a.view(e, b, h).sum(dim=1) * A  # d(−exp(A_log)) = A dA_log
         return (g_zx, g_cw, g_cb, g_dt_in.sum(dim=(1, 2)), g_a_log, g_d_rep, g_norm_w, None, None)
+
+
+def _functions(suf: str, *names: str) -> list[int]:
+    """The addresses of the convolution's, the scan's and the norm's C functions ``names``
+    (in that library order or its reverse) for dtype suffix ``suf``."""
+    libs = {"dl_sc": _conv.c_library(), "dl_ssd1": _ssd.c_library(), "dl_gn": _norm.c_library()}
+    return [_address(getattr(libs[name.rsplit("_", 1)[0]], f"{name}_{suf}")) for name in names]

@@ -396,4 +396,4 @@ def test_the_command_line_only_wires_and_kernels_are_by_op():
     assert sorted(p.relative_to(ROOT / "kernels").as_posix() for p in (ROOT / "kernels").rglob("*.c")) == [
         "adamw/adamw.c", "cross_entropy/cross_entropy.c", "fast_tanh.c", "gated_norm/gated_norm.c", "gla/gla.c",
         "selective_scan/selective_scan.c",
-        "short_conv/short_conv.c", "ssd/ssd_chunk.c", "tracker_loss/diagonal.c"]
+        "short_conv/short_conv.c", "ssd/mixer_inner.c", "ssd/ssd_chunk.c", "tracker_loss/diagonal.c"]

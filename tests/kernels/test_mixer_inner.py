@@ -91,6 +91,25 @@ def test_equals_the_separate_ops_bit_for_bit(sizes, nan_buffers):
         assert torch.equal(g, w)
 
 
+@pytest.mark.parametrize("block_bytes", [1, 100_000, 1 << 40], ids=["one-sequence", "two-sequences", "whole-member"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_block_size_changes_no_number(block_bytes, dtype, monkeypatch, nan_buffers):
+    """Blocks of one, two (the last one short: 5 sequences a member) or all of a member's
+    sequences: every value and gradient is the separate ops' bit for bit, the weight
+    gradients included (they accumulate across blocks)."""
+    _needs_c()
+    sizes = dict(e=2, b=5, t=32, h=2, p=16, n=32)  # 32 · (130 + 192 + 64) · 4 bytes = 49 KB a float32 sequence
+    tensors, shape = _inputs(dtype, **sizes)
+    want = _value_and_grads(_separate_ops, tensors, shape)
+    monkeypatch.setattr(mi, "CACHE_BLOCK_BYTES", block_bytes)
+    blk = mi._sequences_per_block(32, 130, 96, 32, tensors[0].element_size(), 5)
+    assert blk == {1: 1, 100_000: 2 if dtype == torch.float32 else 1, 1 << 40: 5}[block_bytes]
+    nan_buffers()
+    got = _value_and_grads(mi.mamba2_inner, tensors, shape)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+
+
 def test_gradcheck():
     _needs_c()
     tensors, (h, p, n) = _inputs(torch.float64, e=2, b=2, t=6, h=2, p=3, n=4, k=3)
