@@ -43,9 +43,9 @@ __all__ = ["c_library", "causal_conv_silu", "causal_conv_silu_ref", "compiled_ke
 def _check(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, past: torch.Tensor | None) -> None:
     e, b, t, c = x.shape
     k = w.shape[1]
-    if (w.shape != (e, k, c) or (bias is not None and bias.shape != (e, c))
+    if (k < 1 or w.shape != (e, k, c) or (bias is not None and bias.shape != (e, c))
             or (past is not None and past.shape != (e, b, k - 1, c))):
-        raise ValueError(f"causal_conv_silu: need x [E, B, T, C], w [E, K, C], bias [E, C] or None, past "
+        raise ValueError(f"causal_conv_silu: need x [E, B, T, C], w [E, K ≥ 1, C], bias [E, C] or None, past "
                          f"[E, B, K - 1, C] or None; got {tuple(x.shape)}, {tuple(w.shape)}, "
                          f"{None if bias is None else tuple(bias.shape)}, {None if past is None else tuple(past.shape)}")
 
@@ -172,7 +172,8 @@ class _ConvSiluC(torch.autograd.Function):
         k = w.shape[1]
         xr, ld = as_rows(x)  # a slice of a linear layer's output is read in place
         out = torch.empty(e, b, t, c, dtype=x.dtype)
-        getattr(c_library(), f"dl_sc_fwd_{_C_SUFFIX[x.dtype]}")(e, b, t, c, k, ld, *map(data_pointer, (xr, past, w, bias, out)))
+        if getattr(c_library(), f"dl_sc_fwd_{_C_SUFFIX[x.dtype]}")(e, b, t, c, k, ld, *map(data_pointer, (xr, past, w, bias, out))):
+            raise MemoryError(f"short conv: out of memory for a [{c}] zero row")
         ctx.save_for_backward(xr, w, bias, past)
         ctx.ld = ld
         return out

@@ -78,8 +78,8 @@ _SIGNATURES = {
     "dl_m2i_bwd_{suf}": ([_PTR] * 3 + [_I64] * 8 + [ctypes.c_double] + [_PTR] * 17, ctypes.c_int),
 }
 
-_FAILED = {1: "short conv: out of memory for a [{t}, {cc}] buffer", 2: "single-chunk SSD: out of memory for [{t}, {t}] buffers",
-           3: "gated norm: out of memory for a [{di3}] buffer", 4: "Mamba-2 mixer: out of memory for a [{blk}, {t}, {cd}] scratch"}
+_FAILED = {1: "short conv: out of memory for its scratch rows", 2: "single-chunk SSD: out of memory for [{t}, {t}] buffers",
+           3: "gated norm: out of memory for its row buffers", 4: "Mamba-2 mixer: out of memory for a [{blk}, {t}, {cd}] scratch"}
 
 
 def c_library() -> ctypes.CDLL | None:
@@ -104,10 +104,10 @@ def _check(zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, heads, head_dim, d
     di, cc = heads * head_dim, heads * head_dim + 2 * d_state
     w = di + cc + heads
     e = zxbcdt.shape[0] if zxbcdt.dim() == 4 else -1
-    if (zxbcdt.dim() != 4 or zxbcdt.shape[-1] != w or conv_w.dim() != 3 or conv_w.shape[0] != e
+    if (zxbcdt.dim() != 4 or zxbcdt.shape[-1] != w or conv_w.dim() != 3 or conv_w.shape[0] != e or conv_w.shape[1] < 1
             or conv_w.shape[2] != cc or (conv_b is not None and tuple(conv_b.shape) != (e, cc))
             or any(tuple(v.shape) != (e, heads) for v in (dt_bias, A_log, D)) or tuple(norm_w.shape) != (e, di)):
-        raise ValueError(f"mamba2_inner: need zxbcdt [E, B, T, {w}], conv_w [E, K, {cc}], conv_b [E, {cc}] or None, "
+        raise ValueError(f"mamba2_inner: need zxbcdt [E, B, T, {w}], conv_w [E, K ≥ 1, {cc}], conv_b [E, {cc}] or None, "
                          f"dt_bias, A_log and D [E, {heads}], norm_w [E, {di}]; got {tuple(zxbcdt.shape)}, "
                          f"{tuple(conv_w.shape)}, {None if conv_b is None else tuple(conv_b.shape)}, "
                          f"{tuple(dt_bias.shape)}, {tuple(A_log.shape)}, {tuple(D.shape)}, {tuple(norm_w.shape)}")
@@ -179,7 +179,7 @@ class _Mamba2InnerC(torch.autograd.Function):
         dt_in = zx[..., di + cc:] + dt_bias[:, None, None, :]  # [E, B, T, H]
         dt = F.softplus(dt_in)
         A = -torch.exp(A_log)
-        a_rows = A[:, None, :].expand(e, b, h).reshape(e * b, h)
+        a_rows = A[:, None, :].expand(e, b, h).reshape(e * b, h).contiguous()  # one member: reshape keeps a 0 stride
         post = torch.empty(e, b, t, cc, dtype=zx.dtype)  # silu(conv(xBC)): x | B | C
         y = torch.empty(e * b, t, h, p, dtype=zx.dtype)
         out = torch.empty(e, b, t, di, dtype=zx.dtype)
