@@ -136,7 +136,7 @@ def mamba2_inner_ref(zxbcdt: torch.Tensor, conv_w: torch.Tensor, conv_b: torch.T
 
 def mamba2_inner_applies(zxbcdt: torch.Tensor, *others: torch.Tensor | None) -> bool:
     """Whether :func:`mamba2_inner` runs the C loops for these tensors: CPU, float32 or
-    float64, one dtype, at least one step, and the three libraries available."""
+    float64, one dtype, at least one step, and the four libraries available."""
     return (zxbcdt.device.type == "cpu" and zxbcdt.dtype in _SUFFIX and zxbcdt.dim() == 4 and zxbcdt.shape[2] > 0
             and all(o is None or (o.dtype == zxbcdt.dtype and o.device.type == "cpu") for o in others)
             and _conv.c_library() is not None and _ssd.c_library() is not None and _norm.c_library() is not None
@@ -188,7 +188,7 @@ class _Mamba2InnerC(torch.autograd.Function):
             *_functions(suf, "dl_sc_fwd", "dl_ssd1_fwd", "dl_gn_fwd"), e, b, t, h, p, n, k, blk, eps,
             *map(data_pointer, (zx, conv_w, conv_b, dt, a_rows, D_rep, norm_w, post, y, out)))
         if status:
-            raise MemoryError(_FAILED[status].format(t=t, cc=cc, di3=3 * di, blk=blk, cd=cc + di))
+            raise MemoryError(_FAILED[status].format(t=t, blk=blk, cd=cc + di))
         ctx.save_for_backward(zx, conv_w, conv_b, post, dt_in, dt, a_rows, A, y, D_rep, norm_w)
         ctx.eps, ctx.sizes, ctx.blk = eps, sizes, blk
         return out
@@ -212,7 +212,7 @@ class _Mamba2InnerC(torch.autograd.Function):
             *map(data_pointer, (zx, conv_w, conv_b, post, dt, a_rows, y, D_rep, norm_w, go, g_zx, g_dt, g_a,
                                 g_d_rep, g_norm_w, g_cw, g_cb)))
         if status:
-            raise MemoryError(f"backward: {_FAILED[status].format(t=t, cc=cc, di3=3 * di, blk=ctx.blk, cd=cc + di)}")
+            raise MemoryError(f"backward: {_FAILED[status].format(t=t, blk=ctx.blk, cd=cc + di)}")
         g_dt_in = torch.ops.aten.softplus_backward(g_dt, dt_in, 1.0, 20.0)  # F.softplus's backward
         g_zx[..., di + cc:] = g_dt_in
         g_a_log = g_a.view(e, b, h).sum(dim=1) * A  # d(−exp(A_log)) = A dA_log
