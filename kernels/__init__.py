@@ -15,6 +15,8 @@
 Each op folder holds its pure-torch reference (``*_ref``) and torch path (``chunked.py``, or
 one module per kind), its Triton kernel (``triton.py``) and its C loop (a ``.c`` file).
 Beside them: :mod:`.dispatch` (the backend of each op by device), :mod:`.compiled` (builds
-the C sources on first use; :func:`~.compiled.as_rows`, the row layouts they read in place) and :mod:`.fast_tanh` (the float32 tanh of the dense kernels,
-``fast_tanh.c``).
+the C sources on first use; :func:`~.compiled.as_rows`, the row layouts they read in place),
+:mod:`.first_order` (the guard of every hand-written backward: a second derivative through
+one raises instead of coming out silently wrong) and :mod:`.fast_tanh` (the float32 tanh of
+the dense kernels, ``fast_tanh.c``).
 """

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..first_order import first_order
 from .loss import probs_grad_, probs_nll_
 
 __all__ = ["head_nll", "head_nll_ref"]
@@ -71,6 +72,7 @@ class _HeadNll(torch.autograd.Function):
         return nll.view(e, n)
 
     @staticmethod
+    @first_order("head_nll")
     def backward(ctx, grad_nll):
         x, w, targets = ctx.saved_tensors
         e, n, _ = x.shape

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..compiled import c_library_status, typed_library
+from ..first_order import first_order
 
 __all__ = ["compiled_kernel_status", "probs_grad_", "probs_nll_", "token_nll", "token_nll_ref"]
 
@@ -118,6 +119,7 @@ class _TokenNllC(torch.autograd.Function):
         return nll
 
     @staticmethod
+    @first_order("token_nll")
     def backward(ctx, grad_nll):
         logits, targets, lse = ctx.saved_tensors
         n, v = logits.shape

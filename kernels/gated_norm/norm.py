@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ..compiled import as_rows, c_library_status, data_pointer, typed_library
+from ..first_order import first_order
 
 __all__ = ["c_library", "compiled_kernel_status", "gated_rms_norm", "gated_rms_norm_ref"]
 
@@ -115,6 +116,7 @@ class _GatedNormC(torch.autograd.Function):
         return out
 
     @staticmethod
+    @first_order("gated_rms_norm")
     def backward(ctx, grad_out):
         y, z, w, s, sw = ctx.saved_tensors
         e, d = w.shape

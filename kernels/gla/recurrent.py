@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from ..compiled import as_rows, c_library_status, data_pointer, typed_library
+from ..first_order import first_order
 from .chunked import check_gla_inputs, gla_chunked
 
 __all__ = ["c_library", "compiled_kernel_status", "gla_recurrent", "gla_recurrent_applies"]
@@ -116,6 +117,7 @@ class _GLARecurrentC(torch.autograd.Function):
         return o, final
 
     @staticmethod
+    @first_order("gla_recurrent")
     def backward(ctx, grad_o, grad_final):
         q, k, v, gk, h0 = ctx.saved_tensors
         if grad_o is None and grad_final is None:

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import torch
 
-from .chunked import check_gla_inputs, gla_chunked
+from ..first_order import first_order
 from ..selective_scan.chunked import check_selective_scan_inputs
+from .chunked import check_gla_inputs, gla_chunked
 
 try:  # triton is optional: the package works without it
     import triton
@@ -120,6 +121,7 @@ class _TritonGLA(torch.autograd.Function):
         return o.to(v.dtype), final.to(v.dtype)
 
     @staticmethod
+    @first_order("gla_triton")
     def backward(ctx, grad_o, grad_final):
         saved = [x.detach().requires_grad_(x.requires_grad) for x in ctx.saved_tensors]
         q, k, v, gk, h0 = saved

@@ -44,6 +44,8 @@ import math
 
 import torch
 
+from ..first_order import first_order
+
 __all__ = [
     "dense_rnn_ref",
     "dense_rnn_scan",
@@ -140,6 +142,7 @@ class _LinearScan(torch.autograd.Function):
         ctx.save_for_backward(a, h0, output)
 
     @staticmethod
+    @first_order("linear_scan")
     def backward(ctx, grad_hs: torch.Tensor):
         a, h0, hs = ctx.saved_tensors
         if grad_hs is None:
@@ -287,6 +290,7 @@ class _DenseRNN(torch.autograd.Function):
         ctx.save_for_backward(A, h0, hs, ah, gate if gate is not None else ah)
 
     @staticmethod
+    @first_order("dense_rnn_scan")
     def backward(ctx, grad_hs, _grad_ah):
         A, h0, hs, ah, gate = ctx.saved_tensors
         n, bsz, t_len, s = hs.shape

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from ..first_order import first_order
 from .chunked import linear_scan
 
 try:  # triton is optional: the package works without it (CPU paths are pure torch)
@@ -163,6 +164,7 @@ class _TritonLinearScan(torch.autograd.Function):
         ctx.save_for_backward(a, h0, output)
 
     @staticmethod
+    @first_order("linear_scan_triton")
     def backward(ctx, grad_hs: torch.Tensor):
         a, h0, hs = ctx.saved_tensors
         m, t_len, s = a.shape

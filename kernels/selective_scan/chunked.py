@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from ..compiled import C_KERNELS_ENV, c_library_status, data_pointer, typed_library
+from ..first_order import first_order
 
 __all__ = [
     "selective_scan_ref",
@@ -130,6 +131,7 @@ class _SelectiveScan(torch.autograd.Function):
         ctx.save_for_backward(u, delta, A, B, C, h0, hs, du)
 
     @staticmethod
+    @first_order("selective_scan")
     def backward(ctx, grad_y, grad_final, _grad_hs, _grad_du):
         u, delta, A, B, C, h0, hs, du = ctx.saved_tensors
         b, t, d = u.shape
@@ -312,6 +314,7 @@ class _SelectiveScanC(torch.autograd.Function):
         ctx.save_for_backward(*inputs[:6], output[2])
 
     @staticmethod
+    @first_order("selective_scan")
     def backward(ctx, grad_y, grad_final, _grad_decays):
         u, delta, A, B, C, h0, decays = ctx.saved_tensors
         if grad_y is None and grad_final is None:

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from ..compiled import as_rows, c_library_status, data_pointer, typed_library
+from ..first_order import first_order
 
 __all__ = ["c_library", "causal_conv_silu", "causal_conv_silu_ref", "compiled_kernel_status", "last_window"]
 
@@ -114,6 +115,7 @@ class _ConvSiluTorch(torch.autograd.Function):
         return F.silu(a)
 
     @staticmethod
+    @first_order("causal_conv_silu")
     def backward(ctx, grad_out):
         full, w, a = ctx.saved_tensors
         t = a.shape[2]
@@ -179,6 +181,7 @@ class _ConvSiluC(torch.autograd.Function):
         return out
 
     @staticmethod
+    @first_order("causal_conv_silu")
     def backward(ctx, grad_out):
         x, w, bias, past = ctx.saved_tensors
         e, b, t, c = x.shape

@@ -53,6 +53,7 @@ import torch
 import torch.nn.functional as F
 
 from ..compiled import data_pointer, typed_library
+from ..first_order import first_order
 from ..gated_norm import norm as _norm
 from ..short_conv import conv as _conv
 from . import single_chunk as _ssd
@@ -194,6 +195,7 @@ class _Mamba2InnerC(torch.autograd.Function):
         return out
 
     @staticmethod
+    @first_order("mamba2_inner")
     def backward(ctx, grad_out):
         zx, conv_w, conv_b, post, dt_in, dt, a_rows, A, y, D_rep, norm_w = ctx.saved_tensors
         h, p, n = ctx.sizes

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from ..compiled import as_rows, c_library_status, data_pointer, typed_library
+from ..first_order import first_order
 
 __all__ = ["c_library", "compiled_kernel_status", "single_chunk_applies", "ssd_single_chunk", "ssd_single_chunk_ref"]
 
@@ -132,6 +133,7 @@ class _SSDSingleChunkC(torch.autograd.Function):
         return y, final
 
     @staticmethod
+    @first_order("ssd_single_chunk")
     def backward(ctx, grad_y, grad_final):
         x, dt, A, B, C, y = ctx.saved_tensors
         g, t, h, p, n, ldx, ldb, ldc = ctx.sizes

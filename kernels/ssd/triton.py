@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from ..first_order import first_order
 from .chunked import check_ssd_inputs, ssd_chunked
 
 try:  # triton is optional: the package works without it
@@ -115,6 +116,7 @@ class _TritonSSD(torch.autograd.Function):
         return y.to(x.dtype), final.to(x.dtype)
 
     @staticmethod
+    @first_order("ssd_triton")
     def backward(ctx, grad_y, grad_final):
         saved = [v.detach().requires_grad_(v.requires_grad) for v in ctx.saved_tensors]
         x, dt, A, B, C, h0 = saved

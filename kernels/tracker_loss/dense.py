@@ -48,6 +48,7 @@ from __future__ import annotations
 import torch
 
 from ..fast_tanh import tanh_
+from ..first_order import first_order
 from .common import BUFFERS, fused_call, readout_ce, readout_ce_grad, tracker_loss_ref, table_grad, token_rows
 
 __all__ = ["dense_tracker_loss", "dense_tracker_loss_ref"]
@@ -69,9 +70,8 @@ class _DenseTrackerLoss(torch.autograd.Function):
         return loss, correct
 
     @staticmethod
+    @first_order("dense_tracker_loss")
     def backward(ctx, grad_loss, _grad_correct):
-        if torch.is_grad_enabled():  # create_graph=True: a second derivative is not implemented
-            raise RuntimeError("dense_tracker_loss: first derivatives only (create_graph / double backward is not supported)")
         rows, labels, A, W = ctx.saved_tensors
         with BUFFERS.lock:  # one backward per graph, even from two threads
             bufs, ctx.bufs = ctx.bufs, None

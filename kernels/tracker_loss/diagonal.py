@@ -69,6 +69,7 @@ from typing import NamedTuple
 import torch
 
 from ..compiled import c_library, data_pointer
+from ..first_order import first_order
 from .common import BUFFERS, readout_ce, readout_ce_grad, token_rows
 
 __all__ = [
@@ -139,9 +140,8 @@ class _DiagonalTrackerLoss(torch.autograd.Function):
         return loss, correct
 
     @staticmethod
+    @first_order("diagonal_tracker_loss")
     def backward(ctx, grad_loss, _grad_correct):
-        if torch.is_grad_enabled():  # create_graph=True: a second derivative is not implemented
-            raise RuntimeError("diagonal_tracker_loss: first derivatives only (double backward is not supported)")
         with BUFFERS.lock:  # one backward per graph, even from two threads
             groups, ctx.groups = ctx.groups, None
         if groups is None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import torch
 
 from ..fast_tanh import tanh_
+from ..first_order import first_order
 from .common import BUFFERS, fused_call, readout_ce, readout_ce_grad, tracker_loss_ref, table_grad, token_rows
 
 __all__ = ["gated_tracker_loss", "gated_tracker_loss_ref"]
@@ -53,9 +54,8 @@ class _GatedTrackerLoss(torch.autograd.Function):
         return loss, correct
 
     @staticmethod
+    @first_order("gated_tracker_loss")
     def backward(ctx, grad_loss, _grad_correct):
-        if torch.is_grad_enabled():  # create_graph=True: a second derivative is not implemented
-            raise RuntimeError("gated_tracker_loss: first derivatives only (create_graph / double backward is not supported)")
         rows, labels, A, W, U = ctx.saved_tensors
         U = U if ctx.has_u else None
         with BUFFERS.lock:  # one backward per graph, even from two threads
