@@ -57,9 +57,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["C_KERNELS_ENV", "PRELUDE_INCLUDE", "PRELUDE_SOURCE", "CKernelWarning", "CompileError", "as_rows",
-           "c_kernels_used", "c_library", "c_library_status", "compiler", "kernel_source", "library_file_name",
-           "record_c_kernels", "typed_library"]
+__all__ = ["C_KERNELS_ENV", "C_SUFFIXES", "PRELUDE_INCLUDE", "PRELUDE_SOURCE", "CKernelWarning", "CompileError",
+           "as_rows", "c_kernels_used", "c_library", "c_library_status", "c_suffix", "compiler", "kernel_source",
+           "library_file_name", "record_c_kernels", "typed_library"]
 
 #: Environment variable: ``0`` turns every compiled kernel off (the torch paths run).
 C_KERNELS_ENV = "DYNLAB_C_KERNELS"
@@ -69,6 +69,9 @@ PRELUDE_INCLUDE = '#include "dl_prelude.h"'
 
 #: The shared prelude of the kernels (``kernels/prelude.h``), read once at import.
 PRELUDE_SOURCE = (Path(__file__).parent / "prelude.h").read_text(encoding="utf-8")
+
+#: The dtypes the C kernels are compiled for, by name, and their functions' suffix.
+C_SUFFIXES = {"torch.float32": "f32", "torch.float64": "f64"}
 
 FLAGS = ("-O3", "-fno-trapping-math", "-fopenmp-simd", "-std=c99", "-fPIC", "-shared")
 
@@ -165,7 +168,7 @@ _TYPED: set[int] = set()  # ids of the loaded libraries whose function signature
 
 
 def typed_library(name: str, source: str, signatures: dict[str, tuple[list, object]],
-                  suffixes: tuple[str, ...] = ("f32", "f64")) -> ctypes.CDLL | None:
+                  suffixes: tuple[str, ...] = tuple(C_SUFFIXES.values())) -> ctypes.CDLL | None:
     """:func:`c_library` with the ctypes signature of each of its functions set, once per
     loaded library: ``signatures`` maps a function name holding ``{suf}`` to
     ``(argtypes, restype)``, set for every dtype suffix in ``suffixes``."""
@@ -290,6 +293,12 @@ def _check_private(root: Path) -> None:
         raise PermissionError(f"{root} is a symlink, not a private directory of this user")
     if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
         raise PermissionError(f"{root} is not a private directory of this user")
+
+
+def c_suffix(dtype) -> str | None:
+    """The suffix of a C kernel's functions for a tensor ``dtype`` (``"f32"``, ``"f64"``),
+    or None where no C loop exists for it (the torch path runs)."""
+    return C_SUFFIXES.get(str(dtype))
 
 
 def data_pointer(x):

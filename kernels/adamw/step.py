@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from ..compiled import c_library_status, typed_library
+from ..compiled import c_library_status, c_suffix, typed_library
 
 __all__ = ["adamw_step_", "adamw_step_ref", "c_library", "compiled_kernel_status"]
 
@@ -56,11 +56,12 @@ def adamw_step_(p: torch.Tensor, grad: torch.Tensor, m1: torch.Tensor, m2: torch
                 eps: float) -> None:
     """:func:`adamw_step_ref`'s update, in one C pass where it applies (module docstring)."""
     e, n = p.shape
-    if (p.device.type == "cpu" and p.dtype in _C_SUFFIX and all(t.dtype == p.dtype for t in (grad, m1, m2, coef, decay))
+    if (p.device.type == "cpu" and c_suffix(p.dtype) is not None
+            and all(t.dtype == p.dtype for t in (grad, m1, m2, coef, decay))
             and all(t.is_contiguous() for t in (p, grad, m1, m2, coef, decay)) and grad.shape == m1.shape == m2.shape == p.shape
             and coef.shape == alive.shape == (e,) and decay.shape == (n,) and c_library() is not None):
         b1, b2 = betas
-        lib, suf = c_library(), _C_SUFFIX[p.dtype]
+        lib, suf = c_library(), c_suffix(p.dtype)
         live = alive.to(p.dtype).contiguous()
         getattr(lib, f"dl_adamw_moments_{suf}")(e, n, *(t.data_ptr() for t in (grad, m1, m2, coef, live)), 1 - b1, b2, 1 - b2)
         root = m2.sqrt()  # torch's own square root (not always correctly rounded), as in the torch form
@@ -73,7 +74,6 @@ def adamw_step_(p: torch.Tensor, grad: torch.Tensor, m1: torch.Tensor, m2: torch
 #: The C source of the loop, shipped beside this module (built by :mod:`dynlab.kernels.compiled`).
 _C_SOURCE = (Path(__file__).parent / "adamw.c").read_text(encoding="utf-8")
 
-_C_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
 _I64, _PTR, _F64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
 _SIGNATURES = {"dl_adamw_moments_{suf}": ([_I64] * 2 + [_PTR] * 5 + [_F64] * 3, ctypes.c_int),

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..compiled import c_library_status, typed_library
+from ..compiled import c_library_status, c_suffix, typed_library
 from ..first_order import first_order
 
 __all__ = ["compiled_kernel_status", "probs_grad_", "probs_nll_", "token_nll", "token_nll_ref"]
@@ -37,7 +37,7 @@ def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     are available (module docstring; targets must lie in ``[0, V)``), else the reference."""
     if logits.dim() != 2 or targets.shape != logits.shape[:1]:
         raise ValueError(f"token_nll: need logits [N, V] and targets [N]; got {tuple(logits.shape)}, {tuple(targets.shape)}")
-    if logits.device.type == "cpu" and logits.dtype in _C_SUFFIX and logits.shape[1] > 0 and _c_library() is not None:
+    if _c_applies(logits):
         t = targets.to(torch.int64).contiguous()
         if t.numel() and not (0 <= int(t.min()) and int(t.max()) < logits.shape[1]):
             raise ValueError(f"token_nll: targets must lie in [0, {logits.shape[1]})")
@@ -51,7 +51,7 @@ def probs_nll_(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tenso
     where :func:`token_nll` would run them, else torch."""
     if _c_applies(logits):
         nll, lse = logits.new_empty(logits.shape[0]), logits.new_empty(logits.shape[0])
-        getattr(_c_library(), f"dl_ce_probs_{_C_SUFFIX[logits.dtype]}")(
+        getattr(_c_library(), f"dl_ce_probs_{c_suffix(logits.dtype)}")(
             *logits.shape, logits.data_ptr(), targets.data_ptr(), nll.data_ptr(), lse.data_ptr())
         return nll, lse
     lse = torch.logsumexp(logits, dim=1)
@@ -64,7 +64,7 @@ def probs_grad_(probs: torch.Tensor, targets: torch.Tensor, grad_nll: torch.Tens
     """No autograd, in place: :func:`probs_nll_`'s probabilities ``[N, V]`` become the logits'
     gradient ``(softmax − onehot) · grad_nll`` (grad_nll contiguous ``[N]``); returns them."""
     if _c_applies(probs):
-        getattr(_c_library(), f"dl_ce_probs_grad_{_C_SUFFIX[probs.dtype]}")(
+        getattr(_c_library(), f"dl_ce_probs_grad_{c_suffix(probs.dtype)}")(
             *probs.shape, probs.data_ptr(), targets.data_ptr(), grad_nll.data_ptr())
         return probs
     probs.scatter_add_(1, targets[:, None], torch.full_like(grad_nll[:, None], -1.0))
@@ -72,13 +72,13 @@ def probs_grad_(probs: torch.Tensor, targets: torch.Tensor, grad_nll: torch.Tens
 
 
 def _c_applies(logits: torch.Tensor) -> bool:
-    return logits.device.type == "cpu" and logits.dtype in _C_SUFFIX and logits.shape[1] > 0 and _c_library() is not None
+    return (logits.device.type == "cpu" and c_suffix(logits.dtype) is not None and logits.shape[1] > 0
+            and _c_library() is not None)
 
 
 #: The C source of the loops, shipped beside this module (built by :mod:`dynlab.kernels.compiled`).
 _C_SOURCE = (Path(__file__).parent / "cross_entropy.c").read_text(encoding="utf-8")
 
-_C_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
 
 def compiled_kernel_status() -> str:
@@ -112,7 +112,7 @@ class _TokenNllC(torch.autograd.Function):
     def forward(ctx, logits, targets):
         n, v = logits.shape
         nll, lse = logits.new_empty(n), logits.new_empty(n)
-        getattr(_c_library(), f"dl_ce_fwd_{_C_SUFFIX[logits.dtype]}")(
+        getattr(_c_library(), f"dl_ce_fwd_{c_suffix(logits.dtype)}")(
             n, v, logits.data_ptr(), targets.data_ptr(), nll.data_ptr(), lse.data_ptr())
         ctx.save_for_backward(logits, targets, lse)
         ctx.mark_non_differentiable(targets)
@@ -125,6 +125,6 @@ class _TokenNllC(torch.autograd.Function):
         n, v = logits.shape
         g = grad_nll.contiguous()
         gx = torch.empty_like(logits)
-        getattr(_c_library(), f"dl_ce_bwd_{_C_SUFFIX[logits.dtype]}")(
+        getattr(_c_library(), f"dl_ce_bwd_{c_suffix(logits.dtype)}")(
             n, v, logits.data_ptr(), targets.data_ptr(), lse.data_ptr(), g.data_ptr(), gx.data_ptr())
         return gx, None

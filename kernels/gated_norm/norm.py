@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..compiled import as_rows, c_library_status, data_pointer, typed_library
+from ..compiled import as_rows, c_library_status, c_suffix, data_pointer, typed_library
 from ..first_order import first_order
 
 __all__ = ["c_library", "compiled_kernel_status", "gated_rms_norm", "gated_rms_norm_ref"]
@@ -64,7 +64,7 @@ def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, w: torch.Tensor, eps: float
     they are available (module docstring), else the reference itself."""
     _check(y, z, w, skip, skip_weight)
     same = all(v is None or v.dtype == y.dtype for v in (z, w, skip, skip_weight))
-    if y.device.type == "cpu" and y.dtype in _C_SUFFIX and same and c_library() is not None:
+    if y.device.type == "cpu" and c_suffix(y.dtype) is not None and same and c_library() is not None:
         e = torch.finfo(y.dtype).eps if eps is None else float(eps)
         return _gated_norm_c(y, z, w.contiguous(), e, skip, None if skip_weight is None else skip_weight.contiguous())
     return gated_rms_norm_ref(y, z, w, eps, skip, skip_weight)
@@ -73,7 +73,6 @@ def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, w: torch.Tensor, eps: float
 #: The C source of the loops, shipped beside this module (built by :mod:`dynlab.kernels.compiled`).
 _C_SOURCE = (Path(__file__).parent / "gated_norm.c").read_text(encoding="utf-8")
 
-_C_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
 
 def compiled_kernel_status() -> str:
@@ -108,7 +107,7 @@ class _GatedNormC(torch.autograd.Function):
         (yr, ldy), (zr, ldz) = as_rows(y), as_rows(z)
         sr, lds = as_rows(skip) if skip is not None else (None, d)
         out = torch.empty(y.shape, dtype=y.dtype)
-        fn = getattr(c_library(), f"dl_gn_fwd_{_C_SUFFIX[y.dtype]}")
+        fn = getattr(c_library(), f"dl_gn_fwd_{c_suffix(y.dtype)}")
         if fn(e, y.numel() // (e * d), d, ldy, ldz, lds, eps, *map(data_pointer, (yr, zr, sr, skip_weight, w, out))):
             raise MemoryError(f"gated norm: out of memory for a [{d}] buffer")
         ctx.save_for_backward(yr, zr, w, sr, skip_weight)
@@ -124,7 +123,7 @@ class _GatedNormC(torch.autograd.Function):
         gy, gz, gw = torch.empty(go.shape, dtype=y.dtype), torch.empty(go.shape, dtype=y.dtype), torch.zeros_like(w)
         gs = None if s is None else torch.empty(go.shape, dtype=y.dtype)
         gsw = None if s is None else torch.zeros_like(sw)
-        fn = getattr(c_library(), f"dl_gn_bwd_{_C_SUFFIX[y.dtype]}")
+        fn = getattr(c_library(), f"dl_gn_bwd_{c_suffix(y.dtype)}")
         if fn(e, go.numel() // (e * d), d, *ctx.lds, d, d, ctx.eps, *map(data_pointer, (y, z, s, sw, w, go, gy, gz, gs, gsw, gw))):
             raise MemoryError(f"gated norm backward: out of memory for a [{3 * d}] buffer")
         return gy, gz, gw, None, gs, gsw

@@ -31,14 +31,13 @@ from pathlib import Path
 
 import torch
 
-from ..compiled import as_rows, c_library_status, data_pointer, typed_library
+from ..compiled import as_rows, c_library_status, c_suffix, data_pointer, typed_library
 from ..first_order import first_order
 from .chunked import check_gla_inputs, gla_chunked
 
 __all__ = ["c_library", "compiled_kernel_status", "gla_recurrent", "gla_recurrent_applies"]
 
 _C_SOURCE = (Path(__file__).parent / "gla.c").read_text(encoding="utf-8")
-_C_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 _SIGNATURES = {
     "dl_gla_fwd_{suf}": ([_I64] * 9 + [ctypes.c_double] + [_PTR] * 7, ctypes.c_int),
@@ -61,7 +60,7 @@ def compiled_kernel_status() -> str:
 def gla_recurrent_applies(q: torch.Tensor, *others: torch.Tensor | None) -> bool:
     """Whether :func:`gla_recurrent` runs the C loops for these tensors: CPU, float32 or
     float64, one dtype, and the library available."""
-    return (q.device.type == "cpu" and q.dtype in _C_SUFFIX
+    return (q.device.type == "cpu" and c_suffix(q.dtype) is not None
             and all(o is None or (o.dtype == q.dtype and o.device.type == "cpu") for o in others)
             and c_library() is not None)
 
@@ -108,7 +107,7 @@ class _GLARecurrentC(torch.autograd.Function):
         h, dk, dv, *lds = sizes
         o = torch.empty(b, t, h * dv, dtype=q.dtype)
         final = torch.empty(b, h, dk, dv, dtype=q.dtype)
-        fn = getattr(c_library(), f"dl_gla_fwd_{_C_SUFFIX[q.dtype]}")
+        fn = getattr(c_library(), f"dl_gla_fwd_{c_suffix(q.dtype)}")
         if fn(b, t, h, dk, dv, *lds, scale, *map(data_pointer, (q, k, v, gk, h0, o, final))):
             raise MemoryError(f"GLA recurrence: out of memory for a [{dk}, {dv}] state")
         ctx.save_for_backward(q, k, v, gk, h0)
@@ -129,7 +128,7 @@ class _GLARecurrentC(torch.autograd.Function):
         gq, gk_, ggk = (q.new_empty(b, t, h * dk) for _ in range(3))
         gv = q.new_empty(b, t, h * dv)
         gh0 = q.new_empty(b, h, dk, dv)
-        fn = getattr(c_library(), f"dl_gla_bwd_{_C_SUFFIX[q.dtype]}")
+        fn = getattr(c_library(), f"dl_gla_bwd_{c_suffix(q.dtype)}")
         if fn(b, t, h, dk, dv, *lds, ctx.scale, *map(data_pointer, (q, k, v, gk, h0, go, gf, gq, gk_, gv, ggk, gh0))):
             raise MemoryError(f"GLA recurrence backward: out of memory for [{t + 1}, {dk}, {dv}] states")
         return gq, gk_, gv, ggk, (gh0 if ctx.needs_input_grad[4] else None), None, None

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from ..compiled import C_KERNELS_ENV, c_library_status, data_pointer, typed_library
+from ..compiled import C_KERNELS_ENV, c_library_status, c_suffix, data_pointer, typed_library
 from ..first_order import first_order
 
 __all__ = [
@@ -189,7 +189,7 @@ def selective_scan_fused(
         return (y, h0) if return_final_state else y
     dtype = torch.promote_types(u.dtype, A.dtype)
     args = [x.to(dtype) for x in (u, delta, A, B, C, h0)]
-    if u.device.type == "cpu" and dtype in _C_SUFFIX and _c_library() is not None:
+    if u.device.type == "cpu" and c_suffix(dtype) is not None and _c_library() is not None:
         # keep the decays for the backward pass when one will run and they are not too large
         save = (torch.is_grad_enabled() and any(x.requires_grad for x in args)
                 and b * t * d * n * args[0].element_size() <= SAVE_DECAYS_MAX_BYTES)
@@ -234,7 +234,7 @@ def selective_scan_grouped(
     if g == 0:
         return u.new_zeros(0, b, t, d), u.new_zeros(0, b, d, n)
     dtype = torch.promote_types(u.dtype, A.dtype)
-    if t == 0 or b == 0 or not (u.device.type == "cpu" and dtype in _C_SUFFIX and _c_library() is not None):
+    if t == 0 or b == 0 or not (u.device.type == "cpu" and c_suffix(dtype) is not None and _c_library() is not None):
         outs = [selective_scan_fused(u[i], delta[i], A[i], B[i], C[i],
                                      None if initial_state is None else initial_state[i], True) for i in range(g)]
         return torch.stack([o[0] for o in outs]), torch.stack([o[1] for o in outs])
@@ -260,7 +260,6 @@ SAVE_DECAYS_MAX_BYTES = 64 * 2**20
 #: The C source of the loops, shipped beside this module (built by :mod:`dynlab.kernels.compiled`).
 _C_SOURCE = (Path(__file__).parent / "selective_scan.c").read_text(encoding="utf-8")
 
-_C_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
 
 def compiled_kernel_status() -> str:
@@ -302,7 +301,7 @@ class _SelectiveScanC(torch.autograd.Function):
         y = torch.empty(b, t, d, dtype=u.dtype)  # [B, T, D]
         final = torch.empty(b, d, n, dtype=u.dtype)  # [B, D, N]
         decays = torch.empty((b, d, t, n) if save_decays else (0,), dtype=u.dtype)  # [B, D, T, N]
-        fn = getattr(_c_library(), f"dl_ss_fwd_{_C_SUFFIX[u.dtype]}")
+        fn = getattr(_c_library(), f"dl_ss_fwd_{c_suffix(u.dtype)}")
         if fn(b, _rows_per_group(b, A), t, d, n, *map(data_pointer, (u, delta, A, B, C, h0, y, final, decays if save_decays else None))):
             raise MemoryError("selective scan: out of memory for an [N] buffer")
         return y, final, decays
@@ -328,7 +327,7 @@ class _SelectiveScanC(torch.autograd.Function):
         grad_B, grad_C = torch.zeros(b, t, n, dtype=u.dtype), torch.zeros(b, t, n, dtype=u.dtype)  # over channels
         grad_h0 = torch.empty(b, d, n, dtype=u.dtype)
         saved = decays if decays.numel() else None
-        fn = getattr(_c_library(), f"dl_ss_bwd_{_C_SUFFIX[u.dtype]}")
+        fn = getattr(_c_library(), f"dl_ss_bwd_{c_suffix(u.dtype)}")
         if fn(b, _rows_per_group(b, A), t, d, n, *map(data_pointer, (u, delta, A, B, C, h0, saved, gy, gf, grad_u, grad_delta, grad_A, grad_B,
                                       grad_C, grad_h0))):
             raise MemoryError(f"selective scan backward: out of memory for a [{t + 1}, {n}] buffer")

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..compiled import as_rows, c_library_status, data_pointer, typed_library
+from ..compiled import as_rows, c_library_status, c_suffix, data_pointer, typed_library
 from ..first_order import first_order
 
 __all__ = ["c_library", "causal_conv_silu", "causal_conv_silu_ref", "compiled_kernel_status", "last_window"]
@@ -89,7 +89,7 @@ def causal_conv_silu(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
     w = w.to(x.dtype)
     bias = None if bias is None else bias.to(x.dtype)
     past = None if past is None else past.to(x.dtype)
-    if x.device.type == "cpu" and x.dtype in _C_SUFFIX and c_library() is not None:
+    if x.device.type == "cpu" and c_suffix(x.dtype) is not None and c_library() is not None:
         return _conv_silu_c(x, w.contiguous(), bias if bias is None else bias.contiguous(),
                             past if past is None else past.contiguous())
     return _ConvSiluTorch.apply(x, w, bias, past)
@@ -138,7 +138,6 @@ class _ConvSiluTorch(torch.autograd.Function):
 #: The C source of the loops, shipped beside this module (built by :mod:`dynlab.kernels.compiled`).
 _C_SOURCE = (Path(__file__).parent / "short_conv.c").read_text(encoding="utf-8")
 
-_C_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
 
 def compiled_kernel_status() -> str:
@@ -174,7 +173,7 @@ class _ConvSiluC(torch.autograd.Function):
         k = w.shape[1]
         xr, ld = as_rows(x)  # a slice of a linear layer's output is read in place
         out = torch.empty(e, b, t, c, dtype=x.dtype)
-        if getattr(c_library(), f"dl_sc_fwd_{_C_SUFFIX[x.dtype]}")(e, b, t, c, k, ld, *map(data_pointer, (xr, past, w, bias, out))):
+        if getattr(c_library(), f"dl_sc_fwd_{c_suffix(x.dtype)}")(e, b, t, c, k, ld, *map(data_pointer, (xr, past, w, bias, out))):
             raise MemoryError(f"short conv: out of memory for a [{c}] zero row")
         ctx.save_for_backward(xr, w, bias, past)
         ctx.ld = ld
@@ -190,7 +189,7 @@ class _ConvSiluC(torch.autograd.Function):
         gw = torch.zeros_like(w)
         gb = None if bias is None else torch.zeros_like(bias)
         gpast = torch.empty_like(past) if past is not None and ctx.needs_input_grad[3] else None
-        fn = getattr(c_library(), f"dl_sc_bwd_{_C_SUFFIX[x.dtype]}")
+        fn = getattr(c_library(), f"dl_sc_bwd_{c_suffix(x.dtype)}")
         if fn(e, b, t, c, k, ctx.ld, c, *map(data_pointer, (x, past, w, bias, grad_out.contiguous(), gx, gpast, gw, gb))):
             raise MemoryError(f"short conv backward: out of memory for a [{t}, {c}] buffer")
         return gx, gw, gb, gpast

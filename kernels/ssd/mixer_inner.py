@@ -52,7 +52,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..compiled import data_pointer, typed_library
+from ..compiled import c_suffix, data_pointer, typed_library
 from ..first_order import first_order
 from ..gated_norm import norm as _norm
 from ..short_conv import conv as _conv
@@ -60,7 +60,6 @@ from . import single_chunk as _ssd
 
 __all__ = ["CACHE_BLOCK_BYTES", "mamba2_inner", "mamba2_inner_applies", "mamba2_inner_ref"]
 
-_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
 #: Bytes of one block's activations (``in_proj``'s output rows, the convolution's output and
 #: its gradient, y and its gradient) that the C loops keep in cache between them: 128 KiB
@@ -138,7 +137,8 @@ def mamba2_inner_ref(zxbcdt: torch.Tensor, conv_w: torch.Tensor, conv_b: torch.T
 def mamba2_inner_applies(zxbcdt: torch.Tensor, *others: torch.Tensor | None) -> bool:
     """Whether :func:`mamba2_inner` runs the C loops for these tensors: CPU, float32 or
     float64, one dtype, at least one step, and the four libraries available."""
-    return (zxbcdt.device.type == "cpu" and zxbcdt.dtype in _SUFFIX and zxbcdt.dim() == 4 and zxbcdt.shape[2] > 0
+    return (zxbcdt.device.type == "cpu" and c_suffix(zxbcdt.dtype) is not None and zxbcdt.dim() == 4
+            and zxbcdt.shape[2] > 0
             and all(o is None or (o.dtype == zxbcdt.dtype and o.device.type == "cpu") for o in others)
             and _conv.c_library() is not None and _ssd.c_library() is not None and _norm.c_library() is not None
             and c_library() is not None)
@@ -175,7 +175,7 @@ class _Mamba2InnerC(torch.autograd.Function):
         di, cc = h * p, h * p + 2 * n
         e, b, t, w = zxbcdt.shape
         k = conv_w.shape[1]
-        suf = _SUFFIX[zxbcdt.dtype]
+        suf = c_suffix(zxbcdt.dtype)
         zx = zxbcdt.contiguous()
         dt_in = zx[..., di + cc:] + dt_bias[:, None, None, :]  # [E, B, T, H]
         dt = F.softplus(dt_in)
@@ -202,7 +202,7 @@ class _Mamba2InnerC(torch.autograd.Function):
         di, cc = h * p, h * p + 2 * n
         e, b, t, w = zx.shape
         k = conv_w.shape[1]
-        suf = _SUFFIX[zx.dtype]
+        suf = c_suffix(zx.dtype)
         go = grad_out.contiguous()
         g_zx = torch.empty(e, b, t, w, dtype=zx.dtype)  # the gradient of in_proj's output, slice by slice
         g_dt, g_a = torch.empty_like(dt), torch.empty_like(a_rows)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from ..compiled import as_rows, c_library_status, data_pointer, typed_library
+from ..compiled import as_rows, c_library_status, c_suffix, data_pointer, typed_library
 from ..first_order import first_order
 
 __all__ = ["c_library", "compiled_kernel_status", "single_chunk_applies", "ssd_single_chunk", "ssd_single_chunk_ref"]
@@ -67,7 +67,7 @@ def ssd_single_chunk_ref(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: 
 def single_chunk_applies(x: torch.Tensor, *others: torch.Tensor) -> bool:
     """Whether :func:`ssd_single_chunk` runs the C loops for these tensors: CPU, float32 or
     float64, one dtype, at least one step, and the library available."""
-    return (x.device.type == "cpu" and x.dtype in _C_SUFFIX and x.shape[1] > 0
+    return (x.device.type == "cpu" and c_suffix(x.dtype) is not None and x.shape[1] > 0
             and all(o.dtype == x.dtype and o.device.type == "cpu" for o in others) and c_library() is not None)
 
 
@@ -86,7 +86,6 @@ def ssd_single_chunk(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torc
 #: The C source of the loops, shipped beside this module (built by :mod:`dynlab.kernels.compiled`).
 _C_SOURCE = (Path(__file__).parent / "ssd_chunk.c").read_text(encoding="utf-8")
 
-_C_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
 
 def compiled_kernel_status() -> str:
@@ -124,7 +123,7 @@ class _SSDSingleChunkC(torch.autograd.Function):
         dt, A = dt.contiguous(), A.contiguous()
         y = torch.empty(g, t, h, p, dtype=x.dtype)
         final = torch.empty(g, h, p, n, dtype=x.dtype) if need_final else None
-        fn = getattr(c_library(), f"dl_ssd1_fwd_{_C_SUFFIX[x.dtype]}")
+        fn = getattr(c_library(), f"dl_ssd1_fwd_{c_suffix(x.dtype)}")
         if fn(g, t, h, p, n, ldx, ldb, ldc, *map(data_pointer, (xr, dt, A, br, cr, y, final))):
             raise MemoryError(f"single-chunk SSD: out of memory for [{t}, {t}] buffers")
         ctx.save_for_backward(xr, dt, A, br, cr, y)
@@ -141,7 +140,7 @@ class _SSDSingleChunkC(torch.autograd.Function):
         gf = None if grad_final is None else grad_final.contiguous()
         gx, gdt, gA = torch.empty(g, t, h, p, dtype=x.dtype), torch.empty_like(dt), torch.empty_like(A)
         gB, gC = torch.empty(g, t, n, dtype=x.dtype), torch.empty(g, t, n, dtype=x.dtype)
-        fn = getattr(c_library(), f"dl_ssd1_bwd_{_C_SUFFIX[x.dtype]}")
+        fn = getattr(c_library(), f"dl_ssd1_bwd_{c_suffix(x.dtype)}")
         if fn(g, t, h, p, n, ldx, ldb, ldc, h * p, n, n, 0, *map(data_pointer, (x, dt, A, B, C, y, gy, gf, gx, gdt, gA, gB, gC))):
             raise MemoryError(f"single-chunk SSD backward: out of memory for [{t}, {t}] buffers")
         return gx, gdt, gA, gB, gC, None

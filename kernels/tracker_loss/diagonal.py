@@ -68,7 +68,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..compiled import c_library, data_pointer
+from ..compiled import C_SUFFIXES, c_library, c_suffix, data_pointer
 from ..first_order import first_order
 from .common import BUFFERS, readout_ce, readout_ce_grad, token_rows
 
@@ -87,7 +87,6 @@ __all__ = [
 #: the source is ``diagonal.c`` beside this module.
 _C_SOURCE = (Path(__file__).parent / "diagonal.c").read_text(encoding="utf-8")
 
-_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
 
 def _c_kernels() -> ctypes.CDLL | None:
@@ -95,7 +94,7 @@ def _c_kernels() -> ctypes.CDLL | None:
     lib = c_library("diagonal_tracker", _C_SOURCE)
     if lib is not None and not hasattr(lib, "_dynlab_ready"):
         i64, ptr = ctypes.c_int64, ctypes.c_void_p
-        for suf in _SUFFIX.values():
+        for suf in C_SUFFIXES.values():
             for name, ints, ptrs in (("dl_dt_fwd", 4, 8), ("dl_dt_bwd", 5, 13), ("dl_dtc_fwd", 3, 8),
                                      ("dl_dtc_bwd", 4, 13), ("dl_dt_stream", 5, 11), ("dl_dtc_stream", 4, 11)):
                 fn = getattr(lib, f"{name}_{suf}")
@@ -107,7 +106,7 @@ def _c_kernels() -> ctypes.CDLL | None:
 def _use_c(x: torch.Tensor, n: int) -> ctypes.CDLL | None:
     """The compiled loops when they apply: one member on the CPU, float32 or float64."""
     real = x.real.dtype if x.is_complex() else x.dtype
-    if x.device.type != "cpu" or n != 1 or real not in _SUFFIX:
+    if x.device.type != "cpu" or n != 1 or c_suffix(real) is None:
         return None
     return _c_kernels()
 
@@ -216,7 +215,7 @@ def _group_forward(tokens, labels, a, b, C, g, e, W, c):
     if lib is None:
         _forward_scan(hs, ch, y, steps, a_rows, b_rows, C_rows, ge_rows)
     else:
-        suf, args = _SUFFIX[g.dtype], _p(steps, a_rows, b_rows, C_rows, ge_rows, hs, ch, y)
+        suf, args = c_suffix(g.dtype), _p(steps, a_rows, b_rows, C_rows, ge_rows, hs, ch, y)
         if a.is_complex():
             err = getattr(lib, f"dl_dtc_fwd_{suf}")(t_len, bsz, h, *args)
         else:
@@ -246,7 +245,7 @@ def _group_backward(saved, grad_loss):
         ga, gb = torch.zeros_like(saved["a_rows"]), torch.zeros_like(saved["a_rows"])
         gC = torch.zeros_like(saved["C_rows"])
         g_g, g_e = torch.zeros_like(saved["g_rows"]), torch.zeros_like(saved["g_rows"])
-        suf, ncls = _SUFFIX[y.dtype], dz.shape[-1]
+        suf, ncls = c_suffix(y.dtype), dz.shape[-1]
         args = _p(saved["steps"], dz_steps, W, saved["a_rows"], saved["C_rows"], saved["g_rows"], hs, ch,
                   ga, gb, gC, g_g, g_e)
         if hs.is_complex():
@@ -521,7 +520,7 @@ def diagonal_tracker_stream(
     tok = tokens.to(torch.int64).contiguous()
     ge = torch.cat([g, e], dim=1)  # [V, 2H]
     outs = [data_pointer(x) for x in (z, hs, ys)]
-    suf = _SUFFIX[real]
+    suf = c_suffix(real)
     if cplx:
         st = state.clone().contiguous()  # [B, H] complex: (re, im) interleaved
         err = getattr(lib, f"dl_dtc_stream_{suf}")(t_len, bsz, h, W.shape[0], *_p(tok, a, b, C, ge, W, c, st), *outs)

@@ -1,5 +1,6 @@
 """The C kernels' shared prelude (kernels/prelude.h): put into each source that includes it,
-hashed with it (a changed prelude builds every kernel anew), and the one home of dl_expf."""
+hashed with it (a changed prelude builds every kernel anew), and the one home of dl_expf;
+and the one table of the dtypes the kernels are compiled for (kernels/compiled.py)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,25 @@ def test_a_kernel_call_does_not_expand_and_hash_its_source_again(monkeypatch):
     assert len(calls) == 1
     monkeypatch.setattr(compiled, "PRELUDE_SOURCE", compiled.PRELUDE_SOURCE + "/* changed */\n")
     assert compiled._process_key("probe-key", src) != first and len(calls) == 2
+
+
+def test_c_suffix_names_the_compiled_dtypes_and_other_dtypes_take_the_torch_path():
+    """One table of the dtypes the C loops are built for: float32 and float64. Any other dtype
+    (here bfloat16) runs each op's torch form, which equals its reference exactly."""
+    import torch
+
+    from dynlab.kernels.compiled import C_SUFFIXES, c_suffix
+    from dynlab.kernels.cross_entropy import token_nll, token_nll_ref
+    from dynlab.kernels.gated_norm import gated_rms_norm, gated_rms_norm_ref
+    from dynlab.kernels.short_conv import causal_conv_silu, causal_conv_silu_ref
+
+    assert (c_suffix(torch.float32), c_suffix(torch.float64)) == ("f32", "f64")
+    assert c_suffix(torch.bfloat16) is None and c_suffix(torch.int64) is None and len(C_SUFFIXES) == 2
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(*s, generator=g).to(torch.bfloat16) for s in ((2, 3, 6, 5), (2, 4, 5), (2, 5)))
+    assert torch.equal(causal_conv_silu(x, w, b, None), causal_conv_silu_ref(x, w, b, None))
+    y, z = (torch.randn(2, 3, 4, 8, generator=g).to(torch.bfloat16) for _ in range(2))
+    nw = torch.randn(2, 8, generator=g).to(torch.bfloat16)
+    assert torch.equal(gated_rms_norm(y, z, nw, 1e-6), gated_rms_norm_ref(y, z, nw, 1e-6))
+    logits, targets = torch.randn(7, 11, generator=g).to(torch.bfloat16), torch.randint(0, 11, (7,), generator=g)
+    assert torch.equal(token_nll(logits, targets), token_nll_ref(logits, targets))
