@@ -59,7 +59,7 @@ from pathlib import Path
 
 __all__ = ["C_KERNELS_ENV", "C_SUFFIXES", "PRELUDE_INCLUDE", "PRELUDE_SOURCE", "CKernelWarning", "CompileError",
            "as_rows", "c_kernels_used", "c_library", "c_library_status", "c_suffix", "compiler", "kernel_source",
-           "library_file_name", "record_c_kernels", "typed_library"]
+           "library_file_name", "promoted", "record_c_kernels", "typed_library"]
 
 #: Environment variable: ``0`` turns every compiled kernel off (the torch paths run).
 C_KERNELS_ENV = "DYNLAB_C_KERNELS"
@@ -299,6 +299,19 @@ def c_suffix(dtype) -> str | None:
     """The suffix of a C kernel's functions for a tensor ``dtype`` (``"f32"``, ``"f64"``),
     or None where no C loop exists for it (the torch path runs)."""
     return C_SUFFIXES.get(str(dtype))
+
+
+def promoted(*xs):
+    """``xs`` (tensors, or None) in torch's promoted dtype of the tensors among them: the one
+    dtype in which every form of a scan (reference, torch, C, Triton) computes mixed inputs,
+    such as float32 inputs with a float64 initial state."""
+    import torch  # here, so that importing this module does not load torch
+
+    dtype = None
+    for x in xs:
+        if x is not None:
+            dtype = x.dtype if dtype is None else torch.promote_types(dtype, x.dtype)
+    return tuple(None if x is None else x.to(dtype) for x in xs)
 
 
 def data_pointer(x):

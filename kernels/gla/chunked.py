@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from ..compiled import promoted
+
 __all__ = ["gla_ref", "gla_chunked"]
 
 # Largest |c_t − c_0| (cumulative log gate from a chunk's first position) for which gla_chunked
@@ -38,6 +40,16 @@ def check_gla_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gk: torc
         raise ValueError(f"k and gk must match q {tuple(q.shape)}, got {tuple(k.shape)}, {tuple(gk.shape)}")
     if v.shape[:3] != q.shape[:3]:
         raise ValueError(f"v must be [B, T, H, V] with [B, T, H] = {tuple(q.shape[:3])}, got {tuple(v.shape)}")
+
+
+def gla_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gk: torch.Tensor,
+               initial_state: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    """Every GLA form's inputs, checked (:func:`check_gla_inputs`) and in one dtype: mixed
+    dtypes are computed in torch's promoted dtype (:func:`kernels.compiled.promoted`), in
+    :func:`gla_ref` as in the chunked, recurrent and Triton forms. Returns
+    ``(q, k, v, gk, initial_state)``."""
+    check_gla_inputs(q, k, v, gk)
+    return promoted(q, k, v, gk, initial_state)
 
 
 def gla_ref(
@@ -60,7 +72,7 @@ def gla_ref(
     Returns:
         ``o [B, T, H, V]`` and, if asked, ``final_state [B, H, K, V]``.
     """
-    check_gla_inputs(q, k, v, gk)
+    q, k, v, gk, initial_state = gla_inputs(q, k, v, gk, initial_state)
     b, t, h, dk = q.shape
     dv = v.shape[-1]
     scale = dk**-0.5 if scale is None else scale
@@ -102,7 +114,7 @@ def gla_chunked(
     model: ≈ 1.4).  float16/bfloat16 take the masked form (pairwise exponents set to −inf
     for s > t before ``exp``) on fixed chunks.
     """
-    check_gla_inputs(q, k, v, gk)
+    q, k, v, gk, initial_state = gla_inputs(q, k, v, gk, initial_state)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
     b, t, h, dk = q.shape

@@ -33,7 +33,7 @@ import torch
 
 from ..compiled import as_rows, c_library_status, c_suffix, data_pointer, typed_library
 from ..first_order import first_order
-from .chunked import check_gla_inputs, gla_chunked
+from .chunked import gla_chunked, gla_inputs
 
 __all__ = ["c_library", "compiled_kernel_status", "gla_recurrent", "gla_recurrent_applies"]
 
@@ -71,18 +71,13 @@ def gla_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gk: torch.T
     """:func:`kernels.gla.chunked.gla_ref`'s function and contract (module docstring): the C
     loops where :func:`gla_recurrent_applies`, else :func:`gla_chunked` (with ``chunk_size``,
     which the recurrence does not use)."""
-    check_gla_inputs(q, k, v, gk)
+    q, k, v, gk, initial_state = gla_inputs(q, k, v, gk, initial_state)  # mixed dtypes: promoted
     b, t, h, dk = q.shape
     dv = v.shape[-1]
     if initial_state is not None and tuple(initial_state.shape) != (b, h, dk, dv):
         raise ValueError(f"gla_recurrent: initial_state must be [B, H, K, V] = {(b, h, dk, dv)}, "
                          f"got {tuple(initial_state.shape)}")
     scale = dk ** -0.5 if scale is None else float(scale)
-    dtype = q.dtype
-    for x in (k, v, gk, initial_state):
-        dtype = dtype if x is None else torch.promote_types(dtype, x.dtype)
-    q, k, v, gk = (x.to(dtype) for x in (q, k, v, gk))  # mixed dtypes: computed in torch's promoted dtype
-    initial_state = None if initial_state is None else initial_state.to(dtype)
     if t == 0 or not gla_recurrent_applies(q, k, v, gk, initial_state):
         return gla_chunked(q, k, v, gk, scale, initial_state, return_final_state, chunk_size)
     rows = [as_rows(x.reshape(b, t, x.shape[2] * x.shape[3])) for x in (q, k, v, gk)]  # read in place where x is a slice

@@ -30,8 +30,8 @@ from __future__ import annotations
 import torch
 
 from ..first_order import first_order
-from ..selective_scan.chunked import check_selective_scan_inputs
-from .chunked import check_gla_inputs, gla_chunked
+from ..selective_scan.chunked import selective_scan_inputs
+from .chunked import gla_chunked, gla_inputs
 
 try:  # triton is optional: the package works without it
     import triton
@@ -158,7 +158,7 @@ def gla_triton(
     """
     if not HAS_TRITON:
         raise RuntimeError("gla_triton needs the triton package (pip install 'dynlab[triton]')")
-    check_gla_inputs(q, k, v, gk)
+    q, k, v, gk, initial_state = gla_inputs(q, k, v, gk, initial_state)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -187,7 +187,7 @@ def selective_scan_triton(
     Returns:
         ``y [B, T, D]`` and, if asked, ``final_state [B, D, N]``.
     """
-    check_selective_scan_inputs(u, delta, A, B, C)
+    u, delta, A, B, C, initial_state = selective_scan_inputs(u, delta, A, B, C, initial_state)
     b, t, d = u.shape
     n = A.shape[1]
     q = C[:, :, None, :].expand(b, t, d, n)  # [B, T, D(heads), N(keys)]

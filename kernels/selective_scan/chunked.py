@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from ..compiled import C_KERNELS_ENV, c_library_status, c_suffix, data_pointer, typed_library
+from ..compiled import C_KERNELS_ENV, c_library_status, c_suffix, data_pointer, promoted, typed_library
 from ..first_order import first_order
 
 __all__ = [
@@ -61,6 +61,16 @@ def check_selective_scan_inputs(u: torch.Tensor, delta: torch.Tensor, A: torch.T
         raise ValueError(f"B and C must be [B, T, N] = {(b, t, A.shape[1])}, got {tuple(B.shape)}, {tuple(C.shape)}")
 
 
+def selective_scan_inputs(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                          initial_state: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    """Every selective-scan form's inputs, checked (:func:`check_selective_scan_inputs`) and in
+    one dtype (mixed dtypes: torch's promoted one, :func:`kernels.compiled.promoted`), in
+    :func:`selective_scan_ref` as in the fused and Triton forms. Returns
+    ``(u, delta, A, B, C, initial_state)``."""
+    check_selective_scan_inputs(u, delta, A, B, C)
+    return promoted(u, delta, A, B, C, initial_state)
+
+
 def selective_scan_ref(
     u: torch.Tensor,
     delta: torch.Tensor,
@@ -81,7 +91,7 @@ def selective_scan_ref(
     Returns:
         ``y [B, T, D]`` and, if asked, ``final_state [B, D, N]``.
     """
-    check_selective_scan_inputs(u, delta, A, B, C)
+    u, delta, A, B, C, initial_state = selective_scan_inputs(u, delta, A, B, C, initial_state)
     b, t, d = u.shape
     state = u.new_zeros(b, d, A.shape[1]) if initial_state is None else initial_state
     ys = []
@@ -180,15 +190,15 @@ def selective_scan_fused(
     runs on one thread whatever torch's thread count, as the LM presets train);
     otherwise, and on other devices, the torch loop of cache-sized steps, which holds the
     states ``[B, T, D, N]`` for the backward pass."""
-    check_selective_scan_inputs(u, delta, A, B, C)
+    u, delta, A, B, C, initial_state = selective_scan_inputs(u, delta, A, B, C, initial_state)
     b, t, d = u.shape
     n = A.shape[1]
     h0 = u.new_zeros(b, d, n) if initial_state is None else initial_state  # [B, D, N]
     if t == 0:
         y = u.new_zeros(b, 0, d)
         return (y, h0) if return_final_state else y
-    dtype = torch.promote_types(u.dtype, A.dtype)
-    args = [x.to(dtype) for x in (u, delta, A, B, C, h0)]
+    dtype = u.dtype
+    args = [u, delta, A, B, C, h0]
     if u.device.type == "cpu" and c_suffix(dtype) is not None and _c_library() is not None:
         # keep the decays for the backward pass when one will run and they are not too large
         save = (torch.is_grad_enabled() and any(x.requires_grad for x in args)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from ..compiled import promoted
+
 __all__ = ["ssd_ref", "ssd_chunked"]
 
 
@@ -35,6 +37,15 @@ def check_ssd_inputs(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torc
         raise ValueError(f"A must be [H] = {(h,)}, got {tuple(A.shape)}")
     if B.shape[:3] != (b, t, h) or C.shape != B.shape:
         raise ValueError(f"B and C must be [B, T, H, N] with [B, T, H] = {(b, t, h)}, got {tuple(B.shape)}, {tuple(C.shape)}")
+
+
+def ssd_inputs(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+               initial_state: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    """Every SSD form's inputs, checked (:func:`check_ssd_inputs`) and in one dtype (mixed
+    dtypes: torch's promoted one, :func:`kernels.compiled.promoted`), in :func:`ssd_ref` as in
+    the chunked and Triton forms. Returns ``(x, dt, A, B, C, initial_state)``."""
+    check_ssd_inputs(x, dt, A, B, C)
+    return promoted(x, dt, A, B, C, initial_state)
 
 
 def ssd_ref(
@@ -59,7 +70,7 @@ def ssd_ref(
     Returns:
         ``y [B, T, H, P]`` and, if asked, ``final_state [B, H, P, N]``.
     """
-    check_ssd_inputs(x, dt, A, B, C)
+    x, dt, A, B, C, initial_state = ssd_inputs(x, dt, A, B, C, initial_state)
     b, t, h, p = x.shape
     n = B.shape[-1]
     state = x.new_zeros(b, h, p, n) if initial_state is None else initial_state
@@ -92,7 +103,7 @@ def ssd_chunked(
 
     Exponents of masked (s > t) pairs are set to −inf *before* ``exp`` so nothing overflows.
     """
-    check_ssd_inputs(x, dt, A, B, C)
+    x, dt, A, B, C, initial_state = ssd_inputs(x, dt, A, B, C, initial_state)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
     b, t, h, p = x.shape

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from ..first_order import first_order
-from .chunked import check_ssd_inputs, ssd_chunked
+from .chunked import ssd_chunked, ssd_inputs
 
 try:  # triton is optional: the package works without it
     import triton
@@ -152,7 +152,7 @@ def ssd_triton(
     """
     if not HAS_TRITON:
         raise RuntimeError("ssd_triton needs the triton package (pip install 'dynlab[triton]')")
-    check_ssd_inputs(x, dt, A, B, C)
+    x, dt, A, B, C, initial_state = ssd_inputs(x, dt, A, B, C, initial_state)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
     has_init = initial_state is not None

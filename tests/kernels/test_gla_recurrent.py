@@ -7,7 +7,7 @@ import torch
 
 from dynlab.kernels.compiled import C_KERNELS_ENV
 from dynlab.kernels.gla import recurrent as rc
-from dynlab.kernels.gla.chunked import gla_ref
+from dynlab.kernels.gla.chunked import gla_chunked, gla_ref
 
 TOL = {torch.float64: dict(rtol=1e-11, atol=1e-11), torch.float32: dict(rtol=2e-5, atol=2e-5)}
 
@@ -128,11 +128,15 @@ def test_each_input_read_with_its_own_row_stride(backend):
         torch.testing.assert_close(a.grad, r.grad, **TOL[torch.float64])
 
 
-def test_mixed_dtypes_are_promoted(backend):
-    """float32 inputs with a float64 initial state: computed in float64 (torch's promotion)."""
+@pytest.mark.parametrize("form", ["recurrent", "chunked", "ref"])
+def test_mixed_dtypes_are_promoted(backend, form):
+    """float32 inputs with a float64 initial state, or a float64 v: computed in float64
+    (torch's promotion), by every GLA form alike."""
+    fn = {"recurrent": rc.gla_recurrent, "chunked": gla_chunked, "ref": gla_ref}[form]
     q, k, v, gk, h0 = _inputs(torch.float32)
-    o, s = rc.gla_recurrent(q, k, v, gk, None, h0.double(), True)
-    o_ref, s_ref = gla_ref(*(x.double() for x in (q, k, v, gk)), None, h0.double(), True)
-    assert o.dtype == s.dtype == torch.float64
-    torch.testing.assert_close(o, o_ref, **TOL[torch.float64])
-    torch.testing.assert_close(s, s_ref, **TOL[torch.float64])
+    for args in ((q, k, v, gk, None, h0.double()), (q, k, v.double(), gk, None, h0)):
+        o, s = fn(*args, True)
+        o_ref, s_ref = gla_ref(*(x.double() for x in args[:4]), None, args[5].double(), True)
+        assert o.dtype == s.dtype == torch.float64
+        torch.testing.assert_close(o, o_ref, **TOL[torch.float64])
+        torch.testing.assert_close(s, s_ref, **TOL[torch.float64])
