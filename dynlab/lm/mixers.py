@@ -224,6 +224,7 @@ class Mamba2Mixer(_ShortConv):
         A = -torch.exp(self.A_log)  # [H]
         B = B[:, :, None, :].expand(b, t, h, n)  # [B, T, H, N]
         C = C[:, :, None, :].expand(b, t, h, n)  # [B, T, H, N]
+        initial_state = None if initial_state is None else initial_state.to(x.dtype)  # as the stack, and the window
         if self.impl == "dispatch":
             y, state = dispatch.ssd(xs, dt, A, B, C, initial_state, True, chunk_size=self.chunk_size)
         else:
@@ -293,7 +294,7 @@ class Mamba1Mixer(_ShortConv):
         dt_raw, B, C = torch.split(self.x_proj(xs), [self.dt_rank, self.d_state, self.d_state], dim=-1)
         delta = F.softplus(self.dt_proj(dt_raw))  # [B, T, D_inner]
         A = -torch.exp(self.A_log)  # [D_inner, N]
-        init = None if initial_state is None else initial_state.reshape(b, self.d_inner, self.d_state)
+        init = None if initial_state is None else initial_state.to(x.dtype).reshape(b, self.d_inner, self.d_state)
         if self.impl == "dispatch":
             y, state = dispatch.selective_scan(xs, delta, A, B, C, init, True, chunk_size=self.chunk_size)
         else:
@@ -351,6 +352,7 @@ class GLAMixer(_ShortConv):
         q, k, g = (a.reshape(b, t, h, dk) for a in (q, k, g))  # [B, T, H, K]
         v = v.reshape(b, t, h, dv)  # [B, T, H, V]
         gk = F.logsigmoid(g) / self.gate_normalizer
+        initial_state = None if initial_state is None else initial_state.to(x.dtype)  # as the stack, and the window
         if self.impl == "dispatch":
             y, state = dispatch.gla(q, k, v, gk, None, initial_state, True, chunk_size=self.chunk_size)
         else:

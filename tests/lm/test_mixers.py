@@ -73,6 +73,21 @@ def test_none_state_equals_explicit_zero_state(name):
     torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("impl", ["dispatch", "ref"])
+@pytest.mark.parametrize("name", sorted(MIXERS))
+def test_states_of_another_dtype_are_taken_in_the_models(name, impl):
+    """A float32 model given float64 states computes in float32, as its stack and its
+    convolution windows do: the same logits and states as from the states cast first."""
+    model, x = _model(name, impl).float(), _tokens()
+    h0 = _random_states(model, 2)
+    logits, finals = model(x, h0)
+    want_logits, want_finals = model(x, [s.float() for s in h0])
+    assert logits.dtype == torch.float32 and all(f.dtype == torch.float32 for f in finals)
+    torch.testing.assert_close(logits, want_logits, rtol=0, atol=0)
+    for a, b in zip(finals, want_finals):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_parameters_come_only_from_the_generator():
     torch.manual_seed(123)
     a = RecurrentLM("mamba2", d_model=16, n_layers=1, generator=torch.Generator().manual_seed(5), **SMALL["mamba2"])
