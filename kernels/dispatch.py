@@ -23,6 +23,10 @@ needs ``TRITON_INTERPRET=1``; that is how the tests run the kernels).
 Which backend ran is recorded for provenance: :func:`backends_used` lists, per operation,
 every backend :func:`choose_backend` picked in this process, and :func:`record_backends`
 collects the same for one block of work (a run).
+The ``torch`` backend names the path that runs on any device. On the CPU it calls the C
+loops where they are built (the selective scan's here; the LM stacks' GLA recurrence, SSD
+and convolution through their own modules), and which of those ran, or why not, is recorded
+beside the backend by :func:`kernels.compiled.c_kernels_used`, as a run's provenance shows.
 
 Implementations are imported on first use: triton only when a Triton kernel is picked,
 mamba-ssm only when CUDA is present, never on the CPU (its package does not import on a
