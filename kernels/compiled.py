@@ -24,7 +24,8 @@ library the first time a process asks for it and caches the file:
   so a changed kernel or machine builds anew; the build writes to a temporary name and
   renames it (atomic), so concurrent processes (Dask workers) never load a half file;
 - compiler: ``$CC``, else ``cc``, ``gcc`` or ``clang``; ``-O3 -march=native`` (retried
-  without ``-march=native`` where the compiler refuses it);
+  without ``-march=native`` where the compiler refuses it) and no contraction of multiply-adds
+  (:data:`FLAGS`);
 - no compiler, a failed build or ``DYNLAB_C_KERNELS=0``: ``None``, and every caller keeps a
   pure-torch path that computes the same function (tests run both).  A failed build (a
   compiler that runs and fails) warns once per process (:class:`CKernelWarning`, with the
@@ -58,8 +59,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["C_KERNELS_ENV", "C_SUFFIXES", "PRELUDE_INCLUDE", "PRELUDE_SOURCE", "CKernelWarning", "CompileError",
-           "as_rows", "c_kernels_used", "c_library", "c_library_status", "c_suffix", "compiler", "kernel_source",
-           "library_file_name", "promoted", "record_c_kernels", "typed_library"]
+           "as_rows", "c_kernels_used", "c_library", "c_library_status", "c_suffix", "common_dtype", "compiler",
+           "kernel_source", "library_file_name", "promoted", "record_c_kernels", "typed_library"]
 
 #: Environment variable: ``0`` turns every compiled kernel off (the torch paths run).
 C_KERNELS_ENV = "DYNLAB_C_KERNELS"
@@ -73,7 +74,10 @@ PRELUDE_SOURCE = (Path(__file__).parent / "prelude.h").read_text(encoding="utf-8
 #: The dtypes the C kernels are compiled for, by name, and their functions' suffix.
 C_SUFFIXES = {"torch.float32": "f32", "torch.float64": "f64"}
 
-FLAGS = ("-O3", "-fno-trapping-math", "-fopenmp-simd", "-std=c99", "-fPIC", "-shared")
+#: ``-ffp-contract=off``: no compiler fuses a multiply and an add on its own (GCC does not in
+#: ISO C mode, clang would by default), so every product is rounded as the loops are written
+#: and ``fma()`` is fused only where a kernel calls it (the AdamW moments, as torch's).
+FLAGS = ("-O3", "-fno-trapping-math", "-ffp-contract=off", "-fopenmp-simd", "-std=c99", "-fPIC", "-shared")
 
 _LOADED: dict[str, tuple[ctypes.CDLL | None, str]] = {}
 _LOCK = threading.Lock()
@@ -301,16 +305,23 @@ def c_suffix(dtype) -> str | None:
     return C_SUFFIXES.get(str(dtype))
 
 
-def promoted(*xs):
-    """``xs`` (tensors, or None) in torch's promoted dtype of the tensors among them: the one
-    dtype in which every form of a scan (reference, torch, C, Triton) computes mixed inputs,
-    such as float32 inputs with a float64 initial state."""
+def common_dtype(*xs):
+    """torch's promoted dtype of the tensors among ``xs`` (None entries are skipped): the one
+    dtype in which every form of a scan (reference, torch, C) computes mixed inputs, such as
+    float32 inputs with a float64 initial state, and by which ``dispatch`` picks its backend."""
     import torch  # here, so that importing this module does not load torch
 
     dtype = None
     for x in xs:
         if x is not None:
             dtype = x.dtype if dtype is None else torch.promote_types(dtype, x.dtype)
+    return dtype
+
+
+def promoted(*xs):
+    """``xs`` (tensors, or None) cast to :func:`common_dtype` of them (a tensor already of
+    that dtype is returned as it is)."""
+    dtype = common_dtype(*xs)
     return tuple(None if x is None else x.to(dtype) for x in xs)
 
 

@@ -30,7 +30,11 @@ beside the backend by :func:`kernels.compiled.c_kernels_used`, as a run's proven
 
 Implementations are imported on first use: triton only when a Triton kernel is picked,
 mamba-ssm only when CUDA is present, never on the CPU (its package does not import on a
-CPU-only torch).  This module itself imports torch only.
+CPU-only torch).  This module itself imports only torch and :mod:`.compiled`.
+
+Mixed input dtypes pick the backend of their promoted dtype
+(:func:`kernels.compiled.common_dtype`): float32 inputs with a float64 state take the torch
+path, which computes in float64, not a float32 Triton kernel.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ from contextlib import contextmanager
 from typing import Any, Callable
 
 import torch
+
+from .compiled import common_dtype
 
 __all__ = [
     "BACKENDS",
@@ -191,18 +197,19 @@ def get_kernel(op: str, device: torch.device | str, dtype: torch.dtype = torch.f
 
 def linear_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
     """Diagonal scan h_t = a_t ⊙ h_{t−1} + b_t on the chosen backend (``kernels.scan.linear_scan``'s contract)."""
-    dtype = torch.promote_types(torch.promote_types(a.dtype, b.dtype), h0.dtype)
-    return get_kernel("linear_scan", a.device, dtype)(a, b, h0, chunk)
+    return get_kernel("linear_scan", a.device, common_dtype(a, b, h0))(a, b, h0, chunk)
 
 
 def ssd(x, dt, A, B, C, initial_state=None, return_final_state=False, chunk_size=64):
     """Mamba-2 SSD on the chosen backend (``kernels.ssd.ssd_chunked``'s contract)."""
-    return get_kernel("ssd", x.device, x.dtype)(x, dt, A, B, C, initial_state, return_final_state, chunk_size)
+    kernel = get_kernel("ssd", x.device, common_dtype(x, dt, A, B, C, initial_state))
+    return kernel(x, dt, A, B, C, initial_state, return_final_state, chunk_size)
 
 
 def gla(q, k, v, gk, scale=None, initial_state=None, return_final_state=False, chunk_size=32):
     """GLA on the chosen backend (``kernels.gla.gla_chunked``'s contract)."""
-    return get_kernel("gla", q.device, q.dtype)(q, k, v, gk, scale, initial_state, return_final_state, chunk_size)
+    kernel = get_kernel("gla", q.device, common_dtype(q, k, v, gk, initial_state))
+    return kernel(q, k, v, gk, scale, initial_state, return_final_state, chunk_size)
 
 
 def selective_scan(u, delta, A, B, C, initial_state=None, return_final_state=False, chunk_size=32):
@@ -213,5 +220,5 @@ def selective_scan(u, delta, A, B, C, initial_state=None, return_final_state=Fal
     cache-sized torch steps with a hand-written backward (``docs/performance.md`` has the
     measured ratios).
     """
-    fn = get_kernel("selective_scan", u.device, u.dtype)
+    fn = get_kernel("selective_scan", u.device, common_dtype(u, delta, A, B, C, initial_state))
     return fn(u, delta, A, B, C, initial_state, return_final_state, chunk_size)

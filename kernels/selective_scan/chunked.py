@@ -241,9 +241,10 @@ def selective_scan_grouped(
     if delta.shape != u.shape or A.shape[1] != d or B.shape != (g, b, t, n) or C.shape != B.shape:
         raise ValueError(f"selective_scan_grouped: need delta {tuple(u.shape)}, A {(g, d, n)} and B, C "
                          f"{(g, b, t, n)}; got {tuple(delta.shape)}, {tuple(A.shape)}, {tuple(B.shape)}, {tuple(C.shape)}")
+    u, delta, A, B, C, initial_state = promoted(u, delta, A, B, C, initial_state)  # mixed dtypes: as every form
     if g == 0:
         return u.new_zeros(0, b, t, d), u.new_zeros(0, b, d, n)
-    dtype = torch.promote_types(u.dtype, A.dtype)
+    dtype = u.dtype
     if t == 0 or b == 0 or not (u.device.type == "cpu" and c_suffix(dtype) is not None and _c_library() is not None):
         outs = [selective_scan_fused(u[i], delta[i], A[i], B[i], C[i],
                                      None if initial_state is None else initial_state[i], True) for i in range(g)]

@@ -5,8 +5,8 @@ A hand-written backward computes its gradients outside autograd (C loops, Triton
 torch loops), so with ``create_graph=True`` they would carry no graph: a gradient penalty or
 a Hessian-vector product would lose their terms without a word. Every ``autograd.Function``
 of ``dynlab.kernels`` guards its backward with :func:`dynlab.kernels.first_order.first_order`:
-``create_graph=True`` raises; under ``torch.func.jacrev`` the first derivatives stay exact
-and differentiating them raises."""
+where its gradients may be differentiated again (``create_graph=True``, nested
+``torch.func`` transforms, ``torch.func.grad`` of a tensor plain autograd tracks) it raises; one level of ``torch.func.grad`` or ``vjp`` gives exact first derivatives."""
 
 from __future__ import annotations
 
@@ -89,12 +89,19 @@ def test_gated_norm_and_loss_refuse_second_derivatives():
 
 def test_torch_func_through_a_guarded_kernel_is_exact_and_refuses_a_second_order():
     """One level of torch.func runs the hand-written backward (its gradient equals the
-    autograd reference's); a second level, whose terms the backward cannot give, raises."""
+    autograd reference's); a second level, or plain autograd tracking the input underneath
+    (a gradient penalty on torch.func.grad's result), raises."""
     g = torch.Generator().manual_seed(2)
     a = torch.rand(2, 5, 3, generator=g, dtype=torch.float64) * 0.9
     h0, b = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((2, 3), (2, 5, 3)))
     loss = lambda scan: (lambda v: scan(a * v.sigmoid(), v, h0).square().sum())  # noqa: E731
     torch.testing.assert_close(torch.func.grad(loss(linear_scan))(b), torch.func.grad(loss(linear_scan_ref))(b),
                                rtol=1e-12, atol=1e-12)
+    vjps = [torch.func.vjp(lambda v: scan(a, v, h0), b) for scan in (linear_scan, linear_scan_ref)]
+    got, want = (fn(torch.ones_like(out))[0] for out, fn in vjps)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     with pytest.raises(RuntimeError, match="^linear_scan: first derivatives only"):
         torch.func.grad(lambda v: torch.func.grad(loss(linear_scan))(v).sum())(b)
+    with pytest.raises(RuntimeError, match="^linear_scan: first derivatives only"):
+        tracked = b.clone().requires_grad_()
+        torch.autograd.grad(torch.func.grad(loss(linear_scan))(tracked).square().sum(), tracked)

@@ -10,7 +10,7 @@ import torch
 from dynlab.kernels.compiled import promoted
 from dynlab.kernels.gla.chunked import gla_chunked, gla_ref
 from dynlab.kernels.gla.recurrent import gla_recurrent
-from dynlab.kernels.selective_scan.chunked import selective_scan_fused, selective_scan_ref
+from dynlab.kernels.selective_scan.chunked import selective_scan_fused, selective_scan_grouped, selective_scan_ref
 from dynlab.kernels.ssd.chunked import ssd_chunked, ssd_ref
 
 G = torch.Generator().manual_seed(0)
@@ -39,6 +39,8 @@ FORMS = {  # name: (inputs, call(inputs with the state last) -> (out, final))
     "ssd_chunked": (_ssd, lambda a: ssd_chunked(*a[:5], a[5], True, chunk_size=2)),
     "selective_scan_ref": (_selective, lambda a: selective_scan_ref(*a[:5], a[5], True)),
     "selective_scan_fused": (_selective, lambda a: selective_scan_fused(*a[:5], a[5], True)),
+    "selective_scan_grouped": (_selective, lambda a: selective_scan_grouped(  # two groups of the same inputs
+        *(x[None].expand(2, *x.shape) for x in a[:5]), a[5][None].expand(2, *a[5].shape))),
     "gla_ref": (_gla, lambda a: gla_ref(*a[:4], None, a[5], True)),
     "gla_chunked": (_gla, lambda a: gla_chunked(*a[:4], None, a[5], True, chunk_size=2)),
     "gla_recurrent": (_gla, lambda a: gla_recurrent(*a[:4], None, a[5], True)),
@@ -63,3 +65,28 @@ def test_promoted_keeps_none_and_takes_the_widest_dtype():
     x, none, y = promoted(a, None, b)
     assert none is None and x.dtype == y.dtype == torch.float64
     assert promoted(a, None)[0] is a  # nothing to promote: the tensor itself
+
+
+@pytest.mark.parametrize("op", ["ssd", "selective_scan", "gla", "linear_scan"])
+def test_dispatch_picks_the_backend_of_the_promoted_dtype(op, monkeypatch):
+    """The backend is chosen for the dtype the inputs compute in: float32 inputs with a float64
+    state ask for a float64 kernel (on CUDA: the torch path, not a float32 Triton kernel)."""
+    from dynlab.kernels import dispatch
+
+    asked = []
+    real = dispatch.get_kernel
+
+    def spy(name, device, dtype):
+        asked.append(dtype)
+        return real(name, device, dtype)
+
+    monkeypatch.setattr(dispatch, "get_kernel", spy)
+    if op == "linear_scan":
+        a, b = torch.rand(2, 5, 3, generator=G), torch.randn(2, 5, 3, generator=G)
+        out = dispatch.linear_scan(a, b, torch.randn(2, 3, generator=G, dtype=torch.float64))
+    else:
+        inputs = {"ssd": _ssd, "selective_scan": _selective, "gla": _gla}[op]()
+        state = inputs[5].double()
+        args = (*inputs[:4], None) if op == "gla" else tuple(inputs[:5])
+        out = getattr(dispatch, op)(*args, state, True)[0]
+    assert asked == [torch.float64] and out.dtype == torch.float64
