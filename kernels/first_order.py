@@ -10,13 +10,16 @@ supported)"``.
 
 The backward runs (without a graph, under ``torch.no_grad``) when its gradients cannot be
 differentiated again: in plain autograd, when grad mode is off (``backward()``,
-``autograd.grad`` without ``create_graph``); under ``torch.func``, when nothing it reads (the
-saved tensors and the incoming gradients) is tracked by anything but the transform running
-it. So first derivatives work through ``torch.func.grad`` (also under ``vmap``) and
-``torch.func.vjp`` of inputs that need no gradient; the same with inputs that require grad
-in plain autograd, ``create_graph=True``, and nested transforms raise. Only the
-Functions with a ``setup_context`` (the linear and dense scans, the selective scan) can run
-under ``torch.func`` at all; ``jacrev`` stops at in-place writes of their backward passes.
+``autograd.grad`` without ``create_graph``) and no forward-mode tangent rides on the
+incoming gradients; under ``torch.func``, when nothing it reads (the saved tensors and the
+incoming gradients) is tracked by anything but the grad level it belongs to. So first
+derivatives work through one ``torch.func.grad`` (also inside ``vmap``) and through
+``torch.func.vjp`` of inputs that need no gradient. The same with inputs that plain autograd
+tracks, ``create_graph=True``, a ``vjp`` function differentiated again, and nested
+transforms raise. Only the Functions with a ``setup_context`` (the linear and dense scans,
+the selective scan) can run under ``torch.func`` at all, and only their torch forms (the C
+loops need real storage); ``jacrev`` and ``vmap(grad)`` stop at the in-place writes of their
+backward passes.
 """
 
 from __future__ import annotations
@@ -29,43 +32,54 @@ import torch
 __all__ = ["first_order"]
 
 
-def _tracked_elsewhere(x: torch.Tensor, own_level: int | None) -> bool:
-    """Whether something other than the transform running this backward (level ``own_level``,
-    None outside one) differentiates through ``x``: an alive grad-tracking wrapper of another
-    level, or plain autograd on the tensor underneath every wrapper."""
+def _wrappers(x: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+    """The levels of ``x``'s grad-tracking torch.func wrappers, outermost first (a dead one,
+    whose transform has returned, has a level below 1), and the tensor underneath them all."""
     functorch = torch._C._functorch  # torch.func keeps no public view of its wrappers
+    levels = []
     while functorch.is_functorch_wrapped_tensor(x):
-        level = functorch.maybe_get_level(x)
-        if functorch.is_gradtrackingtensor(x) and level is not None and level > 0 and level != own_level:
-            return True  # an enclosing grad transform (a dead one, after vjp returns, has level < 0)
+        if functorch.is_gradtrackingtensor(x):
+            levels.append(functorch.maybe_get_level(x))
         x = functorch.get_unwrapped(x)
-    return x.requires_grad
+    return levels, x
+
+
+def _level0_records() -> bool:
+    """Whether plain autograd (level 0, under every transform) records now: the grad mode the
+    outermost torch.func grad transform found on entry, else the current one."""
+    if torch._C._are_functorch_transforms_active():
+        interpreters = torch._functorch.pyfunctorch.retrieve_all_functorch_interpreters()
+        if interpreters and interpreters[0].key() == torch._C._functorch.TransformType.Grad:
+            return bool(interpreters[0].prev_grad_mode())
+    return True  # grad mode is on here (create_graph, or a transform that does not change it)
 
 
 def _differentiated_again(ctx, grads: tuple) -> bool:
     """Whether the gradients of the backward now running may be differentiated again (module
-    docstring). In plain autograd that is grad mode on (``create_graph=True``). Under
-    torch.func, and when ``torch.func.vjp``'s function replays a backward after its transform
-    has returned, it is a saved tensor or an incoming gradient tracked by anything but the
-    transform running it."""
+    docstring). Forward-mode tangents on the incoming gradients: always. Otherwise grad mode
+    must be on, and then, in plain autograd, that is ``create_graph=True``; under torch.func
+    (or a ``torch.func.vjp`` function replayed after its transform returned), it is a saved
+    tensor or an incoming gradient tracked by another grad level than the one this backward
+    belongs to (the level of the saved tensors' outermost wrapper, none where it is dead),
+    or by plain autograd underneath."""
+    if any(isinstance(g, torch.Tensor) and torch.autograd.forward_ad.unpack_dual(g).tangent is not None
+           for g in grads):
+        return True  # a forward-mode tangent would be dropped by the hand-written backward
     if not torch.is_grad_enabled():
         return False
     try:
         saved = list(ctx.saved_tensors)
     except RuntimeError:  # freed by an earlier backward: the backward itself says so
         saved = []
-    tensors = [t for t in (*saved, *grads) if isinstance(t, torch.Tensor)]
-    functorch = torch._C._functorch  # torch.func keeps no public view of its transforms
     try:
-        active = torch._C._are_functorch_transforms_active()
-        if not active and not any(functorch.is_functorch_wrapped_tensor(t) for t in tensors):
+        peeled = [(_wrappers(t), i < len(saved)) for i, t in enumerate((*saved, *grads)) if isinstance(t, torch.Tensor)]
+        if not torch._C._are_functorch_transforms_active() and not any(levels for (levels, _), _ in peeled):
             return True  # create_graph=True in plain autograd
-        own = None
-        if active:
-            interpreters = torch._functorch.pyfunctorch.retrieve_all_functorch_interpreters()
-            if interpreters and interpreters[-1].key() == functorch.TransformType.Grad:
-                own = interpreters[-1].level()
-        return any(_tracked_elsewhere(t, own) for t in tensors)
+        own = next((levels[0] for (levels, _), is_saved in peeled if is_saved and levels), None)
+        own = own if own is not None and own > 0 else None  # a dead level: a vjp function replayed
+        records = _level0_records()
+        return any(any(lv > 0 and lv != own for lv in levels) or (records and base.requires_grad)
+                   for (levels, base), _ in peeled)
     except AttributeError:  # another torch layout: refuse rather than guess
         return True
 

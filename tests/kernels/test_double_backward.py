@@ -13,13 +13,14 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import warnings
 
 import pytest
 import torch
 
 import dynlab.kernels as kernels_pkg
 from dynlab.kernels.compiled import C_KERNELS_ENV
-from dynlab.kernels.cross_entropy import token_nll
+from dynlab.kernels.cross_entropy import head_nll, token_nll
 from dynlab.kernels.gated_norm import gated_rms_norm
 from dynlab.kernels.gated_norm import norm as gn
 from dynlab.kernels.scan import linear_scan, linear_scan_ref
@@ -105,3 +106,40 @@ def test_torch_func_through_a_guarded_kernel_is_exact_and_refuses_a_second_order
     with pytest.raises(RuntimeError, match="^linear_scan: first derivatives only"):
         tracked = b.clone().requires_grad_()
         torch.autograd.grad(torch.func.grad(loss(linear_scan))(tracked).square().sum(), tracked)
+
+
+def test_a_vjp_function_differentiated_again_raises_and_no_grad_does_not():
+    """A torch.func.vjp function replayed inside another grad (the meta-learning pattern)
+    raises, where its gradient came out zero before; a grad under no_grad, over a closure
+    that holds a tensor plain autograd would track, runs and equals the reference."""
+    g = torch.Generator().manual_seed(4)
+    a = torch.rand(2, 5, 3, generator=g, dtype=torch.float64) * 0.9
+    h0, b, ct = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((2, 3), (2, 5, 3), (2, 5, 3)))
+    with pytest.raises(RuntimeError, match="^linear_scan: first derivatives only"):
+        torch.func.grad(lambda aa: torch.func.vjp(lambda v: linear_scan(aa, v, h0), b)[1](ct)[0].square().sum())(a)
+    _, replay = torch.func.vjp(lambda v: linear_scan(a, v, h0), b)
+    with pytest.raises(RuntimeError, match="^linear_scan: first derivatives only"):
+        torch.func.grad(lambda c: replay(c)[0].square().sum())(ct)
+    tracked = a.clone().requires_grad_()  # a parameter, say
+    with torch.no_grad():
+        got = torch.func.grad(lambda v: linear_scan(tracked, v, h0).square().sum())(b)
+        want = torch.func.grad(lambda v: linear_scan_ref(tracked, v, h0).square().sum())(b)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_forward_mode_tangent_on_the_incoming_gradient_raises():
+    """A dual tensor given as grad_outputs would lose its tangent in a hand-written backward."""
+    from torch.autograd import forward_ad
+
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 6, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2, 7, 4, generator=g, dtype=torch.float64)
+    targets = torch.randint(0, 7, (2, 6), generator=g)
+    nll = head_nll(x, w, targets)
+    tangent = torch.randn(nll.shape, generator=g, dtype=torch.float64)
+    with forward_ad.dual_level(), warnings.catch_warnings():
+        # torch scripts its forward-AD decompositions on first use, through a deprecated API
+        warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated", DeprecationWarning)
+        dual = forward_ad.make_dual(torch.ones_like(nll), tangent)
+        with pytest.raises(RuntimeError, match="^head_nll: first derivatives only"):
+            torch.autograd.grad(nll, x, dual)
