@@ -13,10 +13,10 @@ differentiated again: in plain autograd, when grad mode is off (``backward()``,
 ``autograd.grad`` without ``create_graph``) and no forward-mode tangent rides on the
 incoming gradients; under ``torch.func``, when nothing it reads (the saved tensors and the
 incoming gradients) is tracked by anything but the grad level it belongs to. So first
-derivatives work through one ``torch.func.grad`` (also inside ``vmap``) and through
-``torch.func.vjp`` of inputs that need no gradient. The same with inputs that plain autograd
-tracks, ``create_graph=True``, a ``vjp`` function differentiated again, and nested
-transforms raise. Only the Functions with a ``setup_context`` (the linear and dense scans,
+derivatives work through one ``torch.func.grad`` (also of a function that calls ``vmap``)
+and through ``torch.func.vjp`` of inputs that need no gradient. ``torch.func.grad`` of inputs
+that plain autograd tracks (outside ``torch.no_grad``), ``create_graph=True``, a ``vjp``
+function differentiated again, and nested transforms raise. Only the Functions with a ``setup_context`` (the linear and dense scans,
 the selective scan) can run under ``torch.func`` at all, and only their torch forms (the C
 loops need real storage); ``jacrev`` and ``vmap(grad)`` stop at the in-place writes of their
 backward passes.
