@@ -16,10 +16,10 @@ incoming gradients) is tracked by anything but the grad level it belongs to. So 
 derivatives work through one ``torch.func.grad`` (also of a function that calls ``vmap``)
 and through ``torch.func.vjp`` of inputs that need no gradient. ``torch.func.grad`` of inputs
 that plain autograd tracks (outside ``torch.no_grad``), ``create_graph=True``, a ``vjp``
-function differentiated again, and nested transforms raise. Only the Functions with a ``setup_context`` (the linear and dense scans,
-the selective scan) can run under ``torch.func`` at all, and only their torch forms (the C
-loops need real storage); ``jacrev`` and ``vmap(grad)`` stop at the in-place writes of their
-backward passes.
+function differentiated again, and nested transforms raise. Only the Functions with a
+``setup_context`` (the linear and dense scans, the selective scan) can run under
+``torch.func`` at all, and only their torch forms (the C loops need real storage);
+``jacrev`` and ``vmap(grad)`` stop at the in-place writes of their backward passes.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def _differentiated_again(ctx, grads: tuple) -> bool:
     except RuntimeError:  # freed by an earlier backward: the backward itself says so
         saved = []
     try:
-        peeled = [(_wrappers(t), i < len(saved)) for i, t in enumerate((*saved, *grads)) if isinstance(t, torch.Tensor)]
+        peeled = [(_wrappers(t), i < len(saved))
+                  for i, t in enumerate((*saved, *grads)) if isinstance(t, torch.Tensor)]
         if not torch._C._are_functorch_transforms_active() and not any(levels for (levels, _), _ in peeled):
             return True  # create_graph=True in plain autograd
         own = next((levels[0] for (levels, _), is_saved in peeled if is_saved and levels), None)

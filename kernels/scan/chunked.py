@@ -44,6 +44,7 @@ import math
 
 import torch
 
+from ..compiled import common_dtype
 from ..first_order import first_order
 
 __all__ = [
@@ -199,7 +200,7 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor, chunk: int |
     t_len = a.shape[-2]
     lead = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2], h0.shape[:-1])
     s = torch.broadcast_shapes(a.shape[-1:], b.shape[-1:], h0.shape[-1:])[0]
-    dtype = torch.promote_types(torch.promote_types(a.dtype, b.dtype), h0.dtype)
+    dtype = common_dtype(a, b, h0)
     a = a.to(dtype).expand(*lead, t_len, s)
     b = b.to(dtype).expand(*lead, t_len, s)
     h0 = h0.to(dtype).expand(*lead, s)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from ..compiled import common_dtype
 from ..first_order import first_order
 from .chunked import linear_scan
 
@@ -208,7 +209,7 @@ def linear_scan_triton(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor, chunk
     t_len = a.shape[-2]
     lead = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2], h0.shape[:-1])
     s = torch.broadcast_shapes(a.shape[-1:], b.shape[-1:], h0.shape[-1:])[0]
-    dtype = torch.promote_types(torch.promote_types(a.dtype, b.dtype), h0.dtype)
+    dtype = common_dtype(a, b, h0)
     if dtype not in SCAN_DTYPES:
         raise ValueError(f"linear_scan_triton supports {', '.join(map(str, SCAN_DTYPES))}; got {dtype}")
     a = a.to(dtype).expand(*lead, t_len, s)

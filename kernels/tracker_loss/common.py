@@ -29,6 +29,8 @@ import threading
 
 import torch
 
+from ..compiled import common_dtype
+
 __all__ = [
     "BUFFERS",
     "PHIS",
@@ -172,9 +174,7 @@ def fused_call(name, apply, phi, tokens, labels, tables, mats, W, c) -> tuple[to
         zero = sum(p.sum() * 0.0 for p in params)
         loss, correct = zero.expand(n).clone(), torch.zeros(n, dtype=torch.long, device=tokens.device)
     else:
-        dtype = params[0].dtype
-        for p in params[1:]:
-            dtype = torch.promote_types(dtype, p.dtype)
+        dtype = common_dtype(*params)
         tables = [t.to(dtype).contiguous() for t in tables]
         mats = [m.to(dtype).contiguous() if m is not None else None for m in mats]
         tok_tm = tokens.transpose(1, 2).contiguous()  # [N, T, B]
