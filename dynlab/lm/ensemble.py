@@ -15,7 +15,9 @@ every op of a step works on E models' data at once:
 - **Resuming**: with ``resume=path`` the training state (parameters, AdamW moments,
   divergence flags, losses, every member's generator and intervention state) is saved
   there atomically every few minutes of wall time; a later call with the same path
-  continues from it, and ends bit for bit where the run never stopped would have.
+  continues from it, and ends bit for bit where the run never stopped would have. The
+  state names its run (settings, interventions, a hash of the starting weights): a call
+  that differs in any of them is refused and the file kept.
 - **Own streams**: each member keeps its own batch source, intervention and
   ``torch.Generator`` (the ones :func:`dynlab.lm.train.fit` would get for that model), so
   adding or removing a member never changes another's batches or noise.
@@ -31,6 +33,7 @@ tolerances). The stack's forward is in :mod:`dynlab.lm.stack`.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -139,8 +142,12 @@ def fit_ensemble(
     warmup = max(1, int(round(warmup_frac * steps)))
     losses = torch.full((steps, e), math.nan, dtype=torch.float64, device=dev)
     length = done = 0
+    run = None
+    if resume is not None:
+        run = _run_identity(stack, interventions, steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
+                            grad_clip=grad_clip, warmup_frac=warmup_frac)
     if resume is not None and resume.exists():
-        done, extra = _load_state(resume, stack, opt, losses, interventions, generators)
+        done, extra = _load_state(resume, stack, opt, losses, interventions, generators, run)
         if on_resume is not None:
             on_resume(done, extra)
     start = last_save = time.perf_counter()
@@ -159,7 +166,7 @@ def fit_ensemble(
                     break
             if resume is not None and done < steps and time.perf_counter() - last_save >= save_every_s:
                 _save_state(resume, done, stack, opt, losses, interventions, generators,
-                            save_extra() if save_extra is not None else {})
+                            save_extra() if save_extra is not None else {}, run)
                 last_save = time.perf_counter()
     seconds = time.perf_counter() - start
     if resume is not None:
@@ -210,10 +217,22 @@ def _unpack_states(value):
     return value
 
 
+def _run_identity(stack: LMStack, interventions: Sequence[Intervention], **settings) -> dict:
+    """What a training state belongs to (saved with it, compared on resume): the training
+    settings that shape the run (steps, and with them the schedule; batch size; AdamW's),
+    each member's intervention, and a hash of the members' starting parameters (so another
+    seed's or another stack's models never resume from this state)."""
+    start = hashlib.sha256(stack.flat.detach().cpu().contiguous().numpy().tobytes()).hexdigest()[:16]
+    return {**settings, "interventions": [type(iv).__name__ for iv in interventions], "start_params": start}
+
+
 def _save_state(path: Path, done: int, stack: LMStack, opt: _StackAdamW, losses: torch.Tensor,
-                interventions: Sequence[Intervention], generators: Sequence[torch.Generator], extra: dict) -> None:
-    """Write the training state after ``done`` steps to ``path`` atomically (:func:`fit_ensemble`'s ``resume``)."""
+                interventions: Sequence[Intervention], generators: Sequence[torch.Generator], extra: dict,
+                run: dict | None = None) -> None:
+    """Write the training state after ``done`` steps to ``path`` atomically (:func:`fit_ensemble`'s
+    ``resume``), with ``run`` (:func:`_run_identity`) to check it against on resume."""
     state = {
+        "run": json.dumps(run),
         "done": done, "flat": stack.flat.detach().cpu(), "m1": opt.m1.cpu(), "m2": opt.m2.cpu(),
         "alive": opt.alive.cpu(), "death_step": opt.death_step.cpu(), "death_why": opt.death_why.cpu(),
         "losses": losses[:done].cpu(), "generators": [g.get_state() for g in generators],
@@ -227,15 +246,24 @@ def _save_state(path: Path, done: int, stack: LMStack, opt: _StackAdamW, losses:
 
 
 def _load_state(path: Path, stack: LMStack, opt: _StackAdamW, losses: torch.Tensor,
-                interventions: Sequence[Intervention], generators: Sequence[torch.Generator]) -> tuple[int, dict]:
+                interventions: Sequence[Intervention], generators: Sequence[torch.Generator],
+                run: dict | None = None) -> tuple[int, dict]:
     """Restore a state :func:`_save_state` wrote; returns ``(steps done, extra)``. A file that
-    does not load or does not fit this stack is a one-line DynlabInputError naming it."""
+    does not load, does not fit this stack, or was saved by another run (``run``, compared
+    with the file's: other settings, interventions or starting parameters) is a one-line
+    DynlabInputError naming it and what differs."""
     try:
         state = torch.load(path, weights_only=True)
         if tuple(state["flat"].shape) != tuple(stack.flat.shape) or len(state["generators"]) != len(generators):
             raise ValueError(f"it holds {tuple(state['flat'].shape)} parameters, this stack {tuple(stack.flat.shape)}")
+        saved = json.loads(state.get("run", "null"))
+        if saved is not None and run is not None and saved != run:
+            diff = [f"{k} {saved.get(k)!r} there, {run.get(k)!r} here" for k in run if saved.get(k) != run.get(k)]
+            raise ValueError("it was saved by another run: " + "; ".join(diff)[:200])
+        if not 0 <= int(state["done"]) <= losses.shape[0]:
+            raise ValueError(f"it has {int(state['done'])} steps done, this run {losses.shape[0]} in all")
     except Exception as exc:  # noqa: BLE001 - any unreadable file is one clear error
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
         raise DynlabInputError(f"cannot resume from {path}: not a training state of this stack ({first}); "
                                "delete it to train from step 0") from None
     dev = stack.flat.device
@@ -278,6 +306,10 @@ def _next_inputs(next_batches: Sequence[Callable[[], Batch]], interventions: Seq
     a layer's states and windows are None when every member's are the zeros of
     :meth:`Intervention.initial_states` (the zero intervention)."""
     batches = [nb() for nb in next_batches]
+    shapes = [tuple(bt[0].shape) for bt in batches]
+    if len(set(shapes)) > 1:
+        raise DynlabInputError(f"the members' batches differ in shape (tokens [B, L + 1]: {shapes}); a stack "
+                               "trains every member on batches of one B and L")
     tokens = torch.stack([bt[0] for bt in batches]).to(dev)
     length = tokens.shape[2] - 1
     masks = None

@@ -62,7 +62,8 @@ def _signature(model: RecurrentLM) -> tuple:
     settings = []
     for block in model.blocks:
         mixer = block.mixer
-        keep = {k: v for k, v in vars(mixer).items() if not k.startswith("_") and isinstance(v, (int, float, str, bool, type(None)))}
+        keep = {k: v for k, v in vars(mixer).items()  # nn.Module's train/eval flag is a mode, not a setting
+                if not k.startswith("_") and k != "training" and isinstance(v, (int, float, str, bool, type(None)))}
         norms = [m.eps for m in block.modules() if isinstance(m, torch.nn.RMSNorm)]
         settings.append((type(mixer).__name__, tuple(sorted(keep.items())), tuple(norms)))
     return shapes, tuple(settings), model.final_norm.eps

@@ -1,18 +1,21 @@
 /* dynlab per-token cross-entropy, CPU (the LM stacks' next-token loss).  Layouts (all
-   contiguous): logits, glogits [N, V]; targets int64 [N] (each in [0, V)); nll, lse, gnll [N].
-   Forward, per row:  m = max_v x_v,  lse = m + log(sum_v exp(x_v - m)),  nll = lse - x_target.
-   Backward, per row:  glogits_v = (exp(x_v - lse) - [v == target]) gnll.
-   The forward keeps lse for the backward pass, which needs nothing else.
+   contiguous): logits, glogits [N, V]; targets int64 [N] (each in [0, V)); nll, mx, ls, lse, gnll [N].
+   Forward, per row:  m = max_v x_v,  l = log(sum_v exp(x_v - m)),  nll = (m - x_target) + l.
+   Backward, per row:  glogits_v = (exp((x_v - m) - l) - [v == target]) gnll.
+   The forward keeps m and l for the backward pass, which needs nothing else.  m and l stay
+   apart (not summed into the log-sum-exp m + l before use): with logits of a large common
+   offset, m + l would round l away.
    In place (the LM head's logits, which nothing else reads): dl_ce_probs overwrites each row
-   of x with its softmax exp(x_v - m) / sum (and writes nll, lse as the forward does);
-   dl_ce_probs_grad overwrites those probabilities p with (p_v - [v == target]) gnll. */
+   of x with its softmax exp(x_v - m) / sum (and writes nll as the forward does, and the
+   log-sum-exp lse = m + l); dl_ce_probs_grad overwrites those probabilities p with
+   (p_v - [v == target]) gnll. */
 #include <math.h>
 #include <stdint.h>
 
 #include "dl_prelude.h"  /* dl_expf (float32 exp, about 1 ulp), dl_exp */
 
 #define CE_KERNELS(T, SUF, EXP, LOG)                                                               \
-void dl_ce_fwd_##SUF(int64_t nn, int64_t nv, const T *x, const int64_t *tgt, T *nll, T *lse) {     \
+void dl_ce_fwd_##SUF(int64_t nn, int64_t nv, const T *x, const int64_t *tgt, T *nll, T *mx, T *ls) { \
     for (int64_t i = 0; i < nn; i++) {                                                             \
         const T *xr = x + i * nv;                                                                  \
         T m = xr[0];                                                                               \
@@ -21,20 +24,21 @@ void dl_ce_fwd_##SUF(int64_t nn, int64_t nv, const T *x, const int64_t *tgt, T *
         T s = 0;                                                                                   \
         _Pragma("omp simd reduction(+:s)")                                                         \
         for (int64_t v = 0; v < nv; v++) s += EXP(xr[v] - m);                                      \
-        T l = m + LOG(s);                                                                          \
-        lse[i] = l;                                                                                \
-        nll[i] = l - xr[tgt[i]];                                                                   \
+        T l = LOG(s);                                                                              \
+        mx[i] = m;                                                                                 \
+        ls[i] = l;                                                                                 \
+        nll[i] = (m - xr[tgt[i]]) + l;                                                             \
     }                                                                                              \
 }                                                                                                  \
                                                                                                    \
-void dl_ce_bwd_##SUF(int64_t nn, int64_t nv, const T *x, const int64_t *tgt, const T *lse,         \
-                     const T *gnll, T *gx) {                                                       \
+void dl_ce_bwd_##SUF(int64_t nn, int64_t nv, const T *x, const int64_t *tgt, const T *mx,          \
+                     const T *ls, const T *gnll, T *gx) {                                          \
     for (int64_t i = 0; i < nn; i++) {                                                             \
         const T *xr = x + i * nv;                                                                  \
         T *gr = gx + i * nv;                                                                       \
-        T l = lse[i], g = gnll[i];                                                                 \
+        T m = mx[i], l = ls[i], g = gnll[i];                                                       \
         _Pragma("omp simd")                                                                        \
-        for (int64_t v = 0; v < nv; v++) gr[v] = EXP(xr[v] - l) * g;                               \
+        for (int64_t v = 0; v < nv; v++) gr[v] = EXP((xr[v] - m) - l) * g;                         \
         gr[tgt[i]] -= g;                                                                           \
     }                                                                                              \
 }                                                                                                  \
@@ -48,9 +52,9 @@ void dl_ce_probs_##SUF(int64_t nn, int64_t nv, T *x, const int64_t *tgt, T *nll,
         T s = 0;                                                                                   \
         _Pragma("omp simd reduction(+:s)")                                                         \
         for (int64_t v = 0; v < nv; v++) { xr[v] = EXP(xr[v] - m); s += xr[v]; }                   \
-        T l = m + LOG(s), r = (T)1 / s;                                                            \
-        lse[i] = l;                                                                                \
-        nll[i] = l - xt;                                                                           \
+        T l = LOG(s), r = (T)1 / s;                                                                \
+        lse[i] = m + l;                                                                            \
+        nll[i] = (m - xt) + l;                                                                     \
         _Pragma("omp simd")                                                                        \
         for (int64_t v = 0; v < nv; v++) xr[v] = xr[v] * r;                                        \
     }                                                                                              \

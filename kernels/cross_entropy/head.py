@@ -65,7 +65,7 @@ class _HeadNll(torch.autograd.Function):
     def forward(ctx, x, w, targets):
         e, n, _ = x.shape
         probs = torch.bmm(x, w.transpose(1, 2))  # [E, N, V], the logits until probs_nll_
-        nll, _ = probs_nll_(probs.view(e * n, -1), targets.view(-1))
+        nll, _ = probs_nll_(probs.view(e * n, w.shape[1]), targets.view(-1))
         ctx.save_for_backward(x, w, targets)
         ctx.mark_non_differentiable(targets)
         ctx.probs = probs  # an intermediate of this op alone, overwritten by the first backward
@@ -79,8 +79,9 @@ class _HeadNll(torch.autograd.Function):
         probs, ctx.probs = ctx.probs, None
         if probs is None:  # a second backward (retain_graph): the softmax again, from the inputs
             probs = torch.bmm(x, w.transpose(1, 2))
-            probs_nll_(probs.view(e * n, -1), targets.view(-1))
-        gl = probs_grad_(probs.view(e * n, -1), targets.view(-1), grad_nll.contiguous().view(-1)).view(probs.shape)
+            probs_nll_(probs.view(e * n, w.shape[1]), targets.view(-1))
+        gl = probs_grad_(probs.view(e * n, w.shape[1]), targets.view(-1),
+                         grad_nll.contiguous().view(-1)).view(probs.shape)
         gx = torch.bmm(gl, w) if ctx.needs_input_grad[0] else None
         gw = torch.bmm(x.transpose(1, 2), gl).transpose(1, 2) if ctx.needs_input_grad[1] else None
         return gx, gw, None

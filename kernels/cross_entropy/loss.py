@@ -6,7 +6,7 @@ per row.  Through autograd a small LM's loss costs a ``log_softmax`` pass, and i
 backward pass a zero-filled ``[N, V]`` gradient (``nll_loss``'s), a scatter and
 ``log_softmax``'s backward: on a stack of 16 budget-size LMs that was about a fifth of a
 training step.  The C loops (``cross_entropy.c``, built on first use by
-:mod:`kernels.compiled`) read each row once forward (keeping only its log-sum-exp) and
+:mod:`kernels.compiled`) read each row once forward (keeping only its max and log-sum of exponentials) and
 write its gradient ``(softmax − onehot) · g`` in one pass backward.  Without them (no
 compiler, ``DYNLAB_C_KERNELS=0``, other devices or dtypes) the op is
 :func:`token_nll_ref`, ``F.cross_entropy`` itself.  The C loop's float32 exp is its own
@@ -54,10 +54,12 @@ def probs_nll_(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tenso
         getattr(_c_library(), f"dl_ce_probs_{c_suffix(logits.dtype)}")(
             *logits.shape, logits.data_ptr(), targets.data_ptr(), nll.data_ptr(), lse.data_ptr())
         return nll, lse
-    lse = torch.logsumexp(logits, dim=1)
-    nll = lse - logits.gather(1, targets[:, None])[:, 0]
-    logits.sub_(lse[:, None]).exp_()
-    return nll, lse
+    m = logits.amax(dim=1)
+    target_logit = logits.gather(1, targets[:, None])[:, 0]
+    total = logits.sub_(m[:, None]).exp_().sum(dim=1)
+    logits.div_(total[:, None])
+    log_total = total.log()
+    return (m - target_logit) + log_total, m + log_total  # m and log_total apart (cross_entropy.c)
 
 
 def probs_grad_(probs: torch.Tensor, targets: torch.Tensor, grad_nll: torch.Tensor) -> torch.Tensor:
@@ -89,8 +91,8 @@ def compiled_kernel_status() -> str:
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 _SIGNATURES = {
-    "dl_ce_fwd_{suf}": ([_I64] * 2 + [_PTR] * 4, None),
-    "dl_ce_bwd_{suf}": ([_I64] * 2 + [_PTR] * 5, None),
+    "dl_ce_fwd_{suf}": ([_I64] * 2 + [_PTR] * 5, None),
+    "dl_ce_bwd_{suf}": ([_I64] * 2 + [_PTR] * 6, None),
     "dl_ce_probs_{suf}": ([_I64] * 2 + [_PTR] * 4, None),
     "dl_ce_probs_grad_{suf}": ([_I64] * 2 + [_PTR] * 3, None),
 }
@@ -106,25 +108,27 @@ def _token_nll_c(logits, targets):
 
 
 class _TokenNllC(torch.autograd.Function):
-    """The compiled loops: forward keeps each row's log-sum-exp, backward writes ``(softmax − onehot)·g``."""
+    """The compiled loops: forward keeps each row's max and log-sum of exponentials, backward
+    writes ``(softmax − onehot)·g``."""
 
     @staticmethod
     def forward(ctx, logits, targets):
         n, v = logits.shape
-        nll, lse = logits.new_empty(n), logits.new_empty(n)
+        nll, row_max, log_total = logits.new_empty(n), logits.new_empty(n), logits.new_empty(n)
         getattr(_c_library(), f"dl_ce_fwd_{c_suffix(logits.dtype)}")(
-            n, v, logits.data_ptr(), targets.data_ptr(), nll.data_ptr(), lse.data_ptr())
-        ctx.save_for_backward(logits, targets, lse)
+            n, v, logits.data_ptr(), targets.data_ptr(), nll.data_ptr(), row_max.data_ptr(), log_total.data_ptr())
+        ctx.save_for_backward(logits, targets, row_max, log_total)
         ctx.mark_non_differentiable(targets)
         return nll
 
     @staticmethod
     @first_order("token_nll")
     def backward(ctx, grad_nll):
-        logits, targets, lse = ctx.saved_tensors
+        logits, targets, row_max, log_total = ctx.saved_tensors
         n, v = logits.shape
         g = grad_nll.contiguous()
         gx = torch.empty_like(logits)
         getattr(_c_library(), f"dl_ce_bwd_{c_suffix(logits.dtype)}")(
-            n, v, logits.data_ptr(), targets.data_ptr(), lse.data_ptr(), g.data_ptr(), gx.data_ptr())
+            n, v, logits.data_ptr(), targets.data_ptr(), row_max.data_ptr(), log_total.data_ptr(), g.data_ptr(),
+            gx.data_ptr())
         return gx, None

@@ -64,7 +64,8 @@ def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, w: torch.Tensor, eps: float
     they are available (module docstring), else the reference itself."""
     _check(y, z, w, skip, skip_weight)
     same = all(v is None or v.dtype == y.dtype for v in (z, w, skip, skip_weight))
-    if y.device.type == "cpu" and c_suffix(y.dtype) is not None and same and c_library() is not None:
+    if (y.device.type == "cpu" and c_suffix(y.dtype) is not None and same and y.numel() > 0
+            and c_library() is not None):  # (an empty input: the reference's empty result)
         e = torch.finfo(y.dtype).eps if eps is None else float(eps)
         return _gated_norm_c(y, z, w.contiguous(), e, skip, None if skip_weight is None else skip_weight.contiguous())
     return gated_rms_norm_ref(y, z, w, eps, skip, skip_weight)

@@ -32,6 +32,12 @@ __all__ = ["gla_ref", "gla_chunked"]
 # 0: no factoring (the masked [B, Q, Q, H, K] form on fixed chunks).
 _FACTOR_LIMIT = {torch.float32: 60.0, torch.float64: 400.0, torch.float16: 0.0, torch.bfloat16: 0.0}
 
+#: The chunked form's floor for a log gate: its exp is exactly 0 in the dtype, as exp(−inf)
+#: is, so a hard reset (a gate of −inf) keeps its meaning, while the chunk-local differences
+#: ``c_t − c_s`` stay finite (−inf − (−inf) would be NaN).  Gates above it are left exactly as they are.
+_GATE_FLOOR = {torch.float64: -1000.0}
+_GATE_FLOOR_DEFAULT = -200.0  # float32, bfloat16 and float16: exp(-200) is 0
+
 
 def check_gla_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gk: torch.Tensor) -> None:
     if q.dim() != 4:
@@ -115,6 +121,7 @@ def gla_chunked(
     for s > t before ``exp``) on fixed chunks.
     """
     q, k, v, gk, initial_state = gla_inputs(q, k, v, gk, initial_state)
+    gk = gk.clamp_min(_GATE_FLOOR.get(gk.dtype, _GATE_FLOOR_DEFAULT))  # −inf gates (hard resets): _GATE_FLOOR
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
     b, t, h, dk = q.shape

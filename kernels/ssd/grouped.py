@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from ..compiled import promoted
 from .single_chunk import single_chunk_applies, ssd_single_chunk
 
 __all__ = ["ssd_grouped"]
@@ -48,14 +49,16 @@ def ssd_grouped(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
 
     Returns ``(y [G, T, H, P], final state [G, H, P, N])``, equal to
     ``ssd_ref(x, dt, A_h, B_h, C_h, initial_state, True)`` with ``B_h``, ``C_h`` the
-    expansions over heads (for equal A across sequences).
+    expansions over heads (for equal A across sequences).  Mixed dtypes compute in torch's
+    common dtype of the inputs, as every SSD form does; ``T = 0`` returns an empty ``y`` and
+    the initial state (zeros without one).
     """
     g, t, h, p = x.shape
     n = B.shape[-1]
     if dt.shape != (g, t, h) or A.shape != (g, h) or B.shape != (g, t, n) or C.shape != B.shape:
         raise ValueError(f"ssd_grouped: need x [G, T, H, P], dt [G, T, H], A [G, H], B and C [G, T, N]; got "
                          f"{tuple(x.shape)}, {tuple(dt.shape)}, {tuple(A.shape)}, {tuple(B.shape)}, {tuple(C.shape)}")
-    state = None if initial_state is None else initial_state.to(x.dtype)
+    x, dt, A, B, C, state = promoted(x, dt, A, B, C, initial_state)  # mixed dtypes: as every form
     if state is not None and not state.requires_grad and not bool(state.any()):
         state = None  # a zero initial state (the common case): its read-out and decay are skipped, exactly
     if state is None and t <= chunk_size and single_chunk_applies(x, dt, A, B, C):
@@ -67,7 +70,7 @@ def ssd_grouped(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
         xc, dtc, Bc, Cc = x[:, start:stop], dt[:, start:stop], B[:, start:stop], C[:, start:stop]
         cum = torch.cumsum(dtc * A[:, None, :], dim=1)  # [G, Q, H], decreasing in time
         xdt = xc * dtc[..., None]  # [G, Q, H, P]
-        if float((cum[:, 0] - cum[:, -1]).max().detach()) <= limit:
+        if g == 0 or float((cum[:, 0] - cum[:, -1]).max().detach()) <= limit:
             y = _intra_factored(cum, xdt, Bc, Cc)
         else:
             y = _intra_masked(cum, xdt, Bc, Cc)
@@ -82,8 +85,8 @@ def ssd_grouped(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
         read = torch.bmm(Cc, state.reshape(g, h * p, n).transpose(1, 2)).view(g, q, h, p)  # [G, Q, H, P]
         ys.append(y + read * torch.exp(cum)[..., None])
         state = torch.exp(cum[:, -1])[..., None, None] * state + gathered
-    if state is None:  # no steps
-        state = x.new_zeros(g, h, p, n)
+    if not ys:  # no steps: no outputs, the initial state carried through
+        return x.new_zeros(g, 0, h, p), x.new_zeros(g, h, p, n) if state is None else state
     return ys[0] if len(ys) == 1 else torch.cat(ys, dim=1), state
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from dynlab.kernels.compiled import C_KERNELS_ENV
 from dynlab.kernels.cross_entropy import loss as ce
@@ -68,3 +69,24 @@ def test_c_kernel_is_built_where_a_compiler_exists(monkeypatch):
         assert ce.compiled_kernel_status().startswith("compiled: ")
     monkeypatch.setenv(C_KERNELS_ENV, "0")
     assert ce._c_library() is None
+
+
+@pytest.mark.parametrize("dtype, offset", [(torch.float32, 1e4), (torch.float32, 1e8), (torch.float64, 1e20)])
+def test_a_large_common_offset_of_the_logits_changes_nothing(backend, dtype, offset):
+    """Cross-entropy is invariant to a common shift of a row's logits: with an offset whose
+    ulp exceeds the row's log-sum of exponentials, ``lse − x_target`` would round that sum
+    away (the loss 0, every gradient entry ``g``); the loss and gradient must be those of the
+    unshifted logits, to the rounding of the shift itself."""
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(6, 9, generator=g, dtype=torch.float64)
+    targets = torch.randint(0, 9, (6,), generator=g)
+    shifted = (base + offset).to(dtype)  # what the kernel sees: the offset's rounding included
+    exact = (shifted.double() - offset).requires_grad_(True)  # the same logits, unshifted, in float64
+    want = F.cross_entropy(exact, targets, reduction="none")
+    (gwant,) = torch.autograd.grad(want.sum(), exact)
+    x = shifted.clone().requires_grad_(True)
+    got = token_nll(x, targets)
+    (ggot,) = torch.autograd.grad(got.sum(), x)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got.double(), want, **tol)
+    torch.testing.assert_close(ggot.double(), gwant, **tol)

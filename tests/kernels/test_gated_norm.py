@@ -147,3 +147,14 @@ def test_c_kernel_is_built_where_a_compiler_exists(monkeypatch):
         assert gn.compiled_kernel_status().startswith("compiled: ")
     monkeypatch.setenv(C_KERNELS_ENV, "0")
     assert gn.c_library() is None
+
+
+def test_empty_inputs_give_empty_results(backend):
+    """No members, or members of width 0: the reference's empty result, and empty gradients."""
+    for e, t, d in ((0, 3, 4), (2, 3, 0)):
+        y, z = (torch.randn(e, t, d, requires_grad=True) for _ in range(2))
+        w = torch.randn(e, d, requires_grad=True)
+        out = gated_rms_norm(y, z, w, None)
+        assert out.shape == (e, t, d)
+        assert all(g.shape == v.shape for g, v in zip(torch.autograd.grad(out.sum(), (y, z, w), allow_unused=True),
+                                                       (y, z, w)))

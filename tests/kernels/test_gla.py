@@ -110,6 +110,26 @@ def test_strong_decay_stays_finite_and_exact():
     torch.testing.assert_close(s, s_ref, **TOL[torch.float32])
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("at", [0, 3, 7], ids=lambda a: f"reset-at-{a}")
+def test_a_hard_reset_gate_of_minus_inf_matches_ref_with_gradients(dtype, at):
+    """A log gate of −inf forgets the state exactly (exp(−inf) = 0), at a chunk's first
+    position or inside one: the chunked form gives gla_ref's outputs, final state and
+    gradients, none of them NaN (its chunk-local differences c_t − c_s must stay finite)."""
+    q, k, v, gk, h0 = _inputs(dtype, t=12, seed=6)
+    gk[:, at, 0] = float("-inf")  # head 0, every key: a hard reset at step `at`
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v, h0)]
+    o, s = gla_chunked(*leaves[:3], gk, initial_state=leaves[3], return_final_state=True, chunk_size=7)
+    o_ref, s_ref = gla_ref(*leaves[:3], gk, initial_state=leaves[3], return_final_state=True)
+    assert torch.isfinite(o).all() and torch.isfinite(s).all()
+    torch.testing.assert_close(o, o_ref, **TOL[dtype])
+    torch.testing.assert_close(s, s_ref, **TOL[dtype])
+    w = torch.randn(o.shape, generator=torch.Generator().manual_seed(1), dtype=dtype)
+    for a, b in zip(torch.autograd.grad((o * w).sum() + s.sum(), leaves),
+                    torch.autograd.grad((o_ref * w).sum() + s_ref.sum(), leaves)):
+        torch.testing.assert_close(a, b, **TOL[dtype])
+
+
 def test_chunk_bounds_end_before_the_cumulative_gate_exceeds_the_limit():
     """Constant gates −7 in one batch element and head (−0.1 elsewhere): with L = 30 a chunk
     holds its first position and the next four (drift 7, 14, 21, 28 ≤ 30; 35 > 30)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from dynlab.kernels.compiled import C_KERNELS_ENV
 from dynlab.kernels.cross_entropy import head_nll, head_nll_ref
@@ -92,3 +93,37 @@ def test_bad_shapes_and_targets_are_one_clear_error():
         head_nll(x, w, targets[:, :-1])
     with pytest.raises(ValueError, match="targets must lie in"):
         head_nll(x, w, targets + 11)
+
+
+@pytest.mark.parametrize("dtype, offset", [(torch.float32, 1e4), (torch.float32, 1e8), (torch.float64, 1e20)])
+def test_a_large_common_offset_of_the_logits_changes_nothing(backend, dtype, offset):
+    """Logits with a large common offset (x's first coordinate 1, every head row's first
+    weight ``offset``): the loss is that of the unshifted logits (``lse − x_target`` would
+    round the log-sum of exponentials away), and so is the gradient of the head's other
+    coordinates (the softmax formed as ``exp(x − lse)`` would be 1 everywhere).  The
+    expected values are float64 computations on the op's own logits minus the offset."""
+    x, w, targets = _inputs(dtype, e=2, n=7, d=4, v=6)
+    with torch.no_grad():
+        x[..., 0] = 1.0
+        w[..., 0] = offset
+    out = head_nll(x, w, targets)
+    gx, gw = torch.autograd.grad(out.sum(), (x, w))
+    with torch.no_grad():
+        unshifted = torch.bmm(x, w.transpose(1, 2)).double() - offset  # the op's logits, rounding included
+    logp = torch.log_softmax(unshifted, dim=-1)
+    want = -logp.gather(2, targets[..., None])[..., 0]
+    glogits = logp.exp() - F.one_hot(targets, w.shape[1]).double()  # [E, N, V]
+    tol = dict(rtol=2e-5, atol=2e-5) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out.double(), want, **tol)
+    torch.testing.assert_close(gx[..., 1:].double(), torch.bmm(glogits, w[..., 1:].detach().double()), **tol)
+    torch.testing.assert_close(gw[..., 1:].double(),
+                               torch.bmm(glogits.transpose(1, 2), x[..., 1:].detach().double()), **tol)
+
+
+def test_empty_members_or_tokens_give_empty_results(backend):
+    for e, n in ((0, 5), (2, 0)):
+        x, w, targets = _inputs(torch.float32, e=e, n=n)
+        out = head_nll(x, w, targets)
+        assert out.shape == (e, n)
+        gx, gw = torch.autograd.grad(out.sum(), (x, w))
+        assert gx.shape == x.shape and gw.shape == w.shape and not gw.any()

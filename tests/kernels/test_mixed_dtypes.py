@@ -12,6 +12,7 @@ from dynlab.kernels.gla.chunked import gla_chunked, gla_ref
 from dynlab.kernels.gla.recurrent import gla_recurrent
 from dynlab.kernels.selective_scan.chunked import selective_scan_fused, selective_scan_grouped, selective_scan_ref
 from dynlab.kernels.ssd.chunked import ssd_chunked, ssd_ref
+from dynlab.kernels.ssd.grouped import ssd_grouped
 
 G = torch.Generator().manual_seed(0)
 
@@ -20,6 +21,12 @@ def _ssd():
     b, t, h, p, n = 2, 5, 2, 3, 4
     return [torch.randn(b, t, h, p, generator=G), torch.rand(b, t, h, generator=G), -torch.rand(h, generator=G),
             torch.randn(b, t, h, n, generator=G), torch.randn(b, t, h, n, generator=G), torch.randn(b, h, p, n, generator=G)]
+
+
+def _ssd_grouped():  # B and C one per sequence, A one per (sequence, head)
+    g, t, h, p, n = 2, 5, 2, 3, 4
+    return [torch.randn(g, t, h, p, generator=G), torch.rand(g, t, h, generator=G), -torch.rand(g, h, generator=G),
+            torch.randn(g, t, n, generator=G), torch.randn(g, t, n, generator=G), torch.randn(g, h, p, n, generator=G)]
 
 
 def _selective():
@@ -37,6 +44,7 @@ def _gla():
 FORMS = {  # name: (inputs, call(inputs with the state last) -> (out, final))
     "ssd_ref": (_ssd, lambda a: ssd_ref(*a[:5], a[5], True)),
     "ssd_chunked": (_ssd, lambda a: ssd_chunked(*a[:5], a[5], True, chunk_size=2)),
+    "ssd_grouped": (_ssd_grouped, lambda a: ssd_grouped(*a[:5], a[5], chunk_size=2)),
     "selective_scan_ref": (_selective, lambda a: selective_scan_ref(*a[:5], a[5], True)),
     "selective_scan_fused": (_selective, lambda a: selective_scan_fused(*a[:5], a[5], True)),
     "selective_scan_grouped": (_selective, lambda a: selective_scan_grouped(  # two groups of the same inputs

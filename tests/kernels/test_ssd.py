@@ -123,3 +123,31 @@ def test_grouped_ssd_equals_the_reference_values_and_gradients(form, monkeypatch
         for got, want in zip((grads[0][i:i + 1], grads[1][i:i + 1], grads[2][i], grads[3][i:i + 1], grads[4][i:i + 1],
                               grads[5][i:i + 1]), ref):
             torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("c_kernels", ["1", "0"], ids=["c-kernels", "torch"])
+def test_grouped_ssd_with_no_steps_or_no_sequences(c_kernels, monkeypatch):
+    """T = 0: an empty output and the initial state carried through (zeros without one);
+    G = 0 over several chunks: empty outputs, as ssd_ref gives."""
+    from dynlab.kernels.compiled import C_KERNELS_ENV
+    from dynlab.kernels.ssd.grouped import ssd_grouped
+
+    monkeypatch.setenv(C_KERNELS_ENV, c_kernels)
+    gen = torch.Generator().manual_seed(2)
+    g_, h, p, n = 2, 2, 3, 4
+
+    def empty(t, g=g_):
+        return (torch.randn(g, t, h, p, generator=gen, dtype=torch.float64), torch.rand(g, t, h, generator=gen, dtype=torch.float64),
+                -torch.rand(g, h, generator=gen, dtype=torch.float64), torch.randn(g, t, n, generator=gen, dtype=torch.float64),
+                torch.randn(g, t, n, generator=gen, dtype=torch.float64))
+
+    h0 = torch.randn(g_, h, p, n, generator=gen, dtype=torch.float64)
+    y, s = ssd_grouped(*empty(0), h0)
+    assert y.shape == (g_, 0, h, p) and torch.equal(s, h0)
+    y, s = ssd_grouped(*empty(0))
+    assert y.shape == (g_, 0, h, p) and torch.equal(s, torch.zeros(g_, h, p, n, dtype=torch.float64))
+    x, dt, A, B, C = empty(5, g=0)
+    y, s = ssd_grouped(x, dt, A, B, C, chunk_size=2)
+    yr, sr = ssd_ref(x, dt, A[:1].expand(h).clone() if A.shape[0] else -torch.ones(h, dtype=torch.float64),
+                     B[:, :, None].expand(0, 5, h, n), C[:, :, None].expand(0, 5, h, n), None, True)
+    assert y.shape == yr.shape == (0, 5, h, p) and s.shape == sr.shape == (0, h, p, n)

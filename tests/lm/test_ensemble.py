@@ -302,6 +302,63 @@ def test_a_broken_resume_file_is_one_line(tmp_path):
                      steps=2, batch_size=4, resume=path)
 
 
+def test_a_resume_file_of_another_run_is_refused_and_kept(tmp_path):
+    """A state saved by one run is refused, with what differs, by a call with other
+    starting weights (another seed), another intervention or other settings (fewer steps,
+    whose schedule differs), and the file is left as it was."""
+    data = _text()
+    path = tmp_path / "state.pt"
+
+    def call(seed=0, arm="zero", steps=6, **kw):
+        gen = torch.Generator().manual_seed(seed)
+        iv = make_intervention(arm, sigma=0.3)
+        loader = make_loader(iv, data, 4, 16, gen)
+        return fit_ensemble([_model("mamba2", seed)], [lambda: (lambda b: (b.tokens, None, b.fresh))(next(loader))],
+                            [iv], [gen], steps=steps, batch_size=4, resume=path, sync_every=1, **kw)
+
+    class Cut(Exception):
+        pass
+
+    def cut(done, losses):
+        if done == 3:
+            raise Cut
+
+    with pytest.raises(Cut):
+        call(save_every_s=0.0, progress=cut)
+    saved = path.read_bytes()
+    for kw, what in (({"seed": 7}, "start_params"), ({"arm": "random-noise"}, "interventions"), ({"steps": 3}, "steps")):
+        with pytest.raises(DynlabInputError, match=f"cannot resume from .*saved by another run: .*{what}"):
+            call(**kw)
+        assert path.read_bytes() == saved
+    assert call()[0].status == "ok" and not path.exists()  # the run that saved it resumes
+
+
+def test_members_with_batches_of_other_shapes_are_one_clear_error():
+    data = _text()
+    srcs, ivs, gens = [], [], []
+    for seed, seq_len in ((0, 16), (1, 12)):
+        gen = torch.Generator().manual_seed(seed)
+        iv = make_intervention("zero")
+        loader = make_loader(iv, data, 4, seq_len, gen)
+        srcs.append(lambda ld=loader: (lambda b: (b.tokens, None, b.fresh))(next(ld)))
+        ivs.append(iv)
+        gens.append(gen)
+    with pytest.raises(DynlabInputError, match=r"batches differ in shape .*\(4, 17\), \(4, 13\)"):
+        fit_ensemble([_model("mamba2", s) for s in (0, 1)], srcs, ivs, gens, steps=2, batch_size=4)
+
+
+def test_a_trained_model_stacks_with_a_fresh_one():
+    """train/eval mode is not a layout: a model left in eval mode (as fit leaves it) stacks
+    with a fresh one of the same spec, and the stack's forward equals each model's."""
+    a, b = _model("gla", 0), _model("gla", 1)
+    a.eval()
+    stack = LMStack([a, b])
+    tokens = torch.randint(0, 256, (2, 3, 9), generator=torch.Generator().manual_seed(0))
+    logits, _, _ = stack.forward(tokens)
+    for i, m in enumerate((a, b)):
+        torch.testing.assert_close(logits[i], m(tokens[i])[0], rtol=1e-10, atol=1e-10)
+
+
 def test_runs_cut_off_resume_with_their_checkpoint_evaluations(tmp_path, monkeypatch):
     """train_and_evaluate_many stopped after 3 of 5 steps continues from its saved state and
     gives the results of the uninterrupted stack, the evaluation at the budget passed included."""
