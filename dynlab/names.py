@@ -26,6 +26,7 @@ __all__ = [
     "FAMILIES",
     "HF_EXPORT_ALLOWED",
     "HF_EXPORT_FILES",
+    "HF_EXPORT_MARKER",
     "INTERVENTION_NAMES",
     "MIXER_NAMES",
     "NONLINEARITIES",
@@ -108,6 +109,8 @@ SOURCES = ("shakespeare",)
 #: a folder holding only these (or nothing) may be written over.
 HF_EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
                    "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json", "README.md")
+#: The hidden file that marks a folder ``lm export`` wrote (written first; a later export may replace the folder's files).
+HF_EXPORT_MARKER = ".dynlab-export"
 #: The export folder an ``lm export`` accepts, in the words of its refusal.
 HF_EXPORT_ALLOWED = ("a new or empty folder, or one holding only an earlier export (config.json, model.safetensors, "
                      "tokenizer.json, README.md)")

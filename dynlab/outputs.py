@@ -134,17 +134,19 @@ def probe_file(path: str | Path) -> str | None:
 
 
 def refuse_foreign_folder(folder: str | Path, what: str, own: Iterable[str] | None = None, allowed: str = "") -> None:
-    """Refuse to write into ``folder`` when it is a dynlab run or study folder or, with
-    ``own`` (the names the command writes there, ``*.png`` patterns allowed), when it holds
-    anything else (hidden temporary files aside): one line naming ``what`` (the option as
-    typed) and what is allowed.  A missing or empty folder is fine."""
+    """Refuse to write into ``folder`` when it is a dynlab run or study folder, or lies
+    inside one (:func:`refuse_inside_dynlab_folder`: ``study/runs/x`` too), or, with ``own``
+    (the names the command writes there, ``*.png`` patterns allowed), when it holds anything
+    else (hidden temporary files aside): one line naming ``what`` (the option as typed) and
+    what is allowed.  A missing or empty folder outside dynlab's folders is fine."""
     folder = Path(folder).expanduser()
+    allowed = allowed or "a new or empty folder"
+    refuse_inside_dynlab_folder(folder, what, allowed)
     try:
         names = {p.name for p in folder.iterdir()} if os.path.isdir(folder) else set()
     except OSError:  # a folder that cannot be listed or named: the probe of the write says why
         return
     where = f"{what} {folder}"
-    allowed = allowed or "a new or empty folder"
     if names & set(RUN_FILES):
         raise DynlabInputError(f"{where} is a dynlab run folder: writing there would replace its files; allowed: {allowed}")
     if names & set(STUDY_FILES):
@@ -171,10 +173,21 @@ def refuse_inside_dynlab_folder(folder: str | Path, what: str, allowed: str) -> 
             names = set(os.listdir(above))
         except OSError:
             continue
-        kind = "run" if names & set(RUN_FILES) else "study" if names & set(STUDY_FILES) else None
+        kind = _dynlab_folder_kind(above, names)
         if kind is not None:
             raise DynlabInputError(f"{what} {folder} is inside the dynlab {kind} folder {above}: a study would take it "
                                    f"for damage or someone else's files; allowed: {allowed}")
+
+
+def _dynlab_folder_kind(folder: Path, names: set[str]) -> str | None:
+    """``"run"`` or ``"study"`` when ``folder`` (holding ``names``) is one, else None; on
+    evidence that a stray file does not give: a run's spec.json with its checksums.json,
+    result.json or weights; a study's marker, or its manifest.json beside runs/."""
+    if "spec.json" in names and names & {"checksums.json", "result.json", "model.safetensors"}:
+        return "run"
+    if ".dynlab-study" in names or ("manifest.json" in names and (folder / "runs").is_dir()):
+        return "study"
+    return None
 
 
 def check_json_path(path: str | Path) -> Path:

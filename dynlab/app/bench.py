@@ -72,6 +72,12 @@ def bench_lm_options(widths: str, ensembles: str, batch: int, length: int, steps
     in_range("--batch", batch, 1, MAX_BATCH)
     in_range("--length", length, 2, MAX_LENGTH, "tokens")
     in_range("--steps", steps, 1, MAX_STEPS)
+    from dynlab.spec import check_state_bytes
+
+    # the largest stack's step, at the least: each token's logits (256) and its layers' 16·width
+    # activations in float32, for every member (a stack of E holds E batches)
+    check_state_bytes(f"--ensembles {max(stacks)} × --batch {batch} × --length {length} × (256 + 16 × width "
+                      f"{max(sizes)}) × 4 bytes", max(stacks) * batch, length, 4 * (256 + 16 * max(sizes)))
     return sizes, stacks, json_path
 
 

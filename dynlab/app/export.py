@@ -7,7 +7,6 @@ from pathlib import Path
 from dynlab.app.checks import nonempty_path
 from dynlab.app.folders import check_out
 from dynlab.errors import DynlabInputError
-from dynlab.names import HF_EXPORT_ALLOWED, HF_EXPORT_FILES
 
 
 def export_places(run: Path, out: str, dtype: str | None) -> Path:
@@ -18,10 +17,9 @@ def export_places(run: Path, out: str, dtype: str | None) -> Path:
     out_dir = nonempty_path(out, "OUT", "a folder (made when missing)")
     if not run.is_dir():
         raise DynlabInputError(f"RUN {str(run)!r} is not a folder; allowed: a dynlab LM run folder (runs/<id>)")
-    from dynlab.outputs import refuse_foreign_folder, refuse_inside_dynlab_folder
+    from dynlab.lm.export import check_export_folder
 
-    refuse_foreign_folder(out_dir, "OUT", own=HF_EXPORT_FILES, allowed=HF_EXPORT_ALLOWED)  # before anything is loaded
-    refuse_inside_dynlab_folder(out_dir, "OUT", "a folder outside dynlab's run and study folders")
+    check_export_folder(out_dir, "OUT")  # before anything is loaded
     check_out(out_dir, flag="OUT")
     return out_dir
 

@@ -141,15 +141,10 @@ def fit_ensemble(
     opt = _StackAdamW(stack, weight_decay, grad_clip)
     warmup = max(1, int(round(warmup_frac * steps)))
     losses = torch.full((steps, e), math.nan, dtype=torch.float64, device=dev)
-    length = done = 0
-    run = None
-    if resume is not None:
-        run = _run_identity(stack, interventions, steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
-                            grad_clip=grad_clip, warmup_frac=warmup_frac)
-    if resume is not None and resume.exists():
-        done, extra = _load_state(resume, stack, opt, losses, interventions, generators, run)
-        if on_resume is not None:
-            on_resume(done, extra)
+    length = 0
+    run, done = _restore(resume, stack, opt, losses, interventions, generators, on_resume,
+                         dict(steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, grad_clip=grad_clip,
+                              warmup_frac=warmup_frac))
     start = last_save = time.perf_counter()
     with train_threads(dev, threads=threads):
         for step in range(done, steps):
@@ -215,6 +210,22 @@ def _unpack_states(value):
     if isinstance(value, dict) and set(value) == {"ssm", "conv"}:
         return CarriedStates(value["ssm"], value["conv"])
     return value
+
+
+def _restore(resume: Path | None, stack: LMStack, opt: _StackAdamW, losses: torch.Tensor,
+             interventions: Sequence[Intervention], generators: Sequence[torch.Generator],
+             on_resume: Callable[[int, dict], None] | None, settings: dict) -> tuple[dict | None, int]:
+    """``(the run's identity to save with its states, steps done)``: the state in ``resume``
+    restored when it exists (then ``on_resume(steps done, its extra)``); ``(None, 0)`` without a file."""
+    if resume is None:
+        return None, 0
+    run = _run_identity(stack, interventions, **settings)
+    if not resume.exists():
+        return run, 0
+    done, extra = _load_state(resume, stack, opt, losses, interventions, generators, run)
+    if on_resume is not None:
+        on_resume(done, extra)
+    return run, done
 
 
 def _run_identity(stack: LMStack, interventions: Sequence[Intervention], **settings) -> dict:

@@ -38,10 +38,10 @@ import torch
 from torch import nn
 
 from dynlab.errors import DynlabInputError
-from dynlab.names import HF_EXPORT_ALLOWED, HF_EXPORT_FILES
+from dynlab.names import HF_EXPORT_ALLOWED, HF_EXPORT_FILES, HF_EXPORT_MARKER
 from dynlab.lm.hf import require_transformers
 from dynlab.outputs import current_umask, probe_folder, refuse_foreign_folder, refuse_inside_dynlab_folder
-from dynlab.results.files import make_dir
+from dynlab.results.folder import check_owned_folder, claim_owned_folder
 from dynlab.lm.mixers import Mamba1Mixer, Mamba2Mixer
 from dynlab.lm.model import VOCAB_SIZE, RecurrentLM
 
@@ -175,6 +175,26 @@ def _model_info(hf: nn.Module) -> dict[str, Any]:
             "conv_kernel": c.conv_kernel, "chunk_size": getattr(c, "chunk_size", None)}
 
 
+def check_export_folder(out: Path, what: str) -> None:
+    """Refuse an export folder that dynlab must not write in, before anything is loaded: a
+    run or study folder, a folder inside one, or a folder holding files an export did not
+    write.  A folder is an earlier export when it holds :data:`dynlab.names.HF_EXPORT_MARKER`
+    (or, from before the marker, only export file names with dynlab's model card as
+    README.md); file names alone do not make one (a user's README.md or another model's
+    config.json would be replaced)."""
+    refuse_foreign_folder(out, what, own=HF_EXPORT_FILES, allowed=HF_EXPORT_ALLOWED)
+    check_owned_folder(out, HF_EXPORT_MARKER, HF_EXPORT_FILES, what, HF_EXPORT_ALLOWED, legacy=_card_of_dynlab)
+    refuse_inside_dynlab_folder(out, what, "a folder outside dynlab's run and study folders")
+
+
+def _card_of_dynlab(folder: Path) -> bool:
+    """Whether ``folder/README.md`` is the model card an export writes (:func:`dynlab.lm.card.model_card`)."""
+    try:
+        return "tags: [dynlab," in (folder / "README.md").read_text(encoding="utf-8", errors="replace")[:2000]
+    except OSError:
+        return False
+
+
 def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path,
               dtype: torch.dtype | None = None) -> Path:
     """Write ``model_or_run_folder`` as a Hugging Face folder ``out_dir``: config.json +
@@ -189,8 +209,7 @@ def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path
     out = Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
         raise DynlabInputError(f"export folder {str(out)!r} is a file; allowed: a folder (new or existing)")
-    refuse_foreign_folder(out, "export folder", own=HF_EXPORT_FILES, allowed=HF_EXPORT_ALLOWED)
-    refuse_inside_dynlab_folder(out, "export folder", "a folder outside dynlab's run and study folders")
+    check_export_folder(out, "export folder")
     model = model_or_run_folder
     spec_doc = result = run_id = None
     if isinstance(model, (str, Path)):
@@ -209,7 +228,7 @@ def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path
     problem = probe_folder(out)
     if problem is not None:
         raise DynlabInputError(f"export folder {str(out)!r} {problem}; allowed: a writable folder (made when missing)")
-    make_dir(out)
+    claim_owned_folder(out, HF_EXPORT_MARKER)  # the marker first: a later export knows the folder as its own
     hf.save_pretrained(str(out), safe_serialization=True)
     from dynlab.lm.card import model_card, write_byte_tokenizer
 

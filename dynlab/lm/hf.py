@@ -74,12 +74,18 @@ def load_hf_checkpoint(path: str | Path) -> HFRecurrentLM:
     model_type = json.loads((Path(path) / "config.json").read_text()).get("model_type")
     cls = {"mamba2": tf.Mamba2ForCausalLM, "mamba": tf.MambaForCausalLM}[model_type]
     tf.utils.logging.disable_progress_bar()  # a refusal is one line, with no loading bar before it
+    verbosity = tf.utils.logging.get_verbosity()
+    tf.utils.logging.set_verbosity_error()  # nor a load report table (the error says what it found)
     try:
         model = cls.from_pretrained(str(path), local_files_only=True)
     except Exception as exc:  # noqa: BLE001 — torch, safetensors and transformers each raise their own types
-        raise DynlabInputError(f"checkpoint {str(path)!r} is not a loadable {cls.__name__} ({type(exc).__name__}: "
-                               f"{str(exc).splitlines()[0] if str(exc) else ''}); allowed: a Hugging Face Mamba/Mamba2 "
-                               "folder (config.json + weights) that from_pretrained loads") from None
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if "mismatched_sizes" in str(exc):
+            why = "the sizes of its weights differ from those its config.json gives"
+        raise DynlabInputError(f"checkpoint {str(path)!r} is not a loadable {cls.__name__} ({why}); allowed: a "
+                               "Hugging Face Mamba/Mamba2 folder (config.json + weights) that from_pretrained loads") from None
+    finally:
+        tf.utils.logging.set_verbosity(verbosity)
     return HFRecurrentLM(model)
 
 

@@ -69,6 +69,16 @@ def report(path: str | Path) -> str:
     if p.suffix.lower() == ".json" and not p.is_dir():
         return bench_tables(p)
     ds = open_dataset(p)
+    try:
+        return _study_tables(p, ds)
+    except KeyError as exc:  # a variable the study's tables need is missing (an edited or partial dataset)
+        name = str(exc.args[0]).splitlines()[0][:120] if exc.args else "a variable"
+        raise DynlabInputError(f"{p} lacks what its {ds.attrs.get('study')} tables need ({name}); allowed: the "
+                               "dataset.nc of a study as `dynlab study` and `dynlab analyze` write it") from None
+
+
+def _study_tables(p: Path, ds) -> str:
+    """:func:`report` of the study dataset ``ds`` read from ``p``."""
     study = ds.attrs.get("study")
     if study in TASK_STUDIES:
         return task_tables(ds)

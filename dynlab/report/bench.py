@@ -138,7 +138,13 @@ def bench_tables(path: str | Path) -> str:
     if not isinstance(data, dict) or not (isinstance(data.get("results"), list) or {"preset", "rows"} <= data.keys()):
         raise DynlabInputError(f"{str(p)!r} is not a benchmark result dynlab knows; allowed: a file written by "
                                "`dynlab bench train --json`, `dynlab bench lm --json` or benchmarks/bench_run_phases.py --json")
-    return bench_markdown(data)
+    try:
+        return bench_markdown(data)
+    except (KeyError, TypeError, AttributeError) as exc:  # a key missing, or of another type, in a file edited by hand
+        what = f"its entry {exc.args[0]!r} is missing" if isinstance(exc, KeyError) else "an entry has the wrong type"
+        raise DynlabInputError(f"{str(p)!r} is an incomplete benchmark result ({what}); allowed: a file written by "
+                               "`dynlab bench train --json`, `dynlab bench lm --json` or "
+                               "benchmarks/bench_run_phases.py --json, unedited") from None
 
 
 def bench_markdown(data: dict) -> str:

@@ -122,17 +122,12 @@ def test_catalog_says_what_each_study_module_says():
 def test_cli_constants_match_the_library():
     from dynlab import executors, names
     from dynlab.app import checks, posttrain
-    from dynlab.app import export as app_export
     from dynlab.lm.tasks import TASK_KINDS
     from dynlab.studies import length_generalization
 
     assert checks.EXECUTORS is executors.EXECUTORS is names.EXECUTORS
     assert posttrain.INTERVENTION_NAMES is length_generalization.INTERVENTION_NAMES is names.INTERVENTION_NAMES
     assert tuple(posttrain.POST_TRAIN_TASKS) == TASK_KINDS and set(posttrain.POST_TRAIN_TASKS.values()) <= set(CATALOG)
-    from dynlab.lm import export
-
-    assert (app_export.HF_EXPORT_FILES, app_export.HF_EXPORT_ALLOWED) == (export.HF_EXPORT_FILES,
-                                                                          export.HF_EXPORT_ALLOWED)
 
 
 def test_studies_mapping_reads_the_catalog_and_loads_on_use():

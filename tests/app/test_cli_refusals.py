@@ -286,6 +286,9 @@ def test_the_environment_switches_are_those_dynlab_reads():
 @pytest.mark.parametrize("argv, line", [
     (["lm", "export", "{run}", "{run}"], "error: OUT {run} is a dynlab run folder: writing there would replace its files"),
     (["lm", "export", "{run}", "{notes}"], "error: OUT {notes} holds files this command did not write (notes.txt)"),
+    (["lm", "export", "{run}", "{tmp}/readme"], "error: OUT {tmp}/readme holds files this command did not write (README.md)"),
+    (["lm", "export", "{run}", "{tmp}/other-model"],
+     "error: OUT {tmp}/other-model holds files this command did not write (config.json, model.safetensors)"),
     (["figures", "{tmp}/study", "--out", "{run}"], "error: --out {run} is a dynlab run folder"),
     (["figures", "{tmp}/study", "--out", "{notes}"], "error: --out {notes} holds files this command did not write"),
     (["bench", "train", "--json", "{run}/model.safetensors"], "error: --json {run} is a dynlab run folder"),
@@ -294,8 +297,16 @@ def test_the_environment_switches_are_those_dynlab_reads():
     (["study", "group-tracking", "--preset", "smoke", "--out", "{run}"], "error: --out {run} is a dynlab run folder"),
     (["study", "copying", "--out", "{tmp}/study"], "error: --out {tmp}/study is a dynlab study folder"),
     (["lm", "post-train", "--checkpoint", "{run}", "--out", "{run}"], "error: --out {run} is a dynlab run folder"),
-], ids=["export-into-its-run", "export-into-notes", "figures-into-a-run", "figures-into-notes", "bench-json-in-a-run",
-        "bench-json-over-notes", "study-into-a-run", "study-into-a-study", "post-train-into-a-run"])
+    (["study", "copying", "--preset", "smoke", "--out", "{tmp}/study/runs"],
+     "error: --out {tmp}/study/runs is inside the dynlab study folder {tmp}/study"),
+    (["figures", "{tmp}/study", "--out", "{tmp}/study/runs/figs"],
+     "error: --out {tmp}/study/runs/figs is inside the dynlab study folder {tmp}/study"),
+    (["bench", "train", "--json", "{tmp}/study/runs/b.json"], "error: --json {tmp}/study/runs is inside the dynlab study folder"),
+    (["lm", "post-train", "--checkpoint", "{run}", "--out", "{tmp}/study/runs"],
+     "error: --out {tmp}/study/runs is inside the dynlab study folder {tmp}/study"),
+], ids=["export-into-its-run", "export-into-notes", "export-over-a-readme", "export-over-another-model", "figures-into-a-run", "figures-into-notes", "bench-json-in-a-run",
+        "bench-json-over-notes", "study-into-a-run", "study-into-a-study", "post-train-into-a-run", "study-below-a-study",
+        "figures-below-a-study", "bench-json-below-a-study", "post-train-below-a-study"])
 def test_no_command_writes_into_a_run_or_a_folder_of_other_files(argv, line, tmp_path, capsys):
     """A command refuses, before it writes anything, to write into a dynlab run or study
     folder or into a folder holding files it did not write (one line, exit 2): `lm export
@@ -309,7 +320,13 @@ def test_no_command_writes_into_a_run_or_a_folder_of_other_files(argv, line, tmp
     (run / "checksums.json").write_text('{"files": {}}')
     (run / "model.safetensors").write_bytes(b"weights" * 100)
     (notes / "notes.txt").write_text("mine")
+    (tmp_path / "readme").mkdir()  # names an export writes, but not an export's files
+    (tmp_path / "readme" / "README.md").write_text("# my notes")
+    (tmp_path / "other-model").mkdir()
+    (tmp_path / "other-model" / "config.json").write_text('{"model_type": "llama"}')
+    (tmp_path / "other-model" / "model.safetensors").write_bytes(b"w")
     (study / "manifest.json").write_text('{"study": "copying", "preset": "quick", "run_ids": []}')
+    (study / "runs").mkdir()
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     subs = {"{run}": str(run), "{notes}": str(notes), "{tmp}": str(tmp_path)}
 
@@ -324,3 +341,16 @@ def test_no_command_writes_into_a_run_or_a_folder_of_other_files(argv, line, tmp
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
     with pytest.raises(DynlabInputError, match="is a dynlab run folder"):
         export_hf(run, run)  # the Python API refuses it too
+
+
+def test_a_stray_file_above_does_not_make_a_dynlab_folder(tmp_path):
+    """Only a run's or a study's files together mark a folder above as dynlab's: a project
+    folder holding a spec.json or a manifest.json of its own does not refuse the folders below it."""
+    from dynlab.outputs import refuse_foreign_folder
+
+    (tmp_path / "spec.json").write_text("{}")
+    (tmp_path / "manifest.json").write_text("{}")
+    refuse_foreign_folder(tmp_path / "out", "--out")  # no error
+    (tmp_path / "runs").mkdir()  # manifest.json beside runs/: a study
+    with pytest.raises(DynlabInputError, match="is inside the dynlab study folder"):
+        refuse_foreign_folder(tmp_path / "out", "--out")

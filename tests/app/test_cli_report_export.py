@@ -58,13 +58,16 @@ def test_export_a_trained_run_and_load_it_back(tmp_path, capsys):
     finally:
         os.umask(mask)
     # every file of the export has the umask's mode, as its siblings (safetensors writes 0600 by itself)
-    assert {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "hf").iterdir()} == {
+    assert {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "hf").iterdir() if not p.name.startswith(".")} == {
         "config.json": 0o644, "generation_config.json": 0o644, "model.safetensors": 0o644, "tokenizer.json": 0o644,
         "tokenizer_config.json": 0o644, "README.md": 0o644}
     weights = (run / "model.safetensors").read_bytes()
     assert main(["lm", "export", str(run), str(run)]) == 2  # never into the run folder: its weights stay
     assert (run / "model.safetensors").read_bytes() == weights
+    assert (tmp_path / "hf" / ".dynlab-export").is_file()  # the marker that makes it an earlier export
     assert main(["lm", "export", str(run), str(tmp_path / "hf")]) == 0  # an earlier export is replaced
+    (tmp_path / "hf" / ".dynlab-export").unlink()  # an export from before the marker: known by its model card
+    assert main(["lm", "export", str(run), str(tmp_path / "hf")]) == 0
     hf = transformers.Mamba2ForCausalLM.from_pretrained(str(tmp_path / "hf"), local_files_only=True).eval()
     model, _ = load_checkpoint(run)
     tokens = torch.randint(0, 256, (2, 20), generator=torch.Generator().manual_seed(0))

@@ -43,6 +43,8 @@ def test_another_mixer_is_benchmarked_in_the_same_layout():
 @pytest.mark.parametrize("args, needle", [
     (["--widths", "12"], "--widths '12'"), (["--ensembles", "0"], "--ensembles '0'"), (["--steps", "0"], "--steps"),
     (["--mixer", "mamba3"], "--mixer 'mamba3': unknown mixer; allowed: mamba2, mamba1, gla"),
+    (["--widths", "1024", "--ensembles", "1024", "--batch", "65536", "--length", "100000"],  # before any allocation
+     "GiB of states per batch; allowed: at most 8 GiB"),
 ])
 def test_bad_options_exit_2_with_one_line(args, needle, capsys):
     from dynlab.cli import main

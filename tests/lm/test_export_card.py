@@ -53,7 +53,7 @@ def test_tokenizer_round_trips_and_matches_dynlab(lm_run, tmp_path, capsys):
         want, _ = model(encode(text).long()[None])
     assert torch.allclose(got, want.float(), atol=1e-4, rtol=1e-4)
     _export(lm_run, out)  # an earlier export (tokenizer and card included) is replaced
-    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "generation_config.json",
+    assert sorted(p.name for p in out.iterdir()) == [".dynlab-export", "README.md", "config.json", "generation_config.json",
                                                      "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
 
 

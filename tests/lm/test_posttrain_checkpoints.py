@@ -108,3 +108,22 @@ def test_an_intact_run_loads_from_any_folder_name_and_is_only_read(run_folder, t
     before = {f.name: f.read_bytes() for f in dest.iterdir()}
     load_checkpoint(dest)
     assert {f.name: f.read_bytes() for f in dest.iterdir()} == before
+
+
+def test_an_hf_checkpoint_whose_weights_do_not_fit_its_config_is_one_line(tmp_path, capfd):
+    """config.json edited to another vocabulary than its weights: one line, without the
+    load-report table transformers prints before its own error."""
+    import json
+
+    transformers = need_transformers()
+    cfg = transformers.Mamba2Config(vocab_size=256, hidden_size=16, num_hidden_layers=1, num_heads=2, head_dim=16,
+                                    state_size=4, n_groups=1, expand=2, chunk_size=8)
+    transformers.Mamba2ForCausalLM(cfg).save_pretrained(str(tmp_path / "hf"))
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "vocab_size": 1000}))
+    capfd.readouterr()  # the save's own progress bars
+    assert main(["lm", "post-train", "--checkpoint", str(tmp_path / "hf"), "--steps", "1", "--out", str(tmp_path / "o")]) == 2
+    captured = capfd.readouterr()
+    err = [line for line in captured.err.strip().splitlines() if "falling back to its reference" not in line]
+    assert len(err) == 1 and "sizes of its weights differ from those its config.json gives" in err[0], err
+    assert not (tmp_path / "o").exists()

@@ -97,3 +97,28 @@ def test_bench_train_prints_the_report_tables_of_its_results(monkeypatch, capsys
     assert out.splitlines()[0].startswith("Machine: ") and "not recorded" not in out.splitlines()[0]
     assert out.splitlines()[1:] == expected[1:]  # every table line and fact, in order
     assert "| dynlab ensemble-16 |" in out and "**tanh-rnn H=128 B=256 T=60** (floor `gemm`" in out
+
+
+@pytest.mark.parametrize("edit", ["row", "result", "setting"])
+def test_an_incomplete_benchmark_file_is_one_clear_error(edit, tmp_path):
+    """A benchmark file with an entry removed (by hand) is bad input naming the entry, not a KeyError."""
+    import json
+
+    from dynlab.errors import DynlabInputError
+    from dynlab.report import report
+
+    data = {"machine": {"cpu_model": "x", "cores": 2, "torch": "2.13.0+cpu", "cuda_devices": []},
+            "setting": {"mixer": "mamba2", "batch": 16, "length": 32, "steps": 2, "warmup": 2, "threads": 1},
+            "results": [{"d_model": 16, "n_params": 14460, "gemm_flops_per_s": 1.6e11,
+                         "rows": [{"method": "loop", "model_tokens_per_s": 1000.0}]}]}
+    missing = {"row": "model_tokens_per_s", "result": "d_model", "setting": "setting"}[edit]
+    if edit == "row":
+        del data["results"][0]["rows"][0]["model_tokens_per_s"]
+    elif edit == "result":
+        del data["results"][0]["d_model"]
+    else:
+        del data["setting"]
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(DynlabInputError, match=f"incomplete benchmark result .*'{missing}' is missing"):
+        report(path)

@@ -55,6 +55,12 @@ def test_report_refuses_what_it_cannot_read(tmp_path):
     with pytest.raises(DynlabInputError, match=f"^unreadable dataset {tmp_path / 'dataset.nc'} \\(.*\\); allowed: a study folder") as exc:
         report(tmp_path)
     assert len(str(exc.value).splitlines()) == 1
+    partial = xr.Dataset({"converged": ("run", [True])}, attrs={"study": "length-generalization"})
+    partial.to_netcdf(tmp_path / "partial.nc")  # a study's dataset without the variables its tables read
+    with pytest.raises(DynlabInputError, match="partial.nc lacks what its length-generalization tables need "
+                                               r"\(No variable named 'ppl_binned'.*; allowed: ") as exc:
+        report(tmp_path / "partial.nc")
+    assert len(str(exc.value).splitlines()) == 1
 
 
 def _sweep(mp: list[float], status: list[str]) -> xr.Dataset:
