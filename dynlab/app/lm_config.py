@@ -29,6 +29,9 @@ LM_KNOB_OPTIONS: dict[str, tuple[str, type, str]] = {
 }
 #: Fields a study sets itself, which neither a knob nor ``--config`` may set.
 _FIXED_FIELDS = {"model": ("mixer",), "intervention": ("kind",), "task": ("kind",), "post": ("interventions",)}
+#: Where the value of a fixed field is chosen instead, said when a file sets it.
+_FIXED_HINTS = {("post", "interventions"): " (the post-training arms are the top-level interventions, or "
+                                           "--interventions)"}
 
 
 def _is_task_study(entry: Any) -> bool:
@@ -50,24 +53,32 @@ def lm_config_specs(entry: Any) -> dict[str, type]:
 def check_spec_value(spec_cls: type, section: str, field: str, value: Any, where: str) -> None:
     """Refuse ``value`` for ``field`` of ``spec_cls`` (section ``section`` of the options)
     unless the field exists, is not one the study sets itself, and takes the value (its
-    type and range, as the spec checks them); ``where``: the option or config key as the
-    user wrote it."""
+    range as the spec checks it, its type strictly: ``true`` is no number, ``1`` no bool,
+    ``"0.01"`` no number; an integer is a float; an array is a tuple); ``where``: the
+    option or config key as the user wrote it."""
     from pydantic import TypeAdapter, ValidationError
 
     fixed = _FIXED_FIELDS.get(section, ())
     allowed = [f for f in spec_cls.model_fields if f not in fixed]
     info = spec_cls.model_fields.get(field)
     if info is None or field in fixed:
-        raise DynlabInputError(f"{where}: unknown key {field!r} in [{section}]; allowed: {', '.join(allowed)}")
+        hint = _FIXED_HINTS.get((section, field), "")
+        raise DynlabInputError(f"{where}: unknown key {field!r} in [{section}]{hint}; allowed: {', '.join(allowed)}")
     from typing import Annotated
 
     kind = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
-    try:
-        TypeAdapter(kind).validate_python(value)
+    try:  # strict: a bool is not a number, a number not a bool, a string neither (TOML says which it wrote)
+        TypeAdapter(kind).validate_python(_as_tuples(value), strict=True)
     except ValidationError as exc:
         msg = "; ".join(dict.fromkeys(e["msg"] for e in exc.errors()))
         said = f"{where} = {value!r}" if where.startswith("--config") else f"{where} {value!r}"
         raise DynlabInputError(f"{said}: {msg}") from None
+
+
+def _as_tuples(value: Any) -> Any:
+    """``value`` with its lists (TOML arrays) as tuples, the sequences the spec fields take
+    in strict validation."""
+    return tuple(_as_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def read_config(path: Path) -> dict[str, Any]:

@@ -73,7 +73,7 @@ class LMDataSpec(Spec):
     """
 
     source: str = "shakespeare"
-    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    val_fraction: float = Field(0.1, gt=0.0, lt=1.0, allow_inf_nan=False)
     content_sha256: str | None = None
 
     @model_validator(mode="before")
@@ -135,10 +135,10 @@ class LMModelSpec(Spec):
     d_state: int = Field(16, ge=1, le=1024)
     mlp_ratio: int = Field(2, ge=0, le=16)
     chunk_size: int = Field(64, ge=1)
-    dt_min: float = Field(1e-3, gt=0.0)
-    dt_max: float = Field(1e-1, gt=0.0)
+    dt_min: float = Field(1e-3, gt=0.0, allow_inf_nan=False)
+    dt_max: float = Field(1e-1, gt=0.0, allow_inf_nan=False)
     conv_kernel: int = Field(4, ge=0, le=64)
-    norm_eps: float | None = Field(1e-5, gt=0.0, lt=1.0)
+    norm_eps: float | None = Field(1e-5, gt=0.0, lt=1.0, allow_inf_nan=False)
     mamba1_inner_norm: bool = False
 
     @model_validator(mode="before")
@@ -178,9 +178,9 @@ class InterventionSpec(Spec):
     """Initial-state intervention used in training (docs/length-generalization.md); knobs of other kinds are ignored."""
 
     kind: InterventionName = "zero"
-    sigma: float = Field(0.1, ge=0.0)
-    beta: float = Field(0.1, ge=0.0, lt=1.0)
-    reset_prob: float = Field(0.1, ge=0.0, le=1.0)
+    sigma: float = Field(0.1, ge=0.0, allow_inf_nan=False)
+    beta: float = Field(0.1, ge=0.0, lt=1.0, allow_inf_nan=False)
+    reset_prob: float = Field(0.1, ge=0.0, le=1.0, allow_inf_nan=False)
 
     def make(self, kind: str | None = None):
         """The :class:`~dynlab.lm.interventions.Intervention` of this spec's knobs, of kind
@@ -206,10 +206,10 @@ class LMTrainSpec(Spec):
     steps: Steps = 600
     batch_size: Batch = 16
     seq_len: int = Field(32, ge=2, le=MAX_LENGTH)
-    lr: float = Field(3e-3, gt=0.0)
-    weight_decay: float = Field(0.1, ge=0.0)
-    clip: float = Field(1.0, gt=0.0)
-    warmup_frac: float = Field(0.05, ge=0.0, le=1.0)
+    lr: float = Field(3e-3, gt=0.0, allow_inf_nan=False)
+    weight_decay: float = Field(0.1, ge=0.0, allow_inf_nan=False)
+    clip: float = Field(1.0, gt=0.0, allow_inf_nan=False)
+    warmup_frac: float = Field(0.05, ge=0.0, le=1.0, allow_inf_nan=False)
     threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="torch CPU threads while training and evaluating (None: RUN_THREADS = 1)")
     engine: Literal["loop", "stack"] = "loop"
 
@@ -286,7 +286,7 @@ class LMPostSpec(Spec):
     interventions: tuple[InterventionName, ...] = INTERVENTION_NAMES
     steps: Steps = 500
     lr: float = Field(1e-3, gt=0.0, le=10.0, allow_inf_nan=False)
-    warmup_frac: float = Field(0.1, ge=0.0, le=1.0)
+    warmup_frac: float = Field(0.1, ge=0.0, le=1.0, allow_inf_nan=False)
 
     @field_validator("interventions")
     @classmethod
@@ -379,7 +379,11 @@ class LMTaskSpec(Spec):
             raise ValueError("eval_lengths must hold at least one length")
         task = make_task(self.kind, torch.zeros(1, dtype=torch.uint8), tuple(self.babi_kinds), self.n_facts,
                          self.babi_tokens, self.babi_questions)
-        task.check_length(self.train_min)
+        for name in ("train_min", "train_max"):  # a task bounds its lengths below (room) or above (sample size)
+            try:
+                task.check_length(getattr(self, name))
+            except ValueError as exc:  # said as the field's, as the eval lengths below
+                raise ValueError(f"{name}: {exc}") from None
         for length in self.eval_lengths:
             try:
                 task.check_length(length)
@@ -430,13 +434,13 @@ class TaskTrainSpec(Spec):
     attempts: int = Field(1, ge=1, le=16)
     check_every: int = Field(250, ge=1, le=MAX_STEPS)
     check_samples: Samples = 16
-    check_at: float | None = Field(None, ge=0.0, le=1.0)
+    check_at: float | None = Field(None, ge=0.0, le=1.0, allow_inf_nan=False)
     confirm: bool = False
     batch_size: Batch = 16
-    lr: float = Field(3e-3, gt=0.0)
-    weight_decay: float = Field(0.1, ge=0.0)
-    clip: float = Field(1.0, gt=0.0)
-    warmup_frac: float = Field(0.05, ge=0.0, le=1.0)
+    lr: float = Field(3e-3, gt=0.0, allow_inf_nan=False)
+    weight_decay: float = Field(0.1, ge=0.0, allow_inf_nan=False)
+    clip: float = Field(1.0, gt=0.0, allow_inf_nan=False)
+    warmup_frac: float = Field(0.05, ge=0.0, le=1.0, allow_inf_nan=False)
     threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="torch CPU threads while training and evaluating (None: RUN_THREADS = 1)")
 
 
@@ -451,7 +455,7 @@ class TaskEvalSpec(Spec):
 
     n_samples: Samples = 64
     chunk_len: Length = 256
-    learned_at: float = Field(0.9, ge=0.0, le=1.0)
+    learned_at: float = Field(0.9, ge=0.0, le=1.0, allow_inf_nan=False)
     learn_kinds: tuple[BabiKind, ...] = ("qa1",)
 
 
@@ -470,8 +474,8 @@ class TaskPostSpec(Spec):
 
     interventions: tuple[TaskInterventionName, ...] = ("zero", "fitted-noise", "state-passing")
     steps: int = Field(500, ge=1, le=10_000_000)
-    lr: float = Field(1e-3, gt=0.0, le=10.0)
-    warmup_frac: float = Field(0.1, ge=0.0, le=1.0)
+    lr: float = Field(1e-3, gt=0.0, le=10.0, allow_inf_nan=False)
+    warmup_frac: float = Field(0.1, ge=0.0, le=1.0, allow_inf_nan=False)
 
     @field_validator("interventions")
     @classmethod
