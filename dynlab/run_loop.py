@@ -22,7 +22,7 @@ from dynlab.runtime import NullProgress, resolve_device, say, train_threads
 from dynlab.spec import Spec
 from dynlab.study import RunOutcome, Study, StudyExtra
 
-__all__ = ["ANALYSIS", "phase_line", "run_specs"]
+__all__ = ["ANALYSIS", "phase_line", "result_check", "run_specs"]
 
 #: A run's analysis file in its folder.
 ANALYSIS = "analysis.nc"
@@ -32,15 +32,50 @@ ANALYSIS = "analysis.nc"
 RESUME_DIR = RESUME
 
 
-def _heal(specs: list[Spec], store: RunStore, progress: NullProgress) -> None:
+def result_check(study: Study) -> Callable[[dict[str, Any]], str | None]:
+    """What is wrong with a stored ``result.json`` (parsed) for ``study``, or None: it must
+    fit the study's ``result_type`` and, for an evaluated run, hold every field the study's
+    dataset is made of (the result type's ``missing_fields()``, where it has one).  The
+    store treats a result that does not as damage of its run (:class:`RunStore`)."""
+    from pydantic import ValidationError
+
+    from dynlab.errors import validation_errors
+
+    def check(raw: dict[str, Any]) -> str | None:
+        raw = {k: v for k, v in raw.items() if k != "provenance"}  # the store's own key
+        try:
+            result = study.result_type.model_validate(raw)
+        except ValidationError as exc:
+            loc, _, err = validation_errors(exc)[0]
+            return f"does not fit {study.result_type.__name__} ({'.'.join(loc) or 'result'}: {err['msg']})"
+        missing = getattr(result, "missing_fields", None)
+        lacking = list(missing()) if callable(missing) else []
+        if lacking:
+            more = f" and {len(lacking) - 3} more" if len(lacking) > 3 else ""
+            return f"lacks what a {result.status} run holds ({', '.join(lacking[:3])}{more})"
+        return None
+
+    return check
+
+
+def _heal(specs: list[Spec], store: RunStore, progress: NullProgress) -> set[str]:
     """One damage check per run: damaged runs (or analyses) are moved to quarantine and
-    redone; each is reported in one line."""
+    redone; each is reported in one line.  Returns the ids of the runs whose
+    ``analysis.nc`` went to quarantine (alone, or with its run): their analyses are
+    computed again, whether or not this invocation computes analyses otherwise, so that
+    nothing a study had before is lost."""
+    lost_analysis: set[str] = set()
     for spec in specs:
+        folder = store.path(spec)
+        had_analysis = (folder / ANALYSIS).is_file() and not (folder / ANALYSIS).is_symlink()
         healed = store.heal(spec.spec_hash())
         if healed is not None:
             damage, dest = healed
+            if ANALYSIS in damage.files or (damage.core and had_analysis):
+                lost_analysis.add(damage.run_id)
             then = "training it again" if damage.core else "recomputing its analyses"
             say(progress, f"run {damage.run_id} damaged ({damage.why}); moved to {dest}; {then}")
+    return lost_analysis
 
 
 def _work(study: Study, device, progress: NullProgress,
@@ -97,8 +132,9 @@ def run_specs(
 ) -> dict[str, Any]:
     """Train the unfinished runs of ``specs`` (healing damaged ones first), store each as it
     arrives, then analyse the evaluated runs that lack an analysis (all of them with
-    ``force_analysis``).  ``extra``: the study's parsed options, handed to ``analyze_one``
-    (needed when ``analyze``).  Returns counts: trained, reused, analyzed, failed, not_learned,
+    ``force_analysis``), and, even without ``analyze``, those whose analysis was damaged
+    (:func:`_heal`: a rerun must not lose what ``dynlab analyze`` made).  ``extra``: the
+    study's parsed options, handed to ``analyze_one`` (needed when ``analyze``).  Returns counts: trained, reused, analyzed, failed, not_learned,
     and the seconds (``time.perf_counter``) spent training (``train_s``) and analysing
     (``analysis_s``).  ``train_s`` is the wall time from the start of the training loop to
     the storing of its last run.  With workers in other processes the analyses of finished
@@ -109,7 +145,9 @@ def run_specs(
               "train_s": 0.0, "analysis_s": 0.0}
     executor = executor or InProcessExecutor()
     remote = getattr(executor, "remote", False)
-    _heal(specs, store, progress)
+    lost = _heal(specs, store, progress)
+    # analyses lost to quarantine are made again (they need the study's options)
+    redo = lost if study.analyze_one is not None and extra is not None else set()
     pending = [s for s in specs if not store.is_done(s, check=False)]
     counts["reused"] = len(specs) - len(pending)
     bar = progress.add(f"{study.name}: runs", len(specs))
@@ -118,7 +156,7 @@ def run_specs(
     analyze = analyze and study.analyze_one is not None
     if analyze and extra is None:
         raise TypeError("run_specs: analyses need the study's parsed options (extra=)")
-    local_device = resolve_device(device) if analyze else None
+    local_device = resolve_device(device) if analyze or redo else None
     analysed: set[str] = set()
     announced: set[str] = set()  # runs whose status a finished-run line has said
 
@@ -152,11 +190,8 @@ def run_specs(
             if overlap and outcome.result.evaluated:
                 analyse(spec)
     counts["train_s"] = trained_until - loop_started  # the analyses after the last arrival are not training
-    to_analyze = [
-        s for s in _tally(study, specs, store, progress, counts, announced)
-        if analyze and s.spec_hash() not in analysed
-        and (force_analysis or not store.has_file(s, ANALYSIS) or _other_analysis_preset(store, s, extra))
-    ]
+    to_analyze = [s for s in _tally(study, specs, store, progress, counts, announced) if s.spec_hash() not in analysed
+                  and (s.spec_hash() in redo or analyze and _lacks_analysis(store, s, extra, force_analysis))]
     if to_analyze:
         abar = progress.add(f"{study.name}: analyses", len(to_analyze))
         for i, spec in enumerate(to_analyze, 1):
@@ -164,6 +199,12 @@ def run_specs(
             progress.update(abar, 1)
             progress.finished(f"{study.name}: analysis {i}/{len(to_analyze)} {spec.spec_hash()} done")
     return counts
+
+
+def _lacks_analysis(store: RunStore, spec: Spec, extra: StudyExtra | None, force: bool) -> bool:
+    """Whether a study that computes analyses must analyse ``spec``'s run: always with
+    ``force``, else when it has no analysis or one of another analysis preset."""
+    return force or not store.has_file(spec, ANALYSIS) or _other_analysis_preset(store, spec, extra)
 
 
 def _run_line(study: Study, spec: Spec, result: Any, done: int, total: int) -> str:

@@ -25,7 +25,7 @@ from dynlab.results.files import make_dir, write_text_atomic
 from dynlab.results.provenance import provenance
 from dynlab.results.folder import LOCK, MARKER, check_study_folder, claim, study_lock
 from dynlab.results.store import RunStore
-from dynlab.run_loop import phase_line, run_specs
+from dynlab.run_loop import phase_line, result_check, run_specs
 from dynlab.study import Study, StudyExtra, StudyOptions
 from dynlab.runtime import make_progress, resolve_device
 
@@ -154,7 +154,7 @@ def run_study(
     check_analyses_fit(study, specs, analyze)
     if not getattr(executor, "remote", False):
         resolve_device(device)  # refuse an unknown or unavailable device before writing
-    store = RunStore(study_dir(out, study))
+    store = RunStore(study_dir(out, study), check_result=result_check(study))  # a result the study cannot use is damage
     check_study_folder(store.root, study.name, flag="--out")  # someone else's folder: refused before any write
     check_same_runs(store.root, study, options, extra, specs)
     made = _missing_folders(store.runs)
@@ -247,7 +247,7 @@ def analyze_study(
     resolve_device(device)
     check_study_folder(path, study.name)  # someone else's folder: refused before any write
     check_manifest_runs(path, study, options, manifest["run_ids"])
-    store = RunStore(path)
+    store = RunStore(path, check_result=result_check(study))
     check_analyses_fit(study, [spec_of(store, rid, study) for rid in manifest["run_ids"]], analyze=True)
     probe_study_files(path, manifest["run_ids"])
     with study_lock(path):

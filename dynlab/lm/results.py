@@ -4,11 +4,18 @@ them back with :meth:`dynlab.study.Study.load_result`).  Torch-free."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from dynlab.study import RunResult
+from dynlab.study import EVALUATED_STATUSES, RunResult
 
 __all__ = ["LMResult", "TaskResult"]
+
+
+def _lacking(record: Any, keys: tuple[str, ...], where: str = "") -> list[str]:
+    """The ``keys`` that the JSON object ``record`` does not hold (None counts as absent), as ``where<key>``."""
+    if not isinstance(record, dict):
+        return [where.rstrip(".") or "result"]
+    return [f"{where}{k}" for k in keys if record.get(k) is None]
 
 
 class LMResult(RunResult):
@@ -42,6 +49,25 @@ class LMResult(RunResult):
     post: dict[str, dict[str, Any]] | None = None
     ensemble_size: int | None = None
 
+    #: What an evaluated model's result holds (:func:`dynlab.lm.run.evaluate_lm`'s keys): the
+    #: run's, each evaluated post-training arm's and each checkpoint's (with its budget, step, tokens).
+    EVAL_FIELDS: ClassVar[tuple[str, ...]] = ("ppl", "ppl_binned_t", "ppl_binned", "verdict", "effrem_t", "effrem",
+                                              "state_t", "state_mean", "state_std", "state_norm")
+
+    def missing_fields(self) -> list[str]:
+        """The fields this result lacks that the study's dataset is made of (empty for a
+        complete one; a run that was not evaluated needs none): a ``result.json`` that lacks
+        any is damage of its run (:func:`dynlab.run_loop.result_check`)."""
+        if not self.evaluated:
+            return []
+        out = _lacking(self.model_dump(), self.EVAL_FIELDS)
+        for arm, record in (self.post or {}).items():
+            if not isinstance(record, dict) or record.get("status") in EVALUATED_STATUSES:
+                out += _lacking(record, self.EVAL_FIELDS, f"post.{arm}.")
+        for i, record in enumerate(self.checkpoints or ()):
+            out += _lacking(record, ("budget", "step", "tokens", *self.EVAL_FIELDS), f"checkpoints.{i}.")
+        return out
+
 
 class TaskResult(RunResult):
     """A task run's ``result.json`` (:func:`dynlab.lm.task_run.train_and_evaluate_task`);
@@ -70,3 +96,19 @@ class TaskResult(RunResult):
     warm_start: dict[str, Any] | None = None
     train_attempts: int | None = None
     attempts: list[dict[str, Any]] | None = None
+
+    #: What an evaluated model's result holds that the study's dataset is made of
+    #: (:func:`dynlab.lm.task_run.evaluate_task`'s test grid and accuracies); a post-training
+    #: arm holds its accuracies (:data:`ARM_FIELDS`) on the run's grid.
+    EVAL_FIELDS: ClassVar[tuple[str, ...]] = ("lengths", "accuracy", "token_accuracy", "exact_match")
+    ARM_FIELDS: ClassVar[tuple[str, ...]] = ("accuracy", "token_accuracy", "exact_match")
+
+    def missing_fields(self) -> list[str]:
+        """:meth:`LMResult.missing_fields` of a task run."""
+        if not self.evaluated:
+            return []
+        out = _lacking(self.model_dump(), self.EVAL_FIELDS)
+        for arm, record in (self.post or {}).items():
+            if not isinstance(record, dict) or record.get("status") in EVALUATED_STATUSES:
+                out += _lacking(record, self.ARM_FIELDS, f"post.{arm}.")
+        return out

@@ -23,6 +23,7 @@ from dynlab.analysis.lm_metrics import (
 from dynlab.lm.corpus import Corpus, load_corpus
 from dynlab.lm.evaluate import stream_eval, truncated_context_probs, validation_windows
 from dynlab.lm.model import RecurrentLM
+from dynlab.lm.results import LMResult
 from dynlab.lm.spec import CHINCHILLA_TOKENS_PER_PARAM, LMDataSpec, LMEvalSpec, LMRunSpec
 from dynlab.errors import DynlabInputError
 from dynlab.lm.train import batch_source, fit, make_loader, train_lm, train_summary
@@ -280,9 +281,8 @@ def train_and_evaluate_many(specs: list[LMRunSpec], device: torch.device | str =
     return out
 
 
-#: The keys of :func:`evaluate_lm`'s result.
-_EVAL_KEYS = ("ppl", "ppl_binned_t", "ppl_binned", "verdict", "effrem_t", "effrem", "state_t", "state_mean",
-              "state_std", "state_norm")
+#: The keys of :func:`evaluate_lm`'s result (what a stored evaluated run must hold: :meth:`LMResult.missing_fields`).
+_EVAL_KEYS = LMResult.EVAL_FIELDS
 
 
 def post_train_arms(model: torch.nn.Module, spec: LMRunSpec, corpus: Corpus, device: torch.device | str = "cpu",

@@ -21,6 +21,7 @@ from dynlab.spec import (
     MAX_EVAL_LENGTHS,
     MAX_EVAL_TOKENS,
     MAX_LENGTH,
+    MAX_STATE_BYTES,
     MAX_STEPS,
     Batch,
     Length,
@@ -160,7 +161,26 @@ class LMModelSpec(Spec):
     def _dt_order(self) -> LMModelSpec:
         if self.dt_min > self.dt_max:
             raise ValueError(f"dt_min={self.dt_min} exceeds dt_max={self.dt_max}")
+        need = 16 * self.parameter_bound()  # float32 weights, gradients and AdamW's two moments
+        if need > MAX_STATE_BYTES:
+            raise ValueError(f"a model of up to {self.parameter_bound():,} parameters (d_model, n_layers, n_heads × "
+                             f"head_dim, d_state, mlp_ratio) needs {need / 2**30:.1f} GiB for its weights, gradients "
+                             f"and AdamW moments; allowed: at most {MAX_STATE_BYTES / 2**30:.0f} GiB (a smaller model)")
         return self
+
+    def parameter_bound(self) -> int:
+        """An upper bound of the model's parameter count, without building it (checked
+        before anything is built): per layer the projections of ``n_heads·head_dim``
+        channels and their ``d_state`` inputs (GLA: keys and gates of ``d_state`` per head), Mamba-1's step-size and state projections
+        and its per-channel state matrix, the convolution, and the MLP; the embedding and
+        the head (``tests/lm/test_spec_limits.py`` holds it against built models)."""
+        inner = self.n_heads * self.head_dim
+        dt_rank = -(-self.d_model // 16)  # Mamba-1's step-size projection rank
+        keys = self.n_heads * self.d_state  # GLA's keys (and gates) of every head
+        per_layer = (self.d_model * (3 * inner + 3 * keys + 2 * self.d_state + 2 * self.n_heads)
+                     + inner * (3 * self.d_state + 2 * dt_rank + 4) + 2 * self.mlp_ratio * self.d_model ** 2
+                     + (inner + 2 * keys + 2 * self.d_state) * (self.conv_kernel + 1) + 4 * self.d_model)
+        return self.n_layers * per_layer + 2 * 256 * self.d_model + self.d_model
 
     def mixer_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the mixer class for this spec."""

@@ -37,6 +37,13 @@ those are (they are recomputed), and returns a one-line report.  Folders written
 checksums existed are checked by reading every file instead, and adopted (their
 ``checksums.json`` written) when they pass.
 
+**What a result must hold.**  A ``result.json`` that reads as JSON is not yet a result: a
+store made with ``check_result`` (the runner passes the study's: validated against its
+result type and the fields an evaluated run holds, :func:`dynlab.run_loop.result_check`)
+also treats a result its study cannot use as damage of the run (``result.json: <what is
+wrong>``; the run is quarantined and trained again), in both checks above, so that no
+folder with such a result is adopted or reused.
+
 Long module: it is one class, RunStore, whose methods share the layout, the atomic-write
 protocol and the damage check described above; splitting the class would split that contract.
 """
@@ -50,6 +57,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -147,10 +155,30 @@ def _spec_text_hash(text: str) -> str:
 class RunStore:
     """Per-run folders keyed by spec hash, with atomic writes, a damage check and resume."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, check_result: Callable[[dict[str, Any]], str | None] | None = None):
+        """``check_result``: what is wrong with a run's parsed ``result.json`` for its study
+        (one short phrase), or None when it holds what the study needs (module docstring);
+        None: any JSON object with a ``status`` is a result."""
         self.root = Path(root)
         self.runs = self.root / "runs"
         self.quarantine_dir = self.root / QUARANTINE
+        self.check_result = check_result
+
+    def _result_problem(self, folder: Path) -> str | None:
+        """What is wrong with the content of ``folder/result.json`` (a readable JSON object
+        with a ``status``, and what :attr:`check_result` asks), or None."""
+        try:
+            result = json.loads((folder / "result.json").read_text())
+        except (OSError, ValueError):
+            return "missing or unreadable"
+        if not isinstance(result, dict) or "status" not in result:
+            return "no status"
+        if self.check_result is None:
+            return None
+        try:
+            return self.check_result(result)
+        except Exception as exc:  # a checker that cannot read the result: the result is not usable
+            return f"not a result of this study ({type(exc).__name__})"
 
     def _temporaries(self, run_ids: list[str] | None) -> list[Path]:
         """Temporary files and folders of the runs ``run_ids`` (None: of every run) and of
@@ -221,6 +249,10 @@ class RunStore:
             owner = _spec_text_hash((folder / "spec.json").read_text(errors="replace"))
             if owner != run_id:
                 bad["spec.json"] = f"belongs to run {owner}"
+        if "result.json" not in bad and self.check_result is not None:
+            problem = self._result_problem(folder)
+            if problem is not None:
+                bad["result.json"] = problem
         if not bad:
             return None
         # a listed extra whose file is absent is an interrupted write: nothing to move aside
@@ -238,12 +270,9 @@ class RunStore:
                 bad["spec.json"] = "does not hash to the run id"
         except (OSError, UnicodeDecodeError):
             bad["spec.json"] = "missing or unreadable"
-        try:
-            result = json.loads((folder / "result.json").read_text())
-            if not isinstance(result, dict) or "status" not in result:
-                bad["result.json"] = "no status"
-        except (OSError, ValueError):
-            bad["result.json"] = "missing or unreadable"
+        problem = self._result_problem(folder)
+        if problem is not None:
+            bad["result.json"] = problem
         for name in sorted(present - {"spec.json", "result.json"}):
             try:
                 if name.endswith(".safetensors"):

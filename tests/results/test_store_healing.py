@@ -290,3 +290,124 @@ def test_unreadable_analysis_names_its_file(tmp_path):
     (store.path(spec) / "analysis.nc").unlink()
     with pytest.raises(DynlabInputError, match=f"^run {spec.spec_hash()}: no dataset at {path}; allowed: .*; rerun the study"):
         store.read_dataset(spec, "analysis.nc")
+
+
+# -- a task study's analyses (made by `dynlab analyze` alone) survive damage and a rerun ----
+
+TASK = StudyOptions(preset="smoke", seeds=(0, 1))
+
+
+def _task_study_with_cheap_analysis():
+    """copying (smoke) whose per-run analysis is a cheap stand-in for the state geometry
+    (the real one takes minutes): the same layout (``tested`` rows, a ``distance`` dim, geo_*
+    variables), values that depend on the run, and a count of the analyses computed."""
+    import xarray as xr
+
+    from dynlab.studies.long_context import _tested_weights
+
+    base = get_study("copying")
+    analysed = []
+
+    def analyze_one(spec, store, device, progress, extra):
+        analysed.append(spec.spec_hash())
+        names = [name for name, _ in _tested_weights(spec, store)]
+        q = np.arange(len(names) * 3, dtype=float).reshape(len(names), 3) + spec.seed
+        return xr.Dataset({"geo_q": (("tested", "distance"), q), "geo_rho": ("tested", q[:, 0] / 10)},
+                          coords={"distance": [4, 8, 16]}, attrs={"tested": json.dumps(names), "geo_tau": 1.0, "geo_accuracy_level": 0.5})
+
+    return dataclasses.replace(base, analyze_one=analyze_one), analysed
+
+
+@pytest.mark.slow
+def test_a_task_studys_damaged_analysis_is_recomputed_by_the_study(tmp_path, capsys):
+    """`dynlab study copying` computes no analyses (`dynlab analyze` does); a rerun after an
+    analysis.nc was damaged (or a run with one had to be trained again) recomputes the
+    analyses that were there, so the dataset keeps every geo_* variable and `distance`."""
+    study, analysed = _task_study_with_cheap_analysis()
+    run_study(study, TASK, out=tmp_path, device="cpu", analyze=False)  # as `dynlab study copying`
+    root = tmp_path / "copying"
+    assert analysed == [] and "distance" not in open_study(root).dims
+    analyze_study(root, lambda name: study, device="cpu")  # as `dynlab analyze`
+    before = open_study(root)
+    assert {"geo_q", "geo_rho"} <= set(before.data_vars) and before.sizes["distance"] == 3
+    store = RunStore(root)
+    spec_analysis, spec_core = study.make_specs(TASK)
+    (store.runs / spec_analysis.spec_hash() / "analysis.nc").write_bytes(
+        (store.runs / spec_analysis.spec_hash() / "analysis.nc").read_bytes()[:300])  # truncate -s 300
+    _truncate(store.runs / spec_core.spec_hash() / "result.json")
+
+    analysed.clear()
+    capsys.readouterr()
+    after = open_study(run_study(study, TASK, out=tmp_path, device="cpu", analyze=False))
+    err = capsys.readouterr().err
+    assert f"run {spec_analysis.spec_hash()} damaged (analysis.nc: " in err and "recomputing its analyses" in err
+    assert f"run {spec_core.spec_hash()} damaged (result.json: " in err
+    assert sorted(analysed) == sorted([spec_analysis.spec_hash(), spec_core.spec_hash()])
+    assert all(store.has_file(s, "analysis.nc") and store.inspect(s.spec_hash()) is None for s in (spec_analysis, spec_core))
+    assert after.sizes["distance"] == 3
+    for var in ("geo_q", "geo_rho"):
+        np.testing.assert_allclose(after[var].values, before[var].values, err_msg=var)
+
+    analysed.clear()
+    run_study(study, TASK, out=tmp_path, device="cpu", analyze=False)  # nothing damaged: nothing recomputed
+    assert analysed == []
+
+
+# -- a result.json that its study cannot use is damage, with or without checksums -------------
+
+def _lg_spec(seed=0):
+    return get_study("length-generalization").make_specs(StudyOptions(preset="smoke", seeds=(seed,)))[0]
+
+
+@pytest.mark.parametrize("checksums", [False, True])
+def test_a_result_its_study_cannot_use_is_damage_of_the_run(tmp_path, checksums):
+    """`{"status": "ok"}` parses, but an evaluated length-generalization run holds its
+    evaluation: with the study's check the store finds the run damaged (never adopts it)."""
+    from dynlab.run_loop import result_check
+
+    study = get_study("length-generalization")
+    spec = _lg_spec()
+    store = RunStore(tmp_path, check_result=result_check(study))
+    RunStore(tmp_path).save(spec, {"status": "ok"}, {"w": torch.zeros(2)})
+    if not checksums:
+        (store.path(spec) / CHECKSUMS).unlink()  # as written before checksums existed
+    found = store.inspect(spec.spec_hash())
+    assert found is not None and found.files == ("result.json",) and found.core, found
+    assert found.why.startswith("result.json: lacks what a ok run holds (ppl, ppl_binned_t, ppl_binned and ")
+    assert not store.is_done(spec) and (store.path(spec) / CHECKSUMS).is_file() is checksums
+    _, dest = store.heal(spec.spec_hash())
+    assert not store.path(spec).exists() and (dest / "result.json").is_file()
+    # a result that does not fit the study's result type, and a diverged run (needs no evaluation)
+    RunStore(tmp_path).save(spec, {"status": "ok", "ppl": "high"}, {"w": torch.zeros(2)})
+    assert store.inspect(spec.spec_hash()).why.startswith("result.json: does not fit LMResult (ppl: ")
+    shutil.rmtree(store.path(spec))
+    RunStore(tmp_path).save(spec, {"status": "diverged", "reason": "nan at step 3"}, None)
+    assert store.inspect(spec.spec_hash()) is None
+    assert RunStore(tmp_path).inspect(spec.spec_hash()) is None  # a store without the check: any status will do
+
+
+@pytest.mark.slow
+def test_a_bad_result_without_checksums_is_quarantined_and_trained_again(tmp_path, capsys):
+    """The old-format check no longer adopts a result.json that holds none of what the study
+    needs: one line, the run to quarantine/, trained again; the dataset as an undamaged one."""
+    from dynlab.cli import main
+
+    study = get_study("length-generalization")
+    options = StudyOptions(preset="smoke")
+    before = open_study(run_study(study, options, out=tmp_path, device="cpu"))
+    root = tmp_path / "length-generalization"
+    rid = study.make_specs(options)[0].spec_hash()
+    (root / "runs" / rid / "result.json").write_text('{"status": "ok"}\n')
+    (root / "runs" / rid / CHECKSUMS).unlink()
+    capsys.readouterr()
+    after = open_study(run_study(study, options, out=tmp_path, device="cpu"))
+    err = capsys.readouterr().err.splitlines()
+    line = next(x for x in err if x.startswith(f"run {rid} damaged (result.json: lacks what a ok run holds ("))
+    assert line.endswith("; training it again") and f"moved to {root / QUARANTINE}" in line
+    assert len(list((root / QUARANTINE).iterdir())) == 1
+    for var in ("ppl", "ppl_binned", "lg_passed", "train_loss"):
+        np.testing.assert_allclose(after[var].values, before[var].values, err_msg=var)
+    capsys.readouterr()
+    assert main(["study", "length-generalization", "--preset", "smoke", "--out", str(tmp_path), "-q"]) == 0
+    assert main(["analyze", str(root), "--device", "cpu", "-q"]) == 0
+    assert "damaged" not in capsys.readouterr().err
