@@ -18,6 +18,16 @@ def _lacking(record: Any, keys: tuple[str, ...], where: str = "") -> list[str]:
     return [f"{where}{k}" for k in keys if record.get(k) is None]
 
 
+def _run_and_arms_lacking(result: RunResult, fields: tuple[str, ...], arm_fields: tuple[str, ...]) -> list[str]:
+    """The ``fields`` an evaluated run's result lacks, and the ``arm_fields`` each of its
+    evaluated post-training arms (``result.post``) lacks."""
+    out = _lacking(result.model_dump(), fields)
+    for arm, record in (getattr(result, "post", None) or {}).items():
+        if not isinstance(record, dict) or record.get("status") in EVALUATED_STATUSES:
+            out += _lacking(record, arm_fields, f"post.{arm}.")
+    return out
+
+
 class LMResult(RunResult):
     """An LM run's ``result.json`` (:func:`dynlab.lm.run.train_and_evaluate`); the
     evaluation fields are absent for a diverged run.
@@ -60,10 +70,7 @@ class LMResult(RunResult):
         any is damage of its run (:func:`dynlab.run_loop.result_check`)."""
         if not self.evaluated:
             return []
-        out = _lacking(self.model_dump(), self.EVAL_FIELDS)
-        for arm, record in (self.post or {}).items():
-            if not isinstance(record, dict) or record.get("status") in EVALUATED_STATUSES:
-                out += _lacking(record, self.EVAL_FIELDS, f"post.{arm}.")
+        out = _run_and_arms_lacking(self, self.EVAL_FIELDS, self.EVAL_FIELDS)
         for i, record in enumerate(self.checkpoints or ()):
             out += _lacking(record, ("budget", "step", "tokens", *self.EVAL_FIELDS), f"checkpoints.{i}.")
         return out
@@ -105,10 +112,4 @@ class TaskResult(RunResult):
 
     def missing_fields(self) -> list[str]:
         """:meth:`LMResult.missing_fields` of a task run."""
-        if not self.evaluated:
-            return []
-        out = _lacking(self.model_dump(), self.EVAL_FIELDS)
-        for arm, record in (self.post or {}).items():
-            if not isinstance(record, dict) or record.get("status") in EVALUATED_STATUSES:
-                out += _lacking(record, self.ARM_FIELDS, f"post.{arm}.")
-        return out
+        return _run_and_arms_lacking(self, self.EVAL_FIELDS, self.ARM_FIELDS) if self.evaluated else []
