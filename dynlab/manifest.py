@@ -79,13 +79,14 @@ def check_same_runs(root: Path, study: Study, options: StudyOptions, extra: Stud
     runs.  One line naming the option that differs, with both values.  The same runs
     (asked in other words too: ``--models all`` or the list) are a resume; more runs (more
     seeds, models or a study's other selections) extend the study (with ``note``, one ``note:`` line says so);
-    another analysis preset only redoes the analyses.  A folder without a readable manifest
-    has nothing to keep."""
+    another analysis preset only redoes the analyses.  A folder whose manifest is missing or
+    unreadable is judged by the finished runs in its ``runs/`` (:func:`_check_runs_kept`)."""
     try:
         old = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return
+        old = None
     if not isinstance(old, dict) or not isinstance(old.get("run_ids"), list):
+        _check_runs_kept(root, {s.spec_hash() for s in specs})
         return
     kept, new = set(map(str, old["run_ids"])), {s.spec_hash() for s in specs}
     if kept <= new:  # the same runs (a resume), or more (an extension): every earlier run stays in the dataset
@@ -98,6 +99,22 @@ def check_same_runs(root: Path, study: Study, options: StudyOptions, extra: Stud
             else "holds other runs than these options make (written by another dynlab version?)")
     raise DynlabInputError(f"--out {root} {what}: rerunning would replace its dataset and manifest; allowed: the "
                            "same options (resumes the study), or another --out")
+
+
+def _check_runs_kept(root: Path, new: set[str]) -> None:
+    """Without a readable manifest, refuse options that leave out a finished run of
+    ``root/runs`` (a folder with its ``result.json``): the rerun would write a dataset and a
+    manifest without it.  Its options are unknown, so the line names how many runs."""
+    try:
+        done = {p.name for p in (root / "runs").iterdir() if p.is_dir() and (p / "result.json").is_file()}
+    except OSError:  # no runs/ (a new study), or one that cannot be listed (the store's checks say why)
+        return
+    left = sorted(done - new)
+    if left:
+        raise DynlabInputError(f"--out {root} holds {len(left)} finished runs these options leave out (e.g. {left[0]}), "
+                               f"and its {MANIFEST} is missing or unreadable: rerunning would write a dataset without "
+                               "them; allowed: options that make those runs too (the command that made the study), "
+                               "or another --out")
 
 
 def load_manifest(path: Path) -> dict:

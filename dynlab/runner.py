@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dynlab.spec import Spec
-from dynlab.errors import DynlabInputError
+from dynlab.errors import DynlabInputError, format_validation_error
 from dynlab.executors import Executor
 from dynlab.manifest import (MANIFEST, check_manifest_runs, check_same_runs, load_manifest, manifest_options,
                              manifest_specs, options_record, probe_study_files, spec_of)
@@ -126,6 +126,18 @@ def _study_provenance(specs: list[Spec], store: RunStore) -> dict:
     return {"written_by": provenance(), "runs": runs}
 
 
+def _checked_specs(study: Study, options: StudyOptions) -> list[Spec]:
+    """``study.make_specs(options)``; a value its specs refuse (e.g. ``extra={"train":
+    {"steps": -3}}`` from the Python API) is one :class:`DynlabInputError` line naming the
+    field and why, as the command line says it, not pydantic's own error."""
+    from pydantic import ValidationError
+
+    try:
+        return study.make_specs(options)
+    except ValidationError as exc:
+        raise DynlabInputError(f"invalid {exc.title}: {format_validation_error(exc)}") from None
+
+
 def run_study(
     study: Study,
     options: StudyOptions,
@@ -150,7 +162,7 @@ def run_study(
     options = study.prepared(options)  # the study's reading of the selections (e.g. names in canonical spelling)
     study.check_preset(options.preset)
     extra = study.parse_options(options)  # an unknown option is refused in every study
-    specs = study.make_specs(options)  # validates everything before anything is written
+    specs = _checked_specs(study, options)  # validates everything before anything is written
     check_analyses_fit(study, specs, analyze)
     if not getattr(executor, "remote", False):
         resolve_device(device)  # refuse an unknown or unavailable device before writing

@@ -247,7 +247,7 @@ def correlation_table(
     Returns:
         Dataset over dims ``variant`` and ``censoring`` ('replace', 'drop') with
         ``corr_r, corr_r_lo, corr_r_hi, corr_rho, corr_rho_lo, corr_rho_hi, corr_n``
-        (NaN where fewer than 3 runs are usable).
+        (the correlations NaN where fewer than 3 runs are usable; ``corr_n`` counts them always).
     """
     names = list(t_cross)
     rules = ("replace", "drop")
@@ -260,7 +260,8 @@ def correlation_table(
                     t_cross[name], mp, horizon=horizon, mp_censored=mp_censored, censoring=rule,  # type: ignore[arg-type]
                     n_boot=n_boot, rng=np.random.default_rng(seed),
                 )
-            except ValueError:  # fewer than 3 usable runs
+            except ValueError:  # fewer than 3 usable runs: no correlation, but their count
+                vals["n"][i, j] = _censored_pairs(t_cross[name], mp, horizon, mp_censored, None, rule)[4].sum()
                 continue
             row = (res.pearson_r, *res.pearson_ci, res.spearman_rho, *res.spearman_ci, res.n_used)
             for k, v in zip(keys, row):

@@ -58,6 +58,7 @@ def draw_study_figures(study_dir: str | Path, out_dir: Path, studies: Mapping[st
     ``dynlab.studies.STUDIES``); the :func:`dynlab.figures.write_figures` result.  A dataset
     of a study without figures, or a folder that cannot be made, is one line of bad input."""
     from dynlab.figures import write_figures
+    from dynlab.results.files import write_text_atomic
     from dynlab.results.folder import FIGURES_MARKER, claim_owned_folder
     from dynlab.results.schema import open_dataset
 
@@ -68,8 +69,17 @@ def draw_study_figures(study_dir: str | Path, out_dir: Path, studies: Mapping[st
         drawable = ", ".join(n for n, s in studies.items() if s.panels is not None)
         raise DynlabInputError(f"{study_dir} holds a dataset of study {name!r}, which has no figures; "
                                f"allowed: a dataset of {drawable}")
+    marker = out_dir / FIGURES_MARKER
+    try:
+        drawn = marker.read_text(encoding="utf-8", errors="replace").partition("study: ")[2].strip()
+    except OSError:
+        drawn = ""  # no marker yet, or one from before markers named their study
+    if drawn and drawn != name:  # two studies' panels would mix in one folder under one NOTES.txt
+        raise DynlabInputError(f"--out {out_dir} holds the figures of study {drawn!r}, not {name!r}; allowed: a new "
+                               f"or empty folder, or one `dynlab figures` wrote for {name}")
     try:
         claim_owned_folder(out_dir, FIGURES_MARKER)  # the marker first: a later `figures --out` knows the folder
+        write_text_atomic(marker, f"written by dynlab\nstudy: {name}\n")  # and whose figures it holds
     except OSError as exc:
         raise DynlabInputError(f"--out {out_dir} cannot be made ({exc.strerror or exc}); allowed: a writable folder") from None
     return write_figures(ds, out_dir, study.panels)

@@ -175,3 +175,18 @@ def test_heldout_forecasts_score_only_the_held_out_seeds():
     assert out["corr_forecast_heldout_r"].attrs["heldout_seeds"] == "[2, 3]"
     assert not heldout_forecasts({"good": good}, mp, np.zeros(seeds.size, int), horizon=1000.0,
                                  mp_censored=np.zeros(seeds.size, bool)).data_vars
+
+
+def test_correlation_table_counts_its_runs_even_when_too_few_to_correlate():
+    """3 runs, 2 of them with a censored crossing: under 'drop' one run is usable, too few
+    for a correlation (NaN), but corr_n says 1, not NaN; under 'replace' all 3 are used."""
+    import numpy as np
+
+    from dynlab.analysis.correlation import correlation_table
+
+    tc = np.array([5.0, np.nan, np.nan])
+    mp = np.array([10.0, 20.0, 30.0])
+    tab = correlation_table({"v": tc}, mp, horizon=np.array([50.0, 50.0, 50.0]), mp_censored=np.zeros(3, bool), n_boot=50)
+    drop, replace = tab.sel(variant="v", censoring="drop"), tab.sel(variant="v", censoring="replace")
+    assert int(drop["corr_n"]) == 1 and np.isnan(float(drop["corr_r"]))
+    assert int(replace["corr_n"]) == 3 and np.isfinite(float(replace["corr_r"]))

@@ -354,3 +354,24 @@ def test_a_stray_file_above_does_not_make_a_dynlab_folder(tmp_path):
     (tmp_path / "runs").mkdir()  # manifest.json beside runs/: a study
     with pytest.raises(DynlabInputError, match="is inside the dynlab study folder"):
         refuse_foreign_folder(tmp_path / "out", "--out")
+
+
+def test_figures_of_two_studies_never_mix_in_one_folder(tmp_path):
+    """`dynlab figures` records whose figures a folder holds; another study's are refused
+    there (its panels would replace some of the first study's under one NOTES.txt)."""
+    from types import SimpleNamespace
+
+    import xarray as xr
+
+    from dynlab.app.figures import draw_study_figures
+
+    studies = {"alpha": SimpleNamespace(panels={}), "beta": SimpleNamespace(panels={})}
+    for name in studies:
+        xr.Dataset(attrs={"study": name}).to_netcdf(tmp_path / f"{name}.nc")
+    out = tmp_path / "figs"
+    draw_study_figures(tmp_path / "alpha.nc", out, studies)
+    draw_study_figures(tmp_path / "alpha.nc", out, studies)  # the same study again: redrawn
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(DynlabInputError, match=f"^--out {out} holds the figures of study 'alpha', not 'beta'; "):
+        draw_study_figures(tmp_path / "beta.nc", out, studies)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -211,6 +211,25 @@ def test_figures_never_overwrite_a_users_files(tmp_path, capsys):
 
 # -- a rerun with other options ----------------------------------------------------------
 
+@pytest.mark.parametrize("damage", ["missing", "garbage"])
+def test_without_its_manifest_a_study_still_keeps_its_runs(tmp_path, damage):
+    """A missing or unreadable manifest.json: options that leave out a finished run in
+    runs/ are refused (the rerun would write a dataset without it); the same or more runs
+    resume and rewrite the manifest."""
+    root = _study(tmp_path)  # seeds 0 and 1
+    if damage == "missing":
+        (root / "manifest.json").unlink()
+    else:
+        (root / "manifest.json").write_text("garbage")
+    before = _tree(root)
+    with pytest.raises(DynlabInputError, match=r"holds 1 finished runs these options leave out .*manifest.json is "
+                                               "missing or unreadable: rerunning would write a dataset without them"):
+        run_study(_tiny_study(), StudyOptions(preset="smoke", seeds=(1,)), out=tmp_path / "out", device="cpu")
+    assert _tree(root) == before
+    run_study(_tiny_study(), StudyOptions(preset="smoke"), out=tmp_path / "out", device="cpu")
+    assert sorted(open_study(root)["seed"].values.tolist()) == [0, 1]
+
+
 def test_a_rerun_with_other_options_is_refused_naming_the_option(tmp_path, capsys):
     root = _study(tmp_path)
     before = _tree(root)
@@ -323,3 +342,20 @@ def test_an_edited_preset_in_a_manifest_is_refused(tmp_path):
                                                r"match its runs \(they make 1 runs it lacks\)"):
         analyze_study(root, lambda name: _tiny_study(), device="cpu")
     assert _tree(root) == before
+
+
+@pytest.mark.parametrize("extra, line", [
+    ({"train": {"steps": -3}}, "invalid TrainSpec: steps: Input should be greater than or equal to 1"),
+    ({"model": {"hidden": 0}}, "invalid ModelSpec: hidden: Input should be greater than or equal to 1"),
+    ({"eval": {"lengths": [0, 5]}}, "invalid EvalSpec: lengths: lengths must be positive integers, got [0, 5]"),
+])
+def test_a_bad_value_from_the_python_api_is_one_line_of_bad_input(extra, line, tmp_path):
+    """run_study with a value its specs refuse: a DynlabInputError of one line (as the command
+    line says it), not pydantic's multi-line ValidationError; nothing written."""
+    from dynlab.studies import get_study
+
+    options = StudyOptions(preset="smoke", models=("tanh-rnn",), extra={"groups": ("C2",), **extra})
+    with pytest.raises(DynlabInputError) as err:
+        run_study(get_study("group-tracking"), options, out=tmp_path / "out", device="cpu")
+    assert str(err.value) == line
+    assert not (tmp_path / "out").exists()

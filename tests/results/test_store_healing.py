@@ -137,6 +137,24 @@ def test_analyze_on_a_damaged_run_names_the_file_and_the_way_out(finished_study,
 
 
 @pytest.mark.slow
+def test_a_stray_file_in_a_run_is_moved_aside_and_the_run_kept(finished_study, tmp_path, capsys):
+    """A file the run never wrote (not in its checksums): moved to quarantine, said in one
+    line that does not claim a retraining or a recomputation, and nothing is redone."""
+    from dynlab.cli import main
+
+    out = tmp_path / "out"
+    shutil.copytree(finished_study, out)
+    root = out / "group-tracking"
+    rid = get_study("group-tracking").make_specs(SMOKE)[0].spec_hash()
+    (root / "runs" / rid / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert main(["analyze", str(root), "--device", "cpu", "-q"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"run {rid} damaged (notes.txt: "), err
+    assert err[0].endswith("; the run itself is intact"), err
+    assert not (root / "runs" / rid / "notes.txt").exists()
+
+
 def test_analyze_says_in_one_line_which_analysis_it_quarantines(finished_study, tmp_path, capsys):
     """A damaged analysis.nc alone: analyze moves it to quarantine/, says so in one line
     (as `dynlab study` does) and recomputes it."""
