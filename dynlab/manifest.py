@@ -199,9 +199,8 @@ def manifest_specs(path: Path, manifest: dict, study: Study, store: RunStore) ->
         healed = store.heal(rid)
         if healed is not None and healed[0].core:
             redo.append(healed)
-        elif healed is not None:  # its analyses only: said in one line, as a study says it, and recomputed
-            damage, dest = healed
-            say(NullProgress(), f"run {damage.run_id} damaged ({damage.why}); moved to {dest}; recomputing its analyses")
+        elif healed is not None:  # its analyses (recomputed) or a stray file: said in one line, as a study says it
+            say(NullProgress(), healed[0].report(healed[1]))
     if redo:
         (first, dest), more = redo[0], f" and {len(redo) - 1} more" if len(redo) > 1 else ""
         raise DynlabInputError(

@@ -73,9 +73,7 @@ def _heal(specs: list[Spec], store: RunStore, progress: NullProgress) -> set[str
             damage, dest = healed
             if ANALYSIS in damage.files or (damage.core and had_analysis):
                 lost_analysis.add(damage.run_id)
-            then = ("training it again" if damage.core else "recomputing its analyses" if ANALYSIS in damage.files
-                    else "the run itself is intact")  # e.g. a stray file in its folder
-            say(progress, f"run {damage.run_id} damaged ({damage.why}); moved to {dest}; {then}")
+            say(progress, damage.report(dest))
     return lost_analysis
 
 

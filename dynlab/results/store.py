@@ -115,6 +115,13 @@ class Damage:
     why: str
     core: bool
 
+    def report(self, dest: Path | str) -> str:
+        """The one line a command says about this damage once the files went to ``dest``:
+        what is redone (the run, its analyses, or nothing: a stray file of the folder)."""
+        then = ("training it again" if self.core else "recomputing its analyses" if "analysis.nc" in self.files
+                else "the run itself is intact")
+        return f"run {self.run_id} damaged ({self.why}); moved to {dest}; {then}"
+
 
 def file_problem(path: Path, want: dict[str, Any]) -> str | None:
     """What is wrong with the file at ``path`` against its ``checksums.json`` entry
