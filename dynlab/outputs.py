@@ -182,11 +182,19 @@ def refuse_inside_dynlab_folder(folder: str | Path, what: str, allowed: str) -> 
 def _dynlab_folder_kind(folder: Path, names: set[str]) -> str | None:
     """``"run"`` or ``"study"`` when ``folder`` (holding ``names``) is one, else None; on
     evidence that a stray file does not give: a run's spec.json with its checksums.json,
-    result.json or weights; a study's marker, or its manifest.json beside runs/."""
+    result.json or weights; a study's marker, or its manifest.json (naming a study and its
+    runs) beside runs/."""
     if "spec.json" in names and names & {"checksums.json", "result.json", "model.safetensors"}:
         return "run"
-    if ".dynlab-study" in names or ("manifest.json" in names and (folder / "runs").is_dir()):
+    if ".dynlab-study" in names:
         return "study"
+    if "manifest.json" in names and (folder / "runs").is_dir():
+        try:
+            manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if isinstance(manifest, dict) and {"study", "run_ids"} <= manifest.keys():
+            return "study"
     return None
 
 

@@ -351,7 +351,9 @@ def test_a_stray_file_above_does_not_make_a_dynlab_folder(tmp_path):
     (tmp_path / "spec.json").write_text("{}")
     (tmp_path / "manifest.json").write_text("{}")
     refuse_foreign_folder(tmp_path / "out", "--out")  # no error
-    (tmp_path / "runs").mkdir()  # manifest.json beside runs/: a study
+    (tmp_path / "runs").mkdir()  # a runs/ folder of the project's own: still not a study
+    refuse_foreign_folder(tmp_path / "out", "--out")
+    (tmp_path / "manifest.json").write_text('{"study": "copying", "preset": "quick", "run_ids": []}')  # a study's
     with pytest.raises(DynlabInputError, match="is inside the dynlab study folder"):
         refuse_foreign_folder(tmp_path / "out", "--out")
 
