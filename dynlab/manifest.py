@@ -12,7 +12,7 @@ from typing import Any
 from dynlab.errors import DynlabInputError
 from dynlab.results.folder import run_folder, check_run_id
 from dynlab.results.schema import DATASET
-from dynlab.results.store import RunStore
+from dynlab.results.store import ANALYSIS, RunStore
 from dynlab.runtime import NullProgress, say
 from dynlab.spec import Spec, load_spec
 from dynlab.study import Study, StudyExtra, StudyOptions
@@ -183,7 +183,7 @@ def probe_study_files(path: Path, run_ids: list[str]) -> None:
     for rid in run_ids:
         folder = run_folder(path, rid)  # the id checked; a link is refused, never probed through
         if folder.is_dir():
-            targets += [folder / "analysis.nc", folder / "checksums.json"]
+            targets += [folder / ANALYSIS, folder / "checksums.json"]
     for target in targets:
         problem = probe_file(target)
         if problem is not None:

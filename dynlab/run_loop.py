@@ -17,15 +17,13 @@ from dynlab.executors import Executor, InProcessExecutor
 from dynlab.results.files import NETCDF_ENGINE
 from dynlab.results.folder import RESUME
 from dynlab.results.provenance import provenance, recording
-from dynlab.results.store import RunStore
+from dynlab.results.store import ANALYSIS, RunStore
 from dynlab.runtime import NullProgress, resolve_device, say, train_threads
 from dynlab.spec import Spec
-from dynlab.study import RunOutcome, Study, StudyExtra
+from dynlab.study import RunOutcome, Study, StudyExtra, parse_result
 
 __all__ = ["ANALYSIS", "phase_line", "result_check", "run_specs"]
 
-#: A run's analysis file in its folder.
-ANALYSIS = "analysis.nc"
 
 #: The folder of a study where long runs keep their training state while they train
 #: (:attr:`dynlab.study.Study.resumable`); a file there is removed when its runs finish.
@@ -37,17 +35,10 @@ def result_check(study: Study) -> Callable[[dict[str, Any]], str | None]:
     fit the study's ``result_type`` and, for an evaluated run, hold every field the study's
     dataset is made of (the result type's ``missing_fields()``, where it has one).  The
     store treats a result that does not as damage of its run (:class:`RunStore`)."""
-    from pydantic import ValidationError
-
-    from dynlab.errors import validation_errors
-
     def check(raw: dict[str, Any]) -> str | None:
-        raw = {k: v for k, v in raw.items() if k != "provenance"}  # the store's own key
-        try:
-            result = study.result_type.model_validate(raw)
-        except ValidationError as exc:
-            loc, _, err = validation_errors(exc)[0]
-            return f"does not fit {study.result_type.__name__} ({'.'.join(loc) or 'result'}: {err['msg']})"
+        result, why = parse_result(study.result_type, raw)
+        if result is None:
+            return why
         missing = getattr(result, "missing_fields", None)
         lacking = list(missing()) if callable(missing) else []
         if lacking:

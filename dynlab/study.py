@@ -54,6 +54,7 @@ __all__ = [
     "StudyOptions",
     "collapse_repeats",
     "override_field",
+    "parse_result",
     "read_result",
     "select_names",
 ]
@@ -288,18 +289,22 @@ class Study:
         return [self.load_result(store, s) for s in specs]
 
 
-def read_result(result_type: type[R], store: RunStore, spec: Spec) -> R:
-    """``spec``'s stored ``result.json`` as ``result_type``; one line naming the run on failure."""
-    raw = store.load_result(spec)
+def parse_result(result_type: type[R], raw: dict[str, Any]) -> tuple[R | None, str | None]:
+    """``(raw as result_type, None)``, or ``(None, why)`` when it does not fit: ``"does not fit
+    <type> (<field>: <pydantic's message>)"``, the words of every reader of a ``result.json``."""
     try:
-        return result_type.model_validate(raw)
+        return result_type.model_validate(raw), None
     except ValidationError as exc:
         loc, _, err = validation_errors(exc)[0]
-        where = ".".join(loc) or "result"  # pydantic's own message, as result.json's reader always said it
-        raise DynlabInputError(
-            f"run {spec.spec_hash()}: result.json does not fit {result_type.__name__} ({where}: {err['msg']}); "
-            "rerun the study to redo it"
-        ) from None
+        return None, f"does not fit {result_type.__name__} ({'.'.join(loc) or 'result'}: {err['msg']})"
+
+
+def read_result(result_type: type[R], store: RunStore, spec: Spec) -> R:
+    """``spec``'s stored ``result.json`` as ``result_type``; one line naming the run on failure."""
+    result, why = parse_result(result_type, store.load_result(spec))
+    if result is None:
+        raise DynlabInputError(f"run {spec.spec_hash()}: result.json {why}; rerun the study to redo it")
+    return result
 
 
 def select_names(

@@ -58,7 +58,6 @@ def draw_study_figures(study_dir: str | Path, out_dir: Path, studies: Mapping[st
     ``dynlab.studies.STUDIES``); the :func:`dynlab.figures.write_figures` result.  A dataset
     of a study without figures, or a folder that cannot be made, is one line of bad input."""
     from dynlab.figures import write_figures
-    from dynlab.results.files import write_text_atomic
     from dynlab.results.folder import FIGURES_MARKER, claim_owned_folder
     from dynlab.results.schema import open_dataset
 
@@ -78,8 +77,8 @@ def draw_study_figures(study_dir: str | Path, out_dir: Path, studies: Mapping[st
         raise DynlabInputError(f"--out {out_dir} holds the figures of study {drawn!r}, not {name!r}; allowed: a new "
                                f"or empty folder, or one `dynlab figures` wrote for {name}")
     try:
-        claim_owned_folder(out_dir, FIGURES_MARKER)  # the marker first: a later `figures --out` knows the folder
-        write_text_atomic(marker, f"written by dynlab\nstudy: {name}\n")  # and whose figures it holds
+        # the marker first, naming the study: a later `figures --out` knows the folder and whose figures it holds
+        claim_owned_folder(out_dir, FIGURES_MARKER, f"written by dynlab\nstudy: {name}\n")
     except OSError as exc:
         raise DynlabInputError(f"--out {out_dir} cannot be made ({exc.strerror or exc}); allowed: a writable folder") from None
     return write_figures(ds, out_dir, study.panels)

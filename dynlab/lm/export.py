@@ -40,7 +40,7 @@ from torch import nn
 from dynlab.errors import DynlabInputError
 from dynlab.names import HF_EXPORT_ALLOWED, HF_EXPORT_FILES, HF_EXPORT_MARKER
 from dynlab.lm.hf import require_transformers
-from dynlab.outputs import current_umask, probe_folder, refuse_foreign_folder, refuse_inside_dynlab_folder
+from dynlab.outputs import current_umask, probe_folder, refuse_foreign_folder
 from dynlab.results.folder import check_owned_folder, claim_owned_folder
 from dynlab.lm.mixers import Mamba1Mixer, Mamba2Mixer
 from dynlab.lm.model import VOCAB_SIZE, RecurrentLM
@@ -182,9 +182,8 @@ def check_export_folder(out: Path, what: str) -> None:
     (or, from before the marker, only export file names with dynlab's model card as
     README.md); file names alone do not make one (a user's README.md or another model's
     config.json would be replaced)."""
-    refuse_foreign_folder(out, what, own=HF_EXPORT_FILES, allowed=HF_EXPORT_ALLOWED)
+    refuse_foreign_folder(out, what, own=HF_EXPORT_FILES, allowed=HF_EXPORT_ALLOWED)  # a folder inside one too
     check_owned_folder(out, HF_EXPORT_MARKER, HF_EXPORT_FILES, what, HF_EXPORT_ALLOWED, legacy=_card_of_dynlab)
-    refuse_inside_dynlab_folder(out, what, "a folder outside dynlab's run and study folders")
 
 
 def _card_of_dynlab(folder: Path) -> bool:

@@ -238,10 +238,16 @@ def check_owned_folder(folder: str | Path, marker: str, own: Iterable[str], flag
         raise DynlabInputError(f"{flag} {folder} holds files this command did not write ({listed}); allowed: {allowed}")
 
 
-def claim_owned_folder(folder: str | Path, marker: str) -> None:
-    """Make ``folder`` and write its ``marker`` (first, before the command's files)."""
+def claim_owned_folder(folder: str | Path, marker: str, text: str = "written by dynlab\n") -> None:
+    """Make ``folder`` and write its ``marker`` holding ``text`` (first, before the command's
+    files; left as it is when it already holds ``text``)."""
     from dynlab.results.files import make_dir, write_text_atomic
 
     folder = make_dir(Path(folder))
-    if not (folder / marker).is_file():
-        write_text_atomic(folder / marker, "written by dynlab\n")
+    path = folder / marker
+    try:
+        if path.read_text(encoding="utf-8", errors="replace") == text:
+            return
+    except OSError:
+        pass  # no marker yet
+    write_text_atomic(path, text)

@@ -81,7 +81,7 @@ from dynlab.results.files import (
 from dynlab.results.folder import run_folder
 from dynlab.results.schema import CONVENTIONS, open_dataset
 
-__all__ = ["CHECKSUMS", "QUARANTINE", "STALE_AFTER_S", "Damage", "RunStore", "bytes_digest",
+__all__ = ["ANALYSIS", "CHECKSUMS", "QUARANTINE", "STALE_AFTER_S", "Damage", "RunStore", "bytes_digest",
            "file_digest", "file_problem"]
 
 _TMP_PREFIX = TMP_DIR_PREFIX
@@ -94,6 +94,9 @@ QUARANTINE = "quarantine"
 
 #: Files that make a run; damage to any of them means the run is trained again.
 CORE_FILES = ("spec.json", "result.json", "model.safetensors")
+
+#: A run's analysis file (added after the run; damage to it means the analyses are recomputed).
+ANALYSIS = "analysis.nc"
 
 _FORMAT = 1
 
@@ -118,7 +121,7 @@ class Damage:
     def report(self, dest: Path | str) -> str:
         """The one line a command says about this damage once the files went to ``dest``:
         what is redone (the run, its analyses, or nothing: a stray file of the folder)."""
-        then = ("training it again" if self.core else "recomputing its analyses" if "analysis.nc" in self.files
+        then = ("training it again" if self.core else "recomputing its analyses" if ANALYSIS in self.files
                 else "the run itself is intact")
         return f"run {self.run_id} damaged ({self.why}); moved to {dest}; {then}"
 
@@ -163,8 +166,8 @@ class RunStore:
     """Per-run folders keyed by spec hash, with atomic writes, a damage check and resume."""
 
     def __init__(self, root: str | Path, check_result: Callable[[dict[str, Any]], str | None] | None = None):
-        """``check_result``: what is wrong with a run's parsed ``result.json`` for its study
-        (one short phrase), or None when it holds what the study needs (module docstring);
+        """``check_result``: what is wrong with a run's parsed ``result.json`` (without the
+        store's ``provenance``) for its study (one short phrase), or None when it holds what the study needs (module docstring);
         None: any JSON object with a ``status`` is a result."""
         self.root = Path(root)
         self.runs = self.root / "runs"
@@ -182,6 +185,7 @@ class RunStore:
             return "no status"
         if self.check_result is None:
             return None
+        result.pop("provenance", None)  # the store's own key (load_result's reading)
         try:
             return self.check_result(result)
         except Exception as exc:  # a checker that cannot read the result: the result is not usable

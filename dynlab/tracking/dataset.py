@@ -17,7 +17,7 @@ from dynlab.analysis.correlation import study_correlations
 from dynlab.tracking.spec import RunSpec
 from dynlab.tracking.groups import get_group
 from dynlab.results.assemble import assemble_runs, stack_run_files
-from dynlab.results.store import RunStore
+from dynlab.results.store import ANALYSIS, RunStore
 from dynlab.study import read_result
 from dynlab.tracking.run import TrackerResult
 
@@ -91,5 +91,5 @@ def assemble_tracking(specs: list[RunSpec], store: RunStore) -> xr.Dataset:
                        result_coords=("family", "family_measured"), coords=SPEC_COORDS)
     ds["mp"].attrs["threshold"] = float(specs[0].eval.threshold) if specs else float("nan")
     ds["mp"].attrs["window"] = float(specs[0].eval.mp_window) if specs else float("nan")
-    table = stack_run_files(specs, store, "analysis.nc", [r.evaluated for r in results], positional=("k", "k_fp"))
+    table = stack_run_files(specs, store, ANALYSIS, [r.evaluated for r in results], positional=("k", "k_fp"))
     return ds if table is None else _with_analyses(ds, table, specs)

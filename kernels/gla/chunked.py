@@ -39,6 +39,11 @@ _GATE_FLOOR = {torch.float64: -1000.0}
 _GATE_FLOOR_DEFAULT = -200.0  # float32, bfloat16 and float16: exp(-200) is 0
 
 
+def _floored(gk: torch.Tensor) -> torch.Tensor:
+    """The log gates ``gk`` at least :data:`_GATE_FLOOR` of their dtype (the chunked form's gates)."""
+    return gk.clamp_min(_GATE_FLOOR.get(gk.dtype, _GATE_FLOOR_DEFAULT))
+
+
 def check_gla_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gk: torch.Tensor) -> None:
     if q.dim() != 4:
         raise ValueError(f"q must be [B, T, H, K], got shape {tuple(q.shape)}")
@@ -121,7 +126,7 @@ def gla_chunked(
     for s > t before ``exp``) on fixed chunks.
     """
     q, k, v, gk, initial_state = gla_inputs(q, k, v, gk, initial_state)
-    gk = gk.clamp_min(_GATE_FLOOR.get(gk.dtype, _GATE_FLOOR_DEFAULT))  # −inf gates (hard resets): _GATE_FLOOR
+    gk = _floored(gk)  # −inf gates (hard resets): _GATE_FLOOR
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
     b, t, h, dk = q.shape
@@ -183,9 +188,9 @@ def _chunk_end(rel: torch.Tensor, limit: float) -> int:
 
 def _chunk_bounds(gk: torch.Tensor, chunk_size: int, limit: float) -> list[tuple[int, int]]:
     """``(start, stop)`` of the chunks :func:`gla_chunked` takes for log gates ``gk [B, T, H, K]``
-    (the same rule: :func:`_chunk_end` on chunk-local cumulative sums; fixed chunks when
-    ``limit <= 0``)."""
-    t, bounds, start = gk.shape[1], [], 0
+    (the same rule on the same floored gates: :func:`_chunk_end` on chunk-local cumulative
+    sums; fixed chunks when ``limit <= 0``)."""
+    gk, t, bounds, start = _floored(gk), gk.shape[1], [], 0
     while start < t:
         stop = min(start + chunk_size, t)
         if limit > 0:
