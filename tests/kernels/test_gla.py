@@ -22,6 +22,17 @@ def _inputs(dtype: torch.dtype, b: int = 2, t: int = 29, h: int = 2, dk: int = 4
     return [q, k, v, gk, h0]
 
 
+def _assert_matches_ref(got, ref, leaves, w, tol):
+    """``got = (o, s)`` equals ``ref = (o_ref, s_ref)`` to ``tol``, and so does the gradient of
+    ``Σ o·w + Σ s`` with respect to every leaf."""
+    (o, s), (o_ref, s_ref) = got, ref
+    torch.testing.assert_close(o, o_ref, **tol)
+    torch.testing.assert_close(s, s_ref, **tol)
+    for a, b in zip(torch.autograd.grad((o * w).sum() + s.sum(), leaves),
+                    torch.autograd.grad((o_ref * w).sum() + s_ref.sum(), leaves)):
+        torch.testing.assert_close(a, b, **tol)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("chunk_size", [1, 7, 32], ids=lambda c: f"chunk{c}")
 @pytest.mark.parametrize("with_init", [False, True], ids=["zero-init", "with-init"])
@@ -90,12 +101,8 @@ def test_both_intra_chunk_forms_match_ref(dtype, path, monkeypatch):
     q, k, v, gk, h0 = leaves
     o_ref, s_ref = gla_ref(q, k, v, gk, initial_state=h0, return_final_state=True)
     o, s = gla_chunked(q, k, v, gk, initial_state=h0, return_final_state=True, chunk_size=16)
-    torch.testing.assert_close(o, o_ref, **TOL[dtype])
-    torch.testing.assert_close(s, s_ref, **TOL[dtype])
     w = torch.randn(o_ref.shape, generator=torch.Generator().manual_seed(4), dtype=dtype)
-    for a, b in zip(torch.autograd.grad((o * w).sum() + s.sum(), leaves),
-                    torch.autograd.grad((o_ref * w).sum() + s_ref.sum(), leaves)):
-        torch.testing.assert_close(a, b, **TOL[dtype])
+    _assert_matches_ref((o, s), (o_ref, s_ref), leaves, w, TOL[dtype])
 
 
 def test_strong_decay_stays_finite_and_exact():
@@ -122,12 +129,8 @@ def test_a_hard_reset_gate_of_minus_inf_matches_ref_with_gradients(dtype, at):
     o, s = gla_chunked(*leaves[:3], gk, initial_state=leaves[3], return_final_state=True, chunk_size=7)
     o_ref, s_ref = gla_ref(*leaves[:3], gk, initial_state=leaves[3], return_final_state=True)
     assert torch.isfinite(o).all() and torch.isfinite(s).all()
-    torch.testing.assert_close(o, o_ref, **TOL[dtype])
-    torch.testing.assert_close(s, s_ref, **TOL[dtype])
     w = torch.randn(o.shape, generator=torch.Generator().manual_seed(1), dtype=dtype)
-    for a, b in zip(torch.autograd.grad((o * w).sum() + s.sum(), leaves),
-                    torch.autograd.grad((o_ref * w).sum() + s_ref.sum(), leaves)):
-        torch.testing.assert_close(a, b, **TOL[dtype])
+    _assert_matches_ref((o, s), (o_ref, s_ref), leaves, w, TOL[dtype])
 
 
 def test_chunk_bounds_end_before_the_cumulative_gate_exceeds_the_limit():
@@ -177,9 +180,5 @@ def test_gates_of_either_sign_match_ref_with_gradients(dtype):
     o_ref, s_ref = gla_ref(*leaves[:4], initial_state=leaves[4], return_final_state=True)
     o, s = gla_chunked(*leaves[:4], initial_state=leaves[4], return_final_state=True, chunk_size=12)
     tol = dict(rtol=1e-10, atol=1e-8) if dtype == torch.float64 else TOL[dtype]
-    torch.testing.assert_close(o, o_ref, **tol)
-    torch.testing.assert_close(s, s_ref, **tol)
     w = torch.randn(o_ref.shape, generator=g, dtype=dtype)
-    for a, b in zip(torch.autograd.grad((o * w).sum() + s.sum(), leaves),
-                    torch.autograd.grad((o_ref * w).sum() + s_ref.sum(), leaves)):
-        torch.testing.assert_close(a, b, **tol)
+    _assert_matches_ref((o, s), (o_ref, s_ref), leaves, w, tol)
