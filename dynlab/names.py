@@ -108,7 +108,8 @@ SOURCES = ("shakespeare",)
 #: What ``dynlab lm export`` writes (``save_pretrained``, :func:`dynlab.lm.export.export_hf`):
 #: a folder holding only these (or nothing) may be written over.
 HF_EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
-                   "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json", "README.md")
+                   "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "README.md")
 #: The hidden file that marks a folder ``lm export`` wrote (written first; a later export may replace the folder's files).
 HF_EXPORT_MARKER = ".dynlab-export"
 #: The export folder an ``lm export`` accepts, in the words of its refusal.

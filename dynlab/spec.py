@@ -55,6 +55,9 @@ SPEC_VERSION = 1
 # Stated limits, checked when a spec is made, before anything is built or written.
 #: Longest sequence: curriculum lengths, evaluation lengths and chunks.
 MAX_LENGTH = 100_000
+#: Longest LM evaluation from the zero state (streamed in chunks, so its memory does not
+#: grow with it): 2**20 tokens, beyond paper B's 128K.
+MAX_EVAL_LENGTH = 2**20
 #: Most evaluation sequences per run.
 MAX_SAMPLES = 1_048_576
 #: Largest batch (training and evaluation).
@@ -73,7 +76,7 @@ MAX_STATE_BYTES = 8 * 2**30
 #: Most models trained together in one ensemble (``dynlab bench train --ensembles``).
 MAX_ENSEMBLE = 1024
 #: Most tokens one LM evaluation streams: validation windows × evaluation length (the
-#: windows and their per-position losses are held in memory, 16 bytes a token: 256 MiB).
+#: streamed windows are read chunk by chunk; the bound keeps one evaluation's compute in reach).
 MAX_EVAL_TOKENS = 2**24
 #: Largest seed (a seed must fit a signed 64-bit integer, as torch's generators take it).
 MAX_SEED = 2**63 - 1

@@ -65,10 +65,12 @@ CATALOG: dict[str, StudyEntry] = {e.name: e for e in (
         ("smoke", "quick", "sweep", "groups", "paper"), "tracking", CELL_NAMES),
     StudyEntry(
         "length-generalization", "dynlab.studies.length_generalization",
-        "Byte-level recurrent LMs (Mamba-2, Mamba-1, GLA) trained short with initial-state interventions, "
+        "Recurrent LMs (Mamba-2, Mamba-1, GLA) trained short with initial-state interventions, "
         "evaluated at 16x the training length: PPL(t), EffRem, state statistics; presets budget and context "
-        "map the PPL rise over training tokens and context, interventions post-trains where it rises.",
-        ("smoke", "quick", "budget", "context", "size", "interventions", "size-interventions", "paper"), "lm", MIXER_NAMES, (*TASK_INTERVENTION_NAMES, TBTT)),
+        "map the PPL rise over training tokens and context, interventions post-trains where it rises; pretrained "
+        "post-trains a checkpoint (--checkpoint) per intervention against a zero-state control.",
+        ("smoke", "quick", "budget", "context", "size", "interventions", "size-interventions", "pretrained", "paper"),
+        "lm", MIXER_NAMES, (*TASK_INTERVENTION_NAMES, TBTT)),
     StudyEntry(
         "nonlinearity", "dynlab.studies.nonlinearity",
         "Ablation of the state nonlinearity φ (tanh, ReLU, max/min, GroupSort, LayerNorm, sphere) on C6, S3.",

@@ -52,6 +52,20 @@ Presets:
   ``interventions`` names the arms (the control is always added), as in the task studies.
 - ``paper`` — 4 layers, width 256, 8 heads × 32, N = 64, T_train = 256, batch 32, 20 000
   steps; evaluation at 4096 tokens on 256 windows (a GPU box).
+- ``pretrained`` — paper B's Fig. 5 protocol on a pretrained checkpoint (``checkpoint``, the
+  command's ``--checkpoint``: a Hugging Face Mamba / Mamba-2 folder or a dynlab LM run),
+  read with its own tokenizer (:func:`dynlab.lm.checkpoint.checkpoint_tokenizer`) on
+  ``--source`` (a token folder of that tokenizer, or a text): the untouched checkpoint
+  (``phase = "base"``) and, from it, one post-training per intervention and a zero-state
+  control on the same batches (``phase = "post"``), per seed (a seed is a data order).
+  Paper B's recipe (:data:`PRETRAINED`): T_train 2048, 100 steps, AdamW β 0.9/0.95,
+  clipping 1.0, cosine decay after a 10 % warm-up, a batch of 2^19 tokens (8 sequences a
+  micro-batch, 32 micro-batches a step: ``train.accum``), the learning rate the user gives
+  (``--lr``, required: paper B uses a tenth of the checkpoint's peak pretraining rate),
+  evaluation to 16 × T_train (32K tokens). The dataset and its contrasts are those of
+  ``interventions``; the arms' weights are not stored (``dynlab lm post-train`` keeps
+  one arm's). A GPU's work at paper B's sizes; on the CPU through the knobs, e.g.
+  ``--seq-len 32 --batch-size 4 --steps 20`` on a tiny model.
 
 State statistics (``state_mean/std/norm``) are recorded from t = 1, so positions inside
 and beyond T_train can be compared: the baseline's near-integrator heads keep summing
@@ -72,7 +86,8 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import torch
@@ -229,6 +244,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         "intervention": {"sigma": 0.1},
         "post": {"interventions": INTERVENTION_NAMES, "steps": 300, "lr": 1e-3},
     },
+    "pretrained": {
+        "mixers": ("mamba2",),
+        "seeds": (0, 1, 2),
+        "interventions": ("zero",),
+        "pretrained": True,
+        "model": {},
+        "train": {"steps": 1, "batch_size": 8, "accum": 32, "seq_len": 2048, "lr": 1e-4, "clip": 1.0,
+                  "weight_decay": 0.1},
+        "eval": {"length_multiple": 16, "n_samples": 32, "chunk_len": 2048, "bin_width": 64,
+                 "effrem_points": 8, "effrem_samples": 8, "state_points": 32},
+        "intervention": {"sigma": 0.1},
+        "post": {"interventions": INTERVENTION_NAMES, "steps": 100, "warmup_frac": 0.1},
+    },
     "paper": {
         "mixers": ("mamba2",),
         "seeds": (0,),
@@ -241,13 +269,24 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+#: The ``pretrained`` preset's recipe (paper B's Fig. 5): what the command's knobs set there.
+PRETRAINED = PRESETS["pretrained"]
+
+
 class LGOptions(LMOptions):
     """Options of length-generalization: :class:`~dynlab.studies.long_context.LMOptions`
-    (``interventions``, ``source``, ``model``, ``intervention``) and overrides of the
+    (``interventions``, ``source``, ``model``, ``intervention``), overrides of the
     preset's :class:`~dynlab.lm.spec.LMTrainSpec` (``train``),
     :class:`~dynlab.lm.spec.LMEvalSpec` (``eval``) and
-    :class:`~dynlab.lm.spec.LMPostSpec` (``post``, presets with post-training arms) fields."""
+    :class:`~dynlab.lm.spec.LMPostSpec` (``post``, presets with post-training arms) fields,
+    ``checkpoint`` (the ``pretrained`` preset's model folder) and ``tokenizer`` (``byte`` or
+    a Hugging Face tokenizer for a text source: the models' vocabulary is its ids)."""
 
+    option_words: ClassVar[Mapping[str, str]] = {**LMOptions.option_words, "checkpoint": "--checkpoint",
+                                                 "tokenizer": "--tokenizer"}
+
+    checkpoint: str | None = None
+    tokenizer: str | None = None
     train: Annotated[dict[str, Any], AfterValidator(override_field(LMTrainSpec))] = {}
     eval: Annotated[dict[str, Any], AfterValidator(override_field(LMEvalSpec))] = {}
     post: Annotated[dict[str, Any], AfterValidator(override_field(LMPostSpec))] = {}
@@ -265,6 +304,8 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
         raise DynlabInputError(f"unknown preset {options.preset!r}; allowed: {', '.join(PRESETS)}")
     preset = PRESETS[options.preset]
     extra = LGOptions.parse(options, "length-generalization")
+    if preset.get("pretrained") or extra.checkpoint is not None:
+        return pretrained_specs(options, preset, extra)
     mixers = select_names(options.models, preset["mixers"], MIXER_NAMES, "mixer")
     interventions = select_names(extra.interventions, preset.get("interventions", INTERVENTION_NAMES),
                                  INTERVENTION_NAMES, "intervention")
@@ -289,7 +330,8 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
     batch = extra.train.get("batch_size", preset["train"]["batch_size"])
     # the text is loaded (and its length checked) here, so a bad source writes nothing
     data = check_source(extra.source or "shakespeare", LMDataSpec().val_fraction,
-                        max(evals.length_multiple * longest, batch * (longest + 1)) + 1)
+                        max(evals.length_multiple * longest, batch * (longest + 1)) + 1, _tokenizer_option(extra))
+    vocab = {} if data.tokenizer.kind == "byte" else {"vocab_size": data.tokenizer.n_ids}
     specs = []
     for m in mixers:
         for size in sizes:
@@ -297,7 +339,7 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
             chinchilla = size.pop("chinchilla", preset.get("chinchilla"))
             checkpoints = size.pop("checkpoints", None)
             annealed = size.pop("annealed", ()) if "checkpoints" not in extra.eval else ()
-            model = LMModelSpec(**anchor_model_fields(m, **{**preset["model"], **size, **extra.model}))
+            model = LMModelSpec(**anchor_model_fields(m, **{**preset["model"], **size, **vocab, **extra.model}))
             ev = evals if checkpoints is None or "checkpoints" in extra.eval else evals.model_copy(
                 update={"checkpoints": checkpoints})
             runs = [(seq_len, chinchilla, ev) for seq_len in seq_lens]
@@ -314,6 +356,80 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
                                     train=train, eval=run_eval, seed=s, post=post)
                           for iv in interventions for s in seeds]
     return specs
+
+
+def pretrained_specs(options: StudyOptions, preset: dict, extra: LGOptions) -> list[LMRunSpec]:
+    """The ``pretrained`` preset's runs: one per seed, each starting from the checkpoint
+    (:class:`~dynlab.lm.spec.LMInitSpec`), evaluated as it is and post-trained per
+    intervention against the zero-state control (``post``). The knobs ``--steps`` and
+    ``--lr`` set the post-training's steps and rate (the checkpoint is not trained again);
+    ``--lr`` is required. The model's fields describe the checkpoint (its config)."""
+    from dynlab.lm.checkpoint import checkpoint_digest, checkpoint_tokenizer, load_checkpoint
+    from dynlab.lm.spec import LMInitSpec
+
+    if not preset.get("pretrained"):
+        raise DynlabInputError(f"--checkpoint is an option of the preset 'pretrained', not {options.preset!r}; "
+                               "allowed: --preset pretrained --checkpoint DIR")
+    if extra.checkpoint is None:
+        raise DynlabInputError("preset 'pretrained' needs --checkpoint DIR (a Hugging Face Mamba/Mamba2 folder or a "
+                               "dynlab LM run folder)")
+    if "lr" not in extra.train and "lr" not in extra.post:
+        raise DynlabInputError("preset 'pretrained' needs --lr, the post-training's peak learning rate; allowed: a "
+                               "number above 0 (paper B uses a tenth of the checkpoint's peak pretraining rate)")
+    if extra.model:
+        raise DynlabInputError(f"preset 'pretrained' takes its model from --checkpoint; allowed: no model overrides "
+                               f"(got {', '.join(sorted(extra.model))})")
+    seeds = options.seeds if options.seeds is not None else preset["seeds"]
+    if any(s < 0 for s in seeds):
+        raise DynlabInputError(f"seeds must be >= 0, got {list(seeds)}")
+    path = Path(extra.checkpoint).expanduser()
+    model, meta = load_checkpoint(path)  # one line when it is not a model
+    tokenizer = checkpoint_tokenizer(meta, model, _tokenizer_option(extra) or _source_tokenizer(extra.source, meta),
+                                     path)
+    arms = select_names(extra.interventions, preset["post"]["interventions"], INTERVENTION_NAMES, "intervention")
+    train_kw = {**preset["train"], **{k: v for k, v in extra.train.items() if k not in ("steps", "lr")}}
+    post = LMPostSpec(**{**preset["post"], "interventions": arms, "steps": extra.train.get("steps", preset["post"]["steps"]),
+                         "lr": extra.train.get("lr", extra.post.get("lr")), **{k: v for k, v in extra.post.items() if k != "lr"}})
+    evals = LMEvalSpec(**{**preset["eval"], **{"chunk_len": min(preset["eval"]["chunk_len"], train_kw["seq_len"]),
+                                               "bin_width": min(preset["eval"]["bin_width"], train_kw["seq_len"])},
+                          **extra.eval})
+    need = max(evals.length_multiple * train_kw["seq_len"], train_kw["batch_size"] * (train_kw["seq_len"] + 1)) + 1
+    data = check_source(extra.source or "shakespeare", LMDataSpec().val_fraction, need, tokenizer)
+    init = LMInitSpec(checkpoint=str(path.resolve()), sha256=checkpoint_digest(path))
+    layout = _checkpoint_layout(model, meta)
+    iv_kw = {**preset["intervention"], **extra.intervention}
+    return [LMRunSpec(data=data, model=LMModelSpec(**layout), intervention=InterventionSpec(kind="zero", **iv_kw),
+                      train=LMTrainSpec(**train_kw), eval=evals, seed=s, post=post, init=init) for s in seeds]
+
+
+def _tokenizer_option(extra: LGOptions) -> Any:
+    """The :class:`~dynlab.lm.tokenizer.TokenizerSpec` of ``--tokenizer`` (None when not given)."""
+    from dynlab.lm.tokenizer import load_tokenizer
+
+    return None if extra.tokenizer is None else load_tokenizer(extra.tokenizer).spec()
+
+
+def _source_tokenizer(source: str | None, meta: dict) -> Any:
+    """A token folder's tokenizer when the checkpoint has none of its own (None otherwise):
+    a checkpoint without a tokenizer reads the folder's, checked to fit."""
+    from dynlab.lm.tokens import is_token_folder, open_token_folder
+
+    if meta.get("tokenizer") or source is None or not is_token_folder(Path(source).expanduser()):
+        return None
+    return open_token_folder(Path(source).expanduser()).tokenizer
+
+
+def _checkpoint_layout(model: torch.nn.Module, meta: dict) -> dict[str, Any]:
+    """:class:`LMModelSpec` fields that describe a loaded checkpoint for the dataset's
+    coordinates: its mixer, width, layers and vocabulary (its other sizes stay in its own
+    config; the run's ``n_params`` counts the loaded model)."""
+    if meta.get("kind") == "dynlab":
+        m = meta["spec"]["model"]
+        return {"mixer": m.get("mixer", "mamba2"), "d_model": m["d_model"], "n_layers": m["n_layers"], "mlp_ratio": 0,
+                "vocab_size": int(model.vocab_size)}
+    c = meta["config"]
+    return {"mixer": "mamba2" if c.get("model_type") == "mamba2" else "mamba1", "d_model": c["hidden_size"],
+            "n_layers": c["num_hidden_layers"], "mlp_ratio": 0, "vocab_size": int(model.vocab_size)}
 
 
 def _train_fields(preset: dict, extra: LGOptions, model: LMModelSpec, seq_len: int | None,

@@ -6,7 +6,10 @@ Definitions (positions: ``t`` counts the tokens of context, so the target at ``t
 - PPL(t) = exp( (1/S) Σ_s −log q(x_t^s | x_{<t}^s) ): the NLL is averaged over samples at
   each position first, then exponentiated (never the mean of per-sample perplexities).
   :func:`binned_ppl` pools the NLL over samples *and* the positions of a bin, then
-  exponentiates (same rule, less noise).
+  exponentiates (same rule, less noise). :func:`log_binned_ppl` does the same on
+  log-spaced bins (paper B's Fig. 1 axis, to 128K tokens and beyond): the bin ending at
+  ``e_k`` holds the positions ``e_{k-1} < t ≤ e_k``, ``e`` the distinct rounded points of a
+  geometric grid from 1 to the last position.
 - Length generalization (Definition 3.2): with p* = min_{t ≤ T_train} PPL(t) at t*, the
   model generalizes to T > T_train iff PPL(t) ≤ p* for every t in [t*, T]. The worst
   violation is max_{t ≥ t*} PPL(t) − p* (≤ 0 when the verdict is a pass).
@@ -37,7 +40,7 @@ import xarray as xr
 from dynlab.results.vocabulary import annotate, attrs_of
 
 __all__ = [
-    "DISTANCES", "position_ppl", "binned_ppl", "LengthGeneralization", "length_generalization",
+    "DISTANCES", "position_ppl", "binned_ppl", "log_bin_ends", "log_binned_ppl", "LengthGeneralization", "length_generalization",
     "distribution_distance", "effective_remembrance", "state_statistics", "ppl_ranges",
 ]
 
@@ -73,6 +76,37 @@ def binned_ppl(nll: np.ndarray, bin_width: int) -> xr.DataArray:
     t = (np.arange(n_bins) + 1) * bin_width
     return xr.DataArray(np.exp(pooled), dims=("t_bin",), coords={"t_bin": ("t_bin", t, attrs_of("t_bin"))}, name="ppl_binned",
                         attrs=attrs_of("ppl_binned", bin_width=int(bin_width)))
+
+
+def log_bin_ends(length: int, n_bins: int) -> np.ndarray:
+    """The ends ``e_k`` of :func:`log_binned_ppl`'s bins: the distinct values of
+    ``round(geomspace(1, length, n_bins))`` (fewer than ``n_bins`` where the first ones round
+    alike), the last one ``length``."""
+    if length < 1 or n_bins < 1:
+        raise ValueError(f"length and n_bins must be positive, got {length} and {n_bins}")
+    return np.unique(np.round(np.geomspace(1, length, max(n_bins, 2))).astype(np.int64))
+
+
+def log_binned_ppl(ppl: xr.DataArray, n_bins: int = 48) -> xr.DataArray:
+    """PPL(t) pooled on log-spaced bins: ``exp`` of the mean of ``log PPL(t)`` (the mean NLL
+    over samples at t) over the positions ``e_{k-1} < t ≤ e_k`` of each bin
+    (:func:`log_bin_ends`) -> DataArray over ``t_log`` = the bin end.
+
+    ``ppl``: a :func:`position_ppl` curve on ``t = 1..T`` (its other dims are kept). Every
+    position counts once, so the bins hold 1, 1, …, then ever more positions.
+    """
+    t = np.asarray(ppl["t"].values)
+    if t.size == 0 or not np.array_equal(t, np.arange(1, t.size + 1)):
+        raise ValueError("ppl must be a position_ppl curve on t = 1..T")
+    ends = log_bin_ends(int(t.size), n_bins)
+    starts = np.concatenate([[0], ends[:-1]])
+    logp = np.log(np.asarray(ppl.transpose(..., "t").values, dtype=np.float64))  # [..., T]
+    pooled = np.add.reduceat(logp, starts, axis=-1) / (ends - starts)  # bin k: positions starts[k] < t <= ends[k]
+    dims = tuple(d for d in ppl.dims if d != "t") + ("t_log",)
+    return xr.DataArray(np.exp(pooled), dims=dims,
+                        coords={**{d: ppl[d] for d in dims[:-1] if d in ppl.coords},
+                                "t_log": ("t_log", ends, attrs_of("t_log"))},
+                        name="ppl_log", attrs=attrs_of("ppl_log", n_bins=int(n_bins)))
 
 
 @dataclass(frozen=True)

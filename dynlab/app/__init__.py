@@ -12,6 +12,7 @@ One module per command family:
 - :mod:`dynlab.app.report`: ``dynlab report``;
 - :mod:`dynlab.app.export`: ``dynlab lm export``;
 - :mod:`dynlab.app.posttrain`: ``dynlab lm post-train``;
+- :mod:`dynlab.app.data`: ``dynlab data prepare``;
 - :mod:`dynlab.app.bench`: ``dynlab bench train``, ``dynlab bench lm``;
 - :mod:`dynlab.app.models`: ``dynlab models``;
 

@@ -148,11 +148,14 @@ def out_folder(text: str, flag: str = "--out") -> Path:
 
 
 def check_source_option(text: str | None) -> str | None:
-    """``--source``: a built-in text or an existing file (its content is checked when the specs are made)."""
-    if text is None or text in SOURCES or (text.strip() and Path(text).expanduser().is_file()):
+    """``--source``: a built-in text, an existing file or a token folder (``dynlab data
+    prepare``; its record is read when the specs are made, as a file's content)."""
+    path = Path(text).expanduser() if text and text.strip() else None
+    if text is None or text in SOURCES or (path is not None and (path.is_file() or (path / "tokens.json").is_file())):
         return text
-    raise DynlabInputError(f"--source {text!r} is neither one of the built-in texts ({', '.join(SOURCES)}) nor an "
-                           f"existing text file; allowed: {', '.join(SOURCES)} or a path to a UTF-8 text file")
+    raise DynlabInputError(f"--source {text!r} is neither one of the built-in texts ({', '.join(SOURCES)}), an "
+                           f"existing text file nor a token folder; allowed: {', '.join(SOURCES)}, a path to a UTF-8 "
+                           "text file, or a folder written by dynlab data prepare")
 
 
 def in_range(flag: str, value: float, low: float, high: float | None = None, what: str = "") -> None:

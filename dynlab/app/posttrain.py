@@ -26,7 +26,7 @@ def post_train_places(out: str, checkpoint: Path) -> Path:
     refuse_foreign_folder(out_dir, "--out",
                           allowed="a folder of studies (made when missing), not a run or study folder")
     check_out(out_dir, "post-train", "post-train/runs")  # the run goes to OUT/post-train/runs/<id>
-    if not checkpoint.expanduser().is_dir():  # the words of dynlab.lm.posttrain.load_checkpoint
+    if not checkpoint.expanduser().is_dir():  # the words of dynlab.lm.checkpoint.load_checkpoint
         why = "a file, not a folder" if checkpoint.expanduser().exists() else "no such folder"
         raise DynlabInputError(f"checkpoint {str(checkpoint.expanduser())!r} is not a model ({why}); allowed: a "
                                "dynlab LM run folder (spec.json + model.safetensors) or a Hugging Face Mamba/Mamba2 "
@@ -58,17 +58,45 @@ def post_train_options(intervention: str, task: str | None, source: str, seq_len
     check_device(device)
 
 
+def resolve_tokenizer(checkpoint: Path, model: Any, meta: Mapping[str, Any], tokenizer: str | None,
+                      source: str) -> Any:
+    """The :class:`~dynlab.lm.tokenizer.TokenizerSpec` a post-training reads its text with:
+    ``--tokenizer`` when given, else the checkpoint's own, else the bytes for a 256-id model
+    (:func:`dynlab.lm.checkpoint.checkpoint_tokenizer`); a token folder given as ``--source``
+    must have been made with it. One line, before anything is written."""
+    from dynlab.lm.checkpoint import checkpoint_tokenizer
+    from dynlab.lm.tokenizer import load_tokenizer
+    from dynlab.lm.tokens import is_token_folder, open_token_folder
+
+    given = None if tokenizer is None else load_tokenizer(tokenizer).spec()
+    folder = open_token_folder(Path(source).expanduser()) if is_token_folder(Path(source).expanduser()) else None
+    if given is None and folder is not None and not meta.get("tokenizer"):
+        given = folder.tokenizer  # a checkpoint without its own tokenizer reads the folder's (checked to fit below)
+    tok = checkpoint_tokenizer(dict(meta), model, given, checkpoint)
+    if folder is not None and (folder.tokenizer.kind, folder.tokenizer.sha256) != (tok.kind, tok.sha256):
+        whose = "--tokenizer" if tokenizer is not None else "the checkpoint's"
+        raise DynlabInputError(f"--source {source!r} was tokenized with {folder.tokenizer.label}, not with {whose} "
+                               f"tokenizer {tok.label}; allowed: a token folder prepared with the model's tokenizer "
+                               "(dynlab data prepare --tokenizer)")
+    return tok
+
+
 def post_train_spec(checkpoint: Path, intervention: str, task: str | None, task_grid: Mapping[str, Any] | None,
                     source: str, seq_len: int | None, steps: int, batch_size: int,
-                    lr: float, length_multiple: int, samples: int, seed: int) -> Any:
+                    lr: float, length_multiple: int, samples: int, seed: int, tokenizer: str | None = None) -> Any:
     """The :class:`~dynlab.lm.posttrain.PostTrainSpec` of ``dynlab lm post-train``'s options
     (``task_grid``: the task study's quick preset), the text checked to hold the evaluation
     (:func:`dynlab.lm.run.check_source`), a validation error said in the options' words."""
-    from dynlab.lm.posttrain import PostTrainSpec, PostTrainTrainSpec, checkpoint_digest, load_checkpoint
+    from dynlab.lm.checkpoint import checkpoint_digest, load_checkpoint
+    from dynlab.lm.posttrain import PostTrainSpec, PostTrainTrainSpec
     from dynlab.lm.run import check_source
     from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMEvalSpec, LMTaskSpec, check_eval_size
 
-    _, meta = load_checkpoint(checkpoint)  # one line naming the path when it is not a model
+    model, meta = load_checkpoint(checkpoint)  # one line naming the path when it is not a model
+    tok = resolve_tokenizer(checkpoint, model, meta, tokenizer, source)
+    if task is not None and tok.kind != "byte":
+        raise DynlabInputError(f"--task {task}: the task samples are built from bytes, and this model reads "
+                               f"{tok.label}; allowed: --task with a byte-level model (256 ids)")
     length = seq_len if seq_len is not None else int(meta.get("seq_len", 64))
     length_flag = "--seq-len" if seq_len is not None else f"the checkpoint's training length {length} (--seq-len)"
     with in_option_words({"chunk_len": length_flag, "bin_width": length_flag, "seq_len": length_flag,
@@ -81,7 +109,7 @@ def post_train_spec(checkpoint: Path, intervention: str, task: str | None, task_
         if task_spec is None:  # the evaluation's size, before the text is read for it
             check_eval_size(length, evals.length_multiple, evals.n_samples)
         need = max([evals.length_multiple * length, *(task_spec.eval_lengths if task_spec else ())]) + 1
-        data = check_source(source, LMDataSpec().val_fraction, need)
+        data = check_source(source, LMDataSpec().val_fraction, need, tok)
         return PostTrainSpec(
             checkpoint=str(checkpoint.expanduser().resolve()), checkpoint_sha256=checkpoint_digest(checkpoint),
             data=data, intervention=InterventionSpec(kind=intervention), task=task_spec,
@@ -92,10 +120,12 @@ def post_train_spec(checkpoint: Path, intervention: str, task: str | None, task_
 def post_train(checkpoint: str | Path, intervention: str = "state-passing", steps: int = 100, task: str | None = None,
                source: str = "shakespeare", seq_len: int | None = None, batch_size: int = 16, lr: float = 3e-4,
                length_multiple: int = 16, samples: int = 64, seed: int = 0, out: str = DEFAULT_OUT,
-               device: str = "auto") -> Path:
+               device: str = "auto", tokenizer: str | None = None) -> Path:
     """``dynlab lm post-train``: post-train ``checkpoint`` (a dynlab LM run folder or a
     Hugging Face Mamba/Mamba2 folder) with ``intervention``, then evaluate it (on ``task``
-    when given); the options checked as the command line checks them; the run's folder."""
+    when given); the text read with ``tokenizer`` (None: the checkpoint's own,
+    :func:`resolve_tokenizer`); the options checked as the command line checks them; the
+    run's folder."""
     checkpoint = Path(checkpoint)
     post_train_options(intervention, task, source, seq_len, steps, batch_size, lr, length_multiple, samples, seed,
                        device)
@@ -106,5 +136,5 @@ def post_train(checkpoint: str | Path, intervention: str = "state-passing", step
 
     grid = None if task is None else import_module(f"dynlab.studies.{POST_TRAIN_TASKS[task]}").PRESETS["quick"]["task"]
     spec = post_train_spec(checkpoint, intervention, task, grid, source, seq_len, steps, batch_size,
-                           lr, length_multiple, samples, seed)
+                           lr, length_multiple, samples, seed, tokenizer)
     return run_post_train(spec, out_dir, device=device)

@@ -52,7 +52,8 @@ def run_lm_study(name: str, models: str = "all", interventions: str | None = Non
                  seeds: str | None = None, preset: str = "quick", out: str = DEFAULT_OUT, device: str = "auto",
                  quiet: bool = False, executor: str = "inprocess", scheduler: str | None = None,
                  workers: int | None = None, knobs: Mapping[str, Any] | None = None, config: Path | None = None,
-                 echo: Callable[..., Any] = plain_echo) -> Path:
+                 echo: Callable[..., Any] = plain_echo, checkpoint: str | None = None,
+                 tokenizer: str | None = None) -> Path:
     """``dynlab study NAME`` of a language-model study (length-generalization, copying,
     passkey, babilong): the options as typed, ``knobs`` the common knobs by option
     (``{"--steps": 20}``, :data:`dynlab.app.lm_config.LM_KNOBS`) and ``config`` a
@@ -60,7 +61,7 @@ def run_lm_study(name: str, models: str = "all", interventions: str | None = Non
     NOTES.clear()
     entry = entry_of(name, "lm")
     options = lm_study_options(entry, models, interventions, source, lengths, depths, kinds, seeds, preset, knobs,
-                               config)
+                               config, checkpoint, tokenizer)
     return run_entry(entry, options, out, device, quiet, False, executor, scheduler, workers, echo)
 
 
@@ -183,9 +184,23 @@ def tracking_study_options(entry: StudyEntry, models: str, groups: str | None, s
     return options
 
 
+def check_checkpoint_option(entry: StudyEntry, checkpoint: str) -> str:
+    """``--checkpoint``: an existing folder, for the study whose ``pretrained`` preset takes one."""
+    if "pretrained" not in entry.presets:
+        raise DynlabInputError(f"--checkpoint is not an option of {entry.name}; allowed: length-generalization "
+                               "--preset pretrained --checkpoint DIR")
+    path = Path(checkpoint).expanduser()
+    if not checkpoint.strip() or not path.is_dir():
+        why = "a file, not a folder" if path.exists() and checkpoint.strip() else "no such folder"
+        raise DynlabInputError(f"--checkpoint {checkpoint!r} is not a model ({why}); allowed: a Hugging Face "
+                               "Mamba/Mamba2 folder (config.json + weights) or a dynlab LM run folder")
+    return str(path)
+
+
 def lm_study_options(entry: StudyEntry, models: str, interventions: str | None, source: str | None,
                      lengths: str | None, depths: str | None, kinds: str | None, seeds: str | None, preset: str,
-                     knobs: Mapping[str, Any] | None = None, config: Path | None = None) -> Any:
+                     knobs: Mapping[str, Any] | None = None, config: Path | None = None,
+                     checkpoint: str | None = None, tokenizer: str | None = None) -> Any:
     """The :class:`~dynlab.study.StudyOptions` of a language-model study command: mixers,
     interventions, a text source and the task options of study ``entry``;
     ``knobs`` and ``config``: the common knobs and a ``--config`` file
@@ -201,6 +216,13 @@ def lm_study_options(entry: StudyEntry, models: str, interventions: str | None, 
     task = task_options(entry, lengths, depths, kinds)
     if task:
         extra["task"] = task
+    if checkpoint is not None:
+        extra["checkpoint"] = check_checkpoint_option(entry, checkpoint)
+    if tokenizer is not None:
+        if "pretrained" not in entry.presets:  # the task studies build their samples from bytes
+            raise DynlabInputError(f"--tokenizer is not an option of {entry.name} (its samples are bytes); allowed: "
+                                   "length-generalization --tokenizer PATH")
+        extra["tokenizer"] = tokenizer
     extra = merge_extra(lm_knob_options(entry, knobs or {}, config), extra)
     return StudyOptions(preset=check_preset(entry, preset),
                         models=parse_names(models, "--models", entry.models, "mixer"),

@@ -1,6 +1,9 @@
-"""What ``dynlab lm export`` writes beside the weights: a byte-level tokenizer and a model card.
+"""What ``dynlab lm export`` writes beside the weights: the run's tokenizer and a model card.
 
-**Tokenizer** (:func:`write_byte_tokenizer`): dynlab's LMs read the UTF-8 bytes of a text,
+A run trained with a Hugging Face tokenizer exports that tokenizer's files
+(:meth:`dynlab.lm.tokenizer.HFTokenizer.save`); a byte-level run the byte tokenizer below.
+
+**Tokenizer** (:func:`write_byte_tokenizer`): dynlab's byte-level LMs read the UTF-8 bytes of a text,
 one id per byte (id = byte value, 0–255, :func:`dynlab.lm.corpus.encode`), with no special
 tokens. The export holds the same as a Hugging Face fast tokenizer (``tokenizer.json`` and
 ``tokenizer_config.json``): a byte-level pre-tokenizer (GPT-2's byte-to-character table,
@@ -187,11 +190,17 @@ def model_card(model_info: Mapping[str, Any], spec_doc: Mapping[str, Any] | None
     n_params = int(model_info.get("n_params") or 0)
     arch = model_info.get("architecture", "")
     title = f"dynlab run {run_id}" if run_id else "a dynlab model"
-    lines = ["---", "library_name: transformers", f"tags: [dynlab, {model_info.get('model_type')}, byte-level]", "---",
-             "", f"# {title}: a byte-level {arch}", "",
+    tok = ((spec_doc or {}).get("fields", {}).get("data") or {}).get("tokenizer") or {}
+    subword = tok.get("kind") == "hf"
+    kind, said_tok, vocab = (("subword", f"the tokenizer is the one the run was trained with (a Hugging Face "
+                              f"tokenizer of {tok.get('n_ids')} ids, SHA-256 of its tokenizer.json "
+                              f"{str(tok.get('sha256'))[:12]}…)", f"{tok.get('n_ids')} ids of its tokenizer")
+                             if subword else ("byte-level", "the tokenizer gives the UTF-8 bytes of a text, one id "
+                                              "per byte (0–255), no special tokens, as dynlab trained it", "256 bytes"))
+    lines = ["---", "library_name: transformers", f"tags: [dynlab, {model_info.get('model_type')}, {kind}]", "---",
+             "", f"# {title}: a {kind} {arch}", "",
              "Exported by `dynlab lm export`" + (f" from the dynlab run `{run_id}`." if run_id else "."),
-             "It loads with `transformers` from this folder; the tokenizer gives the UTF-8 bytes of a text, one id "
-             "per byte (0–255), no special tokens, as dynlab trained it:", "",
+             f"It loads with `transformers` from this folder; {said_tok}:", "",
              "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
              'tok = AutoTokenizer.from_pretrained("path/to/this/folder")',
              'model = AutoModelForCausalLM.from_pretrained("path/to/this/folder")',
@@ -199,7 +208,7 @@ def model_card(model_info: Mapping[str, Any], spec_doc: Mapping[str, Any] | None
              "## Model", ""]
     layout = [(k, _num(model_info[k])) for k in ("d_model", "n_layers", "n_heads", "head_dim", "d_state", "expand",
                                                  "conv_kernel", "chunk_size") if model_info.get(k) is not None]
-    layout += [("parameters", _num(n_params)), ("dtype", model_info.get("dtype")), ("vocabulary", "256 bytes")]
+    layout += [("parameters", _num(n_params)), ("dtype", model_info.get("dtype")), ("vocabulary", vocab)]
     lines.append(_table(layout, ("field", "value")))
     if spec_doc is None:
         lines += ["", "Exported from a model in memory: no run record, so no training budget, data or evaluation."]

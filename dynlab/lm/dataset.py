@@ -79,12 +79,11 @@ def run_curves(spec: LMRunSpec, r: LMResult) -> xr.Dataset | None:
     budgets = [float(c["budget"]) for c in r.checkpoints]
     ds = xr.concat(parts, dim="budget", join="outer", data_vars="all", coords="minimal", compat="override")
     ds = ds.assign_coords(budget=budgets)
-    from dynlab.lm.model import VOCAB_SIZE  # the model and spec modules import torch: only for checkpointed runs
     from dynlab.lm.spec import CHINCHILLA_TOKENS_PER_PARAM
 
     ratio = ds["far_in_ratio"].values
     rise = np.flatnonzero(ratio > 1.0)
-    blocks = r.n_params - 2 * VOCAB_SIZE * spec.model.d_model  # the embedding and the (untied) head left out
+    blocks = r.n_params - 2 * spec.model.vocab_size * spec.model.d_model  # the embedding and the (untied) head left out
     return annotate(ds.assign(
         checkpoint_step=("budget", [int(c["step"]) for c in r.checkpoints]),
         tokens_per_param=("budget", [c["tokens"] / r.n_params for c in r.checkpoints]),

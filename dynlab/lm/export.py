@@ -43,7 +43,8 @@ from dynlab.lm.hf import require_transformers
 from dynlab.outputs import current_umask, probe_folder, refuse_foreign_folder
 from dynlab.results.folder import check_owned_folder, claim_owned_folder
 from dynlab.lm.mixers import Mamba1Mixer, Mamba2Mixer
-from dynlab.lm.model import VOCAB_SIZE, RecurrentLM
+from dynlab.lm.model import RecurrentLM
+from dynlab.lm.tokenizer import TokenizerSpec
 
 __all__ = ["EXPORTABLE_MIXERS", "HF_EXPORT_ALLOWED", "HF_EXPORT_FILES", "check_exportable", "export_hf", "hf_config", "hf_state_dict", "to_hf"]
 
@@ -79,7 +80,7 @@ def check_exportable(model: nn.Module) -> None:
 
 
 def _common_config(model: RecurrentLM, mixer: nn.Module) -> dict[str, Any]:
-    return dict(vocab_size=VOCAB_SIZE, hidden_size=model.d_model, num_hidden_layers=model.n_layers,
+    return dict(vocab_size=model.vocab_size, hidden_size=model.d_model, num_hidden_layers=model.n_layers,
                 state_size=mixer.d_state, expand=mixer.d_inner // model.d_model, conv_kernel=mixer.conv_kernel,
                 use_bias=False, use_conv_bias=True, hidden_act="silu",
                 layer_norm_epsilon=float(model.blocks[0].mixer_norm.eps), residual_in_fp32=False,
@@ -197,12 +198,13 @@ def _card_of_dynlab(folder: Path) -> bool:
 def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path,
               dtype: torch.dtype | None = None) -> Path:
     """Write ``model_or_run_folder`` as a Hugging Face folder ``out_dir``: config.json +
-    model.safetensors, the byte-level tokenizer (tokenizer.json, tokenizer_config.json) and
+    model.safetensors, the tokenizer the run was trained with (tokenizer.json,
+    tokenizer_config.json; the byte-level one for a model given as such) and
     the model card README.md (:mod:`dynlab.lm.card`).
 
     ``model_or_run_folder`` is a :class:`RecurrentLM` or a dynlab LM run folder
     (``spec.json`` + ``model.safetensors``, loaded with
-    :func:`dynlab.lm.posttrain.load_checkpoint`). ``dtype`` casts the weights (None: kept).
+    :func:`dynlab.lm.checkpoint.load_checkpoint`). ``dtype`` casts the weights (None: kept).
     Returns ``out_dir``.
     """
     out = Path(out_dir).expanduser()
@@ -211,15 +213,17 @@ def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path
     check_export_folder(out, "export folder")
     model = model_or_run_folder
     spec_doc = result = run_id = None
+    tokenizer = TokenizerSpec()
     if isinstance(model, (str, Path)):
-        from dynlab.lm.posttrain import load_checkpoint
+        from dynlab.lm.checkpoint import load_checkpoint
 
         run = Path(model).expanduser()
         if not (run / "spec.json").is_file():
             raise _refuse(f"{str(model)!r} is not a dynlab LM run folder (no spec.json)",
                           "a dynlab RecurrentLM or its run folder (spec.json + model.safetensors)")
-        model, _ = load_checkpoint(run)
+        model, meta = load_checkpoint(run)
         spec_doc, result, run_id = _run_record(run)
+        tokenizer = TokenizerSpec.model_validate(meta.get("tokenizer") or {})
     hf = to_hf(model)
     if dtype is not None:
         hf = hf.to(dtype)
@@ -229,9 +233,9 @@ def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path
         raise DynlabInputError(f"export folder {str(out)!r} {problem}; allowed: a writable folder (made when missing)")
     claim_owned_folder(out, HF_EXPORT_MARKER)  # the marker first: a later export knows the folder as its own
     hf.save_pretrained(str(out), safe_serialization=True)
-    from dynlab.lm.card import model_card, write_byte_tokenizer
+    from dynlab.lm.card import model_card
 
-    write_byte_tokenizer(out)
+    tokenizer.make().save(out)  # the tokenizer the model was trained with
     (out / "README.md").write_text(model_card(_model_info(hf), spec_doc, result, run_id), encoding="utf-8")
     for path in out.iterdir():  # save_pretrained makes some files 0600 (temporary files renamed): the umask's mode
         if path.is_file() and not path.name.startswith("."):

@@ -1,4 +1,8 @@
-"""Training batch loaders over a byte stream.
+"""Training batch loaders over a token stream.
+
+A stream is a 1-D tensor (the bytes of a text) or a 1-D NumPy array (a tokenizer's ids, or
+the memory map of a token folder): :func:`take` reads only the windows a batch needs, so a
+corpus on disk is never loaded whole.
 
 - :class:`RandomWindowLoader` — independent random windows (the usual shuffled batches).
 - :class:`SequentialChunkLoader` — TBTT: the stream is cut into ``batch_size`` contiguous
@@ -16,9 +20,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-__all__ = ["Batch", "RandomWindowLoader", "SequentialChunkLoader", "sequential_tokens_read"]
+__all__ = ["Batch", "RandomWindowLoader", "SequentialChunkLoader", "sequential_tokens_read", "take"]
+
+Stream = torch.Tensor | np.ndarray
+
+
+def take(data: Stream, idx: torch.Tensor) -> torch.Tensor:
+    """``data[idx]`` as ``int64`` for an index tensor ``idx`` (any shape): a tensor stream is
+    indexed as it is, an array stream (a memory map too) reads just those positions."""
+    if isinstance(data, torch.Tensor):
+        return data[idx].long()
+    return torch.from_numpy(np.asarray(data[idx.numpy()]).astype(np.int64))
 
 
 @dataclass(frozen=True)
@@ -30,8 +45,8 @@ class Batch:
     offsets: torch.Tensor
 
 
-def _check_stream(data: torch.Tensor, need: int) -> None:
-    if data.dim() != 1 or len(data) < need:
+def _check_stream(data: Stream, need: int) -> None:
+    if data.ndim != 1 or len(data) < need:
         raise ValueError(f"data must be a 1-D stream of at least {need} tokens, got shape {tuple(data.shape)}")
 
 
@@ -44,7 +59,8 @@ class RandomWindowLoader:
 
     def __init__(self, data: torch.Tensor, batch_size: int, seq_len: int, generator: torch.Generator) -> None:
         _check_stream(data, seq_len + 1)
-        self.data, self.batch_size, self.seq_len, self.generator = data.long(), batch_size, seq_len, generator
+        self.data = data.long() if isinstance(data, torch.Tensor) else data
+        self.batch_size, self.seq_len, self.generator = batch_size, seq_len, generator
 
     def __iter__(self) -> RandomWindowLoader:
         return self
@@ -52,7 +68,7 @@ class RandomWindowLoader:
     def __next__(self) -> Batch:
         starts = torch.randint(0, len(self.data) - self.seq_len, (self.batch_size,), generator=self.generator)
         idx = starts[:, None] + torch.arange(self.seq_len + 1)  # [B, L + 1]
-        return Batch(self.data[idx], torch.ones(self.batch_size, dtype=torch.bool), starts)
+        return Batch(take(self.data, idx), torch.ones(self.batch_size, dtype=torch.bool), starts)
 
 
 class SequentialChunkLoader:
@@ -66,7 +82,8 @@ class SequentialChunkLoader:
 
     def __init__(self, data: torch.Tensor, batch_size: int, seq_len: int) -> None:
         _check_stream(data, batch_size * (seq_len + 1))
-        self.data, self.batch_size, self.seq_len = data.long(), batch_size, seq_len
+        self.data = data.long() if isinstance(data, torch.Tensor) else data
+        self.batch_size, self.seq_len = batch_size, seq_len
         self.lane = len(data) // batch_size
         self.chunks_per_lane = (self.lane - 1) // seq_len
         self.step = 0
@@ -79,7 +96,7 @@ class SequentialChunkLoader:
         self.step += 1
         starts = torch.arange(self.batch_size) * self.lane + i * self.seq_len  # [B]
         idx = starts[:, None] + torch.arange(self.seq_len + 1)  # [B, L + 1]
-        return Batch(self.data[idx], torch.full((self.batch_size,), i == 0), starts)
+        return Batch(take(self.data, idx), torch.full((self.batch_size,), i == 0), starts)
 
 
 def sequential_tokens_read(n_tokens: int, batch_size: int, seq_len: int, steps: int) -> int:

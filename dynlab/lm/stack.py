@@ -38,7 +38,7 @@ from dynlab.kernels.ssd.chunked import ssd_ref
 from dynlab.kernels.ssd.grouped import ssd_grouped
 from dynlab.kernels.ssd.mixer_inner import mamba2_inner, mamba2_inner_applies
 from dynlab.lm.mixers import GLAMixer, Mamba1Mixer, Mamba2Mixer
-from dynlab.lm.model import VOCAB_SIZE, RecurrentLM
+from dynlab.lm.model import RecurrentLM
 
 __all__ = ["LMStack", "StackLayout"]
 
@@ -153,8 +153,9 @@ class LMStack:
         output [E, B, T, D], final states, final windows)``."""
         lay = self.layout
         e = self.n_members
-        flat_ids = tokens + (torch.arange(e, device=tokens.device) * VOCAB_SIZE)[:, None, None]
-        x = p["embedding.weight"].reshape(e * VOCAB_SIZE, lay.d_model)[flat_ids]  # [E, B, T, D]
+        vocab = p["embedding.weight"].shape[1]  # [E, V, D]
+        flat_ids = tokens + (torch.arange(e, device=tokens.device) * vocab)[:, None, None]
+        x = p["embedding.weight"].reshape(e * vocab, lay.d_model)[flat_ids]  # [E, B, T, D]
         mixer = _noop if self.noop_mixer else _MIXER_FORWARD[lay.mixer]
         finals, new_windows = [], []
         for i, block in enumerate(self.blocks):

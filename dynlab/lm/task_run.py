@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from dynlab.lm.run import build_model, corpus_for
+from dynlab.lm.run import build_model, data_corpus
 from dynlab.lm.spec import LMTaskRunSpec
 from dynlab.lm.tasks import BabiTask, TaskBatch, make_task
 from dynlab.lm.train import TrainResult, fit, train_summary
@@ -61,7 +61,7 @@ def _task(spec: LMTaskRunSpec, part: str):
     t = spec.task
     if t.kind == "copying":
         return make_task("copying")
-    corpus = corpus_for(spec.data.source, spec.data.val_fraction)
+    corpus = data_corpus(spec.data)
     return make_task(t.kind, getattr(corpus, part), tuple(t.babi_kinds), t.n_facts, t.babi_tokens, t.babi_questions)
 
 

@@ -77,20 +77,21 @@ def train_lm(
     threads: int | None = None,
     progress: Callable[[int, float], None] | None = None,
     stop: Callable[[int], bool] | None = None,
+    accum: int = 1,
 ) -> TrainResult:
-    """Train ``model`` in place on the byte stream ``data [n]`` (:func:`fit`).
+    """Train ``model`` in place on the token stream ``data [n]`` (:func:`fit`).
 
     Args:
         intervention: chooses the initial states (and the loader) of every step.
         steps, batch_size, seq_len: optimisation length, B and training length L.
         seed: seeds the generator of the batches and of the intervention noise.
-        lr, weight_decay, grad_clip, warmup_frac, device, threads, progress, stop: as :func:`fit`.
+        lr, weight_decay, grad_clip, warmup_frac, device, threads, progress, stop, accum: as :func:`fit`.
     """
     generator = torch.Generator().manual_seed(seed)
     loader = make_loader(intervention, data, batch_size, seq_len, generator)
     return fit(model, batch_source(loader), intervention, generator, steps=steps, batch_size=batch_size, lr=lr,
                weight_decay=weight_decay, grad_clip=grad_clip, warmup_frac=warmup_frac, device=device,
-               threads=threads, progress=progress, stop=stop)
+               threads=threads, progress=progress, stop=stop, accum=accum)
 
 
 def fit(
@@ -109,6 +110,7 @@ def fit(
     threads: int | None = None,
     progress: Callable[[int, float], None] | None = None,
     stop: Callable[[int], bool] | None = None,
+    accum: int = 1,
 ) -> TrainResult:
     """The optimisation loop shared by LM and task training; ``model`` is trained in place.
 
@@ -121,7 +123,16 @@ def fit(
     asked after every step; True ends training there (the schedule stays the one of
     ``steps``, so ``steps`` is the cap). The result's ``losses`` and ``lengths`` hold each
     completed step's loss (nats per token) and L.
+
+    ``accum``: gradient accumulation — each step reads ``accum`` batches (micro-batches of
+    ``batch_size``), backpropagates each one's loss divided by ``accum`` and updates once,
+    so a step sees ``accum × batch_size`` sequences (a batch given in tokens). The
+    intervention sees every micro-batch as a batch (state passing hands a micro-batch's
+    final states to the next one; TBTT's next micro-batch is the next chunk). A step's
+    loss is the mean of its micro-batches'. ``accum = 1``: the plain loop, unchanged.
     """
+    if accum < 1:
+        raise ValueError(f"accum must be a positive integer, got {accum}")
     dev = resolve_device(device)
     model.to(dev).train()
     opt = _adamw(model, lr, weight_decay)
@@ -133,24 +144,16 @@ def fit(
     start = time.perf_counter()
     with train_threads(dev, threads=threads):
         for step in range(steps):
-            tokens, mask, fresh = next_batch()
-            tokens = tokens.to(dev)  # [B, L + 1]
-            init = map_states(intervention.initial_states(batch_size, shapes, fresh, generator),
-                              lambda s: s.to(dev, dtype))
-            logits, finals = model(tokens[:, :-1], init)  # [B, L, V]
-            loss = _masked_mean(logits, tokens[:, 1:], mask)
-            value, length = loss.item(), tokens.shape[1] - 1
+            value, length = _accumulate(model, next_batch, intervention, generator, batch_size, shapes, dev, dtype,
+                                        opt, accum)
             if not math.isfinite(value):
                 result.diverge("loss", step, length)
                 break
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
             if not torch.isfinite(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)):
                 result.diverge("gradient", step, length)
                 break
             opt.step()
             sched.step()
-            intervention.observe(detach_states(finals))
             result.losses.append(value)
             result.lengths.append(length)
             if progress is not None:
@@ -160,6 +163,30 @@ def fit(
     result.seconds = time.perf_counter() - start
     model.eval()
     return result
+
+
+def _accumulate(model: nn.Module, next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]],
+                intervention: Intervention, generator: torch.Generator, batch_size: int, shapes: list,
+                dev: torch.device, dtype: torch.dtype, opt: torch.optim.Optimizer, accum: int) -> tuple[float, int]:
+    """One step's gradients over ``accum`` micro-batches (:func:`fit`): each loss divided by
+    ``accum`` (not for one) and backpropagated, the intervention observing each
+    micro-batch's final states. Returns (the mean of the micro-batch losses, or the first
+    non-finite one, before its backward; the length L)."""
+    opt.zero_grad(set_to_none=True)
+    total, length = 0.0, 0
+    for _ in range(accum):
+        tokens, mask, fresh = next_batch()
+        tokens = tokens.to(dev)  # [B, L + 1]
+        init = map_states(intervention.initial_states(batch_size, shapes, fresh, generator), lambda s: s.to(dev, dtype))
+        logits, finals = model(tokens[:, :-1], init)  # [B, L, V]
+        loss = _masked_mean(logits, tokens[:, 1:], mask)
+        value, length = loss.item(), tokens.shape[1] - 1
+        if not math.isfinite(value):
+            return value, length
+        (loss if accum == 1 else loss / accum).backward()
+        intervention.observe(detach_states(finals))
+        total += value
+    return total / accum, length
 
 
 def train_summary(res: TrainResult, warm_start: bool = False) -> dict[str, Any]:

@@ -108,7 +108,7 @@ def _train_tokens(ds: xr.Dataset, run: int) -> int:
     import json
 
     train = json.loads(ds.attrs["specs_json"])[int(run)]["fields"]["train"]
-    return int(train["steps"] * train["batch_size"] * train["seq_len"])
+    return int(train["steps"] * train.get("accum", 1) * train["batch_size"] * train["seq_len"])
 
 
 def intervention_tables(ds: xr.Dataset) -> str:
@@ -118,13 +118,16 @@ def intervention_tables(ds: xr.Dataset) -> str:
     (:func:`~dynlab.analysis.contrasts.holm`): a cure lowers the far PPL without raising the
     in-range one. Then the arms ranked by their far-PPL contrast and every pair of arms
     tested against each other (:func:`arm_order_lines`), and what TBTT reads (:func:`tbtt_line`)."""
+    import json
+
     phase, status = ds["phase"].values.astype(str), ds["status"].values.astype(str)
     ivs = ds["intervention"].values.astype(str)
     out = [machine_line(ds), "",
            "| model | seeds | in-range PPL | far PPL | far/in PPL ratio, mean ± sd | far PPL − zero [95 % CI], p (Holm) | "
            "in-range PPL − zero [95 % CI], p (Holm) |", "| --- | --- | --- | --- | --- | --- | --- |"]
     base = np.flatnonzero((phase == "base") & (status == "ok"))
-    rows = [("trained (zero state)", base)]
+    pretrained = "init" in json.loads(ds.attrs.get("specs_json", "[{}]"))[0].get("fields", {})
+    rows = [("the checkpoint (untouched)" if pretrained else "trained (zero state)", base)]
     rows += [(f"post-trained: {iv}", np.flatnonzero((phase == "post") & (status == "ok") & (ivs == iv)))
              for iv in dict.fromkeys(ivs[phase == "post"])]
     adjusted = holm_contrasts(ds)
@@ -199,7 +202,8 @@ def tbtt_line(ds: xr.Dataset) -> str:
         return ""
     fields = json.loads(ds.attrs["specs_json"])[0]["fields"]
     train, post = fields["train"], fields.get("post") or {}
-    b, length, steps = int(train["batch_size"]), int(train["seq_len"]), int(post.get("steps", 0))
+    b, length = int(train["batch_size"]), int(train["seq_len"])
+    steps = int(post.get("steps", 0)) * int(train.get("accum", 1))  # a step reads accum micro-batches
     return (f"TBTT does not read the control's batches: it reads {b} runs of {steps} consecutive {length}-token "
             f"chunks, each from the start of one of {b} equal lanes of the training text, the same in every seed; "
             f"the control and the other arms read the same {steps} × {b} random windows, drawn per seed over the "

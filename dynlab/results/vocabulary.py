@@ -76,6 +76,8 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
           "or the start of the truncated context (EffRem)"),
     "t_bin": ("position t (bin end)", "tokens", "last position of a perplexity bin; the bin holds t_bin_start … t_bin"),
     "t_bin_start": ("first position of the bin", "tokens", "the bin of ppl_binned holds t_bin_start … t_bin"),
+    "t_log": ("position t (log-spaced bin end)", "tokens",
+              "last position of a log-spaced perplexity bin; the bin holds the positions after the previous end"),
     "t_effrem": ("start t of the truncated context", "tokens",
                  "EffRem_T(t) compares the prediction from x_0:T with the one from x_t:T"),
     "t_state": ("position t (state statistics)", "tokens", "the state after t tokens"),
@@ -283,6 +285,8 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     # -- language models (dynlab.analysis.lm_metrics, dynlab.lm) -------------------------------
     "ppl": ("perplexity at position t", "1", "exp of the NLL at position t averaged over samples"),
     "ppl_binned": ("binned perplexity", "1", "exp of the NLL averaged over samples and the bin ending at t"),
+    "ppl_log": ("perplexity on log-spaced bins", "1",
+                "exp of the NLL averaged over samples and the positions of the log-spaced bin ending at t_log"),
     "effrem": ("effective remembrance (TV)", "1", "total variation between q(.|x_0:T) and q(.|x_t:T)"),
     "effrem_js": ("effective remembrance (JS)", "bit", "Jensen-Shannon divergence between q(.|x_0:T) and q(.|x_t:T)"),
     "effrem_cos": ("effective remembrance (1-cos)", "1", "1 - cosine similarity of q(.|x_0:T) and q(.|x_t:T)"),

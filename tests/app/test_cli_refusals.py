@@ -23,8 +23,8 @@ REFUSALS = [
     (["lm", "post-train", "--checkpoint", "{tmp}/ckpt", "--eval-multiple", "1"],
      "error: --eval-multiple 1 is out of range; allowed: 2 or more (times --seq-len)"),
     (["lm", "post-train", "--checkpoint", "{tmp}/ckpt", "--source", ""],
-     "error: --source '' is neither one of the built-in texts (shakespeare) nor an existing text file; "
-     "allowed: shakespeare or a path to a UTF-8 text file"),
+     "error: --source '' is neither one of the built-in texts (shakespeare), an existing text file nor a token "
+     "folder; allowed: shakespeare, a path to a UTF-8 text file, or a folder written by dynlab data prepare"),
     (["lm", "post-train", "--checkpoint", "{tmp}/ckpt", "--intervention", "nope"],
      "error: unknown --intervention 'nope'; allowed: zero, random-noise, fitted-noise, state-passing, tbtt"),
     (["bench", "train", "--length", "1000000000"], "error: --length 1000000000 is out of range; allowed: 1 to 100000 tokens"),
@@ -49,11 +49,11 @@ REFUSALS = [
      "error: 'all' cannot be combined with other mixer names (mamba2); allowed: all, or a comma list of: "
      "mamba2, mamba1, gla"),
     (["study", "length-generalization", "--source", ""],
-     "error: --source '' is neither one of the built-in texts (shakespeare) nor an existing text file; "
-     "allowed: shakespeare or a path to a UTF-8 text file"),
+     "error: --source '' is neither one of the built-in texts (shakespeare), an existing text file nor a token "
+     "folder; allowed: shakespeare, a path to a UTF-8 text file, or a folder written by dynlab data prepare"),
     (["study", "length-generalization", "--source", " "],
-     "error: --source ' ' is neither one of the built-in texts (shakespeare) nor an existing text file; "
-     "allowed: shakespeare or a path to a UTF-8 text file"),
+     "error: --source ' ' is neither one of the built-in texts (shakespeare), an existing text file nor a token "
+     "folder; allowed: shakespeare, a path to a UTF-8 text file, or a folder written by dynlab data prepare"),
     (["study", "group-tracking", "--executor", "ray"], "error: unknown executor 'ray'; allowed: inprocess, dask"),
     (["study", "group-tracking", "--workers", "2"], "error: --scheduler and --workers need --executor dask"),
 ]

@@ -1,0 +1,680 @@
+"""Token corpora on disk: text tokenized once (``dynlab data prepare``), read as memory maps.
+
+A *token folder* ``DIR`` holds three files:
+
+- ``DIR/train.bin`` and ``DIR/val.bin``: the token ids, raw, little-endian, one after
+  another with no header: ``uint16`` when the tokenizer's ``n_ids`` ≤ 65 536 (every id
+  fits in two bytes), else ``uint32``;
+- ``DIR/tokens.json`` (:data:`RECORD`), written last: ``format`` (``"dynlab-tokens"``),
+  ``version`` (1), ``dtype`` (``"uint16"`` or ``"uint32"``), ``tokenizer`` (the
+  :class:`~dynlab.lm.tokenizer.TokenizerSpec`, as ``model_dump()``), ``eos_id`` (the id
+  written after every document, or null), ``val_fraction``, ``sources`` (each read file:
+  ``path`` absolute, ``size`` in bytes, ``sha256`` of its bytes), ``documents`` (how many
+  non-empty documents were read) and ``tokens`` (``{"train": n, "val": n}``, counts of ids).
+
+What is read (:func:`source_files`): a folder is searched recursively for every regular
+file whose name ends in ``.txt``, ``.md``, ``.jsonl`` or ``.jsonl.gz``, in the order of
+their sorted paths; a file given by name is read whatever its name. A ``.jsonl`` or
+``.jsonl.gz`` file holds one document per line (a JSON object whose ``text`` field is a
+string; blank lines are skipped); any other file is UTF-8 text and one document. Empty
+documents are skipped. Each document is tokenized on its own and followed by the
+tokenizer's end-of-document id when it has one (``eos_id``); without one, documents are
+joined as they are.
+
+A document longer than :data:`PIECE_BYTES` (about 1 MB) is tokenized in pieces that end
+right after a newline (a piece with no newline in its first :data:`MAX_PIECE_BYTES` is cut
+at a character boundary), so that one long file is spread over every core like many
+documents. The ids then equal those of the whole document except, possibly, at a cut: a
+tokenizer that could merge text across a newline, or that marks the start of a text
+(SentencePiece's ``▁``), may tokenize the few characters around a cut differently. The
+byte tokenizer's ids never differ.
+
+Split (deterministic, no randomness): the last ``round(val_fraction · n)`` of the ``n``
+ids validate, the others train, so a document may straddle the two.
+
+:func:`prepare_tokens` writes a folder; :func:`open_token_folder` opens one as two
+read-only ``np.memmap`` arrays, so a corpus of any size costs memory only for the windows
+read from it.
+
+Long module: the record, the reading of the sources and the writing of the folder change
+together (what the record says of the sources, the split and the dtype is what the writer
+does and what the reader checks); the sections below keep them apart.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import zlib
+from contextlib import nullcontext
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from dynlab.errors import DynlabInputError, format_validation_error
+from dynlab.lm.tokenizer import Tokenizer, TokenizerSpec
+
+__all__ = ["BATCH_BYTES", "FORMAT", "MAX_PIECE_BYTES", "PIECE_BYTES", "RECORD", "SOURCE_SUFFIXES", "Progress",
+           "SourceRecord", "TokenCounts", "TokenFolder", "TokenRecord", "check_token_out", "check_val_fraction",
+           "describe_sources", "is_token_folder", "open_token_folder", "prepare_tokens", "source_files", "token_dtype",
+           "token_folder_problem"]
+
+#: The record of a token folder, written last.
+RECORD = "tokens.json"
+#: The record's ``format``, and its ``version``.
+FORMAT = "dynlab-tokens"
+VERSION = 1
+#: The files of a token folder.
+SPLIT_FILES = {"train": "train.bin", "val": "val.bin"}
+#: The names read from a source folder.
+SOURCE_SUFFIXES = (".txt", ".md", ".jsonl", ".jsonl.gz")
+#: A document longer than this (bytes of a text file, characters of a JSON text) is tokenized in pieces.
+PIECE_BYTES = 1 << 20
+#: A piece without a newline is cut at a character boundary once this long.
+MAX_PIECE_BYTES = 16 << 20
+#: Text given to the tokenizer at once (bytes): memory stays bounded by about this much
+#: text and its tokens, whatever the size of the corpus.
+BATCH_BYTES = 8 << 20
+#: Bytes moved at once from the end of train.bin to val.bin.
+_COPY_BYTES = 16 << 20
+
+#: ``progress(done_bytes, total_bytes, tokens)``: source bytes read so far, of all, and ids written.
+Progress = Callable[[int, int, int], None]
+
+#: What a source may be, as the refusals say it.
+ALLOWED_SOURCES = ("UTF-8 text files, .jsonl or .jsonl.gz files with a string 'text' field on every line, or folders "
+                   "holding .txt, .md, .jsonl or .jsonl.gz files")
+#: What a token folder is, as the refusals say it.
+ALLOWED_FOLDER = "a folder written by `dynlab data prepare`"
+
+
+def token_dtype(n_ids: int) -> np.dtype:
+    """The dtype of a tokenizer's ids on disk: little-endian ``uint16`` when ``n_ids`` ≤ 2**16
+    (ids 0 … n_ids − 1 fit), else ``uint32``."""
+    return np.dtype("<u2") if n_ids <= 2**16 else np.dtype("<u4")
+
+
+#: The record's ``dtype`` -> the ids' dtype on disk.
+DTYPES = {"uint16": "<u2", "uint32": "<u4"}
+
+
+def _dtype_name(dtype: np.dtype) -> Literal["uint16", "uint32"]:
+    return "uint16" if dtype.itemsize == 2 else "uint32"
+
+
+class SourceRecord(BaseModel):
+    """One file read: its absolute ``path``, ``size`` in bytes and the SHA-256 of its bytes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    path: str
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class TokenCounts(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    train: int = Field(ge=0)
+    val: int = Field(ge=0)
+
+
+class TokenRecord(BaseModel):
+    """The record ``tokens.json`` of a token folder (see the module's docstring)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    format: Literal["dynlab-tokens"] = FORMAT
+    version: Literal[1] = VERSION
+    dtype: Literal["uint16", "uint32"]
+    tokenizer: TokenizerSpec
+    eos_id: int | None = Field(default=None, ge=0)
+    val_fraction: float = Field(gt=0, lt=1)
+    sources: list[SourceRecord]
+    documents: int = Field(ge=0)
+    tokens: TokenCounts
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TokenRecord:
+        if self.dtype == "uint16" and self.tokenizer.n_ids > 2**16:
+            raise ValueError(f"dtype {self.dtype} does not hold the tokenizer's {self.tokenizer.n_ids} ids")
+        if self.eos_id is not None and self.eos_id >= self.tokenizer.n_ids:
+            raise ValueError(f"eos_id {self.eos_id} is not below the tokenizer's {self.tokenizer.n_ids} ids")
+        return self
+
+    def same_tokens(self, other: TokenRecord) -> bool:
+        """Whether ``other`` was made from the same inputs (sources' paths, sizes and hashes;
+        the tokenizer's kind, hash and ids; eos_id, val_fraction, dtype): the same ids."""
+        def key(r: TokenRecord) -> tuple:
+            tok = r.tokenizer
+            return (r.version, r.dtype, tok.kind, tok.sha256, tok.n_ids, r.eos_id, r.val_fraction, r.sources)
+
+        return key(self) == key(other)
+
+
+@dataclass(frozen=True)
+class TokenFolder:
+    """An opened token folder: its ``path``, its ``record`` (the parsed ``tokens.json``) and
+    the ids of each split as read-only ``np.memmap`` arrays (a split of 0 ids: an empty array)."""
+
+    path: Path
+    record: dict[str, Any]
+    train: np.ndarray
+    val: np.ndarray
+
+    @property
+    def tokenizer(self) -> TokenizerSpec:
+        """The tokenizer the ids were made with."""
+        return TokenizerSpec(**self.record["tokenizer"])
+
+    @property
+    def eos_id(self) -> int | None:
+        return self.record["eos_id"]
+
+
+def _read_record(folder: Path) -> dict[str, Any] | None:
+    try:
+        record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def is_token_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a folder holding a ``tokens.json`` whose ``format`` is
+    ``dynlab-tokens`` (whole or not: :func:`open_token_folder` checks the rest)."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        return False
+    record = _read_record(folder)
+    return record is not None and record.get("format") == FORMAT
+
+
+def token_folder_problem(path: str | Path) -> str | None:
+    """What is wrong with the token folder ``path`` (None when it opens): words for a refusal."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        return "a file, not a folder" if folder.exists() else "no such folder"
+    if not (folder / RECORD).is_file():
+        return f"no {RECORD}"
+    record = _read_record(folder)
+    if record is None:
+        return f"{RECORD} is not a JSON object"
+    if record.get("format") != FORMAT:
+        return f"{RECORD} is not a dynlab token record (format {record.get('format')!r})"
+    try:
+        parsed = TokenRecord.model_validate(record)
+    except ValidationError as exc:
+        return f"{RECORD} is damaged ({format_validation_error(exc)})"
+    itemsize = np.dtype(DTYPES[parsed.dtype]).itemsize
+    for split, name in SPLIT_FILES.items():
+        count = getattr(parsed.tokens, split)
+        try:
+            size = (folder / name).stat().st_size
+        except OSError:
+            return f"{name} is missing"
+        if size != count * itemsize:
+            return (f"{name} holds {size} bytes, the record says {count} {parsed.dtype} ids "
+                    f"({count * itemsize} bytes): the file is cut short or was changed")
+    return None
+
+
+def _memmap(file: Path, dtype: np.dtype, count: int) -> np.ndarray:
+    """The ``count`` ids of ``file``, read-only, mapped (not read); an empty array for none
+    (``np.memmap`` refuses a zero-length map)."""
+    if count == 0:
+        empty = np.zeros(0, dtype=dtype)
+        empty.flags.writeable = False
+        return empty
+    return np.memmap(file, dtype=dtype, mode="r", shape=(count,))
+
+
+def open_token_folder(path: str | Path) -> TokenFolder:
+    """Open the token folder ``path``: its record checked (it parses, every field valid) and
+    each ``.bin`` file's size checked to equal its count × the dtype's size; the splits mapped
+    read-only, never read into memory. Otherwise one :class:`DynlabInputError` line naming the
+    folder and what is wrong."""
+    folder = Path(path).expanduser()
+    problem = token_folder_problem(folder)
+    if problem is not None:
+        raise DynlabInputError(f"token folder {str(folder)!r} cannot be read ({problem}); allowed: {ALLOWED_FOLDER}")
+    record = _read_record(folder)
+    assert record is not None
+    dtype = np.dtype(DTYPES[record["dtype"]])
+    return TokenFolder(path=folder, record=record,
+                       train=_memmap(folder / SPLIT_FILES["train"], dtype, int(record["tokens"]["train"])),
+                       val=_memmap(folder / SPLIT_FILES["val"], dtype, int(record["tokens"]["val"])))
+
+
+# --- the sources ---------------------------------------------------------------------------
+
+
+def _is_jsonl(path: Path) -> bool:
+    return path.name.endswith((".jsonl", ".jsonl.gz"))
+
+
+def source_files(sources: Sequence[str | Path]) -> list[Path]:
+    """The files that ``sources`` name, in order: a file itself; a folder's files whose names
+    end in one of :data:`SOURCE_SUFFIXES`, recursively, sorted by path. A file named twice is
+    read once. A missing source, a folder without such files, or no source at all: one line."""
+    if not sources:
+        raise DynlabInputError(f"no source given; allowed: one or more {ALLOWED_SOURCES}")
+    files: list[Path] = []
+    for source in sources:
+        path = Path(source).expanduser()
+        if path.is_dir():
+            found = sorted(Path(root) / name for root, _, names in os.walk(path) for name in names
+                           if name.endswith(SOURCE_SUFFIXES) and (Path(root) / name).is_file())
+            if not found:
+                raise DynlabInputError(f"source {str(source)!r} is a folder without .txt, .md, .jsonl or .jsonl.gz "
+                                       f"files; allowed: {ALLOWED_SOURCES}")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            why = "not a file or folder" if path.exists() else "no such file or folder"
+            raise DynlabInputError(f"source {str(source)!r} cannot be read ({why}); allowed: {ALLOWED_SOURCES}")
+    seen: set[Path] = set()
+    unique = []
+    for f in files:
+        key = f.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(key)
+    return unique
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_COPY_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def describe_sources(files: Iterable[Path]) -> list[SourceRecord]:
+    """Each file's absolute path, size (bytes) and SHA-256 (one read of every file); a file
+    that cannot be read: one line."""
+    described = []
+    for f in files:
+        try:
+            described.append(SourceRecord(path=str(f), size=f.stat().st_size, sha256=_sha256(f)))
+        except OSError as err:
+            raise DynlabInputError(f"source {str(f)!r} cannot be read ({err.strerror or type(err).__name__}); "
+                                   f"allowed: {ALLOWED_SOURCES}") from None
+    return described
+
+
+def _chunks(path: Path, counted: list[int]) -> Iterator[bytes]:
+    """The bytes of ``path`` (decompressed for ``.gz``) in pieces of :data:`PIECE_BYTES`;
+    ``counted[0]`` grows by the file's bytes read for each piece."""
+    gz = path.name.endswith(".gz")
+    with open(path, "rb") as raw, (gzip.GzipFile(fileobj=raw, mode="rb") if gz else nullcontext(raw)) as stream:
+        try:
+            while True:
+                chunk = stream.read(PIECE_BYTES)
+                counted[0] = raw.tell()
+                if not chunk:
+                    return
+                yield chunk
+        except (OSError, EOFError, zlib.error) as err:
+            why = "not a gzip file, or a damaged one" if gz else (getattr(err, "strerror", None) or type(err).__name__)
+            raise DynlabInputError(f"source {str(path)!r} cannot be read ({why}); allowed: {ALLOWED_SOURCES}") from None
+
+
+def _char_cut(buf: bytes) -> int:
+    """Where to cut ``buf`` (UTF-8) without a newline: before the last character's first byte."""
+    for j in range(len(buf) - 1, max(len(buf) - 4, 0) - 1, -1):
+        if buf[j] & 0xC0 != 0x80:
+            return j or len(buf)
+    return len(buf)
+
+
+def _decode(piece: bytes, path: Path, offset: int) -> str:
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DynlabInputError(f"source {str(path)!r}: byte {offset + err.start} is not UTF-8 text; "
+                               f"allowed: {ALLOWED_SOURCES}") from None
+
+
+def _text_pieces(path: Path, counted: list[int]) -> Iterator[tuple[str, bool]]:
+    """A text file as one document, in pieces ending right after a newline: ``(text, last)``."""
+    buf = b""
+    offset = 0
+    chunks = _chunks(path, counted)
+    for chunk in chunks:
+        buf += chunk
+        if len(buf) < PIECE_BYTES:
+            continue
+        cut = buf.rfind(b"\n") + 1
+        if cut == 0:
+            if len(buf) < MAX_PIECE_BYTES:
+                continue
+            cut = _char_cut(buf)
+        yield _decode(buf[:cut], path, offset), False
+        offset += cut
+        buf = buf[cut:]
+    yield _decode(buf, path, offset), True
+
+
+def _split_text(text: str) -> list[str]:
+    """A JSON document's text in pieces of about :data:`PIECE_BYTES` characters, each ending
+    right after a newline (or at :data:`MAX_PIECE_BYTES` characters without one)."""
+    pieces = []
+    start = 0
+    while len(text) - start > PIECE_BYTES:
+        cut = text.rfind("\n", start, start + PIECE_BYTES) + 1
+        if cut <= start:
+            nxt = text.find("\n", start + PIECE_BYTES, start + MAX_PIECE_BYTES)
+            cut = nxt + 1 if nxt >= 0 else start + MAX_PIECE_BYTES
+        pieces.append(text[start:cut])
+        start = cut
+    pieces.append(text[start:])
+    return pieces
+
+
+def _json_documents(path: Path, counted: list[int]) -> Iterator[str]:
+    """The ``text`` of every line of a ``.jsonl`` (or ``.jsonl.gz``) file, blank lines skipped;
+    a line that is not a JSON object with a string ``text`` field: one line naming it."""
+    rest: list[bytes] = []
+    number = 0
+
+    def text_of(line: bytes) -> str | None:
+        if not line.strip():
+            return None
+        doc: Any = None
+        what = "no JSON object"
+        try:
+            doc = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            what = "not UTF-8 text"
+        except ValueError:
+            pass
+        text = doc.get("text") if isinstance(doc, dict) else None
+        if not isinstance(text, str):
+            what = "no string 'text' field" if isinstance(doc, dict) else what
+            raise DynlabInputError(f"source {str(path)!r} line {number}: {what}; allowed: {ALLOWED_SOURCES}")
+        return text
+
+    for chunk in _chunks(path, counted):
+        if b"\n" not in chunk:  # a line longer than a chunk: gathered, not copied again for every chunk
+            rest.append(chunk)
+            continue
+        lines = (b"".join(rest) + chunk).split(b"\n")
+        rest = [lines.pop()]
+        for line in lines:
+            number += 1
+            text = text_of(line)
+            if text:
+                yield text
+    number += 1
+    text = text_of(b"".join(rest))
+    if text:
+        yield text
+
+
+def _documents(files: Sequence[SourceRecord], counted: list[int]) -> Iterator[tuple[str, bool]]:
+    """Every document of ``files`` as ``(piece, last piece of its document)``, empty documents
+    left out; ``counted[0]``: bytes of the files read so far. A file whose size changed since
+    it was hashed: one line."""
+    done = 0
+    for source in files:
+        path = Path(source.path)
+        here = [0]
+        if _is_jsonl(path):
+            for text in _json_documents(path, here):
+                counted[0] = done + here[0]
+                pieces = _split_text(text)
+                for i, piece in enumerate(pieces):
+                    yield piece, i == len(pieces) - 1
+        else:
+            pending: str | None = None  # one piece held back, so an empty last piece still ends the document
+            for piece, last in _text_pieces(path, here):
+                counted[0] = done + here[0]
+                if piece:
+                    if pending is not None:
+                        yield pending, False
+                    pending = piece
+                if last and pending is not None:
+                    yield pending, True
+        if here[0] != source.size:
+            raise DynlabInputError(f"source {source.path!r} changed while it was read ({here[0]} bytes, "
+                                   f"{source.size} when hashed); allowed: files that stay as they are")
+        done += source.size
+        counted[0] = done
+
+
+# --- writing -------------------------------------------------------------------------------
+
+
+def _batches(documents: Iterator[tuple[str, bool]], batch_bytes: int) -> Iterator[tuple[list[str], list[bool]]]:
+    texts: list[str] = []
+    ends: list[bool] = []
+    size = 0
+    for text, end in documents:
+        texts.append(text)
+        ends.append(end)
+        size += len(text)
+        if size >= batch_bytes:
+            yield texts, ends
+            texts, ends, size = [], [], 0
+    if texts:
+        yield texts, ends
+
+
+def _encode(tokenizer: Tokenizer, texts: list[str], ends: list[bool], dtype: np.dtype) -> np.ndarray:
+    """The ids of one batch as ``dtype``: each piece's, and ``eos_id`` after each document's
+    last piece (when the tokenizer has one); an id outside 0 … n_ids − 1: one line."""
+    encoded = tokenizer.encode_batch(texts)
+    eos = tokenizer.eos_id
+    lengths = np.fromiter((len(ids) for ids in encoded), dtype=np.int64, count=len(encoded))
+    if eos is not None:
+        lengths += np.asarray(ends, dtype=np.int64)
+    out = np.empty(int(lengths.sum()), dtype=np.int64)
+    at = 0
+    for ids, end in zip(encoded, ends):
+        out[at:at + len(ids)] = ids
+        at += len(ids)
+        if end and eos is not None:
+            out[at] = eos
+            at += 1
+    if out.size and (int(out.min()) < 0 or int(out.max()) >= tokenizer.n_ids):
+        bad = int(out.max()) if int(out.max()) >= tokenizer.n_ids else int(out.min())
+        raise DynlabInputError(f"tokenizer {tokenizer.spec().label} gave id {bad}, outside its {tokenizer.n_ids} ids; "
+                               "allowed: a tokenizer whose ids are all below its vocabulary size")
+    return out.astype(dtype)
+
+
+def _write_ids(sources: Sequence[SourceRecord], tokenizer: Tokenizer, dtype: np.dtype, file: Path, batch_bytes: int,
+               progress: Progress | None) -> tuple[int, int]:
+    """Tokenize every document of ``sources`` into ``file``, batch by batch; the ids and the
+    documents written. A second thread encodes each batch (the ``tokenizers`` library lets go
+    of the GIL while it encodes on every core) while this one reads the next and writes the
+    one before: reading, JSON parsing and writing overlap the encoding. At most three
+    batches are held at once."""
+    counted = [0]
+    total = sum(s.size for s in sources)
+    n = documents = 0
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dynlab-tokenize")
+    pending: tuple[Future, int, int] | None = None  # a batch being encoded, its documents, the bytes read by then
+
+    def write(batch: tuple[Future, int, int]) -> None:
+        nonlocal n, documents
+        ids = batch[0].result()
+        ids.tofile(f)
+        n += ids.size
+        documents += batch[1]
+        if progress is not None:
+            progress(batch[2], total, n)
+
+    try:
+        with open(file, "wb") as f:
+            for texts, ends in _batches(_documents(sources, counted), batch_bytes):
+                encoding = pool.submit(_encode, tokenizer, texts, ends, dtype)
+                if pending is not None:
+                    write(pending)
+                pending = (encoding, sum(ends), counted[0])
+            if pending is not None:
+                write(pending)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # after an error or Ctrl-C, a running batch is left to end
+    return n, documents
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _split_tail(train: Path, val: Path, n: int, n_val: int, itemsize: int) -> None:
+    """Move the last ``n_val`` of the ``n`` ids of ``train`` to ``val`` (in pieces), then cut ``train``."""
+    start = (n - n_val) * itemsize
+    with open(train, "rb") as src, open(val, "wb") as dst:
+        src.seek(start)
+        left = n_val * itemsize
+        while left:
+            chunk = src.read(min(_COPY_BYTES, left))
+            if not chunk:
+                raise OSError(f"{train} ended early")
+            dst.write(chunk)
+            left -= len(chunk)
+    os.truncate(train, start)
+
+
+def check_token_out(out: str | Path, what: str = "out") -> TokenRecord | None:
+    """Refuse an output folder ``out`` (``what``: the option as typed) that is a file, or a
+    folder holding files that are not a token folder's own: one line, nothing touched. The
+    record of the token folder there when it opens whole (else None: a missing or empty
+    folder, or a damaged token folder, made again)."""
+    out = Path(out).expanduser()
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise DynlabInputError(f"{what} {str(out)!r} is a file, not a folder; allowed: a new or empty folder, or "
+                               f"{ALLOWED_FOLDER} (it is replaced)")
+    if not out.is_dir():
+        return None
+    names = sorted(os.listdir(out))
+    if not names:
+        return None
+    if not is_token_folder(out):
+        listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        raise DynlabInputError(f"{what} {str(out)!r} holds files that are not a token folder ({listed}); "
+                               f"allowed: a new or empty folder, or {ALLOWED_FOLDER} (it is replaced)")
+    foreign = [n for n in names if n not in {RECORD, *SPLIT_FILES.values()}]
+    if foreign:
+        raise DynlabInputError(f"{what} {str(out)!r} is a token folder that also holds other files "
+                               f"({', '.join(foreign[:3])}); allowed: a new or empty folder, or {ALLOWED_FOLDER} "
+                               "holding only its own files")
+    if token_folder_problem(out) is not None:
+        return None  # damaged: made again
+    return TokenRecord.model_validate(_read_record(out))
+
+
+def check_val_fraction(val_fraction: float, what: str = "val_fraction") -> None:
+    """Refuse a validation fraction outside the open interval (0, 1)."""
+    if not 0.0 < val_fraction < 1.0:
+        raise DynlabInputError(f"{what} {val_fraction} is out of range; allowed: a number between 0 and 1, both "
+                               "excluded (the fraction of the ids that validate)")
+
+
+def _missing_parents(folder: Path) -> list[Path]:
+    missing = []
+    while not folder.exists() and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def prepare_tokens(sources: Sequence[str | Path], tokenizer: Tokenizer, out: str | Path, val_fraction: float = 0.01,
+                   progress: Progress | None = None, batch_bytes: int = BATCH_BYTES) -> tuple[Path, bool]:
+    """Tokenize ``sources`` with ``tokenizer`` into the token folder ``out``; the folder and
+    whether anything was written.
+
+    Checked before anything is written: ``val_fraction`` in (0, 1), ``out`` (a file, or a
+    folder holding anything but a token folder's files, is refused), the sources (each
+    exists; a folder holds usable files); then every file is hashed. When ``out`` is a whole
+    token folder made from the same inputs (the same files, sizes and SHA-256s, the same
+    tokenizer kind, hash and ids, ``eos_id`` and ``val_fraction``), nothing is done:
+    ``(out, False)``.
+
+    Otherwise the documents are tokenized in batches of about ``batch_bytes`` of text
+    (``tokenizer.encode_batch``, on every core for a Hugging Face tokenizer), the ids
+    appended to ``train.bin`` in a temporary folder beside ``out``; ``progress(done_bytes,
+    total_bytes, tokens)`` is called after each batch. The last ``round(val_fraction · n)``
+    ids are then moved to ``val.bin``, the record written, and the folder renamed to ``out``
+    (an earlier token folder there is replaced). Both splits must hold at least 2 ids. On any
+    error, Ctrl-C included, the temporary folder is removed and ``out`` stays as it was.
+    """
+    check_val_fraction(val_fraction)
+    if batch_bytes < 1:
+        raise DynlabInputError(f"batch_bytes {batch_bytes} is out of range; allowed: 1 or more")
+    out = Path(out).expanduser().absolute()
+    old = check_token_out(out)
+    files = source_files(sources)
+    described = describe_sources(files)
+    dtype = token_dtype(tokenizer.n_ids)
+    spec = tokenizer.spec()
+    eos = tokenizer.eos_id
+    if old is not None:
+        wanted = TokenRecord(dtype=_dtype_name(dtype), tokenizer=spec, eos_id=eos, val_fraction=val_fraction,
+                             sources=described, documents=0, tokens=TokenCounts(train=0, val=0))
+        if old.same_tokens(wanted):
+            return out, False
+    created = _missing_parents(out.parent)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        train, val = tmp / SPLIT_FILES["train"], tmp / SPLIT_FILES["val"]
+        n, documents = _write_ids(described, tokenizer, dtype, train, batch_bytes, progress)
+        n_val = int(round(val_fraction * n))
+        if n_val < 2 or n - n_val < 2:
+            raise DynlabInputError(f"the sources give {n} tokens: too few to split with val_fraction={val_fraction} "
+                                   f"(train {n - n_val}, val {n_val}; each needs at least 2); allowed: more text, or "
+                                   "another val_fraction")
+        _split_tail(train, val, n, n_val, dtype.itemsize)
+        record = TokenRecord(dtype=_dtype_name(dtype), tokenizer=spec, eos_id=eos, val_fraction=val_fraction,
+                             sources=described, documents=documents, tokens=TokenCounts(train=n - n_val, val=n_val))
+        (tmp / RECORD).write_text(json.dumps(record.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+        for f_ in (train, val, tmp / RECORD, tmp):
+            _fsync(f_)
+        _move_in(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for folder in created:  # the folders made for out, deepest first, when still empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+    return out, True
+
+
+def _move_in(tmp: Path, out: Path) -> None:
+    """Rename ``tmp`` to ``out``: over a missing or empty ``out`` at once; over an earlier
+    token folder by renaming that aside first, then deleting it."""
+    if out.is_dir() and any(out.iterdir()):
+        aside = out.parent / f".{out.name}.old-{os.getpid()}"
+        shutil.rmtree(aside, ignore_errors=True)
+        os.rename(out, aside)
+        try:
+            os.rename(tmp, out)
+        except BaseException:
+            os.rename(aside, out)
+            raise
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.replace(tmp, out)  # an empty folder is replaced in one step
+    try:
+        _fsync(out.parent)
+    except OSError:
+        pass
