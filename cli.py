@@ -76,7 +76,7 @@ TokenizerOpt = _o(Optional[str], "--tokenizer", help="'byte' (UTF-8 bytes) or a 
 LengthsOpt = _o(Optional[str], "--lengths", help="Task studies: comma list of test lengths (default: the preset's).")
 DepthsOpt = _o(Optional[str], "--depths", help="passkey: comma list of needle depths in [0, 1].")
 CheckpointOpt = _o(Optional[str], "--checkpoint", help="length-generalization --preset pretrained: a Hugging Face Mamba/Mamba2 folder or a dynlab LM run folder.")
-StudyTokenizerOpt = _o(Optional[str], "--tokenizer", help="length-generalization: 'byte' or a Hugging Face tokenizer.json / a folder holding one, for a text --source (a token folder brings its own).")
+StudyTokenizerOpt = _o(Optional[str], "--tokenizer", help="'byte' or a Hugging Face tokenizer.json / a folder holding one, for a text --source (a token folder brings its own).")
 KindsOpt = _o(Optional[str], "--kinds", help=f"babilong: comma list of {', '.join(BABI_KINDS)}.")
 
 

@@ -108,7 +108,7 @@ from dynlab.lm.spec import (
 from dynlab.results.store import RunStore
 from dynlab.studies import CATALOG
 from dynlab.study import RunOutcome, Study, StudyOptions, override_field, read_result, select_names
-from dynlab.studies.long_context import LMOptions
+from dynlab.studies.long_context import LMOptions, tokenizer_option, vocab_fields
 from dynlab.runtime import NullProgress
 
 __all__ = ["BUDGET_MODEL", "CONTEXT_SIZES", "CONTEXT_TOKENS", "INTERVENTION_NAMES", "INTERVENTION_SEEDS", "MIXER_NAMES", "PRESETS", "SMOKE_MODEL", "STUDY",
@@ -279,14 +279,11 @@ class LGOptions(LMOptions):
     preset's :class:`~dynlab.lm.spec.LMTrainSpec` (``train``),
     :class:`~dynlab.lm.spec.LMEvalSpec` (``eval``) and
     :class:`~dynlab.lm.spec.LMPostSpec` (``post``, presets with post-training arms) fields,
-    ``checkpoint`` (the ``pretrained`` preset's model folder) and ``tokenizer`` (``byte`` or
-    a Hugging Face tokenizer for a text source: the models' vocabulary is its ids)."""
+    and ``checkpoint`` (the ``pretrained`` preset's model folder)."""
 
-    option_words: ClassVar[Mapping[str, str]] = {**LMOptions.option_words, "checkpoint": "--checkpoint",
-                                                 "tokenizer": "--tokenizer"}
+    option_words: ClassVar[Mapping[str, str]] = {**LMOptions.option_words, "checkpoint": "--checkpoint"}
 
     checkpoint: str | None = None
-    tokenizer: str | None = None
     train: Annotated[dict[str, Any], AfterValidator(override_field(LMTrainSpec))] = {}
     eval: Annotated[dict[str, Any], AfterValidator(override_field(LMEvalSpec))] = {}
     post: Annotated[dict[str, Any], AfterValidator(override_field(LMPostSpec))] = {}
@@ -330,8 +327,8 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
     batch = extra.train.get("batch_size", preset["train"]["batch_size"])
     # the text is loaded (and its length checked) here, so a bad source writes nothing
     data = check_source(extra.source or "shakespeare", LMDataSpec().val_fraction,
-                        max(evals.length_multiple * longest, batch * (longest + 1)) + 1, _tokenizer_option(extra))
-    vocab = {} if data.tokenizer.kind == "byte" else {"vocab_size": data.tokenizer.n_ids}
+                        max(evals.length_multiple * longest, batch * (longest + 1)) + 1, tokenizer_option(extra))
+    vocab = vocab_fields(data)
     specs = []
     for m in mixers:
         for size in sizes:
@@ -384,7 +381,7 @@ def pretrained_specs(options: StudyOptions, preset: dict, extra: LGOptions) -> l
         raise DynlabInputError(f"seeds must be >= 0, got {list(seeds)}")
     path = Path(extra.checkpoint).expanduser()
     model, meta = load_checkpoint(path)  # one line when it is not a model
-    tokenizer = checkpoint_tokenizer(meta, model, _tokenizer_option(extra) or _source_tokenizer(extra.source, meta),
+    tokenizer = checkpoint_tokenizer(meta, model, tokenizer_option(extra) or _source_tokenizer(extra.source, meta),
                                      path)
     arms = select_names(extra.interventions, preset["post"]["interventions"], INTERVENTION_NAMES, "intervention")
     train_kw = {**preset["train"], **{k: v for k, v in extra.train.items() if k not in ("steps", "lr")}}
@@ -400,13 +397,6 @@ def pretrained_specs(options: StudyOptions, preset: dict, extra: LGOptions) -> l
     iv_kw = {**preset["intervention"], **extra.intervention}
     return [LMRunSpec(data=data, model=LMModelSpec(**layout), intervention=InterventionSpec(kind="zero", **iv_kw),
                       train=LMTrainSpec(**train_kw), eval=evals, seed=s, post=post, init=init) for s in seeds]
-
-
-def _tokenizer_option(extra: LGOptions) -> Any:
-    """The :class:`~dynlab.lm.tokenizer.TokenizerSpec` of ``--tokenizer`` (None when not given)."""
-    from dynlab.lm.tokenizer import load_tokenizer
-
-    return None if extra.tokenizer is None else load_tokenizer(extra.tokenizer).spec()
 
 
 def _source_tokenizer(source: str | None, meta: dict) -> Any:

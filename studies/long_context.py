@@ -82,7 +82,10 @@ class LMOptions(StudyExtra):
 
     Attributes:
         interventions: initial-state interventions to train (default: the study's).
-        source: the text: ``shakespeare`` (default) or a UTF-8 file.
+        source: the text: ``shakespeare`` (default), a UTF-8 file or a token folder.
+        tokenizer: ``byte`` or a Hugging Face tokenizer for a text source (a token folder
+            brings its own): the models' vocabulary holds its ids, the task samples are
+            built through it (:mod:`dynlab.lm.tasks`).
         model: overrides of the preset's :class:`~dynlab.lm.spec.LMModelSpec` fields (not ``mixer``).
         intervention: overrides of the preset's :class:`~dynlab.lm.spec.InterventionSpec` fields (not ``kind``).
     """
@@ -90,10 +93,11 @@ class LMOptions(StudyExtra):
     #: the study commands' options (the task's fields, ``extra["task"]``, among them)
     option_words: ClassVar[Mapping[str, str]] = {"interventions": "--interventions", "source": "--source",
                                                  "eval_lengths": "--lengths", "depths": "--depths",
-                                                 "babi_kinds": "--kinds"}
+                                                 "babi_kinds": "--kinds", "tokenizer": "--tokenizer"}
 
     interventions: tuple[str, ...] | None = None
     source: str | None = None
+    tokenizer: str | None = None
     model: Annotated[dict[str, Any], AfterValidator(override_field(LMModelSpec, "mixer"))] = {}
     intervention: Annotated[dict[str, Any], AfterValidator(override_field(InterventionSpec, "kind"))] = {}
 
@@ -123,6 +127,18 @@ def _with_enough_facts(task: dict[str, Any], chosen: Mapping[str, Any]) -> dict[
     return {**task, "n_facts": max(int(task.get("n_facts", LMTaskSpec.model_fields["n_facts"].default)), need)}
 
 
+def tokenizer_option(extra: LMOptions) -> Any:
+    """The :class:`~dynlab.lm.tokenizer.TokenizerSpec` of ``--tokenizer`` (None when not given)."""
+    from dynlab.lm.tokenizer import load_tokenizer
+
+    return None if extra.tokenizer is None else load_tokenizer(extra.tokenizer).spec()
+
+
+def vocab_fields(data: LMDataSpec) -> dict[str, Any]:
+    """``LMModelSpec`` fields for the data's tokenizer: its ids as the vocabulary (none for bytes)."""
+    return {} if data.tokenizer.kind == "byte" else {"vocab_size": data.tokenizer.n_ids}
+
+
 def make_task_study(name: str, kind: str, description: str, presets: Mapping[str, Mapping[str, Any]],
                     default_interventions: tuple[str, ...]) -> Study:
     """A :class:`Study` for task ``kind`` with ``presets`` (keys: mixers, seeds, model, task, train, eval,
@@ -138,14 +154,18 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
         seeds = options.seeds if options.seeds is not None else preset["seeds"]
         if any(s < 0 for s in seeds):
             raise DynlabInputError(f"seeds must be >= 0, got {list(seeds)}")
-        task = LMTaskSpec(kind=kind, **_with_enough_facts({**preset["task"], **extra.task}, extra.task))
+        tokenizer = tokenizer_option(extra)
+        task_fields = _with_enough_facts({**preset["task"], **extra.task}, extra.task)
+        if tokenizer is not None and tokenizer.kind != "byte" and "babi_tokens" not in extra.task:
+            task_fields["babi_tokens"] = "bytes"  # bAbI's word ids stand in for a subword tokenizer: the real one here
+        task = LMTaskSpec(kind=kind, **task_fields)
         if kind == "copying":
             if extra.source not in (None, "shakespeare"):
                 raise DynlabInputError(f"study {name} uses no filler text; allowed: no --source")
-            data = LMDataSpec()
+            data = LMDataSpec() if tokenizer is None else LMDataSpec(tokenizer=tokenizer)
         else:
             need = max(task.train_max, *task.eval_lengths) + 1
-            data = check_source(extra.source or "shakespeare", LMDataSpec().val_fraction, need)
+            data = check_source(extra.source or "shakespeare", LMDataSpec().val_fraction, need, tokenizer)
         train = TaskTrainSpec(**{**preset["train"], **extra.train})
         evals = TaskEvalSpec(**{**preset["eval"], **extra.eval})
         post = TaskPostSpec(interventions=("zero", *ivs), **{**preset["post"], **extra.post})
@@ -153,7 +173,8 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
         warm_start = None if warm is None else WarmStartSpec(task=LMTaskSpec(**warm["task"]), train=TaskTrainSpec(**warm["train"]))
         base_iv = InterventionSpec(kind="zero", **{**preset["intervention"], **extra.intervention})
         return [
-            LMTaskRunSpec(data=data, model=LMModelSpec(**anchor_model_fields(m, **{**preset["model"], **extra.model})),
+            LMTaskRunSpec(data=data, model=LMModelSpec(**anchor_model_fields(m, **{**preset["model"], **vocab_fields(data),
+                                                                                   **extra.model})),
                           intervention=base_iv, task=task, train=train, eval=evals, post=post, warm_start=warm_start,
                           seed=s)
             for m in mixers
@@ -292,6 +313,12 @@ def assemble_task_runs(kind: str, specs: list[LMTaskRunSpec], store: RunStore) -
     if "accuracy" in ds and (ds["phase"] == "post").any():
         ds = ds.merge(paired_contrasts(ds, "accuracy"))
     ds.attrs["learned_at"] = float(specs[0].eval.learned_at) if specs else float("nan")
+    if specs and "length" in ds.coords:  # what one token of the length axis is
+        tokenizer = specs[0].data.tokenizer
+        token = "one byte (UTF-8)" if tokenizer.kind == "byte" else f"one token of the tokenizer {tokenizer.label}"
+        ds.attrs["tokenizer"] = tokenizer.label
+        ds["length"].attrs["token"] = ("copying: a length counts the string's letters; the sample's tokens are "
+                                       f"{token}" if kind == "copying" else token)
     return ds
 
 

@@ -94,9 +94,6 @@ def post_train_spec(checkpoint: Path, intervention: str, task: str | None, task_
 
     model, meta = load_checkpoint(checkpoint)  # one line naming the path when it is not a model
     tok = resolve_tokenizer(checkpoint, model, meta, tokenizer, source)
-    if task is not None and tok.kind != "byte":
-        raise DynlabInputError(f"--task {task}: the task samples are built from bytes, and this model reads "
-                               f"{tok.label}; allowed: --task with a byte-level model (256 ids)")
     length = seq_len if seq_len is not None else int(meta.get("seq_len", 64))
     length_flag = "--seq-len" if seq_len is not None else f"the checkpoint's training length {length} (--seq-len)"
     with in_option_words({"chunk_len": length_flag, "bin_width": length_flag, "seq_len": length_flag,

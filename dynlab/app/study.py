@@ -219,9 +219,6 @@ def lm_study_options(entry: StudyEntry, models: str, interventions: str | None, 
     if checkpoint is not None:
         extra["checkpoint"] = check_checkpoint_option(entry, checkpoint)
     if tokenizer is not None:
-        if "pretrained" not in entry.presets:  # the task studies build their samples from bytes
-            raise DynlabInputError(f"--tokenizer is not an option of {entry.name} (its samples are bytes); allowed: "
-                                   "length-generalization --tokenizer PATH")
         extra["tokenizer"] = tokenizer
     extra = merge_extra(lm_knob_options(entry, knobs or {}, config), extra)
     return StudyOptions(preset=check_preset(entry, preset),

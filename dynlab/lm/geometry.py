@@ -49,7 +49,7 @@ from torch import nn
 from dynlab.analysis.geometry import crossing_time, geometry_over_time
 from dynlab.lm.recurrence import FP_MAX_STATE, LMRecurrence, filler_fixed_points, recurrence_spectra
 from dynlab.results.vocabulary import annotate
-from dynlab.lm.tasks import PASSKEY_NEEDLE, ROOMS, BabiTask, CopyingTask, PasskeyTask
+from dynlab.lm.tasks import ROOMS, BabiTask, CopyingTask, PasskeyTask
 
 __all__ = ["DISTANCES", "probe_accuracy", "distance_geometry", "task_probes", "model_task_geometry",
            "preregistered_test", "geometry_row", "censored_first_below"]
@@ -129,22 +129,10 @@ def task_probes(kind: str, task: Any, generator: torch.Generator, n: int, d: int
     """``(tokens [n, L], read position, TaskBatch, labels [n])`` of one distance bin ``d``.
 
     The state read is the one after ``tokens[:, :position]`` (module docstring)."""
-    if kind == "passkey":
-        assert isinstance(task, PasskeyTask)
-        batch = task.sample(generator, n, task.min_length() + d, depth=0.0)
-        position = len(PASSKEY_NEEDLE.format(key="00000").encode()) + d  # ASCII: one byte a character
-        start = int(batch.mask[0].nonzero()[0]) + 1  # first key digit of the answer
-        labels = (batch.tokens[:, start + 4] - ord("0")).numpy()
-    elif kind == "copying":
-        assert isinstance(task, CopyingTask)
-        batch = task.sample(generator, n, d)
-        position = d + 2  # "$" + d letters + "|"
-        labels = (batch.tokens[:, 1] - ord("a")).numpy()
-    elif kind == "babi":
-        assert isinstance(task, BabiTask)
-        batch, position, labels = task.probe_samples(generator, n, d)
-    else:
+    if kind not in DISTANCES:
         raise ValueError(f"task kind {kind!r} has no symbolic variable; allowed: {', '.join(DISTANCES)}")
+    assert isinstance(task, (PasskeyTask, CopyingTask, BabiTask))
+    batch, position, labels = task.probe_samples(generator, n, d)  # each task's own (any tokenizer)
     return batch.tokens, position, batch, labels
 
 

@@ -51,7 +51,7 @@ from dynlab.lm.dataset import result_to_dataset
 from dynlab.lm.run import data_corpus, evaluate_lm
 from dynlab.lm.spec import (
     InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec,
-    TaskTrainSpec, check_eval_size,
+    TaskTrainSpec, check_eval_size, check_task_lengths,
 )
 from dynlab.lm.task_run import evaluate_task, task_result_to_dataset, train_task
 from dynlab.lm.train import train_lm, train_summary
@@ -92,6 +92,8 @@ class PostTrainSpec(Spec):
     def _eval_fits(self) -> PostTrainSpec:
         if self.task is None:  # a task run is scored on its task lengths, not on a stream
             check_eval_size(self.train.seq_len, self.eval.length_multiple, self.eval.n_samples)
+        else:  # its lengths in the tokens of the text's tokenizer
+            check_task_lengths(self.task, self.data.tokenizer)
         return self
 
     def task_spec(self) -> LMTaskRunSpec:
@@ -99,7 +101,9 @@ class PostTrainSpec(Spec):
         if self.task is None:
             raise ValueError("this post-training run has no task")
         tr = self.train
-        return LMTaskRunSpec(data=self.data, model=LMModelSpec(), intervention=self.intervention, task=self.task,
+        vocab = max(LMModelSpec().vocab_size, self.data.tokenizer.n_ids)  # the model's fields are unused
+        return LMTaskRunSpec(data=self.data, model=LMModelSpec(vocab_size=vocab), intervention=self.intervention,
+                             task=self.task,
                              train=TaskTrainSpec(steps=tr.steps, batch_size=tr.batch_size, lr=tr.lr,
                                                  weight_decay=tr.weight_decay, clip=tr.clip,
                                                  warmup_frac=tr.warmup_frac, threads=tr.threads),

@@ -489,25 +489,39 @@ class LMTaskSpec(Spec):
 
     @model_validator(mode="after")
     def _lengths_fit(self) -> LMTaskSpec:
-        from dynlab.lm.tasks import make_task
-
         if self.train_min > self.train_max:
             raise ValueError(f"train_min={self.train_min} exceeds train_max={self.train_max}")
         if not self.eval_lengths:
             raise ValueError("eval_lengths must hold at least one length")
-        task = make_task(self.kind, torch.zeros(1, dtype=torch.uint8), tuple(self.babi_kinds), self.n_facts,
-                         self.babi_tokens, self.babi_questions)
-        for name in ("train_min", "train_max"):  # a task bounds its lengths below (room) or above (sample size)
-            try:
-                task.check_length(getattr(self, name))
-            except ValueError as exc:  # said as the field's, as the eval lengths below
-                raise ValueError(f"{name}: {exc}") from None
-        for length in self.eval_lengths:
-            try:
-                task.check_length(length)
-            except ValueError as exc:  # said as the field's, so that a command names its option (--lengths)
-                raise ValueError(f"eval_lengths: {exc}") from None
+        if self.kind == "copying":  # string lengths: bounded alike under every tokenizer
+            check_task_lengths(self)
+        else:  # the format (bAbI's kinds and facts) now; the room in tokens with the run's tokenizer
+            from dynlab.lm.tasks import make_task
+
+            make_task(self.kind, torch.zeros(1, dtype=torch.uint8), tuple(self.babi_kinds), self.n_facts,
+                      self.babi_tokens, self.babi_questions)
         return self
+
+
+def check_task_lengths(task: LMTaskSpec, tokenizer: TokenizerSpec | None = None) -> None:
+    """Refuse a length of ``task`` its samples do not fit, in the tokens of ``tokenizer``
+    (None or bytes: the byte formats): a task bounds its lengths below (room for the needle,
+    facts and question) or above (sample size); said as the field's (``train_min: …``,
+    ``eval_lengths: …``), so that a command names its option (``--lengths``)."""
+    from dynlab.lm.tasks import make_task
+    from dynlab.lm.tokenizer import make_tokenizer
+
+    subword = tokenizer is not None and tokenizer.kind != "byte"
+    generator = make_task(task.kind, torch.zeros(1, dtype=torch.uint8), tuple(task.babi_kinds), task.n_facts,
+                          task.babi_tokens, task.babi_questions, make_tokenizer(tokenizer) if subword else None)
+    where = f" (in tokens of {tokenizer.label})" if subword and tokenizer is not None else ""
+    for name, lengths in (("train_min", (task.train_min,)), ("train_max", (task.train_max,)),
+                          ("eval_lengths", task.eval_lengths)):
+        for length in lengths:
+            try:
+                generator.check_length(length)
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}{where}") from None
 
 
 class TaskTrainSpec(Spec):
@@ -659,12 +673,20 @@ class LMTaskRunSpec(Spec):
                              "allowed: at least one test length inside the training range (it decides whether the run learned)")
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _vocab_of_tokenizer(cls, data: Any) -> Any:
+        """A model whose ``vocab_size`` is not given reads every id of the data's tokenizer."""
+        return vocab_from_tokenizer(data)
+
     @model_validator(mode="after")
-    def _byte_tasks(self) -> LMTaskRunSpec:
+    def _task_through_tokenizer(self) -> LMTaskRunSpec:
+        """The tokenizer fits the model, and the task's lengths (and a warm start's) hold its
+        samples in that tokenizer's tokens (:func:`check_task_lengths`)."""
         check_tokenizer_fits(self.data, self.model)
-        if self.data.tokenizer.kind != "byte":
-            raise ValueError(f"the task studies build their samples from bytes; the tokenizer {self.data.tokenizer.label} "
-                             "is not supported for tasks; allowed: the byte tokenizer")
+        check_task_lengths(self.task, self.data.tokenizer)
+        if self.warm_start is not None:
+            check_task_lengths(self.warm_start.task, self.data.tokenizer)
         return self
 
     @field_validator("intervention")

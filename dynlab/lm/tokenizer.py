@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import lru_cache
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -221,8 +222,10 @@ def load_tokenizer(name: str | Path | None) -> Tokenizer:
     return HFTokenizer(name)
 
 
+@lru_cache(maxsize=8)
 def make_tokenizer(spec: TokenizerSpec | None) -> Tokenizer:
-    """:meth:`TokenizerSpec.make`, None meaning the byte tokenizer."""
+    """:meth:`TokenizerSpec.make`, None meaning the byte tokenizer; cached (a run's specs
+    and samples read one tokenizer file once per process)."""
     return ByteTokenizer() if spec is None else spec.make()
 
 

@@ -1,0 +1,143 @@
+"""The task samples through a subword tokenizer: the texts of the byte formats, piece by
+piece, lengths in tokens, only the answer's tokens scored; the byte tokenizer gives the
+byte formats exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from helpers.tokenizer import train_bpe, word_text
+
+from dynlab.lm.tasks import COUNTS, ROOMS, BabiTask, CopyingTask, PasskeyTask
+from dynlab.lm.tokenizer import ByteTokenizer, HFTokenizer
+
+
+@pytest.fixture(scope="module")
+def bpe(tmp_path_factory) -> HFTokenizer:
+    pytest.importorskip("tokenizers")
+    text = word_text(1500, seed=1) + "\nThe pass key is 12345. Remember it. What is the pass key? Q: Where is Mary? A:"
+    return HFTokenizer(train_bpe(tmp_path_factory.mktemp("bpe"), text, 400))
+
+
+@pytest.fixture(scope="module")
+def stream(bpe) -> np.ndarray:
+    return bpe.encode(word_text(400, seed=2))
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def test_the_byte_tokenizer_gives_the_byte_formats_exactly():
+    filler = torch.tensor(list(word_text(200).encode()), dtype=torch.uint8)
+    pairs = [(CopyingTask(), CopyingTask(ByteTokenizer()), 12), (PasskeyTask(filler), PasskeyTask(filler, ByteTokenizer()), 300),
+             (BabiTask(filler, ("qa1", "qa6"), 4), BabiTask(filler, ("qa1", "qa6"), 4, tokenizer=ByteTokenizer()), 400)]
+    for plain, through, length in pairs:
+        a, b = plain.sample(_gen(), 4, length), through.sample(_gen(), 4, length)
+        assert torch.equal(a.tokens, b.tokens) and torch.equal(a.mask, b.mask)
+        assert plain.min_length() == through.min_length()
+
+
+def test_passkey_rows_are_the_text_in_tokens_and_only_the_key_is_scored(bpe, stream):
+    task = PasskeyTask(stream, bpe)
+    length = task.min_length() + 40
+    batch = task.sample(_gen(1), 5, length, depth=0.5)
+    assert batch.tokens.shape == (5, length)
+    for row, mask in zip(batch.tokens.tolist(), batch.mask.tolist()):
+        text = bpe.decode(row)
+        scored = [row[i + 1] for i, m in enumerate(mask) if m]
+        key = bpe.decode(scored)
+        assert key.startswith(" ") and key.strip().isdigit() and len(key.strip()) == 5
+        assert f"The pass key is {key.strip()}. Remember it." in text
+        assert text.endswith("What is the pass key? The pass key is" + key + ".")
+        assert row[-len(bpe.encode(".")):] == bpe.encode(".").tolist()  # the period is not scored
+    with pytest.raises(ValueError, match="too short"):
+        task.check_length(task.min_length() - 1)
+
+
+def test_copying_scores_the_copy_and_pads_after_it(bpe):
+    task = CopyingTask(bpe)
+    batch = task.sample(_gen(2), 6, 9)
+    pad = bpe.eos_id
+    for row, mask in zip(batch.tokens.tolist(), batch.mask.tolist()):
+        scored_at = [i + 1 for i, m in enumerate(mask) if m]
+        copy = [row[i] for i in scored_at]
+        end = scored_at[-1] + 1
+        text = bpe.decode(row[:end + len(bpe.encode("."))])
+        string = bpe.decode(copy)
+        assert len(string) == 9 and string.isalpha() and text == f"${string}|{string}."
+        assert all(t == pad for t in row[end + len(bpe.encode(".")):])  # padding only after the copy
+        first = row.index(bpe.encode("|").tolist()[0])
+        assert row[first - len(copy):first] == copy  # the same ids in both copies
+
+
+def test_babi_scores_the_answer_in_a_row_of_exactly_its_length(bpe, stream):
+    task = BabiTask(stream, ("qa1", "qa6", "qa7"), 3, tokenizer=bpe)
+    length = task.min_length() + 30
+    for kind in ("qa1", "qa6", "qa7"):
+        batch = task.sample_kind(_gen(3), 4, length, kind)
+        assert batch.tokens.shape == (4, length)
+        for row, mask in zip(batch.tokens.tolist(), batch.mask.tolist()):
+            answer = bpe.decode([row[i + 1] for i, m in enumerate(mask) if m])
+            assert answer.startswith(" ") and answer.strip() in (*ROOMS, *COUNTS, "yes", "no")
+            assert " A:" + answer + "." in bpe.decode(row)
+    with pytest.raises(ValueError, match="byte-level format"):
+        BabiTask(stream, ("qa1",), 3, tokens="words", tokenizer=bpe)
+
+
+def test_task_lengths_are_checked_in_the_tokenizers_tokens(bpe, tmp_path):
+    from dynlab.lm.spec import LMTaskRunSpec
+
+    text = tmp_path / "filler.txt"
+    text.write_text(word_text(500, seed=4))
+    tok = bpe.spec()
+    in_tokens = PasskeyTask(np.zeros(1, dtype=np.int64), bpe).min_length()
+    in_bytes = PasskeyTask(torch.zeros(1, dtype=torch.uint8)).min_length()
+    assert in_tokens < in_bytes
+    fields = {"kind": "passkey", "train_min": in_tokens, "train_max": in_tokens + 10, "eval_lengths": [in_tokens + 10]}
+    spec = LMTaskRunSpec(data={"source": str(text), "tokenizer": tok}, task=fields)  # too short in bytes, fine in tokens
+    assert spec.model.vocab_size == bpe.n_ids
+    with pytest.raises(ValueError, match="in tokens of"):
+        LMTaskRunSpec(data={"source": str(text), "tokenizer": tok}, task={**fields, "train_min": in_tokens - 1})
+    with pytest.raises(ValueError, match="too short"):  # the same lengths read as bytes
+        LMTaskRunSpec(data={"source": str(text)}, task=fields)
+
+
+def test_probe_samples_read_one_position_and_label_the_symbol(bpe, stream):
+    """The geometry's probes through a subword tokenizer: every row's state is read at one
+    position, d filler tokens after its needle (passkey) or right after ``|`` (copying),
+    and the label is the key's last digit or the string's first letter."""
+    task = PasskeyTask(stream, bpe)
+    batch, position, labels = task.probe_samples(_gen(5), 6, 20)
+    for row, label in zip(batch.tokens.tolist(), labels):
+        before = bpe.decode(row[:position - 20])
+        assert before.rstrip().endswith("is the pass key.") and f"{int(label)} is the pass key." in before
+    copying = CopyingTask(bpe)
+    batch, position, labels = copying.probe_samples(_gen(6), 6, 7)
+    for row, label in zip(batch.tokens.tolist(), labels):
+        head = bpe.decode([t for t in row[:position] if t != bpe.eos_id])
+        assert head.startswith("$") and head.endswith("|") and head[1] == chr(ord("a") + int(label))
+
+
+@pytest.mark.slow
+def test_a_task_study_trains_on_subword_samples(bpe, tmp_path):
+    from dynlab.runner import run_study
+    from dynlab.studies.passkey import STUDY
+    from dynlab.study import StudyOptions
+    import xarray as xr
+
+    text = tmp_path / "filler.txt"
+    text.write_text(word_text(800, seed=5))
+    n = PasskeyTask(np.zeros(1, dtype=np.int64), bpe).min_length()
+    extra = {"source": str(text), "tokenizer": str(bpe.file),
+             "task": {"train_min": n, "train_max": n + 8, "eval_lengths": [n + 8, 2 * n], "depths": [0.5]},
+             "train": {"steps": 3, "batch_size": 2}, "eval": {"n_samples": 2}, "post": {"steps": 2},
+             "model": {"d_model": 16, "n_layers": 1}}
+    options = StudyOptions(preset="smoke", seeds=(0,), extra=extra)
+    path = run_study(STUDY, options, out=tmp_path / "out", device="cpu")
+    ds = xr.open_dataset(path)
+    spec = STUDY.make_specs(options)[0]
+    assert spec.data.tokenizer.kind == "hf" and spec.model.vocab_size == bpe.n_ids
+    assert ds["accuracy"].notnull().any()
+    ds.close()
