@@ -7,11 +7,12 @@ Each length runs ``dynlab.lm.run.evaluate_lm`` from the zero state, in chunks of
 tokens carried through the model's state (and, for the Hugging Face Mamba-2, its cache),
 on windows read from a memory-mapped token file (``dynlab data prepare``'s format). It
 prints the peak resident memory (``ru_maxrss``) of the process, the resident memory once
-the model and the data are set up, and the wall time, under glibc's default allocator
-settings and with ``MALLOC_MMAP_THRESHOLD_=1048576`` (every allocation of 1 MiB or more
-mapped and returned to the system on release): what dynlab holds does not grow with the
-length, but with the default, adaptive threshold the many large temporaries of a long
-evaluation fragment the heap, and the peak grows with the number of chunks.
+the model and the data are set up, and the wall time, under three allocator settings:
+dynlab's (:func:`dynlab.runtime.keep_freed_memory`, what every run uses), glibc's defaults
+(``DYNLAB_KEEP_FREED_MEMORY=0``), and ``MALLOC_MMAP_THRESHOLD_=1048576`` besides (every
+allocation of 1 MiB or more mapped, and returned to the system when freed). What dynlab
+holds does not grow with the length; how much freed heap the allocator keeps, and how it
+fragments over many chunks, does.
 """
 
 from __future__ import annotations
@@ -63,9 +64,12 @@ def child(length: int, model_kind: str, folder: str) -> None:
     model.eval()
     ev = LMEvalSpec(length_multiple=length // 1024, n_samples=4, chunk_len=2048, bin_width=64, effrem_points=4,
                     effrem_samples=2, state_points=16)
+    from dynlab.runtime import train_threads
+
     setup = _rss_mb()
     t0 = time.perf_counter()
-    result = evaluate_lm(model, ev, 1024, corpus)
+    with train_threads("cpu", threads=1):  # as every dynlab run evaluates (its allocator settings included)
+        result = evaluate_lm(model, ev, 1024, corpus)
     wall = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"length": length, "model": model_kind, "setup_mb": round(setup, 1), "peak_mb": round(peak, 1),
@@ -85,8 +89,10 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as folder:
         np.random.default_rng(0).integers(0, 512, 600_000).astype(np.uint16).tofile(Path(folder) / "val.bin")
-        for label, env in (("default allocator", {}), ("MALLOC_MMAP_THRESHOLD_=1048576",
-                                                          {"MALLOC_MMAP_THRESHOLD_": "1048576"})):
+        for label, env in (("dynlab's allocator settings", {}),
+                           ("glibc's defaults", {"DYNLAB_KEEP_FREED_MEMORY": "0"}),
+                           ("MALLOC_MMAP_THRESHOLD_=1048576", {"DYNLAB_KEEP_FREED_MEMORY": "0",
+                                                               "MALLOC_MMAP_THRESHOLD_": "1048576"})):
             rows = []
             for length in (int(x) for x in args.lengths.split(",")):
                 out = subprocess.run([sys.executable, __file__, "--child", str(length), args.model, folder],

@@ -252,8 +252,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "model": {},
         "train": {"steps": 1, "batch_size": 8, "accum": 32, "seq_len": 2048, "lr": 1e-4, "clip": 1.0,
                   "weight_decay": 0.1},
-        "eval": {"length_multiple": 16, "n_samples": 32, "chunk_len": 2048, "bin_width": 64,
-                 "effrem_points": 8, "effrem_samples": 8, "state_points": 32},
+        "eval": {"length_multiple": 16, "n_samples": 16, "chunk_len": 512, "bin_width": 64,
+                 "effrem_points": 8, "effrem_samples": 4, "state_points": 32},
         "intervention": {"sigma": 0.1},
         "post": {"interventions": INTERVENTION_NAMES, "steps": 100, "warmup_frac": 0.1},
     },
@@ -346,7 +346,8 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
                 train_kw = _train_fields(preset, extra, model, seq_len, budget)
                 if len(run_eval.checkpoints) == 1 and "steps" not in extra.train:  # annealed: ends exactly at its budget
                     n = count_parameters(build_model(LMRunSpec(model=model)))
-                    train_kw["steps"] = checkpoint_steps(n, run_eval.checkpoints, train_kw["batch_size"],
+                    train_kw["steps"] = checkpoint_steps(n, run_eval.checkpoints,
+                                                         train_kw["batch_size"] * train_kw.get("accum", 1),
                                                          train_kw["seq_len"], 10**9)[0]
                 train = LMTrainSpec(**train_kw)
                 specs += [LMRunSpec(data=data, model=model, intervention=InterventionSpec(kind=iv, **iv_kw),
@@ -358,12 +359,45 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
 def pretrained_specs(options: StudyOptions, preset: dict, extra: LGOptions) -> list[LMRunSpec]:
     """The ``pretrained`` preset's runs: one per seed, each starting from the checkpoint
     (:class:`~dynlab.lm.spec.LMInitSpec`), evaluated as it is and post-trained per
-    intervention against the zero-state control (``post``). The knobs ``--steps`` and
-    ``--lr`` set the post-training's steps and rate (the checkpoint is not trained again);
-    ``--lr`` is required. The model's fields describe the checkpoint (its config)."""
+    intervention against the zero-state control (``post``).
+
+    The checkpoint is not trained again, so the training fields that would schedule that
+    training set the post-training's instead: ``--steps`` (``train.steps``) its steps,
+    ``--lr`` (``train.lr``, required) its rate, ``train.warmup_frac`` its warm-up; each
+    wins over the same field under ``post``, and the spec's ``train`` records the rate and
+    warm-up the arms used. ``batch_size``, ``accum``, ``seq_len``, ``weight_decay`` and
+    ``clip`` are the arms' batches and optimiser; the stack engine is refused (a stack
+    trains a base model)."""
     from dynlab.lm.checkpoint import checkpoint_digest, checkpoint_tokenizer, load_checkpoint
     from dynlab.lm.spec import LMInitSpec
 
+    _refuse_pretrained_options(options, preset, extra)
+    seeds = options.seeds if options.seeds is not None else preset["seeds"]
+    if any(s < 0 for s in seeds):
+        raise DynlabInputError(f"seeds must be >= 0, got {list(seeds)}")
+    path = Path(str(extra.checkpoint)).expanduser()
+    model, meta = load_checkpoint(path)  # one line when it is not a model
+    tokenizer = checkpoint_tokenizer(meta, model, tokenizer_option(extra), path)
+    arms = select_names(extra.interventions, preset["post"]["interventions"], INTERVENTION_NAMES, "intervention")
+    schedule = {k: extra.train.get(k, extra.post.get(k, preset["post"].get(k))) for k in ("steps", "lr", "warmup_frac")}
+    post = LMPostSpec(**{**preset["post"], **extra.post, **schedule, "interventions": arms})
+    train_kw = {**preset["train"], **extra.train, "steps": 1, "lr": post.lr, "warmup_frac": post.warmup_frac}
+    evals = LMEvalSpec(**{**preset["eval"], **{"chunk_len": min(preset["eval"]["chunk_len"], train_kw["seq_len"]),
+                                               "bin_width": min(preset["eval"]["bin_width"], train_kw["seq_len"])},
+                          **extra.eval})
+    need = max(evals.length_multiple * train_kw["seq_len"], train_kw["batch_size"] * (train_kw["seq_len"] + 1)) + 1
+    data = check_source(extra.source or "shakespeare", LMDataSpec().val_fraction, need, tokenizer)
+    init = LMInitSpec(checkpoint=str(path.resolve()), sha256=checkpoint_digest(path), config=_checkpoint_config(meta))
+    iv_kw = {**preset["intervention"], **extra.intervention}
+    return [LMRunSpec(data=data, model=LMModelSpec(**_checkpoint_layout(model, meta)),
+                      intervention=InterventionSpec(kind="zero", **iv_kw), train=LMTrainSpec(**train_kw), eval=evals,
+                      seed=s, post=post, init=init) for s in seeds]
+
+
+def _refuse_pretrained_options(options: StudyOptions, preset: dict, extra: LGOptions) -> None:
+    """One line for what the ``pretrained`` preset cannot take: a checkpoint with another
+    preset, no checkpoint, no ``--lr``, model overrides or ``--models`` (the checkpoint is
+    the model), the stack engine."""
     if not preset.get("pretrained"):
         raise DynlabInputError(f"--checkpoint is an option of the preset 'pretrained', not {options.preset!r}; "
                                "allowed: --preset pretrained --checkpoint DIR")
@@ -376,37 +410,18 @@ def pretrained_specs(options: StudyOptions, preset: dict, extra: LGOptions) -> l
     if extra.model:
         raise DynlabInputError(f"preset 'pretrained' takes its model from --checkpoint; allowed: no model overrides "
                                f"(got {', '.join(sorted(extra.model))})")
-    seeds = options.seeds if options.seeds is not None else preset["seeds"]
-    if any(s < 0 for s in seeds):
-        raise DynlabInputError(f"seeds must be >= 0, got {list(seeds)}")
-    path = Path(extra.checkpoint).expanduser()
-    model, meta = load_checkpoint(path)  # one line when it is not a model
-    tokenizer = checkpoint_tokenizer(meta, model, tokenizer_option(extra) or _source_tokenizer(extra.source, meta),
-                                     path)
-    arms = select_names(extra.interventions, preset["post"]["interventions"], INTERVENTION_NAMES, "intervention")
-    train_kw = {**preset["train"], **{k: v for k, v in extra.train.items() if k not in ("steps", "lr")}}
-    post = LMPostSpec(**{**preset["post"], "interventions": arms, "steps": extra.train.get("steps", preset["post"]["steps"]),
-                         "lr": extra.train.get("lr", extra.post.get("lr")), **{k: v for k, v in extra.post.items() if k != "lr"}})
-    evals = LMEvalSpec(**{**preset["eval"], **{"chunk_len": min(preset["eval"]["chunk_len"], train_kw["seq_len"]),
-                                               "bin_width": min(preset["eval"]["bin_width"], train_kw["seq_len"])},
-                          **extra.eval})
-    need = max(evals.length_multiple * train_kw["seq_len"], train_kw["batch_size"] * (train_kw["seq_len"] + 1)) + 1
-    data = check_source(extra.source or "shakespeare", LMDataSpec().val_fraction, need, tokenizer)
-    init = LMInitSpec(checkpoint=str(path.resolve()), sha256=checkpoint_digest(path))
-    layout = _checkpoint_layout(model, meta)
-    iv_kw = {**preset["intervention"], **extra.intervention}
-    return [LMRunSpec(data=data, model=LMModelSpec(**layout), intervention=InterventionSpec(kind="zero", **iv_kw),
-                      train=LMTrainSpec(**train_kw), eval=evals, seed=s, post=post, init=init) for s in seeds]
+    if options.models and tuple(options.models) != ("all",):
+        raise DynlabInputError(f"preset 'pretrained' takes its model from --checkpoint; allowed: no --models (got "
+                               f"{','.join(options.models)})")
+    if extra.train.get("engine", "loop") != "loop":
+        raise DynlabInputError("preset 'pretrained' post-trains one checkpoint at a time; allowed: train.engine = "
+                               "'loop' (a stack trains base models)")
 
 
-def _source_tokenizer(source: str | None, meta: dict) -> Any:
-    """A token folder's tokenizer when the checkpoint has none of its own (None otherwise):
-    a checkpoint without a tokenizer reads the folder's, checked to fit."""
-    from dynlab.lm.tokens import is_token_folder, open_token_folder
-
-    if meta.get("tokenizer") or source is None or not is_token_folder(Path(source).expanduser()):
-        return None
-    return open_token_folder(Path(source).expanduser()).tokenizer
+def _checkpoint_config(meta: dict) -> dict[str, Any]:
+    """What the run records of its checkpoint's own layout: a Hugging Face config's summary
+    (:func:`dynlab.lm.hf.hf_config_summary`) or a dynlab run's model fields."""
+    return dict(meta.get("config") or meta.get("spec", {}).get("model") or {})
 
 
 def _checkpoint_layout(model: torch.nn.Module, meta: dict) -> dict[str, Any]:
@@ -432,10 +447,11 @@ def _train_fields(preset: dict, extra: LGOptions, model: LMModelSpec, seq_len: i
         kw["batch_size"] = max(1, preset["tokens_per_step"] // seq_len)
     kw.update(extra.train)
     if "steps" not in kw:
+        sequences = kw["batch_size"] * kw.get("accum", 1)  # a step's sequences: accum micro-batches
         if chinchilla is not None:
-            kw["steps"] = steps_for_budget(model, chinchilla, kw["batch_size"], kw["seq_len"])
+            kw["steps"] = steps_for_budget(model, chinchilla, sequences, kw["seq_len"])
         else:
-            kw["steps"] = max(1, preset["tokens"] // (kw["batch_size"] * kw["seq_len"]))
+            kw["steps"] = max(1, preset["tokens"] // (sequences * kw["seq_len"]))
     return kw
 
 

@@ -34,7 +34,8 @@ def tbtt_coverage(ds: xr.Dataset) -> tuple[int, int]:
     spec = first_spec(ds)
     n = _train_tokens_of_text(spec["data"]["source"], float(spec["data"]["val_fraction"]))
     train = spec["train"]
-    return sequential_tokens_read(n, int(train["batch_size"]), int(train["seq_len"]), int(spec["post"]["steps"])), n
+    steps = int(spec["post"]["steps"]) * int(train.get("accum", 1))  # a step reads accum micro-batches
+    return sequential_tokens_read(n, int(train["batch_size"]), int(train["seq_len"]), steps), n
 
 
 def tbtt_coverage_text(ds: xr.Dataset) -> str:

@@ -61,17 +61,16 @@ def post_train_options(intervention: str, task: str | None, source: str, seq_len
 def resolve_tokenizer(checkpoint: Path, model: Any, meta: Mapping[str, Any], tokenizer: str | None,
                       source: str) -> Any:
     """The :class:`~dynlab.lm.tokenizer.TokenizerSpec` a post-training reads its text with:
-    ``--tokenizer`` when given, else the checkpoint's own, else the bytes for a 256-id model
-    (:func:`dynlab.lm.checkpoint.checkpoint_tokenizer`); a token folder given as ``--source``
-    must have been made with it. One line, before anything is written."""
+    the checkpoint's own, else ``--tokenizer``, else the bytes for a 256-id model
+    (:func:`dynlab.lm.checkpoint.checkpoint_tokenizer`: a ``--tokenizer`` other than the
+    checkpoint's own is refused); a token folder given as ``--source`` must have been made
+    with it. One line, before anything is written."""
     from dynlab.lm.checkpoint import checkpoint_tokenizer
     from dynlab.lm.tokenizer import load_tokenizer
     from dynlab.lm.tokens import is_token_folder, open_token_folder
 
     given = None if tokenizer is None else load_tokenizer(tokenizer).spec()
     folder = open_token_folder(Path(source).expanduser()) if is_token_folder(Path(source).expanduser()) else None
-    if given is None and folder is not None and not meta.get("tokenizer"):
-        given = folder.tokenizer  # a checkpoint without its own tokenizer reads the folder's (checked to fit below)
     tok = checkpoint_tokenizer(dict(meta), model, given, checkpoint)
     if folder is not None and (folder.tokenizer.kind, folder.tokenizer.sha256) != (tok.kind, tok.sha256):
         whose = "--tokenizer" if tokenizer is not None else "the checkpoint's"

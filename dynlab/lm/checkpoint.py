@@ -158,9 +158,15 @@ def checkpoint_tokenizer(meta: dict[str, Any], model: torch.nn.Module, given: To
     (``meta["tokenizer"]``, from :func:`load_checkpoint`), else the byte tokenizer when the
     model has exactly 256 ids; checked to fit the model's vocabulary. One line otherwise."""
     vocab = model_vocab(model)
+    own = meta.get("tokenizer")
+    if given is not None and own:
+        mine = TokenizerSpec.model_validate(own)
+        if (mine.kind, mine.sha256) != (given.kind, given.sha256):
+            raise DynlabInputError(f"checkpoint {str(path)!r} was trained with the tokenizer {mine.label}, not "
+                                   f"{given.label}; allowed: its own tokenizer (leave --tokenizer out)")
     if given is not None:
         tok = given
-    elif meta.get("tokenizer"):
+    elif own:
         tok = TokenizerSpec.model_validate(meta["tokenizer"])
     elif vocab == BYTE_VOCAB:
         tok = TokenizerSpec()
@@ -208,13 +214,20 @@ def _check_run_folder(p: Path) -> None:
 
 
 def checkpoint_digest(path: str | Path) -> str:
-    """SHA-256 over the names and bytes of the checkpoint's weight and config files (part of the run id)."""
+    """SHA-256 over the names and bytes of the checkpoint's weight and config files (part of
+    the run id), read in blocks; a post-training run's ``hf/`` folder, where its weights load
+    from, counts too (its files named ``hf/<name>``)."""
     p = Path(path)
     h = hashlib.sha256()
-    for f in sorted(p.iterdir()):
-        if f.is_file() and f.suffix in (".safetensors", ".json", ".bin"):
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
+    files = [f for f in sorted(p.iterdir()) if f.is_file()]
+    if (p / "hf").is_dir() and (p / "spec.json").is_file():
+        files += [f for f in sorted((p / "hf").iterdir()) if f.is_file()]
+    for f in files:
+        if f.suffix in (".safetensors", ".json", ".bin"):
+            h.update(f.relative_to(p).as_posix().encode())
+            with f.open("rb") as stream:
+                for block in iter(lambda: stream.read(1 << 24), b""):
+                    h.update(block)
     return h.hexdigest()
 
 

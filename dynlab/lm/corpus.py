@@ -107,6 +107,8 @@ def load_corpus(source: str | Path = "shakespeare", val_fraction: float = 0.1, m
         if min(len(folder.train), len(folder.val)) < min_val_bytes:
             raise DynlabInputError(f"source {str(source)!r} has {len(folder.train)} training and {len(folder.val)} "
                                    f"validation tokens; allowed: a token folder of at least {min_val_bytes} in each")
+        for split in (folder.train, folder.val):  # the loaders refuse an id beyond them (dynlab.lm.loaders.take)
+            split.n_ids = folder.tokenizer.n_ids
         return Corpus(name=Path(source).name, train=folder.train, val=folder.val, tokenizer=folder.tokenizer)
     if str(source) in SOURCES:
         name, text = str(source), shakespeare_text()

@@ -127,13 +127,26 @@ def stream_eval(model: torch.nn.Module, tokens: torch.Tensor | StreamWindows, ch
         x = tokens[:, start:stop].to(dev)  # [S, Q]
         y = tokens[:, start + 1:stop + 1].to(dev)  # [S, Q]
         logits, states = model(x, states)  # [S, Q, V]
-        piece = F.cross_entropy(logits.double().transpose(1, 2), y, reduction="none").cpu().numpy()  # [S, Q]
+        piece = _token_nll(logits, y)  # [S, Q]
         nll.append(piece if keep == "all" else piece.mean(axis=0, keepdims=True))
         start = stop
         if record_states and stop in wanted:
             now = torch.stack([st.float().flatten(2) for st in states], dim=1).cpu()  # [S, layer, H, P*N]
             stats.append(state_statistics(now[:, :, :, None, :].numpy(), np.array([stop])))
     return StreamResult(np.concatenate(nll, axis=1), xr.concat(stats, dim="t") if stats else None)
+
+
+#: Positions whose cross-entropy :func:`_token_nll` computes at once: the float64 copy of
+#: the logits is made a slice at a time, so a long chunk of a large vocabulary needs no
+#: float64 copy of all its logits (the numbers are the same: each position is its own row).
+NLL_SLICE = 256
+
+
+def _token_nll(logits: torch.Tensor, y: torch.Tensor) -> np.ndarray:
+    """−log q(y | ·) in float64 at every position: ``logits [S, Q, V]``, ``y [S, Q]`` -> ``[S, Q]``."""
+    parts = [F.cross_entropy(logits[:, a:a + NLL_SLICE].double().transpose(1, 2), y[:, a:a + NLL_SLICE],
+                             reduction="none").cpu() for a in range(0, logits.shape[1], NLL_SLICE)]
+    return torch.cat(parts, dim=1).numpy()
 
 
 @torch.no_grad()

@@ -69,7 +69,8 @@ def is_hf_checkpoint(path: str | Path) -> bool:
 
 
 def load_hf_checkpoint(path: str | Path) -> HFRecurrentLM:
-    """``Mamba2ForCausalLM`` / ``MambaForCausalLM`` ``.from_pretrained(path)`` (local files only), wrapped."""
+    """``Mamba2ForCausalLM`` / ``MambaForCausalLM`` ``.from_pretrained(path)`` (local files
+    only, in float32 whatever dtype the checkpoint stores), wrapped."""
     tf = require_transformers()
     model_type = json.loads((Path(path) / "config.json").read_text()).get("model_type")
     cls = {"mamba2": tf.Mamba2ForCausalLM, "mamba": tf.MambaForCausalLM}[model_type]
@@ -77,7 +78,9 @@ def load_hf_checkpoint(path: str | Path) -> HFRecurrentLM:
     verbosity = tf.utils.logging.get_verbosity()
     tf.utils.logging.set_verbosity_error()  # nor a load report table (the error says what it found)
     try:
-        model = cls.from_pretrained(str(path), local_files_only=True)
+        # float32 whatever the checkpoint stores: training keeps float32 weights (a bfloat16
+        # weight loses an update below 1/256 of itself), and evaluation computes in float32
+        model = cls.from_pretrained(str(path), local_files_only=True, dtype=torch.float32)
     except Exception as exc:  # noqa: BLE001 — torch, safetensors and transformers each raise their own types
         why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         if "mismatched_sizes" in str(exc):

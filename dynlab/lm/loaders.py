@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from dynlab.errors import DynlabInputError
+
 __all__ = ["Batch", "RandomWindowLoader", "SequentialChunkLoader", "sequential_tokens_read", "take"]
 
 Stream = torch.Tensor | np.ndarray
@@ -33,7 +35,13 @@ def take(data: Stream, idx: torch.Tensor) -> torch.Tensor:
     indexed as it is, an array stream (a memory map too) reads just those positions."""
     if isinstance(data, torch.Tensor):
         return data[idx].long()
-    return torch.from_numpy(np.asarray(data[idx.numpy()]).astype(np.int64))
+    out = np.asarray(data[idx.numpy()]).astype(np.int64)
+    bound = getattr(data, "n_ids", None)  # a token folder's stream: its tokenizer's ids (dynlab.lm.corpus)
+    if bound is not None and out.size and int(out.max()) >= bound:
+        where = getattr(data, "filename", None) or "the token stream"
+        raise DynlabInputError(f"{where} holds the id {int(out.max())}, beyond its tokenizer's {bound} ids; allowed: a "
+                               "token folder as dynlab data prepare wrote it (prepare it again)")
+    return torch.from_numpy(out)
 
 
 @dataclass(frozen=True)

@@ -182,12 +182,12 @@ def run_post_train(spec: PostTrainSpec, out: str | Path, device: str = "auto",
     result, model = post_train(spec, dev, progress, model=model)
     result["checkpoint_meta"] = meta
     ok = result["status"] == "ok"
-    weights = {k: v.detach().cpu() for k, v in model.state_dict().items()} if ok else None
+    # copies: tied weights (Mamba-1's head and embedding) are separate tensors in the file
+    weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()} if ok else None
     path = store.save(spec, result, weights)
     if ok:
         write_dataset(annotate(post_train_dataset(spec, result)), path / "dataset.nc")
         if isinstance(model, HFRecurrentLM):
             model.hf.save_pretrained(str(path / "hf"))
-            if spec.data.tokenizer.kind == "hf":  # the post-trained folder loads with its tokenizer again
-                spec.data.tokenizer.make().save(path / "hf")
+            spec.data.tokenizer.make().save(path / "hf")  # the post-trained folder loads with its tokenizer again
     return path

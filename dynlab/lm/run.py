@@ -49,14 +49,18 @@ POST_PREFIX = "post."
 
 
 @lru_cache(maxsize=4)
-def corpus_for(source: str, val_fraction: float, tokenizer: TokenizerSpec | None = None) -> Corpus:
-    """Cached :func:`load_corpus` (a text is read and tokenized once per process)."""
+def corpus_for(source: str, val_fraction: float, tokenizer: TokenizerSpec | None = None,
+               content_sha256: str | None = None) -> Corpus:
+    """Cached :func:`load_corpus` (a text is read and tokenized once per process);
+    ``content_sha256`` keys the cache only (a file or token folder remade in place is read
+    again)."""
     return load_corpus(source, val_fraction, tokenizer=tokenizer)
 
 
 def data_corpus(data: LMDataSpec) -> Corpus:
     """The corpus a data spec names, through its tokenizer (:func:`corpus_for`)."""
-    return corpus_for(data.source, data.val_fraction, None if data.tokenizer.kind == "byte" else data.tokenizer)
+    return corpus_for(data.source, data.val_fraction, None if data.tokenizer.kind == "byte" else data.tokenizer,
+                      data.content_sha256)
 
 
 def check_source(source: str, val_fraction: float, need: int, tokenizer: TokenizerSpec | None = None) -> LMDataSpec:
@@ -84,8 +88,9 @@ def checkpoint_steps(n_params: int, multiples: tuple[float, ...] | list[float], 
                      steps: int) -> list[int]:
     """The training step after which a model of ``n_params`` parameters has seen ``c`` times
     its Chinchilla budget, for each multiple ``c``: ``round(c · 20 · P / (B · L))`` (B·L
-    tokens per step, :data:`~dynlab.lm.spec.CHINCHILLA_TOKENS_PER_PARAM` tokens per
-    parameter), clipped to ``[1, steps]``."""
+    tokens per step, B counting every micro-batch of a step: ``batch_size × accum``;
+    :data:`~dynlab.lm.spec.CHINCHILLA_TOKENS_PER_PARAM` tokens per parameter), clipped to
+    ``[1, steps]``."""
     per_step = batch_size * seq_len
     return [min(steps, max(1, round(c * CHINCHILLA_TOKENS_PER_PARAM * n_params / per_step))) for c in multiples]
 
@@ -166,7 +171,7 @@ def train_and_evaluate(spec: LMRunSpec, device: torch.device | str = "cpu",
             model.to(dev)
             return _finish_run(spec, model, TrainResult(model=model), {}, [], corpus, dev, progress)
     budgets = spec.eval.checkpoints
-    at = checkpoint_steps(count_parameters(model), budgets, tr.batch_size, tr.seq_len, tr.steps)
+    at = checkpoint_steps(count_parameters(model), budgets, tr.batch_size * tr.accum, tr.seq_len, tr.steps)
     checkpoints: dict[int, dict[str, Any]] = {}
 
     def evaluate_checkpoint(done: int) -> bool:
@@ -200,7 +205,7 @@ def _finish_run(spec: LMRunSpec, model: RecurrentLM, res: TrainResult, checkpoin
     if budgets:
         final = {k: result[k] for k in _EVAL_KEYS}
         result["checkpoints"] = [
-            {"budget": c, "step": s, "tokens": s * tr.batch_size * tr.seq_len,
+            {"budget": c, "step": s, "tokens": s * tr.batch_size * tr.accum * tr.seq_len,
              **(checkpoints[s] if s in checkpoints else final)}
             for c, s in zip(budgets, at)
         ]
@@ -251,7 +256,8 @@ def train_and_evaluate_many(specs: list[LMRunSpec], device: torch.device | str =
         loader = make_loader(iv, corpus.train, tr.batch_size, tr.seq_len, g)
         loaders.append(loader)
         sources.append(batch_source(loader))
-    at = checkpoint_steps(count_parameters(models[0]), first.eval.checkpoints, tr.batch_size, tr.seq_len, tr.steps)
+    at = checkpoint_steps(count_parameters(models[0]), first.eval.checkpoints, tr.batch_size * tr.accum, tr.seq_len,
+                          tr.steps)
     checkpoints: list[dict[int, dict[str, Any]]] = [{} for _ in specs]
 
     def evaluate_checkpoint(done: int, alive: list[bool]) -> None:

@@ -93,14 +93,15 @@ class LMDataSpec(Spec):
 
     @model_validator(mode="before")
     @classmethod
-    def _hash_file(cls, data: Any) -> Any:
+    def _hash_file(cls, data: Any, info: ValidationInfo) -> Any:
+        stored = bool(info.context and info.context.get("stored"))  # a run's spec.json: as it was made
         if isinstance(data, dict) and data.get("source", "shakespeare") not in SOURCES and not data.get("content_sha256"):
             p = Path(str(data["source"])).expanduser()
             if is_token_folder(p):
                 data = {**data, "content_sha256": hashlib.sha256((p / TOKENS_RECORD).read_bytes()).hexdigest()}
             elif p.is_file():
                 data = {**data, "content_sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
-        if isinstance(data, dict) and data.get("source") not in (None, *SOURCES) and "tokenizer" not in data:
+        if isinstance(data, dict) and data.get("source") not in (None, *SOURCES) and "tokenizer" not in data and not stored:
             p = Path(str(data["source"])).expanduser()
             if is_token_folder(p):  # a token folder brings its tokenizer
                 data = {**data, "tokenizer": open_token_folder(p).tokenizer}
@@ -118,12 +119,15 @@ class LMDataSpec(Spec):
         return str(p.resolve())
 
     @model_validator(mode="after")
-    def _tokenizer_of_folder(self) -> LMDataSpec:
+    def _tokenizer_of_folder(self, info: ValidationInfo) -> LMDataSpec:
+        if info.context and info.context.get("stored"):  # a run's spec.json: the folder may have been remade since
+            return self
         if self.source not in SOURCES and is_token_folder(Path(self.source)):
             own = open_token_folder(Path(self.source)).tokenizer
             if (own.kind, own.sha256, own.n_ids) != (self.tokenizer.kind, self.tokenizer.sha256, self.tokenizer.n_ids):
-                raise ValueError(f"the token folder {self.source!r} was made with the tokenizer {own.label}, not "
-                                 f"{self.tokenizer.label}; allowed: the folder's own tokenizer (leave --tokenizer out)")
+                raise ValueError(f"the token folder {self.source!r} was made with the tokenizer {own.label}, not with "
+                                 f"{self.tokenizer.label}, the model's; allowed: a token folder of the model's tokenizer "
+                                 "(dynlab data prepare --tokenizer)")
         return self
 
     @property
@@ -394,10 +398,13 @@ class LMInitSpec(Spec):
     """A pretrained starting point: a checkpoint folder (a Hugging Face Mamba / Mamba-2
     folder or a dynlab LM run, :func:`dynlab.lm.checkpoint.load_checkpoint`) and the SHA-256
     of its weight and config files (:func:`dynlab.lm.checkpoint.checkpoint_digest`), so an
-    edited checkpoint gives new runs."""
+    edited checkpoint gives new runs; ``config``: its own layout as recorded (a Hugging Face
+    config's summary or a dynlab run's model fields: the run's ``model`` holds only its
+    mixer, width, layers and vocabulary)."""
 
     checkpoint: str
     sha256: str
+    config: dict[str, Any] = {}
 
 
 class LMRunSpec(Spec):
@@ -426,6 +433,13 @@ class LMRunSpec(Spec):
     def _vocab_of_tokenizer(cls, data: Any) -> Any:
         """A model whose ``vocab_size`` is not given reads every id of the data's tokenizer."""
         return vocab_from_tokenizer(data)
+
+    @model_validator(mode="after")
+    def _init_in_a_loop(self) -> LMRunSpec:
+        if self.init is not None and self.train.engine != "loop":
+            raise ValueError("a run from a pretrained checkpoint (init) trains no base model; allowed: train.engine = "
+                             "'loop'")
+        return self
 
     @model_validator(mode="after")
     def _bins_fit(self) -> LMRunSpec:

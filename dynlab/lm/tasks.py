@@ -432,13 +432,18 @@ class BabiTask:
         if tokens == "words" and self.text.subword:
             raise DynlabInputError("bAbI tokens 'words' is a byte-level format; allowed with a subword tokenizer: "
                                    "babi_tokens = 'bytes' (the text through the tokenizer)")
-        if tokens == "words":  # no filler byte may read as a word token
-            stream = torch.where(stream >= _WORD_BASE, torch.full_like(stream, ord(" ")), stream)
         self.stream, self.kinds, self.n_facts = stream, tuple(kinds), n_facts
         self.tokens, self.questions = tokens, questions
 
     def _encode(self, text: str) -> list[int]:
         return self.text(text) if self.text.subword else babi_encode(text, self.tokens)
+
+    def _fill(self, n: int, generator: torch.Generator) -> list[int]:
+        """``n`` filler tokens (:func:`_filler`); with word tokens a filler byte >= 128 reads
+        as a space, so that no filler byte reads as a word (mapped window by window: a
+        token folder is never read whole)."""
+        window = _filler(self.stream, n, generator)
+        return [ord(" ") if b >= _WORD_BASE else b for b in window] if self.tokens == "words" else window
 
     def _fact(self, fact: str) -> list[int]:
         """A fact sentence as it sits in the filler (bytes: followed by a space; a subword
@@ -532,14 +537,14 @@ class BabiTask:
             stories.append((sum((self._fact(f) for f in facts), []), person, world.where[person]))
         width = max(len(s[0]) for s in stories)
         for story, person, room in stories:
-            row = _filler(self.stream, width - len(story), generator) + story + _filler(self.stream, d, generator)
+            row = self._fill(width - len(story), generator) + story + self._fill(d, generator)
             row += self._ask(f"Where is {person}?")
             answer, n_scored = self._answer(room)
             scored.append(list(range(len(row), len(row) + n_scored)))
             rows.append(row + answer)
             labels.append(ROOMS.index(room))
         longest = max(map(len, rows))  # names and rooms differ in length: filler after the answer, never scored
-        rows = [r + _filler(self.stream, longest - len(r), generator) for r in rows]
+        rows = [r + self._fill(longest - len(r), generator) for r in rows]
         return _batch(rows, scored), width + d, np.asarray(labels)
 
     def sample_kind(self, generator: torch.Generator, batch_size: int, length: int, kind: str) -> TaskBatch:
@@ -571,7 +576,7 @@ class BabiTask:
             while len(tails) > 1 and sum(len(q) + len(a) for q, a, _ in tails) > room:
                 tails.pop()
             n_filler = room - sum(len(q) + len(a) for q, a, _ in tails)
-            filler = _filler(self.stream, n_filler, generator)
+            filler = self._fill(n_filler, generator)
             cuts = sorted(_randint(generator, n_filler + 1) for _ in pieces)
             row: list[int] = []
             prev = 0

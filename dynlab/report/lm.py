@@ -127,7 +127,8 @@ def intervention_tables(ds: xr.Dataset) -> str:
            "in-range PPL − zero [95 % CI], p (Holm) |", "| --- | --- | --- | --- | --- | --- | --- |"]
     base = np.flatnonzero((phase == "base") & (status == "ok"))
     pretrained = "init" in json.loads(ds.attrs.get("specs_json", "[{}]"))[0].get("fields", {})
-    rows = [("the checkpoint (untouched)" if pretrained else "trained (zero state)", base)]
+    # a pretrained checkpoint is one model, evaluated alike in every seed: one row of it
+    rows = [("the checkpoint (untouched)", base[:1]) if pretrained else ("trained (zero state)", base)]
     rows += [(f"post-trained: {iv}", np.flatnonzero((phase == "post") & (status == "ok") & (ivs == iv)))
              for iv in dict.fromkeys(ivs[phase == "post"])]
     adjusted = holm_contrasts(ds)

@@ -141,3 +141,16 @@ def test_a_task_study_trains_on_subword_samples(bpe, tmp_path):
     assert spec.data.tokenizer.kind == "hf" and spec.model.vocab_size == bpe.n_ids
     assert ds["accuracy"].notnull().any()
     ds.close()
+
+
+def test_babi_word_tokens_read_a_memory_mapped_filler_window_by_window(tmp_path):
+    """bAbI's word tokens over a token folder's memory map: the samples of the same bytes
+    as a tensor (filler bytes >= 128 read as spaces either way), without reading it whole."""
+    raw = np.frombuffer(("naïve café " + word_text(300, seed=9)).encode(), dtype=np.uint8)
+    raw.astype(np.uint16).tofile(tmp_path / "val.bin")
+    mm = np.memmap(tmp_path / "val.bin", dtype=np.uint16, mode="r")
+    as_tensor = BabiTask(torch.as_tensor(raw.astype(np.int64)), ("qa1",), 3, tokens="words")
+    as_map = BabiTask(mm, ("qa1",), 3, tokens="words")
+    a, b = as_tensor.sample(_gen(4), 3, 300), as_map.sample(_gen(4), 3, 300)
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.mask, b.mask)
+    assert bool((a.tokens < 128 + 39).all())  # no filler byte beyond the word ids (é, ï read as spaces)
