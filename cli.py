@@ -104,9 +104,9 @@ def _add_lm_study_command(entry: StudyEntry) -> None:
                 preset: PresetOpt = "quick", out: OutOpt = DEFAULT_OUT, device: DeviceOpt = "auto",
                 quiet: QuietOpt = False, executor: ExecutorOpt = "inprocess", scheduler: SchedulerOpt = None,
                 workers: WorkersOpt = None, steps=None, d_model=None, n_layers=None, batch_size=None, lr=None,
-                seq_len=None, config=None, checkpoint: CheckpointOpt = None,
+                seq_len=None, precision=None, config=None, checkpoint: CheckpointOpt = None,
                 tokenizer: StudyTokenizerOpt = None) -> None:  # knobs: LM_KNOB_OPTIONS
-        knobs = dict(zip(lm_config.LM_KNOBS, (steps, d_model, n_layers, batch_size, lr, seq_len)))
+        knobs = dict(zip(lm_config.LM_KNOBS, (steps, d_model, n_layers, batch_size, lr, seq_len, precision)))
         path = app_study.run_lm_study(entry.name, models, interventions, source, lengths, depths, kinds, seeds, preset,
                                       out, device, quiet, executor, scheduler, workers, knobs, config, echo=typer.echo,
                                       checkpoint=checkpoint, tokenizer=tokenizer)
@@ -136,13 +136,14 @@ def lm_post_train(
     lr: _o(float, "--lr", help="Peak learning rate.") = 3e-4,
     length_multiple: _o(int, "--eval-multiple", help="Evaluate at this many times --seq-len.") = 16,
     samples: _o(int, "--samples", help="Validation windows for PPL(t).") = 64,
+    precision: _o(str, "--precision", help="fp32 or bf16 (autocast; float32 weights, optimiser, loss and scans).") = "fp32",
     seed: _o(int, "--seed", help="Seed of batches and intervention noise.") = 0,
     out: OutOpt = DEFAULT_OUT,
     device: DeviceOpt = "auto",
 ) -> None:
     """Post-train a checkpoint with an initial-state intervention, then evaluate PPL(t), EffRem, state statistics (and the task)."""
     run = posttrain.post_train(checkpoint, intervention, steps, task, source, seq_len, batch_size, lr, length_multiple,
-                               samples, seed, out, device, tokenizer)
+                               samples, seed, out, device, tokenizer, precision)
     typer.echo(f"run: {run}")
 
 

@@ -81,18 +81,33 @@ _MAMBA: dict[str, Any] = {}
 
 
 def mamba_ssm_available() -> bool:
-    """True when mamba-ssm's CUDA ops import (only ever tried with CUDA present)."""
+    """True when mamba-ssm's CUDA ops import (only ever tried with CUDA present). A
+    mamba-ssm that is installed but fails to import (an ABI mismatch with torch, a missing
+    CUDA extension) is one warning naming the package and the error, once per process;
+    its operations then take the next backend."""
     if "ok" not in _MAMBA:
         _MAMBA["ok"] = False
         if torch.cuda.is_available():
             try:
                 from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
                 from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
-            except Exception:  # noqa: BLE001 - any failure (no package, no CUDA extension) means "absent"
-                pass
+            except ModuleNotFoundError as exc:
+                if exc.name is not None and exc.name.split(".")[0] != "mamba_ssm":  # installed, a dependency missing
+                    _warn_broken("mamba-ssm", exc)
+            except Exception as exc:  # noqa: BLE001 - an installed package that fails: said, then not used
+                _warn_broken("mamba-ssm", exc)
             else:
                 _MAMBA.update(ok=True, ssd=mamba_chunk_scan_combined, selective_scan=selective_scan_fn)
     return _MAMBA["ok"]
+
+
+def _warn_broken(package: str, exc: BaseException) -> None:
+    """One warning: ``package`` is installed but does not import (its kernels are not used)."""
+    import warnings
+
+    why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    warnings.warn(f"{package} is installed but does not import ({why[:200]}); dynlab uses its next backend instead",
+                  RuntimeWarning, stacklevel=3)
 
 
 def _ssd_mamba(x, dt, A, B, C, initial_state=None, return_final_state=False, chunk_size=64):

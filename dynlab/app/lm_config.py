@@ -15,7 +15,8 @@ from dynlab.names import SOURCES
 
 #: The common knobs of the LM study commands: option -> (section of the study's options, spec field).
 LM_KNOBS = {"--steps": ("train", "steps"), "--d-model": ("model", "d_model"), "--n-layers": ("model", "n_layers"),
-            "--batch-size": ("train", "batch_size"), "--lr": ("train", "lr"), "--seq-len": ("train", "seq_len")}
+            "--batch-size": ("train", "batch_size"), "--lr": ("train", "lr"), "--seq-len": ("train", "seq_len"),
+            "--precision": ("train", "precision")}
 #: The knob options of the LM study commands: parameter -> (option, type, help).
 LM_KNOB_OPTIONS: dict[str, tuple[str, type, str]] = {
     "steps": ("--steps", int, "Training steps (default: the preset's)."),
@@ -24,6 +25,7 @@ LM_KNOB_OPTIONS: dict[str, tuple[str, type, str]] = {
     "batch_size": ("--batch-size", int, "Training batch size (default: the preset's)."),
     "lr": ("--lr", float, "Peak learning rate (default: the preset's)."),
     "seq_len": ("--seq-len", int, "length-generalization: training length T_train (default: the preset's)."),
+    "precision": ("--precision", str, "fp32 (default) or bf16: autocast, float32 weights, optimiser, loss and scans."),
     "config": ("--config", Path, "A TOML file of study options: the knobs above by field name (steps, d_model, …) "
                "and tables (model, train, eval, …) of spec fields; options typed here win."),
 }
@@ -102,7 +104,7 @@ def lm_knob_options(entry: Any, knobs: Mapping[str, Any], config: Path | None) -
     (``knobs``: option as typed -> value, None when not given; :data:`LM_KNOBS`) and a
     ``--config`` TOML file, each key and value checked against the field of the spec it
     sets.  The file holds the knobs by field name at the top (``steps``, ``d_model``,
-    ``n_layers``, ``batch_size``, ``lr``, ``seq_len``), ``interventions`` (a list),
+    ``n_layers``, ``batch_size``, ``lr``, ``seq_len``, ``precision``), ``interventions`` (a list),
     ``source``, and tables ``[model]``, ``[train]``, ``[eval]``, ``[intervention]``,
     ``[post]`` (task studies also ``[task]``) of spec fields.  An option on the command
     line wins over the file."""

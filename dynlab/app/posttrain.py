@@ -82,7 +82,8 @@ def resolve_tokenizer(checkpoint: Path, model: Any, meta: Mapping[str, Any], tok
 
 def post_train_spec(checkpoint: Path, intervention: str, task: str | None, task_grid: Mapping[str, Any] | None,
                     source: str, seq_len: int | None, steps: int, batch_size: int,
-                    lr: float, length_multiple: int, samples: int, seed: int, tokenizer: str | None = None) -> Any:
+                    lr: float, length_multiple: int, samples: int, seed: int, tokenizer: str | None = None,
+                    precision: str = "fp32") -> Any:
     """The :class:`~dynlab.lm.posttrain.PostTrainSpec` of ``dynlab lm post-train``'s options
     (``task_grid``: the task study's quick preset), the text checked to hold the evaluation
     (:func:`dynlab.lm.run.check_source`), a validation error said in the options' words."""
@@ -109,14 +110,15 @@ def post_train_spec(checkpoint: Path, intervention: str, task: str | None, task_
         return PostTrainSpec(
             checkpoint=str(checkpoint.expanduser().resolve()), checkpoint_sha256=checkpoint_digest(checkpoint),
             data=data, intervention=InterventionSpec(kind=intervention), task=task_spec,
-            train=PostTrainTrainSpec(steps=steps, batch_size=batch_size, seq_len=length, lr=lr), eval=evals, seed=seed,
+            train=PostTrainTrainSpec(steps=steps, batch_size=batch_size, seq_len=length, lr=lr, precision=precision),
+            eval=evals, seed=seed,
         )
 
 
 def post_train(checkpoint: str | Path, intervention: str = "state-passing", steps: int = 100, task: str | None = None,
                source: str = "shakespeare", seq_len: int | None = None, batch_size: int = 16, lr: float = 3e-4,
                length_multiple: int = 16, samples: int = 64, seed: int = 0, out: str = DEFAULT_OUT,
-               device: str = "auto", tokenizer: str | None = None) -> Path:
+               device: str = "auto", tokenizer: str | None = None, precision: str = "fp32") -> Path:
     """``dynlab lm post-train``: post-train ``checkpoint`` (a dynlab LM run folder or a
     Hugging Face Mamba/Mamba2 folder) with ``intervention``, then evaluate it (on ``task``
     when given); the text read with ``tokenizer`` (None: the checkpoint's own,
@@ -125,6 +127,8 @@ def post_train(checkpoint: str | Path, intervention: str = "state-passing", step
     checkpoint = Path(checkpoint)
     post_train_options(intervention, task, source, seq_len, steps, batch_size, lr, length_multiple, samples, seed,
                        device)
+    if precision not in ("fp32", "bf16"):
+        raise DynlabInputError(f"unknown --precision {precision!r}; allowed: fp32, bf16")
     out_dir = post_train_places(out, checkpoint)
     from importlib import import_module
 
@@ -132,5 +136,5 @@ def post_train(checkpoint: str | Path, intervention: str = "state-passing", step
 
     grid = None if task is None else import_module(f"dynlab.studies.{POST_TRAIN_TASKS[task]}").PRESETS["quick"]["task"]
     spec = post_train_spec(checkpoint, intervention, task, grid, source, seq_len, steps, batch_size,
-                           lr, length_multiple, samples, seed, tokenizer)
+                           lr, length_multiple, samples, seed, tokenizer, precision)
     return run_post_train(spec, out_dir, device=device)

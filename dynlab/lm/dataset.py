@@ -136,9 +136,19 @@ def assemble_lm_runs(specs: list[LMRunSpec], results: list[LMResult]) -> xr.Data
     """The length-generalization dataset of ``results`` (one per spec): per-run Datasets stacked
     on ``run`` (outer join on each position axis), with coords :data:`SPEC_COORDS`,
     ``n_params`` (and ``engine``, ``ensemble_size`` when a run was not trained alone); with
-    post-training arms, one row per tested model and the paired contrasts (:func:`assemble_arms`)."""
+    post-training arms, one row per tested model and the paired contrasts (:func:`assemble_arms`).
+    The attribute ``precision`` names the training precisions of the runs (``fp32``, ``bf16``)."""
     if any(s.post is not None for s in specs):
-        return assemble_arms(specs, results)
+        return _with_precision(assemble_arms(specs, results), specs)
+    return _with_precision(_assemble_lm(specs, results), specs)
+
+
+def _with_precision(ds: xr.Dataset, specs: list[LMRunSpec]) -> xr.Dataset:
+    ds.attrs["precision"] = ",".join(sorted({s.train.precision for s in specs})) or "fp32"
+    return ds
+
+
+def _assemble_lm(specs: list[LMRunSpec], results: list[LMResult]) -> xr.Dataset:
     ds = assemble_runs(specs, results, run_curves, coords=SPEC_COORDS)
     ds = ds.assign_coords(n_params=("run", [np.nan if r.n_params is None else r.n_params for r in results]))
     if any(s.train.engine != "loop" for s in specs):

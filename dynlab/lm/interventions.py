@@ -27,6 +27,10 @@ TBTT resets it where the slot is ``fresh``). The noise interventions draw the SS
 only and start every window at zero, as at the start of a document: the window holds
 the last few inputs, not a memory of the past, and noise in it would be noise on the
 first tokens' features rather than on the state.
+
+Everything stays on the device of the generator and of the final states it is given: the
+noise is drawn by the generator on its own device, the observed states are kept where
+they are (detached), so a training step on a GPU never copies a state to the host.
 """
 
 from __future__ import annotations
@@ -53,8 +57,8 @@ class Intervention:
 
     def initial_states(self, batch_size: int, shapes: Shapes, fresh: torch.Tensor,
                        generator: torch.Generator) -> States:
-        """One ``[B, H, P, N]`` float32 initial state per layer (CPU; the caller moves it)."""
-        return [torch.zeros(batch_size, *s) for s in shapes]
+        """One ``[B, H, P, N]`` float32 initial state per layer, on the generator's device."""
+        return [torch.zeros(batch_size, *s, device=generator.device) for s in shapes]
 
     def observe(self, final_states: States) -> None:
         """See the detached final states of a training step (default: ignore)."""
@@ -76,7 +80,7 @@ class RandomNoise(Intervention):
 
     def initial_states(self, batch_size: int, shapes: Shapes, fresh: torch.Tensor,
                        generator: torch.Generator) -> States:
-        return [self.sigma * torch.randn(batch_size, *s, generator=generator) for s in shapes]
+        return [self.sigma * torch.randn(batch_size, *s, generator=generator, device=generator.device) for s in shapes]
 
 
 class FittedNoise(Intervention):
@@ -92,7 +96,7 @@ class FittedNoise(Intervention):
         self.var: list[torch.Tensor] | None = None  # per layer [H], float64
 
     def observe(self, final_states: States) -> None:
-        flat = [s.detach().double().cpu().transpose(0, 1).flatten(1) for s in final_states]  # per layer [H, B*P*N]
+        flat = [s.detach().double().transpose(0, 1).flatten(1) for s in final_states]  # per layer [H, B*P*N]
         means = [f.mean(dim=1) for f in flat]
         vars_ = [f.var(dim=1, unbiased=False) for f in flat]
         if self.mean is None or self.var is None:
@@ -108,7 +112,7 @@ class FittedNoise(Intervention):
             return super().initial_states(batch_size, shapes, fresh, generator)
         out = []
         for s, m, v in zip(shapes, self.mean, self.var):
-            noise = torch.randn(batch_size, *s, generator=generator, dtype=torch.float64)
+            noise = torch.randn(batch_size, *s, generator=generator, dtype=torch.float64, device=generator.device)
             out.append((m[:, None, None] + v.sqrt()[:, None, None] * noise).float())  # [B, H, P, N]
         return out
 
@@ -125,7 +129,7 @@ class StatePassing(Intervention):
         self.previous: States | None = None
 
     def observe(self, final_states: States) -> None:
-        self.previous = _to_cpu(final_states)
+        self.previous = _detached(final_states)
 
     def initial_states(self, batch_size: int, shapes: Shapes, fresh: torch.Tensor,
                        generator: torch.Generator) -> States:
@@ -133,10 +137,10 @@ class StatePassing(Intervention):
             return super().initial_states(batch_size, shapes, fresh, generator)
         out, windows = [], []
         for prev, window in zip(self.previous, conv_windows(self.previous, len(self.previous))):
-            keep = torch.rand(prev.shape[:2], generator=generator) >= self.reset_prob  # [B, H]
+            keep = torch.rand(prev.shape[:2], generator=generator, device=generator.device) >= self.reset_prob  # [B, H]
             out.append(prev * keep[:, :, None, None])
             if window is not None:
-                keep_w = torch.rand(window.shape[0], generator=generator) >= self.reset_prob  # [B]
+                keep_w = torch.rand(window.shape[0], generator=generator, device=generator.device) >= self.reset_prob
                 window = window * keep_w[:, None, None]
             windows.append(window)
         return CarriedStates(out, windows)
@@ -152,20 +156,20 @@ class TBTT(Intervention):
         self.previous: States | None = None
 
     def observe(self, final_states: States) -> None:
-        self.previous = _to_cpu(final_states)
+        self.previous = _detached(final_states)
 
     def initial_states(self, batch_size: int, shapes: Shapes, fresh: torch.Tensor,
                        generator: torch.Generator) -> States:
         if self.previous is None:
             return super().initial_states(batch_size, shapes, fresh, generator)
-        keep = ~fresh  # [B]
+        keep = ~fresh.to(self.previous[0].device)  # [B]
         windows = [None if w is None else w * keep[:, None, None] for w in conv_windows(self.previous, len(self.previous))]
         return CarriedStates([prev * keep[:, None, None, None] for prev in self.previous], windows)
 
 
-def _to_cpu(states: States) -> States:
-    """Detached float32 CPU copies of the SSM states and of any convolution windows."""
-    return map_states(states, lambda s: s.detach().float().cpu())
+def _detached(states: States) -> States:
+    """The SSM states and any convolution windows, detached, in float32, where they are."""
+    return map_states(states, lambda s: s.detach().float())
 
 
 INTERVENTIONS: dict[str, type[Intervention]] = {

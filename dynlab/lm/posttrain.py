@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -51,7 +51,7 @@ from dynlab.lm.dataset import result_to_dataset
 from dynlab.lm.run import data_corpus, evaluate_lm
 from dynlab.lm.spec import (
     InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec,
-    TaskTrainSpec, check_eval_size, check_task_lengths,
+    Precision, TaskTrainSpec, check_eval_size, check_task_lengths,
 )
 from dynlab.lm.task_run import evaluate_task, task_result_to_dataset, train_task
 from dynlab.lm.train import train_lm, train_summary
@@ -63,7 +63,10 @@ __all__ = ["PostTrainSpec", "PostTrainTrainSpec", "load_checkpoint", "checkpoint
 
 
 class PostTrainTrainSpec(Spec):
-    """The short post-training budget: AdamW, warm-up and cosine decay (as in training); ``steps = 0`` allowed."""
+    """The short post-training budget: AdamW, warm-up and cosine decay (as in training); ``steps = 0`` allowed;
+    ``precision`` as :class:`~dynlab.lm.spec.LMTrainSpec`'s (left out of the run id while fp32)."""
+
+    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("precision",)
 
     steps: StepsOrZero = 100
     batch_size: Batch = 16
@@ -73,6 +76,7 @@ class PostTrainTrainSpec(Spec):
     clip: float = Field(1.0, gt=0.0)
     warmup_frac: float = Field(0.1, ge=0.0, le=1.0)
     threads: int | None = Field(None, ge=1, le=MAX_THREADS)
+    precision: Precision = "fp32"
 
 
 class PostTrainSpec(Spec):
@@ -106,7 +110,8 @@ class PostTrainSpec(Spec):
                              task=self.task,
                              train=TaskTrainSpec(steps=tr.steps, batch_size=tr.batch_size, lr=tr.lr,
                                                  weight_decay=tr.weight_decay, clip=tr.clip,
-                                                 warmup_frac=tr.warmup_frac, threads=tr.threads),
+                                                 warmup_frac=tr.warmup_frac, threads=tr.threads,
+                                                 precision=tr.precision),
                              eval=self.task_eval, seed=self.seed)
 
 
@@ -133,7 +138,8 @@ def post_train(spec: PostTrainSpec, device: torch.device | str = "cpu",
             res = train_lm(model, corpus.train, spec.intervention.make(),
                            steps=tr.steps, batch_size=tr.batch_size, seq_len=tr.seq_len, lr=tr.lr,
                            weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
-                           seed=spec.seed, device=str(dev), threads=tr.threads, progress=progress)
+                           seed=spec.seed, device=str(dev), threads=tr.threads, progress=progress,
+                           precision=tr.precision)
         result = train_summary(res, warm_start=True)  # it starts from a trained checkpoint
         if res.status != "ok":
             return result, model
@@ -157,7 +163,7 @@ def post_train_dataset(spec: PostTrainSpec, result: dict[str, Any]) -> xr.Datase
         ds = ds.merge(task.rename({k: f"task_{k}" for k in task.data_vars}))
     annotate(ds)
     ds.attrs.update(checkpoint=spec.checkpoint, intervention=spec.intervention.kind, steps=spec.train.steps,
-                    train_length=spec.train.seq_len, spec=spec.canonical_json())
+                    train_length=spec.train.seq_len, precision=spec.train.precision, spec=spec.canonical_json())
     return ds
 
 

@@ -186,7 +186,7 @@ def train_and_evaluate(spec: LMRunSpec, device: torch.device | str = "cpu",
         res = train_lm(model, corpus.train, intervention, steps=tr.steps, batch_size=tr.batch_size, seq_len=tr.seq_len,
                        lr=tr.lr, weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
                        seed=spec.seed, device=str(dev), threads=tr.threads, progress=progress,
-                       stop=evaluate_checkpoint if budgets else None, accum=tr.accum)
+                       stop=evaluate_checkpoint if budgets else None, accum=tr.accum, precision=tr.precision)
         return _finish_run(spec, model, res, checkpoints, at, corpus, dev, progress)
 
 
@@ -328,7 +328,7 @@ def post_train_arms(model: torch.nn.Module, spec: LMRunSpec, corpus: Corpus, dev
         res = fit(model, batch_source(loader), intervention, torch.Generator().manual_seed(spec.seed + POST_SEED_OFFSET + 1),
                   steps=post.steps, batch_size=tr.batch_size, lr=post.lr, weight_decay=tr.weight_decay,
                   grad_clip=tr.clip, warmup_frac=post.warmup_frac, device=str(device), threads=tr.threads,
-                  progress=progress, accum=tr.accum)
+                  progress=progress, accum=tr.accum, precision=tr.precision)
         summary = train_summary(res, warm_start=True)  # from the trained base model
         if res.status == "ok":
             model.eval()

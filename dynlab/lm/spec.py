@@ -50,6 +50,8 @@ __all__ = [
 ]
 
 MixerName = Literal[MIXER_NAMES]
+#: Training precisions (:func:`dynlab.lm.train.fit`).
+Precision = Literal["fp32", "bf16"]
 InterventionName = Literal[INTERVENTION_NAMES]
 DistanceName = Literal["tv", "js", "cos"]
 
@@ -267,9 +269,13 @@ class LMTrainSpec(Spec):
     ``accum``: gradient accumulation (:func:`dynlab.lm.train.fit`): a step reads ``accum``
     batches of ``batch_size`` (``accum × batch_size × seq_len`` tokens a step); loop engine
     only. Left out of the run id while 1.
+
+    ``precision``: ``fp32`` or ``bf16`` (autocast; float32 weights, optimiser state, loss
+    and scans: :func:`dynlab.lm.train.fit`); loop engine only. Left out of the run id while
+    fp32.
     """
 
-    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("engine", "accum")
+    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("engine", "accum", "precision")
 
     steps: Steps = 600
     batch_size: Batch = 16
@@ -281,12 +287,16 @@ class LMTrainSpec(Spec):
     threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="torch CPU threads while training and evaluating (None: RUN_THREADS = 1)")
     engine: Literal["loop", "stack"] = "loop"
     accum: int = Field(1, ge=1, le=4096)
+    precision: Precision = "fp32"
 
     @model_validator(mode="after")
     def _accum_in_loop(self) -> LMTrainSpec:
         if self.accum > 1 and self.engine != "loop":
             raise ValueError(f"accum {self.accum} needs engine 'loop' (a stack trains without accumulation); "
                              "allowed: accum = 1 with engine 'stack'")
+        if self.precision != "fp32" and self.engine != "loop":
+            raise ValueError(f"precision {self.precision} needs engine 'loop' (a stack trains in float32); "
+                             "allowed: precision 'fp32' with engine 'stack'")
         return self
 
 
@@ -573,7 +583,7 @@ class TaskTrainSpec(Spec):
     after a lucky check. Left out of the run id while False (the rule before it existed).
     """
 
-    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("attempts", "check_at", "confirm")
+    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("attempts", "check_at", "confirm", "precision")
 
     steps: StepsOrZero = 600
     until_learned: bool = False
@@ -582,6 +592,7 @@ class TaskTrainSpec(Spec):
     check_samples: Samples = 16
     check_at: float | None = Field(None, ge=0.0, le=1.0, allow_inf_nan=False)
     confirm: bool = False
+    precision: Precision = "fp32"
     batch_size: Batch = 16
     lr: float = Field(3e-3, gt=0.0, allow_inf_nan=False)
     weight_decay: float = Field(0.1, ge=0.0, allow_inf_nan=False)

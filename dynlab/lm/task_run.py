@@ -141,7 +141,7 @@ def _fit_task(model: torch.nn.Module, spec: LMTaskRunSpec, generator: torch.Gene
     intervention = spec.intervention.make()
     return fit(model, _batches(spec, generator), intervention, generator, steps=tr.steps, batch_size=tr.batch_size,
                lr=tr.lr, weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
-               device=str(device), threads=tr.threads, progress=progress, stop=stop)
+               device=str(device), threads=tr.threads, progress=progress, stop=stop, precision=tr.precision)
 
 
 #: Attempt k ≥ 1 of ``train.attempts`` draws its parameters from a generator seeded with
@@ -269,7 +269,7 @@ def post_train_arm(model: torch.nn.Module, spec: LMTaskRunSpec, kind: str, devic
     noise = torch.Generator().manual_seed(spec.seed + POST_SEED_OFFSET + 1)
     return fit(model, _batches(spec, batches), intervention, noise, steps=post.steps, batch_size=tr.batch_size,
                lr=post.lr, weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=post.warmup_frac,
-               device=str(device), threads=tr.threads, progress=progress)
+               device=str(device), threads=tr.threads, progress=progress, precision=tr.precision)
 
 
 def train_and_evaluate_task(spec: LMTaskRunSpec, device: torch.device | str = "cpu",

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -78,6 +79,7 @@ def train_lm(
     progress: Callable[[int, float], None] | None = None,
     stop: Callable[[int], bool] | None = None,
     accum: int = 1,
+    precision: str = "fp32",
 ) -> TrainResult:
     """Train ``model`` in place on the token stream ``data [n]`` (:func:`fit`).
 
@@ -85,13 +87,13 @@ def train_lm(
         intervention: chooses the initial states (and the loader) of every step.
         steps, batch_size, seq_len: optimisation length, B and training length L.
         seed: seeds the generator of the batches and of the intervention noise.
-        lr, weight_decay, grad_clip, warmup_frac, device, threads, progress, stop, accum: as :func:`fit`.
+        lr, weight_decay, grad_clip, warmup_frac, device, threads, progress, stop, accum, precision: as :func:`fit`.
     """
     generator = torch.Generator().manual_seed(seed)
     loader = make_loader(intervention, data, batch_size, seq_len, generator)
     return fit(model, batch_source(loader), intervention, generator, steps=steps, batch_size=batch_size, lr=lr,
                weight_decay=weight_decay, grad_clip=grad_clip, warmup_frac=warmup_frac, device=device,
-               threads=threads, progress=progress, stop=stop, accum=accum)
+               threads=threads, progress=progress, stop=stop, accum=accum, precision=precision)
 
 
 def fit(
@@ -111,6 +113,8 @@ def fit(
     progress: Callable[[int, float], None] | None = None,
     stop: Callable[[int], bool] | None = None,
     accum: int = 1,
+    precision: str = "fp32",
+    sync_every: int | None = None,
 ) -> TrainResult:
     """The optimisation loop shared by LM and task training; ``model`` is trained in place.
 
@@ -130,63 +134,159 @@ def fit(
     intervention sees every micro-batch as a batch (state passing hands a micro-batch's
     final states to the next one; TBTT's next micro-batch is the next chunk). A step's
     loss is the mean of its micro-batches'. ``accum = 1``: the plain loop, unchanged.
+
+    ``precision``: ``"fp32"``, or ``"bf16"``: the forward under ``torch.autocast`` in
+    bfloat16 (matrix products in bfloat16; the weights, gradients and AdamW moments stay
+    float32, the loss is taken in float32, and the scans run in float32 because their
+    step-size and decay parameters are float32: :mod:`dynlab.kernels` computes in the
+    promoted dtype). On CUDA, float32 matrix products use TF32 while training.
+
+    ``sync_every``: the steps' losses and gradient-norm checks stay on the device and are
+    read back every ``sync_every`` steps (None: every step on the CPU, every
+    :data:`SYNC_EVERY_CUDA` on a GPU), so no step waits for the host in between; the
+    intervention's noise comes from a generator on the model's device (on the CPU the
+    caller's, so its numbers are unchanged). Read back every step, a step whose loss or
+    gradient is not finite is reported and never applied (the parameters are those of the
+    step before); read back less often, it is found at the next read-back and reported at
+    the step it happened, the steps after it discarded (the run is ``diverged`` and keeps
+    no weights either way). ``progress`` and ``stop`` are called for each step at its
+    read-back.
     """
     if accum < 1:
         raise ValueError(f"accum must be a positive integer, got {accum}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     dev = resolve_device(device)
     model.to(dev).train()
     opt = _adamw(model, lr, weight_decay)
     warmup = max(1, int(round(warmup_frac * steps)))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_lr(1.0, s, steps, warmup, floor=LR_FLOOR))
-    shapes = model.state_shapes()
-    dtype = next(model.parameters()).dtype  # initial states are drawn in float32 and cast to the model's dtype
+    every = sync_every if sync_every is not None else (1 if dev.type == "cpu" else SYNC_EVERY_CUDA)
+    noise = generator if dev.type == "cpu" else torch.Generator(device=dev).manual_seed(generator.initial_seed())
+    step_fn = _Step(model, next_batch, intervention, noise, batch_size, dev, opt, accum, precision)
     result = TrainResult(model=model)
     start = time.perf_counter()
-    with train_threads(dev, threads=threads):
-        for step in range(steps):
-            value, length = _accumulate(model, next_batch, intervention, generator, batch_size, shapes, dev, dtype,
-                                        opt, accum)
-            if not math.isfinite(value):
-                result.diverge("loss", step, length)
-                break
-            if not torch.isfinite(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)):
-                result.diverge("gradient", step, length)
-                break
-            opt.step()
-            sched.step()
-            result.losses.append(value)
-            result.lengths.append(length)
-            if progress is not None:
-                progress(step, value)
-            if stop is not None and stop(step + 1):
-                break
+    with train_threads(dev, threads=threads), _tf32(dev):
+        _run_steps(step_fn, lambda: (opt.step(), sched.step()), steps, every, grad_clip, result, progress, stop)
     result.seconds = time.perf_counter() - start
     model.eval()
     return result
 
 
-def _accumulate(model: nn.Module, next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]],
-                intervention: Intervention, generator: torch.Generator, batch_size: int, shapes: list,
-                dev: torch.device, dtype: torch.dtype, opt: torch.optim.Optimizer, accum: int) -> tuple[float, int]:
+def _run_steps(step_fn: _Step, update: Callable[[], object], steps: int, every: int, grad_clip: float,
+               result: TrainResult, progress: Callable[[int, float], None] | None,
+               stop: Callable[[int], bool] | None) -> None:
+    """:func:`fit`'s loop: each step's gradients, their clipping and the ``update``, the
+    losses and gradient checks read back every ``every`` steps (every step: before the
+    update, so that a failing step is never applied) and recorded in ``result``."""
+    pending: list[tuple[int, torch.Tensor, torch.Tensor, int]] = []  # (step, loss, gradient finite, length)
+    for step in range(steps):
+        loss, length = step_fn()
+        finite = torch.isfinite(torch.nn.utils.clip_grad_norm_(step_fn.model.parameters(), grad_clip))
+        pending.append((step, loss, finite, length))
+        if every == 1:
+            values = _read_back(pending)
+            if all(ok for _, _, ok, _ in values):
+                update()
+        else:
+            update()
+            if len(pending) < every and step + 1 < steps:
+                continue
+            values = _read_back(pending)
+        pending = []
+        if not _record(values, result, progress, stop):
+            return
+
+
+#: The precisions of :func:`fit` (``precision``).
+PRECISIONS = ("fp32", "bf16")
+
+#: Steps between two read-backs of the loss on a GPU (:func:`fit`'s ``sync_every``).
+SYNC_EVERY_CUDA = 25
+
+
+def _read_back(pending: list[tuple[int, torch.Tensor, torch.Tensor, int]]) -> list[tuple[int, float, bool, int]]:
+    """The pending steps' ``(step, loss, loss and gradient finite, length)``, their losses
+    and gradient checks read back in one transfer each."""
+    values = torch.stack([p[1].detach() for p in pending]).double().tolist()  # float32 or float64 exactly
+    finite = torch.stack([p[2] for p in pending]).tolist()
+    return [(step, value, bool(ok) and math.isfinite(value), length)
+            for (step, _, _, length), value, ok in zip(pending, values, finite)]
+
+
+def _record(values: list[tuple[int, float, bool, int]], result: TrainResult,
+            progress: Callable[[int, float], None] | None, stop: Callable[[int], bool] | None) -> bool:
+    """Record read-back steps in ``result`` up to the first non-finite one
+    (``result.diverge``: the loss, else the gradient), calling ``progress`` and ``stop`` per
+    step; False when training must end (a divergence, or ``stop``)."""
+    for step, value, ok, length in values:
+        if not math.isfinite(value):
+            result.diverge("loss", step, length)
+            return False
+        if not ok:
+            result.diverge("gradient", step, length)
+            return False
+        result.losses.append(value)
+        result.lengths.append(length)
+        if progress is not None:
+            progress(step, value)
+        if stop is not None and stop(step + 1):
+            return False
+    return True
+
+
+@contextmanager
+def _tf32(dev: torch.device) -> Iterator[None]:
+    """TF32 matrix products on CUDA while training (the previous setting restored after)."""
+    if dev.type != "cuda":
+        yield
+        return
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+class _Step:
     """One step's gradients over ``accum`` micro-batches (:func:`fit`): each loss divided by
     ``accum`` (not for one) and backpropagated, the intervention observing each
-    micro-batch's final states. Returns (the mean of the micro-batch losses, or the first
-    non-finite one, before its backward; the length L)."""
-    opt.zero_grad(set_to_none=True)
-    total, length = 0.0, 0
-    for _ in range(accum):
-        tokens, mask, fresh = next_batch()
-        tokens = tokens.to(dev)  # [B, L + 1]
-        init = map_states(intervention.initial_states(batch_size, shapes, fresh, generator), lambda s: s.to(dev, dtype))
-        logits, finals = model(tokens[:, :-1], init)  # [B, L, V]
-        loss = _masked_mean(logits, tokens[:, 1:], mask)
-        value, length = loss.item(), tokens.shape[1] - 1
-        if not math.isfinite(value):
-            return value, length
-        (loss if accum == 1 else loss / accum).backward()
-        intervention.observe(detach_states(finals))
-        total += value
-    return total / accum, length
+    micro-batch's final states. A call returns (the mean of the micro-batch losses, a 0-d
+    tensor on the device; the length L): nothing is read back."""
+
+    def __init__(self, model: nn.Module, next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]],
+                 intervention: Intervention, generator: torch.Generator, batch_size: int, dev: torch.device,
+                 opt: torch.optim.Optimizer, accum: int, precision: str) -> None:
+        self.model, self.next_batch, self.intervention, self.generator = model, next_batch, intervention, generator
+        self.batch_size, self.dev, self.opt, self.accum, self.precision = batch_size, dev, opt, accum, precision
+        self.shapes = model.state_shapes()
+        self.dtype = next(model.parameters()).dtype  # initial states are drawn in float32 and cast to the model's
+
+    def __call__(self) -> tuple[torch.Tensor, int]:
+        self.opt.zero_grad(set_to_none=True)
+        total, length = None, 0
+        for _ in range(self.accum):
+            tokens, mask, fresh = self.next_batch()
+            tokens = _to_device(tokens, self.dev)  # [B, L + 1]
+            init = map_states(self.intervention.initial_states(self.batch_size, self.shapes, fresh, self.generator),
+                              lambda s: s.to(self.dev, self.dtype))
+            with torch.autocast(self.dev.type, dtype=torch.bfloat16, enabled=self.precision == "bf16"):
+                logits, finals = self.model(tokens[:, :-1], init)  # [B, L, V]
+            loss = _masked_mean(logits.float() if self.precision == "bf16" else logits, tokens[:, 1:], mask)
+            (loss if self.accum == 1 else loss / self.accum).backward()
+            self.intervention.observe(detach_states(finals))
+            total = loss.detach() if total is None else total + loss.detach()
+            length = tokens.shape[1] - 1
+        assert total is not None
+        return (total if self.accum == 1 else total / self.accum), length
+
+
+def _to_device(tokens: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    """A CPU batch on ``dev``: through pinned memory, without waiting for the GPU."""
+    if dev.type == "cuda" and tokens.device.type == "cpu":
+        return tokens.pin_memory().to(dev, non_blocking=True)
+    return tokens.to(dev)
 
 
 def train_summary(res: TrainResult, warm_start: bool = False) -> dict[str, Any]:
