@@ -22,6 +22,11 @@ error stay saved and a rerun resumes from them.
 Dask is an optional extra (``pip install '.[dask]'`` in a dynlab checkout); it is imported only when a
 :class:`DaskExecutor` is made.
 
+GPUs: a local cluster on a machine with N visible GPUs starts N workers unless told how
+many, and each task runs on its worker's own GPU (worker k on ``cuda:k mod N``, set with
+``torch.cuda.set_device`` in the task's thread before the work), so ``--device auto`` on a
+worker means its GPU, not every worker's ``cuda:0``.
+
 A scheduler address is checked before Dask is imported (:func:`parse_scheduler_address`):
 a malformed one is bad input (one-line :class:`~dynlab.errors.DynlabInputError`).  A
 well-formed address whose scheduler does not answer within ``timeout`` seconds (default
@@ -252,6 +257,7 @@ class DaskExecutor:
             address, host, port = parse_scheduler_address(scheduler)  # before Dask is imported
         distributed = _import_distributed()
         self.retries = int(retries)
+        self.gpus = 0  # GPUs a local cluster's workers are pinned to (an existing cluster's place themselves)
         self._cluster = None
         self._own_client = client is None
         if client is not None:
@@ -273,8 +279,9 @@ class DaskExecutor:
                 )
             return
         self.shares_process = not processes
+        self.gpus = visible_gpus()
         self._cluster = distributed.LocalCluster(
-            n_workers=workers or 1,
+            n_workers=workers or max(1, self.gpus),
             threads_per_worker=1,
             processes=processes,
             # a free port: the scheduler always serves HTTP, by default on 8787, and a
@@ -292,8 +299,9 @@ class DaskExecutor:
 
         batch = uuid.uuid4().hex[:12]
         pending = {}
+        task = _OnWorkerGPU(fn, self.gpus) if self.gpus else fn
         for i, item in enumerate(items):
-            fut = self.client.submit(fn, item, key=f"dynlab-item-{batch}-{i}", retries=self.retries, pure=False)
+            fut = self.client.submit(task, item, key=f"dynlab-item-{batch}-{i}", retries=self.retries, pure=False)
             pending[fut] = item
         first_error: BaseException | None = None
         try:
@@ -327,6 +335,43 @@ class DaskExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def visible_gpus() -> int:
+    """CUDA devices this process sees (0 without CUDA; torch is imported only to ask)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def pin_gpu(index: int) -> None:
+    """Make ``cuda:index`` the current device of the calling thread (``torch.device("cuda")``)."""
+    import torch
+
+    torch.cuda.set_device(index)
+
+
+def worker_gpu(name: Any, gpus: int) -> int:
+    """The GPU of the worker called ``name``: its number modulo ``gpus`` (a local cluster
+    numbers its workers 0, 1, …; another name is hashed, the same on every call)."""
+    try:
+        index = int(name)
+    except (TypeError, ValueError):
+        index = sum(str(name).encode())
+    return index % gpus
+
+
+class _OnWorkerGPU:
+    """A task function that first pins its worker's own GPU (:func:`worker_gpu`), then runs ``fn``."""
+
+    def __init__(self, fn: Callable[[Any], Any], gpus: int) -> None:
+        self.fn, self.gpus = fn, gpus
+
+    def __call__(self, item: Any) -> Any:
+        from distributed import get_worker
+
+        pin_gpu(worker_gpu(get_worker().name, self.gpus))
+        return self.fn(item)
 
 
 def make_executor(
