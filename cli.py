@@ -40,7 +40,7 @@ from dynlab.app import report as app_report  # noqa: E402
 from dynlab.app import study as app_study  # noqa: E402
 from dynlab.app.checks import DEFAULT_OUT  # noqa: E402
 from dynlab.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, check_environment, debug_enabled,  # noqa: E402
-                           exit_status, is_usage_error)
+                           exit_status, is_usage_error, unknown_environment)
 from dynlab.names import BABI_KINDS, INTERVENTION_NAMES  # noqa: E402
 from dynlab.studies import CATALOG, StudyEntry  # noqa: E402
 
@@ -145,6 +145,9 @@ def lm_post_train(
     run = posttrain.post_train(checkpoint, intervention, steps, task, source, seq_len, batch_size, lr, length_multiple,
                                samples, seed, out, device, tokenizer, precision)
     typer.echo(f"run: {run}")
+    failed = posttrain.failure_line(run)  # a run that diverged is said, not only stored
+    if failed:
+        typer.echo(failed, err=True)
 
 
 @data_app.command("prepare")
@@ -242,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         console.tolerant_output()
         check_environment()  # every DYNLAB_* switch, before any work
+        unknown = unknown_environment()  # a DYNLAB_* name dynlab does not know: said, then ignored
+        if unknown:
+            typer.echo(unknown, err=True)
         command = typer.main.get_command(app)
         with command.make_context("dynlab", args) as ctx:
             command.invoke(ctx)

@@ -38,9 +38,9 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ENV_SWITCHES", "EXIT_BAD_INPUT", "EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "DynlabInputError",
+__all__ = ["ENV_OTHERS", "ENV_SWITCHES", "EXIT_BAD_INPUT", "EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "DynlabInputError",
            "DynlabMachineError", "check_environment", "debug_enabled", "exit_status", "format_validation_error",
-           "is_usage_error", "validation_errors"]
+           "is_usage_error", "unknown_environment", "validation_errors"]
 
 #: The command did what it was asked.
 EXIT_OK = 0
@@ -74,6 +74,11 @@ ENV_SWITCHES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: ``DYNLAB_*`` names that are not switches of a command: the test suite's and the
+#: benchmarks' (:func:`unknown_environment` does not warn of them).
+ENV_OTHERS = ("DYNLAB_MAMBA_REF", "DYNLAB_REQUIRE_MAMBA_REF", "DYNLAB_REQUIRE_TRANSFORMERS", "DYNLAB_BENCH_REPORT")
+
+
 def check_environment(environ: Mapping[str, str] | None = None) -> None:
     """Refuse a ``DYNLAB_*`` switch of :data:`ENV_SWITCHES` set to a value it does not
     allow (one line naming the variable and the allowed values)."""
@@ -83,6 +88,18 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
         if value and value not in allowed:
             raise DynlabInputError(f"environment variable {name}={value!r} is not a setting dynlab knows; "
                                    f"allowed: {', '.join(allowed)} (or unset)")
+
+
+def unknown_environment(environ: Mapping[str, str] | None = None) -> str | None:
+    """One ``warning:`` line naming the ``DYNLAB_*`` variables that are set but that dynlab
+    does not know (a typo such as ``DYNLAB_C_KERNEL`` is otherwise ignored in silence), and
+    the switches it knows; None when there is none."""
+    env = os.environ if environ is None else environ
+    unknown = sorted(k for k in env if k.startswith("DYNLAB_") and k not in ENV_SWITCHES and k not in ENV_OTHERS)
+    if not unknown:
+        return None
+    return (f"warning: dynlab does not know the environment variable{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(unknown)} (ignored); its switches: {', '.join(ENV_SWITCHES)}")
 
 
 def debug_enabled(environ: Mapping[str, str] | None = None) -> bool:

@@ -138,6 +138,16 @@ def _checked_specs(study: Study, options: StudyOptions) -> list[Spec]:
         raise DynlabInputError(f"invalid {exc.title}: {format_validation_error(exc)}") from None
 
 
+def check_kernel_backend() -> None:
+    """Refuse a kernel backend ``DYNLAB_KERNEL_BACKEND`` forces that this machine cannot run
+    (:func:`dynlab.kernels.dispatch.forced_backend_problem`), before anything is written."""
+    from dynlab.kernels.dispatch import forced_backend_problem
+
+    problem = forced_backend_problem()
+    if problem is not None:
+        raise DynlabInputError(problem)
+
+
 def run_study(
     study: Study,
     options: StudyOptions,
@@ -166,6 +176,7 @@ def run_study(
     check_analyses_fit(study, specs, analyze)
     if not getattr(executor, "remote", False):
         resolve_device(device)  # refuse an unknown or unavailable device before writing
+        check_kernel_backend()  # and a kernel backend this machine cannot run
     store = RunStore(study_dir(out, study), check_result=result_check(study))  # a result the study cannot use is damage
     check_study_folder(store.root, study.name, flag="--out")  # someone else's folder: refused before any write
     check_same_runs(store.root, study, options, extra, specs)
@@ -257,6 +268,7 @@ def analyze_study(
     study.check_preset(options.preset)
     extra = study.parse_options(options)
     resolve_device(device)
+    check_kernel_backend()
     check_study_folder(path, study.name)  # someone else's folder: refused before any write
     check_manifest_runs(path, study, options, manifest["run_ids"])
     store = RunStore(path, check_result=result_check(study))

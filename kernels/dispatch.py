@@ -175,6 +175,21 @@ def record_backends() -> Iterator[dict[str, set[str]]]:
         _USED[:] = [d for d in _USED if d is not seen]  # by identity: two recordings may hold equal dicts
 
 
+def forced_backend_problem() -> str | None:
+    """Why ``DYNLAB_KERNEL_BACKEND`` forces a backend this machine cannot run — Triton
+    without a GPU (unless its interpreter is on, ``TRITON_INTERPRET=1``), mamba-ssm where it
+    does not import — in one line, or None (the command line says it as bad input: the
+    user's choice, not a failure)."""
+    forced = os.environ.get(ENV_VAR, "auto")
+    if forced == "triton" and not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        return (f"{ENV_VAR}=triton but this machine has no CUDA GPU for Triton's kernels; allowed: auto or torch "
+                "here (or TRITON_INTERPRET=1 for Triton's interpreter)")
+    if forced == "mamba_ssm" and not mamba_ssm_available():
+        return (f"{ENV_VAR}=mamba_ssm but mamba-ssm does not import here (it needs a CUDA GPU and the package); "
+                "allowed: auto, torch or triton")
+    return None
+
+
 def choose_backend(op: str, device: torch.device | str, dtype: torch.dtype = torch.float32) -> str:
     """Backend name for ``op`` on ``device`` with inputs of ``dtype`` (see the module
     docstring); recorded (:func:`backends_used`)."""

@@ -134,6 +134,13 @@ def tokenizer_option(extra: LMOptions) -> Any:
     return None if extra.tokenizer is None else load_tokenizer(extra.tokenizer).spec()
 
 
+def as_text(task: LMTaskSpec) -> LMTaskSpec:
+    """``task`` read as text through a subword tokenizer: bAbI's word ids
+    (``babi_tokens = "words"``) stand in for a subword tokenizer, so with a real one the
+    facts and questions are its tokens (``"bytes"``: the text through the tokenizer)."""
+    return task.model_copy(update={"babi_tokens": "bytes"}) if task.babi_tokens == "words" else task
+
+
 def vocab_fields(data: LMDataSpec) -> dict[str, Any]:
     """``LMModelSpec`` fields for the data's tokenizer: its ids as the vocabulary (none for bytes)."""
     return {} if data.tokenizer.kind == "byte" else {"vocab_size": data.tokenizer.n_ids}
@@ -155,10 +162,7 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
         if any(s < 0 for s in seeds):
             raise DynlabInputError(f"seeds must be >= 0, got {list(seeds)}")
         tokenizer = tokenizer_option(extra)
-        task_fields = _with_enough_facts({**preset["task"], **extra.task}, extra.task)
-        if tokenizer is not None and tokenizer.kind != "byte" and "babi_tokens" not in extra.task:
-            task_fields["babi_tokens"] = "bytes"  # bAbI's word ids stand in for a subword tokenizer: the real one here
-        task = LMTaskSpec(kind=kind, **task_fields)
+        task = LMTaskSpec(kind=kind, **_with_enough_facts({**preset["task"], **extra.task}, extra.task))
         if kind == "copying":
             if extra.source not in (None, "shakespeare"):
                 raise DynlabInputError(f"study {name} uses no filler text; allowed: no --source")
@@ -166,11 +170,16 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
         else:
             need = max(task.train_max, *task.eval_lengths) + 1
             data = check_source(extra.source or "shakespeare", LMDataSpec().val_fraction, need, tokenizer)
+        subword = data.tokenizer.kind != "byte"
+        if subword and "babi_tokens" not in extra.task:
+            task = as_text(task)
         train = TaskTrainSpec(**{**preset["train"], **extra.train})
         evals = TaskEvalSpec(**{**preset["eval"], **extra.eval})
         post = TaskPostSpec(interventions=("zero", *ivs), **{**preset["post"], **extra.post})
         warm = preset.get("warm_start")
-        warm_start = None if warm is None else WarmStartSpec(task=LMTaskSpec(**warm["task"]), train=TaskTrainSpec(**warm["train"]))
+        warm_task = None if warm is None else LMTaskSpec(**warm["task"])
+        warm_start = None if warm is None else WarmStartSpec(task=as_text(warm_task) if subword else warm_task,
+                                                              train=TaskTrainSpec(**warm["train"]))
         base_iv = InterventionSpec(kind="zero", **{**preset["intervention"], **extra.intervention})
         return [
             LMTaskRunSpec(data=data, model=LMModelSpec(**anchor_model_fields(m, **{**preset["model"], **vocab_fields(data),
@@ -316,6 +325,8 @@ def assemble_task_runs(kind: str, specs: list[LMTaskRunSpec], store: RunStore) -
     if specs and "length" in ds.coords:  # what one token of the length axis is
         tokenizer = specs[0].data.tokenizer
         token = "one byte (UTF-8)" if tokenizer.kind == "byte" else f"one token of the tokenizer {tokenizer.label}"
+        if kind == "babi" and specs[0].task.babi_tokens == "words":
+            token = "one bAbI word (ids 128 + its index in dynlab.lm.tasks.BABI_WORDS) or one filler byte"
         ds.attrs["tokenizer"] = tokenizer.label
         ds["length"].attrs["token"] = ("copying: a length counts the string's letters; the sample's tokens are "
                                        f"{token}" if kind == "copying" else token)

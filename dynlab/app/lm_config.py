@@ -83,20 +83,51 @@ def _as_tuples(value: Any) -> Any:
     return tuple(_as_tuples(v) for v in value) if isinstance(value, list) else value
 
 
+#: The largest ``--config`` file read, in bytes, and the deepest nesting of its tables and arrays.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_DEPTH = 8
+
+
 def read_config(path: Path) -> dict[str, Any]:
-    """The table of a TOML file (``tomllib``); a file that is missing or not TOML is
-    refused in one line."""
+    """The table of a TOML file (``tomllib``); a file that is missing, not a regular file
+    (a FIFO, a device, a folder), larger than :data:`MAX_CONFIG_BYTES`, not TOML, or nested
+    deeper than :data:`MAX_CONFIG_DEPTH` is refused in one line, without reading past the
+    bound."""
+    import stat
     import tomllib
 
+    p = Path(path).expanduser()
+    allowed = f"allowed: a UTF-8 TOML file of at most {MAX_CONFIG_BYTES // 1024} KiB"
     try:
-        text = Path(path).expanduser().read_bytes().decode("utf-8")
+        info = p.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise DynlabInputError(f"--config {str(path)!r} is not a regular file; {allowed}")
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise DynlabInputError(f"--config {str(path)!r} has {info.st_size} bytes; {allowed}")
+        with p.open("rb") as f:
+            text = f.read(MAX_CONFIG_BYTES + 1).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise DynlabInputError(f"--config {str(path)!r} cannot be read ({why}); allowed: a UTF-8 TOML file") from None
+        raise DynlabInputError(f"--config {str(path)!r} cannot be read ({why}); {allowed}") from None
     try:
-        return tomllib.loads(text)
+        table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise DynlabInputError(f"--config {str(path)!r} is not TOML ({exc}); allowed: a TOML file") from None
+    except RecursionError:
+        table = None
+    if table is None or _depth(table) > MAX_CONFIG_DEPTH:
+        raise DynlabInputError(f"--config {str(path)!r} nests tables or arrays deeper than {MAX_CONFIG_DEPTH}; "
+                               f"allowed: the study's tables of spec fields ({MAX_CONFIG_DEPTH} levels at most)")
+    return table
+
+
+def _depth(value: Any) -> int:
+    """How deep tables and arrays nest in ``value`` (a scalar: 0)."""
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
 
 
 def lm_knob_options(entry: Any, knobs: Mapping[str, Any], config: Path | None) -> dict[str, Any]:

@@ -96,6 +96,8 @@ def post_train_spec(checkpoint: Path, intervention: str, task: str | None, task_
     tok = resolve_tokenizer(checkpoint, model, meta, tokenizer, source)
     length = seq_len if seq_len is not None else int(meta.get("seq_len", 64))
     length_flag = "--seq-len" if seq_len is not None else f"the checkpoint's training length {length} (--seq-len)"
+    if task_grid is not None and tok.kind != "byte" and task_grid.get("babi_tokens") == "words":
+        task_grid = {**task_grid, "babi_tokens": "bytes"}  # bAbI's word ids stand in for the checkpoint's tokenizer
     with in_option_words({"chunk_len": length_flag, "bin_width": length_flag, "seq_len": length_flag,
                           "n_samples": "--samples", "effrem_samples": "--samples", "length_multiple": "--eval-multiple",
                           "steps": "--steps", "batch_size": "--batch-size", "lr": "--lr", "seed": "--seed",
@@ -113,6 +115,21 @@ def post_train_spec(checkpoint: Path, intervention: str, task: str | None, task_
             train=PostTrainTrainSpec(steps=steps, batch_size=batch_size, seq_len=length, lr=lr, precision=precision),
             eval=evals, seed=seed,
         )
+
+
+def failure_line(run: Path) -> str | None:
+    """One line for a post-training run that did not end ``ok`` (``diverged``: its reason,
+    no weights kept), None for one that did; read from its ``result.json``."""
+    import json
+
+    try:
+        result = json.loads((Path(run) / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
+    status = result.get("status") if isinstance(result, dict) else None
+    if status in (None, "ok"):
+        return None
+    return f"status: {status} ({result.get('reason') or 'no reason stored'}); the run keeps no weights and no evaluation"
 
 
 def post_train(checkpoint: str | Path, intervention: str = "state-passing", steps: int = 100, task: str | None = None,

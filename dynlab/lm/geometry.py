@@ -183,7 +183,8 @@ def geometry_row(model: nn.Module, kind: str, task: Any, seed: int, *, n: int | 
     fp = {"fp_count": float("nan"), "fp_residual": float("nan"), "fp_rho_par": float("nan"),
           "fp_rho_perp": float("nan")}
     if kind in ("passkey", "babi") and LMRecurrence(model).state_size <= FP_MAX_STATE:
-        fp = filler_fixed_points(model, prefix, labels, N_CLASSES[kind])
+        space = task.text(" ")  # the filler token: a space in the task's tokens
+        fp = filler_fixed_points(model, prefix, labels, N_CLASSES[kind], filler=space[-1] if space else ord(" "))
     for k, v in {**spectra, **fp}.items():
         ds[k] = ((), v)
     out = ds.rename({k: f"geo_{k}" for k in ds.data_vars})

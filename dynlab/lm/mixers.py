@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -129,18 +130,24 @@ def causal_conv_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
 
 
 
-@contextmanager
-def float32_scan(x: torch.Tensor) -> Iterator[Callable[..., tuple[torch.Tensor, ...]]]:
-    """The scans' precision under ``torch.autocast`` (``--precision bf16``): autocast off for
-    the scan and its inputs cast up to float32, so that the recurrent state accumulates in
-    float32 (the chunked forms' matrix products would otherwise run in bfloat16). Yields
-    ``up(*tensors)``: the tensors in float32 under autocast, as they are without it (every
-    float32 model computes as before)."""
-    if not torch.is_autocast_enabled(x.device.type):
-        yield lambda *tensors: tensors
-        return
-    with torch.autocast(x.device.type, enabled=False):
-        yield lambda *tensors: tuple(t.float() if t.dtype in (torch.bfloat16, torch.float16) else t for t in tensors)
+def run_scan(x: torch.Tensor, impl: str, fast: Callable[..., Any], ref: Callable[..., Any], args: tuple,
+             chunk_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A mixer's scan with its final state: ``fast(*args, True, chunk_size=…)`` (the
+    dispatched kernel) for ``impl = "dispatch"``, else the reference ``ref(*args, True)``.
+
+    Under ``torch.autocast`` (``--precision bf16``) autocast is off for the scan and its
+    bfloat16/float16 inputs are cast up to float32, so that the recurrent state
+    accumulates in float32 (the chunked forms' matrix products would otherwise run in
+    bfloat16); without autocast the inputs are as they are (every float32 model computes
+    as before)."""
+    autocast = torch.is_autocast_enabled(x.device.type)
+    if autocast:
+        low = (torch.bfloat16, torch.float16)
+        args = tuple(a.float() if isinstance(a, torch.Tensor) and a.dtype in low else a for a in args)
+    with torch.autocast(x.device.type, enabled=False) if autocast else nullcontext():
+        if impl == "dispatch":
+            return fast(*args, True, chunk_size=chunk_size)
+        return ref(*args, True)
 
 class _ShortConv(nn.Module):
     """Holds ``conv1d`` (depthwise, width ``kernel``) and applies :func:`causal_conv`; kernel 0: SiLU only."""
@@ -241,12 +248,7 @@ class Mamba2Mixer(_ShortConv):
         B = B[:, :, None, :].expand(b, t, h, n)  # [B, T, H, N]
         C = C[:, :, None, :].expand(b, t, h, n)  # [B, T, H, N]
         initial_state = None if initial_state is None else initial_state.to(x.dtype)  # as the stack, and the window
-        with float32_scan(x) as up:
-            xs_, dt, B, C = up(xs, dt, B, C)
-            if self.impl == "dispatch":
-                y, state = dispatch.ssd(xs_, dt, A, B, C, initial_state, True, chunk_size=self.chunk_size)
-            else:
-                y, state = ssd_ref(xs_, dt, A, B, C, initial_state, True)
+        y, state = run_scan(x, self.impl, dispatch.ssd, ssd_ref, (xs, dt, A, B, C, initial_state), self.chunk_size)
         return y + self.D[:, None] * xs, z, state, window
 
 
@@ -313,12 +315,8 @@ class Mamba1Mixer(_ShortConv):
         delta = F.softplus(self.dt_proj(dt_raw))  # [B, T, D_inner]
         A = -torch.exp(self.A_log)  # [D_inner, N]
         init = None if initial_state is None else initial_state.to(x.dtype).reshape(b, self.d_inner, self.d_state)
-        with float32_scan(x) as up:
-            xs_, delta, B, C = up(xs, delta, B, C)
-            if self.impl == "dispatch":
-                y, state = dispatch.selective_scan(xs_, delta, A, B, C, init, True, chunk_size=self.chunk_size)
-            else:
-                y, state = selective_scan_ref(xs_, delta, A, B, C, init, True)
+        y, state = run_scan(x, self.impl, dispatch.selective_scan, selective_scan_ref, (xs, delta, A, B, C, init),
+                            self.chunk_size)
         y = (y + self.D * xs) * F.silu(z)  # [B, T, D_inner]
         if self.norm is not None:
             y = self.norm(y)
@@ -373,12 +371,7 @@ class GLAMixer(_ShortConv):
         v = v.reshape(b, t, h, dv)  # [B, T, H, V]
         gk = F.logsigmoid(g) / self.gate_normalizer
         initial_state = None if initial_state is None else initial_state.to(x.dtype)  # as the stack, and the window
-        with float32_scan(x) as up:
-            q, k, v, gk = up(q, k, v, gk)
-            if self.impl == "dispatch":
-                y, state = dispatch.gla(q, k, v, gk, None, initial_state, True, chunk_size=self.chunk_size)
-            else:
-                y, state = gla_ref(q, k, v, gk, None, initial_state, True)
+        y, state = run_scan(x, self.impl, dispatch.gla, gla_ref, (q, k, v, gk, None, initial_state), self.chunk_size)
         y = self.norm(y.reshape(b, t, h * dv) * F.silu(o))  # [B, T, H*V]
         return self.out_proj(y), state, window
 

@@ -527,7 +527,7 @@ class LMTaskSpec(Spec):
         return self
 
 
-def check_task_lengths(task: LMTaskSpec, tokenizer: TokenizerSpec | None = None) -> None:
+def check_task_lengths(task: LMTaskSpec, tokenizer: TokenizerSpec | None = None, prefix: str = "") -> None:
     """Refuse a length of ``task`` its samples do not fit, in the tokens of ``tokenizer``
     (None or bytes: the byte formats): a task bounds its lengths below (room for the needle,
     facts and question) or above (sample size); said as the field's (``train_min: …``,
@@ -538,14 +538,15 @@ def check_task_lengths(task: LMTaskSpec, tokenizer: TokenizerSpec | None = None)
     subword = tokenizer is not None and tokenizer.kind != "byte"
     generator = make_task(task.kind, torch.zeros(1, dtype=torch.uint8), tuple(task.babi_kinds), task.n_facts,
                           task.babi_tokens, task.babi_questions, make_tokenizer(tokenizer) if subword else None)
-    where = f" (in tokens of {tokenizer.label})" if subword and tokenizer is not None else ""
+    how = "" if prefix else "; set the lengths with --lengths or --config [task] train_min, train_max"
+    where = f" (in tokens of {tokenizer.label}{how})" if subword and tokenizer is not None else ""
     for name, lengths in (("train_min", (task.train_min,)), ("train_max", (task.train_max,)),
                           ("eval_lengths", task.eval_lengths)):
         for length in lengths:
             try:
                 generator.check_length(length)
             except ValueError as exc:
-                raise ValueError(f"{name}: {exc}{where}") from None
+                raise ValueError(f"{prefix}{name}: {exc}{where}") from None
 
 
 class TaskTrainSpec(Spec):
@@ -705,13 +706,16 @@ class LMTaskRunSpec(Spec):
         return vocab_from_tokenizer(data)
 
     @model_validator(mode="after")
-    def _task_through_tokenizer(self) -> LMTaskRunSpec:
+    def _task_through_tokenizer(self, info: ValidationInfo) -> LMTaskRunSpec:
         """The tokenizer fits the model, and the task's lengths (and a warm start's) hold its
-        samples in that tokenizer's tokens (:func:`check_task_lengths`)."""
+        samples in that tokenizer's tokens (:func:`check_task_lengths`; not for a run's
+        stored spec, checked when it was made: its tokenizer file may have moved since)."""
         check_tokenizer_fits(self.data, self.model)
+        if info.context and info.context.get("stored"):
+            return self
         check_task_lengths(self.task, self.data.tokenizer)
         if self.warm_start is not None:
-            check_task_lengths(self.warm_start.task, self.data.tokenizer)
+            check_task_lengths(self.warm_start.task, self.data.tokenizer, "warm_start.task.")
         return self
 
     @field_validator("intervention")

@@ -58,17 +58,20 @@ Filler is a contiguous window of a byte stream (by default Shakespeare from the 
 package) starting at a uniformly random offset.
 
 **Through a subword tokenizer** (``tokenizer``, a Hugging Face one: :mod:`dynlab.lm.tokenizer`)
-the same texts are built piece by piece, each piece encoded on its own, and the filler is
-a window of the text's token stream; a length counts that tokenizer's tokens, and only the
-answer's tokens are scored. The pieces: copying ``$``, the string (its letters encoded once,
-the same ids in both copies), ``|``, the string, ``.``; passkey the needle, the question
-``␣What is the pass key? The pass key is`` and the answer ``␣KKKKK`` then ``.`` (scored: the
-key's tokens, with their leading space, as a pretrained model reads them); babi each fact
-``␣<fact>``, the question ``␣Q: <question> A:`` and the answer ``␣<answer>`` then ``.``.
-Rows of one batch whose pieces encode to different lengths (copying; the key's and the
-answer's tokens) are padded at their end with the tokenizer's end-of-document id (0
-without one), never scored: the model reads the padding only after every scored target.
-``babi_tokens="words"`` is a byte-level format and is refused with a subword tokenizer.
+the same texts are built through it, the filler a window of the text's token stream; a
+length counts that tokenizer's tokens, and only the answer's tokens are scored. Copying
+encodes its whole text ``$<s>|<s>.`` at once, as a model reads it, and scores the tokens
+that lie inside the copy (their character spans); passkey and babi are built piece by
+piece, each piece encoded on its own: the needle, the question ``␣What is the pass key?
+The pass key is`` and the answer ``␣KKKKK`` then ``.`` (scored: the key's tokens, with the
+leading space a pretrained model reads before it); each fact ``␣<fact>``, the question
+``␣Q: <question> A:`` and the answer ``␣<answer>`` then ``.``. A tokenizer that encodes a
+piece of a task (a letter, a digit, a delimiter, a fact, a question, an answer) to nothing
+or to its unknown token is refused when the task is made. Rows of one batch that encode
+to different lengths (copying) are padded at their end with the tokenizer's
+end-of-document id (0 without one), never scored: the model reads the padding only after
+every scored target. ``babi_tokens="words"`` is a byte-level format and is refused with a
+subword tokenizer.
 
 Accuracies (teacher forcing, arg-max prediction at each scored target):
 per-token accuracy = fraction of scored targets predicted exactly; exact match = fraction
@@ -172,6 +175,20 @@ class _Text:
         assert self.tokenizer is not None
         return self.tokenizer.encode(text).tolist()
 
+    def check(self, kind: str, texts: list[str]) -> None:
+        """Refuse a subword tokenizer under which a piece of the task's text encodes to
+        nothing or to its unknown token (the answer would be lost, or one constant token
+        for every sample): one line naming the piece."""
+        if not self.subword:
+            return
+        assert self.tokenizer is not None
+        for text in texts:
+            ids = self(text)
+            if not ids or (self.tokenizer.unk_id is not None and self.tokenizer.unk_id in ids):
+                what = "to nothing" if not ids else "to its unknown token"
+                raise DynlabInputError(f"the tokenizer encodes {text!r} of the {kind} task {what}; allowed: a tokenizer "
+                                       "that keeps every character of the task (its letters, digits and punctuation)")
+
 
 def _batch(rows: list[list[int]], scored: list[list[int]], pad: int | None = None) -> TaskBatch:
     """Rows and, per row, the token indices (into the row) that are scored targets; rows of
@@ -209,6 +226,7 @@ class CopyingTask:
 
     def __init__(self, tokenizer: Tokenizer | None = None) -> None:
         self.text = _Text(tokenizer)
+        self.text.check("copying", ["$", "|", ".", *(chr(c) for c in range(ord("a"), ord("z") + 1)), "$ab|ab."])
 
     def min_length(self) -> int:
         return 1
@@ -230,13 +248,34 @@ class CopyingTask:
             rows = [[ord("$"), *s, ord("|"), *s, ord(".")] for s in letters.tolist()]
             scored = [list(range(length + 2, 2 * length + 2))] * batch_size
             return _batch(rows, scored)
-        enc, rows, scored = self.text, [], []
+        rows, scored = [], []
         for s in letters.tolist():
-            ids = enc("".join(map(chr, s)))  # encoded once: the copy is the same ids
-            head = enc("$") + ids + enc("|")
-            rows.append(head + ids + enc("."))
-            scored.append(list(range(len(head), len(head) + len(ids))))
-        return _batch(rows, scored, pad=enc.pad)
+            row, copy, _ = self._encode("".join(map(chr, s)))
+            rows.append(row)
+            scored.append(copy)
+        return _batch(rows, scored, pad=self.text.pad)
+
+    def _encode(self, s: str) -> tuple[list[int], list[int], int]:
+        """A subword tokenizer's ids of the whole text ``$s|s.`` (as a model reads it),
+        the indices of the tokens inside the copy (scored) and the number of tokens up to
+        and including ``|`` (the probes' read position)."""
+        tokenizer = self.text.tokenizer
+        assert tokenizer is not None
+        ids, spans = tokenizer.encode_offsets(f"${s}|{s}.")
+        start, end = len(s) + 2, 2 * len(s) + 2  # the copy's characters
+        copy = [i for i, (a, b) in enumerate(spans.tolist()) if start <= a and b <= end and b > a]
+        copy_ids = [int(ids[i]) for i in copy]
+        if not copy or (tokenizer.unk_id is not None and tokenizer.unk_id in copy_ids):
+            raise DynlabInputError(f"the tokenizer reads the copied string of {len(s)} letters as "
+                                   f"{'its unknown token' if copy else 'part of its delimiters'}; allowed: a tokenizer "
+                                   "that keeps the copy its own tokens, or shorter strings")
+        head = sum(1 for a, b in spans.tolist() if b <= start)
+        from dynlab.spec import MAX_LENGTH
+
+        if len(ids) > MAX_LENGTH:
+            raise DynlabInputError(f"copying length {len(s)} makes samples of {len(ids)} tokens of this tokenizer; "
+                                   f"allowed: samples <= {MAX_LENGTH} tokens (shorter strings)")
+        return ids.tolist(), copy, head
 
     def probe_samples(self, generator: torch.Generator, n: int, d: int) -> tuple[TaskBatch, int, np.ndarray]:
         """``n`` probe samples of the state geometry (:mod:`dynlab.lm.geometry`): strings of
@@ -246,17 +285,14 @@ class CopyingTask:
         if not self.text.subword:
             batch = self.sample(generator, n, d)
             return batch, d + 2, (batch.tokens[:, 1] - ord("a")).numpy()  # "$" + d letters + "|"
-        enc = self.text
+        pad = self.text.pad
         letters = _LETTERS[torch.randint(0, 26, (n, d), generator=generator)]  # [n, d]
         strings = ["".join(map(chr, s)) for s in letters.tolist()]
-        heads = [(enc("$") + enc(s) + enc("|"), enc(s)) for s in strings]
-        width = max(len(h) for h, _ in heads)
-        rows, scored = [], []
-        for head, ids in heads:
-            row = [enc.pad] * (width - len(head)) + head
-            scored.append(list(range(len(row), len(row) + len(ids))))
-            rows.append(row + ids + enc("."))
-        return _batch(rows, scored, pad=enc.pad), width, np.asarray([ord(s[0]) - ord("a") for s in strings])
+        encoded = [self._encode(s) for s in strings]
+        width = max(head for _, _, head in encoded)
+        rows = [[pad] * (width - head) + row for row, _, head in encoded]
+        scored = [[i + width - head for i in copy] for _, copy, head in encoded]
+        return _batch(rows, scored, pad=pad), width, np.asarray([ord(s[0]) - ord("a") for s in strings])
 
 
 def _check_depth(depth: float) -> float:
@@ -274,6 +310,8 @@ class PasskeyTask:
     def __init__(self, stream: torch.Tensor | np.ndarray, tokenizer: Tokenizer | None = None) -> None:
         self.stream = stream
         self.text = _Text(tokenizer)
+        self.text.check("passkey", [PASSKEY_NEEDLE.format(key="12345"), PASSKEY_QUESTION.rstrip(), " 12345", ".",
+                                    *(f" {d}" for d in range(10))])
 
     def _pieces(self, key: str) -> tuple[list[int], list[int], list[int], list[int]]:
         """(needle, question, answer, end) ids of ``key``; the answer is scored."""
@@ -405,6 +443,16 @@ def _question(kind: str, world: _World, person: str, generator: torch.Generator)
     return f"Is {person} in the {others[_randint(generator, len(others))]}?", "no"
 
 
+#: Every fact, question and answer a bAbI story can hold (:meth:`BabiTask.min_length`).
+_ALL_FACTS = tuple([f"{p} went to the {r}." for p in PEOPLE for r in ROOMS]
+                   + [f"{p} {verb} the {o}." for p in PEOPLE for o in OBJECTS for verb in ("picked up", "dropped")])
+_ALL_QUESTIONS = tuple([f"Where is {p}?" for p in PEOPLE] + [f"Where is the {o}?" for o in OBJECTS]
+                       + [f"Where was the {o} before the {r}?" for o in OBJECTS for r in ROOMS]
+                       + [f"Is {p} in the {r}?" for p in PEOPLE for r in ROOMS]
+                       + [f"How many objects is {p} carrying?" for p in PEOPLE])
+_ALL_ANSWERS = (*ROOMS, *COUNTS, "yes", "no")
+
+
 class BabiTask:
     """bAbI-style question kinds ``kinds`` (each sample draws one uniformly) in ``length`` tokens of filler."""
 
@@ -432,6 +480,8 @@ class BabiTask:
         if tokens == "words" and self.text.subword:
             raise DynlabInputError("bAbI tokens 'words' is a byte-level format; allowed with a subword tokenizer: "
                                    "babi_tokens = 'bytes' (the text through the tokenizer)")
+        self.text.check("babi", [*(" " + f for f in _ALL_FACTS), *(f" Q: {q} A:" for q in _ALL_QUESTIONS),
+                                 *(" " + a for a in _ALL_ANSWERS), "."])
         self.stream, self.kinds, self.n_facts = stream, tuple(kinds), n_facts
         self.tokens, self.questions = tokens, questions
 
@@ -463,12 +513,11 @@ class BabiTask:
         return scored + self._encode("."), len(scored)
 
     def min_length(self) -> int:
-        """The longest possible facts, question and answer with zero filler tokens."""
-        fact = max(len(self._fact(f"{p} picked up the {o}.")) for p in PEOPLE for o in OBJECTS)
-        fact = max(fact, max(len(self._fact(f"{p} went to the {r}.")) for p in PEOPLE for r in ROOMS))
-        question = max(len(self._ask("Where was the football before the bathroom?")),
-                       max(len(self._ask(f"How many objects is {p} carrying?")) for p in PEOPLE))
-        answer = max(len(self._answer(a)[0]) for a in (*ROOMS, *COUNTS, "yes", "no"))
+        """The longest possible facts, question and answer with zero filler tokens (every
+        fact and question form of every kind, each in the task's tokens)."""
+        fact = max(len(self._fact(f)) for f in _ALL_FACTS)
+        question = max(len(self._ask(q)) for q in _ALL_QUESTIONS)
+        answer = max(len(self._answer(a)[0]) for a in _ALL_ANSWERS)
         return self.n_facts * fact + question + answer
 
     def check_length(self, length: int) -> None:

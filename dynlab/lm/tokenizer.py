@@ -79,8 +79,13 @@ class Tokenizer:
     kind: str = "byte"
     n_ids: int = BYTE_VOCAB
     eos_id: int | None = None
+    unk_id: int | None = None
 
     def encode(self, text: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, offsets [n, 2])``: each id's character span ``[start, end)`` in ``text``."""
         raise NotImplementedError
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
@@ -105,6 +110,10 @@ class ByteTokenizer(Tokenizer):
 
     def encode(self, text: str) -> np.ndarray:
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+
+    def encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        spans = [(i, i + 1) for i, ch in enumerate(text) for _ in ch.encode("utf-8")]
+        return self.encode(text), np.asarray(spans, dtype=np.int64).reshape(-1, 2)
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
@@ -164,6 +173,8 @@ class HFTokenizer(Tokenizer):
         if self.n_ids < 1:
             raise DynlabInputError(f"tokenizer {str(self.file)!r} has an empty vocabulary; allowed: {ALLOWED_TOKENIZERS}")
         self.eos_id = self._eos(vocab)
+        unk = getattr(self.tok.model, "unk_token", None)
+        self.unk_id = self.tok.token_to_id(unk) if isinstance(unk, str) else None
 
     def _eos(self, vocab: dict[str, int]) -> int | None:
         cfg = self.file.parent / "tokenizer_config.json"
@@ -182,6 +193,10 @@ class HFTokenizer(Tokenizer):
 
     def encode(self, text: str) -> np.ndarray:
         return np.asarray(self.tok.encode(text, add_special_tokens=False).ids, dtype=np.int64)
+
+    def encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        enc = self.tok.encode(text, add_special_tokens=False)
+        return np.asarray(enc.ids, dtype=np.int64), np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Every text at once: the library spreads the batch over every core."""

@@ -48,6 +48,8 @@ def machine_line(ds: xr.Dataset) -> str:
         parts.append(f"torch {written_by['torch']}")
     if a.get("git_sha"):
         parts.append(f"dynlab {a.get('dynlab_version', '')} @ {str(a['git_sha'])[:10]}")
+    if a.get("tokenizer") and a.get("tokenizer") != "byte":
+        parts.append(f"tokens of {a['tokenizer']}")
     return "; ".join(parts)
 
 

@@ -28,3 +28,22 @@ def train_bpe(folder: Path, text: str, vocab_size: int = 300) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))
     return folder
+
+
+def tiny_mamba2(folder: Path, vocab: int, tokenizer: Path | None = None, dtype=None) -> str:
+    """A random ``Mamba2ForCausalLM`` of ``vocab`` ids (width 32, one layer, 4 heads of 16,
+    N = 8) saved in ``folder`` with ``save_pretrained``, the ``tokenizer.json`` of the folder
+    ``tokenizer`` beside it when given; the folder, as a string."""
+    import torch
+    import transformers
+
+    cfg = transformers.Mamba2Config(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_heads=4, head_dim=16,
+                                    expand=2, state_size=8, n_groups=1, chunk_size=8)
+    torch.manual_seed(0)  # transformers initialises from the global RNG
+    model = transformers.Mamba2ForCausalLM(cfg)
+    if dtype is not None:
+        model = model.to(dtype)
+    model.save_pretrained(str(folder))
+    if tokenizer is not None:
+        (Path(folder) / "tokenizer.json").write_bytes((Path(tokenizer) / "tokenizer.json").read_bytes())
+    return str(folder)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.optional import need_transformers
-from helpers.tokenizer import train_bpe, word_text
+from helpers.tokenizer import tiny_mamba2, train_bpe, word_text
 
 from dynlab.cli import main
 from dynlab.errors import DynlabInputError
@@ -18,7 +18,7 @@ from dynlab.errors import DynlabInputError
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    transformers = need_transformers()
+    need_transformers()
     from dynlab.lm.tokenizer import ByteTokenizer, HFTokenizer
     from dynlab.lm.tokens import prepare_tokens
 
@@ -28,14 +28,8 @@ def world(tmp_path_factory):
     train_bpe(root / "bpe", text, 300)
     train_bpe(root / "bpe2", word_text(2500, seed=8), 300)
 
-    def mamba2(name, vocab, tokenizer=None, dtype=torch.float32):
-        cfg = transformers.Mamba2Config(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_heads=4,
-                                        head_dim=16, expand=2, state_size=8, n_groups=1, chunk_size=8)
-        torch.manual_seed(0)
-        transformers.Mamba2ForCausalLM(cfg).to(dtype).save_pretrained(str(root / name))
-        if tokenizer is not None:
-            (root / name / "tokenizer.json").write_bytes((root / tokenizer / "tokenizer.json").read_bytes())
-        return str(root / name)
+    def mamba2(name, vocab, tokenizer=None, dtype=None):
+        return tiny_mamba2(root / name, vocab, None if tokenizer is None else root / tokenizer, dtype)
 
     bpe_tokens, _ = prepare_tokens([root / "text.txt"], HFTokenizer(root / "bpe"), root / "bpe-tokens", 0.1)
     byte_tokens, _ = prepare_tokens([root / "text.txt"], ByteTokenizer(), root / "byte-tokens", 0.1)
@@ -196,3 +190,22 @@ def test_a_mamba1_checkpoint_with_tied_embeddings_is_post_trained_and_saved(worl
                      samples=2, length_multiple=2, out=str(tmp_path / "o"), device="cpu")
     model, meta = load_checkpoint(run)
     assert meta["tokenizer"]["kind"] == "hf" and model.vocab_size == 300
+
+
+def test_a_post_training_that_diverges_says_so(world, tmp_path, capsys, monkeypatch):
+    """A post-training whose loss becomes non-finite is one status line on stderr beside its run."""
+    import dynlab.lm.posttrain as posttrain_mod
+    from dynlab.training import TrainResult
+
+    def diverged(model, *args, **kwargs):
+        res = TrainResult(model=model)
+        res.diverge("loss", 0, 16)
+        return res
+
+    monkeypatch.setattr(posttrain_mod, "train_lm", diverged)
+    assert main(["lm", "post-train", "--checkpoint", world["ckpt"], "--source", world["text"], *POST,
+                 "--out", str(tmp_path / "o")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("run: ")
+    err = [line for line in captured.err.splitlines() if line.startswith("status:")]
+    assert err == ["status: diverged (non-finite loss at step 0 (length 16)); the run keeps no weights and no evaluation"]

@@ -154,3 +154,47 @@ def test_babi_word_tokens_read_a_memory_mapped_filler_window_by_window(tmp_path)
     a, b = as_tensor.sample(_gen(4), 3, 300), as_map.sample(_gen(4), 3, 300)
     assert torch.equal(a.tokens, b.tokens) and torch.equal(a.mask, b.mask)
     assert bool((a.tokens < 128 + 39).all())  # no filler byte beyond the word ids (é, ï read as spaces)
+
+
+def test_min_length_holds_every_story_the_task_draws(bpe, stream):
+    """Sampling at ``min_length`` never runs out of room, for every kind and many seeds
+    (the dropped-object facts and every question form counted)."""
+    for kinds, n_facts in ((("qa7",), 8), (("qa1", "qa2", "qa3", "qa6"), 4)):
+        task = BabiTask(stream, kinds, n_facts, tokenizer=bpe)
+        for seed in range(40):
+            task.sample(_gen(seed), 2, task.min_length())
+
+
+def test_a_tokenizer_that_loses_a_piece_of_the_task_is_refused(tmp_path):
+    """A WordPiece tokenizer whose vocabulary lacks the digits reads the key as its unknown
+    token: refused in one line, naming the piece, before any sample."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from dynlab.errors import DynlabInputError
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator([word_text(300)], trainers.WordPieceTrainer(vocab_size=200, special_tokens=["[UNK]"]))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    wp = HFTokenizer(tmp_path)
+    assert wp.unk_id is not None
+    with pytest.raises(DynlabInputError, match="passkey task to its unknown token"):
+        PasskeyTask(np.zeros(8, dtype=np.int64), wp)
+    with pytest.raises(DynlabInputError, match="copying task"):
+        CopyingTask(wp)
+
+
+def test_babilong_on_a_token_folder_reads_its_text_through_the_folders_tokenizer(bpe, tmp_path):
+    from dynlab.lm.tokens import prepare_tokens
+    from dynlab.studies.babilong import STUDY
+    from dynlab.study import StudyOptions
+
+    (tmp_path / "t.txt").write_text(word_text(3000, seed=11))
+    folder, _ = prepare_tokens([tmp_path / "t.txt"], bpe, tmp_path / "toks", 0.1)
+    n = 400
+    extra = {"source": str(folder), "task": {"train_min": n, "train_max": n, "eval_lengths": [n, 2 * n]}}
+    specs = STUDY.make_specs(StudyOptions(preset="quick", seeds=(0,), extra=extra))
+    assert {s.task.babi_tokens for s in specs} == {"bytes"} and specs[0].data.tokenizer.kind == "hf"
+    # the kinds preset's warm start (qa1 at its own lengths) is read as text too: too short in these tokens
+    with pytest.raises(ValueError, match=r"warm_start\.task\.train_min: babi length .*\(in tokens of"):
+        STUDY.make_specs(StudyOptions(preset="kinds", seeds=(0,), extra=extra))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.optional import need_transformers
-from helpers.tokenizer import train_bpe, word_text
+from helpers.tokenizer import tiny_mamba2, train_bpe, word_text
 
 from dynlab.cli import main
 from dynlab.errors import DynlabInputError
@@ -22,20 +22,14 @@ from dynlab.lm.tokenizer import ByteTokenizer, HFTokenizer, TokenizerSpec, check
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A text file, a BPE tokenizer of 300 ids trained on it, and tiny HF Mamba-2 folders."""
-    transformers = need_transformers()
+    need_transformers()
     root = tmp_path_factory.mktemp("tok")
     text = word_text(3000)
     (root / "text.txt").write_text(text)
     train_bpe(root / "bpe", text, 300)
 
     def mamba2(name: str, vocab: int, tokenizer: bool) -> str:
-        cfg = transformers.Mamba2Config(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_heads=4, head_dim=16,
-                                        expand=2, state_size=8, n_groups=1, chunk_size=8)
-        torch.manual_seed(0)  # HF initialises from the global RNG
-        transformers.Mamba2ForCausalLM(cfg).save_pretrained(str(root / name))
-        if tokenizer:
-            (root / name / "tokenizer.json").write_bytes((root / "bpe" / "tokenizer.json").read_bytes())
-        return str(root / name)
+        return tiny_mamba2(root / name, vocab, root / "bpe" if tokenizer else None)
 
     return {"root": root, "text": str(root / "text.txt"), "bpe": str(root / "bpe"),
             "ckpt": mamba2("ckpt", 304, True), "no_tok": mamba2("no_tok", 1000, False),
@@ -187,7 +181,6 @@ def test_dynlab_models_train_on_subword_ids_alone_and_stacked(world):
 def test_an_export_carries_the_runs_tokenizer(world, tmp_path):
     transformers = need_transformers()
     from dynlab.lm.export import export_hf
-    from dynlab.runner import run_study  # noqa: F401 - the run folder is written as a study writes it
     from dynlab.results.store import RunStore
     from dynlab.lm.run import train_and_evaluate
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 import xarray as xr
 from helpers.optional import need_transformers
-from helpers.tokenizer import train_bpe, word_text
+from helpers.tokenizer import tiny_mamba2, train_bpe, word_text
 
 from dynlab.cli import main
 from dynlab.lm.interventions import make_intervention
@@ -22,7 +22,7 @@ KNOBS = ["--seq-len", "16", "--batch-size", "2", "--steps", "2", "--lr", "1e-3",
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    transformers = need_transformers()
+    need_transformers()
     from dynlab.lm.tokenizer import HFTokenizer
     from dynlab.lm.tokens import prepare_tokens
 
@@ -30,10 +30,7 @@ def world(tmp_path_factory):
     text = word_text(3000, seed=3)
     (root / "text.txt").write_text(text)
     train_bpe(root / "ckpt", text, 300)
-    cfg = transformers.Mamba2Config(vocab_size=300, hidden_size=32, num_hidden_layers=1, num_heads=4, head_dim=16,
-                                    expand=2, state_size=8, n_groups=1, chunk_size=8)
-    torch.manual_seed(0)
-    transformers.Mamba2ForCausalLM(cfg).save_pretrained(str(root / "ckpt"))
+    tiny_mamba2(root / "ckpt", 300)
     folder, _ = prepare_tokens([root / "text.txt"], HFTokenizer(root / "ckpt"), root / "tokens", val_fraction=0.1)
     return {"root": root, "ckpt": str(root / "ckpt"), "tokens": str(folder)}
 
