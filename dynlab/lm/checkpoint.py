@@ -154,9 +154,10 @@ def model_vocab(model: torch.nn.Module) -> int:
 
 def checkpoint_tokenizer(meta: dict[str, Any], model: torch.nn.Module, given: TokenizerSpec | None = None,
                          path: str | Path = "") -> TokenizerSpec:
-    """The tokenizer a checkpoint is read with: ``given`` (``--tokenizer``), else its own
-    (``meta["tokenizer"]``, from :func:`load_checkpoint`), else the byte tokenizer when the
-    model has exactly 256 ids; checked to fit the model's vocabulary. One line otherwise."""
+    """The tokenizer a checkpoint is read with: its own (``meta["tokenizer"]``, from
+    :func:`load_checkpoint`; a ``given`` one, ``--tokenizer``, must be the same), else
+    ``given``, else the byte tokenizer when the model has exactly 256 ids; checked to fit the
+    model's vocabulary. One line otherwise."""
     vocab = model_vocab(model)
     own = meta.get("tokenizer")
     if given is not None and own:
