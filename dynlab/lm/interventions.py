@@ -28,9 +28,10 @@ only and start every window at zero, as at the start of a document: the window h
 the last few inputs, not a memory of the past, and noise in it would be noise on the
 first tokens' features rather than on the state.
 
-Everything stays on the device of the generator and of the final states it is given: the
-noise is drawn by the generator on its own device, the observed states are kept where
-they are (detached), so a training step on a GPU never copies a state to the host.
+The noise is drawn by the generator on its own device and the observed states are kept
+where they are (detached): with a generator on the model's device a training step on a
+GPU never copies a state to the host, and with a CPU generator (the stacks') the draws are
+the CPU's, the masks and statistics moved to where they are used.
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ class FittedNoise(Intervention):
         out = []
         for s, m, v in zip(shapes, self.mean, self.var):
             noise = torch.randn(batch_size, *s, generator=generator, dtype=torch.float64, device=generator.device)
+            m, v = m.to(noise.device), v.to(noise.device)  # statistics of states observed on another device
             out.append((m[:, None, None] + v.sqrt()[:, None, None] * noise).float())  # [B, H, P, N]
         return out
 
@@ -137,10 +139,12 @@ class StatePassing(Intervention):
             return super().initial_states(batch_size, shapes, fresh, generator)
         out, windows = [], []
         for prev, window in zip(self.previous, conv_windows(self.previous, len(self.previous))):
-            keep = torch.rand(prev.shape[:2], generator=generator, device=generator.device) >= self.reset_prob  # [B, H]
+            keep = (torch.rand(prev.shape[:2], generator=generator, device=generator.device)
+                    >= self.reset_prob).to(prev.device)  # [B, H]
             out.append(prev * keep[:, :, None, None])
             if window is not None:
-                keep_w = torch.rand(window.shape[0], generator=generator, device=generator.device) >= self.reset_prob
+                keep_w = (torch.rand(window.shape[0], generator=generator, device=generator.device)
+                          >= self.reset_prob).to(window.device)
                 window = window * keep_w[:, None, None]
             windows.append(window)
         return CarriedStates(out, windows)
