@@ -136,7 +136,7 @@ def lm_post_train(
     lr: _o(float, "--lr", help="Peak learning rate.") = 3e-4,
     length_multiple: _o(int, "--eval-multiple", help="Evaluate at this many times --seq-len.") = 16,
     samples: _o(int, "--samples", help="Validation windows for PPL(t).") = 64,
-    precision: _o(str, "--precision", help="fp32 or bf16 (autocast; float32 weights, optimiser, loss and scans).") = "fp32",
+    precision: _o(str, "--precision", help="fp32 or bf16 (autocast; float32 weights, optimiser, loss and dynlab's scans).") = "fp32",
     seed: _o(int, "--seed", help="Seed of batches and intervention noise.") = 0,
     out: OutOpt = DEFAULT_OUT,
     device: DeviceOpt = "auto",

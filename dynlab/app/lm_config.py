@@ -115,7 +115,11 @@ def read_config(path: Path) -> dict[str, Any]:
         raise DynlabInputError(f"--config {str(path)!r} is not TOML ({exc}); allowed: a TOML file") from None
     except RecursionError:
         table = None
-    if table is None or _depth(table) > MAX_CONFIG_DEPTH:
+    try:
+        too_deep = table is None or _depth(table) > MAX_CONFIG_DEPTH
+    except RecursionError:  # dotted headers nest without tomllib recursing
+        too_deep = True
+    if too_deep:
         raise DynlabInputError(f"--config {str(path)!r} nests tables or arrays deeper than {MAX_CONFIG_DEPTH}; "
                                f"allowed: the study's tables of spec fields ({MAX_CONFIG_DEPTH} levels at most)")
     return table

@@ -88,6 +88,9 @@ def load_checkpoint(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
         except (json.JSONDecodeError, TypeError, ValueError, OSError) as exc:
             why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise _not_a_model(p, f"unreadable spec.json: {why}") from None
+        if getattr(spec, "init", None) is not None:
+            raise _not_a_model(p, "a run of a pretrained checkpoint keeps no weights of its own; its checkpoint "
+                                  f"is {spec.init.checkpoint!r}")  # type: ignore[union-attr]
         model = build_model(spec)  # type: ignore[arg-type]
         try:
             weights = load_file(str(p / "model.safetensors"))
@@ -144,7 +147,7 @@ def _load_post_trained(p: Path, doc: dict[str, Any]) -> tuple[torch.nn.Module, d
 
 def _post_tokenizer(doc: dict[str, Any]) -> dict[str, Any]:
     """The tokenizer a post-training run read its text with (its spec's data)."""
-    return LMDataSpec.model_validate(doc["fields"].get("data", {})).tokenizer.model_dump()
+    return LMDataSpec.model_validate(doc["fields"].get("data", {}), context={"stored": True}).tokenizer.model_dump()
 
 
 def model_vocab(model: torch.nn.Module) -> int:

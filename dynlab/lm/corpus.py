@@ -91,7 +91,7 @@ def load_corpus(source: str | Path = "shakespeare", val_fraction: float = 0.1, m
         source: a name from :data:`SOURCES`, a path to a UTF-8 text file, or a token folder.
         val_fraction: fraction of tokens (taken from the end) used for validation, in (0, 1)
             (a token folder keeps its own split).
-        min_val_bytes: both parts must have at least this many tokens.
+        min_val_bytes: both parts must have at least this many tokens (bytes, for the byte tokenizer).
         tokenizer: the tokenizer of a text (None: UTF-8 bytes); a token folder's must be its own.
     """
     from dynlab.lm.tokens import is_token_folder, open_token_folder

@@ -224,7 +224,10 @@ def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path
         model, meta = load_checkpoint(run)
         spec_doc, result, run_id = _run_record(run)
         tokenizer = TokenizerSpec.model_validate(meta.get("tokenizer") or {})
+    tok = tokenizer.make()  # refused here, before anything is written, when its file moved or changed
     hf = to_hf(model)
+    if tok.eos_id is not None:  # a subword tokenizer's end-of-document id, not id 0
+        hf.config.pad_token_id = hf.config.bos_token_id = hf.config.eos_token_id = tok.eos_id
     if dtype is not None:
         hf = hf.to(dtype)
         hf.config.dtype = dtype
@@ -235,7 +238,7 @@ def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path
     hf.save_pretrained(str(out), safe_serialization=True)
     from dynlab.lm.card import model_card
 
-    tokenizer.make().save(out)  # the tokenizer the model was trained with
+    tok.save(out)  # the tokenizer the model was trained with
     (out / "README.md").write_text(model_card(_model_info(hf), spec_doc, result, run_id), encoding="utf-8")
     for path in out.iterdir():  # save_pretrained makes some files 0600 (temporary files renamed): the umask's mode
         if path.is_file() and not path.name.startswith("."):

@@ -345,7 +345,7 @@ class LMEvalSpec(Spec):
         return tuple(dict.fromkeys(v))
 
 
-def vocab_from_tokenizer(data: Any) -> Any:
+def vocab_from_tokenizer(data: Any, stored: bool = False) -> Any:
     """Run-spec fields ``data`` with ``model.vocab_size`` set to the tokenizer's ``n_ids``
     when the model leaves it out and the data's tokenizer is not the byte one (the fields
     as they are otherwise)."""
@@ -356,7 +356,8 @@ def vocab_from_tokenizer(data: Any) -> Any:
         return data
     source = data["data"]
     tok = (source.tokenizer if isinstance(source, LMDataSpec)
-           else LMDataSpec.model_validate(source).tokenizer if isinstance(source, dict) else None)
+           else LMDataSpec.model_validate(source, context={"stored": stored}).tokenizer if isinstance(source, dict)
+           else None)
     if tok is None or tok.kind == "byte":
         return data
     return {**data, "model": {**(model if isinstance(model, dict) else {}), "vocab_size": tok.n_ids}}
@@ -440,9 +441,9 @@ class LMRunSpec(Spec):
 
     @model_validator(mode="before")
     @classmethod
-    def _vocab_of_tokenizer(cls, data: Any) -> Any:
+    def _vocab_of_tokenizer(cls, data: Any, info: ValidationInfo) -> Any:
         """A model whose ``vocab_size`` is not given reads every id of the data's tokenizer."""
-        return vocab_from_tokenizer(data)
+        return vocab_from_tokenizer(data, bool(info.context and info.context.get("stored")))
 
     @model_validator(mode="after")
     def _init_in_a_loop(self) -> LMRunSpec:
@@ -701,9 +702,9 @@ class LMTaskRunSpec(Spec):
 
     @model_validator(mode="before")
     @classmethod
-    def _vocab_of_tokenizer(cls, data: Any) -> Any:
+    def _vocab_of_tokenizer(cls, data: Any, info: ValidationInfo) -> Any:
         """A model whose ``vocab_size`` is not given reads every id of the data's tokenizer."""
-        return vocab_from_tokenizer(data)
+        return vocab_from_tokenizer(data, bool(info.context and info.context.get("stored")))
 
     @model_validator(mode="after")
     def _task_through_tokenizer(self, info: ValidationInfo) -> LMTaskRunSpec:

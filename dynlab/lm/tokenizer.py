@@ -9,9 +9,9 @@ into ids through a :class:`Tokenizer`:
   folder holding one (a checkpoint's own folder, e.g. GPT-NeoX's for Mamba), read with the
   ``tokenizers`` library. Its batch encoding runs on every core.
 
-A run's spec records the tokenizer as a :class:`TokenizerSpec` (kind, the number of ids
-it can produce, the SHA-256 of its ``tokenizer.json``), so a run id changes with the
-tokenizer. :func:`check_fits` refuses a tokenizer whose ids reach beyond a model's
+A run's spec records the tokenizer as a :class:`TokenizerSpec` (kind, the path of its
+``tokenizer.json``, the number of ids it can produce, the SHA-256 of the file), so a run id
+changes with the tokenizer (and with where its file lies). :func:`check_fits` refuses a tokenizer whose ids reach beyond a model's
 vocabulary before anything is built.
 
 "One token" is one byte under the byte tokenizer and one subword under a Hugging Face
@@ -69,7 +69,7 @@ class TokenizerSpec(Spec):
 
     @property
     def label(self) -> str:
-        """Short words for tables and progress lines: ``byte`` or ``hf:<file>@<hash>``."""
+        """Short words for tables and progress lines: ``byte`` or ``hf:<folder of its file>@<hash>``."""
         return "byte" if self.kind == "byte" else f"hf:{Path(str(self.path)).parent.name}@{str(self.sha256)[:8]}"
 
 

@@ -137,9 +137,10 @@ def fit(
 
     ``precision``: ``"fp32"``, or ``"bf16"``: the forward under ``torch.autocast`` in
     bfloat16 (matrix products in bfloat16; the weights, gradients and AdamW moments stay
-    float32, the loss is taken in float32, and the scans run in float32 because their
-    step-size and decay parameters are float32: :mod:`dynlab.kernels` computes in the
-    promoted dtype). On CUDA, float32 matrix products use TF32 while training.
+    float32, the loss is taken in float32, and dynlab's mixers run their scans with
+    autocast off on float32 inputs, :func:`dynlab.lm.mixers.run_scan`; a Hugging Face
+    model runs its own code under autocast). On CUDA, float32 matrix products use TF32
+    while training.
 
     ``sync_every``: the steps' losses and gradient-norm checks stay on the device and are
     read back every ``sync_every`` steps (None: every step on the CPU, every
@@ -149,8 +150,8 @@ def fit(
     gradient is not finite is reported and never applied (the parameters are those of the
     step before); read back less often, it is found at the next read-back and reported at
     the step it happened, the steps after it discarded (the run is ``diverged`` and keeps
-    no weights either way). ``progress`` and ``stop`` are called for each step at its
-    read-back.
+    no weights either way). ``progress`` is called for each step at its read-back; with
+    ``stop`` every step is read back (``stop`` looks at the model right after its step).
     """
     if accum < 1:
         raise ValueError(f"accum must be a positive integer, got {accum}")
@@ -162,6 +163,8 @@ def fit(
     warmup = max(1, int(round(warmup_frac * steps)))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_lr(1.0, s, steps, warmup, floor=LR_FLOOR))
     every = sync_every if sync_every is not None else (1 if dev.type == "cpu" else SYNC_EVERY_CUDA)
+    if stop is not None:  # stop looks at the model after each step: every step is read back before the next
+        every = 1
     noise = generator if dev.type == "cpu" else torch.Generator(device=dev).manual_seed(generator.initial_seed())
     step_fn = _Step(model, next_batch, intervention, noise, batch_size, dev, opt, accum, precision)
     result = TrainResult(model=model)

@@ -39,3 +39,10 @@ def test_deep_nesting_is_refused(tmp_path, capsys, depth):
     deep = tmp_path / "deep.toml"
     deep.write_text("x = " + "[" * depth + "]" * depth + "\n")
     _refused(capsys, deep, "nests tables or arrays deeper than 8")
+
+
+def test_deep_dotted_headers_are_refused(tmp_path, capsys):
+    """Dotted headers nest without the TOML parser recursing: still one line, exit 2."""
+    deep = tmp_path / "dotted.toml"
+    deep.write_text("[" + ".".join(["a"] * 3000) + "]\nx = 1\n")
+    _refused(capsys, deep, "nests tables or arrays deeper than 8")

@@ -121,3 +121,18 @@ def test_bf16_autocast_trains_as_float32_does(mixer):
     gap = np.abs(curves["bf16"][-20:] - curves["fp32"][-20:]) / curves["fp32"][-20:]
     assert gap.mean() < 0.02, gap.mean()
     assert curves["bf16"][-20:].mean() < 0.5 * curves["bf16"][:5].mean()
+
+
+def test_stop_sees_the_model_right_after_its_step():
+    """With a ``stop`` callback every step is read back before the next, whatever
+    ``sync_every``: the callback sees the weights of exactly the steps done."""
+    seen = {}
+    for every in (1, 5):
+        model, generator = _model(), torch.Generator().manual_seed(6)
+        weights = []
+        fit(model, batch_source(_loader("zero", generator)), make_intervention("zero"), generator, steps=6,
+            batch_size=4, device="cpu", sync_every=every,
+            stop=lambda done: weights.append(model.head.weight.detach().clone()) or False)
+        seen[every] = weights
+    assert len(seen[1]) == len(seen[5]) == 6
+    assert all(torch.equal(a, b) for a, b in zip(seen[1], seen[5]))
