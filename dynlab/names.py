@@ -91,6 +91,8 @@ THEORY: dict[str, str] = {c.name: c.theory for c in CELLS}
 
 #: The LM mixers (:data:`dynlab.lm.mixers.MIXERS`).
 MIXER_NAMES = ("mamba2", "mamba1", "gla")
+#: The training precisions of the LM loop (:func:`dynlab.lm.train.fit`, ``--precision``).
+PRECISIONS = ("fp32", "bf16")
 #: The initial-state interventions of the task studies (each sets the state a sequence starts from).
 TASK_INTERVENTION_NAMES = ("zero", "random-noise", "fitted-noise", "state-passing")
 #: Truncated backpropagation through time: trains across windows, so it is no initial-state

@@ -58,7 +58,7 @@ Presets:
   ``--source`` (a token folder of that tokenizer, or a text): the untouched checkpoint
   (``phase = "base"``) and, from it, one post-training per intervention and a zero-state
   control on the same batches (``phase = "post"``), per seed (a seed is a data order).
-  Paper B's recipe (:data:`PRETRAINED`): T_train 2048, 100 steps, AdamW β 0.9/0.95,
+  Paper B's recipe (``PRESETS["pretrained"]``): T_train 2048, 100 steps, AdamW β 0.9/0.95,
   clipping 1.0, cosine decay after a 10 % warm-up, a batch of 2^19 tokens (8 sequences a
   micro-batch, 32 micro-batches a step: ``train.accum``), the learning rate the user gives
   (``--lr``, required: paper B uses a tenth of the checkpoint's peak pretraining rate),
@@ -269,10 +269,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-#: The ``pretrained`` preset's recipe (paper B's Fig. 5): what the command's knobs set there.
-PRETRAINED = PRESETS["pretrained"]
-
-
 class LGOptions(LMOptions):
     """Options of length-generalization: :class:`~dynlab.studies.long_context.LMOptions`
     (``interventions``, ``source``, ``model``, ``intervention``), overrides of the
@@ -301,8 +297,11 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
         raise DynlabInputError(f"unknown preset {options.preset!r}; allowed: {', '.join(PRESETS)}")
     preset = PRESETS[options.preset]
     extra = LGOptions.parse(options, "length-generalization")
+    seeds = options.seeds if options.seeds is not None else preset["seeds"]
+    if any(s < 0 for s in seeds):
+        raise DynlabInputError(f"seeds must be >= 0, got {list(seeds)}")
     if preset.get("pretrained") or extra.checkpoint is not None:
-        return pretrained_specs(options, preset, extra)
+        return pretrained_specs(options, preset, extra, seeds)
     mixers = select_names(options.models, preset["mixers"], MIXER_NAMES, "mixer")
     interventions = select_names(extra.interventions, preset.get("interventions", INTERVENTION_NAMES),
                                  INTERVENTION_NAMES, "intervention")
@@ -311,9 +310,6 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
         if extra.interventions is not None:
             post_kw["interventions"] = interventions
         interventions = ("zero",)
-    seeds = options.seeds if options.seeds is not None else preset["seeds"]
-    if any(s < 0 for s in seeds):
-        raise DynlabInputError(f"seeds must be >= 0, got {list(seeds)}")
     if extra.post and "post" not in preset:
         raise DynlabInputError(f"preset {options.preset!r} has no post-training arms; allowed: post overrides with "
                                f"the presets {', '.join(n for n, p in PRESETS.items() if 'post' in p)}")
@@ -356,7 +352,7 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
     return specs
 
 
-def pretrained_specs(options: StudyOptions, preset: dict, extra: LGOptions) -> list[LMRunSpec]:
+def pretrained_specs(options: StudyOptions, preset: dict, extra: LGOptions, seeds: tuple[int, ...]) -> list[LMRunSpec]:
     """The ``pretrained`` preset's runs: one per seed, each starting from the checkpoint
     (:class:`~dynlab.lm.spec.LMInitSpec`), evaluated as it is and post-trained per
     intervention against the zero-state control (``post``).
@@ -372,9 +368,6 @@ def pretrained_specs(options: StudyOptions, preset: dict, extra: LGOptions) -> l
     from dynlab.lm.spec import LMInitSpec
 
     _refuse_pretrained_options(options, preset, extra)
-    seeds = options.seeds if options.seeds is not None else preset["seeds"]
-    if any(s < 0 for s in seeds):
-        raise DynlabInputError(f"seeds must be >= 0, got {list(seeds)}")
     path = Path(str(extra.checkpoint)).expanduser()
     model, meta = load_checkpoint(path)  # one line when it is not a model
     tokenizer = checkpoint_tokenizer(meta, model, tokenizer_option(extra), path)

@@ -158,6 +158,18 @@ def check_source_option(text: str | None) -> str | None:
                            "text file, or a folder written by dynlab data prepare")
 
 
+def checkpoint_folder(text: str | Path, said: str) -> Path:
+    """A checkpoint given on the command line: an existing folder (its files are read when
+    it loads, :func:`dynlab.lm.checkpoint.load_checkpoint`), else one line naming it as
+    ``said`` (``checkpoint 'x'``, ``--checkpoint 'x'``) in that function's words."""
+    path = Path(text).expanduser()
+    if not str(text).strip() or not path.is_dir():
+        why = "a file, not a folder" if str(text).strip() and path.exists() else "no such folder"
+        raise DynlabInputError(f"{said} is not a model ({why}); allowed: a dynlab LM run folder (spec.json + "
+                               "model.safetensors) or a Hugging Face Mamba/Mamba2 folder (config.json + weights)")
+    return path
+
+
 def in_range(flag: str, value: float, low: float, high: float | None = None, what: str = "") -> None:
     """Refuse ``value`` of ``flag`` outside [low, high]."""
     if value < low or (high is not None and value > high):

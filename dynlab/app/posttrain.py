@@ -8,10 +8,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dynlab.app.checks import DEFAULT_OUT, check_device, check_source_option, in_option_words, in_range, out_folder
+from dynlab.app.checks import (DEFAULT_OUT, check_device, check_source_option, checkpoint_folder, in_option_words, in_range,
+                               out_folder)
 from dynlab.app.folders import check_out
 from dynlab.errors import DynlabInputError
-from dynlab.names import INTERVENTION_NAMES, TBTT, TBTT_ON_TASKS
+from dynlab.names import INTERVENTION_NAMES, PRECISIONS, TBTT, TBTT_ON_TASKS
 
 #: ``lm post-train --task`` kind -> the study whose quick preset gives its task grid.
 POST_TRAIN_TASKS = {"copying": "copying", "passkey": "passkey", "babi": "babilong"}
@@ -26,11 +27,7 @@ def post_train_places(out: str, checkpoint: Path) -> Path:
     refuse_foreign_folder(out_dir, "--out",
                           allowed="a folder of studies (made when missing), not a run or study folder")
     check_out(out_dir, "post-train", "post-train/runs")  # the run goes to OUT/post-train/runs/<id>
-    if not checkpoint.expanduser().is_dir():  # the words of dynlab.lm.checkpoint.load_checkpoint
-        why = "a file, not a folder" if checkpoint.expanduser().exists() else "no such folder"
-        raise DynlabInputError(f"checkpoint {str(checkpoint.expanduser())!r} is not a model ({why}); allowed: a "
-                               "dynlab LM run folder (spec.json + model.safetensors) or a Hugging Face Mamba/Mamba2 "
-                               "folder (config.json + weights)")
+    checkpoint_folder(checkpoint, f"checkpoint {str(checkpoint.expanduser())!r}")
     return out_dir
 
 
@@ -144,8 +141,8 @@ def post_train(checkpoint: str | Path, intervention: str = "state-passing", step
     checkpoint = Path(checkpoint)
     post_train_options(intervention, task, source, seq_len, steps, batch_size, lr, length_multiple, samples, seed,
                        device)
-    if precision not in ("fp32", "bf16"):
-        raise DynlabInputError(f"unknown --precision {precision!r}; allowed: fp32, bf16")
+    if precision not in PRECISIONS:
+        raise DynlabInputError(f"unknown --precision {precision!r}; allowed: {', '.join(PRECISIONS)}")
     out_dir = post_train_places(out, checkpoint)
     from importlib import import_module
 

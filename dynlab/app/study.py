@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dynlab.app.checks import (DEFAULT_OUT, NOTES, check_device, check_executor, check_preset, check_source_option,
+                               checkpoint_folder,
                                in_option_words, out_folder, parse_groups, parse_list, parse_names, parse_numbers,
                                parse_seeds, quiet_libraries, say_notes, cell_names)
 from dynlab.app.checks import echo as plain_echo
@@ -189,12 +190,7 @@ def check_checkpoint_option(entry: StudyEntry, checkpoint: str) -> str:
     if "pretrained" not in entry.presets:
         raise DynlabInputError(f"--checkpoint is not an option of {entry.name}; allowed: length-generalization "
                                "--preset pretrained --checkpoint DIR")
-    path = Path(checkpoint).expanduser()
-    if not checkpoint.strip() or not path.is_dir():
-        why = "a file, not a folder" if path.exists() and checkpoint.strip() else "no such folder"
-        raise DynlabInputError(f"--checkpoint {checkpoint!r} is not a model ({why}); allowed: a Hugging Face "
-                               "Mamba/Mamba2 folder (config.json + weights) or a dynlab LM run folder")
-    return str(path)
+    return str(checkpoint_folder(checkpoint, f"--checkpoint {checkpoint!r}"))
 
 
 def lm_study_options(entry: StudyEntry, models: str, interventions: str | None, source: str | None,

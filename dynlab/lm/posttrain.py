@@ -182,8 +182,9 @@ def run_post_train(spec: PostTrainSpec, out: str | Path, device: str = "auto",
     dev = resolve_device(device)
     from dynlab.kernels.dispatch import forced_backend_problem
 
-    if forced_backend_problem() is not None:  # a backend this machine cannot run: the user's choice
-        raise DynlabInputError(str(forced_backend_problem()))
+    problem = forced_backend_problem()  # a backend this machine cannot run: the user's choice
+    if problem is not None:
+        raise DynlabInputError(problem)
     model, meta = load_checkpoint(spec.checkpoint)  # refuses a non-model before anything is written
     check_fits(spec.data.tokenizer, model_vocab(model), f"checkpoint {spec.checkpoint!r}")
     store = RunStore(Path(out) / "post-train")

@@ -41,7 +41,7 @@ from dynlab.runtime import MAX_THREADS
 from dynlab.lm.tokenizer import BYTE_VOCAB, TokenizerSpec
 from dynlab.lm.tokens import RECORD as TOKENS_RECORD
 from dynlab.lm.tokens import is_token_folder, open_token_folder
-from dynlab.names import BABI_KINDS, INTERVENTION_NAMES, MIXER_NAMES, SOURCES, TASK_INTERVENTION_NAMES, TBTT, TBTT_ON_TASKS
+from dynlab.names import BABI_KINDS, INTERVENTION_NAMES, MIXER_NAMES, PRECISIONS, SOURCES, TASK_INTERVENTION_NAMES, TBTT, TBTT_ON_TASKS
 
 __all__ = [
     "ANCHOR_MLP_RATIO", "CHINCHILLA_TOKENS_PER_PARAM", "LMDataSpec", "LMModelSpec", "InterventionSpec", "LMTrainSpec",
@@ -51,7 +51,7 @@ __all__ = [
 
 MixerName = Literal[MIXER_NAMES]
 #: Training precisions (:func:`dynlab.lm.train.fit`).
-Precision = Literal["fp32", "bf16"]
+Precision = Literal[PRECISIONS]
 InterventionName = Literal[INTERVENTION_NAMES]
 DistanceName = Literal["tv", "js", "cos"]
 

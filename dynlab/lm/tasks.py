@@ -351,7 +351,7 @@ class PasskeyTask:
             row += answer + end
             rows.append(row)
             scored.append(list(range(start, start + len(answer))))
-        return _batch(rows, scored, pad=self.text.pad if self.text.subword else None)
+        return _batch(rows, scored, pad=self.text.pad)
 
     def probe_samples(self, generator: torch.Generator, n: int, d: int) -> tuple[TaskBatch, int, np.ndarray]:
         """``n`` probe samples of the state geometry (:mod:`dynlab.lm.geometry`): the needle,

@@ -44,7 +44,6 @@ does and what the reader checks); the sections below keep them apart.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import shutil
@@ -289,21 +288,15 @@ def source_files(sources: Sequence[str | Path]) -> list[Path]:
     return unique
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_COPY_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def describe_sources(files: Iterable[Path]) -> list[SourceRecord]:
     """Each file's absolute path, size (bytes) and SHA-256 (one read of every file); a file
     that cannot be read: one line."""
+    from dynlab.results.store import file_digest  # the run store's hash of a file, read in blocks
+
     described = []
     for f in files:
         try:
-            described.append(SourceRecord(path=str(f), size=f.stat().st_size, sha256=_sha256(f)))
+            described.append(SourceRecord(path=str(f), size=f.stat().st_size, sha256=file_digest(f)["sha256"]))
         except OSError as err:
             raise DynlabInputError(f"source {str(f)!r} cannot be read ({err.strerror or type(err).__name__}); "
                                    f"allowed: {ALLOWED_SOURCES}") from None

@@ -29,6 +29,7 @@ from dynlab.lm.interventions import Intervention
 from dynlab.lm.loaders import RandomWindowLoader, SequentialChunkLoader
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.states import detach_states, map_states
+from dynlab.names import PRECISIONS
 from dynlab.runtime import resolve_device, train_threads
 from dynlab.training import TrainResult, converged, cosine_lr, loss_curve
 
@@ -200,9 +201,6 @@ def _run_steps(step_fn: _Step, update: Callable[[], object], steps: int, every: 
         if not _record(values, result, progress, stop):
             return
 
-
-#: The precisions of :func:`fit` (``precision``).
-PRECISIONS = ("fp32", "bf16")
 
 #: Steps between two read-backs of the loss on a GPU (:func:`fit`'s ``sync_every``).
 SYNC_EVERY_CUDA = 25
