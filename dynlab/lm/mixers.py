@@ -165,6 +165,8 @@ class _ShortConv(nn.Module):
     def _conv(self, x: torch.Tensor, window: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.conv1d is None:
             return F.silu(x), None
+        if dispatch.conv_backend(x.device, x.dtype, self.conv_kernel, x.shape[-1]) == "causal_conv1d":  # CUDA, causal-conv1d
+            return dispatch.causal_conv1d_silu(x, self.conv1d.weight, self.conv1d.bias, window)
         return causal_conv(x, self.conv1d.weight, self.conv1d.bias, window)
 
     @torch.no_grad()

@@ -207,7 +207,16 @@ def _conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
           window: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`dynlab.lm.mixers.causal_conv` per member: x ``[E, B, T, C]``, weight ``[E, C, 1, K]``,
     bias ``[E, C]``, window ``[E, B, C, K − 1]`` -> (silu(conv) ``[E, B, T, C]``, new window);
-    one fused op with a hand-written backward (:mod:`kernels.short_conv`)."""
+    one fused op with a hand-written backward (:mod:`kernels.short_conv`), or on CUDA
+    causal-conv1d's kernel over the E·C channels (:func:`kernels.dispatch.conv_backend`)."""
+    e, b, t, c = x.shape
+    k = weight.shape[-1]
+    if dispatch.conv_backend(x.device, x.dtype, k, e * c) == "causal_conv1d":  # CUDA: members become channels
+        win = None if window is None else window.movedim(0, 1).reshape(b, e * c, k - 1)
+        bias_f = None if bias is None else bias.reshape(e * c)
+        y, new = dispatch.causal_conv1d_silu(x.movedim(0, 2).reshape(b, t, e * c), weight.reshape(e * c, 1, k), bias_f,
+                                             win)
+        return y.reshape(b, t, e, c).movedim(2, 0), new.reshape(b, e, c, k - 1).movedim(1, 0)
     past = None if window is None else window.to(x.dtype).transpose(2, 3)
     y = causal_conv_silu(x, weight[:, :, 0, :].transpose(1, 2), bias, past)
     return y, last_window(x, past, weight.shape[-1]).transpose(2, 3)
@@ -299,7 +308,8 @@ def _mamba1(m: Mamba1Mixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tenso
     dt_raw, B, C = torch.split(_linear(xs, p[pre + "x_proj.weight"]), [m.dt_rank, m.d_state, m.d_state], dim=-1)
     delta = F.softplus(_linear(dt_raw, p[pre + "dt_proj.weight"], p[pre + "dt_proj.bias"]))  # [E, B, T, D_inner]
     A = -torch.exp(p[pre + "A_log"])  # [E, D_inner, N]
-    if m.impl == "dispatch" and dispatch.choose_backend("selective_scan", x.device, x.dtype) == "torch":
+    if m.impl == "dispatch" and dispatch.choose_backend("selective_scan", x.device, x.dtype,
+                                                         dispatch.needs_grad(xs, delta)) == "torch":
         init = None if state is None else state.to(x.dtype).reshape(e, b, m.d_inner, m.d_state)
         y_scan, final = selective_scan_grouped(xs, delta, A, B, C, init)
         finals = final.view(e, b, *m.state_shape())
@@ -335,7 +345,7 @@ def _gla(m: GLAMixer, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor, sta
     q, k, g = (a.reshape(e, b, t, h, dk) for a in (q, k, g))
     v = v.reshape(e, b, t, h, dv)
     gk = F.logsigmoid(g) / m.gate_normalizer
-    if m.impl == "dispatch" and dispatch.choose_backend("gla", x.device, x.dtype) == "torch":
+    if m.impl == "dispatch" and dispatch.choose_backend("gla", x.device, x.dtype, dispatch.needs_grad(q, gk)) == "torch":
         # the C recurrence over the E·B sequences, reading q, k, v in place (no fold of members into heads)
         init = None if state is None else state.to(x.dtype).reshape(e * b, h, dk, dv)
         y, final = gla_recurrent(*(a.reshape(e * b, t, h, -1) for a in (q, k, v, gk)), None, init, True,

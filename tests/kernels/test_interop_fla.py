@@ -6,30 +6,11 @@ torch, so the file ``fla/ops/gla/naive.py`` is loaded on its own (CPU-only machi
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
-
 import pytest
 import torch
+from helpers.library_twins import fla_naive_recurrent_gla as _naive_recurrent_gla
 
 from dynlab.kernels.gla.chunked import gla_chunked, gla_ref
-
-
-def _naive_recurrent_gla():
-    # Importing the ``fla`` package initialises triton, which on a CPU-only machine with
-    # triton installed raises RuntimeError (no active driver) and warns; the naive file is
-    # plain torch, so it is always loaded on its own.
-    try:
-        dist = importlib.metadata.distribution("fla-core")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("fla-core is not installed")
-    path = dist.locate_file("fla/ops/gla/naive.py")
-    spec = importlib.util.spec_from_file_location("_fla_gla_naive", str(path))
-    if spec is None or spec.loader is None:
-        pytest.skip("fla-core installed without fla/ops/gla/naive.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.naive_recurrent_gla
 
 
 @pytest.mark.parametrize("impl", [gla_ref, gla_chunked], ids=["ref", "chunked"])

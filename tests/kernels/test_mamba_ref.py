@@ -123,7 +123,7 @@ def test_mamba_ref_selective_scan_initial_state_continues_the_reference(impl, ma
 def test_mamba_ref_selective_scan_fn_adapter_adds_the_initial_state(mamba_selective_scan_ref, monkeypatch):
     """The CUDA backend's adapter around ``selective_scan_fn`` (which has no initial state),
     run here with mamba-ssm's ``selective_scan_ref`` in its place (same signature), equals dynlab's scan."""
-    monkeypatch.setitem(dispatch._MAMBA, "selective_scan", mamba_selective_scan_ref)
+    monkeypatch.setitem(dispatch._LIBS, "mamba_ssm", {"selective_scan": mamba_selective_scan_ref})
     u, delta, A, B, C = _mamba1_inputs(seed=2)
     h0 = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(3))
     y, last = dispatch._selective_scan_mamba(u, delta, A, B, C, h0, True)

@@ -84,9 +84,9 @@ def test_dispatch_picks_the_backend_of_the_promoted_dtype(op, monkeypatch):
     asked = []
     real = dispatch.get_kernel
 
-    def spy(name, device, dtype):
+    def spy(name, device, dtype, grad=False):
         asked.append(dtype)
-        return real(name, device, dtype)
+        return real(name, device, dtype, grad)
 
     monkeypatch.setattr(dispatch, "get_kernel", spy)
     if op == "linear_scan":

@@ -222,35 +222,43 @@ def test_triton_selective_scan_matches_reference(with_init):
 @pytest.mark.parametrize("op", sorted(dispatch.TABLE))
 def test_triton_dispatch_picks_torch_on_cpu_and_triton_on_cuda(op, monkeypatch):
     monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
-    monkeypatch.setattr(dispatch, "mamba_ssm_available", lambda: False)
+    monkeypatch.setattr(dispatch, "library_available", lambda name: False)
     assert dispatch.choose_backend(op, "cpu") == "torch"
     assert dispatch.choose_backend(op, torch.device("cuda", 0)) == "triton"
     assert dispatch.choose_backend(op, "cuda", torch.float64) == ("triton" if op == "linear_scan" else "torch")
+    # training: only a Triton kernel with its own backward (the linear scan's); the others are forward-only
+    trains = dispatch.choose_backend(op, "cuda", torch.float32, grad=True)
+    assert trains == ("triton" if op == "linear_scan" else "torch")
+    assert (op in dispatch.TRITON_FORWARD_ONLY) == (op != "linear_scan")
     assert dispatch.get_kernel(op, "cpu") is dispatch.resolve(dispatch.TABLE[op]["torch"])
     monkeypatch.setattr(dispatch, "HAS_TRITON", False)  # no triton installed: torch on CUDA too
     assert dispatch.choose_backend(op, "cuda") == "torch"
 
 
-@pytest.mark.parametrize("op", ["ssd", "selective_scan"])
-def test_triton_dispatch_prefers_mamba_ssm_on_cuda_when_it_imports(op, monkeypatch):
+@pytest.mark.parametrize(("op", "library"), [("ssd", "mamba_ssm"), ("selective_scan", "mamba_ssm"), ("gla", "fla")])
+def test_triton_dispatch_prefers_the_library_on_cuda_when_it_imports(op, library, monkeypatch):
     monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
-    monkeypatch.setattr(dispatch, "mamba_ssm_available", lambda: True)
-    assert dispatch.choose_backend(op, "cuda") == "mamba_ssm"
+    monkeypatch.setattr(dispatch, "library_available", lambda name: name == library)
+    for grad in (False, True):  # the library's kernels have their own backward: training too
+        assert dispatch.choose_backend(op, "cuda", grad=grad) == library
     assert dispatch.choose_backend(op, "cpu") == "torch"  # never on the CPU
-    assert dispatch.choose_backend("gla", "cuda") == "triton"  # mamba-ssm has no GLA
+    assert dispatch.choose_backend(op, "cuda", torch.float64) == "torch"  # nor in a dtype it does not take
+    others = [o for o in dispatch.TABLE if o != "linear_scan" and library not in dispatch.TABLE[o]]
+    assert all(dispatch.choose_backend(o, "cuda") == "triton" for o in others)
 
 
 def test_triton_dispatch_never_tries_mamba_ssm_without_cuda(monkeypatch):
-    monkeypatch.setattr(dispatch, "_MAMBA", {})
+    monkeypatch.setattr(dispatch, "_LIBS", {})
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert dispatch.mamba_ssm_available() is False
+    assert not any(dispatch.library_available(name) for name in dispatch.LIBRARIES)
 
 
 def test_triton_dispatch_env_override_and_bad_value(monkeypatch):
     monkeypatch.setenv(dispatch.ENV_VAR, "triton")
     assert dispatch.choose_backend("ssd", "cpu") == "triton"
     monkeypatch.setenv(dispatch.ENV_VAR, "cuda-please")
-    with pytest.raises(ValueError, match="allowed: auto, torch, triton, mamba_ssm"):
+    with pytest.raises(ValueError, match="allowed: auto, torch, triton, mamba_ssm, fla, causal_conv1d"):
         dispatch.choose_backend("ssd", "cpu")
     with pytest.raises(ValueError, match="unknown operation"):
         dispatch.choose_backend("conv", "cpu")
