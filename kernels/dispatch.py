@@ -61,7 +61,7 @@ import importlib.util
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 

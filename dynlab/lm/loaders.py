@@ -73,6 +73,13 @@ class RandomWindowLoader:
     def __iter__(self) -> RandomWindowLoader:
         return self
 
+    def state_dict(self) -> dict[str, int]:
+        """Nothing beyond the generator (whose owner saves it): ``{}``."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """The inverse of :meth:`state_dict`."""
+
     def __next__(self) -> Batch:
         starts = torch.randint(0, len(self.data) - self.seq_len, (self.batch_size,), generator=self.generator)
         idx = starts[:, None] + torch.arange(self.seq_len + 1)  # [B, L + 1]
@@ -98,6 +105,14 @@ class SequentialChunkLoader:
 
     def __iter__(self) -> SequentialChunkLoader:
         return self
+
+    def state_dict(self) -> dict[str, int]:
+        """The position: batches read so far."""
+        return {"step": self.step}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Continue from a position :meth:`state_dict` gave."""
+        self.step = int(state["step"])
 
     def __next__(self) -> Batch:
         i = self.step % self.chunks_per_lane

@@ -10,6 +10,24 @@ run whose loss or gradient becomes non-finite, reporting ``status="diverged"`` i
 :class:`~dynlab.training.TrainResult`. Batches and intervention noise come from one
 explicit ``torch.Generator`` seeded with ``seed``; parameters are initialised by the
 caller (``RecurrentLM(generator=...)``).
+
+**Precision** (``fit``'s ``precision``): ``"fp32"``, or ``"bf16"``: the forward under ``torch.autocast`` in
+bfloat16 (matrix products in bfloat16; the weights, gradients and AdamW moments stay
+float32, the loss is taken in float32, and dynlab's mixers run their scans with
+autocast off on float32 inputs, :func:`dynlab.lm.mixers.run_scan`; a Hugging Face
+model runs its own code under autocast). On CUDA, float32 matrix products use TF32
+while training.
+
+**Host synchronisation** (``fit``'s ``sync_every``): the steps' losses and gradient-norm checks stay on the device and are
+read back every ``sync_every`` steps (None: every step on the CPU, every
+:data:`SYNC_EVERY_CUDA` on a GPU), so no step waits for the host in between; the
+intervention's noise comes from a generator on the model's device (on the CPU the
+caller's, so its numbers are unchanged). Read back every step, a step whose loss or
+gradient is not finite is reported and never applied (the parameters are those of the
+step before); read back less often, it is found at the next read-back and reported at
+the step it happened, the steps after it discarded (the run is ``diverged`` and keeps
+no weights either way). ``progress`` is called for each step at its read-back; with
+``stop`` every step is read back (``stop`` looks at the model right after its step).
 """
 
 from __future__ import annotations
@@ -17,7 +35,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +44,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dynlab.lm.distributed import (
+    TrainState, World, all_ranks, current_world, mean_over_ranks, rank_generator, run_identity, shard_rows,
+)
 from dynlab.lm.interventions import Intervention
 from dynlab.lm.loaders import RandomWindowLoader, SequentialChunkLoader
 from dynlab.lm.model import RecurrentLM
@@ -81,20 +103,30 @@ def train_lm(
     stop: Callable[[int], bool] | None = None,
     accum: int = 1,
     precision: str = "fp32",
+    resume: Path | None = None,
+    save_every: int = 100,
 ) -> TrainResult:
     """Train ``model`` in place on the token stream ``data [n]`` (:func:`fit`).
 
     Args:
         intervention: chooses the initial states (and the loader) of every step.
-        steps, batch_size, seq_len: optimisation length, B and training length L.
+        steps, batch_size, seq_len: optimisation length, B (per process) and training length L.
         seed: seeds the generator of the batches and of the intervention noise.
-        lr, weight_decay, grad_clip, warmup_frac, device, threads, progress, stop, accum, precision: as :func:`fit`.
+        lr, weight_decay, grad_clip, warmup_frac, device, threads, progress, stop, accum, precision,
+        resume, save_every: as :func:`fit`.
+
+    Launched by ``torchrun`` (an initialised process group of W > 1 processes), the loader
+    draws global batches of ``W × batch_size`` windows and each rank trains on its own rows
+    (:mod:`dynlab.lm.distributed`).
     """
+    world = current_world()
     generator = torch.Generator().manual_seed(seed)
-    loader = make_loader(intervention, data, batch_size, seq_len, generator)
-    return fit(model, batch_source(loader), intervention, generator, steps=steps, batch_size=batch_size, lr=lr,
+    loader = make_loader(intervention, data, batch_size * (world.size if world else 1), seq_len, generator)
+    source = batch_source(loader) if world is None else shard_rows(batch_source(loader), world)
+    return fit(model, source, intervention, generator, steps=steps, batch_size=batch_size, lr=lr,
                weight_decay=weight_decay, grad_clip=grad_clip, warmup_frac=warmup_frac, device=device,
-               threads=threads, progress=progress, stop=stop, accum=accum, precision=precision)
+               threads=threads, progress=progress, stop=stop, accum=accum, precision=precision, world=world,
+               resume=resume, save_every=save_every, source=loader)
 
 
 def fit(
@@ -116,6 +148,10 @@ def fit(
     accum: int = 1,
     precision: str = "fp32",
     sync_every: int | None = None,
+    world: World | None = None,
+    resume: Path | None = None,
+    save_every: int = 100,
+    source: Any = None,
 ) -> TrainResult:
     """The optimisation loop shared by LM and task training; ``model`` is trained in place.
 
@@ -136,29 +172,19 @@ def fit(
     final states to the next one; TBTT's next micro-batch is the next chunk). A step's
     loss is the mean of its micro-batches'. ``accum = 1``: the plain loop, unchanged.
 
-    ``precision``: ``"fp32"``, or ``"bf16"``: the forward under ``torch.autocast`` in
-    bfloat16 (matrix products in bfloat16; the weights, gradients and AdamW moments stay
-    float32, the loss is taken in float32, and dynlab's mixers run their scans with
-    autocast off on float32 inputs, :func:`dynlab.lm.mixers.run_scan`; a Hugging Face
-    model runs its own code under autocast). On CUDA, float32 matrix products use TF32
-    while training.
+    ``precision`` and ``sync_every``: see the module docstring.
 
-    ``sync_every``: the steps' losses and gradient-norm checks stay on the device and are
-    read back every ``sync_every`` steps (None: every step on the CPU, every
-    :data:`SYNC_EVERY_CUDA` on a GPU), so no step waits for the host in between; the
-    intervention's noise comes from a generator on the model's device (on the CPU the
-    caller's, so its numbers are unchanged). Read back every step, a step whose loss or
-    gradient is not finite is reported and never applied (the parameters are those of the
-    step before); read back less often, it is found at the next read-back and reported at
-    the step it happened, the steps after it discarded (the run is ``diverged`` and keeps
-    no weights either way). ``progress`` is called for each step at its read-back; with
-    ``stop`` every step is read back (``stop`` looks at the model right after its step).
+    ``world`` (default: the ``torchrun`` group, if any): the model trains under
+    DistributedDataParallel, ``next_batch`` giving this rank's rows; ``resume``: the training
+    state's path, saved every ``save_every`` steps with ``source``'s ``state_dict()`` and
+    restored when it exists (both in :mod:`dynlab.lm.distributed`).
     """
     if accum < 1:
         raise ValueError(f"accum must be a positive integer, got {accum}")
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    dev = resolve_device(device)
+    world = world if world is not None else current_world()
+    dev = resolve_device(device) if world is None else world.device(resolve_device(device))
     model.to(dev).train()
     opt = _adamw(model, lr, weight_decay)
     warmup = max(1, int(round(warmup_frac * steps)))
@@ -166,51 +192,87 @@ def fit(
     every = sync_every if sync_every is not None else (1 if dev.type == "cpu" else SYNC_EVERY_CUDA)
     if stop is not None:  # stop looks at the model after each step: every step is read back before the next
         every = 1
-    noise = generator if dev.type == "cpu" else torch.Generator(device=dev).manual_seed(generator.initial_seed())
-    step_fn = _Step(model, next_batch, intervention, noise, batch_size, dev, opt, accum, precision)
+    noise = _noise_generator(generator, dev, world)
+    step_fn = _Step(model, next_batch, intervention, noise, batch_size, dev, opt, accum, precision, world)
     result = TrainResult(model=model)
+    state = None if resume is None else TrainState(
+        Path(resume), world, model, opt, sched, [generator] + ([noise] if noise is not generator else []), intervention,
+        source, run_identity(model, steps=steps, batch_size=batch_size, lr=lr, accum=accum, weight_decay=weight_decay,
+                             grad_clip=grad_clip, warmup_frac=warmup_frac, intervention=type(intervention).__name__))
+    done, result.losses, result.lengths = (0, [], []) if state is None else state.restore()
     start = time.perf_counter()
     with train_threads(dev, threads=threads), _tf32(dev):
-        _run_steps(step_fn, lambda: (opt.step(), sched.step()), steps, every, grad_clip, result, progress, stop)
+        _run_steps(step_fn, lambda: (opt.step(), sched.step()), range(done, steps), every, grad_clip, result,
+                   progress, stop, None if state is None else _saver(state, save_every, steps))
     result.seconds = time.perf_counter() - start
+    if state is not None:
+        state.finish()
     model.eval()
     return result
 
 
-def _run_steps(step_fn: _Step, update: Callable[[], object], steps: int, every: int, grad_clip: float,
+def _noise_generator(generator: torch.Generator, dev: torch.device, world: World | None) -> torch.Generator:
+    """The intervention's noise generator: the caller's on the CPU (its numbers unchanged), one
+    on the device seeded alike on a GPU, and over several ranks each rank's own
+    (:func:`dynlab.lm.distributed.rank_generator`; the batches stay the seed's, sharded)."""
+    if world is not None:
+        return rank_generator(generator.initial_seed(), world, dev)
+    return generator if dev.type == "cpu" else torch.Generator(device=dev).manual_seed(generator.initial_seed())
+
+
+def _saver(state: TrainState, save_every: int, steps: int) -> Callable[[int, TrainResult], None]:
+    """Save ``state`` at the first read-back at or after every ``save_every`` steps (not after the last step)."""
+    last = [0]
+
+    def save(done: int, result: TrainResult) -> None:
+        if done < steps and done // max(1, save_every) > last[0] // max(1, save_every):
+            state.save(done, list(result.losses), list(result.lengths))
+            last[0] = done
+
+    return save
+
+
+def _run_steps(step_fn: _Step, update: Callable[[], object], steps: range, every: int, grad_clip: float,
                result: TrainResult, progress: Callable[[int, float], None] | None,
-               stop: Callable[[int], bool] | None) -> None:
-    """:func:`fit`'s loop: each step's gradients, their clipping and the ``update``, the
-    losses and gradient checks read back every ``every`` steps (every step: before the
-    update, so that a failing step is never applied) and recorded in ``result``."""
+               stop: Callable[[int], bool] | None, save: Callable[[int, TrainResult], None] | None = None) -> None:
+    """:func:`fit`'s loop over the ``steps`` still to run: each step's gradients, their
+    clipping and the ``update``, the losses and gradient checks read back every ``every``
+    steps (every step: before the update, so that a failing step is never applied; averaged
+    over the ranks of a world) and recorded in ``result``; ``save(steps done, result)`` after
+    each read-back."""
     pending: list[tuple[int, torch.Tensor, torch.Tensor, int]] = []  # (step, loss, gradient finite, length)
-    for step in range(steps):
+    world = step_fn.world
+    for step in steps:
         loss, length = step_fn()
         finite = torch.isfinite(torch.nn.utils.clip_grad_norm_(step_fn.model.parameters(), grad_clip))
         pending.append((step, loss, finite, length))
         if every == 1:
-            values = _read_back(pending)
+            values = _read_back(pending, world)
             if all(ok for _, _, ok, _ in values):
                 update()
         else:
             update()
-            if len(pending) < every and step + 1 < steps:
+            if len(pending) < every and step + 1 < steps.stop:
                 continue
-            values = _read_back(pending)
+            values = _read_back(pending, world)
         pending = []
         if not _record(values, result, progress, stop):
             return
+        if save is not None:
+            save(step + 1, result)
 
 
 #: Steps between two read-backs of the loss on a GPU (:func:`fit`'s ``sync_every``).
 SYNC_EVERY_CUDA = 25
 
 
-def _read_back(pending: list[tuple[int, torch.Tensor, torch.Tensor, int]]) -> list[tuple[int, float, bool, int]]:
+def _read_back(pending: list[tuple[int, torch.Tensor, torch.Tensor, int]],
+               world: World | None = None) -> list[tuple[int, float, bool, int]]:
     """The pending steps' ``(step, loss, loss and gradient finite, length)``, their losses
-    and gradient checks read back in one transfer each."""
-    values = torch.stack([p[1].detach() for p in pending]).double().tolist()  # float32 or float64 exactly
-    finite = torch.stack([p[2] for p in pending]).tolist()
+    (averaged over the ranks of a world) and gradient checks (on every rank) read back in
+    one transfer each."""
+    values = mean_over_ranks(torch.stack([p[1].detach() for p in pending]).double(), world).tolist()
+    finite = all_ranks(torch.stack([p[2] for p in pending]), world).tolist()
     return [(step, value, bool(ok) and math.isfinite(value), length)
             for (step, _, _, length), value, ok in zip(pending, values, finite)]
 
@@ -258,24 +320,29 @@ class _Step:
 
     def __init__(self, model: nn.Module, next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]],
                  intervention: Intervention, generator: torch.Generator, batch_size: int, dev: torch.device,
-                 opt: torch.optim.Optimizer, accum: int, precision: str) -> None:
+                 opt: torch.optim.Optimizer, accum: int, precision: str, world: World | None = None) -> None:
         self.model, self.next_batch, self.intervention, self.generator = model, next_batch, intervention, generator
         self.batch_size, self.dev, self.opt, self.accum, self.precision = batch_size, dev, opt, accum, precision
+        self.world = world
+        #: what runs the forward: the model, or over several ranks its DistributedDataParallel wrapper
+        self.forward = model if world is None else nn.parallel.DistributedDataParallel(model)  # inputs are on the device already
         self.shapes = model.state_shapes()
         self.dtype = next(model.parameters()).dtype  # initial states are drawn in float32 and cast to the model's
 
     def __call__(self) -> tuple[torch.Tensor, int]:
         self.opt.zero_grad(set_to_none=True)
         total, length = None, 0
-        for _ in range(self.accum):
+        for micro in range(self.accum):
             tokens, mask, fresh = self.next_batch()
             tokens = _to_device(tokens, self.dev)  # [B, L + 1]
             init = map_states(self.intervention.initial_states(self.batch_size, self.shapes, fresh, self.generator),
                               lambda s: s.to(self.dev, self.dtype))
-            with torch.autocast(self.dev.type, dtype=torch.bfloat16, enabled=self.precision == "bf16"):
-                logits, finals = self.model(tokens[:, :-1], init)  # [B, L, V]
-            loss = _masked_mean(logits.float() if self.precision == "bf16" else logits, tokens[:, 1:], mask)
-            (loss if self.accum == 1 else loss / self.accum).backward()
+            local = self.world is not None and micro < self.accum - 1  # gradients averaged over ranks once a step
+            with self.forward.no_sync() if local else nullcontext():
+                with torch.autocast(self.dev.type, dtype=torch.bfloat16, enabled=self.precision == "bf16"):
+                    logits, finals = self.forward(tokens[:, :-1], init)  # [B, L, V]
+                loss = _masked_mean(logits.float() if self.precision == "bf16" else logits, tokens[:, 1:], mask)
+                (loss if self.accum == 1 else loss / self.accum).backward()
             self.intervention.observe(detach_states(finals))
             total = loss.detach() if total is None else total + loss.detach()
             length = tokens.shape[1] - 1

@@ -1,0 +1,51 @@
+"""Train a tiny LM with :func:`dynlab.lm.train.train_lm`, alone or as one rank of ``torchrun``,
+and save (rank 0) its final parameters and losses: used by ``tests/lm/test_distributed.py``.
+
+    python ddp_train.py OUT BATCH INTERVENTION [RESUME [CRASH_AT]]
+    torchrun --nproc_per_node 2 ddp_train.py OUT BATCH INTERVENTION [RESUME [CRASH_AT]]
+
+Float64, a byte stream with structure, 8 steps of 2 micro-batches (accum 2). CRASH_AT: the
+process ends with exit code 3 when the loss of that step is read back (a kill mid-run)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from dynlab.lm.distributed import current_world, init_world
+from dynlab.lm.interventions import make_intervention
+from dynlab.lm.model import RecurrentLM
+from dynlab.lm.train import train_lm
+
+
+def main() -> None:
+    out, batch, arm = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    resume = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[4] != "-" else None
+    crash_at = int(sys.argv[5]) if len(sys.argv) > 5 else -1
+    init_world("cpu")
+    torch.manual_seed(0)
+    model = RecurrentLM("mamba2", d_model=16, n_layers=2, n_heads=2, head_dim=8, d_state=8, chunk_size=8,
+                        generator=torch.Generator().manual_seed(1)).double()
+    g = torch.Generator().manual_seed(2)
+    base = torch.tensor(list(b"to be or not to be, that is the question. "), dtype=torch.long)
+    data = base.repeat(200)
+    data[torch.rand(len(data), generator=g) < 0.05] = 7
+
+    def progress(step: int, loss: float) -> None:
+        if step == crash_at:
+            os._exit(3)
+
+    res = train_lm(model, data, make_intervention(arm), steps=8, batch_size=batch, seq_len=12, lr=3e-3, seed=5,
+                   device="cpu", threads=1, accum=2, progress=progress, resume=resume, save_every=2)
+    world = current_world()
+    if world is None or world.main:
+        torch.save({"params": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                    "losses": torch.tensor(res.losses), "status": res.status,
+                    "world": 1 if world is None else world.size}, out)
+
+
+if __name__ == "__main__":
+    main()
