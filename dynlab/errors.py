@@ -20,8 +20,10 @@ one line it prints on stderr:
   (Ctrl-C, or SIGINT sent to the process);
 - :data:`EXIT_FAILURE` (1): :class:`DynlabMachineError`, a problem of the user's machine
   or network that dynlab recognised (a Dask scheduler that does not answer), said as
-  ``error: …``; anything else, a bug or a failing machine; also a closed output pipe
-  (``dynlab … | head``), which prints nothing.
+  ``error: …``; :class:`DynlabStoppedError`, bad input found only after the command had
+  changed files (exit code 2 promises that nothing was written:
+  :func:`stopping_after_changes`); anything else, a bug or a failing machine; also a
+  closed output pipe (``dynlab … | head``), which prints nothing.
 
 The ``DYNLAB_*`` environment switches (:data:`ENV_SWITCHES`) are checked by
 :func:`check_environment` when a command starts: a value that is not one of the allowed
@@ -35,12 +37,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 __all__ = ["ENV_OTHERS", "ENV_SWITCHES", "EXIT_BAD_INPUT", "EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "DynlabInputError",
-           "DynlabMachineError", "check_environment", "debug_enabled", "exit_status", "format_validation_error",
-           "is_usage_error", "unknown_environment", "validation_errors"]
+           "DynlabMachineError", "DynlabStoppedError", "check_environment", "debug_enabled", "exit_status",
+           "format_validation_error", "is_usage_error", "stopping_after_changes", "unknown_environment",
+           "validation_errors"]
 
 #: The command did what it was asked.
 EXIT_OK = 0
@@ -61,6 +65,29 @@ class DynlabMachineError(RuntimeError):
     (a Dask scheduler that does not answer): one line saying what failed (exit code 1)."""
 
 
+class DynlabStoppedError(DynlabMachineError):
+    """A command stopped on bad input found only after it had changed files (a damaged run
+    moved to quarantine, analyses rewritten): no longer "nothing written", so one line
+    ``error: …`` saying what had changed, exit code 1."""
+
+
+@contextmanager
+def stopping_after_changes(changed: str, happened: Callable[[], bool] = lambda: True) -> Iterator[None]:
+    """Around the part of a command that changes files: bad input found there
+    (:class:`DynlabInputError`, a pydantic validation error), when ``happened()`` says that
+    files had changed by then, is raised as :class:`DynlabStoppedError`, its line followed
+    by ``changed`` (what the command had begun to change, and the way out)."""
+    try:
+        yield
+    except Exception as exc:
+        pydantic = sys.modules.get("pydantic")
+        bad_input = isinstance(exc, DynlabInputError) or (pydantic is not None and isinstance(exc, pydantic.ValidationError))
+        if bad_input and happened():
+            line = first_line(exc) if isinstance(exc, DynlabInputError) else exit_status(exc)[1].removeprefix("error: ")
+            raise DynlabStoppedError(f"{line}; {changed}") from exc
+        raise
+
+
 #: The environment switches dynlab reads and the values each allows (unset or empty: the
 #: first, the default). ``DYNLAB_DEBUG=1`` shows the traceback of an error of exit code 1;
 #: ``DYNLAB_KERNEL_BACKEND`` forces a scan backend (``dynlab.kernels.dispatch``);
@@ -68,7 +95,7 @@ class DynlabMachineError(RuntimeError):
 #: ``DYNLAB_KEEP_FREED_MEMORY=0`` leaves glibc's memory settings alone (``dynlab.runtime``).
 ENV_SWITCHES: dict[str, tuple[str, ...]] = {
     "DYNLAB_DEBUG": ("0", "1"),
-    "DYNLAB_KERNEL_BACKEND": ("auto", "torch", "triton", "mamba_ssm"),
+    "DYNLAB_KERNEL_BACKEND": ("auto", "torch", "triton", "mamba_ssm", "fla", "causal_conv1d"),
     "DYNLAB_C_KERNELS": ("1", "0"),
     "DYNLAB_KEEP_FREED_MEMORY": ("1", "0"),
 }

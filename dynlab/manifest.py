@@ -12,12 +12,12 @@ from typing import Any
 from dynlab.errors import DynlabInputError
 from dynlab.results.folder import run_folder, check_run_id
 from dynlab.results.schema import DATASET
-from dynlab.results.store import ANALYSIS, RunStore
+from dynlab.results.store import ANALYSIS, QUARANTINE, RunStore
 from dynlab.runtime import NullProgress, say
 from dynlab.spec import Spec, load_spec
 from dynlab.study import Study, StudyExtra, StudyOptions
 
-__all__ = ["MANIFEST", "check_manifest_runs", "check_same_runs", "load_manifest", "manifest_options",
+__all__ = ["MANIFEST", "check_manifest_runs", "check_runs_present", "check_same_runs", "load_manifest", "manifest_options",
            "manifest_specs", "options_record", "probe_study_files", "recorded_extra", "spec_of"]
 
 MANIFEST = "manifest.json"
@@ -191,24 +191,37 @@ def probe_study_files(path: Path, run_ids: list[str]) -> None:
                                    "files can be rewritten")
 
 
+def check_runs_present(path: Path, manifest: dict) -> None:
+    """Refuse, before anything in the study folder changes, a manifest that lists a run
+    missing from ``runs/`` (one moved to ``quarantine/`` by an earlier check, or never
+    finished): one line naming it and the way out."""
+    for rid in manifest["run_ids"]:
+        if not run_folder(path, rid).is_dir():
+            moved = sorted((path / QUARANTINE).glob(f"{rid}-*"))
+            where = f" (moved to {moved[-1]})" if moved else ""
+            raise DynlabInputError(f"study {path}: run {rid} is missing{where}; rerun `dynlab study "
+                                   f"{manifest['study']}` with the same options to train it again")
+
+
 def manifest_specs(path: Path, manifest: dict, study: Study, store: RunStore) -> list[Spec]:
-    """The specs of the manifest's runs, read from their ``spec.json`` (:func:`load_spec`)
-    after the damage check of run_study (a damaged run needs training: an error)."""
-    redo = []
+    """The specs of the manifest's intact runs, read from their ``spec.json``
+    (:func:`load_spec`) after the damage check of run_study.  A damaged run (a file of the
+    run itself: it needs training) is moved to ``quarantine/``, said in one line and left
+    out: the dataset is written without it, the manifest keeps it (rerunning the study
+    trains it again).  Damage to its analyses or a stray file is said as a study says it."""
+    kept = []
     for rid in manifest["run_ids"]:
         healed = store.heal(rid)
         if healed is not None and healed[0].core:
-            redo.append(healed)
-        elif healed is not None:  # its analyses (recomputed) or a stray file: said in one line, as a study says it
+            damage, dest = healed
+            say(NullProgress(), f"run {rid} damaged ({damage.why}); moved to {dest}; left out of the dataset (rerun "
+                                f"`dynlab study {manifest['study']}` with the same options to train it again)")
+            continue
+        if healed is not None:  # its analyses (recomputed) or a stray file: said in one line, as a study says it
             say(NullProgress(), healed[0].report(healed[1]))
-    if redo:
-        (first, dest), more = redo[0], f" and {len(redo) - 1} more" if len(redo) > 1 else ""
-        raise DynlabInputError(
-            f"study {path}: run {first.run_id} damaged ({first.why}), moved to {dest}{more}; "
-            f"rerun `dynlab study {manifest['study']}` with the same options to train it again"
-        )
+        kept.append(rid)
     specs = []
-    for rid in manifest["run_ids"]:
+    for rid in kept:
         try:
             text = store.load_spec_json(rid)
         except OSError:

@@ -15,13 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dynlab.spec import Spec
-from dynlab.errors import DynlabInputError, format_validation_error
+from dynlab.errors import DynlabInputError, DynlabStoppedError, format_validation_error, stopping_after_changes
 from dynlab.executors import Executor
-from dynlab.manifest import (MANIFEST, check_manifest_runs, check_same_runs, load_manifest, manifest_options,
-                             manifest_specs, options_record, probe_study_files, spec_of)
+from dynlab.manifest import (MANIFEST, check_manifest_runs, check_runs_present, check_same_runs, load_manifest,
+                             manifest_options, manifest_specs, options_record, probe_study_files, spec_of)
 from dynlab.results.schema import DATASET, annotate, provenance_attrs, write_dataset
 from dynlab.results.schema import open_dataset as open_study  # the public name: dynlab.open_study
-from dynlab.results.files import make_dir, write_text_atomic
+from dynlab.results.files import make_dir, missing_folders, remove_empty_folders, write_text_atomic
 from dynlab.results.provenance import provenance
 from dynlab.results.folder import LOCK, MARKER, check_study_folder, claim, study_lock
 from dynlab.results.store import RunStore
@@ -33,7 +33,8 @@ __all__ = ["analyze_study", "check_analyses_fit", "open_study", "run_study", "st
 
 
 def study_dir(out: str | Path, study: Study) -> Path:
-    return Path(out) / study.name
+    """The folder of ``study`` under ``out`` (``~`` expanded, as the checks of the folder read it)."""
+    return Path(out).expanduser() / study.name
 
 
 def check_analyses_fit(study: Study, specs: list[Spec], analyze: bool) -> None:
@@ -86,10 +87,12 @@ def _timing_attrs(started: float, trained: int, workers: int | None, invocation:
 
 
 def _finish(study: Study, specs: list[Spec], store: RunStore, options: StudyOptions, extra: StudyExtra,
-            timing: dict | None = None) -> Path:
-    """Assemble and write the study dataset and the manifest; the manifest records the
-    study's options as parsed (``extra``: preset-dependent choices such as the analysis
-    preset written out), so ``dynlab analyze`` reuses them.  ``timing``: the arguments of
+            timing: dict | None = None, run_ids: list[str] | None = None) -> Path:
+    """Assemble and write the study dataset of ``specs`` and the manifest; the manifest
+    records the study's options as parsed (``extra``: preset-dependent choices such as the
+    analysis preset written out), so ``dynlab analyze`` reuses them, and its runs
+    (``run_ids``; None: those of ``specs``; ``dynlab analyze`` keeps the runs it left out
+    of the dataset).  ``timing``: the arguments of
     :func:`_timing_attrs`, whose attributes the dataset gets (the wall time taken at the write).
     Then the temporary files that killed writes left in the study's runs are removed
     (:meth:`RunStore.sweep`), so a finished study leaves none of its own behind."""
@@ -101,8 +104,8 @@ def _finish(study: Study, specs: list[Spec], store: RunStore, options: StudyOpti
     made = _study_provenance(specs, store)
     ds.attrs["provenance_json"] = json.dumps(made, sort_keys=True)
     path = write_dataset(ds, store.root / DATASET)
-    manifest = {"study": study.name, **options_record(options, extra), "run_ids": [s.spec_hash() for s in specs],
-                "provenance": made}
+    ids = [s.spec_hash() for s in specs] if run_ids is None else list(run_ids)
+    manifest = {"study": study.name, **options_record(options, extra), "run_ids": ids, "provenance": made}
     if timing is not None and timing.get("analysis_s") is not None:
         manifest["timing"] = {k: ds.attrs[k] for k in ("study_wall_time_s", "study_train_s", "study_analysis_s")}
     write_text_atomic(store.root / MANIFEST, json.dumps(manifest, indent=1))
@@ -167,6 +170,8 @@ def run_study(
     process); results are saved here, one run at a time, as they arrive.  A study that
     fails before it stored anything removes the folders it made (a failed run is stored
     as such; a crash, e.g. out of memory in the first run, leaves no empty ``runs/``).
+    Bad input found only after runs were stored or moved to quarantine is a
+    :class:`~dynlab.errors.DynlabStoppedError` (exit code 1: something was written).
     """
     started = time.perf_counter()
     options = study.prepared(options)  # the study's reading of the selections (e.g. names in canonical spelling)
@@ -180,14 +185,15 @@ def run_study(
     store = RunStore(study_dir(out, study), check_result=result_check(study))  # a result the study cannot use is damage
     check_study_folder(store.root, study.name, flag="--out")  # someone else's folder: refused before any write
     check_same_runs(store.root, study, options, extra, specs)
-    made = _missing_folders(store.runs)
+    made = missing_folders(store.runs)
     try:
         make_dir(store.root)
     except OSError as exc:
         raise DynlabInputError(f"cannot write the study to {store.root} ({exc.strerror or exc}); allowed: a writable folder") from None
     workers = _executor_workers(executor)
+    stopped = f"the study stopped after it had changed {store.root} (its stored runs are kept: the same command resumes)"
     try:
-        with study_lock(store.root, flag="--out"):
+        with study_lock(store.root, flag="--out"), stopping_after_changes(stopped, lambda: store.changed):
             # checked again under the lock: another process may have written meanwhile
             check_study_folder(store.root, study.name, flag="--out")
             check_same_runs(store.root, study, options, extra, specs, note=True)
@@ -211,7 +217,7 @@ def run_study(
     except BaseException:
         if store.root in made:  # a study that stored nothing leaves no folders behind (nor its marker and lock)
             _remove_own_files(store.root)
-        _remove_if_empty(made)
+        remove_empty_folders(made)
         raise
 
 
@@ -227,25 +233,6 @@ def _remove_own_files(root: Path) -> None:
             pass
 
 
-def _missing_folders(folder: Path) -> list[Path]:
-    """``folder`` and those of its parents that do not exist yet, deepest first."""
-    missing = []
-    while not folder.exists() and folder.parent != folder:
-        missing.append(folder)
-        folder = folder.parent
-    return missing
-
-
-def _remove_if_empty(folders: list[Path]) -> None:
-    """Remove the ``folders`` (deepest first) that are still empty (never a folder that
-    holds anything, e.g. a run a concurrent study saved meanwhile)."""
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-
-
 def analyze_study(
     path: str | Path, get_study: Callable[[str], Study], device: str = "auto", progress: bool = False
 ) -> Path:
@@ -256,9 +243,15 @@ def analyze_study(
     The options are the manifest's; a manifest written before the options were recorded
     gets the preset's defaults (e.g. its analysis preset), and is rewritten with them.
 
-    The manifest's options and ``device`` are checked before anything on disk changes:
-    a broken manifest or an unknown device is a one-line :class:`DynlabInputError` that
-    leaves every run folder as it was (damaged runs are quarantined only after that).
+    The manifest's options, its runs (each present in ``runs/``) and ``device`` are checked
+    before anything on disk changes: a broken manifest, a missing run or an unknown device
+    is a one-line :class:`DynlabInputError` that leaves every run folder as it was.  Then a
+    damaged run (it would need training) is moved to ``quarantine/``, said in one line and
+    left out: the dataset is written from the intact runs, so that it lists only runs that
+    ``runs/`` holds; the manifest keeps every run, so that rerunning the study trains it
+    again.  When no intact run is left, the dataset (which listed them) is removed and a
+    :class:`~dynlab.errors.DynlabStoppedError` says so (exit code 1); bad input found once
+    the folder began to change is one too (:func:`~dynlab.errors.stopping_after_changes`).
     """
     started = time.perf_counter()
     path = Path(path)
@@ -273,13 +266,20 @@ def analyze_study(
     check_manifest_runs(path, study, options, manifest["run_ids"])
     store = RunStore(path, check_result=result_check(study))
     check_analyses_fit(study, [spec_of(store, rid, study) for rid in manifest["run_ids"]], analyze=True)
+    check_runs_present(path, manifest)
     probe_study_files(path, manifest["run_ids"])
-    with study_lock(path):
+    changed = f"dynlab analyze stopped after it had changed {path} (runs moved to quarantine/ stay there)"
+    with study_lock(path), stopping_after_changes(changed, lambda: store.changed):
         claim(path, study.name)  # a folder from before the marker: adopted
-        specs = manifest_specs(path, manifest, study, store)  # heals (quarantines) damaged runs
+        specs = manifest_specs(path, manifest, study, store)  # heals (quarantines and leaves out) damaged runs
+        if not specs:  # every run went to quarantine: no dataset can list them
+            (path / DATASET).unlink(missing_ok=True)
+            raise DynlabStoppedError(f"study {path}: every run was damaged and moved to {path / 'quarantine'}; its "
+                                     f"{DATASET} (which listed them) was removed; rerun `dynlab study {study.name}` "
+                                     "with the same options to train them again")
         with make_progress(progress) as prog:
             counts = run_specs(study, specs, store, device, prog, analyze=True, force_analysis=True, extra=extra)
             prog.log(phase_line(study.name, counts["train_s"], counts["analysis_s"]))
         timing = {"started": started, "trained": counts["trained"], "workers": 1, "invocation": "analyze",
                   "train_s": counts["train_s"], "analysis_s": counts["analysis_s"]}
-        return _finish(study, specs, store, options, extra, timing)
+        return _finish(study, specs, store, options, extra, timing, run_ids=manifest["run_ids"])

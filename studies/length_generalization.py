@@ -98,7 +98,8 @@ from dynlab.errors import DynlabInputError
 from dynlab.lm.dataset import assemble_lm_runs
 from dynlab.lm.results import LMResult
 from dynlab.lm.run import (
-    build_model, check_source, checkpoint_steps, count_parameters, stack_key, train_and_evaluate, train_and_evaluate_many,
+    build_model, check_source, checkpoint_steps, count_parameters, stack_key, text_needs, train_and_evaluate,
+    train_and_evaluate_many,
 )
 from dynlab.names import INTERVENTION_NAMES, MIXER_NAMES
 from dynlab.lm.spec import (
@@ -323,7 +324,7 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
     batch = extra.train.get("batch_size", preset["train"]["batch_size"])
     # the text is loaded (and its length checked) here, so a bad source writes nothing
     data = check_source(extra.source or "shakespeare", LMDataSpec().val_fraction,
-                        max(evals.length_multiple * longest, batch * (longest + 1)) + 1, tokenizer_option(extra))
+                        text_needs(batch, longest, evals.length_multiple), tokenizer_option(extra))
     vocab = vocab_fields(data)
     specs = []
     for m in mixers:
@@ -378,7 +379,7 @@ def pretrained_specs(options: StudyOptions, preset: dict, extra: LGOptions, seed
     evals = LMEvalSpec(**{**preset["eval"], **{"chunk_len": min(preset["eval"]["chunk_len"], train_kw["seq_len"]),
                                                "bin_width": min(preset["eval"]["bin_width"], train_kw["seq_len"])},
                           **extra.eval})
-    need = max(evals.length_multiple * train_kw["seq_len"], train_kw["batch_size"] * (train_kw["seq_len"] + 1)) + 1
+    need = text_needs(train_kw["batch_size"], train_kw["seq_len"], evals.length_multiple)
     data = check_source(extra.source or "shakespeare", LMDataSpec().val_fraction, need, tokenizer)
     init = LMInitSpec(checkpoint=str(path.resolve()), sha256=checkpoint_digest(path), config=_checkpoint_config(meta))
     iv_kw = {**preset["intervention"], **extra.intervention}

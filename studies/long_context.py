@@ -168,7 +168,10 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
                 raise DynlabInputError(f"study {name} uses no filler text; allowed: no --source")
             data = LMDataSpec() if tokenizer is None else LMDataSpec(tokenizer=tokenizer)
         else:
-            need = max(task.train_max, *task.eval_lengths) + 1
+            need = {f"the longest test sequence, {max(task.eval_lengths)} tokens (--lengths),":
+                    (max(task.eval_lengths) + 1, "shorter --lengths"),
+                    f"the longest training sequence, {task.train_max} tokens (task.train_max in --config),":
+                    (task.train_max + 1, "a smaller task.train_max")}
             data = check_source(extra.source or "shakespeare", LMDataSpec().val_fraction, need, tokenizer)
         subword = data.tokenizer.kind != "byte"
         if subword and "babi_tokens" not in extra.task:

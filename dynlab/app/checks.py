@@ -136,33 +136,72 @@ def check_executor(executor: str, scheduler: str | None, workers: int | None) ->
         check_workers(workers)
 
 
-def nonempty_path(text: str, flag: str, allowed: str) -> Path:
-    """The path given to ``flag``; an empty one is refused (it would mean the current folder)."""
+def nonempty_path(text: str | Path, flag: str, allowed: str) -> Path:
+    """The path given to ``flag``, ``~`` expanded: the one reading of every path a command
+    takes (an output folder, a study folder, a run, a --source, --config, --checkpoint or
+    --tokenizer file), done before any work.  Refused in one line naming ``flag``: an empty
+    path (it would mean the current folder), a name that is not valid UTF-8 (bytes of
+    another encoding: the paths dynlab records in JSON, netCDF and safetensors files are
+    UTF-8 text), and ``~user`` of a user this machine does not know."""
+    text = str(text)
     if not text.strip():
         raise DynlabInputError(f"{flag} got an empty path ({text!r}); allowed: {allowed}")
-    return Path(text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a byte the file system name holds that is not UTF-8 (os.fsdecode's surrogates)
+        raise DynlabInputError(f"{flag} {shown_path(text)} is not valid UTF-8; allowed: {allowed}, named in "
+                               "UTF-8") from None
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:  # ~user of an unknown user, or ~ without a home folder
+        user = text[1:].split("/", 1)[0]
+        who = f"no user {user!r}" if user else "no home folder"
+        raise DynlabInputError(f"{flag} {text!r}: this machine has {who} ({text.split('/', 1)[0]} cannot be "
+                               f"expanded); allowed: {allowed}") from None
+
+
+def shown_path(text: str) -> str:
+    """``text`` quoted for an error line, the bytes that are not UTF-8 as ``\\xff``."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # surrogates that no file name decoded to (from Python)
+        return repr(text)
+    return "'" + raw.decode("utf-8", "backslashreplace") + "'"
+
+
+def optional_path(text: str | None, flag: str, names: tuple[str, ...], allowed: str) -> None:
+    """Refuse, as :func:`nonempty_path` does, an option that takes a built-in name
+    (``names``: ``shakespeare``, ``byte``) or a path, when it is a path; an empty one is
+    left to the option's own check."""
+    if text is not None and text not in names and str(text).strip():
+        nonempty_path(text, flag, allowed)
 
 
 def out_folder(text: str, flag: str = "--out") -> Path:
     return nonempty_path(text, flag, f"a folder (made when missing), e.g. {flag} {DEFAULT_OUT}")
 
 
-def check_source_option(text: str | None) -> str | None:
-    """``--source``: a built-in text, an existing file or a token folder (``dynlab data
-    prepare``; its record is read when the specs are made, as a file's content)."""
+def check_source_option(text: str | None, flag: str = "--source") -> str | None:
+    """``--source`` (``flag``: the option or config key as written): a built-in text, an
+    existing file or a token folder (``dynlab data prepare``; its record is read when the
+    specs are made, as a file's content)."""
+    optional_path(text, flag, SOURCES, f"{', '.join(SOURCES)}, a text file or a token folder")
     path = Path(text).expanduser() if text and text.strip() else None
     if text is None or text in SOURCES or (path is not None and (path.is_file() or (path / "tokens.json").is_file())):
         return text
-    raise DynlabInputError(f"--source {text!r} is neither one of the built-in texts ({', '.join(SOURCES)}), an "
+    raise DynlabInputError(f"{flag} {text!r} is neither one of the built-in texts ({', '.join(SOURCES)}), an "
                            f"existing text file nor a token folder; allowed: {', '.join(SOURCES)}, a path to a UTF-8 "
                            "text file, or a folder written by dynlab data prepare")
 
 
-def checkpoint_folder(text: str | Path, said: str) -> Path:
-    """A checkpoint given on the command line: an existing folder (its files are read when
-    it loads, :func:`dynlab.lm.checkpoint.load_checkpoint`), else one line naming it as
-    ``said`` (``checkpoint 'x'``, ``--checkpoint 'x'``) in that function's words."""
-    path = Path(text).expanduser()
+def checkpoint_folder(text: str | Path, said: str | None = None) -> Path:
+    """A checkpoint given on the command line (``--checkpoint``), ``~`` expanded: an
+    existing folder (its files are read when it loads,
+    :func:`dynlab.lm.checkpoint.load_checkpoint`), else one line naming it as ``said``
+    (``--checkpoint 'x'``; None: ``checkpoint '<the path>'``) in that function's words."""
+    allowed = "a dynlab LM run folder or a Hugging Face Mamba/Mamba2 folder"
+    path = nonempty_path(text, "--checkpoint", allowed) if str(text).strip() else Path(text)
+    said = f"checkpoint {str(path)!r}" if said is None else said
     if not str(text).strip() or not path.is_dir():
         why = "a file, not a folder" if str(text).strip() and path.exists() else "no such folder"
         raise DynlabInputError(f"{said} is not a model ({why}); allowed: a dynlab LM run folder (spec.json + "

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dynlab.app.checks import nonempty_path
+from dynlab.app.checks import nonempty_path, optional_path
 from dynlab.app.folders import folder_problem
 from dynlab.errors import DynlabInputError
 
@@ -48,18 +48,20 @@ def light_checks(sources: Sequence[str], tokenizer: str, out: str, val_fraction:
     if not 0.0 < val_fraction < 1.0:
         raise DynlabInputError(f"--val-fraction {val_fraction} is out of range; allowed: a number between 0 and 1, "
                                "both excluded (the fraction of the ids that validate)")
-    out_dir = nonempty_path(out, "--out", "a new or empty folder, or a token folder to replace").expanduser()
+    out_dir = nonempty_path(out, "--out", "a new or empty folder, or a token folder to replace")
     if not sources:
         raise DynlabInputError("no SOURCE given; allowed: one or more text files, .jsonl or .jsonl.gz files, or "
                                "folders of them")
     for source in sources:
-        path = Path(source).expanduser()
+        path = nonempty_path(source, "SOURCE", "text files, .jsonl or .jsonl.gz files, or folders of them") \
+            if str(source).strip() else Path(source)
         if not str(source).strip() or not (path.is_file() or path.is_dir()):
             why = "not a file or folder" if str(source).strip() and path.exists() else "no such file or folder"
             raise DynlabInputError(f"source {str(source)!r} cannot be read ({why}); allowed: UTF-8 text files, "
                                    ".jsonl or .jsonl.gz files with a string 'text' field on every line, or folders "
                                    "holding .txt, .md, .jsonl or .jsonl.gz files")
     name = str(tokenizer)
+    optional_path(name, "--tokenizer", ("byte",), "'byte', a tokenizer.json or a folder holding one")
     tok = Path(name).expanduser()
     if name != "byte" and (not name.strip() or not (tok.is_file() or (tok / "tokenizer.json").is_file())):
         why = "a folder without tokenizer.json" if name.strip() and tok.is_dir() else "no such file"

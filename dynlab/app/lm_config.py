@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dynlab.app.checks import check_source_option, parse_names
+from dynlab.app.checks import check_source_option, nonempty_path, parse_names
 from dynlab.errors import DynlabInputError
 from dynlab.names import SOURCES
 
@@ -96,8 +96,9 @@ def read_config(path: Path) -> dict[str, Any]:
     import stat
     import tomllib
 
-    p = Path(path).expanduser()
-    allowed = f"allowed: a UTF-8 TOML file of at most {MAX_CONFIG_BYTES // 1024} KiB"
+    toml_file = f"a UTF-8 TOML file of at most {MAX_CONFIG_BYTES // 1024} KiB"
+    allowed = f"allowed: {toml_file}"
+    p = nonempty_path(path, "--config", toml_file)  # a path of an unknown ~user, or not UTF-8: refused here
     try:
         info = p.stat()
         if not stat.S_ISREG(info.st_mode):
@@ -184,13 +185,28 @@ def lm_knob_options(entry: Any, knobs: Mapping[str, Any], config: Path | None) -
         elif key == "source":
             if not isinstance(value, str):
                 raise DynlabInputError(f"{where}: source = {value!r}; allowed: {', '.join(SOURCES)} or a text file")
-            extra["source"] = check_source_option(value)
+            extra["source"] = check_source_option(value, f"{where}: source")
         else:
             raise DynlabInputError(f"{where}: unknown key {key!r}; allowed: {allowed_top}")
     for flag, value in given.items():  # the command line wins over the file
         section, field = LM_KNOBS[flag]
         put(section, field, value, flag)
     return extra
+
+
+def option_words(knobs: Mapping[str, Any], typed: Mapping[str, Any], config: Path | None) -> dict[str, str]:
+    """Spec field -> the words that set it, for an error found when the specs are made
+    (:func:`dynlab.app.checks.in_option_words`): the option typed (``knobs``: option ->
+    value, :data:`LM_KNOBS`; ``typed``: field -> its option and value, e.g.
+    ``{"eval_lengths": ("--lengths", "64,128")}``), else the ``--config`` key that set it
+    (``--config FILE: task.eval_lengths``); a field neither sets is left out."""
+    words: dict[str, str] = {}
+    for key, value in (read_config(config) if config is not None else {}).items():
+        for field in value if isinstance(value, dict) else (key,):
+            words[field] = f"--config {config}: {key}.{field}" if isinstance(value, dict) else f"--config {config}: {key}"
+    words.update({field: flag for flag, (_, field) in LM_KNOBS.items() if knobs.get(flag) is not None})
+    words.update({field: flag for field, (flag, value) in typed.items() if value is not None})
+    return words
 
 
 def merge_extra(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

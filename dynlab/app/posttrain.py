@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dynlab.app.checks import (DEFAULT_OUT, check_device, check_source_option, checkpoint_folder, in_option_words, in_range,
-                               out_folder)
+                               optional_path, out_folder)
 from dynlab.app.folders import check_out
 from dynlab.errors import DynlabInputError
 from dynlab.names import INTERVENTION_NAMES, PRECISIONS, TBTT, TBTT_ON_TASKS
@@ -18,21 +18,64 @@ from dynlab.names import INTERVENTION_NAMES, PRECISIONS, TBTT, TBTT_ON_TASKS
 POST_TRAIN_TASKS = {"copying": "copying", "passkey": "passkey", "babi": "babilong"}
 
 
-def post_train_places(out: str, checkpoint: Path) -> Path:
-    """The output folder of ``lm post-train``, checked (not a run or study folder;
-    ``OUT/post-train/runs`` probed), after checking that ``--checkpoint`` is a folder."""
+def is_post_train_folder(folder: Path) -> bool:
+    """Whether ``folder`` is the ``post-train/`` folder ``lm post-train`` writes in its
+    ``--out``: it holds only ``runs/``, whose folders are run folders, and it is named
+    ``post-train`` or one of its runs is a post-training (its ``spec.json``)."""
+    import json
+    import os
+
+    from dynlab.results.folder import RUN_ID
+
+    try:
+        if {n for n in os.listdir(folder) if not n.startswith(".")} != {"runs"} or not (folder / "runs").is_dir():
+            return False
+        runs = [n for n in os.listdir(folder / "runs") if not n.startswith(".")]
+    except OSError:
+        return False
+    if not all(RUN_ID.fullmatch(n) and (folder / "runs" / n).is_dir() for n in runs):
+        return False
+    if folder.name == "post-train":
+        return True
+    for name in runs[:8]:
+        try:
+            if json.loads((folder / "runs" / name / "spec.json").read_text()).get("spec") == "PostTrainSpec":
+                return True
+        except (OSError, ValueError, AttributeError):
+            continue
+    return False
+
+
+def refuse_nested_post_train(out_dir: Path) -> None:
+    """Refuse an ``--out`` that is (or lies in) the ``post-train/`` folder of an earlier
+    ``--out``: the run would go to a second ``post-train/`` nested in it."""
+    for folder in (out_dir, *out_dir.absolute().parents):
+        if is_post_train_folder(folder):
+            where = "is" if folder in (out_dir, out_dir.absolute()) else f"lies in {folder},"
+            allowed = (f"--out {folder.parent} (its runs are reused)" if folder.name == "post-train"
+                       else "another --out, not a folder of post-training runs")
+            raise DynlabInputError(f"--out {out_dir} {where} the post-train folder of --out {folder.parent}: a "
+                                   f"post-training writes OUT/post-train/runs/<id>, so this would nest a second "
+                                   f"post-train/ in it; allowed: {allowed}")
+
+
+def post_train_places(out: str, checkpoint: Path) -> tuple[Path, Path]:
+    """The output folder of ``lm post-train``, checked (not a run or study folder, nor the
+    ``post-train/`` folder of another ``--out``; ``OUT/post-train/runs`` probed), then
+    ``--checkpoint`` checked to be a folder: both paths, ``~`` expanded."""
     out_dir = out_folder(out)
     from dynlab.outputs import refuse_foreign_folder
 
     refuse_foreign_folder(out_dir, "--out",
                           allowed="a folder of studies (made when missing), not a run or study folder")
+    refuse_nested_post_train(out_dir)
     check_out(out_dir, "post-train", "post-train/runs")  # the run goes to OUT/post-train/runs/<id>
-    checkpoint_folder(checkpoint, f"checkpoint {str(checkpoint.expanduser())!r}")
-    return out_dir
+    return out_dir, checkpoint_folder(checkpoint)
 
 
 def post_train_options(intervention: str, task: str | None, source: str, seq_len: int | None, steps: int,
-                       batch_size: int, lr: float, length_multiple: int, samples: int, seed: int, device: str) -> None:
+                       batch_size: int, lr: float, length_multiple: int, samples: int, seed: int, device: str,
+                       tokenizer: str | None = None) -> None:
     """Refuse a bad option of ``dynlab lm post-train`` before anything is loaded."""
     from dynlab.spec import MAX_BATCH, MAX_LENGTH, MAX_SAMPLES, MAX_SEED, MAX_STEPS
 
@@ -43,6 +86,7 @@ def post_train_options(intervention: str, task: str | None, source: str, seq_len
     if task is not None and intervention == TBTT:
         raise DynlabInputError(TBTT_ON_TASKS)
     check_source_option(source)
+    optional_path(tokenizer, "--tokenizer", ("byte",), "'byte', a tokenizer.json or a folder holding one")
     if seq_len is not None:
         in_range("--seq-len", seq_len, 2, MAX_LENGTH, "tokens")
     in_range("--steps", steps, 0, MAX_STEPS)
@@ -104,7 +148,12 @@ def post_train_spec(checkpoint: Path, intervention: str, task: str | None, task_
                            bin_width=min(16, length), effrem_samples=min(16, samples))
         if task_spec is None:  # the evaluation's size, before the text is read for it
             check_eval_size(length, evals.length_multiple, evals.n_samples)
-        need = max([evals.length_multiple * length, *(task_spec.eval_lengths if task_spec else ())]) + 1
+        said = f"--seq-len {length}" if seq_len is not None else length_flag
+        need = {f"the evaluation, {evals.length_multiple} (--eval-multiple) × {said},":
+                (evals.length_multiple * length + 1, "a smaller --eval-multiple or --seq-len")}
+        if task_spec is not None:
+            need[f"the task's longest test sequence, {max(task_spec.eval_lengths)} tokens (--task {task}),"] = (
+                max(task_spec.eval_lengths) + 1, "another --task")
         data = check_source(source, LMDataSpec().val_fraction, need, tok)
         return PostTrainSpec(
             checkpoint=str(checkpoint.expanduser().resolve()), checkpoint_sha256=checkpoint_digest(checkpoint),
@@ -140,10 +189,10 @@ def post_train(checkpoint: str | Path, intervention: str = "state-passing", step
     run's folder."""
     checkpoint = Path(checkpoint)
     post_train_options(intervention, task, source, seq_len, steps, batch_size, lr, length_multiple, samples, seed,
-                       device)
+                       device, tokenizer)
     if precision not in PRECISIONS:
         raise DynlabInputError(f"unknown --precision {precision!r}; allowed: {', '.join(PRECISIONS)}")
-    out_dir = post_train_places(out, checkpoint)
+    out_dir, checkpoint = post_train_places(out, checkpoint)
     from importlib import import_module
 
     from dynlab.lm.posttrain import run_post_train

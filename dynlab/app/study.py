@@ -16,11 +16,11 @@ from typing import Any
 
 from dynlab.app.checks import (DEFAULT_OUT, NOTES, check_device, check_executor, check_preset, check_source_option,
                                checkpoint_folder,
-                               in_option_words, out_folder, parse_groups, parse_list, parse_names, parse_numbers,
+                               in_option_words, optional_path, out_folder, parse_groups, parse_list, parse_names, parse_numbers,
                                parse_seeds, quiet_libraries, say_notes, cell_names)
 from dynlab.app.checks import echo as plain_echo
 from dynlab.app.folders import check_study_folder
-from dynlab.app.lm_config import lm_knob_options, merge_extra
+from dynlab.app.lm_config import lm_knob_options, merge_extra, option_words
 from dynlab.errors import DynlabInputError
 from dynlab.studies import CATALOG, StudyEntry
 
@@ -63,18 +63,23 @@ def run_lm_study(name: str, models: str = "all", interventions: str | None = Non
     entry = entry_of(name, "lm")
     options = lm_study_options(entry, models, interventions, source, lengths, depths, kinds, seeds, preset, knobs,
                                config, checkpoint, tokenizer)
-    return run_entry(entry, options, out, device, quiet, False, executor, scheduler, workers, echo)
+    typed = {"eval_lengths": ("--lengths", lengths), "depths": ("--depths", depths), "babi_kinds": ("--kinds", kinds),
+             "source": ("--source", source)}
+    words = option_words(knobs or {}, typed, config)  # a spec's error names the option or config key that set it
+    return run_entry(entry, options, out, device, quiet, False, executor, scheduler, workers, echo, words)
 
 
 def run_entry(entry: StudyEntry, options: Any, out: str, device: str, quiet: bool, analyze: bool, executor: str,
-              scheduler: str | None, workers: int | None, echo: Callable[..., Any] = plain_echo) -> Path:
+              scheduler: str | None, workers: int | None, echo: Callable[..., Any] = plain_echo,
+              words: Mapping[str, str] | None = None) -> Path:
     """Run study ``entry`` with checked ``options`` (the output folder, device and executor
-    checked here); the path of its dataset."""
+    checked here; ``words``: :func:`run_selected_study`'s); the path of its dataset."""
     out_dir = out_folder(out)
     check_device(device)
     check_executor(executor, scheduler, workers)
     quiet_libraries(quiet)
-    return run_selected_study(entry.name, options, out_dir, device, quiet, analyze, executor, scheduler, workers, echo)
+    return run_selected_study(entry.name, options, out_dir, device, quiet, analyze, executor, scheduler, workers, echo,
+                              words)
 
 
 def study_table() -> list[str]:
@@ -86,11 +91,14 @@ def study_table() -> list[str]:
 
 
 def run_selected_study(name: str, options: Any, out: Path, device: str, quiet: bool, analyze: bool, executor: str,
-                       scheduler: str | None, workers: int | None, echo: Callable[..., Any]) -> Path:
+                       scheduler: str | None, workers: int | None, echo: Callable[..., Any],
+                       words: Mapping[str, str] | None = None) -> Path:
     """Check that the folder of study ``name`` can be written, then get the study (its module
     is imported here), make its specs
     (refusing bad selections, and groups too large for the analyses, before a cluster is
-    started or a folder made) and run it; the path of its dataset."""
+    started or a folder made) and run it; the path of its dataset.  A spec's error names
+    the option that set the field (``words``: field -> the option or ``--config`` key as
+    given, :func:`dynlab.app.lm_config.option_words`; else the option that sets it)."""
     from dynlab.outputs import refuse_foreign_folder
     from dynlab.results.folder import check_study_folder as check_contract
 
@@ -105,7 +113,8 @@ def run_selected_study(name: str, options: Any, out: Path, device: str, quiet: b
     study = get_study(name)
     study.check_preset(options.preset)
     with in_option_words({"eval_lengths": "--lengths", "depths": "--depths", "babi_kinds": "--kinds",
-                           "source": "--source", "seed": "--seeds", "group": "--groups", "arch": "--models"}):
+                          "source": "--source", "seed": "--seeds", "group": "--groups", "arch": "--models",
+                          **(words or {})}):
         specs = study.make_specs(options)
     check_analyses_fit(study, specs, analyze)  # a group too large for the analyses, before a cluster starts
     say_notes(echo)
@@ -215,6 +224,7 @@ def lm_study_options(entry: StudyEntry, models: str, interventions: str | None, 
     if checkpoint is not None:
         extra["checkpoint"] = check_checkpoint_option(entry, checkpoint)
     if tokenizer is not None:
+        optional_path(tokenizer, "--tokenizer", ("byte",), "'byte', a tokenizer.json or a folder holding one")
         extra["tokenizer"] = tokenizer
     extra = merge_extra(lm_knob_options(entry, knobs or {}, config), extra)
     return StudyOptions(preset=check_preset(entry, preset),

@@ -31,6 +31,8 @@ steps; a float32 export agrees to float32 rounding.
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -231,16 +233,45 @@ def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path
     if dtype is not None:
         hf = hf.to(dtype)
         hf.config.dtype = dtype
-    problem = probe_folder(out)
-    if problem is not None:
-        raise DynlabInputError(f"export folder {str(out)!r} {problem}; allowed: a writable folder (made when missing)")
-    claim_owned_folder(out, HF_EXPORT_MARKER)  # the marker first: a later export knows the folder as its own
-    hf.save_pretrained(str(out), safe_serialization=True)
+    for folder in (out, out.absolute().parent):  # the export is written beside the folder, then renamed into place
+        problem = probe_folder(folder)
+        if problem is not None:
+            where = "" if folder == out else f": {folder}"
+            raise DynlabInputError(f"export folder {str(out)!r}{where} {problem}; allowed: a writable folder (made "
+                                   "when missing) in a writable folder")
     from dynlab.lm.card import model_card
 
-    tok.save(out)  # the tokenizer the model was trained with
-    (out / "README.md").write_text(model_card(_model_info(hf), spec_doc, result, run_id), encoding="utf-8")
-    for path in out.iterdir():  # save_pretrained makes some files 0600 (temporary files renamed): the umask's mode
-        if path.is_file() and not path.name.startswith("."):
-            path.chmod(0o666 & ~current_umask())
+    card = model_card(_model_info(hf), spec_doc, result, run_id)
+
+    def write(folder: Path) -> None:
+        hf.save_pretrained(str(folder), safe_serialization=True)
+        tok.save(folder)  # the tokenizer the model was trained with
+        (folder / "README.md").write_text(card, encoding="utf-8")
+
+    _write_export(out, write)
     return out
+
+
+def _write_export(out: Path, write: Callable[[Path], None]) -> None:
+    """Write an export into a temporary folder beside ``out`` (its marker first, then
+    ``write(folder)``: the weights, the tokenizer, the card) and rename it to ``out`` once
+    complete (:func:`dynlab.results.files.replace_folder`; an earlier export there is
+    replaced).  A failure (a full disk, Ctrl-C) removes the temporary folder and the
+    folders made for it: ``out`` stays as it was, and a fresh export leaves nothing."""
+    from dynlab.results.files import make_dir, missing_folders, remove_empty_folders, replace_folder, staging_folder
+
+    out = out.absolute()
+    made = missing_folders(out.parent)
+    make_dir(out.parent)
+    tmp = staging_folder(out)
+    try:
+        claim_owned_folder(tmp, HF_EXPORT_MARKER)  # the marker first: a later export knows the folder as its own
+        write(tmp)
+        for path in tmp.iterdir():  # save_pretrained makes some files 0600 (temporary files renamed): the umask's mode
+            if path.is_file() and not path.name.startswith("."):
+                path.chmod(0o666 & ~current_umask())
+        replace_folder(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        remove_empty_folders(made)
+        raise

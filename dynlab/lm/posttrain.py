@@ -29,6 +29,7 @@ the model and every number are those of the checkpoint itself.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -174,9 +175,11 @@ def run_post_train(spec: PostTrainSpec, out: str | Path, device: str = "auto",
 
     An HF checkpoint is also saved with ``save_pretrained`` under ``hf/`` in that folder, so
     the post-trained model can be loaded again (and post-trained again). A finished run is
-    reused. Returns the run folder.
+    reused; one a killed post-training left without its dataset (or ``hf/``) is made again.
+    A post-training that fails (a full disk, Ctrl-C) leaves no run folder and none of the
+    folders it made (``post-train/``, ``runs/``). Returns the run folder.
     """
-    from dynlab.results.schema import annotate, write_dataset
+    from dynlab.results.files import missing_folders, remove_empty_folders
     from dynlab.results.store import RunStore
 
     dev = resolve_device(device)
@@ -187,18 +190,53 @@ def run_post_train(spec: PostTrainSpec, out: str | Path, device: str = "auto",
         raise DynlabInputError(problem)
     model, meta = load_checkpoint(spec.checkpoint)  # refuses a non-model before anything is written
     check_fits(spec.data.tokenizer, model_vocab(model), f"checkpoint {spec.checkpoint!r}")
-    store = RunStore(Path(out) / "post-train")
+    store = RunStore(Path(out).expanduser() / "post-train")
+    path = store.path(spec)
     if store.is_done(spec):
-        return store.path(spec)
+        if _complete(path, isinstance(model, HFRecurrentLM)):
+            return path
+        shutil.rmtree(path)  # its evaluation was never written (a killed post-training): made again
     result, model = post_train(spec, dev, progress, model=model)
     result["checkpoint_meta"] = meta
     ok = result["status"] == "ok"
     # copies: tied weights (Mamba-1's head and embedding) are separate tensors in the file
     weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()} if ok else None
-    path = store.save(spec, result, weights)
-    if ok:
-        write_dataset(annotate(post_train_dataset(spec, result)), path / "dataset.nc")
-        if isinstance(model, HFRecurrentLM):
-            model.hf.save_pretrained(str(path / "hf"))
-            spec.data.tokenizer.make().save(path / "hf")  # the post-trained folder loads with its tokenizer again
+    made = missing_folders(store.runs)
+    try:
+        store.save(spec, result, weights)
+        if ok:
+            _write_evaluation(spec, result, model, path)
+    except BaseException:
+        if store.changed:  # a run without its evaluation would be reused as finished
+            shutil.rmtree(path, ignore_errors=True)
+        remove_empty_folders(made)
+        raise
     return path
+
+
+def _complete(path: Path, hf: bool) -> bool:
+    """Whether the finished post-training run in ``path`` holds its evaluation: a run that
+    did not end ``ok`` keeps none; an ``ok`` one its ``dataset.nc`` (and, from a Hugging
+    Face checkpoint, ``hf/``)."""
+    import json
+
+    try:
+        status = json.loads((path / "result.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return status != "ok" or ((path / "dataset.nc").is_file() and (not hf or (path / "hf").is_dir()))
+
+
+def _write_evaluation(spec: PostTrainSpec, result: dict[str, Any], model: torch.nn.Module, path: Path) -> None:
+    """Add the evaluation to the stored run in ``path``: ``dataset.nc`` and, for a Hugging
+    Face checkpoint, ``hf/`` (written beside it, then renamed: a folder there is whole)."""
+    import os
+
+    from dynlab.results.schema import annotate, write_dataset
+
+    write_dataset(annotate(post_train_dataset(spec, result)), path / "dataset.nc")
+    if isinstance(model, HFRecurrentLM):
+        tmp = path / f".hf.tmp-{os.getpid()}"
+        model.hf.save_pretrained(str(tmp))
+        spec.data.tokenizer.make().save(tmp)  # the post-trained folder loads with its tokenizer again
+        os.rename(tmp, path / "hf")

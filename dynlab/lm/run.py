@@ -9,7 +9,7 @@ curve on its own positions.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from dynlab.training import TrainResult
 from dynlab.runtime import resolve_device, train_threads
 
 __all__ = [
-    "POST_PREFIX", "POST_SEED_OFFSET", "build_model", "check_source", "data_corpus", "stack_key", "train_and_evaluate_many", "checkpoint_steps", "count_parameters", "post_train_arms", "corpus_for", "effrem_starts", "state_positions", "train_and_evaluate", "evaluate_lm", "evaluate_model",
+    "POST_PREFIX", "POST_SEED_OFFSET", "build_model", "check_source", "text_needs", "data_corpus", "stack_key", "train_and_evaluate_many", "checkpoint_steps", "count_parameters", "post_train_arms", "corpus_for", "effrem_starts", "state_positions", "train_and_evaluate", "evaluate_lm", "evaluate_model",
 ]
 
 
@@ -63,20 +63,47 @@ def data_corpus(data: LMDataSpec) -> Corpus:
                       data.content_sha256)
 
 
-def check_source(source: str, val_fraction: float, need: int, tokenizer: TokenizerSpec | None = None) -> LMDataSpec:
-    """Validate a filler/text source before anything is written: it must load and its
-    validation part hold ``need`` tokens. A token folder brings its own tokenizer; naming
-    another one is refused."""
+def check_source(source: str, val_fraction: float, need: int | Mapping[str, tuple[int, str]],
+                 tokenizer: TokenizerSpec | None = None) -> LMDataSpec:
+    """Validate a filler/text source before anything is written: it must load and its train
+    and validation parts each hold ``need`` tokens. ``need`` may say what needs them: each
+    use of the text, in the words of the options that size it (``"one training batch,
+    batch size 64 (--batch-size) × …"``) -> (the tokens it needs, what else is allowed:
+    ``"a smaller --batch-size or --seq-len"``); the largest is the need, and a refusal
+    names it and its numbers. A token folder brings its own tokenizer; naming another one
+    is refused."""
     fields: dict[str, Any] = {"source": source, "val_fraction": val_fraction}
     if tokenizer is not None:
         fields["tokenizer"] = tokenizer
     data = LMDataSpec(**fields)
     corpus = data_corpus(data)
     unit = "bytes" if data.tokenizer.kind == "byte" else "tokens"
-    if len(corpus.val) < need or len(corpus.train) < need:
-        raise DynlabInputError(f"source {source!r} is too short: its train and validation parts need >= {need} {unit}, "
+    what, (tokens, lower) = max((need if isinstance(need, Mapping) else {"": (need, "")}).items(), key=lambda x: x[1][0])
+    if len(corpus.val) >= tokens and len(corpus.train) >= tokens:
+        return data
+    if not what:
+        raise DynlabInputError(f"source {source!r} is too short: its train and validation parts need >= {tokens} {unit}, "
                                f"have {len(corpus.train)} and {len(corpus.val)}; allowed: a longer text")
-    return data
+    raise DynlabInputError(f"{what} needs {tokens} {unit} of text, more than --source {source!r} holds: its train and "
+                           f"validation parts have {len(corpus.train)} and {len(corpus.val)} {unit}, and each must hold "
+                           f"{tokens}; allowed: {lower}, or a longer text")
+
+
+def text_needs(batch_size: int, seq_len: int, length_multiple: int, flags: Mapping[str, str] | None = None
+               ) -> dict[str, tuple[int, str]]:
+    """What a text must hold for LM training and evaluation (:func:`check_source`'s
+    ``need``): one training batch of ``batch_size`` windows of ``seq_len + 1`` tokens (TBTT
+    reads them as consecutive lanes), and the evaluation of ``length_multiple × seq_len``
+    tokens; each said with the options that set the numbers (``flags``: quantity ->
+    option, defaults those of the study commands)."""
+    f = {"batch": "--batch-size", "seq_len": "--seq-len", "multiple": "eval.length_multiple in --config", **(flags or {})}
+    length = f"training length {seq_len} ({f['seq_len']})"
+    return {
+        f"one training batch, batch size {batch_size} ({f['batch']}) × ({length} + 1),":
+            (batch_size * (seq_len + 1) + 1, f"a smaller {f['batch']} or {f['seq_len']}"),
+        f"the evaluation, {length_multiple} ({f['multiple']}) × {length},":
+            (length_multiple * seq_len + 1, f"a smaller {f['seq_len']} or {f['multiple']}"),
+    }
 
 
 def count_parameters(model: torch.nn.Module) -> int:

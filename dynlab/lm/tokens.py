@@ -653,21 +653,8 @@ def prepare_tokens(sources: Sequence[str | Path], tokenizer: Tokenizer, out: str
 
 
 def _move_in(tmp: Path, out: Path) -> None:
-    """Rename ``tmp`` to ``out``: over a missing or empty ``out`` at once; over an earlier
-    token folder by renaming that aside first, then deleting it."""
-    if out.is_dir() and any(out.iterdir()):
-        aside = out.parent / f".{out.name}.old-{os.getpid()}"
-        shutil.rmtree(aside, ignore_errors=True)
-        os.rename(out, aside)
-        try:
-            os.rename(tmp, out)
-        except BaseException:
-            os.rename(aside, out)
-            raise
-        shutil.rmtree(aside, ignore_errors=True)
-    else:
-        os.replace(tmp, out)  # an empty folder is replaced in one step
-    try:
-        _fsync(out.parent)
-    except OSError:
-        pass
+    """Rename ``tmp`` to ``out``, over an earlier token folder there
+    (:func:`dynlab.results.files.replace_folder`)."""
+    from dynlab.results.files import replace_folder
+
+    replace_folder(tmp, out)

@@ -27,6 +27,7 @@ import errno
 import os
 import re
 import secrets
+import shutil
 import socket
 import time
 from collections.abc import Callable
@@ -165,6 +166,55 @@ def _sync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist yet, deepest first (what a
+    command makes, and removes again when it fails: :func:`remove_empty_folders`)."""
+    missing = []
+    while not os.path.lexists(folder) and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Remove the ``folders`` (deepest first, :func:`missing_folders`) that are still empty;
+    never a folder that holds anything (e.g. what a concurrent command saved meanwhile)."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
+def staging_folder(out: Path) -> Path:
+    """The temporary folder beside ``out`` in which a command writes what becomes ``out``
+    (:func:`replace_folder`): ``.<name>.tmp-<pid>`` (what an earlier writer of this process
+    id left there is removed)."""
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    return tmp
+
+
+def replace_folder(tmp: Path, out: Path) -> None:
+    """Put the complete folder ``tmp`` (:func:`staging_folder`) in place of ``out``: in one
+    rename over a missing or empty ``out``; over a folder holding files by renaming that
+    aside first, then deleting it (a failure between the two renames puts it back).  A
+    failure before this leaves ``out`` as it was."""
+    if out.is_dir() and any(out.iterdir()):
+        aside = out.parent / f".{out.name}.old-{os.getpid()}"
+        shutil.rmtree(aside, ignore_errors=True)
+        os.rename(out, aside)
+        try:
+            os.rename(tmp, out)
+        except BaseException:
+            os.rename(aside, out)
+            raise
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.replace(tmp, out)  # an empty folder is replaced in one step
+    _sync_dir(out.parent)
 
 
 def write_bytes_atomic(path: str | Path, data: bytes | memoryview, before_replace: Callable[[], None] | None = None) -> Path:

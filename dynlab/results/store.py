@@ -173,6 +173,9 @@ class RunStore:
         self.runs = self.root / "runs"
         self.quarantine_dir = self.root / QUARANTINE
         self.check_result = check_result
+        #: Whether this store has changed the study folder: a run saved, damage moved to
+        #: quarantine, a file added to a run (a command that did so no longer ends as bad input).
+        self.changed = False
 
     def _result_problem(self, folder: Path) -> str | None:
         """What is wrong with the content of ``folder/result.json`` (a readable JSON object
@@ -311,6 +314,7 @@ class RunStore:
         folder = run_folder(self.root, damage.run_id)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         make_dir(self.quarantine_dir)
+        self.changed = True
         dest = self.quarantine_dir / f"{damage.run_id}-{stamp}"
         n = 1
         while dest.exists():
@@ -383,6 +387,7 @@ class RunStore:
             if final.exists():  # a damaged or half-made folder: replace it
                 shutil.rmtree(final)
             os.rename(tmp, final)
+            self.changed = True
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             if isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, PermissionError)):
@@ -418,6 +423,7 @@ class RunStore:
             payload["files"][name] = digest
             self._write_checksums(folder, payload["files"])
 
+        self.changed = True  # the checksums are entered before the file is in place
         return write_bytes_atomic(folder / name, data, before_replace=enter)
 
     # -- reading -------------------------------------------------------------------

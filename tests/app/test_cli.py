@@ -86,11 +86,13 @@ def test_broken_study_folders_and_paths_give_one_line(tmp_path, capsys):
     (study / "manifest.json").write_text('{"study": "group-tracking", "preset": "smoke", "run_ids": ["abc"]}')
     assert main(["analyze", str(study)]) == 2
     assert "'abc' is not a run id; allowed: 16 lowercase hex digits" in capsys.readouterr().err
-    _damaged_study(tmp_path)
-    assert main(["analyze", str(study)]) == 2
-    err = capsys.readouterr().err
-    assert f"run {RID} damaged (result.json: missing or unreadable; spec.json: does not hash to the run id)" in err
-    assert len(err.strip().splitlines()) == 1
+    _damaged_study(tmp_path)  # its one run is damaged: moved to quarantine/ (a change: exit 1, not 2)
+    assert main(["analyze", str(study)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2, err
+    assert err[0].startswith(f"run {RID} damaged (result.json: missing or unreadable; spec.json: does not hash to "
+                             "the run id); moved to ")
+    assert err[1].startswith(f"error: study {study}: every run was damaged and moved to ")
     junk = tmp_path / "junk.nc"
     junk.write_bytes(b"not netcdf")
     assert main(["figures", str(junk), "--out", str(tmp_path / "figs")]) == 2
@@ -251,8 +253,8 @@ def test_analyze_refuses_a_broken_manifest_before_it_heals_a_run(tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and len(err.splitlines()) == 1 and message in err, err
     assert _snapshot(study) == before  # the damaged run is where it was: no quarantine/, nothing rewritten
-    # with a sound manifest and device the same folder is healed (the run moved to quarantine/)
+    # with a sound manifest and device the same folder is healed (the run moved to quarantine/): exit 1, not 2
     _damaged_study(tmp_path)
-    assert main(["analyze", str(study), "-q"]) == 2
+    assert main(["analyze", str(study), "-q"]) == 1
     assert f"run {RID} damaged" in capsys.readouterr().err
     assert not (study / "runs" / RID).exists() and len(list((study / "quarantine").iterdir())) == 1

@@ -259,7 +259,7 @@ def test_bad_input_in_files_numbers_and_the_environment_is_exit_2(case, tmp_path
         "seed-huge": (["lm", "post-train", "--checkpoint", str(tmp_path), "--seed", "9" * 23],
                       f"error: --seed {'9' * 23} is out of range; allowed: 0 to {2**63 - 1}"),
         "kernel-backend": (["study", "list"], "error: environment variable DYNLAB_KERNEL_BACKEND='bogus' is not a setting "
-                                              "dynlab knows; allowed: auto, torch, triton, mamba_ssm (or unset)"),
+                                              "dynlab knows; allowed: auto, torch, triton, mamba_ssm, fla, causal_conv1d (or unset)"),
         "c-kernels": (["study", "list"], "error: environment variable DYNLAB_C_KERNELS='off' is not a setting dynlab "
                                          "knows; allowed: 1, 0 (or unset)"),
     }[case]

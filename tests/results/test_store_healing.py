@@ -127,12 +127,13 @@ def test_analyze_on_a_damaged_run_names_the_file_and_the_way_out(finished_study,
     rid = get_study("group-tracking").make_specs(SMOKE)[1].spec_hash()
     _truncate(root / "runs" / rid / "spec.json")
     capsys.readouterr()
-    assert main(["analyze", str(root), "--device", "cpu", "-q"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: study {root}: run {rid} damaged (spec.json: "), err
-    assert "rerun `dynlab study group-tracking`" in err[0]
+    assert main(["analyze", str(root), "--device", "cpu", "-q"]) == 0  # the run moved: said, not bad input
+    err = [x for x in capsys.readouterr().err.strip().splitlines() if x.startswith("run ")]
+    assert len(err) == 1 and err[0].startswith(f"run {rid} damaged (spec.json: "), err
+    assert "left out of the dataset (rerun `dynlab study group-tracking`" in err[0]
     assert not (root / "runs" / rid).exists() and len(list((root / QUARANTINE).iterdir())) == 1
-    with pytest.raises(ValueError, match=f"run {rid} is missing"):
+    assert rid not in set(open_study(root).run_id.values)  # the dataset lists the runs runs/ holds
+    with pytest.raises(ValueError, match=f"run {rid} is missing \\(moved to "):
         analyze_study(root, get_study, device="cpu")
 
 
