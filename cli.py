@@ -132,7 +132,8 @@ def lm_post_train(
     source: _o(str, "--source", help="Text: 'shakespeare', a path to a UTF-8 text file, or a token folder (dynlab data prepare).") = "shakespeare",
     tokenizer: TokenizerOpt = None,
     seq_len: _o(Optional[int], "--seq-len", help="Post-training length (default: the run's own, 64 for HF models).") = None,
-    batch_size: _o(int, "--batch-size", help="Batch size.") = 16,
+    batch_size: _o(int, "--batch-size", help="Sequences a micro-batch (per process under torchrun).") = 16,
+    batch_tokens: _o(Optional[int], "--batch-tokens", help="Tokens a step over all processes: gradient accumulation to it.") = None,
     lr: _o(float, "--lr", help="Peak learning rate.") = 3e-4,
     length_multiple: _o(int, "--eval-multiple", help="Evaluate at this many times --seq-len.") = 16,
     samples: _o(int, "--samples", help="Validation windows for PPL(t).") = 64,
@@ -143,7 +144,7 @@ def lm_post_train(
 ) -> None:
     """Post-train a checkpoint with an initial-state intervention, then evaluate PPL(t), EffRem, state statistics (and the task)."""
     run = posttrain.post_train(checkpoint, intervention, steps, task, source, seq_len, batch_size, lr, length_multiple,
-                               samples, seed, out, device, tokenizer, precision)
+                               samples, seed, out, device, tokenizer, precision, batch_tokens)
     typer.echo(f"run: {run}")
     failed = posttrain.failure_line(run)  # a run that diverged is said, not only stored
     if failed:

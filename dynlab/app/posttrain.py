@@ -181,12 +181,15 @@ def failure_line(run: Path) -> str | None:
 def post_train(checkpoint: str | Path, intervention: str = "state-passing", steps: int = 100, task: str | None = None,
                source: str = "shakespeare", seq_len: int | None = None, batch_size: int = 16, lr: float = 3e-4,
                length_multiple: int = 16, samples: int = 64, seed: int = 0, out: str = DEFAULT_OUT,
-               device: str = "auto", tokenizer: str | None = None, precision: str = "fp32") -> Path:
+               device: str = "auto", tokenizer: str | None = None, precision: str = "fp32",
+               batch_tokens: int | None = None) -> Path:
     """``dynlab lm post-train``: post-train ``checkpoint`` (a dynlab LM run folder or a
     Hugging Face Mamba/Mamba2 folder) with ``intervention``, then evaluate it (on ``task``
     when given); the text read with ``tokenizer`` (None: the checkpoint's own,
     :func:`resolve_tokenizer`); the options checked as the command line checks them; the
-    run's folder."""
+    run's folder. ``batch_tokens``: tokens a step over every process (gradient accumulation
+    to it). Under ``torchrun`` the processes join one group first and train one model
+    (:mod:`dynlab.lm.distributed`); rank 0 evaluates and writes."""
     checkpoint = Path(checkpoint)
     post_train_options(intervention, task, source, seq_len, steps, batch_size, lr, length_multiple, samples, seed,
                        device, tokenizer)
@@ -200,4 +203,26 @@ def post_train(checkpoint: str | Path, intervention: str = "state-passing", step
     grid = None if task is None else import_module(f"dynlab.studies.{POST_TRAIN_TASKS[task]}").PRESETS["quick"]["task"]
     spec = post_train_spec(checkpoint, intervention, task, grid, source, seq_len, steps, batch_size,
                            lr, length_multiple, samples, seed, tokenizer, precision)
+    spec = _processes(spec, batch_tokens, device)
     return run_post_train(spec, out_dir, device=device)
+
+
+def _processes(spec: Any, batch_tokens: int | None, device: str) -> Any:
+    """``spec`` with the processes ``torchrun`` started (joined into one group here) and
+    the accumulation that ``--batch-tokens`` asks for (:func:`dynlab.lm.distributed.accum_for_tokens`)."""
+    from dynlab.lm.distributed import accum_for_tokens, env_world_size, init_world
+    from dynlab.runtime import resolve_device
+
+    if batch_tokens is not None and batch_tokens < 1:
+        raise DynlabInputError(f"--batch-tokens must be a positive number of tokens, got {batch_tokens}")
+    size = env_world_size()
+    if size > 1 and spec.task is not None:
+        raise DynlabInputError("--task post-trains in one process; allowed under torchrun: text post-training")
+    tr = spec.train
+    accum = 1 if batch_tokens is None else accum_for_tokens(batch_tokens, tr.batch_size, tr.seq_len, size)
+    if accum > 4096:
+        raise DynlabInputError(f"--batch-tokens {batch_tokens} needs {accum} micro-batches a step; allowed: at most "
+                               "4096 (a larger --batch-size)")
+    if size > 1:
+        init_world(resolve_device(device).type)
+    return spec.model_copy(update={"train": tr.model_copy(update={"accum": accum, "processes": size})})

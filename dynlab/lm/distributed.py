@@ -2,7 +2,7 @@
 
 **Several processes** (``torchrun``; :class:`World`). Launched as ::
 
-    torchrun --nproc_per_node 8 -m dynlab lm post-train --checkpoint CKPT --source TOKENS \\
+    torchrun --nproc_per_node 8 --no-python dynlab lm post-train --checkpoint CKPT --source TOKENS \\
         --batch-size 8 --batch-tokens 524288 --precision bf16
 
 every process (a *rank*) builds the same model from the same checkpoint and seed, and
@@ -56,7 +56,7 @@ from torch import nn
 from dynlab.errors import DynlabInputError
 from dynlab.results.files import write_bytes_atomic, write_text_atomic
 
-__all__ = ["TrainState", "World", "accum_for_tokens", "current_world", "init_world", "mean_over_ranks", "shard_rows"]
+__all__ = ["TrainState", "World", "accum_for_tokens", "current_world", "env_world_size", "init_world", "mean_over_ranks", "shard_rows"]
 
 NextBatch = Callable[[], tuple[torch.Tensor, "torch.Tensor | None", torch.Tensor]]
 
@@ -79,9 +79,10 @@ class World:
         return torch.device("cuda", self.local_rank) if device.type == "cuda" else device
 
 
-def _env_size(env: dict[str, str] | os._Environ) -> int:
+def env_world_size(env: dict[str, str] | os._Environ = os.environ) -> int:
+    """The number of processes ``torchrun`` started (``WORLD_SIZE``; 1 without it)."""
     try:
-        return int(env.get("WORLD_SIZE", "1"))
+        return int(env.get("WORLD_SIZE") or "1")
     except ValueError:
         raise DynlabInputError(f"WORLD_SIZE={env.get('WORLD_SIZE')!r} is not a number of processes "
                                "(torchrun sets it)") from None
@@ -91,7 +92,7 @@ def init_world(device_type: str, env: dict[str, str] | os._Environ = os.environ)
     """Join the process group that ``torchrun`` describes in ``env`` (``WORLD_SIZE`` > 1;
     NCCL for CUDA, gloo otherwise) and return this process's :class:`World`; None for one
     process. Joining twice is harmless."""
-    if _env_size(env) <= 1:
+    if env_world_size(env) <= 1:
         return None
     import torch.distributed as dist
 

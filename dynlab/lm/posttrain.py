@@ -45,6 +45,7 @@ from dynlab.names import TBTT, TBTT_ON_TASKS
 from dynlab.lm.checkpoint import (  # noqa: F401 - this module's names since before checkpoint.py
     checkpoint_digest, checkpoint_tokenizer, load_checkpoint, model_vocab,
 )
+from dynlab.lm.distributed import current_world
 from dynlab.lm.hf import HFRecurrentLM
 from dynlab.lm.tokenizer import check_fits
 from dynlab.analysis.lm_metrics import log_binned_ppl
@@ -65,9 +66,13 @@ __all__ = ["PostTrainSpec", "PostTrainTrainSpec", "load_checkpoint", "checkpoint
 
 class PostTrainTrainSpec(Spec):
     """The short post-training budget: AdamW, warm-up and cosine decay (as in training); ``steps = 0`` allowed;
-    ``precision`` as :class:`~dynlab.lm.spec.LMTrainSpec`'s (left out of the run id while fp32)."""
+    ``precision`` as :class:`~dynlab.lm.spec.LMTrainSpec`'s (left out of the run id while fp32).
+    ``batch_size`` is each process's micro-batch; a step reads ``accum`` of them in each of
+    ``processes`` processes (``torchrun``, :mod:`dynlab.lm.distributed`): ``batch_size ×
+    accum × processes × seq_len`` tokens a step (``--batch-tokens``). Both are left out of
+    the run id at 1."""
 
-    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("precision",)
+    hash_omit_at_default: ClassVar[tuple[str, ...]] = ("precision", "accum", "processes")
 
     steps: StepsOrZero = 100
     batch_size: Batch = 16
@@ -78,6 +83,8 @@ class PostTrainTrainSpec(Spec):
     warmup_frac: float = Field(0.1, ge=0.0, le=1.0)
     threads: int | None = Field(None, ge=1, le=MAX_THREADS)
     precision: Precision = "fp32"
+    accum: int = Field(1, ge=1, le=4096)
+    processes: int = Field(1, ge=1, le=4096)
 
 
 class PostTrainSpec(Spec):
@@ -140,9 +147,10 @@ def post_train(spec: PostTrainSpec, device: torch.device | str = "cpu",
                            steps=tr.steps, batch_size=tr.batch_size, seq_len=tr.seq_len, lr=tr.lr,
                            weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
                            seed=spec.seed, device=str(dev), threads=tr.threads, progress=progress,
-                           precision=tr.precision)
+                           precision=tr.precision, accum=tr.accum)
         result = train_summary(res, warm_start=True)  # it starts from a trained checkpoint
-        if res.status != "ok":
+        world = current_world()
+        if res.status != "ok" or (world is not None and not world.main):  # rank 0 alone evaluates
             return result, model
         model.eval()
         result.update(evaluate_lm(model, spec.eval, tr.seq_len, corpus))
@@ -190,13 +198,20 @@ def run_post_train(spec: PostTrainSpec, out: str | Path, device: str = "auto",
         raise DynlabInputError(problem)
     model, meta = load_checkpoint(spec.checkpoint)  # refuses a non-model before anything is written
     check_fits(spec.data.tokenizer, model_vocab(model), f"checkpoint {spec.checkpoint!r}")
+    world = current_world()  # under torchrun every rank trains, rank 0 alone evaluates and writes
+    if (world.size if world else 1) != spec.train.processes:
+        raise DynlabInputError(f"this run was specified for {spec.train.processes} process(es) but "
+                               f"{world.size if world else 1} run it (torchrun --nproc_per_node)")
     store = RunStore(Path(out).expanduser() / "post-train")
     path = store.path(spec)
     if store.is_done(spec):
         if _complete(path, isinstance(model, HFRecurrentLM)):
             return path
-        shutil.rmtree(path)  # its evaluation was never written (a killed post-training): made again
+        if world is None or world.main:
+            shutil.rmtree(path)  # its evaluation was never written (a killed post-training): made again
     result, model = post_train(spec, dev, progress, model=model)
+    if world is not None and not world.main:  # rank 0 writes the run
+        return path
     result["checkpoint_meta"] = meta
     ok = result["status"] == "ok"
     # copies: tied weights (Mamba-1's head and embedding) are separate tensors in the file

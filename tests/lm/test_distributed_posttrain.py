@@ -1,0 +1,71 @@
+"""`dynlab lm post-train` under torchrun: two gloo processes with half the batch each post-train
+the checkpoint to the weights one process reaches with the whole batch (float32: to 1e-5
+relative after 4 AdamW steps), with gradient accumulation to `--batch-tokens`; rank 0 alone
+writes the run. A `--batch-tokens` that the batch does not divide is one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from dynlab.cli import main
+
+pytestmark = pytest.mark.slow
+
+TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 4, "d_state": 4, "chunk_size": 8},
+        "train": {"steps": 2, "batch_size": 2, "seq_len": 16},
+        "eval": {"length_multiple": 2, "n_samples": 2, "chunk_len": 16, "bin_width": 8, "effrem_points": 2,
+                 "effrem_samples": 2, "state_points": 2}, "interventions": ["zero"]}
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory):
+    from dynlab.runner import run_study
+    from dynlab.studies.length_generalization import STUDY
+    from dynlab.study import StudyOptions
+
+    out = tmp_path_factory.mktemp("lg")
+    options = StudyOptions(preset="quick", extra=TINY)
+    run_study(STUDY, options, out=out, device="cpu")
+    return out / "length-generalization" / "runs" / STUDY.make_specs(options)[0].spec_hash()
+
+
+def _post_train(run: Path, out: Path, batch: int, processes: int) -> Path:
+    args = ["lm", "post-train", "--checkpoint", str(run), "--intervention", "zero", "--steps", "4", "--seq-len", "16",
+            "--batch-size", str(batch), "--batch-tokens", "128", "--lr", "3e-3", "--samples", "2",
+            "--eval-multiple", "2", "--device", "cpu", "--out", str(out)]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+    done = subprocess.run([*launch, "-m", "dynlab.cli", *args], capture_output=True, text=True, timeout=300,
+                          env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(out)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = list((out / "post-train" / "runs").iterdir())
+    assert len(runs) == 1, runs  # one run, written once
+    return runs[0]
+
+
+def test_two_processes_post_train_as_one_with_the_whole_batch(run_folder, tmp_path):
+    one = _post_train(run_folder, tmp_path / "one", batch=4, processes=1)  # 128 tokens = 4 × 16 × 2 micro-batches
+    two = _post_train(run_folder, tmp_path / "two", batch=2, processes=2)  # 2 × 16 × 2 processes × 2 micro-batches
+    spec_one, spec_two = (json.loads((r / "spec.json").read_text())["fields"]["train"] for r in (one, two))
+    assert (spec_one.get("accum", 1), spec_one.get("processes", 1)) == (2, 1)
+    assert (spec_two["accum"], spec_two["processes"]) == (2, 2)
+    w1, w2, w0 = load_file(one / "model.safetensors"), load_file(two / "model.safetensors"), load_file(
+        run_folder / "model.safetensors")
+    assert max(float((w1[k] - w0[k]).abs().max()) for k in w0) > 1e-3  # post-training moved the weights
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=1e-5, atol=1e-6, msg=k)
+    assert (two / "dataset.nc").is_file() and json.loads((two / "result.json").read_text())["status"] == "ok"
+
+
+def test_batch_tokens_that_the_batch_does_not_divide_is_one_line(run_folder, tmp_path, capsys):
+    code = main(["lm", "post-train", "--checkpoint", str(run_folder), "--steps", "2", "--seq-len", "16",
+                 "--batch-size", "4", "--batch-tokens", "100", "--out", str(tmp_path / "o"), "--device", "cpu"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--batch-tokens 100" in err[0] and "allowed: 64, 128" in err[0]
+    assert not (tmp_path / "o").exists()
