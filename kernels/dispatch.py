@@ -188,11 +188,14 @@ def _selective_scan_mamba(u, delta, A, B, C, initial_state=None, return_final_st
 
 def _gla_fla(q, k, v, gk, scale=None, initial_state=None, return_final_state=False, chunk_size=32):
     """``gla_chunked``'s contract on fla's ``chunk_gla`` (the same ``[B, T, H, ·]`` layout and
-    ``[B, H, K, V]`` states; fla picks its own chunk size)."""
+    ``[B, H, K, V]`` states; fla picks its own chunk size). fla keeps its states in float32:
+    the initial state goes in as float32 and the final state comes back in the inputs'
+    promoted dtype, as the torch form returns it."""
     o, final = _LIBS["fla"]["gla"](
         q.contiguous(), k.contiguous(), v.contiguous(), gk.contiguous(), scale=scale,
-        initial_state=None if initial_state is None else initial_state.contiguous(), output_final_state=True,
+        initial_state=None if initial_state is None else initial_state.float().contiguous(), output_final_state=True,
     )
+    final = final.to(common_dtype(q, k, v, gk, initial_state))
     return (o, final) if return_final_state else o
 
 
@@ -201,13 +204,17 @@ def causal_conv1d_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     """:func:`dynlab.lm.mixers.causal_conv`'s contract on causal-conv1d's ``causal_conv1d_fn``:
     x ``[B, T, C]``, weight ``[C, 1, K]``, bias ``[C]`` or None, window ``[B, C, K − 1]`` or
     None -> (silu(conv) ``[B, T, C]``, the new window ``[B, C, K − 1]``). The kernel reads
-    ``x`` in its channel-last layout (a ``[B, T, C]`` tensor seen as ``[B, C, T]``, no copy)
-    and takes weights in the input's dtype (under autocast the fp32 weights are cast)."""
-    x = x.contiguous()
+    ``x`` in its channel-last layout (a ``[B, T, C]`` tensor seen as ``[B, C, T]``, no copy
+    where ``x`` has the standard strides, which its checks read even on dimensions of size 1)
+    and takes float32 weights with bfloat16 inputs (the weights and their gradients stay
+    float32 under autocast; the bias is cast to the weights' dtype)."""
+    b_, t, c = x.shape
+    if x.stride() != (t * c, c, 1):
+        x = x.clone(memory_format=torch.contiguous_format)
     init = None if window is None else window.to(x.dtype).transpose(1, 2).contiguous().transpose(1, 2)
-    b = None if bias is None else bias.to(x.dtype)
+    w = weight[:, 0, :]
     y, final = _LIBS["causal_conv1d"]["causal_conv"](
-        x.transpose(1, 2), weight[:, 0, :].to(x.dtype), b,
+        x.transpose(1, 2), w, None if bias is None else bias.to(w.dtype),
         initial_states=init, return_final_states=True, activation="silu",
     )  # y [B, C, T] (channel-last), final [B, C, K - 1]
     return y.transpose(1, 2), final

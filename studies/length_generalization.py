@@ -38,6 +38,11 @@ Presets:
   to its largest budget with in-run checkpoints, and trained alone to two budgets
   (coordinate ``annealed``); ``far_over_in`` and ``budget_blocks`` beside the budget.
   ``dynlab report`` prints the map (:func:`dynlab.report.lm.size_tables`).
+- ``state`` — where small LMs learn to forget (Stuffed Mamba's forget threshold): one width
+  with the recurrent state size varied 64× (:data:`STATE_SIZES`) × T_train 16–256
+  (:data:`STATE_SEQ_LENS`) × seeds 0–2, every run trained on the same 2M tokens
+  (:data:`STATE_TOKENS`, 2 048 a step) as one annealed run, the seeds of a cell as one
+  stack; coords ``d_state`` and ``state_size`` on ``run``.
 - ``size-interventions`` — the ``interventions`` protocol, recipe unchanged, on fresh
   seeds (:data:`SIZE_INTERVENTION_SEEDS`) where the size map rises in every seed.
 - ``interventions`` — paper B's Fig. 5 protocol where the PPL rises: the baseline (zero
@@ -146,6 +151,25 @@ SIZE_LADDER = tuple(
 #: Tokens per optimiser step of the ``size`` preset (batch = this / T_train).
 SIZE_TOKENS_PER_STEP = 2048
 
+#: The ``state`` preset's models: one layout at width 32 (2 layers, 4 heads × 16 channels, no
+#: MLP) with the state size N = ``d_state`` at 8, 32, 128 and 512, so the recurrent state
+#: (``state_size``: layers × heads × head_dim × N) spans 64× (1 024 to 65 536 entries) while
+#: only the B and C projections (and their convolution channels) grow with N; every run
+#: stores both ``state_size`` and ``n_params``.
+STATE_SIZES = tuple({**BUDGET_MODEL, "d_model": 32, "n_heads": 4, "head_dim": 16, "d_state": n} for n in (8, 32, 128, 512))
+
+#: Training lengths of the ``state`` preset (each run evaluated at 16 × its own).
+STATE_SEQ_LENS = (16, 32, 64, 128, 256)
+
+#: Training tokens of every ``state`` run (1 024 steps of 2 048 tokens: about 16 × the
+#: Chinchilla budget of the smallest model, 5 × the largest's), the same at every length.
+STATE_TOKENS = 2_097_152
+
+#: Seeds of the ``state`` preset (reported); the rule that reads the map is fixed on pilot
+#: seed :data:`STATE_PILOT_SEED` first (docs/results.md, "Where small LMs learn to forget").
+STATE_SEEDS = (0, 1, 2)
+STATE_PILOT_SEED = 100
+
 #: At most this many runs share one stack (``train.engine = "stack"``): ensemble-16 of the
 #: quick model stays well under 1 GB (``dynlab bench lm`` measures the peak).
 STACK_MAX = 16
@@ -218,6 +242,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         "interventions": ("zero",),
         "sizes": SIZE_LADDER,
         "seq_lens": (32, 128),
+        "tokens_per_step": SIZE_TOKENS_PER_STEP,
+        "model": {},
+        "train": {"batch_size": 64, "lr": 5e-3, "threads": 1, "engine": "stack"},
+        "eval": {**_QUICK_EVAL, "n_samples": 64, "chunk_len": 128, "effrem_samples": 16},
+        "intervention": {"sigma": 0.1},
+    },
+    "state": {
+        "mixers": ("mamba2",),
+        "seeds": STATE_SEEDS,
+        "interventions": ("zero",),
+        "sizes": STATE_SIZES,
+        "seq_lens": STATE_SEQ_LENS,
+        "tokens": STATE_TOKENS,
         "tokens_per_step": SIZE_TOKENS_PER_STEP,
         "model": {},
         "train": {"batch_size": 64, "lr": 5e-3, "threads": 1, "engine": "stack"},
@@ -495,8 +532,15 @@ def group_key(spec: LMRunSpec) -> str:
 def assemble(specs: list[LMRunSpec], store: RunStore, options: StudyOptions) -> xr.Dataset:
     """The study dataset (:func:`dynlab.lm.dataset.assemble_lm_runs`): per-run Datasets stacked on ``run``
     (outer join on each position axis); with post-training arms, one row per tested model and the
-    paired contrasts (module docstring)."""
-    return assemble_lm_runs(specs, [read_result(LMResult, store, s) for s in specs])
+    paired contrasts (module docstring). The ``state`` preset adds each run's forgetting,
+    ``forget_rate`` and ``memory_horizon`` (:func:`dynlab.lm.contraction.runs_forgetting`)."""
+    ds = assemble_lm_runs(specs, [read_result(LMResult, store, s) for s in specs])
+    if options.preset == "state":
+        from dynlab.lm.contraction import runs_forgetting
+        from dynlab.results.vocabulary import annotate
+
+        ds = annotate(ds.assign(runs_forgetting(specs, [store.path(s) for s in specs])))
+    return ds
 
 
 STUDY = Study(

@@ -99,6 +99,8 @@ SPEC_COORDS = {
     "train_length": lambda s: s.train.seq_len,
     "eval_length": lambda s: s.eval_length,
     "d_model": lambda s: s.model.d_model,
+    "d_state": lambda s: s.model.d_state,
+    "state_size": lambda s: s.model.n_layers * s.model.n_heads * s.model.head_dim * s.model.d_state,
     "annealed": lambda s: len(s.eval.checkpoints) == 1,
 }
 

@@ -30,13 +30,16 @@ one GPU per rank, ``cuda:LOCAL_RANK``; gloo on CPUs):
   writes outputs.
 
 **Resuming** (:class:`TrainState`): with ``resume=PATH`` :func:`~dynlab.lm.train.fit`
-saves the training state every ``save_every`` steps — weights, AdamW moments, schedule,
+saves the training state every ``save_every`` steps and after the last — weights, AdamW moments, schedule,
 losses so far, the generators, the intervention's carried states and the batch source's
 position — one file per rank (``PATH.rank<r>.step<s>``), then, once every rank has
 written, rank 0 writes ``PATH`` naming that step (atomically), and the older step files
 are removed. A run killed at any moment restarts from the step ``PATH`` names and ends
-where the uninterrupted run ends (bit for bit in one process). A state saved with another
-number of ranks, or for another run (settings, starting weights), is refused in one line.
+where the uninterrupted run ends (bit for bit in one process); the state of the last step
+is kept until the caller, its outputs stored, removes it (:func:`remove_train_state`), so a
+kill after training costs no step. A state saved with another number of ranks, or for
+another run (settings, seed, intervention, starting weights, data), is refused in one line
+by every rank together.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ from torch import nn
 from dynlab.errors import DynlabInputError
 from dynlab.results.files import write_bytes_atomic, write_text_atomic
 
-__all__ = ["TrainState", "World", "accum_for_tokens", "current_world", "env_world_size", "init_world", "mean_over_ranks", "shard_rows"]
+__all__ = ["TrainState", "World", "accum_for_tokens", "current_world", "env_world_size", "init_world", "mean_over_ranks",
+           "remove_train_state", "shard_rows"]
 
 NextBatch = Callable[[], tuple[torch.Tensor, "torch.Tensor | None", torch.Tensor]]
 
@@ -222,9 +226,38 @@ class TrainState:
                 old.unlink(missing_ok=True)
 
     def restore(self) -> tuple[int, list[float], list[int]]:
-        """``(steps done, their losses, their lengths)`` from the saved state; ``(0, [], [])`` without one."""
-        if not self.path.exists():
+        """``(steps done, their losses, their lengths)`` from the saved state; ``(0, [], [])``
+        without one. Every rank reads its own file, then the ranks agree (one collective)
+        on the step they continue from, or all refuse together."""
+        done, why = self._read()
+        agreed = torch.tensor([done, -done, 0 if why is None else 1], dtype=torch.int64)
+        if self.world is not None:
+            import torch.distributed as dist
+
+            dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+        if why is None and agreed[2] > 0:
+            why = "another process could not read its part of it"
+        elif why is None and int(agreed[0]) != -int(agreed[1]):
+            why = "the processes found different steps in it (is PATH on a file system every process sees?)"
+        if why is not None:
+            raise DynlabInputError(f"cannot resume from {self.path}: {why}; delete it (and its "
+                                   f"{self.path.name}.rank* files) to train from step 0")
+        if done == 0:
             return 0, [], []
+        state = self._loaded
+        for g, s in zip(self.generators, state["generators"]):
+            g.set_state(s)
+        for k, v in state["intervention"].items():
+            setattr(self.intervention, k, _unpack(v, self.generators[-1].device))
+        if self.source is not None:
+            self.source.load_state_dict(state["source"])
+        return done, list(state["losses"]), list(state["lengths"])
+
+    def _read(self) -> tuple[int, str | None]:
+        """This rank's saved state loaded into the model and optimiser: (steps done, None),
+        (0, None) without a state, or (0, why it cannot be used)."""
+        if not self.path.exists():
+            return 0, None
         try:
             pointer = json.loads(self.path.read_text())
             size = self.world.size if self.world else 1
@@ -238,34 +271,30 @@ class TrainState:
             self.opt.load_state_dict(state["opt"])
             self.sched.load_state_dict(state["sched"])
         except Exception as exc:  # noqa: BLE001 - any unreadable state is one clear error
-            first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
-            raise DynlabInputError(f"cannot resume from {self.path}: {first}; delete it (and its "
-                                   f"{self.path.name}.rank* files) to train from step 0") from None
-        for g, s in zip(self.generators, state["generators"]):
-            g.set_state(s.to(g.get_state().device) if g.device.type == "cpu" else s)
-        for k, v in state["intervention"].items():
-            setattr(self.intervention, k, _unpack(v, self.generators[-1].device))
-        if self.source is not None:
-            self.source.load_state_dict(state["source"])
-        return int(state["done"]), list(state["losses"]), list(state["lengths"])
-
-    def finish(self) -> None:
-        """Remove the state's files (the run ended)."""
-        barrier(self.world)
-        for old in self.path.parent.glob(f"{self.path.name}.rank{self.rank}.step*"):
-            old.unlink(missing_ok=True)
-        barrier(self.world)
-        if self.rank == 0:
-            self.path.unlink(missing_ok=True)
+            return 0, (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        self._loaded = state
+        return int(state["done"]), None
 
 
-def run_identity(model: nn.Module, **settings: Any) -> dict:
-    """What a training state belongs to: the settings that shape the run and a hash of the starting weights."""
+def remove_train_state(path: Path) -> None:
+    """Remove a training state :func:`dynlab.lm.train.fit` saved at ``path`` (every rank's
+    files and the pointer): once the run's outputs are stored, its state is not needed."""
+    path = Path(path)
+    for part in path.parent.glob(f"{path.name}.rank*.step*"):
+        part.unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
+
+
+def run_identity(model: nn.Module, generator: torch.Generator, intervention: Any, **settings: Any) -> dict:
+    """What a training state belongs to: the settings that shape the run, the seed, the
+    intervention and its parameters, and a hash of the starting weights."""
     h = hashlib.sha256()
     for k, v in sorted(model.state_dict().items()):
         h.update(k.encode())
         h.update(v.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return {**{k: v for k, v in settings.items()}, "start_params": h.hexdigest()[:16]}
+    params = {k: v for k, v in vars(intervention).items() if isinstance(v, (int, float, str, bool))}
+    return {**settings, "seed": generator.initial_seed(), "intervention": type(intervention).__name__,
+            "intervention_params": params, "start_params": h.hexdigest()[:16]}
 
 
 def _pack(value: Any) -> Any:

@@ -48,7 +48,7 @@ from dynlab.lm.distributed import (
     TrainState, World, all_ranks, current_world, mean_over_ranks, rank_generator, run_identity, shard_rows,
 )
 from dynlab.lm.interventions import Intervention
-from dynlab.lm.loaders import RandomWindowLoader, SequentialChunkLoader
+from dynlab.lm.loaders import RandomWindowLoader, SequentialChunkLoader, take
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.states import detach_states, map_states
 from dynlab.names import PRECISIONS
@@ -126,7 +126,9 @@ def train_lm(
     return fit(model, source, intervention, generator, steps=steps, batch_size=batch_size, lr=lr,
                weight_decay=weight_decay, grad_clip=grad_clip, warmup_frac=warmup_frac, device=device,
                threads=threads, progress=progress, stop=stop, accum=accum, precision=precision, world=world,
-               resume=resume, save_every=save_every, source=loader)
+               resume=resume, save_every=save_every, source=loader,
+               identity={"seq_len": seq_len, "data_tokens": len(data), "data_head": take(data, torch.arange(
+                   min(64, len(data)))).tolist()})
 
 
 def fit(
@@ -152,6 +154,7 @@ def fit(
     resume: Path | None = None,
     save_every: int = 100,
     source: Any = None,
+    identity: dict[str, Any] | None = None,
 ) -> TrainResult:
     """The optimisation loop shared by LM and task training; ``model`` is trained in place.
 
@@ -174,10 +177,9 @@ def fit(
 
     ``precision`` and ``sync_every``: see the module docstring.
 
-    ``world`` (default: the ``torchrun`` group, if any): the model trains under
-    DistributedDataParallel, ``next_batch`` giving this rank's rows; ``resume``: the training
-    state's path, saved every ``save_every`` steps with ``source``'s ``state_dict()`` and
-    restored when it exists (both in :mod:`dynlab.lm.distributed`).
+    ``world`` (default: the ``torchrun`` group, if any), ``resume``, ``save_every``,
+    ``source`` (the batch source's owner, its ``state_dict()`` saved) and ``identity`` (the
+    caller's words for its data): several processes and resuming, :mod:`dynlab.lm.distributed`.
     """
     if accum < 1:
         raise ValueError(f"accum must be a positive integer, got {accum}")
@@ -195,18 +197,17 @@ def fit(
     noise = _noise_generator(generator, dev, world)
     step_fn = _Step(model, next_batch, intervention, noise, batch_size, dev, opt, accum, precision, world)
     result = TrainResult(model=model)
-    state = None if resume is None else TrainState(
-        Path(resume), world, model, opt, sched, [generator] + ([noise] if noise is not generator else []), intervention,
-        source, run_identity(model, steps=steps, batch_size=batch_size, lr=lr, accum=accum, weight_decay=weight_decay,
-                             grad_clip=grad_clip, warmup_frac=warmup_frac, intervention=type(intervention).__name__))
+    settings = dict(steps=steps, batch_size=batch_size, lr=lr, accum=accum, weight_decay=weight_decay,
+                    grad_clip=grad_clip, warmup_frac=warmup_frac, precision=precision, **(identity or {}))
+    state = None if resume is None else TrainState(Path(resume), world, model, opt, sched, list({
+        id(g): g for g in (generator, noise)}.values()), intervention, source, run_identity(
+        model, generator, intervention, **settings))
     done, result.losses, result.lengths = (0, [], []) if state is None else state.restore()
     start = time.perf_counter()
     with train_threads(dev, threads=threads), _tf32(dev):
         _run_steps(step_fn, lambda: (opt.step(), sched.step()), range(done, steps), every, grad_clip, result,
-                   progress, stop, None if state is None else _saver(state, save_every, steps))
+                   progress, stop, None if state is None else _saver(state, save_every, steps, done))
     result.seconds = time.perf_counter() - start
-    if state is not None:
-        state.finish()
     model.eval()
     return result
 
@@ -220,12 +221,13 @@ def _noise_generator(generator: torch.Generator, dev: torch.device, world: World
     return generator if dev.type == "cpu" else torch.Generator(device=dev).manual_seed(generator.initial_seed())
 
 
-def _saver(state: TrainState, save_every: int, steps: int) -> Callable[[int, TrainResult], None]:
-    """Save ``state`` at the first read-back at or after every ``save_every`` steps (not after the last step)."""
-    last = [0]
+def _saver(state: TrainState, save_every: int, steps: int, start: int) -> Callable[[int, TrainResult], None]:
+    """Save ``state`` at the first read-back at or after every ``save_every`` steps after
+    ``start``, and after the last step (the caller removes it once its outputs are stored)."""
+    last = [start]
 
     def save(done: int, result: TrainResult) -> None:
-        if done < steps and done // max(1, save_every) > last[0] // max(1, save_every):
+        if done == steps or done // max(1, save_every) > last[0] // max(1, save_every):
             state.save(done, list(result.losses), list(result.lengths))
             last[0] = done
 

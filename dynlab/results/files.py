@@ -191,7 +191,9 @@ def remove_empty_folders(folders: list[Path]) -> None:
 def staging_folder(out: Path) -> Path:
     """The temporary folder beside ``out`` in which a command writes what becomes ``out``
     (:func:`replace_folder`): ``.<name>.tmp-<pid>`` (what an earlier writer of this process
-    id left there is removed)."""
+    id left there is removed). An ``out`` that is a symbolic link is staged beside the
+    folder it points to (the link is kept, its target replaced)."""
+    out = out.resolve() if out.is_symlink() else out
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     return tmp
@@ -201,7 +203,29 @@ def replace_folder(tmp: Path, out: Path) -> None:
     """Put the complete folder ``tmp`` (:func:`staging_folder`) in place of ``out``: in one
     rename over a missing or empty ``out``; over a folder holding files by renaming that
     aside first, then deleting it (a failure between the two renames puts it back).  A
-    failure before this leaves ``out`` as it was."""
+    failure before this leaves ``out`` as it was. The hidden entries of ``out`` that ``tmp``
+    does not have (``.git``, ``.cache``, ``.gitattributes``: the user's, not the command's)
+    are moved into the new folder first, so that nothing but what the command writes is
+    replaced. A symbolic link ``out`` keeps pointing where it did, to the new folder."""
+    out = out.resolve() if out.is_symlink() else out
+    kept = [e.name for e in out.iterdir() if e.name.startswith(".") and not (tmp / e.name).exists()] if out.is_dir() else []
+    moved: list[str] = []
+    try:
+        for name in kept:
+            os.rename(out / name, tmp / name)
+            moved.append(name)
+        _swap(tmp, out)
+    except BaseException:
+        for name in moved:  # the user's entries go back where they were
+            if (tmp / name).exists() and not (out / name).exists():
+                os.rename(tmp / name, out / name)
+        raise
+    _sync_dir(out.parent)
+
+
+def _swap(tmp: Path, out: Path) -> None:
+    """:func:`replace_folder`'s renames: ``tmp`` in place of ``out`` (``out`` renamed aside
+    and deleted when it holds anything; put back if the second rename fails)."""
     if out.is_dir() and any(out.iterdir()):
         aside = out.parent / f".{out.name}.old-{os.getpid()}"
         shutil.rmtree(aside, ignore_errors=True)
@@ -214,7 +238,6 @@ def replace_folder(tmp: Path, out: Path) -> None:
         shutil.rmtree(aside, ignore_errors=True)
     else:
         os.replace(tmp, out)  # an empty folder is replaced in one step
-    _sync_dir(out.parent)
 
 
 def write_bytes_atomic(path: str | Path, data: bytes | memoryview, before_replace: Callable[[], None] | None = None) -> Path:

@@ -124,6 +124,13 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "engine": ("training engine", "1", "loop: the run trained alone; stack: trained in a stack with other runs of one layout"),
     "ensemble_size": ("runs in the training stack", "1", "runs trained together with this one (engine stack; NaN for loop)"),
     "d_model": ("model width", "1", "d_model of the LM"),
+    "forget_rate": ("slowest forgetting rate of the state", "1/token",
+                    "top Lyapunov exponent of the LM's state map: the slowest state entry's mean log decay over "
+                    "validation text (dynlab.lm.contraction)"),
+    "memory_horizon": ("memory horizon", "tokens", "-1 / forget_rate: e-folding length of the slowest-forgetting state entry"),
+    "d_state": ("state size N", "1", "d_state of the LM's mixer (Mamba: N; GLA: key size)"),
+    "state_size": ("recurrent state size", "1",
+                   "entries of the recurrent state over every layer: layers × heads × head_dim × d_state"),
     "eval_length": ("evaluation length", "tokens", "length evaluated from the zero state"),
     "train_min": ("shortest training length", "tokens", "string length (copying) or sample length"),
     "train_max": ("longest training length", "tokens", "string length (copying) or sample length"),

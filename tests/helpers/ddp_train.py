@@ -1,11 +1,13 @@
 """Train a tiny LM with :func:`dynlab.lm.train.train_lm`, alone or as one rank of ``torchrun``,
 and save (rank 0) its final parameters and losses: used by ``tests/lm/test_distributed.py``.
 
-    python ddp_train.py OUT BATCH INTERVENTION [RESUME [CRASH_AT]]
-    torchrun --nproc_per_node 2 ddp_train.py OUT BATCH INTERVENTION [RESUME [CRASH_AT]]
+    python ddp_train.py OUT BATCH INTERVENTION [RESUME [CRASH_AT [SEED]]]
+    torchrun --nproc_per_node 2 ddp_train.py OUT BATCH INTERVENTION [RESUME [CRASH_AT [SEED]]]
 
 Float64, a byte stream with structure, 8 steps of 2 micro-batches (accum 2). CRASH_AT: the
-process ends with exit code 3 when the loss of that step is read back (a kill mid-run)."""
+process ends with exit code 3 when the loss of that step is read back (a kill mid-run); 8: after the
+last step, before the outputs are saved.
+The training state is removed once the outputs are saved."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from dynlab.lm.distributed import current_world, init_world
+from dynlab.lm.distributed import current_world, init_world, remove_train_state
 from dynlab.lm.interventions import make_intervention
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.train import train_lm
@@ -25,6 +27,7 @@ def main() -> None:
     out, batch, arm = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     resume = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[4] != "-" else None
     crash_at = int(sys.argv[5]) if len(sys.argv) > 5 else -1
+    seed = int(sys.argv[6]) if len(sys.argv) > 6 else 5
     init_world("cpu")
     torch.manual_seed(0)
     model = RecurrentLM("mamba2", d_model=16, n_layers=2, n_heads=2, head_dim=8, d_state=8, chunk_size=8,
@@ -34,17 +37,24 @@ def main() -> None:
     data = base.repeat(200)
     data[torch.rand(len(data), generator=g) < 0.05] = 7
 
+    calls = []
+
     def progress(step: int, loss: float) -> None:
+        calls.append(step)
         if step == crash_at:
             os._exit(3)
 
-    res = train_lm(model, data, make_intervention(arm), steps=8, batch_size=batch, seq_len=12, lr=3e-3, seed=5,
+    res = train_lm(model, data, make_intervention(arm), steps=8, batch_size=batch, seq_len=12, lr=3e-3, seed=seed,
                    device="cpu", threads=1, accum=2, progress=progress, resume=resume, save_every=2)
+    if crash_at == 8:  # after training, before the outputs are saved
+        os._exit(3)
     world = current_world()
     if world is None or world.main:
         torch.save({"params": {k: v.detach().clone() for k, v in model.state_dict().items()},
-                    "losses": torch.tensor(res.losses), "status": res.status,
+                    "losses": torch.tensor(res.losses), "status": res.status, "steps_run": len(calls),
                     "world": 1 if world is None else world.size}, out)
+        if resume is not None:
+            remove_train_state(resume)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ def chunk_gla_twin():
     def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, state_v_first=False,
                   cu_seqlens=None, cu_seqlens_cpu=None):
         assert not state_v_first and cu_seqlens is None
+        assert initial_state is None or initial_state.dtype == torch.float32, "fla keeps its states in float32"
         for name, t in (("q", q), ("k", k), ("v", v), ("g", g)):
             assert t.is_contiguous(), f"{name} must be contiguous"
         if scale is not None:
@@ -61,8 +62,8 @@ def causal_conv1d_fn_twin(x, weight, bias=None, seq_idx=None, initial_states=Non
     b, d, t = x.shape
     w = weight.shape[1]
     assert 2 <= w <= 4, "causal_conv1d takes widths 2 to 4"
-    assert weight.shape == (d, w) and weight.dtype == x.dtype, "weight [D, W] in the input's dtype"
-    assert bias is None or (bias.shape == (d,) and bias.dtype == x.dtype)
+    assert weight.shape == (d, w) and weight.dtype in (x.dtype, torch.float32), "weight [D, W], the input's dtype or fp32"
+    assert bias is None or (bias.shape == (d,) and bias.dtype == weight.dtype), "bias in the weight's dtype"
     channel_last = x.stride(1) == 1 and x.stride(2) > 1
     if initial_states is not None or return_final_states:
         assert channel_last, "initial and final states need the channel-last layout"
@@ -72,7 +73,7 @@ def causal_conv1d_fn_twin(x, weight, bias=None, seq_idx=None, initial_states=Non
         assert initial_states.stride(1) == 1, "initial_states.stride(1) == 1"
     past = x.new_zeros(b, d, w - 1) if initial_states is None else initial_states
     full = torch.cat([past, x], dim=2)
-    out = F.conv1d(full, weight[:, None, :], bias, groups=d)
+    out = F.conv1d(full.to(weight.dtype), weight[:, None, :], bias, groups=d)  # accumulated in the weights' dtype
     if activation in ("silu", "swish"):
         out = F.silu(out)
-    return (out, full[:, :, t:]) if return_final_states else out
+    return (out.to(x.dtype), full[:, :, t:]) if return_final_states else out.to(x.dtype)

@@ -72,16 +72,32 @@ def test_causal_conv1d_adapter_equals_the_mixers_convolution(twins, width, with_
         torch.testing.assert_close(a, r, **TOL)
 
 
-def test_causal_conv1d_adapter_casts_the_weights_to_bf16_inputs(twins):
+def test_causal_conv1d_adapter_keeps_float32_weights_with_bf16_inputs(twins):
     """Under autocast the projections give bfloat16 inputs and the weights stay float32: the
-    kernel takes one dtype, so the adapter casts (the twin checks it, as the kernel does)."""
+    kernel takes them so (its bias in the weights' dtype), and their gradients stay float32."""
     g = torch.Generator().manual_seed(3)
     x = torch.randn(2, 9, 8, generator=g).bfloat16()
     w, bias, window = torch.randn(8, 1, 4, generator=g), torch.randn(8, generator=g), torch.randn(2, 8, 3, generator=g)
+    w.requires_grad_()
     y, new = dispatch.causal_conv1d_silu(x, w, bias, window)
     y_ref, _ = causal_conv(x.float(), w, bias, window)
     assert y.dtype == torch.bfloat16 and new.dtype == torch.bfloat16
     torch.testing.assert_close(y.float(), y_ref, rtol=3e-2, atol=3e-2)
+    (grad,) = torch.autograd.grad(y.float().sum(), [w])
+    assert grad.dtype == torch.float32
+
+
+def test_causal_conv1d_adapter_gives_the_kernel_standard_strides_for_one_token(twins):
+    """A ``[1, 1, C]`` slice of a wider projection is "contiguous" to torch whatever its
+    strides; the kernel reads them, so the adapter copies it to the standard ones."""
+    g = torch.Generator().manual_seed(4)
+    wide = torch.randn(1, 1, 20, generator=g)
+    x = wide[..., 4:12]  # strides (20, 20, 1): contiguous, yet stride(0) is not 8's multiple
+    w, window = torch.randn(8, 1, 4, generator=g), torch.randn(1, 8, 3, generator=g)
+    y, new = dispatch.causal_conv1d_silu(x, w, None, window)
+    y_ref, new_ref = causal_conv(x, w, None, window)
+    torch.testing.assert_close(y, y_ref, **TOL)
+    torch.testing.assert_close(new, new_ref, **TOL)
 
 
 def test_conv_backend_is_chosen_only_where_the_kernel_applies(twins, monkeypatch):

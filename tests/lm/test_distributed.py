@@ -25,10 +25,10 @@ pytestmark = pytest.mark.slow
 
 
 def _run(out: Path, batch: int, arm: str, world: int, resume: Path | None = None, crash_at: int = -1,
-         expect: int = 0) -> dict:
+         expect: int = 0, seed: int = 5) -> dict:
     launcher = [sys.executable] if world == 1 else [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"]
-    args = [str(out), str(batch), arm, str(resume) if resume else "-", str(crash_at)]
+    args = [str(out), str(batch), arm, str(resume) if resume else "-", str(crash_at), str(seed)]
     done = subprocess.run([*launcher, str(HELPER), *args], capture_output=True, text=True, timeout=300,
                           env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(out.parent)})
     assert (done.returncode == 0) == (expect == 0), done.stderr[-3000:]
@@ -70,7 +70,27 @@ def test_a_two_process_run_killed_midway_resumes_to_the_same_end(tmp_path):
     for k in whole["params"]:
         torch.testing.assert_close(resumed["params"][k], whole["params"][k], rtol=0, atol=0)
     torch.testing.assert_close(resumed["losses"], whole["losses"], rtol=0, atol=0)
-    assert not state.exists() and not list(tmp_path.glob("train.state.rank*"))  # removed at the end
+    assert not state.exists() and not list(tmp_path.glob("train.state.rank*"))  # removed once the outputs are saved
+
+
+def test_a_run_killed_after_its_last_step_resumes_without_training(tmp_path):
+    """The state of the last step is kept until the outputs are saved: a kill in between costs no step."""
+    whole = _run(tmp_path / "whole.pt", 4, "zero", world=1)
+    state = tmp_path / "train.state"
+    _run(tmp_path / "crashed.pt", 4, "zero", world=1, resume=state, crash_at=8, expect=3)  # after training
+    assert sorted(p.name for p in tmp_path.glob("train.state.rank*")) == ["train.state.rank0.step8"]
+    resumed = _run(tmp_path / "resumed.pt", 4, "zero", world=1, resume=state)
+    assert whole["steps_run"] == 8 and resumed["steps_run"] == 0  # nothing trained again
+    torch.testing.assert_close(resumed["losses"], whole["losses"], rtol=0, atol=0)
+    for k in whole["params"]:
+        torch.testing.assert_close(resumed["params"][k], whole["params"][k], rtol=0, atol=0)
+
+
+def test_a_state_is_refused_by_a_run_with_another_seed(tmp_path):
+    state = tmp_path / "train.state"
+    _run(tmp_path / "crashed.pt", 4, "zero", world=1, resume=state, crash_at=5, expect=3)
+    _run(tmp_path / "other.pt", 4, "zero", world=1, resume=state, expect=1, seed=999)
+    assert state.exists()
 
 
 def test_a_state_saved_by_two_processes_is_refused_by_one(tmp_path):
