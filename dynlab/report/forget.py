@@ -1,0 +1,165 @@
+"""The ``state`` preset's reading: where small LMs learn to forget (Stuffed Mamba's threshold).
+
+Stuffed Mamba (Chen et al., COLM 2025) finds that a recurrent LM fails beyond its training
+length T_train unless T_train exceeds a *forget threshold* T_forget that grows linearly with
+its state size. On a ``state`` dataset (state sizes × T_train × seeds, far/in at 16 ×
+T_train) this module computes, under one rule (:data:`RULE`, fixed on a pilot seed before
+the reported seeds ran):
+
+- **rises**: a run's far/in ratio (:func:`dynlab.report.lm.far_in_ratio`) above
+  :data:`~dynlab.report.lm.RISE` (1.05, the size map's threshold); only runs that learned
+  (``status`` ok and ``converged``) count, the others are left out and counted;
+- **T_forget** of a (state size, seed): the smallest T_train from which no longer T_train of
+  the grid rises (:func:`forget_thresholds`); censored below (nothing rises: T_forget ≤ the
+  shortest T_train) or above (the longest rises: T_forget > the longest);
+- **the fit**: T_forget = a + b · state_size by least squares over the uncensored (size,
+  seed) points, the slope's 95 % interval from Student's t (:func:`forget_fit`);
+- **paper A's lens**: the state map's slowest forgetting rate (``forget_rate``, the top
+  Lyapunov exponent, :mod:`dynlab.lm.contraction`) and its memory horizon against far/in:
+  Spearman correlations of ``memory_horizon / T_train`` with far/in, pooled and within each
+  state size, Holm-corrected over that family (:func:`contraction_correlations`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+from scipy import stats
+
+from dynlab.analysis.contrasts import holm
+from dynlab.report.lm import RISE, far_in_ratio
+
+__all__ = ["RULE", "contraction_correlations", "forget_fit", "forget_grid", "forget_thresholds", "state_tables"]
+
+#: The rule that reads the map, fixed on the pilot seed before the reported seeds ran.
+RULE = {
+    "rise": f"far/in > {RISE}",
+    "learned": "status ok and converged",
+    "t_forget": "smallest T_train from which no longer T_train of the grid rises",
+    "fit": "least squares T_forget = a + b * state_size over uncensored (size, seed) points; slope 95% CI (t)",
+    "correlation": "Spearman of memory_horizon / T_train with far/in, pooled and within each state size, Holm",
+}
+
+
+def _learned(ds: xr.Dataset) -> xr.DataArray:
+    ok = ds["status"] == "ok"
+    return ok & ds["converged"].astype(bool) if "converged" in ds else ok
+
+
+def forget_grid(ds: xr.Dataset) -> xr.Dataset:
+    """far/in (``ratio``), whether the run learned (``learned``) and, where the dataset has
+    them, ``memory_horizon`` and ``forget_rate`` on the grid (state_size, train_length, seed)."""
+    cols = {"ratio": far_in_ratio(ds), "learned": _learned(ds)}
+    for name in ("memory_horizon", "forget_rate"):
+        if name in ds:
+            cols[name] = ds[name]
+    flat = xr.Dataset(cols).assign_coords(state_size=ds["state_size"], train_length=ds["train_length"],
+                                          seed=ds["seed"])
+    return flat.set_index(run=["state_size", "train_length", "seed"]).unstack("run")
+
+
+def forget_thresholds(grid: xr.Dataset) -> xr.Dataset:
+    """Per (state_size, seed): ``t_forget`` (NaN when censored), ``censored`` (``""``,
+    ``"below"`` or ``"above"``) and ``unlearned`` (runs of the cell that did not learn) —
+    :data:`RULE`. A T_train whose run did not learn counts as neither rising nor not."""
+    lengths = grid["train_length"].values
+    rises = (grid["ratio"] > RISE) & grid["learned"]
+    quiet = (grid["ratio"] <= RISE) & grid["learned"]
+    t, cens = [], []
+    for s in grid["state_size"].values:
+        row_t, row_c = [], []
+        for seed in grid["seed"].values:
+            r = rises.sel(state_size=s, seed=seed).values
+            q = quiet.sel(state_size=s, seed=seed).values
+            later_rise = np.array([r[i:].any() for i in range(len(lengths))])
+            ok = [i for i in range(len(lengths)) if q[i] and not later_rise[i]]
+            if not ok:
+                row_t.append(np.nan)
+                row_c.append("above")
+            elif ok[0] == 0:
+                row_t.append(np.nan)
+                row_c.append("below")
+            else:
+                row_t.append(float(lengths[ok[0]]))
+                row_c.append("")
+        t.append(row_t)
+        cens.append(row_c)
+    dims = ("state_size", "seed")
+    return xr.Dataset({
+        "t_forget": (dims, np.array(t)), "censored": (dims, np.array(cens, dtype=str)),
+        "unlearned": (~grid["learned"]).sum("train_length"),
+    }, coords={"state_size": grid["state_size"], "seed": grid["seed"]})
+
+
+def forget_fit(th: xr.Dataset) -> dict[str, float]:
+    """:data:`RULE`'s line through the uncensored thresholds: ``slope`` (tokens of T_forget
+    per state entry), its 95 % interval ``slope_lo``/``slope_hi``, ``intercept``, ``r`` and
+    ``n`` (points); NaN with fewer than 3 points or a single state size."""
+    x, y = np.meshgrid(th["state_size"].values, th["seed"].values, indexing="ij")
+    t = th["t_forget"].values
+    keep = np.isfinite(t)
+    x, y = x[keep].astype(float), t[keep]
+    out = {"n": int(keep.sum()), "slope": np.nan, "slope_lo": np.nan, "slope_hi": np.nan, "intercept": np.nan,
+           "r": np.nan}
+    if keep.sum() < 3 or np.unique(x).size < 2:
+        return out
+    fit = stats.linregress(x, y)
+    half = stats.t.ppf(0.975, len(x) - 2) * fit.stderr
+    out.update(slope=fit.slope, slope_lo=fit.slope - half, slope_hi=fit.slope + half, intercept=fit.intercept,
+               r=fit.rvalue)
+    return out
+
+
+def contraction_correlations(grid: xr.Dataset) -> list[dict]:
+    """Spearman ρ of ``memory_horizon / T_train`` with far/in over learned runs: pooled
+    (``group`` "pooled") and within each state size, p-values Holm-corrected over that family."""
+    if "memory_horizon" not in grid:
+        return []
+    rel = grid["memory_horizon"] / grid["train_length"]
+    rows = []
+    for label, sel in [("pooled", {})] + [(f"state {int(s)}", {"state_size": s}) for s in grid["state_size"].values]:
+        a, b, ok = rel.sel(sel).values.ravel(), grid["ratio"].sel(sel).values.ravel(), grid["learned"].sel(sel).values.ravel()
+        keep = ok & np.isfinite(a) & np.isfinite(b)
+        rho, p = stats.spearmanr(a[keep], b[keep]) if keep.sum() >= 3 else (np.nan, np.nan)
+        rows.append({"group": label, "n": int(keep.sum()), "rho": float(rho), "p": float(p)})
+    finite = [i for i, r in enumerate(rows) if np.isfinite(r["p"])]
+    for i, adj in zip(finite, holm([rows[i]["p"] for i in finite])):
+        rows[i]["p_holm"] = float(adj)
+    return rows
+
+
+def state_tables(ds: xr.Dataset) -> str:
+    """Markdown of a ``state`` dataset: far/in per (state size, T_train) (mean over seeds and
+    how many rise), T_forget per state size (per seed, censoring marked), the fit, and the
+    contraction correlations."""
+    grid = forget_grid(ds)
+    th = forget_thresholds(grid)
+    lengths = [int(t) for t in grid["train_length"].values]
+    lines = [f"Rule: {RULE['rise']} rises; T_forget = {RULE['t_forget']}; runs that learned ({RULE['learned']}).", "",
+             "| state size | " + " | ".join(f"T={t}" for t in lengths) + " | T_forget per seed |",
+             "|---:|" + "---:|" * len(lengths) + "---|"]
+    for s in grid["state_size"].values:
+        cells = []
+        for t in lengths:
+            r = grid["ratio"].sel(state_size=s, train_length=t).where(grid["learned"].sel(state_size=s, train_length=t))
+            v = r.values[np.isfinite(r.values)]
+            cells.append("—" if v.size == 0 else f"{v.mean():.3f} ({int((v > RISE).sum())}/{v.size})")
+        per_seed = [_threshold_cell(th, s, seed, lengths) for seed in th["seed"].values]
+        lines.append(f"| {int(s)} | " + " | ".join(cells) + f" | {', '.join(per_seed)} |")
+    fit = forget_fit(th)
+    lines += ["", f"Fit over {fit['n']} uncensored points: T_forget = {fit['intercept']:.4g} + {fit['slope']:.4g} × "
+              f"state size (slope 95% CI {fit['slope_lo']:.4g} to {fit['slope_hi']:.4g}; r = {fit['r']:.3f})."]
+    corr = contraction_correlations(grid)
+    if corr:
+        lines += ["", "| memory horizon / T_train vs far/in | n | Spearman ρ | p (Holm) |", "|---|---:|---:|---:|"]
+        lines += [f"| {r['group']} | {r['n']} | {r['rho']:.3f} | {r.get('p_holm', np.nan):.3g} |" for r in corr]
+    return "\n".join(lines)
+
+
+def _threshold_cell(th: xr.Dataset, s, seed, lengths: list[int]) -> str:
+    c = str(th["censored"].sel(state_size=s, seed=seed).values)
+    if c == "below":
+        return f"≤{lengths[0]}"
+    if c == "above":
+        return f">{lengths[-1]}"
+    return str(int(th["t_forget"].sel(state_size=s, seed=seed)))

@@ -1,0 +1,65 @@
+"""The state preset's rule (dynlab.report.forget) on datasets whose answer is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from dynlab.report.forget import contraction_correlations, forget_fit, forget_grid, forget_thresholds, state_tables
+
+LENGTHS = (16, 32, 64, 128, 256)
+
+
+def _dataset(threshold, sizes=(1024, 4096, 16384), seeds=(0, 1, 2), status=None, horizon=None):
+    """A run rises (far/in 1.3) below ``threshold(size, seed)`` and not (1.01) from it on."""
+    rows = [(s, t, seed) for s in sizes for t in LENGTHS for seed in seeds]
+    ratio = [1.3 if t < threshold(s, seed) else 1.01 for s, t, seed in rows]
+    ds = xr.Dataset(
+        {"far_in_ratio": ("run", ratio),
+         "status": ("run", [status(s, t, seed) if status else "ok" for s, t, seed in rows]),
+         "converged": ("run", [True] * len(rows))},
+        coords={"state_size": ("run", [r[0] for r in rows]), "train_length": ("run", [r[1] for r in rows]),
+                "seed": ("run", [r[2] for r in rows])})
+    if horizon is not None:
+        ds["memory_horizon"] = ("run", [horizon(s, t, seed) for s, t, seed in rows])
+    return ds
+
+
+def test_thresholds_and_a_linear_fit_are_recovered():
+    # T_forget = 16 + size / 128: 24 -> 32, 48 -> 64, 144 -> 256 (the first length not below it)
+    line = {1024: 32, 4096: 64, 16384: 256}
+    th = forget_thresholds(forget_grid(_dataset(lambda s, seed: line[s])))
+    assert th["t_forget"].sel(seed=0).values.tolist() == [32.0, 64.0, 256.0]
+    assert (th["censored"] == "").all()
+    fit = forget_fit(th)
+    x = np.array([1024, 4096, 16384], dtype=float)
+    expect = np.polyfit(x, [32, 64, 256], 1)
+    assert fit["n"] == 9 and fit["slope"] == pytest.approx(expect[0]) and fit["intercept"] == pytest.approx(expect[1])
+    assert fit["slope_lo"] < fit["slope"] < fit["slope_hi"]
+
+
+def test_censoring_and_a_late_rise():
+    th = forget_thresholds(forget_grid(_dataset(lambda s, seed: {1024: 0, 4096: 10**6, 16384: 64}[s])))
+    assert th["censored"].sel(state_size=1024).values.tolist() == ["below"] * 3
+    assert th["censored"].sel(state_size=4096).values.tolist() == ["above"] * 3
+    assert np.isnan(th["t_forget"].sel(state_size=4096)).all()
+    # a rise at T_train 256 after quiet runs: T_forget is beyond the grid
+    ds = _dataset(lambda s, seed: 32)
+    ds["far_in_ratio"] = ds["far_in_ratio"].where(ds["train_length"] != 256, 1.2)
+    assert (forget_thresholds(forget_grid(ds))["censored"] == "above").all()
+
+
+def test_unlearned_runs_are_left_out_and_counted():
+    ds = _dataset(lambda s, seed: 64, status=lambda s, t, seed: "diverged" if t == 128 and seed == 0 else "ok")
+    th = forget_thresholds(forget_grid(ds))
+    assert th["unlearned"].sel(seed=0).values.tolist() == [1, 1, 1]
+    assert th["t_forget"].sel(seed=0).values.tolist() == [64.0, 64.0, 64.0]
+
+
+def test_contraction_correlations_pooled_and_within_with_holm():
+    ds = _dataset(lambda s, seed: 64, horizon=lambda s, t, seed: 5000.0 / t + seed)  # long horizon <-> rise
+    rows = contraction_correlations(forget_grid(ds))
+    assert [r["group"] for r in rows] == ["pooled", "state 1024", "state 4096", "state 16384"]
+    assert all(r["rho"] > 0.8 for r in rows) and all(r["p_holm"] >= r["p"] for r in rows)
+    assert "| pooled | 45 |" in state_tables(ds)
