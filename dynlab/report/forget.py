@@ -9,9 +9,10 @@ the reported seeds ran):
 - **rises**: a run's far/in ratio (:func:`dynlab.report.lm.far_in_ratio`) above
   :data:`~dynlab.report.lm.RISE` (1.05, the size map's threshold); only runs that learned
   (``status`` ok and ``converged``) count, the others are left out and counted;
-- **T_forget** of a (state size, seed): the smallest T_train from which no longer T_train of
-  the grid rises (:func:`forget_thresholds`); censored below (nothing rises: T_forget ≤ the
-  shortest T_train) or above (the longest rises: T_forget > the longest);
+- **T_forget** of a (state size, seed): the smallest T_train of the grid whose run does not
+  rise (:func:`forget_thresholds`); censored below (the shortest does not rise: T_forget ≤
+  it) or above (every run rises: T_forget > the longest); ``later_rises`` counts the runs
+  that rise at a T_train above T_forget, which the threshold account says should not happen;
 - **the fit**: T_forget = a + b · state_size by least squares over the uncensored (size,
   seed) points, the slope's 95 % interval from Student's t (:func:`forget_fit`);
 - **paper A's lens**: the state map's slowest forgetting rate (``forget_rate``, the top
@@ -35,7 +36,7 @@ __all__ = ["RULE", "contraction_correlations", "forget_fit", "forget_grid", "for
 RULE = {
     "rise": f"far/in > {RISE}",
     "learned": "status ok and converged",
-    "t_forget": "smallest T_train from which no longer T_train of the grid rises",
+    "t_forget": "smallest T_train of the grid whose run does not rise",
     "fit": "least squares T_forget = a + b * state_size over uncensored (size, seed) points; slope 95% CI (t)",
     "correlation": "Spearman of memory_horizon / T_train with far/in, pooled and within each state size, Holm",
 }
@@ -60,33 +61,28 @@ def forget_grid(ds: xr.Dataset) -> xr.Dataset:
 
 def forget_thresholds(grid: xr.Dataset) -> xr.Dataset:
     """Per (state_size, seed): ``t_forget`` (NaN when censored), ``censored`` (``""``,
-    ``"below"`` or ``"above"``) and ``unlearned`` (runs of the cell that did not learn) —
-    :data:`RULE`. A T_train whose run did not learn counts as neither rising nor not."""
+    ``"below"`` or ``"above"``), ``later_rises`` (runs rising at a longer T_train than
+    T_forget) and ``unlearned`` (runs of the cell that did not learn) — :data:`RULE`. A
+    T_train whose run did not learn counts as neither rising nor not."""
     lengths = grid["train_length"].values
-    rises = (grid["ratio"] > RISE) & grid["learned"]
-    quiet = (grid["ratio"] <= RISE) & grid["learned"]
-    t, cens = [], []
-    for s in grid["state_size"].values:
-        row_t, row_c = [], []
-        for seed in grid["seed"].values:
-            r = rises.sel(state_size=s, seed=seed).values
-            q = quiet.sel(state_size=s, seed=seed).values
-            later_rise = np.array([r[i:].any() for i in range(len(lengths))])
-            ok = [i for i in range(len(lengths)) if q[i] and not later_rise[i]]
-            if not ok:
-                row_t.append(np.nan)
-                row_c.append("above")
-            elif ok[0] == 0:
-                row_t.append(np.nan)
-                row_c.append("below")
-            else:
-                row_t.append(float(lengths[ok[0]]))
-                row_c.append("")
-        t.append(row_t)
-        cens.append(row_c)
+    rises = ((grid["ratio"] > RISE) & grid["learned"]).transpose("state_size", "seed", "train_length").values
+    quiet = ((grid["ratio"] <= RISE) & grid["learned"]).transpose("state_size", "seed", "train_length").values
+    t = np.full(rises.shape[:2], np.nan)
+    cens = np.full(rises.shape[:2], "above", dtype=object)
+    later = np.zeros(rises.shape[:2], dtype=int)
+    for i, j in np.ndindex(*rises.shape[:2]):
+        first = np.flatnonzero(quiet[i, j])
+        if first.size == 0:
+            continue
+        k = int(first[0])
+        later[i, j] = int(rises[i, j, k + 1:].sum())
+        if k == 0:
+            cens[i, j] = "below"
+        else:
+            t[i, j], cens[i, j] = float(lengths[k]), ""
     dims = ("state_size", "seed")
     return xr.Dataset({
-        "t_forget": (dims, np.array(t)), "censored": (dims, np.array(cens, dtype=str)),
+        "t_forget": (dims, t), "censored": (dims, cens.astype(str)), "later_rises": (dims, later),
         "unlearned": (~grid["learned"]).sum("train_length"),
     }, coords={"state_size": grid["state_size"], "seed": grid["seed"]})
 
@@ -135,7 +131,9 @@ def state_tables(ds: xr.Dataset) -> str:
     grid = forget_grid(ds)
     th = forget_thresholds(grid)
     lengths = [int(t) for t in grid["train_length"].values]
-    lines = [f"Rule: {RULE['rise']} rises; T_forget = {RULE['t_forget']}; runs that learned ({RULE['learned']}).", "",
+    later = int(th["later_rises"].sum())
+    lines = [f"Rule: {RULE['rise']} rises; T_forget = {RULE['t_forget']}; runs that learned ({RULE['learned']}); "
+             f"{later} run(s) rise above their cell's T_forget; {int(th['unlearned'].sum())} did not learn.", "",
              "| state size | " + " | ".join(f"T={t}" for t in lengths) + " | T_forget per seed |",
              "|---:|" + "---:|" * len(lengths) + "---|"]
     for s in grid["state_size"].values:

@@ -44,10 +44,12 @@ def test_censoring_and_a_late_rise():
     assert th["censored"].sel(state_size=1024).values.tolist() == ["below"] * 3
     assert th["censored"].sel(state_size=4096).values.tolist() == ["above"] * 3
     assert np.isnan(th["t_forget"].sel(state_size=4096)).all()
-    # a rise at T_train 256 after quiet runs: T_forget is beyond the grid
+    # a rise at T_train 256 after quiet runs: T_forget stays the first quiet one, the rise is counted
     ds = _dataset(lambda s, seed: 32)
     ds["far_in_ratio"] = ds["far_in_ratio"].where(ds["train_length"] != 256, 1.2)
-    assert (forget_thresholds(forget_grid(ds))["censored"] == "above").all()
+    th = forget_thresholds(forget_grid(ds))
+    assert (th["t_forget"] == 32).all() and (th["later_rises"] == 1).all()
+    assert "9 run(s) rise above their cell's T_forget" in state_tables(ds)
 
 
 def test_unlearned_runs_are_left_out_and_counted():

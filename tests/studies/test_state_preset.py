@@ -13,17 +13,17 @@ from dynlab.study import StudyOptions
 
 def test_state_preset_specs():
     specs = make_specs(StudyOptions(preset="state"))
-    assert len(specs) == 4 * 5 * 3  # 4 state sizes x 5 training lengths x 3 seeds
+    assert len(specs) == 4 * 6 * 3  # 4 state sizes x 6 training lengths x 3 seeds
     states = sorted({s.model.n_layers * s.model.n_heads * s.model.head_dim * s.model.d_state for s in specs})
     assert states == [1024, 4096, 16384, 65536] and states[-1] / states[0] >= 16
-    assert {s.model.d_model for s in specs} == {32} and {s.train.seq_len for s in specs} == {16, 32, 64, 128, 256}
+    assert {s.model.d_model for s in specs} == {32} and {s.train.seq_len for s in specs} == {16, 32, 64, 128, 256, 512}
     # every run sees the same tokens, 2 048 a step, and is one annealed run (no in-run checkpoints)
     assert {s.train.steps * s.train.batch_size * s.train.seq_len for s in specs} == {STATE_TOKENS}
     assert all(s.train.batch_size * s.train.seq_len == 2048 and not s.eval.checkpoints for s in specs)
-    assert {s.eval_length for s in specs if s.train.seq_len == 256} == {4096}
+    assert {s.eval_length for s in specs if s.train.seq_len == 512} == {8192}
     params = {s.model.d_state: count_parameters(build_model(s)) for s in specs}
     assert params[8] < params[32] < params[128] < params[512] < 4 * params[8]  # only B, C (and their conv) grow
-    assert len(STUDY.work_items(specs)) == 20 and all(len(item) == 3 for item in STUDY.work_items(specs))
+    assert len(STUDY.work_items(specs)) == 24 and all(len(item) == 3 for item in STUDY.work_items(specs))
 
 
 @pytest.mark.slow
