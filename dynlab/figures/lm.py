@@ -356,10 +356,18 @@ PANELS = {"ppl": ppl_panel, "effrem": effrem_panel, "state_std": state_std_panel
 def length_generalization_panels(ds: xr.Dataset) -> dict[str, Panel]:
     """The panels of a length-generalization dataset: PPL(t), EffRem (TV) and the state std;
     far/in vs budget when the dataset has a ``budget`` dimension; the context ladder when
-    T_train varies (without ``budget``); the contrast forest plot when the dataset holds
+    T_train varies (without ``budget``); the forget map and memory horizon when the state
+    size varies (:mod:`dynlab.figures.forget`); the contrast forest plot when the dataset holds
     intervention contrasts (the study adds the training loss,
     :func:`dynlab.figures.training.training_panels`)."""
     panels = {name: Panel(fn) for name, fn in PANELS.items()}
+    if "state_size" in ds.coords and len(np.unique(ds["state_size"].values)) > 1:  # the state preset
+        from dynlab.figures.forget import forget_horizon_panel, forget_map_panel
+
+        panels["forget_map"] = Panel(forget_map_panel)
+        if "memory_horizon" in ds:
+            panels["forget_horizon"] = Panel(forget_horizon_panel)
+        return panels
     if "budget" in ds.dims:
         panels["far_in_budget"] = Panel(far_in_budget_panel)
     elif "train_length" in ds.coords and len(np.unique(ds["train_length"].values)) > 1:

@@ -1,0 +1,40 @@
+"""The state preset's figure draws the map's values and the T_forget line where the rule puts it."""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+from matplotlib.figure import Figure
+
+from dynlab.figures.forget import forget_horizon_panel, forget_map_panel
+
+LENGTHS = (16, 32, 64, 128, 256)
+LINE = {1024: 32, 4096: 64, 16384: 10**6}  # the largest state rises everywhere: censored above
+
+
+def _dataset() -> xr.Dataset:
+    rows = [(s, t, seed) for s in LINE for t in LENGTHS for seed in (0, 1)]
+    return xr.Dataset(
+        {"far_in_ratio": ("run", [1.3 if t < LINE[s] else 1.01 for s, t, _ in rows]),
+         "status": ("run", ["ok"] * len(rows)), "converged": ("run", [True] * len(rows)),
+         "memory_horizon": ("run", [float(s) / 8 for s, _, _ in rows])},
+        coords={"state_size": ("run", [r[0] for r in rows]), "train_length": ("run", [r[1] for r in rows]),
+                "seed": ("run", [r[2] for r in rows])})
+
+
+def test_the_map_shows_far_in_and_the_threshold_line():
+    ax = Figure().add_subplot()
+    forget_map_panel(_dataset(), ax)
+    image = ax.get_images()[0].get_array()
+    assert image.shape == (3, 5) and np.isclose(image[0, 0], 1.3) and np.isclose(image[0, 1], 1.01)
+    (line,) = ax.get_lines()
+    # the boundary before T_forget: 32 -> between cells 0 and 1; 64 -> 1.5; censored above -> the right edge
+    assert line.get_xdata().tolist() == [0.5, 1.5, 4.5] and line.get_ydata().tolist() == [0, 1, 2]
+    assert "1/2" not in {t.get_text().split("\n")[1] for t in ax.texts}  # seeds agree here: 0/2 or 2/2
+
+
+def test_the_horizon_map_is_relative_to_the_training_length():
+    ax = Figure().add_subplot()
+    forget_horizon_panel(_dataset(), ax)
+    image = ax.get_images()[0].get_array()
+    assert np.isclose(image[0, 0], 1024 / 8 / 16) and np.isclose(image[2, 4], 16384 / 8 / 256)
