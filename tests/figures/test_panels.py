@@ -389,7 +389,8 @@ def test_figure_modules_import_no_torch():
     root = Path(dynlab.figures.__file__).parent
     allowed_dynlab = {"dynlab.figures", "dynlab.figures.panel", "dynlab.figures.style", "dynlab.figures.tracking",
                       "dynlab.figures.runs", "dynlab.figures.arms", "dynlab.figures.dynamics", "dynlab.figures.ablation",
-                      "dynlab.figures.lm", "dynlab.figures.training", "dynlab.tracking.groups", "dynlab.names",
+                      "dynlab.figures.lm", "dynlab.figures.training", "dynlab.figures.forget", "dynlab.tracking.groups",
+                      "dynlab.names",
                       "dynlab.analysis.contrasts",  # torch-free: numpy, xarray, scipy (Holm)
                       "dynlab.report.forget", "dynlab.report.lm"}  # torch-free: the state map's rule (numpy, scipy)
     for path in sorted(root.glob("*.py")):
