@@ -45,7 +45,7 @@ from dynlab.names import TBTT, TBTT_ON_TASKS
 from dynlab.lm.checkpoint import (  # noqa: F401 - this module's names since before checkpoint.py
     checkpoint_digest, checkpoint_tokenizer, load_checkpoint, model_vocab,
 )
-from dynlab.lm.distributed import current_world
+from dynlab.lm.distributed import barrier, current_world, remove_train_state
 from dynlab.lm.hf import HFRecurrentLM
 from dynlab.lm.tokenizer import check_fits
 from dynlab.analysis.lm_metrics import log_binned_ppl
@@ -123,15 +123,20 @@ class PostTrainSpec(Spec):
                              eval=self.task_eval, seed=self.seed)
 
 
+#: Steps between two saves of a text post-training's state (its ``resume`` file).
+SAVE_EVERY = 25
+
+
 def post_train(spec: PostTrainSpec, device: torch.device | str = "cpu",
                progress: Callable[[int, float], None] | None = None,
-               model: torch.nn.Module | None = None) -> tuple[dict[str, Any], torch.nn.Module]:
+               model: torch.nn.Module | None = None, resume: Path | None = None) -> tuple[dict[str, Any], torch.nn.Module]:
     """Post-train the checkpoint of ``spec`` with its intervention, then evaluate. Returns (result, model).
 
     ``result`` holds ``status``, ``train_loss`` (mean over the last 5 % of the steps; NaN
     for 0 steps), ``train_time`` and the evaluation of :func:`dynlab.lm.run.evaluate_lm`
     (and ``task`` accuracies when ``spec.task`` is set). ``model`` may pass the already
-    loaded checkpoint.
+    loaded checkpoint. ``resume``: the text post-training's state, saved every
+    :data:`SAVE_EVERY` steps and continued from when it exists (:mod:`dynlab.lm.distributed`).
     """
     if spec.task is not None and spec.intervention.kind == TBTT:
         raise DynlabInputError(TBTT_ON_TASKS)
@@ -147,7 +152,7 @@ def post_train(spec: PostTrainSpec, device: torch.device | str = "cpu",
                            steps=tr.steps, batch_size=tr.batch_size, seq_len=tr.seq_len, lr=tr.lr,
                            weight_decay=tr.weight_decay, grad_clip=tr.clip, warmup_frac=tr.warmup_frac,
                            seed=spec.seed, device=str(dev), threads=tr.threads, progress=progress,
-                           precision=tr.precision, accum=tr.accum)
+                           precision=tr.precision, accum=tr.accum, resume=resume, save_every=SAVE_EVERY)
         result = train_summary(res, warm_start=True)  # it starts from a trained checkpoint
         world = current_world()
         if res.status != "ok" or (world is not None and not world.main):  # rank 0 alone evaluates
@@ -209,7 +214,11 @@ def run_post_train(spec: PostTrainSpec, out: str | Path, device: str = "auto",
             return path
         if world is None or world.main:
             shutil.rmtree(path)  # its evaluation was never written (a killed post-training): made again
-    result, model = post_train(spec, dev, progress, model=model)
+    state = store.root / "resume" / spec.spec_hash()  # a killed post-training continues from its last save
+    if world is None or world.main:
+        state.parent.mkdir(parents=True, exist_ok=True)
+    barrier(world)
+    result, model = post_train(spec, dev, progress, model=model, resume=state if spec.train.steps else None)
     if world is not None and not world.main:  # rank 0 writes the run
         return path
     result["checkpoint_meta"] = meta
@@ -226,6 +235,8 @@ def run_post_train(spec: PostTrainSpec, out: str | Path, device: str = "auto",
             shutil.rmtree(path, ignore_errors=True)
         remove_empty_folders(made)
         raise
+    remove_train_state(state)  # the run is stored: its training state is not needed
+    remove_empty_folders([state.parent])
     return path
 
 

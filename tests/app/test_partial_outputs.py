@@ -77,11 +77,16 @@ def test_a_post_training_that_fails_midway_leaves_no_folders(lm_run, tmp_path, c
     out = tmp_path / "out"
     assert main(["lm", "post-train", "--checkpoint", str(lm_run), *POST, "--out", str(out)]) == 1
     assert "No space left on device" in capsys.readouterr().err
-    assert list(tmp_path.iterdir()) == []  # no empty post-train/runs/, no run without its evaluation
+    # no empty post-train/runs/, no run without its evaluation: only the training state, kept so
+    # that the rerun does not train again
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left and all(p.startswith("out/post-train/resume/") for p in left), left
+    assert not (out / "post-train" / "runs").exists()
     monkeypatch.undo()
     assert main(["lm", "post-train", "--checkpoint", str(lm_run), *POST, "--out", str(out)]) == 0
     (run,) = (out / "post-train" / "runs").iterdir()
     assert (run / "dataset.nc").is_file()
+    assert not (out / "post-train" / "resume").exists()  # removed once the run is stored
 
 
 def test_a_post_training_run_left_without_its_evaluation_is_made_again(lm_run, tmp_path, capsys):

@@ -69,3 +69,35 @@ def test_batch_tokens_that_the_batch_does_not_divide_is_one_line(run_folder, tmp
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--batch-tokens 100" in err[0] and "allowed: 64, 128" in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_a_killed_post_training_resumes_from_its_last_save(run_folder, tmp_path, monkeypatch):
+    """Killed at step 5 of 8 (saves every 2 steps), the rerun continues from step 4 and stores the
+    weights of the uninterrupted run; its training state is removed once the run is stored."""
+    import dynlab.lm.posttrain as pt
+
+    args = ["lm", "post-train", "--checkpoint", str(run_folder), "--intervention", "state-passing", "--steps", "8",
+            "--seq-len", "16", "--batch-size", "4", "--lr", "3e-3", "--samples", "2", "--eval-multiple", "2",
+            "--device", "cpu"]
+    monkeypatch.setattr(pt, "SAVE_EVERY", 2)
+    assert main([*args, "--out", str(tmp_path / "whole")]) == 0
+    train_lm, calls, kill = pt.train_lm, [], [True]
+
+    def watched(*a, progress=None, **kw):
+        def step(i, loss):
+            calls.append(i)
+            if i == 5 and kill[0]:
+                raise KeyboardInterrupt
+        return train_lm(*a, progress=step, **kw)
+
+    monkeypatch.setattr(pt, "train_lm", watched)
+    assert main([*args, "--out", str(tmp_path / "killed")]) == 130
+    assert list((tmp_path / "killed" / "post-train" / "resume").glob("*.rank0.step4"))
+    calls.clear()
+    kill[0] = False
+    assert main([*args, "--out", str(tmp_path / "killed")]) == 0
+    assert calls == [4, 5, 6, 7]  # only the steps after the last save
+    (a,), (b,) = ((tmp_path / x / "post-train" / "runs").iterdir() for x in ("whole", "killed"))
+    w1, w2 = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert all(torch.equal(w1[k], w2[k]) for k in w1)
+    assert not (tmp_path / "killed" / "post-train" / "resume").exists()
