@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers.lm_runs import smoke_lm_run
 from helpers.optional import need_transformers
 
 from dynlab.cli import main
@@ -28,13 +29,8 @@ def _tree(folder: Path) -> dict[str, bytes | None]:
 
 
 @pytest.fixture(scope="module")
-def lm_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("lg")
-    argv = ["study", "length-generalization", "--preset", "smoke", "--interventions", "zero", "--steps", "3",
-            "--out", str(out), "--device", "cpu", "-q"]
-    assert main(argv) == 0
-    (run,) = (out / "length-generalization" / "runs").iterdir()
-    return run
+def lm_run(tmp_path_factory):
+    return smoke_lm_run(tmp_path_factory.mktemp("lg"), steps=3)
 
 
 def test_a_fresh_export_that_fails_midway_leaves_nothing(lm_run, tmp_path, capsys, monkeypatch):

@@ -12,28 +12,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.lm_runs import tiny_lm_run
 from safetensors.torch import load_file
 
 from dynlab.cli import main
 
 pytestmark = pytest.mark.slow
 
-TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 4, "d_state": 4, "chunk_size": 8},
-        "train": {"steps": 2, "batch_size": 2, "seq_len": 16},
-        "eval": {"length_multiple": 2, "n_samples": 2, "chunk_len": 16, "bin_width": 8, "effrem_points": 2,
-                 "effrem_samples": 2, "state_points": 2}, "interventions": ["zero"]}
-
 
 @pytest.fixture(scope="module")
 def run_folder(tmp_path_factory):
-    from dynlab.runner import run_study
-    from dynlab.studies.length_generalization import STUDY
-    from dynlab.study import StudyOptions
-
-    out = tmp_path_factory.mktemp("lg")
-    options = StudyOptions(preset="quick", extra=TINY)
-    run_study(STUDY, options, out=out, device="cpu")
-    return out / "length-generalization" / "runs" / STUDY.make_specs(options)[0].spec_hash()
+    return tiny_lm_run(tmp_path_factory.mktemp("lg"))
 
 
 def _post_train(run: Path, out: Path, batch: int, processes: int) -> Path:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.lm_runs import smoke_lm_run
 import torch
 from helpers.optional import need_transformers
 
@@ -22,12 +23,7 @@ TEXTS = ["To be, or not to be, that is the question:\n", "  two leading spaces, 
 
 @pytest.fixture(scope="module")
 def lm_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("lg")
-    argv = ["study", "length-generalization", "--preset", "smoke", "--interventions", "zero", "--steps", "7",
-            "--out", str(out), "--device", "cpu", "-q"]
-    assert main(argv) == 0
-    (run,) = (out / "length-generalization" / "runs").iterdir()
-    return run
+    return smoke_lm_run(tmp_path_factory.mktemp("lg"), steps=7)
 
 
 def _export(run, dest):
