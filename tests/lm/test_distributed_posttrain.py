@@ -30,7 +30,9 @@ def _post_train(run: Path, out: Path, batch: int, processes: int) -> Path:
             "--batch-size", str(batch), "--batch-tokens", "128", "--lr", "3e-3", "--samples", "2",
             "--eval-multiple", "2", "--device", "cpu", "--out", str(out)]
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
-    done = subprocess.run([*launch, "-m", "dynlab.cli", *args], capture_output=True, text=True, timeout=300,
+    # run from `out`: the checkout's dynlab/ folder on sys.path would shadow the installed package
+    out.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([*launch, "-m", "dynlab.cli", *args], capture_output=True, text=True, timeout=300, cwd=out,
                           env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(out)})
     assert done.returncode == 0, done.stderr[-3000:]
     runs = list((out / "post-train" / "runs").iterdir())
