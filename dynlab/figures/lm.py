@@ -361,7 +361,9 @@ def length_generalization_panels(ds: xr.Dataset) -> dict[str, Panel]:
     intervention contrasts (the study adds the training loss,
     :func:`dynlab.figures.training.training_panels`)."""
     panels = {name: Panel(fn) for name, fn in PANELS.items()}
-    if "state_size" in ds.coords and len(np.unique(ds["state_size"].values)) > 1:  # the state preset
+    from dynlab.report.forget import is_state_map
+
+    if is_state_map(ds):  # the state preset
         from dynlab.figures.forget import forget_horizon_panel, forget_map_panel
 
         panels["forget_map"] = Panel(forget_map_panel)

@@ -83,9 +83,9 @@ def _study_tables(p: Path, ds) -> str:
     if study in TASK_STUDIES:
         return task_tables(ds)
     if study == "length-generalization":
-        if "state_size" in ds.coords and np.unique(ds["state_size"].values).size > 1:
-            from dynlab.report.forget import state_tables
+        from dynlab.report.forget import is_state_map, state_tables
 
+        if is_state_map(ds):
             return state_tables(ds)
         if "budget" in ds.dims and "annealed" in ds.coords:
             return size_tables(ds)

@@ -30,7 +30,7 @@ from scipy import stats
 from dynlab.analysis.contrasts import holm
 from dynlab.report.lm import RISE, far_in_ratio
 
-__all__ = ["RULE", "contraction_correlations", "forget_fit", "forget_grid", "forget_thresholds", "state_tables"]
+__all__ = ["RULE", "contraction_correlations", "is_state_map", "forget_fit", "forget_grid", "forget_thresholds", "state_tables"]
 
 #: The rule that reads the map, fixed on the pilot seed before the reported seeds ran.
 RULE = {
@@ -40,6 +40,13 @@ RULE = {
     "fit": "least squares T_forget = a + b * state_size over uncensored (size, seed) points; slope 95% CI (t)",
     "correlation": "Spearman of memory_horizon / T_train with far/in, pooled and within each state size, Holm",
 }
+
+
+def is_state_map(ds: xr.Dataset) -> bool:
+    """Whether ``ds`` is a state map: one width, more than one recurrent state size, no
+    budget dimension (the ``size`` preset varies the width, and the state with it)."""
+    return ("state_size" in ds.coords and "d_model" in ds.coords and "budget" not in ds.dims
+            and np.unique(ds["state_size"].values).size > 1 and np.unique(ds["d_model"].values).size == 1)
 
 
 def _learned(ds: xr.Dataset) -> xr.DataArray:

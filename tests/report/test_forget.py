@@ -20,7 +20,7 @@ def _dataset(threshold, sizes=(1024, 4096, 16384), seeds=(0, 1, 2), status=None,
          "status": ("run", [status(s, t, seed) if status else "ok" for s, t, seed in rows]),
          "converged": ("run", [True] * len(rows))},
         coords={"state_size": ("run", [r[0] for r in rows]), "train_length": ("run", [r[1] for r in rows]),
-                "seed": ("run", [r[2] for r in rows])})
+                "seed": ("run", [r[2] for r in rows]), "d_model": ("run", [32] * len(rows))})
     if horizon is not None:
         ds["memory_horizon"] = ("run", [horizon(s, t, seed) for s, t, seed in rows])
     return ds
@@ -65,3 +65,11 @@ def test_contraction_correlations_pooled_and_within_with_holm():
     assert [r["group"] for r in rows] == ["pooled", "state 1024", "state 4096", "state 16384"]
     assert all(r["rho"] > 0.8 for r in rows) and all(r["p_holm"] >= r["p"] for r in rows)
     assert "| pooled | 45 |" in state_tables(ds)
+
+
+def test_a_state_map_is_one_width_with_several_states():
+    from dynlab.report.forget import is_state_map
+
+    ds = _dataset(lambda s, seed: 64)
+    assert is_state_map(ds)
+    assert not is_state_map(ds.assign_coords(d_model=("run", ds["state_size"].values // 32)))  # the size preset
