@@ -1,18 +1,11 @@
 """dynlab: dynamics of recurrent models — state tracking, length generalization, error control."""
 
-try:  # Ctrl-C from the first moment: exit code 130 and one line (dynlab._start)
-    from dynlab import _start
+from __future__ import annotations
 
-    if _start.is_the_executable():
-        _start.guard_start()
-except KeyboardInterrupt:  # before the guard was in place (while _start, or signal, was imported)
-    import os as _os
-    import sys as _sys
+from dynlab import _start
 
-    if _os.path.basename(_sys.argv[0] if _sys.argv else "") in ("dynlab", "dynlab.exe"):  # _start.is_the_executable
-        _os.write(2, b"interrupted\n")
-        _os._exit(130)
-    raise
+if _start.is_the_executable():  # Ctrl-C from the first moment: exit code 130 and one line (dynlab._start)
+    _start.guard_start()
 
 __version__ = "0.1.0"
 

@@ -66,35 +66,12 @@ def _why(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
-#: How many times :func:`probe_folder` starts again when a folder it stands in is removed
-#: meanwhile (by another dynlab process probing, or cleaning up, the same folders).
-PROBE_ATTEMPTS = 8
-
-
 def probe_folder(folder: str | Path, deep: bool = False) -> str | None:
     """Why files cannot be written in ``folder`` (None when they can), found by writing:
     the folder is made when missing, a temporary file is created in it (with ``deep``, in
     a temporary folder named as a run's, ``.tmp-<64 characters>-<writer>``) and everything
-    made is removed again.
-
-    Other dynlab processes may probe or make the same folders at the same time (two
-    studies started at once into one ``--out``): a folder another process made meanwhile
-    is used and left to it (only the folders this probe made are removed), and a probe
-    whose folder another process removed meanwhile starts again, up to
-    :data:`PROBE_ATTEMPTS` times; neither is a reason to refuse."""
+    made is removed again."""
     folder = Path(folder).expanduser().absolute()
-    problem = None
-    for _ in range(PROBE_ATTEMPTS):
-        try:
-            return _probe_once(folder, deep)
-        except FileNotFoundError as exc:  # a folder removed under the probe (or a name that cannot exist): again
-            problem = f"cannot be written ({_why(exc)})"
-    return problem
-
-
-def _probe_once(folder: Path, deep: bool) -> str | None:
-    """:func:`probe_folder` once; a ``FileNotFoundError`` when a folder it made or found
-    was removed before it was done (everything it made is removed again first)."""
     made: list[Path] = []
     probe_dir: Path | None = None
     probe: Path | None = None
@@ -105,14 +82,9 @@ def _probe_once(folder: Path, deep: bool) -> str | None:
             missing.append(here)
             here = here.parent
         for d in reversed(missing):
-            try:
-                os.mkdir(d, 0o777)
-            except FileExistsError:  # made by another process meanwhile: used, and left to it
-                continue
+            os.mkdir(d, 0o777)
             made.append(d)
         if not folder.is_dir():
-            if not os.path.lexists(folder):
-                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(folder))
             return "is not a folder"
         where = folder
         if deep:
@@ -121,8 +93,6 @@ def _probe_once(folder: Path, deep: bool) -> str | None:
             where = probe_dir
         probe = where / f".model.safetensors.{_tag()}.tmp"
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-    except FileNotFoundError:
-        raise
     except OSError as exc:
         return f"cannot be written ({_why(exc)})"
     finally:
