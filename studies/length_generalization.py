@@ -168,12 +168,12 @@ STATE_SEQ_LENS = (16, 32, 64, 128, 256, 512)
 #: of the smallest model (31 000 parameters) and 4.0 × the largest's (105 592). Pilot seed
 #: 100 at a quarter of it (1 × the largest's) rose at every T_train in the two largest
 #: states, where the size map shows rises that later training removes, so the budget was
-#: raised before the rule was fixed (docs/results.md).
+#: raised before the rule was fixed (docs/preregistration-forget-threshold.md).
 STATE_TOKENS = 8_388_608
 
 #: Seeds of the ``state`` preset (reported); the recipe and the rule that reads the map were
-#: fixed on pilot seeds :data:`STATE_PILOT_SEEDS` first (docs/results.md, "Where small LMs
-#: learn to forget"), none of them reported.
+#: fixed on pilot seeds :data:`STATE_PILOT_SEEDS` first
+#: (docs/preregistration-forget-threshold.md), none of them reported.
 STATE_SEEDS = (0, 1, 2)
 STATE_PILOT_SEEDS = (100, 101)
 

@@ -189,8 +189,9 @@ def run_post_train(spec: PostTrainSpec, out: str | Path, device: str = "auto",
     An HF checkpoint is also saved with ``save_pretrained`` under ``hf/`` in that folder, so
     the post-trained model can be loaded again (and post-trained again). A finished run is
     reused; one a killed post-training left without its dataset (or ``hf/``) is made again.
-    A post-training that fails (a full disk, Ctrl-C) leaves no run folder and none of the
-    folders it made (``post-train/``, ``runs/``). Returns the run folder.
+    A post-training that fails (a full disk, Ctrl-C) leaves no run folder and no empty
+    ``runs/``; its training state stays under ``post-train/resume/`` (saved every
+    :data:`SAVE_EVERY` steps), so that a rerun continues from it. Returns the run folder.
     """
     from dynlab.results.files import missing_folders, remove_empty_folders
     from dynlab.results.store import RunStore
