@@ -28,6 +28,7 @@ import json
 import os
 import secrets
 import socket
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -70,8 +71,37 @@ def probe_folder(folder: str | Path, deep: bool = False) -> str | None:
     """Why files cannot be written in ``folder`` (None when they can), found by writing:
     the folder is made when missing, a temporary file is created in it (with ``deep``, in
     a temporary folder named as a run's, ``.tmp-<64 characters>-<writer>``) and everything
-    made is removed again."""
-    folder = Path(folder).expanduser().absolute()
+    made is removed again.
+
+    Processes that probe the same new folder at once (the ranks of a ``torchrun``, two
+    studies started together) race: one may remove a folder it made while another writes
+    its probe there. A probe that finds its folder gone, or made by another meanwhile, is
+    tried again (a few times) before the folder is called unwritable. A folder one probe
+    made while another was writing in it stays, empty: the command that probes goes on to
+    write there."""
+    for attempt in range(_PROBE_TRIES - 1):
+        try:
+            return _probe_once(Path(folder).expanduser().absolute(), deep)
+        except _Raced:
+            time.sleep(0.005 * (attempt + 1))  # the other probe takes milliseconds
+    try:
+        return _probe_once(Path(folder).expanduser().absolute(), deep)
+    except _Raced as exc:
+        return f"cannot be written ({_why(exc.error)})"
+
+
+_PROBE_TRIES = 8
+
+
+class _Raced(Exception):
+    """A folder of the probe appeared or vanished under it: another process probes too."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _probe_once(folder: Path, deep: bool) -> str | None:
     made: list[Path] = []
     probe_dir: Path | None = None
     probe: Path | None = None
@@ -82,9 +112,14 @@ def probe_folder(folder: str | Path, deep: bool = False) -> str | None:
             missing.append(here)
             here = here.parent
         for d in reversed(missing):
-            os.mkdir(d, 0o777)
+            try:
+                os.mkdir(d, 0o777)
+            except FileExistsError as exc:  # another process made it a moment ago
+                raise _Raced(exc) from None
             made.append(d)
         if not folder.is_dir():
+            if not os.path.lexists(folder):  # made, then removed by another process's probe
+                raise _Raced(FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(folder)))
             return "is not a folder"
         where = folder
         if deep:
@@ -93,6 +128,8 @@ def probe_folder(folder: str | Path, deep: bool = False) -> str | None:
             where = probe_dir
         probe = where / f".model.safetensors.{_tag()}.tmp"
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except FileNotFoundError as exc:  # a folder made by another process was removed by it meanwhile
+        raise _Raced(exc) from None
     except OSError as exc:
         return f"cannot be written ({_why(exc)})"
     finally:

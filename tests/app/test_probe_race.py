@@ -1,0 +1,40 @@
+"""Processes that probe the same new output folder at once (the ranks of a torchrun, two
+studies started together) all find it writable: one's clean-up does not fail another."""
+
+from __future__ import annotations
+
+import threading
+
+from dynlab.outputs import probe_folder
+
+
+def _probe_together(folder, n: int, deep: bool) -> list[str | None]:
+    start = threading.Barrier(n)
+    answers: list[str | None] = [None] * n
+
+    def probe(i: int) -> None:
+        start.wait()
+        answers[i] = probe_folder(folder, deep=deep)
+
+    threads = [threading.Thread(target=probe, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return answers
+
+
+def test_probes_of_one_new_folder_at_once_all_succeed_and_leave_no_file(tmp_path):
+    failures = []
+    for trial in range(60):
+        root = tmp_path / f"t{trial}"
+        answers = _probe_together(root / "post-train" / "runs", 6, deep=trial % 2 == 1)
+        failures += [a for a in answers if a is not None]
+        left = [p for p in root.rglob("*") if not p.is_dir()] if root.exists() else []
+        assert left == []  # no probe file stays (a folder made under another's probe may, empty)
+    assert failures == []
+
+
+def test_a_folder_under_a_file_is_still_refused(tmp_path):
+    (tmp_path / "f").write_text("x")
+    assert "cannot be written" in probe_folder(tmp_path / "f" / "sub")
