@@ -14,11 +14,13 @@ matplotlib (the studies are described by :data:`dynlab.studies.CATALOG`); a name
 from __future__ import annotations
 
 import os
-import signal
 import sys
 
+from dynlab._start import command_ends as _command_ends
+from dynlab._start import command_starts as _command_starts
 from dynlab._start import guard_start as _guard_start
-from dynlab._start import interrupted_at_start as _interrupted_at_start
+from dynlab._start import interrupted_at_start as _interrupted_at_start  # noqa: F401 - the guard's handler, by name
+from dynlab._start import raise_pending as _raise_pending
 
 if __name__ == "__main__":  # python -m dynlab.cli: the executable's own guard is in dynlab/__init__.py
     _guard_start()
@@ -241,9 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     ``DYNLAB_DEBUG=1``: a failure's traceback). A group called without a command prints its help (0)."""
     args = list(sys.argv[1:] if argv is None else argv)
     checks.NOTES.clear()
+    code, handed = EXIT_OK, False
     try:
-        if signal.getsignal(signal.SIGINT) is _interrupted_at_start:  # from here on Ctrl-C is a KeyboardInterrupt
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        handed = _command_starts()  # from here on Ctrl-C is a KeyboardInterrupt, until the finally below
         console.tolerant_output()
         check_environment()  # every DYNLAB_* switch, before any work
         unknown = unknown_environment()  # a DYNLAB_* name dynlab does not know: said, then ignored
@@ -252,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         command = typer.main.get_command(app)
         with command.make_context("dynlab", args) as ctx:
             command.invoke(ctx)
+        _raise_pending()  # a Ctrl-C that a finalizer swallowed meanwhile (dynlab._start)
     except (Exception, KeyboardInterrupt) as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # the help of a group called without a command
             text = exc.format_message() if hasattr(exc, "format_message") else ""
@@ -266,15 +269,22 @@ def main(argv: list[str] | None = None) -> int:
             raise  # DYNLAB_DEBUG=1: the traceback of a failure (bad input stays one line, exit 2)
         if line is not None:
             typer.echo(line, err=True)
-        return code
-    return EXIT_OK
+    finally:
+        if handed:  # Ctrl-C is the guard's again (dynlab._start.command_ends)
+            _command_ends(code)
+    return code
 
 
 def entry() -> None:
-    """The ``dynlab`` executable: :func:`main`, then its exit code (after Ctrl-C, SIGINT is ignored while it exits)."""
+    """The ``dynlab`` executable: :func:`main`, then its exit code (after Ctrl-C, SIGINT is ignored while it exits);
+    a Ctrl-C as :func:`main` returns (a ``KeyboardInterrupt`` past its own handling) is exit code 130 too."""
     _guard_start()
-    code = main()
-    signal.signal(signal.SIGINT, signal.SIG_IGN if code == EXIT_INTERRUPTED else _interrupted_at_start)
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+        os.write(2, b"interrupted\n")
+    _command_ends(code)
     sys.exit(code)
 
 

@@ -1,11 +1,18 @@
 """dynlab: dynamics of recurrent models — state tracking, length generalization, error control."""
 
-from __future__ import annotations
+try:  # Ctrl-C from the first moment: exit code 130 and one line (dynlab._start)
+    from dynlab import _start
 
-from dynlab import _start
+    if _start.is_the_executable():
+        _start.guard_start()
+except KeyboardInterrupt:  # before the guard was in place (while _start, or signal, was imported)
+    import os as _os
+    import sys as _sys
 
-if _start.is_the_executable():  # Ctrl-C from the first moment: exit code 130 and one line (dynlab._start)
-    _start.guard_start()
+    if _os.path.basename(_sys.argv[0] if _sys.argv else "") in ("dynlab", "dynlab.exe"):  # _start.is_the_executable
+        _os.write(2, b"interrupted\n")
+        _os._exit(130)
+    raise
 
 __version__ = "0.1.0"
 

@@ -29,7 +29,7 @@ from dynlab.run_loop import phase_line, result_check, run_specs
 from dynlab.study import Study, StudyExtra, StudyOptions
 from dynlab.runtime import make_progress, resolve_device
 
-__all__ = ["analyze_study", "check_analyses_fit", "open_study", "run_study", "study_dir"]
+__all__ = ["analyze_study", "check_analyses_fit", "check_work_items", "open_study", "run_study", "study_dir"]
 
 
 def study_dir(out: str | Path, study: Study) -> Path:
@@ -43,6 +43,16 @@ def check_analyses_fit(study: Study, specs: list[Spec], analyze: bool) -> None:
     if analyze and study.analyze_one is not None and study.check_analyses is not None:
         study.check_analyses(study.name, specs)
 
+
+
+def check_work_items(study: Study, specs: list[Spec]) -> None:
+    """Refuse, before anything runs, a study whose work items (specs run at once: a stack,
+    :meth:`~dynlab.study.Study.work_items`) cannot run together (their spec class's
+    :meth:`~dynlab.spec.Spec.check_work_item`, one line)."""
+    for item in study.work_items(specs):
+        check = getattr(type(item[0]), "check_work_item", None)
+        if check is not None:
+            check(item)
 
 
 def _executor_workers(executor: Executor | None) -> int | None:
@@ -179,6 +189,7 @@ def run_study(
     extra = study.parse_options(options)  # an unknown option is refused in every study
     specs = _checked_specs(study, options)  # validates everything before anything is written
     check_analyses_fit(study, specs, analyze)
+    check_work_items(study, specs)  # and what runs together (a stack's memory)
     if not getattr(executor, "remote", False):
         resolve_device(device)  # refuse an unknown or unavailable device before writing
         check_kernel_backend()  # and a kernel backend this machine cannot run
@@ -186,39 +197,45 @@ def run_study(
     check_study_folder(store.root, study.name, flag="--out")  # someone else's folder: refused before any write
     check_same_runs(store.root, study, options, extra, specs)
     made = missing_folders(store.runs)
-    try:
-        make_dir(store.root)
-    except OSError as exc:
-        raise DynlabInputError(f"cannot write the study to {store.root} ({exc.strerror or exc}); allowed: a writable folder") from None
+    # the folder is made and locked in one step (another process's clean-up cannot take it
+    # away in between); refused here, this process removes nothing: the folder is the other one's
+    with study_lock(store.root, flag="--out", make=True):
+        try:
+            return _run_locked(study, options, extra, specs, store, device, progress, analyze, executor, started)
+        except BaseException:  # cleaned up while the lock is held: after it, the folder may be another process's
+            if store.root in made:  # a study that stored nothing leaves no folders behind (nor its marker and lock)
+                _remove_own_files(store.root)
+            remove_empty_folders(made)
+            raise
+
+
+def _run_locked(study: Study, options: StudyOptions, extra: StudyExtra, specs: list[Spec], store: RunStore, device: str,
+                progress: bool, analyze: bool, executor: Executor | None, started: float) -> Path:
+    """:func:`run_study` once it holds the study folder's lock: the checks again, the marker,
+    ``runs/``, every run, the dataset."""
     workers = _executor_workers(executor)
     stopped = f"the study stopped after it had changed {store.root} (its stored runs are kept: the same command resumes)"
-    try:
-        with study_lock(store.root, flag="--out"), stopping_after_changes(stopped, lambda: store.changed):
-            # checked again under the lock: another process may have written meanwhile
-            check_study_folder(store.root, study.name, flag="--out")
-            check_same_runs(store.root, study, options, extra, specs, note=True)
-            claim(store.root, study.name)  # the marker first
-            try:
-                make_dir(store.runs)
-            except OSError as exc:
-                raise DynlabInputError(f"cannot write the study to {store.root} ({exc.strerror or exc}); "
-                                       "allowed: a writable folder") from None
-            with make_progress(progress) as prog:
-                counts = run_specs(study, specs, store, device, prog, analyze, executor, extra=extra)
-                if counts["trained"] or counts["analyzed"]:  # a rerun that reuses every run: the summary alone
-                    prog.log(phase_line(study.name, counts["train_s"], counts["analysis_s"]))
-                prog.log(
-                    f"{study.name}: {counts['trained']} trained, {counts['reused']} reused, "
-                    f"{counts['analyzed']} analysed, {counts['not_learned']} not learned, {counts['failed']} failed"
-                )
-            timing = {"started": started, "trained": counts["trained"], "workers": workers, "invocation": "study",
-                      "train_s": counts["train_s"], "analysis_s": counts["analysis_s"]}
-            return _finish(study, specs, store, options, extra, timing)
-    except BaseException:
-        if store.root in made:  # a study that stored nothing leaves no folders behind (nor its marker and lock)
-            _remove_own_files(store.root)
-        remove_empty_folders(made)
-        raise
+    with stopping_after_changes(stopped, lambda: store.changed):
+        # checked again under the lock: another process may have written meanwhile
+        check_study_folder(store.root, study.name, flag="--out")
+        check_same_runs(store.root, study, options, extra, specs, note=True)
+        claim(store.root, study.name)  # the marker first
+        try:
+            make_dir(store.runs)
+        except OSError as exc:
+            raise DynlabInputError(f"cannot write the study to {store.root} ({exc.strerror or exc}); "
+                                   "allowed: a writable folder") from None
+        with make_progress(progress) as prog:
+            counts = run_specs(study, specs, store, device, prog, analyze, executor, extra=extra)
+            if counts["trained"] or counts["analyzed"]:  # a rerun that reuses every run: the summary alone
+                prog.log(phase_line(study.name, counts["train_s"], counts["analysis_s"]))
+            prog.log(
+                f"{study.name}: {counts['trained']} trained, {counts['reused']} reused, "
+                f"{counts['analyzed']} analysed, {counts['not_learned']} not learned, {counts['failed']} failed"
+            )
+        timing = {"started": started, "trained": counts["trained"], "workers": workers, "invocation": "study",
+                  "train_s": counts["train_s"], "analysis_s": counts["analysis_s"]}
+        return _finish(study, specs, store, options, extra, timing)
 
 
 def _remove_own_files(root: Path) -> None:

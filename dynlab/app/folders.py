@@ -16,11 +16,15 @@ def folder_problem(folder: Path) -> str | None:
 
     Writes nothing, not even a probe (folder times stay as they were): asks the system
     whether this process may create entries there (``access`` with the effective ids,
-    which also answers for root and for read-only file systems)."""
+    which also answers for root and for read-only file systems).  A folder that another
+    process removes while it is looked at (its write probe) is looked for again."""
     folder = folder.expanduser()
-    here = folder
-    while not os.path.lexists(here) and here.parent != here:  # lexists: never raises (a name too long is missing)
-        here = here.parent
+    for _ in range(8):  # a folder removed meanwhile (another dynlab process's probe of it): look again
+        here = folder
+        while not os.path.lexists(here) and here.parent != here:  # lexists: never raises (a name too long is missing)
+            here = here.parent
+        if here.is_dir() or os.path.lexists(here):
+            break
     missing = here != folder
     if not here.is_dir():
         what = "is a file" if here.is_file() else "is not a folder"

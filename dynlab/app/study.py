@@ -107,7 +107,7 @@ def run_selected_study(name: str, options: Any, out: Path, device: str, quiet: b
     check_contract(out / name, name, flag="--out")  # a folder of someone else's files: refused before any write
     check_study_folder(out / name)
     from dynlab.executors import make_executor
-    from dynlab.runner import check_analyses_fit, run_study
+    from dynlab.runner import check_analyses_fit, check_work_items, run_study
     from dynlab.studies import get_study
 
     study = get_study(name)
@@ -117,6 +117,7 @@ def run_selected_study(name: str, options: Any, out: Path, device: str, quiet: b
                           **(words or {})}):
         specs = study.make_specs(options)
     check_analyses_fit(study, specs, analyze)  # a group too large for the analyses, before a cluster starts
+    check_work_items(study, specs)  # a stack too large for the memory, too
     say_notes(echo)
     with make_executor(executor, scheduler=scheduler, workers=workers) as ex:
         return run_study(study, options, out=out, device=device, progress=not quiet, analyze=analyze, executor=ex)

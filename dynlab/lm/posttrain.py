@@ -114,13 +114,14 @@ class PostTrainSpec(Spec):
             raise ValueError("this post-training run has no task")
         tr = self.train
         vocab = max(LMModelSpec().vocab_size, self.data.tokenizer.n_ids)  # the model's fields are unused
-        return LMTaskRunSpec(data=self.data, model=LMModelSpec(vocab_size=vocab), intervention=self.intervention,
-                             task=self.task,
-                             train=TaskTrainSpec(steps=tr.steps, batch_size=tr.batch_size, lr=tr.lr,
-                                                 weight_decay=tr.weight_decay, clip=tr.clip,
-                                                 warmup_frac=tr.warmup_frac, threads=tr.threads,
-                                                 precision=tr.precision),
-                             eval=self.task_eval, seed=self.seed)
+        fields = dict(data=self.data, model=LMModelSpec(vocab_size=vocab), intervention=self.intervention,
+                      task=self.task,
+                      train=TaskTrainSpec(steps=tr.steps, batch_size=tr.batch_size, lr=tr.lr,
+                                          weight_decay=tr.weight_decay, clip=tr.clip, warmup_frac=tr.warmup_frac,
+                                          threads=tr.threads, precision=tr.precision),
+                      eval=self.task_eval, seed=self.seed)
+        # the checkpoint's model is trained, not one of these fields: no memory estimate from them
+        return LMTaskRunSpec.model_validate(fields, context={"checkpoint_model": True})
 
 
 #: Steps between two saves of a text post-training's state (its ``resume`` file).

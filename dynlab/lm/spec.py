@@ -38,6 +38,7 @@ from dynlab.spec import (
 )
 from dynlab.errors import DynlabInputError
 from dynlab.runtime import MAX_THREADS
+from dynlab.lm.memory import check_eval_memory, check_train_memory
 from dynlab.lm.tokenizer import BYTE_VOCAB, TokenizerSpec
 from dynlab.lm.tokens import RECORD as TOKENS_RECORD
 from dynlab.lm.tokens import is_token_folder, open_token_folder
@@ -453,7 +454,7 @@ class LMRunSpec(Spec):
         return self
 
     @model_validator(mode="after")
-    def _bins_fit(self) -> LMRunSpec:
+    def _bins_fit(self, info: ValidationInfo) -> LMRunSpec:
         if self.eval.bin_width > self.train.seq_len:
             raise ValueError(f"eval.bin_width={self.eval.bin_width} must not exceed train.seq_len={self.train.seq_len}")
         check_limit("evaluation length (eval.length_multiple × train.seq_len)", self.eval_length, MAX_EVAL_LENGTH)
@@ -461,7 +462,21 @@ class LMRunSpec(Spec):
         check_eval_size(self.train.seq_len, self.eval.length_multiple, self.eval.n_samples)
         check_state_bytes("train.batch_size × train.seq_len × d_model × n_layers × 4 bytes", self.train.batch_size,
                           self.train.seq_len, self.model.d_model * self.model.n_layers * 4)
+        stored = bool(info.context and info.context.get("stored"))  # a run's spec.json: checked when it was made
+        if self.init is None and not stored:  # a pretrained checkpoint runs its own layout (init.config), not model's
+            check_train_memory(self.model, self.train.batch_size, self.train.seq_len)
+            check_eval_memory(self.model, max(self.eval.n_samples, self.eval.effrem_samples),
+                              min(self.eval.chunk_len, self.eval_length),
+                              samples_name="eval.n_samples (or eval.effrem_samples)")
         return self
+
+    @classmethod
+    def check_work_item(cls, specs: list[Spec]) -> None:
+        """Runs of one stack (``train.engine = "stack"``) train at once: their step's memory
+        together is refused above the limit (:func:`dynlab.lm.memory.check_train_memory`)."""
+        first = specs[0]
+        if len(specs) > 1 and isinstance(first, LMRunSpec) and first.train.engine == "stack" and first.init is None:
+            check_train_memory(first.model, first.train.batch_size, first.train.seq_len, members=len(specs))
 
     @property
     def run_id(self) -> str:
@@ -708,16 +723,34 @@ class LMTaskRunSpec(Spec):
 
     @model_validator(mode="after")
     def _task_through_tokenizer(self, info: ValidationInfo) -> LMTaskRunSpec:
-        """The tokenizer fits the model, and the task's lengths (and a warm start's) hold its
-        samples in that tokenizer's tokens (:func:`check_task_lengths`; not for a run's
-        stored spec, checked when it was made: its tokenizer file may have moved since)."""
+        """The tokenizer fits the model, the task's lengths (and a warm start's) hold its
+        samples in that tokenizer's tokens (:func:`check_task_lengths`), and its training and
+        test fit in memory (:meth:`_check_memory`; not for a run's stored spec, checked when it
+        was made: its tokenizer file may have moved since; the memory not for a checkpoint's
+        model either, validation context ``checkpoint_model``: ``model`` does not describe it)."""
         check_tokenizer_fits(self.data, self.model)
         if info.context and info.context.get("stored"):
             return self
         check_task_lengths(self.task, self.data.tokenizer)
         if self.warm_start is not None:
             check_task_lengths(self.warm_start.task, self.data.tokenizer, "warm_start.task.")
+        if not (info.context and info.context.get("checkpoint_model")):  # a checkpoint's model: not model's layout
+            self._check_memory()
         return self
+
+    def _check_memory(self) -> None:
+        """A training step (of the task, and of a warm start's) and the test fit in memory
+        (:mod:`dynlab.lm.memory`): the longest training sample in tokens (copying: the
+        string twice and three marks), the test's samples in pieces of ``eval.chunk_len``."""
+        for prefix, task, train in (("", self.task, self.train),
+                                    *((("warm_start.", self.warm_start.task, self.warm_start.train),)
+                                      if self.warm_start is not None else ())):
+            tokens = 2 * task.train_max + 3 if task.kind == "copying" else task.train_max
+            check_train_memory(self.model, train.batch_size, tokens, batch_name=f"{prefix}train.batch_size",
+                               length_name=f"(the longest sample of {prefix}task.train_max {task.train_max})")
+        longest = max(2 * n + 3 if self.task.kind == "copying" else n for n in self.task.eval_lengths)
+        check_eval_memory(self.model, max(self.eval.n_samples, self.train.check_samples),
+                          min(self.eval.chunk_len, longest), samples_name="eval.n_samples (or train.check_samples)")
 
     @field_validator("intervention")
     @classmethod

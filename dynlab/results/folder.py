@@ -40,6 +40,7 @@ This module imports nothing heavy: the command line calls it before loading torc
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -57,6 +58,11 @@ __all__ = ["FIGURES_MARKER", "LOCK", "MARKER", "RESUME", "RUN_ID", "STUDY_NAMES"
 MARKER = ".dynlab-study"
 #: The lock file of a study folder (:func:`study_lock`).
 LOCK = ".dynlab.lock"
+#: How many times a folder that another dynlab process removed while this one read it,
+#: or between making it and locking it, is read or made again (:func:`check_study_folder`,
+#: :func:`study_lock`): each time needs another process's whole probe or clean-up between
+#: two steps of this one.
+VANISHED_RETRIES = 8
 #: The marker file of a folder written by ``dynlab figures``.
 FIGURES_MARKER = ".dynlab-figures"
 #: What a run id is: 16 lowercase hex digits (a spec hash).
@@ -118,6 +124,8 @@ def _read_marker(root: Path, name: str, flag: str) -> None:
     path = root / MARKER
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:  # removed while read (check_study_folder reads again)
+        raise
     except (OSError, ValueError):
         raise _refuse(root, flag, f"has an unreadable {MARKER}") from None
     if not isinstance(doc, dict) or doc.get("study") != name:
@@ -129,6 +137,8 @@ def _dynlab_manifest(root: Path, name: str | None) -> bool:
     """Whether ``root/manifest.json`` reads as a manifest a study named ``name`` (None: any) wrote."""
     try:
         doc = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:  # removed while read (check_study_folder reads again)
+        raise
     except (OSError, ValueError):
         return False
     return (isinstance(doc, dict) and isinstance(doc.get("study"), str) and (name is None or doc["study"] == name)
@@ -140,14 +150,33 @@ def check_study_folder(root: str | Path, name: str | None = None, flag: str = ""
     """Refuse, before anything is written, a study folder ``root`` (of study ``name``;
     None: the one its manifest names) that is not dynlab's (module docstring); one line
     naming the first file dynlab did not write, or the link.  Reads only.  Returns True
-    when the folder exists and holds something (a study to resume or analyse)."""
+    when the folder exists and holds something (a study to resume or analyse).
+
+    Another dynlab process may make or remove the folder meanwhile (the write probe of a
+    study starting beside this one, :func:`dynlab.outputs.probe_folder`, or the clean-up of
+    one that stopped): a name that vanishes while it is read is read again from the top
+    (:data:`VANISHED_RETRIES` times), never a ``FileNotFoundError``."""
     root = Path(root).expanduser()
+    for _ in range(VANISHED_RETRIES):
+        try:
+            return _check_study_folder(root, name, flag)
+        except FileNotFoundError:  # removed while read: read what is there now
+            continue
+    return _check_study_folder(root, name, flag)
+
+
+def _check_study_folder(root: Path, name: str | None, flag: str) -> bool:
+    """:func:`check_study_folder` once; a ``FileNotFoundError`` when a name vanished while read."""
     if not os.path.lexists(root):
         return False
     if not root.is_dir():
+        if not os.path.lexists(root):
+            raise FileNotFoundError(root)
         raise _refuse(root, flag, "is a file")
     try:
         names = set(os.listdir(root))
+    except FileNotFoundError:
+        raise
     except OSError:  # a folder that cannot be listed: the probe of the write says why
         return False
     for n in sorted(names & set(STUDY_NAMES)):
@@ -155,6 +184,8 @@ def check_study_folder(root: str | Path, name: str | None = None, flag: str = ""
         if p.is_symlink():
             raise _refuse(root, flag, f"holds a symbolic link {n}; dynlab does not follow links in a study folder")
         if (n in _DIRS) != p.is_dir():
+            if not os.path.lexists(p):
+                raise FileNotFoundError(p)
             raise _refuse(root, flag, f"holds files dynlab did not write ({n})")
     if "runs" in names:  # a run folder that is a link would be read, probed and written through
         links = sorted(n for n in os.listdir(root / "runs") if (root / "runs" / n).is_symlink())
@@ -193,24 +224,58 @@ def claim(root: str | Path, name: str) -> Path:
 
 
 @contextmanager
-def study_lock(root: str | Path, flag: str = "") -> Iterator[None]:
+def study_lock(root: str | Path, flag: str = "", make: bool = False) -> Iterator[None]:
     """Hold the lock of study folder ``root`` (``.dynlab.lock``, the ``filelock`` package)
     while a study or an analysis writes there; a folder another process holds is refused
-    at once, in one line (its writes would mix with that process's)."""
+    at once, in one line (its writes would mix with that process's).
+
+    ``make``: make ``root`` (and its parents) first.  Making the folder and taking its lock
+    is one step that other dynlab processes cannot undo: a folder that another one removes
+    in between (the clean-up of its write probe, or of a study that stopped) is made again,
+    up to :data:`VANISHED_RETRIES` times; a folder that cannot be made is one line of bad
+    input.  The caller removes what it made while it still holds the lock (never after:
+    by then the folder may be another process's)."""
     from filelock import FileLock, Timeout
 
     root = Path(root)
     lock = FileLock(str(root / LOCK), timeout=0)
-    try:
-        lock.acquire()
-    except Timeout:
-        where = f"{flag} {root}" if flag else str(root)
-        raise DynlabInputError(f"{where} is being written by another dynlab process (it holds {root / LOCK}); "
-                               "allowed: wait until it finishes, or another --out") from None
+    for attempt in range(VANISHED_RETRIES + 1):
+        try:
+            if make:
+                _make_study_dir(root, last=attempt == VANISHED_RETRIES)
+            lock.acquire()
+            break
+        except Timeout:
+            where = f"{flag} {root}" if flag else str(root)
+            raise DynlabInputError(f"{where} is being written by another dynlab process (it holds {root / LOCK}); "
+                                   "allowed: wait until it finishes, or another --out") from None
+        except FileNotFoundError:  # the folder was removed between its making and the lock: make it again
+            if not make or attempt == VANISHED_RETRIES:
+                raise
     try:
         yield
     finally:
         lock.release()
+
+
+def _make_study_dir(root: Path, last: bool = False) -> None:
+    """Make study folder ``root`` and its parents (:func:`study_lock`); a folder that cannot
+    be made is one line of bad input (a ``FileNotFoundError``: a folder removed meanwhile,
+    to be made again; on the ``last`` try, one that cannot be made)."""
+    from dynlab.results.files import make_dir
+
+    try:
+        make_dir(root)
+    except (FileNotFoundError, FileExistsError) as exc:  # Path.mkdir's: a folder missing, or there and then not
+        if root.is_dir():
+            return
+        if not last and not os.path.lexists(root):  # removed meanwhile: made again
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(root)) from None
+        raise DynlabInputError(f"cannot write the study to {root} ({exc.strerror or exc}); allowed: a writable "
+                               "folder") from None
+    except OSError as exc:
+        raise DynlabInputError(f"cannot write the study to {root} ({exc.strerror or exc}); allowed: a writable "
+                               "folder") from None
 
 
 # -- output folders of other commands (dynlab figures) ---------------------------------

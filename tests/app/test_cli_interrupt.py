@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -44,18 +45,19 @@ def test_sigint_to_a_running_study_exits_130_with_one_line(tmp_path):
 
 
 #: Ctrl-C after dynlab's own code started (``dynlab/__init__.py`` guards first thing): a
-#: SIGINT while the executable imports the rest of dynlab (``dynlab.errors``) or the command
-#: line (``typer``), what a Ctrl-C 0.03-0.15 s after launch meets.  A Ctrl-C before that, in
+#: SIGINT while the executable imports the guard (``dynlab._start``) and ``signal`` (before
+#: the guard is in place), the rest of dynlab (``dynlab.errors``) or the command line
+#: (``typer``), what a Ctrl-C 0.03-0.15 s after launch meets.  A Ctrl-C before that, in
 #: the interpreter's own start-up, is Python's to handle.
 _SIGINT_DURING_START = r"""
-import os, signal, sys
+import _signal, os, sys
 module, sys.argv = sys.argv[1], ["dynlab", *sys.argv[2:]]
 assert module not in sys.modules
 
 class SigintOnImport:
     def find_spec(self, name, path=None, target=None):
         if name == module:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), _signal.SIGINT)
         return None
 
 sys.meta_path.insert(0, SigintOnImport())
@@ -64,13 +66,181 @@ entry()
 """
 
 
-@pytest.mark.parametrize("module, argv", [("dynlab.errors", ["study", "list"]), ("typer", ["study", "list"]),
+@pytest.mark.parametrize("module, argv", [("dynlab._start", ["study", "list"]), ("signal", ["study", "list"]),
+                                          ("dynlab.errors", ["study", "list"]), ("typer", ["study", "list"]),
                                           ("typer", ["study", "group-tracking", "--help"])],
-                         ids=["importing-dynlab", "importing-the-cli", "help"])
+                         ids=["importing-the-guard", "importing-signal", "importing-dynlab", "importing-the-cli", "help"])
 def test_sigint_during_start_up_exits_130_with_one_line(tmp_path, module, argv):
     proc = subprocess.run([sys.executable, "-c", _SIGINT_DURING_START, module, *argv], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, preexec_fn=_default_sigint)
     assert (proc.returncode, proc.stderr, proc.stdout) == (EXIT_INTERRUPTED, "interrupted\n", "")
+
+
+#: The modules a child looks up (imports) while Python's own SIGINT handler is still in
+#: place, from ``import dynlab`` on as the executable (argv[0] ``dynlab``).
+_IMPORTS_BEFORE_THE_GUARD = r"""
+import _signal, sys
+sys.argv = ["dynlab", "study", "list"]
+unguarded = []
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+            unguarded.append(name)
+        return None
+
+sys.meta_path.insert(0, Watch())
+import dynlab.cli
+print(",".join(unguarded))
+"""
+
+
+def test_dynlab_imports_only_the_guard_before_the_guard(tmp_path):
+    """The guard is the first thing dynlab does: before it, only the guard's own module and
+    ``signal`` are imported (inside the ``try`` of ``dynlab/__init__.py``, whose Ctrl-C is
+    tested above); anything more there would be time in which Ctrl-C is a traceback."""
+    proc = subprocess.run([sys.executable, "-c", _IMPORTS_BEFORE_THE_GUARD], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, preexec_fn=_default_sigint)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().split(",") == ["dynlab", "dynlab._start", "signal"]
+
+
+#: ``dynlab study list`` as the executable runs it, with a SIGINT sent to itself at the
+#: ``argv[1]``-th line or return event of ``dynlab.cli.main`` and ``dynlab.cli.entry``
+#: (``sys.settrace``: the handler runs in the tracer, before that line), or none (-1):
+#: every point where the command line hands SIGINT to Python and takes it back.
+_SIGINT_AT_EVENT = r"""
+import os, signal, sys
+at, fd, sys.argv = int(sys.argv[1]), int(sys.argv[2]), ["dynlab", "study", "list"]
+import dynlab.cli
+codes, seen = {dynlab.cli.main.__code__, dynlab.cli.entry.__code__}, []
+
+def local(frame, event, arg):
+    if event in ("line", "return"):
+        seen.append(event)
+        if len(seen) == at + 1:
+            os.kill(os.getpid(), signal.SIGINT)
+    return local
+
+sys.settrace(lambda frame, event, arg: local if frame.f_code in codes else None)
+try:
+    dynlab.cli.entry()
+finally:
+    sys.settrace(None)
+    os.write(fd, str(len(seen)).encode())
+"""
+
+
+def _sigint_at_event(tmp_path, at: int) -> tuple[int, str, int]:
+    """``(exit code, stderr, events seen)`` of :data:`_SIGINT_AT_EVENT` with a SIGINT at event ``at``."""
+    read, write = os.pipe()
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", _SIGINT_AT_EVENT, str(at), str(write)], cwd=tmp_path,
+                                pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_default_sigint)
+        os.close(write)
+        write = -1
+        _, stderr = proc.communicate(timeout=120)
+        seen = os.read(read, 64)
+    finally:
+        os.close(read)
+        if write >= 0:
+            os.close(write)
+    return proc.returncode, stderr, int(seen or 0)
+
+
+def test_sigint_at_every_step_of_main_and_entry_exits_130_with_one_line(tmp_path):
+    """From the guard on, a Ctrl-C at any point of ``main`` and ``entry`` (before the
+    command, in it, as ``main`` hands SIGINT back, as it returns, as ``entry`` exits) is
+    exit code 130 and the one line ``interrupted``: no ``KeyboardInterrupt`` escapes."""
+    code, stderr, events = _sigint_at_event(tmp_path, -1)
+    assert (code, stderr) == (0, "") and events > 10
+    for at in range(events):
+        code, stderr, _ = _sigint_at_event(tmp_path, at)
+        assert (code, stderr) == (EXIT_INTERRUPTED, "interrupted\n"), (at, code, stderr)
+
+
+#: ``dynlab study list`` as the executable runs it, with a SIGINT that comes while a
+#: finalizer runs (an object collected in the command), where Python cannot raise it: then
+#: the command returns at once (``argv[1]`` "returns"), or goes on for up to 20 s ("runs on").
+_SIGINT_IN_A_FINALIZER = r"""
+import os, signal, sys, time
+then, sys.argv = sys.argv[1], ["dynlab", "study", "list"]
+import dynlab
+import dynlab.app.study as app_study
+
+class SigintOnCollect:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)  # the handler runs here, inside the finalizer
+
+real = app_study.study_table
+
+def study_table():
+    SigintOnCollect()  # collected at once
+    for _ in range(400 if then == "runs on" else 0):
+        time.sleep(0.05)
+    return real()
+
+app_study.study_table = study_table
+from dynlab.cli import entry
+entry()
+"""
+
+
+@pytest.mark.parametrize("then", ["returns", "runs on"])
+def test_sigint_in_a_finalizer_is_not_lost(tmp_path, then):
+    """Python prints a ``KeyboardInterrupt`` raised in a finalizer as an "Exception ignored"
+    traceback and goes on; the command line takes it again: exit code 130 and one line, at
+    once (a command that runs on is interrupted: the table is never written)."""
+    proc = subprocess.run([sys.executable, "-c", _SIGINT_IN_A_FINALIZER, then], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, preexec_fn=_default_sigint)
+    assert (proc.returncode, proc.stderr) == (EXIT_INTERRUPTED, "interrupted\n")
+    assert proc.stdout == "" or then == "returns"
+
+
+#: ``dynlab study list`` as the executable runs it; it writes a byte to fd ``argv[1]`` once
+#: ``import dynlab`` has put the guard in place (what came before is the interpreter's).
+_STUDY_LIST_READY = r"""
+import os, sys
+fd, sys.argv = int(sys.argv[1]), ["dynlab", "study", "list"]
+import dynlab
+os.write(fd, b"r")
+os.close(fd)
+from dynlab.cli import entry
+entry()
+"""
+
+
+@pytest.mark.slow
+def test_sigint_at_any_moment_of_dynlab_study_list_exits_130_without_a_traceback(tmp_path):
+    """SIGINT 0-300 ms after dynlab's guard is in place (the rest of the start-up, the
+    command, the exit): exit code 130 and the one line ``interrupted``; or, when the
+    command had finished (its whole table written), the process ends as it was ending:
+    done (0), or ended by the signal during the interpreter's own shut-down, after its
+    handlers are gone (-SIGINT: nothing printed, a shell's 130)."""
+    table = subprocess.run([sys.executable, "-m", "dynlab.cli", "study", "list"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120).stdout
+    assert table.startswith("study")
+    interrupted = 0
+    for delay_ms in range(0, 300, 10):
+        read, write = os.pipe()
+        proc = subprocess.Popen([sys.executable, "-c", _STUDY_LIST_READY, str(write)], cwd=tmp_path, pass_fds=(write,),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+        os.close(write)
+        ready = os.read(read, 1)
+        os.close(read)
+        assert ready == b"r"
+        time.sleep(delay_ms / 1000)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+        outcome = (delay_ms, proc.returncode, stderr, stdout[-200:])
+        assert "Traceback" not in stderr, outcome
+        if proc.returncode == EXIT_INTERRUPTED:
+            assert stderr == "interrupted\n", outcome
+            interrupted += 1
+        else:
+            assert proc.returncode in (0, -signal.SIGINT) and stderr == "" and stdout == table, outcome
+    assert interrupted >= 5
 
 
 def test_guard_start_replaces_pythons_handler_only(monkeypatch):
