@@ -24,8 +24,7 @@ imports nothing beyond ``os``, ``signal`` and ``sys`` (and ``threading``, alread
 when a finalizer swallowed a Ctrl-C).
 """
 
-from __future__ import annotations
-
+# no ``from __future__ import annotations``: its module would be one more import before the guard
 import os
 import signal
 import sys

@@ -42,6 +42,7 @@ __all__ = [
     "MAX_EVAL_TOKENS",
     "MAX_SAMPLES",
     "MAX_SEED",
+    "MAX_LM_MEMORY_BYTES",
     "MAX_STATE_BYTES",
     "MAX_STEPS",
     "MAX_WIDTH",
@@ -73,6 +74,12 @@ MAX_WIDTH = 8192
 #: hidden × d_state, per step).  Training holds ``curriculum.max_length`` steps, evaluation
 #: ``min(chunk, max(lengths))``.
 MAX_STATE_BYTES = 8 * 2**30
+#: Most memory an LM may need, in bytes, for each of: its weights with gradients and AdamW
+#: moments, a training step (a stack's members together) and an evaluation, as estimated by
+#: :mod:`dynlab.lm.memory` (an upper bound, within 4 times the measured peak): one 80 GB
+#: accelerator's.  Above it the run could not be held by any single device it is made for;
+#: the ``paper`` presets (GPU scale) stay below it.
+MAX_LM_MEMORY_BYTES = 80 * 2**30
 #: Most models trained together in one ensemble (``dynlab bench train --ensembles``).
 MAX_ENSEMBLE = 1024
 #: Most tokens one LM evaluation streams: validation windows × evaluation length (the

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dynlab.errors import DynlabInputError
-from dynlab.spec import MAX_STATE_BYTES
+from dynlab.spec import MAX_LM_MEMORY_BYTES
 
 __all__ = ["WITHIN", "MemoryEstimate", "check_eval_memory", "check_train_memory", "eval_bytes", "train_step_bytes"]
 
@@ -162,9 +162,9 @@ def _layout(model: Any) -> str:
 
 
 def check_train_memory(model: Any, batch: int, length: int, members: int = 1, batch_name: str = "train.batch_size",
-                       length_name: str = "train.seq_len", limit: int = MAX_STATE_BYTES) -> MemoryEstimate:
+                       length_name: str = "train.seq_len", limit: int = MAX_LM_MEMORY_BYTES) -> MemoryEstimate:
     """The estimate of :func:`train_step_bytes` when at most ``limit``
-    (:data:`~dynlab.spec.MAX_STATE_BYTES`, the limit of the states' checks); else one line
+    (:data:`~dynlab.spec.MAX_LM_MEMORY_BYTES`); else one line
     of bad input naming the options (``batch_name``, ``length_name``, the model's sizes,
     the members of a stack) and the estimate."""
     need = train_step_bytes(model, batch, length, members)
@@ -178,7 +178,7 @@ def check_train_memory(model: Any, batch: int, length: int, members: int = 1, ba
 
 
 def check_eval_memory(model: Any, samples: int, chunk: int, samples_name: str = "eval.n_samples",
-                      chunk_name: str = "eval.chunk_len", limit: int = MAX_STATE_BYTES) -> MemoryEstimate:
+                      chunk_name: str = "eval.chunk_len", limit: int = MAX_LM_MEMORY_BYTES) -> MemoryEstimate:
     """The estimate of :func:`eval_bytes` when at most ``limit``; else one line of bad input
     naming the options and the estimate (as :func:`check_train_memory`)."""
     need = eval_bytes(model, samples, chunk)

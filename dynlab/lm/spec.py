@@ -22,6 +22,7 @@ from dynlab.spec import (
     MAX_EVAL_TOKENS,
     MAX_EVAL_LENGTH,
     MAX_LENGTH,
+    MAX_LM_MEMORY_BYTES,
     MAX_STATE_BYTES,
     MAX_STEPS,
     Batch,
@@ -209,10 +210,10 @@ class LMModelSpec(Spec):
         if self.dt_min > self.dt_max:
             raise ValueError(f"dt_min={self.dt_min} exceeds dt_max={self.dt_max}")
         need = 16 * self.parameter_bound()  # float32 weights, gradients and AdamW's two moments
-        if need > MAX_STATE_BYTES:
+        if need > MAX_LM_MEMORY_BYTES:
             raise ValueError(f"a model of up to {self.parameter_bound():,} parameters (d_model, n_layers, n_heads × "
                              f"head_dim, d_state, mlp_ratio) needs {need / 2**30:.1f} GiB for its weights, gradients "
-                             f"and AdamW moments; allowed: at most {MAX_STATE_BYTES / 2**30:.0f} GiB (a smaller model)")
+                             f"and AdamW moments; allowed: at most {MAX_LM_MEMORY_BYTES / 2**30:.0f} GiB (a smaller model)")
         return self
 
     def parameter_bound(self) -> int:

@@ -16,6 +16,7 @@ import pytest
 
 from dynlab.errors import DynlabInputError
 from dynlab.lm.memory import WITHIN, check_train_memory, eval_bytes, train_step_bytes
+from dynlab.spec import MAX_LM_MEMORY_BYTES
 from dynlab.lm.spec import LMModelSpec, LMRunSpec, LMTaskRunSpec, LMTaskSpec, LMTrainSpec, TaskTrainSpec
 
 #: Peak bytes of each case of argv[1] (a JSON list), one JSON line each: the training of a
@@ -132,7 +133,7 @@ def test_an_oversized_state_is_refused_in_one_line_before_anything_is_written(tm
     assert lines[0].startswith("error: invalid LMRunSpec: a training step of train.batch_size 64 × train.seq_len "
                                f"1024 tokens with model.mixer {mixer}, model.n_layers 1 × model.n_heads 64 × "
                                "model.head_dim 64 × model.d_state 1024 needs about "), lines[0]
-    assert "GiB (SSM states and scan intermediates" in lines[0] and "allowed: at most 8 GiB" in lines[0]
+    assert "GiB (SSM states and scan intermediates" in lines[0] and "allowed: at most 80 GiB" in lines[0]
     assert not out.exists() and proc.stdout == ""
 
 
@@ -141,17 +142,17 @@ def test_a_stack_counts_every_member_and_a_task_its_longest_sample():
                         mlp_ratio=0)
     spec = LMRunSpec(model=model, train=LMTrainSpec(batch_size=64, seq_len=512, engine="stack"))
     one = train_step_bytes(model, 64, 512)
-    assert one.total < 8 * 2**30 < train_step_bytes(model, 64, 512, members=16).total == 16 * one.total
+    assert one.total < MAX_LM_MEMORY_BYTES < train_step_bytes(model, 64, 512, members=32).total == 32 * one.total
     LMRunSpec.check_work_item([spec])  # one run: fits
     with pytest.raises(DynlabInputError, match=r"^a training step of train\.batch_size 64 × train\.seq_len 512 tokens "
-                                               r"with .* × 16 runs trained at once \(train\.engine 'stack'\) needs "
-                                               r"about \d+\.\d GiB .*; allowed: at most 8 GiB"):
-        LMRunSpec.check_work_item([spec.model_copy(update={"seed": s}) for s in range(16)])
+                                               r"with .* × 32 runs trained at once \(train\.engine 'stack'\) needs "
+                                               r"about \d+\.\d GiB .*; allowed: at most 80 GiB"):
+        LMRunSpec.check_work_item([spec.model_copy(update={"seed": s}) for s in range(32)])
     loop = spec.model_copy(update={"train": spec.train.model_copy(update={"engine": "loop"})})
-    LMRunSpec.check_work_item([loop] * 16)  # the loop engine trains them one after another
-    with pytest.raises(ValueError, match=r"train\.batch_size 64 × \(the longest sample of task\.train_max 4000\) "
-                                         r"8003 tokens .* needs about"):
-        LMTaskRunSpec(model=model, task=LMTaskSpec(kind="copying", train_min=10, train_max=4000, eval_lengths=(50,)),
+    LMRunSpec.check_work_item([loop] * 32)  # the loop engine trains them one after another
+    with pytest.raises(ValueError, match=r"train\.batch_size 64 × \(the longest sample of task\.train_max 8000\) "
+                                         r"16003 tokens .* needs about"):
+        LMTaskRunSpec(model=model, task=LMTaskSpec(kind="copying", train_min=10, train_max=8000, eval_lengths=(50,)),
                       train=TaskTrainSpec(batch_size=64))
     with pytest.raises(DynlabInputError, match="allowed: at most 1 GiB"):
         check_train_memory(model, 64, 512, limit=2**30)

@@ -30,10 +30,10 @@ def test_a_model_too_large_to_train_is_refused_before_it_is_built(tmp_path, caps
     from dynlab.cli import main
 
     with pytest.raises(ValueError, match=r"needs \d+\.\d GiB for its weights, gradients and AdamW moments; "
-                                                "allowed: at most 8 GiB"):
+                                                "allowed: at most 80 GiB"):
         LMModelSpec(d_model=8192, n_layers=64)
-    # the quick preset's layout (4 heads x 32 channels, N = 64) at width 8192 and 64 layers
-    assert main(["study", "length-generalization", "--d-model", "8192", "--n-layers", "64",
+    # the quick preset's GLA (4 heads x 32 channels, N = 64, its MLP) at width 8192 and 64 layers
+    assert main(["study", "length-generalization", "--models", "gla", "--d-model", "8192", "--n-layers", "64",
                  "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "GiB for its weights" in err[0], err
