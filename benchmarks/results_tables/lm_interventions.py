@@ -12,6 +12,7 @@ import xarray as xr
 from dynlab.report import holm_contrasts
 
 from results_tables.common import first_spec, minus, seed_range
+from results_tables.lm_ppl import rises
 
 #: The interventions datasets (their TBTT arm's coverage of the text goes in their note).
 INTERVENTION_LABELS = ("length-generalization-interventions", "length-generalization-interventions-no-conv",
@@ -51,8 +52,8 @@ def baseline_text(ds: xr.Dataset, what: str) -> str:
     """``300 steps from WHAT (far/in …, above 1 in k of n seeds s–t) …: `` of an interventions dataset."""
     base = ds["far_in_ratio"].values[(ds["phase"].values.astype(str) == "base")].astype(float)
     steps = first_spec(ds)["post"]["steps"]
-    return (f"{steps} steps from {what} (seeds {seed_range(ds['seed'].values)}; far/in {base.mean():.3f}, above 1 in "
-            f"{int((base > 1).sum())} of {base.size}) against a zero-state control on the same random windows "
+    return (f"{steps} steps from {what} (seeds {seed_range(ds['seed'].values)}; far/in {base.mean():.3f}, a rise in "
+            f"{rises(base)}) against a zero-state control on the same random windows "
             f"(Holm: over the {len(holm_contrasts(ds))} far and in-range tests of its arms): ")
 
 

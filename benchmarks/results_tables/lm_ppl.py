@@ -12,9 +12,15 @@ from dynlab.report.lm import RISE, size_grid
 from results_tables.common import first_spec, join_and
 
 def ratio_stats(ds: xr.Dataset, intervention: str) -> tuple[str, int, int]:
-    """``("mean ± sd", seeds with ratio > 1, seeds)`` of the far/in PPL ratio of one intervention."""
+    """``("mean ± sd", "k of n (above 1: m)", n)`` of the far/in PPL ratio of one intervention:
+    k of its n seeds rise (ratio > :data:`~dynlab.report.lm.RISE`, every row's threshold)."""
     r = far_in_ratio(ds).values[ds["intervention"].values.astype(str) == intervention].astype(float)
-    return f"{r.mean():.3f} ± {r.std(ddof=1):.3f}", int((r > 1).sum()), r.size
+    return f"{r.mean():.3f} ± {r.std(ddof=1):.3f}", rises(r), r.size
+
+
+def rises(r: np.ndarray) -> str:
+    """``"k of n (above 1: m)"``: how many of the ratios ``r`` rise (> RISE) and how many exceed 1."""
+    return f"{int((r > RISE).sum())} of {r.size} (above 1: {int((r > 1).sum())})"
 
 
 def budget_cell(ds: xr.Dataset) -> str:
@@ -60,7 +66,7 @@ def size_cell(ds: xr.Dataset) -> str:
         common = set(per_width.values())
         said = common.pop() if len(common) == 1 else ", ".join(f"{v} at width {d}" for d, v in per_width.items())
         alone = (f"; trained alone to {said} against the checkpoint at that budget: lower in "
-                 f"{int((diff < 0).sum())} of {diff.size} runs, mean {diff.mean():+.3f}")
+                 f"{int((diff < 0).sum())} of {diff.size} runs, mean {diff.mean():+.3f}, median {np.median(diff):+.3f}")
     return f"far/in = far PPL / PPL over (T/2, T] (a rise: > {RISE}) by budget × Chinchilla: " + "; ".join(parts) + alone
 
 
@@ -73,10 +79,10 @@ def context_cell(ds: xr.Dataset) -> str:
         for length in sorted({int(x) for x in ds["train_length"].values[ok]}):
             sel = ok & (ds["n_params"].values == n) & (ds["train_length"].values == length)
             r = ds["far_in_ratio"].values[sel].astype(float)
-            cells.append(f"{length}: {r.mean():.3f} ({int((r > 1).sum())}/{r.size})")
+            cells.append(f"{length}: {r.mean():.3f} ({int((r > RISE).sum())}/{r.size})")
         parts.append(f"{n:,} parameters: " + ", ".join(cells))
     tokens = _train_tokens_of(ds)
-    return f"far/in ratio by T_train (seeds above 1), {tokens:,} training tokens each; " + "; ".join(parts)
+    return f"far/in ratio by T_train (seeds above {RISE}), {tokens:,} training tokens each; " + "; ".join(parts)
 
 
 def _train_tokens_of(ds: xr.Dataset) -> int:
