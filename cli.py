@@ -32,13 +32,13 @@ import typer  # noqa: E402
 
 from dynlab.app import analyze as app_analyze  # noqa: E402
 from dynlab.app import bench as app_bench  # noqa: E402
-from dynlab.app import checks, console  # noqa: E402
+from dynlab.app import checks, console, lm_config, posttrain  # noqa: E402
 from dynlab.app import data as app_data  # noqa: E402
 from dynlab.app import export as app_export  # noqa: E402
 from dynlab.app import figures as app_figures  # noqa: E402
-from dynlab.app import lm_config, posttrain  # noqa: E402
 from dynlab.app import models as app_models  # noqa: E402
 from dynlab.app import report as app_report  # noqa: E402
+from dynlab.app import runs as app_runs  # noqa: E402
 from dynlab.app import study as app_study  # noqa: E402
 from dynlab.app.checks import DEFAULT_OUT  # noqa: E402
 from dynlab.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, check_environment, debug_enabled,  # noqa: E402
@@ -168,15 +168,13 @@ def data_prepare(
 @study_app.command("list")
 def study_list() -> None:
     """List the registered studies and their presets."""
-    for line in app_study.study_table():
-        typer.echo(line)
+    typer.echo("\n".join(app_study.study_table()))  # a header and a line per study
 
 
 @app.command()
 def models() -> None:
     """List registered architectures with declared and measured family."""
-    for line in app_models.model_table():
-        typer.echo(line)
+    typer.echo("\n".join(app_models.model_table()))  # a header and a line per cell
 
 
 @app.command()
@@ -205,6 +203,14 @@ def report(datasets: Annotated[list[str], typer.Argument(help="Study folders or 
     """Print a study's paper tables as Markdown, read from its dataset (e.g. `dynlab report runs/passkey > results.md`)."""
     for path, text in app_report.report(datasets):  # every dataset is read before anything is printed
         typer.echo(f"## {path}\n\n{text}")
+
+
+@app.command()
+def runs(study_dir: Annotated[str, typer.Argument(help="A study folder (OUT/<study>) written by `dynlab study`.")],
+         full: _o(bool, "--full", help="Whole run ids (default: the shortest prefix that tells them apart).") = False,
+         as_json: _o(bool, "--json", help="A JSON list of the runs (whole ids, each status's reason) instead.") = False) -> None:
+    """List a study's runs, each named by what it is (model, group or intervention, seed, the swept settings) and its status."""
+    typer.echo(app_runs.runs_text(study_dir, full, as_json))
 
 
 @lm_app.command("export")

@@ -16,6 +16,7 @@ import xarray as xr
 from dynlab.executors import Executor, InProcessExecutor
 from dynlab.results.files import NETCDF_ENGINE
 from dynlab.results.folder import RESUME
+from dynlab.results.naming import arm_label, run_names
 from dynlab.results.provenance import provenance, recording
 from dynlab.results.store import ANALYSIS, RunStore
 from dynlab.runtime import NullProgress, resolve_device, say, train_threads
@@ -89,9 +90,9 @@ def _work(study: Study, device, progress: NullProgress,
 
 
 def _tally(study: Study, specs: list[Spec], store: RunStore, progress: NullProgress, counts: dict[str, int],
-           announced: set[str] = frozenset()) -> list[Spec]:
-    """Count (and log, unless ``announced`` holds their id) the not-learned and failed runs;
-    return the evaluated ones."""
+           announced: set[str] = frozenset(), named: Callable[[Spec], str] = lambda spec: "") -> list[Spec]:
+    """Count (and log, unless ``announced`` holds their id; ``named``: :func:`_run_labels`'s)
+    the not-learned and failed runs; return the evaluated ones."""
     evaluated = []
     for spec in specs:
         result = study.load_result(store, spec)
@@ -99,11 +100,11 @@ def _tally(study: Study, specs: list[Spec], store: RunStore, progress: NullProgr
         if result.status == "not-learned":  # evaluated and analysed like ok runs; the study says how it counts them
             counts["not_learned"] += 1
             if not said:
-                progress.log(f"run {spec.spec_hash()} not-learned: {result.reason}")
+                progress.log(f"run {spec.spec_hash()}{named(spec)} not-learned: {result.reason}")
         elif result.status != "ok":
             counts["failed"] += 1
             if not said:
-                progress.log(f"run {spec.spec_hash()} {result.status}: {result.reason}")
+                progress.log(f"run {spec.spec_hash()}{named(spec)} {result.status}: {result.reason}")
             continue
         evaluated.append(spec)
     return evaluated
@@ -142,7 +143,7 @@ def run_specs(
     counts["reused"] = len(specs) - len(pending)
     bar = progress.add(f"{study.name}: runs", len(specs))
     progress.update(bar, counts["reused"])
-
+    named = _run_labels(specs)  # what names each run in the lines below: its arm, the settings the study sweeps
     analyze = analyze and study.analyze_one is not None
     if analyze and extra is None:
         raise TypeError("run_specs: analyses need the study's parsed options (extra=)")
@@ -173,21 +174,21 @@ def run_specs(
             store.save(spec, outcome.result.to_json(), outcome.state_dict, provenance=made_on)
             counts["trained"] += 1
             progress.update(bar, 1)
-            if progress.finished(_run_line(study, spec, outcome.result, counts["trained"] + counts["reused"], len(specs))):
+            if progress.finished(_run_line(study, spec, named(spec), outcome.result, counts["trained"] + counts["reused"], len(specs))):
                 announced.add(spec.spec_hash())
         trained_until = time.perf_counter()
         for spec, outcome in zip(item, outcomes):
             if overlap and outcome.result.evaluated:
                 analyse(spec)
     counts["train_s"] = trained_until - loop_started  # the analyses after the last arrival are not training
-    to_analyze = [s for s in _tally(study, specs, store, progress, counts, announced) if s.spec_hash() not in analysed
+    to_analyze = [s for s in _tally(study, specs, store, progress, counts, announced, named) if s.spec_hash() not in analysed
                   and (s.spec_hash() in redo or analyze and _lacks_analysis(store, s, extra, force_analysis))]
     if to_analyze:
         abar = progress.add(f"{study.name}: analyses", len(to_analyze))
         for i, spec in enumerate(to_analyze, 1):
             analyse(spec)
             progress.update(abar, 1)
-            progress.finished(f"{study.name}: analysis {i}/{len(to_analyze)} {spec.spec_hash()} done")
+            progress.finished(f"{study.name}: analysis {i}/{len(to_analyze)} {spec.spec_hash()}{named(spec)} done")
     return counts
 
 
@@ -197,16 +198,25 @@ def _lacks_analysis(store: RunStore, spec: Spec, extra: StudyExtra | None, force
     return force or not store.has_file(spec, ANALYSIS) or _other_analysis_preset(store, spec, extra)
 
 
-def _run_line(study: Study, spec: Spec, result: Any, done: int, total: int) -> str:
-    """One line about a finished run: ``group-tracking: run 3/12 1a2b3c4d5e6f7a8b ok, loss 0.012, 4.2 s``
-    (the status's reason when it is not ok)."""
+def _run_labels(specs: list[Spec]) -> Callable[[Spec], str]:
+    """Spec -> `` [its names]``, what names each of ``specs`` among them
+    (:func:`dynlab.results.naming.run_names`: its arm, the settings they sweep); '' for a
+    spec that nothing names."""
+    _, rows = run_names([(type(s).__name__, s.hashed_fields()) for s in specs])
+    labels = {s.spec_hash(): arm_label(row) for s, row in zip(specs, rows)}
+    return lambda spec: f" [{labels[spec.spec_hash()]}]" if labels.get(spec.spec_hash()) else ""
+
+
+def _run_line(study: Study, spec: Spec, label: str, result: Any, done: int, total: int) -> str:
+    """One line about a finished run: ``group-tracking: run 3/12 1a2b3c4d5e6f7a8b [tanh-rnn, C2, seed 1] ok,
+    loss 0.012, 4.2 s`` (``label``: :func:`_run_labels`'s; the status's reason when it is not ok)."""
     parts = [result.status]
     if result.train_loss is not None:
         parts.append(f"loss {result.train_loss:.4g}")
     if result.wall_time_s is not None:
         parts.append(f"{result.wall_time_s:.1f} s")
     why = f" ({result.reason})" if result.status != "ok" and result.reason else ""
-    return f"{study.name}: run {done}/{total} {spec.spec_hash()} {', '.join(parts)}{why}"
+    return f"{study.name}: run {done}/{total} {spec.spec_hash()}{label} {', '.join(parts)}{why}"
 
 
 def _other_analysis_preset(store: RunStore, spec: Spec, extra: StudyExtra | None) -> bool:

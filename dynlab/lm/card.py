@@ -17,20 +17,63 @@ holding its character would no longer encode to its bytes. The model config's
 **Model card** (:func:`model_card`): ``README.md`` with the model's layout, the training
 budget (steps, tokens), the data, the evaluation the run stored (``result.json``) and the
 run's full spec, read from the run folder; an export of a model given in memory has its
-layout only.
+layout only. Its YAML header is the Hugging Face Hub's model-card metadata: ``license``,
+``library_name: transformers``, ``pipeline_tag: text-generation`` and ``tags`` (``dynlab``,
+the HF model type, ``byte-level`` or ``subword``).
+
+**License.** The weights are the exporter's to license, and dynlab cannot know the terms
+(the data's own terms included), so the default is the Hub's identifier ``unknown``
+(:data:`DEFAULT_LICENSE`). ``export_hf(..., license="apache-2.0")`` states one: an
+identifier of the Hub's license list (https://huggingface.co/docs/hub/repositories-licenses:
+lower case, e.g. ``mit``, ``apache-2.0``, ``cc-by-4.0``; ``other`` for a license not on
+it, which the Hub wants completed with ``license_name`` and ``license_link`` in the header).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TOKENIZER_FILES", "byte_to_char", "model_card", "write_byte_tokenizer"]
+from dynlab.errors import DynlabInputError
+
+__all__ = ["DEFAULT_LICENSE", "TOKENIZER_FILES", "byte_to_char", "check_license", "model_card", "write_byte_tokenizer"]
 
 #: The files :func:`write_byte_tokenizer` writes.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+#: The card's ``license`` unless the exporter states one: the Hub's identifier for "not stated".
+DEFAULT_LICENSE = "unknown"
+
+_LICENSE_ID = re.compile(r"[a-z0-9][a-z0-9.+-]{0,63}")  # the form of the Hub's identifiers: apache-2.0, openrail++
+_YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}  # plain scalars YAML reads as no string
+
+
+def check_license(license: str) -> str:
+    """``license`` if it has the form of a Hub license identifier (module docstring), else
+    :class:`DynlabInputError` (one line). The Hub's list itself is not checked here (it grows)."""
+    if not isinstance(license, str) or not _LICENSE_ID.fullmatch(license):
+        raise DynlabInputError(f"license {license!r} is not a Hugging Face license identifier; allowed: one of "
+                               "https://huggingface.co/docs/hub/repositories-licenses in lower case (e.g. mit, "
+                               f"apache-2.0, cc-by-4.0), other, or {DEFAULT_LICENSE}")
+    return license
+
+
+def _yaml_word(text: str) -> str:
+    """``text`` as a YAML scalar that reads back as that string: plain when it is a word
+    (a letter, then letters, digits, ``.``, ``+``, ``-``) YAML takes for a string, else
+    double-quoted (a JSON string is a YAML one)."""
+    plain = re.fullmatch(r"[a-z][a-z0-9.+-]*", text) and text not in _YAML_WORDS
+    return text if plain else json.dumps(text)
+
+
+def _header(model_type: str, kind: str, license: str) -> list[str]:
+    """The card's YAML header (the Hub's model-card metadata)."""
+    tags = ", ".join(_yaml_word(t) for t in ("dynlab", model_type, kind))
+    return ["---", f"license: {_yaml_word(check_license(license))}", "library_name: transformers",
+            "pipeline_tag: text-generation", f"tags: [{tags}]", "---"]
 
 
 def byte_to_char() -> dict[int, str]:
@@ -179,13 +222,15 @@ def _task_evaluation(spec: Mapping[str, Any], result: Mapping[str, Any]) -> list
 
 
 def model_card(model_info: Mapping[str, Any], spec_doc: Mapping[str, Any] | None = None,
-               result: Mapping[str, Any] | None = None, run_id: str | None = None) -> str:
+               result: Mapping[str, Any] | None = None, run_id: str | None = None,
+               license: str = DEFAULT_LICENSE) -> str:
     """The ``README.md`` of an export.
 
     ``model_info``: ``model_type`` (``mamba2`` or ``mamba``), ``architecture`` (the HF
     class), ``n_params``, ``dtype`` and the layout fields (``d_model``, ``n_layers``, …);
     ``spec_doc``: the run's ``spec.json`` (``{"spec": class name, "fields": {...}}``; None
-    for a model given in memory); ``result``: its ``result.json``; ``run_id``: the run's id.
+    for a model given in memory); ``result``: its ``result.json``; ``run_id``: the run's id;
+    ``license``: the header's license identifier (:func:`check_license`).
     """
     n_params = int(model_info.get("n_params") or 0)
     arch = model_info.get("architecture", "")
@@ -197,15 +242,16 @@ def model_card(model_info: Mapping[str, Any], spec_doc: Mapping[str, Any] | None
                               f"{str(tok.get('sha256'))[:12]}…)", f"{tok.get('n_ids')} ids of its tokenizer")
                              if subword else ("byte-level", "the tokenizer gives the UTF-8 bytes of a text, one id "
                                               "per byte (0–255), no special tokens, as dynlab trained it", "256 bytes"))
-    lines = ["---", "library_name: transformers", f"tags: [dynlab, {model_info.get('model_type')}, {kind}]", "---",
-             "", f"# {title}: a {kind} {arch}", "",
+    lines = [*_header(str(model_info.get("model_type")), kind, license), "", f"# {title}: a {kind} {arch}", "",
              "Exported by `dynlab lm export`" + (f" from the dynlab run `{run_id}`." if run_id else "."),
              f"It loads with `transformers` from this folder; {said_tok}:", "",
              "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
              'tok = AutoTokenizer.from_pretrained("path/to/this/folder")',
              'model = AutoModelForCausalLM.from_pretrained("path/to/this/folder")',
-             'ids = tok("To be, or not to be", return_tensors="pt").input_ids', "logits = model(ids).logits", "```", "",
-             "## Model", ""]
+             'ids = tok("To be, or not to be", return_tensors="pt").input_ids', "logits = model(ids).logits", "```", ""]
+    if license == DEFAULT_LICENSE:
+        lines += [f"The exporter stated no license for these weights (`license: {DEFAULT_LICENSE}`).", ""]
+    lines += ["## Model", ""]
     layout = [(k, _num(model_info[k])) for k in ("d_model", "n_layers", "n_heads", "head_dim", "d_state", "expand",
                                                  "conv_kernel", "chunk_size") if model_info.get(k) is not None]
     layout += [("parameters", _num(n_params)), ("dtype", model_info.get("dtype")), ("vocabulary", vocab)]

@@ -6,12 +6,23 @@
 ``save_pretrained``) that ``from_pretrained`` loads from local files and that
 :func:`dynlab.lm.hf.load_hf_checkpoint` wraps again, with a byte-level tokenizer that
 ``AutoTokenizer`` loads (ids = the text's UTF-8 bytes, as dynlab's) and a model card
-``README.md`` (layout, training budget, data, evaluation; :mod:`dynlab.lm.card`).
+``README.md`` (layout, training budget, data, evaluation; its header the Hub's metadata,
+``license`` from ``export_hf(..., license=...)``, default ``unknown``; :mod:`dynlab.lm.card`).
 
 Only layouts HF can express export; anything else raises
 :class:`~dynlab.errors.DynlabInputError` naming the problem:
 
-- mixer ``mamba2`` or ``mamba1`` (HF has no GLA model of this shape);
+- mixer ``mamba2`` or ``mamba1``. No HF class computes dynlab's GLA (:data:`GLA_REFUSAL`):
+  transformers has no GLA model, and flash-linear-attention's ``GLAForCausalLM`` (its
+  ``fla.models``, which the ``fla-core`` package lacks) differs in three places that
+  copying weights cannot bridge: it RMS-normalises each head's output (one weight of
+  the head's width, shared by the heads) before the ``swish`` output gate, where dynlab
+  normalises the gated output of all heads together (one weight per channel); its forget
+  gate is a rank-16 projection with a bias (``gate_low_rank_dim``, not a ``GLAConfig``
+  field), where dynlab's is one ``d_model × H·K`` matrix; and every block has a SwiGLU MLP,
+  where dynlab's has a GELU MLP or none. q, k, v, the convolutions, the gate normaliser
+  16 and the query scale would map. Exporting GLA would need a dynlab GLA in fla's
+  layout, or a model class shipped with the export;
 - ``mlp_ratio == 0`` (HF's Mamba blocks are norm + mixer, no MLP);
 - ``conv_kernel >= 1`` (HF's mixers always have the convolution);
 - Mamba-1 without the inner norm (``inner_norm=False``; HF's Mamba-1 has none);
@@ -44,15 +55,22 @@ from dynlab.names import HF_EXPORT_ALLOWED, HF_EXPORT_FILES, HF_EXPORT_MARKER
 from dynlab.lm.hf import require_transformers
 from dynlab.outputs import current_umask, probe_folder, refuse_foreign_folder
 from dynlab.results.folder import check_owned_folder, claim_owned_folder
+from dynlab.lm.card import DEFAULT_LICENSE, check_license
 from dynlab.lm.mixers import Mamba1Mixer, Mamba2Mixer
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.tokenizer import TokenizerSpec
 
-__all__ = ["EXPORTABLE_MIXERS", "HF_EXPORT_ALLOWED", "HF_EXPORT_FILES", "check_exportable", "export_hf", "hf_config", "hf_state_dict", "to_hf"]
+__all__ = ["EXPORTABLE_MIXERS", "GLA_REFUSAL", "HF_EXPORT_ALLOWED", "HF_EXPORT_FILES", "check_exportable", "export_hf", "hf_config", "hf_state_dict", "to_hf"]
 
 EXPORTABLE_MIXERS = ("mamba2", "mamba1")
 # HF_EXPORT_FILES (what an export writes; a folder holding others is not replaced) and
 # HF_EXPORT_ALLOWED: dynlab.names, re-exported
+
+#: Why a GLA model does not export (the module docstring has the details).
+GLA_REFUSAL = ("mixer 'gla': no Hugging Face class computes dynlab's GLA (transformers has none; fla's GLAForCausalLM, "
+               "package flash-linear-attention, norms each head before the output gate where dynlab norms all heads "
+               "after it, has a rank-16 forget gate where dynlab's is one full matrix, and a SwiGLU MLP in every block "
+               "where dynlab's is GELU or none); an export would need a dynlab GLA in fla's layout")
 
 
 def _refuse(problem: str, allowed: str) -> DynlabInputError:
@@ -63,6 +81,8 @@ def check_exportable(model: nn.Module) -> None:
     """Raise :class:`DynlabInputError` (one line: the problem and what is allowed) unless ``model`` exports."""
     if not isinstance(model, RecurrentLM):
         raise _refuse(f"{type(model).__name__} is not a dynlab RecurrentLM", "a dynlab RecurrentLM (or its run folder)")
+    if model.mixer_name == "gla":
+        raise _refuse(GLA_REFUSAL, "mixer mamba2 or mamba1")
     if model.mixer_name not in EXPORTABLE_MIXERS:
         raise _refuse(f"mixer {model.mixer_name!r}", "mixer mamba2 or mamba1")
     block = model.blocks[0]
@@ -198,7 +218,7 @@ def _card_of_dynlab(folder: Path) -> bool:
 
 
 def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path,
-              dtype: torch.dtype | None = None) -> Path:
+              dtype: torch.dtype | None = None, license: str = DEFAULT_LICENSE) -> Path:
     """Write ``model_or_run_folder`` as a Hugging Face folder ``out_dir``: config.json +
     model.safetensors, the tokenizer the run was trained with (tokenizer.json,
     tokenizer_config.json; the byte-level one for a model given as such) and
@@ -207,8 +227,10 @@ def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path
     ``model_or_run_folder`` is a :class:`RecurrentLM` or a dynlab LM run folder
     (``spec.json`` + ``model.safetensors``, loaded with
     :func:`dynlab.lm.checkpoint.load_checkpoint`). ``dtype`` casts the weights (None: kept).
-    Returns ``out_dir``.
+    ``license``: the card's license, a Hub identifier (:mod:`dynlab.lm.card`; ``unknown``: not
+    stated, the default, as the weights are the exporter's to license). Returns ``out_dir``.
     """
+    check_license(license)
     out = Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
         raise DynlabInputError(f"export folder {str(out)!r} is a file; allowed: a folder (new or existing)")
@@ -241,7 +263,7 @@ def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path
                                    "when missing) in a writable folder")
     from dynlab.lm.card import model_card
 
-    card = model_card(_model_info(hf), spec_doc, result, run_id)
+    card = model_card(_model_info(hf), spec_doc, result, run_id, license)
 
     def write(folder: Path) -> None:
         hf.save_pretrained(str(folder), safe_serialization=True)

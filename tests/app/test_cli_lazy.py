@@ -57,6 +57,8 @@ LIGHT = [
     (["figures", "{tmp}/no-study", "--out", ""], 2),
     (["lm", "post-train", "--checkpoint", "{tmp}/no-checkpoint", "--out", "{tmp}/out"], 2),
     (["analyze", "{tmp}/no-study"], 2),
+    (["runs", "--help"], 0),
+    (["runs", "{tmp}/no-study"], 2),
     (["lm", "export", "{tmp}/no-run", "{tmp}/hf"], 2),
     (["lm", "export", "{tmp}/no-run", ""], 2),
     (["lm", "export", "{tmp}/no-run", "{tmp}/hf", "--dtype", "int8"], 2),

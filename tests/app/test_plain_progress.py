@@ -87,8 +87,10 @@ def test_piped_study_prints_a_line_per_run_and_the_summary_once(tmp_path):
     assert res.returncode == 0, res.stderr
     lines = res.stderr.splitlines()
     assert "\x1b" not in res.stderr and "━" not in res.stderr
-    runs = [ln for ln in lines if re.fullmatch(r"length-generalization: run [12]/2 [0-9a-f]{16} ok, loss [\d.]+, [\d.]+ s", ln)]
-    assert [r.split()[2] for r in runs] == ["1/2", "2/2"]
+    runs = [ln for ln in lines if re.fullmatch(r"length-generalization: run [12]/2 [0-9a-f]{16} \[mamba2, "
+                                               r"(zero|state-passing), seed 0\] ok, loss [\d.]+, [\d.]+ s", ln)]
+    assert [r.split()[2] for r in runs] == ["1/2", "2/2"]  # each run named by its arm: mixer, intervention, seed
+    assert sorted(r.split(", ")[1] for r in runs) == ["state-passing", "zero"]
     summary = "length-generalization: 2 trained, 0 reused, 0 analysed, 0 not learned, 0 failed"
     assert lines.count(summary) == 1 and lines[-1] == summary
     phase = [ln for ln in lines if re.fullmatch(r"length-generalization: training [\d.]+ s, analyses [\d.]+ s"

@@ -58,6 +58,8 @@ def test_model_card_of_an_lm_run(lm_run, tmp_path, capsys):
     spec = json.loads((lm_run / "spec.json").read_text())["fields"]
     result = json.loads((lm_run / "result.json").read_text())
     assert f"# dynlab run {lm_run.name}: a byte-level Mamba2ForCausalLM" in card
+    assert card.startswith("---\nlicense: unknown\nlibrary_name: transformers\npipeline_tag: text-generation\n"
+                           "tags: [dynlab, mamba2, byte-level]\n---\n")  # the Hub's metadata
     tokens = 7 * spec["train"]["batch_size"] * spec["train"]["seq_len"]  # --steps 7, batch 8, T_train 16
     assert "| steps | 7 |" in card and f"| training tokens (steps × batch × T_train) | {tokens} |" in card
     assert f"| d_model | {spec['model']['d_model']} |" in card and "| n_layers | 1 |" in card

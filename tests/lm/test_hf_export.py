@@ -38,7 +38,7 @@ from transformers.models.mamba import modeling_mamba as hf_mamba  # noqa: E402
 from transformers.models.mamba2 import modeling_mamba2 as hf_mamba2  # noqa: E402
 
 from dynlab.errors import DynlabInputError  # noqa: E402
-from dynlab.lm.export import check_exportable, export_hf, hf_config, hf_state_dict, to_hf  # noqa: E402
+from dynlab.lm.export import GLA_REFUSAL, check_exportable, export_hf, hf_config, hf_state_dict, to_hf  # noqa: E402
 from dynlab.lm.hf import HFRecurrentLM, load_hf_checkpoint  # noqa: E402
 from dynlab.lm.model import RecurrentLM  # noqa: E402
 from dynlab.lm.states import CarriedStates  # noqa: E402
@@ -479,6 +479,20 @@ def test_unexportable_layouts_are_refused(problem, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize("mlp_ratio", [0, 2])  # 2: the GLA of the study presets
+def test_gla_refusal_says_why(mlp_ratio, tmp_path):
+    """GLA is refused for its mixer (before the MLP check), in one line naming the layout differences
+    from fla's GLAForCausalLM that block an exact export."""
+    model = RecurrentLM("gla", d_model=16, n_layers=1, mlp_ratio=mlp_ratio, n_heads=2)
+    with pytest.raises(DynlabInputError) as err:
+        export_hf(model, tmp_path / "x")
+    msg = str(err.value)
+    assert msg == f"cannot export to Hugging Face: {GLA_REFUSAL}; allowed: mixer mamba2 or mamba1"
+    for said in ("GLAForCausalLM", "flash-linear-attention", "before the output gate", "rank-16", "SwiGLU MLP"):
+        assert said in msg
+    assert "\n" not in msg and not (tmp_path / "x").exists()
+
+
 def test_export_refuses_a_folder_that_is_not_a_run(tmp_path):
     hf_model = to_hf(make_lm("mamba2", dtype=torch.float32))
     hf_model.save_pretrained(str(tmp_path / "hf"))
@@ -536,3 +550,51 @@ def test_study_presets_give_each_mixer_its_anchor_block():
     user = get_study("copying").make_specs(StudyOptions(preset="quick", models=("mamba2",), seeds=(0,),
                                                         extra={"model": {"mlp_ratio": 3}}))
     assert {s.model.mlp_ratio for s in user} == {3}  # the user's choice wins
+
+
+# -- the model card's metadata -----------------------------------------------------------------------------------
+
+def _card_metadata(folder) -> dict:
+    """The YAML header of ``folder/README.md``, read by PyYAML and by huggingface_hub (both must agree)."""
+    yaml = pytest.importorskip("yaml")
+    text = (folder / "README.md").read_text(encoding="utf-8")
+    assert text.startswith("---\n")
+    meta = yaml.safe_load(text.split("---\n", 2)[1])
+    hub = pytest.importorskip("huggingface_hub")
+    assert hub.metadata_load(folder / "README.md") == meta
+    assert hub.ModelCard(text).data.to_dict() == meta
+    return meta
+
+
+@pytest.mark.parametrize("license", [None, "apache-2.0", "cc-by-nc-sa-4.0", "openrail++", "other"])
+def test_model_card_carries_the_hub_metadata(license, tmp_path):
+    kw = {} if license is None else {"license": license}
+    out = export_hf(make_lm("mamba1", dtype=torch.float32), tmp_path / "hf", **kw)
+    meta = _card_metadata(out)
+    assert meta == {"license": license or "unknown", "library_name": "transformers",
+                    "pipeline_tag": "text-generation", "tags": ["dynlab", "mamba", "byte-level"]}
+    stated = "The exporter stated no license" in (out / "README.md").read_text()
+    assert stated == (license is None)
+
+
+def test_model_card_header_stays_valid_yaml_for_any_identifier():
+    """An identifier YAML would read as a number or a boolean is quoted, so it reads back as the string."""
+    from dynlab.lm.card import model_card
+
+    yaml = pytest.importorskip("yaml")
+    info = {"model_type": "mamba2", "architecture": "Mamba2ForCausalLM", "n_params": 1, "dtype": "float32"}
+    for license in ("1.0", "yes", "no", "on", "null", "mit"):
+        meta = yaml.safe_load(model_card(info, license=license).split("---\n", 2)[1])
+        assert meta["license"] == license and meta["tags"] == ["dynlab", "mamba2", "byte-level"]
+    subword = {"spec": "LMRunSpec", "fields": {"data": {"tokenizer": {"kind": "hf", "n_ids": 500, "sha256": "ab" * 32}}}}
+    meta = yaml.safe_load(model_card(info, subword).split("---\n", 2)[1])
+    assert meta["tags"] == ["dynlab", "mamba2", "subword"] and meta["license"] == "unknown"
+
+
+@pytest.mark.parametrize("license", ["MIT", "Apache 2.0", "", "apache-2.0\ntags: [x]", "a" * 65, "-mit", None])
+def test_a_license_that_is_no_hub_identifier_is_refused_before_anything_is_written(license, tmp_path):
+    with pytest.raises(DynlabInputError) as err:
+        export_hf(make_lm("mamba2", dtype=torch.float32), tmp_path / "hf", license=license)
+    msg = str(err.value)
+    assert "not a Hugging Face license identifier" in msg and "allowed:" in msg and "\n" not in msg
+    assert not (tmp_path / "hf").exists()
