@@ -18,10 +18,11 @@ _EXPORTS = {
     "provenance_attrs": "dynlab.results.schema",
     "write_dataset": "dynlab.results.schema",
     "attrs_of": "dynlab.results.vocabulary",
+    "curves": "dynlab.results.layout",
     "var": "dynlab.results.vocabulary",
 }
 
-__all__ = ["RunStore", "VARIABLES", "annotate", "open_dataset", "provenance_attrs", "write_dataset", "attrs_of", "var"]
+__all__ = ["RunStore", "VARIABLES", "annotate", "open_dataset", "provenance_attrs", "write_dataset", "attrs_of", "var", "curves"]
 
 
 def __getattr__(name: str) -> Any:
