@@ -43,7 +43,7 @@ from dynlab.app import study as app_study  # noqa: E402
 from dynlab.app.checks import DEFAULT_OUT  # noqa: E402
 from dynlab.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, check_environment, debug_enabled,  # noqa: E402
                            exit_status, is_usage_error, unknown_environment)
-from dynlab.names import BABI_KINDS, INTERVENTION_NAMES  # noqa: E402
+from dynlab.names import BABI_KINDS, FIGURE_FORMATS, INTERVENTION_NAMES  # noqa: E402
 from dynlab.studies import CATALOG, StudyEntry  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -189,13 +189,13 @@ def analyze(study_dir: Annotated[str, typer.Argument(help="A study folder writte
 
 @app.command()
 def figures(study_dir: Annotated[str, typer.Argument(help="A study folder written by `dynlab study` (or its dataset.nc).")],
-            out: _o(str, "--out", "-o", help="Folder for the PNG and PDF files.") = "figures") -> None:
-    """Draw every panel of a study (PNG + PDF) and one composite figure (a panel with nothing to draw: empty, saying why)."""
-    figs = app_figures.figures(study_dir, out)
-    for path in figs.written:
-        typer.echo(str(path))
-    for name, why in figs.skipped.items():  # an empty panel is written, saying why; a skipped one is not
-        typer.echo(f"{'drawn empty' if name in figs.empty else 'skipped'} {name}: {why}")
+            out: _o(str, "--out", "-o", help="Folder for the figure files.") = "figures",
+            panels: _o(Optional[str], "--panels", help="Comma list of panels to draw (default: all, and the composites).") = None,
+            formats: _o(str, "--format", help=f"Comma list of file formats: {', '.join(FIGURE_FORMATS)}.") = "png,pdf",
+            width: _o(str, "--width", help="A panel's width: column (3.4 in) or page (7.2 in).") = "column") -> None:
+    """Draw every panel of a study and its composite figures, one per claim (a panel with nothing to draw: empty, saying why)."""
+    for line in app_figures.figure_lines(app_figures.figures(study_dir, out, panels, formats, width)):
+        typer.echo(line)  # the files, then each panel drawn empty (written, saying why) or skipped (not written)
 
 
 @app.command()

@@ -24,6 +24,8 @@ __all__ = [
     "CellEntry",
     "EXECUTORS",
     "FAMILIES",
+    "FIGURE_FORMATS",
+    "FIGURE_WIDTHS",
     "HF_EXPORT_ALLOWED",
     "HF_EXPORT_FILES",
     "HF_EXPORT_MARKER",
@@ -123,3 +125,7 @@ NONLINEARITIES = ("identity", "tanh", "relu", "maxmin", "groupsort", "layernorm"
 ABLATION_NONLINEARITIES = tuple(p for p in NONLINEARITIES if p != "identity")
 #: The executors that run a study's work items (:func:`dynlab.executors.make_executor`).
 EXECUTORS = ("inprocess", "dask")
+#: The file formats ``dynlab figures --format`` writes (:func:`dynlab.figures.write_figures`).
+FIGURE_FORMATS = ("png", "pdf", "svg")
+#: The widths of a single panel, ``dynlab figures --width``: one column (3.4 in) or the page (7.2 in).
+FIGURE_WIDTHS = ("column", "page")

@@ -8,10 +8,14 @@ the builders are :func:`group_tracking_panels`, :func:`nonlinearity_panels`,
 :mod:`dynlab.figures.tasks`).
 
 ``write_figures(ds, out_dir, panels)`` draws each panel as ``<panel>.png`` and
-``<panel>.pdf`` at column width in the house style (:mod:`dynlab.figures.style`), one
-composite ``<study>.png/.pdf`` of all drawn panels at page width (7 in, two columns), and
-each table as ``<name>.md``; a title wider than its axes is wrapped
-(:func:`~dynlab.figures.style.fit_titles`), never clipped.  A panel is skipped (no file, a note) only when a variable it declared is
+``<panel>.pdf`` (or the formats asked for, :data:`~dynlab.names.FIGURE_FORMATS`) at column
+width (or page width) in the house style (:mod:`dynlab.figures.style`), the composites of
+the drawn panels at page width (:func:`composite_pages`: one per claim a study declares,
+``Panel.figure``, ``<study>.png`` the main one, ``<study>-<claim>.png`` the others, none
+more than three rows of two, so each fits a page), and each table as ``<name>.md``.  A
+title wider than its axes is wrapped (:func:`~dynlab.figures.style.fit_titles`), never
+clipped, and a legend that would cover a data point is moved where it covers none
+(:func:`~dynlab.figures.legends.fit_legends`).  A panel is skipped (no file, a note) only when a variable it declared is
 absent (e.g. a study run without analyses).  A panel that finds nothing to draw in its
 variables (:class:`~dynlab.figures.panel.NothingToDraw`, e.g. no run of the study
 learned) is still written, as an empty panel whose text says why
@@ -37,10 +41,14 @@ from dynlab.figures.ablation import mp_by_nonlinearity, mp_failure_table
 from dynlab.figures.dynamics import (
     failure_modes, fixed_point_spectra, margin_panel, perturbation_recovery, return_map_eigs,
 )
-from dynlab.figures.style import COLUMN_WIDTH, PAGE_WIDTH, PANEL_HEIGHT, fit_titles, publication_style
+from dynlab.figures.legends import fit_figure
+from dynlab.figures.style import (
+    COLUMN_WIDTH, PAGE_PANEL_HEIGHT, PAGE_WIDTH, PANEL_HEIGHT, ROW_HEIGHT, publication_style,
+)
 from dynlab.figures.tracking import (
     accuracy_heatmap, horizon_forecast_scatter, q_curves, r_par_perp, tcross_mp_scatter,
 )
+from dynlab.names import FIGURE_FORMATS, FIGURE_WIDTHS
 
 __all__ = [
     "FigureSet",
@@ -49,10 +57,13 @@ __all__ = [
     "NothingToDraw",
     "Panel",
     "Table",
+    "MAX_ROWS",
     "accuracy_heatmap",
     "composite_figure",
+    "composite_pages",
     "draw_empty",
     "failure_modes",
+    "figure_items",
     "fixed_point_spectra",
     "group_tracking_panels",
     "margin_panel",
@@ -61,6 +72,7 @@ __all__ = [
     "needs",
     "nonlinearity_panels",
     "panel_figure",
+    "panel_size",
     "perturbation_recovery",
     "q_curves",
     "r_par_perp",
@@ -97,12 +109,15 @@ def _groups(ds: xr.Dataset) -> list[str]:
 
 
 def group_tracking_panels(ds: xr.Dataset) -> dict[str, Panel | Table]:
-    """The panels of a group-tracking dataset: an accuracy heatmap per group, q(t) and
-    q_dec(t), T_cross vs mp (default variant and q), the horizon forecast vs mp, R∥/R⊥, return-map eigenvalues
-    at the centroids and at the fixed points, perturbation recovery, failure modes (from q and q_dec) and the margin per group."""
-    panels: dict[str, Panel | Table] = {f"accuracy_{g}": Panel(accuracy_heatmap, {"group": g}) for g in _groups(ds)}
+    """The panels of a group-tracking dataset, in three figures (claims): the main one,
+    whether the crossing time predicts where a tracker fails (q(t) and q_dec(t), T_cross vs
+    mp for the default variant and q, the horizon forecast vs mp, R∥/R⊥); ``accuracy`` (a
+    heatmap per group); ``dynamics`` (return-map eigenvalues at the centroids and at the
+    fixed points, perturbation recovery, failure modes from q and q_dec, the margin per group)."""
+    panels: dict[str, Panel | Table] = {f"accuracy_{g}": Panel(accuracy_heatmap, {"group": g}, "accuracy")
+                                        for g in _groups(ds)}
     if not panels:
-        panels["accuracy"] = Panel(accuracy_heatmap)
+        panels["accuracy"] = Panel(accuracy_heatmap, figure="accuracy")
     panels.update(
         q_curves=Panel(q_curves),
         q_dec_curves=Panel(q_curves, {"variable": "q_dec"}),
@@ -110,27 +125,28 @@ def group_tracking_panels(ds: xr.Dataset) -> dict[str, Panel | Table]:
         tcross_q_mp=Panel(tcross_mp_scatter, {"variant": "q"}),
         horizon_forecast=Panel(horizon_forecast_scatter),
         r_par_perp=Panel(r_par_perp),
-        return_map_eigs=Panel(return_map_eigs),
-        fixed_point_spectra=Panel(fixed_point_spectra),
-        perturbation_recovery=Panel(perturbation_recovery),
-        failure_modes=Panel(failure_modes),
-        failure_modes_dec=Panel(failure_modes, {"variable": "failure_mode_dec"}),
-        margin=Panel(margin_panel),
+        return_map_eigs=Panel(return_map_eigs, figure="dynamics"),
+        fixed_point_spectra=Panel(fixed_point_spectra, figure="dynamics"),
+        perturbation_recovery=Panel(perturbation_recovery, figure="dynamics"),
+        failure_modes=Panel(failure_modes, figure="dynamics"),
+        failure_modes_dec=Panel(failure_modes, {"variable": "failure_mode_dec"}, "dynamics"),
+        margin=Panel(margin_panel, figure="dynamics"),
     )
     return panels
 
 
 def nonlinearity_panels(ds: xr.Dataset) -> dict[str, Panel | Table]:
-    """The panels of the nonlinearity ablation: mp per φ, accuracy heatmaps (a row per φ),
-    failure modes per φ, q(t) per group coloured by φ, return-map eigenvalues, and the
-    Markdown table ``mp_table`` (:func:`~dynlab.figures.ablation.mp_failure_table`)."""
+    """The panels of the nonlinearity ablation: mp per φ, failure modes per φ and the
+    return-map eigenvalues (the main figure), accuracy heatmaps with a row per φ (figure
+    ``accuracy``), q(t) per group coloured by φ (figure ``q``), and the Markdown table
+    ``mp_table`` (:func:`~dynlab.figures.ablation.mp_failure_table`)."""
     groups = _groups(ds)
     panels: dict[str, Panel | Table] = {"mp_by_nonlinearity": Panel(mp_by_nonlinearity)}
     for g in groups:
-        panels[f"accuracy_{g}"] = Panel(accuracy_heatmap, {"group": g, "by": "nonlinearity"})
+        panels[f"accuracy_{g}"] = Panel(accuracy_heatmap, {"group": g, "by": "nonlinearity"}, "accuracy")
     panels["failure_modes"] = Panel(failure_modes, {"by": "nonlinearity"})
     for g in groups:
-        panels[f"q_{g}"] = Panel(q_curves, {"group": g, "color_by": "nonlinearity"})
+        panels[f"q_{g}"] = Panel(q_curves, {"group": g, "color_by": "nonlinearity"}, "q")
     panels["return_map_eigs"] = Panel(return_map_eigs, {"color_by": "nonlinearity"})
     panels["mp_table"] = Table(mp_failure_table)
     return panels
@@ -140,11 +156,18 @@ def nonlinearity_panels(ds: xr.Dataset) -> dict[str, Panel | Table]:
 #: figure is written all the same, and the notice (which names a line of dynlab's source) is not shown.
 LAYOUT_NOTICE = "constrained_layout not applied"
 
+#: The most rows of panels a composite holds (two panels a row): at :data:`ROW_HEIGHT` a
+#: row, less than a page high (:data:`~dynlab.figures.style.PAGE_HEIGHT`).
+MAX_ROWS = 3
 
-def _save(fig, stem: Path, written: list[Path]) -> None:
+#: The formats :func:`write_figures` writes unless told otherwise.
+DEFAULT_FORMATS = ("png", "pdf")
+
+
+def _save(fig, stem: Path, written: list[Path], formats: Sequence[str] = DEFAULT_FORMATS) -> None:
     import warnings
 
-    for ext in ("png", "pdf"):
+    for ext in formats:
         path = stem.with_suffix(f".{ext}")
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=LAYOUT_NOTICE, category=UserWarning)
@@ -152,32 +175,46 @@ def _save(fig, stem: Path, written: list[Path]) -> None:
         written.append(path)
 
 
-def panel_figure(ds: xr.Dataset, item: Panel) -> tuple[Any, str | None]:
-    """One panel on its own figure (column width, titles fitted): ``(figure, None)``, or,
-    when it has nothing to draw, ``(its empty version, why)``."""
+def panel_size(width: str = "column") -> tuple[float, float]:
+    """The size (inches) of one panel's figure at ``width``: ``column`` (:data:`COLUMN_WIDTH`
+    by :data:`PANEL_HEIGHT`) or ``page`` (:data:`PAGE_WIDTH` by :data:`PAGE_PANEL_HEIGHT`)."""
+    if width not in FIGURE_WIDTHS:
+        raise ValueError(f"unknown width {width!r}; allowed: {', '.join(FIGURE_WIDTHS)}")
+    return (COLUMN_WIDTH, PANEL_HEIGHT) if width == "column" else (PAGE_WIDTH, PAGE_PANEL_HEIGHT)
+
+
+def panel_figure(ds: xr.Dataset, item: Panel, width: str = "column") -> tuple[Any, str | None]:
+    """One panel on its own figure (:func:`panel_size` of ``width``; titles fitted, legends
+    off the data, :func:`~dynlab.figures.legends.fit_figure`): ``(figure, None)``, or, when
+    it has nothing to draw, ``(its empty version, why)``."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(COLUMN_WIDTH, PANEL_HEIGHT), layout="constrained")
+    size = panel_size(width)
+    fig = Figure(figsize=size, layout="constrained")
     why = None
     try:
         item(ds, fig.add_subplot())
     except NothingToDraw as exc:
         why = str(exc)
         # a fresh figure: the panel may have drawn something before it gave up
-        fig = Figure(figsize=(COLUMN_WIDTH, PANEL_HEIGHT), layout="constrained")
+        fig = Figure(figsize=size, layout="constrained")
         draw_empty(fig.add_subplot(), item.label, why)
-    return fit_titles(fig), why
+    return fit_figure(fig), why
 
 
 def composite_figure(ds: xr.Dataset, drawn: Sequence[tuple[str, Panel, str | None]]) -> Any:
-    """The composite of ``drawn`` (``(name, panel, why it is empty or None)``): two columns at
-    page width (:data:`PAGE_WIDTH`, one column for a single panel), panels lettered (a), (b),
-    ... in their titles, titles fitted to their axes."""
+    """The composite of ``drawn`` (``(name, panel, why it is empty or None)``, at most
+    :data:`MAX_ROWS` rows of two): two columns at page width (:data:`PAGE_WIDTH`, one
+    column for a single panel), :data:`ROW_HEIGHT` a row, panels lettered (a), (b), ...
+    in their titles, titles fitted and legends off the data."""
     from matplotlib.figure import Figure
 
     ncols = 2 if len(drawn) > 1 else 1
     nrows = math.ceil(len(drawn) / ncols)
-    fig = Figure(figsize=(PAGE_WIDTH if ncols == 2 else COLUMN_WIDTH, PANEL_HEIGHT * nrows), layout="constrained")
+    if nrows > MAX_ROWS:
+        raise ValueError(f"a composite holds at most {2 * MAX_ROWS} panels (a page), got {len(drawn)}; "
+                         "split them with composite_pages")
+    fig = Figure(figsize=(PAGE_WIDTH if ncols == 2 else COLUMN_WIDTH, ROW_HEIGHT * nrows), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     for ax, (_, panel, why), letter in zip(axes, drawn, "abcdefghijklmnopqrstuvwxyz"):
         if why is None:
@@ -189,23 +226,73 @@ def composite_figure(ds: xr.Dataset, drawn: Sequence[tuple[str, Panel, str | Non
         ax.set_title(f"({letter}) {title}", loc="left")
     for ax in axes[len(drawn):]:
         ax.set_visible(False)
-    return fit_titles(fig)
+    return fit_figure(fig)
 
 
-def write_figures(ds: xr.Dataset, out_dir: str | Path,
-                  panels: FigureItems | Callable[[xr.Dataset], FigureItems]) -> FigureSet:
-    """Write every panel of ``panels`` (PNG + PDF), one composite figure and every table
-    (Markdown) to ``out_dir``; ``panels`` is a study's ``Study.panels`` (a function of the
-    dataset) or its result, joined by the training-loss panel wherever the runs stored their
-    loss curves (:func:`dynlab.figures.training.training_panels`).  A panel or table with nothing to draw is written empty,
-    saying why.  Also writes ``NOTES.txt`` listing the skipped and the empty ones."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    result = FigureSet()
-    items = panels(ds) if callable(panels) else panels
+def composite_pages(study: str, drawn: Sequence[tuple[str, Panel, str | None]]) -> list[tuple[str, list]]:
+    """The composites :func:`write_figures` draws of ``drawn``: ``(file stem, panels)``, one
+    per ``Panel.figure`` (claim) in order of first appearance, the main one (``""``) first
+    and named ``study``, the others ``study-figure``; a figure of more panels than a page
+    holds (:data:`MAX_ROWS` rows of two) goes on pages ``stem``, ``stem-2``, ..."""
+    claims: dict[str, list] = {}
+    for entry in sorted(drawn, key=lambda d: d[1].figure != ""):  # stable: the main figure first
+        claims.setdefault(entry[1].figure, []).append(entry)
+    pages = []
+    for claim, entries in claims.items():
+        stem = f"{study}-{claim}" if claim else study
+        for start in range(0, len(entries), 2 * MAX_ROWS):
+            pages.append((stem if start == 0 else f"{stem}-{start // (2 * MAX_ROWS) + 1}",
+                          entries[start:start + 2 * MAX_ROWS]))
+    return pages
+
+
+def figure_items(ds: xr.Dataset, panels: FigureItems | Callable[[xr.Dataset], FigureItems]) -> dict[str, Panel | Table]:
+    """What :func:`write_figures` draws of ``ds``: ``panels`` (a study's ``Study.panels``, a
+    function of the dataset, or its result), joined by the training-loss panel wherever the
+    runs stored their loss curves (:func:`dynlab.figures.training.training_panels`)."""
     from dynlab.figures.training import training_panels
 
-    items = {**items, **{k: v for k, v in training_panels(ds).items() if k not in items}}  # every study's loss curves
+    items = dict(panels(ds) if callable(panels) else panels)
+    return {**items, **{k: v for k, v in training_panels(ds).items() if k not in items}}  # every study's loss curves
+
+
+def write_figures(ds: xr.Dataset, out_dir: str | Path, panels: FigureItems | Callable[[xr.Dataset], FigureItems],
+                  names: Sequence[str] | None = None, formats: Sequence[str] = DEFAULT_FORMATS,
+                  width: str = "column") -> FigureSet:
+    """Write every panel of :func:`figure_items` (one file per format of ``formats``, of
+    :data:`~dynlab.names.FIGURE_FORMATS`, at ``width``: :func:`panel_size`), the composites
+    (:func:`composite_pages`, page width) and every table (Markdown) to ``out_dir``.  With
+    ``names``, only those panels and tables, and no composite.  A panel or table with
+    nothing to draw is written empty, saying why.  Also writes ``NOTES.txt`` listing the
+    skipped and the empty ones."""
+    out = Path(out_dir)
+    items = figure_items(ds, panels)
+    if names is not None:
+        unknown = [n for n in names if n not in items]
+        if unknown:
+            raise ValueError(f"unknown panel {unknown[0]!r}; allowed: {', '.join(items)}")
+        items = {n: items[n] for n in names}
+    bad = [f for f in formats if f not in FIGURE_FORMATS]
+    if bad or not formats:
+        raise ValueError(f"unknown format {bad[0] if bad else ''!r}; allowed: {', '.join(FIGURE_FORMATS)}")
+    panel_size(width)  # a width it does not know is refused before anything is written
+    out.mkdir(parents=True, exist_ok=True)
+    result = FigureSet()
+    with publication_style():
+        drawn = _draw_items(ds, items, out, result, formats, width)
+        if drawn and names is None:
+            study = str(ds.attrs.get("study", "")) or "study"
+            for stem, page in composite_pages(study, drawn):
+                _save(composite_figure(ds, page), out / stem, result.written, formats)
+    notes = [f"{k}: {'drawn empty' if k in result.empty else 'skipped'} ({v})" for k, v in result.skipped.items()]
+    (out / "NOTES.txt").write_text("\n".join(notes) + ("\n" if notes else "all panels drawn\n"))
+    return result
+
+
+def _draw_items(ds: xr.Dataset, items: Mapping[str, Panel | Table], out: Path, result: FigureSet,
+                formats: Sequence[str], width: str) -> list[tuple[str, Panel, str | None]]:
+    """Write each panel (its formats) and table of ``items`` into ``out``, noting in
+    ``result`` what was written, skipped and drawn empty; the panels drawn, for the composites."""
     drawn: list[tuple[str, Panel, str | None]] = []  # (name, panel, why it is empty or None)
 
     def nothing(name: str, why: str) -> str:
@@ -213,31 +300,25 @@ def write_figures(ds: xr.Dataset, out_dir: str | Path,
         result.empty.append(name)
         return why
 
-    with publication_style():
-        for name, item in items.items():
-            if not isinstance(item, (Panel, Table)):
-                raise TypeError(f"figure item {name!r} is a {type(item).__name__}; allowed: Panel, Table")
-            absent = item.missing(ds)
-            if absent:
-                result.skipped[name] = f"{item.what} needs {', '.join(absent)} (absent from the dataset)"
-                continue
-            if isinstance(item, Table):
-                try:
-                    text = item(ds)
-                except NothingToDraw as exc:
-                    text = empty_table(item.label, nothing(name, str(exc)))
-                path = out / f"{name}.md"
-                path.write_text(text)
-                result.written.append(path)
-                continue
-            fig, why = panel_figure(ds, item)
-            if why is not None:
-                nothing(name, why)
-            _save(fig, out / name, result.written)
-            drawn.append((name, item, why))
-        if drawn:
-            study = str(ds.attrs.get("study", "")) or "study"
-            _save(composite_figure(ds, drawn), out / study, result.written)
-    notes = [f"{k}: {'drawn empty' if k in result.empty else 'skipped'} ({v})" for k, v in result.skipped.items()]
-    (out / "NOTES.txt").write_text("\n".join(notes) + ("\n" if notes else "all panels drawn\n"))
-    return result
+    for name, item in items.items():
+        if not isinstance(item, (Panel, Table)):
+            raise TypeError(f"figure item {name!r} is a {type(item).__name__}; allowed: Panel, Table")
+        absent = item.missing(ds)
+        if absent:
+            result.skipped[name] = f"{item.what} needs {', '.join(absent)} (absent from the dataset)"
+            continue
+        if isinstance(item, Table):
+            try:
+                text = item(ds)
+            except NothingToDraw as exc:
+                text = empty_table(item.label, nothing(name, str(exc)))
+            path = out / f"{name}.md"
+            path.write_text(text)
+            result.written.append(path)
+            continue
+        fig, why = panel_figure(ds, item, width)
+        if why is not None:
+            nothing(name, why)
+        _save(fig, out / name, result.written, formats)
+        drawn.append((name, item, why))
+    return drawn

@@ -10,11 +10,12 @@ import xarray as xr
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
+from dynlab.figures.legends import legend
 from dynlab.figures.panel import needs
 from dynlab.figures.runs import (
-    FAILURE_MODES, MODE_MARKERS, PHI_ORDER, arch_order, mp_ticks, nonempty, ordered, strs,
+    FAILURE_MODES, MODE_MARKERS, PHI_ORDER, arch_order, mp_floor, mp_ticks, nonempty, ordered, strs,
 )
-from dynlab.figures.style import axis_label, finite, log_axis
+from dynlab.figures.style import axis_label, log_axis
 
 __all__ = [
     "default_mode_variable",
@@ -45,7 +46,7 @@ def mp_by_nonlinearity(ds: xr.Dataset, ax: Axes) -> Axes:
     groups = ordered(strs(ds, "group"))
     gcolors = ("#1b6ca8", "#d9480f", "#5f3dc4", "#2b8a3e", "#862e9c")
     mp = np.asarray(ds["mp"].values, dtype=np.float64)
-    floor = 0.5 * float(np.nanmin(finite(ds["length"].values))) if "length" in ds else 1.0
+    floor = mp_floor(ds, mp)
     y = np.where(mp > 0, mp, floor)
     modes = strs(ds, default_mode_variable(ds), "not analysed")
     modes = np.where(np.isin(modes, FAILURE_MODES), modes, "not analysed")
@@ -75,13 +76,13 @@ def mp_by_nonlinearity(ds: xr.Dataset, ax: Axes) -> Axes:
     ax.set_xlim(-0.6, len(phis) - 0.4)
     if "length" in ds:
         ax.axhline(float(np.nanmax(ds["length"].values)), color="#999999", linestyle=":", linewidth=0.7)
-        mp_ticks(ax, ds, floor)
+        mp_ticks(ax, ds, floor, zero=bool((np.isfinite(mp) & (mp <= 0)).any()))
     ax.set_xlabel(axis_label(ds["nonlinearity"], "nonlinearity φ"))
     ax.set_ylabel(axis_label(ds["mp"], "mp"))
     handles = [Line2D([], [], color=gcolors[i % len(gcolors)], marker="o", label=g) for i, g in enumerate(groups)]
     handles += [Line2D([], [], color="#555555", marker=MODE_MARKERS[m], linestyle="none", label=m)
                 for m in (*FAILURE_MODES, "not analysed", "not learned") if m in set(modes)]
-    ax.legend(handles=handles, loc="best", ncols=2)
+    legend(ax, handles, ncols=2)
     ax.set_title("Nonlinearity ablation: max-pass length")
     return ax
 

@@ -21,6 +21,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator, ScalarFormatter
 
+from dynlab.figures.legends import legend
+
 __all__ = ["ARM_COORDS", "BAND", "LINESTYLES", "PALETTE", "SHORT_NAMES", "arm_legend", "arm_styles", "factored_legend", "final_checkpoint", "log2_axis", "run_arms", "run_value", "size_colors", "varying_coords"]
 
 #: Run coords that tell arms apart, in the order a label names them (the seed never does).
@@ -150,4 +152,4 @@ def arm_legend(ax: Axes, handles: list, band: bool, inside_up_to: int = 3, **kw)
         return
     if len(handles) > inside_up_to:
         kw = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, **kw}
-    ax.legend(handles=handles, fontsize="small", **kw)
+    legend(ax, handles, fontsize="small", **kw)

@@ -13,6 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Circle
 
+from dynlab.figures.legends import legend
 from dynlab.figures.panel import NothingToDraw, needs
 from dynlab.figures.runs import (
     FAILURE_MODES, MODE_COLORS, ORDER, PHI_ORDER, arch_order, color_of, median_band, nonempty, ok_runs, ordered, strs,
@@ -85,7 +86,7 @@ def _eigen_view(ax: Axes, n_out: int, title: str, extra: str | None = None) -> A
     ax.set_aspect("equal")
     ax.set_xlabel("Re λ")
     ax.set_ylabel("Im λ")
-    ax.legend(loc="upper left", markerscale=2, handletextpad=0.2, fontsize=6)
+    legend(ax, beside="right", loc="upper left", markerscale=2, handletextpad=0.2, fontsize=6)
     ax.set_title(title)
     return ax
 
@@ -158,7 +159,7 @@ def perturbation_recovery(ds: xr.Dataset, ax: Axes) -> Axes:
         Line2D([], [], color="black", linestyle=styles.get(d, ":"), label="along U" if d == "U" else "along U⊥")
         for d in dirs
     ]
-    ax.legend(handles=handles, loc="best")
+    legend(ax, handles)
     ax.set_title("Recovery from a perturbation")
     return ax
 
@@ -190,7 +191,7 @@ def failure_modes(ds: xr.Dataset, ax: Axes, by: str = "arch", variable: str = "f
             tick.set_color(family_color(fam_of.get(r, "")))
     ax.set_xlabel("runs")
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.legend(loc="center right")  # in the empty right part reserved by the x limit
+    legend(ax, loc="center right")  # in the empty right part reserved by the x limit
     ax.set_xlim(0, max(1.0, float(left.max())) * 1.75)
     source = {"_par": "q∥", "_dec": "q_dec"}.get(variable[len("failure_mode"):], "q")
     ax.set_title(f"Failure modes (from {source})")
@@ -233,6 +234,6 @@ def margin_panel(ds: xr.Dataset, ax: Axes, variable: str = "half_margin_rel") ->
     ax.set_xlim(-0.6, len(cols) - 0.4)
     ax.set_ylim(bottom=0)
     ax.set_ylabel(axis_label(ds[variable], variable))
-    ax.legend(loc="best")
+    legend(ax)
     ax.set_title("Decision margin vs group order")
     return ax

@@ -23,6 +23,12 @@ from dynlab.report.lm import RISE
 __all__ = ["forget_horizon_panel", "forget_map_panel"]
 
 
+def _ink(image, value: float) -> str:
+    """Black on a light cell of ``image``, white on a dark one: a value written on its cell stays readable."""
+    r, g, b, _ = image.cmap(image.norm(value))
+    return "k" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "w"
+
+
 def _grid_axes(ax: Axes, grid: xr.Dataset) -> tuple[np.ndarray, np.ndarray]:
     sizes, lengths = grid["state_size"].values, grid["train_length"].values
     ax.set_xticks(range(len(lengths)), [str(int(t)) for t in lengths])
@@ -47,7 +53,8 @@ def forget_map_panel(ds: xr.Dataset, ax: Axes) -> Axes:
     n = np.isfinite(ratio).sum("seed").values
     for i, j in np.ndindex(mean.shape):
         if np.isfinite(mean[i, j]):
-            ax.text(j, i, f"{mean[i, j]:.2f}\n{rose[i, j]}/{n[i, j]}", ha="center", va="center", fontsize=5)
+            ax.text(j, i, f"{mean[i, j]:.2f}\n{rose[i, j]}/{n[i, j]}", ha="center", va="center", fontsize=6,
+                    color=_ink(image, mean[i, j]))
     th = forget_thresholds(grid)
     xs = []
     for s in sizes:
@@ -74,7 +81,7 @@ def forget_horizon_panel(ds: xr.Dataset, ax: Axes) -> Axes:
     image = ax.imshow(med, origin="lower", cmap="viridis", aspect="auto", norm=LogNorm(vmin=min(lo, 0.99), vmax=max(hi, 1.01)))
     for i, j in np.ndindex(med.shape):
         if np.isfinite(med[i, j]):
-            ax.text(j, i, f"{med[i, j]:.2g}", ha="center", va="center", fontsize=5, color="w")
+            ax.text(j, i, f"{med[i, j]:.2g}", ha="center", va="center", fontsize=6, color=_ink(image, med[i, j]))
     ax.figure.colorbar(image, ax=ax, label="memory horizon / T_train", shrink=0.8)
     ax.set_title("The state map's memory horizon")
     return ax

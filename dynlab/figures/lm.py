@@ -336,7 +336,7 @@ def contrast_forest_panel(ds: xr.Dataset, ax: Axes, mixer: str | None = None) ->
         for xi, yi, pi in zip(s["mean"], y + dy, padj):
             if np.isfinite(xi):  # a column of p-values right of the axes: never on a bar
                 ax.annotate(_fmt_p(pi), (1.0, yi), xycoords=("axes fraction", "data"), xytext=(3, 0),
-                            textcoords="offset points", va="center", fontsize=5.5, color=color,
+                            textcoords="offset points", va="center", fontsize=6, color=color,
                             annotation_clip=False)
     ax.axvline(0.0, color="0.4", linewidth=0.8, zorder=0)
     ax.set_yticks(y, arms)
@@ -346,7 +346,7 @@ def contrast_forest_panel(ds: xr.Dataset, ax: Axes, mixer: str | None = None) ->
     ax.set_xlabel("paired difference arm − zero control [PPL]")
     ax.set_title("Intervention contrasts (arm − control)")
     ax.legend(handles=handles, fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.3), ncols=2,
-              title=f"mean, 95 % CI{seeds}; p Holm-corrected over {n_tests} contrasts", title_fontsize=5.5)
+              title=f"mean, 95 % CI{seeds}; p Holm-corrected over {n_tests} contrasts", title_fontsize=6)
     return ax
 
 

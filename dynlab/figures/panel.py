@@ -110,10 +110,14 @@ def empty_table(title: str, why: str) -> str:
 
 @dataclass(frozen=True)
 class Panel:
-    """One panel of a figure set: ``draw(ds, ax, **options)``, ``draw`` declared with :func:`needs`."""
+    """One panel of a figure set: ``draw(ds, ax, **options)``, ``draw`` declared with :func:`needs`.
+
+    ``figure`` names the composite figure (the claim) the panel is drawn in: panels of one
+    ``figure`` are drawn together, ``""`` (the default) in the study's main composite."""
 
     draw: Callable[..., Any]
     options: Mapping[str, Any] = field(default_factory=dict)
+    figure: str = ""
 
     def __post_init__(self) -> None:
         if not hasattr(self.draw, "needs"):

@@ -3,7 +3,7 @@
 The run selection (:func:`ok_runs`, :func:`in_group`, :func:`nonempty`), the orders of
 architectures, families and nonlinearities (:func:`arch_order`, :func:`ordered`,
 :data:`PHI_ORDER`), the colours of nonlinearities and failure modes, and the small drawing
-helpers (:func:`median_band`, :func:`mp_ticks`) used by :mod:`dynlab.figures.tracking`,
+helpers (:func:`median_band`, :func:`mp_floor`, :func:`mp_ticks`) used by :mod:`dynlab.figures.tracking`,
 :mod:`dynlab.figures.dynamics` and :mod:`dynlab.figures.ablation`.  No torch, no file I/O.
 """
 
@@ -119,14 +119,28 @@ def median_band(ax: Axes, x: np.ndarray, rows: np.ndarray, color: str, style: st
         ax.fill_between(x, lo, hi, color=color, alpha=0.15, linewidth=0)
 
 
-def mp_ticks(ax: Axes, ds: xr.Dataset, floor: float) -> None:
-    """y ticks of an mp axis: the evaluated lengths (thinned to stay readable) and '0' at the
-    floor where runs with mp = 0 are drawn."""
+def mp_floor(ds: xr.Dataset, mp: np.ndarray) -> float:
+    """Where a run with mp = 0 (failed at its first length) is drawn on a log axis: half the
+    smallest evaluated length or positive mp, below every run that passed a length (an mp
+    pooled over lengths may be smaller than the shortest one)."""
+    low = np.concatenate([finite(ds["length"].values) if "length" in ds else np.empty(0), finite(mp)])
+    low = low[low > 0]
+    return 0.5 * float(low.min()) if low.size else 1.0
+
+
+def mp_ticks(ax: Axes, ds: xr.Dataset, floor: float, zero: bool = True) -> None:
+    """y ticks of an mp axis: the evaluated lengths (thinned to stay readable) and, when a
+    run with mp = 0 is drawn (``zero``), '0' at the floor where it is, the axis then
+    starting just below it (no point lies under the '0')."""
     if "length" not in ds:
         return
     ticks = [floor]
     for v in np.sort(finite(ds["length"].values)):
         if v / ticks[-1] >= 1.6:
             ticks.append(float(v))
-    ax.set_yticks(ticks, ["0", *[f"{v:g}" for v in ticks[1:]]])
+    if zero:
+        ax.set_yticks(ticks, ["0", *[f"{v:g}" for v in ticks[1:]]])
+        ax.set_ylim(bottom=floor / 1.4)
+    else:
+        ax.set_yticks(ticks[1:], [f"{v:g}" for v in ticks[1:]])
     ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())

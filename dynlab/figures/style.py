@@ -1,8 +1,10 @@
 """One publication style for every dynlab figure: sizes, fonts, colours, labels.
 
 Sizes follow a two-column paper: a panel is one column wide (:data:`COLUMN_WIDTH`
-inches), a composite figure two columns (:data:`PAGE_WIDTH`).  Fonts are 7–8 pt so text
-stays readable when a panel is printed at column width.  Colours: one hue per family
+inches; :data:`PAGE_WIDTH` when asked for), a composite figure two columns
+(:data:`PAGE_WIDTH`) and at most a page high (:data:`PAGE_HEIGHT`).  Fonts are 6–8 pt
+(never below :data:`MIN_FONT`) so text stays readable when a panel is printed at column
+width.  Colours: one hue per family
 (affine: blues/greens, state-dependent: reds/oranges) so an architecture's colour also
 tells its family; :func:`arch_color` gives a stable colour per architecture name.
 """
@@ -24,8 +26,12 @@ from dynlab.names import CELLS
 __all__ = [
     "COLUMN_WIDTH",
     "FAMILY_COLORS",
+    "MIN_FONT",
+    "PAGE_HEIGHT",
+    "PAGE_PANEL_HEIGHT",
     "PAGE_WIDTH",
     "PANEL_HEIGHT",
+    "ROW_HEIGHT",
     "RC",
     "arch_color",
     "axis_label",
@@ -36,11 +42,16 @@ __all__ = [
     "titles",
     "publication_style",
     "renderer_of",
+    "settle_layout",
 ]
 
 COLUMN_WIDTH = 3.4  # inches, one column of a two-column paper
-PAGE_WIDTH = 7.0  # inches, full text width
-PANEL_HEIGHT = 2.5  # inches
+PAGE_WIDTH = 7.2  # inches, full text width
+PAGE_HEIGHT = 9.5  # inches, the text height a figure may fill
+PANEL_HEIGHT = 2.5  # inches, a panel at column width
+PAGE_PANEL_HEIGHT = 3.2  # inches, a panel at page width
+ROW_HEIGHT = 2.9  # inches, a row of a composite: three rows fill less than a page
+MIN_FONT = 6.0  # points: no text of a figure is smaller
 
 FAMILY_COLORS = {"affine": "#1f5fa8", "state-dependent": "#c8412b"}
 _OTHER = "#555555"
@@ -142,7 +153,7 @@ def _width(text: Any, renderer: Any) -> float:
 
 def _wrap_title(text: Any, width: float, renderer: Any) -> None:
     """Break ``text`` at spaces so each line is at most ``width`` pixels; a word alone wider
-    than that shrinks the font (down to 5 pt)."""
+    than that shrinks the font (down to :data:`MIN_FONT`)."""
     words = text.get_text().split()
     lines: list[str] = []
     for word in words:
@@ -155,7 +166,7 @@ def _wrap_title(text: Any, width: float, renderer: Any) -> None:
         else:
             lines = [word]
     text.set_text("\n".join(lines))
-    while _width(text, renderer) > width and text.get_fontsize() > 5:
+    while _width(text, renderer) > width and text.get_fontsize() > MIN_FONT:
         text.set_fontsize(text.get_fontsize() - 0.5)
 
 
@@ -167,6 +178,21 @@ def renderer_of(fig: Any) -> Any:
 
         FigureCanvasAgg(fig)
     return fig.canvas.get_renderer()
+
+
+def settle_layout(fig: Any, tries: int = 8) -> None:
+    """Draw ``fig`` (without rendering) until its axes stop moving: a constrained layout
+    whose legends or texts are anchored to their axes takes a few passes to settle; any
+    other figure is drawn once."""
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    before = None
+    for _ in range(tries if isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine) else 1):
+        fig.draw_without_rendering()
+        now = [tuple(ax.get_position().bounds) for ax in fig.axes]
+        if before is not None and np.allclose(now, before, rtol=0, atol=5e-4):
+            break
+        before = now
 
 
 def inner_text_out_of_layout(fig: Any) -> None:
@@ -199,7 +225,7 @@ def fit_titles(fig: Any, tries: int = 3) -> Any:
     for n in range(tries + 1):
         if n == 1 and engine is not None:
             fig.set_layout_engine(engine)
-        fig.draw_without_rendering()
+        settle_layout(fig)
         changed = False
         for ax in fig.axes:
             if not ax.get_visible():

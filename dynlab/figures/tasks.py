@@ -16,14 +16,20 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 from matplotlib.axes import Axes
+from matplotlib.transforms import ScaledTranslation
 
 from dynlab.figures.arms import BAND
+from dynlab.figures.legends import legend
 from dynlab.figures.lm import holm
 from dynlab.figures.panel import NothingToDraw, Panel, needs
-from dynlab.figures.style import axis_label
+from dynlab.figures.style import axis_label, log_axis
 
-__all__ = ["geometry_q_panel", "geometry_tcross_panel", "babi_panel", "babilong_panels", "copying_panel", "copying_panels", "passkey_difference", "passkey_heatmap",
+__all__ = ["DODGE", "geometry_q_panel", "geometry_tcross_panel", "babi_panel", "babilong_panels", "copying_panel", "copying_panels", "passkey_difference", "passkey_heatmap",
            "passkey_panels"]
+
+
+#: Points between the arms that :func:`geometry_tcross_panel` draws side by side at one value.
+DODGE = 10.0
 
 
 def _tested(ds: xr.Dataset) -> xr.Dataset:
@@ -79,7 +85,7 @@ def _legend(ax: Axes, **kw) -> None:
     """The axes' legend, the band's entry last."""
     handles, labels = ax.get_legend_handles_labels()
     order = sorted(range(len(labels)), key=lambda i: labels[i] == BAND)
-    ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize="small", **kw)
+    legend(ax, [handles[i] for i in order], [labels[i] for i in order], fontsize="small", **kw)
 
 
 def _mean_band(ds: xr.Dataset, ax: Axes, da: xr.DataArray, label: str) -> None:
@@ -129,7 +135,7 @@ def passkey_heatmap(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -
     ax.set_yticks(range(ds.sizes["depth"]), [f"{v:g}" for v in ds["depth"].values])
     for (i, j), v in np.ndenumerate(mean.values):
         if np.isfinite(v):
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize="x-small", color="w" if v < 0.6 else "k")
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6, color="w" if v < 0.6 else "k")
     ax.figure.colorbar(im, ax=ax, label=axis_label(ds["accuracy"], "accuracy"))
     ax.set_xlabel(axis_label(ds["length"], "length"))
     ax.set_ylabel(axis_label(ds["depth"], "depth"))
@@ -193,7 +199,7 @@ def passkey_difference(ds: xr.Dataset, ax: Axes, contrast: str | None = None, ar
     for (i, j), v in np.ndenumerate(mean.values):
         if np.isfinite(v):
             star = "*" if np.isfinite(p[i, j]) and p[i, j] < 0.05 else ""
-            ax.text(j, i, f"{v:+.2f}{star}", ha="center", va="center", fontsize="x-small")
+            ax.text(j, i, f"{v:+.2f}{star}", ha="center", va="center", fontsize=6)
     ax.figure.colorbar(im, ax=ax, label="accuracy difference (arm − zero)")
     ax.set_xlabel(axis_label(ds["length"], "length"))
     ax.set_ylabel(axis_label(ds["depth"], "depth"))
@@ -231,7 +237,7 @@ def geometry_q_panel(ds: xr.Dataset, ax: Axes) -> Axes:
     ax.axhline(tau, color="0.4", linestyle=":", linewidth=1)
     twin.axhline(0.5, color="0.7", linestyle=":", linewidth=1)
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    log_axis(ax, "y")
     ax.set_xlabel(axis_label(ds["distance"], "distance"))
     ax.set_ylabel(axis_label(ds["geo_q"], "q"))
     twin.set_ylabel("retrieval accuracy (dashed)")
@@ -246,7 +252,9 @@ def geometry_tcross_panel(ds: xr.Dataset, ax: Axes) -> Axes:
     """T_cross from the states against the retrieval horizon (first distance with accuracy
     < 0.5), one point per learned tested model.  Filled: both observed; ``>``: T_cross
     censored (q never reached τ: at least that far); ``^``: horizon censored; open
-    diamond: both; dashed: T_cross = horizon.  Title: Pearson r of log2 values, censored at their bound."""
+    diamond: both; dashed: T_cross = horizon.  The arms are drawn side by side (:data:`DODGE`
+    points apart) and ``×k`` marks k models of an arm on one point.  Title: Pearson r of
+    log2 values, censored at their bound."""
     ok = ds.isel(run=np.flatnonzero(ds["status"].values.astype(str) == "ok")) if "status" in ds else ds
     t, h = ok["geo_T_cross"].values.astype(float), ok["geo_horizon"].values.astype(float)
     ct, ch = ~ok["geo_crossed"].values.astype(bool), ~ok["geo_horizon_reached"].values.astype(bool)
@@ -254,21 +262,30 @@ def geometry_tcross_panel(ds: xr.Dataset, ax: Axes) -> Axes:
     if not good.any():
         raise NothingToDraw("no model with a measured T_cross and horizon")
     ivs = ok["intervention"].values.astype(str)
-    for j, iv in enumerate(dict.fromkeys(ivs[good])):
+    arms = list(dict.fromkeys(ivs[good]))
+    for j, iv in enumerate(arms):
         color = f"C{j}"
+        # the arms side by side (a fixed offset in points, the data unchanged): one never hides another
+        dodge = ax.transData + ScaledTranslation((j - (len(arms) - 1) / 2) * DODGE / 72, 0, ax.figure.dpi_scale_trans)
         labelled = False
         for mask, marker, fill, what in ((~ct & ~ch, "o", color, "observed"), (ct & ~ch, ">", color, "T_cross censored"),
                                          (~ct & ch, "^", color, "horizon censored"), (ct & ch, "D", "none", "both censored")):
             sel = good & (ivs == iv) & mask
             if sel.any():
-                sc = ax.scatter(t[sel], h[sel], marker=marker, facecolors=fill, edgecolors=color,
-                                label=None if labelled else iv)
+                sc = ax.scatter(t[sel], h[sel], s=16, marker=marker, facecolors=fill, edgecolors=color,
+                                label=None if labelled else iv, transform=dodge)
                 sc.set_gid(what)  # which censoring the points carry (read by the tests)
                 labelled = True
+        points, counts = np.unique(np.stack([t[good & (ivs == iv)], h[good & (ivs == iv)]], 1), axis=0, return_counts=True)
+        for (pt, ph), k in zip(points, counts):
+            if k > 1:  # k models of this arm on one point
+                ax.annotate(f"×{k}", (pt, ph), xycoords=dodge, xytext=(0, 3), textcoords="offset points", ha="center",
+                            va="bottom", fontsize=6, color=color)
     lo, hi = float(np.nanmin([t[good], h[good]])), float(np.nanmax([t[good], h[good]]))
     ax.plot([lo, hi], [lo, hi], color="0.5", linestyle="--", linewidth=1)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
+    ax.margins(0.12)  # room for the arms drawn beside a point at the view's edge, and their counts above it
     ax.set_xlabel(axis_label(ds["geo_T_cross"], "T_cross"))
     ax.set_ylabel(axis_label(ds["geo_horizon"], "retrieval horizon"))
     x, y = np.log2(t[good]), np.log2(h[good])
@@ -281,26 +298,27 @@ def geometry_tcross_panel(ds: xr.Dataset, ax: Axes) -> Axes:
         said = f"r = {float(np.corrcoef(x, y)[0, 1]):.2f}"
     ax.set_title(f"T_cross vs retrieval horizon: {said}\n(n = {int(good.sum())}; censored: "
                  f"{int((ct & good).sum())} T_cross, {int((ch & good).sum())} horizons)")
-    ax.legend(fontsize="small")
+    legend(ax, fontsize="small")
     return ax
 
 
 def _geometry_panels(ds: xr.Dataset, kind: str) -> dict[str, Panel]:
     if "geo_q" not in ds:
         return {}
-    return {f"{kind}_geometry_q": Panel(geometry_q_panel), f"{kind}_geometry_tcross": Panel(geometry_tcross_panel)}
+    return {f"{kind}_geometry_q": Panel(geometry_q_panel, figure="geometry"),
+            f"{kind}_geometry_tcross": Panel(geometry_tcross_panel, figure="geometry")}
 
 
 def copying_panels(ds: xr.Dataset) -> dict[str, Panel]:
     """The panels of a copying dataset: per-character accuracy and exact match vs length
-    (and, once analysed, the state geometry's two panels)."""
+    (and, once analysed, the state geometry's two panels, in their own figure ``geometry``)."""
     return {"copying_accuracy": Panel(copying_panel), "copying_exact_match": Panel(copying_panel, {"variable": "exact_match"}),
             **_geometry_panels(ds, "copying")}
 
 
 def passkey_panels(ds: xr.Dataset) -> dict[str, Panel]:
     """The panels of a passkey dataset: one accuracy heatmap per intervention, one difference panel per contrast
-    (and, once analysed, the state geometry's two panels)."""
+    (and, once analysed, the state geometry's two panels, in their own figure ``geometry``)."""
     panels = {f"passkey_{iv}": Panel(passkey_heatmap, {"intervention": iv}) for iv in _interventions(ds)}
     if "contrast" in ds.coords:
         panels.update({f"passkey_diff_{c}": Panel(passkey_difference, {"contrast": str(c)}) for c in ds["contrast"].values})
@@ -310,6 +328,6 @@ def passkey_panels(ds: xr.Dataset) -> dict[str, Panel]:
 
 def babilong_panels(ds: xr.Dataset) -> dict[str, Panel]:
     """The panels of a babilong dataset: accuracy per task kind, one panel per intervention
-    (and, once analysed, the state geometry's two panels)."""
+    (and, once analysed, the state geometry's two panels, in their own figure ``geometry``)."""
     return {**{f"babi_{iv}": Panel(babi_panel, {"intervention": iv}) for iv in _interventions(ds)},
             **_geometry_panels(ds, "babi")}

@@ -33,9 +33,11 @@ from matplotlib.patches import Patch, Rectangle
 
 from dynlab.figures.panel import NothingToDraw, needs
 from dynlab.figures.runs import (
-    ORDER, PHI_ORDER, arch_order, color_of, in_group, median_band, mp_ticks, nonempty, ok_runs, ordered, strs, tau_of, title_suffix,
+    ORDER, PHI_ORDER, arch_order, color_of, in_group, median_band, mp_floor, mp_ticks, nonempty, ok_runs, ordered, strs,
+    tau_of, title_suffix,
 )
-from dynlab.figures.style import FAMILY_COLORS, arch_color, axis_label, family_color, finite, log_axis
+from dynlab.figures.legends import legend
+from dynlab.figures.style import FAMILY_COLORS, arch_color, axis_label, family_color, log_axis
 
 __all__ = [
     "MissingData",
@@ -148,7 +150,7 @@ def q_curves(
         Line2D([], [], color="black", linestyle="--", linewidth=0.7, label=f"τ = {tau:g}"),
         Line2D([], [], color="black", marker="x", linestyle="none", label="T_cross"),
     ]
-    ax.legend(handles=handles, loc="best")
+    legend(ax, handles)
     what = {"q": "q(t)", "q_par": "q∥(t) = R∥/M", "q_dec": "q_dec(t), trained decoder",
             "q_pair_out": "q_pair(t), readout features", "q_pair": "q_pair(t), state"}.get(variable, variable)
     ax.set_title(f"Distinguishability ratio {what}{title_suffix(ds, group)}")
@@ -157,16 +159,16 @@ def q_curves(
 
 def _corr_label(ds: xr.Dataset, variant: str) -> str:
     """r and ρ with their 95 % bootstrap CIs of ``variant`` ('replace' censoring), from the
-    study's ``corr_*(variant, censoring)`` table, as ``r = 0.87 [0.80, 0.92]`` and
-    ``ρ = 0.81 [0.70, 0.90], n = 8 (95 % CIs)`` on two lines."""
+    study's ``corr_*(variant, censoring)`` table, as ``r = 0.87 [0.80, 0.92]``,
+    ``ρ = 0.81 [0.70, 0.90]`` and ``n = 8 (95 % CIs)`` on three lines."""
     if "corr_r" not in ds or variant not in ds["variant"].values:
-        return "r, ρ: not in dataset (< 3 ok runs)"
+        return "r, ρ: not in dataset\n(< 3 ok runs)"
     row = {k: float(ds[f"corr_{k}"].sel(variant=variant, censoring="replace"))
            for k in ("r", "r_lo", "r_hi", "rho", "rho_lo", "rho_hi", "n")}
     if not np.isfinite(row["r"]):
-        return "r, ρ undefined (T_cross or mp constant)"
+        return "r, ρ undefined\n(T_cross or mp constant)"
     return (f"r = {row['r']:.2f} [{row['r_lo']:.2f}, {row['r_hi']:.2f}]\n"
-            f"ρ = {row['rho']:.2f} [{row['rho_lo']:.2f}, {row['rho_hi']:.2f}], n = {int(row['n'])} (95 % CIs)")
+            f"ρ = {row['rho']:.2f} [{row['rho_lo']:.2f}, {row['rho_hi']:.2f}]\nn = {int(row['n'])} (95 % CIs)")
 
 
 def default_variant(ds: xr.Dataset) -> str:
@@ -195,11 +197,12 @@ def tcross_mp_scatter(ds: xr.Dataset, ax: Axes, color_by: str = "family", varian
     default: the study's default variant, :func:`default_variant`).  Censored values are
     drawn at their bound with open markers (T_cross: never crossed → the run's horizon; mp:
     passed every length); mp = 0 (failed at the first length) is drawn at half the shortest
-    length; ``×k`` marks k censored runs drawn on one point.  The legend gives Pearson r
-    and Spearman ρ with their bootstrap CIs over all runs (censored ones at their bounds,
-    the study's table), and Pearson r with its 95 % CI over the uncensored runs alone
-    (:func:`uncensored_pearson`), since a stack of censored runs at one corner can make
-    the first."""
+    length (or mp), the '0' of the axis; ``×k`` marks k censored runs drawn on one point.
+    The legend's title gives Pearson r and Spearman ρ with their bootstrap CIs over all
+    runs (censored ones at their bounds, the study's table), and Pearson r with its 95 % CI
+    over the uncensored runs alone (:func:`uncensored_pearson`), since a stack of censored
+    runs at one corner can make the first; the legend goes right of the axes where no
+    place inside is free (:func:`~dynlab.figures.legends.fit_legends`)."""
     variant = variant or default_variant(ds)
     variable = _tcross_name(variant)
     panel = f"{variable} vs mp"
@@ -214,9 +217,8 @@ def tcross_mp_scatter(ds: xr.Dataset, ax: Axes, color_by: str = "family", varian
     tc_cens = ~np.isfinite(tc)
     x = np.where(tc_cens, horizon, tc)
     mp_cens = np.asarray(ds["mp_censored"].values).astype(bool) if "mp_censored" in ds else np.zeros(mp.shape, bool)
-    y = np.where(mp > 0, mp, np.nan)  # log axis: mp = 0 (failed at the first length) is clipped below
-    floor = 0.5 * float(np.nanmin(finite(ds["length"].values))) if "length" in ds else 1.0
-    y = np.where(mp <= 0, floor, y)
+    floor = mp_floor(ds, mp)  # log axis: mp = 0 (failed at the first length) is drawn at the floor, '0'
+    y = np.where(mp <= 0, floor, mp)
     keys = strs(ds, color_by)
     for k in ordered(keys, ORDER):
         for cens, face in ((False, None), (True, "none")):
@@ -224,29 +226,30 @@ def tcross_mp_scatter(ds: xr.Dataset, ax: Axes, color_by: str = "family", varian
             if sel.any():
                 c = color_of(color_by, k)
                 ax.scatter(x[sel], y[sel], s=14, marker="o", facecolors=face or c, edgecolors=c, linewidths=0.8)
-    if not (np.isfinite(x) & np.isfinite(y)).any():
+    shown = np.isfinite(x) & np.isfinite(y)
+    if not shown.any():
         raise NothingToDraw(f"{panel}: no run has finite T_cross (or horizon) and mp")
     lo = min(float(np.nanmin(x)), float(np.nanmin(y)))
     hi = max(float(np.nanmax(x)), float(np.nanmax(y)))
     ax.plot([lo, hi], [lo, hi], color="#999999", linestyle=":", linewidth=0.7)
     log_axis(ax, "x")
     log_axis(ax, "y")
-    mp_ticks(ax, ds, floor)
+    mp_ticks(ax, ds, floor, zero=bool((shown & (mp <= 0)).any()))
     ax.set_xlabel(axis_label(ds[variable], variable))
     ax.set_ylabel(axis_label(ds["mp"], "mp"))
     handles = [
         Line2D([], [], marker="o", color=color_of(color_by, k), linestyle="none", label=k)
         for k in ordered(keys, ORDER)
     ]
-    censored = (tc_cens | mp_cens) & np.isfinite(x) & np.isfinite(y)
+    censored = (tc_cens | mp_cens) & shown
     handles.append(Line2D([], [], marker="o", markerfacecolor="none", color="#555555", linestyle="none",
                           label=f"censored (at its bound): {int(censored.sum())}"))
-    _stack_counts(ax, x[censored], y[censored])
+    _stack_counts(ax, x[censored], y[censored], lo, hi)
     uncensored = ~(tc_cens | mp_cens) & (mp > 0) & np.isfinite(tc) & np.isfinite(mp)
-    ax.legend(handles=handles, loc="upper left", fontsize=6)
-    ax.text(0.98, 0.02, "all, censored at bounds: " + _corr_label(ds, variant) + "\nuncensored only: "
-            + uncensored_pearson(tc[uncensored], mp[uncensored]), transform=ax.transAxes, ha="right", va="bottom",
-            fontsize=5.5, color="#333333")
+    alone = uncensored_pearson(tc[uncensored], mp[uncensored]).replace(", n = ", "\nn = ")
+    # the statistics head the legend, which goes right of the (square-ish) axes when no corner is free
+    legend(ax, handles, beside="right", loc="upper left", fontsize=6, alignment="left", title_fontsize=6,
+           title=f"all, censored at bounds:\n{_corr_label(ds, variant)}\nuncensored only:\n{alone}")
     ax.set_title(f"Crossing time ({variant}) vs max-pass length")
     return ax
 
@@ -265,27 +268,32 @@ def uncensored_pearson(t_cross: np.ndarray, mp: np.ndarray, ci_level: float = 0.
     return f"r = {res.statistic:.2f} [{lo:.2f}, {hi:.2f}], n = {a.size}"
 
 
-def _stack_counts(ax: Axes, x: np.ndarray, y: np.ndarray) -> None:
+def _stack_counts(ax: Axes, x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> None:
     """Write ``×k`` beside every point that ``k > 1`` censored runs share, so a stack of
-    censored runs at one bound is seen as many runs, not one."""
+    censored runs at one bound is seen as many runs, not one: level with it, to its right,
+    or to its left in the right part of the log view ``[lo, hi]`` (inside the axes, where
+    no legend is put on it; off the diagonal, which leaves the point downwards)."""
     if x.size == 0:
         return
     points, counts = np.unique(np.stack([x, y], axis=1), axis=0, return_counts=True)
+    span = max(np.log(hi / lo), 1e-9)
     for (px, py), k in zip(points, counts):
         if k > 1:
-            ax.annotate(f"×{k}", (px, py), xytext=(4, -8), textcoords="offset points", fontsize=6, color="#555555")
+            right = np.log(px / lo) / span > 0.7
+            ax.annotate(f"×{k}", (px, py), xytext=(-5 if right else 5, 0), textcoords="offset points",
+                        ha="right" if right else "left", va="center", fontsize=6, color="#555555")
 
 
 def _loglog_label(x: np.ndarray, y: np.ndarray) -> str:
     """Pearson r and Spearman ρ of (log x, log y) over the failing runs drawn filled."""
     if x.size < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return f"failing runs: n = {x.size} (r undefined)"
+        return f"failing runs: n = {x.size}\n(r undefined)"
     lx, ly = np.log(x), np.log(y)
     r = float(np.corrcoef(lx, ly)[0, 1])
     from scipy.stats import rankdata  # ranks 1..n, ties sharing their average rank
 
     rho = float(np.corrcoef(rankdata(x), rankdata(y))[0, 1])
-    return f"failing runs (log–log): r = {r:.2f}, ρ = {rho:.2f}, n = {x.size}"
+    return f"failing runs (log–log):\nr = {r:.2f}, ρ = {rho:.2f}, n = {x.size}"
 
 
 @needs("T_horizon", "mp", "arch", what="horizon forecast vs mp")
@@ -296,7 +304,8 @@ def horizon_forecast_scatter(ds: xr.Dataset, ax: Axes) -> Axes:
     Filled: failing runs with a finite forecast (mp below the evaluated horizon), the runs of
     the 'drop' rule; the legend gives their Pearson r and Spearman ρ of the logarithms.  Open:
     censored runs at their bound (T_horizon NaN → the run's horizon; mp passed every length
-    → its largest length).  mp = 0 is drawn at half the shortest length."""
+    → its largest length).  mp = 0 is drawn at half the shortest length (or mp), the '0'
+    of the axis."""
     panel = "T_horizon vs mp"
     ds = nonempty(ok_runs(ds), panel)
     pred = np.asarray(ds["T_horizon"].values, dtype=np.float64)
@@ -305,7 +314,7 @@ def horizon_forecast_scatter(ds: xr.Dataset, ax: Axes) -> Axes:
                else np.full(pred.shape, float(np.nanmax(ds["length"].values)) if "length" in ds else np.nan))
     pred_cens = ~np.isfinite(pred)
     mp_cens = np.asarray(ds["mp_censored"].values).astype(bool) if "mp_censored" in ds else np.zeros(mp.shape, bool)
-    floor = 0.5 * float(np.nanmin(finite(ds["length"].values))) if "length" in ds else 1.0
+    floor = mp_floor(ds, mp)
     x = np.where(pred_cens, horizon, np.maximum(pred, floor))
     y = np.where(mp > 0, mp, floor)
     drawable = np.isfinite(x) & np.isfinite(y)
@@ -323,14 +332,14 @@ def horizon_forecast_scatter(ds: xr.Dataset, ax: Axes) -> Axes:
     ax.plot([lo, hi], [lo, hi], color="#999999", linestyle=":", linewidth=0.7)
     log_axis(ax, "x")
     log_axis(ax, "y")
-    mp_ticks(ax, ds, floor)
+    mp_ticks(ax, ds, floor, zero=bool((drawable & (mp <= 0)).any()))
     ax.set_xlabel(axis_label(ds["T_horizon"], "T_horizon"))
     ax.set_ylabel(axis_label(ds["mp"], "mp"))
     handles = [Line2D([], [], marker="o", color=arch_color(a), linestyle="none", label=a) for a in arch_order(ds)]
     handles.append(Line2D([], [], marker="o", markerfacecolor="none", color="#555555", linestyle="none",
                           label="censored"))
     handles.append(Patch(visible=False, label=_loglog_label(x[failing], y[failing])))
-    ax.legend(handles=handles, loc="best", fontsize=6, framealpha=0.6)
+    legend(ax, handles, beside="right", fontsize=6)
     ax.set_title("Horizon forecast (t ≤ t_ref) vs mp")
     return ax
 
@@ -366,6 +375,6 @@ def r_par_perp(ds: xr.Dataset, ax: Axes, group: str | None = None) -> Axes:
         Line2D([], [], color="black", linestyle="--", label="R⊥/M (orthogonal)"),
         Line2D([], [], color="black", linestyle=":", linewidth=0.7, label=f"τ = {tau_of(ds):g}"),
     ]
-    ax.legend(handles=handles, loc="best")
+    legend(ax, handles)
     ax.set_title(f"Where the error lives{title_suffix(ds, group)}")
     return ax

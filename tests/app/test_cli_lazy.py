@@ -55,6 +55,8 @@ LIGHT = [
     (["study", "nonlinearity", "--models", ","], 2),
     (["study", "group-tracking", "--bogus"], 2),
     (["figures", "{tmp}/no-study", "--out", ""], 2),
+    (["figures", "{tmp}/no-study", "--format", "tiff"], 2),
+    (["figures", "{tmp}/no-study", "--width", "wide"], 2),
     (["lm", "post-train", "--checkpoint", "{tmp}/no-checkpoint", "--out", "{tmp}/out"], 2),
     (["analyze", "{tmp}/no-study"], 2),
     (["runs", "--help"], 0),

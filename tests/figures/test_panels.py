@@ -29,96 +29,12 @@ from dynlab.figures import (  # noqa: E402
     write_figures,
 )
 from dynlab.figures.ablation import default_mode_variable  # noqa: E402
-from dynlab.results.schema import annotate, write_dataset  # noqa: E402
+from dynlab.results.schema import write_dataset  # noqa: E402
 
-ARCHS = [("mamba", "affine"), ("tanh-rnn", "state-dependent")]
-GROUPS = [("S3", 6), ("C2", 2)]  # deliberately not in group order
-SEEDS = (0, 1)
-T = 50
+from helpers import figure_data  # noqa: E402
 
-
-def synthetic() -> xr.Dataset:
-    """8 runs: 2 archs × 2 groups × 2 seeds, with every analysis variable the panels read.
-
-    accuracy(run, L) = a_arch - 0.1·seed (so the seed mean is a_arch - 0.05); q(t) = t/(20·k) with
-    k = run + 1 crosses 0.5 at t = 10·k (runs 5–7 never cross within T = 50); eigenvalues on
-    circles of radius rho_family; perturbation
-    size decays as exp(-rate·s); R_par = c·t·M, R_perp = 2c·t·M; fixed-point eigenvalues at
-    angles 0 and π/2 on circles of radius 1 (affine) or 0.3, none (NaN) for the last run.
-    """
-    rows = [(a, f, g, o, s) for g, o in GROUPS for a, f in ARCHS for s in SEEDS]
-    n = len(rows)
-    lengths = np.array([10, 60, 200, 1000])
-    t = np.arange(1, T + 1)
-    acc = np.array([[(0.9 if a == "tanh-rnn" else 0.4) - 0.1 * s] * lengths.size for a, _, _, _, s in rows])
-    k = np.arange(1, n + 1, dtype=float)  # run-specific q slope
-    q = t[None, :] / (20 * k[:, None])
-    tcross = np.where(10 * k <= T, 10 * k, np.nan)
-    M = np.full((n, T), 2.0)
-    c = np.linspace(0.001, 0.004, n)[:, None]
-    rho = np.array([1.0 if f == "affine" else 0.5 for _, f, _, _, _ in rows])
-    ang = np.linspace(0, np.pi, 3)
-    steps = np.arange(60, 71)
-    rate = np.array([0.0 if f == "affine" else 0.2 for _, f, _, _, _ in rows])
-    delta = np.stack([np.exp(-rate[:, None] * (steps - 60)), np.exp(-2 * rate[:, None] * (steps - 60))], axis=1)
-    fp_rho = np.where(rho == 1.0, 1.0, 0.3)[:, None, None] * np.ones((1, 2, 1))  # [run, state, 1]
-    fp_rho[-1] = np.nan
-    ds = xr.Dataset(
-        {
-            "accuracy": (("run", "length"), acc),
-            "fp_eig_real": (("run", "state", "k_fp"), fp_rho * np.array([1.0, 0.0])),
-            "fp_eig_imag": (("run", "state", "k_fp"), fp_rho * np.array([0.0, 1.0])),
-            "mp": ("run", np.array([1000.0, 200, 60, 0, 1000, 1000, 10, 60])),
-            "mp_censored": ("run", np.array([True, False, False, False, True, True, False, False])),
-            "status": ("run", np.array(["ok"] * n)),
-            "q": (("run", "t"), q),
-            "R": (("run", "t"), q * M),
-            "M": (("run", "t"), M),
-            "R_par": (("run", "t"), c * t * M),
-            "R_perp": (("run", "t"), 2 * c * t * M),
-            "T_cross": ("run", tcross),
-            "q_par": (("run", "t"), q / 2),
-            "T_cross_par": ("run", np.where(20 * k <= T, 20 * k, np.nan)),
-            "horizon": ("run", np.full(n, float(T))),
-            "failure_mode": ("run", np.where(np.isfinite(tcross), np.where(tcross <= 3, "saturation", "climb"),
-                                             "robust")),
-            "failure_mode_par": ("run", np.where(20 * k <= T, "climb", "robust")),
-            "q_dec": (("run", "t"), q / 2),
-            "T_cross_dec": ("run", np.where(20 * k <= T, 20 * k, np.nan)),
-            "T_horizon": ("run", 25 * k),
-            "failure_mode_dec": ("run", np.where(20 * k <= T, "climb", "robust")),
-            "return_map_eig_real": (("run", "k"), rho[:, None] * np.cos(ang)[None]),
-            "return_map_eig_imag": (("run", "k"), rho[:, None] * np.sin(ang)[None]),
-            "perturb_delta_norm": (("run", "direction", "t_pert"), delta),
-            "half_margin_rel": ("run", np.array([0.5 if o == 6 else 1.0 for _, _, _, o, _ in rows])
-                                + np.array([0.0, 0.02] * (n // 2))),
-            "group_order": ("run", np.array([o for *_, o, _ in rows])),
-            # correlation table: variant 'q' (replace) r = 0.87 [0.80, 0.92], ρ = 0.81 [0.70, 0.90], 8 runs
-            **{f"corr_{k}": (("variant", "censoring"), np.array([[v, v - 0.1], [v - 0.2, v - 0.3]]))
-               for k, v in (("r", 0.87), ("r_lo", 0.8), ("r_hi", 0.92), ("rho", 0.81), ("rho_lo", 0.7),
-                            ("rho_hi", 0.9), ("n", n))},
-        },
-        coords={
-            "run": np.arange(n),
-            "length": lengths,
-            "t": t,
-            "t_pert": steps,
-            "direction": ["U", "U_perp"],
-            "arch": ("run", [a for a, *_ in rows]),
-            "family": ("run", [f for _, f, *_ in rows]),
-            "group": ("run", [g for _, _, g, _, _ in rows]),
-            "seed": ("run", [s for *_, s in rows]),
-            "nonlinearity": ("run", ["default"] * n),
-            "variant": ["q", "q_dec"],
-            "censoring": ["replace", "drop"],
-        },
-        attrs={"study": "group-tracking", "analysis_tau": 0.5, "analysis_t_ref": 60, "corr_default_variant": "q"},
-    )
-    annotate(ds)
-    ds["q"].attrs.update(long_name="distinguishability ratio q = R/M", units="1")
-    ds["T_cross"].attrs.update(long_name="first persistent crossing step", units="step")
-    ds["half_margin_rel"].attrs.update(long_name="median (M/2) / centroid radius", units="1")
-    return ds
+ARCHS, GROUPS, SEEDS, T = figure_data.ARCHS, figure_data.GROUPS, figure_data.SEEDS, figure_data.T
+synthetic = figure_data.synthetic
 
 
 def _ax():
@@ -176,8 +92,8 @@ def test_tcross_mp_scatter_places_censored_runs_at_their_bound_and_prints_r():
     mp = np.where(ds["mp"].values > 0, ds["mp"].values, 5.0)
     expected = sorted(zip(tc.tolist(), mp.tolist()))
     assert sorted(map(tuple, pts.tolist())) == expected
-    texts = [t.get_text() for t in ax.texts]  # the r of all runs and of the uncensored ones, beside the points
-    assert any("r = 0.87 [0.80, 0.92]" in t and "ρ = 0.81" in t and "n = 8" in t for t in texts), texts
+    stats = ax.get_legend().get_title().get_text()  # the r of all runs and of the uncensored ones head the legend
+    assert "r = 0.87 [0.80, 0.92]" in stats and "ρ = 0.81" in stats and "n = 8" in stats, stats
     assert ax.get_xlabel() == "first persistent crossing step [step]"
 
 
@@ -266,8 +182,8 @@ def test_fixed_point_spectra_per_architecture_on_the_unit_circle():
 def test_tcross_mp_scatter_of_another_variant_reads_its_row():
     ds = synthetic()
     ax = tcross_mp_scatter(ds, _ax(), variant="q_dec")
-    texts = [t.get_text() for t in ax.texts]
-    assert any("r = 0.67 [0.60, 0.72]" in t for t in texts), texts
+    stats = ax.get_legend().get_title().get_text()
+    assert "r = 0.67 [0.60, 0.72]" in stats, stats
     pts = np.concatenate([c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)])
     tc = np.where(np.isfinite(ds["T_cross_dec"].values), ds["T_cross_dec"].values, T)
     assert sorted(pts[:, 0].tolist()) == sorted(tc.tolist())
@@ -344,7 +260,8 @@ def test_write_figures_png_pdf_composite_and_notes(tmp_path):
     names = {p.name for p in figs.written}
     for stem in ("accuracy_S3", "accuracy_C2", "q_curves", "q_dec_curves", "tcross_mp", "tcross_q_mp",
                  "horizon_forecast", "r_par_perp", "return_map_eigs", "fixed_point_spectra",
-                 "perturbation_recovery", "failure_modes", "failure_modes_dec", "margin", "group-tracking"):
+                 "perturbation_recovery", "failure_modes", "failure_modes_dec", "margin", "group-tracking",
+                 "group-tracking-accuracy", "group-tracking-dynamics"):  # a composite per claim
         assert {f"{stem}.png", f"{stem}.pdf"} <= names
         assert (tmp_path / "all" / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert (tmp_path / "all" / f"{stem}.pdf").read_bytes()[:5] == b"%PDF-"
@@ -352,7 +269,7 @@ def test_write_figures_png_pdf_composite_and_notes(tmp_path):
     bare = ds[["accuracy", "mp", "mp_censored", "status"]]
     bare.attrs = dict(ds.attrs)
     figs = write_figures(bare, tmp_path / "bare", group_tracking_panels)
-    assert {p.name for p in figs.written} == {f"{s}.{e}" for s in ("accuracy_S3", "accuracy_C2", "group-tracking")
+    assert {p.name for p in figs.written} == {f"{s}.{e}" for s in ("accuracy_S3", "accuracy_C2", "group-tracking-accuracy")
                                               for e in ("png", "pdf")}
     assert set(figs.skipped) == {"q_curves", "q_dec_curves", "tcross_mp", "tcross_q_mp", "horizon_forecast", "r_par_perp",
                                  "return_map_eigs", "fixed_point_spectra", "perturbation_recovery", "failure_modes",
@@ -370,7 +287,7 @@ def test_cli_figures_command(tmp_path, capsys):
     write_dataset(bare, tmp_path / "study" / "dataset.nc")
     assert main(["figures", str(tmp_path / "study"), "--out", str(tmp_path / "figs")]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert str(tmp_path / "figs" / "group-tracking.pdf") in out and str(tmp_path / "figs" / "accuracy_C2.png") in out
+    assert str(tmp_path / "figs" / "group-tracking-accuracy.pdf") in out and str(tmp_path / "figs" / "accuracy_C2.png") in out
     assert "skipped q_curves: q(t) curves needs q, t (absent from the dataset)" in out
     assert main(["figures", str(tmp_path / "study"), "--out", str(tmp_path / "figs")]) == 0  # again: its own files
     assert main(["figures", str(tmp_path / "nowhere"), "--out", str(tmp_path / "f2")]) == 2
@@ -389,7 +306,8 @@ def test_figure_modules_import_no_torch():
     root = Path(dynlab.figures.__file__).parent
     allowed_dynlab = {"dynlab.figures", "dynlab.figures.panel", "dynlab.figures.style", "dynlab.figures.tracking",
                       "dynlab.figures.runs", "dynlab.figures.arms", "dynlab.figures.dynamics", "dynlab.figures.ablation",
-                      "dynlab.figures.lm", "dynlab.figures.training", "dynlab.figures.forget", "dynlab.tracking.groups",
+                      "dynlab.figures.lm", "dynlab.figures.training", "dynlab.figures.forget", "dynlab.figures.legends",
+                      "dynlab.tracking.groups",
                       "dynlab.names",
                       "dynlab.analysis.contrasts",  # torch-free: numpy, xarray, scipy (Holm)
                       "dynlab.report.forget", "dynlab.report.lm"}  # torch-free: the state map's rule (numpy, scipy)
@@ -487,7 +405,8 @@ def test_a_study_where_no_run_learned_still_writes_every_panel(tmp_path, capsys)
     ds["status"] = ("run", np.array(["not-learned"] * ds.sizes["run"]))
     names = set(group_tracking_panels(ds))
     figs = write_figures(ds, tmp_path / "none", group_tracking_panels)
-    assert {p.name for p in figs.written} == {f"{n}.{e}" for n in names | {"group-tracking"} for e in ("png", "pdf")}
+    composites = {"group-tracking", "group-tracking-accuracy", "group-tracking-dynamics"}
+    assert {p.name for p in figs.written} == {f"{n}.{e}" for n in names | composites for e in ("png", "pdf")}
     assert set(figs.empty) == set(figs.skipped) == names - {"return_map_eigs"}
     assert figs.skipped["accuracy_C2"] == "accuracy heatmap has no finished runs to draw"
     for p in figs.written:
