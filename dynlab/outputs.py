@@ -34,7 +34,7 @@ from pathlib import Path
 
 from dynlab.errors import DynlabInputError
 
-__all__ = ["RUN_FILES", "STUDY_FILES", "check_json_path", "current_umask", "probe_file", "probe_folder", "refuse_foreign_folder",
+__all__ = ["RUN_FILES", "STUDY_FILES", "VANISHED_RETRIES", "check_json_path", "current_umask", "probe_file", "probe_folder", "refuse_foreign_folder",
            "refuse_inside_dynlab_folder"]
 
 #: Files that make a folder a dynlab run folder (any one of them).
@@ -79,18 +79,22 @@ def probe_folder(folder: str | Path, deep: bool = False) -> str | None:
     tried again (a few times) before the folder is called unwritable. A folder one probe
     made while another was writing in it stays, empty: the command that probes goes on to
     write there."""
-    for attempt in range(_PROBE_TRIES - 1):
+    folder = Path(folder).expanduser().absolute()
+    for attempt in range(VANISHED_RETRIES):
         try:
-            return _probe_once(Path(folder).expanduser().absolute(), deep)
-        except _Raced:
+            return _probe_once(folder, deep)
+        except _Raced as exc:
+            raced = exc
             time.sleep(0.005 * (attempt + 1))  # the other probe takes milliseconds
-    try:
-        return _probe_once(Path(folder).expanduser().absolute(), deep)
-    except _Raced as exc:
-        return f"cannot be written ({_why(exc.error)})"
+    return f"cannot be written ({_why(raced.error)})"
 
 
-_PROBE_TRIES = 8
+#: How many times a folder that another dynlab process made or removed while this one
+#: probed, read or locked it is looked at again (:func:`probe_folder`,
+#: :func:`dynlab.results.folder.check_study_folder`, :func:`dynlab.results.folder.study_lock`,
+#: :func:`dynlab.app.folders.folder_problem`): each time needs another process's whole probe
+#: or clean-up between two steps of this one.
+VANISHED_RETRIES = 8
 
 
 class _Raced(Exception):

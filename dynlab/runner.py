@@ -50,9 +50,7 @@ def check_work_items(study: Study, specs: list[Spec]) -> None:
     :meth:`~dynlab.study.Study.work_items`) cannot run together (their spec class's
     :meth:`~dynlab.spec.Spec.check_work_item`, one line)."""
     for item in study.work_items(specs):
-        check = getattr(type(item[0]), "check_work_item", None)
-        if check is not None:
-            check(item)
+        type(item[0]).check_work_item(item)  # Spec's: no check; a spec class with one overrides it
 
 
 def _executor_workers(executor: Executor | None) -> int | None:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from dynlab.errors import DynlabInputError
+from dynlab.outputs import VANISHED_RETRIES
 
 
 def folder_problem(folder: Path) -> str | None:
@@ -19,19 +20,31 @@ def folder_problem(folder: Path) -> str | None:
     which also answers for root and for read-only file systems).  A folder that another
     process removes while it is looked at (its write probe) is looked for again."""
     folder = folder.expanduser()
-    for _ in range(8):  # a folder removed meanwhile (another dynlab process's probe of it): look again
-        here = folder
-        while not os.path.lexists(here) and here.parent != here:  # lexists: never raises (a name too long is missing)
-            here = here.parent
-        if here.is_dir() or os.path.lexists(here):
-            break
+    for _ in range(VANISHED_RETRIES - 1):
+        try:
+            return _problem_once(folder, last=False)
+        except FileNotFoundError:  # removed while looked at (another dynlab process's probe of it): look again
+            continue
+    return _problem_once(folder, last=True)
+
+
+def _problem_once(folder: Path, last: bool) -> str | None:
+    """:func:`folder_problem` once; a ``FileNotFoundError`` (unless ``last``) when the
+    folder it looks at vanished between two of its looks."""
+    here = folder
+    while not os.path.lexists(here) and here.parent != here:  # lexists: never raises (a name too long is missing)
+        here = here.parent
     missing = here != folder
     if not here.is_dir():
+        if not last and not os.path.lexists(here):
+            raise FileNotFoundError(here)
         what = "is a file" if here.is_file() else "is not a folder"
         return f"cannot be made ({here} {what})" if missing else what
     effective = os.access in os.supports_effective_ids
     if os.access(here, os.W_OK | os.X_OK, effective_ids=effective):
         return None
+    if not last and not os.path.lexists(here):
+        raise FileNotFoundError(here)
     try:
         why = "read-only file system" if os.statvfs(here).f_flag & os.ST_RDONLY else "permission denied"
     except OSError:

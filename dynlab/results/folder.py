@@ -50,6 +50,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from dynlab.errors import DynlabInputError
+from dynlab.outputs import VANISHED_RETRIES
 
 __all__ = ["FIGURES_MARKER", "LOCK", "MARKER", "RESUME", "RUN_ID", "STUDY_NAMES", "check_owned_folder", "check_run_id",
            "check_study_folder", "claim", "claim_owned_folder", "inside", "run_folder", "study_lock"]
@@ -58,11 +59,6 @@ __all__ = ["FIGURES_MARKER", "LOCK", "MARKER", "RESUME", "RUN_ID", "STUDY_NAMES"
 MARKER = ".dynlab-study"
 #: The lock file of a study folder (:func:`study_lock`).
 LOCK = ".dynlab.lock"
-#: How many times a folder that another dynlab process removed while this one read it,
-#: or between making it and locking it, is read or made again (:func:`check_study_folder`,
-#: :func:`study_lock`): each time needs another process's whole probe or clean-up between
-#: two steps of this one.
-VANISHED_RETRIES = 8
 #: The marker file of a folder written by ``dynlab figures``.
 FIGURES_MARKER = ".dynlab-figures"
 #: What a run id is: 16 lowercase hex digits (a spec hash).
