@@ -28,13 +28,14 @@ import json
 import os
 import secrets
 import socket
+import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from dynlab.errors import DynlabInputError
 
-__all__ = ["RUN_FILES", "STUDY_FILES", "VANISHED_RETRIES", "check_json_path", "current_umask", "probe_file", "probe_folder", "refuse_foreign_folder",
+__all__ = ["RUN_FILES", "STUDY_FILES", "VANISHED_RETRIES", "check_json_path", "current_umask", "is_folder", "probe_file", "probe_folder", "refuse_foreign_folder",
            "refuse_inside_dynlab_folder"]
 
 #: Files that make a folder a dynlab run folder (any one of them).
@@ -121,9 +122,7 @@ def _probe_once(folder: Path, deep: bool) -> str | None:
             except FileExistsError as exc:  # another process made it a moment ago
                 raise _Raced(exc) from None
             made.append(d)
-        if not folder.is_dir():
-            if not os.path.lexists(folder):  # made, then removed by another process's probe
-                raise _Raced(FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(folder)))
+        if not is_folder(folder):  # one look: two (is_dir, then lexists) race another probe
             return "is not a folder"
         where = folder
         if deep:
@@ -144,6 +143,19 @@ def _probe_once(folder: Path, deep: bool) -> str | None:
                 except OSError:
                     pass
     return None
+
+
+def is_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a folder, from one ``stat`` (a link followed); a ``FileNotFoundError``
+    when it is missing (made, then removed by another process's probe), but False for a
+    link that points nowhere.  One look: ``is_dir()`` and then ``lexists()`` may see two
+    states of a folder that other processes remove and make again in between."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return False
+        raise
 
 
 def probe_file(path: str | Path) -> str | None:

@@ -4,6 +4,7 @@ the folders below it, a study folder and its ``runs/``.  Torch-free."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from dynlab.errors import DynlabInputError
@@ -35,10 +36,14 @@ def _problem_once(folder: Path, last: bool) -> str | None:
     while not os.path.lexists(here) and here.parent != here:  # lexists: never raises (a name too long is missing)
         here = here.parent
     missing = here != folder
-    if not here.is_dir():
-        if not last and not os.path.lexists(here):
-            raise FileNotFoundError(here)
-        what = "is a file" if here.is_file() else "is not a folder"
+    try:
+        mode = os.stat(here).st_mode  # one look: two (is_dir, then lexists) race another probe
+    except FileNotFoundError:
+        if not last and not os.path.islink(here):
+            raise
+        mode = 0
+    if not stat.S_ISDIR(mode):
+        what = "is a file" if stat.S_ISREG(mode) else "is not a folder"
         return f"cannot be made ({here} {what})" if missing else what
     effective = os.access in os.supports_effective_ids
     if os.access(here, os.W_OK | os.X_OK, effective_ids=effective):

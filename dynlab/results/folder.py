@@ -50,7 +50,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from dynlab.errors import DynlabInputError
-from dynlab.outputs import VANISHED_RETRIES
+from dynlab.outputs import VANISHED_RETRIES, is_folder
 
 __all__ = ["FIGURES_MARKER", "LOCK", "MARKER", "RESUME", "RUN_ID", "STUDY_NAMES", "check_owned_folder", "check_run_id",
            "check_study_folder", "claim", "claim_owned_folder", "inside", "run_folder", "study_lock"]
@@ -165,9 +165,7 @@ def _check_study_folder(root: Path, name: str | None, flag: str) -> bool:
     """:func:`check_study_folder` once; a ``FileNotFoundError`` when a name vanished while read."""
     if not os.path.lexists(root):
         return False
-    if not root.is_dir():
-        if not os.path.lexists(root):
-            raise FileNotFoundError(root)
+    if not is_folder(root):  # missing now: a FileNotFoundError, read again
         raise _refuse(root, flag, "is a file")
     try:
         names = set(os.listdir(root))
@@ -179,9 +177,7 @@ def _check_study_folder(root: Path, name: str | None, flag: str) -> bool:
         p = root / n
         if p.is_symlink():
             raise _refuse(root, flag, f"holds a symbolic link {n}; dynlab does not follow links in a study folder")
-        if (n in _DIRS) != p.is_dir():
-            if not os.path.lexists(p):
-                raise FileNotFoundError(p)
+        if (n in _DIRS) != is_folder(p):
             raise _refuse(root, flag, f"holds files dynlab did not write ({n})")
     if "runs" in names:  # a run folder that is a link would be read, probed and written through
         links = sorted(n for n in os.listdir(root / "runs") if (root / "runs" / n).is_symlink())
@@ -263,10 +259,12 @@ def _make_study_dir(root: Path, last: bool = False) -> None:
     try:
         make_dir(root)
     except (FileNotFoundError, FileExistsError) as exc:  # Path.mkdir's: a folder missing, or there and then not
-        if root.is_dir():
-            return
-        if not last and not os.path.lexists(root):  # removed meanwhile: made again
-            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(root)) from None
+        try:
+            if is_folder(root):
+                return
+        except FileNotFoundError:  # removed meanwhile: made again
+            if not last:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(root)) from None
         raise DynlabInputError(f"cannot write the study to {root} ({exc.strerror or exc}); allowed: a writable "
                                "folder") from None
     except OSError as exc:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
+from dynlab.app.folders import folder_problem
 from dynlab.outputs import probe_folder
 
 
@@ -38,3 +41,35 @@ def test_probes_of_one_new_folder_at_once_all_succeed_and_leave_no_file(tmp_path
 def test_a_folder_under_a_file_is_still_refused(tmp_path):
     (tmp_path / "f").write_text("x")
     assert "cannot be written" in probe_folder(tmp_path / "f" / "sub")
+
+
+@pytest.mark.parametrize("look", [probe_folder, folder_problem], ids=["probe_folder", "folder_problem"])
+def test_a_folder_removed_and_made_again_between_two_looks_is_still_a_folder(tmp_path, monkeypatch, look):
+    """The interleaving that once failed a CI run: another probe removes the new folder just
+    before this one looks at it and a third makes it again just after.  One look (a single
+    ``stat``) sees a folder or nothing, never 'a thing that exists but is not a folder'."""
+    import os
+
+    folder = tmp_path / "out" / "runs"
+    real_stat, real_lstat = os.stat, os.lstat
+    fired = {"stat": False, "lstat": False}
+
+    def stat(path, *args, **kwargs):
+        if os.fspath(path) == str(folder) and not fired["stat"] and os.path.isdir(str(folder.parent)):
+            fired["stat"] = True
+            if real_lstat(folder):
+                os.rmdir(folder)  # another probe's clean-up
+        return real_stat(path, *args, **kwargs)
+
+    def lstat(path, *args, **kwargs):
+        if os.fspath(path) == str(folder) and fired["stat"] and not fired["lstat"]:
+            fired["lstat"] = True
+            os.mkdir(folder)  # a third probe makes it again
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    monkeypatch.setattr(os, "lstat", lstat)
+    if look is folder_problem:  # it only looks; the probe makes the folder
+        folder.mkdir(parents=True)
+    assert look(folder) is None
+    assert fired == {"stat": True, "lstat": True}
