@@ -32,6 +32,7 @@ from results_tables.fixed_points import (FRESH_COMMAND, FRESH_HEADING, FRESH_LAB
 from results_tables.lm_interventions import INTERVENTION_LABELS, tbtt_coverage_text
 from results_tables.paper_a import paper_a_section
 from results_tables.paper_b import paper_b_notes_section, paper_b_section
+from results_tables.paper_b_verdicts import paper_b_verdicts_section
 from results_tables.reproduction import CROSS_CPU, CROSS_CPU_NOTE, REPRODUCTION, REPRODUCTION_NOTE, \
     paper_a_reproduction_section
 from results_tables.slim import slim
@@ -126,12 +127,19 @@ Models that did not learn (in-range accuracy below `learned_at`, 0.9 in every pr
 """
 
 
+#: The heading of docs/results.md's table of paper B's claims with all their numbers (README
+#: gives one verdict per claim).
+PAPER_B_DETAIL = "Paper B's claims in detail"
+
+
 def document() -> str:
     parts = [HEADER]
     for label, heading, command, note in DATASETS:
         path = DATA / f"{label}.nc"
         if not path.is_file():
             continue
+        if label == "length-generalization":
+            parts.append(f"## {PAPER_B_DETAIL}\n\n{paper_b_section()}\n")
         if label in INTERVENTION_LABELS:
             note += tbtt_coverage_text(open_dataset(path))
         parts.append(f"## {heading}\n\n`{command}` — {note}.\n\n{report(path)}")
@@ -147,7 +155,7 @@ def document() -> str:
 
 
 #: README.md's generated sections, by marker name.
-README_SECTIONS = {"paper-a": paper_a_section, "paper-b": paper_b_section,
+README_SECTIONS = {"paper-a": paper_a_section, "paper-b": paper_b_verdicts_section,
                    "paper-a-reproduction": paper_a_reproduction_section, "paper-b-notes": paper_b_notes_section,
                    "paper-a-fresh": fresh_seeds_section}
 

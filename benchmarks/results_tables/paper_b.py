@@ -1,5 +1,6 @@
-"""README's paper-B table (each claim, paper B's answer, dynlab's numbers) and the notes after
-it: the state-std growth and every paper-B study's wall time."""
+"""docs/results.md's table of paper B's claims with all their numbers (README gives one verdict
+per claim: :mod:`results_tables.paper_b_verdicts`) and README's notes after its table: the
+state-std growth and every paper-B study's wall time."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def _rise_rows(lg: xr.Dataset, lg0: xr.Dataset) -> list[tuple[str, str, str]]:
 
 
 def paper_b_section() -> str:
-    """README's paper-B table: each claim, paper B's answer, and dynlab's numbers."""
+    """docs/results.md's paper-B table: each claim, paper B's answer, and all of dynlab's numbers."""
     lg, lg0 = dataset("length-generalization"), dataset("length-generalization-no-conv")
     passkey, babi = dataset("passkey"), dataset("babilong")
     copying = copying_cell()

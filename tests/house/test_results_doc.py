@@ -29,6 +29,13 @@ def readme_text() -> str:
     return (ROOT / "README.md").read_text(encoding="utf-8")
 
 
+@pytest.fixture(scope="module")
+def detail_text(make_results) -> str:
+    """docs/results.md's table of paper B's claims with all their numbers."""
+    text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    return text.split(f"## {make_results.PAPER_B_DETAIL}\n", 1)[1].split("\n## ", 1)[0]
+
+
 @pytest.mark.slow
 def test_results_document_is_generated_from_the_committed_datasets(make_results):
     assert (ROOT / "docs" / "results.md").read_text() == make_results.document(), \
@@ -237,18 +244,26 @@ ARMS = ("random-noise", "fitted-noise", "state-passing", "tbtt")
 
 
 @pytest.mark.parametrize("label", ["length-generalization-interventions", "length-generalization-interventions-no-conv"])
-def test_the_interventions_rows_carry_holm_p_recomputed_from_the_runs(make_results, readme_text, label):
+def test_the_interventions_rows_carry_holm_p_recomputed_from_the_runs(make_results, readme_text, detail_text, label):
     """Raw p from scipy's paired t-test on the per-seed PPL, Holm over the 8 tests of 4 arms x
-    {far, in-range}, as README's interventions rows print them; and the prose verdict holds."""
+    {far, in-range}, as the detailed interventions rows print them; README's verdict per arm
+    ("yes" exactly when the far drop holds after Holm, with that Holm p) and its prose hold."""
     from scipy import stats
 
     ds = dataset(label)
     tests = [(v, arm) for v in ("ppl_far", "ppl_in") for arm in ARMS]
     raw = [stats.ttest_rel(_per_seed(ds, v, arm), _per_seed(ds, v, "zero")).pvalue for v, arm in tests]
     held = dict(zip(tests, _step_down_holm(raw)))
-    body = _section(readme_text, "paper-b")
     for (v, arm), p, h in zip(tests, raw, held.values()):
-        assert f"p {p:.2g} (Holm {h:.2g})" in body, (v, arm)
+        assert f"p {p:.2g} (Holm {h:.2g})" in detail_text, (v, arm)
+    for arm in ARMS:
+        row = next(line for line in _section(readme_text, "paper-b").splitlines()
+                   if line.startswith(f"| post-training with {arm.replace('-', ' ').replace('tbtt', 'TBTT')} "))
+        cell = row.split(" | ")[2]
+        verdict = cell.split("; without")[0] if label.endswith("interventions") else cell.split("without the convolution ")[1]
+        far = ("ppl_far", arm)
+        assert verdict.startswith("yes" if held[far] < 0.05 else "not shown"), (arm, verdict)
+        assert f"(Holm p {held[far]:.2g})" in verdict, (arm, verdict)
     far_kept = {arm for (v, arm), h in held.items() if v == "ppl_far" and h < 0.05}
     pairs = [(a, b) for i, a in enumerate(ARMS) for b in ARMS[i + 1:]]
     pair_p = _step_down_holm([stats.ttest_rel(_per_seed(ds, "ppl_far", a), _per_seed(ds, "ppl_far", b)).pvalue
@@ -268,7 +283,7 @@ def test_the_interventions_rows_carry_holm_p_recomputed_from_the_runs(make_resul
     assert "state passing, TBTT and random noise raise the in-range PPL significantly after Holm" in prose
 
 
-def test_the_tbtt_row_states_the_text_its_loader_reads(make_results, readme_text):
+def test_the_tbtt_row_states_the_text_its_loader_reads(make_results, detail_text):
     """The fraction of the training text that TBTT's post-training reads, counted by running its loader."""
     import json
 
@@ -283,18 +298,19 @@ def test_the_tbtt_row_states_the_text_its_loader_reads(make_results, readme_text
     for _ in range(spec["post"]["steps"]):
         seen.update(int(i) for start in next(loader).offsets for i in range(start, start + spec["train"]["seq_len"] + 1))
     assert tbtt_coverage(ds) == (len(seen), len(text))
-    row = next(line for line in _section(readme_text, "paper-b").splitlines() if line.startswith("| tbtt,"))
+    row = next(line for line in detail_text.splitlines() if line.startswith("| tbtt,"))
     assert f"{100 * len(seen) / len(text):.1f} % of the training text, the same in every seed" in row
-    assert "on the same batches" not in _section(readme_text, "paper-b")
+    assert "on the same batches" not in detail_text
 
 
-def test_the_order_row_is_arm_order_of_the_dataset(make_results, readme_text):
+def test_the_order_row_is_arm_order_of_the_dataset(make_results, readme_text, detail_text):
     """The arms' order row: bootstrap intervals from scipy over seeds, pairs tested, Holm over the pairs."""
     import numpy as np
     from scipy import stats
 
     ds = dataset("length-generalization-interventions")
-    row = next(line for line in _section(readme_text, "paper-b").splitlines() if line.startswith("| the arms' order"))
+    row = next(line for line in detail_text.splitlines() if line.startswith("| the arms' order"))
+    verdict = next(line for line in _section(readme_text, "paper-b").splitlines() if line.startswith("| the arms' order"))
     zero = _per_seed(ds, "ppl_far", "zero")
     sp = _per_seed(ds, "ppl_far", "state-passing") - zero
     ci = stats.bootstrap((sp,), np.mean, method="percentile", rng=np.random.default_rng(0)).confidence_interval
@@ -302,7 +318,7 @@ def test_the_order_row_is_arm_order_of_the_dataset(make_results, readme_text):
     assert f"state passing {cell(sp.mean(), 2, sign=True)} [{cell(ci.low)}, {cell(ci.high)}]" in row
     rn, fn = _per_seed(ds, "ppl_far", "random-noise"), _per_seed(ds, "ppl_far", "fitted-noise")
     assert f"random noise − fitted noise {cell((rn - fn).mean(), 2, sign=True)} (p {stats.ttest_rel(rn, fn).pvalue:.2g})" in row
-    assert "none below 0.05" in row
+    assert "none below 0.05" in row and "| not shown: no pair of arms differs after Holm" in verdict
 
 
 def test_the_dataset_commands_configs_exist_and_validate(make_results):
