@@ -285,7 +285,6 @@ def analyze_study(
     probe_study_files(path, manifest["run_ids"])
     changed = f"dynlab analyze stopped after it had changed {path} (runs moved to quarantine/ stay there)"
     with study_lock(path), stopping_after_changes(changed, lambda: store.changed):
-        claim(path, study.name)  # a folder from before the marker: adopted
         specs = manifest_specs(path, manifest, study, store)  # heals (quarantines and leaves out) damaged runs
         if not specs:  # every run went to quarantine: no dataset can list them
             (path / DATASET).unlink(missing_ok=True)

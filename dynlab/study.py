@@ -285,9 +285,6 @@ class Study:
         does not fit)."""
         return read_result(self.result_type, store, spec)
 
-    def load_results(self, store: RunStore, specs: Sequence[Spec]) -> list[RunResult]:
-        return [self.load_result(store, s) for s in specs]
-
 
 def parse_result(result_type: type[R], raw: dict[str, Any]) -> tuple[R | None, str | None]:
     """``(raw as result_type, None)``, or ``(None, why)`` when it does not fit: ``"does not fit

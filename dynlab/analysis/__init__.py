@@ -4,50 +4,62 @@
 Shared by both papers, this package imports neither (``dynlab.tracking``, ``dynlab.lm``):
 paper A's per-run tracker analysis, which runs the trackers, is :mod:`dynlab.tracking.analysis`,
 its fixed-point analysis per symbolic state (on the finder here) :mod:`dynlab.tracking.fixed_points`.
+
+The public names below are imported on first use (as in :mod:`dynlab`): a sibling module
+such as ``lm_metrics`` loads without the others (``correlation`` imports scipy.stats).
 """
 
-from dynlab.analysis.correlation import CorrelationResult, tcross_mp_correlation
-from dynlab.analysis.fixed_points import FixedPoints, find_fixed_points
-from dynlab.analysis.slow_points import SlowPoints, find_slow_points
-from dynlab.analysis.centroids import class_centroids
-from dynlab.analysis.geometry import (
-    crossing_time,
-    geometry_over_time,
-    readout_tau,
-    symbolic_basis,
-)
-from dynlab.analysis.jacobian import (
-    analysis_copy,
-    lyapunov_exponents,
-    return_map_jacobian,
-    return_map_on_U,
-    step_jacobians,
-    trajectory_jacobians,
-)
-from dynlab.analysis.margin import binary_signed_error, decision_margin, margin_vs_group_order
-from dynlab.analysis.perturbation import perturbation_response
+from __future__ import annotations
 
-__all__ = [
-    "CorrelationResult",
-    "FixedPoints",
-    "SlowPoints",
-    "analysis_copy",
-    "binary_signed_error",
-    "class_centroids",
-    "crossing_time",
-    "decision_margin",
-    "find_fixed_points",
-    "find_slow_points",
-    "geometry_over_time",
-    "lyapunov_exponents",
-    "margin_vs_group_order",
-    "perturbation_response",
-    "readout_tau",
-    "return_map_jacobian",
-    "return_map_on_U",
-    "step_jacobians",
-    "symbolic_basis",
-    "tcross_mp_correlation",
-    "trajectory_jacobians",
-]
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:  # what _EXPORTS names, for type checkers and benchmarks/import_graph.py
+    from dynlab.analysis.centroids import class_centroids
+    from dynlab.analysis.correlation import CorrelationResult, tcross_mp_correlation
+    from dynlab.analysis.fixed_points import FixedPoints, find_fixed_points
+    from dynlab.analysis.geometry import crossing_time, geometry_over_time, readout_tau, symbolic_basis
+    from dynlab.analysis.jacobian import (
+        analysis_copy, lyapunov_exponents, return_map_jacobian, return_map_on_U, step_jacobians, trajectory_jacobians,
+    )
+    from dynlab.analysis.margin import binary_signed_error, decision_margin, margin_vs_group_order
+    from dynlab.analysis.perturbation import perturbation_response
+    from dynlab.analysis.slow_points import SlowPoints, find_slow_points
+
+#: Public name -> the module that defines it, imported when the name is first read.
+_EXPORTS = {
+    "CorrelationResult": "dynlab.analysis.correlation",
+    "FixedPoints": "dynlab.analysis.fixed_points",
+    "SlowPoints": "dynlab.analysis.slow_points",
+    "analysis_copy": "dynlab.analysis.jacobian",
+    "binary_signed_error": "dynlab.analysis.margin",
+    "class_centroids": "dynlab.analysis.centroids",
+    "crossing_time": "dynlab.analysis.geometry",
+    "decision_margin": "dynlab.analysis.margin",
+    "find_fixed_points": "dynlab.analysis.fixed_points",
+    "find_slow_points": "dynlab.analysis.slow_points",
+    "geometry_over_time": "dynlab.analysis.geometry",
+    "lyapunov_exponents": "dynlab.analysis.jacobian",
+    "margin_vs_group_order": "dynlab.analysis.margin",
+    "perturbation_response": "dynlab.analysis.perturbation",
+    "readout_tau": "dynlab.analysis.geometry",
+    "return_map_jacobian": "dynlab.analysis.jacobian",
+    "return_map_on_U": "dynlab.analysis.jacobian",
+    "step_jacobians": "dynlab.analysis.jacobian",
+    "symbolic_basis": "dynlab.analysis.geometry",
+    "tcross_mp_correlation": "dynlab.analysis.correlation",
+    "trajectory_jacobians": "dynlab.analysis.jacobian",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

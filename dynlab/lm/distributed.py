@@ -57,7 +57,6 @@ import torch
 from torch import nn
 
 from dynlab.errors import DynlabInputError
-from dynlab.results.files import write_bytes_atomic, write_text_atomic
 
 __all__ = ["TrainState", "World", "accum_for_tokens", "current_world", "env_world_size", "init_world", "mean_over_ranks",
            "remove_train_state", "shard_rows"]
@@ -204,6 +203,8 @@ class TrainState:
 
     def save(self, done: int, losses: list[float], lengths: list[int]) -> None:
         """Write this rank's state after ``done`` steps, then (rank 0, once all have) the pointer."""
+        from dynlab.results.files import write_bytes_atomic, write_text_atomic  # xarray: only when saving
+
         state = {
             "done": done, "losses": losses, "lengths": lengths,
             "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},

@@ -34,7 +34,6 @@ epsilon, the layout of old run folders).
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
@@ -57,17 +56,10 @@ __all__ = ["Mamba2Mixer", "Mamba1Mixer", "GLAMixer", "MIXERS", "IMPLS", "causal_
 #: ``gla_ref``) under autograd.
 IMPLS = ("dispatch", "ref")
 
-#: Former names of the values, accepted with a DeprecationWarning.
-_DEPRECATED_IMPLS = {"chunked": "dispatch", "sequential": "ref"}
-
 
 def _check_impl(impl: str) -> str:
-    if impl in _DEPRECATED_IMPLS:
-        new = _DEPRECATED_IMPLS[impl]
-        warnings.warn(f"impl={impl!r} is deprecated; use impl={new!r} (the same scan)", DeprecationWarning, stacklevel=3)
-        return new
     if impl not in IMPLS:
-        raise DynlabInputError(f"impl must be one of {IMPLS}, got {impl!r}")
+        raise DynlabInputError(f"unknown impl {impl!r}; allowed: {', '.join(IMPLS)}")
     return impl
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from dynlab.spec import (
     MAX_EVAL_LENGTHS,
@@ -142,8 +142,7 @@ class LMDataSpec(Spec):
 
 #: Fields of :class:`LMModelSpec` added with the short convolution, and what a stored
 #: spec (a run folder's ``spec.json``) without them means: dynlab's earlier layout (no
-#: convolution, RMSNorm epsilon of the dtype, a norm inside Mamba-1).  A field holding
-#: that value is left out of the spec's JSON, so those run folders keep their run ids.
+#: convolution, RMSNorm epsilon of the dtype, a norm inside Mamba-1).
 LEGACY_MODEL_FIELDS: dict[str, Any] = {"conv_kernel": 0, "norm_eps": None, "mamba1_inner_norm": True}
 
 
@@ -196,14 +195,6 @@ class LMModelSpec(Spec):
         if info.context and info.context.get("stored") and isinstance(data, dict):
             data = {**LEGACY_MODEL_FIELDS, **data}
         return data
-
-    @model_serializer(mode="wrap")
-    def _drop_legacy_values(self, handler: Any) -> dict[str, Any]:
-        out = handler(self)
-        for name, value in LEGACY_MODEL_FIELDS.items():
-            if name in out and out[name] == value and type(out[name]) is type(value):
-                del out[name]
-        return out
 
     @model_validator(mode="after")
     def _dt_order(self) -> LMModelSpec:

@@ -41,30 +41,55 @@ No torch and no plotting: xarray and numpy only.
 from __future__ import annotations
 
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from dynlab.errors import DynlabInputError
-from dynlab.report.bench import bench_machine_line, bench_markdown, bench_tables
-from dynlab.report.format import machine_line
-from dynlab.report.lm import (
-    arm_order_lines, budget_tables, context_tables, far_in_ratio, first_rise, holm_contrasts, intervention_tables,
-    last_rise, lm_tables, size_tables, tbtt_line,
-)
-from dynlab.report.tasks import TASK_STUDIES, arm_in_range, headline, headline_contrasts, task_tables
-from dynlab.report.theory import THEORY, theory_learns
-from dynlab.report.tracking import learned_mp, reproduction_tables, tracking_tables
-from dynlab.results.schema import open_dataset
 
-__all__ = ["THEORY", "arm_in_range", "arm_order_lines", "bench_machine_line", "bench_markdown", "bench_tables",
-           "budget_tables", "context_tables", "far_in_ratio", "first_rise", "headline", "headline_contrasts",
-           "holm_contrasts", "intervention_tables", "last_rise", "learned_mp", "lm_tables", "machine_line", "report",
-           "reproduction_tables", "tbtt_line", "task_tables", "theory_learns", "tracking_tables"]
+if TYPE_CHECKING:  # what _EXPORTS names, for type checkers and benchmarks/import_graph.py
+    from dynlab.report.bench import bench_machine_line, bench_markdown, bench_tables
+    from dynlab.report.format import machine_line
+    from dynlab.report.lm import (
+        arm_order_lines, budget_tables, context_tables, far_in_ratio, first_rise, holm_contrasts, intervention_tables,
+        last_rise, lm_tables, size_tables, tbtt_line,
+    )
+    from dynlab.report.tasks import TASK_STUDIES, arm_in_range, headline, headline_contrasts, task_tables
+    from dynlab.report.theory import THEORY, theory_learns
+    from dynlab.report.tracking import learned_mp, reproduction_tables, tracking_tables
+
+#: Public name -> the module that defines it, imported when the name is first read (as in
+#: :mod:`dynlab`), so that one module (:mod:`~dynlab.report.theory`, :mod:`~dynlab.report.lm`)
+#: loads without the others.
+_EXPORTS = {name: module for module, names in {
+    "dynlab.report.bench": ("bench_machine_line", "bench_markdown", "bench_tables"),
+    "dynlab.report.format": ("machine_line",),
+    "dynlab.report.lm": ("arm_order_lines", "budget_tables", "context_tables", "far_in_ratio", "first_rise",
+                         "holm_contrasts", "intervention_tables", "last_rise", "lm_tables", "size_tables", "tbtt_line"),
+    "dynlab.report.tasks": ("TASK_STUDIES", "arm_in_range", "headline", "headline_contrasts", "task_tables"),
+    "dynlab.report.theory": ("THEORY", "theory_learns"),
+    "dynlab.report.tracking": ("learned_mp", "reproduction_tables", "tracking_tables"),
+}.items() for name in names}
+
+__all__ = sorted([*_EXPORTS, "report"])
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
 
 
 def report(path: str | Path) -> str:
     """The Markdown tables of the study dataset at ``path`` (a study folder or a ``.nc`` file),
     or of the benchmark result at ``path`` (a ``.json`` file, :func:`bench_tables`)."""
+    from dynlab.report.bench import bench_tables
+    from dynlab.results.schema import open_dataset
+
     p = Path(path).expanduser()
     if p.suffix.lower() == ".json" and not p.is_dir():
         return bench_tables(p)
@@ -79,10 +104,16 @@ def report(path: str | Path) -> str:
 
 def _study_tables(p: Path, ds) -> str:
     """:func:`report` of the study dataset ``ds`` read from ``p``."""
+    from dynlab.report.lm import budget_tables, context_tables, intervention_tables, lm_tables, size_tables
+    from dynlab.report.tasks import TASK_STUDIES, task_tables
+    from dynlab.report.tracking import tracking_tables
+
     study = ds.attrs.get("study")
     if study in TASK_STUDIES:
         return task_tables(ds)
     if study == "length-generalization":
+        import numpy as np
+
         from dynlab.report.forget import is_state_map, state_tables
 
         if is_state_map(ds):

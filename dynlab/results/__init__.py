@@ -18,7 +18,7 @@ _EXPORTS = {
     "provenance_attrs": "dynlab.results.schema",
     "write_dataset": "dynlab.results.schema",
     "attrs_of": "dynlab.results.vocabulary",
-    "curves": "dynlab.results.layout",
+    "curves": "dynlab.results.positions",
     "var": "dynlab.results.vocabulary",
 }
 

@@ -15,15 +15,13 @@ A study folder (``OUT/<study>``) is dynlab's own.  It holds only these names::
 The rules, enforced here and nowhere else:
 
 - **A folder dynlab did not make is refused** before anything is written
-  (:func:`check_study_folder`): one that holds any other name (hidden names other than
-  dynlab's aside: ``.DS_Store``, ``.nfs…``) is refused naming the first such file (in
-  sorted order).  A missing or empty folder is fine; so is one with dynlab's marker for the
-  same study.
-- **Folders written before the marker existed** (no ``.dynlab-study``) are accepted when
-  they hold only dynlab's names, their ``manifest.json`` (when there is one) is a dynlab
-  manifest of the same study whose run ids are run ids, a ``dataset.nc`` comes with such a
-  manifest, and ``runs/`` holds only run folders; the marker is then written
-  (:func:`claim`).  Anything else is refused as a folder of someone else's files.
+  (:func:`check_study_folder`): a folder without dynlab's marker that holds any file
+  (hidden names aside: ``.DS_Store``, ``.nfs…``, dynlab's lock and temporary files) is
+  refused naming the first such file (in sorted order; other names than dynlab's first),
+  however much it looks like a study folder: only the marker says dynlab wrote it.  A
+  missing or empty folder is fine, and so is a fresh one being made (dynlab's folders in
+  it empty: the ``runs/`` a write probe left); so is one with dynlab's marker for the same
+  study.
 - **Run ids are checked before any path is formed** (:func:`check_run_id`: 16 lowercase
   hex digits, :meth:`dynlab.spec.Spec.spec_hash`); a manifest entry such as
   ``../../victim/runs/x`` is one line of bad input.
@@ -101,14 +99,10 @@ def run_folder(root: str | Path, run_id: str, where: str = "") -> Path:
     return inside(root, folder)
 
 
-def _is_temporary(name: str) -> bool:
-    return name.startswith(".") and name.endswith(".tmp")
-
-
-def _foreign_names(root: Path) -> list[str]:
-    """The names at the top of ``root`` that dynlab does not write (hidden names aside,
-    except dynlab's own, which are checked), sorted."""
-    return sorted(n for n in os.listdir(root) if not n.startswith(".") and n not in STUDY_NAMES)
+def _foreign_names(names: Iterable[str]) -> list[str]:
+    """The ``names`` (at the top of a study folder) that dynlab does not write (hidden names
+    aside), sorted."""
+    return sorted(n for n in names if not n.startswith(".") and n not in STUDY_NAMES)
 
 
 def _refuse(root: Path, flag: str, what: str) -> DynlabInputError:
@@ -129,24 +123,11 @@ def _read_marker(root: Path, name: str, flag: str) -> None:
         raise _refuse(root, flag, f"is the folder of study {said!r}, not of {name!r} ({MARKER})")
 
 
-def _dynlab_manifest(root: Path, name: str | None) -> bool:
-    """Whether ``root/manifest.json`` reads as a manifest a study named ``name`` (None: any) wrote."""
-    try:
-        doc = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:  # removed while read (check_study_folder reads again)
-        raise
-    except (OSError, ValueError):
-        return False
-    return (isinstance(doc, dict) and isinstance(doc.get("study"), str) and (name is None or doc["study"] == name)
-            and isinstance(doc.get("preset"), str) and isinstance(doc.get("run_ids"), list)
-            and all(isinstance(r, str) and RUN_ID.fullmatch(r) for r in doc["run_ids"]))
-
-
 def check_study_folder(root: str | Path, name: str | None = None, flag: str = "") -> bool:
     """Refuse, before anything is written, a study folder ``root`` (of study ``name``;
-    None: the one its manifest names) that is not dynlab's (module docstring); one line
+    None: of any study) that is not dynlab's (module docstring); one line
     naming the first file dynlab did not write, or the link.  Reads only.  Returns True
-    when the folder exists and holds something (a study to resume or analyse).
+    when the folder is a study dynlab wrote (its marker: a study to resume or analyse).
 
     Another dynlab process may make or remove the folder meanwhile (the write probe of a
     study starting beside this one, :func:`dynlab.outputs.probe_folder`, or the clean-up of
@@ -188,24 +169,27 @@ def _check_study_folder(root: Path, name: str | None, flag: str) -> bool:
         if name is not None:
             _read_marker(root, name, flag)
         return True
-    foreign = _foreign_names(root)
-    if not foreign and "manifest.json" in names and not _dynlab_manifest(root, name):
-        foreign = ["manifest.json"]
-    if not foreign and "dataset.nc" in names and "manifest.json" not in names:
-        foreign = ["dataset.nc"]
-    if not foreign and "runs" in names:
-        foreign = [f"runs/{n}" for n in sorted(os.listdir(root / "runs"))
-                   if not (RUN_ID.fullmatch(n) or n.startswith("."))
-                   or (RUN_ID.fullmatch(n) and not (root / "runs" / n).is_dir())][:1]
-    if foreign:
-        raise _refuse(root, flag, f"holds files dynlab did not write ({foreign[0]})")
-    return any(not n.startswith(".") for n in names)
+    held = _foreign_names(names) or _held_names(root, names)
+    if held:  # no marker: not dynlab's, whatever it holds
+        raise _refuse(root, flag, f"holds files dynlab did not write ({held[0]})")
+    return False
+
+
+def _held_names(root: Path, names: set[str]) -> list[str]:
+    """dynlab's names at the top of ``root`` that hold something, sorted: its files, and
+    what its folders hold (``runs/<name>``; hidden names aside)."""
+    held = []
+    for n in sorted(names & set(STUDY_NAMES) - {MARKER, LOCK}):
+        if n not in _DIRS:
+            held.append(n)
+        else:
+            held += [f"{n}/{m}" for m in sorted(os.listdir(root / n)) if not m.startswith(".")][:1]
+    return held
 
 
 def claim(root: str | Path, name: str) -> Path:
     """Make the study folder ``root`` (and its parents) and write its marker first, when
-    missing (a legacy folder, already checked by :func:`check_study_folder`, is adopted so).
-    Returns the marker's path."""
+    missing.  Returns the marker's path."""
     from dynlab.results.files import make_dir, write_text_atomic
 
     root = make_dir(Path(root))

@@ -20,7 +20,6 @@ import dynlab
 from dynlab.errors import DynlabInputError
 from dynlab.spec import Spec
 from dynlab.results.files import NETCDF_ENGINE, float_where_padded, make_dir, write_netcdf  # noqa: F401 (re-exported)
-from dynlab.results.layout import current_layout
 from dynlab.results.vocabulary import VARIABLES, annotate
 
 __all__ = ["CONVENTIONS", "DATASET", "VARIABLES", "annotate", "git_sha", "open_dataset", "provenance_attrs", "write_dataset"]
@@ -78,8 +77,7 @@ def write_dataset(ds: xr.Dataset, path: str | Path) -> Path:
 def open_dataset(path: str | Path) -> xr.Dataset:
     """The one opener of the datasets dynlab writes (:func:`write_dataset`): ``path`` is a
     study folder (its :data:`DATASET`) or a ``.nc`` file; the dataset is loaded fully into
-    memory and the file closed, and a file written in an earlier layout is read in the
-    current one (:func:`dynlab.results.layout.current_layout`: the values unchanged).
+    memory and the file closed.
     ``dynlab.open_study`` (:mod:`dynlab.runner`) is this function.  A missing or unreadable file is one line of
     :class:`~dynlab.errors.DynlabInputError` naming the path and what is allowed."""
     p = Path(path).expanduser()
@@ -89,8 +87,7 @@ def open_dataset(path: str | Path) -> xr.Dataset:
         raise DynlabInputError(f"no dataset at {p}; allowed: {_ALLOWED} (`dynlab study NAME --out DIR` writes one)")
     try:
         with xr.open_dataset(p, engine=NETCDF_ENGINE) as ds:
-            loaded = ds.load()
+            return ds.load()
     except Exception as exc:  # netCDF/HDF5 readers raise their own error types
         why = f"{type(exc).__name__}: {exc}".splitlines()[0]
         raise DynlabInputError(f"unreadable dataset {p} ({why}); allowed: {_ALLOWED}, written by dynlab") from None
-    return current_layout(loaded)

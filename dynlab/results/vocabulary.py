@@ -26,7 +26,7 @@ Dimension names (one meaning each):
 - ``t_bin`` (with ``t_bin_start``), ``t_effrem``, ``t_state`` — the positions of a language
   model's binned perplexity, effective remembrance and state statistics: each quantity on
   its own grid, so none is padded onto the positions of another (a study's runs share each
-  grid, NaN beyond a run's own length; :func:`dynlab.results.layout.curves` gives each run's
+  grid, NaN beyond a run's own length; :func:`dynlab.results.positions.curves` gives each run's
   curve alone, with ``t_rel`` = t / T_train);
 - ``loss_point`` — a point of a run's subsampled training-loss curve (its step is the
   coordinate ``train_step``, one per run).
@@ -79,7 +79,7 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "t_bin": ("position t (bin end)", "tokens", "last position of a perplexity bin; the bin holds t_bin_start … t_bin"),
     "t_bin_start": ("first position of the bin", "tokens", "the bin of ppl_binned holds t_bin_start … t_bin"),
     "t_rel": ("position t / T_train", "1",
-              "a curve's position over its run's training length (dynlab.results.layout.curves; never stored)"),
+              "a curve's position over its run's training length (dynlab.results.positions.curves; never stored)"),
     "t_log": ("position t (log-spaced bin end)", "tokens",
               "last position of a log-spaced perplexity bin; the bin holds the positions after the previous end"),
     "t_effrem": ("start t of the truncated context", "tokens",

@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 import xarray as xr
-from pydantic import model_validator
 
 from dynlab.tracking.analysis import AnalysisSpec
 from dynlab.tracking.analyze import analyze_tracker
@@ -58,7 +57,7 @@ class TrackerResult(RunResult):
     ``accuracy_dense`` at every length 1 … max(lengths), ``mp`` (dense max-pass length,
     :func:`dynlab.tracking.evaluate.max_pass_length_dense`) with ``mp_censored``, ``mp_grid`` on the
     evaluated lengths with ``mp_grid_censored``, and the ``threshold`` and ``mp_window``
-    they used.  Results stored before ``mp_grid_censored`` existed take ``mp_censored``.
+    they used.
     """
 
     curriculum_length: int | None = None
@@ -76,12 +75,6 @@ class TrackerResult(RunResult):
     mp_grid_censored: bool | None = None
     threshold: float | None = None
     mp_window: float | None = None
-
-    @model_validator(mode="after")
-    def _legacy_grid_censoring(self) -> TrackerResult:
-        if self.mp_grid_censored is None and self.mp_censored is not None:
-            self.mp_grid_censored = self.mp_censored
-        return self
 
 
 def run_status(res: TrainResult, max_length: int) -> tuple[str, str]:

@@ -215,8 +215,11 @@ def _damaged_study(tmp_path: Path, **manifest) -> Path:
     manifest holds ``manifest`` on top of valid study/preset/run_ids."""
     import json
 
+    from dynlab.results.folder import MARKER
+
     study = tmp_path / "study"
     (study / "runs" / RID).mkdir(parents=True, exist_ok=True)
+    (study / MARKER).write_text(json.dumps({"dynlab": "study folder", "study": "group-tracking"}))
     (study / "runs" / RID / "spec.json").write_text('{"no": "fields"}')
     (study / "manifest.json").write_text(json.dumps({**SOUND, "run_ids": [RID], **manifest}))
     return study

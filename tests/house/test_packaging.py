@@ -119,7 +119,7 @@ def _build(kind: str, src: Path, out: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_a_wheel_holds_every_module_inside_dynlab_and_the_c_sources(tmp_path):
+def test_a_wheel_holds_every_module_inside_dynlab_the_c_sources_and_the_corpus(tmp_path):
     src = _copy_checkout(tmp_path / "src")
     with zipfile.ZipFile(_build("build_wheel", src, tmp_path / "wheel")) as wheel:
         names = set(wheel.namelist())
@@ -132,6 +132,7 @@ def test_a_wheel_holds_every_module_inside_dynlab_and_the_c_sources(tmp_path):
     assert cli == (ROOT / "cli.py").read_bytes()  # a real file, the top-level cli.py's bytes
     assert {"dynlab/kernels/fast_tanh.c", "dynlab/kernels/selective_scan/selective_scan.c",
             "dynlab/kernels/tracker_loss/diagonal.c"} <= names
+    assert {"dynlab/lm/data/shakespeare.txt.gz", "dynlab/lm/data/NOTICE.md"} <= names  # the corpus `shakespeare`
     top = {n.split("/")[0] for n in names}
     assert top == {"dynlab", next(n for n in top if n.endswith(".dist-info"))}, top  # no kernels, studies, .pth
 

@@ -1,6 +1,6 @@
 """The short causal convolution of the LM mixers: against its tap-by-tap reference, its
 window carried in the state everywhere a state travels, and old run folders (made before
-the convolution existed) loading with their own layout and run ids."""
+the convolution existed) loading with their own layout."""
 
 from __future__ import annotations
 
@@ -125,25 +125,27 @@ def test_noise_interventions_start_the_window_at_zero(kind):
     assert not isinstance(init, CarriedStates)  # a plain list: the model uses zero windows
 
 
-def test_new_specs_record_the_convolution_and_legacy_values_are_left_out():
+def test_specs_record_the_convolution_fields_whatever_their_values():
     new = LMModelSpec()
     dumped = new.model_dump(mode="json")
     assert dumped["conv_kernel"] == 4 and dumped["norm_eps"] == 1e-5 and dumped["mamba1_inner_norm"] is False
     old_layout = LMModelSpec(**LEGACY_MODEL_FIELDS)
-    assert not set(LEGACY_MODEL_FIELDS) & set(old_layout.model_dump(mode="json"))
-    # written and read back (load_spec) it keeps the old layout, not the new defaults
-    back = load_spec(LMRunSpec(model=old_layout).canonical_json(), LMRunSpec)
-    assert back.model == old_layout
+    assert {k: old_layout.model_dump(mode="json")[k] for k in LEGACY_MODEL_FIELDS} == LEGACY_MODEL_FIELDS
+    # written and read back (load_spec) it keeps the old layout, and its run id
+    text = LMRunSpec(model=old_layout).canonical_json()
+    back = load_spec(text, LMRunSpec)
+    assert back.model == old_layout and back.canonical_json() == text
 
 
 @pytest.mark.regression_pin
 @pytest.mark.parametrize("mixer", ["mamba2", "mamba1", "gla"])
-def test_run_folders_from_before_the_convolution_load_with_their_ids_and_logits(mixer):
+def test_run_folders_from_before_the_convolution_load_with_their_layout_and_logits(mixer):
     """Fixtures written by dynlab before the convolution (spec.json, weights, logits).
 
     Pins: tests/data/legacy_lm_runs/<mixer>/ (run folders dynlab wrote before the short
-    convolution, commit 1076c0a's parent) keep their run id (spec.json written back byte for
-    byte) and their logits on the stored tokens (expected.safetensors).  Regenerate: only if
+    convolution, commit 1076c0a's parent) load in their layout and give their logits on the
+    stored tokens (expected.safetensors); their run ids are not kept (their spec.json lacks
+    the convolution's fields, which every spec's JSON now holds).  Regenerate: only if
     the old layout is dropped on purpose; the fixtures cannot come from the current code (they
     pin the old one): from a checkout of 1076c0a^, save a tiny run per mixer and its logits on
     ``tokens`` as expected.safetensors (``git log -- tests/data/legacy_lm_runs``)."""
@@ -152,7 +154,6 @@ def test_run_folders_from_before_the_convolution_load_with_their_ids_and_logits(
     folder = LEGACY / mixer
     text = (folder / "spec.json").read_text()
     spec = load_spec(text, LMRunSpec)
-    assert spec.canonical_json() == text  # same run id as when it was written
     assert spec.model.conv_kernel == 0 and spec.model.norm_eps is None
     model, info = load_checkpoint(folder)
     expected = load_file(str(folder / "expected.safetensors"))

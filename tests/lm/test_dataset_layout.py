@@ -1,5 +1,5 @@
-"""An LM run's dataset layout (each curve on its own positions; the old shared-``t`` layout:
-tests/results/test_layout.py), and the training-loss curve with its ``converged`` rule."""
+"""An LM run's dataset layout (each curve on its own positions), and the training-loss curve
+with its ``converged`` rule."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dynlab.errors import DynlabInputError
 from dynlab.lm.mixers import MIXERS
 from dynlab.lm.model import RecurrentLM
 
@@ -109,16 +110,15 @@ def test_mamba2_decay_rates_in_documented_range():
 def test_unknown_mixer_and_impl_raise():
     with pytest.raises(ValueError, match="mixer must be one of"):
         RecurrentLM("lstm")
-    with pytest.raises(ValueError, match="impl must be one of"):
+    with pytest.raises(ValueError, match="unknown impl .*; allowed: dispatch, ref"):
         RecurrentLM("gla", impl="triton")
 
 
-@pytest.mark.parametrize(("old", "new"), [("chunked", "dispatch"), ("sequential", "ref")])
+@pytest.mark.parametrize("old", ["chunked", "sequential"])
 @pytest.mark.parametrize("name", sorted(MIXERS))
-def test_former_impl_names_warn_and_run_the_same_scan(name, old, new):
-    with pytest.warns(DeprecationWarning, match=f"impl='{old}' is deprecated; use impl='{new}'"):
-        mixer = MIXERS[name](16, impl=old, **SMALL[name])
-    assert mixer.impl == new
+def test_former_impl_names_are_unknown_values(name, old):
+    with pytest.raises(DynlabInputError, match=rf"^unknown impl '{old}'; allowed: dispatch, ref$"):
+        MIXERS[name](16, impl=old, **SMALL[name])
 
 
 def test_public_api_is_pinned():

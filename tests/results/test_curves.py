@@ -1,4 +1,4 @@
-"""Each run's curve on its own positions (dynlab.results.layout.curves): a study's runs share
+"""Each run's curve on its own positions (dynlab.results.positions.curves): a study's runs share
 each position axis, a run's curve NaN beyond its own evaluation length and off its own grid;
 ``curves`` gives back exactly each run's values, unpadded, with ``t_rel`` = t / T_train, and the
 snippet of docs/usage.md that draws them draws a line per run."""
@@ -20,7 +20,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from dynlab.lm.dataset import result_to_dataset  # noqa: E402
 from dynlab.results import curves, open_dataset  # noqa: E402
 from dynlab.results.assemble import stack_runs  # noqa: E402
-from dynlab.results.layout import POSITION_AXES  # noqa: E402
+from dynlab.results.positions import POSITION_AXES  # noqa: E402
 
 from helpers.lm_results import lm_result  # noqa: E402
 from helpers.paths import REPO  # noqa: E402

@@ -66,22 +66,41 @@ def _study(tmp_path: Path, **options) -> Path:
     return tmp_path / "out" / "tiny"
 
 
-# -- the marker, legacy folders, someone else's folder -----------------------------------
+# -- the marker, someone else's folder ---------------------------------------------------
 
-def test_a_study_writes_its_marker_and_a_legacy_folder_is_adopted(tmp_path):
+def test_a_study_writes_its_marker_and_without_it_the_folder_is_not_dynlabs(tmp_path):
     root = _study(tmp_path)
     assert json.loads((root / MARKER).read_text())["study"] == "tiny"
     assert sorted(os.listdir(root)) == sorted([MARKER, LOCK, "dataset.nc", "manifest.json", "runs"])
-    (root / MARKER).unlink()  # as a study written before the marker existed
-    (root / LOCK).unlink()
     assert check_study_folder(root, "tiny") is True
-    analyze_study(root, lambda name: _tiny_study(), device="cpu")
-    assert (root / MARKER).is_file()
+    (root / MARKER).unlink()  # dynlab's files, but not the marker: only the marker says dynlab wrote them
+    before = _tree(tmp_path)
+    refused = rf"^(--out )?{root} holds files dynlab did not write \(dataset.nc\); allowed: a new or empty folder"
+    with pytest.raises(DynlabInputError, match=refused):
+        check_study_folder(root, "tiny")
+    with pytest.raises(DynlabInputError, match=refused):
+        run_study(_tiny_study(), StudyOptions(preset="smoke"), out=tmp_path / "out", device="cpu")
+    with pytest.raises(DynlabInputError, match=refused):
+        analyze_study(root, lambda name: _tiny_study(), device="cpu")
+    assert _tree(tmp_path) == before
+
+
+def test_a_fresh_folder_being_made_is_fine(tmp_path):
+    """No marker yet, only what making a study leaves before it: the lock, an empty
+    ``runs/`` (a write probe's), a probe's hidden temporary folder."""
+    root = tmp_path / "out" / "tiny"
+    (root / "runs" / f".tmp-{'0' * 64}-host-1").mkdir(parents=True)
+    (root / LOCK).write_text("")
+    assert check_study_folder(root, "tiny") is False
+    run_study(_tiny_study(), StudyOptions(preset="smoke"), out=tmp_path / "out", device="cpu")
+    assert json.loads((root / MARKER).read_text())["study"] == "tiny"
 
 
 @pytest.mark.parametrize("files, first", [
     ({"thesis.tex": "mine"}, "thesis.tex"),
-    ({"manifest.json": '{"mine": 1}', "dataset.nc": "mine"}, "manifest.json"),
+    ({"manifest.json": '{"mine": 1}', "dataset.nc": "mine"}, "dataset.nc"),
+    ({"manifest.json": '{"study": "tiny", "preset": "smoke", "run_ids": []}'}, "manifest.json"),
+    ({"runs/0123456789abcdef/spec.json": "{}"}, "runs/0123456789abcdef"),
     ({"dataset.nc": "mine"}, "dataset.nc"),
     ({"runs/notes.txt": "mine"}, "runs/notes.txt"),
     ({"b.txt": "mine", "a.txt": "mine"}, "a.txt"),

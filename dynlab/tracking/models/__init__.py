@@ -1,20 +1,44 @@
-"""Recurrent cells, the tracker stack, the registry and the family probe."""
+"""Recurrent cells, the tracker stack, the registry and the family probe.
 
-from dynlab.tracking.models.cell_base import Cell
-from dynlab.tracking.models.nonlinearity import NONLINEARITIES
-from dynlab.tracking.models.probe import measure_family, probe_jacobian_variation
-from dynlab.tracking.models.registry import BUILTIN_ARCHS, available_cells, get_cell, register_cell
-from dynlab.tracking.models.tracker import Tracker, TrackerOutput
+The public names below are imported on first use (as in :mod:`dynlab`), so that one
+module (the cells, the tracker) loads without the others.
+"""
 
-__all__ = [
-    "BUILTIN_ARCHS",
-    "Cell",
-    "NONLINEARITIES",
-    "Tracker",
-    "TrackerOutput",
-    "available_cells",
-    "get_cell",
-    "measure_family",
-    "probe_jacobian_variation",
-    "register_cell",
-]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what _EXPORTS names, for type checkers and benchmarks/import_graph.py
+    from dynlab.tracking.models.cell_base import Cell
+    from dynlab.tracking.models.nonlinearity import NONLINEARITIES
+    from dynlab.tracking.models.probe import measure_family, probe_jacobian_variation
+    from dynlab.tracking.models.registry import BUILTIN_ARCHS, available_cells, get_cell, register_cell
+    from dynlab.tracking.models.tracker import Tracker, TrackerOutput
+
+#: Public name -> the module that defines it, imported when the name is first read.
+_EXPORTS = {
+    "BUILTIN_ARCHS": "dynlab.tracking.models.registry",
+    "Cell": "dynlab.tracking.models.cell_base",
+    "NONLINEARITIES": "dynlab.tracking.models.nonlinearity",
+    "Tracker": "dynlab.tracking.models.tracker",
+    "TrackerOutput": "dynlab.tracking.models.tracker",
+    "available_cells": "dynlab.tracking.models.registry",
+    "get_cell": "dynlab.tracking.models.registry",
+    "measure_family": "dynlab.tracking.models.probe",
+    "probe_jacobian_variation": "dynlab.tracking.models.probe",
+    "register_cell": "dynlab.tracking.models.registry",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
