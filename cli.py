@@ -208,9 +208,10 @@ def report(datasets: Annotated[list[str], typer.Argument(help="Study folders or 
 @app.command()
 def runs(study_dir: Annotated[str, typer.Argument(help="A study folder (OUT/<study>) written by `dynlab study`.")],
          full: _o(bool, "--full", help="Whole run ids (default: the shortest prefix that tells them apart).") = False,
-         as_json: _o(bool, "--json", help="A JSON list of the runs (whole ids, each status's reason) instead.") = False) -> None:
+         as_json: _o(bool, "--json", help="A JSON list of the runs (whole ids, each status's reason) instead.") = False,
+         tensorboard: _o(str, "--tensorboard", help="Also write the runs' stored curves as a TensorBoard log in this folder.") = "") -> None:
     """List a study's runs, each named by what it is (model, group or intervention, seed, the swept settings) and its status."""
-    typer.echo(app_runs.runs_text(study_dir, full, as_json))
+    typer.echo(app_runs.runs_text(study_dir, full, as_json, tensorboard or None))
 
 
 @lm_app.command("export")

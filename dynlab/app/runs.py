@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -124,14 +125,24 @@ def _short(ids: list[str]) -> int:
     return n
 
 
-def runs_text(study_dir: str | Path, full: bool = False, as_json: bool = False) -> str:
+def runs_text(study_dir: str | Path, full: bool = False, as_json: bool = False, tensorboard: str | None = None) -> str:
     """The listing of :func:`list_runs`: a table with a header row (``--json``: a JSON list of
-    the rows, full ids)."""
+    the rows, full ids).  ``tensorboard``: first write the runs' stored curves as a
+    TensorBoard log in that folder (:mod:`dynlab.app.tensorboard`), its line after the
+    table (on stderr with ``--json``, which keeps stdout one JSON document)."""
     columns, rows = list_runs(study_dir)
+    wrote = ""
+    if tensorboard is not None:
+        from dynlab.app.tensorboard import write_tensorboard
+
+        wrote = write_tensorboard(_study_root(study_dir), tensorboard, columns, rows)
     if as_json:
+        if wrote:
+            print(wrote, file=sys.stderr)
         return json.dumps(rows, indent=1)
     n = 16 if full else _short([r["run_id"] for r in rows])
     table = [["run", *columns, "status"]]
     table += [[r["run_id"][:n], *(shown(r[c]) for c in columns), r["status"]] for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table)
+    text = "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table)
+    return f"{text}\n{wrote}" if wrote else text
