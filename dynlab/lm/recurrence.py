@@ -58,14 +58,17 @@ class LMRecurrence(nn.Module):
         return torch.zeros(batch, self.state_size, device=p.device, dtype=p.dtype)
 
     def unflatten(self, h: torch.Tensor) -> CarriedStates:
+        # one torch.split, not a slice per part: its backward is one cat, where each slice's
+        # backward fills and adds a whole [.., S] gradient (under jacrev, S of them per part)
+        parts = list(torch.split(h, np.diff(self.offsets).tolist(), dim=1))
         n = len(self.ssm_shapes)
-        ssm = [h[:, self.offsets[i]:self.offsets[i + 1]].reshape(-1, *s) for i, s in enumerate(self.ssm_shapes)]
+        ssm = [parts[i].reshape(-1, *s) for i, s in enumerate(self.ssm_shapes)]
         conv, j = [], n
         for c in self.conv_shapes:
             if c is None:
                 conv.append(None)
                 continue
-            conv.append(h[:, self.offsets[j]:self.offsets[j + 1]].reshape(-1, *c))
+            conv.append(parts[j].reshape(-1, *c))
             j += 1
         return CarriedStates(ssm, conv)
 
@@ -101,8 +104,8 @@ def flat_states(rec: LMRecurrence, tokens: torch.Tensor) -> tuple[torch.Tensor, 
 
 def state_jacobians(rec: LMRecurrence, h: torch.Tensor, x: torch.Tensor) -> np.ndarray:
     """``[B, S, S]`` step Jacobians: ``torch.func`` (jacrev under vmap) where the mixer's
-    operators can be batched (Mamba-2), else one reverse-mode Jacobian per sample (the
-    selective-scan and GLA kernels have no vmap rule)."""
+    operators can be batched (Mamba-2, GLA), else one reverse-mode Jacobian per sample (the
+    selective-scan kernel is a custom autograd function with no vmap rule)."""
     try:
         return step_jacobians(rec, h, x).numpy()
     except RuntimeError:
@@ -127,7 +130,7 @@ def layer_jacobians(rec: LMRecurrence, h: torch.Tensor, x: torch.Tensor, layer: 
 
         try:
             jac = torch.func.jacrev(f)(base[sl])
-        except RuntimeError:  # kernels without a vmap rule (selective scan, GLA)
+        except RuntimeError:  # kernels without a vmap rule (the selective scan)
             jac = torch.autograd.functional.jacobian(f, base[sl])
         out.append(jac.detach().cpu().numpy())
     return np.stack(out)

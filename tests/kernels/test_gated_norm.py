@@ -57,15 +57,42 @@ def test_gradcheck_float64(backend, eps, shape):
     assert torch.autograd.gradcheck(lambda a, b, c: gated_rms_norm(a, b, c, eps), (y, z, w))
 
 
+def _plain(dtype):
+    """The gated RMSNorm written out in float64, apart from dynlab's op, its reference and
+    F.rms_norm — ``g = (y + skip_weight·skip) · z·sigmoid(z)``, ``g / sqrt(mean(g²) + eps) · w``
+    per member — with gated_rms_norm's arguments; eps None is ``dtype``'s machine epsilon."""
+
+    def norm(y, z, w, eps, skip=None, skip_weight=None):
+        eps = torch.finfo(dtype).eps if eps is None else eps
+        per_member = lambda v: v.double().view(v.shape[0], *([1] * (y.dim() - 2)), v.shape[1])  # noqa: E731
+        u = y.double() if skip is None else y.double() + per_member(skip_weight) * skip.double()
+        g = u * z.double() * torch.sigmoid(z.double())
+        return g / torch.sqrt((g * g).mean(dim=-1, keepdim=True) + eps) * per_member(w)
+
+    return norm
+
+
+def _check_against_plain(dtype, leaves, call, go):
+    """``call(fn, *leaves)`` for fn = gated_rms_norm (the C loops, or the reference where they
+    are off) and gated_rms_norm_ref, values and the gradients of ``go · out`` in every leaf,
+    against :func:`_plain` on float64 copies of the leaves."""
+    exact = [x.detach().double().requires_grad_(True) for x in leaves]
+    want = call(_plain(dtype), *exact)
+    gwant = torch.autograd.grad(want, exact, go.double())
+    for fn in (gated_rms_norm, gated_rms_norm_ref):
+        out = call(fn, *leaves)
+        assert out.dtype == dtype
+        torch.testing.assert_close(out.double(), want.detach(), **TOL[dtype])
+        for got, g in zip(torch.autograd.grad(out, leaves, go), gwant):
+            torch.testing.assert_close(got.double(), g, **TOL[dtype])
+
+
 @pytest.mark.parametrize("eps", [1e-5, None])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_values_and_gradients_equal_the_reference(backend, dtype, eps):
     y, z, w = _inputs(dtype)
     go = torch.randn(y.shape, generator=torch.Generator().manual_seed(5), dtype=dtype)
-    out, ref = gated_rms_norm(y, z, w, eps), gated_rms_norm_ref(y, z, w, eps)
-    torch.testing.assert_close(out, ref, **TOL[dtype])
-    for got, want in zip(torch.autograd.grad(out, (y, z, w), go), torch.autograd.grad(ref, (y, z, w), go)):
-        torch.testing.assert_close(got, want, **TOL[dtype])
+    _check_against_plain(dtype, [y, z, w], lambda fn, a, b, c: fn(a, b, c, eps), go)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -73,17 +100,17 @@ def test_skip_and_sliced_inputs_equal_the_reference(backend, dtype):
     """Mamba-2's form (the skip ``D·x``), with y, z and the skip read in place from slices of
     one wider tensor, and with contiguous inputs: values and every gradient."""
     wide, y, z, w, s, sw = _sliced(dtype)
+    d = y.shape[-1]
     go = torch.randn(y.shape, generator=torch.Generator().manual_seed(4), dtype=dtype)
-    out, ref = gated_rms_norm(y, z, w, 1e-5, s, sw), gated_rms_norm_ref(y, z, w, 1e-5, s, sw)
-    torch.testing.assert_close(out, ref, **TOL[dtype])
-    for got, want in zip(torch.autograd.grad(out, (wide, w, sw), go), torch.autograd.grad(ref, (wide, w, sw), go)):
-        torch.testing.assert_close(got, want, **TOL[dtype])
+
+    def sliced(fn, x, c, f):
+        a, b, u, _ = torch.split(x, [d, d, d, 3], dim=-1)
+        return fn(a, b, c, 1e-5, u, f)
+
+    _check_against_plain(dtype, [wide, w, sw], sliced, go)
     y, z, w = _inputs(dtype)
     s, sw = _skip(dtype)
-    out, ref = gated_rms_norm(y, z, w, None, s, sw), gated_rms_norm_ref(y, z, w, None, s, sw)
-    torch.testing.assert_close(out, ref, **TOL[dtype])
-    for got, want in zip(torch.autograd.grad(out, (y, z, w, s, sw), go), torch.autograd.grad(ref, (y, z, w, s, sw), go)):
-        torch.testing.assert_close(got, want, **TOL[dtype])
+    _check_against_plain(dtype, [y, z, w, s, sw], lambda fn, *a: fn(*a[:3], None, *a[3:]), go)
 
 
 def test_gradcheck_float64_with_skip(backend):
@@ -129,6 +156,7 @@ def test_float32_saturated_gates_match(backend):
     out, ref = gated_rms_norm(y, z, w, 1e-5), gated_rms_norm_ref(y, z, w, 1e-5)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, ref, **TOL[torch.float32])
+    torch.testing.assert_close(out.double(), _plain(torch.float32)(y, z, w, 1e-5).detach(), **TOL[torch.float32])
 
 
 def test_bad_shapes_are_one_clear_error():

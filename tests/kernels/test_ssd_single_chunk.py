@@ -41,14 +41,32 @@ def _split(wide, sizes):
     return xs.reshape(g, t, h, p), B, C
 
 
-def _run(fn, dtype, final_grad, **kw):
+def _sequential(x, dt, A, B, C):
+    """SSD written out as its recurrence, one step at a time, apart from dynlab's forms (the
+    module docstring's sums): ``h_t = exp(dt_t A) h_{t−1} + dt_t x_t B_tᵀ`` per sequence and
+    head (``h [P, N]``, ``h_{−1} = 0``), ``y_t = h_t C_t``; the final state is the last ``h``."""
+    g, t, h, p = x.shape
+    state = x.new_zeros(g, h, p, B.shape[-1])
+    ys = []
+    for i in range(t):
+        decay = torch.exp(dt[:, i] * A)[:, :, None, None]  # [G, H, 1, 1]
+        state = decay * state + (dt[:, i, :, None] * x[:, i])[..., None] * B[:, i, None, None, :]
+        ys.append((state * C[:, i, None, None, :]).sum(dim=-1))  # [G, H, P]
+    return torch.stack(ys, dim=1), state
+
+
+def _run(fn, dtype, final_grad, exact=False, **kw):
+    """Outputs and gradients of a random loss on them; ``exact``: the same inputs (and loss
+    weights) in float64."""
     wide, dt, A, sizes = _inputs(dtype, **kw)
+    if exact:
+        wide, dt, A = (v.detach().double().requires_grad_(True) for v in (wide, dt, A))
     x, B, C = _split(wide, sizes)
     y, fin = fn(x, dt, A, B, C)
     gen = torch.Generator().manual_seed(9)
-    loss = (y * torch.randn(y.shape, generator=gen, dtype=dtype)).sum()
+    loss = (y * torch.randn(y.shape, generator=gen, dtype=dtype).to(y.dtype)).sum()
     if final_grad:
-        loss = loss + (fin * torch.randn(fin.shape, generator=gen, dtype=dtype)).sum()
+        loss = loss + (fin * torch.randn(fin.shape, generator=gen, dtype=dtype).to(y.dtype)).sum()
     loss.backward()
     return [y.detach(), fin.detach(), wide.grad, dt.grad, A.grad]
 
@@ -57,10 +75,14 @@ def _run(fn, dtype, final_grad, **kw):
 @pytest.mark.parametrize("final_grad", [False, True])
 @pytest.mark.parametrize("sizes", [dict(), dict(t=32, h=2, p=16, n=32), dict(g=2, t=1, h=3, p=1, n=1), dict(t=17, p=7, n=19)])
 def test_outputs_and_gradients_match_the_naive_reference(backend, dtype, final_grad, sizes):
-    got = _run(ssd_single_chunk, dtype, final_grad, **sizes)
-    want = _run(ssd_single_chunk_ref, dtype, final_grad, **sizes)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, **TOL[dtype])
+    """ssd_single_chunk (the C loops, or the naive reference where they are off) and the naive
+    reference, outputs and every gradient, against the float64 step-by-step recurrence."""
+    want = _run(_sequential, dtype, final_grad, exact=True, **sizes)
+    for fn in (ssd_single_chunk, ssd_single_chunk_ref):
+        got = _run(fn, dtype, final_grad, **sizes)
+        for a, b in zip(got, want):
+            assert a.dtype == dtype
+            torch.testing.assert_close(a.double(), b, **TOL[dtype])
 
 
 def test_equal_rates_equal_the_chunked_reference(backend):

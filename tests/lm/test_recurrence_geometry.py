@@ -256,6 +256,38 @@ def test_layer_jacobian_is_the_block_of_the_full_one(mixer):
     np.testing.assert_allclose(layer_jacobians(rec, h, tokens[:, -1]), full[:, sl, sl], rtol=1e-10, atol=1e-12)
 
 
+def test_gla_step_jacobian_is_batched_and_equals_independent_ones():
+    """GLA's one-token step runs under torch.func (vmap of jacrev, no per-sample fallback):
+    its Jacobians equal torch.autograd.functional.jacobian of each sample's step, and the
+    last layer's own-state block is the analytic diag(exp(g_t)) of S_t = diag(exp(g_t)) S_{t-1} + k_t v_tᵀ
+    (that layer's gates, keys and values do not depend on its own state)."""
+    from dynlab.analysis.jacobian import step_jacobians
+    from dynlab.lm.recurrence import layer_jacobians
+
+    lm = RecurrentLM("gla", d_model=8, n_layers=2, n_heads=2, key_dim=4, value_dim=3,
+                     generator=torch.Generator().manual_seed(5)).double()
+    rec = LMRecurrence(lm)
+    tokens = torch.randint(0, 256, (3, 7), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        h = rec.flatten(lm(tokens[:, :-1])[1])
+    x = tokens[:, -1]
+    batched = step_jacobians(rec, h, x).numpy()  # raises if the GLA step cannot be vmapped
+    np.testing.assert_allclose(state_jacobians(rec, h, x), batched, rtol=0, atol=0)
+    for i in range(h.shape[0]):
+        one = torch.autograd.functional.jacobian(lambda s: rec.step(s[None], x[i:i + 1])[1][0], h[i])
+        np.testing.assert_allclose(batched[i], one.numpy(), rtol=1e-12, atol=1e-14)
+    gates = []  # the last layer's gate projection at the step: g = logsigmoid(W_g x) / 16, [B, H·K]
+    mixer = lm.blocks[-1].mixer
+    hook = mixer.qkvg_proj.register_forward_hook(lambda m, a, out: gates.append(out[:, -1, 16:24]))
+    with torch.no_grad():
+        rec.step(h, x)
+    hook.remove()
+    decay = torch.exp(torch.nn.functional.logsigmoid(gates[0]) / mixer.gate_normalizer)  # [B, H·K]
+    analytic = np.stack([np.diag(d.repeat_interleave(3).numpy()) for d in decay])  # state [H, K, V] flat
+    np.testing.assert_allclose(layer_jacobians(rec, h, x), analytic, rtol=1e-12, atol=1e-14)
+    assert np.abs(batched - np.stack([np.eye(rec.state_size)] * 3)).max() > 1e-3  # not the identity
+
+
 @pytest.mark.parametrize("tokens", ["bytes", "words"])
 def test_babi_probes_carry_the_room_of_the_last_mover(tokens):
     """The label is the room the asked person last went to, read back from the text itself;
