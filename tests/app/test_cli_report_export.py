@@ -15,14 +15,13 @@ def test_report_prints_the_tables_of_a_dataset(tmp_path, capsys):
 
     from dynlab.results.schema import write_dataset
 
-    t = np.arange(0, 33)
-    ppl = np.full((1, t.size), np.nan)
-    ppl[0, 8::8] = [4.0, 4.0, 4.0, 6.0]
-    ds = xr.Dataset({"ppl_binned": (("run", "t"), ppl), "lg_p_star": ("run", [4.0]), "lg_passed": ("run", [False])},
-                    coords={"t": t, "intervention": ("run", ["zero"]), "seed": ("run", [0]), "arch": ("run", ["gla"]),
-                            "train_length": ("run", [16])},
+    t_bin = np.array([8, 16, 24, 32])  # binned PPL sits on its bins' ends
+    ppl = np.array([[4.0, 4.0, 4.0, 6.0]])
+    ds = xr.Dataset({"ppl_binned": (("run", "t_bin"), ppl), "lg_p_star": ("run", [4.0]), "lg_passed": ("run", [False])},
+                    coords={"t_bin": t_bin, "intervention": ("run", ["zero"]), "seed": ("run", [0]),
+                            "arch": ("run", ["gla"]), "train_length": ("run", [16])},
                     attrs={"study": "length-generalization", "preset": "quick"})
-    write_dataset(ds, tmp_path / "lg" / "dataset.nc")  # every curve on one t, as earlier versions wrote it
+    write_dataset(ds, tmp_path / "lg" / "dataset.nc")
     assert main(["report", str(tmp_path / "lg")]) == 0
     out = capsys.readouterr().out
     assert "| gla | zero | 0 | 1.500 (1.500–1.500)" in out  # (28, 32] holds t = 32: 6 / 4

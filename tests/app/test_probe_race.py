@@ -73,3 +73,11 @@ def test_a_folder_removed_and_made_again_between_two_looks_is_still_a_folder(tmp
         folder.mkdir(parents=True)
     assert look(folder) is None
     assert fired == {"stat": True, "lstat": True}
+
+
+def test_a_loop_of_links_is_not_a_folder_in_one_line(tmp_path):
+    """One stat that fails other than 'missing' (ELOOP) says 'not a folder', never an OSError."""
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    assert probe_folder(loop) == "is not a folder"
+    assert folder_problem(loop) == "is not a folder"

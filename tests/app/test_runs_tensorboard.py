@@ -106,3 +106,71 @@ def test_without_the_tensorboard_package_the_option_is_refused(study, tmp_path, 
     err = capsys.readouterr().err
     assert "tensorboard package" in err and "dynlab[tensorboard]" in err
     assert not log.exists()
+
+
+def _fake_study(root: Path, results: dict[str, dict], fields: dict | None = None) -> Path:
+    """A study folder of runs with the given result.json files (spec fields: a passkey run's)."""
+    (root / "runs").mkdir(parents=True)
+    (root / ".dynlab-study").write_text(json.dumps({"dynlab": "study folder", "study": "passkey"}) + "\n")
+    for i, (rid, result) in enumerate(results.items()):
+        (root / "runs" / rid).mkdir()
+        spec = {"spec": "TaskSpec", "fields": fields or {"arch": "mamba2", "seed": i}}
+        (root / "runs" / rid / "spec.json").write_text(json.dumps(spec))
+        (root / "runs" / rid / "result.json").write_text(json.dumps(result))
+    return root
+
+
+def test_a_task_runs_accuracy_per_depth_and_its_arms_and_damaged_curves(tmp_path, capsys):
+    """Passkey's accuracy is a row of depths per length: one tag per depth, each arm's under
+    post/<arm>/; a damaged curve (a null step, a string value) is left out, not a crash."""
+    good = {"status": "ok", "lengths": [128, 256], "depths": [0.0, 0.5], "accuracy": [[1.0, 0.75], [0.5, 0.25]],
+            "post": {"fitted-noise": {"status": "ok", "accuracy": [[1.0, 1.0], [0.75, 0.5]]}},
+            "loss_curve_step": [1, 2], "loss_curve": [2.0, "x"]}
+    bad = {"status": "ok", "lengths": [1, None], "accuracy": [0.5, 0.5]}
+    study = _fake_study(tmp_path / "passkey", {"a" * 16: good, "b" * 16: bad})
+    log = tmp_path / "tb"
+    assert main(["runs", str(study), "--tensorboard", str(log)]) == 0
+    assert f"wrote the TensorBoard log of 1 of 2 runs to {log}" in capsys.readouterr().out
+    (folder,) = (p for p in log.iterdir() if p.is_dir())
+    assert _read(folder) == {"eval/accuracy/depth=0.0": [(128, 1.0), (256, 0.5)],
+                             "eval/accuracy/depth=0.5": [(128, 0.75), (256, 0.25)],
+                             "post/fitted-noise/eval/accuracy/depth=0.0": [(128, 1.0), (256, 0.75)],
+                             "post/fitted-noise/eval/accuracy/depth=0.5": [(128, 1.0), (256, 0.5)]}
+
+
+def test_a_run_renamed_or_gone_since_leaves_no_folder_behind(tmp_path, capsys):
+    """The log is rebuilt: a run whose name changed (a swept setting appeared) or whose
+    result no longer reads has no folder left from the earlier call."""
+    result = {"status": "ok", "lengths": [5, 20], "accuracy": [1.0, 0.5]}
+    study = _fake_study(tmp_path / "s", {"a" * 16: result})
+    log = tmp_path / "tb"
+    assert main(["runs", str(study), "--tensorboard", str(log)]) == 0
+    first = sorted(p.name for p in log.iterdir() if p.is_dir())
+    (study / "runs" / ("b" * 16)).mkdir()
+    (study / "runs" / ("b" * 16) / "spec.json").write_text(json.dumps({"spec": "TaskSpec", "fields": {
+        "arch": "mamba2", "seed": 1, "model": {"d_model": 32}}}))
+    (study / "runs" / ("b" * 16) / "result.json").write_text(json.dumps(result))
+    assert main(["runs", str(study), "--tensorboard", str(log)]) == 0
+    capsys.readouterr()
+    second = sorted(p.name for p in log.iterdir() if p.is_dir())
+    assert len(first) == 1 and len(second) == 2 and first[0] not in second
+
+
+@pytest.mark.parametrize("case", ["empty", "study", "other-study", "link-loop"])
+def test_log_folders_refused_in_one_line(study, tmp_path, capsys, case):
+    if case == "empty":
+        target = ""
+    elif case == "study":
+        (tmp_path / "fresh").mkdir()
+        (tmp_path / "fresh" / ".dynlab-study").write_text("{}")
+        target = str(tmp_path / "fresh")
+    elif case == "other-study":
+        (tmp_path / "tb").mkdir()
+        (tmp_path / "tb" / ".dynlab-tensorboard").write_text("written by dynlab runs --tensorboard\nstudy: /elsewhere\n")
+        target = str(tmp_path / "tb")
+    else:
+        (tmp_path / "loop").symlink_to(tmp_path / "loop")
+        target = str(tmp_path / "loop")
+    assert main(["runs", str(study), "--tensorboard", target]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "--tensorboard" in err[0] and "allowed:" in err[0]
