@@ -32,7 +32,8 @@ from results_tables.fixed_points import (FRESH_COMMAND, FRESH_HEADING, FRESH_LAB
 from results_tables.lm_interventions import INTERVENTION_LABELS, tbtt_coverage_text
 from results_tables.paper_a import paper_a_section
 from results_tables.paper_b import paper_b_notes_section, paper_b_section
-from results_tables.paper_b_verdicts import paper_b_verdicts_section
+from results_tables.paper_b_verdicts import ANNEALED, paper_b_verdicts_section
+from results_tables.lm_ppl import annealed_section
 from results_tables.reproduction import CROSS_CPU, CROSS_CPU_NOTE, REPRODUCTION, REPRODUCTION_NOTE, \
     paper_a_reproduction_section
 from results_tables.slim import slim
@@ -69,6 +70,12 @@ DATASETS = [
      "3 seeds to 32x its Chinchilla budget with checkpoints inside the run, and trained alone to 1x and 4x; "
      "far_over_in divides the far PPL by the mean PPL over (T_train/2, T_train], one reference for every T_train; "
      "every stack trained with the stack's CPU Mamba-2 scan (kernels.ssd.grouped)"),
+    ("length-generalization-size-annealed", "The size map's rises on annealed runs (preset size-annealed)",
+     "dynlab study length-generalization --preset size-annealed --executor dask --workers 2",
+     "each width, T_train and budget where most seeds of the size map rose at an in-run checkpoint and the size "
+     "preset trains no annealed run, trained alone to that budget (its learning-rate schedule ends there) on the same "
+     "seeds 0-2, the size recipe unchanged; then every run trained alone (these and the size preset's own) beside the "
+     "in-run checkpoint at its budget"),
     ("length-generalization-size-interventions", "Interventions where the size map rises (preset size-interventions)",
      "dynlab study length-generalization --preset size-interventions",
      "width 16 (14,460 parameters) trained alone to 4x its Chinchilla budget at T_train 32, where seeds 0-2 of the "
@@ -143,6 +150,8 @@ def document() -> str:
         if label in INTERVENTION_LABELS:
             note += tbtt_coverage_text(open_dataset(path))
         parts.append(f"## {heading}\n\n`{command}` — {note}.\n\n{report(path)}")
+        if label == ANNEALED and (DATA / "length-generalization-size.nc").is_file():
+            parts.append(annealed_section(open_dataset(DATA / "length-generalization-size.nc"), open_dataset(path)))
         for pair, what, note in ((REPRODUCTION, "C loops against torch loops", REPRODUCTION_NOTE),
                                  (CROSS_CPU, "two CPU types", CROSS_CPU_NOTE)):
             if label == pair[0] and (DATA / f"{pair[1]}.nc").is_file():

@@ -69,7 +69,8 @@ CATALOG: dict[str, StudyEntry] = {e.name: e for e in (
         "evaluated at 16x the training length: PPL(t), EffRem, state statistics; presets budget and context "
         "map the PPL rise over training tokens and context, interventions post-trains where it rises; pretrained "
         "post-trains a checkpoint (--checkpoint) per intervention against a zero-state control.",
-        ("smoke", "quick", "budget", "context", "size", "state", "interventions", "size-interventions", "pretrained", "paper"),
+        ("smoke", "quick", "budget", "context", "size", "size-annealed", "state", "interventions", "size-interventions",
+         "pretrained", "paper"),
         "lm", MIXER_NAMES, (*TASK_INTERVENTION_NAMES, TBTT)),
     StudyEntry(
         "nonlinearity", "dynlab.studies.nonlinearity",

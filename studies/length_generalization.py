@@ -38,6 +38,10 @@ Presets:
   to its largest budget with in-run checkpoints, and trained alone to two budgets
   (coordinate ``annealed``); ``far_over_in`` and ``budget_blocks`` beside the budget.
   ``dynlab report`` prints the map (:func:`dynlab.report.lm.size_tables`).
+- ``size-annealed`` — the ``size`` map's rises judged on annealed runs: each width, T_train
+  and budget where most seeds rose at an in-run checkpoint and ``size`` trains no annealed
+  run (:data:`SIZE_ANNEALED`), trained alone to that budget on seeds 0-2, the recipe
+  unchanged (the specs, and so the run ids, are those ``size`` would make).
 - ``state`` — where small LMs learn to forget (Stuffed Mamba's forget threshold): one width
   with the recurrent state size varied 64× (:data:`STATE_SIZES`) × T_train 16–512
   (:data:`STATE_SEQ_LENS`) × seeds 0–2, every run trained on the same 8M tokens
@@ -150,6 +154,17 @@ SIZE_LADDER = tuple(
     for d, top in ((8, 32.0), (16, 32.0), (32, 32.0), (64, 32.0))
 )
 
+#: The ``size-annealed`` preset's runs: each (width, T_train, budget) where most seeds of the
+#: ``size`` map rose at an in-run checkpoint (far_over_in > 1.05 in 2 or 3 of seeds 0-2) and
+#: the ``size`` preset trains no annealed run, trained as its own annealed run on the same
+#: seeds with the ``size`` recipe unchanged (the same specs the ``size`` preset would make),
+#: so that each rise is judged on a run whose learning rate has decayed at that budget.
+SIZE_ANNEALED = (
+    {**SIZE_LADDER[0], "inrun": False, "annealed": (), "annealed_at": ((32, (8.0, 16.0)), (128, (8.0,)))},
+    {**SIZE_LADDER[1], "inrun": False, "annealed": (), "annealed_at": ((128, (2.0, 4.0)),)},
+    {**SIZE_LADDER[3], "inrun": False, "annealed": (), "annealed_at": ((32, (0.5,)), (128, (0.5,)))},
+)
+
 #: Tokens per optimiser step of the ``size`` preset (batch = this / T_train).
 SIZE_TOKENS_PER_STEP = 2048
 
@@ -248,6 +263,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         "seeds": (0, 1, 2),
         "interventions": ("zero",),
         "sizes": SIZE_LADDER,
+        "seq_lens": (32, 128),
+        "tokens_per_step": SIZE_TOKENS_PER_STEP,
+        "model": {},
+        "train": {"batch_size": 64, "lr": 5e-3, "threads": 1, "engine": "stack"},
+        "eval": {**_QUICK_EVAL, "n_samples": 64, "chunk_len": 128, "effrem_samples": 16},
+        "intervention": {"sigma": 0.1},
+    },
+    "size-annealed": {
+        "mixers": ("mamba2",),
+        "seeds": (0, 1, 2),
+        "interventions": ("zero",),
+        "sizes": SIZE_ANNEALED,
         "seq_lens": (32, 128),
         "tokens_per_step": SIZE_TOKENS_PER_STEP,
         "model": {},
@@ -376,13 +403,14 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
             size = dict(size)
             chinchilla = size.pop("chinchilla", preset.get("chinchilla"))
             checkpoints = size.pop("checkpoints", None)
-            annealed = size.pop("annealed", ()) if "checkpoints" not in extra.eval else ()
+            annealed = _annealed_runs(size, seq_lens) if "checkpoints" not in extra.eval else ()
+            inrun = size.pop("inrun", True)
             model = LMModelSpec(**anchor_model_fields(m, **{**preset["model"], **size, **vocab, **extra.model}))
             ev = evals if checkpoints is None or "checkpoints" in extra.eval else evals.model_copy(
                 update={"checkpoints": checkpoints})
-            runs = [(seq_len, chinchilla, ev) for seq_len in seq_lens]
+            runs = [(seq_len, chinchilla, ev) for seq_len in seq_lens] if inrun else []
             # the budgets trained as separate, annealed runs: one checkpoint, at the run's end
-            runs += [(seq_lens[0], b, evals.model_copy(update={"checkpoints": (b,)})) for b in annealed]
+            runs += [(length, b, evals.model_copy(update={"checkpoints": (b,)})) for length, b in annealed]
             for seq_len, budget, run_eval in runs:
                 train_kw = _train_fields(preset, extra, model, seq_len, budget)
                 if len(run_eval.checkpoints) == 1 and "steps" not in extra.train:  # annealed: ends exactly at its budget
@@ -473,6 +501,15 @@ def _checkpoint_layout(model: torch.nn.Module, meta: dict) -> dict[str, Any]:
     c = meta["config"]
     return {"mixer": "mamba2" if c.get("model_type") == "mamba2" else "mamba1", "d_model": c["hidden_size"],
             "n_layers": c["num_hidden_layers"], "mlp_ratio": 0, "vocab_size": int(model.vocab_size)}
+
+
+def _annealed_runs(size: dict, seq_lens: tuple) -> list[tuple[int | None, float]]:
+    """``(T_train, budget)`` of the separate, annealed runs a size of a preset asks for (and
+    removes its keys from ``size``): ``annealed`` budgets at the first training length, and
+    ``annealed_at``, ``((T_train, budgets), ...)``, at the lengths it names."""
+    runs = [(seq_lens[0], float(b)) for b in size.pop("annealed", ())]
+    runs += [(int(length), float(b)) for length, budgets in size.pop("annealed_at", ()) for b in budgets]
+    return runs
 
 
 def _train_fields(preset: dict, extra: LGOptions, model: LMModelSpec, seq_len: int | None,

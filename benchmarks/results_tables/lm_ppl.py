@@ -61,7 +61,7 @@ def size_cell(ds: xr.Dataset) -> str:
         parts.append(f"width {int(d)} ({int(g['blocks'].sel(d_model=d)):,} block parameters): " + "; ".join(cells))
     alone = ""
     if "alone" in g and 32 in g["train_length"].values:
-        a, c = g["alone"], g["inrun"].sel(train_length=32)
+        a, c = g["alone"].sel(train_length=32), g["inrun"].sel(train_length=32)
         ok = np.isfinite(a.values) & np.isfinite(c.values)
         diff = (a.values - c.values)[ok]
         per_width = {int(d): "/".join(f"{b:g}×" for b in a["budget"].values if np.isfinite(a.sel(d_model=d, budget=b)).any())
@@ -92,3 +92,46 @@ def _train_tokens_of(ds: xr.Dataset) -> int:
     train = first_spec(ds)["train"]
     return int(train["steps"] * train["batch_size"] * train["seq_len"])
 
+
+
+def with_annealed(size: xr.Dataset, annealed: xr.Dataset | None) -> xr.Dataset:
+    """The size map's runs with those of the ``size-annealed`` preset (the same recipe, its
+    runs trained alone to the budgets where the map rises), as one dataset for
+    :func:`~dynlab.report.lm.size_grid` (only what the grid reads)."""
+    keep = ("run", "annealed", "d_model", "train_length", "seed", "n_params", "budget")
+    parts = [x[["far_over_in", "n_params"]] for x in (size, annealed) if x is not None]
+    parts = [x.reset_coords([c for c in x.coords if c not in keep], drop=True) for x in parts]
+    return xr.concat(parts, "run", join="outer") if len(parts) > 1 else parts[0]
+
+
+def annealed_judgement(ds: xr.Dataset) -> list[tuple[int, int, float, np.ndarray, np.ndarray]]:
+    """Each ``(width, T_train, budget, in-run ratios, annealed ratios)`` where most seeds rose
+    (far_over_in > RISE) at an in-run checkpoint of the size map and a run trained alone to
+    that budget exists (:func:`with_annealed`): the ratios per seed, in-run and annealed."""
+    g = size_grid(ds)
+    if "alone" not in g or "inrun" not in g:
+        return []
+    rows = []
+    for d in g["d_model"].values:
+        for t in g["train_length"].values:
+            for b in g["budget"].values:
+                c = g["inrun"].sel(d_model=d, train_length=t, budget=b).values.astype(float)
+                a = g["alone"].sel(d_model=d, train_length=t, budget=b).values.astype(float)
+                if 2 * int((c > RISE).sum()) > c.size and np.isfinite(a).any():
+                    rows.append((int(d), int(t), float(b), c, a))
+    return rows
+
+
+def annealed_section(size: xr.Dataset, annealed: xr.Dataset) -> str:
+    """docs/results.md's table of every run trained alone to a budget (the size preset's and
+    the size-annealed preset's) beside the size map's in-run checkpoint at that budget, and
+    how many in-run rises hold when trained alone."""
+    from dynlab.report.lm import alone_rows
+
+    both = with_annealed(size, annealed)
+    g = size_grid(both)
+    rows = annealed_judgement(both)
+    held = sum(2 * int((a > RISE).sum()) > np.isfinite(a).sum() for *_, a in rows)
+    lines = alone_rows(g, [float(b) for b in g["budget"].values])
+    return ("\n".join(lines).strip() + f"\n\nOf the {len(rows)} (width, T_train, budget) where most seeds rose at an "
+            f"in-run checkpoint and a run trained alone exists, most seeds rise alone in {held}.\n")

@@ -18,9 +18,12 @@ from dynlab.report.lm import RISE, size_grid
 
 from results_tables.common import DATA, dataset, first_spec, join_and, minus, prose, seed_range
 from results_tables.lm_interventions import PAPER_B_ARMS, _arm_name
-from results_tables.lm_ppl import ratio_stats
+from results_tables.lm_ppl import annealed_judgement, ratio_stats, with_annealed
 from results_tables.paper_b import MIXER_NAMES
 from results_tables.tasks import _arm_mean, _learned
+
+#: The dataset of the ``size-annealed`` preset: the size map's rises trained alone.
+ANNEALED = "length-generalization-size-annealed"
 
 #: The significance level of every verdict (after Holm where a family is tested).
 ALPHA = 0.05
@@ -42,10 +45,11 @@ def rise_verdict(lg: xr.Dataset, lg0: xr.Dataset) -> str:
             f"{'a rise' if yes0 else 'no rise'} {text0}")
 
 
-def size_verdict(ds: xr.Dataset) -> str:
+def size_verdict(ds: xr.Dataset, annealed: xr.Dataset | None = None) -> str:
     """Does the rise grow with the training budget?  Read from the checkpoints of one 32× run
     per size and T_train: does a size rise (in most seeds, at some T_train) at the largest
-    budget, and at which budgets inside the run do sizes rise?"""
+    budget, at which budgets inside the run do sizes rise, and do those rises hold in runs
+    trained alone to the budget (``annealed``: the ``size-annealed`` preset's dataset)?"""
     g = size_grid(ds)
     v = g["inrun"]
     top = float(v["budget"].max())
@@ -67,7 +71,21 @@ def size_verdict(ds: xr.Dataset) -> str:
             else f"no: at {top:g}×, the largest budget, no size rises (every seed ≤ {np.nanmax(last):.3f})")
     if not where:
         return f"{head}; no checkpoint of the run rises"
-    return f"{head}; inside the run most seeds rise: {'; '.join(where)} (checkpoints, not annealed runs)"
+    return f"{head}; inside the run most seeds rise: {'; '.join(where)}{_annealed_text(ds, annealed)}"
+
+
+def _annealed_text(size: xr.Dataset, annealed: xr.Dataset | None) -> str:
+    """How many of the in-run rises hold when the budget is trained alone (annealed)."""
+    rows = annealed_judgement(with_annealed(size, annealed))
+    if not rows:
+        return " (checkpoints, not annealed runs)"
+    held: dict[tuple[int, int], list[str]] = {}
+    for d, t, b, _, a in rows:
+        if 2 * int((a > RISE).sum()) > np.isfinite(a).sum():
+            held.setdefault((d, t), []).append(f"{b:g}×")
+    said = "; ".join(f"width {d}, T {t}: {join_and(bs)}" for (d, t), bs in held.items())
+    return (f"; of these rises {len(rows)} were trained alone to their budget (annealed): most seeds rise in "
+            f"{sum(map(len, held.values()))}" + (f" ({said})" if held else ""))
 
 
 def context_verdict(ds: xr.Dataset) -> str:
@@ -223,7 +241,9 @@ def paper_b_verdicts_section() -> str:
              rise_verdict(lg, lg0))]
     if (DATA / "length-generalization-size.nc").is_file():
         rows.append(("the rise grows with the training budget (preset `size`: 4 sizes, T_train 32 and 128)",
-                     "yes, from about 7.5× Chinchilla (its Fig. 3)", size_verdict(dataset("length-generalization-size"))))
+                     "yes, from about 7.5× Chinchilla (its Fig. 3)",
+                     size_verdict(dataset("length-generalization-size"),
+                                  dataset(ANNEALED) if (DATA / f"{ANNEALED}.nc").is_file() else None)))
     if (DATA / "length-generalization-context.nc").is_file():
         rows.append(("shorter training contexts fail sooner (preset `context`)", "yes; larger models need longer ones "
                      "(its Fig. 2)", context_verdict(dataset("length-generalization-context"))))

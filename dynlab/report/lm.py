@@ -11,7 +11,7 @@ import xarray as xr
 from dynlab.report.format import fmt_number, fmt_p, machine_line, spread_text
 
 __all__ = ["RISE", "arm_order_lines", "budget_tables", "context_tables", "far_in_ratio", "first_rise", "holm_contrasts",
-           "intervention_tables", "last_rise", "lm_tables", "size_grid", "size_tables", "tbtt_line"]
+           "intervention_tables", "last_rise", "lm_tables", "alone_rows", "size_grid", "size_tables", "tbtt_line"]
 
 
 def far_in_ratio(ds: xr.Dataset) -> xr.DataArray:
@@ -240,21 +240,24 @@ RISE = 1.05
 
 def size_grid(ds: xr.Dataset) -> xr.Dataset:
     """A size dataset's ``far_over_in`` on a grid: ``inrun`` (d_model, train_length, seed,
-    budget) for the runs evaluated at checkpoints, ``alone`` (d_model, seed, budget) for
-    the runs trained alone to one budget (``annealed``), and ``blocks`` per d_model."""
+    budget) for the runs evaluated at checkpoints, ``alone`` (d_model, train_length, seed,
+    budget) for the runs trained alone to one budget (``annealed``), each present when the
+    dataset has such runs, and ``blocks`` per d_model."""
     flags = ds["annealed"].values.astype(bool)
     keep = ds[["far_over_in", "n_params"]]
+    dims = ["d_model", "train_length", "seed"]
 
-    def part(sel: np.ndarray, dims: list[str]) -> xr.Dataset:
+    def part(sel: np.ndarray) -> xr.Dataset:
         sub = keep.isel(run=np.flatnonzero(sel))
         return sub.reset_coords([c for c in sub.coords if c not in (*dims, "run", "budget")], drop=True)
 
-    inrun = part(~flags, ["d_model", "train_length", "seed"]).set_index(run=["d_model", "train_length", "seed"]).unstack("run")
-    out = xr.Dataset({"inrun": inrun["far_over_in"]})
+    out = xr.Dataset()
+    if (~flags).any():
+        out = out.assign(inrun=part(~flags).set_index(run=dims).unstack("run")["far_over_in"])
     if flags.any():
-        sub = part(flags, ["d_model", "seed"])
+        sub = part(flags)
         own = sub["budget"].values[np.argmax(np.isfinite(sub["far_over_in"].values), axis=1)]
-        alone = sub.assign_coords(own=("run", own)).set_index(run=["d_model", "seed", "own"]).unstack("run")
+        alone = sub.assign_coords(own=("run", own)).set_index(run=[*dims, "own"]).unstack("run")
         out = out.assign(alone=alone["far_over_in"].where(alone["own"] == alone["budget"]).max("own"))
     n = ds["n_params"].groupby(ds["d_model"]).first()
     blocks = (n - 2 * 256 * n["d_model"]).sel(d_model=out["d_model"])
@@ -272,34 +275,49 @@ def _rise_cell(v: np.ndarray) -> str:
 
 def size_tables(ds: xr.Dataset) -> str:
     """Markdown of a ``size`` dataset: far/in (``far_over_in``) per size, training length
-    and budget from the in-run checkpoints; the runs trained alone to a budget beside the
-    checkpoint at that budget; and T_train 32 against 128 (module constants: :data:`RISE`)."""
+    and budget from the in-run checkpoints; the runs trained alone to a budget (each beside
+    the checkpoint at that budget inside the longer run, when the dataset holds it) (module
+    constants: :data:`RISE`)."""
     g = size_grid(ds)
     budgets = [float(b) for b in g["budget"].values]
     head = " | ".join(f"{b:g}×" for b in budgets)
-    out = [machine_line(ds), "",
-           f"far PPL / in-range PPL (`far_over_in`), mean over seeds (seeds above {RISE}), by training budget "
-           "(× Chinchilla, every parameter counted), from checkpoints inside one run per size and T_train:", "",
-           f"| width (block parameters) | T_train | {head} |", "| --- | --- |" + " --- |" * len(budgets)]
+    out = [machine_line(ds)]
+    if "inrun" in g:
+        out += ["", f"far PPL / in-range PPL (`far_over_in`), mean over seeds (seeds above {RISE}), by training budget "
+                "(× Chinchilla, every parameter counted), from checkpoints inside one run per size and T_train:", "",
+                f"| width (block parameters) | T_train | {head} |", "| --- | --- |" + " --- |" * len(budgets)]
+        for d in g["d_model"].values:
+            for t in g["train_length"].values:
+                v = g["inrun"].sel(d_model=d, train_length=t)
+                if not np.isfinite(v).any():
+                    continue
+                cells = " | ".join(_rise_cell(v.sel(budget=b).values) for b in budgets)
+                out.append(f"| {int(d)} ({int(g['blocks'].sel(d_model=d)):,}) | {int(t)} | {cells} |")
+    if "alone" in g:
+        out += alone_rows(g, budgets)
+    return "\n".join(out) + "\n"
+
+
+def alone_rows(g: xr.Dataset, budgets: list[float]) -> list[str]:
+    """The size table's rows of the runs trained alone to a budget (its schedule ends there),
+    each beside the in-run checkpoint at that budget when the grid holds it (paired over seeds)."""
+    inrun = "inrun" in g
+    out = ["", "Trained alone to the budget (its schedule ends there)"
+           + (" against the checkpoint at that budget inside the longer run (paired over seeds):" if inrun else ":"),
+           "", "| width | T_train | budget | alone |" + (" in-run checkpoint | alone − checkpoint |" if inrun else ""),
+           "| --- | --- | --- | --- |" + (" --- | --- |" if inrun else "")]
     for d in g["d_model"].values:
         for t in g["train_length"].values:
-            v = g["inrun"].sel(d_model=d, train_length=t)
-            if not np.isfinite(v).any():
-                continue
-            cells = " | ".join(_rise_cell(v.sel(budget=b).values) for b in budgets)
-            out.append(f"| {int(d)} ({int(g['blocks'].sel(d_model=d)):,}) | {int(t)} | {cells} |")
-    if "alone" in g:
-        out += ["", "Trained alone to the budget (its schedule ends there) against the checkpoint at that budget "
-                "inside the longer run (T_train 32; paired over seeds):", "",
-                "| width | budget | alone | in-run checkpoint | alone − checkpoint |", "| --- | --- | --- | --- | --- |"]
-        for d in g["d_model"].values:
             for b in budgets:
-                a = g["alone"].sel(d_model=d, budget=b).values
-                c = g["inrun"].sel(d_model=d, train_length=32, budget=b).values if 32 in g["train_length"] else a * np.nan
-                ok = np.isfinite(a) & np.isfinite(c)
-                if not ok.any():
+                a = g["alone"].sel(d_model=d, train_length=t, budget=b).values
+                if not np.isfinite(a).any():
                     continue
-                diff = a[ok] - c[ok]
-                out.append(f"| {int(d)} | {b:g}× | {_rise_cell(a)} | {_rise_cell(c)} | "
-                           f"{diff.mean():+.3f} (lower alone in {int((diff < 0).sum())} of {diff.size}) |")
-    return "\n".join(out) + "\n"
+                row = f"| {int(d)} | {int(t)} | {b:g}× | {_rise_cell(a)} |"
+                if inrun:
+                    c = g["inrun"].sel(d_model=d, train_length=t, budget=b).values
+                    ok = np.isfinite(a) & np.isfinite(c)
+                    diff = a[ok] - c[ok]
+                    row += (f" {_rise_cell(c)} | {diff.mean():+.3f} (lower alone in {int((diff < 0).sum())} of "
+                            f"{diff.size}) |" if ok.any() else " | |")
+                out.append(row)
+    return out

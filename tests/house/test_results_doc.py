@@ -341,3 +341,25 @@ def test_the_dataset_commands_configs_exist_and_validate(make_results):
         assert lm_knob_options(entry_of(study, "lm"), {}, path), f"{label}: {path.name} sets nothing"
         seen += 1
     assert seen >= 3  # copying-state128 and the two no-conv datasets
+
+
+def test_the_annealed_count_in_readme_prose_is_the_datasets(readme_text):
+    """"of 9 trained alone to their budget 4 hold": the in-run rises (most seeds above the
+    threshold) that have a run trained alone, and how many of those rise alone, from the
+    size and size-annealed datasets read with xarray directly."""
+    import numpy as np
+
+    size, alone = dataset("length-generalization-size"), dataset("length-generalization-size-annealed")
+    runs = {}
+    for ds in (size, alone):
+        for i in range(ds.sizes["run"]):
+            r = ds.isel(run=i)
+            key = (int(r["d_model"]), int(r["train_length"]), bool(r["annealed"]))
+            for b, v in zip(r["budget"].values, r["far_over_in"].values):
+                if np.isfinite(v):
+                    runs.setdefault((*key, float(b)), []).append(float(v))
+    cells = [(d, t, b) for (d, t, a, b), v in runs.items() if not a and 2 * sum(x > 1.05 for x in v) > len(v)
+             and (d, t, True, b) in runs]
+    held = [c for c in cells if 2 * sum(x > 1.05 for x in runs[(c[0], c[1], True, c[2])]) > len(runs[(c[0], c[1], True, c[2])])]
+    flat = " ".join(readme_text.split())
+    assert f"of {len(cells)} trained alone to their budget {len(held)} hold" in flat

@@ -32,6 +32,27 @@ def test_size_preset_specs():
     assert len(STUDY.work_items(specs)) == 16 and all(len(item) == 3 for item in STUDY.work_items(specs))
 
 
+def test_size_annealed_runs_are_the_size_recipe_trained_alone_to_each_named_budget():
+    """size-annealed: no in-run run; each (width, T_train, budget) it names trained alone on
+    seeds 0-2 with exactly the size preset's model, data, eval and training fields, the steps
+    that end at the budget."""
+    size = make_specs(StudyOptions(preset="size"))
+    annealed = make_specs(StudyOptions(preset="size-annealed"))
+    cells = sorted({(s.model.d_model, s.train.seq_len, s.eval.checkpoints) for s in annealed})
+    assert cells == [(8, 32, (8.0,)), (8, 32, (16.0,)), (8, 128, (8.0,)), (16, 128, (2.0,)), (16, 128, (4.0,)),
+                     (64, 32, (0.5,)), (64, 128, (0.5,))]
+    assert len(annealed) == 3 * len(cells) and {s.seed for s in annealed} == {0, 1, 2}
+    inrun = {(s.model.d_model, s.train.seq_len, s.seed): s for s in size if len(s.eval.checkpoints) > 1}
+    for s in annealed:
+        twin = inrun[(s.model.d_model, s.train.seq_len, s.seed)]
+        assert (s.model, s.data, s.intervention) == (twin.model, twin.data, twin.intervention)
+        assert s.eval == twin.eval.model_copy(update={"checkpoints": s.eval.checkpoints})
+        n = count_parameters(build_model(s))
+        assert s.train == twin.train.model_copy(update={"steps": checkpoint_steps(
+            n, s.eval.checkpoints, s.train.batch_size, s.train.seq_len, 10**9)[0]})
+    assert len(STUDY.work_items(annealed)) == len(cells)  # the 3 seeds of a cell train as one stack
+
+
 @pytest.mark.slow
 def test_size_grid_is_the_runs_values_on_a_grid(tmp_path):
     from dynlab.runner import open_study, run_study
@@ -41,7 +62,7 @@ def test_size_grid_is_the_runs_values_on_a_grid(tmp_path):
     ds = open_study(run_study(STUDY, StudyOptions(preset="size", seeds=(0, 1), extra=extra), out=tmp_path, device="cpu"))
     m = size_grid(ds)
     text = size_tables(ds)
-    assert text.count("| 64 (60,784) |") == 2 and "| 64 | 4× |" in text
+    assert text.count("| 64 (60,784) |") == 2 and "| 64 | 32 | 4× |" in text
     assert dict(m["inrun"].sizes) == {"budget": 7, "d_model": 4, "train_length": 2, "seed": 2}
     assert list(m["blocks"].values) == [2670, 6268, 18168, 60784]
     for i in range(ds.sizes["run"]):
@@ -49,8 +70,8 @@ def test_size_grid_is_the_runs_values_on_a_grid(tmp_path):
         d, seed = int(run["d_model"]), int(run["seed"])
         values = run["far_over_in"]
         for b in values["budget"].values[np.isfinite(values.values)]:
-            got = (m["alone"].sel(d_model=d, seed=seed, budget=b) if bool(run["annealed"])
-                   else m["inrun"].sel(d_model=d, train_length=int(run["train_length"]), seed=seed, budget=b))
+            grid = m["alone"] if bool(run["annealed"]) else m["inrun"]
+            got = grid.sel(d_model=d, train_length=int(run["train_length"]), seed=seed, budget=b)
             assert float(got) == float(values.sel(budget=b))
-    assert np.isfinite(m["alone"].sel(budget=[1.0, 4.0])).all()
-    assert np.isnan(m["alone"].sel(budget=0.5)).all()
+    assert np.isfinite(m["alone"].sel(train_length=32, budget=[1.0, 4.0])).all()
+    assert np.isnan(m["alone"].sel(budget=0.5)).all() and np.isnan(m["alone"].sel(train_length=128)).all()
