@@ -217,9 +217,10 @@ def runs(study_dir: Annotated[str, typer.Argument(help="A study folder (OUT/<stu
 @lm_app.command("export")
 def lm_export(run: Annotated[Path, typer.Argument(help="A dynlab LM run folder (runs/<id>) with a Mamba-2 or Mamba-1 model.")],
               out: Annotated[str, typer.Argument(help="Folder for the Hugging Face model (config.json + model.safetensors).")],
-              dtype: _o(Optional[str], "--dtype", help="float32, float64 or bfloat16 (default: the run's).") = None) -> None:
+              dtype: _o(Optional[str], "--dtype", help="float32, float64 or bfloat16 (default: the run's).") = None,
+              license: _o(str, "--license", help="The model card's license, a Hub identifier (mit, apache-2.0, ...).") = "unknown") -> None:  # noqa: A002
     """Export a dynlab LM run as a Hugging Face Mamba2ForCausalLM / MambaForCausalLM folder (from_pretrained loads it)."""
-    typer.echo(str(app_export.export(run, out, dtype)))
+    typer.echo(str(app_export.export(run, out, dtype, license)))
 
 
 def bench_train_cmd(models="tanh-rnn,mamba", hidden=128, batch=256, length=60, ensembles="16,64", steps=4, repeats=2,

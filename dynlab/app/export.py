@@ -26,12 +26,19 @@ def export_places(run: Path, out: str, dtype: str | None) -> tuple[Path, Path]:
     return run, out_dir
 
 
-def export(run: str | Path, out: str, dtype: str | None = None) -> Path:
+def export(run: str | Path, out: str, dtype: str | None = None, license: str = "unknown") -> Path:  # noqa: A002
     """Export the LM run in ``run`` to the folder ``out`` (``dtype``: float32, float64 or
-    bfloat16; None: the run's), after ``dynlab lm export``'s checks; the folder written."""
+    bfloat16; None: the run's; ``license``: the model card's, a Hub identifier), after
+    ``dynlab lm export``'s checks; the folder written."""
+    from dynlab.lm.card import check_license
+
+    try:
+        check_license(license)  # before anything is read or written
+    except DynlabInputError as exc:
+        raise DynlabInputError(f"--{exc}") from None
     run, out_dir = export_places(Path(run), out, dtype)
     import torch
 
     from dynlab.lm.export import export_hf
 
-    return export_hf(run, out_dir, dtype=None if dtype is None else getattr(torch, dtype))
+    return export_hf(run, out_dir, dtype=None if dtype is None else getattr(torch, dtype), license=license)

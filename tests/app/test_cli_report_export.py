@@ -77,6 +77,14 @@ def test_export_a_trained_run_and_load_it_back(tmp_path, capsys):
     # a layout HF cannot hold is refused in one line, nothing written
     assert main(["lm", "export", str(run), str(tmp_path / "hf2"), "--dtype", "int8"]) == 2
     assert not (tmp_path / "hf2").exists()
+    # --license: the card's YAML header states it; a value that is no Hub identifier is refused, nothing written
+    assert main(["lm", "export", str(run), str(tmp_path / "hf3"), "--license", "apache-2.0"]) == 0
+    assert "\nlicense: apache-2.0\n" in (tmp_path / "hf3" / "README.md").read_text()
+    capsys.readouterr()
+    assert main(["lm", "export", str(run), str(tmp_path / "hf4"), "--license", "Apache 2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --license 'Apache 2' is not") and "allowed:" in err[0]
+    assert not (tmp_path / "hf4").exists()
 
 
 def test_bench_json_that_cannot_be_written_is_refused_before_the_benchmark(tmp_path, capsys):
