@@ -76,6 +76,11 @@ DATASETS = [
      "preset trains no annealed run, trained alone to that budget (its learning-rate schedule ends there) on the same "
      "seeds 0-2, the size recipe unchanged; then every run trained alone (these and the size preset's own) beside the "
      "in-run checkpoint at its budget"),
+    ("length-generalization-state", "Where small LMs learn to forget (preset state, pre-registered)",
+     "dynlab study length-generalization --preset state --seeds 0,1,2 --executor dask --workers 2",
+     "Mamba-2 at width 32 with the recurrent state 1,024 to 65,536 entries (d_state 8-512) x T_train 16-512 x "
+     "seeds 0-2, every run on the same 8.4M tokens, evaluated at 16x its T_train; read by the rule and verdicts "
+     "fixed in docs/preregistration-forget-threshold.md before these seeds ran"),
     ("length-generalization-size-interventions", "Interventions where the size map rises (preset size-interventions)",
      "dynlab study length-generalization --preset size-interventions",
      "width 16 (14,460 parameters) trained alone to 4x its Chinchilla budget at T_train 32, where seeds 0-2 of the "

@@ -234,6 +234,33 @@ def babi_verdict(ds: xr.Dataset, kinds: bool) -> str:
     return f"{fall}; {lift}; {learned} of {trained} seeds learned)"
 
 
+#: The dataset of the ``state`` preset: Stuffed Mamba's forget threshold read through paper A's contraction.
+STATE = "length-generalization-state"
+
+
+def state_verdict(ds: xr.Dataset) -> str:
+    """The ``state`` map's two pre-registered verdicts (:func:`dynlab.report.forget.state_verdicts`)
+    with the numbers that decide them: the thresholds' censoring, the fit's slope interval,
+    the runs rising above their cell's T_forget, and the pooled contraction correlation."""
+    from dynlab.report.forget import contraction_correlations, forget_fit, forget_grid, forget_thresholds, state_verdicts
+
+    grid = forget_grid(ds)
+    th = forget_thresholds(grid)
+    verdict = state_verdicts(ds)
+    lengths = [int(t) for t in grid["train_length"].values]
+    cens = th["censored"].values.astype(str)
+    fit = forget_fit(th)
+    slope = (f"slope {fit['slope']:.3g} [{fit['slope_lo']:.3g}, {fit['slope_hi']:.3g}] tokens per state entry over "
+             f"{fit['n']} uncensored points" if np.isfinite(fit["slope"]) else f"no line to fit ({fit['n']} uncensored points)")
+    pooled = next((r for r in contraction_correlations(grid) if r["group"] == "pooled"), None)
+    corr = (f"memory horizon / T_train against far/in, pooled ρ {pooled['rho']:+.2f} (Holm p {pooled.get('p_holm', np.nan):.2g})"
+            if pooled else "no memory horizons stored")
+    return (f"threshold {verdict['threshold']}: T_forget ≤ {lengths[0]} in {int((cens == 'below').sum())} and > "
+            f"{lengths[-1]} in {int((cens == 'above').sum())} of {cens.size} (state size, seed) cells; {slope}; "
+            f"{int(th['later_rises'].sum())} of {int(grid['learned'].sum())} learned runs rise above their T_forget. "
+            f"Contraction {verdict['contraction']}: {corr}")
+
+
 def paper_b_verdicts_section() -> str:
     """README's paper-B table: each claim, paper B's answer and dynlab's short verdict."""
     lg, lg0 = dataset("length-generalization"), dataset("length-generalization-no-conv")
@@ -247,6 +274,10 @@ def paper_b_verdicts_section() -> str:
     if (DATA / "length-generalization-context.nc").is_file():
         rows.append(("shorter training contexts fail sooner (preset `context`)", "yes; larger models need longer ones "
                      "(its Fig. 2)", context_verdict(dataset("length-generalization-context"))))
+    if (DATA / f"{STATE}.nc").is_file():
+        rows.append(("a model learns to forget only above a T_train that grows linearly with its state (Stuffed "
+                     "Mamba's claim; preset `state`: 4 state sizes × T_train 16–512, pre-registered)",
+                     "its own: Mamba-2, states of 10^5–10^6 entries", state_verdict(dataset(STATE))))
     rows.append(("training with state passing removes the rise", "yes", removes_verdict(lg, lg0)))
     if (DATA / "length-generalization-interventions.nc").is_file():
         arms = dataset("length-generalization-interventions")

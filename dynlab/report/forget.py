@@ -30,7 +30,8 @@ from scipy import stats
 from dynlab.analysis.contrasts import holm
 from dynlab.report.lm import RISE, far_in_ratio
 
-__all__ = ["RULE", "contraction_correlations", "is_state_map", "forget_fit", "forget_grid", "forget_thresholds", "state_tables"]
+__all__ = ["RULE", "contraction_correlations", "is_state_map", "forget_fit", "forget_grid", "forget_thresholds", "state_tables",
+           "state_verdicts"]
 
 #: The rule that reads the map, fixed on the pilot seed before the reported seeds ran.
 RULE = {
@@ -131,6 +132,59 @@ def contraction_correlations(grid: xr.Dataset) -> list[dict]:
     return rows
 
 
+def _median_bounds(th: xr.Dataset, size, lengths: list[int]) -> tuple[float, float]:
+    """The median over seeds of a state size's T_forget as an interval: a threshold censored
+    below lies in (0, shortest], one censored above in (longest, ∞)."""
+    lo, hi = [], []
+    for seed in th["seed"].values:
+        c = str(th["censored"].sel(state_size=size, seed=seed).values)
+        t = float(th["t_forget"].sel(state_size=size, seed=seed))
+        lo.append(0.0 if c == "below" else float(lengths[-1]) if c == "above" else t)
+        hi.append(float(lengths[0]) if c == "below" else np.inf if c == "above" else t)
+    return float(np.median(lo)), float(np.median(hi))
+
+
+def state_verdicts(ds: xr.Dataset) -> dict[str, str]:
+    """The pre-registered verdicts (docs/preregistration-forget-threshold.md) on a ``state``
+    dataset, each ``supported``, ``refuted`` or ``not decided``:
+
+    - ``threshold`` (hypothesis 1): supported when the fit's slope interval lies above zero
+      with at least 6 uncensored points and at most 10 % of the learned runs rise above
+      their cell's T_forget; refuted when the interval lies at or below zero, or when the
+      median T_forget over seeds does not increase from the smallest state to the largest
+      (a median known only as a censored interval decides this only when the intervals do
+      not overlap: the largest state's lies at or below the smallest's); not decided else;
+    - ``contraction`` (hypothesis 2): supported when the pooled Spearman ρ is positive with
+      Holm p < 0.05 and at least three of the four within-size ρ are positive; refuted when
+      the pooled ρ is negative with Holm p < 0.05; not decided else (also without the
+      ``memory_horizon`` the test needs)."""
+    grid = forget_grid(ds)
+    th = forget_thresholds(grid)
+    lengths = [int(t) for t in grid["train_length"].values]
+    fit = forget_fit(th)
+    learned = int(grid["learned"].sum())
+    later = int(th["later_rises"].sum())
+    sizes = sorted(float(x) for x in th["state_size"].values)
+    small, large = _median_bounds(th, sizes[0], lengths), _median_bounds(th, sizes[-1], lengths)
+    if fit["slope_lo"] > 0 and fit["n"] >= 6 and later <= 0.1 * learned:
+        threshold = "supported"
+    elif fit["slope_hi"] <= 0 or large[1] <= small[0]:
+        threshold = "refuted"
+    else:
+        threshold = "not decided"
+    corr = {r["group"]: r for r in contraction_correlations(grid)}
+    pooled = corr.get("pooled", {})
+    rho, p = pooled.get("rho", np.nan), pooled.get("p_holm", np.nan)
+    within = sum(r["rho"] > 0 for g, r in corr.items() if g != "pooled")
+    if rho > 0 and p < 0.05 and within >= 3:
+        contraction = "supported"
+    elif rho < 0 and p < 0.05:
+        contraction = "refuted"
+    else:
+        contraction = "not decided"
+    return {"threshold": threshold, "contraction": contraction}
+
+
 def state_tables(ds: xr.Dataset) -> str:
     """Markdown of a ``state`` dataset: far/in per (state size, T_train) (mean over seeds and
     how many rise), T_forget per state size (per seed, censoring marked), the fit, and the
@@ -158,6 +212,9 @@ def state_tables(ds: xr.Dataset) -> str:
     if corr:
         lines += ["", "| memory horizon / T_train vs far/in | n | Spearman ρ | p (Holm) |", "|---|---:|---:|---:|"]
         lines += [f"| {r['group']} | {r['n']} | {r['rho']:.3f} | {r.get('p_holm', np.nan):.3g} |" for r in corr]
+    verdicts = state_verdicts(ds)
+    lines += ["", f"Pre-registered verdicts: hypothesis 1 (forget threshold) {verdicts['threshold']}; hypothesis 2 "
+              f"(contraction) {verdicts['contraction']}."]
     return "\n".join(lines)
 
 

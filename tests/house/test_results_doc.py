@@ -363,3 +363,19 @@ def test_the_annealed_count_in_readme_prose_is_the_datasets(readme_text):
     held = [c for c in cells if 2 * sum(x > 1.05 for x in runs[(c[0], c[1], True, c[2])]) > len(runs[(c[0], c[1], True, c[2])])]
     flat = " ".join(readme_text.split())
     assert f"of {len(cells)} trained alone to their budget {len(held)} hold" in flat
+
+
+def test_the_state_map_row_carries_the_pre_registered_verdicts(readme_text):
+    """When the state map's dataset is committed, README's row says the two verdicts that
+    dynlab.report.forget.state_verdicts gives it (the rule fixed before the seeds ran); until
+    then README has no such row."""
+    from dynlab.report.forget import state_verdicts
+
+    body = _section(readme_text, "paper-b")
+    rows = [line for line in body.splitlines() if "learns to forget" in line]
+    if not (DATA / "length-generalization-state.nc").is_file():
+        assert rows == []
+        return
+    verdicts = state_verdicts(dataset("length-generalization-state"))
+    assert len(rows) == 1
+    assert f"threshold {verdicts['threshold']}:" in rows[0] and f"Contraction {verdicts['contraction']}:" in rows[0]

@@ -73,3 +73,48 @@ def test_a_state_map_is_one_width_with_several_states():
     ds = _dataset(lambda s, seed: 64)
     assert is_state_map(ds)
     assert not is_state_map(ds.assign_coords(d_model=("run", ds["state_size"].values // 32)))  # the size preset
+
+
+def _rho_horizon(sign):
+    """memory_horizon whose ratio to T_train goes with far/in (sign +1) or against it (-1),
+    the within-size order the same as the pooled one."""
+    return lambda s, t, seed: (1000.0 / t) ** sign * t * (1 + 0.01 * seed + 1e-4 * s)
+
+
+@pytest.mark.parametrize(("threshold", "horizon", "expect"), [
+    # T_forget grows with the state (32, 64, 256 in every seed): a positive slope, no later rise
+    (lambda s, seed: {1024: 32, 4096: 64, 16384: 256}[s], None, ("supported", "not decided")),
+    # T_forget falls with the state (256, 64, 32): the slope's interval lies below zero
+    (lambda s, seed: {1024: 256, 4096: 64, 16384: 32}[s], None, ("refuted", "not decided")),
+    # every threshold censored below (no run rises): the grid brackets nothing
+    (lambda s, seed: 0, None, ("not decided", "not decided")),
+    # the smallest state never rises (T_forget <= 16), the largest rises at every length (> 256):
+    # censored both ways, the medians' intervals do not overlap and increase: not refuted, not fitted
+    (lambda s, seed: {1024: 0, 4096: 0, 16384: 10**6}[s], None, ("not decided", "not decided")),
+])
+def test_the_pre_registered_threshold_verdict(threshold, horizon, expect):
+    from dynlab.report.forget import state_verdicts
+
+    got = state_verdicts(_dataset(threshold))
+    assert (got["threshold"], got["contraction"]) == expect
+
+
+def test_the_threshold_is_refuted_when_the_largest_states_median_lies_below_the_smallests():
+    """The largest state's T_forget censored below (<= 16) while the smallest's is 64 in every
+    seed: the median does not increase (one uncensored size: no slope to fit)."""
+    from dynlab.report.forget import forget_fit, state_verdicts
+
+    ds = _dataset(lambda s, seed: {1024: 64, 4096: 0, 16384: 0}[s])
+    assert np.isnan(forget_fit(forget_thresholds(forget_grid(ds)))["slope"])
+    assert state_verdicts(ds)["threshold"] == "refuted"
+
+
+@pytest.mark.parametrize(("sign", "expect"), [(1, "supported"), (-1, "refuted")])
+def test_the_pre_registered_contraction_verdict(sign, expect):
+    """far/in 1.3 at T below 64 and 1.01 from it: a horizon / T_train that falls with T (sign
+    +1: 1000 / T) goes with far/in, pooled and within every size."""
+    from dynlab.report.forget import state_verdicts
+
+    ds = _dataset(lambda s, seed: 64, horizon=_rho_horizon(sign))
+    ds["far_in_ratio"] = ds["far_in_ratio"] + 1e-3 * (1000.0 / ds["train_length"])  # a strict order within the ties
+    assert state_verdicts(ds)["contraction"] == expect
