@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dynlab._lazy import lazy_exports
+
 if TYPE_CHECKING:  # what _EXPORTS names, for type checkers and benchmarks/import_graph.py
     from dynlab.lm.corpus import Corpus, decode, encode, load_corpus
     from dynlab.lm.evaluate import (
@@ -44,13 +46,4 @@ _EXPORTS = {name: module for module, names in {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)

@@ -43,6 +43,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dynlab._lazy import lazy_exports
 from dynlab.errors import DynlabInputError
 
 if TYPE_CHECKING:  # what _EXPORTS names, for type checkers and benchmarks/import_graph.py
@@ -72,16 +73,7 @@ _EXPORTS = {name: module for module, names in {
 __all__ = sorted([*_EXPORTS, "report"])
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)
 
 
 def report(path: str | Path) -> str:

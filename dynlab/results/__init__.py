@@ -7,8 +7,7 @@ run store (which needs torch).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from dynlab._lazy import lazy_exports
 
 _EXPORTS = {
     "RunStore": "dynlab.results.store",
@@ -25,11 +24,4 @@ _EXPORTS = {
 __all__ = ["RunStore", "VARIABLES", "annotate", "open_dataset", "provenance_attrs", "write_dataset", "attrs_of", "var", "curves"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'dynlab.results' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)

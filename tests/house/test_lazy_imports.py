@@ -45,7 +45,7 @@ def _is_type_checking(node: ast.stmt) -> bool:
 
 def _eager_imports(path: Path) -> list[str]:
     """The modules ``path`` imports when it runs (its top-level statements, ``if TYPE_CHECKING:``
-    left out) beyond the standard library and dynlab.errors."""
+    left out) beyond the standard library, dynlab.errors and dynlab._lazy (standard library only)."""
     out = []
     for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
         if isinstance(node, ast.Import):
@@ -54,7 +54,8 @@ def _eager_imports(path: Path) -> list[str]:
             names = [node.module or "."] if node.level == 0 else ["." * node.level + (node.module or "")]
         else:
             continue
-        out += [n for n in names if n.split(".")[0] not in sys.stdlib_module_names and n != "dynlab.errors"]
+        out += [n for n in names if n.split(".")[0] not in sys.stdlib_module_names
+                and n not in ("dynlab.errors", "dynlab._lazy")]
     return out
 
 
