@@ -216,6 +216,20 @@ was fixed on pilot seed 100."""
 SMOKE_MODEL = {**_QUICK_MODEL, "d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 16, "d_state": 16,
                "chunk_size": 16}
 
+#: The ``size`` preset (the ``size-annealed`` preset is it with other runs).
+_SIZE_PRESET = {
+    "mixers": ("mamba2",),
+    "seeds": (0, 1, 2),
+    "interventions": ("zero",),
+    "sizes": SIZE_LADDER,
+    "seq_lens": (32, 128),
+    "tokens_per_step": SIZE_TOKENS_PER_STEP,
+    "model": {},
+    "train": {"batch_size": 64, "lr": 5e-3, "threads": 1, "engine": "stack"},
+    "eval": {**_QUICK_EVAL, "n_samples": 64, "chunk_len": 128, "effrem_samples": 16},
+    "intervention": {"sigma": 0.1},
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": {
         "mixers": ("mamba2",),
@@ -258,30 +272,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval": {**_QUICK_EVAL, "n_samples": 64, "chunk_len": 128, "bin_width": 16, "effrem_samples": 16},
         "intervention": {"sigma": 0.1},
     },
-    "size": {
-        "mixers": ("mamba2",),
-        "seeds": (0, 1, 2),
-        "interventions": ("zero",),
-        "sizes": SIZE_LADDER,
-        "seq_lens": (32, 128),
-        "tokens_per_step": SIZE_TOKENS_PER_STEP,
-        "model": {},
-        "train": {"batch_size": 64, "lr": 5e-3, "threads": 1, "engine": "stack"},
-        "eval": {**_QUICK_EVAL, "n_samples": 64, "chunk_len": 128, "effrem_samples": 16},
-        "intervention": {"sigma": 0.1},
-    },
-    "size-annealed": {
-        "mixers": ("mamba2",),
-        "seeds": (0, 1, 2),
-        "interventions": ("zero",),
-        "sizes": SIZE_ANNEALED,
-        "seq_lens": (32, 128),
-        "tokens_per_step": SIZE_TOKENS_PER_STEP,
-        "model": {},
-        "train": {"batch_size": 64, "lr": 5e-3, "threads": 1, "engine": "stack"},
-        "eval": {**_QUICK_EVAL, "n_samples": 64, "chunk_len": 128, "effrem_samples": 16},
-        "intervention": {"sigma": 0.1},
-    },
+    "size": _SIZE_PRESET,
+    "size-annealed": {**_SIZE_PRESET, "sizes": SIZE_ANNEALED},  # the same recipe: only its runs differ
     "state": {
         "mixers": ("mamba2",),
         "seeds": STATE_SEEDS,
