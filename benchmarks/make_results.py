@@ -154,9 +154,10 @@ def document() -> str:
             parts.append(f"## {PAPER_B_DETAIL}\n\n{paper_b_section()}\n")
         if label in INTERVENTION_LABELS:
             note += tbtt_coverage_text(open_dataset(path))
-        parts.append(f"## {heading}\n\n`{command}` — {note}.\n\n{report(path)}")
-        if label == ANNEALED and (DATA / "length-generalization-size.nc").is_file():
-            parts.append(annealed_section(open_dataset(DATA / "length-generalization-size.nc"), open_dataset(path)))
+        size = DATA / "length-generalization-size.nc"
+        table = (annealed_section(open_dataset(size), open_dataset(path)) if label == ANNEALED and size.is_file()
+                 else report(path))  # the annealed runs beside the size map's checkpoints, each run once
+        parts.append(f"## {heading}\n\n`{command}` — {note}.\n\n{table}")
         for pair, what, note in ((REPRODUCTION, "C loops against torch loops", REPRODUCTION_NOTE),
                                  (CROSS_CPU, "two CPU types", CROSS_CPU_NOTE)):
             if label == pair[0] and (DATA / f"{pair[1]}.nc").is_file():

@@ -395,7 +395,7 @@ def make_specs(options: StudyOptions) -> list[LMRunSpec]:
             size = dict(size)
             chinchilla = size.pop("chinchilla", preset.get("chinchilla"))
             checkpoints = size.pop("checkpoints", None)
-            annealed = _annealed_runs(size, seq_lens) if "checkpoints" not in extra.eval else ()
+            annealed = _annealed_runs(size, seq_lens, options.preset, extra)
             inrun = size.pop("inrun", True)
             model = LMModelSpec(**anchor_model_fields(m, **{**preset["model"], **size, **vocab, **extra.model}))
             ev = evals if checkpoints is None or "checkpoints" in extra.eval else evals.model_copy(
@@ -495,13 +495,22 @@ def _checkpoint_layout(model: torch.nn.Module, meta: dict) -> dict[str, Any]:
             "n_layers": c["num_hidden_layers"], "mlp_ratio": 0, "vocab_size": int(model.vocab_size)}
 
 
-def _annealed_runs(size: dict, seq_lens: tuple) -> list[tuple[int | None, float]]:
+def _annealed_runs(size: dict, seq_lens: tuple, preset: str, extra: LGOptions) -> list[tuple[int | None, float]]:
     """``(T_train, budget)`` of the separate, annealed runs a size of a preset asks for (and
     removes its keys from ``size``): ``annealed`` budgets at the first training length, and
-    ``annealed_at``, ``((T_train, budgets), ...)``, at the lengths it names."""
+    ``annealed_at``, ``((T_train, budgets), ...)``, at the lengths it names.  None under an
+    ``eval.checkpoints`` override (its runs are the in-run ones); a preset made only of
+    annealed runs (``inrun: False``) refuses that override, and ``train.seq_len`` when it
+    names its lengths, in one line."""
     runs = [(seq_lens[0], float(b)) for b in size.pop("annealed", ())]
-    runs += [(int(length), float(b)) for length, budgets in size.pop("annealed_at", ()) for b in budgets]
-    return runs
+    at = size.pop("annealed_at", ())
+    runs += [(int(length), float(b)) for length, budgets in at for b in budgets]
+    only = size.get("inrun", True) is False
+    for key, field, given in (("eval.checkpoints", "checkpoints", extra.eval), ("train.seq_len", "seq_len", extra.train)):
+        if field in given and only and (field == "checkpoints" or at):
+            raise DynlabInputError(f"preset {preset!r} trains each run alone to the budget and T_train it names, so "
+                                   f"{key} cannot be set; allowed: leave {key} out, or preset 'size'")
+    return [] if "checkpoints" in extra.eval else runs
 
 
 def _train_fields(preset: dict, extra: LGOptions, model: LMModelSpec, seq_len: int | None,

@@ -76,16 +76,21 @@ def size_verdict(ds: xr.Dataset, annealed: xr.Dataset | None = None) -> str:
 
 def _annealed_text(size: xr.Dataset, annealed: xr.Dataset | None) -> str:
     """How many of the in-run rises hold when the budget is trained alone (annealed)."""
-    rows = annealed_judgement(with_annealed(size, annealed))
+    both = with_annealed(size, annealed)
+    rows = annealed_judgement(both)
     if not rows:
         return " (checkpoints, not annealed runs)"
+    inrun = size_grid(both)["inrun"]
+    n_rises = int(((inrun > RISE).sum("seed") * 2 > inrun.sizes["seed"]).sum())
     held: dict[tuple[int, int], list[str]] = {}
     for d, t, b, _, a in rows:
-        if 2 * int((a > RISE).sum()) > np.isfinite(a).sum():
+        if 2 * int((a > RISE).sum()) > a.size:
             held.setdefault((d, t), []).append(f"{b:g}×")
     said = "; ".join(f"width {d}, T {t}: {join_and(bs)}" for (d, t), bs in held.items())
-    return (f"; of these rises {len(rows)} were trained alone to their budget (annealed): most seeds rise in "
-            f"{sum(map(len, held.values()))}" + (f" ({said})" if held else ""))
+    alone = (f"each of these {n_rises} (width, T_train, budget) rises was also trained alone to its budget" if len(rows) == n_rises
+             else f"of these {n_rises} (width, T_train, budget) rises, {len(rows)} were also trained alone to their budget")
+    return (f"; {alone} (annealed): most seeds rise alone in {sum(map(len, held.values()))}"
+            + (f" ({said})" if held else ""))
 
 
 def context_verdict(ds: xr.Dataset) -> str:
@@ -255,8 +260,10 @@ def state_verdict(ds: xr.Dataset) -> str:
     pooled = next((r for r in contraction_correlations(grid) if r["group"] == "pooled"), None)
     corr = (f"memory horizon / T_train against far/in, pooled ρ {pooled['rho']:+.2f} (Holm p {pooled.get('p_holm', np.nan):.2g})"
             if pooled else "no memory horizons stored")
-    return (f"threshold {verdict['threshold']}: T_forget ≤ {lengths[0]} in {int((cens == 'below').sum())} and > "
-            f"{lengths[-1]} in {int((cens == 'above').sum())} of {cens.size} (state size, seed) cells; {slope}; "
+    none = int((cens == "none").sum())
+    return (f"threshold {verdict['threshold']}: T_forget censored below (≤ {lengths[0]} where every run learned) in "
+            f"{int((cens == 'below').sum())} and above in {int((cens == 'above').sum())} of {cens.size} (state size, "
+            f"seed) cells{f', no run learned in {none}' if none else ''}; {slope}; "
             f"{int(th['later_rises'].sum())} of {int(grid['learned'].sum())} learned runs rise above their T_forget. "
             f"Contraction {verdict['contraction']}: {corr}")
 

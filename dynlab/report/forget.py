@@ -68,30 +68,40 @@ def forget_grid(ds: xr.Dataset) -> xr.Dataset:
 
 
 def forget_thresholds(grid: xr.Dataset) -> xr.Dataset:
-    """Per (state_size, seed): ``t_forget`` (NaN when censored), ``censored`` (``""``,
-    ``"below"`` or ``"above"``), ``later_rises`` (runs rising at a longer T_train than
-    T_forget) and ``unlearned`` (runs of the cell that did not learn) — :data:`RULE`. A
-    T_train whose run did not learn counts as neither rising nor not."""
+    """Per (state_size, seed): ``t_forget`` (NaN when censored), ``censored`` (``""``;
+    ``"below"``: T_forget ≤ ``bound``; ``"above"``: T_forget > ``bound``; ``"none"``: no run
+    of the cell learned), ``bound``, ``later_rises`` (runs rising at a longer T_train than
+    T_forget) and ``unlearned`` (runs of the cell that did not learn) — :data:`RULE`.
+
+    A T_train whose run did not learn counts as neither rising nor not: the first quiet
+    run is T_forget only when every shorter run learned (and rose); after an unlearned one
+    it is an upper bound (censored below); when every learned run rises, the longest of them
+    is the lower bound (censored above)."""
     lengths = grid["train_length"].values
+    learned = grid["learned"].transpose("state_size", "seed", "train_length").values
     rises = ((grid["ratio"] > RISE) & grid["learned"]).transpose("state_size", "seed", "train_length").values
     quiet = ((grid["ratio"] <= RISE) & grid["learned"]).transpose("state_size", "seed", "train_length").values
     t = np.full(rises.shape[:2], np.nan)
-    cens = np.full(rises.shape[:2], "above", dtype=object)
+    bound = np.full(rises.shape[:2], np.nan)
+    cens = np.full(rises.shape[:2], "none", dtype=object)
     later = np.zeros(rises.shape[:2], dtype=int)
     for i, j in np.ndindex(*rises.shape[:2]):
+        if not learned[i, j].any():
+            continue
         first = np.flatnonzero(quiet[i, j])
         if first.size == 0:
+            cens[i, j], bound[i, j] = "above", float(lengths[np.flatnonzero(learned[i, j])[-1]])
             continue
         k = int(first[0])
         later[i, j] = int(rises[i, j, k + 1:].sum())
-        if k == 0:
-            cens[i, j] = "below"
+        if k == 0 or not learned[i, j, :k].all():
+            cens[i, j], bound[i, j] = "below", float(lengths[k])
         else:
-            t[i, j], cens[i, j] = float(lengths[k]), ""
+            t[i, j], cens[i, j], bound[i, j] = float(lengths[k]), "", float(lengths[k])
     dims = ("state_size", "seed")
     return xr.Dataset({
-        "t_forget": (dims, t), "censored": (dims, cens.astype(str)), "later_rises": (dims, later),
-        "unlearned": (~grid["learned"]).sum("train_length"),
+        "t_forget": (dims, t), "censored": (dims, cens.astype(str)), "bound": (dims, bound),
+        "later_rises": (dims, later), "unlearned": (~grid["learned"]).sum("train_length"),
     }, coords={"state_size": grid["state_size"], "seed": grid["seed"]})
 
 
@@ -126,22 +136,28 @@ def contraction_correlations(grid: xr.Dataset) -> list[dict]:
         keep = ok & np.isfinite(a) & np.isfinite(b)
         rho, p = stats.spearmanr(a[keep], b[keep]) if keep.sum() >= 3 else (np.nan, np.nan)
         rows.append({"group": label, "n": int(keep.sum()), "rho": float(rho), "p": float(p)})
-    finite = [i for i, r in enumerate(rows) if np.isfinite(r["p"])]
-    for i, adj in zip(finite, holm([rows[i]["p"] for i in finite])):
-        rows[i]["p_holm"] = float(adj)
+    # Holm over the whole family fixed in advance (pooled and every size): a test that could
+    # not run (fewer than 3 learned runs) counts with p = 1, so it never weakens the others' correction
+    adjusted = holm([r["p"] if np.isfinite(r["p"]) else 1.0 for r in rows])
+    for r, adj in zip(rows, adjusted):
+        if np.isfinite(r["p"]):
+            r["p_holm"] = float(adj)
     return rows
 
 
-def _median_bounds(th: xr.Dataset, size, lengths: list[int]) -> tuple[float, float]:
+def _median_bounds(th: xr.Dataset, size) -> tuple[float, float]:
     """The median over seeds of a state size's T_forget as an interval: a threshold censored
-    below lies in (0, shortest], one censored above in (longest, ∞)."""
+    below lies in (0, bound], one censored above in (bound, ∞); a seed with no learned run
+    is left out (both NaN when no seed is left)."""
     lo, hi = [], []
     for seed in th["seed"].values:
         c = str(th["censored"].sel(state_size=size, seed=seed).values)
-        t = float(th["t_forget"].sel(state_size=size, seed=seed))
-        lo.append(0.0 if c == "below" else float(lengths[-1]) if c == "above" else t)
-        hi.append(float(lengths[0]) if c == "below" else np.inf if c == "above" else t)
-    return float(np.median(lo)), float(np.median(hi))
+        b = float(th["bound"].sel(state_size=size, seed=seed))
+        if c == "none":
+            continue
+        lo.append(0.0 if c == "below" else b)
+        hi.append(np.inf if c == "above" else b)
+    return (float(np.median(lo)), float(np.median(hi))) if lo else (np.nan, np.nan)
 
 
 def state_verdicts(ds: xr.Dataset) -> dict[str, str]:
@@ -160,12 +176,11 @@ def state_verdicts(ds: xr.Dataset) -> dict[str, str]:
       ``memory_horizon`` the test needs)."""
     grid = forget_grid(ds)
     th = forget_thresholds(grid)
-    lengths = [int(t) for t in grid["train_length"].values]
     fit = forget_fit(th)
     learned = int(grid["learned"].sum())
     later = int(th["later_rises"].sum())
     sizes = sorted(float(x) for x in th["state_size"].values)
-    small, large = _median_bounds(th, sizes[0], lengths), _median_bounds(th, sizes[-1], lengths)
+    small, large = _median_bounds(th, sizes[0]), _median_bounds(th, sizes[-1])
     if fit["slope_lo"] > 0 and fit["n"] >= 6 and later <= 0.1 * learned:
         threshold = "supported"
     elif fit["slope_hi"] <= 0 or large[1] <= small[0]:
@@ -220,8 +235,11 @@ def state_tables(ds: xr.Dataset) -> str:
 
 def _threshold_cell(th: xr.Dataset, s, seed, lengths: list[int]) -> str:
     c = str(th["censored"].sel(state_size=s, seed=seed).values)
+    b = th["bound"].sel(state_size=s, seed=seed)
+    if c == "none":
+        return "— (none learned)"
     if c == "below":
-        return f"≤{lengths[0]}"
+        return f"≤{int(b)}"
     if c == "above":
-        return f">{lengths[-1]}"
+        return f">{int(b)}"
     return str(int(th["t_forget"].sel(state_size=s, seed=seed)))

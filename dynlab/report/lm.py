@@ -251,14 +251,17 @@ def size_grid(ds: xr.Dataset) -> xr.Dataset:
         sub = keep.isel(run=np.flatnonzero(sel))
         return sub.reset_coords([c for c in sub.coords if c not in (*dims, "run", "budget")], drop=True)
 
-    out = xr.Dataset()
+    grids = []
     if (~flags).any():
-        out = out.assign(inrun=part(~flags).set_index(run=dims).unstack("run")["far_over_in"])
+        grids.append(part(~flags).set_index(run=dims).unstack("run")["far_over_in"].rename("inrun"))
     if flags.any():
         sub = part(flags)
         own = sub["budget"].values[np.argmax(np.isfinite(sub["far_over_in"].values), axis=1)]
         alone = sub.assign_coords(own=("run", own)).set_index(run=[*dims, "own"]).unstack("run")
-        out = out.assign(alone=alone["far_over_in"].where(alone["own"] == alone["budget"]).max("own"))
+        grids.append(alone["far_over_in"].where(alone["own"] == alone["budget"]).max("own").rename("alone"))
+    # the union of both grids' widths, lengths, seeds and budgets: a run trained alone where
+    # no run has checkpoints (another seed, another T_train) is kept, NaN in the other grid
+    out = xr.merge(grids, join="outer", compat="no_conflicts")
     n = ds["n_params"].groupby(ds["d_model"]).first()
     blocks = (n - 2 * 256 * n["d_model"]).sel(d_model=out["d_model"])
     return out.assign_coords(blocks=("d_model", blocks.values.astype(int)))

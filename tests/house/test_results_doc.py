@@ -360,7 +360,7 @@ def test_the_annealed_count_in_readme_prose_is_the_datasets(readme_text):
                     runs.setdefault((*key, float(b)), []).append(float(v))
     cells = [(d, t, b) for (d, t, a, b), v in runs.items() if not a and 2 * sum(x > 1.05 for x in v) > len(v)
              and (d, t, True, b) in runs]
-    held = [c for c in cells if 2 * sum(x > 1.05 for x in runs[(c[0], c[1], True, c[2])]) > len(runs[(c[0], c[1], True, c[2])])]
+    held = [c for c in cells if 2 * sum(x > 1.05 for x in runs[(c[0], c[1], True, c[2])]) > 3]  # of the 3 seeds
     flat = " ".join(readme_text.split())
     assert f"of {len(cells)} trained alone to their budget {len(held)} hold" in flat
 

@@ -118,3 +118,42 @@ def test_the_pre_registered_contraction_verdict(sign, expect):
     ds = _dataset(lambda s, seed: 64, horizon=_rho_horizon(sign))
     ds["far_in_ratio"] = ds["far_in_ratio"] + 1e-3 * (1000.0 / ds["train_length"])  # a strict order within the ties
     assert state_verdicts(ds)["contraction"] == expect
+
+
+def test_a_state_size_that_never_learned_has_no_threshold_and_decides_nothing():
+    """Every run of the smallest state diverged: its cells have no T_forget ('none'), it
+    is left out of the medians, and the verdict cannot be 'refuted' on its account."""
+    from dynlab.report.forget import state_verdicts
+
+    ds = _dataset(lambda s, seed: {1024: 0, 4096: (64, 256, 32)[seed], 16384: 128}[s],
+                  status=lambda s, t, seed: "diverged" if s == 1024 else "ok")
+    th = forget_thresholds(forget_grid(ds))
+    assert th["censored"].sel(state_size=1024).values.tolist() == ["none"] * 3
+    assert state_verdicts(ds)["threshold"] == "not decided"
+
+
+def test_unlearned_runs_bound_a_threshold_instead_of_setting_it():
+    """The shortest run did not learn and the next is quiet: T_forget ≤ 32, censored below,
+    not 32; every learned run rises but the longest did not learn: T_forget > 128, not > 256."""
+    ds = _dataset(lambda s, seed: {1024: 0, 4096: 10**6, 16384: 64}[s],
+                  status=lambda s, t, seed: "diverged" if (s == 1024 and t == 16) or (s == 4096 and t == 256) else "ok")
+    th = forget_thresholds(forget_grid(ds))
+    assert th["censored"].sel(state_size=1024).values.tolist() == ["below"] * 3
+    assert (th["bound"].sel(state_size=1024) == 32).all() and np.isnan(th["t_forget"].sel(state_size=1024)).all()
+    assert th["censored"].sel(state_size=4096).values.tolist() == ["above"] * 3
+    assert (th["bound"].sel(state_size=4096) == 128).all()
+    assert (th["t_forget"].sel(state_size=16384) == 64).all()
+
+
+def test_holm_counts_every_test_of_the_family_even_one_that_could_not_run():
+    """Five tests fixed in advance: with one size's test impossible (fewer than 3 learned
+    runs) the others are still adjusted over five."""
+    ds = _dataset(lambda s, seed: 64, sizes=(1024, 4096, 16384, 65536), horizon=_rho_horizon(1),
+                  status=lambda s, t, seed: "diverged" if s == 65536 and (t > 16 or seed > 0) else "ok")
+    ds["far_in_ratio"] = ds["far_in_ratio"] + 1e-3 * (1000.0 / ds["train_length"])
+    rows = contraction_correlations(forget_grid(ds))
+    assert len(rows) == 5 and not np.isfinite(rows[-1]["p"]) and "p_holm" not in rows[-1]
+    from dynlab.analysis.contrasts import holm
+
+    expect = holm([r["p"] for r in rows[:4]] + [1.0])[:4]
+    assert [r["p_holm"] for r in rows[:4]] == pytest.approx(list(expect))

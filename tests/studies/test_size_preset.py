@@ -75,3 +75,42 @@ def test_size_grid_is_the_runs_values_on_a_grid(tmp_path):
             assert float(got) == float(values.sel(budget=b))
     assert np.isfinite(m["alone"].sel(train_length=32, budget=[1.0, 4.0])).all()
     assert np.isnan(m["alone"].sel(budget=0.5)).all() and np.isnan(m["alone"].sel(train_length=128)).all()
+
+
+def test_size_grid_keeps_runs_trained_alone_where_no_checkpoint_run_is():
+    """Runs trained alone on seeds and a T_train that no in-run run has stay in the grid
+    (the union of the two), NaN in the other grid, never dropped."""
+    import xarray as xr
+
+    def runs(annealed, seeds, lengths, budgets):
+        rows = [(s, t) for s in seeds for t in lengths]
+        far = np.full((len(rows), len(budgets)), np.nan)
+        for i in range(len(rows)):
+            far[i, i % len(budgets) if annealed else slice(None)] = 1.0 + 0.01 * i
+        return xr.Dataset({"far_over_in": (("run", "budget"), far)}, coords={
+            "budget": budgets, "annealed": ("run", [annealed] * len(rows)), "d_model": ("run", [8] * len(rows)),
+            "seed": ("run", [r[0] for r in rows]), "train_length": ("run", [r[1] for r in rows]),
+            "n_params": ("run", [6766] * len(rows))})
+
+    inrun = runs(False, (0, 1), (32,), [1.0, 2.0])
+    alone = runs(True, (5, 6), (256,), [4.0])
+    g = size_grid(xr.concat([inrun, alone], "run", join="outer"))
+    assert sorted(g["seed"].values.tolist()) == [0, 1, 5, 6] and sorted(g["train_length"].values.tolist()) == [32, 256]
+    assert int(np.isfinite(g["alone"]).sum()) == 2 and int(np.isfinite(g["inrun"]).sum()) == 4
+    assert float(g["alone"].sel(d_model=8, seed=6, train_length=256, budget=4.0)) == 1.01
+
+
+@pytest.mark.parametrize("flags", [["--seq-len", "64"], ["--config", "CHECKPOINTS"]])
+def test_size_annealed_refuses_overrides_that_would_change_its_runs(tmp_path, capsys, flags):
+    """A training length, or in-run checkpoints, would turn its named runs into others: one
+    line, exit 2, nothing written."""
+    from dynlab.cli import main
+
+    if flags[1] == "CHECKPOINTS":
+        (tmp_path / "c.toml").write_text("[eval]\ncheckpoints = [1.0, 2.0]\n")
+        flags = ["--config", str(tmp_path / "c.toml")]
+    out = tmp_path / "out"
+    assert main(["study", "length-generalization", "--preset", "size-annealed", *flags, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "preset 'size-annealed'" in err[0] and "allowed:" in err[0]
+    assert not out.exists()
