@@ -13,20 +13,22 @@ a finalizer, it prints a traceback and goes on) is taken again (:func:`command_s
 So from the guard on, no ``KeyboardInterrupt`` leaves dynlab's code or is lost.  A program
 that imports dynlab keeps its own SIGINT handling.
 
-Before its guard, dynlab imports this module and ``signal`` (which builds its enums:
-milliseconds in which Python's own handler still raises): ``dynlab/__init__.py`` imports
-them inside a ``try`` whose ``KeyboardInterrupt``, in the executable, is the same one line
-and exit code 130.  A Ctrl-C before dynlab's code runs (the interpreter's own start-up,
+Before its guard, dynlab imports only this module (it takes the signal functions from
+``_signal``, which the interpreter loaded at start-up, not from ``signal``, whose import
+builds enums: milliseconds in which Python's own handler still raises):
+``dynlab/__init__.py`` imports it inside a ``try`` whose ``KeyboardInterrupt``, in the
+executable, is the same one line and exit code 130.  A Ctrl-C before dynlab's code runs (the interpreter's own start-up,
 its ``site`` module and the ``.pth`` files of the environment, the console script) is the
 interpreter's to handle; one after the interpreter has begun to shut down (its handlers
 gone) ends the process by the signal, which a shell reports as 130 too.  This module
-imports nothing beyond ``os``, ``signal`` and ``sys`` (and ``threading``, already loaded,
+imports nothing beyond ``os``, ``_signal`` and ``sys`` (and ``threading``, already loaded,
 when a finalizer swallowed a Ctrl-C).
 """
 
-# no ``from __future__ import annotations``: its module would be one more import before the guard
+# no ``from __future__ import annotations``: its module would be one more import before the guard;
+# ``_signal``, the interpreter's own (loaded at start-up), not ``signal``, which imports enum first
+import _signal as signal
 import os
-import signal
 import sys
 
 __all__ = ["command_ends", "command_starts", "guard_start", "interrupted_at_start", "is_the_executable", "raise_pending"]
