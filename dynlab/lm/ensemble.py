@@ -50,6 +50,7 @@ from dynlab.lm.model import RecurrentLM
 from dynlab.lm.stack import LMStack, StackLayout
 from dynlab.lm.states import CarriedStates, conv_windows
 from dynlab.lm.train import ADAM_BETAS, ADAM_EPS, LR_FLOOR
+from dynlab.outputs import VANISHED_RETRIES
 from dynlab.results.files import write_bytes_atomic
 from dynlab.runtime import resolve_device, train_threads
 from dynlab.training import TrainResult, cosine_lr
@@ -253,7 +254,14 @@ def _save_state(path: Path, done: int, stack: LMStack, opt: _StackAdamW, losses:
     }
     buf = io.BytesIO()
     torch.save(state, buf)
-    write_bytes_atomic(path, buf.getbuffer())
+    for attempt in range(VANISHED_RETRIES):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(path, buf.getbuffer())
+            return
+        except FileNotFoundError:  # the study's shared resume/ folder, removed (empty) by a stack that finished
+            if attempt == VANISHED_RETRIES - 1:  # in another worker between this stack's saves: made again
+                raise
 
 
 def _load_state(path: Path, stack: LMStack, opt: _StackAdamW, losses: torch.Tensor,

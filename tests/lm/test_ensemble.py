@@ -461,3 +461,32 @@ def test_mamba1_stack_scans_all_members_in_one_call_bit_for_bit(monkeypatch):
     assert losses == losses_pm
     for a, b in zip(one_call, per_member):
         assert torch.equal(a, b)
+
+
+def test_a_stack_saves_its_state_after_another_stack_removed_the_shared_folder(tmp_path, monkeypatch):
+    """Stacks of one study share resume/; one that finishes removes the folder when it is
+    empty, which it is while another stack has not saved yet (its first save is seconds
+    away): that save makes the folder again instead of failing (FileNotFoundError)."""
+    import shutil
+
+    import dynlab.lm.run as run
+    from dynlab.studies.length_generalization import make_specs
+    from dynlab.study import StudyOptions
+
+    tiny = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 4, "d_state": 4, "chunk_size": 8},
+            "train": {"steps": 4, "batch_size": 2, "seq_len": 16, "engine": "stack"},
+            "eval": {"length_multiple": 2, "n_samples": 2, "chunk_len": 16, "bin_width": 8, "effrem_points": 2,
+                     "effrem_samples": 2}, "interventions": ["zero"]}
+    specs = make_specs(StudyOptions(preset="quick", seeds=(0, 1), extra=tiny))
+    monkeypatch.setattr(run, "SAVE_EVERY_S", 0.0)
+    resume = tmp_path / "resume"
+    seen = []
+
+    def other_stack_finished(done, losses):
+        seen.append(sorted(p.name for p in resume.iterdir()) if resume.exists() else None)
+        if done == 2:
+            shutil.rmtree(resume)  # what another stack's clean-up does to an empty shared folder
+
+    out = run.train_and_evaluate_many(specs, "cpu", other_stack_finished, sync_every=1, resume_dir=resume)
+    assert len(out) == 2 and not resume.exists()
+    assert any(names and len(names) == 1 for names in seen[3:]), seen  # the state was written again after the removal
