@@ -35,7 +35,7 @@ from pathlib import Path
 
 from dynlab.errors import DynlabInputError
 
-__all__ = ["RUN_FILES", "STUDY_FILES", "VANISHED_RETRIES", "check_json_path", "current_umask", "is_folder", "probe_file", "probe_folder", "refuse_foreign_folder",
+__all__ = ["RUN_FILES", "STUDY_FILES", "VANISHED_RETRIES", "check_json_path", "current_umask", "is_folder", "path_mode", "probe_file", "probe_folder", "refuse_foreign_folder",
            "refuse_inside_dynlab_folder"]
 
 #: Files that make a folder a dynlab run folder (any one of them).
@@ -145,19 +145,26 @@ def _probe_once(folder: Path, deep: bool) -> str | None:
     return None
 
 
-def is_folder(path: str | Path) -> bool:
-    """Whether ``path`` is a folder, from one ``stat`` (a link followed); a ``FileNotFoundError``
-    when it is missing (made, then removed by another process's probe), but False for a
-    link that points nowhere and for what cannot be looked at (a loop of links).  One look: ``is_dir()`` and then ``lexists()`` may see two
-    states of a folder that other processes remove and make again in between."""
+def path_mode(path: str | Path) -> int:
+    """The ``st_mode`` of ``path`` from one ``stat`` (a link followed): one look, where
+    ``is_dir()`` and then ``lexists()`` may see two states of a folder that other processes
+    remove and make again in between.  A ``FileNotFoundError`` when it is missing (made,
+    then removed by another process's probe); 0 (neither folder nor file) for a link that
+    points nowhere and for what cannot be looked at (a loop of links, a name too long)."""
     try:
-        return stat.S_ISDIR(os.stat(path).st_mode)
+        return os.stat(path).st_mode
     except FileNotFoundError:
         if os.path.islink(path):
-            return False
+            return 0
         raise
-    except OSError:  # a loop of links, a name too long, a file on the way: not a folder
-        return False
+    except OSError:
+        return 0
+
+
+def is_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a folder, from one look (:func:`path_mode`: a ``FileNotFoundError``
+    when it is missing)."""
+    return stat.S_ISDIR(path_mode(path))
 
 
 def probe_file(path: str | Path) -> str | None:

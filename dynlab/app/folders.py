@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 
 from dynlab.errors import DynlabInputError
-from dynlab.outputs import VANISHED_RETRIES
+from dynlab.outputs import VANISHED_RETRIES, path_mode
 
 
 def folder_problem(folder: Path) -> str | None:
@@ -37,12 +37,10 @@ def _problem_once(folder: Path, last: bool) -> str | None:
         here = here.parent
     missing = here != folder
     try:
-        mode = os.stat(here).st_mode  # one look: two (is_dir, then lexists) race another probe
+        mode = path_mode(here)  # one look: two (is_dir, then lexists) race another probe
     except FileNotFoundError:
-        if not last and not os.path.islink(here):
+        if not last:
             raise
-        mode = 0
-    except OSError:  # a loop of links, a name too long: not a folder
         mode = 0
     if not stat.S_ISDIR(mode):
         what = "is a file" if stat.S_ISREG(mode) else "is not a folder"
