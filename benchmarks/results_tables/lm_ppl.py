@@ -18,6 +18,13 @@ def ratio_stats(ds: xr.Dataset, intervention: str) -> tuple[str, int, int]:
     return f"{r.mean():.3f} ± {r.std(ddof=1):.3f}", rises(r), r.size
 
 
+def most_rise(r) -> bool:
+    """Whether most of the ratios ``r`` (one per seed; a missing seed, NaN, not rising) rise
+    (> RISE): every verdict's reading of "rises"."""
+    r = np.asarray(r, dtype=float)
+    return 2 * int((r > RISE).sum()) > r.size
+
+
 def rises(r: np.ndarray) -> str:
     """``"k of n (above 1: m)"``: how many of the ratios ``r`` rise (> RISE) and how many exceed 1."""
     return f"{int((r > RISE).sum())} of {r.size} (above 1: {int((r > 1).sum())})"
@@ -118,9 +125,15 @@ def annealed_judgement(ds: xr.Dataset) -> list[tuple[int, int, float, np.ndarray
             for b in g["budget"].values:
                 c = g["inrun"].sel(d_model=d, train_length=t, budget=b).values.astype(float)
                 a = g["alone"].sel(d_model=d, train_length=t, budget=b).values.astype(float)
-                if 2 * int((c > RISE).sum()) > c.size and np.isfinite(a).any():
+                if most_rise(c) and np.isfinite(a).any():
                     rows.append((int(d), int(t), float(b), c, a))
     return rows
+
+
+def annealed_holds(rows: list[tuple[int, int, float, np.ndarray, np.ndarray]]) -> list[tuple[int, int, float]]:
+    """``(width, T_train, budget)`` of the :func:`annealed_judgement` rows whose rise holds
+    when trained alone (most seeds rise alone too)."""
+    return [(d, t, b) for d, t, b, _, a in rows if most_rise(a)]
 
 
 def annealed_section(size: xr.Dataset, annealed: xr.Dataset) -> str:
@@ -132,7 +145,7 @@ def annealed_section(size: xr.Dataset, annealed: xr.Dataset) -> str:
     both = with_annealed(size, annealed)
     g = size_grid(both)
     rows = annealed_judgement(both)
-    held = sum(2 * int((a > RISE).sum()) > a.size for *_, a in rows)
+    held = len(annealed_holds(rows))
     lines = alone_rows(g, [float(b) for b in g["budget"].values])
     return ("\n".join(lines).strip() + f"\n\nOf the {len(rows)} (width, T_train, budget) where most seeds rose at an "
             f"in-run checkpoint and a run trained alone exists, most seeds rise alone in {held}.\n")

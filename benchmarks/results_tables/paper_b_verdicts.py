@@ -18,7 +18,7 @@ from dynlab.report.lm import RISE, size_grid
 
 from results_tables.common import DATA, dataset, first_spec, join_and, minus, prose, seed_range
 from results_tables.lm_interventions import PAPER_B_ARMS, _arm_name
-from results_tables.lm_ppl import annealed_judgement, ratio_stats, with_annealed
+from results_tables.lm_ppl import annealed_holds, annealed_judgement, most_rise, ratio_stats, with_annealed
 from results_tables.paper_b import MIXER_NAMES
 from results_tables.tasks import _arm_mean, _learned
 
@@ -29,16 +29,12 @@ ANNEALED = "length-generalization-size-annealed"
 ALPHA = 0.05
 
 
-def _majority(r: np.ndarray) -> bool:
-    return int((r > RISE).sum()) * 2 > r.size
-
-
 def rise_verdict(lg: xr.Dataset, lg0: xr.Dataset) -> str:
     """Does the PPL rise beyond T_train from the zero state (with and without the convolution)?"""
     def one(ds: xr.Dataset) -> tuple[bool, str]:
         r = far_in_ratio(ds).values[ds["intervention"].values.astype(str) == "zero"].astype(float)
         stats, _, _ = ratio_stats(ds, "zero")
-        return _majority(r), f"in {int((r > RISE).sum())} of {r.size} seeds (far/in {stats})"
+        return most_rise(r), f"in {int((r > RISE).sum())} of {r.size} seeds (far/in {stats})"
     yes, text = one(lg)
     yes0, text0 = one(lg0)
     return (f"{'yes' if yes else 'no'}: a rise {text}; without the convolution "
@@ -54,14 +50,11 @@ def size_verdict(ds: xr.Dataset, annealed: xr.Dataset | None = None) -> str:
     v = g["inrun"]
     top = float(v["budget"].max())
 
-    def rising(x: xr.DataArray) -> bool:  # x: [seed] at one size, T_train and budget
-        return int((x > RISE).sum()) * 2 > x.sizes["seed"]
-
     where, at_top = [], []
     for d in g["d_model"].values:
         x = v.sel(d_model=d)
         budgets = [float(b) for b in x["budget"].values
-                   if any(rising(x.sel(budget=b, train_length=t)) for t in x["train_length"].values)]
+                   if any(most_rise(x.sel(budget=b, train_length=t)) for t in x["train_length"].values)]
         if budgets:
             where.append(f"width {int(d)} at {join_and([f'{b:g}×' for b in budgets])}")
         if top in budgets:
@@ -83,9 +76,8 @@ def _annealed_text(size: xr.Dataset, annealed: xr.Dataset | None) -> str:
     inrun = size_grid(both)["inrun"]
     n_rises = int(((inrun > RISE).sum("seed") * 2 > inrun.sizes["seed"]).sum())
     held: dict[tuple[int, int], list[str]] = {}
-    for d, t, b, _, a in rows:
-        if 2 * int((a > RISE).sum()) > a.size:
-            held.setdefault((d, t), []).append(f"{b:g}×")
+    for d, t, b in annealed_holds(rows):
+        held.setdefault((d, t), []).append(f"{b:g}×")
     said = "; ".join(f"width {d}, T {t}: {join_and(bs)}" for (d, t), bs in held.items())
     alone = (f"each of these {n_rises} (width, T_train, budget) rises was also trained alone to its budget" if len(rows) == n_rises
              else f"of these {n_rises} (width, T_train, budget) rises, {len(rows)} were also trained alone to their budget")
@@ -101,7 +93,7 @@ def context_verdict(ds: xr.Dataset) -> str:
     lengths = sorted({int(x) for x in ds["train_length"].values[ok]})
     parts, prefix, graded = [], True, False
     for n in sorted({int(x) for x in ds["n_params"].values[ok]}):
-        up = [t for t in lengths if _majority(ds["far_in_ratio"].values[
+        up = [t for t in lengths if most_rise(ds["far_in_ratio"].values[
             ok & (ds["n_params"].values == n) & (ds["train_length"].values == t)].astype(float))]
         prefix &= up == lengths[:len(up)]
         graded |= 0 < len(up) < len(lengths)
