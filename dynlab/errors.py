@@ -144,7 +144,8 @@ def exit_status(exc: BaseException) -> tuple[int, str | None]:
     output pipe -> ``(1, None)``; anything else -> ``(1, "internal error (a bug in dynlab,
     or the machine failed): …")``.
     """
-    if isinstance(exc, KeyboardInterrupt):
+    if isinstance(exc, KeyboardInterrupt) or isinstance(exc.__cause__, KeyboardInterrupt):
+        # Python wraps a Ctrl-C raised inside some hooks (a class's __set_name__) in a RuntimeError
         return EXIT_INTERRUPTED, "interrupted"
     if isinstance(exc, BrokenPipeError):  # the reader of the output went away (dynlab … | head)
         return EXIT_FAILURE, None

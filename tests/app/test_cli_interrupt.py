@@ -337,3 +337,16 @@ def test_a_closed_output_pipe_ends_quietly(tmp_path):
     assert proc.wait(timeout=120) == 1
     assert proc.stderr.read() == b""
     proc.stderr.close()
+
+
+def test_a_ctrl_c_that_python_wrapped_in_a_runtime_error_is_an_interrupt():
+    """Python turns a KeyboardInterrupt raised in a class's __set_name__ into a RuntimeError
+    whose cause it is (what a Ctrl-C while pydantic builds its classes meets): exit 130."""
+    class Hook:
+        def __set_name__(self, owner, name):
+            raise KeyboardInterrupt
+
+    with pytest.raises(RuntimeError) as info:
+        type("Owner", (), {"hook": Hook()})
+    assert exit_status(info.value) == (EXIT_INTERRUPTED, "interrupted")
+    assert exit_status(RuntimeError("other"))[0] == EXIT_FAILURE
