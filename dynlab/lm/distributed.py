@@ -44,6 +44,7 @@ by every rank together.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import io
 import json
@@ -58,8 +59,8 @@ from torch import nn
 
 from dynlab.errors import DynlabInputError
 
-__all__ = ["TrainState", "World", "accum_for_tokens", "current_world", "env_world_size", "init_world", "mean_over_ranks",
-           "remove_train_state", "shard_rows"]
+__all__ = ["TrainState", "World", "accum_for_tokens", "current_world", "env_world_size", "init_world", "leave_world",
+           "mean_over_ranks", "remove_train_state", "shard_rows"]
 
 NextBatch = Callable[[], tuple[torch.Tensor, "torch.Tensor | None", torch.Tensor]]
 
@@ -94,17 +95,32 @@ def env_world_size(env: dict[str, str] | os._Environ = os.environ) -> int:
 def init_world(device_type: str, env: dict[str, str] | os._Environ = os.environ) -> World | None:
     """Join the process group that ``torchrun`` describes in ``env`` (``WORLD_SIZE`` > 1;
     NCCL for CUDA, gloo otherwise) and return this process's :class:`World`; None for one
-    process. Joining twice is harmless."""
+    process. Joining twice is harmless. The group is left (:func:`leave_world`) when the
+    interpreter exits, before it tears down."""
     if env_world_size(env) <= 1:
         return None
     import torch.distributed as dist
 
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+        atexit.register(leave_world)
     world = current_world()
     if world is not None and device_type == "cuda":
         torch.cuda.set_device(world.local_rank)
     return world
+
+
+def leave_world() -> None:
+    """Destroy the process group, if one is joined (a no-op otherwise).
+
+    :func:`init_world` registers it to run at exit: a gloo group left to the interpreter's
+    finalisation can still hold work with Python references on its C++ threads, and the
+    process then aborts (SIGABRT, "terminate called without an active exception") after
+    its outputs are written, which ``torchrun`` reports as a failed run."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def current_world() -> World | None:

@@ -100,6 +100,17 @@ def test_a_state_saved_by_two_processes_is_refused_by_one(tmp_path):
     assert state.exists()  # kept: the refusal changed nothing
 
 
+def test_a_joined_group_is_left_before_the_interpreter_tears_down(tmp_path):
+    """A gloo group left to finalisation can abort the process after its work is done
+    (SIGABRT, "terminate called without an active exception"): init_world leaves it at exit."""
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(HELPER.with_name("ddp_exit.py"))], capture_output=True, text=True, timeout=300,
+                          env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("sum [3.0, 3.0, 3.0]") == 2, done.stdout
+    assert done.stdout.count("joined at exit: False") == 2, done.stdout
+
+
 def test_accum_for_tokens_divides_exactly():
     assert accum_for_tokens(524288, 8, 2048, 8) == 4
     assert accum_for_tokens(4096, 4, 512, 2) == 1
