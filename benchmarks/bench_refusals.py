@@ -63,8 +63,8 @@ CASES: list[tuple[str, list[str]]] = [
 
 def tiny_checkpoint(folder: Path) -> Path:
     """A finished dynlab LM run folder (3 training steps of a tiny Mamba-2)."""
-    from dynlab.runner import run_study
-    from dynlab.study import StudyOptions
+    from dynlab.runner.driver import run_study
+    from dynlab.runner.protocol import StudyOptions
     from dynlab.studies.length_generalization import STUDY
 
     tiny = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 4, "d_state": 4, "chunk_size": 8},

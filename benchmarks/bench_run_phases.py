@@ -12,7 +12,7 @@ For each architecture, one run of the chosen preset (one group, one seed) in thi
 - ``eval_s`` — accuracy at every evaluation length and mp, as the study does it
   (:func:`dynlab.tracking.evaluate.evaluate_lengths` with the preset's sequences and lengths);
 - ``analysis_s`` — the error-control analysis at the preset's analysis settings
-  (:func:`dynlab.tracking.analyze.analyze_tracker`: U, R, M, q to the longest evaluated
+  (:func:`dynlab.tracking.analysis.pipeline.analyze_tracker`: U, R, M, q to the longest evaluated
   length, return map, perturbation, Lyapunov spectrum).
 
 Evaluation and analysis cost about the same whether or not the model learned (they run the
@@ -45,14 +45,14 @@ import time
 
 import torch
 
-from dynlab.tracking.analyze import analyze_tracker
+from dynlab.tracking.analysis.pipeline import analyze_tracker
 from dynlab.bench import write_bench_json
 from dynlab.tracking.spec import CurriculumSpec
 from dynlab.tracking.evaluate import evaluate_lengths
 from dynlab.tracking.groups import get_group
 from dynlab.tracking.models import BUILTIN_ARCHS
 from dynlab.studies.group_tracking import ANALYSIS_PRESETS, PRESETS, STUDY
-from dynlab.study import StudyOptions
+from dynlab.runner.protocol import StudyOptions
 from dynlab.tracking.task import WordProblem
 from dynlab.tracking.run import ensemble_group_key, not_learned_horizon
 from dynlab.runtime import train_threads

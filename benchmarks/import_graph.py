@@ -3,7 +3,7 @@
 Nodes are the package's parts: each subpackage of ``dynlab`` (``dynlab.analysis``,
 ``dynlab.lm``, ``dynlab.tracking``, ...; ``kernels/`` and ``studies/`` as
 ``dynlab.kernels`` and ``dynlab.studies``, as they are installed), ``cli.py`` as
-``dynlab.cli``, and the top-level modules of ``dynlab`` (``dynlab.spec``, ``dynlab.study``,
+``dynlab.cli``, and the top-level modules of ``dynlab`` (``dynlab.spec``, ``dynlab.manifest``,
 ...).  An edge A --> B says some module of A imports some module of B; every ``import``
 counts, in function bodies and under ``TYPE_CHECKING`` too, as in
 ``tests/house/test_layering.py``.  Imports inside one part are not drawn.
@@ -35,7 +35,8 @@ MAPPED = {"kernels": "dynlab.kernels", "studies": "dynlab.studies"}
 FOUNDATIONS = ("dynlab.errors", "dynlab.names", "dynlab.runtime", "dynlab._start")
 
 #: The shared base: the study machinery both papers' studies run on.
-SHARED_BASE = ("dynlab.spec", "dynlab.study", "dynlab.runner", "dynlab.run_loop", "dynlab.manifest", "dynlab.training")
+SHARED_BASE = ("dynlab.spec", "dynlab.runner.protocol", "dynlab.runner.driver", "dynlab.runner.loop", "dynlab.manifest",
+               "dynlab.training")
 
 
 def module_files(root: Path = ROOT) -> dict[str, Path]:

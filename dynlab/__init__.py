@@ -21,14 +21,14 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Group": "dynlab.tracking.groups",
     "RunSpec": "dynlab.tracking.spec",
-    "Study": "dynlab.study",
-    "StudyOptions": "dynlab.study",
+    "Study": "dynlab.runner.protocol",
+    "StudyOptions": "dynlab.runner.protocol",
     "Tracker": "dynlab.tracking.models",
-    "analyze_study": "dynlab.runner",
+    "analyze_study": "dynlab.runner.driver",
     "get_group": "dynlab.tracking.groups",
-    "open_study": "dynlab.runner",
+    "open_study": "dynlab.runner.driver",
     "register_cell": "dynlab.tracking.models",
-    "run_study": "dynlab.runner",
+    "run_study": "dynlab.runner.driver",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -15,7 +15,7 @@ from dynlab.results.schema import DATASET
 from dynlab.results.store import ANALYSIS, QUARANTINE, RunStore
 from dynlab.runtime import NullProgress, say
 from dynlab.spec import Spec, load_spec
-from dynlab.study import Study, StudyExtra, StudyOptions
+from dynlab.runner.protocol import Study, StudyExtra, StudyOptions
 
 __all__ = ["MANIFEST", "check_manifest_runs", "check_runs_present", "check_same_runs", "load_manifest", "manifest_options",
            "manifest_specs", "options_record", "probe_study_files", "recorded_extra", "spec_of"]
@@ -24,7 +24,7 @@ MANIFEST = "manifest.json"
 
 
 #: The option each common field of a manifest is set by (the study commands' words); a
-#: study's own options name theirs (:attr:`dynlab.study.StudyExtra.option_words`).
+#: study's own options name theirs (:attr:`dynlab.runner.protocol.StudyExtra.option_words`).
 OPTION_OF = {"preset": "--preset", "models": "--models", "seeds": "--seeds"}
 
 
@@ -37,7 +37,7 @@ def _said(value: Any) -> str:
 
 
 def options_record(options: StudyOptions, extra: StudyExtra) -> dict[str, Any]:
-    """The manifest's record of the options (the fields :func:`dynlab.runner.run_study` writes in it)."""
+    """The manifest's record of the options (the fields :func:`dynlab.runner.driver.run_study` writes in it)."""
     return {"preset": options.preset, "models": list(options.models) if options.models else None,
             "seeds": list(options.seeds) if options.seeds is not None else None, "extra": extra.recorded()}
 
@@ -45,7 +45,7 @@ def options_record(options: StudyOptions, extra: StudyExtra) -> dict[str, Any]:
 def recorded_extra(manifest: dict[str, Any], options_type: type[StudyExtra]) -> Any:
     """The study options a manifest records (its ``extra``, None when absent), with the
     fields that manifests of earlier versions kept at the top level
-    (:attr:`~dynlab.study.StudyExtra.manifest_top_level`, a null one left out) read back
+    (:attr:`~dynlab.runner.protocol.StudyExtra.manifest_top_level`, a null one left out) read back
     into it; ``extra``'s own value wins.  Not a mapping: returned as it is."""
     extra = manifest.get("extra")
     moved = {k: manifest[k] for k in options_type.manifest_top_level if manifest.get(k) is not None}
@@ -138,7 +138,7 @@ def load_manifest(path: Path) -> dict:
         raise DynlabInputError(f"broken study manifest {mpath}: needs 'study', 'preset' and a list of 'run_ids'")
     for rid in manifest["run_ids"]:  # before any path is formed from one
         check_run_id(rid, f"broken study manifest {mpath}")
-    from dynlab.study import collapse_repeats
+    from dynlab.runner.protocol import collapse_repeats
 
     kept, counts = collapse_repeats(tuple(manifest["run_ids"]))
     if counts:

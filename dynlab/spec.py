@@ -173,7 +173,7 @@ class Spec(BaseModel):
     @classmethod
     def check_work_item(cls, specs: list[Spec]) -> None:
         """Refuse, before anything is written, specs that one work item runs at once (a
-        study's :meth:`~dynlab.study.Study.work_items`: a stack, an ensemble) when together
+        study's :meth:`~dynlab.runner.protocol.Study.work_items`: a stack, an ensemble) when together
         they cannot run: one line of bad input.  No check here; a spec class with one says
         it (:meth:`dynlab.lm.spec.LMRunSpec.check_work_item`: a stack's memory)."""
 

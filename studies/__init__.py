@@ -1,11 +1,11 @@
-"""The study registry: one module per study, found by name (the protocol is :mod:`dynlab.study`).
+"""The study registry: one module per study, found by name (the protocol is :mod:`dynlab.runner.protocol`).
 
 The registry is static.  :data:`CATALOG` says, for every built-in study, which module
 holds it, its description and presets, the shape of its command (``tracking``: models,
 groups, seeds; ``lm``: mixers, interventions, a text source, seeds) and the names its
 selections accept.  Listing the studies, building the command line and refusing a bad
 selection read the catalog and import no study module (hence neither torch nor
-matplotlib).  A study's module is imported when its :class:`~dynlab.study.Study` is first
+matplotlib).  A study's module is imported when its :class:`~dynlab.runner.protocol.Study` is first
 asked for: :func:`get_study`, or a value of :data:`STUDIES` (a read-only mapping of name
 -> Study in catalog order).  tests/app/test_cli_lazy.py imports every study and checks
 that the catalog says what the modules say.
@@ -22,7 +22,7 @@ from dynlab.errors import DynlabInputError
 from dynlab.names import BABI_KINDS, CELL_NAMES, MIXER_NAMES, SOURCES, TASK_INTERVENTION_NAMES, TBTT
 
 if TYPE_CHECKING:
-    from dynlab.study import Study
+    from dynlab.runner.protocol import Study
 
 __all__ = ["CATALOG", "CELL_NAMES", "MIXER_NAMES", "SOURCES", "STUDIES", "StudyEntry", "get_study", "register_study"]
 
@@ -117,7 +117,7 @@ def get_study(name: str) -> Study:
 
 
 class _Studies(Mapping[str, "Study"]):
-    """Name -> :class:`~dynlab.study.Study` of every built-in and registered study; a
+    """Name -> :class:`~dynlab.runner.protocol.Study` of every built-in and registered study; a
     built-in study's module is imported when its value is read."""
 
     def __getitem__(self, name: str) -> Study:

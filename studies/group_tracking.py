@@ -44,7 +44,7 @@ import torch
 import xarray as xr
 from pydantic import AfterValidator, model_validator
 
-from dynlab.tracking.analysis import AnalysisSpec
+from dynlab.tracking.analysis.spec import AnalysisSpec
 from dynlab.tracking.spec import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 from dynlab.errors import DynlabInputError
 from dynlab.tracking.groups import get_group
@@ -53,7 +53,7 @@ from dynlab.tracking.models import BUILTIN_ARCHS, available_cells
 from dynlab.results.store import RunStore
 from dynlab.runtime import NullProgress
 from dynlab.studies import CATALOG
-from dynlab.study import Study, StudyExtra, StudyOptions, override_field, select_names
+from dynlab.runner.protocol import Study, StudyExtra, StudyOptions, override_field, select_names
 from dynlab.tracking.dataset import assemble_tracking
 from dynlab.tracking.run import (
     TrackerResult,
@@ -132,7 +132,7 @@ PRESETS: dict[str, dict] = {
 }
 
 
-#: Settings of the per-run analyses (:func:`dynlab.tracking.analysis.analyze_tracker`) by
+#: Settings of the per-run analyses (:func:`dynlab.tracking.analysis.pipeline.analyze_tracker`) by
 #: analysis preset; a study preset names its analysis preset (``PRESETS[p]["analysis"]``)
 #: and ``extra={"analysis": ...}`` picks another.
 ANALYSIS_PRESETS: dict[str, AnalysisSpec] = {

@@ -119,7 +119,7 @@ from dynlab.lm.spec import (
 )
 from dynlab.results.store import RunStore
 from dynlab.studies import CATALOG
-from dynlab.study import RunOutcome, Study, StudyOptions, override_field, read_result, select_names
+from dynlab.runner.protocol import RunOutcome, Study, StudyOptions, override_field, read_result, select_names
 from dynlab.studies.long_context import LMOptions, tokenizer_option, vocab_fields
 from dynlab.runtime import NullProgress
 

@@ -69,7 +69,7 @@ from dynlab.names import MIXER_NAMES, TASK_INTERVENTION_NAMES
 from dynlab.results.assemble import result_columns, stack_runs, training_curves
 from dynlab.results.store import RunStore
 from dynlab.results.vocabulary import annotate
-from dynlab.study import RunOutcome, Study, StudyExtra, StudyOptions, override_field, read_result, select_names
+from dynlab.runner.protocol import RunOutcome, Study, StudyExtra, StudyOptions, override_field, read_result, select_names
 from dynlab.runtime import NullProgress
 
 __all__ = ["MIXER_NAMES", "TASK_INTERVENTIONS", "LMOptions", "TaskOptions", "assemble_task_runs", "make_task_study"]
@@ -219,7 +219,7 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
                  analyze_one=analyze_one if kind in GEOMETRY_KINDS else None)
 
 
-#: Task kinds whose models' state geometry ``dynlab analyze`` measures (:mod:`dynlab.lm.geometry`).
+#: Task kinds whose models' state geometry ``dynlab analyze`` measures (:mod:`dynlab.lm.state_geometry`).
 GEOMETRY_KINDS = ("passkey", "copying", "babi")
 
 
@@ -237,11 +237,11 @@ def _tested_weights(spec: LMTaskRunSpec, store: RunStore) -> list[tuple[str, dic
 
 
 def analyze_task_run(kind: str, spec: LMTaskRunSpec, store: RunStore) -> xr.Dataset:
-    """The state geometry of every model a run tested (:func:`dynlab.lm.geometry.geometry_row`,
+    """The state geometry of every model a run tested (:func:`dynlab.lm.state_geometry.geometry_row`,
     on the CPU in float32 for the states, float64 for Jacobians and fixed points): dims
     ``tested`` (attr ``tested``: ``intervention:phase`` of each, in the dataset's row
     order) and ``distance``; a model without usable weights is a NaN row."""
-    from dynlab.lm.geometry import geometry_row
+    from dynlab.lm.state_geometry import geometry_row
     from dynlab.lm.run import build_model
     from dynlab.lm.task_run import task_for
 

@@ -36,7 +36,7 @@ from dynlab.figures.ablation import mp_failure_table
 from dynlab.tracking.models import available_cells
 from dynlab.studies import CATALOG
 from dynlab.studies import group_tracking as gt
-from dynlab.study import Study, StudyOptions
+from dynlab.runner.protocol import Study, StudyOptions
 
 __all__ = ["DEFAULT_CELL", "DEFAULT_GROUPS", "NONLINEARITIES", "STUDY", "NonlinearityOptions", "make_specs", "table"]
 

@@ -52,7 +52,7 @@ def sweep_sets() -> list[tuple[str, xr.Dataset]]:
 
 
 def _found_line(sets: list[tuple[str, xr.Dataset]]) -> str:
-    from dynlab.tracking.fixed_points.mechanism import mechanism_correlations
+    from dynlab.tracking.analysis.fixed_points.mechanism import mechanism_correlations
 
     parts = []
     for seeds, ds in sets:
@@ -66,8 +66,8 @@ def _found_line(sets: list[tuple[str, xr.Dataset]]) -> str:
 def _family_rows(sets: list[tuple[str, xr.Dataset]]) -> list[str]:
     """The ρ⊥–mp correlations within each family beside the pooled ones above, and which
     family's every learned run has a censored mp (its pooled 'replace' r is then mostly the
-    split between the families; :func:`dynlab.tracking.fixed_points.mechanism.mechanism_correlations`)."""
-    from dynlab.tracking.fixed_points.mechanism import mechanism_correlations
+    split between the families; :func:`dynlab.tracking.analysis.fixed_points.mechanism.mechanism_correlations`)."""
+    from dynlab.tracking.analysis.fixed_points.mechanism import mechanism_correlations
 
     rows = [prose("Within each family (the pooled rows above mix the two, and the recovery rate's pooled r "
                   "can have the opposite sign of the affine runs' own; a family whose every learned run "
@@ -91,11 +91,11 @@ def _family_rows(sets: list[tuple[str, xr.Dataset]]) -> list[str]:
 def fixed_points_section() -> str:
     """docs/results.md's fixed-point section, from :data:`FRESH_LABEL` (and seeds 0–4, :func:`sweep_sets`,
     when their dataset carries the fixed points): how many learned runs have fixed points, the mechanism correlations
-    (:func:`dynlab.tracking.fixed_points.mechanism.mechanism_correlations`), Corollary 1's predicted crossing
-    (:func:`dynlab.tracking.fixed_points.mechanism.corollary1_correlations`) and the pre-registered forecast's score
-    (:func:`dynlab.tracking.preregistered.preregistered_scores`, seeds 5–9 only)."""
-    from dynlab.tracking.fixed_points.mechanism import corollary1_correlations, mechanism_correlations
-    from dynlab.tracking.preregistered import PREREGISTERED_DEFINITION, preregistered_scores
+    (:func:`dynlab.tracking.analysis.fixed_points.mechanism.mechanism_correlations`), Corollary 1's predicted crossing
+    (:func:`dynlab.tracking.analysis.fixed_points.mechanism.corollary1_correlations`) and the pre-registered forecast's score
+    (:func:`dynlab.tracking.analysis.preregistered.preregistered_scores`, seeds 5–9 only)."""
+    from dynlab.tracking.analysis.fixed_points.mechanism import corollary1_correlations, mechanism_correlations
+    from dynlab.tracking.analysis.preregistered import PREREGISTERED_DEFINITION, preregistered_scores
 
     ds = dataset(FRESH_LABEL)
     sets = sweep_sets()
@@ -151,8 +151,8 @@ def fixed_points_section() -> str:
 def fresh_seeds_section() -> str:
     """README's lines on the fresh seeds 5–9 (the pre-registered forecast's score) and on the
     fixed-point mechanism over every sweep seed that carries it (docs/results.md has the tables)."""
-    from dynlab.tracking.fixed_points.mechanism import corollary1_correlations, mechanism_correlations
-    from dynlab.tracking.preregistered import PREREGISTERED_DEFINITION, preregistered_scores
+    from dynlab.tracking.analysis.fixed_points.mechanism import corollary1_correlations, mechanism_correlations
+    from dynlab.tracking.analysis.preregistered import PREREGISTERED_DEFINITION, preregistered_scores
 
     ds = dataset(FRESH_LABEL)
     p = preregistered_scores(ds)

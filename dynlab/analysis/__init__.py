@@ -3,7 +3,7 @@
 ``lm_metrics`` (PPL(t), EffRem, state statistics) is a sibling module imported directly.
 Shared by both papers, this package imports neither (``dynlab.tracking``, ``dynlab.lm``):
 paper A's per-run tracker analysis, which runs the trackers, is :mod:`dynlab.tracking.analysis`,
-its fixed-point analysis per symbolic state (on the finder here) :mod:`dynlab.tracking.fixed_points`.
+its fixed-point analysis per symbolic state (on the finder here) :mod:`dynlab.tracking.analysis.fixed_points`.
 
 The public names below are imported on first use (as in :mod:`dynlab`): a sibling module
 such as ``lm_metrics`` loads without the others (``correlation`` imports scipy.stats).
@@ -18,7 +18,7 @@ from dynlab._lazy import lazy_exports
 if TYPE_CHECKING:  # what _EXPORTS names, for type checkers and benchmarks/import_graph.py
     from dynlab.analysis.centroids import class_centroids
     from dynlab.analysis.correlation import CorrelationResult, tcross_mp_correlation
-    from dynlab.analysis.fixed_points import FixedPoints, find_fixed_points
+    from dynlab.analysis.fixed_points.finder import FixedPoints, find_fixed_points
     from dynlab.analysis.geometry import crossing_time, geometry_over_time, readout_tau, symbolic_basis
     from dynlab.analysis.jacobian import (
         analysis_copy, lyapunov_exponents, return_map_jacobian, return_map_on_U, step_jacobians, trajectory_jacobians,
@@ -30,14 +30,14 @@ if TYPE_CHECKING:  # what _EXPORTS names, for type checkers and benchmarks/impor
 #: Public name -> the module that defines it, imported when the name is first read.
 _EXPORTS = {
     "CorrelationResult": "dynlab.analysis.correlation",
-    "FixedPoints": "dynlab.analysis.fixed_points",
+    "FixedPoints": "dynlab.analysis.fixed_points.finder",
     "SlowPoints": "dynlab.analysis.slow_points",
     "analysis_copy": "dynlab.analysis.jacobian",
     "binary_signed_error": "dynlab.analysis.margin",
     "class_centroids": "dynlab.analysis.centroids",
     "crossing_time": "dynlab.analysis.geometry",
     "decision_margin": "dynlab.analysis.margin",
-    "find_fixed_points": "dynlab.analysis.fixed_points",
+    "find_fixed_points": "dynlab.analysis.fixed_points.finder",
     "find_slow_points": "dynlab.analysis.slow_points",
     "geometry_over_time": "dynlab.analysis.geometry",
     "lyapunov_exponents": "dynlab.analysis.jacobian",

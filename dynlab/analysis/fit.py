@@ -3,7 +3,7 @@
 Closed form, column by column (t centred on the mean of each column's fitted steps, the
 numerically stable form), so a stack of series ``[T, K]`` is fitted at once.  Used by the
 Corollary-1 fit of :mod:`dynlab.analysis.geometry`, the margin and spread drifts of
-:mod:`dynlab.tracking.horizon`, the recovery rate of :mod:`dynlab.analysis.perturbation`
+:mod:`dynlab.tracking.analysis.horizon`, the recovery rate of :mod:`dynlab.analysis.perturbation`
 and the crossing forecast of the tracker analysis.
 """
 

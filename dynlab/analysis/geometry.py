@@ -52,7 +52,7 @@ t = 1 up to T_cross when crossed, else the whole horizon).  The predicted crossi
 which the fit reaches the mean threshold level over the window, mean(tau(t)·M(t)):
 T_cross_par_pred = (mean(tau·M) - e_U(0)) / eta; +inf when eta <= 0, NaN when fewer than two
 steps lie in the window.  Because it fits R_par against tau·M, it predicts the crossing of
-q_par = R_par/M (``T_cross_par`` in :func:`dynlab.tracking.analyze.analyze_tracker`), not that
+q_par = R_par/M (``T_cross_par`` in :func:`dynlab.tracking.analysis.pipeline.analyze_tracker`), not that
 of q; hence its name.
 
 Long module: the definitions above (centroids, U, R∥, R⊥, q, T_cross, the Corollary 1 fit) are

@@ -2,8 +2,8 @@
 q(h) = ½‖F(h) − h‖², found by an exact-Hessian trust-region Newton minimisation
 (``scipy.optimize.minimize(method='trust-exact')``, gradient and Hessian of q from
 ``torch.func``), kept when the gradient norm is ≤ ``gtol`` · max(1, ‖F(h) − h‖) and
-deduplicated (:func:`dynlab.analysis.fixed_point_solve.deduplicate`).  A fixed point
-(:mod:`dynlab.analysis.fixed_points`) is a slow point of speed 0; a slow point of speed > 0 is
+deduplicated (:func:`dynlab.analysis.fixed_points.solve.deduplicate`).  A fixed point
+(:mod:`dynlab.analysis.fixed_points.finder`) is a slow point of speed 0; a slow point of speed > 0 is
 where the map moves least (the ghost of a fixed point).  Results are typed
 (:class:`SlowPoints`), in float64."""
 
@@ -18,8 +18,8 @@ import scipy.optimize
 import torch
 from torch.func import jacrev
 
-from dynlab.analysis.fixed_point_solve import Map, deduplicate, numpy_map
-from dynlab.analysis.fixed_points import spectrum
+from dynlab.analysis.fixed_points.solve import Map, deduplicate, numpy_map
+from dynlab.analysis.fixed_points.finder import spectrum
 
 __all__ = ["SlowPoints", "find_slow_points"]
 

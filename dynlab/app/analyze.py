@@ -15,7 +15,7 @@ def study_folder_to_analyze(text: str, device: str, quiet: bool = False) -> Path
     study_dir = nonempty_path(text, "STUDY_DIR", "a study folder written by `dynlab study`")
     check_device(device)
     quiet_libraries(quiet)
-    if not (study_dir / "manifest.json").exists():  # the words of dynlab.runner.analyze_study
+    if not (study_dir / "manifest.json").exists():  # the words of dynlab.runner.driver.analyze_study
         raise DynlabInputError(f"{study_dir} is not a dynlab study folder (no manifest.json); "
                                "run `dynlab study ...` first")
     if (study_dir / "manifest.json").is_file():  # else analyze_study says why it cannot read it
@@ -29,7 +29,7 @@ def analyze(study_dir: str | Path, device: str = "auto", quiet: bool = False) ->
     analyze`` first."""
     folder = study_folder_to_analyze(str(study_dir), device, quiet)
     from dynlab.analysis.correlation import format_correlation_report
-    from dynlab.runner import analyze_study, open_study
+    from dynlab.runner.driver import analyze_study, open_study
     from dynlab.studies import get_study
 
     path = analyze_study(folder, get_study, device=device, progress=not quiet)

@@ -49,7 +49,7 @@ def echo(text: str = "", err: bool = False, nl: bool = True) -> None:
 def parse_list(text: str | None, option: str, key: Callable[[str], object] | None = None) -> tuple[str, ...] | None:
     """The items of a comma list given to ``option`` (None when the option was not given),
     repeats collapsed (by ``key``, default the item itself) with a note on stderr."""
-    from dynlab.study import collapse_repeats
+    from dynlab.runner.protocol import collapse_repeats
 
     if text is None:
         return None
@@ -86,8 +86,8 @@ def parse_seeds(text: str | None) -> tuple[int, ...] | None:
 
 def parse_names(text: str, option: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
     """A selection of names (``all`` or names of ``allowed``) as typed, repeats collapsed;
-    refused here (:func:`dynlab.study.select_names`) when a name is unknown."""
-    from dynlab.study import select_names
+    refused here (:func:`dynlab.runner.protocol.select_names`) when a name is unknown."""
+    from dynlab.runner.protocol import select_names
 
     names = parse_list(text, option) or ()
     select_names(names, (), allowed, what)

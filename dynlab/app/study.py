@@ -1,5 +1,5 @@
 """``dynlab study NAME``: a study's options checked and assembled into
-:class:`~dynlab.study.StudyOptions`, its folders checked, its specs made and its runs run;
+:class:`~dynlab.runner.protocol.StudyOptions`, its folders checked, its specs made and its runs run;
 ``dynlab study list``'s table.
 
 :func:`run_tracking_study` and :func:`run_lm_study` take the options as the command line
@@ -107,7 +107,7 @@ def run_selected_study(name: str, options: Any, out: Path, device: str, quiet: b
     check_contract(out / name, name, flag="--out")  # a folder of someone else's files: refused before any write
     check_study_folder(out / name)
     from dynlab.executors import make_executor
-    from dynlab.runner import check_analyses_fit, check_work_items, run_study
+    from dynlab.runner.driver import check_analyses_fit, check_work_items, run_study
     from dynlab.studies import get_study
 
     study = get_study(name)
@@ -177,10 +177,10 @@ def task_options(entry: StudyEntry, lengths: str | None, depths: str | None, kin
 
 def tracking_study_options(entry: StudyEntry, models: str, groups: str | None, seeds: str | None, preset: str,
                            analyze: bool) -> Any:
-    """The :class:`~dynlab.study.StudyOptions` of a word-problem study command (``entry``: its
+    """The :class:`~dynlab.runner.protocol.StudyOptions` of a word-problem study command (``entry``: its
     :class:`dynlab.studies.StudyEntry`); with ``analyze``, a group too large for the analyses
     is refused from its name (no torch)."""
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     preset = check_preset(entry, preset)  # the options checked in the order the command lists them
     names = parse_names(models, "--models", cell_names(), "model")
@@ -207,11 +207,11 @@ def lm_study_options(entry: StudyEntry, models: str, interventions: str | None, 
                      lengths: str | None, depths: str | None, kinds: str | None, seeds: str | None, preset: str,
                      knobs: Mapping[str, Any] | None = None, config: Path | None = None,
                      checkpoint: str | None = None, tokenizer: str | None = None) -> Any:
-    """The :class:`~dynlab.study.StudyOptions` of a language-model study command: mixers,
+    """The :class:`~dynlab.runner.protocol.StudyOptions` of a language-model study command: mixers,
     interventions, a text source and the task options of study ``entry``;
     ``knobs`` and ``config``: the common knobs and a ``--config`` file
     (:func:`lm_knob_options`), which the other options win over."""
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     extra: dict = {}
     if interventions is not None:

@@ -57,7 +57,7 @@ Definitions (numbers the report prints):
 The JSON is strict: numbers that do not exist (the floor row's seconds per step) are
 ``null``, never ``NaN``.
 
-One module per job: :mod:`~dynlab.bench.train` (the measurement driver:
+One module per job: :mod:`~dynlab.bench.trackers` (the measurement driver:
 :func:`bench_train`, the methods it times, the paired ensemble statistics),
 :mod:`~dynlab.bench.machine` (the GEMM rate, the memory bandwidth, the step clock),
 :mod:`~dynlab.bench.floor` (the floor's cost models), :mod:`~dynlab.bench.baseline` (the
@@ -77,7 +77,7 @@ if TYPE_CHECKING:  # what _EXPORTS names, for type checkers and benchmarks/impor
     from dynlab.bench.machine import gemm_rate, memory_bandwidth
     from dynlab.bench.payload import strict_json, train_payload, write_bench_json, write_json
     from dynlab.bench.sizes import MAX_REPEATS, check_bench_sizes
-    from dynlab.bench.train import BenchRow, bench_train, paired_ensembles
+    from dynlab.bench.trackers import BenchRow, bench_train, paired_ensembles
     from dynlab.outputs import check_json_path
 
 #: Public name -> the module that defines it, imported when the name is first read (as in
@@ -85,8 +85,8 @@ if TYPE_CHECKING:  # what _EXPORTS names, for type checkers and benchmarks/impor
 _EXPORTS = {
     "DENSE": "dynlab.bench.floor",
     "MAX_REPEATS": "dynlab.bench.sizes",
-    "BenchRow": "dynlab.bench.train",
-    "bench_train": "dynlab.bench.train",
+    "BenchRow": "dynlab.bench.trackers",
+    "bench_train": "dynlab.bench.trackers",
     "bytes_per_token": "dynlab.bench.floor",
     "check_bench_sizes": "dynlab.bench.sizes",
     "check_json_path": "dynlab.outputs",
@@ -94,7 +94,7 @@ _EXPORTS = {
     "flops_per_token": "dynlab.bench.floor",
     "gemm_rate": "dynlab.bench.machine",
     "memory_bandwidth": "dynlab.bench.machine",
-    "paired_ensembles": "dynlab.bench.train",
+    "paired_ensembles": "dynlab.bench.trackers",
     "strict_json": "dynlab.bench.payload",
     "train_payload": "dynlab.bench.payload",
     "write_bench_json": "dynlab.bench.payload",

@@ -94,7 +94,7 @@ def _eigen_view(ax: Axes, n_out: int, title: str, extra: str | None = None) -> A
 @needs("fp_eig_real", "fp_eig_imag", "arch", what="fixed-point spectra")
 def fixed_point_spectra(ds: xr.Dataset, ax: Axes) -> Axes:
     """Eigenvalues of DF_w at the fixed points of the return maps (the principal fixed point
-    of every symbolic state and word; :mod:`dynlab.tracking.fixed_points.per_state`) of the learned
+    of every symbolic state and word; :mod:`dynlab.tracking.analysis.fixed_points.per_state`) of the learned
     runs in the complex plane, one colour per architecture, with the unit circle: inside
     it the fixed point attracts along that eigenvector, on it the map is neutral
     (Theorem 1's affine trackers along U).  The view is clipped to |Re λ|, |Im λ| ≤

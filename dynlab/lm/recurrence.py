@@ -3,12 +3,12 @@ step Jacobian (whole state, or a layer's own block), its spectrum split along an
 the symbolic subspace U (ρ, ρ∥, ρ⊥), and the fixed points of one step under a filler token.
 
 :class:`LMRecurrence` speaks the cell protocol of :mod:`dynlab.analysis.jacobian` and
-:mod:`dynlab.analysis.fixed_points` (``step(state [B, S], tokens [B]) -> (logits [B, V],
+:mod:`dynlab.analysis.fixed_points.finder` (``step(state [B, S], tokens [B]) -> (logits [B, V],
 state [B, S])``), so their Jacobians, spectra and fixed-point finder apply unchanged.  A
 diagonal SSM layer's own-state Jacobian (Mamba's and GLA's per-channel decays) is found
 from three reverse passes (:func:`layer_jacobian_diagonal`) and its spectrum from its
-diagonal (:func:`dynlab.analysis.fixed_points.diagonal_spectrum`); anything else takes the
-dense Jacobian.  :mod:`dynlab.lm.geometry` calls these on the task models' probe states.
+diagonal (:func:`dynlab.analysis.fixed_points.finder.diagonal_spectrum`); anything else takes the
+dense Jacobian.  :mod:`dynlab.lm.state_geometry` calls these on the task models' probe states.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dynlab.analysis.fixed_points import diagonal_spectrum, find_fixed_points, spectrum, word_map
+from dynlab.analysis.fixed_points.finder import diagonal_spectrum, find_fixed_points, spectrum, word_map
 from dynlab.analysis.jacobian import analysis_copy, step_jacobians
 from dynlab.lm.states import CarriedStates
 
@@ -173,7 +173,7 @@ def recurrence_spectra(model: nn.Module, tokens: torch.Tensor, labels: np.ndarra
     """The tracked layer's step Jacobian (:func:`layer_jacobians`, float64, torch.func) at the
     last step of ``n_jac`` of the trajectories ``tokens [B, L]``, split along and across U
     of that layer (U from the class centroids of all B states, ``labels [B]``): median of
-    ρ, ρ∥ = ρ(Bᵀ J B) and ρ⊥ (J on U⊥) over them (:func:`dynlab.analysis.fixed_points.spectrum`)."""
+    ρ, ρ∥ = ρ(Bᵀ J B) and ρ⊥ (J on U⊥) over them (:func:`dynlab.analysis.fixed_points.finder.spectrum`)."""
     from dynlab.analysis.centroids import class_centroids
     from dynlab.analysis.geometry import symbolic_basis
 

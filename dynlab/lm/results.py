@@ -1,12 +1,12 @@
 """The stored results of paper B's runs: what a language-model run's and a task run's
-``result.json`` hold, as typed :class:`~dynlab.study.RunResult` models (the studies read
-them back with :meth:`dynlab.study.Study.load_result`).  Torch-free."""
+``result.json`` hold, as typed :class:`~dynlab.runner.protocol.RunResult` models (the studies read
+them back with :meth:`dynlab.runner.protocol.Study.load_result`).  Torch-free."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from dynlab.study import EVALUATED_STATUSES, RunResult
+from dynlab.runner.protocol import EVALUATED_STATUSES, RunResult
 
 __all__ = ["LMResult", "TaskResult"]
 
@@ -67,7 +67,7 @@ class LMResult(RunResult):
     def missing_fields(self) -> list[str]:
         """The fields this result lacks that the study's dataset is made of (empty for a
         complete one; a run that was not evaluated needs none): a ``result.json`` that lacks
-        any is damage of its run (:func:`dynlab.run_loop.result_check`)."""
+        any is damage of its run (:func:`dynlab.runner.loop.result_check`)."""
         if not self.evaluated:
             return []
         out = _run_and_arms_lacking(self, self.EVAL_FIELDS, self.EVAL_FIELDS)

@@ -278,7 +278,7 @@ class CopyingTask:
         return ids.tolist(), copy, head
 
     def probe_samples(self, generator: torch.Generator, n: int, d: int) -> tuple[TaskBatch, int, np.ndarray]:
-        """``n`` probe samples of the state geometry (:mod:`dynlab.lm.geometry`): strings of
+        """``n`` probe samples of the state geometry (:mod:`dynlab.lm.state_geometry`): strings of
         ``d`` letters; the read position (after ``|``, the same in every row) and each row's
         first letter (0–25). Through a subword tokenizer the rows are padded on the left
         with the end-of-document id to one read position."""
@@ -354,7 +354,7 @@ class PasskeyTask:
         return _batch(rows, scored, pad=self.text.pad)
 
     def probe_samples(self, generator: torch.Generator, n: int, d: int) -> tuple[TaskBatch, int, np.ndarray]:
-        """``n`` probe samples of the state geometry (:mod:`dynlab.lm.geometry`): the needle,
+        """``n`` probe samples of the state geometry (:mod:`dynlab.lm.state_geometry`): the needle,
         ``d`` filler tokens, the question and the key; the read position (after the last
         filler token, the same in every row) and each key's last digit (0–9). Through a
         subword tokenizer needles of other lengths are padded on the left with filler."""
@@ -573,7 +573,7 @@ class BabiTask:
 
     def probe_samples(self, generator: torch.Generator, n: int, d: int) -> tuple[TaskBatch, int, np.ndarray]:
         """``n`` probe samples of the state geometry at distance ``d``
-        (:mod:`dynlab.lm.geometry`): the task's ``n_facts`` random moves side by side, ``d``
+        (:mod:`dynlab.lm.state_geometry`): the task's ``n_facts`` random moves side by side, ``d``
         filler tokens, "Where is <person>?" about the person who moved last, and the answer
         (scored).  Returns the batch, the read position (after the last filler token, the
         same in every row: the facts are padded on the left with filler to one length) and

@@ -147,7 +147,7 @@ def result_columns(results: Sequence[Any], names: Sequence[str]) -> dict[str, tu
 
 def training_curves(results: Sequence[Any]) -> xr.Dataset:
     """The training-loss curves of typed results (fields ``loss_curve_step``,
-    ``loss_curve``, ``converged`` of :class:`dynlab.study.RunResult`) as variables:
+    ``loss_curve``, ``converged`` of :class:`dynlab.runner.protocol.RunResult`) as variables:
     ``train_loss_curve(run, loss_point)`` with its steps as the coordinate ``train_step(run, loss_point)``
     (each run its own steps, so runs of different lengths share no padded step axis; a
     run with fewer points is NaN after its last one) and ``converged(run)`` (False where

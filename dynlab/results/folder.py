@@ -9,7 +9,7 @@ A study folder (``OUT/<study>``) is dynlab's own.  It holds only these names::
     runs/<run id>/     one folder per run (:mod:`dynlab.results.store`)
     quarantine/        damaged runs moved aside
     resume/            the training state of long runs while they train (one file per stack;
-                       removed when its runs finish; :attr:`dynlab.study.Study.resumable`)
+                       removed when its runs finish; :attr:`dynlab.runner.protocol.Study.resumable`)
     .<name>.<writer>.tmp, runs/.tmp-<run id>-<writer>   writes in progress
 
 The rules, enforced here and nowhere else:

@@ -78,7 +78,7 @@ def open_dataset(path: str | Path) -> xr.Dataset:
     """The one opener of the datasets dynlab writes (:func:`write_dataset`): ``path`` is a
     study folder (its :data:`DATASET`) or a ``.nc`` file; the dataset is loaded fully into
     memory and the file closed.
-    ``dynlab.open_study`` (:mod:`dynlab.runner`) is this function.  A missing or unreadable file is one line of
+    ``dynlab.open_study`` (:mod:`dynlab.runner.driver`) is this function.  A missing or unreadable file is one line of
     :class:`~dynlab.errors.DynlabInputError` naming the path and what is allowed."""
     p = Path(path).expanduser()
     if p.is_dir():

@@ -39,7 +39,7 @@ checksums existed are checked by reading every file instead, and adopted (their
 
 **What a result must hold.**  A ``result.json`` that reads as JSON is not yet a result: a
 store made with ``check_result`` (the runner passes the study's: validated against its
-result type and the fields an evaluated run holds, :func:`dynlab.run_loop.result_check`)
+result type and the fields an evaluated run holds, :func:`dynlab.runner.loop.result_check`)
 also treats a result its study cannot use as damage of the run (``result.json: <what is
 wrong>``; the run is quarantined and trained again), in both checks above, so that no
 folder with such a result is adopted or reused.

@@ -198,7 +198,7 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "horizon": ("last analysed step", "tokens", "q(t) followed to it: the longest evaluated length; shorter for not-learned runs"),
     "crossed": ("q crossed the threshold", "1", "persistently, within the horizon"),
     "failure_mode": ("failure mode (saturation|climb|robust)", "1", "from the crossing of q"),
-    # -- decoder-aligned readability (dynlab.tracking.analysis / readability) ------------------
+    # -- decoder-aligned readability (dynlab.tracking.analysis / readability) ---------------
     "blowup_t": ("first step with non-finite states", "tokens", "NaN = the states stayed finite"),
     "T_cross_readout": ("first persistent crossing of q ≥ τ_readout", "tokens", "τ from the trained readout's margin; " + _CENSORED),
     "q_par": ("decoder-relevant ratio q∥ = R∥/M", "1", "scatter along U over the minimum centroid separation"),
@@ -239,7 +239,7 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "perturb_delta_norm": ("perturbation size ‖h_pert − h_clean‖", "1", "RMS over sequences"),
     "perturb_dist_excess": ("extra distance to the correct centroid", "1", "perturbed minus clean"),
     "perturb_q_pert": ("q of perturbed states", "1", "R/M of the perturbed population"),
-    # -- fixed points of the return maps (dynlab.tracking.fixed_points) -------------------------
+    # -- fixed points of the return maps (dynlab.tracking.analysis.fixed_points) ---------------
     "fp_residual": ("fixed-point residual ‖F_w(h*) − h*‖", "1",
                     "worst word's smallest residual from the class's states; ≤ 1e-8 = a fixed point was found"),
     "fp_count": ("distinct fixed points of the return map", "1",
@@ -366,7 +366,7 @@ for _name, (_long, _desc) in {
     _ENTRIES[f"corr_{_name}"] = (_long.replace("T_cross", "T_cross of the default variant"), "1",
                                  "ok runs; the variant is the attr variant" + (f"; {_desc}" if _desc else ""))
 
-# -- state geometry of the long-context task models (dynlab.lm.geometry) ------------------------
+# -- state geometry of the long-context task models (dynlab.lm.state_geometry) ------------------
 _T = "the task's symbolic variable (passkey: the key's last digit; copying: the first letter)"
 _ENTRIES.update({
     "distance": ("distance since the variable was written", "tokens",

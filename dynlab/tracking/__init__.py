@@ -6,8 +6,9 @@
 - :mod:`~dynlab.tracking.models` — recurrent cells, their registry, the tracker, its streams;
 - :mod:`~dynlab.tracking.train` — the training engine (curriculum, ensembles, budget);
 - :mod:`~dynlab.tracking.evaluate` — accuracy against length, max-pass length;
-- :mod:`~dynlab.tracking.horizon` — T_horizon, the forecast of mp from the training length;
-- :mod:`~dynlab.tracking.preregistered` — the pre-registered forecast of mp and its score;
+- :mod:`~dynlab.tracking.analysis` — the error-control analysis of one tracker (U, R, M, q,
+  crossings, return maps, perturbations, fixed points) and of a study's runs (T_horizon,
+  the pre-registered forecast, the fixed-point mechanism);
 - :mod:`~dynlab.tracking.run` — one run: train, evaluate, analyse, reload;
 - :mod:`~dynlab.tracking.dataset` — the study dataset of the stored runs.
 

@@ -18,7 +18,7 @@ from dynlab.tracking.spec import RunSpec
 from dynlab.tracking.groups import get_group
 from dynlab.results.assemble import assemble_runs, stack_run_files
 from dynlab.results.store import ANALYSIS, RunStore
-from dynlab.study import read_result
+from dynlab.runner.protocol import read_result
 from dynlab.tracking.run import TrackerResult
 
 __all__ = ["assemble_tracking", "run_curves"]

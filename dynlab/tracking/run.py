@@ -17,8 +17,8 @@ from typing import Any
 import torch
 import xarray as xr
 
-from dynlab.tracking.analysis import AnalysisSpec
-from dynlab.tracking.analyze import analyze_tracker
+from dynlab.tracking.analysis.spec import AnalysisSpec
+from dynlab.tracking.analysis.pipeline import analyze_tracker
 from dynlab.tracking.spec import RunSpec
 from dynlab.tracking.evaluate import evaluate_lengths, max_pass_length, max_pass_length_dense
 from dynlab.tracking.groups import get_group
@@ -26,7 +26,7 @@ from dynlab.tracking.models import measure_family
 from dynlab.tracking.models.tracker import Tracker, declared_fused_kind
 from dynlab.results.store import RunStore
 from dynlab.runtime import NullProgress, train_threads
-from dynlab.study import RunOutcome, RunResult, read_result
+from dynlab.runner.protocol import RunOutcome, RunResult, read_result
 from dynlab.tracking.task import WordProblem
 from dynlab.tracking.train import TrainResult, build_tracker, train_tracker
 from dynlab.tracking.train.ensemble import ensemble_key, train_ensemble
@@ -44,7 +44,7 @@ __all__ = [
 
 
 class TrackerResult(RunResult):
-    """A tracker run's ``result.json`` (the common fields: :class:`~dynlab.study.RunResult`).
+    """A tracker run's ``result.json`` (the common fields: :class:`~dynlab.runner.protocol.RunResult`).
 
     Training (every run): ``train_steps``, ``train_loss`` (last batch's cross-entropy,
     nat/token), ``curriculum_length`` (length reached), ``final_train_accuracy`` (last
@@ -204,7 +204,7 @@ def load_model(spec: RunSpec, store: RunStore, device: torch.device) -> Tracker:
 
 
 def analyze_run(spec: RunSpec, store: RunStore, aspec: AnalysisSpec, preset: str) -> xr.Dataset:
-    """Error-control analysis of a finished run (:func:`dynlab.tracking.analyze.analyze_tracker`)
+    """Error-control analysis of a finished run (:func:`dynlab.tracking.analysis.pipeline.analyze_tracker`)
     with the settings ``aspec`` of the analysis preset named ``preset``.
 
     q(t) is followed to the longest evaluated length (``aspec.horizon`` when it sets one);

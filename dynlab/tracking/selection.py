@@ -1,8 +1,8 @@
 """What a word-problem study's selections mean, read from the names alone (torch-free):
 group names in canonical spelling (``c2`` is ``C2``), and the groups too large for the
 per-run analyses, refused before anything runs.  The tracking studies hand these to the
-shared study machinery as hooks (:attr:`dynlab.study.Study.prepare_options`,
-:attr:`dynlab.study.Study.check_analyses`), which knows nothing of groups."""
+shared study machinery as hooks (:attr:`dynlab.runner.protocol.Study.prepare_options`,
+:attr:`dynlab.runner.protocol.Study.check_analyses`), which knows nothing of groups."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from dynlab.tracking.groups import group_name, group_order
 __all__ = ["MAX_ANALYSIS_ORDER", "canonical_groups", "canonical_options", "check_analysable", "check_specs_analysable"]
 
 #: Largest group (order) whose runs get the per-run error-control analyses
-#: (:func:`dynlab.tracking.analyze.analyze_tracker`): its per-step work grows as
+#: (:func:`dynlab.tracking.analysis.pipeline.analyze_tracker`): its per-step work grows as
 #: samples × order² and its chunks as samples × steps × order (order 256: about 8 GiB at
 #: the paper preset); larger groups train, but are refused the analyses before anything runs.
 MAX_ANALYSIS_ORDER = 256
@@ -36,7 +36,7 @@ def canonical_groups(names: Sequence[str]) -> tuple[str, ...]:
 
 
 def canonical_options(options: Any) -> Any:
-    """``options`` (a :class:`dynlab.study.StudyOptions`) with its groups (``extra["groups"]``,
+    """``options`` (a :class:`dynlab.runner.protocol.StudyOptions`) with its groups (``extra["groups"]``,
     the word-problem studies' own selection) in canonical spelling, repeats of one group
     dropped (``C2``, ``c2`` and ``C2`` are one group).  Groups that are not a list of names
     are left as given, for the study's options to refuse."""

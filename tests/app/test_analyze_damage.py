@@ -15,9 +15,9 @@ import pytest
 
 from dynlab.cli import main
 from dynlab.errors import DynlabInputError, DynlabStoppedError, exit_status
-from dynlab.runner import open_study, run_study
+from dynlab.runner.driver import open_study, run_study
 from dynlab.studies import get_study
-from dynlab.study import StudyOptions
+from dynlab.runner.protocol import StudyOptions
 
 OPTIONS = ["--models", "tanh-rnn", "--groups", "C2", "--seeds", "0,1", "--preset", "smoke"]
 SMOKE = StudyOptions(preset="smoke", models=("tanh-rnn",), seeds=(0, 1), extra={"groups": ("C2",)})

@@ -80,7 +80,7 @@ def test_an_unknown_study_is_refused_naming_the_studies_of_its_kind():
 @pytest.fixture
 def made(monkeypatch, tmp_path):
     """The options and specs a study is run with, the run itself replaced (nothing trains)."""
-    import dynlab.runner
+    import dynlab.runner.driver
 
     made: list = []
 
@@ -88,7 +88,7 @@ def made(monkeypatch, tmp_path):
         made.append((options, [x.spec_hash() for x in s.make_specs(options)], kwargs["analyze"], kwargs["out"]))
         return tmp_path / "dataset.nc"
 
-    monkeypatch.setattr(dynlab.runner, "run_study", run_study)
+    monkeypatch.setattr(dynlab.runner.driver, "run_study", run_study)
     return made
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dynlab.cli import main
-from dynlab.runner import open_study
+from dynlab.runner.driver import open_study
 
 BAD_INPUTS = [
     (["study", "group-tracking", "--models", "lstm9000"], "unknown model 'lstm9000'; allowed: all, mamba"),
@@ -232,7 +232,7 @@ def test_the_sound_manifest_makes_its_run():
     tests/results/test_folder_properties.py use.  Regenerate (only when run ids change on
     purpose): print the ``spec_hash()`` this test computes and update both constants."""
     from dynlab.studies import get_study
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     options = StudyOptions(preset="smoke", models=("tanh-rnn",), seeds=(0,), extra={"groups": ("C2",)})
     assert [s.spec_hash() for s in get_study("group-tracking").make_specs(options)] == [RID]

@@ -314,13 +314,13 @@ def test_exit_status_of_a_validation_error_and_of_the_framework():
 
 
 def test_keyboard_interrupt_in_a_command_returns_130(monkeypatch, tmp_path, capsys):
-    import dynlab.runner
+    import dynlab.runner.driver
     from dynlab.cli import main
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(dynlab.runner, "run_study", interrupted)
+    monkeypatch.setattr(dynlab.runner.driver, "run_study", interrupted)
     argv = ["study", "group-tracking", "--models", "tanh-rnn", "--groups", "C2", "--preset", "smoke", "-q",
             "--device", "cpu", "--out", str(tmp_path / "out")]
     assert main(argv) == 130

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from dynlab.study import Study
+from dynlab.runner.protocol import Study
 from dynlab.studies import CATALOG, CELL_NAMES, MIXER_NAMES, SOURCES, STUDIES, get_study
 
 
@@ -150,7 +150,7 @@ def test_studies_mapping_reads_the_catalog_and_loads_on_use():
 
 
 def test_importing_the_cli_and_the_registry_loads_no_study_module(tmp_path):
-    code = ("import sys, dynlab.cli, dynlab.study; "
+    code = ("import sys, dynlab.cli, dynlab.runner.protocol; "
             "print(sorted(m for m in sys.modules if m.startswith('dynlab.studies.') or m in ('torch', 'matplotlib')))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
     assert res.stdout.strip() == "[]"

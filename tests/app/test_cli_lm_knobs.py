@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dynlab.cli import main
-from dynlab.runner import open_study
+from dynlab.runner.driver import open_study
 
 LM_STUDIES = ("length-generalization", "copying", "passkey", "babilong")
 

@@ -9,7 +9,7 @@ import pytest
 
 from dynlab.cli import main
 from dynlab.errors import DynlabInputError
-from dynlab.study import StudyOptions, collapse_repeats, select_names
+from dynlab.runner.protocol import StudyOptions, collapse_repeats, select_names
 from dynlab.tracking.selection import canonical_groups, canonical_options
 
 #: The registered cells, as the refusals list them (those registered at run time included).
@@ -111,7 +111,7 @@ def test_a_spec_error_is_said_in_option_words(tmp_path):
 # -- repeats ---------------------------------------------------------------------------
 
 def test_repeated_names_run_once_with_a_one_line_note(tmp_path, capsys, monkeypatch):
-    import dynlab.runner
+    import dynlab.runner.driver
 
     made = {}
 
@@ -119,7 +119,7 @@ def test_repeated_names_run_once_with_a_one_line_note(tmp_path, capsys, monkeypa
         made["options"], made["specs"] = options, study.make_specs(options)
         return tmp_path / "dataset.nc"
 
-    monkeypatch.setattr(dynlab.runner, "run_study", run_study)
+    monkeypatch.setattr(dynlab.runner.driver, "run_study", run_study)
     argv = ["study", "group-tracking", "--models", "tanh-rnn,tanh-rnn", "--groups", "C2,C2,c2", "--seeds", "0,0,00",
             "--preset", "smoke", "-q", "--device", "cpu", "--out", str(tmp_path / "out")]
     assert main(argv) == 0
@@ -133,9 +133,9 @@ def test_repeated_names_run_once_with_a_one_line_note(tmp_path, capsys, monkeypa
 
 
 def test_repeats_in_two_names_of_one_list_are_one_note(tmp_path, capsys, monkeypatch):
-    import dynlab.runner
+    import dynlab.runner.driver
 
-    monkeypatch.setattr(dynlab.runner, "run_study", lambda study, options, **kw: tmp_path / "dataset.nc")
+    monkeypatch.setattr(dynlab.runner.driver, "run_study", lambda study, options, **kw: tmp_path / "dataset.nc")
     argv = ["study", "length-generalization", "--models", "mamba2,gla,mamba2,gla", "--interventions", "zero,zero",
             "-q", "--device", "cpu", "--out", str(tmp_path / "out")]
     assert main(argv) == 0

@@ -37,9 +37,9 @@ def test_report_refuses_a_folder_without_a_dataset(tmp_path, capsys):
 def test_export_a_trained_run_and_load_it_back(tmp_path, capsys):
     transformers = need_transformers()
     from dynlab.lm.posttrain import load_checkpoint
-    from dynlab.runner import run_study
+    from dynlab.runner.driver import run_study
     from dynlab.studies.length_generalization import STUDY
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     tiny = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 8, "d_state": 4, "chunk_size": 8,
                       "mlp_ratio": 0},

@@ -115,7 +115,7 @@ def test_a_sweep_shows_the_settings_that_differ_between_runs(tmp_path, capsys):
     """A study folder of the context preset's specs (d_model x training length x seeds):
     the columns add what the runs sweep, named as the dataset names them."""
     from dynlab.studies import get_study
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     study = get_study("length-generalization")
     specs = study.make_specs(StudyOptions(preset="context"))
@@ -209,7 +209,7 @@ def test_every_study_names_its_runs_as_its_dataset_does():
     from dynlab.lm.dataset import SPEC_COORDS as LM_COORDS
     from dynlab.results.naming import ARM_FIELDS, flat_fields
     from dynlab.studies import CATALOG, get_study
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
     from dynlab.tracking.dataset import SPEC_COORDS as TRACKING_COORDS
 
     for name in CATALOG:

@@ -20,15 +20,15 @@ from dynlab.results.folder import LOCK, MARKER
 #: answers its exit code and stderr as one JSON line.
 _STUDY_PROCESS = r"""
 import contextlib, io, json, sys, time
-import dynlab.runner
+import dynlab.runner.driver
 from dynlab.cli import main
 
 def run_specs(*args, **kwargs):  # the lock is held for a moment, nothing is trained
     time.sleep(0.3)
     return {"trained": 0, "reused": 0, "analyzed": 0, "not_learned": 0, "failed": 0, "train_s": 0.0, "analysis_s": 0.0}
 
-dynlab.runner.run_specs = run_specs
-dynlab.runner._finish = lambda study, specs, store, *args, **kwargs: store.root / "dataset.nc"
+dynlab.runner.driver.run_specs = run_specs
+dynlab.runner.driver._finish = lambda study, specs, store, *args, **kwargs: store.root / "dataset.nc"
 argv = ["study", "group-tracking", "--models", "tanh-rnn", "--groups", "C2", "--preset", "smoke", "-q",
         "--device", "cpu", "--out"]
 with contextlib.redirect_stdout(io.StringIO()):

@@ -34,9 +34,9 @@ def _bands(ax) -> list[PolyCollection]:
 @pytest.fixture(scope="module")
 def size_ds(tmp_path_factory):
     """The size preset, tiny (30 steps, seeds 0 and 1): dims run × budget (about a minute)."""
-    from dynlab.runner import open_study, run_study
+    from dynlab.runner.driver import open_study, run_study
     from dynlab.studies.length_generalization import STUDY
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     out = tmp_path_factory.mktemp("size")
     path = run_study(STUDY, StudyOptions(preset="size", seeds=(0, 1), extra=SIZE_EXTRA), out=out, device="cpu")

@@ -11,9 +11,9 @@ import pytest  # noqa: E402
 
 from dynlab.figures import write_figures  # noqa: E402
 from dynlab.results.vocabulary import check_dataset  # noqa: E402
-from dynlab.runner import open_study, run_study  # noqa: E402
+from dynlab.runner.driver import open_study, run_study  # noqa: E402
 from dynlab.studies import get_study  # noqa: E402
-from dynlab.study import StudyOptions  # noqa: E402
+from dynlab.runner.protocol import StudyOptions  # noqa: E402
 
 #: The smoke preset, with a linear curriculum so that the 20 steps reach the training
 #: length (status ok): the panels draw ok runs only.

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from dynlab.figures.panel import MissingVariables, NothingToDraw  # noqa: E402
 from dynlab.figures.training import training_loss_panel, training_panels  # noqa: E402
 from dynlab.results.assemble import training_curves  # noqa: E402
-from dynlab.study import RunResult  # noqa: E402
+from dynlab.runner.protocol import RunResult  # noqa: E402
 
 
 def _dataset() -> xr.Dataset:

@@ -14,9 +14,9 @@ TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 4, "d_
 
 def tiny_lm_run(out: Path) -> Path:
     """The folder of the :data:`TINY` run, trained under ``out``."""
-    from dynlab.runner import run_study
+    from dynlab.runner.driver import run_study
     from dynlab.studies.length_generalization import STUDY
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     options = StudyOptions(preset="quick", extra=TINY)
     run_study(STUDY, options, out=out, device="cpu")

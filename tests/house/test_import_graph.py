@@ -1,5 +1,5 @@
 """The import graph of docs/development.md is what benchmarks/import_graph.py reads from the
-source, and the shared base (spec, study, runner, run_loop, manifest, training) reaches
+source, and the shared base (spec, runner/, manifest, training) reaches
 neither paper's package, directly or through what it imports."""
 
 from __future__ import annotations

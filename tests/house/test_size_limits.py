@@ -104,7 +104,7 @@ def test_each_size_field_has_a_stated_limit(make, field):
 
 def test_limits_leave_the_presets_alone():
     from dynlab.studies import STUDIES
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     for study in STUDIES.values():
         for preset in study.presets:
@@ -195,15 +195,15 @@ def test_check_limit_and_check_state_bytes_are_one_line_input_errors():
 def no_benchmark(monkeypatch):
     """Fail the test if a benchmark starts measuring anything."""
     import dynlab.bench.machine
-    import dynlab.bench.train
+    import dynlab.bench.trackers
 
     def refuse(*args, **kwargs):
         raise AssertionError("the benchmark ran before its options were checked")
 
-    # patched where they are called: the machine's probes in machine.py, the trainings in train.py
+    # patched where they are called: the machine's probes in machine.py, the trainings in trackers.py
     for module, name in ((dynlab.bench.machine, "gemm_rate"), (dynlab.bench.machine, "memory_bandwidth"),
-                         (dynlab.bench.train, "train_tracker"), (dynlab.bench.train, "train_ensemble"),
-                         (dynlab.bench.train, "time_baseline")):
+                         (dynlab.bench.trackers, "train_tracker"), (dynlab.bench.trackers, "train_ensemble"),
+                         (dynlab.bench.trackers, "time_baseline")):
         monkeypatch.setattr(module, name, refuse)
 
 
@@ -265,11 +265,11 @@ def test_bench_json_path_is_refused_before_anything_runs(no_benchmark, tmp_path)
 def test_a_group_too_large_for_the_analyses_is_refused_before_anything_is_written(tmp_path):
     """S7 trains (order 5040 ≤ MAX_ORDER) but its analyses would not fit: refused up front,
     naming the limit, unless the study runs without analyses."""
-    from dynlab.tracking.analysis import AnalysisSpec
-    from dynlab.tracking.analyze import analyze_tracker
-    from dynlab.runner import run_study
+    from dynlab.tracking.analysis.spec import AnalysisSpec
+    from dynlab.tracking.analysis.pipeline import analyze_tracker
+    from dynlab.runner.driver import run_study
     from dynlab.studies import get_study
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
     from dynlab.tracking.task import WordProblem
 
     study = get_study("group-tracking")

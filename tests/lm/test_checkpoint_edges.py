@@ -90,7 +90,7 @@ def test_the_pretrained_preset_refuses_options_it_cannot_honour(world, tmp_path,
 
 def test_the_pretrained_preset_schedules_the_arms_with_the_training_options(world):
     from dynlab.studies.length_generalization import make_specs
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     options = StudyOptions(preset="pretrained", seeds=(0,), extra={
         "checkpoint": world["ckpt"], "source": world["bpe_tokens"],
@@ -104,7 +104,7 @@ def test_the_pretrained_preset_schedules_the_arms_with_the_training_options(worl
 
 def test_accumulation_counts_in_the_training_budget():
     from dynlab.studies.length_generalization import make_specs
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     one = make_specs(StudyOptions(preset="budget", seeds=(0,), extra={"train": {"accum": 1}}))[0]
     two = make_specs(StudyOptions(preset="budget", seeds=(0,), extra={"train": {"accum": 2}}))[0]

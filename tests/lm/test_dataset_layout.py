@@ -8,7 +8,7 @@ import pytest
 
 from dynlab.lm.dataset import result_to_dataset
 from dynlab.results.assemble import training_curves
-from dynlab.study import RunResult
+from dynlab.runner.protocol import RunResult
 from dynlab.training import converged, loss_curve
 
 from helpers.lm_results import lm_result

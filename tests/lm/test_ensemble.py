@@ -213,9 +213,9 @@ def test_models_of_different_layouts_are_refused():
 def test_study_stack_engine_equals_loop_and_is_one_work_item(tmp_path):
     """``train.engine = "stack"``: the study trains the 5 arms x 2 seeds as one work item;
     each run's result equals its ``loop`` twin to float32 rounding of a short training."""
-    from dynlab.runner import open_study, run_study
+    from dynlab.runner.driver import open_study, run_study
     from dynlab.studies.length_generalization import STUDY, make_specs
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     tiny = {
         "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 4, "d_state": 4, "chunk_size": 8},
@@ -364,7 +364,7 @@ def test_runs_cut_off_resume_with_their_checkpoint_evaluations(tmp_path, monkeyp
     gives the results of the uninterrupted stack, the evaluation at the budget passed included."""
     import dynlab.lm.run as run
     from dynlab.studies.length_generalization import make_specs
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     tiny = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 4, "d_state": 4, "chunk_size": 8},
             "train": {"steps": 5, "batch_size": 2, "seq_len": 16, "engine": "stack"},
@@ -413,9 +413,9 @@ def test_compiled_stack_equals_eager():
 def test_a_study_with_a_stack_state_in_resume_is_dynlabs_own(tmp_path):
     """The study folder's contract accepts resume/, where a stack cut off leaves its state."""
     from dynlab.results.folder import check_study_folder
-    from dynlab.runner import run_study
+    from dynlab.runner.driver import run_study
     from dynlab.studies.length_generalization import STUDY
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     tiny = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 4, "d_state": 4, "chunk_size": 8},
             "train": {"steps": 3, "batch_size": 2, "seq_len": 16, "engine": "stack"},
@@ -471,7 +471,7 @@ def test_a_stack_saves_its_state_after_another_stack_removed_the_shared_folder(t
 
     import dynlab.lm.run as run
     from dynlab.studies.length_generalization import make_specs
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     tiny = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 4, "d_state": 4, "chunk_size": 8},
             "train": {"steps": 4, "batch_size": 2, "seq_len": 16, "engine": "stack"},

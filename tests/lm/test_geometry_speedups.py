@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from dynlab.analysis.fixed_points import diagonal_spectrum, spectrum
-from dynlab.lm.geometry import probe_accuracy
+from dynlab.analysis.fixed_points.finder import diagonal_spectrum, spectrum
+from dynlab.lm.state_geometry import probe_accuracy
 from dynlab.lm.recurrence import LMRecurrence, flat_states, layer_jacobian_diagonal, layer_jacobians
 from dynlab.lm.model import RecurrentLM
 

@@ -515,9 +515,9 @@ def test_a_study_run_exports_and_loads_with_the_same_logits(mixer, tmp_path):
     """Every Mamba model a study trains has the real Mamba block (no MLP), so its run
     folder exports as it is: the quick preset's own layout, briefly trained by the study."""
     from dynlab.lm.posttrain import load_checkpoint
-    from dynlab.runner import run_study
+    from dynlab.runner.driver import run_study
     from dynlab.studies import get_study
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     options = StudyOptions(preset="quick", models=(mixer,), seeds=(0,), extra={
         "interventions": ["zero"], "train": {"steps": 3},
@@ -536,7 +536,7 @@ def test_study_presets_give_each_mixer_its_anchor_block():
     """Mamba-1 and Mamba-2 blocks have no MLP in every LM study preset; GLA keeps its MLP."""
     from dynlab.lm.spec import ANCHOR_MLP_RATIO
     from dynlab.studies import get_study
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     assert ANCHOR_MLP_RATIO == {"mamba2": 0, "mamba1": 0, "gla": 2}
     for name in ("length-generalization", "copying", "passkey", "babilong"):

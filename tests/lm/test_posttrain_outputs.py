@@ -21,9 +21,9 @@ POST = ["--steps", "2", "--batch-size", "2", "--eval-multiple", "2", "--samples"
 
 @pytest.fixture(scope="module")
 def run_folder(tmp_path_factory):
-    from dynlab.runner import run_study
+    from dynlab.runner.driver import run_study
     from dynlab.studies.length_generalization import STUDY
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     out = tmp_path_factory.mktemp("lg")
     options = StudyOptions(preset="quick", models=("mamba2",), extra=TINY)

@@ -1,4 +1,4 @@
-"""dynlab.lm.geometry: the LM recurrence's Jacobian (analytic and finite differences),
+"""dynlab.lm.state_geometry: the LM recurrence's Jacobian (analytic and finite differences),
 the per-distance geometry against an independent computation, probes and censoring."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from dynlab.lm.geometry import censored_first_below, distance_geometry, model_task_geometry, probe_accuracy  # noqa: F401
+from dynlab.lm.state_geometry import censored_first_below, distance_geometry, model_task_geometry, probe_accuracy  # noqa: F401
 from dynlab.lm.recurrence import LMRecurrence, filler_fixed_points, recurrence_spectra, state_jacobians
 from dynlab.lm.model import RecurrentLM
 from dynlab.lm.states import CarriedStates
@@ -134,7 +134,7 @@ def test_probe_reads_a_separable_variable_and_not_noise():
 @pytest.mark.parametrize("kind", ["passkey", "copying"])
 def test_model_task_geometry_labels_are_the_carried_variable(kind):
     """An oracle 'state' (the one-hot of the label itself) gives q = 0 and a perfect probe."""
-    from dynlab.lm.geometry import task_probes
+    from dynlab.lm.state_geometry import task_probes
     task = make_task("copying") if kind == "copying" else make_task("passkey", torch.randint(97, 123, (5000,)))
     tokens, position, batch, labels = task_probes(kind, task, torch.Generator().manual_seed(0), 40, 8)
     if kind == "copying":
@@ -152,7 +152,7 @@ def test_model_task_geometry_labels_are_the_carried_variable(kind):
 def smoke_passkey(tmp_path_factory):
     """A real smoke passkey study, analysed by `dynlab analyze` with few probe samples."""
     from typer.testing import CliRunner
-    import dynlab.lm.geometry as geo
+    import dynlab.lm.state_geometry as geo
     from dynlab.cli import app
 
     out = tmp_path_factory.mktemp("pk")
@@ -225,7 +225,7 @@ def test_preregistered_test_on_a_known_relation():
     """Horizon = T_cross exactly on observed runs: r = 1; the censored ones enter at the bound."""
     import xarray as xr
 
-    from dynlab.lm.geometry import preregistered_test
+    from dynlab.lm.state_geometry import preregistered_test
     t = np.array([8, 16, 32, 64, 64, 128])
     crossed = np.array([True, True, True, True, True, False])
     h = np.array([8, 16, 32, 64, 64, 128])
@@ -315,7 +315,7 @@ def test_babi_probes_carry_the_room_of_the_last_mover(tokens):
 
 
 def test_babi_geometry_of_a_small_model_runs_end_to_end():
-    from dynlab.lm.geometry import geometry_row
+    from dynlab.lm.state_geometry import geometry_row
     from dynlab.lm.tasks import BabiTask
 
     stream = torch.tensor(list(b"the quick brown fox jumps over the lazy dog " * 200))

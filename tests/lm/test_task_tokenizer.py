@@ -122,9 +122,9 @@ def test_probe_samples_read_one_position_and_label_the_symbol(bpe, stream):
 
 @pytest.mark.slow
 def test_a_task_study_trains_on_subword_samples(bpe, tmp_path):
-    from dynlab.runner import run_study
+    from dynlab.runner.driver import run_study
     from dynlab.studies.passkey import STUDY
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
     import xarray as xr
 
     text = tmp_path / "filler.txt"
@@ -187,7 +187,7 @@ def test_a_tokenizer_that_loses_a_piece_of_the_task_is_refused(tmp_path):
 def test_babilong_on_a_token_folder_reads_its_text_through_the_folders_tokenizer(bpe, tmp_path):
     from dynlab.lm.tokens import prepare_tokens
     from dynlab.studies.babilong import STUDY
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     (tmp_path / "t.txt").write_text(word_text(3000, seed=11))
     folder, _ = prepare_tokens([tmp_path / "t.txt"], bpe, tmp_path / "toks", 0.1)

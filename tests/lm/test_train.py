@@ -98,9 +98,9 @@ def test_nan_stops_the_run_before_the_update():
 def test_diverging_lm_run_is_failed_and_the_study_goes_on(tmp_path, monkeypatch):
     """length-generalization with two interventions, one injecting a NaN: that run is stored
     as diverged without weights, the other is trained and evaluated, the study completes."""
-    from dynlab.runner import run_study
+    from dynlab.runner.driver import run_study
     from dynlab.studies.length_generalization import STUDY
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     def nan_states(self, batch_size, shapes, fresh, generator):
         return [torch.full((batch_size, *s), float("nan")) for s in shapes]

@@ -22,8 +22,8 @@ from dynlab.cli import main
 from dynlab.errors import DynlabInputError
 from dynlab.results import RunStore
 from dynlab.results.folder import LOCK, MARKER, check_owned_folder, check_run_id, check_study_folder, inside
-from dynlab.runner import analyze_study, open_study, run_study
-from dynlab.study import RunOutcome, RunResult, Study, StudyOptions
+from dynlab.runner.driver import analyze_study, open_study, run_study
+from dynlab.runner.protocol import RunOutcome, RunResult, Study, StudyOptions
 from dynlab.tracking.spec import ModelSpec, RunSpec, TaskSpec
 
 from helpers.paths import REPO as ROOT
@@ -291,8 +291,8 @@ def test_the_command_line_refuses_a_rerun_with_other_models(tmp_path, capsys):
 _WRITER = '''
 import sys, time
 import numpy as np, torch, xarray as xr
-from dynlab.runner import run_study
-from dynlab.study import RunOutcome, RunResult, Study, StudyOptions
+from dynlab.runner.driver import run_study
+from dynlab.runner.protocol import RunOutcome, RunResult, Study, StudyOptions
 from dynlab.tracking.spec import ModelSpec, RunSpec, TaskSpec
 
 def spec(seed):

@@ -3,7 +3,7 @@ generated manifests, run-folder trees and option strings, ``dynlab analyze`` and
 study`` end with exit 0 or 2 and no traceback, touch no path outside the study folder (the
 parent folder listed before and after) and change no file dynlab did not write.
 
-No run is trained: the step that would train (``dynlab.runner.run_specs``) is replaced by
+No run is trained: the step that would train (``dynlab.runner.driver.run_specs``) is replaced by
 one that stops the command, so a case that gets that far only shows that the checks before
 it let it through."""
 
@@ -20,7 +20,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-import dynlab.runner as runner  # noqa: E402
+import dynlab.runner.driver as runner  # noqa: E402
 from dynlab.cli import main  # noqa: E402
 from dynlab.results.folder import STUDY_NAMES  # noqa: E402
 

@@ -16,8 +16,8 @@ import xarray as xr
 from dynlab.tracking.spec import ModelSpec, RunSpec, TaskSpec
 from dynlab.results import RunStore
 from dynlab.results.provenance import provenance, recording
-from dynlab.runner import open_study, run_study
-from dynlab.study import RunOutcome, RunResult, Study, StudyOptions
+from dynlab.runner.driver import open_study, run_study
+from dynlab.runner.protocol import RunOutcome, RunResult, Study, StudyOptions
 
 
 def _tiny_study() -> Study:

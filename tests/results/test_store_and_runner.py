@@ -12,8 +12,8 @@ import torch
 from dynlab.tracking.spec import RunSpec
 from dynlab.results import RunStore
 from dynlab.results.store import STALE_AFTER_S
-from dynlab.runner import open_study, run_study
-from dynlab.study import RunOutcome, RunResult, StudyOptions
+from dynlab.runner.driver import open_study, run_study
+from dynlab.runner.protocol import RunOutcome, RunResult, StudyOptions
 from dynlab.studies import get_study
 
 SMOKE = StudyOptions(preset="smoke", models=("tanh-rnn", "linear-rnn"), extra={"groups": ("C2", "S3")})
@@ -208,7 +208,7 @@ def test_run_status_rule_and_summary_counts(tmp_path):
             return RunOutcome(RunResult(status="diverged", reason="non-finite loss at step 3"), None)
         return base.run_one(spec, device, progress)
 
-    from dynlab.run_loop import run_specs
+    from dynlab.runner.loop import run_specs
 
     study = dataclasses.replace(base, run_one=run_one, analyze_one=None)
     specs = study.make_specs(SMOKE)
@@ -249,7 +249,7 @@ def test_the_study_records_its_training_and_analysis_seconds(tmp_path, capsys):
     """study_train_s and study_analysis_s split the invocation's wall time: each analysis's
     own analysis_seconds (timed inside analyze_run) fits inside study_analysis_s, the two
     phases fit inside study_wall_time_s, the manifest repeats them and the summary says them."""
-    from dynlab.run_loop import phase_line
+    from dynlab.runner.loop import phase_line
 
     opts = StudyOptions(preset="smoke", models=("tanh-rnn",), extra={"groups": ("C2",)})
     ds = open_study(run_study(get_study("group-tracking"), opts, out=tmp_path, device="cpu", progress=True))
@@ -278,7 +278,7 @@ def test_training_seconds_with_analyses_overlapping_it_are_the_time_to_the_last_
     """With an executor whose workers are other processes, the client analyses finished runs
     while the next ones train: train_s is the wall time until the last run arrived (the
     analyses that overlapped training inside it), not that time less the analyses."""
-    from dynlab.run_loop import run_specs
+    from dynlab.runner.loop import run_specs
     from dynlab.runtime import NullProgress
 
     base = get_study("group-tracking")

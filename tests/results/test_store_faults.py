@@ -29,8 +29,8 @@ import dynlab.results.files as files
 from dynlab.tracking.spec import ModelSpec, RunSpec, TaskSpec
 from dynlab.results import RunStore, write_dataset
 from dynlab.results.files import STALE_AFTER_S, temp_name, writer_gone
-from dynlab.runner import open_study, run_study
-from dynlab.study import RunOutcome, RunResult, Study, StudyOptions
+from dynlab.runner.driver import open_study, run_study
+from dynlab.runner.protocol import RunOutcome, RunResult, Study, StudyOptions
 
 from helpers.paths import REPO as ROOT
 

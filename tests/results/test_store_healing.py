@@ -14,8 +14,8 @@ import torch
 
 from dynlab.errors import DynlabInputError
 from dynlab.results.store import CHECKSUMS, QUARANTINE, RunStore, file_digest
-from dynlab.runner import analyze_study, open_study, run_study
-from dynlab.study import StudyOptions
+from dynlab.runner.driver import analyze_study, open_study, run_study
+from dynlab.runner.protocol import StudyOptions
 from dynlab.studies import get_study
 
 SMOKE = StudyOptions(preset="smoke", models=("tanh-rnn", "linear-rnn"), extra={"groups": ("C2", "S3")})
@@ -181,11 +181,11 @@ def test_an_output_the_system_refuses_is_refused_before_any_work(finished_study,
     import subprocess
 
     import dynlab.bench
-    import dynlab.runner
+    import dynlab.runner.driver
     from dynlab.cli import main
 
     monkeypatch.setattr(dynlab.bench, "bench_train", lambda *a, **k: pytest.fail("the benchmark ran"))
-    monkeypatch.setattr(dynlab.runner, "run_study", lambda *a, **k: pytest.fail("the study ran"))
+    monkeypatch.setattr(dynlab.runner.driver, "run_study", lambda *a, **k: pytest.fail("the study ran"))
     assert main(["bench", "train", "--quick", "--models", "tanh-rnn", "--json", "/proc/b.json"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --json /proc/b.json cannot be written (") and err.count("\n") == 1, err
@@ -382,7 +382,7 @@ def _lg_spec(seed=0):
 def test_a_result_its_study_cannot_use_is_damage_of_the_run(tmp_path, checksums):
     """`{"status": "ok"}` parses, but an evaluated length-generalization run holds its
     evaluation: with the study's check the store finds the run damaged (never adopts it)."""
-    from dynlab.run_loop import result_check
+    from dynlab.runner.loop import result_check
 
     study = get_study("length-generalization")
     spec = _lg_spec()

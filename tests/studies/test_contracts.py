@@ -21,11 +21,11 @@ from dynlab.lm.spec import LMRunSpec
 from dynlab.results.assemble import assemble_runs, result_columns, spec_coords, stack_runs
 from dynlab.results.folder import MARKER
 from dynlab.results.store import RunStore
-from dynlab.runner import analyze_study, open_study, run_study
+from dynlab.runner.driver import analyze_study, open_study, run_study
 from dynlab.studies import STUDIES, get_study
 from dynlab.studies.group_tracking import ANALYSIS_PRESETS, TrackerResult
 from dynlab.lm.results import LMResult, TaskResult
-from dynlab.study import RunResult, StudyOptions
+from dynlab.runner.protocol import RunResult, StudyOptions
 
 from helpers.paths import DATA
 
@@ -175,7 +175,7 @@ def test_typed_result_rules():
     with pytest.raises(ValueError):
         TrackerResult.model_validate({**raw, "acuracy": [1.0]})
     with pytest.raises(TypeError, match="must be a RunResult"):
-        from dynlab.study import RunOutcome
+        from dynlab.runner.protocol import RunOutcome
 
         RunOutcome({"status": "ok"}, None)  # type: ignore[arg-type]
 

@@ -26,9 +26,9 @@ from dynlab.executors import (  # noqa: E402
     parse_scheduler_address,
 )
 from dynlab.results.store import RunStore  # noqa: E402
-from dynlab.runner import open_study, run_study  # noqa: E402
+from dynlab.runner.driver import open_study, run_study  # noqa: E402
 from dynlab.studies.group_tracking import STUDY as GROUP_TRACKING  # noqa: E402
-from dynlab.study import RunOutcome, RunResult, Study, StudyOptions  # noqa: E402
+from dynlab.runner.protocol import RunOutcome, RunResult, Study, StudyOptions  # noqa: E402
 
 # Worker processes cannot import this test module by name: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -13,10 +13,10 @@ import matplotlib.pyplot as plt  # noqa: E402  (backend chosen first)
 
 from dynlab.figures.lm import effrem_panel, ppl_panel, state_std_panel  # noqa: E402
 from dynlab.lm.spec import LMRunSpec  # noqa: E402
-from dynlab.runner import open_study, run_study  # noqa: E402
+from dynlab.runner.driver import open_study, run_study  # noqa: E402
 from dynlab.studies import get_study  # noqa: E402
 from dynlab.studies.length_generalization import STUDY, make_specs  # noqa: E402
-from dynlab.study import StudyOptions  # noqa: E402
+from dynlab.runner.protocol import StudyOptions  # noqa: E402
 
 TINY = {
     "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 4, "d_state": 4, "chunk_size": 8},

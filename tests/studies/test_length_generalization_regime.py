@@ -16,9 +16,9 @@ from dynlab.lm.run import (
 )
 from dynlab.lm.spec import CHINCHILLA_TOKENS_PER_PARAM, LMEvalSpec, LMModelSpec, LMPostSpec, LMRunSpec, LMTrainSpec
 from dynlab.lm.train import train_lm
-from dynlab.runner import open_study, run_study
+from dynlab.runner.driver import open_study, run_study
 from dynlab.studies.length_generalization import PRESETS, STUDY, make_specs, steps_for_budget
-from dynlab.study import StudyOptions
+from dynlab.runner.protocol import StudyOptions
 
 MODEL = {"d_model": 8, "n_layers": 1, "n_heads": 2, "head_dim": 4, "d_state": 4, "chunk_size": 8, "mlp_ratio": 0}
 EVAL = {"length_multiple": 4, "n_samples": 3, "chunk_len": 16, "bin_width": 4, "effrem_points": 2,

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from dynlab.cli import main
-from dynlab.runner import open_study
+from dynlab.runner.driver import open_study
 from dynlab.studies.group_tracking import make_specs
-from dynlab.study import StudyOptions
+from dynlab.runner.protocol import StudyOptions
 
 
 @pytest.mark.parametrize("name, order", [("A4", 12), ("D4", 8), ("S4", 24), ("A5", 60), ("S5", 120),

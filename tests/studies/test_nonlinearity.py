@@ -12,10 +12,10 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from dynlab.figures import mp_by_nonlinearity  # noqa: E402
 from dynlab.tracking.models import Tracker  # noqa: E402
-from dynlab.runner import open_study, run_study  # noqa: E402
+from dynlab.runner.driver import open_study, run_study  # noqa: E402
 from dynlab.studies import get_study  # noqa: E402
 from dynlab.studies.nonlinearity import NONLINEARITIES, STUDY, make_specs, table  # noqa: E402
-from dynlab.study import StudyOptions  # noqa: E402
+from dynlab.runner.protocol import StudyOptions  # noqa: E402
 
 TINY = {
     "model": {"hidden": 8},

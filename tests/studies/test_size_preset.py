@@ -8,7 +8,7 @@ import pytest
 from dynlab.lm.run import build_model, checkpoint_steps, count_parameters
 from dynlab.report.lm import size_grid, size_tables
 from dynlab.studies.length_generalization import STUDY, make_specs
-from dynlab.study import StudyOptions
+from dynlab.runner.protocol import StudyOptions
 
 
 def test_size_preset_specs():
@@ -55,7 +55,7 @@ def test_size_annealed_runs_are_the_size_recipe_trained_alone_to_each_named_budg
 
 @pytest.mark.slow
 def test_size_grid_is_the_runs_values_on_a_grid(tmp_path):
-    from dynlab.runner import open_study, run_study
+    from dynlab.runner.driver import open_study, run_study
 
     extra = {"train": {"steps": 12}, "eval": {"length_multiple": 4, "n_samples": 4, "chunk_len": 32, "bin_width": 8,
                                              "effrem_points": 3, "effrem_samples": 2, "state_points": 4}}

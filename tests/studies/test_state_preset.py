@@ -8,7 +8,7 @@ import pytest
 
 from dynlab.lm.run import build_model, count_parameters
 from dynlab.studies.length_generalization import STATE_TOKENS, STUDY, make_specs
-from dynlab.study import StudyOptions
+from dynlab.runner.protocol import StudyOptions
 
 
 def test_state_preset_specs():
@@ -34,7 +34,7 @@ def test_state_dataset_holds_each_runs_forgetting(tmp_path):
     from dynlab.lm.contraction import forgetting
     from dynlab.lm.loaders import take
     from dynlab.lm.run import data_corpus
-    from dynlab.runner import open_study, run_study
+    from dynlab.runner.driver import open_study, run_study
 
     extra = {"train": {"steps": 3, "seq_len": 16}, "eval": {"n_samples": 2, "chunk_len": 16, "bin_width": 8,
                                                             "effrem_points": 2, "effrem_samples": 2, "state_points": 4}}

@@ -13,9 +13,9 @@ import matplotlib.pyplot as plt  # noqa: E402  (backend chosen first)
 
 from dynlab.cli import main  # noqa: E402
 from dynlab.figures import write_figures  # noqa: E402
-from dynlab.runner import open_study, run_study  # noqa: E402
+from dynlab.runner.driver import open_study, run_study  # noqa: E402
 from dynlab.studies import STUDIES, get_study  # noqa: E402
-from dynlab.study import StudyOptions  # noqa: E402
+from dynlab.runner.protocol import StudyOptions  # noqa: E402
 
 TINY_MODEL = {"d_model": 16, "n_layers": 1, "n_heads": 2, "head_dim": 4, "d_state": 4, "chunk_size": 8}
 TINY = {
@@ -380,11 +380,11 @@ def test_confirm_rejects_a_check_its_confirmation_does_not_repeat(monkeypatch):
 def test_every_advertised_babi_kind_runs_in_every_preset(preset, tmp_path, capsys, monkeypatch):
     """--kinds takes each kind it lists: a preset with too few facts for one (qa3 needs 4)
     runs it with the facts it needs, in the command line as in the Python API."""
-    import dynlab.runner
+    import dynlab.runner.driver
     from dynlab.cli import main
     from dynlab.lm.tasks import BABI_KINDS, MIN_FACTS
     from dynlab.studies import CATALOG, get_study
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     assert CATALOG["babilong"].kinds == BABI_KINDS
     for kind in BABI_KINDS:
@@ -392,7 +392,7 @@ def test_every_advertised_babi_kind_runs_in_every_preset(preset, tmp_path, capsy
         assert {s.task.babi_kinds for s in specs} == {(kind,)}
         assert all(s.task.n_facts >= MIN_FACTS.get(kind, 1) for s in specs)
     made = {}
-    monkeypatch.setattr(dynlab.runner, "run_study",
+    monkeypatch.setattr(dynlab.runner.driver, "run_study",
                         lambda study, options, **kw: made.setdefault("specs", study.make_specs(options)) and tmp_path)
     assert main(["study", "babilong", "--kinds", ",".join(BABI_KINDS), "--preset", preset, "-q", "--device", "cpu",
                  "--out", str(tmp_path / "out")]) == 0, capsys.readouterr().err

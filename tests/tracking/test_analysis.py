@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from dynlab.tracking.analysis import AnalysisSpec
-from dynlab.tracking.analyze import analyze_tracker
+from dynlab.tracking.analysis.spec import AnalysisSpec
+from dynlab.tracking.analysis.pipeline import analyze_tracker
 from dynlab.tracking.groups import get_group
 from dynlab.tracking.models import Tracker
 from dynlab.tracking.task import WordProblem
@@ -146,7 +146,7 @@ def test_large_groups_get_enough_sequences_per_class():
 
 
 def test_state_preserving_words_are_checked():
-    from dynlab.tracking.analyze import _check_state_preserving
+    from dynlab.tracking.analysis.pipeline import _check_state_preserving
 
     task = WordProblem(get_group("S3"))
     words = task.sample_identity_words(torch.Generator().manual_seed(0), 8, 5)

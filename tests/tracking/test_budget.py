@@ -11,7 +11,7 @@ import pytest
 from dynlab.tracking.spec import CurriculumSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 from dynlab.errors import DynlabInputError
 from dynlab.studies.group_tracking import make_specs
-from dynlab.study import StudyOptions
+from dynlab.runner.protocol import StudyOptions
 from dynlab.tracking.train import train_tracker
 from dynlab.tracking.train.budget import group_budget, width_factor
 from dynlab.tracking.train.engine import lr_at
@@ -34,7 +34,7 @@ def test_default_groups_keep_their_run_ids(preset, n, digest):
 
     Pins: the sha256 of each preset's run ids, printed from dynlab itself.  Regenerate (only
     when the run ids change on purpose, which retrains every stored run of the presets):
-    ``python -c "from dynlab.studies.group_tracking import make_specs; from dynlab.study import
+    ``python -c "from dynlab.studies.group_tracking import make_specs; from dynlab.runner.protocol import
     StudyOptions; import hashlib; [print(p, hashlib.sha256(','.join(s.run_id for s in
     make_specs(StudyOptions(preset=p))).encode()).hexdigest()[:16]) for p in
     ('quick', 'sweep', 'paper', 'smoke')]"``."""

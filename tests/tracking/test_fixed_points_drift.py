@@ -1,4 +1,4 @@
-"""Corollary 1 from the return maps (dynlab.tracking.fixed_points.drift) on affine maps whose drift along
+"""Corollary 1 from the return maps (dynlab.tracking.analysis.fixed_points.drift) on affine maps whose drift along
 U and crossing time are known in closed form."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from dynlab.analysis.fixed_points import find_fixed_points
-from dynlab.tracking.fixed_points.drift import corollary1_crossing, mean_drift, return_map_drift
+from dynlab.analysis.fixed_points.finder import find_fixed_points
+from dynlab.tracking.analysis.fixed_points.drift import corollary1_crossing, mean_drift, return_map_drift
 
 
 def _affine(a: np.ndarray, b: np.ndarray):

@@ -1,4 +1,4 @@
-"""The fixed-point mechanism statistics across runs (dynlab.tracking.fixed_points.mechanism)."""
+"""The fixed-point mechanism statistics across runs (dynlab.tracking.analysis.fixed_points.mechanism)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from dynlab.tracking.fixed_points.mechanism import mechanism_correlations, run_fixed_point_summary
+from dynlab.tracking.analysis.fixed_points.mechanism import mechanism_correlations, run_fixed_point_summary
 
 
 def _ds() -> xr.Dataset:
@@ -57,7 +57,7 @@ def test_corollary1_correlations_censoring():
     """T_cross_fp = T_cross_par exactly on the runs where both crossed: r = 1 under 'drop'; a run
     whose T_cross_par never happened (NaN) is left out under 'drop' and set to its horizon under
     'replace'; T_cross_fp NaN counts as never too."""
-    from dynlab.tracking.fixed_points.mechanism import corollary1_correlations
+    from dynlab.tracking.analysis.fixed_points.mechanism import corollary1_correlations
 
     ds = _ds()
     t = np.array([70.0, 90, 120, 200, 300, 80, 150, 400, np.nan, 60])

@@ -1,5 +1,5 @@
 """The fixed points of a tracker's return maps per symbolic state
-(dynlab.tracking.fixed_points.per_state) on S3 trackers whose answers are set by
+(dynlab.tracking.analysis.fixed_points.per_state) on S3 trackers whose answers are set by
 construction, and its memo of spectra against solving them again."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from dynlab.tracking.fixed_points.per_state import generator_power_words, tracker_fixed_points
+from dynlab.tracking.analysis.fixed_points.per_state import generator_power_words, tracker_fixed_points
 from dynlab.tracking.groups import get_group
 from helpers.s3 import E, INV, MUL, S3Tracker, s3_batch
 
@@ -96,8 +96,8 @@ def test_memoised_spectra_give_the_numbers_of_solving_again(arch):
     """tracker_fixed_points with its memo (each distinct Jacobian's spectrum and SVD solved
     once) equals the path that solves them again for every state; the affine mamba maps share
     A_w across states, so there the memo is used."""
-    import dynlab.analysis.fixed_points as fpm
-    import dynlab.tracking.fixed_points.per_state as tfp
+    import dynlab.analysis.fixed_points.finder as fpm
+    import dynlab.tracking.analysis.fixed_points.per_state as tfp
     from dynlab.tracking.train import build_tracker
     from dynlab.tracking.spec import ModelSpec
     from dynlab.tracking.task import WordProblem

@@ -7,9 +7,9 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from dynlab.tracking.analysis import AnalysisSpec
-from dynlab.tracking.analyze import analyze_tracker
-from dynlab.tracking.horizon import horizon_forecast, margin_statistics, predicted_accuracy
+from dynlab.tracking.analysis.spec import AnalysisSpec
+from dynlab.tracking.analysis.pipeline import analyze_tracker
+from dynlab.tracking.analysis.horizon import horizon_forecast, margin_statistics, predicted_accuracy
 from dynlab.tracking.groups import get_group
 from dynlab.tracking.models import Cell, Tracker, register_cell
 from dynlab.tracking.task import WordProblem

@@ -7,7 +7,7 @@ import pytest
 import xarray as xr
 
 from dynlab.analysis.correlation import tcross_mp_correlation
-from dynlab.tracking.preregistered import PREREGISTERED_DEFINITION, preregistered_forecast, preregistered_scores
+from dynlab.tracking.analysis.preregistered import PREREGISTERED_DEFINITION, preregistered_forecast, preregistered_scores
 
 
 def _ds() -> xr.Dataset:

@@ -90,7 +90,7 @@ def test_incompatible_members_are_refused():
 
 def test_group_tracking_run_many_matches_run_one():
     from dynlab.studies.group_tracking import STUDY
-    from dynlab.study import StudyOptions
+    from dynlab.runner.protocol import StudyOptions
 
     extra = {"train": {"steps": 6}, "eval": {"n_samples": 8, "batch_size": 8, "lengths": (5, 10), "chunk": 10}}
     specs = STUDY.make_specs(StudyOptions(preset="smoke", models=("tanh-rnn",), extra={"groups": ("C6", "S3"), **extra}))

@@ -8,10 +8,10 @@ per run, NaN only when both are NaN (a forecast that is NaN never fired within t
 horizon, so the other one decides).  Both parts read sequences no longer than the training
 length t_ref only:
 
-- ``T_horizon`` (:mod:`dynlab.tracking.horizon`): the decoder margins and spreads drifting
+- ``T_horizon`` (:mod:`dynlab.tracking.analysis.horizon`): the decoder margins and spreads drifting
   linearly on [⌈t_ref/2⌉, t_ref], Gaussian error model, first step with predicted accuracy
   below 0.9;
-- ``T_forecast_dec`` (:mod:`dynlab.tracking.analysis`): q_dec fitted by a straight line on
+- ``T_forecast_dec`` (:mod:`dynlab.tracking.analysis.spec`): q_dec fitted by a straight line on
   the same window and extrapolated to τ = 0.5.
 
 Each is the observed failure when that lies inside the training length.  The earlier of

@@ -1,7 +1,7 @@
 """Does the geometry at the fixed points predict error control?  Correlations across runs.
 
 Per run of a group-tracking study dataset (the ``fp_*`` variables of
-:func:`dynlab.tracking.fixed_points.per_state.tracker_fixed_points`, dim ``state``):
+:func:`dynlab.tracking.analysis.fixed_points.per_state.tracker_fixed_points`, dim ``state``):
 
 - ``rho_perp``, ``rho_par``: the median over the run's symbolic states of ``fp_rho_perp``
   and ``fp_rho_par`` (spectral radius per token on U⊥ and on U at the fixed points);
@@ -24,7 +24,7 @@ the medians of ρ⊥ and |ρ∥ − 1|.  Runs whose value is NaN (no fixed point
 out of each statistic that reads it.
 
 Corollary 1 from the return maps (:func:`corollary1_correlations`, the run variables
-``fp_drift`` and ``T_cross_fp`` of :mod:`dynlab.tracking.fixed_points.drift`): over the same ``ok``
+``fp_drift`` and ``T_cross_fp`` of :mod:`dynlab.tracking.analysis.fixed_points.drift`): over the same ``ok``
 runs, r and ρ with the same CIs of the predicted crossing ``T_cross_fp`` against the
 measured crossing of q∥ (``T_cross_par``, the one it predicts), against the trained
 decoder's crossing ``T_cross_dec`` and against mp, each under 'replace' (a crossing that

@@ -1,6 +1,6 @@
 """Fixed points of a tracker's return maps per symbolic state (the ``fp_*`` variables of
 paper A's analysis): the state-preserving words of a group's generators, and
-:func:`tracker_fixed_points`, which runs :func:`dynlab.analysis.fixed_points.find_fixed_points`
+:func:`tracker_fixed_points`, which runs :func:`dynlab.analysis.fixed_points.finder.find_fixed_points`
 from each class's states for every word and summarises the principal fixed points per state."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import torch
 import xarray as xr
 
-from dynlab.analysis.fixed_point_solve import Map, initial_points
-from dynlab.analysis.fixed_points import find_fixed_points, memoised_spectra, word_map
+from dynlab.analysis.fixed_points.solve import Map, initial_points
+from dynlab.analysis.fixed_points.finder import find_fixed_points, memoised_spectra, word_map
 from dynlab.analysis.jacobian import analysis_copy
 from dynlab.results.vocabulary import annotate
 
@@ -118,7 +118,7 @@ def tracker_fixed_points(
 
     Returns an ``xarray.Dataset`` (vocabulary-annotated) with attrs ``fp_words`` (the words)
     and ``fp_starts``.  ``memo`` (default) solves each distinct Jacobian's spectrum and SVD
-    once (:func:`dynlab.analysis.fixed_points.memoised_spectra`; the same numbers); False solves
+    once (:func:`dynlab.analysis.fixed_points.finder.memoised_spectra`; the same numbers); False solves
     them again per state.
     """
     with memoised_spectra(memo):

@@ -1,6 +1,6 @@
 """The error-control analysis of one trained tracker (docs/error-control.md), as one xarray Dataset.
 
-:func:`dynlab.tracking.analyze.analyze_tracker` runs, on fresh sequences of the tracker's word problem:
+:func:`dynlab.tracking.analysis.pipeline.analyze_tracker` runs, on fresh sequences of the tracker's word problem:
 
 1. **geometry** over time of the tracked layer's states (streamed in chunks, memory flat
    in length): ``q, R, M, R_par, R_perp (t)``, ``T_cross``, ``failure_mode`` and the
@@ -55,7 +55,7 @@
 5. for two-class groups (C2), the **signed error along U** that shows neutral
    oscillation (:func:`dynlab.analysis.margin.binary_signed_error`);
 6. **fixed points of the return maps** per symbolic state
-   (:func:`dynlab.tracking.fixed_points.per_state.tracker_fixed_points`): for each generator a the
+   (:func:`dynlab.tracking.analysis.fixed_points.per_state.tracker_fixed_points`): for each generator a the
    word a^{ord(a)} and ``fp_random_words`` random state-preserving words of
    ``word_length`` tokens, solved from ``fp_starts`` states of each class after t_ref
    tokens (fresh sequences from their own generator, seed ``seed + 2``), with the
@@ -63,7 +63,7 @@
    token on U(t_ref) and U⊥, stability and the spectra (``fp_*`` variables, dim ``state``);
    for the first ``fp_max_states`` (24) states only (NaN beyond: A5, S5).  From the same
    words, Corollary 1's drift along U at the class centroids of t_ref, ``fp_drift`` (η̄),
-   and the crossing of q∥ it predicts, ``T_cross_fp`` (:mod:`dynlab.tracking.fixed_points.drift`).
+   and the crossing of q∥ it predicts, ``T_cross_fp`` (:mod:`dynlab.tracking.analysis.fixed_points.drift`).
 
 Where the logits are a linear map of the tracked state (dense RNN cells), the trained
 readout's own threshold ``tau_readout(t)`` = (smallest centroid-to-boundary distance)/M
@@ -79,7 +79,7 @@ from the first non-finite step on, q is +inf (``blowup_t`` records that step).
 All of it is float64.  The variables are per run; the study stacks runs along ``run``.
 
 This module holds its settings (:class:`AnalysisSpec`) and the streams of fresh sequences
-it reads (:func:`stream_states`, :func:`stream_representations`); :mod:`dynlab.tracking.analyze`
+it reads (:func:`stream_states`, :func:`stream_representations`); :mod:`dynlab.tracking.analysis.pipeline`
 the analysis itself, one function per step.
 """
 
@@ -99,7 +99,7 @@ __all__ = ["AnalysisSpec", "stream_representations", "stream_states"]
 
 
 class AnalysisSpec(Spec):
-    """Settings of :func:`dynlab.tracking.analyze.analyze_tracker` (not part of the run id: analyses can be redone).
+    """Settings of :func:`dynlab.tracking.analysis.pipeline.analyze_tracker` (not part of the run id: analyses can be redone).
 
     ``horizon`` None means the longest evaluated length; ``t_ref`` None means the
     training length (the curriculum's ``max_length``).

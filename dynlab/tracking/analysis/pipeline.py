@@ -1,6 +1,6 @@
 """The error-control analysis of one trained tracker, step by step: :func:`analyze_tracker`
 and its steps, in the order they draw from the analysis's one generator (what each computes:
-:mod:`dynlab.tracking.analysis`, whose :class:`~dynlab.tracking.analysis.AnalysisSpec` sets it)."""
+:mod:`dynlab.tracking.analysis.spec`, whose :class:`~dynlab.tracking.analysis.spec.AnalysisSpec` sets it)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import numpy as np
 import torch
 import xarray as xr
 
-from dynlab.analysis.fixed_points import word_map
-from dynlab.tracking.fixed_points.per_state import generator_power_words, tracker_fixed_points
-from dynlab.tracking.fixed_points.drift import corollary1_crossing, mean_drift
+from dynlab.analysis.fixed_points.finder import word_map
+from dynlab.tracking.analysis.fixed_points.per_state import generator_power_words, tracker_fixed_points
+from dynlab.tracking.analysis.fixed_points.drift import corollary1_crossing, mean_drift
 from dynlab.analysis.centroids import class_centroids, class_stats, pair_distances
 from dynlab.analysis.fit import line_fit
 from dynlab.analysis.geometry import crossing_time, failure_mode, geometry_over_time, symbolic_basis
-from dynlab.tracking.horizon import horizon_forecast, margin_statistics
+from dynlab.tracking.analysis.horizon import horizon_forecast, margin_statistics
 from dynlab.analysis.jacobian import analysis_copy, lyapunov_exponents, return_map_on_U
 from dynlab.analysis.margin import binary_signed_error
 from dynlab.analysis.perturbation import perturbation_response
@@ -28,7 +28,7 @@ from dynlab.analysis.readability import (
     probe_accuracy,
     readout_margins,
 )
-from dynlab.tracking.analysis import AnalysisSpec, stream_representations, stream_states
+from dynlab.tracking.analysis.spec import AnalysisSpec, stream_representations, stream_states
 from dynlab.tracking.models.streams import tracker_features, tracker_stream
 from dynlab.tracking.selection import MAX_ANALYSIS_ORDER
 from dynlab.errors import DynlabInputError
@@ -71,7 +71,8 @@ def _reference(model, task: WordProblem, n: int, t_ref: int, gen: torch.Generato
 
 
 def _forecast(ratio: np.ndarray, t: np.ndarray, tau: float, t_ref: int, t_cross: float, crossed: bool) -> float:
-    """Corollary-1 forecast of the crossing from the steps in [ceil(t_ref/2), t_ref] (module docstring)."""
+    """Corollary-1 forecast of the crossing from the steps in [ceil(t_ref/2), t_ref]
+    (:mod:`dynlab.tracking.analysis.spec`)."""
     if crossed and t_cross <= t_ref:
         return float(t_cross)
     lo = int(np.ceil(t_ref / 2))
@@ -173,7 +174,8 @@ def _stream_geometry(m, task: WordProblem, spec: AnalysisSpec, n: int, horizon: 
 
 def _add_crossings(out: xr.Dataset, geo: xr.Dataset, cols: dict[str, np.ndarray], spec: AnalysisSpec, t_ref: int) -> None:
     """Into ``out``: blow-up step, readout crossing, q_par and every readability ratio with
-    its crossing, the Corollary-1 forecasts, the probe and the class counts (module docstring)."""
+    its crossing, the Corollary-1 forecasts, the probe and the class counts
+    (:mod:`dynlab.tracking.analysis.spec`)."""
     blown = np.isinf(geo["R"].values)
     out["blowup_t"] = ((), _blowup_step(geo))
     if "tau_readout" in out:
@@ -275,7 +277,7 @@ def _add_lyapunov_and_sign(out: xr.Dataset, m, task: WordProblem, spec: Analysis
 
 
 def _add_horizon(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, t_ref: int, horizon: int) -> None:
-    """Into ``out``: ``T_horizon`` (:func:`dynlab.tracking.horizon.horizon_forecast`) from
+    """Into ``out``: ``T_horizon`` (:func:`dynlab.tracking.analysis.horizon.horizon_forecast`) from
     ``horizon_samples`` fresh sequences of length t_ref, drawn from their own generator
     (seed ``spec.seed + 1``) so that every other analysis reads the sequences it read before."""
     g = task.n_classes
@@ -310,7 +312,7 @@ def _fp_inputs(m, task: WordProblem, spec: AnalysisSpec, t_ref: int) -> tuple[np
 def _add_fp_drift(out: xr.Dataset, m, spec: AnalysisSpec, t_ref: int, layer: int, basis: np.ndarray, ref: _Reference,
                   horizon: int, words: list[list[int]]) -> None:
     """Into ``out``: Corollary 1 from the return maps of ``words``
-    (:mod:`dynlab.tracking.fixed_points.drift`): ``fp_drift`` η̄, the mean over the class centroids of
+    (:mod:`dynlab.tracking.analysis.fixed_points.drift`): ``fp_drift`` η̄, the mean over the class centroids of
     t_ref and the words of the per-token drift along U(t_ref), and ``T_cross_fp``, the
     crossing of q∥ it predicts from R∥ and M at t_ref (both NaN when U is empty)."""
     eta = t_fp = float("nan")
@@ -327,8 +329,8 @@ def _add_fp_drift(out: xr.Dataset, m, spec: AnalysisSpec, t_ref: int, layer: int
 def _add_fixed_points(out: xr.Dataset, m, task: WordProblem, spec: AnalysisSpec, t_ref: int, layer: int,
                       basis: np.ndarray, ref: _Reference, horizon: int) -> None:
     """Into ``out``: the ``fp_*`` variables of
-    :func:`~dynlab.tracking.fixed_points.per_state.tracker_fixed_points` (module docstring, item 6) from
-    the starts and words of :func:`_fp_inputs`; ρ∥ and ρ⊥ are NaN when U(t_ref) is empty.
+    :func:`~dynlab.tracking.analysis.fixed_points.per_state.tracker_fixed_points`
+    (:mod:`dynlab.tracking.analysis.spec`, item 6) from the starts and words of :func:`_fp_inputs`; ρ∥ and ρ⊥ are NaN when U(t_ref) is empty.
     Then ``fp_drift`` and ``T_cross_fp`` from the same words (:func:`_add_fp_drift`)."""
     h, y, words = _fp_inputs(m, task, spec, t_ref)
     fp = tracker_fixed_points(m, words, h, y, n_classes=task.n_classes,
@@ -348,7 +350,7 @@ def analyze_tracker(
     t_ref: int,
     layer: int = -1,
 ) -> xr.Dataset:
-    """Run every analysis of :mod:`dynlab.tracking.analysis`'s docstring on ``model`` (a tracker, any device).
+    """Run every analysis of :mod:`dynlab.tracking.analysis.spec`'s docstring on ``model`` (a tracker, any device).
 
     Args:
         model: a tracker (:class:`dynlab.tracking.models.Tracker` or the same protocol, with

@@ -1,4 +1,4 @@
-"""Steps 1-4 of the fixed-point finder (:mod:`dynlab.analysis.fixed_points`, whose docstring
+"""Steps 1-4 of the fixed-point finder (:mod:`dynlab.analysis.fixed_points.finder`, whose docstring
 describes the pipeline): the starts (initial points, orbit starts), the Levenberg-Marquardt
 solve with Newton polishing, the residual filter and the deduplication; and the numpy view of
 a torch map they all solve on (float64)."""

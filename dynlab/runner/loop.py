@@ -1,5 +1,5 @@
-"""The loop over a study's runs (:func:`run_specs`, what :func:`dynlab.runner.run_study` and
-:func:`dynlab.runner.analyze_study` run under the study's lock): heal damaged runs, train the
+"""The loop over a study's runs (:func:`run_specs`, what :func:`dynlab.runner.driver.run_study` and
+:func:`dynlab.runner.driver.analyze_study` run under the study's lock): heal damaged runs, train the
 unfinished ones where the executor runs them, store each as it arrives, then analyse the
 evaluated runs; with the one line per finished run and the phases' times."""
 
@@ -21,13 +21,13 @@ from dynlab.results.provenance import provenance, recording
 from dynlab.results.store import ANALYSIS, RunStore
 from dynlab.runtime import NullProgress, resolve_device, say, train_threads
 from dynlab.spec import Spec
-from dynlab.study import RunOutcome, Study, StudyExtra, parse_result
+from dynlab.runner.protocol import RunOutcome, Study, StudyExtra, parse_result
 
 __all__ = ["ANALYSIS", "phase_line", "result_check", "run_specs"]
 
 
 #: The folder of a study where long runs keep their training state while they train
-#: (:attr:`dynlab.study.Study.resumable`); a file there is removed when its runs finish.
+#: (:attr:`dynlab.runner.protocol.Study.resumable`); a file there is removed when its runs finish.
 RESUME_DIR = RESUME
 
 

@@ -25,8 +25,8 @@ from dynlab.results.files import make_dir, missing_folders, remove_empty_folders
 from dynlab.results.provenance import provenance
 from dynlab.results.folder import LOCK, MARKER, check_study_folder, claim, study_lock
 from dynlab.results.store import RunStore
-from dynlab.run_loop import phase_line, result_check, run_specs
-from dynlab.study import Study, StudyExtra, StudyOptions
+from dynlab.runner.loop import phase_line, result_check, run_specs
+from dynlab.runner.protocol import Study, StudyExtra, StudyOptions
 from dynlab.runtime import make_progress, resolve_device
 
 __all__ = ["analyze_study", "check_analyses_fit", "check_work_items", "open_study", "run_study", "study_dir"]
@@ -39,7 +39,7 @@ def study_dir(out: str | Path, study: Study) -> Path:
 
 def check_analyses_fit(study: Study, specs: list[Spec], analyze: bool) -> None:
     """Refuse, before anything runs, a study whose per-run analyses cannot be done for
-    ``specs`` (the study's :attr:`~dynlab.study.Study.check_analyses`, one line)."""
+    ``specs`` (the study's :attr:`~dynlab.runner.protocol.Study.check_analyses`, one line)."""
     if analyze and study.analyze_one is not None and study.check_analyses is not None:
         study.check_analyses(study.name, specs)
 
@@ -47,7 +47,7 @@ def check_analyses_fit(study: Study, specs: list[Spec], analyze: bool) -> None:
 
 def check_work_items(study: Study, specs: list[Spec]) -> None:
     """Refuse, before anything runs, a study whose work items (specs run at once: a stack,
-    :meth:`~dynlab.study.Study.work_items`) cannot run together (their spec class's
+    :meth:`~dynlab.runner.protocol.Study.work_items`) cannot run together (their spec class's
     :meth:`~dynlab.spec.Spec.check_work_item`, one line)."""
     for item in study.work_items(specs):
         type(item[0]).check_work_item(item)  # Spec's: no check; a spec class with one overrides it
@@ -79,7 +79,7 @@ def _timing_attrs(started: float, trained: int, workers: int | None, invocation:
       absent when the executor could not say);
     - ``study_invocation``: ``study`` or ``analyze``;
     - ``study_train_s``, ``study_analysis_s``: the seconds of that wall time spent training
-      and analysing (:func:`dynlab.run_loop.run_specs`), measured in the same invocation, so their ratio
+      and analysing (:func:`dynlab.runner.loop.run_specs`), measured in the same invocation, so their ratio
       compares the two phases on one machine under one load (with Dask workers in other
       processes the analyses run while the workers train: the phases overlap, and
       ``study_train_s`` is the wall time until the last trained run arrived).

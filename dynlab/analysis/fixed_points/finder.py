@@ -45,9 +45,9 @@ step 3, like a solve (round-off in a nearly singular A − I can defeat it: then
 its dimension (``fixed_dim``) and ``count`` NaN: it holds infinitely many fixed points;
 its representative point is the projection of the mean start onto it.
 
-Steps 1–4 live in :mod:`dynlab.analysis.fixed_point_solve`; slow points (local minima of the
+Steps 1–4 live in :mod:`dynlab.analysis.fixed_points.solve`; slow points (local minima of the
 speed, :func:`find_slow_points`) in :mod:`dynlab.analysis.slow_points`; the per-state summaries
-of a tracker's return maps in :mod:`dynlab.tracking.fixed_points.per_state`.  Results are typed
+of a tracker's return maps in :mod:`dynlab.tracking.analysis.fixed_points.per_state`.  Results are typed
 (:class:`FixedPoints`), all in float64.
 """
 
@@ -63,7 +63,7 @@ import numpy as np
 import scipy.linalg
 import torch
 
-from dynlab.analysis.fixed_point_solve import (
+from dynlab.analysis.fixed_points.solve import (
     Map, deduplicate, jacobians, keep_converged, numpy_map, orbit_starts, solve,
 )
 
@@ -120,7 +120,7 @@ def cell_map(cell: Any, u: Any) -> Map:
 
 #: Results of :func:`spectrum` and of the SVD in :func:`affine_fixed_set`, keyed by the bytes
 #: of their inputs; active only inside :func:`memoised_spectra` (one call of
-#: :func:`dynlab.tracking.fixed_points.per_state.tracker_fixed_points`).  An affine return map
+#: :func:`dynlab.tracking.analysis.fixed_points.per_state.tracker_fixed_points`).  An affine return map
 #: F_w has the same Jacobian A_w for every symbolic state (the classes differ only in their
 #: starts), so without it the same eigenvalue problems and SVDs are solved once per state;
 #: with it, once per word.  Equal inputs give the very same numbers, so the results are

@@ -27,7 +27,7 @@ first distance whose accuracy is below 0.5, censored the same way.
 
 The recurrence (:class:`dynlab.lm.recurrence.LMRecurrence`): one token step of the whole LM on a flat state
 (every layer's SSM state, then every layer's convolution window), with the tracker
-protocol of :mod:`dynlab.analysis.jacobian` and :mod:`dynlab.analysis.fixed_points`
+protocol of :mod:`dynlab.analysis.jacobian` and :mod:`dynlab.analysis.fixed_points.finder`
 (``step(state [B, S], tokens [B]) -> (logits [B, V], state [B, S])``), so their Jacobians,
 spectra split along and across U (ρ∥, ρ⊥) and fixed-point finder apply unchanged.  The
 spectra the study records are those of the tracked (last) layer's own block of the step
@@ -172,7 +172,7 @@ def model_task_geometry(model: nn.Module, kind: str, task: Any, seed: int, *, n:
 
 def geometry_row(model: nn.Module, kind: str, task: Any, seed: int, *, n: int | None = None,
                  distances: Sequence[int] | None = None, n_jac: int = 4) -> xr.Dataset:
-    """Everything :func:`dynlab.lm.geometry` measures on one tested model, under the
+    """Everything :mod:`dynlab.lm.state_geometry` measures on one tested model, under the
     dataset names ``geo_*`` on dim ``distance`` (scalars for T_cross, the horizon, the
     Jacobian spectra at the largest distance and the filler fixed points; passkey and
     babi only: copying has no filler)."""
