@@ -1,5 +1,5 @@
 """LM mixers on the CPU as ratios to Mamba-2: one layer (forward + backward) and whole LM
-training steps (:func:`dynlab.lm.train.train_lm`: forward, loss, backward, clipping, AdamW).
+training steps (:func:`dynlab.lm.train.engine.train_lm`: forward, loss, backward, clipping, AdamW).
 
 Sizes are the length-generalization study's quick preset (``studies/length_generalization.py``):
 width 64, 2 layers (each mixer's anchor block: Mamba without an MLP, GLA with one), 4 heads × 32 channels, state 64 (Mamba-1: 128 channels × N = 64; GLA: keys
@@ -26,7 +26,7 @@ training tokens per CPU second on one core. Two step rows are baselines:
 
 - ``mamba2, F.conv1d convolution``: the short convolution as ``F.conv1d`` (PyTorch's
   depthwise convolution) instead of dynlab's K shifted multiply-adds
-  (:func:`dynlab.lm.mixers.causal_conv`);
+  (:func:`dynlab.lm.models.mixers.causal_conv`);
 - ``floor: no mixer``: the same LM with every mixer replaced by a no-op (embedding, norms,
   head, loss, backward, clipping and AdamW remain): what a step costs without any mixer,
   so ``mamba2 − floor`` is what the mixer costs.
@@ -47,13 +47,13 @@ import torch.nn.functional as F
 
 from dynlab.bench import write_bench_json
 from dynlab.kernels import selective_scan as ss
-from dynlab.lm import mixers as lm_mixers
-from dynlab.lm.corpus import load_corpus
-from dynlab.lm.interventions import ZeroInit
-from dynlab.lm.mixers import MIXERS
-from dynlab.lm.model import RecurrentLM
+from dynlab.lm.models import mixers as lm_mixers
+from dynlab.lm.data.corpus import load_corpus
+from dynlab.lm.train.interventions import ZeroInit
+from dynlab.lm.models.mixers import MIXERS
+from dynlab.lm.models.model import RecurrentLM
 from dynlab.lm.spec import ANCHOR_MLP_RATIO, LMModelSpec
-from dynlab.lm.train import train_lm
+from dynlab.lm.train.engine import train_lm
 from dynlab.studies.length_generalization import PRESETS
 
 QUICK = PRESETS["quick"]
@@ -77,7 +77,7 @@ def strengthen_gates(module: torch.nn.Module) -> None:
 
 def conv1d_causal_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                        window: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`dynlab.lm.mixers.causal_conv` through ``F.conv1d`` in the ``[B, C, T]`` layout (the baseline)."""
+    """:func:`dynlab.lm.models.mixers.causal_conv` through ``F.conv1d`` in the ``[B, C, T]`` layout (the baseline)."""
     b, t, c = x.shape
     k = weight.shape[-1]
     xt = x.transpose(1, 2)

@@ -2,7 +2,7 @@
 
 Each mixer trains the length-generalization study's quick preset (``studies/length_generalization.py``:
 2 layers, width 64, 1500 AdamW steps of batch 16 × 32 bytes of Shakespeare, one thread, zero
-initial states) through :func:`dynlab.lm.train.train_lm`.  The runs are interleaved so that
+initial states) through :func:`dynlab.lm.train.engine.train_lm`.  The runs are interleaved so that
 all mixers see the same conditions of a shared box: each round trains every model for
 ``--chunk`` more steps (a new ``train_lm`` call, so the learning-rate schedule restarts each
 round; the work per step is the same as in one long call).  Printed: the summed CPU time of
@@ -22,11 +22,11 @@ import time
 import torch
 
 from dynlab.kernels.selective_scan.chunked import compiled_kernel_status
-from dynlab.lm.corpus import load_corpus
-from dynlab.lm.interventions import ZeroInit
-from dynlab.lm.model import RecurrentLM
+from dynlab.lm.data.corpus import load_corpus
+from dynlab.lm.train.interventions import ZeroInit
+from dynlab.lm.models.model import RecurrentLM
 from dynlab.lm.spec import LMModelSpec
-from dynlab.lm.train import train_lm
+from dynlab.lm.train.engine import train_lm
 from dynlab.studies.length_generalization import PRESETS
 
 

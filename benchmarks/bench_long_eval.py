@@ -3,7 +3,7 @@ statistics) at 8K against 128K tokens, each in a fresh process.
 
     python benchmarks/bench_long_eval.py [--lengths 8192,131072] [--model dynlab|hf]
 
-Each length runs ``dynlab.lm.run.evaluate_lm`` from the zero state, in chunks of 2048
+Each length runs ``dynlab.lm.run.text.evaluate_lm`` from the zero state, in chunks of 2048
 tokens carried through the model's state (and, for the Hugging Face Mamba-2, its cache),
 on windows read from a memory-mapped token file (``dynlab data prepare``'s format). It
 prints the peak resident memory (``ru_maxrss``) of the process, the resident memory once
@@ -40,22 +40,22 @@ def child(length: int, model_kind: str, folder: str) -> None:
     import numpy as np
     import torch
 
-    from dynlab.lm.corpus import Corpus
-    from dynlab.lm.run import evaluate_lm
+    from dynlab.lm.data.corpus import Corpus
+    from dynlab.lm.run.text import evaluate_lm
     from dynlab.lm.spec import LMEvalSpec
 
     torch.set_num_threads(1)
     val = np.memmap(Path(folder) / "val.bin", dtype=np.uint16, mode="r")
     corpus = Corpus("bench", train=val, val=val)
     if model_kind == "dynlab":
-        from dynlab.lm.model import RecurrentLM
+        from dynlab.lm.models.model import RecurrentLM
 
         model = RecurrentLM("mamba2", d_model=64, n_layers=2, mlp_ratio=0, n_heads=4, head_dim=32, d_state=64,
                             chunk_size=64, vocab_size=512, generator=torch.Generator().manual_seed(0))
     else:
         import transformers
 
-        from dynlab.lm.hf import HFRecurrentLM
+        from dynlab.lm.hub.hf import HFRecurrentLM
 
         cfg = transformers.Mamba2Config(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_heads=4, head_dim=32,
                                         expand=2, state_size=64, n_groups=1, chunk_size=64)

@@ -1,4 +1,4 @@
-"""Token corpora on disk (``dynlab.lm.tokens``): memory when reading from a large token
+"""Token corpora on disk (``dynlab.lm.data.tokens``): memory when reading from a large token
 folder, and the speed of ``prepare_tokens`` against the tokenizer library alone.
 
 (a) Memory. A synthetic token folder of ``--big-tokens`` random uint16 ids (600 M: 1.2 GB;
@@ -57,7 +57,7 @@ def status(key):
 def maxrss():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kB on Linux
 import numpy as np
-from dynlab.lm.tokens import open_token_folder
+from dynlab.lm.data.tokens import open_token_folder
 base = [status("VmRSS"), maxrss(), status("RssAnon"), status("RssFile")]
 folder, batches, batch, length = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 mm = open_token_folder(folder).train
@@ -95,8 +95,8 @@ def machine() -> str:
 def write_synthetic_folder(folder: Path, n_tokens: int, n_ids: int = 50_000, seed: int = 0) -> None:
     """A token folder of ``n_tokens`` random uint16 ids (train) and 1 000 (val), written in
     pieces of 50 M ids, with its record; a byte-tokenizer-free ``hf``-like spec of ``n_ids``."""
-    from dynlab.lm.tokenizer import TokenizerSpec
-    from dynlab.lm.tokens import RECORD, TokenCounts, TokenRecord
+    from dynlab.lm.data.tokenizer import TokenizerSpec
+    from dynlab.lm.data.tokens import RECORD, TokenCounts, TokenRecord
 
     folder.mkdir(parents=True)
     rng = np.random.default_rng(seed)
@@ -192,8 +192,8 @@ def train_bpe(docs: list[str], vocab: int, folder: Path) -> Path:
 
 PREPARER = r"""
 import resource, sys
-from dynlab.lm.tokenizer import load_tokenizer
-from dynlab.lm.tokens import prepare_tokens
+from dynlab.lm.data.tokenizer import load_tokenizer
+from dynlab.lm.data.tokens import prepare_tokens
 tok = load_tokenizer(sys.argv[2])
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 prepare_tokens([sys.argv[1]], tok, sys.argv[3])
@@ -209,8 +209,8 @@ def prepare_memory(src: Path, tok_dir: Path, out: Path) -> tuple[float, float]:
 
 
 def speed_part(args: argparse.Namespace, work: Path) -> None:
-    from dynlab.lm.tokenizer import load_tokenizer
-    from dynlab.lm.tokens import open_token_folder, prepare_tokens
+    from dynlab.lm.data.tokenizer import load_tokenizer
+    from dynlab.lm.data.tokens import open_token_folder, prepare_tokens
 
     t = time.perf_counter()
     docs = make_text(int(args.text_mb * 1e6))

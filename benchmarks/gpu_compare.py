@@ -6,14 +6,14 @@ warm-up steps, then the timed steps; the two sides of a comparison read the same
 (a) ``lm-mamba2``, ``lm-mamba1``: one 130M-class LM (d_model 768, 24 Mamba blocks without MLP,
     expand 2; Mamba-2: 24 heads × 64, N = 128, chunks of 256; Mamba-1: N = 16; the vocabulary 50277
     padded to a multiple of 8 as mamba-ssm pads it: 50280), batch 8 × 2048 tokens, bf16 autocast
-    with float32 weights, gradients and AdamW moments. dynlab: :func:`dynlab.lm.train.fit` with
-    ``precision="bf16"`` (``--precision bf16``'s step) on :func:`dynlab.lm.run.build_model`'s model.
+    with float32 weights, gradients and AdamW moments. dynlab: :func:`dynlab.lm.train.engine.fit` with
+    ``precision="bf16"`` (``--precision bf16``'s step) on :func:`dynlab.lm.run.text.build_model`'s model.
     mamba-ssm: ``MambaLMHeadModel`` (``MambaConfig``, ``ssm_cfg={"layer": "Mamba2", ...}`` or
     Mamba-1's default) in the same step written plainly (:func:`plain_step`: autocast forward,
     float32 cross-entropy, backward, clipping to norm 1, torch's AdamW with betas 0.9/0.95 and decay
     on matrices, TF32 on as ``fit`` sets it). Target: dynlab ≥ 0.9 × mamba-ssm's tokens/s.
 (b) ``stack-16``: 16 models of the length-generalization quick preset (2 layers, width 64, Mamba-2;
-    batch 16 × 32) trained as one stack (:func:`dynlab.lm.ensemble.fit_ensemble`, float32, as
+    batch 16 × 32) trained as one stack (:func:`dynlab.lm.train.ensemble.fit_ensemble`, float32, as
     studies train stacks) against 16 ``MambaLMHeadModel`` of that layout stepped one after another
     (float32, one AdamW each), in model-tokens/s (every member's tokens count). Target: ≥ 5 ×.
 (c) each row's peak memory: ``torch.cuda.max_memory_allocated`` from a reset with the earlier rows
@@ -51,11 +51,11 @@ import torch.nn.functional as F
 
 from dynlab.bench import write_bench_json
 from dynlab.kernels.dispatch import record_backends
-from dynlab.lm.ensemble import fit_ensemble
-from dynlab.lm.interventions import make_intervention
-from dynlab.lm.run import build_model
+from dynlab.lm.train.ensemble import fit_ensemble
+from dynlab.lm.train.interventions import make_intervention
+from dynlab.lm.run.text import build_model
 from dynlab.lm.spec import BUDGET_LM_LAYOUT, QUICK_LM_LAYOUT, LMModelSpec, LMRunSpec, anchor_model_fields
-from dynlab.lm.train import ADAM_BETAS, ADAM_EPS, batch_source, fit, make_loader
+from dynlab.lm.train.engine import ADAM_BETAS, ADAM_EPS, batch_source, fit, make_loader
 from dynlab.studies.length_generalization import PRESETS, STACK_MAX
 
 MAMBA_VOCAB = 50277  # GPT-NeoX's, mamba-ssm's pretrained LMs'
@@ -211,7 +211,7 @@ def plain_step(model: torch.nn.Module, next_batch: Callable, dev: torch.device, 
 
 @contextmanager
 def _tf32(on: bool) -> Iterator[None]:
-    """TF32 matrix products in the block when ``on`` (as :func:`dynlab.lm.train.fit` trains on CUDA)."""
+    """TF32 matrix products in the block when ``on`` (as :func:`dynlab.lm.train.engine.fit` trains on CUDA)."""
     before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     if on:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True

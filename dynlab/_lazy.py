@@ -3,7 +3,7 @@ does not load every sub-package and the heavy libraries behind them.
 
 A package lists its public names and the modules that define them, then::
 
-    _EXPORTS = {"RecurrentLM": "dynlab.lm.model", ...}
+    _EXPORTS = {"RecurrentLM": "dynlab.lm.models.model", ...}
     __all__ = list(_EXPORTS)
     __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)
 

@@ -2,7 +2,7 @@
 
 The command line, the studies, the figures, the report and the benchmark read their
 names here; a registry that maps a name to code (:func:`dynlab.tracking.models.get_cell`,
-:data:`dynlab.lm.mixers.MIXERS`, :data:`dynlab.lm.interventions.INTERVENTIONS`) registers
+:data:`dynlab.lm.models.mixers.MIXERS`, :data:`dynlab.lm.train.interventions.INTERVENTIONS`) registers
 its built-ins from these lists, and tests/house/test_names.py checks that they agree.
 
 A new built-in cell is one :class:`CellEntry` in :data:`CELLS` (its class in
@@ -91,25 +91,25 @@ CELL_NAMES: tuple[str, ...] = tuple(c.name for c in CELLS)
 #: Cell name -> what theory says it can track (:attr:`CellEntry.theory`).
 THEORY: dict[str, str] = {c.name: c.theory for c in CELLS}
 
-#: The LM mixers (:data:`dynlab.lm.mixers.MIXERS`).
+#: The LM mixers (:data:`dynlab.lm.models.mixers.MIXERS`).
 MIXER_NAMES = ("mamba2", "mamba1", "gla")
-#: The training precisions of the LM loop (:func:`dynlab.lm.train.fit`, ``--precision``).
+#: The training precisions of the LM loop (:func:`dynlab.lm.train.engine.fit`, ``--precision``).
 PRECISIONS = ("fp32", "bf16")
 #: The initial-state interventions of the task studies (each sets the state a sequence starts from).
 TASK_INTERVENTION_NAMES = ("zero", "random-noise", "fitted-noise", "state-passing")
 #: Truncated backpropagation through time: trains across windows, so it is no initial-state
 #: intervention of the task studies (their sequences are independent).
 TBTT = "tbtt"
-#: Every intervention of the LM studies (:data:`dynlab.lm.interventions.INTERVENTIONS`).
+#: Every intervention of the LM studies (:data:`dynlab.lm.train.interventions.INTERVENTIONS`).
 INTERVENTION_NAMES = (*TASK_INTERVENTION_NAMES, TBTT)
 #: The rule, as the refusal of TBTT with a task (the task studies, ``lm post-train --task``) says it.
 TBTT_ON_TASKS = ("intervention 'tbtt' needs consecutive chunks of one document; task samples are independent; "
                  f"allowed with a task: {', '.join(TASK_INTERVENTION_NAMES)}")
-#: The bAbI-style task kinds (:class:`dynlab.lm.tasks.BabiTask`, the babilong study's ``--kinds``).
+#: The bAbI-style task kinds (:class:`dynlab.lm.data.tasks.BabiTask`, the babilong study's ``--kinds``).
 BABI_KINDS = ("qa1", "qa2", "qa3", "qa6", "qa7")
-#: The built-in texts of the LM studies (:mod:`dynlab.lm.corpus`); any UTF-8 file also works.
+#: The built-in texts of the LM studies (:mod:`dynlab.lm.data.corpus`); any UTF-8 file also works.
 SOURCES = ("shakespeare",)
-#: What ``dynlab lm export`` writes (``save_pretrained``, :func:`dynlab.lm.export.export_hf`):
+#: What ``dynlab lm export`` writes (``save_pretrained``, :func:`dynlab.lm.hub.export.export_hf`):
 #: a folder holding only these (or nothing) may be written over.
 HF_EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
                    "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",

@@ -76,7 +76,7 @@ MAX_WIDTH = 8192
 MAX_STATE_BYTES = 8 * 2**30
 #: Most memory an LM may need, in bytes, for each of: its weights with gradients and AdamW
 #: moments, a training step (a stack's members together) and an evaluation, as estimated by
-#: :mod:`dynlab.lm.memory` (an upper bound, within 4 times the measured peak): one 80 GB
+#: :mod:`dynlab.lm.train.memory` (an upper bound, within 4 times the measured peak): one 80 GB
 #: accelerator's.  Above it the run could not be held by any single device it is made for;
 #: the ``paper`` presets (GPU scale) stay below it.
 MAX_LM_MEMORY_BYTES = 80 * 2**30

@@ -1,6 +1,6 @@
 """What every training loop shares: the result of training one model and the learning-rate schedule.
 
-The tracker engine (:mod:`dynlab.tracking.train`) and the LM loop (:func:`dynlab.lm.train.fit`)
+The tracker engine (:mod:`dynlab.tracking.train`) and the LM loop (:func:`dynlab.lm.train.engine.fit`)
 both return a :class:`TrainResult` and schedule with :func:`cosine_lr`.
 """
 
@@ -18,7 +18,7 @@ __all__ = ["CONVERGED_RULE", "LOSS_CURVE_POINTS", "TrainResult", "WARM_FLOOR", "
 
 @dataclass
 class TrainResult:
-    """Outcome of training one model (a tracker, or an LM in :func:`dynlab.lm.train.fit`).
+    """Outcome of training one model (a tracker, or an LM in :func:`dynlab.lm.train.engine.fit`).
 
     Attributes:
         model: the trained model (on the training device).

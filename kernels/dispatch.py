@@ -29,7 +29,7 @@ default, or one of :data:`BACKENDS`) forces one backend where it has the operati
 (``triton`` on the CPU needs ``TRITON_INTERPRET=1``; that is how the tests run the kernels).
 
 The short causal convolution of the Mamba mixers is dispatched by :func:`conv_backend`:
-its torch forms stay with their callers (:func:`dynlab.lm.mixers.causal_conv` for one
+its torch forms stay with their callers (:func:`dynlab.lm.models.mixers.causal_conv` for one
 model, :func:`kernels.short_conv.causal_conv_silu` for a stack), and on CUDA
 ``causal_conv1d_fn`` runs it through :func:`causal_conv1d_silu` (same contract as the
 one-model form) when causal-conv1d imports and the width is one it takes.
@@ -201,7 +201,7 @@ def _gla_fla(q, k, v, gk, scale=None, initial_state=None, return_final_state=Fal
 
 def causal_conv1d_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                        window: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`dynlab.lm.mixers.causal_conv`'s contract on causal-conv1d's ``causal_conv1d_fn``:
+    """:func:`dynlab.lm.models.mixers.causal_conv`'s contract on causal-conv1d's ``causal_conv1d_fn``:
     x ``[B, T, C]``, weight ``[C, 1, K]``, bias ``[C]`` or None, window ``[B, C, K − 1]`` or
     None -> (silu(conv) ``[B, T, C]``, the new window ``[B, C, K − 1]``). The kernel reads
     ``x`` in its channel-last layout (a ``[B, T, C]`` tensor seen as ``[B, C, T]``, no copy

@@ -47,7 +47,7 @@ Presets:
   (:data:`STATE_SEQ_LENS`) × seeds 0–2, every run trained on the same 8M tokens
   (:data:`STATE_TOKENS`, 2 048 a step) as one annealed run, the seeds of a cell as one
   stack; coords ``d_state`` and ``state_size`` on ``run``, and each run's forgetting
-  (``forget_rate``, ``memory_horizon``: :mod:`dynlab.lm.contraction`); ``dynlab report``
+  (``forget_rate``, ``memory_horizon``: :mod:`dynlab.lm.analysis.contraction`); ``dynlab report``
   reads it with :mod:`dynlab.report.forget`.
 - ``size-interventions`` — the ``interventions`` protocol, recipe unchanged, on fresh
   seeds (:data:`SIZE_INTERVENTION_SEEDS`) where the size map rises in every seed.
@@ -65,7 +65,7 @@ Presets:
   steps; evaluation at 4096 tokens on 256 windows (a GPU box).
 - ``pretrained`` — paper B's Fig. 5 protocol on a pretrained checkpoint (``checkpoint``, the
   command's ``--checkpoint``: a Hugging Face Mamba / Mamba-2 folder or a dynlab LM run),
-  read with its own tokenizer (:func:`dynlab.lm.checkpoint.checkpoint_tokenizer`) on
+  read with its own tokenizer (:func:`dynlab.lm.hub.checkpoint.checkpoint_tokenizer`) on
   ``--source`` (a token folder of that tokenizer, or a text): the untouched checkpoint
   (``phase = "base"``) and, from it, one post-training per intervention and a zero-state
   control on the same batches (``phase = "post"``), per seed (a seed is a data order).
@@ -108,7 +108,7 @@ from pydantic import AfterValidator
 from dynlab.errors import DynlabInputError
 from dynlab.lm.dataset import assemble_lm_runs
 from dynlab.lm.results import LMResult
-from dynlab.lm.run import (
+from dynlab.lm.run.text import (
     build_model, check_source, checkpoint_steps, count_parameters, stack_key, text_needs, train_and_evaluate,
     train_and_evaluate_many,
 )
@@ -429,7 +429,7 @@ def pretrained_specs(options: StudyOptions, preset: dict, extra: LGOptions, seed
     warm-up the arms used. ``batch_size``, ``accum``, ``seq_len``, ``weight_decay`` and
     ``clip`` are the arms' batches and optimiser; the stack engine is refused (a stack
     trains a base model)."""
-    from dynlab.lm.checkpoint import checkpoint_digest, checkpoint_tokenizer, load_checkpoint
+    from dynlab.lm.hub.checkpoint import checkpoint_digest, checkpoint_tokenizer, load_checkpoint
     from dynlab.lm.spec import LMInitSpec
 
     _refuse_pretrained_options(options, preset, extra)
@@ -478,7 +478,7 @@ def _refuse_pretrained_options(options: StudyOptions, preset: dict, extra: LGOpt
 
 def _checkpoint_config(meta: dict) -> dict[str, Any]:
     """What the run records of its checkpoint's own layout: a Hugging Face config's summary
-    (:func:`dynlab.lm.hf.hf_config_summary`) or a dynlab run's model fields."""
+    (:func:`dynlab.lm.hub.hf.hf_config_summary`) or a dynlab run's model fields."""
     return dict(meta.get("config") or meta.get("spec", {}).get("model") or {})
 
 
@@ -549,7 +549,7 @@ def run_one(spec: LMRunSpec, device: torch.device, progress: NullProgress) -> Ru
 
 def run_many(specs: list[LMRunSpec], device: torch.device, progress: NullProgress,
              resume_dir: Path | None = None) -> list[RunOutcome]:
-    """Train specs of one :func:`group_key` in one stack (:func:`dynlab.lm.run.train_and_evaluate_many`;
+    """Train specs of one :func:`group_key` in one stack (:func:`dynlab.lm.run.text.train_and_evaluate_many`;
     a stack cut off resumes from its state in ``resume_dir``) and evaluate each;
     ``ensemble_size`` records the number of runs in the stack. A ``loop`` run is trained alone."""
     first = specs[0]
@@ -570,7 +570,7 @@ def run_many(specs: list[LMRunSpec], device: torch.device, progress: NullProgres
 
 def group_key(spec: LMRunSpec) -> str:
     """Runs with ``train.engine = "stack"`` that differ only in seed and intervention share
-    a work item (:func:`dynlab.lm.run.stack_key`); every other run is its own."""
+    a work item (:func:`dynlab.lm.run.text.stack_key`); every other run is its own."""
     return stack_key(spec) if spec.train.engine == "stack" else spec.spec_hash()
 
 
@@ -578,10 +578,10 @@ def assemble(specs: list[LMRunSpec], store: RunStore, options: StudyOptions) -> 
     """The study dataset (:func:`dynlab.lm.dataset.assemble_lm_runs`): per-run Datasets stacked on ``run``
     (outer join on each position axis); with post-training arms, one row per tested model and the
     paired contrasts (module docstring). The ``state`` preset adds each run's forgetting,
-    ``forget_rate`` and ``memory_horizon`` (:func:`dynlab.lm.contraction.runs_forgetting`)."""
+    ``forget_rate`` and ``memory_horizon`` (:func:`dynlab.lm.analysis.contraction.runs_forgetting`)."""
     ds = assemble_lm_runs(specs, [read_result(LMResult, store, s) for s in specs])
     if options.preset == "state":
-        from dynlab.lm.contraction import runs_forgetting
+        from dynlab.lm.analysis.contraction import runs_forgetting
         from dynlab.results.vocabulary import annotate
 
         ds = annotate(ds.assign(runs_forgetting(specs, [store.path(s) for s in specs])))

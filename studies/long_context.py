@@ -2,8 +2,8 @@
 
 Each study follows paper B's protocol with byte-level recurrent LMs (the mixers,
 interventions, engine and run store of ``length-generalization``): a model trains on one
-task of :mod:`dynlab.lm.tasks` at short lengths from the zero state; if it learned (its
-in-range accuracy reaches ``eval.learned_at``, see :mod:`dynlab.lm.task_run`), it is
+task of :mod:`dynlab.lm.data.tasks` at short lengths from the zero state; if it learned (its
+in-range accuracy reaches ``eval.learned_at``, see :mod:`dynlab.lm.run.task`), it is
 post-trained once per intervention from those weights, ``zero`` being the
 compute-matched control; every model is tested from the zero state at longer lengths.
 One stored run is one (mixer, seed): the trained model and all its arms.
@@ -13,7 +13,7 @@ The dataset has one row on ``run`` per tested model: the trained model (``phase`
 ``"post"``). It holds
 
 - ``accuracy(run, length[, depth | kind])`` — the task's headline accuracy (per-character
-  for copying, whole key for passkey, whole answer for babi; see :mod:`dynlab.lm.task_run`),
+  for copying, whole key for passkey, whole answer for babi; see :mod:`dynlab.lm.run.task`),
 - ``token_accuracy`` and ``exact_match`` on the same dims,
 - ``train_loss_curve(run, loss_point)`` (steps ``train_step``) and ``converged(run)``
   (:func:`dynlab.training.converged`), where the results hold them;
@@ -58,13 +58,13 @@ import numpy as np
 from dynlab.analysis.contrasts import paired_contrasts
 from dynlab.errors import DynlabInputError
 from dynlab.lm.results import TaskResult
-from dynlab.lm.run import check_source
+from dynlab.lm.run.text import check_source
 from dynlab.lm.spec import (
     InterventionSpec, LMDataSpec, LMModelSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec, TaskPostSpec, TaskTrainSpec,
     WarmStartSpec, anchor_model_fields,
 )
-from dynlab.lm.task_run import POST_PREFIX, in_range_accuracy, task_result_to_dataset, train_and_evaluate_task
-from dynlab.lm.tasks import babi_chance
+from dynlab.lm.run.task import POST_PREFIX, in_range_accuracy, task_result_to_dataset, train_and_evaluate_task
+from dynlab.lm.data.tasks import babi_chance
 from dynlab.names import MIXER_NAMES, TASK_INTERVENTION_NAMES
 from dynlab.results.assemble import result_columns, stack_runs, training_curves
 from dynlab.results.store import RunStore
@@ -85,7 +85,7 @@ class LMOptions(StudyExtra):
         source: the text: ``shakespeare`` (default), a UTF-8 file or a token folder.
         tokenizer: ``byte`` or a Hugging Face tokenizer for a text source (a token folder
             brings its own): the models' vocabulary holds its ids, the task samples are
-            built through it (:mod:`dynlab.lm.tasks`).
+            built through it (:mod:`dynlab.lm.data.tasks`).
         model: overrides of the preset's :class:`~dynlab.lm.spec.LMModelSpec` fields (not ``mixer``).
         intervention: overrides of the preset's :class:`~dynlab.lm.spec.InterventionSpec` fields (not ``kind``).
     """
@@ -116,20 +116,20 @@ class TaskOptions(LMOptions):
 
 def _with_enough_facts(task: dict[str, Any], chosen: Mapping[str, Any]) -> dict[str, Any]:
     """``task`` with ``n_facts`` raised to what the chosen ``babi_kinds`` need
-    (:data:`dynlab.lm.tasks.MIN_FACTS`: a qa3 story needs 4 facts) when the kinds were
+    (:data:`dynlab.lm.data.tasks.MIN_FACTS`: a qa3 story needs 4 facts) when the kinds were
     chosen (``--kinds``) and the number of facts was not: a preset with 3 facts runs qa3
     with 4."""
     if "babi_kinds" not in chosen or "n_facts" in chosen:
         return task
-    from dynlab.lm.tasks import MIN_FACTS
+    from dynlab.lm.data.tasks import MIN_FACTS
 
     need = max((MIN_FACTS.get(k, 1) for k in task["babi_kinds"]), default=1)
     return {**task, "n_facts": max(int(task.get("n_facts", LMTaskSpec.model_fields["n_facts"].default)), need)}
 
 
 def tokenizer_option(extra: LMOptions) -> Any:
-    """The :class:`~dynlab.lm.tokenizer.TokenizerSpec` of ``--tokenizer`` (None when not given)."""
-    from dynlab.lm.tokenizer import load_tokenizer
+    """The :class:`~dynlab.lm.data.tokenizer.TokenizerSpec` of ``--tokenizer`` (None when not given)."""
+    from dynlab.lm.data.tokenizer import load_tokenizer
 
     return None if extra.tokenizer is None else load_tokenizer(extra.tokenizer).spec()
 
@@ -219,7 +219,7 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
                  analyze_one=analyze_one if kind in GEOMETRY_KINDS else None)
 
 
-#: Task kinds whose models' state geometry ``dynlab analyze`` measures (:mod:`dynlab.lm.state_geometry`).
+#: Task kinds whose models' state geometry ``dynlab analyze`` measures (:mod:`dynlab.lm.analysis.state_geometry`).
 GEOMETRY_KINDS = ("passkey", "copying", "babi")
 
 
@@ -237,13 +237,13 @@ def _tested_weights(spec: LMTaskRunSpec, store: RunStore) -> list[tuple[str, dic
 
 
 def analyze_task_run(kind: str, spec: LMTaskRunSpec, store: RunStore) -> xr.Dataset:
-    """The state geometry of every model a run tested (:func:`dynlab.lm.state_geometry.geometry_row`,
+    """The state geometry of every model a run tested (:func:`dynlab.lm.analysis.state_geometry.geometry_row`,
     on the CPU in float32 for the states, float64 for Jacobians and fixed points): dims
     ``tested`` (attr ``tested``: ``intervention:phase`` of each, in the dataset's row
     order) and ``distance``; a model without usable weights is a NaN row."""
-    from dynlab.lm.state_geometry import geometry_row
-    from dynlab.lm.run import build_model
-    from dynlab.lm.task_run import task_for
+    from dynlab.lm.analysis.state_geometry import geometry_row
+    from dynlab.lm.run.text import build_model
+    from dynlab.lm.run.task import task_for
 
     rows, names = [], []
     for name, weights in _tested_weights(spec, store):
@@ -329,7 +329,7 @@ def assemble_task_runs(kind: str, specs: list[LMTaskRunSpec], store: RunStore) -
         tokenizer = specs[0].data.tokenizer
         token = "one byte (UTF-8)" if tokenizer.kind == "byte" else f"one token of the tokenizer {tokenizer.label}"
         if kind == "babi" and specs[0].task.babi_tokens == "words":
-            token = "one bAbI word (ids 128 + its index in dynlab.lm.tasks.BABI_WORDS) or one filler byte"
+            token = "one bAbI word (ids 128 + its index in dynlab.lm.data.tasks.BABI_WORDS) or one filler byte"
         ds.attrs["tokenizer"] = tokenizer.label
         ds["length"].attrs["token"] = ("copying: a length counts the string's letters; the sample's tokens are "
                                        f"{token}" if kind == "copying" else token)
@@ -338,7 +338,7 @@ def assemble_task_runs(kind: str, specs: list[LMTaskRunSpec], store: RunStore) -
 
 def _in_range_rows(tested: list[tuple[LMTaskRunSpec, str, str, TaskResult]]) -> dict[str, xr.DataArray]:
     """``arm_in_range_accuracy(run)``: each tested model's own in-range accuracy
-    (:func:`dynlab.lm.task_run.in_range_accuracy`; for the trained model its
+    (:func:`dynlab.lm.run.task.in_range_accuracy`; for the trained model its
     ``in_range_accuracy``), and ``damaged(run)``: 1 for a post-training arm of a learned
     model whose in-range accuracy fell below ``eval.learned_at``, 0 for one that kept it,
     NaN for trained models and untested arms."""
@@ -354,7 +354,7 @@ def _in_range_rows(tested: list[tuple[LMTaskRunSpec, str, str, TaskResult]]) -> 
 
 def babi_chance_levels(kinds: Any, n_facts: int) -> xr.DataArray:
     """``chance(kind)``: the score of always giving a kind's most common answer in stories of
-    ``n_facts`` facts (:func:`dynlab.lm.tasks.babi_chance`), annotated."""
+    ``n_facts`` facts (:func:`dynlab.lm.data.tasks.babi_chance`), annotated."""
     kinds = [str(k) for k in kinds]
     da = xr.DataArray(np.array([babi_chance(k, n_facts) for k in kinds]), dims=("kind",), coords={"kind": kinds})
     return annotate(xr.Dataset({"chance": da}))["chance"]

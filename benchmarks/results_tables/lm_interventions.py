@@ -21,16 +21,16 @@ INTERVENTION_LABELS = ("length-generalization-interventions", "length-generaliza
 
 @functools.lru_cache(maxsize=None)
 def _train_tokens_of_text(source: str, val_fraction: float) -> int:
-    from dynlab.lm.corpus import load_corpus
+    from dynlab.lm.data.corpus import load_corpus
 
     return len(load_corpus(source, val_fraction).train)
 
 
 def tbtt_coverage(ds: xr.Dataset) -> tuple[int, int]:
     """``(read, n)``: the distinct training-text tokens that the TBTT arm's post-training of
-    an interventions dataset reads (:func:`dynlab.lm.loaders.sequential_tokens_read`: batch ×
+    an interventions dataset reads (:func:`dynlab.lm.data.loaders.sequential_tokens_read`: batch ×
     (steps × T_train + 1)) and the training text's tokens (its first spec's corpus)."""
-    from dynlab.lm.loaders import sequential_tokens_read
+    from dynlab.lm.data.loaders import sequential_tokens_read
 
     spec = first_spec(ds)
     n = _train_tokens_of_text(spec["data"]["source"], float(spec["data"]["val_fraction"]))

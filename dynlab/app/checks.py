@@ -197,7 +197,7 @@ def check_source_option(text: str | None, flag: str = "--source") -> str | None:
 def checkpoint_folder(text: str | Path, said: str | None = None) -> Path:
     """A checkpoint given on the command line (``--checkpoint``), ``~`` expanded: an
     existing folder (its files are read when it loads,
-    :func:`dynlab.lm.checkpoint.load_checkpoint`), else one line naming it as ``said``
+    :func:`dynlab.lm.hub.checkpoint.load_checkpoint`), else one line naming it as ``said``
     (``--checkpoint 'x'``; None: ``checkpoint '<the path>'``) in that function's words."""
     allowed = "a dynlab LM run folder or a Hugging Face Mamba/Mamba2 folder"
     path = nonempty_path(text, "--checkpoint", allowed) if str(text).strip() else Path(text)

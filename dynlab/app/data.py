@@ -1,4 +1,4 @@
-"""``dynlab data prepare``: text tokenized once into a token folder (:mod:`dynlab.lm.tokens`),
+"""``dynlab data prepare``: text tokenized once into a token folder (:mod:`dynlab.lm.data.tokens`),
 its options checked before anything is read or written, its progress said on stderr.
 Torch-free."""
 
@@ -42,8 +42,8 @@ def progress_line(done: int, total: int, tokens: int, seconds: float) -> str:
 
 def light_checks(sources: Sequence[str], tokenizer: str, out: str, val_fraction: float) -> Path:
     """The checks of ``dynlab data prepare``'s options that need nothing of ``dynlab.lm`` (whose
-    package loads torch), in the words of :mod:`dynlab.lm.tokens` and
-    :mod:`dynlab.lm.tokenizer`: ``--val-fraction`` in (0, 1), a non-empty ``--out``, every
+    package loads torch), in the words of :mod:`dynlab.lm.data.tokens` and
+    :mod:`dynlab.lm.data.tokenizer`: ``--val-fraction`` in (0, 1), a non-empty ``--out``, every
     SOURCE present, a ``--tokenizer`` that is ``byte`` or names a tokenizer.json. The output folder."""
     if not 0.0 < val_fraction < 1.0:
         raise DynlabInputError(f"--val-fraction {val_fraction} is out of range; allowed: a number between 0 and 1, "
@@ -76,8 +76,8 @@ def prepare_options(sources: Sequence[str], tokenizer: str, out: str, val_fracti
     usable files, an ``--out`` that is a file or a folder of other files, or one inside a
     folder that takes no files. The tokenizer and the output folder."""
     out_dir = light_checks(sources, tokenizer, out, val_fraction)
-    from dynlab.lm.tokenizer import load_tokenizer
-    from dynlab.lm.tokens import check_token_out, source_files
+    from dynlab.lm.data.tokenizer import load_tokenizer
+    from dynlab.lm.data.tokens import check_token_out, source_files
 
     tok = load_tokenizer(tokenizer)
     source_files(list(sources))
@@ -102,7 +102,7 @@ def prepare(sources: list[str], tokenizer: str, out: str, val_fraction: float = 
     the folder already held these sources tokenized so. ``echo``: a print-like function
     that takes ``file=`` (``print``, ``typer.echo``)."""
     tok, out_dir = prepare_options(sources, tokenizer, out, val_fraction)
-    from dynlab.lm.tokens import open_token_folder, prepare_tokens
+    from dynlab.lm.data.tokens import open_token_folder, prepare_tokens
 
     start = time.monotonic()
     last = [start]

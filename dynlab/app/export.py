@@ -19,7 +19,7 @@ def export_places(run: Path, out: str, dtype: str | None) -> tuple[Path, Path]:
     run = nonempty_path(run, "RUN", "a dynlab LM run folder (runs/<id>)")
     if not run.is_dir():
         raise DynlabInputError(f"RUN {str(run)!r} is not a folder; allowed: a dynlab LM run folder (runs/<id>)")
-    from dynlab.lm.export import check_export_folder
+    from dynlab.lm.hub.export import check_export_folder
 
     check_export_folder(out_dir, "OUT")  # before anything is loaded
     check_out(out_dir, flag="OUT")
@@ -30,7 +30,7 @@ def export(run: str | Path, out: str, dtype: str | None = None, license: str = "
     """Export the LM run in ``run`` to the folder ``out`` (``dtype``: float32, float64 or
     bfloat16; None: the run's; ``license``: the model card's, a Hub identifier), after
     ``dynlab lm export``'s checks; the folder written."""
-    from dynlab.lm.card import check_license
+    from dynlab.lm.hub.card import check_license
 
     try:
         check_license(license)  # before anything is read or written
@@ -39,6 +39,6 @@ def export(run: str | Path, out: str, dtype: str | None = None, license: str = "
     run, out_dir = export_places(Path(run), out, dtype)
     import torch
 
-    from dynlab.lm.export import export_hf
+    from dynlab.lm.hub.export import export_hf
 
     return export_hf(run, out_dir, dtype=None if dtype is None else getattr(torch, dtype), license=license)

@@ -1,6 +1,6 @@
 """``dynlab lm post-train``: a checkpoint post-trained with an initial-state intervention,
 then evaluated; its options checked before anything is loaded, its output folder probed,
-its :class:`~dynlab.lm.posttrain.PostTrainSpec` built with errors in the options' words."""
+its :class:`~dynlab.lm.train.posttrain.PostTrainSpec` built with errors in the options' words."""
 
 from __future__ import annotations
 
@@ -101,14 +101,14 @@ def post_train_options(intervention: str, task: str | None, source: str, seq_len
 
 def resolve_tokenizer(checkpoint: Path, model: Any, meta: Mapping[str, Any], tokenizer: str | None,
                       source: str) -> Any:
-    """The :class:`~dynlab.lm.tokenizer.TokenizerSpec` a post-training reads its text with:
+    """The :class:`~dynlab.lm.data.tokenizer.TokenizerSpec` a post-training reads its text with:
     the checkpoint's own, else ``--tokenizer``, else the bytes for a 256-id model
-    (:func:`dynlab.lm.checkpoint.checkpoint_tokenizer`: a ``--tokenizer`` other than the
+    (:func:`dynlab.lm.hub.checkpoint.checkpoint_tokenizer`: a ``--tokenizer`` other than the
     checkpoint's own is refused); a token folder given as ``--source`` must have been made
     with it. One line, before anything is written."""
-    from dynlab.lm.checkpoint import checkpoint_tokenizer
-    from dynlab.lm.tokenizer import load_tokenizer
-    from dynlab.lm.tokens import is_token_folder, open_token_folder
+    from dynlab.lm.hub.checkpoint import checkpoint_tokenizer
+    from dynlab.lm.data.tokenizer import load_tokenizer
+    from dynlab.lm.data.tokens import is_token_folder, open_token_folder
 
     given = None if tokenizer is None else load_tokenizer(tokenizer).spec()
     folder = open_token_folder(Path(source).expanduser()) if is_token_folder(Path(source).expanduser()) else None
@@ -125,12 +125,12 @@ def post_train_spec(checkpoint: Path, intervention: str, task: str | None, task_
                     source: str, seq_len: int | None, steps: int, batch_size: int,
                     lr: float, length_multiple: int, samples: int, seed: int, tokenizer: str | None = None,
                     precision: str = "fp32") -> Any:
-    """The :class:`~dynlab.lm.posttrain.PostTrainSpec` of ``dynlab lm post-train``'s options
+    """The :class:`~dynlab.lm.train.posttrain.PostTrainSpec` of ``dynlab lm post-train``'s options
     (``task_grid``: the task study's quick preset), the text checked to hold the evaluation
-    (:func:`dynlab.lm.run.check_source`), a validation error said in the options' words."""
-    from dynlab.lm.checkpoint import checkpoint_digest, load_checkpoint
-    from dynlab.lm.posttrain import PostTrainSpec, PostTrainTrainSpec
-    from dynlab.lm.run import check_source
+    (:func:`dynlab.lm.run.text.check_source`), a validation error said in the options' words."""
+    from dynlab.lm.hub.checkpoint import checkpoint_digest, load_checkpoint
+    from dynlab.lm.train.posttrain import PostTrainSpec, PostTrainTrainSpec
+    from dynlab.lm.run.text import check_source
     from dynlab.lm.spec import InterventionSpec, LMDataSpec, LMEvalSpec, LMTaskSpec, check_eval_size
 
     model, meta = load_checkpoint(checkpoint)  # one line naming the path when it is not a model
@@ -189,7 +189,7 @@ def post_train(checkpoint: str | Path, intervention: str = "state-passing", step
     :func:`resolve_tokenizer`); the options checked as the command line checks them; the
     run's folder. ``batch_tokens``: tokens a step over every process (gradient accumulation
     to it). Under ``torchrun`` the processes join one group first and train one model
-    (:mod:`dynlab.lm.distributed`); rank 0 evaluates and writes."""
+    (:mod:`dynlab.lm.train.distributed`); rank 0 evaluates and writes."""
     checkpoint = Path(checkpoint)
     post_train_options(intervention, task, source, seq_len, steps, batch_size, lr, length_multiple, samples, seed,
                        device, tokenizer)
@@ -198,7 +198,7 @@ def post_train(checkpoint: str | Path, intervention: str = "state-passing", step
     out_dir, checkpoint = post_train_places(out, checkpoint)
     from importlib import import_module
 
-    from dynlab.lm.posttrain import run_post_train
+    from dynlab.lm.train.posttrain import run_post_train
 
     grid = None if task is None else import_module(f"dynlab.studies.{POST_TRAIN_TASKS[task]}").PRESETS["quick"]["task"]
     spec = post_train_spec(checkpoint, intervention, task, grid, source, seq_len, steps, batch_size,
@@ -209,8 +209,8 @@ def post_train(checkpoint: str | Path, intervention: str = "state-passing", step
 
 def _processes(spec: Any, batch_tokens: int | None, device: str) -> Any:
     """``spec`` with the processes ``torchrun`` started (joined into one group here) and
-    the accumulation that ``--batch-tokens`` asks for (:func:`dynlab.lm.distributed.accum_for_tokens`)."""
-    from dynlab.lm.distributed import accum_for_tokens, env_world_size, init_world
+    the accumulation that ``--batch-tokens`` asks for (:func:`dynlab.lm.train.distributed.accum_for_tokens`)."""
+    from dynlab.lm.train.distributed import accum_for_tokens, env_world_size, init_world
     from dynlab.runtime import resolve_device
 
     if batch_tokens is not None and batch_tokens < 1:

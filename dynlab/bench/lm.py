@@ -7,8 +7,8 @@ made wider; Mamba-2 blocks, or with ``mixer`` the same layout with Mamba-1 or GL
 it times full training steps on a random byte stream (batch B, length T, zero initial
 states; forward, cross-entropy, backward, clipping, AdamW) of:
 
-- ``loop`` — :func:`dynlab.lm.train.fit`, one model (what the studies ran before stacks);
-- ``stack-E`` — :func:`dynlab.lm.ensemble.fit_ensemble` with E members;
+- ``loop`` — :func:`dynlab.lm.train.engine.fit`, one model (what the studies ran before stacks);
+- ``stack-E`` — :func:`dynlab.lm.train.ensemble.fit_ensemble` with E members;
 - ``no-op mixer`` — the largest stack with every mixer replaced by zeros: what the rest of
   the step (embedding, norms, MLPs, head, loss, optimiser) costs; a stack cannot beat it
   without making those faster;
@@ -51,7 +51,7 @@ def lm_bench_model(d_model: int, seed: int = 0, mixer: str = "mamba2"):
     """The benchmark's LM at width ``d_model``: the ``budget`` preset's model at 16, else
     the ``quick`` preset's layout at that width (Mamba-2 blocks without MLP; ``mixer``: the
     same layout with that mixer's blocks, as the studies build them)."""
-    from dynlab.lm.run import build_model
+    from dynlab.lm.run.text import build_model
     from dynlab.lm.spec import BUDGET_LM_LAYOUT, QUICK_LM_LAYOUT, LMModelSpec, LMRunSpec, anchor_model_fields
 
     layout = {**(BUDGET_LM_LAYOUT if d_model == 16 else QUICK_LM_LAYOUT), "d_model": d_model}
@@ -59,8 +59,8 @@ def lm_bench_model(d_model: int, seed: int = 0, mixer: str = "mamba2"):
 
 
 def _sources(n: int, data: torch.Tensor, batch: int, length: int):
-    from dynlab.lm.interventions import make_intervention
-    from dynlab.lm.train import batch_source, make_loader
+    from dynlab.lm.train.interventions import make_intervention
+    from dynlab.lm.train.engine import batch_source, make_loader
 
     out = []
     for seed in range(n):
@@ -73,7 +73,7 @@ def _sources(n: int, data: torch.Tensor, batch: int, length: int):
 def _time_loop(d_model: int, data: torch.Tensor, batch: int, length: int, steps: int, warmup: int,
                mixer: str = "mamba2") -> float:
     """Seconds per step of the one-model loop."""
-    from dynlab.lm.train import fit
+    from dynlab.lm.train.engine import fit
 
     model = lm_bench_model(d_model, mixer=mixer)
     (nb, iv, g), = _sources(1, data, batch, length)
@@ -86,7 +86,7 @@ def _time_loop(d_model: int, data: torch.Tensor, batch: int, length: int, steps:
 def _time_stack(d_model: int, members: int, data: torch.Tensor, batch: int, length: int, steps: int, warmup: int,
                 noop_mixer: bool = False, mixer: str = "mamba2") -> float:
     """Seconds per step of a stack of ``members`` models."""
-    from dynlab.lm.ensemble import fit_ensemble
+    from dynlab.lm.train.ensemble import fit_ensemble
 
     models = [lm_bench_model(d_model, seed, mixer) for seed in range(members)]
     src = _sources(members, data, batch, length)
@@ -137,7 +137,7 @@ def bench_lm(widths: tuple[int, ...] = LM_WIDTHS, ensembles: tuple[int, ...] = (
     ``{"setting": ..., "results": [{"d_model", "n_params", "rows": [...]}, ...]}``.
     ``say`` receives one line per finished measurement (progress)."""
     from dynlab.bench.machine import gemm_rate
-    from dynlab.lm.run import count_parameters
+    from dynlab.lm.run.text import count_parameters
     from dynlab.runtime import train_threads
 
     data = torch.randint(0, 256, (200_000,), generator=torch.Generator().manual_seed(0))

@@ -5,7 +5,7 @@ learned, as a heatmap centred on 1, each cell's value and how many seeds rose wr
 it, and T_forget (:mod:`dynlab.report.forget`; median over seeds) as the line it draws
 through the map, censored cells marked at the grid's edge. :func:`forget_horizon_panel`
 beside it: the state map's memory horizon over T_train (``memory_horizon``,
-:mod:`dynlab.lm.contraction`), median over seeds, on a log colour scale: above 1 the state
+:mod:`dynlab.lm.analysis.contraction`), median over seeds, on a log colour scale: above 1 the state
 keeps what it saw for longer than it was trained on.
 """
 

@@ -22,8 +22,8 @@ import xarray as xr
 
 from dynlab.analysis.lm_metrics import state_statistics
 from dynlab.errors import DynlabInputError
-from dynlab.lm.loaders import take
-from dynlab.lm.model import RecurrentLM
+from dynlab.lm.data.loaders import take
+from dynlab.lm.models.model import RecurrentLM
 
 __all__ = ["StreamResult", "StreamWindows", "stream_eval", "stream_windows", "next_token_probs",
            "truncated_context_probs", "validation_windows"]

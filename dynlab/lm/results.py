@@ -29,7 +29,7 @@ def _run_and_arms_lacking(result: RunResult, fields: tuple[str, ...], arm_fields
 
 
 class LMResult(RunResult):
-    """An LM run's ``result.json`` (:func:`dynlab.lm.run.train_and_evaluate`); the
+    """An LM run's ``result.json`` (:func:`dynlab.lm.run.text.train_and_evaluate`); the
     evaluation fields are absent for a diverged run.
 
     ``ppl`` at positions t = 1 … eval length; ``ppl_binned`` at the bin ends
@@ -59,7 +59,7 @@ class LMResult(RunResult):
     post: dict[str, dict[str, Any]] | None = None
     ensemble_size: int | None = None
 
-    #: What an evaluated model's result holds (:func:`dynlab.lm.run.evaluate_lm`'s keys): the
+    #: What an evaluated model's result holds (:func:`dynlab.lm.run.text.evaluate_lm`'s keys): the
     #: run's, each evaluated post-training arm's and each checkpoint's (with its budget, step, tokens).
     EVAL_FIELDS: ClassVar[tuple[str, ...]] = ("ppl", "ppl_binned_t", "ppl_binned", "verdict", "effrem_t", "effrem",
                                               "state_t", "state_mean", "state_std", "state_norm")
@@ -77,7 +77,7 @@ class LMResult(RunResult):
 
 
 class TaskResult(RunResult):
-    """A task run's ``result.json`` (:func:`dynlab.lm.task_run.train_and_evaluate_task`);
+    """A task run's ``result.json`` (:func:`dynlab.lm.run.task.train_and_evaluate_task`);
     the evaluation fields are absent for a diverged run.
 
     ``accuracy``, ``token_accuracy``, ``exact_match``: fractions in [0, 1] per test length
@@ -89,7 +89,7 @@ class TaskResult(RunResult):
     ``warm_start``: the warm start's training summary and its in-range accuracy on its own
     task (absent without one).  ``train_attempts``: how many freshly drawn models training
     took under ``train.attempts`` (1: the first learned), ``attempts`` one record per attempt
-    (:func:`dynlab.lm.task_run.train_attempts`); both absent when ``train.attempts`` is 1.
+    (:func:`dynlab.lm.run.task.train_attempts`); both absent when ``train.attempts`` is 1.
     """
 
     lengths: list[int] | None = None
@@ -105,7 +105,7 @@ class TaskResult(RunResult):
     attempts: list[dict[str, Any]] | None = None
 
     #: What an evaluated model's result holds that the study's dataset is made of
-    #: (:func:`dynlab.lm.task_run.evaluate_task`'s test grid and accuracies); a post-training
+    #: (:func:`dynlab.lm.run.task.evaluate_task`'s test grid and accuracies); a post-training
     #: arm holds its accuracies (:data:`ARM_FIELDS`) on the run's grid.
     EVAL_FIELDS: ClassVar[tuple[str, ...]] = ("lengths", "accuracy", "token_accuracy", "exact_match")
     ARM_FIELDS: ClassVar[tuple[str, ...]] = ("accuracy", "token_accuracy", "exact_match")

@@ -39,10 +39,10 @@ from dynlab.spec import (
 )
 from dynlab.errors import DynlabInputError
 from dynlab.runtime import MAX_THREADS
-from dynlab.lm.memory import check_eval_memory, check_train_memory
-from dynlab.lm.tokenizer import BYTE_VOCAB, TokenizerSpec
-from dynlab.lm.tokens import RECORD as TOKENS_RECORD
-from dynlab.lm.tokens import is_token_folder, open_token_folder
+from dynlab.lm.train.memory import check_eval_memory, check_train_memory
+from dynlab.lm.data.tokenizer import BYTE_VOCAB, TokenizerSpec
+from dynlab.lm.data.tokens import RECORD as TOKENS_RECORD
+from dynlab.lm.data.tokens import is_token_folder, open_token_folder
 from dynlab.names import BABI_KINDS, INTERVENTION_NAMES, MIXER_NAMES, PRECISIONS, SOURCES, TASK_INTERVENTION_NAMES, TBTT, TBTT_ON_TASKS
 
 __all__ = [
@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 MixerName = Literal[MIXER_NAMES]
-#: Training precisions (:func:`dynlab.lm.train.fit`).
+#: Training precisions (:func:`dynlab.lm.train.engine.fit`).
 Precision = Literal[PRECISIONS]
 InterventionName = Literal[INTERVENTION_NAMES]
 DistanceName = Literal["tv", "js", "cos"]
@@ -78,12 +78,12 @@ class LMDataSpec(Spec):
     """Text source and the tokenizer that reads it; validation tail fraction.
 
     ``source``: ``"shakespeare"`` (the plays shipped with dynlab), a path to a UTF-8 file, or a
-    token folder written by ``dynlab data prepare`` (:mod:`dynlab.lm.tokens`: its splits are
+    token folder written by ``dynlab data prepare`` (:mod:`dynlab.lm.data.tokens`: its splits are
     fixed there, so ``val_fraction`` is not used). For a file, ``content_sha256`` (filled in
     from the file when not given; for a token folder, from its record) is part of the run
     id, so editing the file never reuses runs trained on the old text.
 
-    ``tokenizer`` (:class:`~dynlab.lm.tokenizer.TokenizerSpec`): the UTF-8 bytes by
+    ``tokenizer`` (:class:`~dynlab.lm.data.tokenizer.TokenizerSpec`): the UTF-8 bytes by
     default (left out of the run id then); a token folder brings its own, and naming
     another one for it is refused.
     """
@@ -164,8 +164,8 @@ class LMModelSpec(Spec):
     (grouped into ``n_heads`` for the state layout) with state ``d_state``; gla uses
     ``n_heads`` heads with keys of size ``d_state`` and values of size ``head_dim``.
     Every mixer has a short causal convolution of width ``conv_kernel`` (0: none; see
-    :mod:`dynlab.lm.mixers`). ``mlp_ratio = 0`` gives Mamba's MLP-free blocks (the layout
-    that exports to Hugging Face, :mod:`dynlab.lm.export`). ``norm_eps``: epsilon of every
+    :mod:`dynlab.lm.models.mixers`). ``mlp_ratio = 0`` gives Mamba's MLP-free blocks (the layout
+    that exports to Hugging Face, :mod:`dynlab.lm.hub.export`). ``norm_eps``: epsilon of every
     RMSNorm (None: the dtype's machine epsilon). ``mamba1_inner_norm``: the RMSNorm before
     Mamba-1's output projection that real Mamba-1 lacks (old run folders have it).
     ``vocab_size``: rows of the embedding and the head, at least the tokenizer's ids (256:
@@ -242,9 +242,9 @@ class InterventionSpec(Spec):
     reset_prob: float = Field(0.1, ge=0.0, le=1.0, allow_inf_nan=False)
 
     def make(self, kind: str | None = None):
-        """The :class:`~dynlab.lm.interventions.Intervention` of this spec's knobs, of kind
+        """The :class:`~dynlab.lm.train.interventions.Intervention` of this spec's knobs, of kind
         ``kind`` (None: the spec's own), e.g. a post-training arm of the same knobs."""
-        from dynlab.lm.interventions import make_intervention
+        from dynlab.lm.train.interventions import make_intervention
 
         return make_intervention(self.kind if kind is None else kind, sigma=self.sigma, beta=self.beta,
                                  reset_prob=self.reset_prob)
@@ -253,18 +253,18 @@ class InterventionSpec(Spec):
 class LMTrainSpec(Spec):
     """AdamW with warm-up and cosine decay; ``seq_len`` is the training length T_train.
 
-    ``engine``: ``"loop"`` trains each run alone (:func:`dynlab.lm.train.fit`);
+    ``engine``: ``"loop"`` trains each run alone (:func:`dynlab.lm.train.engine.fit`);
     ``"stack"`` trains the runs of a study that differ only in seed and intervention
-    together, as one stack (:func:`dynlab.lm.ensemble.fit_ensemble`: the same batches and
+    together, as one stack (:func:`dynlab.lm.train.ensemble.fit_ensemble`: the same batches and
     noise per run, the same update to float rounding; a run's numbers then agree to
     rounding, not bit for bit, with its ``loop`` twin). Left out of the run id while ``loop``.
 
-    ``accum``: gradient accumulation (:func:`dynlab.lm.train.fit`): a step reads ``accum``
+    ``accum``: gradient accumulation (:func:`dynlab.lm.train.engine.fit`): a step reads ``accum``
     batches of ``batch_size`` (``accum × batch_size × seq_len`` tokens a step); loop engine
     only. Left out of the run id while 1.
 
     ``precision``: ``fp32`` or ``bf16`` (autocast; float32 weights, optimiser state, loss
-    and scans: :func:`dynlab.lm.train.fit`); loop engine only. Left out of the run id while
+    and scans: :func:`dynlab.lm.train.engine.fit`); loop engine only. Left out of the run id while
     fp32.
     """
 
@@ -304,7 +304,7 @@ class LMEvalSpec(Spec):
 
     ``checkpoints``: training budgets, in multiples of the model's Chinchilla budget
     (:data:`CHINCHILLA_TOKENS_PER_PARAM` tokens per parameter), at which the model is also
-    evaluated during its one training run (:func:`dynlab.lm.run.checkpoint_steps`); empty:
+    evaluated during its one training run (:func:`dynlab.lm.run.text.checkpoint_steps`); empty:
     only the trained model. Left out of the run id while empty.
     """
 
@@ -400,8 +400,8 @@ class LMPostSpec(Spec):
 
 class LMInitSpec(Spec):
     """A pretrained starting point: a checkpoint folder (a Hugging Face Mamba / Mamba-2
-    folder or a dynlab LM run, :func:`dynlab.lm.checkpoint.load_checkpoint`) and the SHA-256
-    of its weight and config files (:func:`dynlab.lm.checkpoint.checkpoint_digest`), so an
+    folder or a dynlab LM run, :func:`dynlab.lm.hub.checkpoint.load_checkpoint`) and the SHA-256
+    of its weight and config files (:func:`dynlab.lm.hub.checkpoint.checkpoint_digest`), so an
     edited checkpoint gives new runs; ``config``: its own layout as recorded (a Hugging Face
     config's summary or a dynlab run's model fields: the run's ``model`` holds only its
     mixer, width, layers and vocabulary)."""
@@ -465,7 +465,7 @@ class LMRunSpec(Spec):
     @classmethod
     def check_work_item(cls, specs: list[Spec]) -> None:
         """Runs of one stack (``train.engine = "stack"``) train at once: their step's memory
-        together is refused above the limit (:func:`dynlab.lm.memory.check_train_memory`)."""
+        together is refused above the limit (:func:`dynlab.lm.train.memory.check_train_memory`)."""
         first = specs[0]
         if len(specs) > 1 and isinstance(first, LMRunSpec) and first.train.engine == "stack" and first.init is None:
             check_train_memory(first.model, first.train.batch_size, first.train.seq_len, members=len(specs))
@@ -484,13 +484,13 @@ BabiKind = Literal[BABI_KINDS]
 
 
 class LMTaskSpec(Spec):
-    """A long-context task (see :mod:`dynlab.lm.tasks`) with its training and test lengths.
+    """A long-context task (see :mod:`dynlab.lm.data.tasks`) with its training and test lengths.
 
     Lengths are string lengths for ``copying`` and whole-sample token counts otherwise.
     Training draws one length uniformly in ``[train_min, train_max]`` per batch (and, for
     passkey, a uniform depth per sample); testing uses every ``eval_lengths`` (× every
     ``depths`` for passkey). ``babi_kinds``, ``n_facts``, ``babi_tokens`` and
-    ``babi_questions`` apply to ``babi`` only (:class:`dynlab.lm.tasks.BabiTask`):
+    ``babi_questions`` apply to ``babi`` only (:class:`dynlab.lm.data.tasks.BabiTask`):
     ``babi_tokens="words"`` makes each bAbI word one token (the filler stays bytes; lengths
     count tokens), ``babi_questions="all"`` makes each training sample ask every question
     its story answers (test samples ask one). Both are left out of the run id at their
@@ -528,7 +528,7 @@ class LMTaskSpec(Spec):
         if self.kind == "copying":  # string lengths: bounded alike under every tokenizer
             check_task_lengths(self)
         else:  # the format (bAbI's kinds and facts) now; the room in tokens with the run's tokenizer
-            from dynlab.lm.tasks import make_task
+            from dynlab.lm.data.tasks import make_task
 
             make_task(self.kind, torch.zeros(1, dtype=torch.uint8), tuple(self.babi_kinds), self.n_facts,
                       self.babi_tokens, self.babi_questions)
@@ -540,8 +540,8 @@ def check_task_lengths(task: LMTaskSpec, tokenizer: TokenizerSpec | None = None,
     (None or bytes: the byte formats): a task bounds its lengths below (room for the needle,
     facts and question) or above (sample size); said as the field's (``train_min: …``,
     ``eval_lengths: …``), so that a command names its option (``--lengths``)."""
-    from dynlab.lm.tasks import make_task
-    from dynlab.lm.tokenizer import make_tokenizer
+    from dynlab.lm.data.tasks import make_task
+    from dynlab.lm.data.tokenizer import make_tokenizer
 
     subword = tokenizer is not None and tokenizer.kind != "byte"
     generator = make_task(task.kind, torch.zeros(1, dtype=torch.uint8), tuple(task.babi_kinds), task.n_facts,
@@ -563,7 +563,7 @@ class TaskTrainSpec(Spec):
     ``until_learned``: training stops early once the model has learned — checked every
     ``check_every`` steps on ``check_samples`` fresh samples per in-range test cell drawn
     from the *training* text with their own generator (never the test samples), with the
-    rule of :func:`dynlab.lm.task_run.in_range_accuracy` and ``eval.learned_at`` — and
+    rule of :func:`dynlab.lm.run.task.in_range_accuracy` and ``eval.learned_at`` — and
     ``steps`` is the cap (the schedule is that of ``steps``).
 
     ``attempts`` (with ``until_learned``): a model that has not learned when its ``steps``
@@ -732,7 +732,7 @@ class LMTaskRunSpec(Spec):
 
     def _check_memory(self) -> None:
         """A training step (of the task, and of a warm start's) and the test fit in memory
-        (:mod:`dynlab.lm.memory`): the longest training sample in tokens (copying: the
+        (:mod:`dynlab.lm.train.memory`): the longest training sample in tokens (copying: the
         string twice and three marks), the test's samples in pieces of ``eval.chunk_len``."""
         for prefix, task, train in (("", self.task, self.train),
                                     *((("warm_start.", self.warm_start.task, self.warm_start.train),)

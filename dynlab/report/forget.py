@@ -16,7 +16,7 @@ the reported seeds ran):
 - **the fit**: T_forget = a + b · state_size by least squares over the uncensored (size,
   seed) points, the slope's 95 % interval from Student's t (:func:`forget_fit`);
 - **paper A's lens**: the state map's slowest forgetting rate (``forget_rate``, the top
-  Lyapunov exponent, :mod:`dynlab.lm.contraction`) and its memory horizon against far/in:
+  Lyapunov exponent, :mod:`dynlab.lm.analysis.contraction`) and its memory horizon against far/in:
   Spearman correlations of ``memory_horizon / T_train`` with far/in, pooled and within each
   state size, Holm-corrected over that family (:func:`contraction_correlations`).
 """

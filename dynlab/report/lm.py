@@ -196,7 +196,7 @@ def arm_order_lines(ds: xr.Dataset) -> list[str]:
 
 def tbtt_line(ds: xr.Dataset) -> str:
     """What TBTT's post-training reads, beside the other arms (from the dataset's first run
-    spec; :class:`dynlab.lm.loaders.SequentialChunkLoader`); '' without a TBTT arm."""
+    spec; :class:`dynlab.lm.data.loaders.SequentialChunkLoader`); '' without a TBTT arm."""
     import json
 
     if "tbtt" not in ds["intervention"].values.astype(str) or "specs_json" not in ds.attrs:

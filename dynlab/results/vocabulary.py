@@ -130,7 +130,7 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "d_model": ("model width", "1", "d_model of the LM"),
     "forget_rate": ("slowest forgetting rate of the state", "1/token",
                     "top Lyapunov exponent of the LM's state map: the slowest state entry's mean log decay over "
-                    "validation text (dynlab.lm.contraction)"),
+                    "validation text (dynlab.lm.analysis.contraction)"),
     "memory_horizon": ("memory horizon", "tokens", "-1 / forget_rate: e-folding length of the slowest-forgetting state entry"),
     "d_state": ("state size N", "1", "d_state of the LM's mixer (Mamba: N; GLA: key size)"),
     "state_size": ("recurrent state size", "1",
@@ -366,7 +366,7 @@ for _name, (_long, _desc) in {
     _ENTRIES[f"corr_{_name}"] = (_long.replace("T_cross", "T_cross of the default variant"), "1",
                                  "ok runs; the variant is the attr variant" + (f"; {_desc}" if _desc else ""))
 
-# -- state geometry of the long-context task models (dynlab.lm.state_geometry) ------------------
+# -- state geometry of the long-context task models (dynlab.lm.analysis.state_geometry) ------------------
 _T = "the task's symbolic variable (passkey: the key's last digit; copying: the first letter)"
 _ENTRIES.update({
     "distance": ("distance since the variable was written", "tokens",

@@ -181,7 +181,7 @@ def _chunk_end(rel: torch.Tensor, limit: float) -> int:
     """Length of the chunk whose chunk-local ``rel = c_t − c_0`` ``[B, H, Q, K]`` is given: up
     to the first position with ``max |rel| > limit`` (max over batch, heads and keys), at
     least 1 (``rel`` is 0 at the first position).  A chunk of one position ends after it,
-    with no look at the values: so the one-token step (:class:`dynlab.lm.recurrence.LMRecurrence`)
+    with no look at the values: so the one-token step (:class:`dynlab.lm.analysis.recurrence.LMRecurrence`)
     runs under ``torch.func.vmap``/``jacrev``, which cannot batch ``nonzero``'s data-dependent shape."""
     if rel.shape[2] <= 1:
         return rel.shape[2]

@@ -21,7 +21,7 @@ The arithmetic order differs from the chunked form, so the results agree with
 :func:`gla_ref` and :func:`gla_chunked` to rounding, not bit for bit
 (``tests/kernels/test_gla_recurrent.py``, values and gradients, and ``gradcheck``).
 The one-model loop keeps :func:`gla_chunked` (its numbers do not move); the stack
-(:mod:`dynlab.lm.stack`) calls this where :func:`gla_recurrent_applies`.
+(:mod:`dynlab.lm.train.stack`) calls this where :func:`gla_recurrent_applies`.
 """
 
 from __future__ import annotations

@@ -218,7 +218,7 @@ def selective_scan_grouped(
     initial_state: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The selective scans of G models at once (the LM stacks' Mamba-1 layer,
-    :mod:`dynlab.lm.stack`): ``u, delta [G, B, T, D]``, ``A [G, D, N]``, ``B, C [G, B, T, N]``,
+    :mod:`dynlab.lm.train.stack`): ``u, delta [G, B, T, D]``, ``A [G, D, N]``, ``B, C [G, B, T, N]``,
     initial_state ``[G, B, D, N]`` or None (zeros) -> ``(y [G, B, T, D], final [G, B, D, N])``,
     where group ``g`` is ``selective_scan_fused(u[g], delta[g], A[g], B[g], C[g],
     initial_state[g], True)``.

@@ -7,7 +7,7 @@ sequence ``b``), step ``t`` and channel ``c``::
     a_t = Σ_j in(t − K + 1 + j) · w[e, j]  (+ bias[e]),   out_t = silu(a_t)
 
 with ``in(s) = x[s]`` for ``s ≥ 0`` and ``past[K − 1 + s]`` (the carried window, zeros when
-None) before the chunk.  It is :func:`dynlab.lm.mixers.causal_conv` per member.
+None) before the chunk.  It is :func:`dynlab.lm.models.mixers.causal_conv` per member.
 
 Written with autograd, the K shifted products cost a step far more than their arithmetic on
 a CPU: every slice of the padded input turns, in the backward pass, into a zero-filled

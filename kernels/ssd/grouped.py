@@ -1,5 +1,5 @@
 """SSD with B and C shared by the heads of a group: the chunked scan of :mod:`kernels.ssd.chunked`
-arranged for the LM stacks (:mod:`dynlab.lm.ensemble`), where B and C are one per sequence
+arranged for the LM stacks (:mod:`dynlab.lm.train.ensemble`), where B and C are one per sequence
 (Mamba-2's ``n_groups = 1``) and the decay rates one per (sequence, head).
 
 Same recurrence and result as :func:`kernels.ssd.chunked.ssd_ref` with ``B``/``C``

@@ -12,7 +12,7 @@ member ``e``::
     y       = SSD(x, dt, A, B, C)                 (zero initial state, T ≤ one chunk)
     out     = RMSNorm((y + D[e]·x) · silu(z); norm_w[e], eps)
 
-— :meth:`dynlab.lm.mixers.Mamba2Mixer.forward` without its projections, the function
+— :meth:`dynlab.lm.models.mixers.Mamba2Mixer.forward` without its projections, the function
 :func:`mamba2_inner_ref` computes through autograd from the ops' references.
 
 Why one op: the stack's layer as separate ops (:func:`kernels.short_conv.causal_conv_silu`,

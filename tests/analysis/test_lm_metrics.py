@@ -13,7 +13,7 @@ from dynlab.analysis.lm_metrics import (
     binned_ppl, distribution_distance, effective_remembrance, length_generalization, position_ppl, state_statistics,
 )
 from dynlab.lm.evaluate import truncated_context_probs
-from dynlab.lm.model import RecurrentLM
+from dynlab.lm.models.model import RecurrentLM
 
 
 def test_ppl_averages_nll_before_exponentiating():

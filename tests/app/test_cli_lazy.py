@@ -97,15 +97,15 @@ def test_help_listing_and_refusals_load_neither_torch_nor_matplotlib(tmp_path):
 
 
 def test_catalog_says_what_each_study_module_says():
-    from dynlab.lm.corpus import SOURCES as CORPUS_SOURCES
-    from dynlab.lm.tasks import BABI_KINDS
+    from dynlab.lm.data.corpus import SOURCES as CORPUS_SOURCES
+    from dynlab.lm.data.tasks import BABI_KINDS
     from dynlab.tracking.models import BUILTIN_ARCHS
     from dynlab.studies import length_generalization, long_context
 
     assert CELL_NAMES == BUILTIN_ARCHS and SOURCES == CORPUS_SOURCES
     assert MIXER_NAMES == long_context.MIXER_NAMES == length_generalization.MIXER_NAMES
     task_options = {"copying": ("--lengths",), "passkey": ("--lengths", "--depths"), "babi": ("--lengths", "--kinds")}
-    kind_of = {"copying": "copying", "passkey": "passkey", "babilong": "babi"}  # dynlab.lm.tasks.TASK_KINDS
+    kind_of = {"copying": "copying", "passkey": "passkey", "babilong": "babi"}  # dynlab.lm.data.tasks.TASK_KINDS
     for name, entry in CATALOG.items():
         study = get_study(name)
         assert isinstance(study, Study) and study.name == name == entry.name
@@ -131,7 +131,7 @@ def test_catalog_says_what_each_study_module_says():
 def test_cli_constants_match_the_library():
     from dynlab import executors, names
     from dynlab.app import checks, posttrain
-    from dynlab.lm.tasks import TASK_KINDS
+    from dynlab.lm.data.tasks import TASK_KINDS
     from dynlab.studies import length_generalization
 
     assert checks.EXECUTORS is executors.EXECUTORS is names.EXECUTORS

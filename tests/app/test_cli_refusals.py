@@ -311,7 +311,7 @@ def test_no_command_writes_into_a_run_or_a_folder_of_other_files(argv, line, tmp
     """A command refuses, before it writes anything, to write into a dynlab run or study
     folder or into a folder holding files it did not write (one line, exit 2): `lm export
     RUN RUN` once replaced the run's weights."""
-    from dynlab.lm.export import export_hf
+    from dynlab.lm.hub.export import export_hf
 
     run, notes, study = tmp_path / "run", tmp_path / "notes", tmp_path / "study"
     for folder in (run, notes, study):

@@ -36,7 +36,7 @@ def test_report_refuses_a_folder_without_a_dataset(tmp_path, capsys):
 @pytest.mark.slow
 def test_export_a_trained_run_and_load_it_back(tmp_path, capsys):
     transformers = need_transformers()
-    from dynlab.lm.posttrain import load_checkpoint
+    from dynlab.lm.train.posttrain import load_checkpoint
     from dynlab.runner.driver import run_study
     from dynlab.studies.length_generalization import STUDY
     from dynlab.runner.protocol import StudyOptions

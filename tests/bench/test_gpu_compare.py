@@ -220,7 +220,7 @@ def test_the_full_sizes_are_the_stated_130m_layouts_and_the_quick_preset(gc):
         "ssm_cfg": {"layer": "Mamba2", "d_state": 128, "d_conv": 4, "expand": 2, "headdim": 64, "chunk_size": 256,
                     "dt_min": 1e-3, "dt_max": 1e-1}}
     assert gc.mamba_config(gc._spec(full, "mamba1"), True)["ssm_cfg"] == {"d_state": 16, "d_conv": 4, "expand": 2}
-    from dynlab.lm.run import build_model
+    from dynlab.lm.run.text import build_model
     from dynlab.lm.spec import LMRunSpec
 
     member = build_model(LMRunSpec(model=gc._spec(full), seed=0))

@@ -1,4 +1,4 @@
-"""Join a two-process gloo group with :func:`dynlab.lm.distributed.init_world`, all-reduce once
+"""Join a two-process gloo group with :func:`dynlab.lm.train.distributed.init_world`, all-reduce once
 and exit normally; a check registered before joining (so run after every later exit hook)
 prints whether the group was left before the interpreter's finalisation: used by
 ``tests/lm/test_distributed.py``."""
@@ -10,7 +10,7 @@ import atexit
 import torch
 import torch.distributed as dist
 
-from dynlab.lm.distributed import init_world
+from dynlab.lm.train.distributed import init_world
 
 
 def _report() -> None:

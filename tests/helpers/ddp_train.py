@@ -1,4 +1,4 @@
-"""Train a tiny LM with :func:`dynlab.lm.train.train_lm`, alone or as one rank of ``torchrun``,
+"""Train a tiny LM with :func:`dynlab.lm.train.engine.train_lm`, alone or as one rank of ``torchrun``,
 and save (rank 0) its final parameters and losses: used by ``tests/lm/test_distributed.py``.
 
     python ddp_train.py OUT BATCH INTERVENTION [RESUME [CRASH_AT [SEED]]]
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import torch
 
-from dynlab.lm.distributed import current_world, init_world, remove_train_state
-from dynlab.lm.interventions import make_intervention
-from dynlab.lm.model import RecurrentLM
-from dynlab.lm.train import train_lm
+from dynlab.lm.train.distributed import current_world, init_world, remove_train_state
+from dynlab.lm.train.interventions import make_intervention
+from dynlab.lm.models.model import RecurrentLM
+from dynlab.lm.train.engine import train_lm
 
 
 def main() -> None:

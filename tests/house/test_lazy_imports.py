@@ -20,7 +20,7 @@ from helpers.paths import REPO as ROOT
 HEAVY = ("scipy.stats", "xarray", "pandas", "sklearn", "matplotlib", "netCDF4")
 
 #: The model modules: the LM's mixers and model, the tracker's model zoo (cells, registry, tracker).
-MODEL_MODULES = ("dynlab.lm.mixers", "dynlab.lm.model", "dynlab.tracking.models.cells",
+MODEL_MODULES = ("dynlab.lm.models.mixers", "dynlab.lm.models.model", "dynlab.tracking.models.cells",
                  "dynlab.tracking.models.registry", "dynlab.tracking.models.tracker")
 
 #: Sub-packages whose ``__init__`` is more than a list of names: dynlab.results (its own

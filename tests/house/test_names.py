@@ -21,8 +21,8 @@ def test_the_cell_registry_registers_the_built_in_cells_in_order():
 
 
 def test_mixers_interventions_sources_and_executors_match_their_registries():
-    from dynlab.lm.interventions import INTERVENTIONS
-    from dynlab.lm.mixers import MIXERS
+    from dynlab.lm.train.interventions import INTERVENTIONS
+    from dynlab.lm.models.mixers import MIXERS
     from dynlab.lm.spec import InterventionName, MixerName, TaskInterventionName
 
     assert tuple(MIXERS) == names.MIXER_NAMES == get_args(MixerName)

@@ -290,8 +290,8 @@ def test_the_tbtt_row_states_the_text_its_loader_reads(make_results, detail_text
     """The fraction of the training text that TBTT's post-training reads, counted by running its loader."""
     import json
 
-    from dynlab.lm.corpus import load_corpus
-    from dynlab.lm.loaders import SequentialChunkLoader
+    from dynlab.lm.data.corpus import load_corpus
+    from dynlab.lm.data.loaders import SequentialChunkLoader
 
     ds = dataset("length-generalization-interventions")
     spec = json.loads(ds.attrs["specs_json"])[0]["fields"]

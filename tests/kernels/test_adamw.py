@@ -115,7 +115,7 @@ def test_a_stack_trains_the_same_with_the_c_loops_and_the_torch_form(monkeypatch
     """fit_ensemble's optimiser step through the C loops changes no number of a stack's training."""
     _needs_c()
     from dynlab.bench.lm import _sources, lm_bench_model
-    from dynlab.lm.ensemble import fit_ensemble
+    from dynlab.lm.train.ensemble import fit_ensemble
 
     data = torch.randint(0, 256, (20_000,), generator=torch.Generator().manual_seed(0))
 

@@ -13,10 +13,10 @@ from helpers.library_twins import causal_conv1d_fn_twin, chunk_gla_twin
 
 from dynlab.kernels import dispatch
 from dynlab.kernels.gla.chunked import gla_chunked
-from dynlab.lm.mixers import causal_conv
-from dynlab.lm.model import RecurrentLM
-from dynlab.lm.stack import LMStack
-from dynlab.lm.states import CarriedStates
+from dynlab.lm.models.mixers import causal_conv
+from dynlab.lm.models.model import RecurrentLM
+from dynlab.lm.train.stack import LMStack
+from dynlab.lm.models.states import CarriedStates
 
 TOL = dict(rtol=2e-4, atol=2e-5)
 

@@ -135,9 +135,9 @@ def test_the_stack_trains_through_it_and_equals_the_separate_ops(monkeypatch):
     """A stack of budget-layout models trained from zero states runs the fused op, and its
     steps equal those of the separate ops bit for bit."""
     _needs_c()
-    import dynlab.lm.stack as stack_module
+    import dynlab.lm.train.stack as stack_module
     from dynlab.bench.lm import _sources, lm_bench_model
-    from dynlab.lm.ensemble import fit_ensemble
+    from dynlab.lm.train.ensemble import fit_ensemble
 
     data = torch.randint(0, 256, (20_000,), generator=torch.Generator().manual_seed(0))
     calls = []

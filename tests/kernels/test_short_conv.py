@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from dynlab.kernels.compiled import C_KERNELS_ENV
 from dynlab.kernels.short_conv import causal_conv_silu, causal_conv_silu_ref, last_window
 from dynlab.kernels.short_conv import conv as sc
-from dynlab.lm.mixers import causal_conv
+from dynlab.lm.models.mixers import causal_conv
 
 TOL32 = dict(rtol=1e-5, atol=1e-5)
 
@@ -61,7 +61,7 @@ def test_values_and_gradients_equal_the_reference(backend, case, dtype):
 
 
 def test_reference_is_the_mixers_causal_conv_per_member():
-    """The reference is :func:`dynlab.lm.mixers.causal_conv` (the one-model loop's) for each
+    """The reference is :func:`dynlab.lm.models.mixers.causal_conv` (the one-model loop's) for each
     member, and :func:`last_window` its new window, also for a chunk shorter than the window."""
     for t in (6, 2):
         x, w, bs, ps = _inputs(torch.float64, t=t)

@@ -19,8 +19,8 @@ from dynlab.errors import DynlabInputError
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     need_transformers()
-    from dynlab.lm.tokenizer import ByteTokenizer, HFTokenizer
-    from dynlab.lm.tokens import prepare_tokens
+    from dynlab.lm.data.tokenizer import ByteTokenizer, HFTokenizer
+    from dynlab.lm.data.tokens import prepare_tokens
 
     root = tmp_path_factory.mktemp("edges")
     text = word_text(2500, seed=7)
@@ -64,7 +64,7 @@ def test_a_tokenizer_other_than_the_checkpoints_own_is_refused(world, tmp_path, 
 
 
 def test_a_bfloat16_checkpoint_loads_and_trains_in_float32(world):
-    from dynlab.lm.checkpoint import load_checkpoint
+    from dynlab.lm.hub.checkpoint import load_checkpoint
 
     model, _ = load_checkpoint(world["bf16"])
     assert {p.dtype for p in model.parameters()} == {torch.float32}
@@ -112,10 +112,10 @@ def test_accumulation_counts_in_the_training_budget():
 
 
 def test_a_remade_token_folder_is_read_again(world, tmp_path):
-    from dynlab.lm.run import data_corpus
+    from dynlab.lm.run.text import data_corpus
     from dynlab.lm.spec import LMDataSpec
-    from dynlab.lm.tokenizer import ByteTokenizer
-    from dynlab.lm.tokens import prepare_tokens
+    from dynlab.lm.data.tokenizer import ByteTokenizer
+    from dynlab.lm.data.tokens import prepare_tokens
 
     (tmp_path / "a.txt").write_text(word_text(300, seed=1))
     (tmp_path / "b.txt").write_text(word_text(200, seed=2))
@@ -129,8 +129,8 @@ def test_a_remade_token_folder_is_read_again(world, tmp_path):
 
 def test_a_run_spec_reads_back_after_its_token_folder_was_remade(world, tmp_path):
     from dynlab.lm.spec import LMDataSpec
-    from dynlab.lm.tokenizer import ByteTokenizer, HFTokenizer
-    from dynlab.lm.tokens import prepare_tokens
+    from dynlab.lm.data.tokenizer import ByteTokenizer, HFTokenizer
+    from dynlab.lm.data.tokens import prepare_tokens
     from dynlab.spec import load_spec
 
     folder, _ = prepare_tokens([world["text"]], ByteTokenizer(), tmp_path / "t", 0.1)
@@ -144,8 +144,8 @@ def test_a_run_spec_reads_back_after_its_token_folder_was_remade(world, tmp_path
 def test_an_id_beyond_the_folders_tokenizer_is_one_line(world, tmp_path):
     import shutil
 
-    from dynlab.lm.run import data_corpus
-    from dynlab.lm.loaders import take
+    from dynlab.lm.run.text import data_corpus
+    from dynlab.lm.data.loaders import take
     from dynlab.lm.spec import LMDataSpec
 
     bad = tmp_path / "bad"
@@ -160,7 +160,7 @@ def test_an_id_beyond_the_folders_tokenizer_is_one_line(world, tmp_path):
 
 def test_a_post_training_runs_digest_covers_its_hf_weights(world, tmp_path):
     from dynlab.app.posttrain import post_train
-    from dynlab.lm.checkpoint import checkpoint_digest, load_checkpoint
+    from dynlab.lm.hub.checkpoint import checkpoint_digest, load_checkpoint
 
     run = post_train(world["ckpt"], "zero", steps=1, source=world["text"], seq_len=16, batch_size=2, samples=2,
                      length_multiple=2, out=str(tmp_path), device="cpu")
@@ -178,7 +178,7 @@ def test_a_post_training_runs_digest_covers_its_hf_weights(world, tmp_path):
 def test_a_mamba1_checkpoint_with_tied_embeddings_is_post_trained_and_saved(world, tmp_path):
     transformers = need_transformers()
     from dynlab.app.posttrain import post_train
-    from dynlab.lm.checkpoint import load_checkpoint
+    from dynlab.lm.hub.checkpoint import load_checkpoint
 
     cfg = transformers.MambaConfig(vocab_size=300, hidden_size=32, num_hidden_layers=1, state_size=8, expand=2)
     assert cfg.tie_word_embeddings  # transformers' default: the head is the embedding
@@ -194,7 +194,7 @@ def test_a_mamba1_checkpoint_with_tied_embeddings_is_post_trained_and_saved(worl
 
 def test_a_post_training_that_diverges_says_so(world, tmp_path, capsys, monkeypatch):
     """A post-training whose loss becomes non-finite is one status line on stderr beside its run."""
-    import dynlab.lm.posttrain as posttrain_mod
+    import dynlab.lm.train.posttrain as posttrain_mod
     from dynlab.training import TrainResult
 
     def diverged(model, *args, **kwargs):

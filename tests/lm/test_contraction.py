@@ -1,5 +1,5 @@
-"""The state's decay rates (dynlab.lm.contraction) against the eigenvalues of the dense step
-Jacobian of the whole state (dynlab.lm.recurrence), and an analytic case."""
+"""The state's decay rates (dynlab.lm.analysis.contraction) against the eigenvalues of the dense step
+Jacobian of the whole state (dynlab.lm.analysis.recurrence), and an analytic case."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from dynlab.lm.contraction import decay_rates, forgetting, log_decays
-from dynlab.lm.model import RecurrentLM
-from dynlab.lm.recurrence import LMRecurrence, flat_states, state_jacobians
+from dynlab.lm.analysis.contraction import decay_rates, forgetting, log_decays
+from dynlab.lm.models.model import RecurrentLM
+from dynlab.lm.analysis.recurrence import LMRecurrence, flat_states, state_jacobians
 
 KW = {
     "mamba2": {"n_heads": 2, "head_dim": 4, "d_state": 4, "chunk_size": 8},

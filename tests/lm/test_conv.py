@@ -11,11 +11,11 @@ import torch
 from safetensors.torch import load_file
 
 from dynlab.spec import load_spec
-from dynlab.lm.interventions import make_intervention
-from dynlab.lm.mixers import MIXERS, causal_conv, causal_conv_ref
-from dynlab.lm.model import RecurrentLM
+from dynlab.lm.train.interventions import make_intervention
+from dynlab.lm.models.mixers import MIXERS, causal_conv, causal_conv_ref
+from dynlab.lm.models.model import RecurrentLM
 from dynlab.lm.spec import LEGACY_MODEL_FIELDS, LMModelSpec, LMRunSpec
-from dynlab.lm.states import CarriedStates
+from dynlab.lm.models.states import CarriedStates
 from helpers.paths import DATA
 
 SMALL = {
@@ -149,7 +149,7 @@ def test_run_folders_from_before_the_convolution_load_with_their_layout_and_logi
     the old layout is dropped on purpose; the fixtures cannot come from the current code (they
     pin the old one): from a checkout of 1076c0a^, save a tiny run per mixer and its logits on
     ``tokens`` as expected.safetensors (``git log -- tests/data/legacy_lm_runs``)."""
-    from dynlab.lm.posttrain import load_checkpoint
+    from dynlab.lm.train.posttrain import load_checkpoint
 
     folder = LEGACY / mixer
     text = (folder / "spec.json").read_text()

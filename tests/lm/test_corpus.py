@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dynlab.lm.corpus import SHAKESPEARE_FILE, decode, encode, load_corpus, shakespeare_text
+from dynlab.lm.data.corpus import SHAKESPEARE_FILE, decode, encode, load_corpus, shakespeare_text
 from helpers.paths import REPO
 
 #: The shipped text (dynlab/lm/data/NOTICE.md): its UTF-8 bytes and their SHA-256, pinned when

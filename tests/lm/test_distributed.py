@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from dynlab.errors import DynlabInputError
-from dynlab.lm.distributed import accum_for_tokens
+from dynlab.lm.train.distributed import accum_for_tokens
 
 HELPER = Path(__file__).parents[1] / "helpers" / "ddp_train.py"
 pytestmark = pytest.mark.slow
@@ -53,7 +53,7 @@ def test_two_processes_equal_one_with_the_doubled_batch(tmp_path, arm):
 
 
 def RecurrentLM_params() -> dict[str, torch.Tensor]:  # noqa: N802 - the helper's starting model
-    from dynlab.lm.model import RecurrentLM
+    from dynlab.lm.models.model import RecurrentLM
 
     model = RecurrentLM("mamba2", d_model=16, n_layers=2, n_heads=2, head_dim=8, d_state=8, chunk_size=8,
                         generator=torch.Generator().manual_seed(1)).double()

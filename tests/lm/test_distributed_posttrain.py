@@ -65,7 +65,7 @@ def test_batch_tokens_that_the_batch_does_not_divide_is_one_line(run_folder, tmp
 def test_a_killed_post_training_resumes_from_its_last_save(run_folder, tmp_path, monkeypatch):
     """Killed at step 5 of 8 (saves every 2 steps), the rerun continues from step 4 and stores the
     weights of the uninterrupted run; its training state is removed once the run is stored."""
-    import dynlab.lm.posttrain as pt
+    import dynlab.lm.train.posttrain as pt
 
     args = ["lm", "post-train", "--checkpoint", str(run_folder), "--intervention", "state-passing", "--steps", "8",
             "--seq-len", "16", "--batch-size", "4", "--lr", "3e-3", "--samples", "2", "--eval-multiple", "2",

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from dynlab.lm.interventions import make_intervention
-from dynlab.lm.loaders import RandomWindowLoader, SequentialChunkLoader
-from dynlab.lm.model import RecurrentLM
-from dynlab.lm.train import batch_source, fit
+from dynlab.lm.train.interventions import make_intervention
+from dynlab.lm.data.loaders import RandomWindowLoader, SequentialChunkLoader
+from dynlab.lm.models.model import RecurrentLM
+from dynlab.lm.train.engine import batch_source, fit
 
 HOST_READS = ("item", "cpu", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__")
 
@@ -69,7 +69,7 @@ def test_a_training_step_reads_nothing_back_between_two_syncs(monkeypatch, kind,
               sync_every=4, warmup_frac=0.0)
     monkeypatch.undo()
     assert res.status == "ok" and len(res.losses) == 12
-    assert reads.calls == ["dynlab.lm.train.tolist"] * 6, reads.calls
+    assert reads.calls == ["dynlab.lm.train.engine.tolist"] * 6, reads.calls
 
 
 def test_reading_back_less_often_gives_the_same_training():

@@ -16,12 +16,12 @@ import pytest
 import torch
 
 from dynlab.errors import DynlabInputError
-from dynlab.lm.ensemble import fit_ensemble
-from dynlab.lm.stack import LMStack
-from dynlab.lm.interventions import make_intervention
-from dynlab.lm.model import RecurrentLM
-from dynlab.lm.states import CarriedStates
-from dynlab.lm.train import fit, make_loader
+from dynlab.lm.train.ensemble import fit_ensemble
+from dynlab.lm.train.stack import LMStack
+from dynlab.lm.train.interventions import make_intervention
+from dynlab.lm.models.model import RecurrentLM
+from dynlab.lm.models.states import CarriedStates
+from dynlab.lm.train.engine import fit, make_loader
 
 KW = {
     "mamba2": {"n_heads": 2, "head_dim": 8, "d_state": 8, "chunk_size": 8},
@@ -362,7 +362,7 @@ def test_a_trained_model_stacks_with_a_fresh_one():
 def test_runs_cut_off_resume_with_their_checkpoint_evaluations(tmp_path, monkeypatch):
     """train_and_evaluate_many stopped after 3 of 5 steps continues from its saved state and
     gives the results of the uninterrupted stack, the evaluation at the budget passed included."""
-    import dynlab.lm.run as run
+    import dynlab.lm.run.text as run
     from dynlab.studies.length_generalization import make_specs
     from dynlab.runner.protocol import StudyOptions
 
@@ -433,7 +433,7 @@ def test_mamba1_stack_scans_all_members_in_one_call_bit_for_bit(monkeypatch):
     """On the CPU the Mamba-1 stack runs all members' selective scans as one grouped call, and
     a float32 training with it (from carried states: the state-passing arm) equals one that
     scans member by member, bit for bit."""
-    import dynlab.lm.stack as stack_module
+    import dynlab.lm.train.stack as stack_module
     from dynlab.kernels.selective_scan import chunked as ss
 
     if ss._c_library() is None:
@@ -469,7 +469,7 @@ def test_a_stack_saves_its_state_after_another_stack_removed_the_shared_folder(t
     away): that save makes the folder again instead of failing (FileNotFoundError)."""
     import shutil
 
-    import dynlab.lm.run as run
+    import dynlab.lm.run.text as run
     from dynlab.studies.length_generalization import make_specs
     from dynlab.runner.protocol import StudyOptions
 

@@ -14,8 +14,8 @@ from helpers.optional import need_transformers
 transformers = need_transformers()
 
 from dynlab.cli import main  # noqa: E402
-from dynlab.lm.corpus import decode, encode  # noqa: E402
-from dynlab.lm.posttrain import load_checkpoint  # noqa: E402
+from dynlab.lm.data.corpus import decode, encode  # noqa: E402
+from dynlab.lm.train.posttrain import load_checkpoint  # noqa: E402
 
 TEXTS = ["To be, or not to be, that is the question:\n", "  two leading spaces, a\ttab and a trailing one ",
          "é, ∀, Ā (U+0100, a byte character of the table), 🙂 and a NUL \x00 .", " . , ; ' \" ?! ~"]
@@ -88,8 +88,8 @@ def test_model_card_of_a_task_run(tmp_path, capsys):
 
 
 def test_export_of_a_model_in_memory_has_a_card_without_a_run(tmp_path):
-    from dynlab.lm.export import export_hf
-    from dynlab.lm.run import build_model
+    from dynlab.lm.hub.export import export_hf
+    from dynlab.lm.run.text import build_model
     from dynlab.lm.spec import LMModelSpec, LMRunSpec
 
     model = build_model(LMRunSpec(model=LMModelSpec(mixer="mamba2", mlp_ratio=0, d_model=16, n_layers=1, n_heads=2,

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from dynlab.analysis.fixed_points.finder import diagonal_spectrum, spectrum
-from dynlab.lm.state_geometry import probe_accuracy
-from dynlab.lm.recurrence import LMRecurrence, flat_states, layer_jacobian_diagonal, layer_jacobians
-from dynlab.lm.model import RecurrentLM
+from dynlab.lm.analysis.state_geometry import probe_accuracy
+from dynlab.lm.analysis.recurrence import LMRecurrence, flat_states, layer_jacobian_diagonal, layer_jacobians
+from dynlab.lm.models.model import RecurrentLM
 
 
 @pytest.mark.parametrize("n, k", [(20, 3), (150, 4), (150, 0)])

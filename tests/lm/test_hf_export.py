@@ -38,10 +38,10 @@ from transformers.models.mamba import modeling_mamba as hf_mamba  # noqa: E402
 from transformers.models.mamba2 import modeling_mamba2 as hf_mamba2  # noqa: E402
 
 from dynlab.errors import DynlabInputError  # noqa: E402
-from dynlab.lm.export import GLA_REFUSAL, check_exportable, export_hf, hf_config, hf_state_dict, to_hf  # noqa: E402
-from dynlab.lm.hf import HFRecurrentLM, load_hf_checkpoint  # noqa: E402
-from dynlab.lm.model import RecurrentLM  # noqa: E402
-from dynlab.lm.states import CarriedStates  # noqa: E402
+from dynlab.lm.hub.export import GLA_REFUSAL, check_exportable, export_hf, hf_config, hf_state_dict, to_hf  # noqa: E402
+from dynlab.lm.hub.hf import HFRecurrentLM, load_hf_checkpoint  # noqa: E402
+from dynlab.lm.models.model import RecurrentLM  # noqa: E402
+from dynlab.lm.models.states import CarriedStates  # noqa: E402
 
 EXACT = 1e-10  # float64 agreement with HF's float32 steps removed
 F32_TOL = 1e-5  # float32 rounding of HF's internal float32 steps, relative to the output's largest entry
@@ -406,7 +406,7 @@ def test_export_folder_loads_back_with_the_same_logits(mixer, dtype, tmp_path):
 def test_export_of_a_run_folder(tmp_path):
     from safetensors.torch import save_file
 
-    from dynlab.lm.run import build_model
+    from dynlab.lm.run.text import build_model
     from dynlab.lm.spec import LMModelSpec, LMRunSpec
 
     spec = LMRunSpec(model=LMModelSpec(mixer="mamba2", d_model=16, n_layers=2, n_heads=2, head_dim=16, d_state=4,
@@ -514,7 +514,7 @@ def test_conv_kernel_one_and_global_rng(tmp_path):
 def test_a_study_run_exports_and_loads_with_the_same_logits(mixer, tmp_path):
     """Every Mamba model a study trains has the real Mamba block (no MLP), so its run
     folder exports as it is: the quick preset's own layout, briefly trained by the study."""
-    from dynlab.lm.posttrain import load_checkpoint
+    from dynlab.lm.train.posttrain import load_checkpoint
     from dynlab.runner.driver import run_study
     from dynlab.studies import get_study
     from dynlab.runner.protocol import StudyOptions
@@ -579,7 +579,7 @@ def test_model_card_carries_the_hub_metadata(license, tmp_path):
 
 def test_model_card_header_stays_valid_yaml_for_any_identifier():
     """An identifier YAML would read as a number or a boolean is quoted, so it reads back as the string."""
-    from dynlab.lm.card import model_card
+    from dynlab.lm.hub.card import model_card
 
     yaml = pytest.importorskip("yaml")
     info = {"model_type": "mamba2", "architecture": "Mamba2ForCausalLM", "n_params": 1, "dtype": "float32"}

@@ -75,7 +75,7 @@ def test_state_statistics_of_hf_ssm_cache(hf_model):
 
 # -- initial states through the HF models, split-and-carry, post-training ------------------------------------------
 
-from dynlab.lm.hf import CarriedStates, HFRecurrentLM  # noqa: E402
+from dynlab.lm.hub.hf import CarriedStates, HFRecurrentLM  # noqa: E402
 
 
 def _mamba1():
@@ -159,8 +159,8 @@ def test_initial_state_changes_the_output_of_both_models(hf_model, hf_mamba1):
 @pytest.mark.parametrize("maker", ["mamba2", "mamba1"])
 def test_post_training_hf_checkpoint_zero_steps_equals_checkpoint_and_steps_change_it(maker, hf_model, hf_mamba1, tmp_path):
     from dynlab.lm.evaluate import stream_eval, validation_windows
-    from dynlab.lm.posttrain import PostTrainSpec, PostTrainTrainSpec, checkpoint_digest, load_checkpoint, post_train
-    from dynlab.lm.run import corpus_for
+    from dynlab.lm.train.posttrain import PostTrainSpec, PostTrainTrainSpec, checkpoint_digest, load_checkpoint, post_train
+    from dynlab.lm.run.text import corpus_for
     from dynlab.lm.spec import InterventionSpec, LMEvalSpec
 
     model = hf_model if maker == "mamba2" else hf_mamba1

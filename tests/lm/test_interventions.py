@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from dynlab.lm.interventions import TBTT, FittedNoise, RandomNoise, StatePassing, ZeroInit, make_intervention
-from dynlab.lm.loaders import RandomWindowLoader, SequentialChunkLoader, sequential_tokens_read
-from dynlab.lm.model import RecurrentLM
-from dynlab.lm.train import train_lm
+from dynlab.lm.train.interventions import TBTT, FittedNoise, RandomNoise, StatePassing, ZeroInit, make_intervention
+from dynlab.lm.data.loaders import RandomWindowLoader, SequentialChunkLoader, sequential_tokens_read
+from dynlab.lm.models.model import RecurrentLM
+from dynlab.lm.train.engine import train_lm
 
 SHAPES = [(2, 3, 4), (2, 3, 4)]  # two layers, H = 2, P = 3, N = 4
 

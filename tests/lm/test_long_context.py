@@ -11,7 +11,7 @@ import xarray as xr
 
 from dynlab.analysis.lm_metrics import log_bin_ends, log_binned_ppl, position_ppl
 from dynlab.lm.evaluate import stream_eval, stream_windows, validation_windows
-from dynlab.lm.model import RecurrentLM
+from dynlab.lm.models.model import RecurrentLM
 
 
 def _model(vocab: int = 256) -> RecurrentLM:

@@ -1,5 +1,5 @@
 """What an LM's training step and evaluation allocate is estimated before anything is built
-(dynlab.lm.memory), every tensor counted: the estimate holds the peak measured in a child
+(dynlab.lm.train.memory), every tensor counted: the estimate holds the peak measured in a child
 process (torch's allocations from its profiler, Python's and numpy's from tracemalloc)
 from above, within a stated factor, for each mixer, a stack and an evaluation; a setting
 whose SSM states would not fit (64 heads x 64 channels x N = 1024 at batch 64 x 1024
@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from dynlab.errors import DynlabInputError
-from dynlab.lm.memory import WITHIN, check_train_memory, eval_bytes, train_step_bytes
+from dynlab.lm.train.memory import WITHIN, check_train_memory, eval_bytes, train_step_bytes
 from dynlab.spec import MAX_LM_MEMORY_BYTES
 from dynlab.lm.spec import LMModelSpec, LMRunSpec, LMTaskRunSpec, LMTaskSpec, LMTrainSpec, TaskTrainSpec
 
@@ -28,10 +28,10 @@ _MEASURE = r"""
 import json, sys, tracemalloc
 import torch
 from torch.profiler import ProfilerActivity, profile
-from dynlab.lm.corpus import Corpus
-from dynlab.lm.run import build_model, evaluate_lm
+from dynlab.lm.data.corpus import Corpus
+from dynlab.lm.run.text import build_model, evaluate_lm
 from dynlab.lm.spec import LMEvalSpec, LMModelSpec, LMRunSpec, LMTrainSpec
-from dynlab.lm.train import batch_source, fit, make_loader
+from dynlab.lm.train.engine import batch_source, fit, make_loader
 
 torch.set_num_threads(1)
 
@@ -48,7 +48,7 @@ def work(case, data, corpus):
     sources = [batch_source(make_loader(iv, data, tr.batch_size, tr.seq_len, gen)) for iv, gen in zip(ivs, gens)]
     if members == 1:
         return fit(models[0], sources[0], ivs[0], gens[0], steps=2, batch_size=tr.batch_size, device="cpu", threads=1)
-    from dynlab.lm.ensemble import fit_ensemble
+    from dynlab.lm.train.ensemble import fit_ensemble
     return fit_ensemble(models, sources, ivs, gens, steps=2, batch_size=tr.batch_size, device="cpu", threads=1)
 
 g = torch.Generator().manual_seed(0)

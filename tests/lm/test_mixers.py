@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from dynlab.errors import DynlabInputError
-from dynlab.lm.mixers import MIXERS
-from dynlab.lm.model import RecurrentLM
+from dynlab.lm.models.mixers import MIXERS
+from dynlab.lm.models.model import RecurrentLM
 
 SMALL = {
     "mamba2": dict(n_heads=2, head_dim=4, d_state=3, chunk_size=5),

@@ -9,7 +9,7 @@ from helpers.lm_runs import tiny_lm_run
 from helpers.optional import need_transformers
 
 from dynlab.cli import main
-from dynlab.lm.posttrain import load_checkpoint
+from dynlab.lm.train.posttrain import load_checkpoint
 
 
 @pytest.fixture(scope="module")

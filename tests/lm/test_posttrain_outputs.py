@@ -10,7 +10,7 @@ from helpers.optional import need_transformers
 from safetensors.torch import load_file
 
 from dynlab.cli import main
-from dynlab.lm.posttrain import load_checkpoint
+from dynlab.lm.train.posttrain import load_checkpoint
 
 TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 4, "head_dim": 8, "d_state": 4, "chunk_size": 8},
         "train": {"steps": 2, "batch_size": 2, "seq_len": 16},

@@ -1,4 +1,4 @@
-"""dynlab.lm.state_geometry: the LM recurrence's Jacobian (analytic and finite differences),
+"""dynlab.lm.analysis.state_geometry: the LM recurrence's Jacobian (analytic and finite differences),
 the per-distance geometry against an independent computation, probes and censoring."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from dynlab.lm.state_geometry import censored_first_below, distance_geometry, model_task_geometry, probe_accuracy  # noqa: F401
-from dynlab.lm.recurrence import LMRecurrence, filler_fixed_points, recurrence_spectra, state_jacobians
-from dynlab.lm.model import RecurrentLM
-from dynlab.lm.states import CarriedStates
-from dynlab.lm.tasks import make_task
+from dynlab.lm.analysis.state_geometry import censored_first_below, distance_geometry, model_task_geometry, probe_accuracy  # noqa: F401
+from dynlab.lm.analysis.recurrence import LMRecurrence, filler_fixed_points, recurrence_spectra, state_jacobians
+from dynlab.lm.models.model import RecurrentLM
+from dynlab.lm.models.states import CarriedStates
+from dynlab.lm.data.tasks import make_task
 
 
 class DecayLM(nn.Module):
@@ -134,7 +134,7 @@ def test_probe_reads_a_separable_variable_and_not_noise():
 @pytest.mark.parametrize("kind", ["passkey", "copying"])
 def test_model_task_geometry_labels_are_the_carried_variable(kind):
     """An oracle 'state' (the one-hot of the label itself) gives q = 0 and a perfect probe."""
-    from dynlab.lm.state_geometry import task_probes
+    from dynlab.lm.analysis.state_geometry import task_probes
     task = make_task("copying") if kind == "copying" else make_task("passkey", torch.randint(97, 123, (5000,)))
     tokens, position, batch, labels = task_probes(kind, task, torch.Generator().manual_seed(0), 40, 8)
     if kind == "copying":
@@ -152,7 +152,7 @@ def test_model_task_geometry_labels_are_the_carried_variable(kind):
 def smoke_passkey(tmp_path_factory):
     """A real smoke passkey study, analysed by `dynlab analyze` with few probe samples."""
     from typer.testing import CliRunner
-    import dynlab.lm.state_geometry as geo
+    import dynlab.lm.analysis.state_geometry as geo
     from dynlab.cli import app
 
     out = tmp_path_factory.mktemp("pk")
@@ -225,7 +225,7 @@ def test_preregistered_test_on_a_known_relation():
     """Horizon = T_cross exactly on observed runs: r = 1; the censored ones enter at the bound."""
     import xarray as xr
 
-    from dynlab.lm.state_geometry import preregistered_test
+    from dynlab.lm.analysis.state_geometry import preregistered_test
     t = np.array([8, 16, 32, 64, 64, 128])
     crossed = np.array([True, True, True, True, True, False])
     h = np.array([8, 16, 32, 64, 64, 128])
@@ -244,7 +244,7 @@ def test_preregistered_test_on_a_known_relation():
 
 @pytest.mark.parametrize("mixer", ["mamba2", "gla"])
 def test_layer_jacobian_is_the_block_of_the_full_one(mixer):
-    from dynlab.lm.recurrence import layer_jacobians
+    from dynlab.lm.analysis.recurrence import layer_jacobians
     kw = {"n_heads": 2, "head_dim": 4, "d_state": 4} if mixer == "mamba2" else {}
     lm = RecurrentLM(mixer, d_model=8, n_layers=2, generator=torch.Generator().manual_seed(3), **kw).double()
     rec = LMRecurrence(lm)
@@ -262,7 +262,7 @@ def test_gla_step_jacobian_is_batched_and_equals_independent_ones():
     last layer's own-state block is the analytic diag(exp(g_t)) of S_t = diag(exp(g_t)) S_{t-1} + k_t v_tᵀ
     (that layer's gates, keys and values do not depend on its own state)."""
     from dynlab.analysis.jacobian import step_jacobians
-    from dynlab.lm.recurrence import layer_jacobians
+    from dynlab.lm.analysis.recurrence import layer_jacobians
 
     lm = RecurrentLM("gla", d_model=8, n_layers=2, n_heads=2, key_dim=4, value_dim=3,
                      generator=torch.Generator().manual_seed(5)).double()
@@ -293,7 +293,7 @@ def test_babi_probes_carry_the_room_of_the_last_mover(tokens):
     """The label is the room the asked person last went to, read back from the text itself;
     the state read sits right after the filler, d tokens after that last move; the scored
     tokens are the answer, which spells the labelled room."""
-    from dynlab.lm.tasks import ROOMS, BabiTask, babi_decode
+    from dynlab.lm.data.tasks import ROOMS, BabiTask, babi_decode
 
     stream = torch.tensor(list(b"the quick brown fox jumps over the lazy dog " * 200))
     task = BabiTask(stream, kinds=("qa1",), n_facts=3, tokens=tokens)
@@ -315,8 +315,8 @@ def test_babi_probes_carry_the_room_of_the_last_mover(tokens):
 
 
 def test_babi_geometry_of_a_small_model_runs_end_to_end():
-    from dynlab.lm.state_geometry import geometry_row
-    from dynlab.lm.tasks import BabiTask
+    from dynlab.lm.analysis.state_geometry import geometry_row
+    from dynlab.lm.data.tasks import BabiTask
 
     stream = torch.tensor(list(b"the quick brown fox jumps over the lazy dog " * 200))
     task = BabiTask(stream, kinds=("qa1",), n_facts=3)

@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from dynlab.lm.run import build_model
+from dynlab.lm.run.text import build_model
 from dynlab.lm.spec import LMModelSpec, LMRunSpec
 
 LAYOUTS = [  # d_model, n_layers, n_heads, head_dim, d_state, mlp_ratio, conv_kernel

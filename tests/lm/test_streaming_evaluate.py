@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from dynlab.lm.evaluate import stream_eval, validation_windows
-from dynlab.lm.model import RecurrentLM
+from dynlab.lm.models.model import RecurrentLM
 
 
 def _model(name="mamba2"):

@@ -9,8 +9,8 @@ import pytest
 import torch
 from helpers.tokenizer import train_bpe, word_text
 
-from dynlab.lm.tasks import COUNTS, ROOMS, BabiTask, CopyingTask, PasskeyTask
-from dynlab.lm.tokenizer import ByteTokenizer, HFTokenizer
+from dynlab.lm.data.tasks import COUNTS, ROOMS, BabiTask, CopyingTask, PasskeyTask
+from dynlab.lm.data.tokenizer import ByteTokenizer, HFTokenizer
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +185,7 @@ def test_a_tokenizer_that_loses_a_piece_of_the_task_is_refused(tmp_path):
 
 
 def test_babilong_on_a_token_folder_reads_its_text_through_the_folders_tokenizer(bpe, tmp_path):
-    from dynlab.lm.tokens import prepare_tokens
+    from dynlab.lm.data.tokens import prepare_tokens
     from dynlab.studies.babilong import STUDY
     from dynlab.runner.protocol import StudyOptions
 

@@ -16,7 +16,7 @@ from helpers.tokenizer import tiny_mamba2, train_bpe, word_text
 from dynlab.cli import main
 from dynlab.errors import DynlabInputError
 from dynlab.lm.spec import LMDataSpec, LMEvalSpec, LMModelSpec, LMRunSpec, LMTrainSpec
-from dynlab.lm.tokenizer import ByteTokenizer, HFTokenizer, TokenizerSpec, check_fits
+from dynlab.lm.data.tokenizer import ByteTokenizer, HFTokenizer, TokenizerSpec, check_fits
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_checkpoint_ppl_is_the_hf_models_own_on_its_tokenizers_ids(world, tmp_pa
 
 def test_a_post_trained_checkpoint_keeps_its_tokenizer(world, tmp_path):
     from dynlab.app.posttrain import post_train
-    from dynlab.lm.posttrain import load_checkpoint
+    from dynlab.lm.train.posttrain import load_checkpoint
 
     run = post_train(world["ckpt"], "state-passing", steps=2, source=world["text"], seq_len=16, batch_size=2,
                      samples=2, length_multiple=2, out=str(tmp_path), device="cpu")
@@ -108,7 +108,7 @@ def test_a_tokenizer_beyond_the_vocabulary_is_refused(world, tmp_path, capsys):
 
 
 def test_a_token_folder_of_another_tokenizer_is_refused(world, tmp_path, capsys):
-    from dynlab.lm.tokens import prepare_tokens
+    from dynlab.lm.data.tokens import prepare_tokens
 
     folder, _ = prepare_tokens([world["text"]], ByteTokenizer(), tmp_path / "bytes", val_fraction=0.1)
     out = tmp_path / "o"
@@ -121,7 +121,7 @@ def test_a_token_folder_is_read_as_its_text_is(world, tmp_path):
     """Post-training reads a token folder of the checkpoint's tokenizer: the same
     evaluation windows as the text it was made from (one document, the same split)."""
     from dynlab.app.posttrain import post_train
-    from dynlab.lm.tokens import prepare_tokens
+    from dynlab.lm.data.tokens import prepare_tokens
 
     folder, _ = prepare_tokens([world["text"]], HFTokenizer(world["ckpt"]), tmp_path / "toks", val_fraction=0.1)
     by_folder = post_train(world["ckpt"], "zero", steps=0, source=str(folder), seq_len=16, samples=3,
@@ -166,7 +166,7 @@ def _tiny_spec(world, seed: int, engine: str = "loop") -> LMRunSpec:
 
 def test_dynlab_models_train_on_subword_ids_alone_and_stacked(world):
     """A 300-id model trains on the tokenizer's ids; the stack engine equals the loop to rounding."""
-    from dynlab.lm.run import train_and_evaluate, train_and_evaluate_many
+    from dynlab.lm.run.text import train_and_evaluate, train_and_evaluate_many
 
     specs = [_tiny_spec(world, s, "stack") for s in (0, 1)]
     stacked = train_and_evaluate_many(specs, "cpu")
@@ -180,9 +180,9 @@ def test_dynlab_models_train_on_subword_ids_alone_and_stacked(world):
 
 def test_an_export_carries_the_runs_tokenizer(world, tmp_path):
     transformers = need_transformers()
-    from dynlab.lm.export import export_hf
+    from dynlab.lm.hub.export import export_hf
     from dynlab.results.store import RunStore
-    from dynlab.lm.run import train_and_evaluate
+    from dynlab.lm.run.text import train_and_evaluate
 
     spec = _tiny_spec(world, 0)
     result, weights = train_and_evaluate(spec, "cpu")

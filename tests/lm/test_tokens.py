@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from dynlab.errors import DynlabInputError
-from dynlab.lm import tokens as tokens_mod
-from dynlab.lm.tokenizer import ByteTokenizer, TokenizerSpec, load_tokenizer
-from dynlab.lm.tokens import RECORD, TokenFolder, is_token_folder, open_token_folder, prepare_tokens
+from dynlab.lm.data import tokens as tokens_mod
+from dynlab.lm.data.tokenizer import ByteTokenizer, TokenizerSpec, load_tokenizer
+from dynlab.lm.data.tokens import RECORD, TokenFolder, is_token_folder, open_token_folder, prepare_tokens
 
 tokenizers = pytest.importorskip("tokenizers")
 

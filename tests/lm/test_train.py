@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from dynlab.lm.interventions import RandomNoise, ZeroInit
-from dynlab.lm.model import RecurrentLM
-from dynlab.lm.train import train_lm, train_summary
+from dynlab.lm.train.interventions import RandomNoise, ZeroInit
+from dynlab.lm.models.model import RecurrentLM
+from dynlab.lm.train.engine import train_lm, train_summary
 
 DATA = torch.randint(0, 256, (3000,), generator=torch.Generator().manual_seed(0)).to(torch.uint8)
 

@@ -97,7 +97,7 @@ def test_tiny_study_end_to_end_dataset_resume_and_panels(tmp_path):
 
 
 def test_effrem_starts_cover_zero_and_recent_context():
-    from dynlab.lm.run import effrem_starts
+    from dynlab.lm.run.text import effrem_starts
 
     t = effrem_starts(512, 10)
     assert t[0] == 0 and t[-1] == 511 and np.all(np.diff(t) > 0)
@@ -107,7 +107,7 @@ def test_effrem_starts_cover_zero_and_recent_context():
 
 @pytest.mark.parametrize("mixer", ["mamba1", "gla"])
 def test_other_mixers_train_and_evaluate(mixer):
-    from dynlab.lm.run import train_and_evaluate
+    from dynlab.lm.run.text import train_and_evaluate
 
     spec = make_specs(StudyOptions(preset="quick", models=(mixer,), extra={**TINY, "interventions": ["state-passing"]}))[0]
     result, weights = train_and_evaluate(spec, "cpu")

@@ -10,12 +10,12 @@ import torch
 import xarray as xr
 
 from dynlab.analysis.lm_metrics import binned_ppl, length_generalization, ppl_ranges
-from dynlab.lm.interventions import make_intervention
-from dynlab.lm.run import (
+from dynlab.lm.train.interventions import make_intervention
+from dynlab.lm.run.text import (
     build_model, checkpoint_steps, corpus_for, count_parameters, evaluate_model, train_and_evaluate,
 )
 from dynlab.lm.spec import CHINCHILLA_TOKENS_PER_PARAM, LMEvalSpec, LMModelSpec, LMPostSpec, LMRunSpec, LMTrainSpec
-from dynlab.lm.train import train_lm
+from dynlab.lm.train.engine import train_lm
 from dynlab.runner.driver import open_study, run_study
 from dynlab.studies.length_generalization import PRESETS, STUDY, make_specs, steps_for_budget
 from dynlab.runner.protocol import StudyOptions

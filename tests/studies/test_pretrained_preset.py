@@ -13,9 +13,9 @@ from helpers.optional import need_transformers
 from helpers.tokenizer import tiny_mamba2, train_bpe, word_text
 
 from dynlab.cli import main
-from dynlab.lm.interventions import make_intervention
-from dynlab.lm.model import RecurrentLM
-from dynlab.lm.train import fit
+from dynlab.lm.train.interventions import make_intervention
+from dynlab.lm.models.model import RecurrentLM
+from dynlab.lm.train.engine import fit
 
 KNOBS = ["--seq-len", "16", "--batch-size", "2", "--steps", "2", "--lr", "1e-3", "--seeds", "0,1", "--quiet"]
 
@@ -23,8 +23,8 @@ KNOBS = ["--seq-len", "16", "--batch-size", "2", "--steps", "2", "--lr", "1e-3",
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     need_transformers()
-    from dynlab.lm.tokenizer import HFTokenizer
-    from dynlab.lm.tokens import prepare_tokens
+    from dynlab.lm.data.tokenizer import HFTokenizer
+    from dynlab.lm.data.tokens import prepare_tokens
 
     root = tmp_path_factory.mktemp("pre")
     text = word_text(3000, seed=3)
@@ -60,8 +60,8 @@ def test_the_pretrained_protocol_runs_end_to_end_and_resumes(world, tmp_path):
     assert "far_contrast_p" in ds or any(v.startswith("far_contrast") for v in ds.data_vars)
 
     # the base rows are the untouched checkpoint, the same in every seed: PPL(t) of a direct evaluation
-    from dynlab.lm.posttrain import load_checkpoint
-    from dynlab.lm.run import data_corpus, evaluate_lm
+    from dynlab.lm.train.posttrain import load_checkpoint
+    from dynlab.lm.run.text import data_corpus, evaluate_lm
     from dynlab.lm.spec import LMRunSpec
 
     run_spec = LMRunSpec.model_validate(spec)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dynlab.lm.run import build_model, count_parameters
+from dynlab.lm.run.text import build_model, count_parameters
 from dynlab.studies.length_generalization import STATE_TOKENS, STUDY, make_specs
 from dynlab.runner.protocol import StudyOptions
 
@@ -30,10 +30,10 @@ def test_state_preset_specs():
 def test_state_dataset_holds_each_runs_forgetting(tmp_path):
     import torch
 
-    from dynlab.lm.checkpoint import load_checkpoint
-    from dynlab.lm.contraction import forgetting
-    from dynlab.lm.loaders import take
-    from dynlab.lm.run import data_corpus
+    from dynlab.lm.hub.checkpoint import load_checkpoint
+    from dynlab.lm.analysis.contraction import forgetting
+    from dynlab.lm.data.loaders import take
+    from dynlab.lm.run.text import data_corpus
     from dynlab.runner.driver import open_study, run_study
 
     extra = {"train": {"steps": 3, "seq_len": 16}, "eval": {"n_samples": 2, "chunk_len": 16, "bin_width": 8,

@@ -103,7 +103,7 @@ def test_tiny_task_study_dataset_and_panels(name, dims, tmp_path):
 
     assert check_dataset(ds) == []  # every variable is in the one vocabulary, with its units
     if name == "babilong":
-        from dynlab.lm.tasks import babi_chance
+        from dynlab.lm.data.tasks import babi_chance
 
         assert [float(ds["chance"].sel(kind=k)) for k in ("qa1", "qa6")] == [babi_chance(k, 3) for k in ("qa1", "qa6")]
     figs = write_figures(ds, tmp_path / "figs", get_study(name).panels)
@@ -122,7 +122,7 @@ def test_a_run_that_did_not_learn_gets_no_arms_and_no_contrast(tmp_path):
 
 @pytest.mark.slow
 def test_post_training_a_dynlab_run_zero_steps_reproduces_its_evaluation(tmp_path):
-    from dynlab.lm.posttrain import PostTrainSpec, PostTrainTrainSpec, checkpoint_digest, post_train
+    from dynlab.lm.train.posttrain import PostTrainSpec, PostTrainTrainSpec, checkpoint_digest, post_train
     from dynlab.lm.spec import InterventionSpec
     from dynlab.studies.length_generalization import STUDY
 
@@ -188,7 +188,7 @@ def test_lm_study_help_names_mixers_and_no_groups(capsys):
 def test_until_learned_stops_at_the_first_passed_check_and_the_cap_otherwise(learned_at, check_at, steps_run):
     """A check every 3 steps: learned_at 0 passes the first check; 1.0 is never reached by a
     7-step model; check_at 1.0 keeps training to the cap although learned_at 0 is met."""
-    from dynlab.lm.task_run import train_and_evaluate_task
+    from dynlab.lm.run.task import train_and_evaluate_task
 
     spec = get_study("copying").make_specs(_options(
         "copying", train={"steps": 7, "batch_size": 2, "until_learned": True, "check_every": 3, "check_samples": 2,
@@ -213,8 +213,8 @@ def test_attempts_redraw_an_unlearned_model_from_the_attempt_seed():
     steps per attempt the run's final weights are exactly the last attempt's fresh draw."""
     import torch
 
-    from dynlab.lm.run import build_model
-    from dynlab.lm.task_run import ATTEMPT_SEED_OFFSET, train_and_evaluate_task
+    from dynlab.lm.run.text import build_model
+    from dynlab.lm.run.task import ATTEMPT_SEED_OFFSET, train_and_evaluate_task
 
     spec = _attempt_spec(3, 1.0, steps=0)
     result, weights = train_and_evaluate_task(spec, "cpu")
@@ -233,7 +233,7 @@ def test_attempts_redraw_an_unlearned_model_from_the_attempt_seed():
 def test_attempts_keep_a_model_that_passes_the_check_at_its_cap():
     """check_every 10 > the 3-step cap: no scheduled check, so learned_at 0.0 is met only by
     the check at the cap, and the first model is kept."""
-    from dynlab.lm.task_run import train_and_evaluate_task
+    from dynlab.lm.run.task import train_and_evaluate_task
 
     spec = _attempt_spec(3, 0.0, steps=3)
     spec = spec.model_copy(update={"train": spec.train.model_copy(update={"check_every": 10})})
@@ -247,7 +247,7 @@ def test_attempts_keep_a_model_that_learns_at_once_and_its_run_id():
     """Attempt 0 is the run without the rule: the same weights and loss; attempts = 1 leaves the run id as it was."""
     import torch
 
-    from dynlab.lm.task_run import train_and_evaluate_task
+    from dynlab.lm.run.task import train_and_evaluate_task
 
     one, three = _attempt_spec(1, 0.0), _attempt_spec(3, 0.0)
     r1, w1 = train_and_evaluate_task(one, "cpu")
@@ -296,9 +296,9 @@ def test_a_warm_start_trains_the_same_model_on_its_task_first():
     """The run with a warm start equals: train on the warm-start task, then on the run's task."""
     import torch
 
-    from dynlab.lm.run import build_model
+    from dynlab.lm.run.text import build_model
     from dynlab.lm.spec import LMTaskSpec, TaskTrainSpec, WarmStartSpec
-    from dynlab.lm.task_run import train_and_evaluate_task, train_task, warm_start_spec
+    from dynlab.lm.run.task import train_and_evaluate_task, train_task, warm_start_spec
 
     spec = get_study("passkey").make_specs(_options("passkey"))[0]
     warm = WarmStartSpec(task=LMTaskSpec(kind="copying", train_min=2, train_max=4, eval_lengths=(4,)),
@@ -319,7 +319,7 @@ def test_a_warm_start_trains_the_same_model_on_its_task_first():
 def test_babi_panel_draws_each_kinds_chance_level(repo_root):
     """The dotted lines of the bAbI panel sit at babi_chance(kind, n_facts) of the dataset's runs, in the kind's colour."""
     from dynlab.figures.tasks import babi_panel
-    from dynlab.lm.tasks import babi_chance
+    from dynlab.lm.data.tasks import babi_chance
     from dynlab.results.schema import open_dataset
 
     ds = open_dataset(repo_root / "benchmarks/results/datasets/babilong-kinds.nc")
@@ -338,7 +338,7 @@ def test_confirm_counts_a_lucky_check_that_fails_the_in_range_test_as_a_failed_a
     then tests below learned_at in range is a failed attempt: the next model is drawn.
     The in-range scores are scripted in the order they are asked for (check, confirmation,
     in-range test per attempt), so the rule alone decides what happens."""
-    from dynlab.lm import task_run
+    from dynlab.lm.run import task as task_run
 
     asked: list[tuple[int, str]] = []
     script = iter([1.0, 1.0, 0.5,   # attempt 0: check and confirmation pass, the in-range test fails
@@ -364,7 +364,7 @@ def test_confirm_counts_a_lucky_check_that_fails_the_in_range_test_as_a_failed_a
 
 def test_confirm_rejects_a_check_its_confirmation_does_not_repeat(monkeypatch):
     """A check that passes on its few samples but not on the confirming draw does not stop training."""
-    from dynlab.lm import task_run
+    from dynlab.lm.run import task as task_run
 
     script = iter([1.0, 0.5] * 10 + [0.5] * 10)
     monkeypatch.setattr(task_run, "in_range_accuracy", lambda result, spec: next(script))
@@ -382,7 +382,7 @@ def test_every_advertised_babi_kind_runs_in_every_preset(preset, tmp_path, capsy
     runs it with the facts it needs, in the command line as in the Python API."""
     import dynlab.runner.driver
     from dynlab.cli import main
-    from dynlab.lm.tasks import BABI_KINDS, MIN_FACTS
+    from dynlab.lm.data.tasks import BABI_KINDS, MIN_FACTS
     from dynlab.studies import CATALOG, get_study
     from dynlab.runner.protocol import StudyOptions
 

@@ -7,5 +7,5 @@
   solve with Newton polishing, the residual filter and the deduplication.
 
 Paper A's reading of them on the trackers: :mod:`dynlab.tracking.analysis.fixed_points`;
-paper B's on the LMs: :mod:`dynlab.lm.recurrence`.  Nothing is imported here.
+paper B's on the LMs: :mod:`dynlab.lm.analysis.recurrence`.  Nothing is imported here.
 """

@@ -2,7 +2,7 @@
 
 The training loop itself is :func:`dynlab.tracking.train.ensemble.train_ensemble` (N trackers as one
 stack; :func:`dynlab.tracking.train.ensemble.train_tracker` is an ensemble of one); the LM loop
-(:func:`dynlab.lm.train.fit`) uses the same :class:`TrainResult`, :func:`cosine_lr`,
+(:func:`dynlab.lm.train.engine.fit`) uses the same :class:`TrainResult`, :func:`cosine_lr`,
 :func:`dynlab.runtime.train_threads` and divergence rule.  One code path for the CPU and CUDA.  Reruns
 with the same spec are bit-identical on the CPU: the model is initialised inside a forked
 RNG scope seeded from the spec (no global state leaks out), every batch comes from an

@@ -25,13 +25,13 @@ reaches ``tau`` (default 1, persistence 1 bin); never crossed: censored at the l
 distance (``T_cross`` = that distance, ``crossed`` False).  The retrieval horizon is the
 first distance whose accuracy is below 0.5, censored the same way.
 
-The recurrence (:class:`dynlab.lm.recurrence.LMRecurrence`): one token step of the whole LM on a flat state
+The recurrence (:class:`dynlab.lm.analysis.recurrence.LMRecurrence`): one token step of the whole LM on a flat state
 (every layer's SSM state, then every layer's convolution window), with the tracker
 protocol of :mod:`dynlab.analysis.jacobian` and :mod:`dynlab.analysis.fixed_points.finder`
 (``step(state [B, S], tokens [B]) -> (logits [B, V], state [B, S])``), so their Jacobians,
 spectra split along and across U (ρ∥, ρ⊥) and fixed-point finder apply unchanged.  The
 spectra the study records are those of the tracked (last) layer's own block of the step
-Jacobian (:func:`dynlab.lm.recurrence.layer_jacobians`): the eigenproblem of the whole flat state costs about
+Jacobian (:func:`dynlab.lm.analysis.recurrence.layer_jacobians`): the eigenproblem of the whole flat state costs about
 95 s a sample at the quick presets' size (4864 numbers), the block's 3 s.
 """
 
@@ -47,9 +47,9 @@ import xarray as xr
 from torch import nn
 
 from dynlab.analysis.geometry import crossing_time, geometry_over_time
-from dynlab.lm.recurrence import FP_MAX_STATE, LMRecurrence, filler_fixed_points, recurrence_spectra
+from dynlab.lm.analysis.recurrence import FP_MAX_STATE, LMRecurrence, filler_fixed_points, recurrence_spectra
 from dynlab.results.vocabulary import annotate
-from dynlab.lm.tasks import ROOMS, BabiTask, CopyingTask, PasskeyTask
+from dynlab.lm.data.tasks import ROOMS, BabiTask, CopyingTask, PasskeyTask
 
 __all__ = ["DISTANCES", "probe_accuracy", "distance_geometry", "task_probes", "model_task_geometry",
            "preregistered_test", "geometry_row", "censored_first_below"]
@@ -152,7 +152,7 @@ def model_task_geometry(model: nn.Module, kind: str, task: Any, seed: int, *, n:
 
     Returns the dataset and, per distance, the probe prefixes (the tokens up to the state
     read) with their labels, for the Jacobians and fixed points."""
-    from dynlab.lm.task_run import score_batch
+    from dynlab.lm.run.task import score_batch
 
     dist = tuple(DISTANCES[kind] if distances is None else distances)
     generator = torch.Generator().manual_seed(seed + PROBE_SEED_OFFSET)
@@ -172,7 +172,7 @@ def model_task_geometry(model: nn.Module, kind: str, task: Any, seed: int, *, n:
 
 def geometry_row(model: nn.Module, kind: str, task: Any, seed: int, *, n: int | None = None,
                  distances: Sequence[int] | None = None, n_jac: int = 4) -> xr.Dataset:
-    """Everything :mod:`dynlab.lm.state_geometry` measures on one tested model, under the
+    """Everything :mod:`dynlab.lm.analysis.state_geometry` measures on one tested model, under the
     dataset names ``geo_*`` on dim ``distance`` (scalars for T_cross, the horizon, the
     Jacobian spectra at the largest distance and the filler fixed points; passkey and
     babi only: copying has no filler)."""

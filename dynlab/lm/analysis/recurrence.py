@@ -8,7 +8,7 @@ state [B, S])``), so their Jacobians, spectra and fixed-point finder apply uncha
 diagonal SSM layer's own-state Jacobian (Mamba's and GLA's per-channel decays) is found
 from three reverse passes (:func:`layer_jacobian_diagonal`) and its spectrum from its
 diagonal (:func:`dynlab.analysis.fixed_points.finder.diagonal_spectrum`); anything else takes the
-dense Jacobian.  :mod:`dynlab.lm.state_geometry` calls these on the task models' probe states.
+dense Jacobian.  :mod:`dynlab.lm.analysis.state_geometry` calls these on the task models' probe states.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from torch import nn
 
 from dynlab.analysis.fixed_points.finder import diagonal_spectrum, find_fixed_points, spectrum, word_map
 from dynlab.analysis.jacobian import analysis_copy, step_jacobians
-from dynlab.lm.states import CarriedStates
+from dynlab.lm.models.states import CarriedStates
 
 __all__ = ["FP_MAX_STATE", "LMRecurrence", "embedded_basis", "filler_fixed_points", "flat_states", "layer_jacobian_diagonal",
            "layer_jacobians", "recurrence_spectra", "state_jacobians"]
@@ -32,7 +32,7 @@ FP_MAX_STATE = 2048
 
 
 class LMRecurrence(nn.Module):
-    """The per-token recurrence of a :class:`~dynlab.lm.model.RecurrentLM` on a flat state.
+    """The per-token recurrence of a :class:`~dynlab.lm.models.model.RecurrentLM` on a flat state.
 
     Flat layout: every layer's SSM state ``[H, P, N]`` flattened, in layer order, then every
     layer's convolution window ``[C, K - 1]`` (layers without one add nothing).

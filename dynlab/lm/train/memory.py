@@ -21,7 +21,7 @@ may run):
   queries and ``[B, H, Q, Q]`` scores of every chunk (chunks of ``chunk_size``: strong
   gates end a chunk early, which a trained model's rarely do, docs of ``gla_chunked``).
 
-A stack (``train.engine = "stack"``, :mod:`dynlab.lm.stack`) holds its E members' parameters
+A stack (``train.engine = "stack"``, :mod:`dynlab.lm.train.stack`) holds its E members' parameters
 and activations at once: E times one member's.  An evaluation (no gradients: one layer's
 intermediates at a time) holds the weights, every layer's state of its windows (and their
 copies for the state statistics, in float64), one chunk's logits and their float64 losses.

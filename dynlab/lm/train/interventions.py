@@ -16,11 +16,11 @@ Validation never calls them: it always starts from the zero state.
 - ``state-passing``: the previous step's detached final state (random windows, so an
   unrelated text), each (layer, head, batch slot) reset to zero independently with
   probability ``reset_prob`` = 0.1; zero before the first step.
-- ``tbtt``: with :class:`~dynlab.lm.loaders.SequentialChunkLoader`, the previous chunk's
+- ``tbtt``: with :class:`~dynlab.lm.data.loaders.SequentialChunkLoader`, the previous chunk's
   detached final state of the same slot; zero where the slot is ``fresh``.
 
 The convolution window (the last ``K − 1`` inputs of each layer's short convolution, see
-:mod:`dynlab.lm.states`) is part of the state that travels: state passing and TBTT pass
+:mod:`dynlab.lm.models.states`) is part of the state that travels: state passing and TBTT pass
 the previous final window together with the SSM state (state passing resets a layer's
 window of a slot to zero with probability ``reset_prob``, independently of the heads;
 TBTT resets it where the slot is ``fresh``). The noise interventions draw the SSM state
@@ -39,7 +39,7 @@ from __future__ import annotations
 import torch
 
 from dynlab.errors import DynlabInputError
-from dynlab.lm.states import CarriedStates, conv_windows, map_states
+from dynlab.lm.models.states import CarriedStates, conv_windows, map_states
 
 __all__ = [
     "Intervention", "ZeroInit", "RandomNoise", "FittedNoise", "StatePassing", "TBTT",

@@ -23,7 +23,7 @@ horizon exceeds its training length holds state it never learned to clear.
 
 The decays are read from the model's own layers (a forward hook on each mixer's input),
 so they are the ones the trained weights apply; ``tests/lm/test_contraction.py`` checks
-them against the dense own-state Jacobian of :mod:`dynlab.lm.recurrence`.
+them against the dense own-state Jacobian of :mod:`dynlab.lm.analysis.recurrence`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import xarray as xr
 from torch import nn
 
 from dynlab.errors import DynlabInputError
-from dynlab.lm.mixers import GLAMixer, Mamba1Mixer, Mamba2Mixer
+from dynlab.lm.models.mixers import GLAMixer, Mamba1Mixer, Mamba2Mixer
 
 __all__ = ["decay_rates", "forgetting", "log_decays"]
 
@@ -106,9 +106,9 @@ def runs_forgetting(specs: list, folders: list) -> xr.Dataset:
     each run's trained weights (``folders[i]/model.safetensors``; NaN for a run without
     them) on :data:`FORGETTING_WINDOWS` validation windows of its evaluation length, evenly
     spaced over its validation text, from the zero state."""
-    from dynlab.lm.checkpoint import load_checkpoint
-    from dynlab.lm.loaders import take
-    from dynlab.lm.run import data_corpus
+    from dynlab.lm.hub.checkpoint import load_checkpoint
+    from dynlab.lm.data.loaders import take
+    from dynlab.lm.run.text import data_corpus
 
     rate, horizon = [], []
     for spec, folder in zip(specs, folders):

@@ -57,7 +57,7 @@ Formats (exact bytes, ``␣`` = space):
 Filler is a contiguous window of a byte stream (by default the Shakespeare plays shipped with
 dynlab) starting at a uniformly random offset.
 
-**Through a subword tokenizer** (``tokenizer``, a Hugging Face one: :mod:`dynlab.lm.tokenizer`)
+**Through a subword tokenizer** (``tokenizer``, a Hugging Face one: :mod:`dynlab.lm.data.tokenizer`)
 the same texts are built through it, the filler a window of the text's token stream; a
 length counts that tokenizer's tokens, and only the answer's tokens are scored. Copying
 encodes its whole text ``$<s>|<s>.`` at once, as a model reads it, and scores the tokens
@@ -92,7 +92,7 @@ import numpy as np
 import torch
 
 from dynlab.errors import DynlabInputError
-from dynlab.lm.tokenizer import Tokenizer
+from dynlab.lm.data.tokenizer import Tokenizer
 from dynlab.names import BABI_KINDS
 
 __all__ = [
@@ -278,7 +278,7 @@ class CopyingTask:
         return ids.tolist(), copy, head
 
     def probe_samples(self, generator: torch.Generator, n: int, d: int) -> tuple[TaskBatch, int, np.ndarray]:
-        """``n`` probe samples of the state geometry (:mod:`dynlab.lm.state_geometry`): strings of
+        """``n`` probe samples of the state geometry (:mod:`dynlab.lm.analysis.state_geometry`): strings of
         ``d`` letters; the read position (after ``|``, the same in every row) and each row's
         first letter (0–25). Through a subword tokenizer the rows are padded on the left
         with the end-of-document id to one read position."""
@@ -354,7 +354,7 @@ class PasskeyTask:
         return _batch(rows, scored, pad=self.text.pad)
 
     def probe_samples(self, generator: torch.Generator, n: int, d: int) -> tuple[TaskBatch, int, np.ndarray]:
-        """``n`` probe samples of the state geometry (:mod:`dynlab.lm.state_geometry`): the needle,
+        """``n`` probe samples of the state geometry (:mod:`dynlab.lm.analysis.state_geometry`): the needle,
         ``d`` filler tokens, the question and the key; the read position (after the last
         filler token, the same in every row) and each key's last digit (0–9). Through a
         subword tokenizer needles of other lengths are padded on the left with filler."""
@@ -573,7 +573,7 @@ class BabiTask:
 
     def probe_samples(self, generator: torch.Generator, n: int, d: int) -> tuple[TaskBatch, int, np.ndarray]:
         """``n`` probe samples of the state geometry at distance ``d``
-        (:mod:`dynlab.lm.state_geometry`): the task's ``n_facts`` random moves side by side, ``d``
+        (:mod:`dynlab.lm.analysis.state_geometry`): the task's ``n_facts`` random moves side by side, ``d``
         filler tokens, "Where is <person>?" about the person who moved last, and the answer
         (scored).  Returns the batch, the read position (after the last filler token, the
         same in every row: the facts are padded on the left with filler to one length) and

@@ -14,7 +14,7 @@ caller (``RecurrentLM(generator=...)``).
 **Precision** (``fit``'s ``precision``): ``"fp32"``, or ``"bf16"``: the forward under ``torch.autocast`` in
 bfloat16 (matrix products in bfloat16; the weights, gradients and AdamW moments stay
 float32, the loss is taken in float32, and dynlab's mixers run their scans with
-autocast off on float32 inputs, :func:`dynlab.lm.mixers.run_scan`; a Hugging Face
+autocast off on float32 inputs, :func:`dynlab.lm.models.mixers.run_scan`; a Hugging Face
 model runs its own code under autocast). On CUDA, float32 matrix products use TF32
 while training.
 
@@ -44,13 +44,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dynlab.lm.distributed import (
+from dynlab.lm.train.distributed import (
     TrainState, World, all_ranks, current_world, mean_over_ranks, rank_generator, run_identity, shard_rows,
 )
-from dynlab.lm.interventions import Intervention
-from dynlab.lm.loaders import RandomWindowLoader, SequentialChunkLoader, take
-from dynlab.lm.model import RecurrentLM
-from dynlab.lm.states import detach_states, map_states
+from dynlab.lm.train.interventions import Intervention
+from dynlab.lm.data.loaders import RandomWindowLoader, SequentialChunkLoader, take
+from dynlab.lm.models.model import RecurrentLM
+from dynlab.lm.models.states import detach_states, map_states
 from dynlab.names import PRECISIONS
 from dynlab.runtime import resolve_device, train_threads
 from dynlab.training import TrainResult, converged, cosine_lr, loss_curve
@@ -60,7 +60,7 @@ __all__ = ["ADAM_BETAS", "ADAM_EPS", "LR_FLOOR", "batch_source", "TrainResult", 
 #: The LM schedule decays to this fraction of ``lr`` (the tracker schedule to 0).
 LR_FLOOR = 0.1
 
-#: AdamW's betas and epsilon (torch's default epsilon), here and in the stacks (:mod:`dynlab.lm.ensemble`).
+#: AdamW's betas and epsilon (torch's default epsilon), here and in the stacks (:mod:`dynlab.lm.train.ensemble`).
 ADAM_BETAS = (0.9, 0.95)
 ADAM_EPS = 1e-8
 
@@ -117,7 +117,7 @@ def train_lm(
 
     Launched by ``torchrun`` (an initialised process group of W > 1 processes), the loader
     draws global batches of ``W × batch_size`` windows and each rank trains on its own rows
-    (:mod:`dynlab.lm.distributed`).
+    (:mod:`dynlab.lm.train.distributed`).
     """
     world = current_world()
     generator = torch.Generator().manual_seed(seed)
@@ -179,7 +179,7 @@ def fit(
 
     ``world`` (default: the ``torchrun`` group, if any), ``resume``, ``save_every``,
     ``source`` (the batch source's owner, its ``state_dict()`` saved) and ``identity`` (the
-    caller's words for its data): several processes and resuming, :mod:`dynlab.lm.distributed`.
+    caller's words for its data): several processes and resuming, :mod:`dynlab.lm.train.distributed`.
     """
     if accum < 1:
         raise ValueError(f"accum must be a positive integer, got {accum}")
@@ -215,7 +215,7 @@ def fit(
 def _noise_generator(generator: torch.Generator, dev: torch.device, world: World | None) -> torch.Generator:
     """The intervention's noise generator: the caller's on the CPU (its numbers unchanged), one
     on the device seeded alike on a GPU, and over several ranks each rank's own
-    (:func:`dynlab.lm.distributed.rank_generator`; the batches stay the seed's, sharded)."""
+    (:func:`dynlab.lm.train.distributed.rank_generator`; the batches stay the seed's, sharded)."""
     if world is not None:
         return rank_generator(generator.initial_seed(), world, dev)
     return generator if dev.type == "cpu" else torch.Generator(device=dev).manual_seed(generator.initial_seed())

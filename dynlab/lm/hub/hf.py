@@ -1,9 +1,9 @@
 """Hugging Face ``transformers`` Mamba / Mamba-2 causal LMs behind dynlab's recurrent-LM interface.
 
 :class:`HFRecurrentLM` wraps a ``Mamba2ForCausalLM`` or ``MambaForCausalLM`` so that the
-training loop (:func:`dynlab.lm.train.fit`, hence every initial-state intervention), the
+training loop (:func:`dynlab.lm.train.engine.fit`, hence every initial-state intervention), the
 streamed evaluation (PPL(t), Definition 3.2, EffRem, state statistics) and the task
-scorers use it exactly like a :class:`~dynlab.lm.model.RecurrentLM`:
+scorers use it exactly like a :class:`~dynlab.lm.models.model.RecurrentLM`:
 ``forward(tokens [B, T], states) -> (logits [B, T, V], final states)`` with one
 ``[B, H, P, N]`` SSM state per layer.
 
@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dynlab.errors import DynlabInputError
-from dynlab.lm.states import CarriedStates
+from dynlab.lm.models.states import CarriedStates
 
 __all__ = ["CarriedStates", "HFRecurrentLM", "HF_MODEL_TYPES", "is_hf_checkpoint", "load_hf_checkpoint",
            "require_transformers"]

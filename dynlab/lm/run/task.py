@@ -1,7 +1,7 @@
 """Train and test one :class:`~dynlab.lm.spec.LMTaskRunSpec`: an LM on a long-context task.
 
-Training: :func:`dynlab.lm.train.fit` on task batches (loss only on the scored targets,
-see :mod:`dynlab.lm.tasks`) with the spec's initial-state intervention. Testing always
+Training: :func:`dynlab.lm.train.engine.fit` on task batches (loss only on the scored targets,
+see :mod:`dynlab.lm.data.tasks`) with the spec's initial-state intervention. Testing always
 starts from the zero state, with teacher forcing, streamed in chunks (state carried).
 
 Reported numbers, per test length (× depth for passkey, × kind for babi), over
@@ -33,11 +33,11 @@ import numpy as np
 import torch
 import xarray as xr
 
-from dynlab.lm.run import build_model, data_corpus
+from dynlab.lm.run.text import build_model, data_corpus
 from dynlab.lm.spec import LMTaskRunSpec
-from dynlab.lm.tasks import BabiTask, TaskBatch, make_task
-from dynlab.lm.tokenizer import make_tokenizer
-from dynlab.lm.train import TrainResult, fit, train_summary
+from dynlab.lm.data.tasks import BabiTask, TaskBatch, make_task
+from dynlab.lm.data.tokenizer import make_tokenizer
+from dynlab.lm.train.engine import TrainResult, fit, train_summary
 from dynlab.results.vocabulary import annotate
 from dynlab.runtime import resolve_device, train_threads
 

@@ -6,7 +6,7 @@ machine's GEMM rate (``docs/performance.md``). :func:`fit_ensemble` trains E mod
 one layout (seeds of one spec, or the intervention arms of one base) as one stack, so
 every op of a step works on E models' data at once:
 
-- **Parameters** and **activations** of all members are stacked (:class:`dynlab.lm.stack.LMStack`):
+- **Parameters** and **activations** of all members are stacked (:class:`dynlab.lm.train.stack.LMStack`):
   one flat ``[E, P]`` buffer, one batched GEMM per linear layer over the members.
 - **No host sync per step**: losses are written into a ``[steps, E]`` tensor and read
   every ``sync_every`` steps; a member whose loss or gradient becomes non-finite is
@@ -19,16 +19,16 @@ every op of a step works on E models' data at once:
   state names its run (settings, interventions, a hash of the starting weights): a call
   that differs in any of them is refused and the file kept.
 - **Own streams**: each member keeps its own batch source, intervention and
-  ``torch.Generator`` (the ones :func:`dynlab.lm.train.fit` would get for that model), so
+  ``torch.Generator`` (the ones :func:`dynlab.lm.train.engine.fit` would get for that model), so
   adding or removing a member never changes another's batches or noise.
 
-Each member computes what :func:`dynlab.lm.train.fit` computes for it alone: the same
+Each member computes what :func:`dynlab.lm.train.engine.fit` computes for it alone: the same
 batches, initial states, loss, per-member clipping, AdamW (betas 0.9/0.95, eps 1e-8,
 weight decay on matrices only), schedule and divergence rule. Only the order of
 floating-point reductions differs (batched GEMMs instead of per-model ones), so in
 float64 a member equals its solo run to ~1e-12 after a few steps, and in float32 to the
 rounding that chaotic training then amplifies (``tests/lm/test_ensemble.py`` states the
-tolerances). The stack's forward is in :mod:`dynlab.lm.stack`.
+tolerances). The stack's forward is in :mod:`dynlab.lm.train.stack`.
 """
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ import torch
 
 from dynlab.errors import DynlabInputError
 from dynlab.kernels.adamw import adamw_step_
-from dynlab.lm.interventions import Intervention
-from dynlab.lm.model import RecurrentLM
-from dynlab.lm.stack import LMStack, StackLayout
-from dynlab.lm.states import CarriedStates, conv_windows
-from dynlab.lm.train import ADAM_BETAS, ADAM_EPS, LR_FLOOR
+from dynlab.lm.train.interventions import Intervention
+from dynlab.lm.models.model import RecurrentLM
+from dynlab.lm.train.stack import LMStack, StackLayout
+from dynlab.lm.models.states import CarriedStates, conv_windows
+from dynlab.lm.train.engine import ADAM_BETAS, ADAM_EPS, LR_FLOOR
 from dynlab.outputs import VANISHED_RETRIES
 from dynlab.results.files import write_bytes_atomic
 from dynlab.runtime import resolve_device, train_threads
@@ -115,7 +115,7 @@ def fit_ensemble(
     save_extra: Callable[[], dict] | None = None,
     on_resume: Callable[[int, dict], None] | None = None,
 ) -> list[TrainResult]:
-    """Train ``models`` (one layout) together, each as :func:`dynlab.lm.train.fit` alone:
+    """Train ``models`` (one layout) together, each as :func:`dynlab.lm.train.engine.fit` alone:
     member ``e`` reads its batches from ``next_batches[e]()`` (``(tokens [B, L + 1], mask
     [B, L] or None, fresh [B])``, all members with the same B and L), its initial states
     from ``interventions[e]`` with ``generators[e]``. The loss, AdamW, clipping (global

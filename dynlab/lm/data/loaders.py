@@ -36,7 +36,7 @@ def take(data: Stream, idx: torch.Tensor) -> torch.Tensor:
     if isinstance(data, torch.Tensor):
         return data[idx].long()
     out = np.asarray(data[idx.numpy()]).astype(np.int64)
-    bound = getattr(data, "n_ids", None)  # a token folder's stream: its tokenizer's ids (dynlab.lm.corpus)
+    bound = getattr(data, "n_ids", None)  # a token folder's stream: its tokenizer's ids (dynlab.lm.data.corpus)
     if bound is not None and out.size and int(out.max()) >= bound:
         where = getattr(data, "filename", None) or "the token stream"
         raise DynlabInputError(f"{where} holds the id {int(out.max())}, beyond its tokenizer's {bound} ids; allowed: a "

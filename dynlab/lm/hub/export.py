@@ -1,13 +1,13 @@
-"""Export a dynlab :class:`~dynlab.lm.model.RecurrentLM` to a Hugging Face ``transformers`` model.
+"""Export a dynlab :class:`~dynlab.lm.models.model.RecurrentLM` to a Hugging Face ``transformers`` model.
 
 :func:`to_hf` builds the equivalent ``Mamba2ForCausalLM`` (mixer ``mamba2``) or
 ``MambaForCausalLM`` (mixer ``mamba1``) with every weight copied under its HF name;
 :func:`export_hf` writes it as an HF folder (``config.json`` + ``model.safetensors``,
 ``save_pretrained``) that ``from_pretrained`` loads from local files and that
-:func:`dynlab.lm.hf.load_hf_checkpoint` wraps again, with a byte-level tokenizer that
+:func:`dynlab.lm.hub.hf.load_hf_checkpoint` wraps again, with a byte-level tokenizer that
 ``AutoTokenizer`` loads (ids = the text's UTF-8 bytes, as dynlab's) and a model card
 ``README.md`` (layout, training budget, data, evaluation; its header the Hub's metadata,
-``license`` from ``export_hf(..., license=...)``, default ``unknown``; :mod:`dynlab.lm.card`).
+``license`` from ``export_hf(..., license=...)``, default ``unknown``; :mod:`dynlab.lm.hub.card`).
 
 Only layouts HF can express export; anything else raises
 :class:`~dynlab.errors.DynlabInputError` naming the problem:
@@ -52,13 +52,13 @@ from torch import nn
 
 from dynlab.errors import DynlabInputError
 from dynlab.names import HF_EXPORT_ALLOWED, HF_EXPORT_FILES, HF_EXPORT_MARKER
-from dynlab.lm.hf import require_transformers
+from dynlab.lm.hub.hf import require_transformers
 from dynlab.outputs import current_umask, probe_folder, refuse_foreign_folder
 from dynlab.results.folder import check_owned_folder, claim_owned_folder
-from dynlab.lm.card import DEFAULT_LICENSE, check_license
-from dynlab.lm.mixers import Mamba1Mixer, Mamba2Mixer
-from dynlab.lm.model import RecurrentLM
-from dynlab.lm.tokenizer import TokenizerSpec
+from dynlab.lm.hub.card import DEFAULT_LICENSE, check_license
+from dynlab.lm.models.mixers import Mamba1Mixer, Mamba2Mixer
+from dynlab.lm.models.model import RecurrentLM
+from dynlab.lm.data.tokenizer import TokenizerSpec
 
 __all__ = ["EXPORTABLE_MIXERS", "GLA_REFUSAL", "HF_EXPORT_ALLOWED", "HF_EXPORT_FILES", "check_exportable", "export_hf", "hf_config", "hf_state_dict", "to_hf"]
 
@@ -174,7 +174,7 @@ def _run_record(run: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
     spec's hash): a study's LM or task run, or a run ``dynlab lm post-train`` wrote."""
     import json
 
-    from dynlab.lm.posttrain import PostTrainSpec
+    from dynlab.lm.train.posttrain import PostTrainSpec
     from dynlab.lm.spec import LMRunSpec, LMTaskRunSpec
     from dynlab.spec import load_spec
 
@@ -210,7 +210,7 @@ def check_export_folder(out: Path, what: str) -> None:
 
 
 def _card_of_dynlab(folder: Path) -> bool:
-    """Whether ``folder/README.md`` is the model card an export writes (:func:`dynlab.lm.card.model_card`)."""
+    """Whether ``folder/README.md`` is the model card an export writes (:func:`dynlab.lm.hub.card.model_card`)."""
     try:
         return "tags: [dynlab," in (folder / "README.md").read_text(encoding="utf-8", errors="replace")[:2000]
     except OSError:
@@ -222,12 +222,12 @@ def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path
     """Write ``model_or_run_folder`` as a Hugging Face folder ``out_dir``: config.json +
     model.safetensors, the tokenizer the run was trained with (tokenizer.json,
     tokenizer_config.json; the byte-level one for a model given as such) and
-    the model card README.md (:mod:`dynlab.lm.card`).
+    the model card README.md (:mod:`dynlab.lm.hub.card`).
 
     ``model_or_run_folder`` is a :class:`RecurrentLM` or a dynlab LM run folder
     (``spec.json`` + ``model.safetensors``, loaded with
-    :func:`dynlab.lm.checkpoint.load_checkpoint`). ``dtype`` casts the weights (None: kept).
-    ``license``: the card's license, a Hub identifier (:mod:`dynlab.lm.card`; ``unknown``: not
+    :func:`dynlab.lm.hub.checkpoint.load_checkpoint`). ``dtype`` casts the weights (None: kept).
+    ``license``: the card's license, a Hub identifier (:mod:`dynlab.lm.hub.card`; ``unknown``: not
     stated, the default, as the weights are the exporter's to license). Returns ``out_dir``.
     """
     check_license(license)
@@ -239,7 +239,7 @@ def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path
     spec_doc = result = run_id = None
     tokenizer = TokenizerSpec()
     if isinstance(model, (str, Path)):
-        from dynlab.lm.checkpoint import load_checkpoint
+        from dynlab.lm.hub.checkpoint import load_checkpoint
 
         run = Path(model).expanduser()
         if not (run / "spec.json").is_file():
@@ -261,7 +261,7 @@ def export_hf(model_or_run_folder: RecurrentLM | str | Path, out_dir: str | Path
             where = "" if folder == out else f": {folder}"
             raise DynlabInputError(f"export folder {str(out)!r}{where} {problem}; allowed: a writable folder (made "
                                    "when missing) in a writable folder")
-    from dynlab.lm.card import model_card
+    from dynlab.lm.hub.card import model_card
 
     card = model_card(_model_info(hf), spec_doc, result, run_id, license)
 

@@ -20,10 +20,10 @@ import torch
 from safetensors.torch import load_file
 
 from dynlab.errors import DynlabInputError
-from dynlab.lm.hf import hf_config_summary, is_hf_checkpoint, load_hf_checkpoint
-from dynlab.lm.model import RecurrentLM
+from dynlab.lm.hub.hf import hf_config_summary, is_hf_checkpoint, load_hf_checkpoint
+from dynlab.lm.models.model import RecurrentLM
 from dynlab.lm.spec import LMDataSpec, LMRunSpec, LMTaskRunSpec
-from dynlab.lm.tokenizer import BYTE_VOCAB, HFTokenizer, TokenizerSpec, check_fits
+from dynlab.lm.data.tokenizer import BYTE_VOCAB, HFTokenizer, TokenizerSpec, check_fits
 from dynlab.spec import load_spec
 
 __all__ = ["build_model", "checkpoint_digest", "checkpoint_tokenizer", "load_checkpoint", "load_init", "model_vocab"]
@@ -43,7 +43,7 @@ def build_model(spec: LMRunSpec, init_seed: int | None = None) -> RecurrentLM:
 
 
 def load_init(spec: LMRunSpec) -> torch.nn.Module:
-    """The pretrained model ``spec.init`` names (:func:`dynlab.lm.checkpoint.load_checkpoint`),
+    """The pretrained model ``spec.init`` names (:func:`dynlab.lm.hub.checkpoint.load_checkpoint`),
     refused in one line when its files changed since the spec was made or its vocabulary
     does not hold the data's tokenizer."""
     assert spec.init is not None

@@ -1,5 +1,5 @@
 """E language models of one layout as one stack: their parameters in one buffer and one
-forward over all of them, what :func:`dynlab.lm.ensemble.fit_ensemble` trains.
+forward over all of them, what :func:`dynlab.lm.train.ensemble.fit_ensemble` trains.
 
 - **Parameters** of all members live in one flat buffer ``[E, P]`` (P: one model's
   parameter count); each parameter is a view of it, ``[E, *shape]``. Gradients land in
@@ -10,10 +10,10 @@ forward over all of them, what :func:`dynlab.lm.ensemble.fit_ensemble` trains.
   GLA: ``[B, T, E·H, ...]``), which is exact since heads never mix; Mamba-1's scan, whose
   B and C are shared across channels, runs once per member.
 
-Each member's logits and final states are what :class:`~dynlab.lm.model.RecurrentLM` gives
+Each member's logits and final states are what :class:`~dynlab.lm.models.model.RecurrentLM` gives
 for it alone, to the order of floating-point reductions.  The forward is written top to
 bottom, one function per layer kind, and is tested against
-:class:`~dynlab.lm.model.RecurrentLM` for every mixer.
+:class:`~dynlab.lm.models.model.RecurrentLM` for every mixer.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from dynlab.kernels.short_conv import causal_conv_silu, last_window
 from dynlab.kernels.ssd.chunked import ssd_ref
 from dynlab.kernels.ssd.grouped import ssd_grouped
 from dynlab.kernels.ssd.mixer_inner import mamba2_inner, mamba2_inner_applies
-from dynlab.lm.mixers import GLAMixer, Mamba1Mixer, Mamba2Mixer
-from dynlab.lm.model import RecurrentLM
+from dynlab.lm.models.mixers import GLAMixer, Mamba1Mixer, Mamba2Mixer
+from dynlab.lm.models.model import RecurrentLM
 
 __all__ = ["LMStack", "StackLayout"]
 
@@ -205,7 +205,7 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float | None) -> torch.Tens
 
 def _conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
           window: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`dynlab.lm.mixers.causal_conv` per member: x ``[E, B, T, C]``, weight ``[E, C, 1, K]``,
+    """:func:`dynlab.lm.models.mixers.causal_conv` per member: x ``[E, B, T, C]``, weight ``[E, C, 1, K]``,
     bias ``[E, C]``, window ``[E, B, C, K − 1]`` -> (silu(conv) ``[E, B, T, C]``, new window);
     one fused op with a hand-written backward (:mod:`kernels.short_conv`), or on CUDA
     causal-conv1d's kernel over the E·C channels (:func:`kernels.dispatch.conv_backend`)."""

@@ -122,7 +122,7 @@ class ByteTokenizer(Tokenizer):
         return TokenizerSpec()
 
     def save(self, folder: Path) -> tuple[Path, ...]:
-        from dynlab.lm.card import write_byte_tokenizer
+        from dynlab.lm.hub.card import write_byte_tokenizer
 
         return write_byte_tokenizer(Path(folder))
 

@@ -20,15 +20,15 @@ import torch
 from dynlab.analysis.lm_metrics import (
     binned_ppl, effective_remembrance, length_generalization, position_ppl,
 )
-from dynlab.lm.checkpoint import build_model  # noqa: F401 - run's name since before checkpoint.py
-from dynlab.lm.corpus import Corpus, load_corpus
+from dynlab.lm.hub.checkpoint import build_model  # noqa: F401 - run's name since before checkpoint.py
+from dynlab.lm.data.corpus import Corpus, load_corpus
 from dynlab.lm.evaluate import stream_eval, stream_windows, truncated_context_probs
-from dynlab.lm.model import RecurrentLM
+from dynlab.lm.models.model import RecurrentLM
 from dynlab.lm.results import LMResult
 from dynlab.lm.spec import CHINCHILLA_TOKENS_PER_PARAM, LMDataSpec, LMEvalSpec, LMRunSpec
-from dynlab.lm.tokenizer import TokenizerSpec
+from dynlab.lm.data.tokenizer import TokenizerSpec
 from dynlab.errors import DynlabInputError
-from dynlab.lm.train import batch_source, fit, make_loader, train_lm, train_summary
+from dynlab.lm.train.engine import batch_source, fit, make_loader, train_lm, train_summary
 from dynlab.training import TrainResult
 from dynlab.runtime import resolve_device, train_threads
 
@@ -255,10 +255,10 @@ def train_and_evaluate_many(specs: list[LMRunSpec], device: torch.device | str =
                             sync_every: int = 50, resume_dir: Path | None = None,
                             ) -> list[tuple[dict[str, Any], dict[str, torch.Tensor] | None]]:
     """:func:`train_and_evaluate` for specs of one :func:`stack_key`, trained together in one
-    stack (:func:`dynlab.lm.ensemble.fit_ensemble`); evaluation, checkpoints and
+    stack (:func:`dynlab.lm.train.ensemble.fit_ensemble`); evaluation, checkpoints and
     post-training as each alone.
 
-    ``resume_dir``: a folder for the stack's training state (:func:`dynlab.lm.ensemble.fit_ensemble`'s
+    ``resume_dir``: a folder for the stack's training state (:func:`dynlab.lm.train.ensemble.fit_ensemble`'s
     ``resume``; one file per stack, named by its runs): a stack cut off in the middle of
     training continues from its last saved state (every 5 minutes), with the evaluations
     of the checkpoints it had passed.
@@ -270,7 +270,7 @@ def train_and_evaluate_many(specs: list[LMRunSpec], device: torch.device | str =
     """
     if len({stack_key(s) for s in specs}) != 1:
         raise DynlabInputError("runs trained in one stack must differ only in seed and intervention")
-    from dynlab.lm.ensemble import fit_ensemble
+    from dynlab.lm.train.ensemble import fit_ensemble
 
     first = specs[0]
     tr, dev = first.train, resolve_device(device)

@@ -1,10 +1,10 @@
 """What ``dynlab lm export`` writes beside the weights: the run's tokenizer and a model card.
 
 A run trained with a Hugging Face tokenizer exports that tokenizer's files
-(:meth:`dynlab.lm.tokenizer.HFTokenizer.save`); a byte-level run the byte tokenizer below.
+(:meth:`dynlab.lm.data.tokenizer.HFTokenizer.save`); a byte-level run the byte tokenizer below.
 
 **Tokenizer** (:func:`write_byte_tokenizer`): dynlab's byte-level LMs read the UTF-8 bytes of a text,
-one id per byte (id = byte value, 0–255, :func:`dynlab.lm.corpus.encode`), with no special
+one id per byte (id = byte value, 0–255, :func:`dynlab.lm.data.corpus.encode`), with no special
 tokens. The export holds the same as a Hugging Face fast tokenizer (``tokenizer.json`` and
 ``tokenizer_config.json``): a byte-level pre-tokenizer (GPT-2's byte-to-character table,
 no prefix space, no regex split) and a BPE model with the 256 byte characters as its
@@ -140,7 +140,7 @@ def _data_section(data: Mapping[str, Any], task: Mapping[str, Any] | None) -> li
     if kind != "copying":
         lines.append(f"Filler: {said}.")
     if kind == "babi" and task.get("babi_tokens") == "words":
-        lines.append("The bAbI words are one token each, ids 128 + their index in `dynlab.lm.tasks.BABI_WORDS` "
+        lines.append("The bAbI words are one token each, ids 128 + their index in `dynlab.lm.data.tasks.BABI_WORDS` "
                      "(the filler stays bytes); the byte tokenizer of this folder does not produce those ids.")
     return lines
 

@@ -6,7 +6,7 @@
         --batch-size 8 --batch-tokens 524288 --precision bf16
 
 every process (a *rank*) builds the same model from the same checkpoint and seed, and
-:func:`dynlab.lm.train.fit` trains it under ``DistributedDataParallel`` (NCCL on GPUs,
+:func:`dynlab.lm.train.engine.fit` trains it under ``DistributedDataParallel`` (NCCL on GPUs,
 one GPU per rank, ``cuda:LOCAL_RANK``; gloo on CPUs):
 
 - **Batches**: every rank draws the same *global* batch of ``batch_size × world``
@@ -29,7 +29,7 @@ one GPU per rank, ``cuda:LOCAL_RANK``; gloo on CPUs):
   steps), so every rank sees the same losses and stops at the same step; only rank 0
   writes outputs.
 
-**Resuming** (:class:`TrainState`): with ``resume=PATH`` :func:`~dynlab.lm.train.fit`
+**Resuming** (:class:`TrainState`): with ``resume=PATH`` :func:`~dynlab.lm.train.engine.fit`
 saves the training state every ``save_every`` steps and after the last — weights, AdamW moments, schedule,
 losses so far, the generators, the intervention's carried states and the batch source's
 position — one file per rank (``PATH.rank<r>.step<s>``), then, once every rank has
@@ -198,7 +198,7 @@ _INTERVENTION_FIELDS = ("mean", "var", "previous")
 
 @dataclass
 class TrainState:
-    """The parts of :func:`dynlab.lm.train.fit` a resume restores (module docstring, "Resuming")."""
+    """The parts of :func:`dynlab.lm.train.engine.fit` a resume restores (module docstring, "Resuming")."""
 
     path: Path
     world: World | None
@@ -294,7 +294,7 @@ class TrainState:
 
 
 def remove_train_state(path: Path) -> None:
-    """Remove a training state :func:`dynlab.lm.train.fit` saved at ``path`` (every rank's
+    """Remove a training state :func:`dynlab.lm.train.engine.fit` saved at ``path`` (every rank's
     files and the pointer): once the run's outputs are stored, its state is not needed."""
     path = Path(path)
     for part in path.parent.glob(f"{path.name}.rank*.step*"):
@@ -316,7 +316,7 @@ def run_identity(model: nn.Module, generator: torch.Generator, intervention: Any
 
 def _pack(value: Any) -> Any:
     """An intervention field as plain tensors on the CPU (carried states as ``{"ssm", "conv"}``)."""
-    from dynlab.lm.states import CarriedStates
+    from dynlab.lm.models.states import CarriedStates
 
     if isinstance(value, CarriedStates):
         return {"ssm": [s.cpu() for s in value], "conv": [None if c is None else c.cpu() for c in value.conv]}
@@ -326,7 +326,7 @@ def _pack(value: Any) -> Any:
 
 
 def _unpack(value: Any, device: torch.device) -> Any:
-    from dynlab.lm.states import CarriedStates
+    from dynlab.lm.models.states import CarriedStates
 
     if isinstance(value, dict) and set(value) == {"ssm", "conv"}:
         return CarriedStates([s.to(device) for s in value["ssm"]],

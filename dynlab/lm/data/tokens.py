@@ -7,7 +7,7 @@ A *token folder* ``DIR`` holds three files:
   fits in two bytes), else ``uint32``;
 - ``DIR/tokens.json`` (:data:`RECORD`), written last: ``format`` (``"dynlab-tokens"``),
   ``version`` (1), ``dtype`` (``"uint16"`` or ``"uint32"``), ``tokenizer`` (the
-  :class:`~dynlab.lm.tokenizer.TokenizerSpec`, as ``model_dump()``), ``eos_id`` (the id
+  :class:`~dynlab.lm.data.tokenizer.TokenizerSpec`, as ``model_dump()``), ``eos_id`` (the id
   written after every document, or null), ``val_fraction``, ``sources`` (each read file:
   ``path`` absolute, ``size`` in bytes, ``sha256`` of its bytes), ``documents`` (how many
   non-empty documents were read) and ``tokens`` (``{"train": n, "val": n}``, counts of ids).
@@ -59,7 +59,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dynlab.errors import DynlabInputError, format_validation_error
-from dynlab.lm.tokenizer import Tokenizer, TokenizerSpec
+from dynlab.lm.data.tokenizer import Tokenizer, TokenizerSpec
 
 __all__ = ["BATCH_BYTES", "FORMAT", "MAX_PIECE_BYTES", "PIECE_BYTES", "RECORD", "SOURCE_SUFFIXES", "Progress",
            "SourceRecord", "TokenCounts", "TokenFolder", "TokenRecord", "check_token_out", "check_val_fraction",

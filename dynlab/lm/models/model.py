@@ -1,11 +1,11 @@
 """A small recurrent language model: embedding, blocks of norm + mixer + MLP, head.
 
-Ids come from the run's tokenizer (:mod:`dynlab.lm.tokenizer`): UTF-8 bytes by default
+Ids come from the run's tokenizer (:mod:`dynlab.lm.data.tokenizer`): UTF-8 bytes by default
 (``vocab_size`` 256), or a subword vocabulary.
 
 The recurrent state is a list with one ``[B, H, P, N]`` SSM state per layer (see
-:mod:`dynlab.lm.mixers`); ``forward`` takes the initial states and returns the final
-states as a :class:`~dynlab.lm.states.CarriedStates`, which also carries each layer's
+:mod:`dynlab.lm.models.mixers`); ``forward`` takes the initial states and returns the final
+states as a :class:`~dynlab.lm.models.states.CarriedStates`, which also carries each layer's
 convolution window, so a long text can be processed in chunks with the whole state
 carried across (a plain list of SSM states starts with zero windows).
 """
@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from dynlab.errors import DynlabInputError
-from dynlab.lm.mixers import MIXERS
-from dynlab.lm.states import CarriedStates, conv_windows
+from dynlab.lm.models.mixers import MIXERS
+from dynlab.lm.models.states import CarriedStates, conv_windows
 
 __all__ = ["VOCAB_SIZE", "Block", "CarriedStates", "RecurrentLM", "States"]
 
