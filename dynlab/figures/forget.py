@@ -3,7 +3,8 @@
 :func:`forget_map_panel`: far/in over (state size, T_train), the mean over the seeds that
 learned, as a heatmap centred on 1, each cell's value and how many seeds rose written in
 it, and T_forget (:mod:`dynlab.report.forget`; median over seeds) as the line it draws
-through the map, censored cells marked at the grid's edge. :func:`forget_horizon_panel`
+through the map; a threshold the grid does not bracket (censored) sits on the map's edge
+as a filled arrow, and the title says what it stands for. :func:`forget_horizon_panel`
 beside it: the state map's memory horizon over T_train (``memory_horizon``,
 :mod:`dynlab.lm.analysis.contraction`), median over seeds, on a log colour scale: above 1 the state
 keeps what it saw for longer than it was trained on.
@@ -55,6 +56,25 @@ def forget_map_panel(ds: xr.Dataset, ax: Axes) -> Axes:
         if np.isfinite(mean[i, j]):
             ax.text(j, i, f"{mean[i, j]:.2f}\n{rose[i, j]}/{n[i, j]}", ha="center", va="center", fontsize=6,
                     color=_ink(image, mean[i, j]))
+    xs = _threshold_positions(grid, sizes, lengths)
+    ax.plot(xs, range(len(sizes)), color="k", marker="|", markersize=8, linewidth=1.2, clip_on=False, zorder=3)
+    title = "Far/in over state size and T_train\n(line: T_forget"
+    for edge, marker, words in ((-0.5, "<", f"◀ censored, ≤ {int(lengths[0])}"),
+                                (len(lengths) - 0.5, ">", f"▶ censored, > {int(lengths[-1])}")):
+        rows = [i for i, x in enumerate(xs) if x == edge]
+        if rows:  # a threshold the grid does not bracket sits on the map's edge: a filled arrow shows it
+            ax.plot([edge] * len(rows), rows, linestyle="none", marker=marker, color="k", markersize=5, clip_on=False,
+                    zorder=4)
+            title += f"; {words}"
+    ax.figure.colorbar(image, ax=ax, label="far/in PPL", shrink=0.8)
+    ax.set_title(title + ")")
+    return ax
+
+
+def _threshold_positions(grid: xr.Dataset, sizes: np.ndarray, lengths: np.ndarray) -> list[float]:
+    """Per state size, the x of T_forget's median over seeds on the map: the boundary before
+    the cell of T_forget, a threshold censored below at the left edge (−0.5), one censored
+    above at the right edge."""
     th = forget_thresholds(grid)
     xs = []
     for s in sizes:
@@ -63,10 +83,7 @@ def forget_map_panel(ds: xr.Dataset, ax: Axes) -> Axes:
         pos = [np.searchsorted(lengths, v) - 0.5 for v in t[np.isfinite(t)]]
         pos += [-0.5] * int((cens == "below").sum()) + [len(lengths) - 0.5] * int((cens == "above").sum())
         xs.append(float(np.median(pos)) if pos else np.nan)
-    ax.plot(xs, range(len(sizes)), color="k", marker="|", markersize=8, linewidth=1.2)
-    ax.figure.colorbar(image, ax=ax, label="far/in PPL", shrink=0.8)
-    ax.set_title("Far/in over state size and T_train (line: T_forget)")
-    return ax
+    return xs
 
 
 @needs("state_size", "train_length", "memory_horizon", what="memory horizon map")

@@ -16,9 +16,12 @@ def test_the_map_shows_far_in_and_the_threshold_line():
     forget_map_panel(_dataset(), ax)
     image = ax.get_images()[0].get_array()
     assert image.shape == (3, 5) and np.isclose(image[0, 0], 1.3) and np.isclose(image[0, 1], 1.01)
-    (line,) = ax.get_lines()
+    line, arrows = ax.get_lines()
     # the boundary before T_forget: 32 -> between cells 0 and 1; 64 -> 1.5; censored above -> the right edge
     assert line.get_xdata().tolist() == [0.5, 1.5, 4.5] and line.get_ydata().tolist() == [0, 1, 2]
+    # the censored threshold also gets an arrow on the right edge, and the title says what it means
+    assert arrows.get_marker() == ">" and arrows.get_xdata() == [4.5] and arrows.get_ydata() == [2]
+    assert "▶ censored, > 256" in ax.get_title() and "◀" not in ax.get_title()
     assert "1/2" not in {t.get_text().split("\n")[1] for t in ax.texts}  # seeds agree here: 0/2 or 2/2
 
 
