@@ -15,7 +15,7 @@ def slim(study_dataset: Path, label: str) -> Path:
     """Copy the variables the tables read (run record, mp, correlations, the crossing times
     and forecasts they correlate, to recompute them, and the per-state fixed-point summaries
     with the recovery rates and failure modes, and the variables the figures draw: accuracy,
-    perturbation sizes, margins, fixed-point and return-map eigenvalues, and the q(t), R(t)
+    perturbation sizes, margins, fixed-point and return-map eigenvalues (stored as float32), and the q(t), R(t)
     and M(t) curves) of a group-tracking
     ``dataset.nc`` to ``DATA/<label>.nc`` (a whole sweep dataset holds every curve of every run)."""
     from dynlab.analysis.correlation import CROSSING_VARIANTS, FORECAST_VARIANTS
@@ -36,6 +36,8 @@ def slim(study_dataset: Path, label: str) -> Path:
     for name in out.data_vars:  # the eigenvalue arrays are mostly NaN padding: zlib keeps the file small
         if out[name].dtype.kind == "f":
             kept = {k: v for k, v in out[name].encoding.items() if k in ("dtype", "_FillValue")}
+            if name.endswith(("_eig_real", "_eig_imag")):  # drawn, never tabled: float32 is a figure's precision
+                kept["dtype"] = "float32"
             out[name].encoding = {**kept, "zlib": True, "complevel": 4}
     return write_dataset(out, DATA / f"{label}.nc")
 

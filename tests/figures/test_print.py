@@ -232,3 +232,28 @@ def test_figures_command_refuses_an_unknown_panel_format_or_width_in_one_line(tm
     err = capsys.readouterr().err
     assert err.startswith(line) and err.count("\n") == 1, err
     assert not out.exists()  # nothing written
+
+
+@pytest.mark.slow
+def test_the_groups_dataset_draws_its_claim_one_accuracy_heatmap_per_group():
+    """The groups preset's claim is its accuracy heatmaps: the committed dataset holds the
+    accuracy of every run at every test length, and `dynlab figures` draws one heatmap per
+    group whose cells are the mean over each architecture's learned seeds."""
+    from dynlab.figures.tracking import accuracy_heatmap
+    from dynlab.results.schema import open_dataset
+
+    ds = open_dataset(DATASETS / "group-tracking-groups.nc")
+    learned = ds["status"] == "ok"
+    assert np.isfinite(ds["accuracy"].where(learned, drop=True)).all()
+    names = [n for n in figure_items(ds, group_tracking_panels) if n.startswith("accuracy_")]
+    groups = sorted(set(ds["group"].values.tolist()))
+    assert sorted(n.removeprefix("accuracy_") for n in names) == groups
+    g = groups[0]
+    ax = Figure().add_subplot()
+    accuracy_heatmap(ds, ax, group=g)
+    image = np.ma.filled(ax.get_images()[0].get_array(), np.nan)
+    sub = ds.where((ds["group"] == g) & learned, drop=True)
+    for arch in sorted(set(sub["arch"].values.tolist())):
+        row = [t.get_text().split(" (")[0] for t in ax.get_yticklabels()].index(arch)
+        want = sub["accuracy"].where(sub["arch"] == arch, drop=True).mean("run").values
+        np.testing.assert_allclose(image[row], want, rtol=1e-6)
