@@ -219,8 +219,8 @@ def assemble(specs: list[RunSpec], store: RunStore, options: StudyOptions) -> xr
 
 
 def _panels(ds: xr.Dataset) -> dict:
-    """The study's figures (:func:`dynlab.figures.group_tracking_panels`; matplotlib is loaded on first use)."""
-    from dynlab.figures import group_tracking_panels
+    """The study's figures (:func:`dynlab.tracking.figures.sets.group_tracking_panels`; matplotlib is loaded on first use)."""
+    from dynlab.tracking.figures.sets import group_tracking_panels
 
     return group_tracking_panels(ds)
 

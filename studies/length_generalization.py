@@ -37,7 +37,7 @@ Presets:
   and 128 x seeds 0-2, each trained as one stack of its seeds (``train.engine = "stack"``)
   to its largest budget with in-run checkpoints, and trained alone to two budgets
   (coordinate ``annealed``); ``far_over_in`` and ``budget_blocks`` beside the budget.
-  ``dynlab report`` prints the map (:func:`dynlab.report.lm.size_tables`).
+  ``dynlab report`` prints the map (:func:`dynlab.lm.report.tables.size_tables`).
 - ``size-annealed`` — the ``size`` map's rises judged on annealed runs: each width, T_train
   and budget where most seeds rose at an in-run checkpoint and ``size`` trains no annealed
   run (:data:`SIZE_ANNEALED`), trained alone to that budget on seeds 0-2, the recipe
@@ -48,7 +48,7 @@ Presets:
   (:data:`STATE_TOKENS`, 2 048 a step) as one annealed run, the seeds of a cell as one
   stack; coords ``d_state`` and ``state_size`` on ``run``, and each run's forgetting
   (``forget_rate``, ``memory_horizon``: :mod:`dynlab.lm.analysis.contraction`); ``dynlab report``
-  reads it with :mod:`dynlab.report.forget`.
+  reads it with :mod:`dynlab.lm.report.forget`.
 - ``size-interventions`` — the ``interventions`` protocol, recipe unchanged, on fresh
   seeds (:data:`SIZE_INTERVENTION_SEEDS`) where the size map rises in every seed.
 - ``interventions`` — paper B's Fig. 5 protocol where the PPL rises: the baseline (zero
@@ -607,7 +607,7 @@ STUDY = Study(
 
 
 def _panels(ds: xr.Dataset) -> dict:
-    """The study's figures (:func:`dynlab.figures.lm.length_generalization_panels`; matplotlib loads on first use)."""
-    from dynlab.figures.lm import length_generalization_panels
+    """The study's figures (:func:`dynlab.lm.figures.panels.length_generalization_panels`; matplotlib loads on first use)."""
+    from dynlab.lm.figures.panels import length_generalization_panels
 
     return length_generalization_panels(ds)

@@ -361,10 +361,10 @@ def babi_chance_levels(kinds: Any, n_facts: int) -> xr.DataArray:
 
 
 def _task_panels(kind: str):
-    """The figures of the study of task ``kind`` (:mod:`dynlab.figures.tasks`; matplotlib loads on first use)."""
+    """The figures of the study of task ``kind`` (:mod:`dynlab.lm.figures.tasks`; matplotlib loads on first use)."""
 
     def panels(ds: xr.Dataset) -> dict:
-        from dynlab.figures import tasks
+        from dynlab.lm.figures import tasks
 
         return {"copying": tasks.copying_panels, "passkey": tasks.passkey_panels, "babi": tasks.babilong_panels}[kind](ds)
 

@@ -32,7 +32,7 @@ import xarray as xr
 from dynlab.tracking.spec import RunSpec
 from dynlab.errors import DynlabInputError
 from dynlab.names import ABLATION_NONLINEARITIES as NONLINEARITIES  # the φ of the ablation
-from dynlab.figures.ablation import mp_failure_table
+from dynlab.tracking.figures.ablation import mp_failure_table
 from dynlab.tracking.models import available_cells
 from dynlab.studies import CATALOG
 from dynlab.studies import group_tracking as gt
@@ -119,7 +119,7 @@ STUDY = Study(
 
 
 def _panels(ds: xr.Dataset) -> dict:
-    """The study's figures and ``mp_table`` (:func:`dynlab.figures.nonlinearity_panels`)."""
-    from dynlab.figures import nonlinearity_panels
+    """The study's figures and ``mp_table`` (:func:`dynlab.tracking.figures.sets.nonlinearity_panels`)."""
+    from dynlab.tracking.figures.sets import nonlinearity_panels
 
     return nonlinearity_panels(ds)

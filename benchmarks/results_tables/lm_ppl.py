@@ -7,13 +7,13 @@ import numpy as np
 import xarray as xr
 
 from dynlab.report import far_in_ratio
-from dynlab.report.lm import RISE, size_grid
+from dynlab.lm.report.tables import RISE, size_grid
 
 from results_tables.common import first_spec, join_and
 
 def ratio_stats(ds: xr.Dataset, intervention: str) -> tuple[str, int, int]:
     """``("mean ± sd", "k of n (above 1: m)", n)`` of the far/in PPL ratio of one intervention:
-    k of its n seeds rise (ratio > :data:`~dynlab.report.lm.RISE`, every row's threshold)."""
+    k of its n seeds rise (ratio > :data:`~dynlab.lm.report.tables.RISE`, every row's threshold)."""
     r = far_in_ratio(ds).values[ds["intervention"].values.astype(str) == intervention].astype(float)
     return f"{r.mean():.3f} ± {r.std(ddof=1):.3f}", rises(r), r.size
 
@@ -104,7 +104,7 @@ def _train_tokens_of(ds: xr.Dataset) -> int:
 def with_annealed(size: xr.Dataset, annealed: xr.Dataset | None) -> xr.Dataset:
     """The size map's runs with those of the ``size-annealed`` preset (the same recipe, its
     runs trained alone to the budgets where the map rises), as one dataset for
-    :func:`~dynlab.report.lm.size_grid` (only what the grid reads)."""
+    :func:`~dynlab.lm.report.tables.size_grid` (only what the grid reads)."""
     keep = ("run", "annealed", "d_model", "train_length", "seed", "n_params", "budget")
     parts = [x[["far_over_in", "n_params"]] for x in (size, annealed) if x is not None]
     parts = [x.reset_coords([c for c in x.coords if c not in keep], drop=True) for x in parts]
@@ -140,7 +140,7 @@ def annealed_section(size: xr.Dataset, annealed: xr.Dataset) -> str:
     """docs/results.md's table of every run trained alone to a budget (the size preset's and
     the size-annealed preset's) beside the size map's in-run checkpoint at that budget, and
     how many in-run rises hold when trained alone."""
-    from dynlab.report.lm import alone_rows
+    from dynlab.lm.report.tables import alone_rows
 
     both = with_annealed(size, annealed)
     g = size_grid(both)

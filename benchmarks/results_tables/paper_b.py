@@ -10,7 +10,7 @@ import xarray as xr
 from results_tables.common import DATA, cpu_of, dataset, first_spec, prose, seed_range, wall_time
 from results_tables.lm_interventions import intervention_rows
 from results_tables.lm_ppl import budget_cell, context_cell, ratio_stats, size_cell
-from dynlab.report.lm import RISE
+from dynlab.lm.report.tables import RISE
 from results_tables.tasks import babi_cell, babi_kinds_cell, copying_cell, learnability_text, passkey_cell
 
 #: How README names the LM mixers.

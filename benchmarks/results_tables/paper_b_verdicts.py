@@ -3,7 +3,7 @@ datasets by a stated rule, with a number or two where it decides; the full numbe
 claim are docs/results.md's "Paper B's claims in detail" (:mod:`results_tables.paper_b`).
 
 The rules, the same for every row: a rise is a far/in PPL ratio above
-:data:`~dynlab.report.lm.RISE` and "rises" means in a majority of seeds; a contrast "holds"
+:data:`~dynlab.lm.report.tables.RISE` and "rises" means in a majority of seeds; a contrast "holds"
 when its Holm-adjusted p (over the family its dataset tests) is below 0.05 (a task contrast,
 tested alone at the longest length, when its own p is; bAbI's, Holm over its arms × kinds)."""
 
@@ -14,7 +14,7 @@ import xarray as xr
 
 from dynlab.analysis.contrasts import holm
 from dynlab.report import arm_in_range, far_in_ratio, headline_contrasts, holm_contrasts
-from dynlab.report.lm import RISE, size_grid
+from dynlab.lm.report.tables import RISE, size_grid
 
 from results_tables.common import DATA, dataset, first_spec, join_and, minus, prose, seed_range
 from results_tables.lm_interventions import PAPER_B_ARMS, _arm_name
@@ -236,10 +236,10 @@ STATE = "length-generalization-state"
 
 
 def state_verdict(ds: xr.Dataset) -> str:
-    """The ``state`` map's two pre-registered verdicts (:func:`dynlab.report.forget.state_verdicts`)
+    """The ``state`` map's two pre-registered verdicts (:func:`dynlab.lm.report.forget.state_verdicts`)
     with the numbers that decide them: the thresholds' censoring, the fit's slope interval,
     the runs rising above their cell's T_forget, and the pooled contraction correlation."""
-    from dynlab.report.forget import contraction_correlations, forget_fit, forget_grid, forget_thresholds, state_verdicts
+    from dynlab.lm.report.forget import contraction_correlations, forget_fit, forget_grid, forget_thresholds, state_verdicts
 
     grid = forget_grid(ds)
     th = forget_thresholds(grid)

@@ -3,9 +3,12 @@
 Every panel declares the dataset variables it reads (:func:`dynlab.figures.panel.needs`),
 and every study declares its panels (``Study.panels``: a function of the dataset giving
 panel name -> :class:`~dynlab.figures.panel.Panel` or :class:`~dynlab.figures.panel.Table`;
-the builders are :func:`group_tracking_panels`, :func:`nonlinearity_panels`,
-:func:`dynlab.figures.lm.length_generalization_panels` and the task studies' in
-:mod:`dynlab.figures.tasks`).
+each paper's panels and their builders live in its own package: paper A's in
+:mod:`dynlab.tracking.figures` (:func:`~dynlab.tracking.figures.sets.group_tracking_panels`,
+:func:`~dynlab.tracking.figures.sets.nonlinearity_panels`), paper B's in :mod:`dynlab.lm.figures`
+(:func:`~dynlab.lm.figures.panels.length_generalization_panels`, the task studies' in
+:mod:`dynlab.lm.figures.tasks`).  This package holds what every study's figures share and
+imports neither paper.
 
 ``write_figures(ds, out_dir, panels)`` draws each panel as ``<panel>.png`` and
 ``<panel>.pdf`` (or the formats asked for, :data:`~dynlab.names.FIGURE_FORMATS`) at column
@@ -37,16 +40,9 @@ import xarray as xr
 from dynlab.figures.panel import (
     MissingData, MissingVariables, NothingToDraw, Panel, Table, draw_empty, empty_table, needs,
 )
-from dynlab.figures.ablation import mp_by_nonlinearity, mp_failure_table
-from dynlab.figures.dynamics import (
-    failure_modes, fixed_point_spectra, margin_panel, perturbation_recovery, return_map_eigs,
-)
 from dynlab.figures.legends import fit_figure
 from dynlab.figures.style import (
     COLUMN_WIDTH, PAGE_PANEL_HEIGHT, PAGE_WIDTH, PANEL_HEIGHT, ROW_HEIGHT, publication_style,
-)
-from dynlab.figures.tracking import (
-    accuracy_heatmap, horizon_forecast_scatter, q_curves, r_par_perp, tcross_mp_scatter,
 )
 from dynlab.names import FIGURE_FORMATS, FIGURE_WIDTHS
 
@@ -58,26 +54,13 @@ __all__ = [
     "Panel",
     "Table",
     "MAX_ROWS",
-    "accuracy_heatmap",
     "composite_figure",
     "composite_pages",
     "draw_empty",
-    "failure_modes",
     "figure_items",
-    "fixed_point_spectra",
-    "group_tracking_panels",
-    "margin_panel",
-    "mp_by_nonlinearity",
-    "mp_failure_table",
     "needs",
-    "nonlinearity_panels",
     "panel_figure",
     "panel_size",
-    "perturbation_recovery",
-    "q_curves",
-    "r_par_perp",
-    "return_map_eigs",
-    "tcross_mp_scatter",
     "write_figures",
 ]
 
@@ -100,56 +83,6 @@ class FigureSet:
     written: list[Path] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     empty: list[str] = field(default_factory=list)
-
-
-def _groups(ds: xr.Dataset) -> list[str]:
-    if "group" not in ds.coords:
-        return []
-    return list(dict.fromkeys(str(g) for g in ds["group"].values))
-
-
-def group_tracking_panels(ds: xr.Dataset) -> dict[str, Panel | Table]:
-    """The panels of a group-tracking dataset, in three figures (claims): the main one,
-    whether the crossing time predicts where a tracker fails (q(t) and q_dec(t), T_cross vs
-    mp for the default variant and q, the horizon forecast vs mp, R∥/R⊥); ``accuracy`` (a
-    heatmap per group); ``dynamics`` (return-map eigenvalues at the centroids and at the
-    fixed points, perturbation recovery, failure modes from q and q_dec, the margin per group)."""
-    panels: dict[str, Panel | Table] = {f"accuracy_{g}": Panel(accuracy_heatmap, {"group": g}, "accuracy")
-                                        for g in _groups(ds)}
-    if not panels:
-        panels["accuracy"] = Panel(accuracy_heatmap, figure="accuracy")
-    panels.update(
-        q_curves=Panel(q_curves),
-        q_dec_curves=Panel(q_curves, {"variable": "q_dec"}),
-        tcross_mp=Panel(tcross_mp_scatter),
-        tcross_q_mp=Panel(tcross_mp_scatter, {"variant": "q"}),
-        horizon_forecast=Panel(horizon_forecast_scatter),
-        r_par_perp=Panel(r_par_perp),
-        return_map_eigs=Panel(return_map_eigs, figure="dynamics"),
-        fixed_point_spectra=Panel(fixed_point_spectra, figure="dynamics"),
-        perturbation_recovery=Panel(perturbation_recovery, figure="dynamics"),
-        failure_modes=Panel(failure_modes, figure="dynamics"),
-        failure_modes_dec=Panel(failure_modes, {"variable": "failure_mode_dec"}, "dynamics"),
-        margin=Panel(margin_panel, figure="dynamics"),
-    )
-    return panels
-
-
-def nonlinearity_panels(ds: xr.Dataset) -> dict[str, Panel | Table]:
-    """The panels of the nonlinearity ablation: mp per φ, failure modes per φ and the
-    return-map eigenvalues (the main figure), accuracy heatmaps with a row per φ (figure
-    ``accuracy``), q(t) per group coloured by φ (figure ``q``), and the Markdown table
-    ``mp_table`` (:func:`~dynlab.figures.ablation.mp_failure_table`)."""
-    groups = _groups(ds)
-    panels: dict[str, Panel | Table] = {"mp_by_nonlinearity": Panel(mp_by_nonlinearity)}
-    for g in groups:
-        panels[f"accuracy_{g}"] = Panel(accuracy_heatmap, {"group": g, "by": "nonlinearity"}, "accuracy")
-    panels["failure_modes"] = Panel(failure_modes, {"by": "nonlinearity"})
-    for g in groups:
-        panels[f"q_{g}"] = Panel(q_curves, {"group": g, "color_by": "nonlinearity"}, "q")
-    panels["return_map_eigs"] = Panel(return_map_eigs, {"color_by": "nonlinearity"})
-    panels["mp_table"] = Table(mp_failure_table)
-    return panels
 
 
 #: matplotlib's notice that a figure too crowded for its size keeps its plain layout: the

@@ -2,7 +2,7 @@
 
 An *arm* is the set of runs that share every run coord but the seed (:func:`run_arms`,
 named by the coords that differ between arms, :data:`ARM_COORDS`).  This module holds
-what the position panels (:mod:`dynlab.figures.lm`), the summary panels and the
+what the position panels (:mod:`dynlab.lm.figures.panels`), the summary panels and the
 training-loss panel (:mod:`dynlab.figures.training`) share about them: the colours and
 line styles per arm (one colour per arm, or per model size with a line style per
 training length, :func:`arm_styles`), the legends (:func:`factored_legend`,

@@ -28,12 +28,15 @@ Supported studies (``ds.attrs["study"]``):
 ``docs/performance.md`` holds these tables for the files in ``benchmarks/results/``
 (``benchmarks/make_docs.sh`` writes them; a test checks they still match).
 
-One module per job: :mod:`~dynlab.report.tracking` (group-tracking),
-:mod:`~dynlab.report.lm` (length-generalization), :mod:`~dynlab.report.tasks` (copying,
-passkey, babilong), :mod:`~dynlab.report.bench` (benchmark JSON),
-:mod:`~dynlab.report.theory` (what each tracker can track) and
-:mod:`~dynlab.report.format` (number formats, the machine and status lines); every public
-name is importable from ``dynlab.report``, and :func:`report` picks the tables of a path.
+Each paper's tables live in its own package: paper A's in :mod:`dynlab.tracking.report`
+(:mod:`~dynlab.tracking.report.tables`, group-tracking; :mod:`~dynlab.tracking.report.theory`,
+what each tracker can track), paper B's in :mod:`dynlab.lm.report`
+(:mod:`~dynlab.lm.report.tables`, length-generalization; :mod:`~dynlab.lm.report.forget`, the
+``state`` preset; :mod:`~dynlab.lm.report.tasks`, copying, passkey, babilong).  This package
+holds what both share, :mod:`~dynlab.report.bench` (benchmark JSON) and
+:mod:`~dynlab.report.format` (number formats, the machine and status lines), and
+:func:`report`, which picks the tables of a path; every public name of the papers' tables is
+importable from ``dynlab.report`` (imported on first use).
 
 No torch and no plotting: xarray and numpy only.
 """
@@ -49,25 +52,25 @@ from dynlab.errors import DynlabInputError
 if TYPE_CHECKING:  # what _EXPORTS names, for type checkers and benchmarks/import_graph.py
     from dynlab.report.bench import bench_machine_line, bench_markdown, bench_tables
     from dynlab.report.format import machine_line
-    from dynlab.report.lm import (
+    from dynlab.lm.report.tables import (
         arm_order_lines, budget_tables, context_tables, far_in_ratio, first_rise, holm_contrasts, intervention_tables,
         last_rise, lm_tables, size_tables, tbtt_line,
     )
-    from dynlab.report.tasks import TASK_STUDIES, arm_in_range, headline, headline_contrasts, task_tables
-    from dynlab.report.theory import THEORY, theory_learns
-    from dynlab.report.tracking import learned_mp, reproduction_tables, tracking_tables
+    from dynlab.lm.report.tasks import TASK_STUDIES, arm_in_range, headline, headline_contrasts, task_tables
+    from dynlab.tracking.report.theory import THEORY, theory_learns
+    from dynlab.tracking.report.tables import learned_mp, reproduction_tables, tracking_tables
 
 #: Public name -> the module that defines it, imported when the name is first read (as in
-#: :mod:`dynlab`), so that one module (:mod:`~dynlab.report.theory`, :mod:`~dynlab.report.lm`)
+#: :mod:`dynlab`), so that one module (:mod:`~dynlab.tracking.report.theory`, :mod:`~dynlab.lm.report.tables`)
 #: loads without the others.
 _EXPORTS = {name: module for module, names in {
     "dynlab.report.bench": ("bench_machine_line", "bench_markdown", "bench_tables"),
     "dynlab.report.format": ("machine_line",),
-    "dynlab.report.lm": ("arm_order_lines", "budget_tables", "context_tables", "far_in_ratio", "first_rise",
+    "dynlab.lm.report.tables": ("arm_order_lines", "budget_tables", "context_tables", "far_in_ratio", "first_rise",
                          "holm_contrasts", "intervention_tables", "last_rise", "lm_tables", "size_tables", "tbtt_line"),
-    "dynlab.report.tasks": ("TASK_STUDIES", "arm_in_range", "headline", "headline_contrasts", "task_tables"),
-    "dynlab.report.theory": ("THEORY", "theory_learns"),
-    "dynlab.report.tracking": ("learned_mp", "reproduction_tables", "tracking_tables"),
+    "dynlab.lm.report.tasks": ("TASK_STUDIES", "arm_in_range", "headline", "headline_contrasts", "task_tables"),
+    "dynlab.tracking.report.theory": ("THEORY", "theory_learns"),
+    "dynlab.tracking.report.tables": ("learned_mp", "reproduction_tables", "tracking_tables"),
 }.items() for name in names}
 
 __all__ = sorted([*_EXPORTS, "report"])
@@ -96,9 +99,9 @@ def report(path: str | Path) -> str:
 
 def _study_tables(p: Path, ds) -> str:
     """:func:`report` of the study dataset ``ds`` read from ``p``."""
-    from dynlab.report.lm import budget_tables, context_tables, intervention_tables, lm_tables, size_tables
-    from dynlab.report.tasks import TASK_STUDIES, task_tables
-    from dynlab.report.tracking import tracking_tables
+    from dynlab.lm.report.tables import budget_tables, context_tables, intervention_tables, lm_tables, size_tables
+    from dynlab.lm.report.tasks import TASK_STUDIES, task_tables
+    from dynlab.tracking.report.tables import tracking_tables
 
     study = ds.attrs.get("study")
     if study in TASK_STUDIES:
@@ -106,7 +109,7 @@ def _study_tables(p: Path, ds) -> str:
     if study == "length-generalization":
         import numpy as np
 
-        from dynlab.report.forget import is_state_map, state_tables
+        from dynlab.lm.report.forget import is_state_map, state_tables
 
         if is_state_map(ds):
             return state_tables(ds)

@@ -9,7 +9,7 @@ import numpy as np
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from dynlab.figures.tracking import tcross_mp_scatter, uncensored_pearson  # noqa: E402
+from dynlab.tracking.figures.panels import tcross_mp_scatter, uncensored_pearson  # noqa: E402
 
 from helpers.figure_data import HORIZON, N_FREE, N_STACK  # noqa: E402
 from helpers.figure_data import censored_dataset as _dataset  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from dynlab.figures.forget import forget_horizon_panel, forget_map_panel
+from dynlab.lm.figures.forget import forget_horizon_panel, forget_map_panel
 from helpers.figure_data import forget_dataset
 
 _dataset = forget_dataset

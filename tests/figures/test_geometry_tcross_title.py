@@ -10,7 +10,7 @@ import xarray as xr
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from dynlab.figures.tasks import geometry_tcross_panel  # noqa: E402
+from dynlab.lm.figures.tasks import geometry_tcross_panel  # noqa: E402
 
 
 def _ds(t, h) -> xr.Dataset:

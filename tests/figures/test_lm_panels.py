@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from dynlab.figures.lm import far_in_budget_panel, length_generalization_panels  # noqa: E402
+from dynlab.lm.figures.panels import far_in_budget_panel, length_generalization_panels  # noqa: E402
 
 from helpers.figure_checks import clipped_titles as _clipped_titles  # noqa: E402
 from helpers.paths import REPO  # noqa: E402
@@ -104,7 +104,7 @@ def test_the_committed_budget_dataset_draws_far_over_in_and_an_older_one_far_in_
 
 
 def test_context_ladder_one_line_per_size_at_the_seed_means():
-    from dynlab.figures.lm import context_ladder_panel
+    from dynlab.lm.figures.panels import context_ladder_panel
 
     ds = xr.open_dataset(DATASETS / "length-generalization-context.nc")
     panels = length_generalization_panels(ds)
@@ -130,7 +130,7 @@ def test_context_ladder_one_line_per_size_at_the_seed_means():
 
 
 def test_holm_matches_a_hand_computation():
-    from dynlab.figures.lm import holm
+    from dynlab.lm.figures.panels import holm
 
     # sorted 0.01, 0.03, 0.04 -> 3*0.01, max(2*0.03, .03), max(1*0.04, .06); NaN untouched, not counted
     np.testing.assert_allclose(holm(np.array([0.04, 0.01, np.nan, 0.03])), [0.06, 0.03, np.nan, 0.06])
@@ -139,7 +139,7 @@ def test_holm_matches_a_hand_computation():
 
 @pytest.mark.parametrize("name", ["length-generalization-interventions.nc", "length-generalization-interventions-no-conv.nc"])
 def test_interventions_one_colour_per_arm_and_a_forest_plot(name, tmp_path):
-    from dynlab.figures.lm import contrast_forest_panel, holm, ppl_panel
+    from dynlab.lm.figures.panels import contrast_forest_panel, holm, ppl_panel
 
     ds = xr.open_dataset(DATASETS / name)
     ax = ppl_panel(ds, _ax())
@@ -195,8 +195,8 @@ def test_a_title_wider_than_its_axes_is_wrapped_to_fit():
 
 def test_task_panels_count_left_out_runs_correct_stars_and_label_bands():
     from dynlab.figures.arms import BAND
-    from dynlab.figures.lm import holm
-    from dynlab.figures.tasks import babi_panel, copying_panel, passkey_difference, passkey_heatmap
+    from dynlab.lm.figures.panels import holm
+    from dynlab.lm.figures.tasks import babi_panel, copying_panel, passkey_difference, passkey_heatmap
 
     ds = xr.open_dataset(DATASETS / "passkey.nc").load()
     post = ds["phase"].values.astype(str) == "post"  # the heatmaps draw the post-trained arms
@@ -225,7 +225,7 @@ def test_task_panels_count_left_out_runs_correct_stars_and_label_bands():
 
 
 def test_effrem_on_a_log_axis_of_the_context_kept():
-    from dynlab.figures.lm import effrem_panel
+    from dynlab.lm.figures.panels import effrem_panel
 
     ds = xr.open_dataset(DATASETS / "length-generalization.nc")
     ax = effrem_panel(ds, _ax())

@@ -12,23 +12,13 @@ from matplotlib.collections import PathCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Circle  # noqa: E402
 
-from dynlab.figures import (  # noqa: E402
-    MissingData,
-    accuracy_heatmap,
-    failure_modes,
-    fixed_point_spectra,
-    group_tracking_panels,
-    margin_panel,
-    mp_by_nonlinearity,
-    mp_failure_table,
-    perturbation_recovery,
-    q_curves,
-    r_par_perp,
-    return_map_eigs,
-    tcross_mp_scatter,
-    write_figures,
+from dynlab.figures import MissingData, write_figures  # noqa: E402
+from dynlab.tracking.figures.ablation import default_mode_variable, mp_by_nonlinearity, mp_failure_table  # noqa: E402
+from dynlab.tracking.figures.dynamics import (  # noqa: E402
+    failure_modes, fixed_point_spectra, margin_panel, perturbation_recovery, return_map_eigs,
 )
-from dynlab.figures.ablation import default_mode_variable  # noqa: E402
+from dynlab.tracking.figures.panels import accuracy_heatmap, q_curves, r_par_perp, tcross_mp_scatter  # noqa: E402
+from dynlab.tracking.figures.sets import group_tracking_panels  # noqa: E402
 from dynlab.results.schema import write_dataset  # noqa: E402
 
 from helpers import figure_data  # noqa: E402
@@ -98,7 +88,7 @@ def test_tcross_mp_scatter_places_censored_runs_at_their_bound_and_prints_r():
 
 
 def test_horizon_forecast_scatter_fills_failing_runs_and_prints_their_loglog_r():
-    from dynlab.figures.tracking import horizon_forecast_scatter
+    from dynlab.tracking.figures.panels import horizon_forecast_scatter
 
     ds = synthetic()
     # mp = [1000c, 200, 60, 0, 1000c, 1000c, 10, 60]; the failing runs with a forecast are 1, 2, 6, 7
@@ -304,13 +294,13 @@ def test_figure_modules_import_no_torch():
     import dynlab.figures
 
     root = Path(dynlab.figures.__file__).parent
-    allowed_dynlab = {"dynlab.figures", "dynlab.figures.panel", "dynlab.figures.style", "dynlab.figures.tracking",
-                      "dynlab.figures.runs", "dynlab.figures.arms", "dynlab.figures.dynamics", "dynlab.figures.ablation",
-                      "dynlab.figures.lm", "dynlab.figures.training", "dynlab.figures.forget", "dynlab.figures.legends",
+    allowed_dynlab = {"dynlab.figures", "dynlab.figures.panel", "dynlab.figures.style", "dynlab.tracking.figures.panels",
+                      "dynlab.tracking.figures.runs", "dynlab.figures.arms", "dynlab.tracking.figures.dynamics", "dynlab.tracking.figures.ablation",
+                      "dynlab.lm.figures.panels", "dynlab.figures.training", "dynlab.lm.figures.forget", "dynlab.figures.legends",
                       "dynlab.tracking.groups",
                       "dynlab.names",
                       "dynlab.analysis.contrasts",  # torch-free: numpy, xarray, scipy (Holm)
-                      "dynlab.report.forget", "dynlab.report.lm"}  # torch-free: the state map's rule (numpy, scipy)
+                      "dynlab.lm.report.forget", "dynlab.lm.report.tables"}  # torch-free: the state map's rule (numpy, scipy)
     for path in sorted(root.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (

@@ -15,10 +15,9 @@ import xarray as xr
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from dynlab.figures import (  # noqa: E402
-    MAX_ROWS, Panel, composite_figure, composite_pages, figure_items, group_tracking_panels, nonlinearity_panels,
-    panel_figure, tcross_mp_scatter,
-)
+from dynlab.figures import MAX_ROWS, Panel, composite_figure, composite_pages, figure_items, panel_figure  # noqa: E402
+from dynlab.tracking.figures.panels import tcross_mp_scatter  # noqa: E402
+from dynlab.tracking.figures.sets import group_tracking_panels, nonlinearity_panels  # noqa: E402
 from dynlab.figures.legends import fit_legends  # noqa: E402
 from dynlab.figures.style import PAGE_HEIGHT, PAGE_WIDTH, publication_style  # noqa: E402
 from dynlab.results.schema import write_dataset  # noqa: E402
@@ -105,7 +104,7 @@ def test_every_figure_of_the_small_studies_prints():
     assert _problems(ablation, figure_items(ablation, nonlinearity_panels)) == []
     censored, _, _ = censored_dataset()
     assert _problems(censored, {"tcross_mp": Panel(tcross_mp_scatter)}) == []
-    from dynlab.figures.forget import forget_horizon_panel, forget_map_panel
+    from dynlab.lm.figures.forget import forget_horizon_panel, forget_map_panel
 
     state = forget_dataset()
     assert _problems(state, {"forget_map": Panel(forget_map_panel), "forget_horizon": Panel(forget_horizon_panel)}) == []
@@ -169,7 +168,7 @@ def test_the_mp_axis_says_0_only_below_every_point():
 def test_the_geometry_arms_are_drawn_side_by_side_and_counted():
     """Three arms at one (T_cross, horizon): their markers apart by more than a marker, at
     their values; two models of one arm on one point: '×2'."""
-    from dynlab.figures.tasks import geometry_tcross_panel
+    from dynlab.lm.figures.tasks import geometry_tcross_panel
 
     t, h = [8.0, 8.0, 8.0, 8.0, 16.0], [512.0, 512.0, 512.0, 512.0, 64.0]
     ds = xr.Dataset({"geo_T_cross": ("run", t), "geo_crossed": ("run", [True] * 5), "geo_horizon": ("run", h),
@@ -239,7 +238,7 @@ def test_the_groups_dataset_draws_its_claim_one_accuracy_heatmap_per_group():
     """The groups preset's claim is its accuracy heatmaps: the committed dataset holds the
     accuracy of every run at every test length, and `dynlab figures` draws one heatmap per
     group whose cells are the mean over each architecture's learned seeds."""
-    from dynlab.figures.tracking import accuracy_heatmap
+    from dynlab.tracking.figures.panels import accuracy_heatmap
     from dynlab.results.schema import open_dataset
 
     ds = open_dataset(DATASETS / "group-tracking-groups.nc")

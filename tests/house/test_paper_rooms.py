@@ -10,8 +10,8 @@ from pathlib import Path
 from helpers.paths import REPO
 
 #: The rooms both papers hold: the run spec, the models, the training engine, evaluation,
-#: the analysis, one run, the study dataset.
-ROOMS = {"spec", "models", "train", "evaluate", "analysis", "run", "dataset"}
+#: the analysis, one run, the study dataset, its figure panels and its report tables.
+ROOMS = {"spec", "models", "train", "evaluate", "analysis", "run", "dataset", "figures", "report"}
 
 #: The rooms one paper holds alone, each with what it is.
 OWN = {

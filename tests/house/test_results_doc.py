@@ -367,9 +367,9 @@ def test_the_annealed_count_in_readme_prose_is_the_datasets(readme_text):
 
 def test_the_state_map_row_carries_the_pre_registered_verdicts(readme_text):
     """When the state map's dataset is committed, README's row says the two verdicts that
-    dynlab.report.forget.state_verdicts gives it (the rule fixed before the seeds ran); until
+    dynlab.lm.report.forget.state_verdicts gives it (the rule fixed before the seeds ran); until
     then README has no such row."""
-    from dynlab.report.forget import state_verdicts
+    from dynlab.lm.report.forget import state_verdicts
 
     body = _section(readme_text, "paper-b")
     rows = [line for line in body.splitlines() if "learns to forget" in line]

@@ -194,7 +194,7 @@ def test_geometry_figures_draw_the_dataset_of_a_real_run(smoke_passkey, tmp_path
     import xarray as xr
 
     from dynlab.cli import main
-    from dynlab.figures.tasks import geometry_q_panel, geometry_tcross_panel
+    from dynlab.lm.figures.tasks import geometry_q_panel, geometry_tcross_panel
     ds = xr.load_dataset(smoke_passkey / "dataset.nc")
     fig, ax = plt.subplots()
     geometry_q_panel(ds, ax)

@@ -1,4 +1,4 @@
-"""The state preset's rule (dynlab.report.forget) on datasets whose answer is known."""
+"""The state preset's rule (dynlab.lm.report.forget) on datasets whose answer is known."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from dynlab.report.forget import contraction_correlations, forget_fit, forget_grid, forget_thresholds, state_tables
+from dynlab.lm.report.forget import contraction_correlations, forget_fit, forget_grid, forget_thresholds, state_tables
 
 LENGTHS = (16, 32, 64, 128, 256)
 
@@ -68,7 +68,7 @@ def test_contraction_correlations_pooled_and_within_with_holm():
 
 
 def test_a_state_map_is_one_width_with_several_states():
-    from dynlab.report.forget import is_state_map
+    from dynlab.lm.report.forget import is_state_map
 
     ds = _dataset(lambda s, seed: 64)
     assert is_state_map(ds)
@@ -93,7 +93,7 @@ def _rho_horizon(sign):
     (lambda s, seed: {1024: 0, 4096: 0, 16384: 10**6}[s], None, ("not decided", "not decided")),
 ])
 def test_the_pre_registered_threshold_verdict(threshold, horizon, expect):
-    from dynlab.report.forget import state_verdicts
+    from dynlab.lm.report.forget import state_verdicts
 
     got = state_verdicts(_dataset(threshold))
     assert (got["threshold"], got["contraction"]) == expect
@@ -102,7 +102,7 @@ def test_the_pre_registered_threshold_verdict(threshold, horizon, expect):
 def test_the_threshold_is_refuted_when_the_largest_states_median_lies_below_the_smallests():
     """The largest state's T_forget censored below (<= 16) while the smallest's is 64 in every
     seed: the median does not increase (one uncensored size: no slope to fit)."""
-    from dynlab.report.forget import forget_fit, state_verdicts
+    from dynlab.lm.report.forget import forget_fit, state_verdicts
 
     ds = _dataset(lambda s, seed: {1024: 64, 4096: 0, 16384: 0}[s])
     assert np.isnan(forget_fit(forget_thresholds(forget_grid(ds)))["slope"])
@@ -113,7 +113,7 @@ def test_the_threshold_is_refuted_when_the_largest_states_median_lies_below_the_
 def test_the_pre_registered_contraction_verdict(sign, expect):
     """far/in 1.3 at T below 64 and 1.01 from it: a horizon / T_train that falls with T (sign
     +1: 1000 / T) goes with far/in, pooled and within every size."""
-    from dynlab.report.forget import state_verdicts
+    from dynlab.lm.report.forget import state_verdicts
 
     ds = _dataset(lambda s, seed: 64, horizon=_rho_horizon(sign))
     ds["far_in_ratio"] = ds["far_in_ratio"] + 1e-3 * (1000.0 / ds["train_length"])  # a strict order within the ties
@@ -123,7 +123,7 @@ def test_the_pre_registered_contraction_verdict(sign, expect):
 def test_a_state_size_that_never_learned_has_no_threshold_and_decides_nothing():
     """Every run of the smallest state diverged: its cells have no T_forget ('none'), it
     is left out of the medians, and the verdict cannot be 'refuted' on its account."""
-    from dynlab.report.forget import state_verdicts
+    from dynlab.lm.report.forget import state_verdicts
 
     ds = _dataset(lambda s, seed: {1024: 0, 4096: (64, 256, 32)[seed], 16384: 128}[s],
                   status=lambda s, t, seed: "diverged" if s == 1024 else "ok")

@@ -11,7 +11,7 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend chosen first)
 
-from dynlab.figures.lm import effrem_panel, ppl_panel, state_std_panel  # noqa: E402
+from dynlab.lm.figures.panels import effrem_panel, ppl_panel, state_std_panel  # noqa: E402
 from dynlab.lm.spec import LMRunSpec  # noqa: E402
 from dynlab.runner.driver import open_study, run_study  # noqa: E402
 from dynlab.studies import get_study  # noqa: E402

@@ -10,7 +10,7 @@ import torch
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from dynlab.figures import mp_by_nonlinearity  # noqa: E402
+from dynlab.tracking.figures.ablation import mp_by_nonlinearity  # noqa: E402
 from dynlab.tracking.models import Tracker  # noqa: E402
 from dynlab.runner.driver import open_study, run_study  # noqa: E402
 from dynlab.studies import get_study  # noqa: E402

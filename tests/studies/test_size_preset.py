@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dynlab.lm.run.text import build_model, checkpoint_steps, count_parameters
-from dynlab.report.lm import size_grid, size_tables
+from dynlab.lm.report.tables import size_grid, size_tables
 from dynlab.studies.length_generalization import STUDY, make_specs
 from dynlab.runner.protocol import StudyOptions
 

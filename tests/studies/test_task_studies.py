@@ -318,7 +318,7 @@ def test_a_warm_start_trains_the_same_model_on_its_task_first():
 
 def test_babi_panel_draws_each_kinds_chance_level(repo_root):
     """The dotted lines of the bAbI panel sit at babi_chance(kind, n_facts) of the dataset's runs, in the kind's colour."""
-    from dynlab.figures.tasks import babi_panel
+    from dynlab.lm.figures.tasks import babi_panel
     from dynlab.lm.data.tasks import babi_chance
     from dynlab.results.schema import open_dataset
 

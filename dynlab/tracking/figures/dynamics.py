@@ -1,6 +1,6 @@
 """Figure panels of the group trackers' dynamics (paper A): the return map's eigenvalues at
 the centroids and at its fixed points, recovery from a perturbation, the failure modes and
-the decision margin; pure ``(ds, ax) -> ax`` functions like :mod:`dynlab.figures.tracking`
+the decision margin; pure ``(ds, ax) -> ax`` functions like :mod:`dynlab.tracking.figures.panels`
 (same dataset, same rules: only runs with ``status == 'ok'`` are drawn, except in the
 return-map panel, which marks the runs that never learned apart).
 """
@@ -15,7 +15,7 @@ from matplotlib.patches import Circle
 
 from dynlab.figures.legends import legend
 from dynlab.figures.panel import NothingToDraw, needs
-from dynlab.figures.runs import (
+from dynlab.tracking.figures.runs import (
     FAILURE_MODES, MODE_COLORS, ORDER, PHI_ORDER, arch_order, color_of, median_band, nonempty, ok_runs, ordered, strs,
 )
 from dynlab.figures.style import FAMILY_COLORS, arch_color, axis_label, family_color, log_axis

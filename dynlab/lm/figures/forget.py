@@ -2,7 +2,7 @@
 
 :func:`forget_map_panel`: far/in over (state size, T_train), the mean over the seeds that
 learned, as a heatmap centred on 1, each cell's value and how many seeds rose written in
-it, and T_forget (:mod:`dynlab.report.forget`; median over seeds) as the line it draws
+it, and T_forget (:mod:`dynlab.lm.report.forget`; median over seeds) as the line it draws
 through the map; a threshold the grid does not bracket (censored) sits on the map's edge
 as a filled arrow, and the title says what it stands for. :func:`forget_horizon_panel`
 beside it: the state map's memory horizon over T_train (``memory_horizon``,
@@ -18,8 +18,8 @@ from matplotlib.axes import Axes
 from matplotlib.colors import LogNorm, TwoSlopeNorm
 
 from dynlab.figures.panel import needs
-from dynlab.report.forget import forget_grid, forget_thresholds
-from dynlab.report.lm import RISE
+from dynlab.lm.report.forget import forget_grid, forget_thresholds
+from dynlab.lm.report.tables import RISE
 
 __all__ = ["forget_horizon_panel", "forget_map_panel"]
 

@@ -1,6 +1,6 @@
 """Figure panels of the nonlinearity ablation (paper A): mp per nonlinearity φ and the
 Markdown table of mp and failure modes per φ and group; pure functions of the study
-dataset like :mod:`dynlab.figures.tracking`.
+dataset like :mod:`dynlab.tracking.figures.panels`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from matplotlib.lines import Line2D
 
 from dynlab.figures.legends import legend
 from dynlab.figures.panel import needs
-from dynlab.figures.runs import (
+from dynlab.tracking.figures.runs import (
     FAILURE_MODES, MODE_MARKERS, PHI_ORDER, arch_order, mp_floor, mp_ticks, nonempty, ordered, strs,
 )
 from dynlab.figures.style import axis_label, log_axis

@@ -357,14 +357,14 @@ def length_generalization_panels(ds: xr.Dataset) -> dict[str, Panel]:
     """The panels of a length-generalization dataset: PPL(t), EffRem (TV) and the state std;
     far/in vs budget when the dataset has a ``budget`` dimension; the context ladder when
     T_train varies (without ``budget``); the forget map and memory horizon when the state
-    size varies (:mod:`dynlab.figures.forget`); the contrast forest plot when the dataset holds
+    size varies (:mod:`dynlab.lm.figures.forget`); the contrast forest plot when the dataset holds
     intervention contrasts (the study adds the training loss,
     :func:`dynlab.figures.training.training_panels`)."""
     panels = {name: Panel(fn) for name, fn in PANELS.items()}
-    from dynlab.report.forget import is_state_map
+    from dynlab.lm.report.forget import is_state_map
 
     if is_state_map(ds):  # the state preset
-        from dynlab.figures.forget import forget_horizon_panel, forget_map_panel
+        from dynlab.lm.figures.forget import forget_horizon_panel, forget_map_panel
 
         panels["forget_map"] = Panel(forget_map_panel)
         if "memory_horizon" in ds:

@@ -3,8 +3,8 @@
 This module draws what the runs measure along the sequence: the accuracy heatmap, q(t),
 T_cross and the horizon forecast against mp, and R∥/R⊥; the dynamics panels (return-map
 and fixed-point eigenvalues, perturbation recovery, failure modes, margin) are
-:mod:`dynlab.figures.dynamics`, the nonlinearity ablation's :mod:`dynlab.figures.ablation`,
-and what they share (run selection, orders, colours) :mod:`dynlab.figures.runs`.
+:mod:`dynlab.tracking.figures.dynamics`, the nonlinearity ablation's :mod:`dynlab.tracking.figures.ablation`,
+and what they share (run selection, orders, colours) :mod:`dynlab.tracking.figures.runs`.
 
 Each panel reads a study dataset (dim ``run`` with coords ``arch``, ``family``, ``group``,
 ``seed``, ``nonlinearity``; see :mod:`dynlab.results.vocabulary`), labels its axes from the
@@ -32,7 +32,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from dynlab.figures.panel import NothingToDraw, needs
-from dynlab.figures.runs import (
+from dynlab.tracking.figures.runs import (
     ORDER, PHI_ORDER, arch_order, color_of, in_group, median_band, mp_floor, mp_ticks, nonempty, ok_runs, ordered, strs,
     tau_of, title_suffix,
 )

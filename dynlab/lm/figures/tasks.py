@@ -20,7 +20,7 @@ from matplotlib.transforms import ScaledTranslation
 
 from dynlab.figures.arms import BAND
 from dynlab.figures.legends import legend
-from dynlab.figures.lm import holm
+from dynlab.lm.figures.panels import holm
 from dynlab.figures.panel import NothingToDraw, Panel, needs
 from dynlab.figures.style import axis_label, log_axis
 

@@ -6,8 +6,8 @@ its state size. On a ``state`` dataset (state sizes × T_train × seeds, far/in 
 T_train) this module computes, under one rule (:data:`RULE`, fixed on a pilot seed before
 the reported seeds ran):
 
-- **rises**: a run's far/in ratio (:func:`dynlab.report.lm.far_in_ratio`) above
-  :data:`~dynlab.report.lm.RISE` (1.05, the size map's threshold); only runs that learned
+- **rises**: a run's far/in ratio (:func:`dynlab.lm.report.tables.far_in_ratio`) above
+  :data:`~dynlab.lm.report.tables.RISE` (1.05, the size map's threshold); only runs that learned
   (``status`` ok and ``converged``) count, the others are left out and counted;
 - **T_forget** of a (state size, seed): the smallest T_train of the grid whose run does not
   rise (:func:`forget_thresholds`); censored below (the shortest does not rise: T_forget ≤
@@ -28,7 +28,7 @@ import xarray as xr
 from scipy import stats
 
 from dynlab.analysis.contrasts import holm
-from dynlab.report.lm import RISE, far_in_ratio
+from dynlab.lm.report.tables import RISE, far_in_ratio
 
 __all__ = ["RULE", "contraction_correlations", "is_state_map", "forget_fit", "forget_grid", "forget_thresholds", "state_tables",
            "state_verdicts"]

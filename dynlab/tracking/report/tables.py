@@ -6,7 +6,7 @@ import numpy as np
 import xarray as xr
 
 from dynlab.report.format import fmt_number, machine_line
-from dynlab.report.theory import theory_learns
+from dynlab.tracking.report.theory import theory_learns
 
 __all__ = ["learned_mp", "reproduction_tables", "tracking_tables"]
 

@@ -3,8 +3,8 @@
 The run selection (:func:`ok_runs`, :func:`in_group`, :func:`nonempty`), the orders of
 architectures, families and nonlinearities (:func:`arch_order`, :func:`ordered`,
 :data:`PHI_ORDER`), the colours of nonlinearities and failure modes, and the small drawing
-helpers (:func:`median_band`, :func:`mp_floor`, :func:`mp_ticks`) used by :mod:`dynlab.figures.tracking`,
-:mod:`dynlab.figures.dynamics` and :mod:`dynlab.figures.ablation`.  No torch, no file I/O.
+helpers (:func:`median_band`, :func:`mp_floor`, :func:`mp_ticks`) used by :mod:`dynlab.tracking.figures.panels`,
+:mod:`dynlab.tracking.figures.dynamics` and :mod:`dynlab.tracking.figures.ablation`.  No torch, no file I/O.
 """
 
 from __future__ import annotations
