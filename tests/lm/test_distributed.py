@@ -24,13 +24,18 @@ HELPER = Path(__file__).parents[1] / "helpers" / "ddp_train.py"
 pytestmark = pytest.mark.slow
 
 
-def _run(out: Path, batch: int, arm: str, world: int, resume: Path | None = None, crash_at: int = -1,
-         expect: int = 0, seed: int = 5) -> dict:
+def _launch(script: Path, args: list[str], world: int, home: Path) -> subprocess.CompletedProcess:
+    """``script`` with ``args`` in a fresh process (``world`` 1) or under ``torchrun`` with ``world`` processes."""
     launcher = [sys.executable] if world == 1 else [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"]
+    return subprocess.run([*launcher, str(script), *args], capture_output=True, text=True, timeout=300,
+                          env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(home)})
+
+
+def _run(out: Path, batch: int, arm: str, world: int, resume: Path | None = None, crash_at: int = -1,
+         expect: int = 0, seed: int = 5) -> dict:
     args = [str(out), str(batch), arm, str(resume) if resume else "-", str(crash_at), str(seed)]
-    done = subprocess.run([*launcher, str(HELPER), *args], capture_output=True, text=True, timeout=300,
-                          env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(out.parent)})
+    done = _launch(HELPER, args, world, out.parent)
     assert (done.returncode == 0) == (expect == 0), done.stderr[-3000:]
     return torch.load(out, weights_only=True) if expect == 0 else {}
 
@@ -103,9 +108,7 @@ def test_a_state_saved_by_two_processes_is_refused_by_one(tmp_path):
 def test_a_joined_group_is_left_before_the_interpreter_tears_down(tmp_path):
     """A gloo group left to finalisation can abort the process after its work is done
     (SIGABRT, "terminate called without an active exception"): init_world leaves it at exit."""
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(HELPER.with_name("ddp_exit.py"))], capture_output=True, text=True, timeout=300,
-                          env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    done = _launch(HELPER.with_name("ddp_exit.py"), [], 2, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("sum [3.0, 3.0, 3.0]") == 2, done.stdout
     assert done.stdout.count("joined at exit: False") == 2, done.stdout
