@@ -10,6 +10,7 @@ and agrees exactly.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -107,11 +108,18 @@ def test_a_state_saved_by_two_processes_is_refused_by_one(tmp_path):
 
 def test_a_joined_group_is_left_before_the_interpreter_tears_down(tmp_path):
     """A gloo group left to finalisation can abort the process after its work is done
-    (SIGABRT, "terminate called without an active exception"): init_world leaves it at exit."""
+    (SIGABRT, "terminate called without an active exception"): init_world leaves it at exit,
+    and leaving it stops gloo's threads even after a DDP step (which imports torch._dynamo, a
+    module that, imported after the group exists, kept it alive past destroy_process_group)."""
+    if not Path("/proc/self/task").is_dir():
+        pytest.skip("counts native threads through /proc (Linux)")
     done = _launch(HELPER.with_name("ddp_exit.py"), [], 2, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("sum [3.0, 3.0, 3.0]") == 2, done.stdout
     assert done.stdout.count("joined at exit: False") == 2, done.stdout
+    joined = [int(n) for n in re.findall(r"gloo threads while joined: (\d+)", done.stdout)]
+    assert len(joined) == 2 and min(joined) > 0, done.stdout  # the count sees gloo's threads
+    assert done.stdout.count("gloo threads at exit: 0") == 2, done.stdout
 
 
 def test_accum_for_tokens_divides_exactly():
