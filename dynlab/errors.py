@@ -43,7 +43,7 @@ from typing import Any
 
 __all__ = ["ENV_OTHERS", "ENV_SWITCHES", "EXIT_BAD_INPUT", "EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "DynlabInputError",
            "DynlabMachineError", "DynlabStoppedError", "check_environment", "debug_enabled", "exit_status",
-           "format_validation_error", "is_usage_error", "stopping_after_changes", "unknown_environment",
+           "format_validation_error", "in_option_words", "is_usage_error", "stopping_after_changes", "unknown_environment",
            "validation_errors"]
 
 #: The command did what it was asked.
@@ -215,3 +215,37 @@ def format_validation_error(exc: Any) -> str:
     """A pydantic ``ValidationError`` as one line naming each bad field and why
     (``loc: message; …``; ``spec`` where the error is about the whole model)."""
     return "; ".join(f"{'.'.join(loc) or 'spec'}: {msg}" for loc, msg, _ in validation_errors(exc))
+
+
+@contextmanager
+def in_option_words(fields: Mapping[str, str]) -> Iterator[None]:
+    """Say a spec's validation error in the words of the options: a bad field named in
+    ``fields`` is reported as that option (``chunk_len`` -> ``--seq-len``), one line; a
+    refusal whose line starts with such a field (``source 'x': …``) names the option
+    (``--source 'x': …``)."""
+    from pydantic import ValidationError
+
+    try:
+        yield
+    except ValidationError as exc:
+        parts: list[str] = []
+        for loc, msg, err in validation_errors(exc):
+            field = next((x for x in loc if x in fields), None)
+            said = next((f for f in fields if msg.startswith((f"{f} ", f"{f}:")) and fields[f].startswith("--")), None)
+            if field is None and said is not None:  # the spec as a whole, about a field an option sets
+                part = fields[said] + msg[len(said):]
+            elif field is None:  # a field no option sets, or the spec as a whole
+                part = f"invalid {exc.title}: {'.'.join(loc) + ': ' if loc else ''}{msg}"
+            elif "input" in err and not isinstance(err["input"], (dict, list, tuple)):
+                part = f"{fields[field]} {err['input']!r}: {msg}"
+            else:
+                part = f"{fields[field]}: {msg}"
+            if part not in parts:
+                parts.append(part)
+        raise DynlabInputError("; ".join(parts)) from None
+    except DynlabInputError as exc:  # a refusal that names a field (``source 'x': …``): named as its option
+        text = str(exc)
+        field = next((f for f in fields if text.startswith(f"{f} ") and fields[f].startswith("--")), None)
+        if field is None:
+            raise
+        raise DynlabInputError(fields[field] + text[len(field):]) from None

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
-from dynlab.app.checks import (cell_names, check_device, in_option_words, in_range, nonempty_path, parse_list,
+from dynlab.app.checks import (cell_names, check_device, in_range, nonempty_path, parse_list,
                                parse_numbers, say_notes)
 from dynlab.app.checks import echo as plain_echo
-from dynlab.errors import DynlabInputError
+from dynlab.errors import DynlabInputError, in_option_words
 from dynlab.names import MIXER_NAMES
 
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dynlab.errors import DynlabInputError, validation_errors
+from dynlab.errors import DynlabInputError
 from dynlab.names import CELL_NAMES, EXECUTORS, SOURCES
 
 #: The output folder of the commands that write runs (``--out``).
@@ -215,39 +214,6 @@ def in_range(flag: str, value: float, low: float, high: float | None = None, wha
         allowed = f"{low} to {high}" if high is not None else f"{low} or more"
         raise DynlabInputError(f"{flag} {value} is out of range; allowed: {allowed}{' ' + what if what else ''}")
 
-
-@contextmanager
-def in_option_words(fields: Mapping[str, str]) -> Iterator[None]:
-    """Say a spec's validation error in the words of the options: a bad field named in
-    ``fields`` is reported as that option (``chunk_len`` -> ``--seq-len``), one line; a
-    refusal whose line starts with such a field (``source 'x': …``) names the option
-    (``--source 'x': …``)."""
-    from pydantic import ValidationError
-
-    try:
-        yield
-    except ValidationError as exc:
-        parts: list[str] = []
-        for loc, msg, err in validation_errors(exc):
-            field = next((x for x in loc if x in fields), None)
-            said = next((f for f in fields if msg.startswith((f"{f} ", f"{f}:")) and fields[f].startswith("--")), None)
-            if field is None and said is not None:  # the spec as a whole, about a field an option sets
-                part = fields[said] + msg[len(said):]
-            elif field is None:  # a field no option sets, or the spec as a whole
-                part = f"invalid {exc.title}: {'.'.join(loc) + ': ' if loc else ''}{msg}"
-            elif "input" in err and not isinstance(err["input"], (dict, list, tuple)):
-                part = f"{fields[field]} {err['input']!r}: {msg}"
-            else:
-                part = f"{fields[field]}: {msg}"
-            if part not in parts:
-                parts.append(part)
-        raise DynlabInputError("; ".join(parts)) from None
-    except DynlabInputError as exc:  # a refusal that names a field (``source 'x': …``): named as its option
-        text = str(exc)
-        field = next((f for f in fields if text.startswith(f"{f} ") and fields[f].startswith("--")), None)
-        if field is None:
-            raise
-        raise DynlabInputError(fields[field] + text[len(field):]) from None
 
 def quiet_libraries(quiet: bool = True) -> None:
     """``-q``: the libraries dynlab calls print no notices either (transformers' notices,

@@ -196,7 +196,7 @@ def lm_knob_options(entry: Any, knobs: Mapping[str, Any], config: Path | None) -
 
 def option_words(knobs: Mapping[str, Any], typed: Mapping[str, Any], config: Path | None) -> dict[str, str]:
     """Spec field -> the words that set it, for an error found when the specs are made
-    (:func:`dynlab.app.checks.in_option_words`): the option typed (``knobs``: option ->
+    (:func:`dynlab.errors.in_option_words`): the option typed (``knobs``: option ->
     value, :data:`LM_KNOBS`; ``typed``: field -> its option and value, e.g.
     ``{"eval_lengths": ("--lengths", "64,128")}``), else the ``--config`` key that set it
     (``--config FILE: task.eval_lengths``); a field neither sets is left out."""

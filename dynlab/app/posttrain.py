@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dynlab.app.checks import (DEFAULT_OUT, check_device, check_source_option, checkpoint_folder, in_option_words, in_range,
+from dynlab.app.checks import (DEFAULT_OUT, check_device, check_source_option, checkpoint_folder, in_range,
                                optional_path, out_folder)
 from dynlab.app.folders import check_out
-from dynlab.errors import DynlabInputError
+from dynlab.errors import DynlabInputError, in_option_words
 from dynlab.names import INTERVENTION_NAMES, PRECISIONS, TBTT, TBTT_ON_TASKS
 
 #: ``lm post-train --task`` kind -> the study whose quick preset gives its task grid.

@@ -16,7 +16,7 @@ from typing import Any
 
 from dynlab.app.checks import (DEFAULT_OUT, NOTES, check_device, check_executor, check_preset, check_source_option,
                                checkpoint_folder,
-                               in_option_words, optional_path, out_folder, parse_groups, parse_list, parse_names, parse_numbers,
+                               optional_path, out_folder, parse_groups, parse_list, parse_names, parse_numbers,
                                parse_seeds, quiet_libraries, say_notes, cell_names)
 from dynlab.app.checks import echo as plain_echo
 from dynlab.app.folders import check_study_folder
@@ -69,17 +69,40 @@ def run_lm_study(name: str, models: str = "all", interventions: str | None = Non
     return run_entry(entry, options, out, device, quiet, False, executor, scheduler, workers, echo, words)
 
 
+#: The option that sets each spec field a study's error may name (a study's own ``words`` win).
+STUDY_WORDS = {"eval_lengths": "--lengths", "depths": "--depths", "babi_kinds": "--kinds", "source": "--source",
+               "seed": "--seeds", "group": "--groups", "arch": "--models"}
+
+
 def run_entry(entry: StudyEntry, options: Any, out: str, device: str, quiet: bool, analyze: bool, executor: str,
               scheduler: str | None, workers: int | None, echo: Callable[..., Any] = plain_echo,
               words: Mapping[str, str] | None = None) -> Path:
-    """Run study ``entry`` with checked ``options`` (the output folder, device and executor
-    checked here; ``words``: :func:`run_selected_study`'s); the path of its dataset."""
+    """Run study ``entry`` with checked ``options``; the path of its dataset.  The output folder,
+    device and executor are checked here, then :func:`dynlab.runner.driver.run_study` makes and
+    checks the specs (a spec's error names the option that set the field: ``words``, field ->
+    the option or ``--config`` key as given, over :data:`STUDY_WORDS`) and only then starts the
+    executor (a Dask cluster), saying the options' ``note:`` lines (``echo``) as it does."""
     out_dir = out_folder(out)
     check_device(device)
     check_executor(executor, scheduler, workers)
     quiet_libraries(quiet)
-    return run_selected_study(entry.name, options, out_dir, device, quiet, analyze, executor, scheduler, workers, echo,
-                              words)
+    from dynlab.outputs import refuse_foreign_folder
+    from dynlab.results.folder import check_study_folder as check_contract
+
+    refuse_foreign_folder(out_dir, "--out",
+                          allowed="a folder of studies (made when missing), not a run or study folder")
+    check_contract(out_dir / entry.name, entry.name, flag="--out")  # someone else's files: refused before any write
+    check_study_folder(out_dir / entry.name)
+    from dynlab.executors import make_executor
+    from dynlab.runner.driver import run_study
+    from dynlab.studies import get_study
+
+    def start() -> Any:  # called once every spec is checked
+        say_notes(echo)
+        return make_executor(executor, scheduler=scheduler, workers=workers)
+
+    return run_study(get_study(entry.name), options, out=out_dir, device=device, progress=not quiet, analyze=analyze,
+                     executor=start, words={**STUDY_WORDS, **(words or {})})
 
 
 def study_table() -> list[str]:
@@ -88,39 +111,6 @@ def study_table() -> list[str]:
     w_name, w_presets = max(len("study"), *(len(r[0]) for r in rows)), max(len("presets"), *(len(r[1]) for r in rows))
     return [f"{name:{w_name}s}  {presets:{w_presets}s}  {description}"
             for name, presets, description in [("study", "presets", "description"), *rows]]
-
-
-def run_selected_study(name: str, options: Any, out: Path, device: str, quiet: bool, analyze: bool, executor: str,
-                       scheduler: str | None, workers: int | None, echo: Callable[..., Any],
-                       words: Mapping[str, str] | None = None) -> Path:
-    """Check that the folder of study ``name`` can be written, then get the study (its module
-    is imported here), make its specs
-    (refusing bad selections, and groups too large for the analyses, before a cluster is
-    started or a folder made) and run it; the path of its dataset.  A spec's error names
-    the option that set the field (``words``: field -> the option or ``--config`` key as
-    given, :func:`dynlab.app.lm_config.option_words`; else the option that sets it)."""
-    from dynlab.outputs import refuse_foreign_folder
-    from dynlab.results.folder import check_study_folder as check_contract
-
-    refuse_foreign_folder(out, "--out",
-                          allowed="a folder of studies (made when missing), not a run or study folder")
-    check_contract(out / name, name, flag="--out")  # a folder of someone else's files: refused before any write
-    check_study_folder(out / name)
-    from dynlab.executors import make_executor
-    from dynlab.runner.driver import check_analyses_fit, check_work_items, run_study
-    from dynlab.studies import get_study
-
-    study = get_study(name)
-    study.check_preset(options.preset)
-    with in_option_words({"eval_lengths": "--lengths", "depths": "--depths", "babi_kinds": "--kinds",
-                          "source": "--source", "seed": "--seeds", "group": "--groups", "arch": "--models",
-                          **(words or {})}):
-        specs = study.make_specs(options)
-    check_analyses_fit(study, specs, analyze)  # a group too large for the analyses, before a cluster starts
-    check_work_items(study, specs)  # a stack too large for the memory, too
-    say_notes(echo)
-    with make_executor(executor, scheduler=scheduler, workers=workers) as ex:
-        return run_study(study, options, out=out, device=device, progress=not quiet, analyze=analyze, executor=ex)
 
 
 #: What each common preset is for (a study lists its own in `dynlab study list`).

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dynlab.spec import Spec
-from dynlab.errors import DynlabInputError, DynlabStoppedError, format_validation_error, stopping_after_changes
-from dynlab.executors import Executor
+from dynlab.errors import (DynlabInputError, DynlabStoppedError, format_validation_error, in_option_words,
+                           stopping_after_changes)
+from dynlab.executors import Executor, InProcessExecutor
 from dynlab.manifest import (MANIFEST, check_manifest_runs, check_runs_present, check_same_runs, load_manifest,
                              manifest_options, manifest_specs, options_record, probe_study_files, spec_of)
 from dynlab.results.schema import DATASET, annotate, provenance_attrs, write_dataset
@@ -28,6 +31,9 @@ from dynlab.results.store import RunStore
 from dynlab.runner.loop import phase_line, result_check, run_specs
 from dynlab.runner.protocol import Study, StudyExtra, StudyOptions
 from dynlab.runtime import make_progress, resolve_device
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["analyze_study", "check_analyses_fit", "check_work_items", "open_study", "run_study", "study_dir"]
 
@@ -137,12 +143,16 @@ def _study_provenance(specs: list[Spec], store: RunStore) -> dict:
     return {"written_by": provenance(), "runs": runs}
 
 
-def _checked_specs(study: Study, options: StudyOptions) -> list[Spec]:
+def _checked_specs(study: Study, options: StudyOptions, words: Mapping[str, str] | None = None) -> list[Spec]:
     """``study.make_specs(options)``; a value its specs refuse (e.g. ``extra={"train":
     {"steps": -3}}`` from the Python API) is one :class:`DynlabInputError` line naming the
-    field and why, as the command line says it, not pydantic's own error."""
+    field and why, not pydantic's own error; with ``words`` (field -> the option that sets
+    it), as that option (:func:`dynlab.errors.in_option_words`: the command line's wording)."""
     from pydantic import ValidationError
 
+    if words is not None:
+        with in_option_words(words):
+            return study.make_specs(options)
     try:
         return study.make_specs(options)
     except ValidationError as exc:
@@ -166,7 +176,8 @@ def run_study(
     device: str = "auto",
     progress: bool = False,
     analyze: bool = True,
-    executor: Executor | None = None,
+    executor: Executor | Callable[[], Executor] | None = None,
+    words: Mapping[str, str] | None = None,
 ) -> Path:
     """Train, evaluate (and analyse) every spec of ``study``; return the dataset path.
 
@@ -174,8 +185,10 @@ def run_study(
     ``manifest.json``.  The dataset records this invocation's wall time, runs trained and
     workers (:func:`_timing_attrs`).  Each run's ``result.json``, each ``analysis.nc``, the dataset
     (attr ``provenance_json``) and the manifest (``provenance``) record the execution path
-    (:mod:`dynlab.results.provenance`).  ``executor`` decides where work items run (default: in
-    process); results are saved here, one run at a time, as they arrive.  A study that
+    (:mod:`dynlab.results.provenance`).  ``executor`` decides where work items run: an
+    executor, or a function that starts one (``make_executor``), called once every spec and the
+    folder are checked, so a refusal starts no cluster; default: in process.  Results are saved
+    here, one run at a time, as they arrive.  ``words``: :func:`_checked_specs`'s.  A study that
     fails before it stored anything removes the folders it made (a failed run is stored
     as such; a crash, e.g. out of memory in the first run, leaves no empty ``runs/``).
     Bad input found only after runs were stored or moved to quarantine is a
@@ -185,29 +198,44 @@ def run_study(
     options = study.prepared(options)  # the study's reading of the selections (e.g. names in canonical spelling)
     study.check_preset(options.preset)
     extra = study.parse_options(options)  # an unknown option is refused in every study
-    specs = _checked_specs(study, options)  # validates everything before anything is written
+    specs = _checked_specs(study, options, words)  # validates everything before anything is written
     check_analyses_fit(study, specs, analyze)
     check_work_items(study, specs)  # and what runs together (a stack's memory)
-    if not getattr(executor, "remote", False):
-        resolve_device(device)  # refuse an unknown or unavailable device before writing
-        check_kernel_backend()  # and a kernel backend this machine cannot run
     store = RunStore(study_dir(out, study), check_result=result_check(study))  # a result the study cannot use is damage
     check_study_folder(store.root, study.name, flag="--out")  # someone else's folder: refused before any write
     check_same_runs(store.root, study, options, extra, specs)
-    made = missing_folders(store.runs)
-    # the folder is made and locked in one step (another process's clean-up cannot take it
-    # away in between); refused here, this process removes nothing: the folder is the other one's
-    with study_lock(store.root, flag="--out", make=True):
-        try:
-            return _run_locked(study, options, extra, specs, store, device, progress, analyze, executor, started)
-        except BaseException:  # cleaned up while the lock is held: after it, the folder may be another process's
-            if store.root in made:  # a study that stored nothing leaves no folders behind (nor its marker and lock)
-                _remove_own_files(store.root)
-            remove_empty_folders(made)
-            raise
+    with _started(executor) as ex:
+        if not getattr(ex, "remote", False):  # resolved once, here: the work and the analyses run in this process
+            device = resolve_device(device)  # an unknown or unavailable device is refused before writing
+            check_kernel_backend()  # and a kernel backend this machine cannot run
+        made = missing_folders(store.runs)
+        # the folder is made and locked in one step (another process's clean-up cannot take it
+        # away in between); refused here, this process removes nothing: the folder is the other one's
+        with study_lock(store.root, flag="--out", make=True):
+            try:
+                return _run_locked(study, options, extra, specs, store, device, progress, analyze, ex, started)
+            except BaseException:  # cleaned up while the lock is held: after it, the folder may be another process's
+                if store.root in made:  # a study that stored nothing leaves no folders behind (nor its marker and lock)
+                    _remove_own_files(store.root)
+                remove_empty_folders(made)
+                raise
 
 
-def _run_locked(study: Study, options: StudyOptions, extra: StudyExtra, specs: list[Spec], store: RunStore, device: str,
+@contextmanager
+def _started(executor: Executor | Callable[[], Executor] | None) -> Iterator[Executor]:
+    """The executor :func:`run_study` runs on: in process (``None``), ``executor`` itself (its
+    caller closes it), or the one the function ``executor`` starts, closed when the study ends."""
+    if executor is None:
+        yield InProcessExecutor()
+    elif hasattr(executor, "map_unordered"):
+        yield executor
+    else:
+        with executor() as ex:
+            yield ex
+
+
+def _run_locked(study: Study, options: StudyOptions, extra: StudyExtra, specs: list[Spec], store: RunStore,
+                device: str | torch.device,
                 progress: bool, analyze: bool, executor: Executor | None, started: float) -> Path:
     """:func:`run_study` once it holds the study folder's lock: the checks again, the marker,
     ``runs/``, every run, the dataset."""
@@ -275,7 +303,7 @@ def analyze_study(
     options = study.prepared(manifest_options(path, manifest, study))
     study.check_preset(options.preset)
     extra = study.parse_options(options)
-    resolve_device(device)
+    device = resolve_device(device)  # once: the analyses run in this process
     check_kernel_backend()
     check_study_folder(path, study.name)  # someone else's folder: refused before any write
     check_manifest_runs(path, study, options, manifest["run_ids"])

@@ -121,17 +121,16 @@ def run_specs(
     force_analysis: bool = False,
     extra: StudyExtra | None = None,
 ) -> dict[str, Any]:
-    """Train the unfinished runs of ``specs`` (healing damaged ones first), store each as it
-    arrives, then analyse the evaluated runs that lack an analysis (all of them with
-    ``force_analysis``), and, even without ``analyze``, those whose analysis was damaged
-    (:func:`_heal`: a rerun must not lose what ``dynlab analyze`` made).  ``extra``: the
-    study's parsed options, handed to ``analyze_one`` (needed when ``analyze``).  Returns counts: trained, reused, analyzed, failed, not_learned,
-    and the seconds (``time.perf_counter``) spent training (``train_s``) and analysing
-    (``analysis_s``).  ``train_s`` is the wall time from the start of the training loop to
-    the storing of its last run.  With workers in other processes the analyses of finished
-    runs run here while the workers train (``overlap``): the two phases then overlap and
-    ``train_s`` counts the time until the workers' last run arrived, analyses included;
-    otherwise no analysis runs inside the loop and the two add up."""
+    """Train the unfinished runs of ``specs`` (healing damaged ones first), store each as it arrives, then analyse the
+    evaluated runs that lack an analysis (all of them with ``force_analysis``), and, even without ``analyze``, those
+    whose analysis was damaged (:func:`_heal`: a rerun must not lose what ``dynlab analyze`` made). ``extra``: the
+    study's parsed options, handed to ``analyze_one`` (needed when ``analyze``). ``device``: a ``torch.device``
+    (workers in other processes: the option, resolved where each runs). Returns counts: trained, reused, analyzed,
+    failed, not_learned, and the seconds (``time.perf_counter``) spent training (``train_s``) and analysing
+    (``analysis_s``). ``train_s`` is the wall time from the start of the training loop to the storing of its last
+    run. With workers in other processes the analyses of finished runs run here while the workers train
+    (``overlap``): the two phases then overlap and ``train_s`` counts the time until the workers' last run arrived,
+    analyses included; otherwise no analysis runs inside the loop and the two add up."""
     counts = {"trained": 0, "reused": 0, "analyzed": 0, "failed": 0, "not_learned": 0,
               "train_s": 0.0, "analysis_s": 0.0}
     executor = executor or InProcessExecutor()

@@ -79,13 +79,16 @@ def test_an_unknown_study_is_refused_naming_the_studies_of_its_kind():
 
 @pytest.fixture
 def made(monkeypatch, tmp_path):
-    """The options and specs a study is run with, the run itself replaced (nothing trains)."""
+    """The options and specs a study is run with, the run itself replaced (nothing trains but
+    the executor is started, as run_study starts it once the specs are checked)."""
     import dynlab.runner.driver
 
     made: list = []
 
     def run_study(s, options, **kwargs):
         made.append((options, [x.spec_hash() for x in s.make_specs(options)], kwargs["analyze"], kwargs["out"]))
+        with kwargs["executor"]():
+            pass
         return tmp_path / "dataset.nc"
 
     monkeypatch.setattr(dynlab.runner.driver, "run_study", run_study)

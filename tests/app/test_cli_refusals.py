@@ -4,6 +4,7 @@ and repeated names in a list collapsed with a one-line note, in the CLI and the 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -95,7 +96,7 @@ def test_an_empty_json_path_is_refused(tmp_path, capsys, monkeypatch):
 def test_a_spec_error_is_said_in_option_words(tmp_path):
     from pydantic import BaseModel, Field
 
-    from dynlab.app.checks import in_option_words as _in_option_words
+    from dynlab.errors import in_option_words as _in_option_words
 
     class EvalSpec(BaseModel):
         chunk_len: int = Field(ge=1)
@@ -110,16 +111,23 @@ def test_a_spec_error_is_said_in_option_words(tmp_path):
 
 # -- repeats ---------------------------------------------------------------------------
 
+def _checked_run(made: dict, path: Path):
+    """A stand-in for run_study that trains nothing: it makes the specs (kept in ``made``) and
+    starts the executor, as run_study does once the specs are checked (the notes are said then)."""
+    def run_study(study, options, **kwargs):
+        made["options"], made["specs"] = options, study.make_specs(options)
+        with kwargs["executor"]():
+            return path
+
+    return run_study
+
+
 def test_repeated_names_run_once_with_a_one_line_note(tmp_path, capsys, monkeypatch):
     import dynlab.runner.driver
 
     made = {}
 
-    def run_study(study, options, **kwargs):
-        made["options"], made["specs"] = options, study.make_specs(options)
-        return tmp_path / "dataset.nc"
-
-    monkeypatch.setattr(dynlab.runner.driver, "run_study", run_study)
+    monkeypatch.setattr(dynlab.runner.driver, "run_study", _checked_run(made, tmp_path / "dataset.nc"))
     argv = ["study", "group-tracking", "--models", "tanh-rnn,tanh-rnn", "--groups", "C2,C2,c2", "--seeds", "0,0,00",
             "--preset", "smoke", "-q", "--device", "cpu", "--out", str(tmp_path / "out")]
     assert main(argv) == 0
@@ -135,7 +143,7 @@ def test_repeated_names_run_once_with_a_one_line_note(tmp_path, capsys, monkeypa
 def test_repeats_in_two_names_of_one_list_are_one_note(tmp_path, capsys, monkeypatch):
     import dynlab.runner.driver
 
-    monkeypatch.setattr(dynlab.runner.driver, "run_study", lambda study, options, **kw: tmp_path / "dataset.nc")
+    monkeypatch.setattr(dynlab.runner.driver, "run_study", _checked_run({}, tmp_path / "dataset.nc"))
     argv = ["study", "length-generalization", "--models", "mamba2,gla,mamba2,gla", "--interventions", "zero,zero",
             "-q", "--device", "cpu", "--out", str(tmp_path / "out")]
     assert main(argv) == 0

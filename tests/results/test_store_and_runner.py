@@ -310,3 +310,41 @@ def test_training_seconds_with_analyses_overlapping_it_are_the_time_to_the_last_
     assert counts["train_s"] >= 3 * train_wait + 2 * analysis_wait - 0.02
     assert counts["train_s"] <= wall - analysis_wait + 0.02  # the last run's analysis came after
     assert counts["analysis_s"] >= 3 * analysis_wait
+
+
+class _Started:
+    """An in-process executor that records its start (the call of the factory) and its close."""
+
+    def __init__(self, log: list[str]) -> None:
+        from dynlab.executors import InProcessExecutor
+
+        self.log, self.inner, self.remote = log, InProcessExecutor(), False
+        log.append("started")
+
+    def map_unordered(self, fn, items):
+        return self.inner.map_unordered(fn, items)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.log.append("closed")
+
+
+def test_run_study_starts_the_executor_it_is_given_only_once_the_specs_and_folder_are_checked(tmp_path):
+    from dynlab.errors import DynlabInputError
+
+    log: list[str] = []
+    bad = dataclasses.replace(SMOKE, extra={"groups": ("C2",), "analysis": "nope"})
+    with pytest.raises(DynlabInputError):
+        run_study(get_study("group-tracking"), bad, out=tmp_path, device="cpu", executor=lambda: _Started(log))
+    (tmp_path / "foreign" / "group-tracking").mkdir(parents=True)
+    (tmp_path / "foreign" / "group-tracking" / "notes.txt").write_text("someone else's")
+    one = dataclasses.replace(SMOKE, models=("linear-rnn",), extra={"groups": ("C2",)})
+    with pytest.raises(DynlabInputError, match="--out"):
+        run_study(get_study("group-tracking"), one, out=tmp_path / "foreign", device="cpu",
+                  executor=lambda: _Started(log))
+    assert log == [] and not (tmp_path / "group-tracking").exists()  # refused: no executor, no folder
+    path = run_study(get_study("group-tracking"), one, out=tmp_path, device="cpu", analyze=False,
+                     executor=lambda: _Started(log))
+    assert log == ["started", "closed"] and path.is_file()

@@ -102,10 +102,11 @@ def init_world(device_type: str, env: dict[str, str] | os._Environ = os.environ)
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        # torch._dynamo, imported after a group exists (the optimiser and DDP import it lazily),
+        # torch's compiler (torch._dynamo), imported after a group exists (DDP imports it lazily),
         # keeps references to that group, so destroy_process_group would leave its backend and
-        # gloo's threads alive until the process dies; imported first, it holds none
-        import torch._dynamo  # noqa: F401
+        # gloo's threads alive into the interpreter's teardown; imported first, it holds none.
+        # torch.compiler.reset() is the public call that imports it (nothing is compiled yet)
+        torch.compiler.reset()
 
         dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
         atexit.register(leave_world)
@@ -122,8 +123,8 @@ def leave_world() -> None:
     finalisation can still hold work with Python references on its C++ threads, and the
     process then aborts (SIGABRT, "terminate called without an active exception") after
     its outputs are written, which ``torchrun`` reports as a failed run. Destroying the group
-    stops gloo's threads only when nothing else holds it: :func:`init_world` imports
-    ``torch._dynamo`` before joining for that reason."""
+    stops gloo's threads only when nothing else holds it: :func:`init_world` imports torch's
+    compiler before joining for that reason."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
