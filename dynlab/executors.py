@@ -19,8 +19,7 @@ Results travel back to the client and nothing is written by workers, so a lost o
 retried task can never leave a half-written run behind; runs saved before a fatal
 error stay saved and a rerun resumes from them.
 
-Dask is an optional extra (``pip install '.[dask]'`` in a dynlab checkout); it is imported only when a
-:class:`DaskExecutor` is made.
+Dask is an optional extra (``pip install '.[dask]'``), imported only when a :class:`DaskExecutor` is made.
 
 GPUs: a local cluster on a machine with N visible GPUs starts N workers unless told how
 many, and each task runs on its worker's own GPU (worker k on ``cuda:k mod N``, set with
@@ -58,6 +57,7 @@ __all__ = [
     "SchedulerUnreachable",
     "make_executor",
     "parse_scheduler_address",
+    "runs_here",
 ]
 
 
@@ -207,6 +207,12 @@ def _import_distributed():
             "the dask executor needs dask.distributed; install it with: pip install '.[dask]' in a dynlab checkout"
         ) from None
     return distributed
+
+
+def runs_here(executor: Any) -> bool:
+    """Whether ``executor`` runs work in this process (in-process, or ``remote = False``): the device
+    is then resolved here; others (Dask, an executor that does not say) resolve it on each worker."""
+    return isinstance(executor, InProcessExecutor) or getattr(executor, "remote", None) is False
 
 
 class DaskExecutor:

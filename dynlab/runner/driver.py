@@ -9,6 +9,7 @@ the study goes on.
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 from dynlab.spec import Spec
 from dynlab.errors import (DynlabInputError, DynlabStoppedError, format_validation_error, in_option_words,
                            stopping_after_changes)
-from dynlab.executors import Executor, InProcessExecutor
+from dynlab.executors import Executor, InProcessExecutor, runs_here
 from dynlab.manifest import (MANIFEST, check_manifest_runs, check_runs_present, check_same_runs, load_manifest,
                              manifest_options, manifest_specs, options_record, probe_study_files, spec_of)
 from dynlab.results.schema import DATASET, annotate, provenance_attrs, write_dataset
@@ -205,7 +206,7 @@ def run_study(
     check_study_folder(store.root, study.name, flag="--out")  # someone else's folder: refused before any write
     check_same_runs(store.root, study, options, extra, specs)
     with _started(executor) as ex:
-        if not getattr(ex, "remote", False):  # resolved once, here: the work and the analyses run in this process
+        if runs_here(ex):  # resolved once, here: the work and the analyses run in this process
             device = resolve_device(device)  # an unknown or unavailable device is refused before writing
             check_kernel_backend()  # and a kernel backend this machine cannot run
         made = missing_folders(store.runs)
@@ -223,15 +224,21 @@ def run_study(
 
 @contextmanager
 def _started(executor: Executor | Callable[[], Executor] | None) -> Iterator[Executor]:
-    """The executor :func:`run_study` runs on: in process (``None``), ``executor`` itself (its
-    caller closes it), or the one the function ``executor`` starts, closed when the study ends."""
+    """The executor :func:`run_study` runs on: ``executor`` itself when it is one (its caller
+    closes it), else the one that ``executor`` (a function or a class; default: the in-process
+    executor) makes, closed (when it can be) as the study ends, however it ends."""
     if executor is None:
-        yield InProcessExecutor()
-    elif hasattr(executor, "map_unordered"):
+        executor = InProcessExecutor
+    if hasattr(executor, "map_unordered") and not inspect.isclass(executor):
         yield executor
-    else:
-        with executor() as ex:
-            yield ex
+        return
+    ex = executor()
+    try:
+        yield ex
+    finally:
+        close = getattr(ex, "close", None)
+        if callable(close):
+            close()
 
 
 def _run_locked(study: Study, options: StudyOptions, extra: StudyExtra, specs: list[Spec], store: RunStore,

@@ -324,14 +324,13 @@ class _Started:
     def map_unordered(self, fn, items):
         return self.inner.map_unordered(fn, items)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
+    def close(self) -> None:
         self.log.append("closed")
 
 
 def test_run_study_starts_the_executor_it_is_given_only_once_the_specs_and_folder_are_checked(tmp_path):
+    """Refusals (an option, a foreign folder, a rerun that would orphan runs) start no executor;
+    one run_study starts closes it; an executor given as such is left to its caller."""
     from dynlab.errors import DynlabInputError
 
     log: list[str] = []
@@ -348,3 +347,20 @@ def test_run_study_starts_the_executor_it_is_given_only_once_the_specs_and_folde
     path = run_study(get_study("group-tracking"), one, out=tmp_path, device="cpu", analyze=False,
                      executor=lambda: _Started(log))
     assert log == ["started", "closed"] and path.is_file()
+    other = dataclasses.replace(one, models=("tanh-rnn",))  # would orphan the stored run: refused
+    with pytest.raises(DynlabInputError, match="rerunning would replace"):
+        run_study(get_study("group-tracking"), other, out=tmp_path, device="cpu", analyze=False,
+                  executor=lambda: _Started(log))
+    assert log == ["started", "closed"]
+    given = _Started(log)  # an executor, not a function: its caller closes it
+    assert run_study(get_study("group-tracking"), one, out=tmp_path, device="cpu", analyze=False,
+                     executor=given) == path
+    assert log == ["started", "closed", "started"]
+
+    class Logged(_Started):  # a class is a function that makes one
+        def __init__(self) -> None:
+            super().__init__(log)
+
+    assert run_study(get_study("group-tracking"), one, out=tmp_path, device="cpu", analyze=False,
+                     executor=Logged) == path
+    assert log == ["started", "closed", "started", "started", "closed"]

@@ -49,6 +49,7 @@ import hashlib
 import io
 import json
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,8 +106,10 @@ def init_world(device_type: str, env: dict[str, str] | os._Environ = os.environ)
         # torch's compiler (torch._dynamo), imported after a group exists (DDP imports it lazily),
         # keeps references to that group, so destroy_process_group would leave its backend and
         # gloo's threads alive into the interpreter's teardown; imported first, it holds none.
-        # torch.compiler.reset() is the public call that imports it (nothing is compiled yet)
-        torch.compiler.reset()
+        # torch.compiler.reset() is the public call that imports it; when it is loaded already
+        # (before any group), nothing is reset: a caller's compiled code is kept
+        if "torch._dynamo" not in sys.modules:
+            torch.compiler.reset()
 
         dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
         atexit.register(leave_world)
