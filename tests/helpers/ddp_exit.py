@@ -16,7 +16,7 @@ from torch import nn
 from dynlab.lm.train.distributed import init_world
 
 
-def _gloo_threads() -> int:
+def gloo_threads() -> int:
     """Native threads of this process whose name gloo gives them (``gloo_*``, ``pt_gloo_*``)."""
     names = [p.read_text().strip() for p in Path("/proc/self/task").glob("*/comm")]
     return sum(n.startswith(("gloo", "pt_gloo")) for n in names)
@@ -24,13 +24,13 @@ def _gloo_threads() -> int:
 
 def _report() -> None:
     print(f"joined at exit: {dist.is_initialized()}", flush=True)
-    print(f"gloo threads at exit: {_gloo_threads()}", flush=True)
+    print(f"gloo threads at exit: {gloo_threads()}", flush=True)
 
 
 if __name__ == "__main__":
     atexit.register(_report)  # atexit runs last-registered first: this runs after init_world's hook
     world = init_world("cpu")
-    print(f"gloo threads while joined: {_gloo_threads()}", flush=True)
+    print(f"gloo threads while joined: {gloo_threads()}", flush=True)
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(nn.Linear(3, 1))
     opt = torch.optim.AdamW(model.parameters())

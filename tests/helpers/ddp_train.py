@@ -7,16 +7,19 @@ and save (rank 0) its final parameters and losses: used by ``tests/lm/test_distr
 Float64, a byte stream with structure, 8 steps of 2 micro-batches (accum 2). CRASH_AT: the
 process ends with exit code 3 when the loss of that step is read back (a kill mid-run); 8: after the
 last step, before the outputs are saved.
-The training state is removed once the outputs are saved."""
+The training state is removed once the outputs are saved. At exit, after the group is left, each
+process prints how many of gloo's threads still run (0: nothing is left to the interpreter's teardown)."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 from pathlib import Path
 
 import torch
 
+from ddp_exit import gloo_threads  # this folder is on sys.path: the script's own
 from dynlab.lm.train.distributed import current_world, init_world, remove_train_state
 from dynlab.lm.train.interventions import make_intervention
 from dynlab.lm.models.model import RecurrentLM
@@ -28,6 +31,7 @@ def main() -> None:
     resume = Path(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[4] != "-" else None
     crash_at = int(sys.argv[5]) if len(sys.argv) > 5 else -1
     seed = int(sys.argv[6]) if len(sys.argv) > 6 else 5
+    atexit.register(lambda: print(f"gloo threads at exit: {gloo_threads()}", flush=True))  # runs after init_world's
     init_world("cpu")
     torch.manual_seed(0)
     model = RecurrentLM("mamba2", d_model=16, n_layers=2, n_heads=2, head_dim=8, d_state=8, chunk_size=8,

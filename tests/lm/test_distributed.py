@@ -38,6 +38,8 @@ def _run(out: Path, batch: int, arm: str, world: int, resume: Path | None = None
     args = [str(out), str(batch), arm, str(resume) if resume else "-", str(crash_at), str(seed)]
     done = _launch(HELPER, args, world, out.parent)
     assert (done.returncode == 0) == (expect == 0), done.stderr[-3000:]
+    if expect == 0 and world > 1:  # the group was left and gloo's threads stopped before the teardown
+        assert done.stdout.count("gloo threads at exit: 0") == world, done.stdout
     return torch.load(out, weights_only=True) if expect == 0 else {}
 
 
