@@ -14,6 +14,7 @@ dense Jacobian.  :mod:`dynlab.lm.analysis.state_geometry` calls these on the tas
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -115,6 +116,16 @@ def state_jacobians(rec: LMRecurrence, h: torch.Tensor, x: torch.Tensor) -> np.n
         return np.stack([one(i) for i in range(h.shape[0])])
 
 
+def _own_state_step(rec: LMRecurrence, base: torch.Tensor, x: torch.Tensor, sl: slice) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``v -> h^L_t`` of the tracked layer (slice ``sl`` of the flat state): one step from ``base
+    [S]`` with that layer's state replaced by ``v``, on the token ``x [1]``."""
+    def f(v: torch.Tensor) -> torch.Tensor:
+        full = torch.cat([base[:sl.start], v, base[sl.stop:]])
+        return rec.step(full.unsqueeze(0), x)[1][0, sl]
+
+    return f
+
+
 def layer_jacobians(rec: LMRecurrence, h: torch.Tensor, x: torch.Tensor, layer: int = -1) -> np.ndarray:
     """``[B, s, s]``: the block ∂h^L_t/∂h^L_{t-1} of the step Jacobian for layer ``layer``'s
     SSM state (the other layers' states and the windows held at ``h [B, S]``; tokens
@@ -123,10 +134,7 @@ def layer_jacobians(rec: LMRecurrence, h: torch.Tensor, x: torch.Tensor, layer: 
     out = []
     for i in range(h.shape[0]):
         base = h[i].detach()
-
-        def f(v: torch.Tensor, base=base, i=i) -> torch.Tensor:
-            full = torch.cat([base[:sl.start], v, base[sl.stop:]])
-            return rec.step(full.unsqueeze(0), x[i:i + 1])[1][0, sl]
+        f = _own_state_step(rec, base, x[i:i + 1], sl)
 
         try:
             jac = torch.func.jacrev(f)(base[sl])
@@ -149,10 +157,7 @@ def layer_jacobian_diagonal(rec: LMRecurrence, h: torch.Tensor, x: torch.Tensor,
     out = []
     for i in range(h.shape[0]):
         base = h[i].detach()
-
-        def f(v: torch.Tensor, base=base, i=i) -> torch.Tensor:
-            full = torch.cat([base[:sl.start], v, base[sl.stop:]])
-            return rec.step(full.unsqueeze(0), x[i:i + 1])[1][0, sl]
+        f = _own_state_step(rec, base, x[i:i + 1], sl)
 
         v0 = base[sl].clone().requires_grad_(True)
         with torch.enable_grad():

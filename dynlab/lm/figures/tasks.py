@@ -60,6 +60,15 @@ def _left_out(ds: xr.Dataset, intervention: str) -> str:
     return f", {failed} not learned (left out)" if failed else ""
 
 
+def _chosen_intervention(ds: xr.Dataset, intervention: str | None) -> str:
+    """``intervention``, or the dataset's first; one that the dataset lacks is nothing to draw."""
+    interventions = list(dict.fromkeys(ds["intervention"].values.astype(str)))
+    iv = intervention if intervention is not None else interventions[0]
+    if iv not in interventions:
+        raise NothingToDraw(f"intervention {iv!r} not in the dataset; allowed: {', '.join(interventions)}")
+    return iv
+
+
 def _pairs(ds: xr.Dataset) -> list[tuple[str, str]]:
     return list(dict.fromkeys(zip(ds["arch"].values.astype(str), ds["intervention"].values.astype(str))))
 
@@ -124,10 +133,7 @@ def passkey_heatmap(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -
     (default: the first); the title counts the runs left out because they did not learn."""
     everyone = ds
     ds = _tested(ds)
-    interventions = list(dict.fromkeys(ds["intervention"].values.astype(str)))
-    iv = intervention if intervention is not None else interventions[0]
-    if iv not in interventions:
-        raise NothingToDraw(f"intervention {iv!r} not in the dataset; allowed: {', '.join(interventions)}")
+    iv = _chosen_intervention(ds, intervention)
     acc = ds["accuracy"].isel(run=np.flatnonzero((ds["intervention"] == iv).values))
     mean = acc.mean("run").transpose("depth", "length")
     im = ax.imshow(mean.values, origin="lower", aspect="auto", vmin=0, vmax=1, cmap="viridis")
@@ -153,10 +159,7 @@ def babi_panel(ds: xr.Dataset, ax: Axes, intervention: str | None = None) -> Axe
     runs left out because they did not learn."""
     everyone = ds
     ds = _tested(ds)
-    interventions = list(dict.fromkeys(ds["intervention"].values.astype(str)))
-    iv = intervention if intervention is not None else interventions[0]
-    if iv not in interventions:
-        raise NothingToDraw(f"intervention {iv!r} not in the dataset; allowed: {', '.join(interventions)}")
+    iv = _chosen_intervention(ds, intervention)
     runs = ds.isel(run=np.flatnonzero((ds["intervention"] == iv).values))
     _shade_training(ds, ax)
     chance = "chance" in ds
