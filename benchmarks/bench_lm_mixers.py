@@ -54,7 +54,7 @@ from dynlab.lm.models.mixers import MIXERS
 from dynlab.lm.models.model import RecurrentLM
 from dynlab.lm.spec import ANCHOR_MLP_RATIO, LMModelSpec
 from dynlab.lm.train.engine import train_lm
-from dynlab.studies.length_generalization import PRESETS
+from dynlab.studies.length_generalization_presets import PRESETS
 
 QUICK = PRESETS["quick"]
 BATCH, SEQ_LEN = QUICK["train"]["batch_size"], QUICK["train"]["seq_len"]

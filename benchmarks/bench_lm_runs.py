@@ -27,7 +27,7 @@ from dynlab.lm.train.interventions import ZeroInit
 from dynlab.lm.models.model import RecurrentLM
 from dynlab.lm.spec import LMModelSpec
 from dynlab.lm.train.engine import train_lm
-from dynlab.studies.length_generalization import PRESETS
+from dynlab.studies.length_generalization_presets import PRESETS
 
 
 def main() -> None:

@@ -56,7 +56,7 @@ from dynlab.lm.train.interventions import make_intervention
 from dynlab.lm.run.text import build_model
 from dynlab.lm.spec import BUDGET_LM_LAYOUT, QUICK_LM_LAYOUT, LMModelSpec, LMRunSpec, anchor_model_fields
 from dynlab.lm.train.engine import ADAM_BETAS, ADAM_EPS, batch_source, fit, make_loader
-from dynlab.studies.length_generalization import PRESETS, STACK_MAX
+from dynlab.studies.length_generalization_presets import PRESETS, STACK_MAX
 
 MAMBA_VOCAB = 50277  # GPT-NeoX's, mamba-ssm's pretrained LMs'
 VOCAB = -(-MAMBA_VOCAB // 8) * 8  # padded to a multiple of 8 (MambaConfig.pad_vocab_size_multiple): 50280

@@ -105,7 +105,7 @@ INTERVENTION_NAMES = (*TASK_INTERVENTION_NAMES, TBTT)
 #: The rule, as the refusal of TBTT with a task (the task studies, ``lm post-train --task``) says it.
 TBTT_ON_TASKS = ("intervention 'tbtt' needs consecutive chunks of one document; task samples are independent; "
                  f"allowed with a task: {', '.join(TASK_INTERVENTION_NAMES)}")
-#: The bAbI-style task kinds (:class:`dynlab.lm.data.tasks.BabiTask`, the babilong study's ``--kinds``).
+#: The bAbI-style task kinds (:class:`dynlab.lm.data.babi.BabiTask`, the babilong study's ``--kinds``).
 BABI_KINDS = ("qa1", "qa2", "qa3", "qa6", "qa7")
 #: The built-in texts of the LM studies (:mod:`dynlab.lm.data.corpus`); any UTF-8 file also works.
 SOURCES = ("shakespeare",)

@@ -1,12 +1,12 @@
 """Study ``babilong`` (paper B; docs/length-generalization.md): bAbI-style questions with the facts scattered in long filler.
 
 dynlab generates its own bAbI-style stories (kinds qa1 single, qa2 two and qa3 three
-supporting facts, qa6 yes/no, qa7 counting; see :mod:`dynlab.lm.data.tasks`) and scatters the
+supporting facts, qa6 yes/no, qa7 counting; see :mod:`dynlab.lm.data.babi`) and scatters the
 facts in Shakespeare filler (or ``--source``), BABILong-style. Recurrent LMs train on a
 uniform mixture of the kinds at short lengths (loss only on the answers) and are tested
 from the zero state at longer ones. Dataset: ``accuracy(run, length, kind)`` = fraction of
 answers predicted exactly (teacher forcing); selections: see
-:mod:`dynlab.studies.long_context`. Chance levels (:func:`dynlab.lm.data.tasks.babi_chance`,
+:mod:`dynlab.studies.long_context`. Chance levels (:func:`dynlab.lm.data.babi.babi_chance`,
 the share of the most common answer): about 1/6 for a room (qa1–qa3), 1/2 for yes/no
 (qa6), and for qa7 the share of "none", 0.91 with 3 facts (few people carry anything),
 so qa7 says little at the quick presets' size.

@@ -64,7 +64,7 @@ from dynlab.lm.spec import (
     WarmStartSpec, anchor_model_fields,
 )
 from dynlab.lm.run.task import POST_PREFIX, in_range_accuracy, task_result_to_dataset, train_and_evaluate_task
-from dynlab.lm.data.tasks import babi_chance
+from dynlab.lm.data.babi import babi_chance
 from dynlab.names import MIXER_NAMES, TASK_INTERVENTION_NAMES
 from dynlab.results.assemble import result_columns, stack_runs, training_curves
 from dynlab.results.store import RunStore
@@ -116,12 +116,12 @@ class TaskOptions(LMOptions):
 
 def _with_enough_facts(task: dict[str, Any], chosen: Mapping[str, Any]) -> dict[str, Any]:
     """``task`` with ``n_facts`` raised to what the chosen ``babi_kinds`` need
-    (:data:`dynlab.lm.data.tasks.MIN_FACTS`: a qa3 story needs 4 facts) when the kinds were
+    (:data:`dynlab.lm.data.babi.MIN_FACTS`: a qa3 story needs 4 facts) when the kinds were
     chosen (``--kinds``) and the number of facts was not: a preset with 3 facts runs qa3
     with 4."""
     if "babi_kinds" not in chosen or "n_facts" in chosen:
         return task
-    from dynlab.lm.data.tasks import MIN_FACTS
+    from dynlab.lm.data.babi import MIN_FACTS
 
     need = max((MIN_FACTS.get(k, 1) for k in task["babi_kinds"]), default=1)
     return {**task, "n_facts": max(int(task.get("n_facts", LMTaskSpec.model_fields["n_facts"].default)), need)}
@@ -329,7 +329,7 @@ def assemble_task_runs(kind: str, specs: list[LMTaskRunSpec], store: RunStore) -
         tokenizer = specs[0].data.tokenizer
         token = "one byte (UTF-8)" if tokenizer.kind == "byte" else f"one token of the tokenizer {tokenizer.label}"
         if kind == "babi" and specs[0].task.babi_tokens == "words":
-            token = "one bAbI word (ids 128 + its index in dynlab.lm.data.tasks.BABI_WORDS) or one filler byte"
+            token = "one bAbI word (ids 128 + its index in dynlab.lm.data.babi.BABI_WORDS) or one filler byte"
         ds.attrs["tokenizer"] = tokenizer.label
         ds["length"].attrs["token"] = ("copying: a length counts the string's letters; the sample's tokens are "
                                        f"{token}" if kind == "copying" else token)
@@ -354,7 +354,7 @@ def _in_range_rows(tested: list[tuple[LMTaskRunSpec, str, str, TaskResult]]) -> 
 
 def babi_chance_levels(kinds: Any, n_facts: int) -> xr.DataArray:
     """``chance(kind)``: the score of always giving a kind's most common answer in stories of
-    ``n_facts`` facts (:func:`dynlab.lm.data.tasks.babi_chance`), annotated."""
+    ``n_facts`` facts (:func:`dynlab.lm.data.babi.babi_chance`), annotated."""
     kinds = [str(k) for k in kinds]
     da = xr.DataArray(np.array([babi_chance(k, n_facts) for k in kinds]), dims=("kind",), coords={"kind": kinds})
     return annotate(xr.Dataset({"chance": da}))["chance"]

@@ -25,20 +25,20 @@ if TYPE_CHECKING:  # what _EXPORTS names, for type checkers and benchmarks/impor
     )
     from dynlab.analysis.margin import binary_signed_error, decision_margin, margin_vs_group_order
     from dynlab.analysis.perturbation import perturbation_response
-    from dynlab.analysis.slow_points import SlowPoints, find_slow_points
+    from dynlab.analysis.fixed_points.slow_points import SlowPoints, find_slow_points
 
 #: Public name -> the module that defines it, imported when the name is first read.
 _EXPORTS = {
     "CorrelationResult": "dynlab.analysis.correlation",
     "FixedPoints": "dynlab.analysis.fixed_points.finder",
-    "SlowPoints": "dynlab.analysis.slow_points",
+    "SlowPoints": "dynlab.analysis.fixed_points.slow_points",
     "analysis_copy": "dynlab.analysis.jacobian",
     "binary_signed_error": "dynlab.analysis.margin",
     "class_centroids": "dynlab.analysis.centroids",
     "crossing_time": "dynlab.analysis.geometry",
     "decision_margin": "dynlab.analysis.margin",
     "find_fixed_points": "dynlab.analysis.fixed_points.finder",
-    "find_slow_points": "dynlab.analysis.slow_points",
+    "find_slow_points": "dynlab.analysis.fixed_points.slow_points",
     "geometry_over_time": "dynlab.analysis.geometry",
     "lyapunov_exponents": "dynlab.analysis.jacobian",
     "margin_vs_group_order": "dynlab.analysis.margin",

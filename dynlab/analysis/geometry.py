@@ -55,8 +55,8 @@ steps lie in the window.  Because it fits R_par against tau·M, it predicts the 
 q_par = R_par/M (``T_cross_par`` in :func:`dynlab.tracking.analysis.pipeline.analyze_tracker`), not that
 of q; hence its name.
 
-Long module: the definitions above (centroids, U, R∥, R⊥, q, T_cross, the Corollary 1 fit) are
-computed in one chunked pass over the states; the helpers here are the pieces of that pass.
+The definitions above are computed in one chunked pass over the states; the helpers here
+are the pieces of that pass.
 """
 
 from __future__ import annotations
@@ -127,9 +127,7 @@ def readout_tau(centroids: Any, weight: Any, bias: Any | None = None) -> float:
     return float(m[0] / big_m[0])
 
 
-def _readout_margin(
-    c: np.ndarray, present: np.ndarray, w: np.ndarray, b: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def _readout_margin(c: np.ndarray, present: np.ndarray, w: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Readout margin m(t) and separation M(t) for centroids ``c [T, G, S]``, ``present [T, G]``."""
     g = c.shape[1]
     c0 = np.where(present[..., None], c, 0.0)  # [T, G, S]
@@ -188,9 +186,7 @@ def _chunk_geometry(
     return out
 
 
-def iter_chunks(
-    states: Any, labels: Any, elements_per_chunk: int
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def iter_chunks(states: Any, labels: Any, elements_per_chunk: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield ``(states [N, Tc, S], labels [N, Tc])`` float64/int64 chunks in time order."""
     if labels is not None:
         h_all = states
@@ -204,9 +200,7 @@ def iter_chunks(
         yield as_numpy(h), as_numpy(y, np.int64)
 
 
-def crossing_time(
-    q: Any, tau: Any, t: Any, persist: int
-) -> tuple[float, bool]:
+def crossing_time(q: Any, tau: Any, t: Any, persist: int) -> tuple[float, bool]:
     """First ``t`` where ``q >= tau`` holds for ``persist`` consecutive entries (NaN, False if none).
 
     Args:
@@ -313,9 +307,8 @@ def _fit_bounds(fit_window: tuple[int, int] | None, t_cross: float, crossed: boo
     return lo, hi
 
 
-def _corollary1_fit(
-    steps: np.ndarray, r_par: np.ndarray, level_t: np.ndarray, lo: int, hi: int
-) -> tuple[float, float, float]:
+def _corollary1_fit(steps: np.ndarray, r_par: np.ndarray, level_t: np.ndarray, lo: int,
+                    hi: int) -> tuple[float, float, float]:
     """``(e_U0, eta, T_cross_par_pred)``: R_par ≈ e_U0 + eta·t on [lo, hi], crossing the
     mean of ``level_t`` = τ·M over the window (module docstring)."""
     win = (steps >= lo) & (steps <= hi)

@@ -1,5 +1,5 @@
-"""What the fused tracker losses share (:mod:`.dense_tracker`, :mod:`.gated_tracker`, and the
-readout, token bookkeeping and buffers also :mod:`.diagonal_tracker`).
+"""What the fused tracker losses share (:mod:`.dense`, :mod:`.gated`, and the
+readout, token bookkeeping, buffers and stack threads also :mod:`.diagonal`).
 
 The dense kernels train a one-layer dense RNN tracker with a linear readout from a zero
 initial state, many models at once (a leading model dimension N on every argument), and
@@ -16,6 +16,8 @@ differ only in the recurrence.  Shared here:
   :func:`readout_ce_grad` (∂L/∂z = softmax − one-hot, ∂L/∂W, ∂L/∂c);
 - the scratch-buffer cache :data:`BUFFERS` (state buffers handed from a finished backward
   pass to the next forward pass on the CPU);
+- the members of a stack run one at a time on the CPU (:func:`member_groups`), on threads
+  (:func:`map_members`);
 - the reference loop under autograd that both kernels are tested against
   (:func:`tracker_loss_ref`).
 
@@ -26,6 +28,7 @@ loss nor in the hits.  Losses are in nats, summed (not averaged) over valid posi
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -35,7 +38,10 @@ __all__ = [
     "BUFFERS",
     "PHIS",
     "check_shapes",
+    "PARALLEL_MEMBERS",
     "fused_call",
+    "map_members",
+    "member_groups",
     "readout_ce",
     "readout_ce_grad",
     "tracker_loss_ref",
@@ -247,3 +253,41 @@ def _ce_ref(states: torch.Tensor, W: torch.Tensor, c: torch.Tensor, labels: torc
     valid = labels >= 0
     nll = torch.nn.functional.cross_entropy(z.flatten(0, 1), labels.clamp(min=0).flatten(), reduction="none")
     return torch.where(valid.flatten(), nll, 0.0).sum(), ((z.argmax(-1) == labels) & valid).sum()
+
+
+def map_members(fn, items: list) -> list:
+    """``[fn(x) for x in items]``; on a CPU run with more than one intra-op thread, the
+    groups (one member each) run on that many Python threads, one thread each (the C loops
+    and torch ops release the GIL), so an ensemble uses every core it is given.  Each
+    member's arithmetic is the same as alone, so the numbers do not change.
+
+    ``torch.set_num_threads`` is process-wide: while the members run, the process is on one
+    intra-op thread, and the caller's count is restored afterwards.  Do not train two
+    ensembles on threads of one process at once (Dask's process workers, dynlab's default,
+    are separate processes)."""
+    threads = torch.get_num_threads()
+    if threads < 2 or len(items) < 2 or not PARALLEL_MEMBERS:
+        return [fn(x) for x in items]
+    def run(x):  # grad mode is per thread: off, as in the autograd Function that called us
+        with torch.no_grad():
+            return fn(x)
+
+    torch.set_num_threads(1)  # each member on one core: no nested intra-op parallelism
+    try:
+        with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
+            return list(pool.map(run, items))
+    finally:
+        torch.set_num_threads(threads)
+
+
+#: Run a CPU stack's members in parallel threads when the caller gives more than one intra-op thread.
+PARALLEL_MEMBERS = True
+
+
+def member_groups(n: int, device: torch.device) -> list[slice]:
+    """The members of a stack of ``n`` that run as one group: one at a time on the CPU (its
+    working set stays in cache, and stacking gains nothing for an elementwise recurrence:
+    16 members as one group trained each more slowly than one alone; ``docs/performance.md``),
+    the whole stack on other devices (one launch per
+    step for all members)."""
+    return [slice(i, i + 1) for i in range(n)] if device.type == "cpu" else [slice(0, n)]

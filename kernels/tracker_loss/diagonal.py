@@ -62,7 +62,6 @@ against each other; split, a change to the layout would have to be made in sever
 from __future__ import annotations
 
 import ctypes
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -70,7 +69,7 @@ import torch
 
 from ..compiled import C_SUFFIXES, c_library, c_suffix, data_pointer
 from ..first_order import first_order
-from .common import BUFFERS, readout_ce, readout_ce_grad, token_rows
+from .common import BUFFERS, map_members, member_groups, readout_ce, readout_ce_grad, token_rows
 
 __all__ = [
     "StreamOutput",
@@ -129,7 +128,7 @@ class _DiagonalTrackerLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tokens, labels, a, b, C, g, e, W, c):
         groups = member_groups(tokens.shape[0], a.device)
-        out = _map_groups(lambda sl: _group_forward(*(x[sl] for x in (tokens, labels, a, b, C, g, e, W, c))), groups)
+        out = map_members(lambda sl: _group_forward(*(x[sl] for x in (tokens, labels, a, b, C, g, e, W, c))), groups)
         loss = torch.cat([o[0] for o in out])
         correct = torch.cat([o[1] for o in out])
         ctx.groups = [o[2] for o in out]  # buffers and saved tensors, plain refs (see backward)
@@ -151,46 +150,8 @@ class _DiagonalTrackerLoss(torch.autograd.Function):
         for saved in groups:
             starts.append(starts[-1] + saved["labels"].shape[0])
         jobs = [(saved, grad_loss[i:j]) for saved, i, j in zip(groups, starts, starts[1:])]
-        grads = _map_groups(lambda job: _group_backward(*job), jobs)
+        grads = map_members(lambda job: _group_backward(*job), jobs)
         return (None, None, *(torch.cat(parts) for parts in zip(*grads)))
-
-
-def _map_groups(fn, items: list) -> list:
-    """``[fn(x) for x in items]``; on a CPU run with more than one intra-op thread, the
-    groups (one member each) run on that many Python threads, one thread each (the C loops
-    and torch ops release the GIL), so an ensemble uses every core it is given.  Each
-    member's arithmetic is the same as alone, so the numbers do not change.
-
-    ``torch.set_num_threads`` is process-wide: while the members run, the process is on one
-    intra-op thread, and the caller's count is restored afterwards.  Do not train two
-    ensembles on threads of one process at once (Dask's process workers, dynlab's default,
-    are separate processes)."""
-    threads = torch.get_num_threads()
-    if threads < 2 or len(items) < 2 or not _PARALLEL_MEMBERS:
-        return [fn(x) for x in items]
-    def run(x):  # grad mode is per thread: off, as in the autograd Function that called us
-        with torch.no_grad():
-            return fn(x)
-
-    torch.set_num_threads(1)  # each member on one core: no nested intra-op parallelism
-    try:
-        with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
-            return list(pool.map(run, items))
-    finally:
-        torch.set_num_threads(threads)
-
-
-#: Run a CPU stack's members in parallel threads when the caller gives more than one intra-op thread.
-_PARALLEL_MEMBERS = True
-
-
-def member_groups(n: int, device: torch.device) -> list[slice]:
-    """The members of a stack of ``n`` that run as one group: one at a time on the CPU (its
-    working set stays in cache, and stacking gains nothing for an elementwise recurrence:
-    16 members as one group trained each more slowly than one alone; ``docs/performance.md``),
-    the whole stack on other devices (one launch per
-    step for all members)."""
-    return [slice(i, i + 1) for i in range(n)] if device.type == "cpu" else [slice(0, n)]
 
 
 def _group_forward(tokens, labels, a, b, C, g, e, W, c):

@@ -1,4 +1,4 @@
-"""Fixed points, slow points and their spectra (dynlab.analysis.fixed_points, dynlab.analysis.slow_points) on maps whose
+"""Fixed points, slow points and their spectra (dynlab.analysis.fixed_points, dynlab.analysis.fixed_points.slow_points) on maps whose
 answers are known in closed form (or from a scalar root found independently)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dynlab.analysis.fixed_points.solve import (
     NEWTON_ACCEPT, deduplicate, initial_points, jacobians, keep_converged, newton_all, numpy_map, orbit_starts, solve,
 )
 from dynlab.analysis.fixed_points.finder import affine_fixed_set, cell_map, find_fixed_points, spectrum, word_map
-from dynlab.analysis.slow_points import find_slow_points
+from dynlab.analysis.fixed_points.slow_points import find_slow_points
 from dynlab.tracking.models import Cell, Tracker, register_cell
 
 

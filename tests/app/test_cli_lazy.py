@@ -98,7 +98,7 @@ def test_help_listing_and_refusals_load_neither_torch_nor_matplotlib(tmp_path):
 
 def test_catalog_says_what_each_study_module_says():
     from dynlab.lm.data.corpus import SOURCES as CORPUS_SOURCES
-    from dynlab.lm.data.tasks import BABI_KINDS
+    from dynlab.names import BABI_KINDS
     from dynlab.tracking.models import BUILTIN_ARCHS
     from dynlab.studies import length_generalization, long_context
 

@@ -390,6 +390,40 @@ def test_the_long_module_check_can_fail(tmp_path):
     assert _long_modules_without_a_reason(paths, tmp_path) == [f"bare.py ({MAX_MODULE_LINES + 4} lines)",
                                                                f"plain.py ({MAX_MODULE_LINES + 1} lines)"]
 
+#: At most this many modules may be long (over :data:`MAX_MODULE_LINES`, each with its reason),
+#: and none longer than :data:`MAX_LONG_MODULE_LINES`: a long module is an exception, not a habit.
+MAX_LONG_MODULES = 6
+MAX_LONG_MODULE_LINES = 600
+
+
+def _length_problems(lengths: dict[str, int]) -> list[str]:
+    """What breaks the length budget of ``lengths`` (module -> lines): too many long modules,
+    or one over the hard limit."""
+    long = sorted((n, name) for name, n in lengths.items() if n > MAX_MODULE_LINES)
+    out = [f"{name} has {n} lines (> {MAX_LONG_MODULE_LINES})" for n, name in long if n > MAX_LONG_MODULE_LINES]
+    if len(long) > MAX_LONG_MODULES:
+        out.append(f"{len(long)} modules over {MAX_MODULE_LINES} lines (at most {MAX_LONG_MODULES}): "
+                   + ", ".join(f"{name} ({n})" for n, name in long))
+    return out
+
+
+def test_few_modules_are_long_and_none_is_too_long():
+    paths = [p for p in _files("dynlab", "kernels", "studies", "benchmarks") if not p.is_symlink()]
+    lengths = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in paths}
+    assert not _length_problems(lengths), ("split these modules by what changes together: "
+                                           + "; ".join(_length_problems(lengths)))
+
+
+def test_the_length_budget_can_fail():
+    fine = {f"m{i}.py": MAX_MODULE_LINES + 1 for i in range(MAX_LONG_MODULES)} | {"short.py": 10}
+    assert _length_problems(fine) == []
+    assert _length_problems({**fine, "big.py": MAX_LONG_MODULE_LINES + 1}) == [
+        f"big.py has {MAX_LONG_MODULE_LINES + 1} lines (> {MAX_LONG_MODULE_LINES})",
+        f"{MAX_LONG_MODULES + 1} modules over {MAX_MODULE_LINES} lines (at most {MAX_LONG_MODULES}): "
+        + ", ".join(f"m{i}.py ({MAX_MODULE_LINES + 1})" for i in range(MAX_LONG_MODULES))
+        + f", big.py ({MAX_LONG_MODULE_LINES + 1})"]
+
+
 def test_the_command_line_only_wires_and_kernels_are_by_op():
     """cli.py stays wiring (at most 300 lines; the checks live in dynlab.app); kernels/
     holds one folder per op and beside them only what every op shares (building C, the

@@ -293,7 +293,7 @@ def test_babi_probes_carry_the_room_of_the_last_mover(tokens):
     """The label is the room the asked person last went to, read back from the text itself;
     the state read sits right after the filler, d tokens after that last move; the scored
     tokens are the answer, which spells the labelled room."""
-    from dynlab.lm.data.tasks import ROOMS, BabiTask, babi_decode
+    from dynlab.lm.data.babi import ROOMS, BabiTask, babi_decode
 
     stream = torch.tensor(list(b"the quick brown fox jumps over the lazy dog " * 200))
     task = BabiTask(stream, kinds=("qa1",), n_facts=3, tokens=tokens)
@@ -316,7 +316,7 @@ def test_babi_probes_carry_the_room_of_the_last_mover(tokens):
 
 def test_babi_geometry_of_a_small_model_runs_end_to_end():
     from dynlab.lm.analysis.state_geometry import geometry_row
-    from dynlab.lm.data.tasks import BabiTask
+    from dynlab.lm.data.babi import BabiTask
 
     stream = torch.tensor(list(b"the quick brown fox jumps over the lazy dog " * 200))
     task = BabiTask(stream, kinds=("qa1",), n_facts=3)

@@ -9,7 +9,8 @@ import pytest
 import torch
 from helpers.tokenizer import train_bpe, word_text
 
-from dynlab.lm.data.tasks import COUNTS, ROOMS, BabiTask, CopyingTask, PasskeyTask
+from dynlab.lm.data.babi import COUNTS, ROOMS, BabiTask
+from dynlab.lm.data.tasks import CopyingTask, PasskeyTask
 from dynlab.lm.data.tokenizer import ByteTokenizer, HFTokenizer
 
 

@@ -12,8 +12,8 @@ from torch import nn
 from dynlab.lm.data.corpus import decode, encode
 from dynlab.lm.run.task import _scores, score_batch
 from dynlab.errors import DynlabInputError
-from dynlab.lm.data.tasks import (BABI_KINDS, BABI_WORDS, BabiTask, CopyingTask, PasskeyTask, babi_decode, babi_encode,
-                             make_task)
+from dynlab.lm.data.babi import BABI_KINDS, BABI_WORDS, BabiTask, babi_decode, babi_encode
+from dynlab.lm.data.tasks import CopyingTask, PasskeyTask, make_task
 
 FILLER = encode("~" * 5000)  # a filler no fact or key can be confused with
 
@@ -286,7 +286,7 @@ def test_babi_chance_is_the_share_of_the_most_common_answer_in_the_samples():
     word-token samples (the scored tokens, decoded): the same distribution, and qa6's is 1/2."""
     from collections import Counter
 
-    from dynlab.lm.data.tasks import babi_chance
+    from dynlab.lm.data.babi import babi_chance
 
     stream = torch.tensor(list(b"lorem ipsum dolor sit amet " * 40))
     task = BabiTask(stream, kinds=("qa1", "qa6", "qa7"), n_facts=3, tokens="words")

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from dynlab.errors import DynlabInputError
+from dynlab.lm.data import sources as sources_mod
 from dynlab.lm.data import tokens as tokens_mod
 from dynlab.lm.data.tokenizer import ByteTokenizer, TokenizerSpec, load_tokenizer
 from dynlab.lm.data.tokens import RECORD, TokenFolder, is_token_folder, open_token_folder, prepare_tokens
@@ -152,8 +153,8 @@ def test_more_than_65536_ids_are_stored_as_uint32(tmp_path):
 
 
 def test_long_text_is_cut_after_newlines_without_changing_byte_ids(tmp_path, monkeypatch, bpe):
-    monkeypatch.setattr(tokens_mod, "PIECE_BYTES", 64)
-    monkeypatch.setattr(tokens_mod, "MAX_PIECE_BYTES", 200)
+    monkeypatch.setattr(sources_mod, "PIECE_BYTES", 64)
+    monkeypatch.setattr(sources_mod, "MAX_PIECE_BYTES", 200)
     text = "\n".join(make_docs(30, seed=3)) + "\n" + "日本語" * 300 + "\nend"  # a line of 2700 bytes, no newline
     (tmp_path / "long.txt").write_text(text, encoding="utf-8")
     write_jsonl(tmp_path / "long.jsonl", [text])

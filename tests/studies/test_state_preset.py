@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from dynlab.lm.run.text import build_model, count_parameters
-from dynlab.studies.length_generalization import STATE_TOKENS, STUDY, make_specs
+from dynlab.studies.length_generalization import STUDY, make_specs
+from dynlab.studies.length_generalization_presets import STATE_TOKENS
 from dynlab.runner.protocol import StudyOptions
 
 

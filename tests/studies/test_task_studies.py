@@ -103,7 +103,7 @@ def test_tiny_task_study_dataset_and_panels(name, dims, tmp_path):
 
     assert check_dataset(ds) == []  # every variable is in the one vocabulary, with its units
     if name == "babilong":
-        from dynlab.lm.data.tasks import babi_chance
+        from dynlab.lm.data.babi import babi_chance
 
         assert [float(ds["chance"].sel(kind=k)) for k in ("qa1", "qa6")] == [babi_chance(k, 3) for k in ("qa1", "qa6")]
     figs = write_figures(ds, tmp_path / "figs", get_study(name).panels)
@@ -319,7 +319,7 @@ def test_a_warm_start_trains_the_same_model_on_its_task_first():
 def test_babi_panel_draws_each_kinds_chance_level(repo_root):
     """The dotted lines of the bAbI panel sit at babi_chance(kind, n_facts) of the dataset's runs, in the kind's colour."""
     from dynlab.lm.figures.tasks import babi_panel
-    from dynlab.lm.data.tasks import babi_chance
+    from dynlab.lm.data.babi import babi_chance
     from dynlab.results.schema import open_dataset
 
     ds = open_dataset(repo_root / "benchmarks/results/datasets/babilong-kinds.nc")
@@ -382,7 +382,7 @@ def test_every_advertised_babi_kind_runs_in_every_preset(preset, tmp_path, capsy
     runs it with the facts it needs, in the command line as in the Python API."""
     import dynlab.runner.driver
     from dynlab.cli import main
-    from dynlab.lm.data.tasks import BABI_KINDS, MIN_FACTS
+    from dynlab.lm.data.babi import BABI_KINDS, MIN_FACTS
     from dynlab.studies import CATALOG, get_study
     from dynlab.runner.protocol import StudyOptions
 

@@ -46,7 +46,7 @@ its dimension (``fixed_dim``) and ``count`` NaN: it holds infinitely many fixed 
 its representative point is the projection of the mean start onto it.
 
 Steps 1–4 live in :mod:`dynlab.analysis.fixed_points.solve`; slow points (local minima of the
-speed, :func:`find_slow_points`) in :mod:`dynlab.analysis.slow_points`; the per-state summaries
+speed, :func:`find_slow_points`) in :mod:`dynlab.analysis.fixed_points.slow_points`; the per-state summaries
 of a tracker's return maps in :mod:`dynlab.tracking.analysis.fixed_points.per_state`.  Results are typed
 (:class:`FixedPoints`), all in float64.
 """

@@ -49,7 +49,8 @@ from torch import nn
 from dynlab.analysis.geometry import crossing_time, geometry_over_time
 from dynlab.lm.analysis.recurrence import FP_MAX_STATE, LMRecurrence, filler_fixed_points, recurrence_spectra
 from dynlab.results.vocabulary import annotate
-from dynlab.lm.data.tasks import ROOMS, BabiTask, CopyingTask, PasskeyTask
+from dynlab.lm.data.babi import ROOMS, BabiTask
+from dynlab.lm.data.tasks import CopyingTask, PasskeyTask
 
 __all__ = ["DISTANCES", "probe_accuracy", "distance_geometry", "task_probes", "model_task_geometry",
            "preregistered_test", "geometry_row", "censored_first_below"]

@@ -140,7 +140,7 @@ def _data_section(data: Mapping[str, Any], task: Mapping[str, Any] | None) -> li
     if kind != "copying":
         lines.append(f"Filler: {said}.")
     if kind == "babi" and task.get("babi_tokens") == "words":
-        lines.append("The bAbI words are one token each, ids 128 + their index in `dynlab.lm.data.tasks.BABI_WORDS` "
+        lines.append("The bAbI words are one token each, ids 128 + their index in `dynlab.lm.data.babi.BABI_WORDS` "
                      "(the filler stays bytes); the byte tokenizer of this folder does not produce those ids.")
     return lines
 

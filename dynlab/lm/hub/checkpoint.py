@@ -26,7 +26,8 @@ from dynlab.lm.spec import LMDataSpec, LMRunSpec, LMTaskRunSpec
 from dynlab.lm.data.tokenizer import BYTE_VOCAB, HFTokenizer, TokenizerSpec, check_fits
 from dynlab.spec import load_spec
 
-__all__ = ["build_model", "checkpoint_digest", "checkpoint_tokenizer", "load_checkpoint", "load_init", "model_vocab"]
+__all__ = ["build_model", "checkpoint_config", "checkpoint_digest", "checkpoint_model_fields", "checkpoint_tokenizer",
+           "load_checkpoint", "load_init", "model_vocab"]
 
 
 def build_model(spec: LMRunSpec, init_seed: int | None = None) -> RecurrentLM:
@@ -215,6 +216,26 @@ def _check_run_folder(p: Path) -> None:
         raise _not_a_model(p, "unreadable result.json") from None
     if status not in ("ok", "not-learned"):
         raise _not_a_model(p, f"its run ended {status!r}, not with trained weights")
+
+
+def checkpoint_config(meta: dict[str, Any]) -> dict[str, Any]:
+    """What a run records of its checkpoint's own layout (``LMInitSpec.config``; ``meta`` of
+    :func:`load_checkpoint`): a Hugging Face config's summary
+    (:func:`dynlab.lm.hub.hf.hf_config_summary`) or a dynlab run's model fields."""
+    return dict(meta.get("config") or meta.get("spec", {}).get("model") or {})
+
+
+def checkpoint_model_fields(model: torch.nn.Module, meta: dict[str, Any]) -> dict[str, Any]:
+    """:class:`~dynlab.lm.spec.LMModelSpec` fields that describe a loaded checkpoint for the dataset's
+    coordinates: its mixer, width, layers and vocabulary (its other sizes stay in its own
+    config; the run's ``n_params`` counts the loaded model)."""
+    if meta.get("kind") == "dynlab":
+        m = meta["spec"]["model"]
+        return {"mixer": m.get("mixer", "mamba2"), "d_model": m["d_model"], "n_layers": m["n_layers"], "mlp_ratio": 0,
+                "vocab_size": int(model.vocab_size)}
+    c = meta["config"]
+    return {"mixer": "mamba2" if c.get("model_type") == "mamba2" else "mamba1", "d_model": c["hidden_size"],
+            "n_layers": c["num_hidden_layers"], "mlp_ratio": 0, "vocab_size": int(model.vocab_size)}
 
 
 def checkpoint_digest(path: str | Path) -> str:
