@@ -36,7 +36,7 @@ class StudyEntry:
     Attributes:
         name: the study's name (``dynlab study <name>``).
         module: the module whose ``STUDY`` it is.
-        description: one line, as ``Study.description``.
+        description: one line: the help of its command and its row of ``dynlab study list``.
         presets: as ``Study.presets``.
         command: ``tracking`` (``--models`` = cells, ``--groups``) or ``lm`` (``--models``
             = mixers, ``--interventions``, ``--source``, task options).

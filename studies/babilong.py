@@ -94,7 +94,6 @@ Presets:
 
 from __future__ import annotations
 
-from dynlab.studies import CATALOG
 from dynlab.studies.long_context import make_task_study
 
 __all__ = ["PRESETS", "STUDY"]
@@ -155,6 +154,5 @@ PRESETS = {
 
 STUDY = make_task_study(
     "babilong", "babi",
-    CATALOG["babilong"].description,
     PRESETS, ("state-passing", "fitted-noise"),
 )

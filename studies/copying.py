@@ -26,7 +26,6 @@ Presets:
 
 from __future__ import annotations
 
-from dynlab.studies import CATALOG
 from dynlab.studies.long_context import make_task_study
 
 __all__ = ["PRESETS", "STUDY"]
@@ -66,6 +65,5 @@ PRESETS = {
 
 STUDY = make_task_study(
     "copying", "copying",
-    CATALOG["copying"].description,
     PRESETS, ("state-passing", "fitted-noise"),
 )

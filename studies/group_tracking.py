@@ -52,7 +52,6 @@ from dynlab.tracking.selection import canonical_groups, canonical_options, check
 from dynlab.tracking.models import BUILTIN_ARCHS, available_cells
 from dynlab.results.store import RunStore
 from dynlab.runtime import NullProgress
-from dynlab.studies import CATALOG
 from dynlab.runner.protocol import Study, StudyExtra, StudyOptions, override_field, select_names
 from dynlab.tracking.dataset import assemble_tracking
 from dynlab.tracking.run import (
@@ -228,7 +227,6 @@ def _panels(ds: xr.Dataset) -> dict:
 STUDY = Study(
     name="group-tracking",
     analyze_one=analyze_one,
-    description=CATALOG["group-tracking"].description,
     presets=tuple(PRESETS),
     make_specs=make_specs,
     run_one=run_one,

@@ -118,7 +118,6 @@ from dynlab.lm.spec import (
     anchor_model_fields,
 )
 from dynlab.results.store import RunStore
-from dynlab.studies import CATALOG
 from dynlab.runner.protocol import RunOutcome, Study, StudyOptions, override_field, read_result, select_names
 from dynlab.studies.length_generalization_presets import PRESETS, STACK_MAX
 from dynlab.studies.long_context import LMOptions, tokenizer_option, vocab_fields
@@ -309,8 +308,10 @@ def _train_fields(preset: dict, extra: LGOptions, model: LMModelSpec, seq_len: i
     return kw
 
 
-def run_one(spec: LMRunSpec, device: torch.device, progress: NullProgress) -> RunOutcome:
-    """Train one LM with its intervention (and its post-training arms) and evaluate it from the zero state."""
+def run_one(spec: LMRunSpec, device: torch.device, progress: NullProgress,
+            resume_dir: Path | None = None) -> RunOutcome:
+    """Train one LM with its intervention (and its post-training arms) and evaluate it from the zero state;
+    a ``stack`` run as a stack of one (:func:`run_many`, resumable from ``resume_dir``)."""
     total = spec.train.steps + (spec.post.steps * len(spec.post.interventions) if spec.post is not None else 0)
     bar = progress.add(f"{spec.model.mixer}/{spec.intervention.kind}", total)
 
@@ -319,7 +320,7 @@ def run_one(spec: LMRunSpec, device: torch.device, progress: NullProgress) -> Ru
 
     if spec.train.engine == "stack":  # a stack of one: the same numbers as in any stack
         progress.remove(bar)
-        return run_many([spec], device, progress)[0]
+        return run_many([spec], device, progress, resume_dir=resume_dir)[0]
     result, weights = train_and_evaluate(spec, device, step)
     progress.remove(bar)
     return RunOutcome(LMResult.model_validate(result), weights)
@@ -368,7 +369,6 @@ def assemble(specs: list[LMRunSpec], store: RunStore, options: StudyOptions) -> 
 
 STUDY = Study(
     name="length-generalization",
-    description=CATALOG["length-generalization"].description,
     presets=tuple(PRESETS),
     make_specs=make_specs,
     run_one=run_one,

@@ -146,7 +146,7 @@ def vocab_fields(data: LMDataSpec) -> dict[str, Any]:
     return {} if data.tokenizer.kind == "byte" else {"vocab_size": data.tokenizer.n_ids}
 
 
-def make_task_study(name: str, kind: str, description: str, presets: Mapping[str, Mapping[str, Any]],
+def make_task_study(name: str, kind: str, presets: Mapping[str, Mapping[str, Any]],
                     default_interventions: tuple[str, ...]) -> Study:
     """A :class:`Study` for task ``kind`` with ``presets`` (keys: mixers, seeds, model, task, train, eval,
     intervention, post) whose post-training arms default to ``default_interventions`` (plus the ``zero`` control)."""
@@ -213,7 +213,7 @@ def make_task_study(name: str, kind: str, description: str, presets: Mapping[str
                     extra: StudyExtra) -> xr.Dataset:
         return analyze_task_run(kind, spec, store)
 
-    return Study(name=name, description=description, presets=tuple(presets), make_specs=make_specs,
+    return Study(name=name, presets=tuple(presets), make_specs=make_specs,
                  run_one=run_one, assemble=assemble, spec_type=LMTaskRunSpec, result_type=TaskResult,
                  options_type=TaskOptions, panels=_task_panels(kind),
                  analyze_one=analyze_one if kind in GEOMETRY_KINDS else None)

@@ -34,7 +34,6 @@ from dynlab.errors import DynlabInputError
 from dynlab.names import ABLATION_NONLINEARITIES as NONLINEARITIES  # the φ of the ablation
 from dynlab.tracking.figures.ablation import mp_failure_table
 from dynlab.tracking.models import available_cells
-from dynlab.studies import CATALOG
 from dynlab.studies import group_tracking as gt
 from dynlab.runner.protocol import Study, StudyOptions
 
@@ -100,7 +99,6 @@ def table(ds: xr.Dataset) -> str:
 
 STUDY = Study(
     name="nonlinearity",
-    description=CATALOG["nonlinearity"].description,
     presets=tuple(p for p in gt.STUDY.presets if p != "groups"),  # groups: group-tracking's own group list
     make_specs=make_specs,
     run_one=gt.STUDY.run_one,

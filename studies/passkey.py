@@ -31,7 +31,6 @@ Presets:
 
 from __future__ import annotations
 
-from dynlab.studies import CATALOG
 from dynlab.studies.long_context import make_task_study
 
 __all__ = ["PRESETS", "STUDY"]
@@ -77,6 +76,5 @@ PRESETS = {
 
 STUDY = make_task_study(
     "passkey", "passkey",
-    CATALOG["passkey"].description,
     PRESETS, ("fitted-noise", "state-passing"),
 )

@@ -45,7 +45,12 @@ def run_tracking_study(name: str, models: str = "all", groups: str | None = None
     NOTES.clear()  # the notes of an earlier refusal are not this call's
     entry = entry_of(name, "tracking")
     options = tracking_study_options(entry, models, groups, seeds, preset, analyze=analyze)
-    return run_entry(entry, options, out, device, quiet, analyze, executor, scheduler, workers, echo)
+    out_dir, start = checked_launch(entry, out, device, quiet, executor, scheduler, workers, echo)
+    from dynlab.runner.driver import run_study  # torch: only once the options and folders are checked
+    from dynlab.studies import get_study
+
+    return run_study(get_study(name), options, out=out_dir, device=device, progress=not quiet, analyze=analyze,
+                     executor=start, words=STUDY_WORDS)
 
 
 def run_lm_study(name: str, models: str = "all", interventions: str | None = None, source: str | None = None,
@@ -66,7 +71,12 @@ def run_lm_study(name: str, models: str = "all", interventions: str | None = Non
     typed = {"eval_lengths": ("--lengths", lengths), "depths": ("--depths", depths), "babi_kinds": ("--kinds", kinds),
              "source": ("--source", source)}
     words = option_words(knobs or {}, typed, config)  # a spec's error names the option or config key that set it
-    return run_entry(entry, options, out, device, quiet, False, executor, scheduler, workers, echo, words)
+    out_dir, start = checked_launch(entry, out, device, quiet, executor, scheduler, workers, echo)
+    from dynlab.runner.driver import run_study  # torch: only once the options and folders are checked
+    from dynlab.studies import get_study
+
+    return run_study(get_study(name), options, out=out_dir, device=device, progress=not quiet, analyze=False,
+                     executor=start, words={**STUDY_WORDS, **words})
 
 
 #: The option that sets each spec field a study's error may name (a study's own ``words`` win).
@@ -74,14 +84,14 @@ STUDY_WORDS = {"eval_lengths": "--lengths", "depths": "--depths", "babi_kinds": 
                "seed": "--seeds", "group": "--groups", "arch": "--models"}
 
 
-def run_entry(entry: StudyEntry, options: Any, out: str, device: str, quiet: bool, analyze: bool, executor: str,
-              scheduler: str | None, workers: int | None, echo: Callable[..., Any] = plain_echo,
-              words: Mapping[str, str] | None = None) -> Path:
-    """Run study ``entry`` with checked ``options``; the path of its dataset.  The output folder,
-    device and executor are checked here, then :func:`dynlab.runner.driver.run_study` makes and
-    checks the specs (a spec's error names the option that set the field: ``words``, field ->
-    the option or ``--config`` key as given, over :data:`STUDY_WORDS`) and only then starts the
-    executor (a Dask cluster), saying the options' ``note:`` lines (``echo``) as it does."""
+def checked_launch(entry: StudyEntry, out: str, device: str, quiet: bool, executor: str, scheduler: str | None,
+                   workers: int | None, echo: Callable[..., Any] = plain_echo) -> tuple[Path, Callable[[], Any]]:
+    """What study ``entry`` runs in and on, checked before anything is made: the folder of
+    studies ``out`` (its study folder someone else's, or a study whose runs another's:
+    refused), the device, the executor.  Returns the folder and the function that starts
+    the executor (a Dask cluster), saying the options' ``note:`` lines (``echo``) first;
+    :func:`dynlab.runner.driver.run_study` calls it once it has made and checked the specs
+    (a spec's error names the option that set the field: :data:`STUDY_WORDS`)."""
     out_dir = out_folder(out)
     check_device(device)
     check_executor(executor, scheduler, workers)
@@ -93,16 +103,14 @@ def run_entry(entry: StudyEntry, options: Any, out: str, device: str, quiet: boo
                           allowed="a folder of studies (made when missing), not a run or study folder")
     check_contract(out_dir / entry.name, entry.name, flag="--out")  # someone else's files: refused before any write
     check_study_folder(out_dir / entry.name)
-    from dynlab.executors import make_executor
-    from dynlab.runner.driver import run_study
-    from dynlab.studies import get_study
 
     def start() -> Any:  # called once every spec is checked
+        from dynlab.executors import make_executor
+
         say_notes(echo)
         return make_executor(executor, scheduler=scheduler, workers=workers)
 
-    return run_study(get_study(entry.name), options, out=out_dir, device=device, progress=not quiet, analyze=analyze,
-                     executor=start, words={**STUDY_WORDS, **(words or {})})
+    return out_dir, start
 
 
 def study_table() -> list[str]:

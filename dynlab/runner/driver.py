@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from dynlab.spec import Spec
 from dynlab.errors import (DynlabInputError, DynlabStoppedError, format_validation_error, in_option_words,
@@ -31,10 +31,7 @@ from dynlab.results.folder import LOCK, MARKER, check_study_folder, claim, study
 from dynlab.results.store import RunStore
 from dynlab.runner.loop import phase_line, result_check, run_specs
 from dynlab.runner.protocol import Study, StudyExtra, StudyOptions
-from dynlab.runtime import make_progress, resolve_device
-
-if TYPE_CHECKING:
-    import torch
+from dynlab.runtime import NullProgress, make_progress, resolve_device
 
 __all__ = ["analyze_study", "check_analyses_fit", "check_work_items", "open_study", "run_study", "study_dir"]
 
@@ -206,6 +203,7 @@ def run_study(
     check_study_folder(store.root, study.name, flag="--out")  # someone else's folder: refused before any write
     check_same_runs(store.root, study, options, extra, specs)
     with _started(executor) as ex:
+        workers = _executor_workers(ex)
         if runs_here(ex):  # resolved once, here: the work and the analyses run in this process
             device = resolve_device(device)  # an unknown or unavailable device is refused before writing
             check_kernel_backend()  # and a kernel backend this machine cannot run
@@ -214,7 +212,15 @@ def run_study(
         # away in between); refused here, this process removes nothing: the folder is the other one's
         with study_lock(store.root, flag="--out", make=True):
             try:
-                return _run_locked(study, options, extra, specs, store, device, progress, analyze, ex, started)
+                with stopping_after_changes(f"the study stopped after it had changed {store.root} (its stored runs are "
+                                            "kept: the same command resumes)", lambda: store.changed):
+                    _claim(study, options, extra, specs, store)
+                    with make_progress(progress) as prog:
+                        counts = run_specs(study, specs, store, device, prog, analyze, ex, extra=extra)
+                        _say_counts(prog, study.name, counts)
+                    timing = {"started": started, "trained": counts["trained"], "workers": workers,
+                              "invocation": "study", "train_s": counts["train_s"], "analysis_s": counts["analysis_s"]}
+                    return _finish(study, specs, store, options, extra, timing)
             except BaseException:  # cleaned up while the lock is held: after it, the folder may be another process's
                 if store.root in made:  # a study that stored nothing leaves no folders behind (nor its marker and lock)
                     _remove_own_files(store.root)
@@ -241,34 +247,26 @@ def _started(executor: Executor | Callable[[], Executor] | None) -> Iterator[Exe
             close()
 
 
-def _run_locked(study: Study, options: StudyOptions, extra: StudyExtra, specs: list[Spec], store: RunStore,
-                device: str | torch.device,
-                progress: bool, analyze: bool, executor: Executor | None, started: float) -> Path:
-    """:func:`run_study` once it holds the study folder's lock: the checks again, the marker,
-    ``runs/``, every run, the dataset."""
-    workers = _executor_workers(executor)
-    stopped = f"the study stopped after it had changed {store.root} (its stored runs are kept: the same command resumes)"
-    with stopping_after_changes(stopped, lambda: store.changed):
-        # checked again under the lock: another process may have written meanwhile
-        check_study_folder(store.root, study.name, flag="--out")
-        check_same_runs(store.root, study, options, extra, specs, note=True)
-        claim(store.root, study.name)  # the marker first
-        try:
-            make_dir(store.runs)
-        except OSError as exc:
-            raise DynlabInputError(f"cannot write the study to {store.root} ({exc.strerror or exc}); "
-                                   "allowed: a writable folder") from None
-        with make_progress(progress) as prog:
-            counts = run_specs(study, specs, store, device, prog, analyze, executor, extra=extra)
-            if counts["trained"] or counts["analyzed"]:  # a rerun that reuses every run: the summary alone
-                prog.log(phase_line(study.name, counts["train_s"], counts["analysis_s"]))
-            prog.log(
-                f"{study.name}: {counts['trained']} trained, {counts['reused']} reused, "
-                f"{counts['analyzed']} analysed, {counts['not_learned']} not learned, {counts['failed']} failed"
-            )
-        timing = {"started": started, "trained": counts["trained"], "workers": workers, "invocation": "study",
-                  "train_s": counts["train_s"], "analysis_s": counts["analysis_s"]}
-        return _finish(study, specs, store, options, extra, timing)
+def _claim(study: Study, options: StudyOptions, extra: StudyExtra, specs: list[Spec], store: RunStore) -> None:
+    """:func:`run_study` once it holds the study folder's lock: the folder's checks again
+    (another process may have written meanwhile), then the marker and ``runs/``."""
+    check_study_folder(store.root, study.name, flag="--out")
+    check_same_runs(store.root, study, options, extra, specs, note=True)
+    claim(store.root, study.name)  # the marker first
+    try:
+        make_dir(store.runs)
+    except OSError as exc:
+        raise DynlabInputError(f"cannot write the study to {store.root} ({exc.strerror or exc}); "
+                               "allowed: a writable folder") from None
+
+
+def _say_counts(prog: NullProgress, name: str, counts: dict[str, Any]) -> None:
+    """The study's closing lines: its phases' times (when it trained or analysed anything; a
+    rerun that reuses every run says the summary alone) and what became of its runs."""
+    if counts["trained"] or counts["analyzed"]:
+        prog.log(phase_line(name, counts["train_s"], counts["analysis_s"]))
+    prog.log(f"{name}: {counts['trained']} trained, {counts['reused']} reused, {counts['analyzed']} analysed, "
+             f"{counts['not_learned']} not learned, {counts['failed']} failed")
 
 
 def _remove_own_files(root: Path) -> None:

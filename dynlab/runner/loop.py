@@ -71,16 +71,22 @@ def _heal(specs: list[Spec], store: RunStore, progress: NullProgress) -> set[str
 
 def _work(study: Study, device, progress: NullProgress,
           resume_dir: Path | None = None) -> Callable[[list[Spec]], tuple[list[RunOutcome], dict]]:
-    """The function an executor runs on a work item: train its specs where it runs; return
-    their outcomes and the provenance of that work (what it ran on, recorded there)."""
+    """The function an executor runs on a work item: train its specs where it runs (together,
+    through the study's ``run_many``, when there are several; else through ``run_one``; a
+    ``resumable`` study's get ``resume_dir`` too); return their outcomes and the provenance of that work (what
+    it ran on, recorded there)."""
 
     def work(item: list[Spec]) -> tuple[list[RunOutcome], dict]:
         # The device is resolved where the work runs (a GPU worker of a CPU-only client);
         # the thread count is fixed (RUN_THREADS), not taken from the worker's machine.
         t0 = time.perf_counter()
         dev = resolve_device(device)
+        kw = {"resume_dir": resume_dir} if study.resumable else {}  # where its long runs keep their training state
         with recording() as rec, train_threads(dev):
-            outcomes = study.run_item(item, dev, progress, resume_dir=resume_dir)
+            if study.run_many is not None and len(item) > 1:
+                outcomes = study.run_many(item, dev, progress, **kw)
+            else:
+                outcomes = [study.run_one(s, dev, progress, **kw) for s in item]
         for o in outcomes:
             if o.result.wall_time_s is None:
                 o.result.wall_time_s = (time.perf_counter() - t0) / len(item)

@@ -10,9 +10,9 @@ A study is a plain list of run specs plus a few functions:
 - ``run_many(specs, device, progress) -> list[RunOutcome]`` (optional) — train several
   specs together (an ensemble); ``group_key(spec)`` says which specs may share a work
   item (same key = same architecture and shapes). A study with ``resumable = True``
-  gets every work item through ``run_many(specs, device, progress, resume_dir=...)``:
-  ``resume_dir`` is the study folder's ``resume/``, where long runs keep their training
-  state so that a run cut off continues from its last saved state, not from step 0.
+  gets ``resume_dir=...`` in both calls: the study folder's ``resume/``, where long runs
+  keep their training state so that a run cut off continues from its last saved state,
+  not from step 0.
 - ``analyze_one(spec, store, device, progress, extra) -> xr.Dataset`` (optional) —
   analyses of a finished run (``extra``: the study's parsed options, e.g. the analysis
   preset), stored beside it as ``analysis.nc`` and recomputable by ``dynlab analyze``.
@@ -36,8 +36,6 @@ from dynlab.spec import Spec
 from dynlab.errors import DynlabInputError, validation_errors
 
 if TYPE_CHECKING:  # the protocol's types only: importing this module loads neither torch nor xarray
-    from pathlib import Path
-
     import torch
     import xarray as xr
 
@@ -218,7 +216,6 @@ class RunOutcome:
 @dataclass(frozen=True)
 class Study:
     name: str
-    description: str
     presets: tuple[str, ...]
     make_specs: Callable[[StudyOptions], list[Spec]]
     run_one: Callable[[Spec, torch.device, NullProgress], RunOutcome]
@@ -257,18 +254,6 @@ class Study:
             for i in range(0, len(members), self.max_group):
                 items.append(members[i : i + self.max_group])
         return items
-
-    def run_item(self, item: list[Spec], device: torch.device, progress: NullProgress,
-                 resume_dir: Path | None = None) -> list[RunOutcome]:
-        """Train one work item; a ``resumable`` study's ``run_many`` also gets ``resume_dir``
-        (a folder of the study for the training state of long runs, so a run cut off
-        continues from its last saved state)."""
-        many = self.run_many is not None and (len(item) > 1 or self.resumable)
-        if many and self.resumable:
-            return self.run_many(item, device, progress, resume_dir=resume_dir)
-        if many:
-            return self.run_many(item, device, progress)
-        return [self.run_one(s, device, progress) for s in item]
 
     def check_preset(self, preset: str) -> str:
         if preset not in self.presets:

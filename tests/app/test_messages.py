@@ -12,7 +12,7 @@ import pytest
 import xarray as xr
 
 from dynlab.cli import main
-from dynlab.studies import STUDIES
+from dynlab.studies import CATALOG, STUDIES
 
 matplotlib.use("Agg")
 
@@ -35,7 +35,7 @@ def test_study_list_columns_line_up(capsys):
     assert len(rows) == len(STUDIES)
     for line, study in zip(rows, STUDIES.values()):
         assert line.startswith(study.name) and line.index(", ".join(study.presets)) == col_presets, line
-        assert line[col_desc:] == study.description, line
+        assert line[col_desc:] == CATALOG[study.name].description, line
 
 
 @pytest.mark.parametrize("option", ["--models", "--groups", "--seeds"])

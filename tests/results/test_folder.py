@@ -51,7 +51,7 @@ def _tiny_study() -> Study:
     def assemble(specs, store, options):
         return xr.Dataset({"seed": ("run", np.array([s.seed for s in specs]))})
 
-    return Study(name="tiny", description="", presets=("smoke", "quick"), make_specs=_make_specs, run_one=run_one,
+    return Study(name="tiny", presets=("smoke", "quick"), make_specs=_make_specs, run_one=run_one,
                  assemble=assemble, analyze_one=analyze_one, spec_type=RunSpec)
 
 
@@ -306,7 +306,7 @@ def assemble(specs, store, options):
     return xr.Dataset({"seed": ("run", np.array([s.seed for s in specs]))})
 
 seeds = tuple(int(x) for x in sys.argv[2].split(","))
-study = Study(name="tiny", description="", presets=("smoke",), make_specs=lambda o: [spec(s) for s in o.seeds],
+study = Study(name="tiny", presets=("smoke",), make_specs=lambda o: [spec(s) for s in o.seeds],
               run_one=run_one, assemble=assemble, spec_type=RunSpec)
 from dynlab.errors import DynlabInputError
 try:

@@ -34,7 +34,7 @@ def _tiny_study() -> Study:
         return xr.Dataset({"seed": ("run", np.array([s.seed for s in specs]))})
 
     specs = [RunSpec(task=TaskSpec(group="C2"), model=ModelSpec(arch="tanh-rnn", hidden=4), seed=s) for s in range(2)]
-    return Study(name="tiny", description="", presets=("smoke",), make_specs=lambda options: specs,
+    return Study(name="tiny", presets=("smoke",), make_specs=lambda options: specs,
                  run_one=run_one, assemble=assemble, spec_type=RunSpec)
 
 

@@ -52,7 +52,7 @@ def _tiny_study(n_runs: int = 2, analyse: bool = True) -> Study:
         return xr.Dataset({"seed": ("run", np.array([s.seed for s in specs]))})
 
     return Study(
-        name="tiny", description="", presets=("smoke",), make_specs=lambda options: [_spec(s) for s in range(n_runs)],
+        name="tiny", presets=("smoke",), make_specs=lambda options: [_spec(s) for s in range(n_runs)],
         run_one=run_one, assemble=assemble, analyze_one=analyze_one if analyse else None, spec_type=RunSpec,
     )
 

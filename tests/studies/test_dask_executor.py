@@ -147,7 +147,6 @@ def _toy_assemble(specs, store: RunStore, options) -> xr.Dataset:
 def test_killed_worker_is_retried_without_lost_or_corrupted_results(tmp_path):
     study = Study(
         name="toy-kill",
-        description="toy",
         presets=("quick",),
         make_specs=_toy_specs,
         run_one=functools.partial(_toy_run_one, marker_dir=str(tmp_path)),
