@@ -10,7 +10,7 @@ training-loss curve ``train_loss_curve(run, loss_point)`` (steps ``train_step``)
 ``converged(run)`` (:func:`dynlab.training.converged`),
 the Definition 3.2 verdict ``lg_passed(run)``, ``lg_worst_violation(run)`` …, and the
 in-range and far PPL ``ppl_in``, ``ppl_far``, ``far_in_ratio`` (run)
-(:func:`dynlab.analysis.lm_metrics.ppl_ranges`), with coords ``arch`` (mixer),
+(:func:`dynlab.lm.analysis.metrics.ppl_ranges`), with coords ``arch`` (mixer),
 ``intervention``, ``train_length``, ``n_params`` and ``d_model`` on ``run``. Every
 preset's Mamba models have the real Mamba block (no MLP,
 :data:`dynlab.lm.spec.ANCHOR_MLP_RATIO`), so each trained run exports to Hugging Face.

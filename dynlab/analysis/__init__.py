@@ -1,12 +1,11 @@
 """Error-control analysis: pure functions from hidden states (or protocol models) to xarray.
 
-``lm_metrics`` (PPL(t), EffRem, state statistics) is a sibling module imported directly.
 Shared by both papers, this package imports neither (``dynlab.tracking``, ``dynlab.lm``):
 paper A's per-run tracker analysis, which runs the trackers, is :mod:`dynlab.tracking.analysis`,
 its fixed-point analysis per symbolic state (on the finder here) :mod:`dynlab.tracking.analysis.fixed_points`.
 
-The public names below are imported on first use (as in :mod:`dynlab`): a sibling module
-such as ``lm_metrics`` loads without the others (``correlation`` imports scipy.stats).
+The public names below are imported on first use (as in :mod:`dynlab`): a module such as
+``geometry`` loads without the others (``correlation`` imports scipy.stats).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import numpy as np
 import xarray as xr
 
 from dynlab.analysis.contrasts import paired_contrasts
-from dynlab.analysis.lm_metrics import ppl_ranges
+from dynlab.lm.analysis.metrics import ppl_ranges
 from dynlab.lm.results import LMResult
 from dynlab.results.assemble import assemble_runs, result_columns, stack_runs, training_curves
 from dynlab.results.positions import bin_starts

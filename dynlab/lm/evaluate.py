@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 import xarray as xr
 
-from dynlab.analysis.lm_metrics import state_statistics
+from dynlab.lm.analysis.metrics import state_statistics
 from dynlab.errors import DynlabInputError
 from dynlab.lm.data.loaders import take
 from dynlab.lm.models.model import RecurrentLM
@@ -34,7 +34,7 @@ class StreamResult:
     """Results of :func:`stream_eval`.
 
     nll: ``[S, T]`` float64, ``nll[s, i] = −log q(x_{i+1} | x_{0..i})`` (nats).
-    state_stats: Dataset of :func:`dynlab.analysis.lm_metrics.state_statistics` over
+    state_stats: Dataset of :func:`dynlab.lm.analysis.metrics.state_statistics` over
         (layer, head, t) with t = tokens consumed at each recorded position, or None. Computed chunk
         by chunk, so the raw states are never all held in memory.
     """

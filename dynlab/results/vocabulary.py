@@ -293,7 +293,7 @@ _ENTRIES: dict[str, tuple[str, str, str]] = {
     "corr_forecast_heldout_r_lo": ("held-out forecast r, lower end of the 95% bootstrap CI", "1", ""),
     "corr_forecast_heldout_r_hi": ("held-out forecast r, upper end of the 95% bootstrap CI", "1", ""),
     "corr_forecast_heldout_n": ("held-out runs used by the forecast's r", "1", "per forecast and censoring rule"),
-    # -- language models (dynlab.analysis.lm_metrics, dynlab.lm) -------------------------------
+    # -- language models (dynlab.lm.analysis.metrics, dynlab.lm) -------------------------------
     "ppl": ("perplexity at position t", "1", "exp of the NLL at position t averaged over samples"),
     "ppl_binned": ("binned perplexity", "1", "exp of the NLL averaged over samples and the bin ending at t"),
     "ppl_log": ("perplexity on log-spaced bins", "1",

@@ -11,7 +11,7 @@ import pytest
 from helpers.optional import need_transformers
 import torch
 
-from dynlab.analysis.lm_metrics import distribution_distance, effective_remembrance, position_ppl, state_statistics
+from dynlab.lm.analysis.metrics import distribution_distance, effective_remembrance, position_ppl, state_statistics
 
 transformers = need_transformers()
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 import xarray as xr
 
-from dynlab.analysis.lm_metrics import log_bin_ends, log_binned_ppl, position_ppl
+from dynlab.lm.analysis.metrics import log_bin_ends, log_binned_ppl, position_ppl
 from dynlab.lm.evaluate import stream_eval, stream_windows, validation_windows
 from dynlab.lm.models.model import RecurrentLM
 

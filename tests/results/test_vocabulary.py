@@ -89,7 +89,7 @@ def test_one_meaning_per_index_name():
 
 def test_analysis_outputs_speak_the_vocabulary():
     from dynlab.analysis.geometry import geometry_over_time
-    from dynlab.analysis.lm_metrics import binned_ppl, effective_remembrance, position_ppl, state_statistics
+    from dynlab.lm.analysis.metrics import binned_ppl, effective_remembrance, position_ppl, state_statistics
     from dynlab.analysis.margin import binary_signed_error, decision_margin
 
     rng = np.random.default_rng(0)

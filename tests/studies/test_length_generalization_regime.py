@@ -9,7 +9,7 @@ import pytest
 import torch
 import xarray as xr
 
-from dynlab.analysis.lm_metrics import binned_ppl, length_generalization, ppl_ranges
+from dynlab.lm.analysis.metrics import binned_ppl, length_generalization, ppl_ranges
 from dynlab.lm.train.interventions import make_intervention
 from dynlab.lm.run.text import (
     build_model, checkpoint_steps, corpus_for, count_parameters, evaluate_model, train_and_evaluate,

@@ -18,11 +18,11 @@ def far_in_ratio(ds: xr.Dataset) -> xr.DataArray:
     """Per run: mean binned PPL over the last eighth of the evaluation length, divided by
     p* (``lg_p_star``, the lowest binned PPL within the training length). 1 = no rise.
     The dataset's own ``far_in_ratio`` where it has one, else computed by
-    :func:`dynlab.analysis.lm_metrics.ppl_ranges` (from ``ppl_binned``, ``lg_p_star`` and
+    :func:`dynlab.lm.analysis.metrics.ppl_ranges` (from ``ppl_binned``, ``lg_p_star`` and
     ``train_length``, which every LM study dataset holds)."""
     if "far_in_ratio" in ds:
         return ds["far_in_ratio"]
-    from dynlab.analysis.lm_metrics import ppl_ranges
+    from dynlab.lm.analysis.metrics import ppl_ranges
 
     return ppl_ranges(ds["ppl_binned"], ds["lg_p_star"], ds["train_length"])["far_in_ratio"]
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dynlab.analysis.lm_metrics import (
+from dynlab.lm.analysis.metrics import (
     binned_ppl, effective_remembrance, length_generalization, position_ppl,
 )
 from dynlab.lm.hub.checkpoint import build_model  # noqa: F401 - run's name since before checkpoint.py

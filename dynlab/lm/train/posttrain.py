@@ -48,7 +48,7 @@ from dynlab.lm.hub.checkpoint import (  # noqa: F401 - this module's names since
 from dynlab.lm.train.distributed import barrier, current_world, remove_train_state
 from dynlab.lm.hub.hf import HFRecurrentLM
 from dynlab.lm.data.tokenizer import check_fits
-from dynlab.analysis.lm_metrics import log_binned_ppl
+from dynlab.lm.analysis.metrics import log_binned_ppl
 from dynlab.lm.dataset import result_to_dataset
 from dynlab.lm.run.text import data_corpus, evaluate_lm
 from dynlab.lm.spec import (

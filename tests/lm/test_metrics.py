@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy.spatial.distance import cosine, jensenshannon
 
-from dynlab.analysis.lm_metrics import (
+from dynlab.lm.analysis.metrics import (
     binned_ppl, distribution_distance, effective_remembrance, length_generalization, position_ppl, state_statistics,
 )
 from dynlab.lm.evaluate import truncated_context_probs
