@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,21 +216,6 @@ def open_token_folder(path: str | Path) -> TokenFolder:
 
 
 # --- writing -------------------------------------------------------------------------------
-
-
-def _batches(documents: Iterator[tuple[str, bool]], batch_bytes: int) -> Iterator[tuple[list[str], list[bool]]]:
-    texts: list[str] = []
-    ends: list[bool] = []
-    size = 0
-    for text, end in documents:
-        texts.append(text)
-        ends.append(end)
-        size += len(text)
-        if size >= batch_bytes:
-            yield texts, ends
-            texts, ends, size = [], [], 0
-    if texts:
-        yield texts, ends
 
 
 def _encode(tokenizer: Tokenizer, texts: list[str], ends: list[bool], dtype: np.dtype) -> np.ndarray:

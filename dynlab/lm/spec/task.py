@@ -16,14 +16,8 @@ from dynlab.runtime import MAX_THREADS
 from dynlab.lm.train.memory import check_eval_memory, check_train_memory
 from dynlab.lm.data.tokenizer import TokenizerSpec
 from dynlab.names import BABI_KINDS, TASK_INTERVENTION_NAMES, TBTT, TBTT_ON_TASKS
-from dynlab.lm.spec.parts import (
-    InterventionSpec,
-    LMDataSpec,
-    LMModelSpec,
-    Precision,
-    check_tokenizer_fits,
-    vocab_from_tokenizer,
-)
+from dynlab.lm.spec.parts import (InterventionSpec, LMDataSpec, LMModelSpec, Precision, check_tokenizer_fits,
+                                  vocab_from_tokenizer)
 
 __all__ = [
     "BabiKind", "LMTaskRunSpec", "LMTaskSpec", "TaskEvalSpec", "TaskInterventionName", "TaskKind", "TaskPostSpec",

@@ -28,20 +28,10 @@ from dynlab.errors import DynlabInputError
 from dynlab.runtime import MAX_THREADS
 from dynlab.lm.train.memory import check_eval_memory, check_train_memory
 from dynlab.names import INTERVENTION_NAMES
-from dynlab.lm.spec.parts import (
-    DistanceName,
-    InterventionName,
-    InterventionSpec,
-    LMDataSpec,
-    LMModelSpec,
-    Precision,
-    check_tokenizer_fits,
-    vocab_from_tokenizer,
-)
+from dynlab.lm.spec.parts import (DistanceName, InterventionName, InterventionSpec, LMDataSpec, LMModelSpec, Precision,
+                                  check_tokenizer_fits, vocab_from_tokenizer)
 
-__all__ = [
-    "LMEvalSpec", "LMInitSpec", "LMPostSpec", "LMRunSpec", "LMTrainSpec", "check_eval_size",
-]
+__all__ = ["LMEvalSpec", "LMInitSpec", "LMPostSpec", "LMRunSpec", "LMTrainSpec", "check_eval_size"]
 
 
 class LMTrainSpec(Spec):
