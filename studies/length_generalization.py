@@ -16,7 +16,7 @@ preset's Mamba models have the real Mamba block (no MLP,
 :data:`dynlab.lm.spec.ANCHOR_MLP_RATIO`), so each trained run exports to Hugging Face.
 
 Presets:
-- ``smoke`` — checks an installation in seconds: one layer of width 16 (:data:`SMOKE_MODEL`),
+- ``smoke`` — checks an installation in seconds: one layer of width 16 (``SMOKE_MODEL``),
   T_train = 16, batch 8, 200 steps, the zero baseline and state passing, evaluated at
   256 tokens on 8 windows. Its numbers say nothing about length generalization.
 - ``quick`` — tiny Mamba-2 (2 layers, width 64, 4 heads × 32 channels, N = 64, short
@@ -29,31 +29,31 @@ Presets:
   16 × T_train from checkpoints at 0.5, 1, 2, 4, 8, 16 and 32 × inside the one run
   (``eval.checkpoints``). The dataset gains the dim ``budget`` (coords ``tokens_per_param``
   and ``checkpoint_step``) on every curve and on ``ppl_in``, ``ppl_far`` and
-  ``far_in_ratio``, and ``first_rise_budget(run)``. See :data:`BUDGET_MODEL` for the size.
+  ``far_in_ratio``, and ``first_rise_budget(run)``. See ``BUDGET_MODEL`` for the size.
 - ``context`` — paper B's Fig. 2 at CPU scale: T_train ∈ {16, 32, 64, 128} at two model
-  sizes (:data:`CONTEXT_SIZES`), every run trained on the same number of tokens
-  (:data:`CONTEXT_TOKENS`), evaluated at 16 × T_train.
-- ``size`` — paper B's Figs. 2-3 together: 4 widths (:data:`SIZE_LADDER`) x T_train 32
+  sizes (``CONTEXT_SIZES``), every run trained on the same number of tokens
+  (``CONTEXT_TOKENS``), evaluated at 16 × T_train.
+- ``size`` — paper B's Figs. 2-3 together: 4 widths (``SIZE_LADDER``) x T_train 32
   and 128 x seeds 0-2, each trained as one stack of its seeds (``train.engine = "stack"``)
   to its largest budget with in-run checkpoints, and trained alone to two budgets
   (coordinate ``annealed``); ``far_over_in`` and ``budget_blocks`` beside the budget.
   ``dynlab report`` prints the map (:func:`dynlab.lm.report.tables.size_tables`).
 - ``size-annealed`` — the ``size`` map's rises judged on annealed runs: each width, T_train
   and budget where most seeds rose at an in-run checkpoint and ``size`` trains no annealed
-  run (:data:`SIZE_ANNEALED`), trained alone to that budget on seeds 0-2, the recipe
+  run (``SIZE_ANNEALED``), trained alone to that budget on seeds 0-2, the recipe
   unchanged (the specs, and so the run ids, are those ``size`` would make).
 - ``state`` — where small LMs learn to forget (Stuffed Mamba's forget threshold): one width
-  with the recurrent state size varied 64× (:data:`STATE_SIZES`) × T_train 16–512
-  (:data:`STATE_SEQ_LENS`) × seeds 0–2, every run trained on the same 8M tokens
-  (:data:`STATE_TOKENS`, 2 048 a step) as one annealed run, the seeds of a cell as one
+  with the recurrent state size varied 64× (``STATE_SIZES``) × T_train 16–512
+  (``STATE_SEQ_LENS``) × seeds 0–2, every run trained on the same 8M tokens
+  (``STATE_TOKENS``, 2 048 a step) as one annealed run, the seeds of a cell as one
   stack; coords ``d_state`` and ``state_size`` on ``run``, and each run's forgetting
   (``forget_rate``, ``memory_horizon``: :mod:`dynlab.lm.analysis.contraction`); ``dynlab report``
   reads it with :mod:`dynlab.lm.report.forget`.
 - ``size-interventions`` — the ``interventions`` protocol, recipe unchanged, on fresh
-  seeds (:data:`SIZE_INTERVENTION_SEEDS`) where the size map rises in every seed.
+  seeds (``SIZE_INTERVENTION_SEEDS``) where the size map rises in every seed.
 - ``interventions`` — paper B's Fig. 5 protocol where the PPL rises: the baseline (zero
   initial state) is trained as ``quick``, whose PPL rises beyond T_train, on seeds 5–9
-  (:data:`INTERVENTION_SEEDS`; ``model={"conv_kernel": 0}`` runs the protocol from the
+  (``INTERVENTION_SEEDS``; ``model={"conv_kernel": 0}`` runs the protocol from the
   quick model without its convolution; see docs/length-generalization.md),
   then post-trained from its trained weights once per intervention for
   ``post.steps`` steps against a zero-state control on the same batches
@@ -88,8 +88,8 @@ Selections: ``models`` = mixers (``all`` = the preset's, or a subset of mamba2, 
 ``seeds``; ``extra`` may hold ``interventions`` (names), ``source`` (a text file), and
 ``model`` / ``train`` / ``eval`` / ``intervention`` / ``post`` field overrides.
 
-The names in capitals above (:data:`PRESETS` and the layouts, budgets and seeds it is made
-of) are in :mod:`dynlab.studies.length_generalization_presets`; the dataset is assembled in
+The names in capitals above (the layouts, budgets and seeds) and :data:`PRESETS`, made of
+them, are in :mod:`dynlab.studies.length_generalization_presets`; the dataset is assembled in
 :func:`dynlab.lm.dataset.assemble_lm_runs`.
 """
 

@@ -38,7 +38,9 @@ if TYPE_CHECKING:  # what _EXPORTS names, for type checkers and benchmarks/impor
     from dynlab.lm.data.loaders import Batch, RandomWindowLoader, SequentialChunkLoader
     from dynlab.lm.models.mixers import MIXERS, GLAMixer, Mamba1Mixer, Mamba2Mixer
     from dynlab.lm.models.model import VOCAB_SIZE, RecurrentLM
-    from dynlab.lm.data.tasks import BABI_KINDS, BabiTask, CopyingTask, PasskeyTask, TaskBatch, make_task
+    from dynlab.lm.data.babi import BABI_KINDS, BabiTask
+    from dynlab.lm.data.task_text import TaskBatch
+    from dynlab.lm.data.tasks import CopyingTask, PasskeyTask, make_task
     from dynlab.lm.train.engine import TrainResult, fit, resolve_device, train_lm
 
 #: Public name -> the module that defines it, imported when the name is first read.
@@ -51,7 +53,9 @@ _EXPORTS = {name: module for module, names in {
     "dynlab.lm.data.loaders": ("Batch", "RandomWindowLoader", "SequentialChunkLoader"),
     "dynlab.lm.models.mixers": ("MIXERS", "GLAMixer", "Mamba1Mixer", "Mamba2Mixer"),
     "dynlab.lm.models.model": ("VOCAB_SIZE", "RecurrentLM"),
-    "dynlab.lm.data.tasks": ("BABI_KINDS", "BabiTask", "CopyingTask", "PasskeyTask", "TaskBatch", "make_task"),
+    "dynlab.lm.data.babi": ("BABI_KINDS", "BabiTask"),
+    "dynlab.lm.data.task_text": ("TaskBatch",),
+    "dynlab.lm.data.tasks": ("CopyingTask", "PasskeyTask", "make_task"),
     "dynlab.lm.train.engine": ("TrainResult", "fit", "resolve_device", "train_lm"),
 }.items() for name in names}
 

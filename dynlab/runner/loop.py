@@ -13,7 +13,7 @@ from typing import Any
 
 import xarray as xr
 
-from dynlab.executors import Executor, InProcessExecutor
+from dynlab.executors import Executor, InProcessExecutor, runs_here
 from dynlab.results.files import NETCDF_ENGINE
 from dynlab.results.folder import RESUME
 from dynlab.results.naming import arm_label, run_names
@@ -140,7 +140,7 @@ def run_specs(
     counts = {"trained": 0, "reused": 0, "analyzed": 0, "failed": 0, "not_learned": 0,
               "train_s": 0.0, "analysis_s": 0.0}
     executor = executor or InProcessExecutor()
-    remote = getattr(executor, "remote", False)
+    remote = not runs_here(executor)  # one that does not say is taken as remote, as for the device (run_study)
     lost = _heal(specs, store, progress)
     # analyses lost to quarantine are made again (they need the study's options)
     redo = lost if study.analyze_one is not None and extra is not None else set()
@@ -168,9 +168,10 @@ def run_specs(
 
     # With workers in other processes the analyses of finished runs run here while the
     # workers train the next ones (the same calls per run, so the same numbers).  Not with
-    # workers that are threads of this process: model initialisation forks torch's global
-    # RNG, which an analysis here would reseed under a training thread.
-    overlap = analyze and remote and not getattr(executor, "shares_process", False)
+    # workers that are threads of this process, nor with an executor that does not say
+    # (``remote = True``, ``shares_process = False``): model initialisation forks torch's
+    # global RNG, which an analysis here would reseed under a training thread.
+    overlap = analyze and getattr(executor, "remote", None) is True and getattr(executor, "shares_process", True) is False
     # work shipped to other processes must not carry the client's progress bars
     work = _work(study, device, NullProgress() if remote else progress, store.root / RESUME_DIR)
     loop_started = trained_until = time.perf_counter()

@@ -45,7 +45,7 @@ arithmetic, each row of each step in one pass, about twice as fast as the torch 
 compiler, and with ``DYNLAB_C_KERNELS=0``.
 
 Many models (an ensemble: a leading dimension N on every argument) run in one call: on the
-CPU one member at a time (:func:`member_groups`), on as many Python threads as the caller
+CPU one member at a time (:func:`.common.member_groups`), on as many Python threads as the caller
 gives intra-op threads, each member on one core; the whole stack per step on other
 devices.  On the CPU each member's numbers are therefore bit-identical to the member run
 alone on one thread (tested).

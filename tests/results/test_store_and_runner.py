@@ -312,6 +312,70 @@ def test_training_seconds_with_analyses_overlapping_it_are_the_time_to_the_last_
     assert counts["analysis_s"] >= 3 * analysis_wait
 
 
+def test_an_executor_that_does_not_say_where_it_runs_is_given_what_a_remote_one_is(tmp_path):
+    """An executor without ``remote`` gets what Dask gets, as run_study's device rule says
+    (executors.runs_here): no progress bars of this process in the work it runs, the device
+    resolved where the work runs, and no analyses overlapping its training."""
+    from dynlab.runner.loop import run_specs
+    from dynlab.runtime import NullProgress
+
+    class Bars(NullProgress):  # this process's progress bars
+        pass
+
+    class Unsaid:
+        def map_unordered(self, fn, items):
+            for item in items:
+                yield item, fn(item)
+
+    class Local(Unsaid):
+        remote = False
+
+    seen = []
+
+    def run_one(spec, device, progress):
+        seen.append((type(progress), device))
+        return RunOutcome(RunResult(status="ok"), {"w": torch.zeros(1)})
+
+    base = get_study("group-tracking")
+    study = dataclasses.replace(base, run_one=run_one, run_many=None, analyze_one=None, result_type=RunResult)
+    spec = study.make_specs(SMOKE)[:1]
+    for executor, folder in ((Unsaid(), "a"), (Local(), "b")):
+        run_specs(study, spec, RunStore(tmp_path / folder), "cpu", Bars(), analyze=False, executor=executor)
+    assert seen == [(NullProgress, torch.device("cpu")), (Bars, torch.device("cpu"))]
+
+
+def test_a_work_item_reaches_run_one_alone_and_run_many_together_with_resume_dir_for_a_resumable_study(tmp_path):
+    """A work item of one spec goes to the study's run_one, one of several to its run_many;
+    a resumable study's calls get the study folder's resume/ (where a cut-off stack resumes),
+    another study's do not."""
+    from dynlab.runner.loop import RESUME_DIR, run_specs
+    from dynlab.runtime import NullProgress
+
+    calls = []
+
+    def run_one(spec, device, progress, **kw):
+        calls.append(("one", 1, kw))
+        return RunOutcome(RunResult(status="ok"), {"w": torch.zeros(1)})
+
+    def run_many(specs, device, progress, **kw):
+        calls.append(("many", len(specs), kw))
+        return [RunOutcome(RunResult(status="ok"), {"w": torch.zeros(1)}) for _ in specs]
+
+    base = get_study("group-tracking")
+    specs = base.make_specs(SMOKE)[:3]
+    for resumable in (False, True):
+        study = dataclasses.replace(base, run_one=run_one, run_many=run_many, analyze_one=None, result_type=RunResult,
+                                    resumable=resumable, group_key=lambda s: 0, max_group=2)
+        store = RunStore(tmp_path / str(resumable))
+        run_specs(study, specs, store, "cpu", NullProgress(), analyze=False)
+        kw = {"resume_dir": store.root / RESUME_DIR} if resumable else {}
+        sizes = sorted(len(item) for item in study.work_items(specs))
+        assert sizes == [1, 2]  # one item alone, one of two
+        assert sorted((what, n) for what, n, _ in calls) == sorted(("one" if n == 1 else "many", n) for n in sizes)
+        assert all(got == kw for _, _, got in calls), calls
+        calls.clear()
+
+
 class _Started:
     """An in-process executor that records its start (the call of the factory) and its close."""
 
