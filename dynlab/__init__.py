@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Group": "dynlab.tracking.groups",
     "RunSpec": "dynlab.tracking.spec",
+    "Stacking": "dynlab.runner.protocol",
     "Study": "dynlab.runner.protocol",
     "StudyOptions": "dynlab.runner.protocol",
     "Tracker": "dynlab.tracking.models",

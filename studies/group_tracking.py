@@ -52,7 +52,7 @@ from dynlab.tracking.selection import canonical_groups, canonical_options, check
 from dynlab.tracking.models import BUILTIN_ARCHS, available_cells
 from dynlab.results.store import RunStore
 from dynlab.runtime import NullProgress
-from dynlab.runner.protocol import Study, StudyExtra, StudyOptions, override_field, select_names
+from dynlab.runner.protocol import Stacking, Study, StudyExtra, StudyOptions, override_field, select_names
 from dynlab.tracking.dataset import assemble_tracking
 from dynlab.tracking.run import (
     TrackerResult,
@@ -234,9 +234,7 @@ STUDY = Study(
     spec_type=RunSpec,
     result_type=TrackerResult,
     options_type=TrackingOptions,
-    run_many=run_many,
-    group_key=ensemble_group_key,
-    max_group=64,
+    stacking=Stacking(key=ensemble_group_key, run=run_many, max_size=64),
     panels=_panels,
     prepare_options=canonical_options,
     check_analyses=check_specs_analysable,

@@ -118,7 +118,7 @@ from dynlab.lm.spec import (
     anchor_model_fields,
 )
 from dynlab.results.store import RunStore
-from dynlab.runner.protocol import RunOutcome, Study, StudyOptions, override_field, read_result, select_names
+from dynlab.runner.protocol import RunOutcome, Stacking, Study, StudyOptions, override_field, read_result, select_names
 from dynlab.studies.length_generalization_presets import PRESETS, STACK_MAX
 from dynlab.studies.long_context import LMOptions, tokenizer_option, vocab_fields
 from dynlab.runtime import NullProgress
@@ -372,9 +372,7 @@ STUDY = Study(
     presets=tuple(PRESETS),
     make_specs=make_specs,
     run_one=run_one,
-    run_many=run_many,
-    group_key=group_key,
-    max_group=STACK_MAX,
+    stacking=Stacking(key=group_key, run=run_many, max_size=STACK_MAX),
     resumable=True,
     assemble=assemble,
     spec_type=LMRunSpec,

@@ -72,7 +72,7 @@ def _heal(specs: list[Spec], store: RunStore, progress: NullProgress) -> set[str
 def _work(study: Study, device, progress: NullProgress,
           resume_dir: Path | None = None) -> Callable[[list[Spec]], tuple[list[RunOutcome], dict]]:
     """The function an executor runs on a work item: train its specs where it runs (together,
-    through the study's ``run_many``, when there are several; else through ``run_one``; a
+    through the study's ``stacking.run``, when there are several; else through ``run_one``; a
     ``resumable`` study's get ``resume_dir`` too); return their outcomes and the provenance of that work (what
     it ran on, recorded there)."""
 
@@ -83,8 +83,8 @@ def _work(study: Study, device, progress: NullProgress,
         dev = resolve_device(device)
         kw = {"resume_dir": resume_dir} if study.resumable else {}  # where its long runs keep their training state
         with recording() as rec, train_threads(dev):
-            if study.run_many is not None and len(item) > 1:
-                outcomes = study.run_many(item, dev, progress, **kw)
+            if study.stacking is not None and len(item) > 1:
+                outcomes = study.stacking.run(item, dev, progress, **kw)
             else:
                 outcomes = [study.run_one(s, dev, progress, **kw) for s in item]
         for o in outcomes:

@@ -7,12 +7,13 @@ A study is a plain list of run specs plus a few functions:
   *before* anything is written.  ``options.extra`` is read through the study's
   ``options_type`` (:meth:`Study.parse_options`): an unknown key is an error.
 - ``run_one(spec, device, progress) -> RunOutcome`` — train and evaluate one spec.
-- ``run_many(specs, device, progress) -> list[RunOutcome]`` (optional) — train several
-  specs together (an ensemble); ``group_key(spec)`` says which specs may share a work
-  item (same key = same architecture and shapes). A study with ``resumable = True``
-  gets ``resume_dir=...`` in both calls: the study folder's ``resume/``, where long runs
-  keep their training state so that a run cut off continues from its last saved state,
-  not from step 0.
+- ``stacking`` (optional, a :class:`Stacking`) — how several specs train together as one
+  stack (an ensemble): ``key(spec)`` says which specs may share a work item (same key =
+  same architecture and shapes), at most ``max_size`` of them, and
+  ``run(specs, device, progress) -> list[RunOutcome]`` trains them.  A study with
+  ``resumable = True`` gets ``resume_dir=...`` in both ``run_one`` and ``stacking.run``:
+  the study folder's ``resume/``, where long runs keep their training state so that a run
+  cut off continues from its last saved state, not from step 0.
 - ``analyze_one(spec, store, device, progress, extra) -> xr.Dataset`` (optional) —
   analyses of a finished run (``extra``: the study's parsed options, e.g. the analysis
   preset), stored beside it as ``analysis.nc`` and recomputable by ``dynlab analyze``.
@@ -47,6 +48,7 @@ __all__ = [
     "EVALUATED_STATUSES",
     "RunOutcome",
     "RunResult",
+    "Stacking",
     "Study",
     "StudyExtra",
     "StudyOptions",
@@ -214,6 +216,22 @@ class RunOutcome:
 
 
 @dataclass(frozen=True)
+class Stacking:
+    """How a study trains runs together, as one stack: specs of equal ``key(spec)`` share a
+    work item, at most ``max_size`` of them, which ``run(specs, device, progress)`` trains
+    (with ``resume_dir=`` in a resumable study); a work item of one spec goes to the study's
+    ``run_one``."""
+
+    key: Callable[[Spec], Hashable]
+    run: Callable[..., list[RunOutcome]]
+    max_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.max_size < 1:
+            raise ValueError(f"Stacking.max_size={self.max_size}; allowed: an integer >= 1")
+
+
+@dataclass(frozen=True)
 class Study:
     name: str
     presets: tuple[str, ...]
@@ -221,9 +239,7 @@ class Study:
     run_one: Callable[[Spec, torch.device, NullProgress], RunOutcome]
     assemble: Callable[[list[Spec], RunStore, StudyOptions], xr.Dataset]
     analyze_one: Callable[[Spec, RunStore, torch.device, NullProgress, StudyExtra], xr.Dataset] | None = None
-    run_many: Callable[[list[Spec], torch.device, NullProgress], list[RunOutcome]] | None = None
-    group_key: Callable[[Spec], Hashable] | None = None
-    max_group: int = 1
+    stacking: Stacking | None = None
     resumable: bool = False
     spec_type: type[Spec] = Spec
     result_type: type[RunResult] = RunResult
@@ -242,18 +258,16 @@ class Study:
         return options if self.prepare_options is None else self.prepare_options(options)
 
     def work_items(self, specs: list[Spec]) -> list[list[Spec]]:
-        """Split ``specs`` into work items: groups of equal ``group_key`` of at most
-        ``max_group`` specs (singletons when the study has no ``run_many``)."""
-        if self.run_many is None or self.group_key is None or self.max_group <= 1:
+        """Split ``specs`` into work items: specs of equal ``stacking.key`` in groups of at most
+        ``stacking.max_size`` (singletons when the study does not stack)."""
+        stack = self.stacking
+        if stack is None:
             return [[s] for s in specs]
         by_key: dict[Hashable, list[Spec]] = {}
         for s in specs:
-            by_key.setdefault(self.group_key(s), []).append(s)
-        items = []
-        for members in by_key.values():
-            for i in range(0, len(members), self.max_group):
-                items.append(members[i : i + self.max_group])
-        return items
+            by_key.setdefault(stack.key(s), []).append(s)
+        return [members[i : i + stack.max_size] for members in by_key.values()
+                for i in range(0, len(members), stack.max_size)]
 
     def check_preset(self, preset: str) -> str:
         if preset not in self.presets:

@@ -137,7 +137,7 @@ def test_bad_input_found_after_a_study_stored_a_run_is_exit_1(tmp_path):
             raise DynlabInputError("this run refuses")
         return base.run_one(spec, device, progress)
 
-    study = dataclasses.replace(base, run_one=run_one, run_many=None)
+    study = dataclasses.replace(base, run_one=run_one, stacking=None)
     refuse_at = 2
     with pytest.raises(DynlabStoppedError) as info:
         run_study(study, SMOKE, out=tmp_path / "a", device="cpu", analyze=False)

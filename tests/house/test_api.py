@@ -15,7 +15,7 @@ from helpers.paths import REPO as ROOT
 
 def test_public_api_is_pinned():
     assert sorted(dynlab.__all__) == sorted(
-        ["__version__", "Group", "RunSpec", "Study", "StudyOptions", "Tracker", "analyze_study", "get_group", "open_study", "register_cell", "run_study"]
+        ["__version__", "Group", "RunSpec", "Stacking", "Study", "StudyOptions", "Tracker", "analyze_study", "get_group", "open_study", "register_cell", "run_study"]
     )
     for name in dynlab.__all__:
         assert hasattr(dynlab, name), name

@@ -13,7 +13,7 @@ from dynlab.tracking.spec import RunSpec
 from dynlab.results import RunStore
 from dynlab.results.store import STALE_AFTER_S
 from dynlab.runner.driver import open_study, run_study
-from dynlab.runner.protocol import RunOutcome, RunResult, StudyOptions
+from dynlab.runner.protocol import RunOutcome, RunResult, Stacking, StudyOptions
 from dynlab.studies import get_study
 
 SMOKE = StudyOptions(preset="smoke", models=("tanh-rnn", "linear-rnn"), extra={"groups": ("C2", "S3")})
@@ -300,7 +300,7 @@ def test_training_seconds_with_analyses_overlapping_it_are_the_time_to_the_last_
         import xarray as xr
         return xr.Dataset({"x": ((), 1.0)})
 
-    study = dataclasses.replace(base, run_one=run_one, run_many=None, analyze_one=analyze_one, result_type=RunResult)
+    study = dataclasses.replace(base, run_one=run_one, stacking=None, analyze_one=analyze_one, result_type=RunResult)
     specs = study.make_specs(SMOKE)[:3]
     t0 = time.perf_counter()
     counts = run_specs(study, specs, RunStore(tmp_path / "s"), "cpu", NullProgress(), analyze=True,
@@ -337,7 +337,7 @@ def test_an_executor_that_does_not_say_where_it_runs_is_given_what_a_remote_one_
         return RunOutcome(RunResult(status="ok"), {"w": torch.zeros(1)})
 
     base = get_study("group-tracking")
-    study = dataclasses.replace(base, run_one=run_one, run_many=None, analyze_one=None, result_type=RunResult)
+    study = dataclasses.replace(base, run_one=run_one, stacking=None, analyze_one=None, result_type=RunResult)
     spec = study.make_specs(SMOKE)[:1]
     for executor, folder in ((Unsaid(), "a"), (Local(), "b")):
         run_specs(study, spec, RunStore(tmp_path / folder), "cpu", Bars(), analyze=False, executor=executor)
@@ -364,8 +364,8 @@ def test_a_work_item_reaches_run_one_alone_and_run_many_together_with_resume_dir
     base = get_study("group-tracking")
     specs = base.make_specs(SMOKE)[:3]
     for resumable in (False, True):
-        study = dataclasses.replace(base, run_one=run_one, run_many=run_many, analyze_one=None, result_type=RunResult,
-                                    resumable=resumable, group_key=lambda s: 0, max_group=2)
+        study = dataclasses.replace(base, run_one=run_one, analyze_one=None, result_type=RunResult, resumable=resumable,
+                                    stacking=Stacking(key=lambda s: 0, run=run_many, max_size=2))
         store = RunStore(tmp_path / str(resumable))
         run_specs(study, specs, store, "cpu", NullProgress(), analyze=False)
         kw = {"resume_dir": store.root / RESUME_DIR} if resumable else {}

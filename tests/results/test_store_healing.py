@@ -34,7 +34,7 @@ def _counting_study():
         analysed.append(spec.spec_hash())
         return base.analyze_one(spec, store, device, progress, extra)
 
-    study = dataclasses.replace(base, run_one=run_one, run_many=None, analyze_one=analyze_one)
+    study = dataclasses.replace(base, run_one=run_one, stacking=None, analyze_one=analyze_one)
     return study, trained, analysed
 
 

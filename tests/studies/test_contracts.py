@@ -213,7 +213,7 @@ def test_old_study_folder_is_reused_assembled_and_reanalysed(tmp_path):
         trained.append(spec)
         return base.run_one(spec, device, progress)
 
-    study = dataclasses.replace(base, run_one=run_one, run_many=None)
+    study = dataclasses.replace(base, run_one=run_one, stacking=None)
     options = StudyOptions(preset="smoke", models=("tanh-rnn",), extra={"groups": ("C2",), **TINY})
     ds = open_study(run_study(study, options, out=tmp_path, device="cpu"))
     assert trained == []
@@ -317,7 +317,7 @@ def test_group_tracking_keeps_its_names_and_is_a_recipe():
     for name in runs.__all__:
         if hasattr(gt, name):
             assert getattr(gt, name) is getattr(runs, name), name
-    assert gt.STUDY.run_one is runs.run_one and gt.STUDY.group_key is runs.ensemble_group_key
+    assert gt.STUDY.run_one is runs.run_one and gt.STUDY.stacking.key is runs.ensemble_group_key
     assert len(inspect.getsource(gt).splitlines()) <= 250
 
 

@@ -101,7 +101,7 @@ def test_group_tracking_run_many_matches_run_one():
     assert [len(i) for i in STUDY.work_items(alone)] == [1, 1]  # no fused kernel for this φ: they train alone
     diagonal = STUDY.make_specs(StudyOptions(preset="smoke", models=("mamba",), extra={"groups": ("C6", "S3"), **extra}))
     assert [len(i) for i in STUDY.work_items(diagonal)] == [2]  # the fused diagonal kernel stacks
-    many = STUDY.run_many(items[0], CPU, None)
+    many = STUDY.stacking.run(items[0], CPU, None)
     for spec, out in zip(specs, many):
         one = STUDY.run_one(spec, CPU, None)
         # 6 steps never reach the training length: evaluated, but not learned (run_status)
