@@ -46,19 +46,8 @@ from typing import Any, Protocol
 from dynlab.errors import DynlabInputError, DynlabMachineError
 from dynlab.names import EXECUTORS
 
-__all__ = [
-    "CONNECT_TIMEOUT_S",
-    "check_workers",
-    "EXECUTORS",
-    "SCHEDULER_SCHEMES",
-    "DaskExecutor",
-    "Executor",
-    "InProcessExecutor",
-    "SchedulerUnreachable",
-    "make_executor",
-    "parse_scheduler_address",
-    "runs_here",
-]
+__all__ = ["CONNECT_TIMEOUT_S", "check_workers", "EXECUTORS", "SCHEDULER_SCHEMES", "DaskExecutor", "Executor",
+           "InProcessExecutor", "SchedulerUnreachable", "make_executor", "parse_scheduler_address", "runs_here"]
 
 
 #: Protocols of a scheduler address (``tcp://host:port``; no protocol means tcp).
@@ -173,6 +162,12 @@ def _quietly_collect() -> None:
 
 
 class Executor(Protocol):
+    """What runs a study's work items: ``map_unordered(fn, items)`` yields ``(item, fn(item))``
+    as each finishes.  Two optional attributes say where: ``remote = False`` (the work runs in
+    this process: the device is resolved and the progress bars shown here) or ``True`` (as
+    when unsaid: the work gets the device option and no progress bars); ``shares_process =
+    False`` (its workers are other processes: analyses here may overlap their training)."""
+
     def map_unordered(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[tuple[Any, Any]]: ...
 
 

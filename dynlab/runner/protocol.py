@@ -18,7 +18,7 @@ A study is a plain list of run specs plus a few functions:
   analyses of a finished run (``extra``: the study's parsed options, e.g. the analysis
   preset), stored beside it as ``analysis.nc`` and recomputable by ``dynlab analyze``.
 - ``assemble(specs, store, options) -> xr.Dataset`` — the study dataset (dim ``run``);
-  the generic stacking lives in :mod:`dynlab.results.assemble`.
+  the generic joining of the runs' datasets lives in :mod:`dynlab.results.assemble`.
 
 Typed contracts: a run's result is a :class:`RunResult` (the study's subclass,
 ``result_type``), stored as ``result.json``; a study's options beyond the common
@@ -227,8 +227,8 @@ class Stacking:
     max_size: int = 64
 
     def __post_init__(self) -> None:
-        if self.max_size < 1:
-            raise ValueError(f"Stacking.max_size={self.max_size}; allowed: an integer >= 1")
+        if isinstance(self.max_size, bool) or not isinstance(self.max_size, int) or self.max_size < 1:
+            raise ValueError(f"Stacking.max_size={self.max_size!r}; allowed: an integer >= 1")
 
 
 @dataclass(frozen=True)

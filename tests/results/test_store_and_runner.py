@@ -315,7 +315,10 @@ def test_training_seconds_with_analyses_overlapping_it_are_the_time_to_the_last_
 def test_an_executor_that_does_not_say_where_it_runs_is_given_what_a_remote_one_is(tmp_path):
     """An executor without ``remote`` gets what Dask gets, as run_study's device rule says
     (executors.runs_here): no progress bars of this process in the work it runs, the device
-    resolved where the work runs, and no analyses overlapping its training."""
+    resolved where the work runs; analyses overlap training only on an executor that says
+    its workers are other processes (``remote = True``, ``shares_process = False``)."""
+    import xarray as xr
+
     from dynlab.runner.loop import run_specs
     from dynlab.runtime import NullProgress
 
@@ -330,22 +333,51 @@ def test_an_executor_that_does_not_say_where_it_runs_is_given_what_a_remote_one_
     class Local(Unsaid):
         remote = False
 
-    seen = []
+    class RemoteUnsaid(Unsaid):  # remote, but silent on whether its workers share this process
+        remote = True
+
+    class Processes(Unsaid):
+        remote, shares_process = True, False
+
+    seen, order = [], []
 
     def run_one(spec, device, progress):
         seen.append((type(progress), device))
+        order.append("train")
         return RunOutcome(RunResult(status="ok"), {"w": torch.zeros(1)})
 
+    def analyze_one(spec, store, device, progress, extra):
+        order.append("analyse")
+        return xr.Dataset({"x": ((), 1.0)})
+
     base = get_study("group-tracking")
-    study = dataclasses.replace(base, run_one=run_one, stacking=None, analyze_one=None, result_type=RunResult)
-    spec = study.make_specs(SMOKE)[:1]
-    for executor, folder in ((Unsaid(), "a"), (Local(), "b")):
-        run_specs(study, spec, RunStore(tmp_path / folder), "cpu", Bars(), analyze=False, executor=executor)
-    assert seen == [(NullProgress, torch.device("cpu")), (Bars, torch.device("cpu"))]
+    study = dataclasses.replace(base, run_one=run_one, stacking=None, analyze_one=analyze_one, result_type=RunResult)
+    specs = study.make_specs(SMOKE)[:2]
+    extra = study.parse_options(SMOKE)
+    orders = {}
+    for executor in (Unsaid(), Local(), RemoteUnsaid(), Processes()):
+        order.clear()
+        run_specs(study, specs, RunStore(tmp_path / type(executor).__name__), "cpu", Bars(), analyze=True,
+                  executor=executor, extra=extra)
+        orders[type(executor).__name__] = list(order)
+    cpu = torch.device("cpu")
+    assert seen == [(NullProgress, cpu)] * 2 + [(Bars, cpu)] * 2 + [(NullProgress, cpu)] * 4
+    after = ["train", "train", "analyse", "analyse"]
+    assert orders == {"Unsaid": after, "Local": after, "RemoteUnsaid": after,
+                      "Processes": ["train", "analyse", "train", "analyse"]}
 
 
-def test_a_work_item_reaches_run_one_alone_and_run_many_together_with_resume_dir_for_a_resumable_study(tmp_path):
-    """A work item of one spec goes to the study's run_one, one of several to its run_many;
+def test_a_stack_holds_at_least_one_run():
+    from dynlab.runner.protocol import Stacking
+
+    assert Stacking(key=len, run=list, max_size=3).max_size == 3
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="max_size"):
+            Stacking(key=len, run=list, max_size=bad)
+
+
+def test_a_work_item_reaches_run_one_alone_and_the_stack_together_with_resume_dir_for_a_resumable_study(tmp_path):
+    """A work item of one spec goes to the study's run_one, one of several to its stacking.run;
     a resumable study's calls get the study folder's resume/ (where a cut-off stack resumes),
     another study's do not."""
     from dynlab.runner.loop import RESUME_DIR, run_specs
