@@ -29,7 +29,7 @@ from dynlab.results.files import make_dir, missing_folders, remove_empty_folders
 from dynlab.results.provenance import provenance
 from dynlab.results.folder import LOCK, MARKER, check_study_folder, claim, study_lock
 from dynlab.results.store import RunStore
-from dynlab.runner.loop import phase_line, result_check, run_specs
+from dynlab.runner.loop import RunLoop, phase_line, result_check, run_specs
 from dynlab.runner.protocol import Study, StudyExtra, StudyOptions
 from dynlab.runtime import NullProgress, make_progress, resolve_device
 
@@ -83,7 +83,7 @@ def _timing_attrs(started: float, trained: int, workers: int | None, invocation:
       absent when the executor could not say);
     - ``study_invocation``: ``study`` or ``analyze``;
     - ``study_train_s``, ``study_analysis_s``: the seconds of that wall time spent training
-      and analysing (:func:`dynlab.runner.loop.run_specs`), measured in the same invocation, so their ratio
+      and analysing (:class:`dynlab.runner.loop.RunLoop`), measured in the same invocation, so their ratio
       compares the two phases on one machine under one load (with Dask workers in other
       processes the analyses run while the workers train: the phases overlap, and
       ``study_train_s`` is the wall time until the last trained run arrived).
@@ -215,8 +215,11 @@ def run_study(
                 with stopping_after_changes(f"the study stopped after it had changed {store.root} (its stored runs are "
                                             "kept: the same command resumes)", lambda: store.changed):
                     _claim(study, options, extra, specs, store)
-                    with make_progress(progress) as prog:
-                        counts = run_specs(study, specs, store, device, prog, analyze, ex, extra=extra)
+                    with make_progress(progress) as prog:  # heal, train where ex runs, store, analyse
+                        loop = RunLoop(study, specs, store, device, prog, analyze, ex, extra=extra)
+                        for item, result in ex.map_unordered(loop.work, loop.items()):
+                            loop.arrived(item, result)
+                        counts = loop.finish()
                         _say_counts(prog, study.name, counts)
                     timing = {"started": started, "trained": counts["trained"], "workers": workers,
                               "invocation": "study", "train_s": counts["train_s"], "analysis_s": counts["analysis_s"]}

@@ -1,7 +1,8 @@
-"""The loop over a study's runs (:func:`run_specs`, what :func:`dynlab.runner.driver.run_study` and
-:func:`dynlab.runner.driver.analyze_study` run under the study's lock): heal damaged runs, train the
-unfinished ones where the executor runs them, store each as it arrives, then analyse the
-evaluated runs; with the one line per finished run and the phases' times."""
+"""The loop over a study's runs (:class:`RunLoop`, whose steps :func:`dynlab.runner.driver.run_study`
+takes under the study's lock, and :func:`run_specs`, all of them in one call, for
+:func:`dynlab.runner.driver.analyze_study`): heal damaged runs, train the unfinished ones where
+the executor runs them, store each as it arrives, then analyse the evaluated runs; with the
+one line per finished run and the phases' times."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from dynlab.runtime import NullProgress, resolve_device, say, train_threads
 from dynlab.spec import Spec
 from dynlab.runner.protocol import RunOutcome, Study, StudyExtra, parse_result
 
-__all__ = ["ANALYSIS", "phase_line", "result_check", "run_specs"]
+__all__ = ["ANALYSIS", "RunLoop", "phase_line", "result_check", "run_specs"]
 
 
 #: The folder of a study where long runs keep their training state while they train
@@ -116,86 +117,127 @@ def _tally(study: Study, specs: list[Spec], store: RunStore, progress: NullProgr
     return evaluated
 
 
-def run_specs(
-    study: Study,
-    specs: list[Spec],
-    store: RunStore,
-    device,
-    progress: NullProgress,
-    analyze: bool,
-    executor: Executor | None = None,
-    force_analysis: bool = False,
-    extra: StudyExtra | None = None,
-) -> dict[str, Any]:
-    """Train the unfinished runs of ``specs`` (healing damaged ones first), store each as it arrives, then analyse the
-    evaluated runs that lack an analysis (all of them with ``force_analysis``), and, even without ``analyze``, those
-    whose analysis was damaged (:func:`_heal`: a rerun must not lose what ``dynlab analyze`` made). ``extra``: the
-    study's parsed options, handed to ``analyze_one`` (needed when ``analyze``). ``device``: a ``torch.device``
-    (workers in other processes: the option, resolved where each runs). Returns counts: trained, reused, analyzed,
-    failed, not_learned, and the seconds (``time.perf_counter``) spent training (``train_s``) and analysing
-    (``analysis_s``). ``train_s`` is the wall time from the start of the training loop to the storing of its last
-    run. With workers in other processes the analyses of finished runs run here while the workers train
-    (``overlap``): the two phases then overlap and ``train_s`` counts the time until the workers' last run arrived,
-    analyses included; otherwise no analysis runs inside the loop and the two add up."""
-    counts = {"trained": 0, "reused": 0, "analyzed": 0, "failed": 0, "not_learned": 0,
-              "train_s": 0.0, "analysis_s": 0.0}
-    executor = executor or InProcessExecutor()
-    remote = not runs_here(executor)  # one that does not say is taken as remote, as for the device (run_study)
-    lost = _heal(specs, store, progress)
-    # analyses lost to quarantine are made again (they need the study's options)
-    redo = lost if study.analyze_one is not None and extra is not None else set()
-    pending = [s for s in specs if not store.is_done(s, check=False)]
-    counts["reused"] = len(specs) - len(pending)
-    bar = progress.add(f"{study.name}: runs", len(specs))
-    progress.update(bar, counts["reused"])
-    named = _run_labels(specs)  # what names each run in the lines below: its arm, the settings the study sweeps
-    analyze = analyze and study.analyze_one is not None
-    if analyze and extra is None:
-        raise TypeError("run_specs: analyses need the study's parsed options (extra=)")
-    local_device = resolve_device(device) if analyze or redo else None
-    analysed: set[str] = set()
-    announced: set[str] = set()  # runs whose status a finished-run line has said
+class RunLoop:
+    """One pass over the runs of ``specs``, in the steps its driver takes
+    (:func:`dynlab.runner.driver.run_study`, :func:`run_specs`)::
 
-    def analyse(spec: Spec) -> None:
-        t0 = time.perf_counter()
-        with recording() as rec, train_threads(local_device):  # same numbers whatever this machine's core count
-            ds = study.analyze_one(spec, store, local_device, progress, extra)
-        ds.attrs["provenance_json"] = json.dumps(provenance(rec, device=local_device), sort_keys=True)
-        store.write_dataset(spec, ANALYSIS, ds)
-        counts["analyzed"] += 1
-        analysed.add(spec.spec_hash())
-        counts["analysis_s"] += time.perf_counter() - t0
+        loop = RunLoop(study, specs, store, device, progress, analyze, executor, extra=extra)
+        for item, result in executor.map_unordered(loop.work, loop.items()):
+            loop.arrived(item, result)
+        counts = loop.finish()
 
-    # With workers in other processes the analyses of finished runs run here while the
-    # workers train the next ones (the same calls per run, so the same numbers).  Not with
-    # workers that are threads of this process, nor with an executor that does not say
-    # (``remote = True``, ``shares_process = False``): model initialisation forks torch's
-    # global RNG, which an analysis here would reseed under a training thread.
-    overlap = analyze and getattr(executor, "remote", None) is True and getattr(executor, "shares_process", True) is False
-    # work shipped to other processes must not carry the client's progress bars
-    work = _work(study, device, NullProgress() if remote else progress, store.root / RESUME_DIR)
-    loop_started = trained_until = time.perf_counter()
-    for item, (outcomes, made_on) in executor.map_unordered(work, study.work_items(pending)):
+    Made, it heals damaged runs (:func:`_heal`) and finds the unfinished ones;
+    :meth:`items` are their work items, :attr:`work` what the executor runs on each (where it
+    runs: :func:`_work`), :meth:`arrived` stores a finished item's runs as they arrive and
+    says each in one line, :meth:`finish` analyses the evaluated runs that lack an analysis
+    (all of them with ``force_analysis``) and, even without ``analyze``, those whose analysis
+    was damaged (a rerun must not lose what ``dynlab analyze`` made), and returns the counts.
+
+    ``extra``: the study's parsed options, handed to ``analyze_one`` (needed when ``analyze``).
+    ``device``: a ``torch.device`` (workers in other processes: the option, resolved where
+    each runs). Counts: trained, reused, analyzed, failed, not_learned, and the seconds
+    (``time.perf_counter``) spent training (``train_s``) and analysing (``analysis_s``).
+    ``train_s`` is the wall time from the first work item handed out to the storing of the
+    last run. With workers in other processes the analyses of finished runs run here while
+    the workers train (``overlap``): the two phases then overlap and ``train_s`` counts the
+    time until the workers' last run arrived, analyses included; otherwise no analysis runs
+    inside the loop and the two add up.
+    """
+
+    def __init__(self, study: Study, specs: list[Spec], store: RunStore, device, progress: NullProgress, analyze: bool,
+                 executor: Executor | None = None, force_analysis: bool = False, extra: StudyExtra | None = None):
+        self.study, self.specs, self.store, self.progress, self.extra = study, specs, store, progress, extra
+        self.force_analysis = force_analysis
+        self.counts = {"trained": 0, "reused": 0, "analyzed": 0, "failed": 0, "not_learned": 0,
+                       "train_s": 0.0, "analysis_s": 0.0}
+        executor = executor or InProcessExecutor()
+        lost = _heal(specs, store, progress)
+        # analyses lost to quarantine are made again (they need the study's options)
+        self.redo = lost if study.analyze_one is not None and extra is not None else set()
+        self.pending = [s for s in specs if not store.is_done(s, check=False)]
+        self.counts["reused"] = len(specs) - len(self.pending)
+        self.bar = progress.add(f"{study.name}: runs", len(specs))
+        progress.update(self.bar, self.counts["reused"])
+        self.named = _run_labels(specs)  # what names each run in the lines: its arm, the settings the study sweeps
+        self.analyze = analyze and study.analyze_one is not None
+        if self.analyze and extra is None:
+            raise TypeError("RunLoop: analyses need the study's parsed options (extra=)")
+        self.local_device = resolve_device(device) if self.analyze or self.redo else None
+        self.analysed: set[str] = set()
+        self.announced: set[str] = set()  # runs whose status a finished-run line has said
+        # With workers in other processes the analyses of finished runs run here while the
+        # workers train the next ones (the same calls per run, so the same numbers).  Not with
+        # workers that are threads of this process, nor with an executor that does not say
+        # (``remote = True``, ``shares_process = False``): model initialisation forks torch's
+        # global RNG, which an analysis here would reseed under a training thread.
+        self.overlap = (self.analyze and getattr(executor, "remote", None) is True
+                        and getattr(executor, "shares_process", True) is False)
+        # work shipped to other processes must not carry the client's progress bars (an
+        # executor that does not say is taken as remote, as for the device in run_study)
+        self.work = _work(study, device, progress if runs_here(executor) else NullProgress(), store.root / RESUME_DIR)
+        self.started = self.trained_until = time.perf_counter()
+
+    def items(self) -> list[list[Spec]]:
+        """The work items of the unfinished runs; training starts now (``train_s``)."""
+        self.started = self.trained_until = time.perf_counter()
+        return self.study.work_items(self.pending)
+
+    def arrived(self, item: list[Spec], result: tuple[list[RunOutcome], dict]) -> None:
+        """Store the runs of a finished work item (``result``: :attr:`work`'s), one line each;
+        with ``overlap``, analyse the evaluated ones now."""
+        outcomes, made_on = result
+        counts, done = self.counts, self.counts["reused"]
         for spec, outcome in zip(item, outcomes):
-            store.save(spec, outcome.result.to_json(), outcome.state_dict, provenance=made_on)
+            self.store.save(spec, outcome.result.to_json(), outcome.state_dict, provenance=made_on)
             counts["trained"] += 1
-            progress.update(bar, 1)
-            if progress.finished(_run_line(study, spec, named(spec), outcome.result, counts["trained"] + counts["reused"], len(specs))):
-                announced.add(spec.spec_hash())
-        trained_until = time.perf_counter()
+            self.progress.update(self.bar, 1)
+            line = _run_line(self.study, spec, self.named(spec), outcome.result, counts["trained"] + done, len(self.specs))
+            if self.progress.finished(line):
+                self.announced.add(spec.spec_hash())
+        self.trained_until = time.perf_counter()
         for spec, outcome in zip(item, outcomes):
-            if overlap and outcome.result.evaluated:
-                analyse(spec)
-    counts["train_s"] = trained_until - loop_started  # the analyses after the last arrival are not training
-    to_analyze = [s for s in _tally(study, specs, store, progress, counts, announced, named) if s.spec_hash() not in analysed
-                  and (s.spec_hash() in redo or analyze and _lacks_analysis(store, s, extra, force_analysis))]
-    if to_analyze:
-        abar = progress.add(f"{study.name}: analyses", len(to_analyze))
-        for i, spec in enumerate(to_analyze, 1):
-            analyse(spec)
-            progress.update(abar, 1)
-            progress.finished(f"{study.name}: analysis {i}/{len(to_analyze)} {spec.spec_hash()}{named(spec)} done")
-    return counts
+            if self.overlap and outcome.result.evaluated:
+                self._analyse(spec)
+
+    def finish(self) -> dict[str, Any]:
+        """Training is over (the analyses after the last arrival are not training): count the
+        not-learned and failed runs, analyse what lacks an analysis; the counts."""
+        counts = self.counts
+        counts["train_s"] = self.trained_until - self.started
+        evaluated = _tally(self.study, self.specs, self.store, self.progress, counts, self.announced, self.named)
+        to_analyze = [s for s in evaluated if s.spec_hash() not in self.analysed
+                      and (s.spec_hash() in self.redo
+                           or self.analyze and _lacks_analysis(self.store, s, self.extra, self.force_analysis))]
+        if to_analyze:
+            abar = self.progress.add(f"{self.study.name}: analyses", len(to_analyze))
+            for i, spec in enumerate(to_analyze, 1):
+                self._analyse(spec)
+                self.progress.update(abar, 1)
+                self.progress.finished(f"{self.study.name}: analysis {i}/{len(to_analyze)} {spec.spec_hash()}"
+                                       f"{self.named(spec)} done")
+        return counts
+
+    def _analyse(self, spec: Spec) -> None:
+        t0, device = time.perf_counter(), self.local_device
+        with recording() as rec, train_threads(device):  # same numbers whatever this machine's core count
+            ds = self.study.analyze_one(spec, self.store, device, self.progress, self.extra)
+        ds.attrs["provenance_json"] = json.dumps(provenance(rec, device=device), sort_keys=True)
+        self.store.write_dataset(spec, ANALYSIS, ds)
+        self.counts["analyzed"] += 1
+        self.analysed.add(spec.spec_hash())
+        self.counts["analysis_s"] += time.perf_counter() - t0
+
+
+def run_specs(study: Study, specs: list[Spec], store: RunStore, device, progress: NullProgress, analyze: bool,
+              executor: Executor | None = None, force_analysis: bool = False,
+              extra: StudyExtra | None = None) -> dict[str, Any]:
+    """Train the unfinished runs of ``specs`` on ``executor`` (default: in this process),
+    store each, analyse: the steps of a :class:`RunLoop` in one call; its counts."""
+    executor = executor or InProcessExecutor()
+    loop = RunLoop(study, specs, store, device, progress, analyze, executor, force_analysis, extra)
+    for item, result in executor.map_unordered(loop.work, loop.items()):
+        loop.arrived(item, result)
+    return loop.finish()
 
 
 def _lacks_analysis(store: RunStore, spec: Spec, extra: StudyExtra | None, force: bool) -> bool:

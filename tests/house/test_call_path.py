@@ -3,9 +3,10 @@ command to the run's training entry point, read from the live call stack of a re
 command (its entry point replaced by one that records the stack and stops the study).
 
 Each call on the path has its own job: the command (wiring), the options and folders
-(dynlab.app), the study (specs, folder, lock), the loop over its runs (heal, store,
-analyse), the executor (where work runs), the work item (device, threads, provenance),
-the study's run function, the training.  A new layer shows here as a longer path."""
+(dynlab.app), the study (specs, folder, lock, and the steps of the loop over its runs:
+heal, hand the work items to the executor, store, analyse), the executor (where work
+runs), the work item (device, threads, provenance), the study's run function, the
+training.  A new layer shows here as a longer path."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from dynlab.cli import main
 
 #: Calls from the command's function to the training entry point, at most.
-MAX_HOPS = 7
+MAX_HOPS = 6
 
 
 class _Reached(Exception):
