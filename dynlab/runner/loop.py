@@ -137,8 +137,8 @@ class RunLoop:
     ``device``: a ``torch.device`` (workers in other processes: the option, resolved where
     each runs). Counts: trained, reused, analyzed, failed, not_learned, and the seconds
     (``time.perf_counter``) spent training (``train_s``) and analysing (``analysis_s``).
-    ``train_s`` is the wall time from the first work item handed out to the storing of the
-    last run. With workers in other processes the analyses of finished runs run here while
+    ``train_s`` is the wall time from :meth:`items` (the work items made, then handed out)
+    to the storing of the last run. With workers in other processes the analyses of finished runs run here while
     the workers train (``overlap``): the two phases then overlap and ``train_s`` counts the
     time until the workers' last run arrived, analyses included; otherwise no analysis runs
     inside the loop and the two add up.

@@ -4,8 +4,8 @@ study`` end with exit 0 or 2 and no traceback, touch no path outside the study f
 parent folder listed before and after) and change no file dynlab did not write.
 
 No run is trained: the step that would train (``dynlab.runner.driver.RunLoop`` for ``dynlab
-study``, ``run_specs`` for ``dynlab analyze``) is replaced by one that stops the command, so a case that gets that far only shows that the checks before
-it let it through."""
+study``, ``run_specs`` for ``dynlab analyze``) is replaced by one that stops the command, so
+a case that gets that far only shows that the checks before it let it through."""
 
 from __future__ import annotations
 
@@ -132,7 +132,6 @@ def _check(base: Path, study: Path, code: int, err: str, outside: dict, foreign:
 @example(manifest={**TRAVERSAL, "run_ids": [REAL_ID, REAL_ID]}, extras=[f"runs/{REAL_ID}"])
 def test_analyze_on_any_folder_is_exit_0_or_2_and_stays_inside(manifest, extras, capsys, monkeypatch):
     monkeypatch.setattr(runner, "run_specs", lambda *a, **k: (_ for _ in ()).throw(WouldTrain()))
-    monkeypatch.setattr(runner, "RunLoop", lambda *a, **k: (_ for _ in ()).throw(WouldTrain()))
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         study = _make(base, manifest, extras)
@@ -148,7 +147,6 @@ def test_analyze_on_any_folder_is_exit_0_or_2_and_stays_inside(manifest, extras,
        models=OPTION_TEXT, groups=st.one_of(st.none(), st.sampled_from(["C2", "C2,,S3", "c2", "", "Z9"])))
 def test_study_on_any_folder_and_options_is_exit_0_or_2_and_stays_inside(manifest, extras, models, groups, capsys,
                                                                           monkeypatch):
-    monkeypatch.setattr(runner, "run_specs", lambda *a, **k: (_ for _ in ()).throw(WouldTrain()))
     monkeypatch.setattr(runner, "RunLoop", lambda *a, **k: (_ for _ in ()).throw(WouldTrain()))
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
