@@ -47,7 +47,8 @@ from dynlab.errors import DynlabInputError, DynlabMachineError
 from dynlab.names import EXECUTORS
 
 __all__ = ["CONNECT_TIMEOUT_S", "check_workers", "EXECUTORS", "SCHEDULER_SCHEMES", "DaskExecutor", "Executor",
-           "InProcessExecutor", "SchedulerUnreachable", "make_executor", "parse_scheduler_address", "runs_here"]
+           "InProcessExecutor", "SchedulerUnreachable", "in_other_processes", "make_executor",
+           "parse_scheduler_address", "runs_here"]
 
 
 #: Protocols of a scheduler address (``tcp://host:port``; no protocol means tcp).
@@ -163,10 +164,8 @@ def _quietly_collect() -> None:
 
 class Executor(Protocol):
     """What runs a study's work items: ``map_unordered(fn, items)`` yields ``(item, fn(item))``
-    as each finishes.  Two optional attributes say where: ``remote = False`` (the work runs in
-    this process: the device is resolved and the progress bars shown here) or ``True`` (as
-    when unsaid: the work gets the device option and no progress bars); ``shares_process =
-    False`` (its workers are other processes: analyses here may overlap their training)."""
+    as each finishes.  Two optional attributes say where, read by :func:`runs_here` and
+    :func:`in_other_processes`: ``remote`` and ``shares_process``."""
 
     def map_unordered(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[tuple[Any, Any]]: ...
 
@@ -206,8 +205,14 @@ def _import_distributed():
 
 def runs_here(executor: Any) -> bool:
     """Whether ``executor`` runs work in this process (in-process, or ``remote = False``): the device
-    is then resolved here; others (Dask, an executor that does not say) resolve it on each worker."""
+    is then resolved and the progress bars shown here; others (Dask, an executor that does not
+    say) get the device option, resolved on each worker, and no progress bars."""
     return isinstance(executor, InProcessExecutor) or getattr(executor, "remote", None) is False
+
+
+def in_other_processes(executor: Any) -> bool:
+    """Whether ``executor``'s workers are other processes (``remote = True``, ``shares_process = False``)."""
+    return getattr(executor, "remote", None) is True and getattr(executor, "shares_process", True) is False
 
 
 class DaskExecutor:

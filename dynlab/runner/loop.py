@@ -14,7 +14,7 @@ from typing import Any
 
 import xarray as xr
 
-from dynlab.executors import Executor, InProcessExecutor, runs_here
+from dynlab.executors import Executor, InProcessExecutor, in_other_processes, runs_here
 from dynlab.results.files import NETCDF_ENGINE
 from dynlab.results.folder import RESUME
 from dynlab.results.naming import arm_label, run_names
@@ -74,8 +74,8 @@ def _work(study: Study, device, progress: NullProgress,
           resume_dir: Path | None = None) -> Callable[[list[Spec]], tuple[list[RunOutcome], dict]]:
     """The function an executor runs on a work item: train its specs where it runs (together,
     through the study's ``stacking.run``, when there are several; else through ``run_one``; a
-    ``resumable`` study's get ``resume_dir`` too); return their outcomes and the provenance of that work (what
-    it ran on, recorded there)."""
+    ``resumable`` study's get ``resume_dir`` too); return their outcomes and the provenance of
+    that work (what it ran on, recorded there)."""
 
     def work(item: list[Spec]) -> tuple[list[RunOutcome], dict]:
         # The device is resolved where the work runs (a GPU worker of a CPU-only client);
@@ -138,10 +138,10 @@ class RunLoop:
     each runs). Counts: trained, reused, analyzed, failed, not_learned, and the seconds
     (``time.perf_counter``) spent training (``train_s``) and analysing (``analysis_s``).
     ``train_s`` is the wall time from :meth:`items` (the work items made, then handed out)
-    to the storing of the last run. With workers in other processes the analyses of finished runs run here while
-    the workers train (``overlap``): the two phases then overlap and ``train_s`` counts the
-    time until the workers' last run arrived, analyses included; otherwise no analysis runs
-    inside the loop and the two add up.
+    to the storing of the last run. With workers in other processes the analyses of finished
+    runs run here while the workers train (``overlap``): the two phases then overlap and
+    ``train_s`` counts the time until the workers' last run arrived, analyses included;
+    otherwise no analysis runs inside the loop and the two add up.
     """
 
     def __init__(self, study: Study, specs: list[Spec], store: RunStore, device, progress: NullProgress, analyze: bool,
@@ -167,15 +167,13 @@ class RunLoop:
         self.announced: set[str] = set()  # runs whose status a finished-run line has said
         # With workers in other processes the analyses of finished runs run here while the
         # workers train the next ones (the same calls per run, so the same numbers).  Not with
-        # workers that are threads of this process, nor with an executor that does not say
-        # (``remote = True``, ``shares_process = False``): model initialisation forks torch's
-        # global RNG, which an analysis here would reseed under a training thread.
-        self.overlap = (self.analyze and getattr(executor, "remote", None) is True
-                        and getattr(executor, "shares_process", True) is False)
-        # work shipped to other processes must not carry the client's progress bars (an
-        # executor that does not say is taken as remote, as for the device in run_study)
+        # workers that are threads of this process, nor with an executor that does not say:
+        # model initialisation forks torch's global RNG, which an analysis here would reseed
+        # under a training thread.
+        self.overlap = self.analyze and in_other_processes(executor)
+        # work shipped elsewhere must not carry the client's progress bars
         self.work = _work(study, device, progress if runs_here(executor) else NullProgress(), store.root / RESUME_DIR)
-        self.started = self.trained_until = time.perf_counter()
+        self.started = self.trained_until = time.perf_counter()  # items() starts the clock again, as training begins
 
     def items(self) -> list[list[Spec]]:
         """The work items of the unfinished runs; training starts now (``train_s``)."""
@@ -191,8 +189,8 @@ class RunLoop:
             self.store.save(spec, outcome.result.to_json(), outcome.state_dict, provenance=made_on)
             counts["trained"] += 1
             self.progress.update(self.bar, 1)
-            line = _run_line(self.study, spec, self.named(spec), outcome.result, counts["trained"] + done, len(self.specs))
-            if self.progress.finished(line):
+            at = counts["trained"] + done
+            if self.progress.finished(_run_line(self.study, spec, self.named(spec), outcome.result, at, len(self.specs))):
                 self.announced.add(spec.spec_hash())
         self.trained_until = time.perf_counter()
         for spec, outcome in zip(item, outcomes):
